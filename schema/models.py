@@ -1,0 +1,75 @@
+"""SQLAlchemy models of the metadata database. Alembic migrations in schema/migrations match them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class State:
+    """Task instance states."""
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SMART_PENDING = "smart_pending"
+    SMART_RUNNING = "smart_running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UP_FOR_RETRY = "up_for_retry"
+    SKIPPED = "skipped"
+
+    ALL = (SCHEDULED, RUNNING, SMART_PENDING, SMART_RUNNING, SUCCESS, FAILED, UP_FOR_RETRY, SKIPPED)
+    SMART_WAITING = (SMART_PENDING, SMART_RUNNING)
+    FINISHED = (SUCCESS, FAILED, SKIPPED)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TaskInstance(Base):
+    """One sensor task for one execution date. Times are naive UTC."""
+
+    __tablename__ = "task_instance"
+
+    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    execution_date: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    state: Mapped[str | None] = mapped_column(String(20))
+    try_number: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    max_tries: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    start_date: Mapped[datetime | None] = mapped_column(DateTime)
+    end_date: Mapped[datetime | None] = mapped_column(DateTime)
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+    operator: Mapped[str | None] = mapped_column(String(100))
+    classpath: Mapped[str | None] = mapped_column(String(500))
+    fileloc: Mapped[str | None] = mapped_column(String(2000))
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    error: Mapped[str | None] = mapped_column(Text)
+    attr_dict: Mapped[str | None] = mapped_column(Text)
+    exec_dict: Mapped[str | None] = mapped_column(Text)
+    hashcode: Mapped[int | None] = mapped_column(BigInteger)
+    shardcode: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (
+        Index("ti_hashcode", "hashcode"),
+        Index("ti_shardcode", "shardcode"),
+        Index("ti_state_shardcode", "state", "shardcode"),
+    )
+
+
+class WorkerRound(Base):
+    """Last round of each worker process, for `smartsensor status`."""
+
+    __tablename__ = "worker_round"
+
+    worker_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    shard_min: Mapped[int] = mapped_column(Integer, nullable=False)
+    shard_max: Mapped[int] = mapped_column(Integer, nullable=False)
+    last_round_at: Mapped[datetime | None] = mapped_column(DateTime)
+    last_round_seconds: Mapped[float | None] = mapped_column(Float)
+    last_round_json: Mapped[str | None] = mapped_column(Text)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Shared set-up, sourced by test.sh, demo.sh and bench.sh: make sure Java 17+ exists, then create or
+# reuse .venv with the package and its test extras installed (re-installed when setup.cfg changes).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SMARTSENSOR_VENV:-$ROOT/.venv}"
+PYTHON_BIN="${PYTHON:-python3}"
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
+
+ensure_java() {
+  if command -v java >/dev/null 2>&1; then return 0; fi
+  log "java not found: installing openjdk-17-jre-headless (PySpark needs Java 17+)"
+  as_root apt-get update -qq && as_root apt-get install -y -qq openjdk-17-jre-headless >/dev/null \
+    || { log "cannot install Java; install a JDK 17+ and re-run"; exit 1; }
+}
+
+ensure_venv() {
+  local stamp="$VENV/.smartsensor-installed" want
+  want="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating virtualenv $VENV"
+    "$PYTHON_BIN" -m venv "$VENV"
+  fi
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    log "installing smartsensor and its dependencies into $VENV (first time: ~1 min, PySpark is large)"
+    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[test]"
+    echo "$want" > "$stamp"
+  fi
+  export PATH="$VENV/bin:$PATH"
+  export SPARK_LOCAL_IP=127.0.0.1
+  export PYSPARK_PYTHON="$VENV/bin/python"
+}

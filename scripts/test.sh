@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Run the whole suite: venv, a throwaway PostgreSQL 15, one local SparkSession, pytest.
+# Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/env.sh"
+source "$HERE/pg.sh"
+
+ensure_java
+ensure_venv
+trap stop_pg EXIT INT TERM
+start_pg
+cd "$ROOT"
+set +e
+python -m pytest -p no:cacheprovider "$@"
+status=$?
+set -e
+exit $status

@@ -1,0 +1,154 @@
+"""Answer many checks with at most one catalog call per (db, table) and one FS call per path.
+
+For each table the checker lists partitions once, narrowed by the spec pairs common to every
+check on that table (``SHOW PARTITIONS db.t PARTITION (k='v')``), then answers each check by set
+membership on the unescaped listing. Calls are counted in code (``catalog_calls``, ``fs_calls``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any, Iterable
+
+from sensors.checks import Check, PartitionCheck, PathCheck
+from sensors.errors import CheckError, PermanentCheckError, TransientCheckError
+from sensors.partitions import quote_identifier, sql_string_literal, unescape_partition_value
+
+log = logging.getLogger(__name__)
+
+# Messages that mean "the metastore / file system could not be reached", not "the check is wrong".
+_TRANSIENT_MARKERS = (
+    "TTransportException", "Connection refused", "Could not connect to meta store",
+    "Unable to instantiate", "SocketTimeoutException", "ConnectException", "Failed to connect",
+    "Broken pipe", "Connection reset", "UnknownHostException", "No route to host",
+    "Py4JNetworkError", "Answer from Java side is empty", "SparkContext was shut down",
+    "Cannot call methods on a stopped SparkContext", "Read timed out",
+)
+_NOT_FOUND_CLASSES = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND")
+_NOT_FOUND_MARKERS = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "NoSuchTableException",
+                      "NoSuchDatabaseException", "Table or view not found", "Database '")
+
+
+def classify_error(exc: BaseException) -> str:
+    """'transient', 'not_found' or 'permanent' for an exception raised by a catalog call."""
+    text = f"{type(exc).__name__}: {exc}"
+    if any(marker in text for marker in _TRANSIENT_MARKERS):
+        return "transient"
+    try:
+        from py4j.protocol import Py4JError, Py4JNetworkError
+        if isinstance(exc, Py4JNetworkError) or (isinstance(exc, Py4JError) and "JavaObject" not in text
+                                                 and "An error occurred while calling" not in text):
+            return "transient"
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        pass
+    error_class = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    try:
+        cond = error_class() if callable(error_class) else None
+    except Exception:  # noqa: BLE001 - best effort, fall back to the message
+        cond = None
+    if cond in _NOT_FOUND_CLASSES or any(marker in text for marker in _NOT_FOUND_MARKERS[:4]):
+        return "not_found"
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+        return "transient"
+    return "permanent"
+
+
+def parse_listing_row(row: str) -> dict[str, str]:
+    """``ds=2024-01-01 10%3A00/hr=a%2Fb`` → {'ds': '2024-01-01 10:00', 'hr': 'a/b'} (keys lower-cased)."""
+    out: dict[str, str] = {}
+    for part in row.split("/"):
+        key, _, value = part.partition("=")
+        out[key.lower()] = unescape_partition_value(value)
+    return out
+
+
+class BatchChecker:
+    """Answers checks against one SparkSession; one instance per round keeps the counters per round."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.catalog_calls = 0
+        self.fs_calls = 0
+        self.catalog_seconds = 0.0
+
+    def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
+        """Answer every check: True/False, or a TransientCheckError / PermanentCheckError."""
+        by_table: dict[tuple[str, str], list[PartitionCheck]] = defaultdict(list)
+        paths: set[PathCheck] = set()
+        for check in set(checks):
+            if isinstance(check, PartitionCheck):
+                by_table[check.table_key].append(check)
+            elif isinstance(check, PathCheck):
+                paths.add(check)
+            else:
+                raise TypeError(f"unknown check {check!r}")
+        results: dict[Check, bool | CheckError] = {}
+        for (db, table), table_checks in by_table.items():
+            results.update(self._check_table(db, table, table_checks))
+        for path_check in paths:
+            results[path_check] = self._check_path(path_check)
+        return results
+
+    def _check_table(self, db: str, table: str, checks: list[PartitionCheck]) -> dict[Check, bool | CheckError]:
+        common = set(checks[0].spec)
+        for check in checks[1:]:
+            common &= set(check.spec)
+        try:
+            listing = self.list_partitions(db, table, dict(sorted(common)))
+        except CheckError as exc:
+            return {c: exc for c in checks}
+        if listing is None:  # table or database missing: not landed yet
+            return {c: False for c in checks}
+        columns = set(listing[0]) if listing else None
+        results: dict[Check, bool | CheckError] = {}
+        for check in checks:
+            spec = dict(check.spec)
+            if columns is not None and not set(spec) <= columns:
+                unknown = sorted(set(spec) - columns)
+                results[check] = PermanentCheckError(
+                    f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})")
+            elif check.exact:
+                results[check] = any(p == spec for p in listing)
+            else:
+                results[check] = any(all(p.get(k) == v for k, v in spec.items()) for p in listing)
+        return results
+
+    def list_partitions(self, db: str, table: str, spec: dict[str, str]) -> list[dict[str, str]] | None:
+        """One catalog call: the partitions of db.table matching ``spec`` (None if the table is missing)."""
+        sql = f"SHOW PARTITIONS {quote_identifier(db)}.{quote_identifier(table)}"
+        if spec:
+            sql += " PARTITION (" + ", ".join(
+                f"{quote_identifier(k)} = {sql_string_literal(v)}" for k, v in spec.items()) + ")"
+        self.catalog_calls += 1
+        started = time.perf_counter()
+        try:
+            rows = self.spark.sql(sql).collect()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            kind = classify_error(exc)
+            if kind == "not_found":
+                return None
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if kind == "transient":
+                raise TransientCheckError(f"metastore unreachable listing {db}.{table}: {message}") from exc
+            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: {message}") from exc
+        finally:
+            self.catalog_seconds += time.perf_counter() - started
+        return [parse_listing_row(row[0]) for row in rows]
+
+    def _check_path(self, check: PathCheck) -> bool | CheckError:
+        self.fs_calls += 1
+        started = time.perf_counter()
+        try:
+            jvm = self.spark.sparkContext._jvm
+            path = jvm.org.apache.hadoop.fs.Path(check.path)
+            fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            return bool(fs.exists(path))
+        except Exception as exc:  # noqa: BLE001 - classified below
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if classify_error(exc) == "permanent" and "IllegalArgumentException" in str(exc):
+                return PermanentCheckError(f"path {check.path!r} is invalid: {message}")
+            return TransientCheckError(f"file system unreachable checking {check.path!r}: {message}")
+        finally:
+            self.catalog_seconds += time.perf_counter() - started

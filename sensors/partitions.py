@@ -1,0 +1,124 @@
+"""Validation, canonical form and escaping of Hive table names and partition specs.
+
+Values are never pasted into SQL raw: identifiers must match ``[A-Za-z0-9_]+`` and values are
+quoted as Spark SQL string literals by ``sql_string_literal``. Hive escapes special characters in
+partition names (``:`` → ``%3A``); ``escape_partition_value``/``unescape_partition_value`` mirror it
+so listings are compared value for value.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sensors.errors import SensorDefinitionError
+
+IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
+# Characters Hive/Spark escape in partition path names (ExternalCatalogUtils.escapePathName).
+_ESCAPED = set('"#%\'*/:=?\\{[]^') | {chr(c) for c in range(0x01, 0x20)} | {"\x7f"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_PERCENT_HEX = re.compile(r"%([0-9A-Fa-f]{2})")
+MAX_VALUE_LENGTH = 1000
+
+
+def validate_identifier(field: str, kind: str, name: object) -> str:
+    """A database, table or column name: ``[A-Za-z0-9_]+``, returned lower-cased (Hive is case-insensitive)."""
+    if not isinstance(name, str) or not IDENTIFIER.fullmatch(name):
+        raise SensorDefinitionError(f"field {field!r}: {kind} name {name!r} must match [A-Za-z0-9_]+")
+    return name.lower()
+
+
+def validate_value(field: str, key: str, value: object) -> str:
+    """A partition value: a non-empty string without control characters."""
+    if isinstance(value, (int,)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise SensorDefinitionError(f"field {field!r}: value of partition key {key!r} must be a string, got {value!r}")
+    if value == "":
+        raise SensorDefinitionError(f"field {field!r}: value of partition key {key!r} is empty")
+    if _CONTROL.search(value):
+        raise SensorDefinitionError(
+            f"field {field!r}: value of partition key {key!r} contains a control character: {value!r}")
+    if len(value) > MAX_VALUE_LENGTH:
+        raise SensorDefinitionError(f"field {field!r}: value of partition key {key!r} is longer than {MAX_VALUE_LENGTH}")
+    return value
+
+
+def parse_table(field: str, name: object) -> tuple[str, str]:
+    """``db.table`` or ``table`` (database ``default``) → (db, table), lower-cased and validated."""
+    if not isinstance(name, str) or not name:
+        raise SensorDefinitionError(f"field {field!r}: table must be a non-empty string 'db.table', got {name!r}")
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "default", validate_identifier(field, "table", parts[0])
+    if len(parts) == 2:
+        return validate_identifier(field, "database", parts[0]), validate_identifier(field, "table", parts[1])
+    raise SensorDefinitionError(f"field {field!r}: table {name!r} must be 'db.table' or 'table'")
+
+
+def escape_partition_value(value: str) -> str:
+    """Escape a value the way Hive writes it in partition names."""
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in value)
+
+
+def unescape_partition_value(text: str) -> str:
+    """Undo Hive's escaping of a value in a partition name."""
+    return _PERCENT_HEX.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def parse_spec_path(field: str, text: str) -> dict[str, str]:
+    """``k=v/k2=v2`` (values escaped as in Hive partition names) → {key: raw value}."""
+    spec: dict[str, str] = {}
+    for part in text.split("/"):
+        if "=" not in part:
+            raise SensorDefinitionError(f"field {field!r}: partition spec part {part!r} is not of the form key=value")
+        key, escaped = part.split("=", 1)
+        key = validate_identifier(field, "partition key", key)
+        if key in spec:
+            raise SensorDefinitionError(f"field {field!r}: partition key {key!r} given twice in {text!r}")
+        spec[key] = validate_value(field, key, unescape_partition_value(escaped))
+    return spec
+
+
+def canonical_spec(field: str, spec: object) -> dict[str, str]:
+    """A partition spec dict (or ``k=v/k2=v2`` text) validated, keys lower-cased, sorted by key."""
+    if isinstance(spec, str):
+        parsed = parse_spec_path(field, spec) if spec else {}
+    elif isinstance(spec, dict):
+        parsed = {}
+        for key, value in spec.items():
+            k = validate_identifier(field, "partition key", key)
+            if k in parsed:
+                raise SensorDefinitionError(f"field {field!r}: partition key {k!r} given twice (keys are case-insensitive)")
+            parsed[k] = validate_value(field, k, value)
+    else:
+        raise SensorDefinitionError(f"field {field!r}: partition spec must be a dict or 'k=v/k2=v2', got {spec!r}")
+    return dict(sorted(parsed.items()))
+
+
+def parse_partition_name(field: str, name: object) -> tuple[str, str, dict[str, str]]:
+    """``db.table/k=v/...`` → (db, table, spec). A name without ``db.`` means database ``default``."""
+    if not isinstance(name, str) or "/" not in name:
+        raise SensorDefinitionError(
+            f"field {field!r}: partition name {name!r} must look like 'db.table/key=value[/key=value...]'")
+    table_part, spec_part = name.split("/", 1)
+    db, table = parse_table(field, table_part)
+    if not spec_part:
+        raise SensorDefinitionError(f"field {field!r}: partition name {name!r} has no key=value spec")
+    return db, table, dict(sorted(parse_spec_path(field, spec_part).items()))
+
+
+def format_partition_name(db: str, table: str, spec: dict[str, str]) -> str:
+    """Canonical ``db.table/k=v/...`` with escaped values."""
+    return f"{db}.{table}/" + "/".join(f"{k}={escape_partition_value(v)}" for k, v in spec.items())
+
+
+def sql_string_literal(value: str) -> str:
+    """Quote a value as a Spark SQL string literal (backslash escapes are on by default)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_identifier(name: str) -> str:
+    """Backtick-quote an identifier already validated by ``validate_identifier``."""
+    if not IDENTIFIER.fullmatch(name):
+        raise SensorDefinitionError(f"refusing to quote unvalidated identifier {name!r}")
+    return f"`{name}`"

@@ -1,0 +1,54 @@
+"""Rendering ``{{ ds }}``-style templates in persist fields, in a jinja2 sandbox."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+from sensors.errors import SensorDefinitionError
+
+_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def template_context(execution_date: datetime) -> dict[str, Any]:
+    """Variables available to templates for one execution date."""
+    return {
+        "ds": execution_date.strftime("%Y-%m-%d"),
+        "ds_nodash": execution_date.strftime("%Y%m%d"),
+        "ts": execution_date.isoformat(),
+        "execution_date": execution_date,
+        "prev_ds": (execution_date - timedelta(days=1)).strftime("%Y-%m-%d"),
+        "next_ds": (execution_date + timedelta(days=1)).strftime("%Y-%m-%d"),
+    }
+
+
+def has_template(value: Any) -> bool:
+    """True if a string (or any string inside a list/dict) contains jinja2 markup."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value or "{#" in value
+    if isinstance(value, (list, tuple)):
+        return any(has_template(v) for v in value)
+    if isinstance(value, dict):
+        return any(has_template(k) or has_template(v) for k, v in value.items())
+    return False
+
+
+def render_value(field: str, value: Any, context: dict[str, Any]) -> Any:
+    """Render every string inside ``value``; errors name the field."""
+    if isinstance(value, str):
+        if not has_template(value):
+            return value
+        try:
+            return _ENV.from_string(value).render(context)
+        except TemplateError as exc:
+            raise SensorDefinitionError(f"field {field!r}: template {value!r} cannot be rendered: {exc}") from None
+    if isinstance(value, list):
+        return [render_value(field, v, context) for v in value]
+    if isinstance(value, tuple):
+        return [render_value(field, v, context) for v in value]
+    if isinstance(value, dict):
+        return {render_value(field, k, context): render_value(field, v, context) for k, v in value.items()}
+    return value

@@ -1,0 +1,284 @@
+"""Configuration: lookup order, typed keys with defaults, env overrides, validation.
+
+Lookup order for the file: ``--config PATH`` (CLI), else env ``SMARTSENSOR_CONFIG``, else
+``$SMARTSENSOR_HOME/airflow.cfg`` (home defaults to ``~/smartsensor``). A missing file means
+defaults. Env ``SMARTSENSOR__<SECTION>__<KEY>`` overrides the file.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "SMARTSENSOR__"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or inconsistent."""
+
+
+def _parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
+def _parse_int(raw: str) -> int:
+    return int(raw.strip())
+
+
+def _parse_float(raw: str) -> float:
+    return float(raw.strip())
+
+
+def _parse_str(raw: str) -> str:
+    return raw.strip()
+
+
+def _parse_list(raw: str) -> list[str]:
+    return [item.strip() for item in raw.replace("\n", ",").split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One documented configuration key."""
+
+    section: str
+    name: str
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+
+
+KEYS: tuple[Key, ...] = (
+    Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", _parse_str,
+        "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder."),
+    Key("smart_sensor", "use_smart_sensor", "True", _parse_bool,
+        "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode."),
+    Key("smart_sensor", "shard_code_upper_limit", "10000", _parse_int,
+        "shardcode = hashcode mod this value. Changing it does not move rows already registered."),
+    Key("smart_sensor", "shards", "5", _parse_int,
+        "Number of shard ranges when shard_ranges is empty: [0, limit) split evenly."),
+    Key("smart_sensor", "shard_ranges", "", _parse_str,
+        "Explicit half-open ranges covering [0, limit) without gap or overlap, e.g. 0-2000, 2000-10000."),
+    Key("smart_sensor", "sensors_enabled", "NamedHivePartitionSensor, HivePartitionSensor, SuccessFileSensor",
+        _parse_list, "Class names (marked @smart_eligible in code) that may run in the shard workers."),
+    Key("smart_sensor", "sensor_modules", "", _parse_list,
+        "Extra importable modules defining smart-eligible sensor classes; workers import only these "
+        "and the built-in sensors package, never a class path read from the database."),
+    Key("smart_sensor", "poke_interval", "5", _parse_float,
+        "Seconds between worker rounds. Each task is still poked by its own poke_interval."),
+    Key("spark", "master", "local[1]", _parse_str, "Spark master URL."),
+    Key("spark", "app_name", "smartsensor", _parse_str, "Spark application name."),
+    Key("spark", "warehouse_dir", "{SMARTSENSOR_HOME}/warehouse", _parse_str, "spark.sql.warehouse.dir."),
+    Key("spark", "metastore_uris", "", _parse_str,
+        "Thrift URIs of a Hive metastore (thrift://host:port). Empty: embedded Derby under the home "
+        "folder, usable by ONE process only."),
+    Key("spark", "conf", "", _parse_list,
+        "Extra Spark settings passed through, comma separated key=value pairs."),
+    Key("metastore", "host", "127.0.0.1", _parse_str, "Address `smartsensor metastore start` binds."),
+    Key("metastore", "port", "9083", _parse_int, "Port of `smartsensor metastore start`."),
+    Key("metastore", "java_opts", "-Xmx512m", _parse_str, "JVM options of the metastore service."),
+    Key("metastore", "start_timeout", "60", _parse_float, "Seconds to wait for the service's port."),
+    Key("scheduler", "parallelism", "8", _parse_int, "Classic-mode task processes at most at once."),
+    Key("scheduler", "loop_interval", "2", _parse_float, "Seconds between scheduler loops."),
+)
+
+_KEY_INDEX = {(k.section, k.name): k for k in KEYS}
+
+
+@dataclass(frozen=True)
+class ShardRange:
+    """Half-open range [lo, hi) of shardcodes."""
+
+    lo: int
+    hi: int
+
+    def __str__(self) -> str:
+        return f"{self.lo}-{self.hi}"
+
+    def contains(self, shardcode: int) -> bool:
+        return self.lo <= shardcode < self.hi
+
+
+def parse_shard_ranges(raw: str, limit: int) -> list[ShardRange]:
+    """Parse ``"0-2000, 2000-10000"`` and check it covers [0, limit) exactly once."""
+    ranges: list[ShardRange] = []
+    for item in _parse_list(raw):
+        parts = item.split("-")
+        if len(parts) != 2:
+            raise ConfigError(f"[smart_sensor] shard_ranges: range {item!r} is not of the form LO-HI")
+        try:
+            lo, hi = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise ConfigError(f"[smart_sensor] shard_ranges: range {item!r} has a non-integer bound") from None
+        if lo >= hi:
+            raise ConfigError(f"[smart_sensor] shard_ranges: range {item!r} is empty (LO must be < HI)")
+        if lo < 0 or hi > limit:
+            raise ConfigError(
+                f"[smart_sensor] shard_ranges: range {item!r} falls outside [0, {limit}) "
+                f"(shard_code_upper_limit = {limit})")
+        ranges.append(ShardRange(lo, hi))
+    if not ranges:
+        raise ConfigError("[smart_sensor] shard_ranges: no ranges given")
+    ranges.sort(key=lambda r: (r.lo, r.hi))
+    expected = 0
+    for r in ranges:
+        if r.lo < expected:
+            raise ConfigError(f"[smart_sensor] shard_ranges: range {r} overlaps the range ending at {expected}")
+        if r.lo > expected:
+            raise ConfigError(
+                f"[smart_sensor] shard_ranges: range {r} leaves a gap {expected}-{r.lo} before it")
+        expected = r.hi
+    if expected != limit:
+        raise ConfigError(
+            f"[smart_sensor] shard_ranges: range {ranges[-1]} leaves a gap {expected}-{limit} at the end")
+    return ranges
+
+
+def even_shard_ranges(shards: int, limit: int) -> list[ShardRange]:
+    """Split [0, limit) into ``shards`` contiguous ranges of near-equal size."""
+    if shards < 1 or shards > limit:
+        raise ConfigError(f"[smart_sensor] shards must be between 1 and shard_code_upper_limit ({limit}), got {shards}")
+    bounds = [i * limit // shards for i in range(shards + 1)]
+    return [ShardRange(bounds[i], bounds[i + 1]) for i in range(shards)]
+
+
+@dataclass
+class Config:
+    """Effective configuration: typed values plus where they came from."""
+
+    values: dict[tuple[str, str], Any]
+    home: Path
+    path: Path
+    file_found: bool
+    warnings: list[str] = field(default_factory=list)
+
+    def get(self, section: str, name: str) -> Any:
+        return self.values[(section, name)]
+
+    # Short names for the keys used everywhere.
+    @property
+    def sql_alchemy_conn(self) -> str:
+        return self.get("core", "sql_alchemy_conn")
+
+    @property
+    def use_smart_sensor(self) -> bool:
+        return self.get("smart_sensor", "use_smart_sensor")
+
+    @property
+    def shard_code_upper_limit(self) -> int:
+        return self.get("smart_sensor", "shard_code_upper_limit")
+
+    @property
+    def sensors_enabled(self) -> list[str]:
+        return self.get("smart_sensor", "sensors_enabled")
+
+    @property
+    def sensor_modules(self) -> list[str]:
+        return self.get("smart_sensor", "sensor_modules")
+
+    @property
+    def poke_interval(self) -> float:
+        return self.get("smart_sensor", "poke_interval")
+
+    @property
+    def shard_ranges(self) -> list[ShardRange]:
+        raw = self.get("smart_sensor", "shard_ranges")
+        limit = self.shard_code_upper_limit
+        if raw:
+            return parse_shard_ranges(raw, limit)
+        return even_shard_ranges(self.get("smart_sensor", "shards"), limit)
+
+    def spark_conf(self) -> dict[str, str]:
+        """Extra ``[spark] conf`` pairs as a dict."""
+        out: dict[str, str] = {}
+        for item in self.get("spark", "conf"):
+            if "=" not in item:
+                raise ConfigError(f"[spark] conf: {item!r} is not key=value")
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+        return out
+
+
+def load_config(cli_path: str | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Load, override from env, type-check and validate the configuration."""
+    env = os.environ if environ is None else environ
+    home = Path(env.get("SMARTSENSOR_HOME", str(Path.home() / "smartsensor"))).expanduser()
+    if cli_path:
+        path = Path(cli_path).expanduser()
+    elif env.get("SMARTSENSOR_CONFIG"):
+        path = Path(env["SMARTSENSOR_CONFIG"]).expanduser()
+    else:
+        path = home / "airflow.cfg"
+
+    raw: dict[tuple[str, str], str] = {(k.section, k.name): k.default for k in KEYS}
+    warnings: list[str] = []
+    parser = configparser.ConfigParser(interpolation=None)
+    file_found = path.is_file()
+    if cli_path and not file_found:
+        raise ConfigError(f"config file {path} does not exist")
+    if file_found:
+        try:
+            parser.read(path, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} cannot be parsed: {exc}".splitlines()[0]) from None
+        for section in parser.sections():
+            for name, value in parser.items(section):
+                key = (section.lower(), name.lower())
+                if key not in _KEY_INDEX:
+                    warnings.append(f"unknown key [{section}] {name} in {path} (ignored)")
+                    continue
+                raw[key] = value
+    for env_name, value in env.items():
+        if not env_name.startswith(ENV_PREFIX):
+            continue
+        parts = env_name[len(ENV_PREFIX):].split("__")
+        if len(parts) != 2:
+            warnings.append(f"env {env_name} is not SMARTSENSOR__<SECTION>__<KEY> (ignored)")
+            continue
+        key = (parts[0].lower(), parts[1].lower())
+        if key not in _KEY_INDEX:
+            warnings.append(f"unknown key [{key[0]}] {key[1]} from env {env_name} (ignored)")
+            continue
+        raw[key] = value
+
+    values: dict[tuple[str, str], Any] = {}
+    for key, text in raw.items():
+        spec = _KEY_INDEX[key]
+        text = text.replace("{SMARTSENSOR_HOME}", str(home))
+        try:
+            values[key] = spec.parse(text)
+        except ValueError:
+            kind = {_parse_int: "an integer", _parse_float: "a number", _parse_bool: "a boolean"}.get(
+                spec.parse, "valid")
+            raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {text!r}") from None
+    cfg = Config(values=values, home=home, path=path, file_found=file_found, warnings=warnings)
+    _validate(cfg)
+    for w in warnings:
+        log.warning(w)
+    return cfg
+
+
+def _validate(cfg: Config) -> None:
+    limit = cfg.shard_code_upper_limit
+    if limit < 1:
+        raise ConfigError(f"[smart_sensor] shard_code_upper_limit must be >= 1, got {limit}")
+    cfg.shard_ranges  # raises ConfigError naming the offending range
+    if cfg.poke_interval <= 0:
+        raise ConfigError(f"[smart_sensor] poke_interval must be > 0, got {cfg.poke_interval}")
+    if cfg.get("scheduler", "parallelism") < 1:
+        raise ConfigError("[scheduler] parallelism must be >= 1")
+    port = cfg.get("metastore", "port")
+    if not 0 < port < 65536:
+        raise ConfigError(f"[metastore] port must be in 1..65535, got {port}")
+    cfg.spark_conf()

@@ -1,0 +1,80 @@
+"""Import a sensor file and collect its module-level sensor objects (the `submit` command)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from sensors.base import BaseSensor
+
+
+class DagFileError(Exception):
+    """The sensor file cannot be imported or defines no usable sensors."""
+
+
+def _module_name(path: Path) -> str:
+    stem = re.sub(r"\W", "_", path.stem)
+    return f"smartsensor_dags.{stem}"
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import ``path`` as a module (its folder is put on sys.path for its own helper imports)."""
+    if not path.is_file():
+        raise DagFileError(f"sensor file {path} does not exist")
+    name = _module_name(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise DagFileError(f"{path} is not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise DagFileError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+    return module
+
+
+def collect_sensors(module: ModuleType, default_dag_id: str) -> list[tuple[str, BaseSensor]]:
+    """(dag_id, sensor) for every module-level sensor, also inside module-level lists, tuples and dicts.
+
+    dag_id: the sensor's own, else the module's ``DAG_ID``, else ``default_dag_id`` (the file's stem).
+    """
+    module_dag_id = getattr(module, "DAG_ID", None) or default_dag_id
+    found: list[BaseSensor] = []
+    seen: set[int] = set()
+    for value in list(vars(module).values()):
+        candidates = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        for item in candidates:
+            if isinstance(item, BaseSensor) and id(item) not in seen:
+                seen.add(id(item))
+                found.append(item)
+    out: list[tuple[str, BaseSensor]] = []
+    keys: set[tuple[str, str]] = set()
+    for sensor in found:
+        dag_id = sensor.dag_id or module_dag_id
+        if (dag_id, sensor.task_id) in keys:
+            raise DagFileError(f"task_id {sensor.task_id!r} is defined twice in DAG {dag_id!r}")
+        keys.add((dag_id, sensor.task_id))
+        out.append((dag_id, sensor))
+    return out
+
+
+def load_sensor_file(path: str | Path) -> list[tuple[str, BaseSensor]]:
+    """Import a sensor file and return its (dag_id, sensor) pairs."""
+    p = Path(path)
+    module = import_file(p)
+    sensors = collect_sensors(module, p.stem)
+    if not sensors:
+        raise DagFileError(f"{p} defines no module-level sensor objects")
+    return sensors

@@ -1,0 +1,235 @@
+"""Every query smartsensor sends to the metadata database, by name. The one storage seam.
+
+State changes are guarded, idempotent updates (``... WHERE state IN (...)``): a second worker, a
+retried round or a user's manual change is never overwritten. Each function documents how many
+statements it sends; callers count them through ``smartsensor.db.statement_count``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
+
+from schema.models import State, TaskInstance, WorkerRound
+
+TI = TaskInstance.__table__
+WR = WorkerRound.__table__
+
+# Stay far below SQLite's bound-parameter limit (32766) and keep Postgres plans cheap.
+IN_CHUNK = 5000
+
+TaskKey = tuple[str, str, datetime]
+
+
+@dataclass(frozen=True)
+class WaitingTask:
+    """A task instance a shard worker is responsible for, as loaded at the start of a round."""
+
+    dag_id: str
+    task_id: str
+    execution_date: datetime
+    state: str
+    try_number: int
+    max_tries: int
+    start_date: datetime | None
+    classpath: str
+    attr_dict: str
+    exec_dict: str
+    hashcode: int
+    shardcode: int
+
+    @property
+    def key(self) -> TaskKey:
+        return (self.dag_id, self.task_id, self.execution_date)
+
+
+def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+# -- registration ------------------------------------------------------------------------------
+
+def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> dict[str, Any] | None:
+    """One task instance by primary key (1 statement)."""
+    row = conn.execute(select(TI).where(
+        TI.c.dag_id == dag_id, TI.c.task_id == task_id, TI.c.execution_date == execution_date)).mappings().first()
+    return dict(row) if row else None
+
+
+def insert_task(conn: Connection, row: dict[str, Any]) -> bool:
+    """Insert a new task instance; False if it already exists (1 statement, in a savepoint)."""
+    try:
+        with conn.begin_nested():
+            conn.execute(insert(TI).values(**row))
+        return True
+    except IntegrityError:
+        return False
+
+
+def reset_task(conn: Connection, row: dict[str, Any]) -> None:
+    """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
+    values = {k: v for k, v in row.items() if k not in ("dag_id", "task_id", "execution_date")}
+    conn.execute(update(TI).where(
+        TI.c.dag_id == row["dag_id"], TI.c.task_id == row["task_id"],
+        TI.c.execution_date == row["execution_date"]).values(**values))
+
+
+def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
+    """Task instances, optionally filtered by state and dag_id, in key order (1 statement)."""
+    query = select(TI).order_by(TI.c.dag_id, TI.c.task_id, TI.c.execution_date)
+    if state is not None:
+        query = query.where(TI.c.state == state)
+    if dag_id is not None:
+        query = query.where(TI.c.dag_id == dag_id)
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def set_state(conn: Connection, key: TaskKey, new_state: str, from_states: Sequence[str] | None = None,
+              now: datetime | None = None, error: str | None = None) -> bool:
+    """Set one task's state (a user's manual change when ``from_states`` is None). 1 statement."""
+    query = update(TI).where(TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2])
+    if from_states is not None:
+        query = query.where(TI.c.state.in_(list(from_states)))
+    values: dict[str, Any] = {"state": new_state, "updated_at": now or datetime.utcnow()}
+    if new_state in State.FINISHED or new_state == State.UP_FOR_RETRY:
+        values["end_date"] = now or datetime.utcnow()
+    if error is not None:
+        values["error"] = error
+    return conn.execute(query.values(**values)).rowcount == 1
+
+
+# -- shard worker ------------------------------------------------------------------------------
+
+def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[WaitingTask]:
+    """Task instances in smart_pending/smart_running with shardcode in [shard_min, shard_max). 1 statement."""
+    cols = [TI.c[name] for name in WaitingTask.__dataclass_fields__]
+    rows = conn.execute(select(*cols).where(
+        TI.c.state.in_(State.SMART_WAITING), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max))
+    return [WaitingTask(*row) for row in rows]
+
+
+def start_pending(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str) -> int:
+    """smart_pending → smart_running for the range, stamping the start of this try. 1 statement."""
+    return conn.execute(update(TI).where(
+        TI.c.state == State.SMART_PENDING, TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
+    ).values(state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now), hostname=hostname,
+             updated_at=now)).rowcount
+
+
+def mark_hashes(conn: Connection, hashcodes: Sequence[int], shard_min: int, shard_max: int, new_state: str,
+                now: datetime, error: str | None = None) -> int:
+    """Every waiting task with one of ``hashcodes`` in the range → ``new_state``.
+
+    Only for hashes whose tasks all share one check (no collision). 1 statement per IN_CHUNK hashes.
+    """
+    total = 0
+    values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
+    if error is not None:
+        values["error"] = error
+    for chunk in _chunks(list(hashcodes)):
+        total += conn.execute(update(TI).where(
+            TI.c.hashcode.in_(list(chunk)), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
+            TI.c.state.in_(State.SMART_WAITING)).values(**values)).rowcount
+    return total
+
+
+def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, new_state: str,
+               now: datetime, error: str | None = None) -> int:
+    """Waiting tasks of one exact check (hash AND classpath AND attr_dict) → ``new_state``.
+
+    Used when two different checks collide on a hash, so that they are never marked together.
+    1 statement.
+    """
+    values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
+    if error is not None:
+        values["error"] = error
+    return conn.execute(update(TI).where(
+        TI.c.hashcode == hashcode, TI.c.classpath == classpath, TI.c.attr_dict == attr_dict,
+        TI.c.state.in_(State.SMART_WAITING)).values(**values)).rowcount
+
+
+def mark_tasks(conn: Connection, keys: Sequence[TaskKey], from_states: Sequence[str], new_state: str,
+               now: datetime, error: str | None = None) -> int:
+    """Given task instances still in ``from_states`` → ``new_state``. 1 statement per IN_CHUNK keys."""
+    total = 0
+    values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
+    if error is not None:
+        values["error"] = error
+    for chunk in _chunks(list(keys)):
+        total += conn.execute(update(TI).where(
+            tuple_(TI.c.dag_id, TI.c.task_id, TI.c.execution_date).in_(list(chunk)),
+            TI.c.state.in_(list(from_states))).values(**values)).rowcount
+    return total
+
+
+def record_round(conn: Connection, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
+                 now: datetime, seconds: float, summary_json: str) -> None:
+    """Upsert the worker's last round for `smartsensor status` (2 statements at most)."""
+    values = dict(hostname=hostname, pid=pid, shard_min=shard_min, shard_max=shard_max, last_round_at=now,
+                  last_round_seconds=seconds, last_round_json=summary_json)
+    if conn.execute(update(WR).where(WR.c.worker_id == worker_id).values(**values)).rowcount == 0:
+        conn.execute(insert(WR).values(worker_id=worker_id, **values))
+
+
+# -- scheduler ---------------------------------------------------------------------------------
+
+def load_up_for_retry(conn: Connection) -> list[dict[str, Any]]:
+    """Task instances waiting to be retried (1 statement)."""
+    return [dict(r) for r in conn.execute(select(
+        TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.end_date, TI.c.exec_dict, TI.c.classpath,
+        TI.c.try_number).where(TI.c.state == State.UP_FOR_RETRY)).mappings()]
+
+
+def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: str, now: datetime) -> bool:
+    """up_for_retry → new_state for the next try, if nobody changed it meanwhile. 1 statement."""
+    return conn.execute(update(TI).where(
+        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
+        TI.c.state == State.UP_FOR_RETRY, TI.c.try_number == try_number,
+    ).values(state=new_state, try_number=try_number + 1, start_date=None, end_date=None, hostname=None,
+             updated_at=now)).rowcount == 1
+
+
+def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str) -> bool:
+    """scheduled → running for a classic-mode run; False if another process got there first. 1 statement."""
+    return conn.execute(update(TI).where(
+        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
+        TI.c.state == State.SCHEDULED,
+    ).values(state=State.RUNNING, start_date=now, end_date=None, hostname=hostname, updated_at=now)).rowcount == 1
+
+
+def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> list[TaskKey]:
+    """Keys of task instances in ``state``, oldest execution date first (1 statement)."""
+    query = select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date).where(TI.c.state == state).order_by(
+        TI.c.execution_date, TI.c.dag_id, TI.c.task_id)
+    if limit is not None:
+        query = query.limit(limit)
+    return [tuple(r) for r in conn.execute(query)]  # type: ignore[misc]
+
+
+# -- status ------------------------------------------------------------------------------------
+
+def count_by_state(conn: Connection) -> dict[str, int]:
+    """Task instances per state (1 statement)."""
+    return {s or "none": n for s, n in conn.execute(select(TI.c.state, func.count()).group_by(TI.c.state))}
+
+
+def waiting_by_shard(conn: Connection) -> list[tuple[int, int]]:
+    """(shardcode, hashcode) of every waiting smart task (1 statement)."""
+    return [tuple(r) for r in conn.execute(select(TI.c.shardcode, TI.c.hashcode).where(
+        TI.c.state.in_(State.SMART_WAITING)))]  # type: ignore[misc]
+
+
+def worker_rounds(conn: Connection) -> list[dict[str, Any]]:
+    """Every worker's last round (1 statement)."""
+    return [dict(r) for r in conn.execute(select(WR).order_by(WR.c.shard_min, WR.c.worker_id)).mappings()]
+
+
+def forget_worker(conn: Connection, worker_id: str) -> None:
+    """Drop a worker's status row (clean stop). 1 statement."""
+    conn.execute(delete(WR).where(WR.c.worker_id == worker_id))
+

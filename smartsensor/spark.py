@@ -1,0 +1,75 @@
+"""One lazily created SparkSession per process, configured from ``[spark]``, stopped at exit."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from smartsensor.config import Config
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_session: Any = None
+
+
+def spark_builder_conf(cfg: Config) -> dict[str, str]:
+    """The Spark settings we apply: warehouse, metastore, quiet UI, then the user's ``[spark] conf``."""
+    home = cfg.home
+    conf = {
+        "spark.sql.warehouse.dir": str(Path(cfg.get("spark", "warehouse_dir")).expanduser()),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        # Fail fast when the metastore is down: the worker retries next round (transient error).
+        "spark.hadoop.hive.metastore.failure.retries": "1",
+        "spark.hadoop.hive.metastore.client.connect.retry.delay": "1s",
+        "spark.hadoop.hive.metastore.client.socket.timeout": "20s",
+    }
+    uris = cfg.get("spark", "metastore_uris")
+    if uris:
+        conf["spark.hadoop.hive.metastore.uris"] = uris
+    else:
+        derby = home / "metastore_db"
+        conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = f"jdbc:derby:;databaseName={derby};create=true"
+        conf["spark.driver.extraJavaOptions"] = f"-Dderby.system.home={home}"
+    conf.update(cfg.spark_conf())
+    return conf
+
+
+def get_spark(cfg: Config) -> Any:
+    """The process's SparkSession with Hive support, created on first use."""
+    global _session
+    with _lock:
+        if _session is not None:
+            return _session
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        cfg.home.mkdir(parents=True, exist_ok=True)
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.master(cfg.get("spark", "master")).appName(cfg.get("spark", "app_name"))
+        for key, value in spark_builder_conf(cfg).items():
+            builder = builder.config(key, value)
+        session = builder.enableHiveSupport().getOrCreate()
+        session.sparkContext.setLogLevel("FATAL")
+        _session = session
+        atexit.register(stop_spark)
+        return session
+
+
+def stop_spark() -> None:
+    """Stop the process's SparkSession if one was started."""
+    global _session
+    with _lock:
+        if _session is not None:
+            try:
+                _session.stop()
+            except Exception:  # noqa: BLE001 - stopping at exit must not raise
+                log.debug("error stopping Spark", exc_info=True)
+            _session = None

@@ -1,0 +1,108 @@
+"""The CLI as a user runs it: a real `smartsensor` process per command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SENSOR_FILE = '''
+from sensors import NamedHivePartitionSensor, HivePartitionSensor, BaseSensor
+
+class Plain(BaseSensor):
+    persist_fields = ("n",)
+    def __init__(self, task_id, n, **kw):
+        super().__init__(task_id=task_id, **kw)
+        self.n = n
+    def poke(self, context):
+        return True
+
+wait_events = NamedHivePartitionSensor(task_id="wait_events", partition_names=["demo.events/ds={{ ds }}/hr=00"])
+more = [HivePartitionSensor(task_id=f"wait_{i}", table="demo.users", partition={"ds": "{{ ds }}"}) for i in range(3)]
+plain = Plain(task_id="plain", n=1)
+'''
+
+
+def run(args: list[str], home: Path, db_url: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url)
+    env.pop("SMARTSENSOR_CONFIG", None)
+    proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def test_init_submit_tasks(tmp_path: Path, db_url: str) -> None:
+    home = tmp_path / "home"
+    assert "upgraded from empty" in run(["db", "init"], home, db_url).stdout
+    assert "already at revision" in run(["db", "init"], home, db_url).stdout
+    dag = tmp_path / "my_pipeline.py"
+    dag.write_text(SENSOR_FILE)
+    out = run(["submit", str(dag), "--execution-date", "2026-11-22"], home, db_url).stdout
+    assert "my_pipeline" in out and "wait_events" in out and "smart_pending" in out
+    assert "plain" in out and "scheduled" in out
+    rows = json.loads(run(["tasks", "--json"], home, db_url).stdout)
+    assert len(rows) == 5
+    for row in rows:
+        assert {"dag_id", "task_id", "execution_date", "state", "try_number", "hashcode", "shardcode"} <= set(row)
+        assert row["dag_id"] == "my_pipeline" and row["execution_date"] == "2026-11-22T00:00:00"
+    # the three HivePartitionSensors wait for one partition: one hash
+    assert len({r["hashcode"] for r in rows if r["task_id"].startswith("wait_") and r["task_id"] != "wait_events"}) == 1
+    pending = json.loads(run(["tasks", "--state", "smart_pending", "--json"], home, db_url).stdout)
+    assert len(pending) == 4
+    # re-submitting is idempotent
+    again = run(["submit", str(dag), "--execution-date", "2026-11-22"], home, db_url).stdout
+    assert "already registered" in again
+    assert len(json.loads(run(["tasks", "--json"], home, db_url).stdout)) == 5
+
+
+def test_config_shards_table_and_json(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path}/x.db"
+    out = run(["config", "shards"], tmp_path, db_url).stdout
+    assert "8000" in out and "10000" in out
+    data = json.loads(run(["config", "shards", "--json"], tmp_path, db_url).stdout)
+    assert data["ranges"][0] == {"shard": 0, "min": 0, "max": 2000} and len(data["ranges"]) == 5
+
+
+@pytest.mark.parametrize("case", ["bad_file", "bad_date", "db_unreachable", "not_initialised", "syntax_error",
+                                  "bad_config"])
+def test_errors_are_one_clear_line(tmp_path: Path, case: str) -> None:
+    home = tmp_path / "home"
+    db_url = f"sqlite:///{tmp_path}/m.db"
+    dag = tmp_path / "d.py"
+    dag.write_text(SENSOR_FILE)
+    args = ["submit", str(dag), "--execution-date", "2026-11-22"]
+    if case not in ("not_initialised", "db_unreachable", "bad_config"):
+        run(["db", "init"], home, db_url)
+    if case == "bad_file":
+        args[1] = str(tmp_path / "missing.py")
+        expect = "does not exist"
+    elif case == "bad_date":
+        args[3] = "22/11/2026"
+        expect = "is not YYYY-MM-DD"
+    elif case == "db_unreachable":
+        db_url = "postgresql+psycopg2://nobody@127.0.0.1:1/none"
+        expect = "unreachable"
+    elif case == "not_initialised":
+        expect = "smartsensor db init"
+    elif case == "syntax_error":
+        dag.write_text("this is not python(")
+        expect = "SyntaxError"
+    else:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "airflow.cfg").write_text("[smart_sensor]\nshard_ranges = 0-10, 5-10000\n")
+        expect = "overlaps"
+    proc = run(args, home, db_url, check=False)
+    assert proc.returncode != 0
+    assert expect in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("Error")]) == 1
+    verbose = run(["--verbose", *args], home, db_url, check=False)
+    assert verbose.returncode != 0
+    if case not in ("bad_date", "not_initialised"):
+        assert "Traceback" in verbose.stderr

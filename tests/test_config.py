@@ -1,0 +1,126 @@
+"""Config lookup order, env overrides, typing and shard-range validation."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from smartsensor.config import ConfigError, ShardRange, even_shard_ranges, load_config, parse_shard_ranges
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_file(tmp_path: Path) -> None:
+    cfg = load_config(environ={"SMARTSENSOR_HOME": str(tmp_path)})
+    assert not cfg.file_found
+    assert cfg.sql_alchemy_conn == f"sqlite:///{tmp_path}/smartsensor.db"
+    assert cfg.use_smart_sensor is True
+    assert cfg.shard_code_upper_limit == 10000
+    assert cfg.shard_ranges == [ShardRange(0, 2000), ShardRange(2000, 4000), ShardRange(4000, 6000),
+                                ShardRange(6000, 8000), ShardRange(8000, 10000)]
+    assert "NamedHivePartitionSensor" in cfg.sensors_enabled
+
+
+def test_lookup_order(tmp_path: Path) -> None:
+    home_cfg = write(tmp_path / "home" / "airflow.cfg", "[smart_sensor]\nshards = 2\n")
+    env_cfg = write(tmp_path / "env.cfg", "[smart_sensor]\nshards = 3\n")
+    cli_cfg = write(tmp_path / "cli.cfg", "[smart_sensor]\nshards = 4\n")
+    env = {"SMARTSENSOR_HOME": str(home_cfg.parent)}
+    assert len(load_config(environ=env).shard_ranges) == 2
+    env["SMARTSENSOR_CONFIG"] = str(env_cfg)
+    assert len(load_config(environ=env).shard_ranges) == 3
+    assert len(load_config(str(cli_cfg), environ=env).shard_ranges) == 4
+
+
+def test_env_overrides_file_and_ignores_airflow_env(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.cfg", "[smart_sensor]\nshard_code_upper_limit = 100\nshards = 2\n")
+    env = {"SMARTSENSOR_HOME": str(tmp_path), "SMARTSENSOR__SMART_SENSOR__SHARDS": "4",
+           "AIRFLOW__SMART_SENSOR__SHARDS": "7"}
+    cfg = load_config(str(path), environ=env)
+    assert [str(r) for r in cfg.shard_ranges] == ["0-25", "25-50", "50-75", "75-100"]
+
+
+def test_missing_cli_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "nope.cfg"), environ={})
+
+
+def test_non_integer_names_section_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.cfg", "[smart_sensor]\nshards = five\n")
+    with pytest.raises(ConfigError, match=r"\[smart_sensor\] shards must be an integer, got 'five'"):
+        load_config(str(path), environ={})
+
+
+def test_bad_boolean(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\[smart_sensor\] use_smart_sensor must be a boolean"):
+        load_config(environ={"SMARTSENSOR_HOME": str(tmp_path), "SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR": "maybe"})
+
+
+def test_unknown_keys_warn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write(tmp_path / "a.cfg", "[smart_sensor]\nshardz = 3\n[nosection]\nx = 1\n")
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config(str(path), environ={"SMARTSENSOR__CORE__NOPE": "1"})
+    assert any("shardz" in w for w in cfg.warnings)
+    assert any("[nosection] x" in w for w in cfg.warnings)
+    assert any("[core] nope" in w for w in cfg.warnings)
+    assert "shardz" in caplog.text
+
+
+def test_unparseable_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.cfg", "no section header\n")
+    with pytest.raises(ConfigError, match="cannot be parsed"):
+        load_config(str(path), environ={})
+
+
+@pytest.mark.parametrize("raw,message", [
+    ("0-2000, 1500-10000", "range 1500-10000 overlaps"),
+    ("0-2000, 2500-10000", "range 2500-10000 leaves a gap 2000-2500"),
+    ("0-2000, 2000-9000", "leaves a gap 9000-10000 at the end"),
+    ("100-2000, 2000-10000", "range 100-2000 leaves a gap 0-100"),
+    ("0-2000, 2000-12000", "range '2000-12000' falls outside"),
+    ("0-2000, 2000-x", "range '2000-x' has a non-integer bound"),
+    ("0-2000, 3000-3000, 2000-10000", "range '3000-3000' is empty"),
+    ("0-2000-3000", "is not of the form LO-HI"),
+])
+def test_shard_range_errors_name_the_range(raw: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_shard_ranges(raw, 10000)
+
+
+def test_explicit_ranges_override_even_split(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.cfg", "[smart_sensor]\nshards = 9\nshard_ranges = 2000-7000, 0-2000,\n  7000-10000\n")
+    cfg = load_config(str(path), environ={})
+    assert [str(r) for r in cfg.shard_ranges] == ["0-2000", "2000-7000", "7000-10000"]
+
+
+def test_config_errors_at_load_time(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.cfg", "[smart_sensor]\nshard_ranges = 0-10, 20-10000\n")
+    with pytest.raises(ConfigError, match="20-10000 leaves a gap 10-20"):
+        load_config(str(path), environ={})
+
+
+def test_even_split_covers_everything() -> None:
+    for shards, limit in [(1, 1), (3, 10), (7, 10000), (10000, 10000)]:
+        ranges = even_shard_ranges(shards, limit)
+        assert ranges[0].lo == 0 and ranges[-1].hi == limit
+        assert all(a.hi == b.lo for a, b in zip(ranges, ranges[1:]))
+        assert all(r.lo < r.hi for r in ranges)
+    with pytest.raises(ConfigError):
+        even_shard_ranges(0, 10)
+
+
+def test_example_file_documents_every_key_with_its_default() -> None:
+    from smartsensor.config import KEYS
+    example = Path(__file__).resolve().parents[1] / "airflow.cfg.example"
+    text = example.read_text()
+    for key in KEYS:
+        assert f"[{key.section}]" in text
+        assert f"# {key.name} = {key.default}" in text or f"{key.name} = {key.default}" in text, key.name
+    cfg = load_config(str(example), environ={"SMARTSENSOR_HOME": "/tmp/x"})
+    assert not cfg.warnings

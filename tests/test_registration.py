@@ -1,0 +1,137 @@
+"""Routing matrix, idempotent re-submit, templates, and clear errors for bad fields."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from schema.models import State
+from sensors import BaseSensor, HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, smart_eligible
+from smartsensor import queries
+from smartsensor.registration import build_row, register
+from tests.conftest import make_cfg
+
+DAY = datetime(2026, 11, 22)
+
+
+class UnmarkedSensor(BaseSensor):
+    persist_fields = ("name",)
+
+    def __init__(self, task_id: str, name: str, **kw: Any) -> None:
+        super().__init__(task_id=task_id, **kw)
+        self.name = name
+
+    def poke(self, context: dict[str, Any]) -> bool:
+        return True
+
+
+@smart_eligible
+class MarkedButUnknownModule(UnmarkedSensor):
+    pass
+
+
+@smart_eligible
+class ExplodingCompat(NamedHivePartitionSensor):
+    def is_smart_sensor_compatible(self) -> bool:
+        raise RuntimeError("boom")
+
+
+def named(task_id: str = "t") -> NamedHivePartitionSensor:
+    return NamedHivePartitionSensor(task_id=task_id, partition_names=["demo.events/ds={{ ds }}"])
+
+
+def test_routing_matrix(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    on = make_cfg(tmp_path, "sqlite://")
+    off = make_cfg(tmp_path, "sqlite://", smart_sensor__use_smart_sensor="False")
+    not_enabled = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="HivePartitionSensor")
+    assert build_row(named(), "d", DAY, on)[0]["state"] == State.SMART_PENDING
+    row, reason = build_row(named(), "d", DAY, off)
+    assert row["state"] == State.SCHEDULED and "use_smart_sensor" in reason
+    row, reason = build_row(named(), "d", DAY, not_enabled)
+    assert row["state"] == State.SCHEDULED and "sensors_enabled" in reason
+    row, reason = build_row(UnmarkedSensor(task_id="u", name="x"), "d", DAY, on)
+    assert row["state"] == State.SCHEDULED and "not marked" in reason
+    enabled_custom = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="MarkedButUnknownModule")
+    row, reason = build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, enabled_custom)
+    assert row["state"] == State.SCHEDULED and "sensor_modules" in reason
+    loadable = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="MarkedButUnknownModule",
+                        smart_sensor__sensor_modules="tests.test_registration")
+    assert build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, loadable)[0]["state"] == State.SMART_PENDING
+    boom = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="ExplodingCompat",
+                    smart_sensor__sensor_modules="tests.test_registration")
+    with caplog.at_level(logging.WARNING):
+        row, reason = build_row(ExplodingCompat(task_id="e", partition_names=["a.b/c=d"]), "d", DAY, boom)
+    assert row["state"] == State.SCHEDULED and "boom" in reason
+    assert "falling back to classic mode" in caplog.text
+
+
+def test_subclass_does_not_inherit_the_mark(tmp_path) -> None:
+    class Sub(NamedHivePartitionSensor):
+        pass
+    cfg = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="Sub")
+    row, reason = build_row(Sub(task_id="s", partition_names=["a.b/c=d"]), "d", DAY, cfg)
+    assert row["state"] == State.SCHEDULED and "not marked" in reason
+
+
+def test_row_contents(tmp_path) -> None:
+    cfg = make_cfg(tmp_path, "sqlite://")
+    sensor = HivePartitionSensor(task_id="t", table="Demo.Events", partition={"ds": "{{ ds }}", "hr": "{{ ds_nodash }}"},
+                                 poke_interval=30, timeout=600, retries=2, soft_fail=True)
+    row, _ = build_row(sensor, "d", DAY, cfg)
+    assert json.loads(row["attr_dict"]) == {"table": "demo.events", "partition": {"ds": "2026-11-22", "hr": "20261122"}}
+    assert row["attr_dict"] == '{"partition":{"ds":"2026-11-22","hr":"20261122"},"table":"demo.events"}'
+    exec_dict = json.loads(row["exec_dict"])
+    assert exec_dict["poke_interval"] == 30 and exec_dict["timeout"] == 600 and exec_dict["retries"] == 2
+    assert exec_dict["soft_fail"] is True
+    assert row["max_tries"] == 2 and row["try_number"] == 1
+    assert row["classpath"] == "sensors.hive.HivePartitionSensor"
+    assert 0 <= row["shardcode"] < 10000
+
+
+def test_not_json_serialisable_names_the_field(tmp_path) -> None:
+    class Odd(UnmarkedSensor):
+        pass
+    cfg = make_cfg(tmp_path, "sqlite://")
+    with pytest.raises(SensorDefinitionError, match="field 'name' is not JSON serialisable"):
+        build_row(Odd(task_id="o", name=object()), "d", DAY, cfg)  # type: ignore[arg-type]
+
+
+def test_template_errors_name_the_field(tmp_path) -> None:
+    cfg = make_cfg(tmp_path, "sqlite://")
+    bad = NamedHivePartitionSensor(task_id="t", partition_names=["demo.events/ds={{ nope }}"])
+    with pytest.raises(SensorDefinitionError, match="partition_names"):
+        build_row(bad, "d", DAY, cfg)
+    sandboxed = NamedHivePartitionSensor(task_id="t", partition_names=["d.t/x={{ ''.__class__.__mro__ }}"])
+    with pytest.raises(SensorDefinitionError):
+        build_row(sandboxed, "d", DAY, cfg)
+
+
+def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
+    sensors = [("d1", named("a")), ("d1", named("b"))]
+    first = register(engine, sensors, DAY, cfg)
+    assert [r.created for r in first] == [True, True]
+    with engine.begin() as conn:
+        queries.set_state(conn, ("d1", "a", DAY), State.SUCCESS)
+    again = register(engine, sensors, DAY, cfg)
+    assert [r.created for r in again] == [False, False]
+    assert again[0].state == State.SUCCESS
+    with engine.connect() as conn:
+        assert len(queries.list_tasks(conn)) == 2
+    cleared = register(engine, sensors, DAY, cfg, clear=True)
+    assert cleared[0].state == State.SMART_PENDING
+    with engine.connect() as conn:
+        row = queries.get_task(conn, "d1", "a", DAY)
+    assert row is not None and row["state"] == State.SMART_PENDING and row["end_date"] is None
+
+
+def test_bad_sensor_fields_are_clear_errors() -> None:
+    with pytest.raises(SensorDefinitionError, match="poke_interval"):
+        named().__class__(task_id="x", partition_names=["a.b/c=d"], poke_interval=-1)
+    with pytest.raises(SensorDefinitionError, match="retries"):
+        named().__class__(task_id="x", partition_names=["a.b/c=d"], retries=1.5)  # type: ignore[arg-type]
+    with pytest.raises(SensorDefinitionError, match="task_id"):
+        NamedHivePartitionSensor(task_id="", partition_names=["a.b/c=d"])

@@ -1,0 +1,32 @@
+"""Migrations create exactly the models' schema, and `db init` is idempotent, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect
+
+from schema.models import Base
+from smartsensor.db import current_revision, init_db, make_engine
+
+
+def test_migrations_equal_models(db_url: str) -> None:
+    engine = make_engine(db_url)
+    before, head = init_db(engine)
+    assert before is None and head
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    assert diff == []
+    indexes = {ix["name"] for ix in inspect(engine).get_indexes("task_instance")}
+    assert {"ti_hashcode", "ti_shardcode", "ti_state_shardcode"} <= indexes
+    pk = inspect(engine).get_pk_constraint("task_instance")["constrained_columns"]
+    assert pk == ["dag_id", "task_id", "execution_date"]
+    engine.dispose()
+
+
+def test_db_init_is_idempotent(db_url: str) -> None:
+    engine = make_engine(db_url)
+    _, head = init_db(engine)
+    again_before, again_head = init_db(engine)
+    assert again_before == head == again_head == current_revision(engine)
+    engine.dispose()
