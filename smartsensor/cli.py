@@ -234,5 +234,132 @@ def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, stat
     click.echo(f"{dag_id}.{task_id} {execution_date} → {state}")
 
 
+# -- running -----------------------------------------------------------------------------------
+
+def _global_args(app: App) -> list[str]:
+    """Options a child process needs to see the same configuration."""
+    return ["--config", app.config_path] if app.config_path else []
+
+
+@main.command("run-task")
+@click.argument("dag_id")
+@click.argument("task_id")
+@click.argument("execution_date")
+@click.option("--claimed", is_flag=True, hidden=True, help="The scheduler already set the task running.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_obj
+def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claimed: bool, as_json: bool) -> None:
+    """Run one task instance the classic way (its own process, its own pokes)."""
+    from smartsensor.classic import TaskRunError, run_task
+    try:
+        result = run_task(app.engine(), app.cfg, dag_id, task_id, parse_date(execution_date), claimed=claimed)
+    except TaskRunError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(result.__dict__))
+    else:
+        click.echo(f"{dag_id}.{task_id} {execution_date}: {result.state} after {result.pokes} poke(s), "
+                   f"{result.seconds:.1f} s" + (f" ({result.error})" if result.error else ""))
+
+
+@main.command()
+@click.option("--shard-min", type=int, required=True, help="First shardcode owned (inclusive).")
+@click.option("--shard-max", type=int, required=True, help="End of the range (exclusive).")
+@click.option("--once", is_flag=True, help="Run one round and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per round.")
+@click.option("--interval", type=float, default=None, help="Seconds between rounds (default [smart_sensor] poke_interval).")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.pass_obj
+def worker(app: App, shard_min: int, shard_max: int, once: bool, as_json: bool, interval: float | None,
+           metrics_port: int | None) -> None:
+    """Run a shard worker over [shard-min, shard-max) until SIGTERM."""
+    from smartsensor.worker import ShardWorker
+    from smartsensor.worker_loop import RoundMetrics, run_worker
+    limit = app.cfg.shard_code_upper_limit
+    if not 0 <= shard_min < shard_max <= limit:
+        raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
+    shard_worker = ShardWorker(app.engine(), app.cfg, shard_min, shard_max)
+    metrics = RoundMetrics(metrics_port) if metrics_port else None
+
+    def emit(result) -> None:  # type: ignore[no-untyped-def]
+        if as_json:
+            click.echo(result.to_json())
+        else:
+            marked = ", ".join(f"{k} {v}" for k, v in sorted(result.marked.items())) or "nothing"
+            click.echo(f"[{shard_min},{shard_max}) loaded {result.loaded}, {result.distinct_hashes} distinct, "
+                       f"poked {result.groups_poked}, catalog calls {result.catalog_calls}, marked {marked}, "
+                       f"{result.seconds:.2f} s" + (f" ERROR {result.error}" if result.error else ""))
+        sys.stdout.flush()
+
+    run_worker(shard_worker, interval or app.cfg.poke_interval, once, emit, metrics)
+
+
+@main.command()
+@click.option("-n", "count", type=int, default=None, help="Worker processes (default: one per shard range).")
+@click.option("--interval", type=float, default=None, help="Seconds between rounds.")
+@click.pass_obj
+def workers(app: App, count: int | None, interval: float | None) -> None:
+    """Start N shard workers over the configured ranges; restart crashed ones; stop all on SIGTERM."""
+    from smartsensor.worker_loop import supervise_workers
+    app.engine()  # fail fast with a clear message if the DB is not ready
+    if count is not None and count < 1:
+        raise UserError("-n must be at least 1")
+    extra = ["--interval", str(interval)] if interval else []
+    supervise_workers(app.cfg, count, _global_args(app), extra_args=extra)
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="One pass, wait for the classic tasks it started, exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per pass.")
+@click.pass_obj
+def scheduler(app: App, once: bool, as_json: bool) -> None:
+    """Re-queue retries after retry_delay; run scheduled tasks in classic mode (at most [scheduler] parallelism)."""
+    import signal
+    import time
+    from smartsensor.scheduler import Scheduler
+    sched = Scheduler(app.engine(), app.cfg, _global_args(app))
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    while not stopping:
+        summary = sched.loop_once()
+        if as_json:
+            click.echo(json.dumps(summary))
+        elif any(summary[k] for k in ("requeued_smart", "requeued_classic", "launched", "finished")):
+            click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
+        sys.stdout.flush()
+        if once:
+            sched.wait_children()
+            return
+        time.sleep(app.cfg.get("scheduler", "loop_interval"))
+    sched.terminate_children()
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def status(app: App, as_json: bool) -> None:
+    """Tasks per state and shard range, dedup ratio, workers' last rounds."""
+    from smartsensor.status import collect_status
+    data = collect_status(app.engine(), app.cfg)
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    click.echo("tasks by state: " + (", ".join(f"{k} {v}" for k, v in data["tasks_by_state"].items()) or "none"))
+    ratio = data["dedup_ratio"]
+    click.echo(f"waiting smart tasks {data['waiting']} over {data['distinct_hashes']} distinct checks"
+               + (f" (dedup ratio {ratio}x)" if ratio else ""))
+    click.echo(f"{'range':>13}  {'waiting':>7}  {'distinct':>8}")
+    for s in data["shards"]:
+        click.echo(f"{s['min']:>6}-{s['max']:<6}  {s['waiting']:>7}  {s['distinct_hashes']:>8}")
+    if data["workers"]:
+        click.echo(f"{'worker':<40} {'range':>13} {'last round':>10} {'age s':>7}")
+        for w in data["workers"]:
+            click.echo(f"{w['worker_id']:<40} {w['shard_min']:>6}-{w['shard_max']:<6} "
+                       f"{(w['last_round_seconds'] or 0):>9.2f}s {w['age_seconds'] if w['age_seconds'] is not None else '-':>7}")
+    else:
+        click.echo("no worker has reported a round")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,135 @@
+"""Classic poke mode: one process runs one task instance, poking on its own until done or timed out.
+
+The fallback for ineligible sensors, and the baseline every benchmark compares against.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import Engine
+
+from schema.models import State
+from sensors.base import BaseSensor, _ALL_CLASSES, resolve_any_class
+from sensors.batch import BatchChecker
+from sensors.errors import CheckError, PermanentCheckError, SensorDefinitionError, UnknownSensorClass
+from smartsensor import queries
+from smartsensor.config import Config
+from smartsensor.dagfile import DagFileError, import_file
+from smartsensor.timing import parse_exec, timeout_state
+
+log = logging.getLogger(__name__)
+
+
+class TaskRunError(Exception):
+    """The task instance cannot be run (missing, wrong state, unknown class)."""
+
+
+@dataclass
+class RunResult:
+    """What one classic run did."""
+
+    state: str
+    pokes: int
+    catalog_calls: int
+    fs_calls: int
+    seconds: float
+    error: str | None = None
+
+
+def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
+    """Resolve a task's class: built-in/configured sensor modules, else the task's own DAG file."""
+    classpath = row["classpath"]
+    cls = resolve_any_class(classpath, cfg.sensor_modules)
+    if cls is None and row.get("fileloc"):
+        try:
+            import_file(Path(row["fileloc"]))
+        except DagFileError as exc:
+            raise TaskRunError(f"cannot load {classpath}: {exc}") from None
+        cls = _ALL_CLASSES.get(classpath)
+    if cls is None:
+        raise TaskRunError(f"sensor class {classpath!r} is not known (not built in, not in sensor_modules, "
+                           f"not defined in the task's DAG file)")
+    return cls
+
+
+def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_date: datetime,
+             claimed: bool = False, spark_provider: Callable[[], Any] | None = None,
+             sleep: Callable[[float], None] = time.sleep) -> RunResult:
+    """Run one task instance the classic way; every state change is a guarded update from `running`."""
+    key = (dag_id, task_id, execution_date)
+    hostname = socket.gethostname()
+    with engine.begin() as conn:
+        row = queries.get_task(conn, dag_id, task_id, execution_date)
+        if row is None:
+            raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
+        if not claimed:
+            if row["state"] != State.SCHEDULED or not queries.claim_scheduled(conn, key, datetime.utcnow(), hostname):
+                raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not scheduled; "
+                                   f"use `submit --clear` or `set-state` to run it again")
+        elif row["state"] != State.RUNNING:
+            raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not running")
+        row = queries.get_task(conn, dag_id, task_id, execution_date)
+    assert row is not None
+    settings = parse_exec(row["exec_dict"])
+    start = row["start_date"] or datetime.utcnow()
+    began = time.perf_counter()
+
+    def finish(state: str, error: str | None = None, checker: BatchChecker | None = None, pokes: int = 0) -> RunResult:
+        with engine.begin() as conn:
+            changed = queries.set_state(conn, key, state, from_states=[State.RUNNING], error=error)
+        if not changed:
+            log.warning("%s.%s was changed by someone else; leaving it as it is", dag_id, task_id)
+            with engine.connect() as conn:
+                current = queries.get_task(conn, dag_id, task_id, execution_date)
+            state = current["state"] if current else state
+        return RunResult(state, pokes, checker.catalog_calls if checker else 0, checker.fs_calls if checker else 0,
+                         round(time.perf_counter() - began, 3), error)
+
+    try:
+        cls = load_sensor_class(row, cfg)
+        sensor = cls.rebuild(json.loads(row["attr_dict"]), json.loads(row["exec_dict"] or "{}"),
+                             task_id=task_id, dag_id=dag_id)
+    except (TaskRunError, UnknownSensorClass, SensorDefinitionError, ValueError) as exc:
+        return finish(State.FAILED, error=str(exc))
+
+    if spark_provider is None:
+        from smartsensor.spark import get_spark
+        spark_provider = lambda: get_spark(cfg)  # noqa: E731
+    checker: BatchChecker | None = None
+    pokes = 0
+    while True:
+        now = datetime.utcnow()
+        if (now - start).total_seconds() >= settings.time_limit:
+            state = timeout_state(row["try_number"], settings)
+            return finish(state, error=None if state == State.UP_FOR_RETRY else "timed out waiting",
+                          checker=checker, pokes=pokes)
+        try:
+            if checker is None:
+                checker = BatchChecker(spark_provider())
+            pokes += 1
+            if sensor.poke({"checker": checker, "spark": checker.spark, "execution_date": execution_date}):
+                return finish(State.SUCCESS, checker=checker, pokes=pokes)
+        except PermanentCheckError as exc:
+            return finish(State.FAILED, error=str(exc), checker=checker, pokes=pokes)
+        except CheckError as exc:
+            log.warning("transient error, poking again later: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything; keep waiting
+            log.warning("poke raised %s: %s", type(exc).__name__, exc)
+        with engine.connect() as conn:
+            current = queries.get_task(conn, dag_id, task_id, execution_date)
+        if current is None or current["state"] != State.RUNNING:
+            log.warning("%s.%s is now %s (changed by someone else): stopping", dag_id, task_id,
+                        current["state"] if current else "deleted")
+            return RunResult(current["state"] if current else "deleted", pokes,
+                             checker.catalog_calls if checker else 0, checker.fs_calls if checker else 0,
+                             round(time.perf_counter() - began, 3))
+        remaining = settings.time_limit - (datetime.utcnow() - start).total_seconds()
+        sleep(max(0.0, min(settings.interval(pokes - 1), remaining)))

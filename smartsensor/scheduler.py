@@ -1,0 +1,112 @@
+"""The scheduler loop: re-queue retries after their retry_delay, run `scheduled` tasks in classic mode."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine
+
+from schema.models import State
+from sensors.base import resolve_smart_class
+from sensors.errors import UnknownSensorClass
+from smartsensor import queries
+from smartsensor.config import Config
+from smartsensor.registration import worker_can_load
+from smartsensor.timing import parse_exec
+
+log = logging.getLogger(__name__)
+
+
+def smart_route_for(classpath: str, cfg: Config) -> str:
+    """smart_pending if the class may still run in the shard workers, else scheduled."""
+    if not cfg.use_smart_sensor:
+        return State.SCHEDULED
+    try:
+        cls = resolve_smart_class(classpath, cfg.sensors_enabled, cfg.sensor_modules)
+    except UnknownSensorClass:
+        return State.SCHEDULED
+    return State.SMART_PENDING if worker_can_load(cls, cfg) else State.SCHEDULED
+
+
+def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
+    """up_for_retry → smart_pending (or scheduled) once retry_delay has passed, incrementing try_number."""
+    now = now or datetime.utcnow()
+    counts: dict[str, int] = {}
+    with engine.begin() as conn:
+        for row in queries.load_up_for_retry(conn):
+            delay = parse_exec(row["exec_dict"]).retry_delay
+            if row["end_date"] is not None and row["end_date"] + timedelta(seconds=delay) > now:
+                continue
+            state = smart_route_for(row["classpath"], cfg)
+            key = (row["dag_id"], row["task_id"], row["execution_date"])
+            if queries.requeue_retry(conn, key, row["try_number"], state, now):
+                counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+@dataclass
+class Scheduler:
+    """Launches classic-mode `run-task` children, at most ``[scheduler] parallelism`` at once."""
+
+    engine: Engine
+    cfg: Config
+    cli_args: list[str] = field(default_factory=list)
+    children: dict[tuple[str, str, datetime], subprocess.Popen] = field(default_factory=dict)
+
+    def reap(self) -> int:
+        """Forget finished children; returns how many finished."""
+        done = [k for k, p in self.children.items() if p.poll() is not None]
+        for k in done:
+            code = self.children.pop(k).returncode
+            if code != 0:
+                log.warning("run-task %s.%s exited with %s", k[0], k[1], code)
+        return len(done)
+
+    def launch(self) -> int:
+        """Claim and start scheduled task instances up to the parallelism limit."""
+        free = self.cfg.get("scheduler", "parallelism") - len(self.children)
+        if free <= 0:
+            return 0
+        started = 0
+        with self.engine.connect() as conn:
+            keys = queries.keys_in_state(conn, State.SCHEDULED, limit=free)
+        for key in keys:
+            with self.engine.begin() as conn:
+                if not queries.claim_scheduled(conn, key, datetime.utcnow(), "scheduler"):
+                    continue
+            cmd = [sys.executable, "-m", "smartsensor.cli", *self.cli_args, "run-task", key[0], key[1],
+                   key[2].strftime("%Y-%m-%dT%H:%M:%S"), "--claimed"]
+            try:
+                self.children[key] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+                started += 1
+            except OSError as exc:
+                with self.engine.begin() as conn:
+                    queries.set_state(conn, key, State.FAILED, from_states=[State.RUNNING],
+                                      error=f"could not start run-task: {exc}")
+        return started
+
+    def loop_once(self) -> dict[str, int]:
+        """One pass: re-queue due retries, reap children, launch new ones."""
+        requeued = requeue_retries(self.engine, self.cfg)
+        finished = self.reap()
+        launched = self.launch()
+        return {"requeued_smart": requeued.get(State.SMART_PENDING, 0),
+                "requeued_classic": requeued.get(State.SCHEDULED, 0),
+                "finished": finished, "launched": launched, "running": len(self.children)}
+
+    def wait_children(self, timeout: float | None = None) -> None:
+        """Wait for every launched child (``scheduler --once``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for p in list(self.children.values()):
+            p.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
+        self.reap()
+
+    def terminate_children(self) -> None:
+        for p in self.children.values():
+            if p.poll() is None:
+                p.terminate()

@@ -1,0 +1,91 @@
+"""Per-task timing from exec_dict: poke schedule (with exponential backoff), time limit, outcome on timeout."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+from schema.models import State
+
+DEFAULT_MAX_WAIT = 3600.0
+
+
+@dataclass(frozen=True)
+class ExecSettings:
+    """How a sensor task runs, as stored in exec_dict."""
+
+    poke_interval: float = 60.0
+    timeout: float = 7 * 24 * 3600.0
+    execution_timeout: float | None = None
+    retries: int = 0
+    retry_delay: float = 300.0
+    soft_fail: bool = False
+    exponential_backoff: bool = False
+    max_wait: float | None = None
+
+    @property
+    def time_limit(self) -> float:
+        """Seconds a try may wait: min(timeout, execution_timeout)."""
+        return min(self.timeout, self.execution_timeout if self.execution_timeout is not None else math.inf)
+
+    def interval(self, poke_number: int) -> float:
+        """Seconds between poke ``poke_number`` and the next (doubling with backoff, capped)."""
+        if not self.exponential_backoff:
+            return self.poke_interval
+        return min(self.poke_interval * (2 ** min(poke_number, 60)), self.backoff_cap)
+
+    @property
+    def backoff_cap(self) -> float:
+        """Longest interval with exponential backoff: max_wait, else an hour (never below poke_interval)."""
+        return max(self.max_wait if self.max_wait is not None else DEFAULT_MAX_WAIT, self.poke_interval)
+
+
+@lru_cache(maxsize=4096)
+def parse_exec(exec_dict: str | None) -> ExecSettings:
+    """ExecSettings from exec_dict JSON; unknown keys are ignored, missing ones take defaults."""
+    data = json.loads(exec_dict) if exec_dict else {}
+    known = {k: v for k, v in data.items() if k in ExecSettings.__dataclass_fields__}
+    return ExecSettings(**known)
+
+
+def next_poke_at(start: datetime, last_poke: datetime | None, settings: ExecSettings) -> datetime:
+    """The first point of the task's poke schedule after ``last_poke`` (``start`` if never poked).
+
+    The schedule is t0 = start, t(k+1) = t(k) + interval(k): derived from the start of the try, so
+    a worker that restarts or takes over needs no stored per-task poke state.
+    """
+    if last_poke is None or last_poke < start:
+        return start
+    elapsed = (last_poke - start).total_seconds()
+    if not settings.exponential_backoff:
+        k = math.floor(elapsed / settings.poke_interval) + 1
+        return start + timedelta(seconds=k * settings.poke_interval)
+    t, k = 0.0, 0
+    while t <= elapsed:
+        step = settings.interval(k)
+        if step >= settings.backoff_cap:  # constant steps from here on: jump straight past `elapsed`
+            t += (math.floor((elapsed - t) / step) + 1) * step
+            break
+        t += step
+        k += 1
+    return start + timedelta(seconds=t)
+
+
+def is_due(start: datetime, last_poke: datetime | None, settings: ExecSettings, now: datetime) -> bool:
+    """True when a point of the task's own poke schedule has passed since its check was last poked."""
+    return next_poke_at(start, last_poke, settings) <= now
+
+
+def timed_out(start: datetime, settings: ExecSettings, now: datetime) -> bool:
+    """True once the try has waited its time limit."""
+    return (now - start).total_seconds() >= settings.time_limit
+
+
+def timeout_state(try_number: int, settings: ExecSettings) -> str:
+    """State after a timeout: up_for_retry while try_number <= retries, else skipped (soft_fail) or failed."""
+    if try_number <= settings.retries:
+        return State.UP_FOR_RETRY
+    return State.SKIPPED if settings.soft_fail else State.FAILED

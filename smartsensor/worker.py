@@ -1,0 +1,296 @@
+"""One shard worker: load its range, deduplicate by hash, batch-poke due checks, mark in guarded updates."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import Any, Callable
+
+from sqlalchemy import Engine
+
+from schema.models import State
+from sensors.base import BaseSensor, resolve_smart_class
+from sensors.batch import BatchChecker
+from sensors.checks import Check
+from sensors.errors import CheckError, PermanentCheckError, SensorDefinitionError, TransientCheckError, UnknownSensorClass
+from smartsensor import queries
+from smartsensor.config import Config
+from smartsensor.db import statement_count
+from smartsensor.queries import WaitingTask
+from smartsensor.timing import is_due, parse_exec, timed_out, timeout_state
+
+log = logging.getLogger(__name__)
+
+CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check
+
+
+def utcnow() -> datetime:
+    return datetime.utcnow()
+
+
+@dataclass
+class RoundResult:
+    """Counters of one round (printed by ``worker --json``)."""
+
+    shard_min: int
+    shard_max: int
+    loaded: int = 0
+    started: int = 0
+    distinct_hashes: int = 0
+    distinct_checks: int = 0
+    collisions: int = 0
+    groups_due: int = 0
+    groups_poked: int = 0
+    catalog_calls: int = 0
+    fs_calls: int = 0
+    poke_calls: int = 0
+    db_statements: int = 0
+    marked: dict[str, int] = field(default_factory=dict)
+    transient_errors: int = 0
+    permanent_errors: int = 0
+    seconds: float = 0.0
+    catalog_seconds: float = 0.0
+    error: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass
+class _Group:
+    """The tasks waiting on one distinct check."""
+
+    key: CheckKey
+    tasks: list[WaitingTask]
+    outcome: bool | CheckError | None = None  # None: not poked this round
+
+
+class ShardWorker:
+    """Runs rounds over shard range [shard_min, shard_max).
+
+    Poke times per check are kept in memory; the schedule itself derives from each task's start of
+    try, so after a restart every waiting check is simply poked once at once, and nothing is lost.
+    """
+
+    def __init__(self, engine: Engine, cfg: Config, shard_min: int, shard_max: int,
+                 spark_provider: Callable[[], Any] | None = None, clock: Callable[[], datetime] = utcnow,
+                 worker_id: str | None = None, record_rounds: bool = True) -> None:
+        if not 0 <= shard_min < shard_max:
+            raise ValueError(f"shard range [{shard_min}, {shard_max}) is empty or negative")
+        self.engine = engine
+        self.cfg = cfg
+        self.shard_min = shard_min
+        self.shard_max = shard_max
+        self.clock = clock
+        self.hostname = socket.gethostname()
+        self.worker_id = worker_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
+        self.record_rounds = record_rounds
+        self._spark_provider = spark_provider
+        self._last_poke: dict[CheckKey, datetime] = {}
+        self._classes: dict[str, type[BaseSensor] | UnknownSensorClass] = {}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _spark(self) -> Any:
+        if self._spark_provider is None:
+            from smartsensor.spark import get_spark
+            return get_spark(self.cfg)
+        return self._spark_provider()
+
+    def _sensor_class(self, classpath: str) -> type[BaseSensor]:
+        cached = self._classes.get(classpath)
+        if cached is None:
+            try:
+                cached = resolve_smart_class(classpath, self.cfg.sensors_enabled, self.cfg.sensor_modules)
+            except UnknownSensorClass as exc:
+                cached = exc
+            self._classes[classpath] = cached
+        if isinstance(cached, UnknownSensorClass):
+            raise cached
+        return cached
+
+    def _build(self, key: CheckKey) -> BaseSensor:
+        """The sensor for one check, built from attr_dict alone (allow-listed classes only)."""
+        hashcode, classpath, attr_dict = key
+        cls = self._sensor_class(classpath)
+        try:
+            persist = json.loads(attr_dict)
+        except json.JSONDecodeError as exc:
+            raise SensorDefinitionError(f"attr_dict is not valid JSON: {exc}") from None
+        if not isinstance(persist, dict):
+            raise SensorDefinitionError("attr_dict is not a JSON object")
+        return cls.rebuild(persist, {}, task_id=f"check-{hashcode}")
+
+    # -- the round ---------------------------------------------------------------------------
+    def run_round(self) -> RoundResult:
+        """Load, start, poke due checks, mark outcomes. DB errors propagate (the loop retries)."""
+        started_at = time.perf_counter()
+        stmt0 = statement_count(self.engine)
+        result = RoundResult(self.shard_min, self.shard_max)
+        now = self.clock()
+
+        with self.engine.begin() as conn:
+            tasks = queries.load_waiting(conn, self.shard_min, self.shard_max)
+            if any(t.state == State.SMART_PENDING for t in tasks):
+                result.started = queries.start_pending(conn, self.shard_min, self.shard_max, now, self.hostname)
+        tasks = [t if t.start_date is not None else _with_start(t, now) for t in tasks]
+        result.loaded = len(tasks)
+
+        groups: dict[CheckKey, _Group] = {}
+        by_hash: dict[int, set[CheckKey]] = defaultdict(set)
+        for task in tasks:
+            key = (task.hashcode, task.classpath, task.attr_dict)
+            groups.setdefault(key, _Group(key, [])).tasks.append(task)
+            by_hash[task.hashcode].add(key)
+        result.distinct_hashes = len(by_hash)
+        result.distinct_checks = len(groups)
+        collided = {h for h, keys in by_hash.items() if len(keys) > 1}
+        result.collisions = len(collided)
+        self._forget_finished(groups)
+
+        due = [g for g in groups.values() if any(
+            is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now) for t in g.tasks)]
+        result.groups_due = len(due)
+        if due:
+            self._poke(due, result)
+        poke_time = self.clock()
+        for g in due:
+            if g.outcome is not None:
+                self._last_poke[g.key] = poke_time
+
+        self._write(groups, collided, now, result)
+        result.db_statements = statement_count(self.engine) - stmt0
+        result.seconds = round(time.perf_counter() - started_at, 4)
+        if self.record_rounds:
+            self._record(result)
+        return result
+
+    def _poke(self, due: list[_Group], result: RoundResult) -> None:
+        """Answer every due group: built-in checks in one batch, other sensors by poke() once per check."""
+        batched: dict[CheckKey, list[Check]] = {}
+        sensors: dict[CheckKey, BaseSensor] = {}
+        for g in due:
+            try:
+                sensor = self._build(g.key)
+            except (UnknownSensorClass, SensorDefinitionError) as exc:
+                g.outcome = PermanentCheckError(str(exc))
+                continue
+            checks = sensor.checks()
+            if checks is None:
+                sensors[g.key] = sensor
+            else:
+                batched[g.key] = checks
+        if not batched and not sensors:
+            return
+        try:
+            checker = BatchChecker(self._spark())
+        except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage, not a bad check
+            log.warning("cannot start Spark: %s", exc)
+            for g in due:
+                if g.outcome is None:
+                    g.outcome = TransientCheckError(f"Spark unavailable: {exc}")
+            return
+        if batched:
+            answers = checker.check_all(c for checks in batched.values() for c in checks)
+            for g in due:
+                if g.key in batched:
+                    g.outcome = _combine([answers[c] for c in batched[g.key]])
+        context = {"checker": checker, "spark": checker.spark}
+        for g in due:
+            sensor = sensors.get(g.key)
+            if sensor is None:
+                continue
+            result.poke_calls += 1
+            try:
+                g.outcome = bool(sensor.poke(context))
+            except CheckError as exc:
+                g.outcome = exc
+            except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything
+                log.warning("poke of %s raised %s: %s (treated as transient)", g.key[1], type(exc).__name__, exc)
+                g.outcome = TransientCheckError(f"{type(exc).__name__}: {exc}")
+        result.groups_poked = sum(1 for g in due if g.outcome is not None)
+        result.catalog_calls = checker.catalog_calls
+        result.fs_calls = checker.fs_calls
+        result.catalog_seconds = round(checker.catalog_seconds, 4)
+
+    def _write(self, groups: dict[CheckKey, _Group], collided: set[int], now: datetime, result: RoundResult) -> None:
+        """All state changes of the round in one transaction, each a guarded update."""
+        landed_hashes: list[int] = []
+        landed_collided: list[CheckKey] = []
+        failed: list[_Group] = []
+        timeouts: dict[str, list[queries.TaskKey]] = defaultdict(list)
+        for g in groups.values():
+            if g.outcome is True:
+                if g.key[0] in collided:
+                    landed_collided.append(g.key)
+                else:
+                    landed_hashes.append(g.key[0])
+                continue
+            if isinstance(g.outcome, PermanentCheckError):
+                result.permanent_errors += 1
+                failed.append(g)
+                continue
+            if isinstance(g.outcome, TransientCheckError):
+                result.transient_errors += 1
+                log.warning("transient error on check %s: %s", g.key[0], g.outcome)
+            for t in g.tasks:
+                settings = parse_exec(t.exec_dict)
+                if timed_out(t.start_date, settings, now):
+                    timeouts[timeout_state(t.try_number, settings)].append(t.key)
+
+        marked: dict[str, int] = defaultdict(int)
+        with self.engine.begin() as conn:
+            if landed_hashes:
+                marked[State.SUCCESS] += queries.mark_hashes(
+                    conn, landed_hashes, self.shard_min, self.shard_max, State.SUCCESS, now)
+            for key in landed_collided:
+                marked[State.SUCCESS] += queries.mark_check(conn, key[0], key[1], key[2], State.SUCCESS, now)
+            for g in failed:
+                message = str(g.outcome)
+                if g.key[0] in collided:
+                    n = queries.mark_check(conn, g.key[0], g.key[1], g.key[2], State.FAILED, now, error=message)
+                else:
+                    n = queries.mark_hashes(conn, [g.key[0]], self.shard_min, self.shard_max, State.FAILED, now,
+                                            error=message)
+                marked[State.FAILED] += n
+            for state, keys in timeouts.items():
+                error = "timed out waiting" if state != State.UP_FOR_RETRY else None
+                marked[state] += queries.mark_tasks(conn, keys, [State.SMART_RUNNING], state, now, error=error)
+        result.marked = {k: v for k, v in marked.items() if v}
+
+    def _forget_finished(self, groups: dict[CheckKey, _Group]) -> None:
+        for key in [k for k in self._last_poke if k not in groups]:
+            del self._last_poke[key]
+
+    def _record(self, result: RoundResult) -> None:
+        try:
+            with self.engine.begin() as conn:
+                queries.record_round(conn, self.worker_id, self.hostname, os.getpid(), self.shard_min,
+                                     self.shard_max, self.clock(), result.seconds, result.to_json())
+        except Exception as exc:  # noqa: BLE001 - status bookkeeping must not fail a round
+            log.warning("could not record round: %s", exc)
+
+    def forget(self) -> None:
+        """Remove this worker's status row (clean stop)."""
+        with self.engine.begin() as conn:
+            queries.forget_worker(conn, self.worker_id)
+
+
+def _with_start(task: WaitingTask, now: datetime) -> WaitingTask:
+    return replace(task, state=State.SMART_RUNNING, start_date=now)
+
+
+def _combine(outcomes: list[bool | CheckError]) -> bool | CheckError:
+    """All checks of a sensor must hold; a permanent error wins over a transient one."""
+    for o in outcomes:
+        if isinstance(o, PermanentCheckError):
+            return o
+    for o in outcomes:
+        if isinstance(o, CheckError):
+            return o
+    return all(outcomes)
