@@ -1,0 +1,25 @@
+"""A user's own smart-eligible sensor (no batched check), importable through sensor_modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sensors import BaseSensor, smart_eligible
+
+POKES: list[str] = []
+READY: set[str] = set()
+
+
+@smart_eligible
+class KeySensor(BaseSensor):
+    """True once ``key`` is in READY; records every poke."""
+
+    persist_fields = ("key",)
+
+    def __init__(self, task_id: str, key: str, **kw: Any) -> None:
+        super().__init__(task_id=task_id, **kw)
+        self.key = key
+
+    def poke(self, context: dict[str, Any]) -> bool:
+        POKES.append(self.key)
+        return self.key in READY
