@@ -297,14 +297,15 @@ def worker(app: App, shard_min: int, shard_max: int, once: bool, as_json: bool, 
 @main.command()
 @click.option("-n", "count", type=int, default=None, help="Worker processes (default: one per shard range).")
 @click.option("--interval", type=float, default=None, help="Seconds between rounds.")
+@click.option("--json", "as_json", is_flag=True, help="Workers print one JSON object per round.")
 @click.pass_obj
-def workers(app: App, count: int | None, interval: float | None) -> None:
+def workers(app: App, count: int | None, interval: float | None, as_json: bool) -> None:
     """Start N shard workers over the configured ranges; restart crashed ones; stop all on SIGTERM."""
     from smartsensor.worker_loop import supervise_workers
     app.engine()  # fail fast with a clear message if the DB is not ready
     if count is not None and count < 1:
         raise UserError("-n must be at least 1")
-    extra = ["--interval", str(interval)] if interval else []
+    extra = (["--interval", str(interval)] if interval else []) + (["--json"] if as_json else [])
     supervise_workers(app.cfg, count, _global_args(app), extra_args=extra)
 
 
@@ -359,6 +360,54 @@ def status(app: App, as_json: bool) -> None:
                        f"{(w['last_round_seconds'] or 0):>9.2f}s {w['age_seconds'] if w['age_seconds'] is not None else '-':>7}")
     else:
         click.echo("no worker has reported a round")
+
+
+# -- metastore service ---------------------------------------------------------------------------
+
+@main.group()
+def metastore() -> None:
+    """A local Hive metastore service shared by the pipeline and N worker processes."""
+
+
+def _print_metastore(st, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    if as_json:
+        click.echo(json.dumps({"running": st.running, "pid": st.pid, "uri": st.uri, "log": str(st.log)}))
+    elif st.running:
+        click.echo(f"metastore running: pid {st.pid}, {st.uri} (log {st.log})")
+    else:
+        click.echo(f"metastore not running ({st.uri})")
+
+
+@metastore.command("start")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def metastore_start(app: App, as_json: bool) -> None:
+    """Start the service (idempotent). Point [spark] metastore_uris at the printed URI."""
+    from smartsensor.metastore import MetastoreError, start
+    try:
+        _print_metastore(start(app.cfg), as_json)
+    except MetastoreError as exc:
+        raise UserError(str(exc)) from None
+
+
+@metastore.command("stop")
+@click.pass_obj
+def metastore_stop(app: App) -> None:
+    """Stop the service."""
+    from smartsensor.metastore import stop
+    click.echo("metastore stopped" if stop(app.cfg) else "metastore was not running")
+
+
+@metastore.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def metastore_status(app: App, as_json: bool) -> None:
+    """Is the service running? Exit 1 if not."""
+    from smartsensor.metastore import status as ms_status
+    st = ms_status(app.cfg)
+    _print_metastore(st, as_json)
+    if not st.running:
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

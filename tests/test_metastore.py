@@ -1,0 +1,305 @@
+"""The standalone Hive metastore service: lifecycle, errors, and several Spark processes sharing it.
+
+Spark runs only in subprocesses here (never the session-scoped ``spark`` fixture, whose embedded
+Derby admits one JVM); each such process costs ~8 s, so checks are grouped into few of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from smartsensor import metastore
+from smartsensor.config import Config
+from tests.conftest import make_cfg
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+DS = "2026-11-22"
+
+WRITER = r"""
+import json, sys, time
+from pathlib import Path
+from smartsensor.config import load_config
+from smartsensor.spark import get_spark
+db, reader_done = sys.argv[1], Path(sys.argv[2])
+spark = get_spark(load_config())
+spark.sql(f"CREATE DATABASE {db}")
+spark.sql(f"CREATE TABLE {db}.events (x INT) PARTITIONED BY (ds STRING, hr STRING) STORED AS PARQUET")
+for hr in ("00", "01", "02"):
+    spark.sql(f"ALTER TABLE {db}.events ADD PARTITION (ds='2026-11-22', hr='{hr}')")
+# Keep this session open until the reader has seen the partitions: both clients live at once.
+deadline = time.monotonic() + 90
+while not reader_done.exists() and time.monotonic() < deadline:
+    time.sleep(0.2)
+print(json.dumps({"reader_done": reader_done.exists()}), flush=True)
+"""
+
+READER = r"""
+import json, sys, time
+from pathlib import Path
+from smartsensor.config import load_config
+from smartsensor.spark import get_spark
+db, reader_done = sys.argv[1], Path(sys.argv[2])
+try:
+    spark = get_spark(load_config())
+    parts = []
+    deadline = time.monotonic() + 90
+    while len(parts) < 3 and time.monotonic() < deadline:
+        if spark.catalog.tableExists(f"{db}.events"):
+            parts = sorted(r.partition for r in spark.sql(f"SHOW PARTITIONS {db}.events").collect())
+        else:
+            time.sleep(0.3)
+finally:
+    reader_done.touch()
+print(json.dumps({"partitions": parts}), flush=True)
+"""
+
+CHECKER = r"""
+import json, sys
+from smartsensor.config import load_config
+from smartsensor.spark import get_spark
+table = sys.argv[1]
+spark = get_spark(load_config())
+parts = sorted(r.partition for r in spark.sql(f"SHOW PARTITIONS {table}").collect())
+rows = spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"]
+print(json.dumps({"partitions": parts, "rows": rows}), flush=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def service_cfg(home: Path, port: int, **overrides: str) -> Config:
+    return make_cfg(home, "sqlite://", metastore__port=str(port),
+                    spark__metastore_uris=f"thrift://127.0.0.1:{port}", **overrides)
+
+
+def spark_env(cfg: Config) -> dict[str, str]:
+    """Environment of a Spark subprocess: same home, metastore URI and warehouse as the service."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR__")}
+    env.pop("SMARTSENSOR_CONFIG", None)
+    env.update(SMARTSENSOR_HOME=str(cfg.home), SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT),
+               SMARTSENSOR__SPARK__METASTORE_URIS=cfg.get("spark", "metastore_uris"),
+               SMARTSENSOR__SPARK__WAREHOUSE_DIR=cfg.get("spark", "warehouse_dir"),
+               SMARTSENSOR__SPARK__CONF="spark.driver.memory=512m")
+    return env
+
+
+class Procs:
+    """Subprocesses of one test, each in its own process group, all killed at teardown."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def spawn(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        self.started.append(proc)
+        return proc
+
+    def python(self, code: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+        return self.spawn([sys.executable, "-c", code, *args], env)
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group holds the Spark JVM too
+                proc.wait()
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[str, str]:
+    """Wait for a subprocess; fail with its stderr tail if it does not exit 0."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr tail:\n{err[-3000:]}"
+    return out, err
+
+
+def last_json(out: str) -> dict:
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.fixture
+def procs() -> Iterator[Procs]:
+    p = Procs()
+    yield p
+    p.kill_all()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
+    """One running metastore service for the module, stopped at teardown whatever happened."""
+    cfg = service_cfg(tmp_path_factory.mktemp("metastore-home"), free_port())
+    try:
+        metastore.start(cfg)
+        yield cfg
+    finally:
+        metastore.stop(cfg)
+
+
+# -- lifecycle -------------------------------------------------------------------------------------
+
+def test_start_runs_service_and_is_idempotent(service: Config) -> None:
+    st = metastore.status(service)
+    port = service.get("metastore", "port")
+    assert st.running and st.pid is not None
+    assert (st.host, st.port, st.uri) == ("127.0.0.1", port, f"thrift://127.0.0.1:{port}")
+    assert metastore.thrift_uri(service) == st.uri
+    assert st.log == service.home / "metastore_service" / "metastore.log"
+    assert (service.home / "metastore_service" / "metastore.pid").read_text().strip() == str(st.pid)
+    assert (service.home / "metastore_service" / "metastore_db").is_dir()
+    assert port_open(port)
+
+    started = time.monotonic()
+    again = metastore.start(service)
+    assert again.pid == st.pid and again.running
+    assert time.monotonic() - started < 2  # no second JVM
+
+
+def test_stop_ends_the_service(tmp_path: Path) -> None:
+    cfg = service_cfg(tmp_path / "home", free_port())
+    pid = metastore.start(cfg).pid
+    assert pid is not None
+    try:
+        assert metastore.stop(cfg) is True
+        st = metastore.status(cfg)
+        assert not st.running and st.pid is None
+        assert not port_open(cfg.get("metastore", "port"))
+        assert not (cfg.home / "metastore_service" / "metastore.pid").exists()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        assert metastore.stop(cfg) is False
+    finally:
+        metastore.stop(cfg)
+
+
+def test_stale_pid_file_means_not_running(tmp_path: Path) -> None:
+    cfg = service_cfg(tmp_path / "home", free_port())
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (cfg.home / "metastore_service").mkdir(parents=True)
+    (cfg.home / "metastore_service" / "metastore.pid").write_text(f"{dead.pid}\n")
+    st = metastore.status(cfg)
+    assert not st.running and st.pid is None
+    assert metastore.stop(cfg) is False
+    assert not (cfg.home / "metastore_service" / "metastore.pid").exists()
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+def test_port_taken_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        cfg = service_cfg(tmp_path / "home", port)
+        with pytest.raises(metastore.MetastoreError, match=f"127.0.0.1:{port}"):
+            metastore.start(cfg)
+    assert metastore.status(cfg).pid is None
+
+
+def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    cfg = service_cfg(tmp_path / "home", free_port())
+    with pytest.raises(metastore.MetastoreError, match=r"Java 17\+"):
+        metastore.start(cfg)
+    assert metastore.status(cfg).pid is None
+
+
+def test_jvm_dying_at_startup_reports_the_log_tail(tmp_path: Path) -> None:
+    cfg = service_cfg(tmp_path / "home", free_port(), metastore__java_opts="-Xmx1k")
+    with pytest.raises(metastore.MetastoreError, match="exited during startup") as err:
+        metastore.start(cfg)
+    assert "Too small maximum heap" in str(err.value)
+    assert metastore.status(cfg).pid is None
+
+
+# -- several Spark processes on one catalog --------------------------------------------------------
+
+def test_two_spark_processes_share_the_catalog(service: Config, procs: Procs, tmp_path: Path) -> None:
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    reader_done = tmp_path / "reader-done"
+    env = spark_env(service)
+    writer = procs.python(WRITER, db, str(reader_done), env=env)
+    reader = procs.python(READER, db, str(reader_done), env=env)
+
+    reader_out, _ = finish(reader)
+    writer_out, _ = finish(writer)
+    assert last_json(reader_out)["partitions"] == [f"ds={DS}/hr=00", f"ds={DS}/hr=01", f"ds={DS}/hr=02"]
+    assert last_json(writer_out) == {"reader_done": True}  # the writer's session was open throughout
+
+
+def test_pipeline_lands_partitions_and_success_file(service: Config, procs: Procs) -> None:
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    env = spark_env(service)
+    pipeline = procs.spawn([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", f"{db}.events",
+                            "--ds", DS, "--hours", "0-1", "--every", "0", "--rows", "3"], env)
+    out, _ = finish(pipeline)
+    lines = out.splitlines()
+    assert [line for line in lines if line.startswith("landed ")] == [
+        f"landed {db}.events/ds={DS}/hr=00", f"landed {db}.events/ds={DS}/hr=01"]
+    success = [line.split(" ", 1)[1] for line in lines if line.startswith("success-file ")]
+    expected = Path(service.get("spark", "warehouse_dir")) / f"{db}.db" / "events" / f"ds={DS}" / "_SUCCESS"
+    assert success == [f"file:{expected}"]
+    assert expected.is_file() and expected.stat().st_size == 0
+    # Only our end-of-day marker: the committer's per-insert _SUCCESS files are switched off.
+    assert sorted(p.name for p in expected.parents[1].rglob("_SUCCESS")) == ["_SUCCESS"]
+
+    checker_out, _ = finish(procs.python(CHECKER, f"{db}.events", env=env))
+    assert last_json(checker_out) == {"partitions": [f"ds={DS}/hr=00", f"ds={DS}/hr=01"], "rows": 6}
+
+
+def load_pipeline():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pipeline_script", ROOT / "scripts" / "pipeline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pipeline_validates_everything_that_reaches_sql() -> None:
+    pipeline = load_pipeline()
+    assert pipeline.parse_hours("0-3,7,2") == [0, 1, 2, 3, 7]
+    assert pipeline.parse_hours("5") == [5]
+    assert pipeline.parse_table("demo.events") == ("demo", "events")
+    for bad in ("3-1", "0-24", "x", "1-", "-1", ""):
+        with pytest.raises(ValueError):
+            pipeline.parse_hours(bad)
+    for bad in ("events", "a.b.c", "demo.ev-ents", "demo.`x`"):
+        with pytest.raises(ValueError):
+            pipeline.parse_table(bad)
+    for bad in ("2026-1-1", "2026-13-01", "2026-11-22' OR '1'='1"):
+        with pytest.raises(ValueError):
+            pipeline.parse_ds(bad)
+    # Rejected before Spark is touched (spark=None would fail on first use).
+    with pytest.raises(ValueError):
+        pipeline.land_partition(None, "demo", "events; DROP TABLE x", DS, 1, 3)
+    with pytest.raises(ValueError):
+        pipeline.land_partition(None, "demo", "events", DS, "1'", 3)
+    with pytest.raises(ValueError):
+        pipeline.write_success_file(None, "demo", "events", "2026-11-22/..")
+    with pytest.raises(SystemExit):
+        pipeline.parse_args(["--table", "demo.events", "--ds", DS, "--hours", "0-99"])

@@ -1,0 +1,68 @@
+"""A worker process against the metastore service: the service stops mid-run and comes back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from sensors import NamedHivePartitionSensor
+from smartsensor import metastore, queries
+from smartsensor.db import init_db, make_engine
+from smartsensor.registration import register
+from tests.conftest import make_cfg
+from tests.proc_helpers import CliProcess, cli_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.fault]
+ROOT = Path(__file__).resolve().parents[1]
+DAY = datetime(2026, 11, 22)
+
+
+def _free_port() -> int:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = _free_port()
+    db_url = f"sqlite:///{tmp_path}/meta.db"
+    overrides = {"metastore__port": str(port), "spark__metastore_uris": f"thrift://127.0.0.1:{port}",
+                 "spark__warehouse_dir": str(home / "warehouse")}
+    cfg = make_cfg(home, db_url, **overrides)
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    register(engine, [(f"d{i}", NamedHivePartitionSensor(task_id="w", partition_names=["demo.t/ds=2026-11-22/hr=00"],
+                                                         poke_interval=1, timeout=600)) for i in range(5)], DAY, cfg)
+    env = cli_env(home, db_url, **{f"SMARTSENSOR__{k.split('__')[0].upper()}__{k.split('__')[1].upper()}": v
+                                   for k, v in overrides.items()})
+    metastore.start(cfg)
+    worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "1", "--json"], env)
+    try:
+        worker.wait_round(lambda r: r["loaded"] == 5 and r["catalog_calls"] == 1 and not r["transient_errors"],
+                          timeout=120)
+        assert metastore.stop(cfg)
+        worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
+        worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
+        with engine.connect() as conn:
+            assert {r["state"] for r in queries.list_tasks(conn)} == {"smart_running"}
+        metastore.start(cfg)
+        land = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", "demo.t", "--ds",
+                               "2026-11-22", "--hours", "0-0", "--every", "0", "--rows", "1", "--no-success-file"],
+                              env=env, capture_output=True, text=True, timeout=180)
+        assert land.returncode == 0, land.stderr
+        worker.wait_round(lambda r: r["marked"].get("success") == 5, timeout=120)
+    finally:
+        worker.stop()
+        metastore.stop(cfg)
+    with engine.connect() as conn:
+        assert {r["state"] for r in queries.list_tasks(conn)} == {"success"}
+    engine.dispose()
