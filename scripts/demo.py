@@ -60,7 +60,7 @@ conf = spark.driver.memory=512m
 port = {port}
 
 [scheduler]
-parallelism = 2
+parallelism = 1
 loop_interval = 1
 """)
     return cfg
@@ -121,7 +121,7 @@ class Demo:
         out = []
         log = self.logs / "workers.log"
         for line in log.read_text().splitlines() if log.exists() else []:
-            if line.startswith("{"):
+            if line.startswith("{") and '"catalog_calls"' in line:
                 try:
                     out.append(json.loads(line))
                 except json.JSONDecodeError:

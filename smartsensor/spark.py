@@ -13,6 +13,7 @@ from smartsensor.config import Config
 
 log = logging.getLogger(__name__)
 
+LOG4J2_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
 _lock = threading.Lock()
 _session: Any = None
 
@@ -32,13 +33,15 @@ def spark_builder_conf(cfg: Config) -> dict[str, str]:
         "spark.hadoop.hive.metastore.client.connect.retry.delay": "1s",
         "spark.hadoop.hive.metastore.client.socket.timeout": "20s",
     }
+    java_opts = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
     uris = cfg.get("spark", "metastore_uris")
     if uris:
         conf["spark.hadoop.hive.metastore.uris"] = uris
     else:
         derby = home / "metastore_db"
         conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = f"jdbc:derby:;databaseName={derby};create=true"
-        conf["spark.driver.extraJavaOptions"] = f"-Dderby.system.home={home}"
+        java_opts.append(f"-Dderby.system.home={home}")
+    conf["spark.driver.extraJavaOptions"] = " ".join(java_opts)
     conf.update(cfg.spark_conf())
     return conf
 

@@ -66,6 +66,9 @@ def run_worker(worker: ShardWorker, interval: float, once: bool, emit: Callable[
     if once:
         tick()
         return
+    # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
+    logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
     scheduler = BlockingScheduler()
     scheduler.add_job(tick, "interval", seconds=interval, max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)), next_run_time=_now())

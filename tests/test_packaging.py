@@ -19,6 +19,7 @@ def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> N
     assert "schema/migrations/script.py.mako" in names
     assert any(n.startswith("schema/migrations/versions/0001_") for n in names)
     assert "sensors/hive.py" in names and "smartsensor/cli.py" in names
+    assert "smartsensor/log4j2.properties" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "smartsensor = smartsensor.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
     assert not any(n.startswith("tests/") for n in names)
