@@ -73,3 +73,39 @@ class WorkerRound(Base):
     last_round_at: Mapped[datetime | None] = mapped_column(DateTime)
     last_round_seconds: Mapped[float | None] = mapped_column(Float)
     last_round_json: Mapped[str | None] = mapped_column(Text)
+
+
+class Worker(Base):
+    """A worker process that holds (or stands by for) shard leases; heartbeat_at shows it is alive."""
+
+    __tablename__ = "worker"
+
+    worker_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class ShardLease(Base):
+    """Ownership of one configured shard range. epoch grows by one at every claim (fencing token)."""
+
+    __tablename__ = "shard_lease"
+
+    shard_min: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    shard_max: Mapped[int] = mapped_column(Integer, nullable=False)
+    owner: Mapped[str | None] = mapped_column(String(250))
+    epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class PartitionSignal(Base):
+    """A pipeline's hint that a partition landed (canonical ``db.table/k=v/...``)."""
+
+    __tablename__ = "partition_signal"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(2000), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+
+    __table_args__ = (Index("signal_created_at", "created_at"),)

@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=float, default=2.0, help="seconds between hours (default 2)")
     p.add_argument("--rows", type=int, default=10, help="rows per partition (default 10)")
     p.add_argument("--config", help="smartsensor config file (default: the usual lookup)")
+    p.add_argument("--no-signal", action="store_true", help="do not send landing signals to the workers")
     p.add_argument("--no-success-file", action="store_true", help="do not write ds=<ds>/_SUCCESS at the end")
     return p
 
@@ -157,9 +158,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+class Signaller:
+    """Sends a landing signal after each partition (a hint that wakes the owning worker at once).
+
+    Best effort: if the metadata DB is not reachable the pipeline keeps landing and says so once.
+    """
+
+    def __init__(self, cfg: Any, enabled: bool) -> None:
+        self.engine = None
+        if not enabled:
+            return
+        try:
+            from smartsensor.db import current_revision, make_engine
+            engine = make_engine(cfg.sql_alchemy_conn)
+            if current_revision(engine) is None:
+                print("pipeline: metadata DB not initialised; no landing signals", file=sys.stderr, flush=True)
+                return
+            self.engine = engine
+        except Exception as exc:  # noqa: BLE001 - signals are optional
+            print(f"pipeline: no landing signals ({exc})".splitlines()[0], file=sys.stderr, flush=True)
+
+    def send(self, name: str) -> None:
+        if self.engine is None:
+            return
+        from smartsensor.signals import send_signal
+        try:
+            send_signal(self.engine, name)
+        except Exception as exc:  # noqa: BLE001 - signals are optional
+            print(f"pipeline: signal for {name} failed: {exc}".splitlines()[0], file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> None:
-    """Land every (hour, table) partition in order, then the _SUCCESS files."""
-    spark = get_spark(load_config(args.config))
+    """Land every (hour, table) partition in order, each followed by a signal, then the _SUCCESS files."""
+    cfg = load_config(args.config)
+    signaller = Signaller(cfg, not args.no_signal)
+    spark = get_spark(cfg)
     quiet_committer(spark)
     for db, table in args.tables:
         ensure_table(spark, db, table)
@@ -168,6 +201,7 @@ def run(args: argparse.Namespace) -> None:
             time.sleep(args.every)
         for db, table in args.tables:
             name = land_partition(spark, db, table, args.ds, hr, args.rows)
+            signaller.send(name)
             print(f"landed {name}", flush=True)
     if not args.no_success_file:
         for db, table in args.tables:

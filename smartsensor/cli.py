@@ -263,22 +263,29 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
 
 
 @main.command()
-@click.option("--shard-min", type=int, required=True, help="First shardcode owned (inclusive).")
-@click.option("--shard-max", type=int, required=True, help="End of the range (exclusive).")
-@click.option("--once", is_flag=True, help="Run one round and exit.")
+@click.option("--shard-min", type=int, default=None, help="Pin: first shardcode owned (inclusive). Default: claim leases.")
+@click.option("--shard-max", type=int, default=None, help="Pin: end of the range (exclusive).")
+@click.option("--once", is_flag=True, help="Run one round and exit (leased: claim, round, release).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per round.")
 @click.option("--interval", type=float, default=None, help="Seconds between rounds (default [smart_sensor] poke_interval).")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option("--no-signals", is_flag=True, help="Do not listen for landing signals.")
 @click.pass_obj
-def worker(app: App, shard_min: int, shard_max: int, once: bool, as_json: bool, interval: float | None,
-           metrics_port: int | None) -> None:
-    """Run a shard worker over [shard-min, shard-max) until SIGTERM."""
+def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, as_json: bool,
+           interval: float | None, metrics_port: int | None, no_signals: bool) -> None:
+    """Run a shard worker until SIGTERM: leased ranges (default, with failover) or a pinned range."""
     from smartsensor.worker import ShardWorker
-    from smartsensor.worker_loop import RoundMetrics, run_worker
+    from smartsensor.worker_loop import LeasedWorker, PinnedWorker, RoundMetrics, run_worker
     limit = app.cfg.shard_code_upper_limit
-    if not 0 <= shard_min < shard_max <= limit:
-        raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
-    shard_worker = ShardWorker(app.engine(), app.cfg, shard_min, shard_max)
+    engine = app.engine()
+    if (shard_min is None) != (shard_max is None):
+        raise UserError("give both --shard-min and --shard-max (a pinned range), or neither (leases)")
+    if shard_min is not None and shard_max is not None:
+        if not 0 <= shard_min < shard_max <= limit:
+            raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
+        runner: Any = PinnedWorker(ShardWorker(engine, app.cfg, shard_min, shard_max))
+    else:
+        runner = LeasedWorker(engine, app.cfg)
     metrics = RoundMetrics(metrics_port) if metrics_port else None
 
     def emit(result) -> None:  # type: ignore[no-untyped-def]
@@ -286,27 +293,30 @@ def worker(app: App, shard_min: int, shard_max: int, once: bool, as_json: bool, 
             click.echo(result.to_json())
         else:
             marked = ", ".join(f"{k} {v}" for k, v in sorted(result.marked.items())) or "nothing"
-            click.echo(f"[{shard_min},{shard_max}) loaded {result.loaded}, {result.distinct_hashes} distinct, "
-                       f"poked {result.groups_poked}, catalog calls {result.catalog_calls}, marked {marked}, "
-                       f"{result.seconds:.2f} s" + (f" ERROR {result.error}" if result.error else ""))
+            click.echo(f"[{result.shard_min},{result.shard_max}) loaded {result.loaded}, "
+                       f"{result.distinct_hashes} distinct, poked {result.groups_poked}, catalog calls "
+                       f"{result.catalog_calls}, marked {marked}, {result.seconds:.2f} s"
+                       + (f" ERROR {result.error}" if result.error else ""))
         sys.stdout.flush()
 
-    run_worker(shard_worker, interval or app.cfg.poke_interval, once, emit, metrics)
+    run_worker(runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics,
+               signals=not no_signals)
 
 
 @main.command()
 @click.option("-n", "count", type=int, default=None, help="Worker processes (default: one per shard range).")
 @click.option("--interval", type=float, default=None, help="Seconds between rounds.")
 @click.option("--json", "as_json", is_flag=True, help="Workers print one JSON object per round.")
+@click.option("--pinned", is_flag=True, help="Fixed contiguous blocks of the ranges instead of leases.")
 @click.pass_obj
-def workers(app: App, count: int | None, interval: float | None, as_json: bool) -> None:
-    """Start N shard workers over the configured ranges; restart crashed ones; stop all on SIGTERM."""
+def workers(app: App, count: int | None, interval: float | None, as_json: bool, pinned: bool) -> None:
+    """Start N shard workers (leases: extras stand by); restart crashed ones; stop all on SIGTERM."""
     from smartsensor.worker_loop import supervise_workers
     app.engine()  # fail fast with a clear message if the DB is not ready
     if count is not None and count < 1:
         raise UserError("-n must be at least 1")
     extra = (["--interval", str(interval)] if interval else []) + (["--json"] if as_json else [])
-    supervise_workers(app.cfg, count, _global_args(app), extra_args=extra)
+    supervise_workers(app.cfg, count, _global_args(app), extra_args=extra, pinned=pinned)
 
 
 @main.command()
@@ -360,6 +370,26 @@ def status(app: App, as_json: bool) -> None:
                        f"{(w['last_round_seconds'] or 0):>9.2f}s {w['age_seconds'] if w['age_seconds'] is not None else '-':>7}")
     else:
         click.echo("no worker has reported a round")
+    if data["leases"]:
+        click.echo(f"{'lease':>13}  {'epoch':>5}  {'expires in':>10}  owner")
+        for l in data["leases"]:
+            left = "-" if l["expires_in"] is None else f"{l['expires_in']:.1f}s"
+            owner = (l["owner"] or "(free)") + ("  EXPIRED" if l["expired"] else "")
+            click.echo(f"{l['shard_min']:>6}-{l['shard_max']:<6}  {l['epoch']:>5}  {left:>10}  {owner}")
+    for w in data["lease_workers"]:
+        if w["stale"]:
+            click.echo(f"worker {w['worker_id']} stopped heartbeating {w['heartbeat_age']} s ago")
+
+
+@main.command("signal")
+@click.argument("partition_names", nargs=-1, required=True)
+@click.pass_obj
+def signal_cmd(app: App, partition_names: tuple[str, ...]) -> None:
+    """Tell the workers that partitions landed (db.table/k=v/...): the owner checks them at once."""
+    from smartsensor.signals import send_signal
+    engine = app.engine()
+    for name in partition_names:
+        click.echo(f"signalled {send_signal(engine, name)}")
 
 
 # -- metastore service ---------------------------------------------------------------------------

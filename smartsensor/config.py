@@ -77,6 +77,12 @@ KEYS: tuple[Key, ...] = (
         "and the built-in sensors package, never a class path read from the database."),
     Key("smart_sensor", "poke_interval", "5", _parse_float,
         "Seconds between worker rounds. Each task is still poked by its own poke_interval."),
+    Key("smart_sensor", "heartbeat_interval", "5", _parse_float,
+        "Seconds between a worker's lease renewals (and claims of free or expired ranges)."),
+    Key("smart_sensor", "lease_timeout", "15", _parse_float,
+        "Seconds a shard lease lives without renewal; after that another worker takes the range over."),
+    Key("smart_sensor", "signal_poll_interval", "0.2", _parse_float,
+        "SQLite only: seconds between polls for landing signals (Postgres uses LISTEN/NOTIFY)."),
     Key("spark", "master", "local[1]", _parse_str, "Spark master URL."),
     Key("spark", "app_name", "smartsensor", _parse_str, "Spark application name."),
     Key("spark", "warehouse_dir", "{SMARTSENSOR_HOME}/warehouse", _parse_str, "spark.sql.warehouse.dir."),
@@ -276,6 +282,11 @@ def _validate(cfg: Config) -> None:
     cfg.shard_ranges  # raises ConfigError naming the offending range
     if cfg.poke_interval <= 0:
         raise ConfigError(f"[smart_sensor] poke_interval must be > 0, got {cfg.poke_interval}")
+    hb, lease = cfg.get("smart_sensor", "heartbeat_interval"), cfg.get("smart_sensor", "lease_timeout")
+    if hb <= 0 or lease <= hb:
+        raise ConfigError(f"[smart_sensor] lease_timeout ({lease}) must be greater than heartbeat_interval ({hb}) > 0")
+    if cfg.get("smart_sensor", "signal_poll_interval") <= 0:
+        raise ConfigError("[smart_sensor] signal_poll_interval must be > 0")
     if cfg.get("scheduler", "parallelism") < 1:
         raise ConfigError("[scheduler] parallelism must be >= 1")
     port = cfg.get("metastore", "port")

@@ -11,13 +11,34 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
+from sqlalchemy import Connection, delete, exists, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from schema.models import State, TaskInstance, WorkerRound
+from schema.models import PartitionSignal, ShardLease, State, TaskInstance, Worker, WorkerRound
 
 TI = TaskInstance.__table__
 WR = WorkerRound.__table__
+SL = ShardLease.__table__
+WK = Worker.__table__
+SG = PartitionSignal.__table__
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A lease a worker writes under: its writes apply only while it still owns this epoch."""
+
+    shard_min: int
+    owner: str
+    epoch: int
+
+
+def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
+    """Add the lease check to a worker's UPDATE: same statement, so no window between check and write."""
+    if fence is None:
+        return stmt
+    return stmt.where(exists().where(
+        SL.c.shard_min == fence.shard_min, SL.c.owner == fence.owner, SL.c.epoch == fence.epoch,
+        SL.c.expires_at > now))
 
 # Stay far below SQLite's bound-parameter limit (32766) and keep Postgres plans cheap.
 IN_CHUNK = 5000
@@ -113,16 +134,17 @@ def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[Waiti
     return [WaitingTask(*row) for row in rows]
 
 
-def start_pending(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str) -> int:
+def start_pending(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                  fence: Fence | None = None) -> int:
     """smart_pending → smart_running for the range, stamping the start of this try. 1 statement."""
-    return conn.execute(update(TI).where(
+    return conn.execute(_fenced(update(TI).where(
         TI.c.state == State.SMART_PENDING, TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-    ).values(state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now), hostname=hostname,
-             updated_at=now)).rowcount
+    ), fence, now).values(state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now),
+                          hostname=hostname, updated_at=now)).rowcount
 
 
 def mark_hashes(conn: Connection, hashcodes: Sequence[int], shard_min: int, shard_max: int, new_state: str,
-                now: datetime, error: str | None = None) -> int:
+                now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
     """Every waiting task with one of ``hashcodes`` in the range → ``new_state``.
 
     Only for hashes whose tasks all share one check (no collision). 1 statement per IN_CHUNK hashes.
@@ -132,14 +154,14 @@ def mark_hashes(conn: Connection, hashcodes: Sequence[int], shard_min: int, shar
     if error is not None:
         values["error"] = error
     for chunk in _chunks(list(hashcodes)):
-        total += conn.execute(update(TI).where(
+        total += conn.execute(_fenced(update(TI).where(
             TI.c.hashcode.in_(list(chunk)), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-            TI.c.state.in_(State.SMART_WAITING)).values(**values)).rowcount
+            TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
     return total
 
 
 def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, new_state: str,
-               now: datetime, error: str | None = None) -> int:
+               now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
     """Waiting tasks of one exact check (hash AND classpath AND attr_dict) → ``new_state``.
 
     Used when two different checks collide on a hash, so that they are never marked together.
@@ -148,22 +170,22 @@ def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, 
     values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
     if error is not None:
         values["error"] = error
-    return conn.execute(update(TI).where(
+    return conn.execute(_fenced(update(TI).where(
         TI.c.hashcode == hashcode, TI.c.classpath == classpath, TI.c.attr_dict == attr_dict,
-        TI.c.state.in_(State.SMART_WAITING)).values(**values)).rowcount
+        TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
 
 
 def mark_tasks(conn: Connection, keys: Sequence[TaskKey], from_states: Sequence[str], new_state: str,
-               now: datetime, error: str | None = None) -> int:
+               now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
     """Given task instances still in ``from_states`` → ``new_state``. 1 statement per IN_CHUNK keys."""
     total = 0
     values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
     if error is not None:
         values["error"] = error
     for chunk in _chunks(list(keys)):
-        total += conn.execute(update(TI).where(
+        total += conn.execute(_fenced(update(TI).where(
             tuple_(TI.c.dag_id, TI.c.task_id, TI.c.execution_date).in_(list(chunk)),
-            TI.c.state.in_(list(from_states))).values(**values)).rowcount
+            TI.c.state.in_(list(from_states))), fence, now).values(**values)).rowcount
     return total
 
 
@@ -174,6 +196,102 @@ def record_round(conn: Connection, worker_id: str, hostname: str, pid: int, shar
                   last_round_seconds=seconds, last_round_json=summary_json)
     if conn.execute(update(WR).where(WR.c.worker_id == worker_id).values(**values)).rowcount == 0:
         conn.execute(insert(WR).values(worker_id=worker_id, **values))
+
+
+# -- leases (HA) -------------------------------------------------------------------------------
+
+def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:
+    """Create a lease row for every configured range that has none (idempotent; 1 + n statements)."""
+    have = {lo for (lo,) in conn.execute(select(SL.c.shard_min))}
+    for r in ranges:
+        if r.lo not in have:
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(SL).values(shard_min=r.lo, shard_max=r.hi, owner=None, epoch=0,
+                                                   expires_at=None))
+            except IntegrityError:  # another worker created it first
+                pass
+
+
+def upsert_worker(conn: Connection, worker_id: str, hostname: str, pid: int, started_at: datetime,
+                  now: datetime) -> None:
+    """Record this worker's heartbeat (1-2 statements)."""
+    if conn.execute(update(WK).where(WK.c.worker_id == worker_id).values(heartbeat_at=now)).rowcount == 0:
+        conn.execute(insert(WK).values(worker_id=worker_id, hostname=hostname, pid=pid, started_at=started_at,
+                                       heartbeat_at=now))
+
+
+def delete_worker(conn: Connection, worker_id: str) -> None:
+    """Remove a worker row (clean stop). 1 statement."""
+    conn.execute(delete(WK).where(WK.c.worker_id == worker_id))
+
+
+def live_workers(conn: Connection, since: datetime) -> int:
+    """Workers that heartbeated after ``since`` (1 statement)."""
+    return conn.execute(select(func.count()).select_from(WK).where(WK.c.heartbeat_at > since)).scalar_one()
+
+
+def list_workers(conn: Connection) -> list[dict[str, Any]]:
+    """Every worker row (1 statement)."""
+    return [dict(r) for r in conn.execute(select(WK).order_by(WK.c.started_at)).mappings()]
+
+
+def load_leases(conn: Connection) -> list[dict[str, Any]]:
+    """Every lease row in range order (1 statement)."""
+    return [dict(r) for r in conn.execute(select(SL).order_by(SL.c.shard_min)).mappings()]
+
+
+def renew_leases(conn: Connection, owner: str, now: datetime, expires_at: datetime) -> int:
+    """Extend every lease ``owner`` still holds unexpired. A lapsed lease is not renewed (1 statement)."""
+    return conn.execute(update(SL).where(SL.c.owner == owner, SL.c.expires_at > now).values(
+        expires_at=expires_at)).rowcount
+
+
+def claim_lease(conn: Connection, shard_min: int, seen_epoch: int, owner: str, now: datetime,
+                expires_at: datetime) -> bool:
+    """Take a free or expired range: compare-and-set on the epoch read, bumping it. 1 statement."""
+    return conn.execute(update(SL).where(
+        SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
+        or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now),
+    ).values(owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)).rowcount == 1
+
+
+def release_lease(conn: Connection, shard_min: int, owner: str, epoch: int) -> bool:
+    """Give one range back at once (rebalance). 1 statement."""
+    return conn.execute(update(SL).where(SL.c.shard_min == shard_min, SL.c.owner == owner, SL.c.epoch == epoch)
+                        .values(owner=None, expires_at=None)).rowcount == 1
+
+
+def release_all_leases(conn: Connection, owner: str) -> int:
+    """Give every range of ``owner`` back (clean stop). 1 statement."""
+    return conn.execute(update(SL).where(SL.c.owner == owner).values(owner=None, expires_at=None)).rowcount
+
+
+# -- signals -----------------------------------------------------------------------------------
+
+def insert_signal(conn: Connection, name: str, now: datetime) -> None:
+    """Record a landing signal (1 statement)."""
+    conn.execute(insert(SG).values(name=name, created_at=now))
+
+
+def notify(conn: Connection, channel: str, payload: str) -> None:
+    """Postgres NOTIFY through pg_notify with bound parameters (1 statement)."""
+    conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
+
+
+def last_signal_id(conn: Connection) -> int:
+    """Highest signal id so far, 0 if none (1 statement)."""
+    return conn.execute(select(func.coalesce(func.max(SG.c.id), 0))).scalar_one()
+
+
+def signals_after(conn: Connection, after_id: int) -> list[tuple[int, str]]:
+    """Signals newer than ``after_id`` in order (1 statement)."""
+    return [(i, n) for i, n in conn.execute(select(SG.c.id, SG.c.name).where(SG.c.id > after_id).order_by(SG.c.id))]
+
+
+def prune_signals(conn: Connection, before: datetime) -> int:
+    """Delete signals older than ``before`` (1 statement)."""
+    return conn.execute(delete(SG).where(SG.c.created_at < before)).rowcount
 
 
 # -- scheduler ---------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         by_state = queries.count_by_state(conn)
         waiting = queries.waiting_by_shard(conn)
         rounds = queries.worker_rounds(conn)
+        leases = queries.load_leases(conn)
+        live = queries.list_workers(conn)
     shards = []
     per_range_tasks: dict[int, int] = defaultdict(int)
     per_range_hashes: dict[int, set[int]] = defaultdict(set)
@@ -42,6 +44,17 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
                         "shard_max": w["shard_max"], "last_round_at": w["last_round_at"].isoformat()
                         if w["last_round_at"] else None, "age_seconds": round(age, 1) if age is not None else None,
                         "last_round_seconds": w["last_round_seconds"], "last_round": last})
-    return {"tasks_by_state": dict(sorted(by_state.items())), "waiting": len(waiting), "distinct_hashes": distinct,
+    lease_timeout = cfg.get("smart_sensor", "lease_timeout")
+    lease_rows = [{"shard_min": l["shard_min"], "shard_max": l["shard_max"], "owner": l["owner"], "epoch": l["epoch"],
+                   "expires_at": l["expires_at"].isoformat() if l["expires_at"] else None,
+                   "expires_in": round((l["expires_at"] - now).total_seconds(), 1) if l["expires_at"] else None,
+                   "expired": bool(l["owner"]) and (l["expires_at"] is None or l["expires_at"] <= now)}
+                  for l in leases]
+    worker_rows = [{"worker_id": w["worker_id"], "hostname": w["hostname"], "pid": w["pid"],
+                    "heartbeat_age": round((now - w["heartbeat_at"]).total_seconds(), 1) if w["heartbeat_at"] else None,
+                    "stale": w["heartbeat_at"] is None or (now - w["heartbeat_at"]).total_seconds() > lease_timeout,
+                    "ranges": [l["shard_min"] for l in leases if l["owner"] == w["worker_id"]]}
+                   for w in live]
+    return {"leases": lease_rows, "lease_workers": worker_rows, "tasks_by_state": dict(sorted(by_state.items())), "waiting": len(waiting), "distinct_hashes": distinct,
             "dedup_ratio": round(len(waiting) / distinct, 2) if distinct else None, "shards": shards,
             "workers": workers}

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
@@ -17,7 +18,7 @@ from sqlalchemy import Engine
 from schema.models import State
 from sensors.base import BaseSensor, resolve_smart_class
 from sensors.batch import BatchChecker
-from sensors.checks import Check
+from sensors.checks import Check, PartitionCheck
 from sensors.errors import CheckError, PermanentCheckError, SensorDefinitionError, TransientCheckError, UnknownSensorClass
 from smartsensor import queries
 from smartsensor.config import Config
@@ -54,6 +55,8 @@ class RoundResult:
     marked: dict[str, int] = field(default_factory=dict)
     transient_errors: int = 0
     permanent_errors: int = 0
+    woken: int = 0
+    fenced_out: bool = False
     seconds: float = 0.0
     catalog_seconds: float = 0.0
     error: str | None = None
@@ -94,6 +97,15 @@ class ShardWorker:
         self._spark_provider = spark_provider
         self._last_poke: dict[CheckKey, datetime] = {}
         self._classes: dict[str, type[BaseSensor] | UnknownSensorClass] = {}
+        self._tables: dict[CheckKey, frozenset[tuple[str, str]]] = {}
+        self._wake_lock = threading.Lock()
+        self._wake_tables: set[tuple[str, str]] = set()
+        self.fence: queries.Fence | None = None  # set by the lease loop; None for a pinned range
+
+    def wake(self, tables: set[tuple[str, str]]) -> None:
+        """A landing signal: checks on these (db, table) are due at the next round, whatever their interval."""
+        with self._wake_lock:
+            self._wake_tables |= tables
 
     # -- helpers -----------------------------------------------------------------------------
     def _spark(self) -> Any:
@@ -137,7 +149,8 @@ class ShardWorker:
         with self.engine.begin() as conn:
             tasks = queries.load_waiting(conn, self.shard_min, self.shard_max)
             if any(t.state == State.SMART_PENDING for t in tasks):
-                result.started = queries.start_pending(conn, self.shard_min, self.shard_max, now, self.hostname)
+                result.started = queries.start_pending(conn, self.shard_min, self.shard_max, now, self.hostname,
+                                                       fence=self.fence)
         tasks = [t if t.start_date is not None else _with_start(t, now) for t in tasks]
         result.loaded = len(tasks)
 
@@ -153,8 +166,11 @@ class ShardWorker:
         result.collisions = len(collided)
         self._forget_finished(groups)
 
-        due = [g for g in groups.values() if any(
+        with self._wake_lock:
+            woken, self._wake_tables = self._wake_tables, set()
+        due = [g for g in groups.values() if (woken and self._tables.get(g.key, frozenset()) & woken) or any(
             is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now) for t in g.tasks)]
+        result.woken = len(woken)
         result.groups_due = len(due)
         if due:
             self._poke(due, result)
@@ -181,6 +197,8 @@ class ShardWorker:
                 g.outcome = PermanentCheckError(str(exc))
                 continue
             checks = sensor.checks()
+            self._tables[g.key] = frozenset(
+                c.table_key for c in checks or () if isinstance(c, PartitionCheck))
             if checks is None:
                 sensors[g.key] = sensor
             else:
@@ -244,28 +262,45 @@ class ShardWorker:
                     timeouts[timeout_state(t.try_number, settings)].append(t.key)
 
         marked: dict[str, int] = defaultdict(int)
+        fence = self.fence
+        if not (landed_hashes or landed_collided or failed or timeouts):
+            result.marked = {}
+            return
+        now = self.clock()  # the fence is checked against the time of the write, not of the round's start
         with self.engine.begin() as conn:
             if landed_hashes:
                 marked[State.SUCCESS] += queries.mark_hashes(
-                    conn, landed_hashes, self.shard_min, self.shard_max, State.SUCCESS, now)
+                    conn, landed_hashes, self.shard_min, self.shard_max, State.SUCCESS, now, fence=fence)
             for key in landed_collided:
-                marked[State.SUCCESS] += queries.mark_check(conn, key[0], key[1], key[2], State.SUCCESS, now)
+                marked[State.SUCCESS] += queries.mark_check(conn, key[0], key[1], key[2], State.SUCCESS, now,
+                                                            fence=fence)
             for g in failed:
                 message = str(g.outcome)
                 if g.key[0] in collided:
-                    n = queries.mark_check(conn, g.key[0], g.key[1], g.key[2], State.FAILED, now, error=message)
+                    n = queries.mark_check(conn, g.key[0], g.key[1], g.key[2], State.FAILED, now, error=message,
+                                           fence=fence)
                 else:
                     n = queries.mark_hashes(conn, [g.key[0]], self.shard_min, self.shard_max, State.FAILED, now,
-                                            error=message)
+                                            error=message, fence=fence)
                 marked[State.FAILED] += n
             for state, keys in timeouts.items():
                 error = "timed out waiting" if state != State.UP_FOR_RETRY else None
-                marked[state] += queries.mark_tasks(conn, keys, [State.SMART_RUNNING], state, now, error=error)
+                marked[state] += queries.mark_tasks(conn, keys, [State.SMART_RUNNING], state, now, error=error,
+                                                    fence=fence)
         result.marked = {k: v for k, v in marked.items() if v}
+        if fence is not None and not result.marked:
+            result.fenced_out = not self._still_owner(fence, now)
+
+    def _still_owner(self, fence: queries.Fence, now: datetime) -> bool:
+        with self.engine.connect() as conn:
+            return any(r["shard_min"] == fence.shard_min and r["owner"] == fence.owner and r["epoch"] == fence.epoch
+                       and r["expires_at"] is not None and r["expires_at"] > now for r in queries.load_leases(conn))
 
     def _forget_finished(self, groups: dict[CheckKey, _Group]) -> None:
         for key in [k for k in self._last_poke if k not in groups]:
             del self._last_poke[key]
+        for key in [k for k in self._tables if k not in groups]:
+            del self._tables[key]
 
     def _record(self, result: RoundResult) -> None:
         try:

@@ -6,13 +6,16 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from smartsensor.config import Config, ShardRange
+from smartsensor.leases import LeaseManager
+from smartsensor.signals import SignalListener, canonical_signal
 from smartsensor.worker import RoundResult, ShardWorker
 
 log = logging.getLogger(__name__)
@@ -51,39 +54,179 @@ def run_one_round(worker: ShardWorker) -> RoundResult:
         return result
 
 
-def run_worker(worker: ShardWorker, interval: float, once: bool, emit: Callable[[RoundResult], None],
-               metrics: RoundMetrics | None = None) -> None:
+class LeasedWorker:
+    """A worker without a fixed range: holds whatever shard leases it claims, one ShardWorker per lease."""
+
+    def __init__(self, engine: Any, cfg: Config, spark_provider: Callable[[], Any] | None = None,
+                 worker_id: str | None = None) -> None:
+        self.engine = engine
+        self.cfg = cfg
+        self.leases = LeaseManager(engine, cfg, worker_id)
+        self.spark_provider = spark_provider
+        self.workers: dict[int, ShardWorker] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def worker_id(self) -> str:
+        return self.leases.worker_id
+
+    def heartbeat(self) -> dict[str, list[int]]:
+        """Renew/claim/release leases, then keep one ShardWorker (with the lease's fence) per owned range."""
+        changes = self.leases.heartbeat()
+        with self._lock:
+            for lo in list(self.workers):
+                if lo not in self.leases.owned:
+                    del self.workers[lo]
+            for lo, lease in self.leases.owned.items():
+                w = self.workers.get(lo)
+                if w is None:
+                    w = ShardWorker(self.engine, self.cfg, lease.shard_min, lease.shard_max,
+                                    spark_provider=self.spark_provider,
+                                    worker_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}")
+                    self.workers[lo] = w
+                w.fence = lease.fence
+        return changes
+
+    def rounds(self) -> list[RoundResult]:
+        with self._lock:
+            workers = list(self.workers.values())
+        return [run_one_round(w) for w in workers]
+
+    def wake(self, tables: set[tuple[str, str]]) -> None:
+        with self._lock:
+            for w in self.workers.values():
+                w.wake(tables)
+
+    def stop(self) -> None:
+        """Clean stop: release every lease at once so others take over without waiting for expiry."""
+        with self._lock:
+            workers = list(self.workers.values())
+            self.workers.clear()
+        self.leases.release_all()
+        for w in workers:
+            try:
+                w.forget()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+
+
+class PinnedWorker:
+    """A worker over a fixed range (``--shard-min/--shard-max``): no lease, no fence."""
+
+    def __init__(self, worker: ShardWorker) -> None:
+        self.worker = worker
+
+    def heartbeat(self) -> dict[str, list[int]]:
+        return {}
+
+    def rounds(self) -> list[RoundResult]:
+        return [run_one_round(self.worker)]
+
+    def wake(self, tables: set[tuple[str, str]]) -> None:
+        self.worker.wake(tables)
+
+    def stop(self) -> None:
+        try:
+            self.worker.forget()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+
+def _listen_for_signals(engine: Any, cfg: Config, on_signal: Callable[[set[tuple[str, str]]], None],
+                        stopping: threading.Event) -> None:
+    """Signal thread: wake the worker for every landing signal; reconnect after DB errors."""
+    listener = None
+    while not stopping.is_set():
+        try:
+            if listener is None:
+                listener = SignalListener(engine, cfg.get("smart_sensor", "signal_poll_interval"))
+            names = listener.wait(0.5)
+        except Exception as exc:  # noqa: BLE001 - a DB outage: retry, the rounds still run on their timer
+            log.warning("signal listener: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            if listener is not None:
+                listener.close()
+            listener = None
+            stopping.wait(1.0)
+            continue
+        tables = set()
+        for name in names:
+            try:
+                tables.add(canonical_signal(name)[1])
+            except ValueError:
+                log.warning("ignoring malformed signal %r", name)
+        if tables:
+            on_signal(tables)
+    if listener is not None:
+        listener.close()
+
+
+def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, interval: float, once: bool,
+               emit: Callable[[RoundResult], None], metrics: RoundMetrics | None = None,
+               signals: bool = True, stop_event: threading.Event | None = None) -> None:
     """Run rounds every ``interval`` seconds until SIGTERM/SIGINT (or one round with ``once``).
 
-    APScheduler's max_instances=1 means an overrunning round makes the next one wait, never overlap.
+    Leases are renewed every ``heartbeat_interval`` by their own job. APScheduler's max_instances=1
+    means an overrunning round makes the next one wait, never overlap. A landing signal runs a round
+    at once for the checks on that table.
     """
+    def beat() -> None:
+        try:
+            runner.heartbeat()
+        except Exception as exc:  # noqa: BLE001 - DB outage: leases lapse, writes are fenced, we retry
+            log.warning("heartbeat failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+
     def tick() -> None:
-        result = run_one_round(worker)
-        if metrics is not None:
-            metrics.observe(result)
-        emit(result)
+        for result in runner.rounds():
+            if metrics is not None:
+                metrics.observe(result)
+            emit(result)
 
     if once:
-        tick()
+        beat()
+        try:
+            tick()
+        finally:
+            runner.stop()
         return
     # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
+    beat()
     scheduler = BlockingScheduler()
-    scheduler.add_job(tick, "interval", seconds=interval, max_instances=1, coalesce=True,
+    scheduler.add_job(tick, "interval", id="round", seconds=interval, max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)), next_run_time=_now())
+    if isinstance(runner, LeasedWorker):
+        hb = cfg.get("smart_sensor", "heartbeat_interval")
+        scheduler.add_job(beat, "interval", id="heartbeat", seconds=hb, max_instances=1, coalesce=True,
+                          misfire_grace_time=max(1, int(hb)))
+    stopping = threading.Event()
+
+    def on_signal(tables: set[tuple[str, str]]) -> None:
+        runner.wake(tables)
+        try:
+            scheduler.modify_job("round", next_run_time=_now())
+        except Exception:  # noqa: BLE001 - scheduler shutting down
+            pass
+
+    if signals:
+        threading.Thread(target=_listen_for_signals, args=(engine, cfg, on_signal, stopping), daemon=True).start()
 
     def stop(signum: int, _frame: object) -> None:
         log.info("signal %s: stopping after the current round", signum)
+        stopping.set()
         scheduler.shutdown(wait=False)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    if stop_event is not None:  # embedding (tests, other services): stop when the event is set
+        def watch() -> None:
+            stop_event.wait()
+            stop(0, None)
+        threading.Thread(target=watch, daemon=True).start()
     scheduler.start()
-    try:
-        worker.forget()
-    except Exception:  # noqa: BLE001 - best effort on the way out
-        pass
+    stopping.set()
+    runner.stop()
 
 
 def _now():  # type: ignore[no-untyped-def]
@@ -104,21 +247,30 @@ def assign_ranges(ranges: list[ShardRange], n: int) -> list[ShardRange]:
 
 @dataclass
 class _Child:
-    shard: ShardRange
+    shard: ShardRange | None
     proc: subprocess.Popen
     started: float
     restarts: int = 0
 
+    @property
+    def label(self) -> str:
+        return f"[{self.shard.lo},{self.shard.hi})" if self.shard else "leased"
+
 
 def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: TextIO = sys.stdout,
-                      extra_args: list[str] | None = None, max_backoff: float = 30.0) -> int:
-    """Start N `smartsensor worker` processes, restart crashed ones, stop all on SIGINT/SIGTERM."""
-    ranges = assign_ranges(cfg.shard_ranges, n or len(cfg.shard_ranges))
+                      extra_args: list[str] | None = None, max_backoff: float = 30.0, pinned: bool = False) -> int:
+    """Start N `smartsensor worker` processes, restart crashed ones, stop all on SIGINT/SIGTERM.
+
+    By default the workers claim shard leases (extras stand by and take over); with ``pinned`` each
+    gets a fixed contiguous block of the configured ranges instead.
+    """
+    count = n or len(cfg.shard_ranges)
+    slots: list[ShardRange | None] = list(assign_ranges(cfg.shard_ranges, count)) if pinned else [None] * count
     stopping = False
 
-    def spawn(shard: ShardRange) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "smartsensor.cli", *base_args, "worker", "--shard-min", str(shard.lo),
-               "--shard-max", str(shard.hi), *(extra_args or [])]
+    def spawn(shard: ShardRange | None) -> subprocess.Popen:
+        placement = ["--shard-min", str(shard.lo), "--shard-max", str(shard.hi)] if shard else []
+        cmd = [sys.executable, "-m", "smartsensor.cli", *base_args, "worker", *placement, *(extra_args or [])]
         return subprocess.Popen(cmd)
 
     def stop(signum: int, _frame: object) -> None:
@@ -127,12 +279,12 @@ def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: Tex
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    children = [_Child(r, spawn(r), time.monotonic()) for r in ranges]
-    print(f"started {len(children)} workers: " + ", ".join(f"[{c.shard.lo},{c.shard.hi}) pid {c.proc.pid}"
-                                                         for c in children), file=out, flush=True)
+    children = [_Child(r, spawn(r), time.monotonic()) for r in slots]
+    print(f"started {len(children)} workers: " + ", ".join(f"{c.label} pid {c.proc.pid}" for c in children),
+          file=out, flush=True)
     while not stopping:
         time.sleep(0.5)
-        for c in children:
+        for i, c in enumerate(children):
             code = c.proc.poll()
             if code is None or stopping:
                 continue
@@ -140,9 +292,10 @@ def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: Tex
             if time.monotonic() - c.started < backoff:
                 continue
             c.restarts += 1
-            print(f"worker [{c.shard.lo},{c.shard.hi}) exited with {code}; restart #{c.restarts}", file=out, flush=True)
             c.proc = spawn(c.shard)
             c.started = time.monotonic()
+            print(f"worker #{i} {c.label} exited with {code}; restart #{c.restarts} pid {c.proc.pid}", file=out,
+                  flush=True)
     for c in children:
         if c.proc.poll() is None:
             c.proc.terminate()

@@ -73,15 +73,27 @@ def test_supervisor_restarts_crashed_worker_and_stops_all(tmp_path: Path) -> Non
     sup = CliProcess(["workers", "-n", "2", "--interval", "0.5"], cli_env(home, db_url))
     try:
         line = sup.wait_for(lambda l: l.startswith("started 2 workers"))
-        assert "[0,4000)" in line and "[4000,10000)" in line
-        pid = int(line.split("[0,4000) pid ")[1].split(",")[0])
+        assert line.count("leased pid") == 2
+        pid = int(line.split("leased pid ")[1].split(",")[0])
         time.sleep(1)
         subprocess.run(["kill", "-9", str(pid)], check=True)
-        sup.wait_for(lambda l: "restart #1" in l and "[0,4000)" in l, timeout=30)
+        sup.wait_for(lambda l: "worker #0 leased exited with -9; restart #1" in l, timeout=30)
     finally:
         code = sup.stop()
     assert code == 0
     assert "all workers stopped" in sup.wait_for(lambda l: "all workers stopped" in l, timeout=5) or True
+
+
+def test_pinned_supervisor_splits_the_ranges(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path}/m.db"
+    home = tmp_path / "home"
+    setup_db(home, db_url)[1].dispose()
+    sup = CliProcess(["workers", "-n", "2", "--pinned", "--interval", "0.5"], cli_env(home, db_url))
+    try:
+        line = sup.wait_for(lambda l: l.startswith("started 2 workers"))
+        assert "[0,4000) pid" in line and "[4000,10000) pid" in line
+    finally:
+        assert sup.stop() == 0
 
 
 def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:

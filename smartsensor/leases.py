@@ -1,0 +1,108 @@
+"""Shard leases: claim, renew, rebalance and release shard ranges among live workers, race-free.
+
+Every claim is one guarded UPDATE that compares the epoch it read (compare-and-set), so two workers
+starting at once can never both own a range, on Postgres or SQLite alike. A lease that lapsed is
+never silently renewed: it is re-claimed, which bumps its epoch, so a worker that was paused or cut
+off can never write again with its old epoch (see ``queries`` fencing).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine
+
+from smartsensor import queries
+from smartsensor.config import Config, ShardRange
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A shard range owned by one worker under one epoch."""
+
+    shard_min: int
+    shard_max: int
+    owner: str
+    epoch: int
+    expires_at: datetime
+
+    @property
+    def fence(self) -> queries.Fence:
+        return queries.Fence(self.shard_min, self.owner, self.epoch)
+
+
+def new_worker_id() -> str:
+    """host:pid:random — unique per process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class LeaseManager:
+    """One worker's view of the lease table. Call ``heartbeat()`` every ``heartbeat_interval``."""
+
+    def __init__(self, engine: Engine, cfg: Config, worker_id: str | None = None) -> None:
+        self.engine = engine
+        self.cfg = cfg
+        self.worker_id = worker_id or new_worker_id()
+        self.lease_timeout = timedelta(seconds=cfg.get("smart_sensor", "lease_timeout"))
+        self.ranges: list[ShardRange] = cfg.shard_ranges
+        self.owned: dict[int, Lease] = {}
+        self.started_at = datetime.utcnow()
+
+    def heartbeat(self, now: datetime | None = None) -> dict[str, list[int]]:
+        """Renew what we hold, drop what we lost, claim or release to reach our fair share.
+
+        Returns the shard_min of ranges ``claimed``, ``lost`` and ``released`` in this beat.
+        """
+        now = now or datetime.utcnow()
+        expires = now + self.lease_timeout
+        changes: dict[str, list[int]] = {"claimed": [], "lost": [], "released": []}
+        with self.engine.begin() as conn:
+            queries.ensure_leases(conn, self.ranges)
+            queries.upsert_worker(conn, self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
+            queries.renew_leases(conn, self.worker_id, now, expires)
+            rows = queries.load_leases(conn)
+            live = queries.live_workers(conn, now - self.lease_timeout)
+        configured = {r.lo: r for r in self.ranges}
+        rows = [r for r in rows if r["shard_min"] in configured and r["shard_max"] == configured[r["shard_min"]].hi]
+        mine = {r["shard_min"]: r for r in rows if r["owner"] == self.worker_id and r["expires_at"] > now}
+        for lo in list(self.owned):
+            if lo not in mine or mine[lo]["epoch"] != self.owned[lo].epoch:
+                changes["lost"].append(lo)
+                del self.owned[lo]
+        for lo, r in mine.items():
+            self.owned[lo] = Lease(lo, r["shard_max"], self.worker_id, r["epoch"], r["expires_at"])
+        target = math.ceil(len(self.ranges) / max(1, live))
+        free = [r for r in rows if r["owner"] is None or r["expires_at"] is None or r["expires_at"] <= now]
+        with self.engine.begin() as conn:
+            for r in free:
+                if len(self.owned) >= target:
+                    break
+                if queries.claim_lease(conn, r["shard_min"], r["epoch"], self.worker_id, now, expires):
+                    self.owned[r["shard_min"]] = Lease(r["shard_min"], r["shard_max"], self.worker_id,
+                                                       r["epoch"] + 1, expires)
+                    changes["claimed"].append(r["shard_min"])
+            # More than our share while others wait with nothing: give back the extras (highest first).
+            if len(self.owned) > target:
+                for lo in sorted(self.owned, reverse=True)[: len(self.owned) - target]:
+                    lease = self.owned.pop(lo)
+                    queries.release_lease(conn, lo, self.worker_id, lease.epoch)
+                    changes["released"].append(lo)
+        for kind, los in changes.items():
+            if los:
+                log.info("worker %s %s ranges %s", self.worker_id, kind, los)
+        return changes
+
+    def release_all(self) -> None:
+        """Clean stop: give every range back at once and remove our worker row."""
+        with self.engine.begin() as conn:
+            queries.release_all_leases(conn, self.worker_id)
+            queries.delete_worker(conn, self.worker_id)
+        self.owned.clear()

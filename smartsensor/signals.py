@@ -1,0 +1,85 @@
+"""Landing signals: a pipeline says "partition X just landed" and the owning worker checks at once.
+
+A signal is only a hint: the worker still verifies in the metastore before marking anything. It is
+recorded in ``partition_signal``; on Postgres a NOTIFY wakes listeners immediately, on SQLite
+listeners poll the table every ``poll_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from sensors.partitions import format_partition_name, parse_partition_name
+from smartsensor import queries
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "smartsensor_signal"
+
+
+def canonical_signal(name: str) -> tuple[str, tuple[str, str]]:
+    """Validate ``db.table/k=v/...`` and return (canonical name, (db, table))."""
+    db, table, spec = parse_partition_name("signal", name)
+    return format_partition_name(db, table, spec), (db, table)
+
+
+def send_signal(engine: Engine, name: str) -> str:
+    """Record a landing signal (and NOTIFY on Postgres, delivered at commit). Returns the canonical name."""
+    canonical, _ = canonical_signal(name)
+    with engine.begin() as conn:
+        queries.insert_signal(conn, canonical, datetime.utcnow())
+        if conn.dialect.name == "postgresql":
+            queries.notify(conn, CHANNEL, canonical)
+    return canonical
+
+
+class SignalListener:
+    """Waits for signals: LISTEN/NOTIFY on Postgres, a short poll of partition_signal on SQLite."""
+
+    def __init__(self, engine: Engine, poll_interval: float = 0.1) -> None:
+        self.engine = engine
+        self.poll_interval = poll_interval
+        self._pg = None
+        with engine.connect() as conn:
+            self._last_id = queries.last_signal_id(conn)
+        if engine.dialect.name == "postgresql":
+            raw = engine.raw_connection()
+            self._raw = raw
+            self._pg = raw.dbapi_connection
+            self._pg.autocommit = True
+            with self._pg.cursor() as cur:
+                cur.execute(f"LISTEN {CHANNEL}")  # constant channel name, no user text
+
+    def wait(self, timeout: float) -> list[str]:
+        """Signal names received within ``timeout`` seconds (possibly empty)."""
+        if self._pg is not None:
+            ready, _, _ = select.select([self._pg], [], [], timeout)
+            if not ready:
+                return []
+            self._pg.poll()
+            names = [n.payload for n in self._pg.notifies]
+            self._pg.notifies.clear()
+            return names
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.engine.connect() as conn:
+                rows = queries.signals_after(conn, self._last_id)
+            if rows:
+                self._last_id = rows[-1][0]
+                return [name for _, name in rows]
+            if time.monotonic() >= deadline:
+                return []
+            time.sleep(self.poll_interval)
+
+    def close(self) -> None:
+        if self._pg is not None:
+            try:
+                self._raw.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection
+                pass
+            self._pg = None
