@@ -1,0 +1,135 @@
+"""Shard leases on SQLite and Postgres: race-free claims, rebalance, release, takeover and fencing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from schema.models import State
+from sensors import SuccessFileSensor
+from smartsensor import queries
+from smartsensor.leases import LeaseManager
+from smartsensor.registration import register
+from smartsensor.worker import ShardWorker
+from tests.conftest import make_cfg
+
+DAY = datetime(2026, 11, 22)
+
+
+@pytest.fixture
+def lease_cfg(tmp_path, db_url):
+    return make_cfg(tmp_path / "home", db_url, smart_sensor__heartbeat_interval="1", smart_sensor__lease_timeout="3")
+
+
+@pytest.fixture
+def lease_engine(lease_cfg):
+    from smartsensor.db import init_db, make_engine
+    eng = make_engine(lease_cfg.sql_alchemy_conn)
+    init_db(eng)
+    yield eng
+    eng.dispose()
+
+
+def owners(engine: Any) -> dict[int, str | None]:
+    with engine.connect() as conn:
+        return {r["shard_min"]: r["owner"] for r in queries.load_leases(conn)}
+
+
+def test_simultaneous_start_never_two_owners_and_converges(lease_engine, lease_cfg) -> None:
+    from smartsensor.db import make_engine
+    managers = [LeaseManager(make_engine(lease_cfg.sql_alchemy_conn), lease_cfg, f"w{i}") for i in range(4)]
+    barrier = threading.Barrier(len(managers))
+    errors: list[BaseException] = []
+
+    def beat(m: LeaseManager) -> None:
+        try:
+            barrier.wait()
+            m.heartbeat()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    for _ in range(4):
+        threads = [threading.Thread(target=beat, args=(m,)) for m in managers]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert not errors, errors
+        held = [lo for m in managers for lo in m.owned]
+        assert len(held) == len(set(held)), "a range is held by two workers"
+        db = owners(lease_engine)
+        for m in managers:
+            for lo in m.owned:
+                assert db[lo] == m.worker_id
+    # 5 ranges over 4 workers: fair share is 2, everything owned
+    assert sorted(lo for m in managers for lo in m.owned) == [0, 2000, 4000, 6000, 8000]
+    assert max(len(m.owned) for m in managers) <= 2
+    for m in managers:
+        m.engine.dispose()
+
+
+def test_join_rebalances_and_clean_stop_releases_at_once(lease_engine, lease_cfg) -> None:
+    a = LeaseManager(lease_engine, lease_cfg, "a")
+    a.heartbeat()
+    assert len(a.owned) == 5
+    b = LeaseManager(lease_engine, lease_cfg, "b")
+    b.heartbeat()  # b is live but everything is taken
+    assert len(b.owned) == 0
+    assert a.heartbeat()["released"] == [8000, 6000]  # a sees two live workers: keeps 3, gives back 2
+    assert sorted(b.heartbeat()["claimed"]) == [6000, 8000]
+    a.release_all()
+    assert set(owners(lease_engine).values()) == {None, "b"}
+    assert len(b.heartbeat()["claimed"]) == 3  # at once, without waiting for expiry
+    assert set(owners(lease_engine).values()) == {"b"}
+
+
+def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(lease_engine, lease_cfg, tmp_path,
+                                                                         spark) -> None:
+    flags = [tmp_path / f"f{i}" for i in range(10)]
+    register(lease_engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=1))
+                            for i in range(10)], DAY, lease_cfg)
+    t0 = datetime.utcnow()
+    a = LeaseManager(lease_engine, lease_cfg, "a")
+    a.heartbeat(now=t0)
+    old = dict(a.owned)
+    # "a" pauses; after lease_timeout "b" takes every range over with epoch + 1
+    b = LeaseManager(lease_engine, lease_cfg, "b")
+    later = t0 + timedelta(seconds=4)
+    changes = b.heartbeat(now=later)
+    assert sorted(changes["claimed"]) == sorted(old)
+    assert all(b.owned[lo].epoch == old[lo].epoch + 1 for lo in old)
+    for f in flags:
+        f.write_text("")
+    # "a" resumes and runs a round with its old fence: its writes match nothing
+    for lo, lease in old.items():
+        w = ShardWorker(lease_engine, lease_cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
+                        spark_provider=lambda: spark, record_rounds=False)
+        w.fence = lease.fence
+        result = w.run_round()
+        assert result.marked == {}
+        if result.loaded:
+            assert result.fenced_out
+    with lease_engine.connect() as conn:
+        assert {r["state"] for r in queries.list_tasks(conn)} == {State.SMART_PENDING}
+    # "a"'s next heartbeat reports every range lost; it renews nothing
+    assert sorted(a.heartbeat(now=later)["lost"]) == sorted(old)
+    assert a.owned == {}
+    # the new owner's writes go through
+    marked = 0
+    for lo, lease in b.owned.items():
+        w = ShardWorker(lease_engine, lease_cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
+                        spark_provider=lambda: spark, record_rounds=False)
+        w.fence = lease.fence
+        marked += w.run_round().marked.get("success", 0)
+    assert marked == 10
+
+
+def test_lapsed_lease_is_reclaimed_not_renewed(lease_engine, lease_cfg) -> None:
+    t0 = datetime.utcnow()
+    a = LeaseManager(lease_engine, lease_cfg, "a")
+    a.heartbeat(now=t0)
+    epochs = {lo: l.epoch for lo, l in a.owned.items()}
+    changes = a.heartbeat(now=t0 + timedelta(seconds=10))  # paused past expiry, nobody else around
+    assert sorted(changes["lost"]) == sorted(epochs) and sorted(changes["claimed"]) == sorted(epochs)
+    assert all(a.owned[lo].epoch == epochs[lo] + 1 for lo in epochs)
