@@ -56,6 +56,7 @@ class RoundResult:
     transient_errors: int = 0
     permanent_errors: int = 0
     woken: int = 0
+    ranges: list[list[int]] = field(default_factory=list)
     fenced_out: bool = False
     seconds: float = 0.0
     catalog_seconds: float = 0.0
@@ -141,11 +142,12 @@ class ShardWorker:
     # -- the round ---------------------------------------------------------------------------
     def run_round(self) -> RoundResult:
         """Load, start, poke due checks, mark outcomes. DB errors propagate (the loop retries)."""
-        started_at = time.perf_counter()
-        stmt0 = statement_count(self.engine)
+        return run_rounds([self], self._spark)
+
+    def plan_round(self) -> "RoundPlan":
+        """Phase 1: load the range, start new tries, group by check, pick the due groups, build their checks."""
         result = RoundResult(self.shard_min, self.shard_max)
         now = self.clock()
-
         with self.engine.begin() as conn:
             tasks = queries.load_waiting(conn, self.shard_min, self.shard_max)
             if any(t.state == State.SMART_PENDING for t in tasks):
@@ -172,24 +174,7 @@ class ShardWorker:
             is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now) for t in g.tasks)]
         result.woken = len(woken)
         result.groups_due = len(due)
-        if due:
-            self._poke(due, result)
-        poke_time = self.clock()
-        for g in due:
-            if g.outcome is not None:
-                self._last_poke[g.key] = poke_time
-
-        self._write(groups, collided, now, result)
-        result.db_statements = statement_count(self.engine) - stmt0
-        result.seconds = round(time.perf_counter() - started_at, 4)
-        if self.record_rounds:
-            self._record(result)
-        return result
-
-    def _poke(self, due: list[_Group], result: RoundResult) -> None:
-        """Answer every due group: built-in checks in one batch, other sensors by poke() once per check."""
-        batched: dict[CheckKey, list[Check]] = {}
-        sensors: dict[CheckKey, BaseSensor] = {}
+        plan = RoundPlan(self, result, groups, collided, now, due)
         for g in due:
             try:
                 sensor = self._build(g.key)
@@ -197,44 +182,22 @@ class ShardWorker:
                 g.outcome = PermanentCheckError(str(exc))
                 continue
             checks = sensor.checks()
-            self._tables[g.key] = frozenset(
-                c.table_key for c in checks or () if isinstance(c, PartitionCheck))
+            self._tables[g.key] = frozenset(c.table_key for c in checks or () if isinstance(c, PartitionCheck))
             if checks is None:
-                sensors[g.key] = sensor
+                plan.sensors[g.key] = sensor
             else:
-                batched[g.key] = checks
-        if not batched and not sensors:
-            return
-        try:
-            checker = BatchChecker(self._spark())
-        except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage, not a bad check
-            log.warning("cannot start Spark: %s", exc)
-            for g in due:
-                if g.outcome is None:
-                    g.outcome = TransientCheckError(f"Spark unavailable: {exc}")
-            return
-        if batched:
-            answers = checker.check_all(c for checks in batched.values() for c in checks)
-            for g in due:
-                if g.key in batched:
-                    g.outcome = _combine([answers[c] for c in batched[g.key]])
-        context = {"checker": checker, "spark": checker.spark}
-        for g in due:
-            sensor = sensors.get(g.key)
-            if sensor is None:
-                continue
-            result.poke_calls += 1
-            try:
-                g.outcome = bool(sensor.poke(context))
-            except CheckError as exc:
-                g.outcome = exc
-            except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything
-                log.warning("poke of %s raised %s: %s (treated as transient)", g.key[1], type(exc).__name__, exc)
-                g.outcome = TransientCheckError(f"{type(exc).__name__}: {exc}")
-        result.groups_poked = sum(1 for g in due if g.outcome is not None)
-        result.catalog_calls = checker.catalog_calls
-        result.fs_calls = checker.fs_calls
-        result.catalog_seconds = round(checker.catalog_seconds, 4)
+                plan.batched[g.key] = checks
+        return plan
+
+    def finish_round(self, plan: "RoundPlan") -> RoundResult:
+        """Phase 3: remember poke times and write every outcome in one transaction of guarded updates."""
+        poke_time = self.clock()
+        for g in plan.due:
+            if g.outcome is not None:
+                self._last_poke[g.key] = poke_time
+        plan.result.groups_poked = sum(1 for g in plan.due if g.outcome is not None)
+        self._write(plan.groups, plan.collided, plan.now, plan.result)
+        return plan.result
 
     def _write(self, groups: dict[CheckKey, _Group], collided: set[int], now: datetime, result: RoundResult) -> None:
         """All state changes of the round in one transaction, each a guarded update."""
@@ -329,3 +292,95 @@ def _combine(outcomes: list[bool | CheckError]) -> bool | CheckError:
         if isinstance(o, CheckError):
             return o
     return all(outcomes)
+
+
+@dataclass
+class RoundPlan:
+    """One range's round between loading and writing: what is due and which checks answer it."""
+
+    worker: ShardWorker
+    result: RoundResult
+    groups: dict[CheckKey, _Group]
+    collided: set[int]
+    now: datetime
+    due: list[_Group]
+    batched: dict[CheckKey, list[Check]] = field(default_factory=dict)
+    sensors: dict[CheckKey, BaseSensor] = field(default_factory=dict)
+
+
+def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dict[str, float]:
+    """Phase 2, for all ranges of a process at once: one BatchChecker, one catalog call per table,
+    and each user sensor's poke() once per distinct check. Outcomes go into the plans' groups."""
+    counters: dict[str, float] = {"catalog_calls": 0, "fs_calls": 0, "poke_calls": 0, "catalog_seconds": 0.0}
+    if not any(p.batched or p.sensors for p in plans):
+        return counters
+    try:
+        checker = BatchChecker(spark_provider())
+    except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage, not a bad check
+        log.warning("cannot start Spark: %s", exc)
+        for p in plans:
+            for g in p.due:
+                if g.outcome is None:
+                    g.outcome = TransientCheckError(f"Spark unavailable: {exc}")
+        return counters
+    answers = checker.check_all(c for p in plans for checks in p.batched.values() for c in checks)
+    context = {"checker": checker, "spark": checker.spark}
+    for p in plans:
+        for g in p.due:
+            if g.key in p.batched:
+                g.outcome = _combine([answers[c] for c in p.batched[g.key]])
+                continue
+            sensor = p.sensors.get(g.key)
+            if sensor is None:
+                continue
+            counters["poke_calls"] += 1
+            try:
+                g.outcome = bool(sensor.poke(context))
+            except CheckError as exc:
+                g.outcome = exc
+            except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything
+                log.warning("poke of %s raised %s: %s (treated as transient)", g.key[1], type(exc).__name__, exc)
+                g.outcome = TransientCheckError(f"{type(exc).__name__}: {exc}")
+    counters.update(catalog_calls=checker.catalog_calls, fs_calls=checker.fs_calls,
+                    catalog_seconds=round(checker.catalog_seconds, 4))
+    return counters
+
+
+_SUMMED = ("loaded", "started", "distinct_hashes", "distinct_checks", "collisions", "groups_due", "groups_poked",
+           "transient_errors", "permanent_errors", "woken")
+
+
+def run_rounds(workers: list[ShardWorker], spark_provider: Callable[[], Any]) -> RoundResult:
+    """One round over the ranges one process owns, reported as one result (``ranges`` lists them).
+
+    Loads and writes stay per range (each write fenced by its own lease); the checks of all ranges
+    are answered together, so a table is listed once per round per process, not once per range.
+    """
+    if not workers:
+        return RoundResult(0, 0)
+    engine = workers[0].engine
+    started_at = time.perf_counter()
+    stmt0 = statement_count(engine)
+    plans = [w.plan_round() for w in workers]
+    counters = poke_plans(plans, spark_provider)
+    results = [p.worker.finish_round(p) for p in plans]
+    total = RoundResult(min(w.shard_min for w in workers), max(w.shard_max for w in workers),
+                        ranges=[[w.shard_min, w.shard_max] for w in workers])
+    for name in _SUMMED:
+        setattr(total, name, sum(getattr(r, name) for r in results))
+    marked: dict[str, int] = defaultdict(int)
+    for r in results:
+        for k, v in r.marked.items():
+            marked[k] += v
+    total.marked = dict(marked)
+    total.fenced_out = any(r.fenced_out for r in results)
+    total.catalog_calls = int(counters["catalog_calls"])
+    total.fs_calls = int(counters["fs_calls"])
+    total.poke_calls = int(counters["poke_calls"])
+    total.catalog_seconds = counters["catalog_seconds"]
+    total.db_statements = statement_count(engine) - stmt0
+    total.seconds = round(time.perf_counter() - started_at, 4)
+    for w in workers:
+        if w.record_rounds:
+            w._record(total)
+    return total

@@ -16,7 +16,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from smartsensor.config import Config, ShardRange
 from smartsensor.leases import LeaseManager
 from smartsensor.signals import SignalListener, canonical_signal
-from smartsensor.worker import RoundResult, ShardWorker
+from smartsensor.worker import RoundResult, ShardWorker, run_rounds
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,19 @@ class LeasedWorker:
         return changes
 
     def rounds(self) -> list[RoundResult]:
+        """One round over every owned range: one catalog call per table for all of them."""
         with self._lock:
-            workers = list(self.workers.values())
-        return [run_one_round(w) for w in workers]
+            workers = [self.workers[lo] for lo in sorted(self.workers)]
+        if not workers:
+            return []
+        try:
+            return [run_rounds(workers, workers[0]._spark)]
+        except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
+            log.warning("round failed (will retry next round): %s", str(exc).splitlines()[0] if str(exc) else exc)
+            result = RoundResult(workers[0].shard_min, workers[-1].shard_max,
+                                 ranges=[[w.shard_min, w.shard_max] for w in workers])
+            result.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return [result]
 
     def wake(self, tables: set[tuple[str, str]]) -> None:
         with self._lock:

@@ -296,3 +296,23 @@ def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
     assert data["loaded"] == 4 and data["distinct_hashes"] == 1 and data["fs_calls"] == 1
     assert data["marked"] == {"success": 4}
     engine.dispose()
+
+
+def test_leased_worker_lists_each_table_once_for_all_its_ranges(engine, cfg, spark, hive_db, clock) -> None:
+    from smartsensor.worker_loop import LeasedWorker
+    create_table(spark, hive_db, "t")
+    register(engine, [(f"d{i}", named("w", f"{hive_db}.t/ds={i}/hr=00")) for i in range(40)], DAY, cfg)
+    runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
+    runner.heartbeat()
+    assert len(runner.workers) == 5  # alone: it holds every range
+    [result] = runner.rounds()
+    assert result.ranges == [[0, 2000], [2000, 4000], [4000, 6000], [6000, 8000], [8000, 10000]]
+    assert result.loaded == 40 and result.distinct_hashes == 40
+    assert result.catalog_calls == 1  # one listing of the table for all five ranges
+    for i in range(40):
+        land(spark, hive_db, "t", ds=str(i), hr="00")
+    for w in runner.workers.values():
+        w.wake({(hive_db, "t")})
+    [result] = runner.rounds()
+    assert result.catalog_calls == 1 and result.marked == {"success": 40} and result.woken == 5
+    runner.stop()
