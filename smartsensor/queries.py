@@ -92,6 +92,23 @@ def insert_task(conn: Connection, row: dict[str, Any]) -> bool:
         return False
 
 
+def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert many new task instances in one executemany per 5,000 (benchmarks, bulk loads)."""
+    for chunk in _chunks(list(rows)):
+        conn.execute(insert(TI), list(chunk))
+
+
+def delete_all_tasks_for_benchmark(conn: Connection) -> int:
+    """Empty task_instance (scripts/bench.py only, on its own throwaway database). 1 statement."""
+    return conn.execute(delete(TI)).rowcount
+
+
+def reset_to_waiting_for_benchmark(conn: Connection, now: datetime) -> int:
+    """Every task waiting in its first try since ``now`` (scripts/bench.py only: the same state for each strategy)."""
+    return conn.execute(update(TI).values(state=State.SMART_RUNNING, try_number=1, start_date=now, end_date=None,
+                                          hostname=None, error=None)).rowcount
+
+
 def reset_task(conn: Connection, row: dict[str, Any]) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
     values = {k: v for k, v in row.items() if k not in ("dag_id", "task_id", "execution_date")}

@@ -9,16 +9,20 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Callable, TextIO
 
 from apscheduler.schedulers.blocking import BlockingScheduler
 
+from smartsensor import queries
 from smartsensor.config import Config, ShardRange
 from smartsensor.leases import LeaseManager
 from smartsensor.signals import SignalListener, canonical_signal
 from smartsensor.worker import RoundResult, ShardWorker, run_rounds
 
 log = logging.getLogger(__name__)
+
+SIGNAL_RETENTION = timedelta(hours=1)
 
 
 class RoundMetrics:
@@ -65,6 +69,7 @@ class LeasedWorker:
         self.spark_provider = spark_provider
         self.workers: dict[int, ShardWorker] = {}
         self._lock = threading.Lock()
+        self._last_prune = datetime.min
 
     @property
     def worker_id(self) -> str:
@@ -73,6 +78,7 @@ class LeasedWorker:
     def heartbeat(self) -> dict[str, list[int]]:
         """Renew/claim/release leases, then keep one ShardWorker (with the lease's fence) per owned range."""
         changes = self.leases.heartbeat()
+        self._prune_signals()
         with self._lock:
             for lo in list(self.workers):
                 if lo not in self.leases.owned:
@@ -86,6 +92,15 @@ class LeasedWorker:
                     self.workers[lo] = w
                 w.fence = lease.fence
         return changes
+
+    def _prune_signals(self) -> None:
+        """Signals are hints for the next second; drop those older than SIGNAL_RETENTION."""
+        now = datetime.utcnow()
+        if now - self._last_prune < SIGNAL_RETENTION / 60:
+            return
+        self._last_prune = now
+        with self.engine.begin() as conn:
+            queries.prune_signals(conn, now - SIGNAL_RETENTION)
 
     def rounds(self) -> list[RoundResult]:
         """One round over every owned range: one catalog call per table for all of them."""

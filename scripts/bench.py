@@ -1,0 +1,350 @@
+"""Benchmark: the same workload checked three ways, side by side, in one run.
+
+Workloads (``--scale`` shrinks them):
+  W1  10,000 task instances over 1,000 distinct partitions in 20 tables
+  W2 100,000 task instances over 10,000 distinct partitions in 100 tables
+
+Strategies:
+  classic   one process per task poking on its own. A sample of real `run-task` processes is run;
+            per-task cost is EXTRAPOLATED to the workload (marked "extrap." in the table).
+  per-hash  Airflow's smart-sensor algorithm: one check per distinct hash per round.
+  batched   ours: one catalog call per table per round.
+
+Everything runs against a real Hive metastore service (thrift, started here) and a real metadata
+DB (SQLite by default, ``--db-url`` for Postgres). Counters (catalog calls, DB statements) come from
+the code; times are wall-clock on a shared machine, so compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from schema.models import State  # noqa: E402
+from sensors import NamedHivePartitionSensor  # noqa: E402
+from sensors.batch import BatchChecker  # noqa: E402
+from smartsensor import queries  # noqa: E402
+from smartsensor.config import load_config  # noqa: E402
+from smartsensor.db import init_db, make_engine, statement_count  # noqa: E402
+from smartsensor.registration import build_row  # noqa: E402
+from smartsensor.worker import RoundResult, ShardWorker, run_rounds  # noqa: E402
+
+console = Console(width=int(os.environ.get("COLUMNS", "170")))
+DAY = datetime(2026, 11, 22)
+WORKLOADS = {"W1": (10_000, 1_000, 20), "W2": (100_000, 10_000, 100)}
+
+
+@dataclass
+class Measure:
+    """One strategy's numbers for one kind of round."""
+
+    catalog_calls: float = 0
+    db_statements: float = 0
+    wall: float = 0.0
+    catalog_seconds: float = 0.0
+    marked: int = 0
+    extrapolated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wall_excl_catalog(self) -> float:
+        return self.wall - self.catalog_seconds
+
+
+def sizes(name: str, scale: float) -> tuple[int, int, int]:
+    tasks, parts, tables = WORKLOADS[name]
+    tables = max(2, round(tables * scale ** 0.5))
+    parts = max(tables, round(parts * scale))
+    tasks = max(parts, round(tasks * scale))
+    return tasks, parts, tables
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def db_name(workload: str) -> str:
+    return f"bench_{workload.lower()}"
+
+
+def partition_of(i: int, tables: int) -> tuple[str, str]:
+    """Partition i → (table, ds): partitions are spread round-robin over the tables."""
+    return f"t{i % tables:03d}", f"d{i // tables:05d}"
+
+
+def create_workload(spark: Any, engine: Any, cfg: Any, db: str, tasks: int, parts: int, tables: int) -> float:
+    """Tables in the metastore and task instances in the DB (bulk insert). Returns seconds."""
+    started = time.perf_counter()
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+    for t in range(tables):
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {db}.t{t:03d} (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET")
+    rows = []
+    for i in range(tasks):
+        p = i % parts
+        table, ds = partition_of(p, tables)
+        sensor = NamedHivePartitionSensor(task_id=f"task{i:06d}", partition_names=[f"{db}.{table}/ds={ds}"],
+                                          poke_interval=60, timeout=24 * 3600)
+        row, _ = build_row(sensor, f"dag{i % 50:02d}", DAY, cfg)
+        rows.append(row)
+    with engine.begin() as conn:
+        queries.insert_tasks_bulk(conn, rows)
+    return time.perf_counter() - started
+
+
+def land(spark: Any, db: str, partitions: list[int], tables: int) -> float:
+    """ALTER TABLE … ADD PARTITION, up to 100 partitions per statement. Returns seconds."""
+    started = time.perf_counter()
+    by_table: dict[str, list[str]] = {}
+    for p in partitions:
+        table, ds = partition_of(p, tables)
+        by_table.setdefault(table, []).append(ds)
+    for table, values in by_table.items():
+        for i in range(0, len(values), 100):
+            specs = " ".join(f"PARTITION (ds='{v}')" for v in values[i:i + 100])  # generated values, no user text
+            spark.sql(f"ALTER TABLE {db}.{table} ADD IF NOT EXISTS {specs}")
+    return time.perf_counter() - started
+
+
+def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int) -> list[ShardWorker]:
+    limit = cfg.shard_code_upper_limit
+    bounds = [i * limit // shards for i in range(shards + 1)]
+    return [ShardWorker(engine, cfg, bounds[i], bounds[i + 1], spark_provider=lambda: spark, record_rounds=False)
+            for i in range(shards)]
+
+
+def batched_round(workers: list[ShardWorker], spark: Any) -> Measure:
+    r: RoundResult = run_rounds(workers, lambda: spark)
+    return Measure(r.catalog_calls, r.db_statements, r.seconds, r.catalog_seconds, sum(r.marked.values()))
+
+
+def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
+    """Airflow's algorithm on the same phases: each distinct hash checked on its own."""
+    engine = workers[0].engine
+    stmt0 = statement_count(engine)
+    started = time.perf_counter()
+    plans = [w.plan_round() for w in workers]
+    calls, catalog_seconds = 0, 0.0
+    for plan in plans:
+        for g in plan.due:
+            checks = plan.batched.get(g.key)
+            if checks is None:
+                continue
+            checker = BatchChecker(spark)
+            answers = checker.check_all(checks)
+            g.outcome = all(answers[c] is True for c in checks)
+            calls += checker.catalog_calls
+            catalog_seconds += checker.catalog_seconds
+    marked = sum(sum(p.worker.finish_round(p).marked.values()) for p in plans)
+    return Measure(calls, statement_count(engine) - stmt0, time.perf_counter() - started, catalog_seconds, marked)
+
+
+def reset(engine: Any) -> None:
+    with engine.begin() as conn:
+        queries.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
+
+
+STRATEGIES: dict[str, Callable[[list[ShardWorker], Any], Measure]] = {"per-hash": per_hash_round,
+                                                                       "batched": batched_round}
+
+
+def measure_strategies(engine: Any, cfg: Any, spark: Any, db: str, shards: int, landed: list[int],
+                       tables: int, names: list[str]) -> dict[str, tuple[Measure, Measure]]:
+    """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due)."""
+    waiting = {}
+    chosen = {n: fn for n, fn in STRATEGIES.items() if n in names}
+    for name, fn in chosen.items():
+        reset(engine)
+        waiting[name] = fn(shard_workers(engine, cfg, spark, shards), spark)
+    land(spark, db, landed, tables)
+    out = {}
+    for name, fn in chosen.items():
+        reset(engine)
+        out[name] = (waiting[name], fn(shard_workers(engine, cfg, spark, shards), spark))
+    return out
+
+
+def tree_peak_rss_mb(pid: int) -> float:
+    """Sum of VmHWM (peak RSS) over a process and its descendants, in MB."""
+    def children(p: int) -> list[int]:
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        stack += children(p)
+        try:
+            for line in open(f"/proc/{p}/status"):
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int) -> Measure:
+    """Run `sample` real run-task processes on landed tasks; return per-task averages."""
+    with engine.begin() as conn:
+        keys = queries.keys_in_state(conn, State.SUCCESS, limit=sample)
+        for key in keys:
+            queries.set_state(conn, key, State.SCHEDULED)
+    walls, rss, calls = [], [], []
+    for key in keys:
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "run-task",
+                               key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"], env=env,
+                              capture_output=True, text=True, timeout=300)
+        walls.append(time.perf_counter() - started)
+        if proc.returncode != 0:
+            raise SystemExit(f"run-task failed: {proc.stderr.strip()[-500:]}")
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        calls.append(out["catalog_calls"])
+        import resource
+        rss.append(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    return Measure(statistics.mean(calls), 2, statistics.mean(walls), 0.0, len(keys), True,
+                   {"process_peak_rss_mb": max(rss), "sample": len(keys)})
+
+
+def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, cfg: Any, cfg_path: Path,
+                 env: dict[str, str]) -> dict[str, Any]:
+    tasks, parts, tables = sizes(name, args.scale)
+    console.print(f"[bold]{name}[/bold]: {tasks:,} tasks over {parts:,} partitions in {tables} tables")
+    with engine.begin() as conn:
+        queries.delete_all_tasks_for_benchmark(conn)
+    db = db_name(name)
+    setup_s = create_workload(spark, engine, cfg, db, tasks, parts, tables)
+    landed = list(range(0, parts, max(1, round(1 / args.land_share))))
+    results = measure_strategies(engine, cfg, spark, db, args.shards, landed, tables, args.strategies)
+    if "classic" not in args.strategies:
+        return {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,
+                "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": args.shards,
+                "classic_sample": {}, "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()},
+                "_measures": results}
+    classic = classic_sample(engine, cfg_path, env, args.classic_sample)
+    # Classic, per poke interval: every waiting task pokes (1 catalog call: one table each) and reads its
+    # own state (1 statement); a landing task also writes its end state (1 more).
+    classic_wait = Measure(tasks * classic.catalog_calls, tasks * 1, classic.wall, 0, 0, True)
+    classic_land = Measure(len(landed) * (tasks // parts) * classic.catalog_calls,
+                           len(landed) * (tasks // parts) * 2, classic.wall, 0, len(landed) * (tasks // parts), True)
+    results["classic"] = (classic_wait, classic_land)
+    return {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables, "landed_partitions": len(landed),
+            "setup_seconds": round(setup_s, 2), "shards": args.shards,
+            "classic_sample": classic.extra, "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()},
+            "_measures": results}
+
+
+def print_table(report: dict[str, Any], peak_rss: float) -> None:
+    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
+    ours_w, ours_l = res["batched"]
+    t = Table(title=f"{report['workload']}: {report['tasks']:,} tasks / {report['partitions']:,} partitions / "
+                    f"{report['tables']} tables, {report['shards']} shards, {report['landed_partitions']:,} landed")
+    for col in ("strategy", "catalog calls/round", "DB stmts/round", "round s", "excl. catalog s",
+                "landing: calls", "stmts", "s", "marked", "peak RSS MB", "calls vs ours"):
+        t.add_column(col, justify="right" if col != "strategy" else "left")
+    sample = report["classic_sample"]
+    for name in ("classic", "per-hash", "batched"):
+        if name not in res:
+            continue
+        w, l = res[name]
+        ext = " (extrap.)" if w.extrapolated else ""
+        rss = (f"{sample['process_peak_rss_mb'] * report['tasks']:,.0f} (extrap.)" if name == "classic"
+               else f"{peak_rss:,.0f}")
+        wall = f"{w.wall:.1f}/task" if name == "classic" else f"{w.wall:.2f}"
+        excl = "-" if name == "classic" else f"{w.wall_excl_catalog:.2f}"
+        lwall = "-" if name == "classic" else f"{l.wall:.2f}"
+        ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.0f}x" if ours_w.catalog_calls else "-"
+        t.add_row(name + ext, f"{w.catalog_calls:,.0f}", f"{w.db_statements:,.0f}", wall, excl,
+                  f"{l.catalog_calls:,.0f}", f"{l.db_statements:,.0f}", lwall, f"{l.marked:,}", rss, ratio)
+    console.print(t)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=["W1", "W2", "both"], default="both")
+    parser.add_argument("--scale", type=float, default=1.0, help="Shrink the workloads (e.g. 0.01).")
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--land-share", type=float, default=0.5, help="Share of partitions landed mid-run.")
+    parser.add_argument("--classic-sample", type=int, default=3, help="Real run-task processes to time.")
+    parser.add_argument("--strategies", default="classic,per-hash,batched",
+                        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+                        help="Comma list of classic, per-hash, batched (batched is always included).")
+    parser.add_argument("--db-url", default=None, help="Metadata DB (default: SQLite in the bench home).")
+    parser.add_argument("--home", default=None, help="Working folder (default: a temp folder).")
+    parser.add_argument("--json", dest="json_out", default=None, help="Write the results here.")
+    args = parser.parse_args()
+    if not 0 < args.land_share <= 1 or args.scale <= 0 or args.shards < 1:
+        parser.error("--land-share in (0, 1], --scale > 0, --shards >= 1")
+    unknown = set(args.strategies) - {"classic", "per-hash", "batched"}
+    if unknown:
+        parser.error(f"unknown strategies {sorted(unknown)}")
+    if "batched" not in args.strategies:
+        args.strategies.append("batched")
+
+    home = Path(args.home or tempfile.mkdtemp(prefix="smartsensor-bench-"))
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    db_url = args.db_url or f"sqlite:///{home}/bench.db"
+    cfg_path = home / "airflow.cfg"
+    cfg_path.write_text(f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
+                        f"metastore_uris = thrift://127.0.0.1:{port}\n[metastore]\nport = {port}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
+    env.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    os.environ.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    cfg = load_config(str(cfg_path))
+    from smartsensor import metastore
+    from smartsensor.spark import get_spark
+    metastore.start(cfg)
+    reports = []
+    try:
+        engine = make_engine(cfg.sql_alchemy_conn)
+        init_db(engine)
+        spark = get_spark(cfg)
+        for name in (["W1", "W2"] if args.workload == "both" else [args.workload]):
+            reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env))
+            print_table(reports[-1], tree_peak_rss_mb(os.getpid()))
+    finally:
+        metastore.stop(cfg)
+    if len(reports) == 2:
+        (w1, _), (w2, _) = reports[0]["_measures"]["batched"], reports[1]["_measures"]["batched"]
+        g = Table(title="batched: growth W1 → W2")
+        for col in ("", "tasks", "tables", "round excl. catalog", "catalog time", "catalog calls"):
+            g.add_column(col, justify="right")
+        g.add_row("ratio", f"{reports[1]['tasks'] / reports[0]['tasks']:.1f}x",
+                  f"{reports[1]['tables'] / reports[0]['tables']:.1f}x",
+                  f"{w2.wall_excl_catalog / max(w1.wall_excl_catalog, 1e-9):.1f}x",
+                  f"{w2.catalog_seconds / max(w1.catalog_seconds, 1e-9):.1f}x",
+                  f"{w2.catalog_calls / max(w1.catalog_calls, 1):.1f}x")
+        console.print(g)
+    out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"db": make_engine(db_url).dialect.name, "scale": args.scale,
+                                                   "workloads": out}, indent=2))
+        console.print(f"results written to {args.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The benchmark's small version as a smoke test: it runs, and its counters say what the design claims."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def test_bench_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workload", "both", "--scale",
+                           "0.005", "--classic-sample", "1", "--home", str(tmp_path / "home"), "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "growth W1 → W2" in proc.stdout
+    data = json.loads(out.read_text())
+    for w in data["workloads"]:
+        res = w["results"]
+        waiting = {k: v[0] for k, v in res.items()}
+        landing = {k: v[1] for k, v in res.items()}
+        assert waiting["batched"]["catalog_calls"] == w["tables"]  # one call per table per round
+        assert waiting["per-hash"]["catalog_calls"] == w["partitions"]  # one per distinct hash
+        assert waiting["classic"]["catalog_calls"] == w["tasks"] and waiting["classic"]["extrapolated"]
+        assert waiting["batched"]["db_statements"] == w["shards"]  # one load per shard, nothing to write
+        assert landing["batched"]["marked"] == landing["per-hash"]["marked"] > 0
+        # a load per shard + at most one UPDATE per shard that had landed tasks
+        assert w["shards"] < landing["batched"]["db_statements"] <= 2 * w["shards"]
+        assert w["classic_sample"]["sample"] == 1
