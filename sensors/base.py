@@ -107,13 +107,20 @@ class BaseSensor:
         self.max_wait = _non_negative("max_wait", max_wait, allow_none=True)
 
     # -- the check -----------------------------------------------------------------------------
-    def validate_fields(self) -> None:
-        """Check persist fields; raise SensorDefinitionError naming the field. Override."""
+    def validate_fields(self, partial: bool = False) -> None:
+        """Check persist fields; raise SensorDefinitionError naming the field. Override.
+
+        ``partial``: at construction, skip fields that still hold a template (they are validated
+        after rendering, at registration); every other field is checked at once.
+        """
 
     def _validate_unless_templated(self) -> None:
-        """Validate now unless a persist field still holds a template (validated after rendering)."""
-        if not any(has_template(getattr(self, f, None)) for f in self.persist_fields):
-            self.validate_fields()
+        """Validate every field that holds no template now; templated ones after rendering."""
+        self.validate_fields(partial=True)
+
+    @staticmethod
+    def _skip(value: Any, partial: bool) -> bool:
+        return partial and has_template(value)
 
     def checks(self) -> list[Check] | None:
         """The batched checks that decide this sensor (all must hold), or None if it only has poke()."""

@@ -24,8 +24,10 @@ class SuccessFileSensor(BaseSensor):
         self.path = path
         self._validate_unless_templated()
 
-    def validate_fields(self) -> None:
+    def validate_fields(self, partial: bool = False) -> None:
         path = self.path
+        if self._skip(path, partial):
+            return
         if not isinstance(path, str) or not path.strip():
             raise SensorDefinitionError(f"field 'path': must be a non-empty string, got {path!r}")
         if _CONTROL.search(path):

@@ -29,9 +29,12 @@ class NamedHivePartitionSensor(BaseSensor):
         self.partition_names = list(partition_names)
         self._validate_unless_templated()
 
-    def validate_fields(self) -> None:
+    def validate_fields(self, partial: bool = False) -> None:
         canonical = set()
         for name in self.partition_names:
+            if self._skip(name, partial):
+                canonical.add(name)
+                continue
             db, table, spec = parse_partition_name("partition_names", name)
             canonical.add(format_partition_name(db, table, spec))
         # Equivalent sets of names must hash equal: canonical spelling, sorted, no duplicates.
@@ -62,10 +65,12 @@ class HivePartitionSensor(BaseSensor):
         self.partition = {} if partition is None else partition
         self._validate_unless_templated()
 
-    def validate_fields(self) -> None:
-        db, table = parse_table("table", self.table)
-        self.table = f"{db}.{table}"
-        self.partition = canonical_spec("partition", self.partition)
+    def validate_fields(self, partial: bool = False) -> None:
+        if not self._skip(self.table, partial):
+            db, table = parse_table("table", self.table)
+            self.table = f"{db}.{table}"
+        if not self._skip(self.partition, partial):
+            self.partition = canonical_spec("partition", self.partition)
 
     def checks(self) -> list[Check]:
         db, table = self.table.split(".")

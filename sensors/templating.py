@@ -10,7 +10,27 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from sensors.errors import SensorDefinitionError
 
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+MAX_RENDERED = 10_000
+
+
+class _BoundedSandbox(SandboxedEnvironment):
+    """The jinja2 sandbox, plus a bound on `*` and `**` so a template cannot allocate gigabytes."""
+
+    intercepted_binops = frozenset(["*", "**"])
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**":
+            if isinstance(right, int) and abs(right) > 64:
+                raise SensorDefinitionError(f"exponent {right} too large in a template")
+            return left ** right
+        if isinstance(left, (str, list)) and isinstance(right, int) and len(left) * right > MAX_RENDERED:
+            raise SensorDefinitionError("template result too large")
+        if isinstance(right, (str, list)) and isinstance(left, int) and len(right) * left > MAX_RENDERED:
+            raise SensorDefinitionError("template result too large")
+        return left * right
+
+
+_ENV = _BoundedSandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 
 def template_context(execution_date: datetime) -> dict[str, Any]:
@@ -42,9 +62,14 @@ def render_value(field: str, value: Any, context: dict[str, Any]) -> Any:
         if not has_template(value):
             return value
         try:
-            return _ENV.from_string(value).render(context)
-        except TemplateError as exc:
-            raise SensorDefinitionError(f"field {field!r}: template {value!r} cannot be rendered: {exc}") from None
+            rendered = _ENV.from_string(value).render(context)
+        except (TemplateError, SensorDefinitionError, ArithmeticError, TypeError, ValueError, LookupError,
+                AttributeError, RecursionError, MemoryError) as exc:
+            raise SensorDefinitionError(
+                f"field {field!r}: template {value!r} cannot be rendered: {type(exc).__name__}: {exc}") from None
+        if len(rendered) > MAX_RENDERED:
+            raise SensorDefinitionError(f"field {field!r}: template renders to more than {MAX_RENDERED} characters")
+        return rendered
     if isinstance(value, list):
         return [render_value(field, v, context) for v in value]
     if isinstance(value, tuple):

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run scripts/bench.py in the project venv. With --postgres first, a throwaway PostgreSQL 15 is
+# started for the metadata DB (stopped on exit). Other arguments go to bench.py, e.g.
+#   ./scripts/bench.sh --postgres --workload W1 --json bench-results/w1.json
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/env.sh"
+ensure_java
+ensure_venv
+extra=()
+if [ "${1:-}" = "--postgres" ]; then
+  shift
+  source "$HERE/pg.sh"
+  trap stop_pg EXIT INT TERM
+  start_pg
+  extra=(--db-url "$SMARTSENSOR_TEST_PG_URL")
+fi
+cd "$ROOT"
+python "$HERE/bench.py" "${extra[@]}" "$@"
