@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from sensors.batch import BatchChecker  # noqa: E402
 from smartsensor import queries  # noqa: E402
 from smartsensor.config import load_config  # noqa: E402
 from smartsensor.db import init_db, make_engine, statement_count  # noqa: E402
+from smartsensor.metastore import free_port  # noqa: E402
 from smartsensor.registration import build_row  # noqa: E402
 from smartsensor.worker import RoundResult, ShardWorker, run_rounds  # noqa: E402
 
@@ -75,13 +75,6 @@ def sizes(name: str, scale: float) -> tuple[int, int, int]:
     tasks = max(parts, round(tasks * scale))
     return tasks, parts, tables
 
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def db_name(workload: str) -> str:

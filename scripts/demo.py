@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from smartsensor.metastore import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "scripts" / "demo_dags"
@@ -33,13 +33,6 @@ DS = "2026-11-22"
 WAITING = ("smart_pending", "smart_running", "up_for_retry", "scheduled", "running")
 console = Console()
 
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def write_config(home: Path, port: int, workers: int) -> Path:

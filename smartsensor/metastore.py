@@ -118,6 +118,13 @@ def _port_answers(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def free_port() -> int:
+    """A TCP port free on this machine right now (for a metastore service, tests and the demo)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _port_bindable(port: int) -> bool:
     """Whether the JVM could bind ``port``: Hive 2.3 always binds the wildcard address."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -13,6 +13,7 @@ import pytest
 from sensors import NamedHivePartitionSensor
 from smartsensor import metastore, queries
 from smartsensor.db import init_db, make_engine
+from smartsensor.metastore import free_port
 from smartsensor.registration import register
 from tests.conftest import make_cfg
 from tests.proc_helpers import CliProcess, cli_env
@@ -22,18 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DAY = datetime(2026, 11, 22)
 
 
-def _free_port() -> int:
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    port = _free_port()
+    port = free_port()
     db_url = f"sqlite:///{tmp_path}/meta.db"
     overrides = {"metastore__port": str(port), "spark__metastore_uris": f"thrift://127.0.0.1:{port}",
                  "spark__warehouse_dir": str(home / "warehouse")}

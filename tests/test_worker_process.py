@@ -16,6 +16,7 @@ import pytest
 from sensors import SuccessFileSensor
 from smartsensor import queries
 from smartsensor.db import init_db, make_engine
+from smartsensor.metastore import free_port
 from smartsensor.registration import register
 from tests.conftest import make_cfg
 from tests.proc_helpers import CliProcess, cli_env
@@ -102,7 +103,7 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     register(engine, [(f"dag{i}", SuccessFileSensor(task_id="s", path=f"/nonexistent/{i % 3}", poke_interval=300))
                       for i in range(9)], DAY, cfg)
     env = cli_env(home, db_url)
-    port = _free_port()
+    port = free_port()
     worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "0.5", "--json",
                          "--metrics-port", str(port)], env)
     try:
@@ -126,10 +127,3 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     engine.dispose()
 
 
-def _free_port() -> int:
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
