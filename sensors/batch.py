@@ -64,6 +64,36 @@ def parse_listing_row(row: str) -> dict[str, str]:
     return out
 
 
+def answer_checks(db: str, table: str, listing: list[dict[str, str]],
+                  checks: list[PartitionCheck]) -> dict[Check, bool | CheckError]:
+    """Answer checks on one table from its partition listing (pure; no catalog call).
+
+    The listing is indexed once: exact checks are set lookups, partial ones intersect per-pair
+    sets, so answering stays linear in checks + partitions instead of checks x partitions.
+    """
+    columns = set(listing[0]) if listing else None
+    exact_index = {frozenset(p.items()) for p in listing}
+    pair_index: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for i, p in enumerate(listing):
+        for pair in p.items():
+            pair_index[pair].add(i)
+    results: dict[Check, bool | CheckError] = {}
+    for check in checks:
+        spec = dict(check.spec)
+        if columns is not None and not set(spec) <= columns:
+            unknown = sorted(set(spec) - columns)
+            results[check] = PermanentCheckError(
+                f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})")
+        elif check.exact:
+            results[check] = frozenset(check.spec) in exact_index
+        elif not check.spec:
+            results[check] = bool(listing)
+        else:
+            matches = set.intersection(*(pair_index.get(pair, set()) for pair in check.spec))
+            results[check] = bool(matches)
+    return results
+
+
 class BatchChecker:
     """Answers checks against one SparkSession; one instance per round keeps the counters per round."""
 
@@ -101,19 +131,7 @@ class BatchChecker:
             return {c: exc for c in checks}
         if listing is None:  # table or database missing: not landed yet
             return {c: False for c in checks}
-        columns = set(listing[0]) if listing else None
-        results: dict[Check, bool | CheckError] = {}
-        for check in checks:
-            spec = dict(check.spec)
-            if columns is not None and not set(spec) <= columns:
-                unknown = sorted(set(spec) - columns)
-                results[check] = PermanentCheckError(
-                    f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})")
-            elif check.exact:
-                results[check] = any(p == spec for p in listing)
-            else:
-                results[check] = any(all(p.get(k) == v for k, v in spec.items()) for p in listing)
-        return results
+        return answer_checks(db, table, listing, checks)
 
     def list_partitions(self, db: str, table: str, spec: dict[str, str]) -> list[dict[str, str]] | None:
         """One catalog call: the partitions of db.table matching ``spec`` (None if the table is missing)."""
