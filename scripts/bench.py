@@ -221,6 +221,66 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
                    {"process_peak_rss_mb": max(rss), "sample": len(keys)})
 
 
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, poll_interval: float) -> dict[str, Any]:
+    """Landing → success with the real leased worker loop running over the whole workload.
+
+    Probe tasks wait on their own partitions of table t000: "sig" ones poke every 600 s, so only the
+    landing signal makes them fast; "poll" ones poke every ``poll_interval`` s and get no signal.
+    """
+    import threading
+    from smartsensor.signals import send_signal
+    from smartsensor.worker_loop import LeasedWorker, run_worker
+    rows = []
+    for kind, interval in (("sig", 600.0), ("poll", poll_interval)):
+        for i in range(samples):
+            sensor = NamedHivePartitionSensor(task_id=f"{kind}{i}", partition_names=[f"{db}.t000/ds={kind}{i}"],
+                                              poke_interval=interval, timeout=3600)
+            rows.append(build_row(sensor, "latency_probe", DAY, cfg)[0])
+    with engine.begin() as conn:
+        queries.insert_tasks_bulk(conn, rows)
+    rounds: list[RoundResult] = []
+    stop = threading.Event()
+    runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
+    thread = threading.Thread(target=run_worker, args=(runner, engine, cfg, 1.0, False, rounds.append),
+                              kwargs={"signals": True, "stop_event": stop}, daemon=True)
+    thread.start()
+
+    def wait_success(task_id: str, timeout: float = 600) -> float:
+        started = time.perf_counter()
+        while time.perf_counter() - started < timeout:
+            with engine.connect() as conn:
+                if queries.get_task(conn, "latency_probe", task_id, DAY)["state"] == State.SUCCESS:
+                    return time.perf_counter() - started
+            time.sleep(0.01)
+        raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")
+
+    out: dict[str, Any] = {"poll_interval": poll_interval}
+    try:
+        while not any(r.loaded for r in rounds):
+            time.sleep(0.1)
+        for kind in ("sig", "poll"):
+            lat = []
+            for i in range(samples):
+                spark.sql(f"ALTER TABLE {db}.t000 ADD IF NOT EXISTS PARTITION (ds='{kind}{i}')")  # generated value
+                if kind == "sig":
+                    send_signal(engine, f"{db}.t000/ds={kind}{i}")
+                lat.append(wait_success(f"{kind}{i}"))
+            out["signal" if kind == "sig" else "no_signal"] = {
+                "p50": round(statistics.median(lat), 3), "p95": round(_percentile(lat, 0.95), 3),
+                "samples": [round(x, 3) for x in lat]}
+        busy = [r.seconds for r in rounds if r.loaded]
+        out["round_seconds_median"] = round(statistics.median(busy), 3) if busy else None
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    return out
+
+
 def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, cfg: Any, cfg_path: Path,
                  env: dict[str, str]) -> dict[str, Any]:
     tasks, parts, tables = sizes(name, args.scale)
@@ -231,11 +291,13 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     setup_s = create_workload(spark, engine, cfg, db, tasks, parts, tables)
     landed = list(range(0, parts, max(1, round(1 / args.land_share))))
     results = measure_strategies(engine, cfg, spark, db, args.shards, landed, tables, args.strategies)
+    latency = (measure_latency(engine, cfg, spark, db, args.latency_samples, args.latency_poll_interval)
+               if args.latency_samples else {})
     if "classic" not in args.strategies:
         return {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,
                 "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": args.shards,
-                "classic_sample": {}, "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()},
-                "_measures": results}
+                "classic_sample": {}, "latency": latency,
+                "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()}, "_measures": results}
     classic = classic_sample(engine, cfg_path, env, args.classic_sample)
     # Classic, per poke interval: every waiting task pokes (1 catalog call: one table each) and reads its
     # own state (1 statement); a landing task also writes its end state (1 more).
@@ -244,7 +306,7 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
                            len(landed) * (tasks // parts) * 2, classic.wall, 0, len(landed) * (tasks // parts), True)
     results["classic"] = (classic_wait, classic_land)
     return {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables, "landed_partitions": len(landed),
-            "setup_seconds": round(setup_s, 2), "shards": args.shards,
+            "setup_seconds": round(setup_s, 2), "shards": args.shards, "latency": latency,
             "classic_sample": classic.extra, "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()},
             "_measures": results}
 
@@ -272,6 +334,17 @@ def print_table(report: dict[str, Any], peak_rss: float) -> None:
         t.add_row(name + ext, f"{w.catalog_calls:,.0f}", f"{w.db_statements:,.0f}", wall, excl,
                   f"{l.catalog_calls:,.0f}", f"{l.db_statements:,.0f}", lwall, f"{l.marked:,}", rss, ratio)
     console.print(t)
+    lat = report.get("latency")
+    if lat:
+        lt = Table(title=f"batched, leased worker loop: landing → success ({len(lat['signal']['samples'])} samples each)")
+        for col in ("", "p50 s", "p95 s", "samples s"):
+            lt.add_column(col, justify="right" if col else "left")
+        lt.add_row("with a landing signal (task poke_interval 600 s)", f"{lat['signal']['p50']:.3f}",
+                   f"{lat['signal']['p95']:.3f}", ", ".join(f"{x:.2f}" for x in lat["signal"]["samples"]))
+        lt.add_row(f"without (task poke_interval {lat['poll_interval']:g} s)", f"{lat['no_signal']['p50']:.3f}",
+                   f"{lat['no_signal']['p95']:.3f}", ", ".join(f"{x:.2f}" for x in lat["no_signal"]["samples"]))
+        console.print(lt)
+        console.print(f"median busy round of that loop: {lat['round_seconds_median']} s")
 
 
 def main() -> int:
@@ -284,6 +357,9 @@ def main() -> int:
     parser.add_argument("--strategies", default="classic,per-hash,batched",
                         type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
                         help="Comma list of classic, per-hash, batched (batched is always included).")
+    parser.add_argument("--latency-samples", type=int, default=5, help="Landings timed per latency row (0: skip).")
+    parser.add_argument("--latency-poll-interval", type=float, default=5.0,
+                        help="poke_interval of the probe tasks timed without a signal.")
     parser.add_argument("--db-url", default=None, help="Metadata DB (default: SQLite in the bench home).")
     parser.add_argument("--home", default=None, help="Working folder (default: a temp folder).")
     parser.add_argument("--json", dest="json_out", default=None, help="Write the results here.")

@@ -18,7 +18,7 @@ def test_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workload", "both", "--scale",
-                           "0.005", "--classic-sample", "1", "--home", str(tmp_path / "home"), "--json", str(out)],
+                           "0.005", "--classic-sample", "1", "--latency-samples", "2", "--latency-poll-interval", "2", "--home", str(tmp_path / "home"), "--json", str(out)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "growth W1 → W2" in proc.stdout
@@ -35,3 +35,7 @@ def test_bench_smoke(tmp_path: Path) -> None:
         # a load per shard + at most one UPDATE per shard that had landed tasks
         assert w["shards"] < landing["batched"]["db_statements"] <= 2 * w["shards"]
         assert w["classic_sample"]["sample"] == 1
+        lat = w["latency"]
+        assert len(lat["signal"]["samples"]) == 2 and len(lat["no_signal"]["samples"]) == 2
+        assert lat["signal"]["p95"] < 5  # the signal wakes the worker; the probe's own interval is 600 s
+        assert lat["no_signal"]["p95"] < 2 + 1 + 5  # poke interval + round interval + a round (loose: shared CPU)
