@@ -27,8 +27,7 @@ _TRANSIENT_MARKERS = (
     "Cannot call methods on a stopped SparkContext", "Read timed out",
 )
 _NOT_FOUND_CLASSES = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND")
-_NOT_FOUND_MARKERS = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "NoSuchTableException",
-                      "NoSuchDatabaseException", "Table or view not found", "Database '")
+_NOT_FOUND_MARKERS = (*_NOT_FOUND_CLASSES, "NoSuchTableException", "NoSuchDatabaseException")
 
 
 def classify_error(exc: BaseException) -> str:
@@ -36,19 +35,16 @@ def classify_error(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     if any(marker in text for marker in _TRANSIENT_MARKERS):
         return "transient"
-    try:
-        from py4j.protocol import Py4JError, Py4JNetworkError
-        if isinstance(exc, Py4JNetworkError) or (isinstance(exc, Py4JError) and "JavaObject" not in text
-                                                 and "An error occurred while calling" not in text):
-            return "transient"
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        pass
+    from py4j.protocol import Py4JError, Py4JJavaError
+    # A py4j error that is not a Java exception means the JVM gateway itself is gone or broken.
+    if isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError):
+        return "transient"
     error_class = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
     try:
         cond = error_class() if callable(error_class) else None
     except Exception:  # noqa: BLE001 - best effort, fall back to the message
         cond = None
-    if cond in _NOT_FOUND_CLASSES or any(marker in text for marker in _NOT_FOUND_MARKERS[:4]):
+    if cond in _NOT_FOUND_CLASSES or any(marker in text for marker in _NOT_FOUND_MARKERS):
         return "not_found"
     if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
         return "transient"

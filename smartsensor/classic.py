@@ -17,7 +17,7 @@ from typing import Any, Callable
 from sqlalchemy import Engine
 
 from schema.models import State
-from sensors.base import BaseSensor, _ALL_CLASSES, resolve_any_class
+from sensors.base import BaseSensor, resolve_any_class
 from sensors.batch import BatchChecker
 from sensors.errors import CheckError, PermanentCheckError, SensorDefinitionError, UnknownSensorClass
 from smartsensor import queries
@@ -53,7 +53,7 @@ def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
             import_file(Path(row["fileloc"]))
         except DagFileError as exc:
             raise TaskRunError(f"cannot load {classpath}: {exc}") from None
-        cls = _ALL_CLASSES.get(classpath)
+        cls = resolve_any_class(classpath, cfg.sensor_modules)
     if cls is None:
         raise TaskRunError(f"sensor class {classpath!r} is not known (not built in, not in sensor_modules, "
                            f"not defined in the task's DAG file)")

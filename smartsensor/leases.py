@@ -65,10 +65,12 @@ class LeaseManager:
         expires = now + self.lease_timeout
         changes: dict[str, list[int]] = {"claimed": [], "lost": [], "released": []}
         with self.engine.begin() as conn:
-            queries.ensure_leases(conn, self.ranges)
             queries.upsert_worker(conn, self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
             queries.renew_leases(conn, self.worker_id, now, expires)
             rows = queries.load_leases(conn)
+            if {r.lo for r in self.ranges} - {row["shard_min"] for row in rows}:
+                queries.ensure_leases(conn, self.ranges)  # first start, or new ranges in the config
+                rows = queries.load_leases(conn)
             live = queries.live_workers(conn, now - self.lease_timeout)
         configured = {r.lo: r for r in self.ranges}
         rows = [r for r in rows if r["shard_min"] in configured and r["shard_max"] == configured[r["shard_min"]].hi]

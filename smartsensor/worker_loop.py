@@ -47,14 +47,17 @@ class RoundMetrics:
         self.rounds.labels(*lv, "error" if r.error else "ok").inc()
 
 
-def run_one_round(worker: ShardWorker) -> RoundResult:
-    """One round; a DB outage is reported in the result instead of raised (the next round retries)."""
+def run_one_round(workers: list[ShardWorker]) -> RoundResult:
+    """One round over a process's ranges; a DB outage is reported in the result instead of raised
+    (the next round retries)."""
     try:
-        return worker.run_round()
+        return run_rounds(workers, workers[0]._spark)
     except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
-        log.warning("round failed (will retry next round): %s", str(exc).splitlines()[0] if str(exc) else exc)
-        result = RoundResult(worker.shard_min, worker.shard_max)
-        result.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        log.warning("round failed (will retry next round): %s", first_line or type(exc).__name__)
+        result = RoundResult(workers[0].shard_min, workers[-1].shard_max,
+                             ranges=[[w.shard_min, w.shard_max] for w in workers])
+        result.error = f"{type(exc).__name__}: {first_line}"
         return result
 
 
@@ -106,16 +109,7 @@ class LeasedWorker:
         """One round over every owned range: one catalog call per table for all of them."""
         with self._lock:
             workers = [self.workers[lo] for lo in sorted(self.workers)]
-        if not workers:
-            return []
-        try:
-            return [run_rounds(workers, workers[0]._spark)]
-        except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
-            log.warning("round failed (will retry next round): %s", str(exc).splitlines()[0] if str(exc) else exc)
-            result = RoundResult(workers[0].shard_min, workers[-1].shard_max,
-                                 ranges=[[w.shard_min, w.shard_max] for w in workers])
-            result.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            return [result]
+        return [run_one_round(workers)] if workers else []
 
     def wake(self, tables: set[tuple[str, str]]) -> None:
         with self._lock:
@@ -145,7 +139,7 @@ class PinnedWorker:
         return {}
 
     def rounds(self) -> list[RoundResult]:
-        return [run_one_round(self.worker)]
+        return [run_one_round([self.worker])]
 
     def wake(self, tables: set[tuple[str, str]]) -> None:
         self.worker.wake(tables)
@@ -254,8 +248,8 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
     runner.stop()
 
 
-def _now():  # type: ignore[no-untyped-def]
-    from datetime import datetime
+def _now() -> datetime:
+    """Aware local time, as APScheduler wants for next_run_time."""
     return datetime.now().astimezone()
 
 

@@ -57,6 +57,16 @@ class CliProcess:
                 return False
         return json.loads(self.wait_for(ok, timeout))
 
+    def json_rounds(self) -> list[dict[str, Any]]:
+        """Every round object printed so far (``worker --json``), including lines not yet waited for."""
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return [json.loads(line) for line in self.seen if line.startswith("{")]
+
+    def marked(self, state: str = "success") -> int:
+        """Task instances this process reported marking ``state``, over all its rounds so far."""
+        return sum(r["marked"].get(state, 0) for r in self.json_rounds())
+
     def stop(self, sig: int | None = None, timeout: float = 30) -> int:
         if self.proc.poll() is None:
             if sig is None:

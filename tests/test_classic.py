@@ -22,68 +22,60 @@ DAY = datetime(2026, 11, 22)
 
 
 @pytest.fixture
-def classic_cfg(tmp_path, db_url):
+def cfg(tmp_path, db_url):
+    """Overrides conftest's cfg (and so its engine): smart mode off, every task runs the classic way."""
     return make_cfg(tmp_path / "home", db_url, smart_sensor__use_smart_sensor="False")
-
-
-@pytest.fixture
-def classic_engine(classic_cfg):
-    from smartsensor.db import init_db, make_engine
-    eng = make_engine(classic_cfg.sql_alchemy_conn)
-    init_db(eng)
-    yield eng
-    eng.dispose()
 
 
 def run(engine: Any, cfg: Any, spark: Any, task_id: str, **kw: Any):
     return run_task(engine, cfg, "d", task_id, DAY, spark_provider=lambda: spark, **kw)
 
 
-def test_run_task_success_after_landing(classic_engine, classic_cfg, spark, hive_db) -> None:
+def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
-    register(classic_engine, [("d", NamedHivePartitionSensor(
+    register(engine, [("d", NamedHivePartitionSensor(
         task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=30))],
-        DAY, classic_cfg)
+        DAY, cfg)
     timer = threading.Timer(1.0, lambda: land(spark, hive_db, "t", ds="2026-11-22", hr="00"))
     timer.start()
-    result = run(classic_engine, classic_cfg, spark, "w")
+    result = run(engine, cfg, spark, "w")
     timer.join()
     assert result.state == State.SUCCESS and result.pokes >= 2 and result.catalog_calls == result.pokes
-    with classic_engine.connect() as conn:
+    with engine.connect() as conn:
         row = queries.get_task(conn, "d", "w", DAY)
     assert row["state"] == "success" and row["end_date"] is not None
 
 
 @pytest.mark.parametrize("retries,soft_fail,expected", [(1, False, State.UP_FOR_RETRY), (0, False, State.FAILED),
                                                         (0, True, State.SKIPPED)])
-def test_run_task_timeouts(classic_engine, classic_cfg, spark, hive_db, retries, soft_fail, expected) -> None:
+def test_run_task_timeouts(engine, cfg, spark, hive_db, retries, soft_fail, expected) -> None:
     create_table(spark, hive_db, "t")
-    register(classic_engine, [("d", NamedHivePartitionSensor(
+    register(engine, [("d", NamedHivePartitionSensor(
         task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.3, timeout=1,
-        retries=retries, soft_fail=soft_fail))], DAY, classic_cfg)
+        retries=retries, soft_fail=soft_fail))], DAY, cfg)
     started = time.monotonic()
-    result = run(classic_engine, classic_cfg, spark, "w")
+    result = run(engine, cfg, spark, "w")
     assert result.state == expected
     assert 0.9 <= time.monotonic() - started < 10
     assert result.pokes >= 2
 
 
-def test_run_task_refuses_unscheduled_and_respects_manual_change(classic_engine, classic_cfg, spark, hive_db) -> None:
+def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
-    register(classic_engine, [("d", NamedHivePartitionSensor(
+    register(engine, [("d", NamedHivePartitionSensor(
         task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=60))],
-        DAY, classic_cfg)
+        DAY, cfg)
     with pytest.raises(TaskRunError, match="no task instance"):
-        run_task(classic_engine, classic_cfg, "d", "nope", DAY)
+        run_task(engine, cfg, "d", "nope", DAY)
 
     def mark_by_hand() -> None:
-        with classic_engine.begin() as conn:
+        with engine.begin() as conn:
             queries.set_state(conn, ("d", "w", DAY), State.SUCCESS)
     threading.Timer(1.0, mark_by_hand).start()
-    result = run(classic_engine, classic_cfg, spark, "w")
+    result = run(engine, cfg, spark, "w")
     assert result.state == State.SUCCESS
     with pytest.raises(TaskRunError, match="not scheduled"):
-        run(classic_engine, classic_cfg, spark, "w")
+        run(engine, cfg, spark, "w")
 
 
 def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> None:

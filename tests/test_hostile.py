@@ -127,21 +127,12 @@ def test_hostile_config_values(section: str, key: str, value: str) -> None:
         assert str(exc)
 
 
-@pytest.mark.parametrize("db_kind", ["sqlite", "postgres"])
-def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_kind: str, request: pytest.FixtureRequest) -> None:
+def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None:
     """dag_id/task_id/values full of quotes and unicode: every row stored and read back unchanged."""
-    from hypothesis import find  # noqa: F401 - keep hypothesis imported for the strategies above
     from smartsensor import queries
     from smartsensor.db import init_db, make_engine
     from smartsensor.registration import register
-    from tests import conftest
-    if db_kind == "postgres":
-        if not conftest.PG_ADMIN_URL:
-            pytest.skip("no PostgreSQL")
-        name, url = conftest._new_pg_database()
-        request.addfinalizer(lambda: conftest._drop_pg_database(name))
-    else:
-        url = f"sqlite:///{tmp_path}/h.db"
+    url = db_url
     cfg = make_cfg(tmp_path / "home", url)
     engine = make_engine(url)
     init_db(engine)

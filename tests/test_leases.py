@@ -20,17 +20,9 @@ DAY = datetime(2026, 11, 22)
 
 
 @pytest.fixture
-def lease_cfg(tmp_path, db_url):
+def cfg(tmp_path, db_url):
+    """Overrides conftest's cfg (and so its engine): short heartbeats and leases."""
     return make_cfg(tmp_path / "home", db_url, smart_sensor__heartbeat_interval="1", smart_sensor__lease_timeout="3")
-
-
-@pytest.fixture
-def lease_engine(lease_cfg):
-    from smartsensor.db import init_db, make_engine
-    eng = make_engine(lease_cfg.sql_alchemy_conn)
-    init_db(eng)
-    yield eng
-    eng.dispose()
 
 
 def owners(engine: Any) -> dict[int, str | None]:
@@ -38,9 +30,9 @@ def owners(engine: Any) -> dict[int, str | None]:
         return {r["shard_min"]: r["owner"] for r in queries.load_leases(conn)}
 
 
-def test_simultaneous_start_never_two_owners_and_converges(lease_engine, lease_cfg) -> None:
+def test_simultaneous_start_never_two_owners_and_converges(engine, cfg) -> None:
     from smartsensor.db import make_engine
-    managers = [LeaseManager(make_engine(lease_cfg.sql_alchemy_conn), lease_cfg, f"w{i}") for i in range(4)]
+    managers = [LeaseManager(make_engine(cfg.sql_alchemy_conn), cfg, f"w{i}") for i in range(4)]
     barrier = threading.Barrier(len(managers))
     errors: list[BaseException] = []
 
@@ -58,7 +50,7 @@ def test_simultaneous_start_never_two_owners_and_converges(lease_engine, lease_c
         assert not errors, errors
         held = [lo for m in managers for lo in m.owned]
         assert len(held) == len(set(held)), "a range is held by two workers"
-        db = owners(lease_engine)
+        db = owners(engine)
         for m in managers:
             for lo in m.owned:
                 assert db[lo] == m.worker_id
@@ -69,32 +61,32 @@ def test_simultaneous_start_never_two_owners_and_converges(lease_engine, lease_c
         m.engine.dispose()
 
 
-def test_join_rebalances_and_clean_stop_releases_at_once(lease_engine, lease_cfg) -> None:
-    a = LeaseManager(lease_engine, lease_cfg, "a")
+def test_join_rebalances_and_clean_stop_releases_at_once(engine, cfg) -> None:
+    a = LeaseManager(engine, cfg, "a")
     a.heartbeat()
     assert len(a.owned) == 5
-    b = LeaseManager(lease_engine, lease_cfg, "b")
+    b = LeaseManager(engine, cfg, "b")
     b.heartbeat()  # b is live but everything is taken
     assert len(b.owned) == 0
     assert a.heartbeat()["released"] == [8000, 6000]  # a sees two live workers: keeps 3, gives back 2
     assert sorted(b.heartbeat()["claimed"]) == [6000, 8000]
     a.release_all()
-    assert set(owners(lease_engine).values()) == {None, "b"}
+    assert set(owners(engine).values()) == {None, "b"}
     assert len(b.heartbeat()["claimed"]) == 3  # at once, without waiting for expiry
-    assert set(owners(lease_engine).values()) == {"b"}
+    assert set(owners(engine).values()) == {"b"}
 
 
-def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(lease_engine, lease_cfg, tmp_path,
+def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine, cfg, tmp_path,
                                                                          spark) -> None:
     flags = [tmp_path / f"f{i}" for i in range(10)]
-    register(lease_engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=1))
-                            for i in range(10)], DAY, lease_cfg)
+    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=1))
+                            for i in range(10)], DAY, cfg)
     t0 = datetime.utcnow()
-    a = LeaseManager(lease_engine, lease_cfg, "a")
+    a = LeaseManager(engine, cfg, "a")
     a.heartbeat(now=t0)
     old = dict(a.owned)
     # "a" pauses; after lease_timeout "b" takes every range over with epoch + 1
-    b = LeaseManager(lease_engine, lease_cfg, "b")
+    b = LeaseManager(engine, cfg, "b")
     later = t0 + timedelta(seconds=4)
     changes = b.heartbeat(now=later)
     assert sorted(changes["claimed"]) == sorted(old)
@@ -103,14 +95,14 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(lease_
         f.write_text("")
     # "a" resumes and runs a round with its old fence: its writes match nothing
     for lo, lease in old.items():
-        w = ShardWorker(lease_engine, lease_cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
+        w = ShardWorker(engine, cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
                         spark_provider=lambda: spark, record_rounds=False)
         w.fence = lease.fence
         result = w.run_round()
         assert result.marked == {}
         if result.loaded:
             assert result.fenced_out
-    with lease_engine.connect() as conn:
+    with engine.connect() as conn:
         assert {r["state"] for r in queries.list_tasks(conn)} == {State.SMART_PENDING}
     # "a"'s next heartbeat reports every range lost; it renews nothing
     assert sorted(a.heartbeat(now=later)["lost"]) == sorted(old)
@@ -118,16 +110,16 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(lease_
     # the new owner's writes go through
     marked = 0
     for lo, lease in b.owned.items():
-        w = ShardWorker(lease_engine, lease_cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
+        w = ShardWorker(engine, cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
                         spark_provider=lambda: spark, record_rounds=False)
         w.fence = lease.fence
         marked += w.run_round().marked.get("success", 0)
     assert marked == 10
 
 
-def test_lapsed_lease_is_reclaimed_not_renewed(lease_engine, lease_cfg) -> None:
+def test_lapsed_lease_is_reclaimed_not_renewed(engine, cfg) -> None:
     t0 = datetime.utcnow()
-    a = LeaseManager(lease_engine, lease_cfg, "a")
+    a = LeaseManager(engine, cfg, "a")
     a.heartbeat(now=t0)
     epochs = {lo: l.epoch for lo, l in a.owned.items()}
     changes = a.heartbeat(now=t0 + timedelta(seconds=10))  # paused past expiry, nobody else around

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import threading
 from datetime import datetime, timedelta
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import event, text, update
+from sqlalchemy import event, update
 
 from schema.models import State, TaskInstance
 from sensors import HivePartitionSensor, NamedHivePartitionSensor
