@@ -41,9 +41,12 @@ class App:
             self._cfg = load_config(self.config_path)
         return self._cfg
 
-    def engine(self, require_schema: bool = True) -> Any:
+    def engine(self, require_schema: bool = True, worker: bool = False) -> Any:
+        """The metadata DB engine. ``worker``: Postgres ends this process's sessions that sit idle inside
+        a transaction for lease_timeout, so a paused worker cannot hold the locks survivors need."""
         if self._engine is None:
-            self._engine = make_engine(self.cfg.sql_alchemy_conn)
+            idle = self.cfg.get("smart_sensor", "lease_timeout") if worker else None
+            self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle)
         if require_schema and current_revision(self._engine) is None:
             raise UserError(f"the metadata database {self.safe_url()} is not initialised: run `smartsensor db init`")
         return self._engine
@@ -277,7 +280,7 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
     from smartsensor.worker import ShardWorker
     from smartsensor.worker_loop import LeasedWorker, PinnedWorker, RoundMetrics, run_worker
     limit = app.cfg.shard_code_upper_limit
-    engine = app.engine()
+    engine = app.engine(worker=True)
     if (shard_min is None) != (shard_max is None):
         raise UserError("give both --shard-min and --shard-max (a pinned range), or neither (leases)")
     if shard_min is not None and shard_max is not None:

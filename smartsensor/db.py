@@ -26,8 +26,15 @@ class StatementCounter:
         self.count += 1
 
 
-def make_engine(url: str) -> Engine:
-    """Create an engine; SQLite gets WAL, a busy timeout and its folder created."""
+def make_engine(url: str, idle_in_transaction_timeout: float | None = None) -> Engine:
+    """Create an engine; SQLite gets WAL, a busy timeout and its folder created.
+
+    ``idle_in_transaction_timeout`` (seconds, Postgres only) makes the server end a session that sits
+    inside an open transaction that long. Workers set it to ``lease_timeout``: a worker paused
+    (SIGSTOP, swapped out, stuck) mid-transaction would otherwise hold its row locks forever, and
+    with them the lease rows the survivors need to take over. SQLite has no server to do this; see
+    the README's HA section.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -41,8 +48,13 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
     else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2,
-                               connect_args={"connect_timeout": 5} if parsed.get_backend_name() == "postgresql" else {})
+        connect_args: dict[str, object] = {}
+        if parsed.get_backend_name() == "postgresql":
+            connect_args["connect_timeout"] = 5
+            if idle_in_transaction_timeout:
+                ms = max(1, round(idle_in_transaction_timeout * 1000))
+                connect_args["options"] = f"-c idle_in_transaction_session_timeout={ms}"
+        engine = create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args=connect_args)
     counter = StatementCounter()
     event.listen(engine, "before_cursor_execute", counter)
     engine.statement_counter = counter  # type: ignore[attr-defined]

@@ -33,12 +33,19 @@ class Fence:
 
 
 def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
-    """Add the lease check to a worker's UPDATE: same statement, so no window between check and write."""
+    """Add the lease check to a worker's UPDATE: same statement, so no window between check and write.
+
+    On Postgres the check also takes a share lock on the lease row until the write commits, so a
+    takeover (which must update that row) cannot slip in between the check and the commit: a
+    worker paused after its UPDATE but before COMMIT either commits while it still owns the lease,
+    or its session is ended (idle_in_transaction_session_timeout) and the write rolls back.
+    SQLite ignores the lock clause; it serialises writers anyway.
+    """
     if fence is None:
         return stmt
-    return stmt.where(exists().where(
+    return stmt.where(exists(select(SL.c.shard_min).where(
         SL.c.shard_min == fence.shard_min, SL.c.owner == fence.owner, SL.c.epoch == fence.epoch,
-        SL.c.expires_at > now))
+        SL.c.expires_at > now).with_for_update(read=True)))
 
 # Stay far below SQLite's bound-parameter limit (32766) and keep Postgres plans cheap.
 IN_CHUNK = 5000
@@ -266,11 +273,16 @@ def renew_leases(conn: Connection, owner: str, now: datetime, expires_at: dateti
 
 def claim_lease(conn: Connection, shard_min: int, seen_epoch: int, owner: str, now: datetime,
                 expires_at: datetime) -> bool:
-    """Take a free or expired range: compare-and-set on the epoch read, bumping it. 1 statement."""
-    return conn.execute(update(SL).where(
-        SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
-        or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now),
-    ).values(owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)).rowcount == 1
+    """Take a free or expired range: compare-and-set on the epoch read, bumping it. 1 statement.
+
+    On Postgres a row locked by another transaction (its owner mid-write, or paused there) is
+    skipped rather than waited for, so a heartbeat never blocks; the claim is retried next beat.
+    """
+    claimable = (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
+                 or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
+    unlocked = select(SL.c.shard_min).where(*claimable).with_for_update(skip_locked=True)
+    return conn.execute(update(SL).where(*claimable, SL.c.shard_min.in_(unlocked)).values(
+        owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)).rowcount == 1
 
 
 def release_lease(conn: Connection, shard_min: int, owner: str, epoch: int) -> bool:

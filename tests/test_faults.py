@@ -1,4 +1,4 @@
-"""Fault suite: repeated kill -9 of workers at random moments, and PostgreSQL restarted mid-run."""
+"""Fault suite: repeated kill -9 and SIGSTOP of workers at random moments, and PostgreSQL restarted mid-run."""
 
 from __future__ import annotations
 
@@ -63,6 +63,50 @@ def test_repeated_random_kill9_loses_nothing_marks_nothing_twice(tmp_path: Path,
         assert len(rows) == 40 and all(r["state"] == "success" and r["end_date"] for r in rows)
     finally:
         for p in everyone:
+            p.stop(signal.SIGKILL)
+        engine.dispose()
+
+
+def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Path, db_url: str) -> None:
+    """Workers paused (SIGSTOP) at random moments for random spans, some past the lease, then resumed.
+
+    Every pause may land inside a transaction; each task must still be marked exactly once, by
+    whichever worker owned its range at the time (resumed processes print what they committed).
+    """
+    rng = random.Random(int(os.environ.get("SMARTSENSOR_FAULT_SEED", "4321")))
+    home = tmp_path / "home"
+    cfg = make_cfg(home, db_url, **LEASE)
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    flags = [tmp_path / "f" / f"{i}" / "_SUCCESS" for i in range(40)]
+    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=0.5, timeout=900))
+                      for i in range(40)], DAY, cfg)
+    env = cli_env(home, db_url, **LEASE_ENV)
+    args = ["worker", "--interval", "0.5", "--json"]
+    procs = [CliProcess(args, env), CliProcess(args, env)]
+    try:
+        for p in procs:
+            p.wait_round(lambda r: r["groups_poked"] > 0, timeout=120)
+        for batch in range(4):
+            for f in flags[batch * 10:batch * 10 + 10]:
+                f.parent.mkdir(parents=True)
+                f.write_text("")
+            time.sleep(rng.uniform(0.0, 1.0))
+            victim = procs[rng.randrange(len(procs))]
+            os.kill(victim.proc.pid, signal.SIGSTOP)
+            time.sleep(rng.uniform(0.2, 5.0))  # lease_timeout is 2 s: about half the pauses lose the lease
+            os.kill(victim.proc.pid, signal.SIGCONT)
+        with engine.connect() as conn:
+            wait_until(lambda: {r["state"] for r in queries.list_tasks(conn)} == {"success"}, timeout=120, step=0.2)
+        time.sleep(1.5)
+        assert sum(p.marked() for p in procs) == 40  # nobody lost output, so: exactly once each
+        assert all(p.proc.poll() is None for p in procs)  # both survived their pauses
+        with engine.connect() as conn:
+            assert all(r["end_date"] for r in queries.list_tasks(conn))
+    finally:
+        for p in procs:
+            if p.proc.poll() is None:
+                os.kill(p.proc.pid, signal.SIGCONT)
             p.stop(signal.SIGKILL)
         engine.dispose()
 

@@ -125,3 +125,77 @@ def test_lapsed_lease_is_reclaimed_not_renewed(engine, cfg) -> None:
     changes = a.heartbeat(now=t0 + timedelta(seconds=10))  # paused past expiry, nobody else around
     assert sorted(changes["lost"]) == sorted(epochs) and sorted(changes["claimed"]) == sorted(epochs)
     assert all(a.owned[lo].epoch == epochs[lo] + 1 for lo in epochs)
+
+
+def _postgres_only(db_url: str) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("row locks are a Postgres matter: SQLite serialises all writers (see README, HA on SQLite)")
+
+
+def _beat_in_thread(manager: LeaseManager, now: datetime, timeout: float) -> dict[str, list[int]]:
+    """Run one heartbeat; fail (instead of hanging the suite) if it blocks on another session's locks."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(manager.heartbeat(now=now)), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "the heartbeat blocked on a lock held by a paused worker"
+    return out[0]
+
+
+def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg, db_url) -> None:
+    """A worker stopped between renewing (row locks taken) and COMMIT: the survivor's heartbeat never
+    blocks, and once the server ends the paused session the ranges are taken over."""
+    _postgres_only(db_url)
+    from smartsensor.db import make_engine
+    paused_engine = make_engine(cfg.sql_alchemy_conn, idle_in_transaction_timeout=1.0)
+    t0 = datetime.utcnow()
+    a = LeaseManager(paused_engine, cfg, "a")
+    a.heartbeat(now=t0)
+    paused = paused_engine.connect()
+    try:
+        paused.begin()
+        assert queries.renew_leases(paused, "a", t0, t0 + timedelta(seconds=3)) == 5  # ... and "a" stops here
+        b = LeaseManager(engine, cfg, "b")
+        later = t0 + timedelta(seconds=4)
+        assert _beat_in_thread(b, later, timeout=5)["claimed"] == []  # locked rows are skipped, not waited on
+        threading.Event().wait(2.0)  # the server ends a's session after 1 s idle in its transaction
+        assert sorted(_beat_in_thread(b, later, timeout=5)["claimed"]) == [0, 2000, 4000, 6000, 8000]
+        with pytest.raises(Exception):
+            paused.commit()  # "a" resumes: its session is gone, nothing it did lands
+    finally:
+        paused.invalidate()
+        paused_engine.dispose()
+    assert set(owners(engine).values()) == {"b"}
+
+
+def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, cfg, db_url, tmp_path) -> None:
+    """The fence share-locks the lease row until the write commits: a takeover waits for it, so a write
+    that passed the fence can never commit after another worker owns the range."""
+    _postgres_only(db_url)
+    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(tmp_path / f"f{i}"), poke_interval=1))
+                      for i in range(10)], DAY, cfg)
+    with engine.connect() as conn:
+        shard = queries.list_tasks(conn)[0]["shardcode"]
+    t0 = datetime.utcnow()
+    a = LeaseManager(engine, cfg, "a")
+    a.heartbeat(now=t0)
+    lease = next(l for l in a.owned.values() if l.shard_min <= shard < l.shard_max)
+    from smartsensor.db import make_engine
+    a_engine = make_engine(cfg.sql_alchemy_conn)  # no idle timeout: "a" resumes on its own
+    a_conn = a_engine.connect()
+    try:
+        a_conn.begin()
+        marked = queries.mark_hashes(a_conn, [r.hashcode for r in queries.load_waiting(a_conn, lease.shard_min,
+                                                                                        lease.shard_max)],
+                                     lease.shard_min, lease.shard_max, State.SUCCESS, t0, fence=lease.fence)
+        assert marked >= 1  # passed the fence ... and "a" pauses past its lease's expiry
+        b = LeaseManager(engine, cfg, "b")
+        later = t0 + timedelta(seconds=4)
+        first = _beat_in_thread(b, later, timeout=5)
+        assert lease.shard_min not in first["claimed"] and len(first["claimed"]) == 4
+        a_conn.commit()  # "a" resumes and commits: it still owned the range, nobody took it in between
+    finally:
+        a_conn.close()
+        a_engine.dispose()
+    second = _beat_in_thread(b, later, timeout=5)
+    assert second["claimed"] == [lease.shard_min] and b.owned[lease.shard_min].epoch == lease.epoch + 1
