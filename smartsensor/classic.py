@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,7 +24,7 @@ from sensors.errors import CheckError, PermanentCheckError, SensorDefinitionErro
 from smartsensor import queries
 from smartsensor.config import Config
 from smartsensor.dagfile import DagFileError, import_file
-from smartsensor.timing import parse_exec, timeout_state
+from smartsensor.timing import ExecSettings, parse_exec, timeout_state
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,41 @@ class RunResult:
     fs_calls: int
     seconds: float
     error: str | None = None
+
+
+class RunHeartbeat:
+    """Marks a classic run alive (task_instance.updated_at) every ``interval`` seconds from a thread.
+
+    A thread, not the poke loop, so a long poke interval or a slow Spark start never looks like a
+    dead process; when the process dies the beats stop and the scheduler ends the task (zombie).
+    ``lost`` is set once the task left `running` (someone else changed it).
+    """
+
+    def __init__(self, engine: Engine, key: queries.TaskKey, interval: float) -> None:
+        self.engine, self.key, self.interval = engine, key, interval
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="run-heartbeat", daemon=True)
+
+    def __enter__(self) -> "RunHeartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                with self.engine.begin() as conn:
+                    alive = queries.heartbeat_running(conn, self.key, datetime.utcnow())
+            except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
+                log.warning("heartbeat of %s.%s failed: %s", self.key[0], self.key[1], str(exc).splitlines()[0])
+                continue
+            if not alive:
+                self.lost.set()
+                return
 
 
 def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
@@ -103,6 +139,15 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
     if spark_provider is None:
         from smartsensor.spark import get_spark
         spark_provider = lambda: get_spark(cfg)  # noqa: E731
+    with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
+        return _poke_until_done(engine, sensor, row, settings, start, began, spark_provider, finish, sleep)
+
+
+def _poke_until_done(engine: Engine, sensor: BaseSensor, row: dict[str, Any], settings: ExecSettings, start: datetime,
+                     began: float, spark_provider: Callable[[], Any], finish: Callable[..., RunResult],
+                     sleep: Callable[[float], None]) -> RunResult:
+    """The classic poke loop: poke, check the task is still ours, sleep; until success, failure or timeout."""
+    dag_id, task_id, execution_date = row["dag_id"], row["task_id"], row["execution_date"]
     checker: BatchChecker | None = None
     pokes = 0
     while True:

@@ -327,7 +327,8 @@ def workers(app: App, count: int | None, interval: float | None, as_json: bool, 
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per pass.")
 @click.pass_obj
 def scheduler(app: App, once: bool, as_json: bool) -> None:
-    """Re-queue retries after retry_delay; run scheduled tasks in classic mode (at most [scheduler] parallelism)."""
+    """Re-queue retries after retry_delay; run scheduled tasks in classic mode (at most [scheduler] parallelism);
+    end classic runs that stopped heartbeating (zombies)."""
     import signal
     import time
     from smartsensor.scheduler import Scheduler
@@ -339,7 +340,7 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
         summary = sched.loop_once()
         if as_json:
             click.echo(json.dumps(summary))
-        elif any(summary[k] for k in ("requeued_smart", "requeued_classic", "launched", "finished")):
+        elif any(summary[k] for k in ("requeued_smart", "requeued_classic", "zombies", "launched", "finished")):
             click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
         sys.stdout.flush()
         if once:

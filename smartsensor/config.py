@@ -97,6 +97,11 @@ KEYS: tuple[Key, ...] = (
     Key("metastore", "start_timeout", "60", _parse_float, "Seconds to wait for the service's port."),
     Key("scheduler", "parallelism", "8", _parse_int, "Classic-mode task processes at most at once."),
     Key("scheduler", "loop_interval", "2", _parse_float, "Seconds between scheduler loops."),
+    Key("scheduler", "task_heartbeat_interval", "10", _parse_float,
+        "Seconds between heartbeats of a classic-mode run (`run-task`) while its task is running."),
+    Key("scheduler", "zombie_threshold", "120", _parse_float,
+        "A running classic task whose run has not heartbeated for this many seconds (its process died) "
+        "is failed by the scheduler: up_for_retry while tries remain, else failed."),
 )
 
 _KEY_INDEX = {(k.section, k.name): k for k in KEYS}
@@ -289,6 +294,10 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("[smart_sensor] signal_poll_interval must be > 0")
     if cfg.get("scheduler", "parallelism") < 1:
         raise ConfigError("[scheduler] parallelism must be >= 1")
+    beat, zombie = cfg.get("scheduler", "task_heartbeat_interval"), cfg.get("scheduler", "zombie_threshold")
+    if beat <= 0 or zombie < 2 * beat:
+        raise ConfigError(f"[scheduler] zombie_threshold ({zombie}) must be at least twice "
+                          f"task_heartbeat_interval ({beat}) > 0")
     port = cfg.get("metastore", "port")
     if not 0 < port < 65536:
         raise ConfigError(f"[metastore] port must be in 1..65535, got {port}")

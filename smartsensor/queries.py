@@ -349,6 +349,29 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
     ).values(state=State.RUNNING, start_date=now, end_date=None, hostname=hostname, updated_at=now)).rowcount == 1
 
 
+def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
+    """A classic run says it is alive; False once its task left `running` (1 statement)."""
+    return conn.execute(update(TI).where(
+        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
+        TI.c.state == State.RUNNING).values(updated_at=now)).rowcount == 1
+
+
+def load_zombies(conn: Connection, cutoff: datetime) -> list[dict[str, Any]]:
+    """`running` task instances whose run last heartbeated before ``cutoff`` (1 statement)."""
+    return [dict(r) for r in conn.execute(select(
+        TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.try_number, TI.c.exec_dict, TI.c.updated_at,
+        TI.c.hostname).where(TI.c.state == State.RUNNING, TI.c.updated_at < cutoff)).mappings()]
+
+
+def end_zombie(conn: Connection, key: TaskKey, seen_updated_at: datetime, new_state: str, now: datetime,
+               error: str) -> bool:
+    """End a dead run's task, unless it heartbeated or changed since it was read (1 statement)."""
+    return conn.execute(update(TI).where(
+        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
+        TI.c.state == State.RUNNING, TI.c.updated_at == seen_updated_at,
+    ).values(state=new_state, end_date=now, updated_at=now, error=error)).rowcount == 1
+
+
 def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> list[TaskKey]:
     """Keys of task instances in ``state``, oldest execution date first (1 statement)."""
     query = select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date).where(TI.c.state == state).order_by(

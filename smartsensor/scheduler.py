@@ -49,6 +49,28 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
     return counts
 
 
+def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
+    """End `running` classic tasks whose run stopped heartbeating (its process died or was killed).
+
+    up_for_retry while tries remain, else failed, with the reason in ``error``. Each end is a
+    compare-and-set on the heartbeat read, so a run that beats in the meantime is left alone.
+    """
+    now = now or datetime.utcnow()
+    threshold = cfg.get("scheduler", "zombie_threshold")
+    counts: dict[str, int] = {}
+    with engine.begin() as conn:
+        for row in queries.load_zombies(conn, now - timedelta(seconds=threshold)):
+            retries = parse_exec(row["exec_dict"]).retries
+            state = State.UP_FOR_RETRY if row["try_number"] <= retries else State.FAILED
+            key = (row["dag_id"], row["task_id"], row["execution_date"])
+            error = (f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
+                     f"(no sign of life for {threshold:g} s): its process died or was killed")
+            if queries.end_zombie(conn, key, row["updated_at"], state, now, error):
+                log.warning("%s.%s: %s -> %s", key[0], key[1], error, state)
+                counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
 @dataclass
 class Scheduler:
     """Launches classic-mode `run-task` children, at most ``[scheduler] parallelism`` at once."""
@@ -91,12 +113,14 @@ class Scheduler:
         return started
 
     def loop_once(self) -> dict[str, int]:
-        """One pass: re-queue due retries, reap children, launch new ones."""
-        requeued = requeue_retries(self.engine, self.cfg)
+        """One pass: reap children, end dead runs (zombies), re-queue due retries, launch new ones."""
         finished = self.reap()
+        zombies = end_zombies(self.engine, self.cfg)
+        requeued = requeue_retries(self.engine, self.cfg)
         launched = self.launch()
         return {"requeued_smart": requeued.get(State.SMART_PENDING, 0),
                 "requeued_classic": requeued.get(State.SCHEDULED, 0),
+                "zombies": sum(zombies.values()),
                 "finished": finished, "launched": launched, "running": len(self.children)}
 
     def wait_children(self, timeout: float | None = None) -> None:

@@ -104,3 +104,98 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
         got = {r["task_id"]: r["state"] for r in queries.list_tasks(conn)}
     assert got == {"ok": "success", "never": "failed"}
     engine.dispose()
+
+
+def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
+    from sensors import SuccessFileSensor
+    register(engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
+             DAY, cfg)
+    key = ("d", task_id, DAY)
+    with engine.begin() as conn:
+        assert queries.claim_scheduled(conn, key, datetime.utcnow(), "host-a")
+    return key
+
+
+def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, cfg, tmp_path) -> None:
+    from smartsensor.classic import RunHeartbeat
+    key = _running_task(engine, cfg, tmp_path, "w", retries=0)
+    with engine.connect() as conn:
+        before = queries.get_task(conn, *key)["updated_at"]
+    with RunHeartbeat(engine, key, interval=0.1) as beat:
+        time.sleep(0.5)
+        with engine.connect() as conn:
+            assert queries.get_task(conn, *key)["updated_at"] > before
+        with engine.begin() as conn:
+            queries.set_state(conn, key, State.FAILED)  # by hand
+        assert beat.lost.wait(2)
+    with engine.connect() as conn:
+        assert queries.get_task(conn, *key)["state"] == State.FAILED  # the beat never resurrects it
+
+
+def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) -> None:
+    from datetime import timedelta
+    from smartsensor.scheduler import end_zombies
+    _running_task(engine, cfg, tmp_path, "retry", retries=1)
+    _running_task(engine, cfg, tmp_path, "last", retries=0)
+    alive = _running_task(engine, cfg, tmp_path, "alive", retries=0)
+    later = datetime.utcnow() + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
+    with engine.begin() as conn:
+        queries.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
+    assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1, State.FAILED: 1}
+    with engine.connect() as conn:
+        rows = {r["task_id"]: r for r in queries.list_tasks(conn)}
+    assert rows["retry"]["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in rows["retry"]["error"]
+    assert rows["last"]["state"] == State.FAILED and rows["last"]["end_date"] == later
+    assert rows["alive"]["state"] == State.RUNNING
+    assert end_zombies(engine, cfg, now=later) == {}  # idempotent
+    # compare-and-set: a run that beat after the scheduler read it is left alone
+    with engine.connect() as conn:
+        stale = rows["alive"]["updated_at"]
+    with engine.begin() as conn:
+        queries.heartbeat_running(conn, alive, later)
+        assert not queries.end_zombie(conn, alive, stale, State.FAILED, later, "x")
+
+
+@pytest.mark.slow
+def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> None:
+    """kill -9 of a real `run-task` process: its task no longer stays `running` forever."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from sensors import SuccessFileSensor
+    from smartsensor.db import init_db, make_engine
+    from tests.flag_workload import wait_until
+    home = tmp_path / "home"
+    overrides = dict(smart_sensor__use_smart_sensor="False", scheduler__task_heartbeat_interval="0.5",
+                     scheduler__zombie_threshold="2")
+    cfg = make_cfg(home, db_url, **overrides)
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
+                                              timeout=600, retries=1))], DAY, cfg)
+    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
+               **{f"SMARTSENSOR__{k.split('__')[0].upper()}__{k.split('__')[1].upper()}": v
+                  for k, v in overrides.items()})
+    proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "run-task", "d", "w", "2026-11-22"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def beat_seen() -> bool:
+            with engine.connect() as conn:
+                row = queries.get_task(conn, "d", "w", DAY)
+            return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
+        wait_until(beat_seen, timeout=120, step=0.1)  # running and heartbeating
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "scheduler", "--once", "--json"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and '"zombies": 0' in out.stdout  # not yet: it beat less than 2 s ago
+    time.sleep(2.5)
+    out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "scheduler", "--once", "--json"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and '"zombies": 1' in out.stdout, out.stdout + out.stderr
+    with engine.connect() as conn:
+        row = queries.get_task(conn, "d", "w", DAY)
+    assert row["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in row["error"]
+    engine.dispose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,19 @@ def test_explicit_ranges_override_even_split(tmp_path: Path) -> None:
 def test_config_errors_at_load_time(tmp_path: Path) -> None:
     path = write(tmp_path / "a.cfg", "[smart_sensor]\nshard_ranges = 0-10, 20-10000\n")
     with pytest.raises(ConfigError, match="20-10000 leaves a gap 10-20"):
+        load_config(str(path), environ={})
+
+
+
+@pytest.mark.parametrize("body,message", [
+    ("[smart_sensor]\nheartbeat_interval = 5\nlease_timeout = 5\n", "lease_timeout (5.0) must be greater"),
+    ("[scheduler]\ntask_heartbeat_interval = 10\nzombie_threshold = 15\n",
+     "zombie_threshold (15.0) must be at least twice task_heartbeat_interval (10.0)"),
+    ("[scheduler]\nparallelism = 0\n", "parallelism must be >= 1"),
+])
+def test_inconsistent_timings_are_load_errors(tmp_path: Path, body: str, message: str) -> None:
+    path = write(tmp_path / "a.cfg", body)
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(str(path), environ={})
 
 

@@ -10,67 +10,41 @@ import signal
 import statistics
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sensors import NamedHivePartitionSensor, SuccessFileSensor
+from sensors import NamedHivePartitionSensor
 from smartsensor import queries
 from smartsensor.db import init_db, make_engine
 from smartsensor.registration import register
 from smartsensor.signals import send_signal
 from smartsensor.worker_loop import LeasedWorker, run_worker
 from tests.conftest import make_cfg
+from tests.flag_workload import DAY, LEASE, FlagWorkload, flag_workload, wait_until
 from tests.hive_helpers import create_table, land
-from tests.proc_helpers import CliProcess, cli_env
-
-DAY = datetime(2026, 11, 22)
-LEASE = {"smart_sensor__heartbeat_interval": "0.5", "smart_sensor__lease_timeout": "2", "smart_sensor__shards": "4"}
-LEASE_ENV = {"SMARTSENSOR__SMART_SENSOR__HEARTBEAT_INTERVAL": "0.5", "SMARTSENSOR__SMART_SENSOR__LEASE_TIMEOUT": "2",
-             "SMARTSENSOR__SMART_SENSOR__SHARDS": "4"}
-
-
-def lease_owners(engine: Any) -> dict[int, str | None]:
-    with engine.connect() as conn:
-        return {r["shard_min"]: r["owner"] for r in queries.load_leases(conn)}
-
-
-def wait_until(predicate, timeout: float, step: float = 0.05) -> float:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(step)
-    raise AssertionError("condition not reached in time")
+from tests.proc_helpers import CliProcess
 
 
 @pytest.fixture
 def ha_setup(tmp_path: Path, db_url: str):
-    home = tmp_path / "home"
-    cfg = make_cfg(home, db_url, **LEASE)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
-    flags = [tmp_path / "flags" / f"f{i}" / "_SUCCESS" for i in range(24)]
-    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=0.5, timeout=600))
-                      for i in range(24)], DAY, cfg)
-    env = cli_env(home, db_url, **LEASE_ENV)
+    work = flag_workload(tmp_path, db_url, 24, timeout=600)
     procs: list[CliProcess] = []
-    yield engine, env, flags, procs
+    yield work, procs
     for p in procs:
         if p.proc.poll() is None:
             os.kill(p.proc.pid, signal.SIGCONT)
             p.stop(signal.SIGKILL)
-    engine.dispose()
+    work.engine.dispose()
 
 
-def start_two(env: dict[str, str], procs: list[CliProcess], engine: Any) -> tuple[CliProcess, CliProcess]:
+def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, CliProcess]:
     args = ["worker", "--interval", "0.5", "--json"]
-    a, b = CliProcess(args, env), CliProcess(args, env)
+    a, b = CliProcess(args, work.env), CliProcess(args, work.env)
     procs += [a, b]
-    wait_until(lambda: len({o for o in lease_owners(engine).values() if o}) == 2
-               and None not in lease_owners(engine).values(), timeout=60)
+    wait_until(lambda: len({o for o in work.lease_owners().values() if o}) == 2
+               and None not in work.lease_owners().values(), timeout=60)
     a.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)  # Spark is up in both
     b.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)
     return a, b
@@ -84,20 +58,17 @@ def pid_owner(engine: Any, pid: int) -> str:
 @pytest.mark.slow
 @pytest.mark.fault
 def test_kill9_ranges_taken_over_nothing_lost_nothing_twice(ha_setup) -> None:
-    engine, env, flags, procs = ha_setup
-    a, b = start_two(env, procs, engine)
-    a_id = pid_owner(engine, a.proc.pid)
+    work, procs = ha_setup
+    a, b = start_two(work, procs)
+    a_id = pid_owner(work.engine, a.proc.pid)
     os.kill(a.proc.pid, signal.SIGKILL)
     killed = time.monotonic()
-    for f in flags:
-        f.parent.mkdir(parents=True)
-        f.write_text("")
-    wait_until(lambda: a_id not in lease_owners(engine).values() and None not in lease_owners(engine).values(),
+    work.land(work.flags)
+    wait_until(lambda: a_id not in work.lease_owners().values() and None not in work.lease_owners().values(),
                timeout=10)
     takeover = time.monotonic() - killed
     assert takeover <= 2 * 2, f"ranges re-owned after {takeover:.1f} s (2 x lease_timeout = 4 s)"
-    with engine.connect() as conn:
-        wait_until(lambda: {r["state"] for r in queries.list_tasks(conn)} == {"success"}, timeout=60)
+    work.wait_all_success(timeout=60)
     time.sleep(1.5)
     assert a.marked() + b.marked() == 24  # each task marked exactly once
     print(f"takeover after kill -9: {takeover:.2f} s")
@@ -106,17 +77,14 @@ def test_kill9_ranges_taken_over_nothing_lost_nothing_twice(ha_setup) -> None:
 @pytest.mark.slow
 @pytest.mark.fault
 def test_sigstopped_worker_writes_nothing_after_losing_its_lease(ha_setup) -> None:
-    engine, env, flags, procs = ha_setup
-    a, b = start_two(env, procs, engine)
-    a_id = pid_owner(engine, a.proc.pid)
+    work, procs = ha_setup
+    a, b = start_two(work, procs)
+    a_id = pid_owner(work.engine, a.proc.pid)
     os.kill(a.proc.pid, signal.SIGSTOP)
-    wait_until(lambda: a_id not in lease_owners(engine).values() and None not in lease_owners(engine).values(),
+    wait_until(lambda: a_id not in work.lease_owners().values() and None not in work.lease_owners().values(),
                timeout=10)
-    for f in flags:
-        f.parent.mkdir(parents=True)
-        f.write_text("")
-    with engine.connect() as conn:
-        wait_until(lambda: {r["state"] for r in queries.list_tasks(conn)} == {"success"}, timeout=60)
+    work.land(work.flags)
+    work.wait_all_success(timeout=60)
     seen_before = len(a.seen)
     os.kill(a.proc.pid, signal.SIGCONT)
     time.sleep(3)  # a resumes, finds its leases gone, and may claim its fair share back (new epochs)
@@ -127,7 +95,7 @@ def test_sigstopped_worker_writes_nothing_after_losing_its_lease(ha_setup) -> No
     assert a.proc.poll() is None and b.proc.poll() is None
     for p in (a, b):
         assert p.stop() == 0
-    assert set(lease_owners(engine).values()) == {None}  # clean stops released everything at once
+    assert set(work.lease_owners().values()) == {None}  # clean stops released everything at once
 
 
 class _Runner:
