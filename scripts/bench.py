@@ -207,16 +207,26 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
     walls, rss, calls = [], [], []
     for key in keys:
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "run-task",
-                               key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"], env=env,
-                              capture_output=True, text=True, timeout=300)
-        walls.append(time.perf_counter() - started)
+        with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+            proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "run-task",
+                                     key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"], env=env,
+                                     stdout=out_f, stderr=err_f, text=True)
+            peak = 0.0
+            while proc.poll() is None:  # the process and its JVM: sampled, since the JVM is not our child
+                peak = max(peak, tree_peak_rss_mb(proc.pid))
+                if time.perf_counter() - started > 300:
+                    proc.kill()
+                    raise SystemExit("run-task did not finish within 300 s")
+                time.sleep(0.1)
+            walls.append(time.perf_counter() - started)
+            out_f.seek(0)
+            err_f.seek(0)
+            stdout, stderr = out_f.read(), err_f.read()
         if proc.returncode != 0:
-            raise SystemExit(f"run-task failed: {proc.stderr.strip()[-500:]}")
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+            raise SystemExit(f"run-task failed: {stderr.strip()[-500:]}")
+        out = json.loads(stdout.strip().splitlines()[-1])
         calls.append(out["catalog_calls"])
-        import resource
-        rss.append(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+        rss.append(peak)
     return Measure(statistics.mean(calls), 2, statistics.mean(walls), 0.0, len(keys), True,
                    {"process_peak_rss_mb": max(rss), "sample": len(keys)})
 

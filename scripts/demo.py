@@ -256,6 +256,8 @@ def main() -> int:
                     if demo.procs[name].poll() is not None:
                         raise SystemExit(f"{name} exited: see {demo.logs / (name + '.log')}")
                 time.sleep(1)
+        if not console.is_terminal:
+            console.line()  # Live leaves its last frame without a line break when output is not a terminal
         if demo.procs["pipeline"].returncode not in (0, None):
             raise SystemExit(f"pipeline failed: see {demo.logs / 'pipeline.log'}")
     finally:

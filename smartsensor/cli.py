@@ -383,6 +383,9 @@ def status(app: App, as_json: bool) -> None:
     for w in data["lease_workers"]:
         if w["stale"]:
             click.echo(f"worker {w['worker_id']} stopped heartbeating {w['heartbeat_age']} s ago")
+    for z in data["zombies"]:
+        click.echo(f"classic run of {z['dag_id']}.{z['task_id']} {z['execution_date'][:10]} on {z['hostname']} "
+                   f"stopped heartbeating {z['heartbeat_age']} s ago (the scheduler ends it)")
 
 
 @main.command("signal")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime
@@ -192,9 +193,16 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and '"zombies": 0' in out.stdout  # not yet: it beat less than 2 s ago
     time.sleep(2.5)
+
+    def status_zombies() -> list[dict[str, Any]]:
+        status = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status", "--json"], env=env,
+                                capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(status.stdout)["zombies"]
+    assert [(z["dag_id"], z["task_id"]) for z in status_zombies()] == [("d", "w")]  # visible before it is ended
     out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "scheduler", "--once", "--json"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and '"zombies": 1' in out.stdout, out.stdout + out.stderr
+    assert status_zombies() == []
     with engine.connect() as conn:
         row = queries.get_task(conn, "d", "w", DAY)
     assert row["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in row["error"]
