@@ -48,13 +48,20 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None) -> E
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
     else:
-        connect_args: dict[str, object] = {}
-        if parsed.get_backend_name() == "postgresql":
-            connect_args["connect_timeout"] = 5
-            if idle_in_transaction_timeout:
-                ms = max(1, round(idle_in_transaction_timeout * 1000))
-                connect_args["options"] = f"-c idle_in_transaction_session_timeout={ms}"
-        engine = create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args=connect_args)
+        is_pg = parsed.get_backend_name() == "postgresql"
+        engine = create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2,
+                               connect_args={"connect_timeout": 5} if is_pg else {})
+        if is_pg and idle_in_transaction_timeout:
+            ms = max(1, round(idle_in_transaction_timeout * 1000))
+
+            # A SET on each new connection rather than a startup `options` parameter: it keeps any
+            # options in the user's URL and works behind poolers that reject startup options.
+            @event.listens_for(engine, "connect")
+            def _idle_timeout(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+                cur = dbapi_conn.cursor()
+                cur.execute("SET idle_in_transaction_session_timeout = %s", (ms,))
+                cur.close()
+                dbapi_conn.commit()
     counter = StatementCounter()
     event.listen(engine, "before_cursor_execute", counter)
     engine.statement_counter = counter  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
@@ -30,3 +31,22 @@ def test_db_init_is_idempotent(db_url: str) -> None:
     again_before, again_head = init_db(engine)
     assert again_before == head == again_head == current_revision(engine)
     engine.dispose()
+
+
+def test_worker_engine_sets_idle_in_transaction_timeout_and_keeps_url_options(db_url) -> None:
+    """Workers' Postgres sessions end a transaction left idle (a paused worker); other engines do not."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("a Postgres session setting")
+    from sqlalchemy import text
+    with_opts = db_url + "?options=-c%20application_name%3Dsmartsensor-test"
+    worker = make_engine(with_opts, idle_in_transaction_timeout=2.5)
+    plain = make_engine(db_url)
+    try:
+        with worker.connect() as conn:
+            assert conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one() == "2500ms"
+            assert conn.execute(text("SHOW application_name")).scalar_one() == "smartsensor-test"
+        with plain.connect() as conn:
+            assert conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one() == "0"
+    finally:
+        worker.dispose()
+        plain.dispose()
