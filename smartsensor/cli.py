@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import click
-from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from schema.models import State
 from sensors.errors import CheckError, SensorDefinitionError, UnknownSensorClass
@@ -337,10 +337,17 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
     while not stopping:
-        summary = sched.loop_once()
+        try:
+            summary = sched.loop_once()
+        except (OperationalError, InterfaceError) as exc:  # the DB is down or restarting: keep the children
+            if once:
+                raise
+            log.warning("scheduler pass failed, retrying: %s", _first_line(exc.orig or exc))
+            summary = {"error": _first_line(exc.orig or exc), "running": len(sched.children)}
         if as_json:
             click.echo(json.dumps(summary))
-        elif any(summary[k] for k in ("requeued_smart", "requeued_classic", "zombies", "launched", "finished")):
+        elif any(summary.get(k) for k in ("requeued_smart", "requeued_classic", "zombies", "launched", "finished",
+                                          "error")):
             click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
         sys.stdout.flush()
         if once:

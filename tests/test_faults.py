@@ -89,26 +89,31 @@ def _pg_ctl(*args: str) -> None:
                    capture_output=True, timeout=90)
 
 
-def test_postgres_restart_mid_run_workers_reconnect(tmp_path: Path) -> None:
+def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path) -> None:
     from tests import conftest
     if not conftest.PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:
         pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
     name, url = conftest._new_pg_database()
     work = flag_workload(tmp_path, url, 10)
     worker = CliProcess(WORKER, work.env)
+    scheduler = CliProcess(["scheduler", "--json"], dict(work.env, SMARTSENSOR__SCHEDULER__LOOP_INTERVAL="0.5"))
     try:
         worker.wait_round(lambda r: r["loaded"] == 10 and r["groups_poked"] == 10, timeout=120)
+        scheduler.wait_round(lambda r: "launched" in r, timeout=60)
         _pg_ctl("stop", "-m", "fast")
         worker.wait_round(lambda r: r.get("error") is not None, timeout=30)  # rounds fail, worker keeps going
+        scheduler.wait_round(lambda r: r.get("error") is not None, timeout=30)  # and so do scheduler passes
         work.land(work.flags)
         time.sleep(2)
-        assert worker.proc.poll() is None
+        assert worker.proc.poll() is None and scheduler.proc.poll() is None
         _pg_ctl("start", "-l", str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
                 "-o", os.environ["SMARTSENSOR_TEST_PG_OPTS"])
         worker.wait_round(lambda r: r["marked"].get("success", 0) > 0, timeout=60)
+        scheduler.wait_round(lambda r: "launched" in r, timeout=60)  # back to normal passes
         work.engine.dispose()  # the test's own pooled connections died with the server
         work.wait_all_success(timeout=60)
     finally:
+        scheduler.stop()
         worker.stop()
         work.engine.dispose()
         conftest._drop_pg_database(name)
