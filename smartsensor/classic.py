@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from schema.models import State
 from sensors.base import BaseSensor, resolve_any_class
@@ -80,6 +81,30 @@ class RunHeartbeat:
                 return
 
 
+DB_DOWN = (OperationalError, InterfaceError)
+
+
+def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float,
+                         sleep: Callable[[float], None]) -> bool:
+    """Run ``write`` until the metadata DB takes it, backing off up to ``patience`` seconds in all.
+
+    Past that the error propagates and the process exits; the scheduler then ends the task as a
+    dead run (zombie), so nothing stays `running` for ever.
+    """
+    waited, delay = 0.0, 0.5
+    while True:
+        try:
+            return write()
+        except DB_DOWN as exc:
+            if waited >= patience:
+                raise
+            log.warning("metadata DB unavailable writing %s, retrying in %.1f s: %s", what, delay,
+                        str(exc).splitlines()[0])
+            sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 10.0)
+
+
 def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
     """Resolve a task's class: built-in/configured sensor modules, else the task's own DAG file."""
     classpath = row["classpath"]
@@ -118,9 +143,13 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
     start = row["start_date"] or datetime.utcnow()
     began = time.perf_counter()
 
+    patience = cfg.get("scheduler", "zombie_threshold")
+
     def finish(state: str, error: str | None = None, checker: BatchChecker | None = None, pokes: int = 0) -> RunResult:
-        with engine.begin() as conn:
-            changed = queries.set_state(conn, key, state, from_states=[State.RUNNING], error=error)
+        def write() -> bool:
+            with engine.begin() as conn:
+                return queries.set_state(conn, key, state, from_states=[State.RUNNING], error=error)
+        changed = _retry_while_db_down(write, f"{dag_id}.{task_id} -> {state}", patience, sleep)
         if not changed:
             log.warning("%s.%s was changed by someone else; leaving it as it is", dag_id, task_id)
             with engine.connect() as conn:
@@ -168,8 +197,12 @@ def _poke_until_done(engine: Engine, sensor: BaseSensor, row: dict[str, Any], se
             log.warning("transient error, poking again later: %s", exc)
         except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything; keep waiting
             log.warning("poke raised %s: %s", type(exc).__name__, exc)
-        with engine.connect() as conn:
-            current = queries.get_task(conn, dag_id, task_id, execution_date)
+        try:
+            with engine.connect() as conn:
+                current = queries.get_task(conn, dag_id, task_id, execution_date)
+        except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
+            log.warning("metadata DB unavailable, poking on: %s", str(exc).splitlines()[0])
+            current = row
         if current is None or current["state"] != State.RUNNING:
             log.warning("%s.%s is now %s (changed by someone else): stopping", dag_id, task_id,
                         current["state"] if current else "deleted")

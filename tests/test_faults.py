@@ -8,10 +8,13 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from smartsensor import queries
+from smartsensor.db import init_db, make_engine
+from tests import conftest
 from tests.flag_workload import flag_workload
 from tests.proc_helpers import CliProcess
 
@@ -90,7 +93,6 @@ def _pg_ctl(*args: str) -> None:
 
 
 def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path) -> None:
-    from tests import conftest
     if not conftest.PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:
         pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
     name, url = conftest._new_pg_database()
@@ -116,4 +118,50 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
         scheduler.stop()
         worker.stop()
         work.engine.dispose()
+        conftest._drop_pg_database(name)
+
+
+def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None:
+    """A classic `run_task` polling while the metadata DB restarts keeps poking, then records success."""
+    import threading
+    from sensors import SuccessFileSensor
+    from smartsensor.classic import run_task
+    from smartsensor.registration import register
+    from tests.flag_workload import DAY
+    if not conftest.PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:
+        pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
+    name, url = conftest._new_pg_database()
+    cfg = conftest.make_cfg(tmp_path / "home", url, smart_sensor__use_smart_sensor="False",
+                            scheduler__task_heartbeat_interval="0.5", scheduler__zombie_threshold="60")
+    engine = make_engine(url)
+    init_db(engine)
+    flag = tmp_path / "flag" / "_SUCCESS"
+    register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.3, timeout=600))], DAY, cfg)
+    poking = threading.Event()
+    results: list[Any] = []
+
+    def provider() -> Any:
+        poking.set()
+        return spark
+    runner = threading.Thread(target=lambda: results.append(run_task(engine, cfg, "d", "s", DAY,
+                                                                     spark_provider=provider)), daemon=True)
+    try:
+        runner.start()
+        assert poking.wait(30)
+        time.sleep(0.5)
+        _pg_ctl("stop", "-m", "fast")
+        time.sleep(1.5)  # several state checks fail meanwhile
+        flag.parent.mkdir(parents=True)
+        flag.write_text("")
+        time.sleep(1.5)  # the poke succeeds; recording it fails until the server is back
+        assert runner.is_alive()
+        _pg_ctl("start", "-l", str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
+                "-o", os.environ["SMARTSENSOR_TEST_PG_OPTS"])
+        runner.join(60)
+        assert results and results[0].state == "success"
+        engine.dispose()
+        with engine.connect() as conn:
+            assert queries.get_task(conn, "d", "s", DAY)["state"] == "success"
+    finally:
+        engine.dispose()
         conftest._drop_pg_database(name)
