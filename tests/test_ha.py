@@ -55,6 +55,28 @@ def pid_owner(engine: Any, pid: int) -> str:
         return next(w["worker_id"] for w in queries.list_workers(conn) if w["pid"] == pid)
 
 
+def pause_outside_sqlite_write(proc: CliProcess, engine: Any) -> None:
+    """SIGSTOP ``proc``. On SQLite, not while it holds the database's single write lock: there a
+    worker paused inside a write stalls every writer until it resumes (a documented limit; Postgres
+    ends such a session, see test_leases). Retried until the pause lands outside a write."""
+    import sqlite3
+    for _ in range(200):
+        os.kill(proc.proc.pid, signal.SIGSTOP)
+        if engine.dialect.name != "sqlite":
+            return
+        probe = sqlite3.connect(engine.url.database, timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # paused mid-write: let it finish, pause again
+            os.kill(proc.proc.pid, signal.SIGCONT)
+            time.sleep(0.03)
+        finally:
+            probe.close()
+    raise AssertionError("could not pause the worker outside a write transaction")
+
+
 @pytest.mark.slow
 @pytest.mark.fault
 def test_kill9_ranges_taken_over_nothing_lost_nothing_twice(ha_setup) -> None:
@@ -80,7 +102,7 @@ def test_sigstopped_worker_writes_nothing_after_losing_its_lease(ha_setup) -> No
     work, procs = ha_setup
     a, b = start_two(work, procs)
     a_id = pid_owner(work.engine, a.proc.pid)
-    os.kill(a.proc.pid, signal.SIGSTOP)
+    pause_outside_sqlite_write(a, work.engine)
     wait_until(lambda: a_id not in work.lease_owners().values() and None not in work.lease_owners().values(),
                timeout=10)
     work.land(work.flags)
