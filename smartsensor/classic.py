@@ -123,8 +123,13 @@ def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
 
 def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_date: datetime,
              claimed: bool = False, spark_provider: Callable[[], Any] | None = None,
-             sleep: Callable[[float], None] = time.sleep) -> RunResult:
-    """Run one task instance the classic way; every state change is a guarded update from `running`."""
+             sleep: Callable[[float], None] = time.sleep, stop: threading.Event | None = None) -> RunResult:
+    """Run one task instance the classic way; every state change is a guarded update from `running`.
+
+    When ``stop`` is set (the CLI sets it on SIGTERM/SIGINT) the run ends at its next poke and hands
+    the task back to `scheduled` with its try and start kept, so stopping a scheduler for a deploy
+    neither spends a try nor leaves a task `running` until it counts as a zombie.
+    """
     key = (dag_id, task_id, execution_date)
     hostname = socket.gethostname()
     with engine.begin() as conn:
@@ -169,17 +174,39 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
         from smartsensor.spark import get_spark
         spark_provider = lambda: get_spark(cfg)  # noqa: E731
     with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
-        return _poke_until_done(engine, sensor, row, settings, start, began, spark_provider, finish, sleep)
+        return _poke_until_done(engine, sensor, row, settings, start, began, spark_provider, finish, sleep, stop)
+
+
+def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
+    """running → scheduled after a stop request; the state the task is in afterwards."""
+    key = (row["dag_id"], row["task_id"], row["execution_date"])
+
+    def write() -> bool:
+        with engine.begin() as conn:
+            return queries.hand_back_running(conn, key, datetime.utcnow())
+    if _retry_while_db_down(write, f"{key[0]}.{key[1]} -> scheduled", patience, sleep):
+        log.warning("%s.%s: stopped, handed back to the scheduler (try %s goes on)", key[0], key[1], row["try_number"])
+        return State.SCHEDULED
+    with engine.connect() as conn:
+        current = queries.get_task(conn, *key)
+    return current["state"] if current else "deleted"
 
 
 def _poke_until_done(engine: Engine, sensor: BaseSensor, row: dict[str, Any], settings: ExecSettings, start: datetime,
                      began: float, spark_provider: Callable[[], Any], finish: Callable[..., RunResult],
-                     sleep: Callable[[float], None]) -> RunResult:
-    """The classic poke loop: poke, check the task is still ours, sleep; until success, failure or timeout."""
+                     sleep: Callable[[float], None], stop: threading.Event | None = None) -> RunResult:
+    """The classic poke loop: poke, check the task is still ours, sleep; until success, failure, timeout or stop."""
     dag_id, task_id, execution_date = row["dag_id"], row["task_id"], row["execution_date"]
     checker: BatchChecker | None = None
     pokes = 0
+
+    def stopped() -> RunResult:
+        # the DB patience is short: the stopping process should exit soon; a failed hand-back is a zombie later
+        return RunResult(_hand_back(engine, row, 10.0, sleep), pokes, checker.catalog_calls if checker else 0,
+                         checker.fs_calls if checker else 0, round(time.perf_counter() - began, 3))
     while True:
+        if stop is not None and stop.is_set():
+            return stopped()
         now = datetime.utcnow()
         if (now - start).total_seconds() >= settings.time_limit:
             state = timeout_state(row["try_number"], settings)
@@ -210,4 +237,8 @@ def _poke_until_done(engine: Engine, sensor: BaseSensor, row: dict[str, Any], se
                              checker.catalog_calls if checker else 0, checker.fs_calls if checker else 0,
                              round(time.perf_counter() - began, 3))
         remaining = settings.time_limit - (datetime.utcnow() - start).total_seconds()
-        sleep(max(0.0, min(settings.interval(pokes - 1), remaining)))
+        pause = max(0.0, min(settings.interval(pokes - 1), remaining))
+        if stop is not None:
+            stop.wait(pause)
+        else:
+            sleep(pause)

@@ -252,10 +252,19 @@ def _global_args(app: App) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.pass_obj
 def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claimed: bool, as_json: bool) -> None:
-    """Run one task instance the classic way (its own process, its own pokes)."""
+    """Run one task instance the classic way (its own process, its own pokes).
+
+    SIGTERM/SIGINT end it at the next poke and hand the task back to `scheduled`, its try going on.
+    """
+    import signal
+    import threading
     from smartsensor.classic import TaskRunError, run_task
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        result = run_task(app.engine(), app.cfg, dag_id, task_id, parse_date(execution_date), claimed=claimed)
+        result = run_task(app.engine(), app.cfg, dag_id, task_id, parse_date(execution_date), claimed=claimed,
+                          stop=stop)
     except TaskRunError as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -354,7 +363,7 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
             sched.wait_children()
             return
         time.sleep(app.cfg.get("scheduler", "loop_interval"))
-    sched.terminate_children()
+    sched.stop_children()
 
 
 @main.command()

@@ -143,6 +143,9 @@ def set_state(conn: Connection, key: TaskKey, new_state: str, from_states: Seque
     values: dict[str, Any] = {"state": new_state, "updated_at": now or datetime.utcnow()}
     if new_state in State.FINISHED or new_state == State.UP_FOR_RETRY:
         values["end_date"] = now or datetime.utcnow()
+    if from_states is None and new_state in (State.SCHEDULED, State.SMART_PENDING):
+        # a user sending a task back to wait starts a fresh try: timeouts count from the next start
+        values.update(start_date=None, end_date=None, hostname=None, error=None)
     if error is not None:
         values["error"] = error
     return conn.execute(query.values(**values)).rowcount == 1
@@ -342,11 +345,27 @@ def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: st
 
 
 def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str) -> bool:
-    """scheduled → running for a classic-mode run; False if another process got there first. 1 statement."""
+    """scheduled → running for a classic-mode run; False if another process got there first. 1 statement.
+
+    start_date is kept when set: a run handed back on SIGTERM continues its try, not a new one.
+    """
     return conn.execute(update(TI).where(
         TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
         TI.c.state == State.SCHEDULED,
-    ).values(state=State.RUNNING, start_date=now, end_date=None, hostname=hostname, updated_at=now)).rowcount == 1
+    ).values(state=State.RUNNING, start_date=func.coalesce(TI.c.start_date, now), end_date=None, hostname=hostname,
+             updated_at=now)).rowcount == 1
+
+
+def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
+    """running → scheduled for a classic run stopped by SIGTERM/SIGINT (a scheduler stop, a deploy).
+
+    The try goes on in the next run: try_number and start_date are kept, so its timeout still counts
+    from the first start. False if the task left `running` meanwhile. 1 statement.
+    """
+    return conn.execute(update(TI).where(
+        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
+        TI.c.state == State.RUNNING,
+    ).values(state=State.SCHEDULED, hostname=None, updated_at=now)).rowcount == 1
 
 
 def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:

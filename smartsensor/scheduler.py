@@ -130,7 +130,21 @@ class Scheduler:
             p.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
         self.reap()
 
-    def terminate_children(self) -> None:
+    def stop_children(self, grace: float = 30.0) -> None:
+        """SIGTERM every running child, which hands its task back to `scheduled`; wait up to ``grace`` s.
+
+        A child still alive after that is killed; its task is then ended as a zombie by the next
+        scheduler (a try spent, nothing stuck).
+        """
         for p in self.children.values():
             if p.poll() is None:
                 p.terminate()
+        deadline = time.monotonic() + grace
+        for key, p in list(self.children.items()):
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("run-task %s.%s did not stop within %.0f s: killing it", key[0], key[1], grace)
+                p.kill()
+                p.wait()
+        self.reap()

@@ -79,6 +79,85 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
         run(engine, cfg, spark, "w")
 
 
+def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engine, cfg, spark, hive_db) -> None:
+    create_table(spark, hive_db, "t")
+    register(engine, [("d", NamedHivePartitionSensor(
+        task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=60))],
+        DAY, cfg)
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    result = run(engine, cfg, spark, "w", stop=stop)
+    assert result.state == State.SCHEDULED and result.pokes >= 2
+    with engine.connect() as conn:
+        row = queries.get_task(conn, "d", "w", DAY)
+    assert (row["state"], row["try_number"], row["hostname"]) == (State.SCHEDULED, 1, None)
+    first_start = row["start_date"]
+    assert first_start is not None
+    land(spark, hive_db, "t", ds="2026-11-22", hr="00")
+    assert run(engine, cfg, spark, "w").state == State.SUCCESS
+    with engine.connect() as conn:
+        row = queries.get_task(conn, "d", "w", DAY)
+    assert row["start_date"] == first_start and row["try_number"] == 1  # the same try went on
+
+
+def test_hand_back_never_resurrects_a_task_changed_meanwhile(engine, cfg, tmp_path) -> None:
+    key = _running_task(engine, cfg, tmp_path, "w", retries=0)
+    with engine.begin() as conn:
+        queries.set_state(conn, key, State.FAILED)  # by hand
+        assert not queries.hand_back_running(conn, key, datetime.utcnow())
+        assert queries.get_task(conn, *key)["state"] == State.FAILED
+
+
+@pytest.mark.parametrize("state", [State.SCHEDULED, State.SMART_PENDING])
+def test_sending_a_task_back_by_hand_starts_a_fresh_try(engine, cfg, tmp_path, state) -> None:
+    """Otherwise its old start_date would time the new wait out at once."""
+    key = _running_task(engine, cfg, tmp_path, "w", retries=0)
+    with engine.begin() as conn:
+        queries.set_state(conn, key, State.FAILED, from_states=[State.RUNNING], error="timed out waiting")
+        queries.set_state(conn, key, state)  # by hand
+        row = queries.get_task(conn, *key)
+    assert row["state"] == state
+    assert (row["start_date"], row["end_date"], row["hostname"], row["error"]) == (None, None, None, None)
+
+
+@pytest.mark.slow
+def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) -> None:
+    """SIGTERM to `scheduler`: its `run-task` children stop and their tasks are `scheduled` again, no try spent."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from sensors import SuccessFileSensor
+    from smartsensor.db import init_db, make_engine
+    from tests.flag_workload import wait_until
+    home = tmp_path / "home"
+    cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False")
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
+                                              timeout=600, retries=0))], DAY, cfg)
+    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
+               SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False")
+    proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "scheduler"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        def running() -> bool:
+            with engine.connect() as conn:
+                return queries.get_task(conn, "d", "w", DAY)["state"] == State.RUNNING
+        wait_until(running, timeout=60, step=0.1)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    with engine.connect() as conn:
+        row = queries.get_task(conn, "d", "w", DAY)
+    assert (row["state"], row["try_number"], row["error"]) == (State.SCHEDULED, 1, None)
+    engine.dispose()
+
+
 def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> None:
     """`scheduler --once` launches real `run-task` processes (SuccessFileSensor: no metastore needed)."""
     import os

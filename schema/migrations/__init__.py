@@ -1,0 +1,1 @@
+"""Alembic environment and revisions for the smartsensor metadata schema (loaded by Alembic by path)."""

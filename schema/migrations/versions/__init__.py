@@ -1,0 +1,1 @@
+"""Alembic revision scripts, applied in order by ``smartsensor db init``."""
