@@ -2,7 +2,10 @@
 
 For each table the checker lists partitions once, narrowed by the spec pairs common to every
 check on that table (``SHOW PARTITIONS db.t PARTITION (k='v')``), then answers each check by set
-membership on the unescaped listing. Calls are counted in code (``catalog_calls``, ``fs_calls``).
+membership on the unescaped listing, its values first cast as Spark stores them for typed
+partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see sensors.partition_types).
+Calls are counted in code (``catalog_calls``, ``fs_calls``, and ``schema_calls`` for the cached
+column-type look-ups).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, Iterable
 
 from sensors.checks import Check, PartitionCheck, PathCheck
 from sensors.errors import CheckError, PermanentCheckError, TransientCheckError
+from sensors.partition_types import partition_types_for
 from sensors.partitions import quote_identifier, sql_string_literal, unescape_partition_value
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,12 @@ def classify_error(exc: BaseException) -> str:
     return "permanent"
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (Spark's carry a JVM stack trace), or its type name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def parse_listing_row(row: str) -> dict[str, str]:
     """``ds=2024-01-01 10%3A00/hr=a%2Fb`` → {'ds': '2024-01-01 10:00', 'hr': 'a/b'} (keys lower-cased)."""
     out: dict[str, str] = {}
@@ -80,6 +90,10 @@ def answer_checks(db: str, table: str, listing: list[dict[str, str]],
             unknown = sorted(set(spec) - columns)
             results[check] = PermanentCheckError(
                 f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})")
+        elif check.exact and columns is not None and set(spec) != columns:
+            results[check] = PermanentCheckError(
+                f"{db}.{table}: a partition name must give every partition column {sorted(columns)}, "
+                f"got {sorted(spec)} (HivePartitionSensor waits on a partial spec)")
         elif check.exact:
             results[check] = frozenset(check.spec) in exact_index
         elif not check.spec:
@@ -97,7 +111,9 @@ class BatchChecker:
         self.spark = spark
         self.catalog_calls = 0
         self.fs_calls = 0
+        self.schema_calls = 0
         self.catalog_seconds = 0.0
+        self.types = partition_types_for(spark)
 
     def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
         """Answer every check: True/False, or a TransientCheckError / PermanentCheckError."""
@@ -124,10 +140,52 @@ class BatchChecker:
         try:
             listing = self.list_partitions(db, table, dict(sorted(common)))
         except CheckError as exc:
+            if isinstance(exc, PermanentCheckError):
+                self.types.forget(db, table)
             return {c: exc for c in checks}
         if listing is None:  # table or database missing: not landed yet
+            self.types.forget(db, table)
             return {c: False for c in checks}
-        return answer_checks(db, table, listing, checks)
+        if not listing:
+            return {c: False for c in checks}
+        try:
+            normalized = self._normalize(db, table, checks)
+        except CheckError as exc:
+            return {c: exc for c in checks}
+        if normalized is None:  # dropped between the two calls
+            return {c: False for c in checks}
+        results: dict[Check, bool | CheckError] = {}
+        ready: list[tuple[PartitionCheck, PartitionCheck]] = []
+        for check, spec in zip(checks, normalized):
+            if isinstance(spec, CheckError):
+                results[check] = spec
+            else:
+                ready.append((check, PartitionCheck(db, table, spec, check.exact)))
+        answers = answer_checks(db, table, listing, [n for _, n in ready])
+        for check, as_stored in ready:
+            results[check] = answers[as_stored]
+        return results
+
+    def _normalize(self, db: str, table: str, checks: list[PartitionCheck]
+                   ) -> list[tuple[tuple[str, str], ...] | PermanentCheckError] | None:
+        """Each check's spec with values as Spark stores them in this table's typed partition columns."""
+        started = time.perf_counter()
+        try:
+            types = self.types.cached(db, table)
+            if types is None:
+                self.schema_calls += 1
+                types = self.types.fetch(db, table)
+                if types is None:
+                    return None
+            try:
+                return self.types.normalize(db, table, types, [c.spec for c in checks])
+            except Exception as exc:  # noqa: BLE001 - a local Spark query; classified below
+                if classify_error(exc) == "transient":
+                    raise TransientCheckError(f"Spark unavailable normalizing values of {db}.{table}: "
+                                              f"{first_line(exc)}") from exc
+                raise PermanentCheckError(f"normalizing values of {db}.{table} failed: {first_line(exc)}") from exc
+        finally:
+            self.catalog_seconds += time.perf_counter() - started
 
     def list_partitions(self, db: str, table: str, spec: dict[str, str]) -> list[dict[str, str]] | None:
         """One catalog call: the partitions of db.table matching ``spec`` (None if the table is missing)."""
@@ -143,7 +201,7 @@ class BatchChecker:
             kind = classify_error(exc)
             if kind == "not_found":
                 return None
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            message = first_line(exc)
             if kind == "transient":
                 raise TransientCheckError(f"metastore unreachable listing {db}.{table}: {message}") from exc
             raise PermanentCheckError(f"listing partitions of {db}.{table} failed: {message}") from exc
@@ -160,7 +218,7 @@ class BatchChecker:
             fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
             return bool(fs.exists(path))
         except Exception as exc:  # noqa: BLE001 - classified below
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            message = first_line(exc)
             if classify_error(exc) == "permanent" and "IllegalArgumentException" in str(exc):
                 return PermanentCheckError(f"path {check.path!r} is invalid: {message}")
             return TransientCheckError(f"file system unreachable checking {check.path!r}: {message}")

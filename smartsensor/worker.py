@@ -50,6 +50,7 @@ class RoundResult:
     groups_due: int = 0
     groups_poked: int = 0
     catalog_calls: int = 0
+    schema_calls: int = 0
     fs_calls: int = 0
     poke_calls: int = 0
     db_statements: int = 0
@@ -317,7 +318,8 @@ class RoundPlan:
 def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dict[str, float]:
     """Phase 2, for all ranges of a process at once: one BatchChecker, one catalog call per table,
     and each user sensor's poke() once per distinct check. Outcomes go into the plans' groups."""
-    counters: dict[str, float] = {"catalog_calls": 0, "fs_calls": 0, "poke_calls": 0, "catalog_seconds": 0.0}
+    counters: dict[str, float] = {"catalog_calls": 0, "schema_calls": 0, "fs_calls": 0, "poke_calls": 0,
+                                  "catalog_seconds": 0.0}
     if not any(p.batched or p.sensors for p in plans):
         return counters
     try:
@@ -347,7 +349,7 @@ def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dic
             except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything
                 log.warning("poke of %s raised %s: %s (treated as transient)", g.key[1], type(exc).__name__, exc)
                 g.outcome = TransientCheckError(f"{type(exc).__name__}: {exc}")
-    counters.update(catalog_calls=checker.catalog_calls, fs_calls=checker.fs_calls,
+    counters.update(catalog_calls=checker.catalog_calls, schema_calls=checker.schema_calls, fs_calls=checker.fs_calls,
                     catalog_seconds=round(checker.catalog_seconds, 4))
     return counters
 
@@ -381,6 +383,7 @@ def run_rounds(workers: list[ShardWorker], spark_provider: Callable[[], Any]) ->
     total.marked = dict(marked)
     total.fenced_out = any(r.fenced_out for r in results)
     total.catalog_calls = int(counters["catalog_calls"])
+    total.schema_calls = int(counters["schema_calls"])
     total.fs_calls = int(counters["fs_calls"])
     total.poke_calls = int(counters["poke_calls"])
     total.catalog_seconds = counters["catalog_seconds"]

@@ -15,8 +15,10 @@ VALUES = st.sampled_from(["a", "b", "c", "a/b", "%", "é"])
 PARTITION = st.fixed_dictionaries({"ds": VALUES, "hr": VALUES})
 
 
-def scan(listing: list[dict[str, str]], check: PartitionCheck) -> bool:
+def scan(listing: list[dict[str, str]], check: PartitionCheck) -> bool | type:
     spec = dict(check.spec)
+    if check.exact and listing and set(spec) != set(listing[0]):
+        return PermanentCheckError
     if check.exact:
         return any(p == spec for p in listing)
     return any(all(p.get(k) == v for k, v in spec.items()) for p in listing)
@@ -30,12 +32,22 @@ def test_indexed_answers_equal_the_scan(listing: list[dict[str, str]], specs: li
     checks = [PartitionCheck("db", "t", tuple(sorted(s.items())), exact) for s, exact in specs]
     answers = answer_checks("db", "t", listing, checks)
     for check in checks:
-        assert answers[check] == scan(listing, check), check
+        expected = scan(listing, check)
+        if expected is PermanentCheckError:
+            assert isinstance(answers[check], PermanentCheckError), check
+        else:
+            assert answers[check] == expected, check
 
 
 def test_unknown_column_is_permanent() -> None:
     check = PartitionCheck("db", "t", (("region", "eu"),), False)
     assert isinstance(answer_checks("db", "t", [{"ds": "1"}], [check])[check], PermanentCheckError)
+
+
+def test_partial_partition_name_is_permanent_not_a_silent_wait() -> None:
+    check = PartitionCheck("db", "t", (("ds", "1"),), True)
+    answer = answer_checks("db", "t", [{"ds": "1", "hr": "0"}], [check])[check]
+    assert isinstance(answer, PermanentCheckError) and "['ds', 'hr']" in str(answer)
 
 
 def test_linear_not_quadratic() -> None:

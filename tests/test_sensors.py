@@ -107,6 +107,33 @@ def test_unknown_partition_key_and_unpartitioned_table_are_permanent(spark: Any,
     assert classify_error(RuntimeError("org.apache.thrift.transport.TTransportException: refused")) == "transient"
 
 
+def test_typed_partition_columns_match_as_spark_stores_them(spark: Any, hive_db: str) -> None:
+    """On an int column Spark stores hr=00 as hr=0 (a date 2026-1-5 as 2026-01-05): checks match anyway."""
+    spark.sql(f"CREATE TABLE {hive_db}.typed (x INT) PARTITIONED BY (ds DATE, HR INT, Region STRING) STORED AS PARQUET")
+    named = NamedHivePartitionSensor(task_id="n", partition_names=[f"{hive_db}.typed/ds=2026-1-5/hr=00/region=00"])
+    by_hour = HivePartitionSensor(task_id="h", table=f"{hive_db}.typed", partition={"hr": 7})
+    string_kept = HivePartitionSensor(task_id="s", table=f"{hive_db}.typed", partition={"region": "0"})
+    assert not poke(spark, named) and not poke(spark, by_hour)
+    spark.sql(f"ALTER TABLE {hive_db}.typed ADD PARTITION (ds='2026-01-05', hr=0, region='00')")
+    spark.sql(f"ALTER TABLE {hive_db}.typed ADD PARTITION (ds='2026-01-06', hr='07', region='x')")
+    assert BatchChecker(spark).list_partitions(hive_db, "typed", {"hr": "0"}) == [
+        {"ds": "2026-01-05", "hr": "0", "region": "00"}]
+    first = BatchChecker(spark)
+    assert named.poke({"checker": first}) and by_hour.poke({"checker": first})
+    assert (first.catalog_calls, first.schema_calls) == (2, 1)  # column types looked up once, then cached
+    assert not poke(spark, string_kept)  # a string column keeps '0' and '00' apart
+
+    bad = PartitionCheck(hive_db, "typed", (("hr", "1; DROP TABLE x"),), exact=False)
+    partial = PartitionCheck(hive_db, "typed", (("ds", "2026-01-05"),), exact=True)
+    good = PartitionCheck(hive_db, "typed", (("hr", "000"),), exact=False)
+    c = BatchChecker(spark)
+    answers = c.check_all([bad, partial, good])
+    assert isinstance(answers[bad], PermanentCheckError) and "not a valid int" in str(answers[bad])
+    assert isinstance(answers[partial], PermanentCheckError) and "every partition column" in str(answers[partial])
+    assert answers[good] is True
+    assert (c.catalog_calls, c.schema_calls) == (1, 0)
+
+
 HOSTILE_VALUES = ["a'b", "a\\'b", "x`y", "1; DROP TABLE t; --", "a/b", "k=v", "100%", "%2F", "ü日本", "' OR '1'='1",
                   "a\\", "$(touch /tmp/pwned)", "{x}", "a b", "#", "?*^[]"]
 

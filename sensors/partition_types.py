@@ -1,0 +1,125 @@
+"""Partition column types of Hive tables, and check values normalized the way Spark stores them.
+
+Spark casts a partition value to its column's type before it stores it: on an ``int`` column
+``hr=00`` is stored (and listed) as ``hr=0``, on a ``date`` column ``2026-1-5`` as ``2026-01-05``,
+on a ``boolean`` column ``TRUE`` as ``true``. Listings show the stored form, so before a check is
+compared with a listing its values are put through the same casts. String columns need nothing.
+
+Types are looked up once per table and cached per process (``TYPES_TTL_SECONDS``); a missing
+table or a rejected listing drops the entry. Normalized values are cached too: a worker asks the
+same questions every round.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import weakref
+from typing import Any, Callable
+
+from sensors.errors import PermanentCheckError, TransientCheckError
+
+TYPES_TTL_SECONDS = 300.0
+_STRING_TYPE = re.compile(r"(string|varchar\(\d+\)|char\(\d+\))")
+# A type name from the catalog is put into a CAST; accept only plain (parameterised) type names.
+_SAFE_TYPE = re.compile(r"[a-z_]+(\(\d+(,\s*\d+)?\))?")
+_MAX_CACHED_VALUES = 100_000
+_CAST_BATCH = 500
+
+
+class PartitionTypes:
+    """Per-process cache of partition column types and of normalized partition values."""
+
+    def __init__(self, spark: Any, ttl: float = TYPES_TTL_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.spark = spark
+        self.ttl = ttl
+        self.clock = clock
+        self._types: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+        self._values: dict[tuple[str, str], str | None] = {}
+        self.cast_queries = 0
+
+    def cached(self, db: str, table: str) -> dict[str, str] | None:
+        """The table's partition column types if known and fresh, else None."""
+        entry = self._types.get((db, table))
+        if entry is None or self.clock() - entry[0] > self.ttl:
+            return None
+        return entry[1]
+
+    def fetch(self, db: str, table: str) -> dict[str, str] | None:
+        """One catalog call: {lower-cased partition column: type}, or None if the table is missing.
+
+        Raises TransientCheckError when the metastore cannot be reached, PermanentCheckError otherwise.
+        """
+        from sensors.batch import classify_error, first_line
+        try:
+            columns = self.spark.catalog.listColumns(f"`{db}`.`{table}`")
+        except Exception as exc:  # noqa: BLE001 - classified below
+            kind = classify_error(exc)
+            if kind == "not_found":
+                self.forget(db, table)
+                return None
+            if kind == "transient":
+                raise TransientCheckError(f"metastore unreachable reading {db}.{table}: {first_line(exc)}") from exc
+            raise PermanentCheckError(f"reading the columns of {db}.{table} failed: {first_line(exc)}") from exc
+        types = {c.name.lower(): c.dataType.lower() for c in columns if c.isPartition}
+        self._types[(db, table)] = (self.clock(), types)
+        return types
+
+    def forget(self, db: str, table: str) -> None:
+        """Drop a table's cached types (it went missing, or its listing was rejected)."""
+        self._types.pop((db, table), None)
+
+    def normalize(self, db: str, table: str, types: dict[str, str],
+                  specs: list[tuple[tuple[str, str], ...]]) -> list[tuple[tuple[str, str], ...] | PermanentCheckError]:
+        """Each spec with its values cast as Spark stores them, or an error naming a value its column rejects.
+
+        Keys that are not partition columns are kept as they are (the caller reports them).
+        """
+        wanted = {(types[k], v) for spec in specs for k, v in spec
+                  if k in types and not _STRING_TYPE.fullmatch(types[k]) and (types[k], v) not in self._values}
+        self._cast({pair for pair in wanted if _SAFE_TYPE.fullmatch(pair[0])})
+        out: list[tuple[tuple[str, str], ...] | PermanentCheckError] = []
+        for spec in specs:
+            pairs: list[tuple[str, str]] = []
+            error: PermanentCheckError | None = None
+            for k, v in spec:
+                typ = types.get(k)
+                if typ is None or _STRING_TYPE.fullmatch(typ):
+                    pairs.append((k, v))
+                elif not _SAFE_TYPE.fullmatch(typ):
+                    error = PermanentCheckError(f"{db}.{table}: partition column {k!r} has unsupported type {typ!r}")
+                    break
+                elif self._values.get((typ, v)) is None:
+                    error = PermanentCheckError(
+                        f"{db}.{table}: value {v!r} is not a valid {typ} for partition column {k!r}")
+                    break
+                else:
+                    pairs.append((k, self._values[(typ, v)]))  # type: ignore[arg-type]
+            out.append(error if error is not None else tuple(pairs))
+        return out
+
+    def _cast(self, pairs: set[tuple[str, str]]) -> None:
+        """Cast values to their types and back to text in Spark (local work, no catalog call)."""
+        if len(self._values) + len(pairs) > _MAX_CACHED_VALUES:
+            self._values.clear()
+        ordered = sorted(pairs)
+        for start in range(0, len(ordered), _CAST_BATCH):
+            chunk = ordered[start:start + _CAST_BATCH]
+            # Values travel as named parameters, never as SQL text; the type was matched by _SAFE_TYPE.
+            sql = "SELECT " + ", ".join(f"CAST(TRY_CAST(:v{i} AS {typ}) AS STRING)" for i, (typ, _) in enumerate(chunk))
+            self.cast_queries += 1
+            row = self.spark.sql(sql, args={f"v{i}": value for i, (_, value) in enumerate(chunk)}).collect()[0]
+            for i, pair in enumerate(chunk):
+                self._values[pair] = row[i]
+
+
+_BY_SESSION: "weakref.WeakKeyDictionary[Any, PartitionTypes]" = weakref.WeakKeyDictionary()
+
+
+def partition_types_for(spark: Any) -> PartitionTypes:
+    """The process-wide cache for one SparkSession (one session per process)."""
+    cache = _BY_SESSION.get(spark)
+    if cache is None:
+        cache = _BY_SESSION[spark] = PartitionTypes(spark)
+    return cache
