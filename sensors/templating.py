@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError
@@ -33,15 +34,35 @@ class _BoundedSandbox(SandboxedEnvironment):
 _ENV = _BoundedSandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 
+def ds_add(ds: str, days: int) -> str:
+    """``ds_add('2026-11-22', -1)`` → ``'2026-11-21'`` (Airflow's ``macros.ds_add``)."""
+    return (datetime.strptime(ds, "%Y-%m-%d") + timedelta(days=int(days))).strftime("%Y-%m-%d")
+
+
+def ds_format(ds: str, input_format: str, output_format: str) -> str:
+    """``ds_format('2026-11-22', '%Y-%m-%d', '%Y/%m/%d')`` → ``'2026/11/22'`` (Airflow's ``macros.ds_format``)."""
+    return datetime.strptime(ds, input_format).strftime(output_format)
+
+
+MACROS = SimpleNamespace(ds_add=ds_add, ds_format=ds_format, datetime=datetime, timedelta=timedelta)
+
+
 def template_context(execution_date: datetime) -> dict[str, Any]:
-    """Variables available to templates for one execution date."""
+    """Variables available to templates for one execution date (the Airflow names users already write)."""
+    day = timedelta(days=1)
     return {
         "ds": execution_date.strftime("%Y-%m-%d"),
         "ds_nodash": execution_date.strftime("%Y%m%d"),
         "ts": execution_date.isoformat(),
+        "ts_nodash": execution_date.strftime("%Y%m%dT%H%M%S"),
         "execution_date": execution_date,
-        "prev_ds": (execution_date - timedelta(days=1)).strftime("%Y-%m-%d"),
-        "next_ds": (execution_date + timedelta(days=1)).strftime("%Y-%m-%d"),
+        "prev_ds": (execution_date - day).strftime("%Y-%m-%d"),
+        "next_ds": (execution_date + day).strftime("%Y-%m-%d"),
+        "yesterday_ds": (execution_date - day).strftime("%Y-%m-%d"),
+        "tomorrow_ds": (execution_date + day).strftime("%Y-%m-%d"),
+        "yesterday_ds_nodash": (execution_date - day).strftime("%Y%m%d"),
+        "tomorrow_ds_nodash": (execution_date + day).strftime("%Y%m%d"),
+        "macros": MACROS,
     }
 
 

@@ -92,6 +92,26 @@ def test_row_contents(tmp_path) -> None:
     assert 0 <= row["shardcode"] < 10000
 
 
+def test_airflow_template_names_and_macros_render(tmp_path) -> None:
+    """The names Airflow users write in sensor files render, and equal renderings hash equal."""
+    cfg = make_cfg(tmp_path, "sqlite://")
+    written = NamedHivePartitionSensor(task_id="a", partition_names=[
+        "db.t/ds={{ macros.ds_add(ds, -1) }}/hr={{ execution_date.strftime('%H') }}",
+        "db.u/ds={{ macros.ds_format(yesterday_ds_nodash, '%Y%m%d', '%Y-%m-%d') }}/ts={{ ts_nodash }}",
+        "db.v/ds={{ tomorrow_ds }}/d={{ tomorrow_ds_nodash }}"])
+    spelled = NamedHivePartitionSensor(task_id="b", partition_names=[
+        "db.t/ds=2026-11-21/hr=00", "db.u/ds=2026-11-21/ts=20261122T000000", "db.v/ds=2026-11-23/d=20261123"])
+    row_a, _ = build_row(written, "d", DAY, cfg)
+    row_b, _ = build_row(spelled, "d", DAY, cfg)
+    assert row_a["attr_dict"] == row_b["attr_dict"] and row_a["hashcode"] == row_b["hashcode"]
+    with pytest.raises(SensorDefinitionError, match="field 'partition_names'.*ds_add"):
+        build_row(NamedHivePartitionSensor(task_id="c", partition_names=["db.t/ds={{ macros.ds_add(ds, 'x') }}"]),
+                  "d", DAY, cfg)
+    with pytest.raises(SensorDefinitionError, match="unsafe"):
+        build_row(NamedHivePartitionSensor(task_id="e", partition_names=["db.t/ds={{ macros.ds_add.__globals__ }}"]),
+                  "d", DAY, cfg)
+
+
 def test_not_json_serialisable_names_the_field(tmp_path) -> None:
     class Odd(UnmarkedSensor):
         pass
