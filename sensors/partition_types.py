@@ -23,6 +23,8 @@ TYPES_TTL_SECONDS = 300.0
 _STRING_TYPE = re.compile(r"(string|varchar\(\d+\)|char\(\d+\))")
 # A type name from the catalog is put into a CAST; accept only plain (parameterised) type names.
 _SAFE_TYPE = re.compile(r"[a-z_]+(\(\d+(,\s*\d+)?\))?")
+# How Hive lists a NULL partition value, whatever the column's type; compared verbatim.
+DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 _MAX_CACHED_VALUES = 100_000
 _CAST_BATCH = 500
 
@@ -77,7 +79,8 @@ class PartitionTypes:
         Keys that are not partition columns are kept as they are (the caller reports them).
         """
         wanted = {(types[k], v) for spec in specs for k, v in spec
-                  if k in types and not _STRING_TYPE.fullmatch(types[k]) and (types[k], v) not in self._values}
+                  if k in types and not _STRING_TYPE.fullmatch(types[k]) and v != DEFAULT_PARTITION_NAME
+                  and (types[k], v) not in self._values}
         self._cast({pair for pair in wanted if _SAFE_TYPE.fullmatch(pair[0])})
         out: list[tuple[tuple[str, str], ...] | PermanentCheckError] = []
         for spec in specs:
@@ -85,7 +88,7 @@ class PartitionTypes:
             error: PermanentCheckError | None = None
             for k, v in spec:
                 typ = types.get(k)
-                if typ is None or _STRING_TYPE.fullmatch(typ):
+                if typ is None or _STRING_TYPE.fullmatch(typ) or v == DEFAULT_PARTITION_NAME:
                     pairs.append((k, v))
                 elif not _SAFE_TYPE.fullmatch(typ):
                     error = PermanentCheckError(f"{db}.{table}: partition column {k!r} has unsupported type {typ!r}")

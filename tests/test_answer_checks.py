@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from sensors.batch import answer_checks
 from sensors.checks import PartitionCheck
 from sensors.errors import PermanentCheckError
+from sensors.partition_types import PartitionTypes
 
 VALUES = st.sampled_from(["a", "b", "c", "a/b", "%", "é"])
 PARTITION = st.fixed_dictionaries({"ds": VALUES, "hr": VALUES})
@@ -58,3 +59,24 @@ def test_linear_not_quadratic() -> None:
     answers = answer_checks("db", "t", listing, checks)
     assert not any(answers.values())
     assert time.perf_counter() - started < 2.0  # a scan would be ~10 s here
+
+
+def test_null_partition_and_string_columns_need_no_spark() -> None:
+    types = PartitionTypes(spark=None)  # a cast would need Spark: none may happen here
+    specs = [(("hr", "__HIVE_DEFAULT_PARTITION__"),), (("region", "00"), ("hr", "__HIVE_DEFAULT_PARTITION__"))]
+    assert types.normalize("db", "t", {"hr": "int", "region": "varchar(8)"}, specs) == specs
+    assert types.cast_queries == 0
+    [odd] = types.normalize("db", "t", {"hr": "struct<a:int>"}, [(("hr", "1"),)])
+    assert isinstance(odd, PermanentCheckError) and "unsupported type" in str(odd)
+
+
+def test_partition_types_expire_and_can_be_forgotten() -> None:
+    now = [0.0]
+    types = PartitionTypes(spark=None, ttl=300, clock=lambda: now[0])
+    types._types[("db", "t")] = (0.0, {"hr": "int"})
+    assert types.cached("db", "t") == {"hr": "int"}
+    now[0] = 301.0
+    assert types.cached("db", "t") is None
+    now[0] = 0.0
+    types.forget("db", "t")
+    assert types.cached("db", "t") is None
