@@ -132,6 +132,7 @@ def test_typed_partition_columns_match_as_spark_stores_them(spark: Any, hive_db:
     assert isinstance(answers[partial], PermanentCheckError) and "every partition column" in str(answers[partial])
     assert answers[good] is True
     assert (c.catalog_calls, c.schema_calls) == (1, 0)
+    assert c.types.fetch(hive_db, "no_such_table") is None and c.types.fetch("no_such_db", "t") is None
 
 
 HOSTILE_VALUES = ["a'b", "a\\'b", "x`y", "1; DROP TABLE t; --", "a/b", "k=v", "100%", "%2F", "ü日本", "' OR '1'='1",
