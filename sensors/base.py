@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Iterable, TypeVar
 
 from sensors.checks import Check
@@ -48,10 +48,13 @@ def is_smart_eligible(cls: type) -> bool:
 
 
 def _non_negative(name: str, value: Any, allow_none: bool = False) -> float | None:
+    """A duration in seconds; a ``timedelta`` (as Airflow DAG files write them) is converted."""
     if value is None and allow_none:
         return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise SensorDefinitionError(f"{name} must be a non-negative number of seconds, got {value!r}")
+        raise SensorDefinitionError(f"{name} must be a non-negative number of seconds or a timedelta, got {value!r}")
     return value
 
 
@@ -74,14 +77,14 @@ class BaseSensor:
         self,
         task_id: str,
         dag_id: str | None = None,
-        poke_interval: float = 60,
-        timeout: float = 7 * 24 * 3600,
-        execution_timeout: float | None = None,
+        poke_interval: float | timedelta = 60,
+        timeout: float | timedelta = 7 * 24 * 3600,
+        execution_timeout: float | timedelta | None = None,
         retries: int = 0,
-        retry_delay: float = 300,
+        retry_delay: float | timedelta = 300,
         soft_fail: bool = False,
         exponential_backoff: bool = False,
-        max_wait: float | None = None,
+        max_wait: float | timedelta | None = None,
     ) -> None:
         if not isinstance(task_id, str) or not task_id.strip() or len(task_id) > 250:
             raise SensorDefinitionError(f"task_id must be a non-empty string of at most 250 characters, got {task_id!r}")

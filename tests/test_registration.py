@@ -112,6 +112,19 @@ def test_airflow_template_names_and_macros_render(tmp_path) -> None:
                   "d", DAY, cfg)
 
 
+def test_durations_may_be_timedeltas_as_in_airflow_dag_files(tmp_path) -> None:
+    from datetime import timedelta
+    cfg = make_cfg(tmp_path, "sqlite://")
+    sensor = HivePartitionSensor(task_id="t", table="db.t", poke_interval=timedelta(minutes=2),
+                                 timeout=timedelta(hours=6), execution_timeout=timedelta(hours=1),
+                                 retry_delay=timedelta(seconds=90), max_wait=timedelta(minutes=10))
+    exec_dict = json.loads(build_row(sensor, "d", DAY, cfg)[0]["exec_dict"])
+    assert (exec_dict["poke_interval"], exec_dict["timeout"], exec_dict["execution_timeout"],
+            exec_dict["retry_delay"], exec_dict["max_wait"]) == (120, 21600, 3600, 90, 600)
+    with pytest.raises(SensorDefinitionError, match="timeout must be a non-negative number of seconds or a timedelta"):
+        HivePartitionSensor(task_id="u", table="db.t", timeout=timedelta(hours=-1))
+
+
 def test_not_json_serialisable_names_the_field(tmp_path) -> None:
     class Odd(UnmarkedSensor):
         pass
