@@ -32,8 +32,8 @@ class RoundMetrics:
         from prometheus_client import Counter, Gauge, start_http_server
         labels = ["shard_min", "shard_max"]
         self.gauges = {name: Gauge(f"smartsensor_round_{name}", f"{name} in the last round", labels)
-                       for name in ("loaded", "distinct_hashes", "groups_poked", "catalog_calls", "db_statements",
-                                    "seconds", "transient_errors")}
+                       for name in ("loaded", "distinct_hashes", "groups_poked", "catalog_calls", "schema_calls",
+                                    "db_statements", "seconds", "transient_errors")}
         self.marked = Counter("smartsensor_marked_total", "task instances marked, by new state", labels + ["state"])
         self.rounds = Counter("smartsensor_rounds_total", "rounds run", labels + ["outcome"])
         start_http_server(port, addr="127.0.0.1")

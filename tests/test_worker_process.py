@@ -111,7 +111,7 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
         worker.wait_round(lambda r: r["loaded"] == 9 and r["groups_poked"] == 0)
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'smartsensor_round_loaded{shard_max="10000",shard_min="0"} 9.0' in body
-        assert "smartsensor_rounds_total" in body
+        assert "smartsensor_rounds_total" in body and "smartsensor_round_schema_calls" in body
         out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status", "--json"], env=env,
                              capture_output=True, text=True, timeout=60, check=True).stdout
         data = json.loads(out)
