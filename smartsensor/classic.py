@@ -153,7 +153,8 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
     def finish(state: str, error: str | None = None, checker: BatchChecker | None = None, pokes: int = 0) -> RunResult:
         def write() -> bool:
             with engine.begin() as conn:
-                return queries.set_state(conn, key, state, from_states=[State.RUNNING], error=error)
+                return queries.set_state(conn, key, state, from_states=[State.RUNNING], error=error,
+                                         try_number=row["try_number"])
         changed = _retry_while_db_down(write, f"{dag_id}.{task_id} -> {state}", patience, sleep)
         if not changed:
             log.warning("%s.%s was changed by someone else; leaving it as it is", dag_id, task_id)
@@ -230,9 +231,10 @@ def _poke_until_done(engine: Engine, sensor: BaseSensor, row: dict[str, Any], se
         except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
             log.warning("metadata DB unavailable, poking on: %s", str(exc).splitlines()[0])
             current = row
-        if current is None or current["state"] != State.RUNNING:
-            log.warning("%s.%s is now %s (changed by someone else): stopping", dag_id, task_id,
-                        current["state"] if current else "deleted")
+        if current is None or current["state"] != State.RUNNING or current["try_number"] != row["try_number"]:
+            # a later try running elsewhere is not ours either (this run was given up for dead meanwhile)
+            log.warning("%s.%s is now %s, try %s (changed by someone else): stopping", dag_id, task_id,
+                        current["state"] if current else "deleted", current["try_number"] if current else "-")
             return RunResult(current["state"] if current else "deleted", pokes,
                              checker.catalog_calls if checker else 0, checker.fs_calls if checker else 0,
                              round(time.perf_counter() - began, 3))

@@ -135,6 +135,16 @@ def db_init(app: App) -> None:
         click.echo(f"database {app.safe_url()} upgraded from {before or 'empty'} to {head}")
 
 
+@db.command("reshard")
+@click.pass_obj
+def db_reshard(app: App) -> None:
+    """Recompute shardcodes after shard_code_upper_limit changed (safe while workers run)."""
+    limit = app.cfg.shard_code_upper_limit
+    with app.engine().begin() as conn:
+        moved = queries.reshard(conn, limit)
+    click.echo(f"{moved} task instance(s) moved to shardcode = hashcode mod {limit}")
+
+
 # -- config ----------------------------------------------------------------------------------
 
 @main.group()
@@ -383,6 +393,9 @@ def status(app: App, as_json: bool) -> None:
     click.echo(f"{'range':>13}  {'waiting':>7}  {'distinct':>8}")
     for s in data["shards"]:
         click.echo(f"{s['min']:>6}-{s['max']:<6}  {s['waiting']:>7}  {s['distinct_hashes']:>8}")
+    if data["stranded"]:
+        click.echo(f"WARNING: {data['stranded']} waiting task(s) have a shardcode outside [0, "
+                   f"{app.cfg.shard_code_upper_limit}) and no worker serves them: run `smartsensor db reshard`")
     if data["workers"]:
         click.echo(f"{'worker':<40} {'range':>13} {'last round':>10} {'age s':>7}")
         for w in data["workers"]:

@@ -65,7 +65,8 @@ KEYS: tuple[Key, ...] = (
     Key("smart_sensor", "use_smart_sensor", "True", _parse_bool,
         "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode."),
     Key("smart_sensor", "shard_code_upper_limit", "10000", _parse_int,
-        "shardcode = hashcode mod this value. Changing it does not move rows already registered."),
+        "shardcode = hashcode mod this value. After changing it run `smartsensor db reshard` to move "
+        "rows already registered."),
     Key("smart_sensor", "shards", "5", _parse_int,
         "Number of shard ranges when shard_ranges is empty: [0, limit) split evenly."),
     Key("smart_sensor", "shard_ranges", "", _parse_str,

@@ -15,6 +15,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -68,6 +69,8 @@ class LeaseManager:
             queries.upsert_worker(conn, self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
             queries.renew_leases(conn, self.worker_id, now, expires)
             rows = queries.load_leases(conn)
+            if self._reshape(conn, rows, now):  # shard_ranges changed since the rows were made
+                rows = queries.load_leases(conn)
             if {r.lo for r in self.ranges} - {row["shard_min"] for row in rows}:
                 queries.ensure_leases(conn, self.ranges)  # first start, or new ranges in the config
                 rows = queries.load_leases(conn)
@@ -101,6 +104,26 @@ class LeaseManager:
             if los:
                 log.info("worker %s %s ranges %s", self.worker_id, kind, los)
         return changes
+
+    def _reshape(self, conn: Any, rows: list[dict[str, Any]], now: datetime) -> bool:
+        """Fit lease rows left by another ``shard_ranges`` to this one once nobody holds them.
+
+        Without this a configured range whose old row has another upper bound would never be claimed,
+        and its tasks would wait forever. Rows a live worker (with the old config) still holds are
+        reshaped after that worker stops or its lease expires; until then both serve the overlap,
+        and state guards keep every task marked once.
+        """
+        configured = {r.lo: r.hi for r in self.ranges}
+        changed = False
+        for row in rows:
+            want = configured.get(row["shard_min"])
+            if want == row["shard_max"]:
+                continue
+            if queries.reshape_lease(conn, row["shard_min"], row["epoch"], want, now):
+                log.info("lease row %s-%s reshaped to %s", row["shard_min"], row["shard_max"],
+                         f"{row['shard_min']}-{want}" if want is not None else "nothing (range no longer configured)")
+                changed = True
+        return changed
 
     def release_all(self) -> None:
         """Clean stop: give every range back at once and remove our worker row."""

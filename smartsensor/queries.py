@@ -51,6 +51,7 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
 IN_CHUNK = 5000
 
 TaskKey = tuple[str, str, datetime]
+TryKey = tuple[str, str, datetime, int, datetime]  # a task key plus the try it is in: try_number, start_date
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,12 @@ class WaitingTask:
     @property
     def key(self) -> TaskKey:
         return (self.dag_id, self.task_id, self.execution_date)
+
+    @property
+    def try_key(self) -> TryKey:
+        """The key of this try: a later try or a reset (new start_date) has another one."""
+        assert self.start_date is not None
+        return (self.dag_id, self.task_id, self.execution_date, self.try_number, self.start_date)
 
 
 def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
@@ -135,11 +142,17 @@ def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = 
 
 
 def set_state(conn: Connection, key: TaskKey, new_state: str, from_states: Sequence[str] | None = None,
-              now: datetime | None = None, error: str | None = None) -> bool:
-    """Set one task's state (a user's manual change when ``from_states`` is None). 1 statement."""
+              now: datetime | None = None, error: str | None = None, try_number: int | None = None) -> bool:
+    """Set one task's state (a user's manual change when ``from_states`` is None). 1 statement.
+
+    ``try_number``: only while the task is still in that try (a run ending its own try never ends a
+    later one that another process started after this one was given up for dead).
+    """
     query = update(TI).where(TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2])
     if from_states is not None:
         query = query.where(TI.c.state.in_(list(from_states)))
+    if try_number is not None:
+        query = query.where(TI.c.try_number == try_number)
     values: dict[str, Any] = {"state": new_state, "updated_at": now or datetime.utcnow()}
     if new_state in State.FINISHED or new_state == State.UP_FOR_RETRY:
         values["end_date"] = now or datetime.utcnow()
@@ -202,17 +215,22 @@ def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, 
         TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
 
 
-def mark_tasks(conn: Connection, keys: Sequence[TaskKey], from_states: Sequence[str], new_state: str,
-               now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
-    """Given task instances still in ``from_states`` → ``new_state``. 1 statement per IN_CHUNK keys."""
+def mark_timed_out(conn: Connection, tries: Sequence[TryKey], new_state: str, now: datetime,
+                   error: str | None = None, fence: Fence | None = None) -> int:
+    """Tasks whose try timed out → ``new_state`` (up_for_retry, failed or skipped).
+
+    Guarded on the exact try the worker saw (state smart_running, try_number and start_date), so a
+    round that loaded a try which was retried or reset by hand meanwhile never ends the newer try.
+    1 statement per IN_CHUNK tries.
+    """
     total = 0
     values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
     if error is not None:
         values["error"] = error
-    for chunk in _chunks(list(keys)):
+    for chunk in _chunks(list(tries)):
         total += conn.execute(_fenced(update(TI).where(
-            tuple_(TI.c.dag_id, TI.c.task_id, TI.c.execution_date).in_(list(chunk)),
-            TI.c.state.in_(list(from_states))), fence, now).values(**values)).rowcount
+            tuple_(TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.try_number, TI.c.start_date).in_(list(chunk)),
+            TI.c.state == State.SMART_RUNNING), fence, now).values(**values)).rowcount
     return total
 
 
@@ -238,6 +256,20 @@ def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:
                                                    expires_at=None))
             except IntegrityError:  # another worker created it first
                 pass
+
+
+def reshape_lease(conn: Connection, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
+    """Fit a free or expired lease row to a changed ``shard_ranges``: new upper bound (epoch bumped, so
+    nothing written under the old shape passes a fence again), or, with ``shard_max`` None, delete a
+    row whose range is no longer configured. A row a live worker still holds is left alone.
+    Compare-and-set on the epoch read. 1 statement.
+    """
+    claimable = (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
+                 or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
+    if shard_max is None:
+        return conn.execute(delete(SL).where(*claimable)).rowcount == 1
+    return conn.execute(update(SL).where(*claimable).values(
+        shard_max=shard_max, owner=None, epoch=SL.c.epoch + 1, expires_at=None)).rowcount == 1
 
 
 def upsert_worker(conn: Connection, worker_id: str, hostname: str, pid: int, started_at: datetime,
@@ -400,6 +432,18 @@ def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> lis
     return [tuple(r) for r in conn.execute(query)]  # type: ignore[misc]
 
 
+def reshard(conn: Connection, limit: int) -> int:
+    """Recompute every row's shardcode as hashcode mod ``limit`` (after shard_code_upper_limit changed).
+
+    Not a state change: a worker that loaded a row under its old shardcode simply misses it in its
+    range-guarded write, and the new owner picks it up next round. 1 statement.
+    """
+    # ((h % n) + n) % n: SQL's % keeps the dividend's sign, Python's (used at registration) does not.
+    wanted = ((TI.c.hashcode % limit) + limit) % limit
+    return conn.execute(update(TI).where(TI.c.hashcode.is_not(None), or_(
+        TI.c.shardcode.is_(None), TI.c.shardcode != wanted)).values(shardcode=wanted)).rowcount
+
+
 # -- status ------------------------------------------------------------------------------------
 
 def count_by_state(conn: Connection) -> dict[str, int]:
@@ -416,6 +460,14 @@ def waiting_by_shard(conn: Connection) -> list[tuple[int, int]]:
 def worker_rounds(conn: Connection) -> list[dict[str, Any]]:
     """Every worker's last round (1 statement)."""
     return [dict(r) for r in conn.execute(select(WR).order_by(WR.c.shard_min, WR.c.worker_id)).mappings()]
+
+
+def stranded_count(conn: Connection, limit: int) -> int:
+    """Waiting or retrying smart tasks whose shardcode no worker serves: outside [0, limit), left by a
+    smaller shard_code_upper_limit (``smartsensor db reshard`` fixes them). 1 statement."""
+    return conn.execute(select(func.count()).select_from(TI).where(
+        TI.c.state.in_([*State.SMART_WAITING, State.UP_FOR_RETRY]),
+        or_(TI.c.shardcode.is_(None), TI.c.shardcode < 0, TI.c.shardcode >= limit))).scalar_one()
 
 
 def forget_worker(conn: Connection, worker_id: str) -> None:

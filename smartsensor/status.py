@@ -15,7 +15,7 @@ from smartsensor.config import Config
 
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:
-    """Everything `status` shows, as plain data (6 statements)."""
+    """Everything `status` shows, as plain data (7 statements)."""
     now = now or datetime.utcnow()
     with engine.connect() as conn:
         by_state = queries.count_by_state(conn)
@@ -25,6 +25,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         live = queries.list_workers(conn)
         zombie_threshold = cfg.get("scheduler", "zombie_threshold")
         zombies = queries.load_zombies(conn, now - timedelta(seconds=zombie_threshold))
+        stranded = queries.stranded_count(conn, cfg.shard_code_upper_limit)
     shards = []
     per_range_tasks: dict[int, int] = defaultdict(int)
     per_range_hashes: dict[int, set[int]] = defaultdict(set)
@@ -60,7 +61,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
                    for w in live]
     return {"leases": lease_rows, "lease_workers": worker_rows, "tasks_by_state": dict(sorted(by_state.items())), "waiting": len(waiting), "distinct_hashes": distinct,
             "dedup_ratio": round(len(waiting) / distinct, 2) if distinct else None, "shards": shards,
-            "workers": workers,
+            "workers": workers, "stranded": stranded,
             "zombies": [{"dag_id": z["dag_id"], "task_id": z["task_id"], "execution_date": z["execution_date"].isoformat(),
                          "hostname": z["hostname"], "heartbeat_age": round((now - z["updated_at"]).total_seconds(), 1)}
                         for z in zombies]}

@@ -198,7 +198,7 @@ class ShardWorker:
         landed_hashes: list[int] = []
         landed_collided: list[CheckKey] = []
         failed: list[_Group] = []
-        timeouts: dict[str, list[queries.TaskKey]] = defaultdict(list)
+        timeouts: dict[str, list[queries.TryKey]] = defaultdict(list)
         for g in groups.values():
             if g.outcome is True:
                 if g.key[0] in collided:
@@ -216,7 +216,7 @@ class ShardWorker:
             for t in g.tasks:
                 settings = parse_exec(t.exec_dict)
                 if timed_out(t.start_date, settings, now):
-                    timeouts[timeout_state(t.try_number, settings)].append(t.key)
+                    timeouts[timeout_state(t.try_number, settings)].append(t.try_key)
 
         marked: dict[str, int] = defaultdict(int)
         fence = self.fence
@@ -242,8 +242,7 @@ class ShardWorker:
                 marked[State.FAILED] += n
             for state, keys in timeouts.items():
                 error = "timed out waiting" if state != State.UP_FOR_RETRY else None
-                marked[state] += queries.mark_tasks(conn, keys, [State.SMART_RUNNING], state, now, error=error,
-                                                    fence=fence)
+                marked[state] += queries.mark_timed_out(conn, keys, state, now, error=error, fence=fence)
         result.marked = {k: v for k, v in marked.items() if v}
         if fence is not None and not result.marked:
             result.fenced_out = not self._still_owner(fence, now)

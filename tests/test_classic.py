@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -98,6 +98,34 @@ def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engi
     with engine.connect() as conn:
         row = queries.get_task(conn, "d", "w", DAY)
     assert row["start_date"] == first_start and row["try_number"] == 1  # the same try went on
+
+
+def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_db) -> None:
+    """A run stalls (swapped out, stuck) past zombie_threshold: the scheduler ends its try, re-queues the task
+    and a new run starts try 2. When the old run wakes up it must stop and leave try 2 alone."""
+    from smartsensor.scheduler import end_zombies, requeue_retries
+    create_table(spark, hive_db, "t")
+    register(engine, [("d", NamedHivePartitionSensor(
+        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=1.5, retries=2,
+        retry_delay=0))], DAY, cfg)
+    key = ("d", "w", DAY)
+    stalls = []
+
+    def stall(seconds: float) -> None:  # the old run's first pause is where it stalls
+        if not stalls:
+            stalls.append(seconds)
+            later = datetime.utcnow() + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
+            assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1}
+            assert requeue_retries(engine, cfg, now=later) == {State.SCHEDULED: 1}  # smart mode is off here
+            with engine.begin() as conn:
+                assert queries.claim_scheduled(conn, key, datetime.utcnow(), "another-host")
+        time.sleep(seconds)
+
+    result = run(engine, cfg, spark, "w", sleep=stall)
+    assert stalls and result.state == State.RUNNING  # it noticed the task is another run's now
+    with engine.connect() as conn:
+        row = queries.get_task(conn, *key)
+    assert (row["state"], row["try_number"], row["hostname"]) == (State.RUNNING, 2, "another-host")
 
 
 def test_hand_back_never_resurrects_a_task_changed_meanwhile(engine, cfg, tmp_path) -> None:

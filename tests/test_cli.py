@@ -106,3 +106,27 @@ def test_errors_are_one_clear_line(tmp_path: Path, case: str) -> None:
     assert verbose.returncode != 0
     if case not in ("bad_date", "not_initialised"):
         assert "Traceback" in verbose.stderr
+
+
+def test_smaller_shard_limit_strands_tasks_until_reshard(tmp_path: Path, db_url: str) -> None:
+    """Rows registered under shard_code_upper_limit 10000, then the limit is lowered to 100: status names
+    the stranded tasks and `db reshard` moves each to hashcode mod 100, where the new ranges serve it."""
+    home = tmp_path / "home"
+    run(["db", "init"], home, db_url)
+    dag = tmp_path / "many.py"
+    dag.write_text("from sensors import SuccessFileSensor\n"
+                   f"flags = [SuccessFileSensor(task_id=f's{{i}}', path='{tmp_path}/flag{{i}}') for i in range(20)]\n")
+    run(["submit", str(dag), "-d", "2026-11-22"], home, db_url)
+    rows = json.loads(run(["tasks", "--json"], home, db_url).stdout)
+    outside = sum(1 for r in rows if r["shardcode"] >= 100)
+    assert outside > 0  # 20 random shardcodes in [0, 10000)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "airflow.cfg").write_text("[smart_sensor]\nshard_code_upper_limit = 100\nshards = 2\n")
+    status = json.loads(run(["status", "--json"], home, db_url).stdout)
+    assert status["stranded"] == outside
+    assert f"WARNING: {outside} waiting task(s)" in run(["status"], home, db_url).stdout
+    assert run(["db", "reshard"], home, db_url).stdout.startswith(f"{outside} task instance(s) moved")
+    rows = json.loads(run(["tasks", "--json"], home, db_url).stdout)
+    assert all(r["shardcode"] == r["hashcode"] % 100 for r in rows)
+    assert json.loads(run(["status", "--json"], home, db_url).stdout)["stranded"] == 0
+    assert run(["db", "reshard"], home, db_url).stdout.startswith("0 task instance(s)")  # idempotent

@@ -199,3 +199,27 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
         a_engine.dispose()
     second = _beat_in_thread(b, later, timeout=5)
     assert second["claimed"] == [lease.shard_min] and b.owned[lease.shard_min].epoch == lease.epoch + 1
+
+
+def test_changed_shard_ranges_reshape_free_lease_rows(engine, cfg, tmp_path, db_url) -> None:
+    """Rows made under an old shard_ranges are fitted to the new one once nobody holds them; without
+    that the range 0-5000 (its old row says 0-2000) would never be claimed and its tasks would wait forever."""
+    old = LeaseManager(engine, cfg, "old")  # the default 5 ranges: 0-2000, 2000-4000, ...
+    t0 = datetime.utcnow()
+    old.heartbeat(now=t0)
+    new_cfg = make_cfg(tmp_path / "home2", db_url, smart_sensor__heartbeat_interval="1",
+                       smart_sensor__lease_timeout="3", smart_sensor__shard_ranges="0-5000, 5000-10000")
+    new = LeaseManager(engine, new_cfg, "new")
+    # "old" still holds every old row: only the range with no row yet (5000-10000) can be claimed, and
+    # old and new both serve 5000-10000 until "old" stops (state guards keep each task marked once)
+    assert new.heartbeat(now=t0 + timedelta(seconds=1))["claimed"] == [5000]
+    with engine.connect() as conn:
+        assert [(r["shard_min"], r["shard_max"]) for r in queries.load_leases(conn)][:2] == [(0, 2000), (2000, 4000)]
+    epoch0 = old.owned[0].epoch
+    old.release_all()  # the old-config worker stops
+    assert new.heartbeat(now=t0 + timedelta(seconds=2))["claimed"] == [0]
+    with engine.connect() as conn:
+        rows = queries.load_leases(conn)
+    assert [(r["shard_min"], r["shard_max"], r["owner"]) for r in rows] == [(0, 5000, "new"), (5000, 10000, "new")]
+    assert rows[0]["epoch"] > epoch0  # a fence taken under the old shape never passes again
+    assert new.owned[0].shard_max == 5000

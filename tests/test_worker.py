@@ -199,6 +199,32 @@ def test_overlapping_workers_never_double_mark_or_resurrect(engine, cfg, spark, 
     engine2.dispose()
 
 
+def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) -> None:
+    """Worker A loads try 1 as timed out; before it writes, B ends try 1, the scheduler re-queues it and B
+    starts try 2, and a user resets another task by hand. A's late write must leave both newer tries alone."""
+    from smartsensor.worker import poke_plans
+    create_table(spark, hive_db, "t")
+    register(engine, [("d", named("r", f"{hive_db}.t/ds=never/hr=00", timeout=30, retries=1, retry_delay=0)),
+                      ("d", named("m", f"{hive_db}.t/ds=never/hr=01", timeout=30))], DAY, cfg)
+    engine2 = make_engine(cfg.sql_alchemy_conn)
+    a, b = make_worker(engine, cfg, spark, clock), make_worker(engine2, cfg, spark, clock)
+    a.run_round()
+    clock.advance(30)
+    plan = a.plan_round()  # A sees both tries as timed out ...
+    poke_plans([plan], lambda: spark)
+    assert b.run_round().marked == {"up_for_retry": 1, "failed": 1}  # ... but B ends them first
+    assert requeue_retries(engine, cfg, now=clock.now) == {"smart_pending": 1}
+    with engine.begin() as conn:
+        queries.set_state(conn, ("d", "m", DAY), State.SMART_PENDING)  # a user gives m a fresh try
+    clock.advance(1)
+    assert b.run_round().started == 2  # try 2 of r and the fresh try of m start
+    assert a.finish_round(plan).marked == {}
+    assert states(engine) == {("d", "r"): "smart_running", ("d", "m"): "smart_running"}
+    with engine.connect() as conn:
+        assert queries.get_task(conn, "d", "r", DAY)["try_number"] == 2
+    engine2.dispose()
+
+
 def test_manual_override_wins(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
     register(engine, [("d", named(f"t{i}", f"{hive_db}.t/ds=1/hr=00", timeout=100)) for i in range(3)], DAY, cfg)
