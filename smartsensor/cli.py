@@ -321,8 +321,12 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
                        + (f" ERROR {result.error}" if result.error else ""))
         sys.stdout.flush()
 
-    run_worker(runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics,
-               signals=not no_signals)
+    status = run_worker(runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics,
+                        signals=not no_signals)
+    if status:
+        click.echo("Error: the Spark driver JVM died; the worker stopped and released its leases "
+                   "(restart it, or run it under `smartsensor workers`, which does)", err=True)
+        sys.exit(status)
 
 
 @main.command()

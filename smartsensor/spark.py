@@ -66,6 +66,19 @@ def get_spark(cfg: Config) -> Any:
         return session
 
 
+def jvm_exit_code() -> int | None:
+    """The exit code of this process's Spark driver JVM if it has died (e.g. killed for memory), else None.
+
+    py4j keeps answering with errors once the JVM is gone and pyspark cannot start a second gateway in
+    the same process, so a caller that sees a code should stop and let a supervisor start it afresh.
+    """
+    if _session is None:
+        return None
+    from pyspark import SparkContext
+    proc = getattr(SparkContext._gateway, "proc", None)  # None when attached to an external gateway
+    return proc.poll() if proc is not None else None
+
+
 def stop_spark() -> None:
     """Stop the process's SparkSession if one was started."""
     global _session

@@ -18,11 +18,13 @@ from smartsensor import queries
 from smartsensor.config import Config, ShardRange
 from smartsensor.leases import LeaseManager
 from smartsensor.signals import SignalListener, canonical_signal
+from smartsensor.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.worker import RoundResult, ShardWorker, run_rounds
 
 log = logging.getLogger(__name__)
 
 SIGNAL_RETENTION = timedelta(hours=1)
+EXIT_SPARK_DIED = 3  # exit status of a worker whose Spark driver JVM died; `workers` restarts it
 
 
 class RoundMetrics:
@@ -181,13 +183,29 @@ def _listen_for_signals(engine: Any, cfg: Config, on_signal: Callable[[set[tuple
 
 def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, interval: float, once: bool,
                emit: Callable[[RoundResult], None], metrics: RoundMetrics | None = None,
-               signals: bool = True, stop_event: threading.Event | None = None) -> None:
+               signals: bool = True, stop_event: threading.Event | None = None,
+               jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code) -> int:
     """Run rounds every ``interval`` seconds until SIGTERM/SIGINT (or one round with ``once``).
 
     Leases are renewed every ``heartbeat_interval`` by their own job. APScheduler's max_instances=1
     means an overrunning round makes the next one wait, never overlap. A landing signal runs a round
     at once for the checks on that table.
+
+    Returns 0 after a requested stop, or EXIT_SPARK_DIED when the Spark driver JVM died: the worker
+    then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM,
+    instead of running rounds that can never check anything.
     """
+    status = [0]
+
+    def spark_died() -> bool:
+        code = jvm_exit_code()
+        if code is None:
+            return False
+        log.error("the Spark driver JVM exited with code %s: stopping this worker (leases released) so that it "
+                  "is restarted with a new one", code)
+        status[0] = EXIT_SPARK_DIED
+        return True
+
     def beat() -> None:
         try:
             runner.heartbeat()
@@ -195,10 +213,13 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
             log.warning("heartbeat failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
 
     def tick() -> None:
-        for result in runner.rounds():
+        results = runner.rounds()
+        for result in results:
             if metrics is not None:
                 metrics.observe(result)
             emit(result)
+        if any(r.transient_errors or r.error for r in results) and spark_died() and not once:
+            stop(0, None)
 
     if once:
         beat()
@@ -206,7 +227,7 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
             tick()
         finally:
             runner.stop()
-        return
+        return status[0]
     # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
@@ -246,6 +267,7 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
     scheduler.start()
     stopping.set()
     runner.stop()
+    return status[0]
 
 
 def _now() -> datetime:

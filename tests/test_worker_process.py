@@ -127,3 +127,29 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     engine.dispose()
 
 
+
+
+def test_worker_whose_spark_jvm_died_is_restarted_and_loses_nothing(tmp_path: Path) -> None:
+    """kill -9 of a worker's Spark driver JVM (an OOM kill): the worker stops with exit 3 and releases its
+    lease, the supervisor restarts it with a new JVM, and the waiting task still succeeds."""
+    db_url = f"sqlite:///{tmp_path}/m.db"
+    home = tmp_path / "home"
+    cfg, engine = setup_db(home, db_url)
+    flag = tmp_path / "landed" / "_SUCCESS"
+    register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.5))], DAY, cfg)
+    sup = CliProcess(["workers", "-n", "1", "--interval", "0.5", "--json"], cli_env(home, db_url))
+    try:
+        pid = int(sup.wait_for(lambda l: l.startswith("started 1 workers")).split("leased pid ")[1])
+        sup.wait_round(lambda r: r["fs_calls"] == 1)  # the JVM is up and has checked the flag
+        java = subprocess.run(["pgrep", "-P", str(pid), "java"], capture_output=True, text=True).stdout.split()
+        assert len(java) == 1, java
+        subprocess.run(["kill", "-9", java[0]], check=True)
+        sup.wait_for(lambda l: "worker #0 leased exited with 3; restart #1" in l, timeout=60)
+        flag.parent.mkdir()
+        flag.write_text("")
+        sup.wait_round(lambda r: r["marked"].get("success") == 1, timeout=90)
+    finally:
+        assert sup.stop() == 0
+    with engine.connect() as conn:
+        assert [r["state"] for r in queries.list_tasks(conn)] == ["success"]
+    engine.dispose()
