@@ -430,6 +430,7 @@ def main() -> int:
         console.print(g)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps({"db": make_engine(db_url).dialect.name, "scale": args.scale,
                                                    "workloads": out}, indent=2))
         console.print(f"results written to {args.json_out}")

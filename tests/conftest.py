@@ -34,14 +34,19 @@ def _drop_pg_database(name: str) -> None:
     admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# Without ./scripts/test.sh (plain `pytest`) there is no throwaway PostgreSQL server: its cases are skipped.
+needs_test_pg = pytest.mark.skipif(not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ,
+                                   reason="needs the throwaway PostgreSQL of ./scripts/test.sh")
+# For tests of a Postgres-only mechanism (row locks, session settings): db_url on Postgres alone.
+postgres_only = pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=needs_test_pg)], indirect=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_test_pg)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty metadata database URL: SQLite file, or a new database on the test server."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'meta.db'}"
         return
-    if not PG_ADMIN_URL:
-        pytest.skip("SMARTSENSOR_TEST_PG_ADMIN_URL not set (run through ./scripts/test.sh)")
     name, url = _new_pg_database()
     try:
         yield url

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_bench_smoke(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
+    out = tmp_path / "results" / "bench.json"  # a folder that does not exist yet, as in the README
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workload", "both", "--scale",
                            "0.005", "--classic-sample", "1", "--latency-samples", "2", "--latency-poll-interval", "2", "--home", str(tmp_path / "home"), "--json", str(out)],

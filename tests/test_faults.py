@@ -92,9 +92,8 @@ def _pg_ctl(*args: str) -> None:
                    capture_output=True, timeout=90)
 
 
+@conftest.needs_test_pg
 def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path) -> None:
-    if not conftest.PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:
-        pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
     name, url = conftest._new_pg_database()
     work = flag_workload(tmp_path, url, 10)
     worker = CliProcess(WORKER, work.env)
@@ -121,6 +120,7 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
         conftest._drop_pg_database(name)
 
 
+@conftest.needs_test_pg
 def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None:
     """A classic `run_task` polling while the metadata DB restarts keeps poking, then records success."""
     import threading
@@ -128,8 +128,6 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
     from smartsensor.classic import run_task
     from smartsensor.registration import register
     from tests.flag_workload import DAY
-    if not conftest.PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:
-        pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
     name, url = conftest._new_pg_database()
     cfg = conftest.make_cfg(tmp_path / "home", url, smart_sensor__use_smart_sensor="False",
                             scheduler__task_heartbeat_interval="0.5", scheduler__zombie_threshold="60")

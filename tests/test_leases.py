@@ -14,7 +14,7 @@ from smartsensor import queries
 from smartsensor.leases import LeaseManager
 from smartsensor.registration import register
 from smartsensor.worker import ShardWorker
-from tests.conftest import make_cfg
+from tests.conftest import make_cfg, postgres_only
 
 DAY = datetime(2026, 11, 22)
 
@@ -127,11 +127,6 @@ def test_lapsed_lease_is_reclaimed_not_renewed(engine, cfg) -> None:
     assert all(a.owned[lo].epoch == epochs[lo] + 1 for lo in epochs)
 
 
-def _postgres_only(db_url: str) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("row locks are a Postgres matter: SQLite serialises all writers (see README, HA on SQLite)")
-
-
 def _beat_in_thread(manager: LeaseManager, now: datetime, timeout: float) -> dict[str, list[int]]:
     """Run one heartbeat; fail (instead of hanging the suite) if it blocks on another session's locks."""
     out: list[Any] = []
@@ -142,10 +137,10 @@ def _beat_in_thread(manager: LeaseManager, now: datetime, timeout: float) -> dic
     return out[0]
 
 
+@postgres_only  # row locks are a Postgres matter: SQLite serialises all writers (README, HA)
 def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg, db_url) -> None:
     """A worker stopped between renewing (row locks taken) and COMMIT: the survivor's heartbeat never
     blocks, and once the server ends the paused session the ranges are taken over."""
-    _postgres_only(db_url)
     from smartsensor.db import make_engine
     paused_engine = make_engine(cfg.sql_alchemy_conn, idle_in_transaction_timeout=1.0)
     t0 = datetime.utcnow()
@@ -168,10 +163,10 @@ def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg,
     assert set(owners(engine).values()) == {"b"}
 
 
+@postgres_only  # row locks are a Postgres matter: SQLite serialises all writers (README, HA)
 def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, cfg, db_url, tmp_path) -> None:
     """The fence share-locks the lease row until the write commits: a takeover waits for it, so a write
     that passed the fence can never commit after another worker owns the range."""
-    _postgres_only(db_url)
     register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(tmp_path / f"f{i}"), poke_interval=1))
                       for i in range(10)], DAY, cfg)
     with engine.connect() as conn:

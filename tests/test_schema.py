@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from schema.models import Base
 from smartsensor.db import current_revision, init_db, make_engine
+from tests.conftest import postgres_only
 
 
 def test_migrations_equal_models(db_url: str) -> None:
@@ -33,10 +33,9 @@ def test_db_init_is_idempotent(db_url: str) -> None:
     engine.dispose()
 
 
+@postgres_only
 def test_worker_engine_sets_idle_in_transaction_timeout_and_keeps_url_options(db_url) -> None:
     """Workers' Postgres sessions end a transaction left idle (a paused worker); other engines do not."""
-    if not db_url.startswith("postgresql"):
-        pytest.skip("a Postgres session setting")
     from sqlalchemy import text
     with_opts = db_url + "?options=-c%20application_name%3Dsmartsensor-test"
     worker = make_engine(with_opts, idle_in_transaction_timeout=2.5)
