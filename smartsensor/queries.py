@@ -435,8 +435,9 @@ def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> lis
 def reshard(conn: Connection, limit: int) -> int:
     """Recompute every row's shardcode as hashcode mod ``limit`` (after shard_code_upper_limit changed).
 
-    Not a state change: a worker that loaded a row under its old shardcode simply misses it in its
-    range-guarded write, and the new owner picks it up next round. 1 statement.
+    Not a state change, so safe while workers run: their writes stay guarded by state (and try), a
+    range-guarded success mark of a moved row simply misses it, and the new owner picks it up next
+    round. 1 statement.
     """
     # ((h % n) + n) % n: SQL's % keeps the dividend's sign, Python's (used at registration) does not.
     wanted = ((TI.c.hashcode % limit) + limit) % limit
