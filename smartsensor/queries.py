@@ -258,14 +258,19 @@ def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:
                 pass
 
 
+def _free_or_expired(shard_min: int, seen_epoch: int, now: datetime) -> tuple[Any, ...]:
+    """WHERE clauses: this lease row, still at the epoch read, with no owner or an expired one."""
+    return (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
+            or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
+
+
 def reshape_lease(conn: Connection, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
     """Fit a free or expired lease row to a changed ``shard_ranges``: new upper bound (epoch bumped, so
     nothing written under the old shape passes a fence again), or, with ``shard_max`` None, delete a
     row whose range is no longer configured. A row a live worker still holds is left alone.
     Compare-and-set on the epoch read. 1 statement.
     """
-    claimable = (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
-                 or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
+    claimable = _free_or_expired(shard_min, seen_epoch, now)
     if shard_max is None:
         return conn.execute(delete(SL).where(*claimable)).rowcount == 1
     return conn.execute(update(SL).where(*claimable).values(
@@ -313,8 +318,7 @@ def claim_lease(conn: Connection, shard_min: int, seen_epoch: int, owner: str, n
     On Postgres a row locked by another transaction (its owner mid-write, or paused there) is
     skipped rather than waited for, so a heartbeat never blocks; the claim is retried next beat.
     """
-    claimable = (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
-                 or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
+    claimable = _free_or_expired(shard_min, seen_epoch, now)
     unlocked = select(SL.c.shard_min).where(*claimable).with_for_update(skip_locked=True)
     return conn.execute(update(SL).where(*claimable, SL.c.shard_min.in_(unlocked)).values(
         owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)).rowcount == 1

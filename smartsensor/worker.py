@@ -240,9 +240,9 @@ class ShardWorker:
                     n = queries.mark_hashes(conn, [g.key[0]], self.shard_min, self.shard_max, State.FAILED, now,
                                             error=message, fence=fence)
                 marked[State.FAILED] += n
-            for state, keys in timeouts.items():
+            for state, tries in timeouts.items():
                 error = "timed out waiting" if state != State.UP_FOR_RETRY else None
-                marked[state] += queries.mark_timed_out(conn, keys, state, now, error=error, fence=fence)
+                marked[state] += queries.mark_timed_out(conn, tries, state, now, error=error, fence=fence)
         result.marked = {k: v for k, v in marked.items() if v}
         if fence is not None and not result.marked:
             result.fenced_out = not self._still_owner(fence, now)

@@ -195,15 +195,16 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
     then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM,
     instead of running rounds that can never check anything.
     """
-    status = [0]
+    status = 0
 
     def spark_died() -> bool:
+        nonlocal status
         code = jvm_exit_code()
         if code is None:
             return False
         log.error("the Spark driver JVM exited with code %s: stopping this worker (leases released) so that it "
                   "is restarted with a new one", code)
-        status[0] = EXIT_SPARK_DIED
+        status = EXIT_SPARK_DIED
         return True
 
     def beat() -> None:
@@ -218,8 +219,9 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
             if metrics is not None:
                 metrics.observe(result)
             emit(result)
+        # Checked only after a round with errors: that is how a dead JVM shows, and it costs nothing otherwise.
         if any(r.transient_errors or r.error for r in results) and spark_died() and not once:
-            stop(0, None)
+            stop(0, None)  # with --once the round is over anyway; the status alone reports it
 
     if once:
         beat()
@@ -227,7 +229,7 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
             tick()
         finally:
             runner.stop()
-        return status[0]
+        return status
     # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
@@ -267,7 +269,7 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
     scheduler.start()
     stopping.set()
     runner.stop()
-    return status[0]
+    return status
 
 
 def _now() -> datetime:
