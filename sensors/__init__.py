@@ -5,8 +5,8 @@ Poke logic here knows nothing of the metadata database.
 
 from sensors.base import BaseSensor, classpath_of, is_smart_eligible, smart_eligible
 from sensors.checks import PartitionCheck, PathCheck
-from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, TransientCheckError,
-                            UnknownSensorClass)
+from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
+                            TransientCheckError, UnknownSensorClass)
 from sensors.filesystem import SuccessFileSensor
 from sensors.hive import HivePartitionSensor, NamedHivePartitionSensor
 
@@ -15,4 +15,5 @@ __all__ = [
     "NamedHivePartitionSensor", "HivePartitionSensor", "SuccessFileSensor",
     "PartitionCheck", "PathCheck",
     "CheckError", "TransientCheckError", "PermanentCheckError", "SensorDefinitionError", "UnknownSensorClass",
+    "SensorModuleUnavailable",
 ]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import math
+import re
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Iterable, TypeVar
 
+from sensors import exec_fields
 from sensors.checks import Check
-from sensors.errors import SensorDefinitionError, UnknownSensorClass
+from sensors.errors import SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass
 from sensors.templating import has_template, render_value, template_context
 
 S = TypeVar("S", bound=type)
@@ -47,15 +48,75 @@ def is_smart_eligible(cls: type) -> bool:
     return getattr(cls, "_smart_eligible_mark", None) is cls
 
 
-def _non_negative(name: str, value: Any, allow_none: bool = False) -> float | None:
-    """A duration in seconds; a ``timedelta`` (as Airflow DAG files write them) is converted."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise SensorDefinitionError(f"{name} must be a non-negative number of seconds or a timedelta, got {value!r}")
+_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def validate_id(field: str, value: Any) -> str:
+    """A dag_id or task_id: a non-empty string of at most 250 characters, printable, valid UTF-8."""
+    if not isinstance(value, str):
+        raise SensorDefinitionError(f"{field} must be a string, got a {type(value).__name__}")
+    if not value.strip() or len(value) > 250:
+        raise SensorDefinitionError(f"{field} must be a non-empty string of at most 250 characters, got {value[:80]!r}")
+    if _ID_FORBIDDEN.search(value):
+        raise SensorDefinitionError(f"{field} must not contain control characters (NUL, newline, ...), got {value!r}")
+    check_utf8(field, value)
     return value
+
+
+def check_utf8(field: str, value: str) -> None:
+    """Refuse strings that cannot be stored as UTF-8 (lone surrogates such as '\\udc80')."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SensorDefinitionError(
+            f"{field}: {value[:80]!r} is not valid Unicode text (lone surrogate at position {exc.start})") from None
+
+
+MAX_NESTING = 20
+MAX_PERSIST_CHARS = 1_000_000
+
+
+def check_persist_value(field: str, value: Any) -> None:
+    """A persist field's value must be plain JSON-like data: str/int/float/bool/None, lists, tuples and
+    dicts with string keys, nested at most MAX_NESTING deep, without cycles, of bounded size.
+
+    Walks iteratively, so a self-referencing or absurdly deep value is a clear error naming the
+    field instead of a RecursionError somewhere later.
+    """
+    leave = object()  # marks the end of a container's children: it leaves the current path
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    on_path: set[int] = set()
+    chars = 0
+    while stack:
+        item, depth = stack.pop()
+        if item is leave:
+            on_path.discard(depth)
+            continue
+        if isinstance(item, str):
+            check_utf8(f"field {field!r}", item)
+            chars += len(item)
+        elif item is None or isinstance(item, (bool, int, float)):
+            chars += 8
+        elif isinstance(item, (list, tuple, dict)):
+            if depth >= MAX_NESTING:
+                raise SensorDefinitionError(f"field {field!r}: nested more than {MAX_NESTING} levels deep")
+            if id(item) in on_path:
+                raise SensorDefinitionError(f"field {field!r}: contains itself (a self-referencing list or dict)")
+            on_path.add(id(item))
+            stack.append((leave, id(item)))
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if not isinstance(k, str):
+                        raise SensorDefinitionError(f"field {field!r}: dict keys must be strings, got {type(k).__name__}")
+                    stack.append((k, depth + 1))
+                    stack.append((v, depth + 1))
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        else:
+            raise SensorDefinitionError(f"field {field!r}: values must be text, numbers, booleans, None, lists or "
+                                        f"dicts (JSON), got {type(item).__name__}")
+        if chars > MAX_PERSIST_CHARS:
+            raise SensorDefinitionError(f"field {field!r}: larger than {MAX_PERSIST_CHARS} characters")
 
 
 class BaseSensor:
@@ -86,28 +147,17 @@ class BaseSensor:
         exponential_backoff: bool = False,
         max_wait: float | timedelta | None = None,
     ) -> None:
-        if not isinstance(task_id, str) or not task_id.strip() or len(task_id) > 250:
-            raise SensorDefinitionError(f"task_id must be a non-empty string of at most 250 characters, got {task_id!r}")
-        if dag_id is not None and (not isinstance(dag_id, str) or not dag_id.strip() or len(dag_id) > 250):
-            raise SensorDefinitionError(f"dag_id must be a non-empty string of at most 250 characters, got {dag_id!r}")
-        self.task_id = task_id
-        self.dag_id = dag_id
-        self.poke_interval = _non_negative("poke_interval", poke_interval)
-        if self.poke_interval == 0:
-            raise SensorDefinitionError("poke_interval must be > 0")
-        self.timeout = _non_negative("timeout", timeout)
-        self.execution_timeout = _non_negative("execution_timeout", execution_timeout, allow_none=True)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise SensorDefinitionError(f"retries must be a non-negative integer, got {retries!r}")
-        self.retries = retries
-        self.retry_delay = _non_negative("retry_delay", retry_delay)
-        if not isinstance(soft_fail, bool):
-            raise SensorDefinitionError(f"soft_fail must be True or False, got {soft_fail!r}")
-        self.soft_fail = soft_fail
-        if not isinstance(exponential_backoff, bool):
-            raise SensorDefinitionError(f"exponential_backoff must be True or False, got {exponential_backoff!r}")
-        self.exponential_backoff = exponential_backoff
-        self.max_wait = _non_negative("max_wait", max_wait, allow_none=True)
+        self.task_id = validate_id("task_id", task_id)
+        self.dag_id = None if dag_id is None else validate_id("dag_id", dag_id)
+        # Bounded (exec_fields.MAX_DURATION etc.) so no stored value can overflow a worker's dates or timers.
+        self.poke_interval = exec_fields.duration("poke_interval", poke_interval)
+        self.timeout = exec_fields.duration("timeout", timeout)
+        self.execution_timeout = exec_fields.duration("execution_timeout", execution_timeout)
+        self.retries = exec_fields.retries(retries)
+        self.retry_delay = exec_fields.duration("retry_delay", retry_delay)
+        self.soft_fail = exec_fields.flag("soft_fail", soft_fail)
+        self.exponential_backoff = exec_fields.flag("exponential_backoff", exponential_backoff)
+        self.max_wait = exec_fields.duration("max_wait", max_wait)
 
     # -- the check -----------------------------------------------------------------------------
     def validate_fields(self, partial: bool = False) -> None:
@@ -119,6 +169,9 @@ class BaseSensor:
 
     def _validate_unless_templated(self) -> None:
         """Validate every field that holds no template now; templated ones after rendering."""
+        for name in self.persist_fields:
+            if hasattr(self, name):
+                check_persist_value(name, getattr(self, name))
         self.validate_fields(partial=True)
 
     @staticmethod
@@ -151,7 +204,10 @@ class BaseSensor:
         missing = [f for f in self.persist_fields if not hasattr(self, f)]
         if missing:
             raise SensorDefinitionError(f"{type(self).__name__} has no attribute for persist field(s) {missing}")
-        return {f: getattr(self, f) for f in self.persist_fields}
+        values = {f: getattr(self, f) for f in self.persist_fields}
+        for name, value in values.items():
+            check_persist_value(name, value)
+        return values
 
     def exec_values(self) -> dict[str, Any]:
         """Values of exec_fields."""
@@ -180,24 +236,49 @@ class BaseSensor:
         return f"<{type(self).__name__} {self.dag_id}.{self.task_id}>"
 
 
-def import_sensor_modules(modules: Iterable[str] = ()) -> None:
-    """Import the built-in sensor modules and the configured ``sensor_modules``."""
-    for name in (*BUILTIN_MODULES, *modules):
+def import_sensor_modules(modules: Iterable[str] = ()) -> dict[str, str]:
+    """Import the built-in sensor modules and the configured ``sensor_modules``, each on its own.
+
+    Returns {module: why it failed} for the configured modules that cannot be imported on this host;
+    the others (and every built-in class) stay usable. A failed import is tried again at the next
+    call, so a module deployed later is picked up without a restart.
+    """
+    for name in BUILTIN_MODULES:
+        importlib.import_module(name)
+    failures: dict[str, str] = {}
+    for name in modules:
         try:
             importlib.import_module(name)
-        except ImportError as exc:
-            raise UnknownSensorClass(f"sensor module {name!r} cannot be imported: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a user module may raise anything at import
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            failures[name] = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return failures
+
+
+def _unavailable(classpath: str, failures: dict[str, str]) -> SensorModuleUnavailable | None:
+    """The error for a class whose configured module failed to import here, if that is why it is missing."""
+    for module, why in failures.items():
+        if classpath.startswith(module + "."):
+            return SensorModuleUnavailable(module,
+                f"sensor module {module!r} cannot be imported on this host ({why}); tasks of {classpath} "
+                f"wait until it can (within their own timeouts)")
+    return None
 
 
 def resolve_smart_class(classpath: str, enabled: Iterable[str], modules: Iterable[str] = ()) -> type[BaseSensor]:
     """The class for ``classpath`` if it is marked @smart_eligible AND enabled in config.
 
     The class path is only looked up in the registry filled by the built-in and configured modules;
-    a path read from the database is never imported.
+    a path read from the database is never imported. Raises SensorModuleUnavailable (transient: a
+    deploy skew) when the class would come from a configured module that cannot be imported now,
+    UnknownSensorClass (permanent) otherwise.
     """
-    import_sensor_modules(modules)
+    failures = import_sensor_modules(modules)
     cls = _SMART_ELIGIBLE.get(classpath)
     if cls is None:
+        unavailable = _unavailable(classpath, failures)
+        if unavailable is not None:
+            raise unavailable
         raise UnknownSensorClass(f"sensor class {classpath!r} is not a known smart-eligible sensor class "
                                  f"(built-in or in [smart_sensor] sensor_modules); it was not imported")
     if cls.__name__ not in set(enabled):
@@ -206,6 +287,14 @@ def resolve_smart_class(classpath: str, enabled: Iterable[str], modules: Iterabl
 
 
 def resolve_any_class(classpath: str, modules: Iterable[str] = ()) -> type[BaseSensor] | None:
-    """Any known BaseSensor subclass by class path (classic mode), or None."""
-    import_sensor_modules(modules)
-    return _ALL_CLASSES.get(classpath)
+    """Any known BaseSensor subclass by class path (classic mode), or None.
+
+    Raises SensorModuleUnavailable when it would come from a configured module that cannot be imported now.
+    """
+    failures = import_sensor_modules(modules)
+    cls = _ALL_CLASSES.get(classpath)
+    if cls is None:
+        unavailable = _unavailable(classpath, failures)
+        if unavailable is not None:
+            raise unavailable
+    return cls

@@ -19,3 +19,12 @@ class PermanentCheckError(CheckError):
 
 class UnknownSensorClass(LookupError):
     """A class path that is not an allowed sensor class. It is never imported."""
+
+
+class SensorModuleUnavailable(LookupError):
+    """A configured ``sensor_modules`` entry cannot be imported on this host (a deploy skew): its tasks
+    wait, within their own timeouts, until it can. Transient, unlike UnknownSensorClass."""
+
+    def __init__(self, module: str, message: str) -> None:
+        super().__init__(message)
+        self.module = module

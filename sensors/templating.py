@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import re
+import sys
+import threading
+import time
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError
+from jinja2 import Environment, StrictUndefined, TemplateError
+from jinja2.nodes import EvalContext
+from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
 
 from sensors.errors import SensorDefinitionError
@@ -14,12 +21,38 @@ from sensors.errors import SensorDefinitionError
 MAX_RENDERED = 10_000
 
 
-class _BoundedSandbox(SandboxedEnvironment):
-    """The jinja2 sandbox, plus a bound on `*` and `**` so a template cannot allocate gigabytes."""
+MAX_RENDER_SECONDS = 1.0
+MAX_TEMPLATE_INT = 10_000  # widths and counts given to filters and str methods (center, indent, zfill, ...)
+_BIG_NUMBER = re.compile(r"\d{6,}")  # a width or precision of a million or more in a format string
 
-    intercepted_binops = frozenset(["*", "**"])
+
+class TemplateBudgetExceeded(SensorDefinitionError):
+    """A template ran too long or asked for too much."""
+
+
+class _BoundedSandbox(SandboxedEnvironment):
+    """The jinja2 sandbox, plus bounds on time, on `*`, `**` and `%`, and on the sizes filters and str
+    methods are asked to produce, so a template can neither hang nor allocate gigabytes."""
+
+    intercepted_binops = frozenset(["*", "**", "%"])
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's signature
+        _check_deadline()
+        if getattr(__obj, "__self__", None).__class__ is str:  # a str method: center, zfill, format, ...
+            _check_sizes((__obj.__self__, *args, *kwargs.values()))
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:  # 'fmt'.format / format_map: refuse huge widths before formatting
+            _check_sizes((value.__self__,))
+        return wrapped
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        _check_deadline()
+        if operator == "%":
+            _check_sizes((left,))
+            return left % right
         if operator == "**":
             if isinstance(right, int) and abs(right) > 64:
                 raise SensorDefinitionError(f"exponent {right} too large in a template")
@@ -32,6 +65,68 @@ class _BoundedSandbox(SandboxedEnvironment):
 
 
 _ENV = _BoundedSandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def _bounded_filter(f: Any) -> Any:
+    @functools.wraps(f)  # keeps jinja's pass_context/pass_environment marks
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_deadline()
+        plain = [a for a in args if not isinstance(a, (Context, Environment, EvalContext))]
+        # the piped value may be any number (ds_nodash|int|string); widths and counts come after it
+        _check_sizes([a for a in plain[:1] if isinstance(a, str)] + plain[1:] + list(kwargs.values()))
+        return f(*args, **kwargs)
+    return bounded
+
+
+_ENV.filters = {name: _bounded_filter(f) for name, f in _ENV.filters.items()}
+_local = threading.local()
+
+
+def _check_deadline() -> None:
+    deadline = getattr(_local, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise TemplateBudgetExceeded(f"template took longer than {MAX_RENDER_SECONDS:g} s to render")
+
+
+def _check_sizes(values: Any) -> None:
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_TEMPLATE_INT:
+            raise TemplateBudgetExceeded(f"number {_short_int(value)} too large for a filter or text method "
+                                         f"in a template (at most {MAX_TEMPLATE_INT})")
+        if isinstance(value, str) and _BIG_NUMBER.search(value) and ("%" in value or "{" in value):
+            raise TemplateBudgetExceeded("format string with a width or precision of a million or more in a template")
+
+
+def _short_int(value: int) -> str:
+    return str(value) if value.bit_length() < 64 else f"of about {int(value.bit_length() * 0.30103)} digits"
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(source: str) -> Any:
+    """Compiled templates, cached: compiling costs ~30x rendering, and a file repeats its templates."""
+    return _ENV.from_string(source)
+
+
+def _render_bounded(source: str, context: dict[str, Any]) -> str:
+    """Render with a wall-clock budget: a trace function on the template's own frames stops a loop that
+    runs past MAX_RENDER_SECONDS (the sandbox bounds each range, not nested loops over them)."""
+    _local.deadline = time.monotonic() + MAX_RENDER_SECONDS
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        _check_deadline()
+        return on_line
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        return on_line if frame.f_code.co_filename == "<template>" else None
+
+    template = _compiled(source)
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        return template.render(context)
+    finally:
+        sys.settrace(previous)
+        _local.deadline = None
 
 
 def ds_add(ds: str, days: int) -> str:
@@ -83,7 +178,9 @@ def render_value(field: str, value: Any, context: dict[str, Any]) -> Any:
         if not has_template(value):
             return value
         try:
-            rendered = _ENV.from_string(value).render(context)
+            rendered = _render_bounded(value, context)
+        except TemplateBudgetExceeded as exc:
+            raise SensorDefinitionError(f"field {field!r}: template {value[:200]!r} cannot be rendered: {exc}") from None
         except (TemplateError, SensorDefinitionError, ArithmeticError, TypeError, ValueError, LookupError,
                 AttributeError, RecursionError, MemoryError) as exc:
             raise SensorDefinitionError(

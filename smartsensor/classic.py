@@ -21,11 +21,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from schema.models import State
 from sensors.base import BaseSensor, resolve_any_class
 from sensors.batch import BatchChecker
-from sensors.errors import CheckError, PermanentCheckError, SensorDefinitionError, UnknownSensorClass
+from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
+                            UnknownSensorClass)
 from smartsensor import queries
 from smartsensor.config import Config
 from smartsensor.dagfile import DagFileError, import_file
-from smartsensor.timing import ExecSettings, parse_exec, timeout_state
+from smartsensor.timing import BadExecSettings, ExecSettings, parse_exec, timeout_state
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,6 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
             raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not running")
         row = queries.get_task(conn, dag_id, task_id, execution_date)
     assert row is not None
-    settings = parse_exec(row["exec_dict"])
     start = row["start_date"] or datetime.utcnow()
     began = time.perf_counter()
 
@@ -165,17 +165,27 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
                          round(time.perf_counter() - began, 3), error)
 
     try:
-        cls = load_sensor_class(row, cfg)
-        sensor = cls.rebuild(json.loads(row["attr_dict"]), json.loads(row["exec_dict"] or "{}"),
-                             task_id=task_id, dag_id=dag_id)
-    except (TaskRunError, UnknownSensorClass, SensorDefinitionError, ValueError) as exc:
+        settings = parse_exec(row["exec_dict"])
+    except BadExecSettings as exc:  # a row written by hand or an older version: it fails alone, clearly
         return finish(State.FAILED, error=str(exc))
+
+    def build() -> BaseSensor:
+        """The task's sensor from its row; SensorModuleUnavailable (a deploy skew) means: try again later."""
+        try:
+            cls = load_sensor_class(row, cfg)
+            return cls.rebuild(json.loads(row["attr_dict"]), json.loads(row["exec_dict"] or "{}"),
+                               task_id=task_id, dag_id=dag_id)
+        except (SensorModuleUnavailable, TaskRunError, UnknownSensorClass, SensorDefinitionError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - bad JSON, or a user's class raising in its constructor
+            raise SensorDefinitionError(f"{row['classpath']} cannot be rebuilt from its attr_dict: "
+                                        f"{type(exc).__name__}: {exc}") from None
 
     if spark_provider is None:
         from smartsensor.spark import get_spark
         spark_provider = lambda: get_spark(cfg)  # noqa: E731
     with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
-        return _poke_until_done(engine, sensor, row, settings, start, began, spark_provider, finish, sleep, stop)
+        return _poke_until_done(engine, build, row, settings, start, began, spark_provider, finish, sleep, stop)
 
 
 def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
@@ -193,12 +203,17 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
     return current["state"] if current else "deleted"
 
 
-def _poke_until_done(engine: Engine, sensor: BaseSensor, row: dict[str, Any], settings: ExecSettings, start: datetime,
-                     began: float, spark_provider: Callable[[], Any], finish: Callable[..., RunResult],
+def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[str, Any], settings: ExecSettings,
+                     start: datetime, began: float, spark_provider: Callable[[], Any], finish: Callable[..., RunResult],
                      sleep: Callable[[float], None], stop: threading.Event | None = None) -> RunResult:
-    """The classic poke loop: poke, check the task is still ours, sleep; until success, failure, timeout or stop."""
+    """The classic poke loop: poke, check the task is still ours, sleep; until success, failure, timeout or stop.
+
+    The sensor is built at the first poke that can build it: while its sensor module cannot be
+    imported on this host (a deploy skew) the task waits, within its own timeout, like a transient error.
+    """
     dag_id, task_id, execution_date = row["dag_id"], row["task_id"], row["execution_date"]
     checker: BatchChecker | None = None
+    sensor: BaseSensor | None = None
     pokes = 0
 
     def stopped() -> RunResult:
@@ -214,11 +229,19 @@ def _poke_until_done(engine: Engine, sensor: BaseSensor, row: dict[str, Any], se
             return finish(state, error=None if state == State.UP_FOR_RETRY else "timed out waiting",
                           checker=checker, pokes=pokes)
         try:
-            if checker is None:
-                checker = BatchChecker(spark_provider())
-            pokes += 1
-            if sensor.poke({"checker": checker, "spark": checker.spark, "execution_date": execution_date}):
-                return finish(State.SUCCESS, checker=checker, pokes=pokes)
+            if sensor is None:
+                sensor = build()
+        except SensorModuleUnavailable as exc:
+            log.warning("%s (poking again later)", exc)
+        except (TaskRunError, UnknownSensorClass, SensorDefinitionError) as exc:
+            return finish(State.FAILED, error=str(exc), checker=checker, pokes=pokes)
+        try:
+            if sensor is not None:
+                if checker is None:
+                    checker = BatchChecker(spark_provider())
+                pokes += 1
+                if sensor.poke({"checker": checker, "spark": checker.spark, "execution_date": execution_date}):
+                    return finish(State.SUCCESS, checker=checker, pokes=pokes)
         except PermanentCheckError as exc:
             return finish(State.FAILED, error=str(exc), checker=checker, pokes=pokes)
         except CheckError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import sys
 from datetime import datetime
 from typing import Any
@@ -12,12 +14,13 @@ import click
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from schema.models import State
-from sensors.errors import CheckError, SensorDefinitionError, UnknownSensorClass
+from sensors.base import check_utf8
+from sensors.errors import CheckError, SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass
 from smartsensor import queries
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.dagfile import DagFileError, load_sensor_file
-from smartsensor.db import current_revision, init_db, make_engine
-from smartsensor.registration import register
+from smartsensor.db import DatabaseUrlError, current_revision, init_db, make_engine, normalize_url
+from smartsensor.registration import register, validate_execution_date
 
 log = logging.getLogger("smartsensor")
 
@@ -46,14 +49,16 @@ class App:
         a transaction for lease_timeout, so a paused worker cannot hold the locks survivors need."""
         if self._engine is None:
             idle = self.cfg.get("smart_sensor", "lease_timeout") if worker else None
-            self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle)
+            self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home)
         if require_schema and current_revision(self._engine) is None:
             raise UserError(f"the metadata database {self.safe_url()} is not initialised: run `smartsensor db init`")
         return self._engine
 
     def safe_url(self) -> str:
-        from sqlalchemy.engine import make_url
-        return make_url(self.cfg.sql_alchemy_conn).render_as_string(hide_password=True)
+        try:
+            return normalize_url(self.cfg.sql_alchemy_conn).render_as_string(hide_password=True)
+        except DatabaseUrlError:
+            return "(unparseable URL)"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -78,7 +83,8 @@ class SmartSensorGroup(click.Group):
 
 def describe_error(exc: BaseException, app: App | None) -> str:
     """One line for the user."""
-    if isinstance(exc, (ConfigError, SensorDefinitionError, DagFileError, UnknownSensorClass, CheckError)):
+    if isinstance(exc, (ConfigError, SensorDefinitionError, DagFileError, UnknownSensorClass, CheckError,
+                        DatabaseUrlError, SensorModuleUnavailable)):
         return _first_line(exc)
     if isinstance(exc, (OperationalError, ProgrammingError)):
         url = app.safe_url() if app is not None and app._cfg is not None else "?"
@@ -88,14 +94,37 @@ def describe_error(exc: BaseException, app: App | None) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
-def parse_date(value: str) -> datetime:
-    """YYYY-MM-DD (or full ISO timestamp) → naive datetime."""
-    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"):
-        try:
-            return datetime.strptime(value, fmt)
-        except ValueError:
-            continue
-    raise UserError(f"execution date {value!r} is not YYYY-MM-DD")
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
+
+
+def parse_day(value: str) -> datetime:
+    """An execution date to register: exactly YYYY-MM-DD, a real day between 1900-01-01 and 2999-12-31."""
+    if not _DAY.fullmatch(value):
+        raise UserError(f"execution date {value[:40]!r} is not YYYY-MM-DD (a day, without a time)")
+    try:
+        when = datetime.strptime(value, "%Y-%m-%d")
+    except ValueError:
+        raise UserError(f"execution date {value!r} is not a real day") from None
+    try:
+        return validate_execution_date(when)
+    except SensorDefinitionError as exc:
+        raise UserError(str(exc)) from None
+
+
+def parse_task_date(value: str) -> datetime:
+    """The execution date of an existing task instance: YYYY-MM-DD, or YYYY-MM-DDTHH:MM:SS for rows
+    registered with a time of day by earlier versions (the scheduler passes that form)."""
+    if _DAY.fullmatch(value):
+        fmt = "%Y-%m-%d"
+    elif _TIMESTAMP.fullmatch(value):
+        fmt = "%Y-%m-%dT%H:%M:%S" if "T" in value else "%Y-%m-%d %H:%M:%S"
+    else:
+        raise UserError(f"execution date {value[:40]!r} is not YYYY-MM-DD (or YYYY-MM-DDTHH:MM:SS)")
+    try:
+        return datetime.strptime(value, fmt)
+    except ValueError:
+        raise UserError(f"execution date {value!r} is not a real date") from None
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
@@ -193,8 +222,9 @@ def config_show(app: App) -> None:
 @click.pass_obj
 def submit(app: App, file: str, execution_date: str, clear: bool, as_json: bool) -> None:
     """Register every module-level sensor in FILE for one execution date."""
-    when = parse_date(execution_date)
+    when = parse_day(execution_date)
     from pathlib import Path
+    check_utf8("sensor file path", file)
     sensors = load_sensor_file(file)
     results = register(app.engine(), sensors, when, app.cfg, clear=clear, fileloc=str(Path(file).resolve()))
     if as_json:
@@ -242,7 +272,7 @@ def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> Non
 def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, state: str) -> None:
     """Set a task instance's state by hand (workers never overwrite it)."""
     with app.engine().begin() as conn:
-        if not queries.set_state(conn, (dag_id, task_id, parse_date(execution_date)), state):
+        if not queries.set_state(conn, (dag_id, task_id, parse_task_date(execution_date)), state):
             raise UserError(f"no task instance {dag_id}.{task_id} on {execution_date}")
     click.echo(f"{dag_id}.{task_id} {execution_date} → {state}")
 
@@ -273,7 +303,7 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        result = run_task(app.engine(), app.cfg, dag_id, task_id, parse_date(execution_date), claimed=claimed,
+        result = run_task(app.engine(), app.cfg, dag_id, task_id, parse_task_date(execution_date), claimed=claimed,
                           stop=stop)
     except TaskRunError as exc:
         raise UserError(str(exc)) from None
@@ -284,18 +314,40 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
                    f"{result.seconds:.1f} s" + (f" ({result.error})" if result.error else ""))
 
 
+class Seconds(click.FloatRange):
+    """A finite number of seconds within bounds (click's FloatRange lets NaN through)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if number is not None and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
+INTERVAL = Seconds(min=0.05, max=86400)
+EXIT_ROUND_FAILED = 1
+EXIT_NOTHING_WRITTEN = 4  # worker --once: the round lost its lease, or claimed no range at all
+
+
 @main.command()
-@click.option("--shard-min", type=int, default=None, help="Pin: first shardcode owned (inclusive). Default: claim leases.")
-@click.option("--shard-max", type=int, default=None, help="Pin: end of the range (exclusive).")
-@click.option("--once", is_flag=True, help="Run one round and exit (leased: claim, round, release).")
+@click.option("--shard-min", type=click.IntRange(min=0), default=None,
+              help="Pin: first shardcode owned (inclusive). Default: claim leases.")
+@click.option("--shard-max", type=click.IntRange(min=1), default=None, help="Pin: end of the range (exclusive).")
+@click.option("--once", is_flag=True, help="Run one round and exit (leased: claim, round, release). Exit status 1: "
+              "the round failed; 4: it claimed no range or lost its lease, so it wrote nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per round.")
-@click.option("--interval", type=float, default=None, help="Seconds between rounds (default [smart_sensor] poke_interval).")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option("--interval", type=INTERVAL, default=None,
+              help="Seconds between rounds, 0.05-86400 (default [smart_sensor] poke_interval).")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve Prometheus metrics on 127.0.0.1:PORT.")
 @click.option("--no-signals", is_flag=True, help="Do not listen for landing signals.")
 @click.pass_obj
 def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, as_json: bool,
            interval: float | None, metrics_port: int | None, no_signals: bool) -> None:
     """Run a shard worker until SIGTERM: leased ranges (default, with failover) or a pinned range."""
+    from sensors.base import import_sensor_modules
     from smartsensor.worker import ShardWorker
     from smartsensor.worker_loop import LeasedWorker, PinnedWorker, RoundMetrics, run_worker
     limit = app.cfg.shard_code_upper_limit
@@ -308,9 +360,15 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
         runner: Any = PinnedWorker(ShardWorker(engine, app.cfg, shard_min, shard_max))
     else:
         runner = LeasedWorker(engine, app.cfg)
+    for module, why in import_sensor_modules(app.cfg.sensor_modules).items():
+        click.echo(f"WARNING: [smart_sensor] sensor_modules: {module!r} cannot be imported on this host ({why}); "
+                   f"tasks of its classes wait (within their own timeouts) until it can, every other task is "
+                   f"served", err=True)
     metrics = RoundMetrics(metrics_port) if metrics_port else None
+    results = []
 
     def emit(result) -> None:  # type: ignore[no-untyped-def]
+        results.append(result) if once else None
         if as_json:
             click.echo(result.to_json())
         else:
@@ -327,11 +385,32 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
         click.echo("Error: the Spark driver JVM died; the worker stopped and released its leases "
                    "(restart it, or run it under `smartsensor workers`, which does)", err=True)
         sys.exit(status)
+    if once:
+        _report_once(results)
+
+
+def _report_once(results: list[Any]) -> None:
+    """`worker --once` says what its round did when that was not a normal round, with a distinct exit status."""
+    if not results:
+        click.echo("Error: this worker claimed no shard range: every range is leased by a live worker (they check "
+                   "those tasks); nothing was checked or written", err=True)
+        sys.exit(EXIT_NOTHING_WRITTEN)
+    failed = [r for r in results if r.error]
+    if failed:
+        click.echo(f"Error: the round failed: {failed[0].error}", err=True)
+        sys.exit(EXIT_ROUND_FAILED)
+    fenced = [r for r in results if r.fenced_out]
+    if fenced:
+        click.echo("Error: this worker lost its lease during the round (another worker took the range over, e.g. "
+                   "after a pause past lease_timeout): its results were not written; the new owner checks these "
+                   "tasks", err=True)
+        sys.exit(EXIT_NOTHING_WRITTEN)
 
 
 @main.command()
-@click.option("-n", "count", type=int, default=None, help="Worker processes (default: one per shard range).")
-@click.option("--interval", type=float, default=None, help="Seconds between rounds.")
+@click.option("-n", "count", type=click.IntRange(1, 1000), default=None,
+              help="Worker processes (default: one per shard range).")
+@click.option("--interval", type=INTERVAL, default=None, help="Seconds between rounds (0.05-86400).")
 @click.option("--json", "as_json", is_flag=True, help="Workers print one JSON object per round.")
 @click.option("--pinned", is_flag=True, help="Fixed contiguous blocks of the ranges instead of leases.")
 @click.pass_obj
@@ -367,10 +446,15 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
                 raise
             log.warning("scheduler pass failed, retrying: %s", _first_line(exc.orig or exc))
             summary = {"error": _first_line(exc.orig or exc), "running": len(sched.children)}
+        except Exception as exc:  # noqa: BLE001 - bad rows fail alone inside the pass; anything else must
+            if once:           # not take the scheduler (and every retry and classic run) down with it
+                raise
+            log.error("scheduler pass failed, retrying: %s: %s", type(exc).__name__, _first_line(exc), exc_info=True)
+            summary = {"error": f"{type(exc).__name__}: {_first_line(exc)}", "running": len(sched.children)}
         if as_json:
             click.echo(json.dumps(summary))
-        elif any(summary.get(k) for k in ("requeued_smart", "requeued_classic", "zombies", "launched", "finished",
-                                          "error")):
+        elif any(summary.get(k) for k in ("requeued_smart", "requeued_classic", "failed_bad_rows", "zombies",
+                                          "launched", "finished", "error")):
             click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
         sys.stdout.flush()
         if once:
@@ -407,6 +491,8 @@ def status(app: App, as_json: bool) -> None:
                        f"{(w['last_round_seconds'] or 0):>9.2f}s {w['age_seconds'] if w['age_seconds'] is not None else '-':>7}")
     else:
         click.echo("no worker has reported a round")
+    for problem in data["problems"]:
+        click.echo(f"WARNING: {problem}")
     if data["leases"]:
         click.echo(f"{'lease':>13}  {'epoch':>5}  {'expires in':>10}  owner")
         for l in data["leases"]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,10 @@ def _parse_int(raw: str) -> int:
 
 
 def _parse_float(raw: str) -> float:
-    return float(raw.strip())
+    value = float(raw.strip())
+    if not math.isfinite(value):  # float() accepts "nan" and "inf"; no setting means either
+        raise ValueError(f"not a finite number: {raw!r}")
+    return value
 
 
 def _parse_str(raw: str) -> str:
@@ -106,6 +110,24 @@ KEYS: tuple[Key, ...] = (
 )
 
 _KEY_INDEX = {(k.section, k.name): k for k in KEYS}
+
+DAY = 24 * 3600.0
+# (section, key) -> (lowest, highest) allowed: every numeric key is checked when the config loads, so a
+# value that would crash a loop later (a negative sleep, a timer past the end of time) is refused at once.
+BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
+    ("smart_sensor", "shard_code_upper_limit"): (1, 2**31 - 1),
+    ("smart_sensor", "shards"): (1, 100_000),
+    ("smart_sensor", "poke_interval"): (0.05, DAY),
+    ("smart_sensor", "heartbeat_interval"): (0.05, DAY),
+    ("smart_sensor", "lease_timeout"): (0.1, 7 * DAY),
+    ("smart_sensor", "signal_poll_interval"): (0.01, 3600),
+    ("metastore", "port"): (1, 65535),
+    ("metastore", "start_timeout"): (1, 3600),
+    ("scheduler", "parallelism"): (1, 10_000),
+    ("scheduler", "loop_interval"): (0.05, 3600),
+    ("scheduler", "task_heartbeat_interval"): (0.05, DAY),
+    ("scheduler", "zombie_threshold"): (0.1, 7 * DAY),
+}
 
 
 @dataclass(frozen=True)
@@ -273,7 +295,7 @@ def load_config(cli_path: str | None = None, environ: dict[str, str] | None = No
         except ValueError:
             kind = {_parse_int: "an integer", _parse_float: "a number", _parse_bool: "a boolean"}.get(
                 spec.parse, "valid")
-            raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {text!r}") from None
+            raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {_shown(text)}") from None
     cfg = Config(values=values, home=home, path=path, file_found=file_found, warnings=warnings)
     _validate(cfg)
     for w in warnings:
@@ -281,25 +303,25 @@ def load_config(cli_path: str | None = None, environ: dict[str, str] | None = No
     return cfg
 
 
+def _shown(value: Any) -> str:
+    """A value for an error message, cut short (a hostile file may hold a 5,000-digit number)."""
+    text = repr(value) if isinstance(value, str) else (f"{value:g}" if isinstance(value, float) else None)
+    if text is None:
+        text = str(value) if value.bit_length() < 200 else f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _validate(cfg: Config) -> None:
-    limit = cfg.shard_code_upper_limit
-    if limit < 1:
-        raise ConfigError(f"[smart_sensor] shard_code_upper_limit must be >= 1, got {limit}")
+    for (section, name), (low, high) in BOUNDS.items():
+        value = cfg.get(section, name)
+        if not low <= value <= high:
+            raise ConfigError(f"[{section}] {name} must be between {low:.10g} and {high:.10g}, got {_shown(value)}")
     cfg.shard_ranges  # raises ConfigError naming the offending range
-    if cfg.poke_interval <= 0:
-        raise ConfigError(f"[smart_sensor] poke_interval must be > 0, got {cfg.poke_interval}")
     hb, lease = cfg.get("smart_sensor", "heartbeat_interval"), cfg.get("smart_sensor", "lease_timeout")
     if hb <= 0 or lease <= hb:
         raise ConfigError(f"[smart_sensor] lease_timeout ({lease}) must be greater than heartbeat_interval ({hb}) > 0")
-    if cfg.get("smart_sensor", "signal_poll_interval") <= 0:
-        raise ConfigError("[smart_sensor] signal_poll_interval must be > 0")
-    if cfg.get("scheduler", "parallelism") < 1:
-        raise ConfigError("[scheduler] parallelism must be >= 1")
     beat, zombie = cfg.get("scheduler", "task_heartbeat_interval"), cfg.get("scheduler", "zombie_threshold")
     if beat <= 0 or zombie < 2 * beat:
         raise ConfigError(f"[scheduler] zombie_threshold ({zombie}) must be at least twice "
                           f"task_heartbeat_interval ({beat}) > 0")
-    port = cfg.get("metastore", "port")
-    if not 0 < port < 65536:
-        raise ConfigError(f"[metastore] port must be in 1..65535, got {port}")
     cfg.spark_conf()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
-from sensors.base import BaseSensor
+from sensors.base import BaseSensor, validate_id
+from sensors.errors import SensorDefinitionError
 
 
 class DagFileError(Exception):
@@ -32,17 +34,55 @@ def import_file(path: Path) -> ModuleType:
     sys.modules[name] = module
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
+    real_exit = os._exit
+    os._exit = _refuse_os_exit  # a DAG file must not end the process that imports it
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except _OsExitCalled as exc:
         sys.modules.pop(name, None)
-        raise DagFileError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+        raise DagFileError(f"importing {path} failed: the file called os._exit({exc.code}) at import; "
+                           f"nothing was registered") from None
+    except SystemExit as exc:
+        sys.modules.pop(name, None)
+        raise DagFileError(f"importing {path} failed: the file called sys.exit({exc.code!r}) (or raised "
+                           f"SystemExit) at import; nothing was registered") from None
+    except KeyboardInterrupt:
+        sys.modules.pop(name, None)
+        raise DagFileError(f"importing {path} failed: the file raised KeyboardInterrupt at import (or the import "
+                           f"was interrupted); nothing was registered") from None
+    except RecursionError:
+        sys.modules.pop(name, None)
+        raise DagFileError(f"importing {path} failed: RecursionError (maximum recursion depth exceeded)") from None
+    except BaseException as exc:  # noqa: BLE001 - anything a DAG file raises is its error, named, one line
+        sys.modules.pop(name, None)
+        raise DagFileError(f"importing {path} failed: {type(exc).__name__}: {_first_line(exc)}") from exc
     finally:
+        os._exit = real_exit
         try:
             sys.path.remove(folder)
         except ValueError:
             pass
     return module
+
+
+class _OsExitCalled(BaseException):
+    """Raised instead of ending the process when a DAG file calls os._exit() while it is imported."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _refuse_os_exit(code: int = 0) -> None:
+    raise _OsExitCalled(code)
+
+
+def _first_line(exc: BaseException) -> str:
+    try:
+        text = str(exc).strip()
+    except Exception:  # noqa: BLE001 - a hostile __str__
+        return "(no message)"
+    return text.splitlines()[0][:500] if text else "(no message)"
 
 
 def collect_sensors(module: ModuleType, default_dag_id: str) -> list[tuple[str, BaseSensor]]:
@@ -51,6 +91,10 @@ def collect_sensors(module: ModuleType, default_dag_id: str) -> list[tuple[str, 
     dag_id: the sensor's own, else the module's ``DAG_ID``, else ``default_dag_id`` (the file's stem).
     """
     module_dag_id = getattr(module, "DAG_ID", None) or default_dag_id
+    try:
+        validate_id("DAG_ID", module_dag_id)
+    except SensorDefinitionError as exc:
+        raise DagFileError(f"{getattr(module, '__file__', default_dag_id)}: {exc}") from None
     found: list[BaseSensor] = []
     seen: set[int] = set()
     for value in list(vars(module).values()):

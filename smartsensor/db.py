@@ -9,7 +9,8 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 import schema
 
@@ -22,12 +23,36 @@ class StatementCounter:
     def __init__(self) -> None:
         self.count = 0
 
-    def __call__(self, *args: object, **kwargs: object) -> None:
-        self.count += 1
+    def __call__(self, conn: object, cursor: object, statement: str, *args: object, **kwargs: object) -> None:
+        if statement != "BEGIN":  # transaction control, sent by us on SQLite only: not counted on either backend
+            self.count += 1
 
 
-def make_engine(url: str, idle_in_transaction_timeout: float | None = None) -> Engine:
-    """Create an engine; SQLite gets WAL, a busy timeout and its folder created.
+class DatabaseUrlError(ValueError):
+    """``sql_alchemy_conn`` cannot be used: unparseable, a driver that is not installed, a missing folder."""
+
+
+# The bare PostgreSQL schemes mean the driver smartsensor installs (psycopg2), whatever SQLAlchemy's own
+# default is (2.1 switched it to psycopg 3, which is not installed); an explicit +driver is kept.
+_POSTGRES_SCHEMES = {"postgresql": "postgresql+psycopg2", "postgres": "postgresql+psycopg2"}
+
+
+def normalize_url(url: str) -> URL:
+    """The URL to connect with: ``postgresql://`` and ``postgres://`` mean psycopg2. Clear errors otherwise."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise DatabaseUrlError(f"[core] sql_alchemy_conn {url[:80]!r} is not a database URL "
+                               f"(e.g. sqlite:////abs/path.db or postgresql://user:pw@host:5432/db): {exc}") from None
+    driver = _POSTGRES_SCHEMES.get(parsed.drivername)
+    return parsed.set(drivername=driver) if driver else parsed
+
+
+def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home: Path | None = None) -> Engine:
+    """Create an engine; SQLite gets WAL, a busy timeout and real transactions.
+
+    A SQLite file's folder is created only under ``home`` (the smartsensor home); anywhere else a
+    missing folder is an error, so a typo never creates directories around the file system.
 
     ``idle_in_transaction_timeout`` (seconds, Postgres only) makes the server end a session that sits
     inside an open transaction that long. Workers set it to ``lease_timeout``: a worker paused
@@ -35,22 +60,30 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None) -> E
     with them the lease rows the survivors need to take over. SQLite has no server to do this; see
     the README's HA section.
     """
-    parsed = make_url(url)
+    parsed = normalize_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30})
+        if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+            _sqlite_folder(Path(parsed.database).expanduser(), home)
+        engine = _create(parsed, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            # pysqlite's own transaction handling starts a transaction only before DML and lets a
+            # SAVEPOINT outside one commit on RELEASE, so a registration killed half-way left half its
+            # rows. We emit BEGIN ourselves (SQLAlchemy's documented recipe): transactions are real.
+            dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
+            conn.exec_driver_sql("BEGIN")
     else:
         is_pg = parsed.get_backend_name() == "postgresql"
-        engine = create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2,
-                               connect_args={"connect_timeout": 5} if is_pg else {})
+        engine = _create(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2,
+                         connect_args={"connect_timeout": 5} if is_pg else {})
         if is_pg and idle_in_transaction_timeout:
             ms = max(1, round(idle_in_transaction_timeout * 1000))
 
@@ -66,6 +99,29 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None) -> E
     event.listen(engine, "before_cursor_execute", counter)
     engine.statement_counter = counter  # type: ignore[attr-defined]
     return engine
+
+
+def _create(url: URL, **kwargs: object) -> Engine:
+    try:
+        return create_engine(url, **kwargs)  # type: ignore[arg-type]
+    except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
+        raise DatabaseUrlError(
+            f"[core] sql_alchemy_conn: the driver for {url.drivername!r} is not installed ({exc}); smartsensor "
+            f"ships SQLite and PostgreSQL through psycopg2: use sqlite:////abs/path.db or "
+            f"postgresql://user:pw@host:5432/db") from None
+
+
+def _sqlite_folder(path: Path, home: Path | None) -> None:
+    """Make sure a SQLite file's folder exists: created under the smartsensor home only."""
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if home is not None and folder.resolve().is_relative_to(home.expanduser().resolve()):
+        folder.mkdir(parents=True, exist_ok=True)
+        return
+    raise DatabaseUrlError(f"[core] sql_alchemy_conn: folder {folder} of the SQLite database does not exist "
+                           f"(smartsensor creates folders only under its home {home or '$SMARTSENSOR_HOME'}); "
+                           f"create it first")
 
 
 def statement_count(engine: Engine) -> int:

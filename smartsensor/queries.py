@@ -96,18 +96,19 @@ def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: dateti
     return dict(row) if row else None
 
 
-def insert_task(conn: Connection, row: dict[str, Any]) -> bool:
-    """Insert a new task instance; False if it already exists (1 statement, in a savepoint)."""
-    try:
-        with conn.begin_nested():
-            conn.execute(insert(TI).values(**row))
-        return True
-    except IntegrityError:
-        return False
+def existing_states(conn: Connection, execution_date: datetime, dag_ids: Iterable[str]) -> dict[tuple[str, str], str]:
+    """{(dag_id, task_id): state} of the task instances of these DAGs on one execution date.
+    1 statement per IN_CHUNK dag_ids."""
+    out: dict[tuple[str, str], str] = {}
+    for chunk in _chunks(sorted(set(dag_ids))):
+        for dag_id, task_id, state in conn.execute(select(TI.c.dag_id, TI.c.task_id, TI.c.state).where(
+                TI.c.execution_date == execution_date, TI.c.dag_id.in_(list(chunk)))):
+            out[(dag_id, task_id)] = state
+    return out
 
 
 def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert many new task instances in one executemany per 5,000 (benchmarks, bulk loads)."""
+    """Insert new task instances: one executemany per IN_CHUNK rows (registration, benchmarks)."""
     for chunk in _chunks(list(rows)):
         conn.execute(insert(TI), list(chunk))
 
@@ -215,9 +216,10 @@ def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, 
         TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
 
 
-def mark_timed_out(conn: Connection, tries: Sequence[TryKey], new_state: str, now: datetime,
-                   error: str | None = None, fence: Fence | None = None) -> int:
-    """Tasks whose try timed out → ``new_state`` (up_for_retry, failed or skipped).
+def end_tries(conn: Connection, tries: Sequence[TryKey], new_state: str, now: datetime,
+              error: str | None = None, fence: Fence | None = None) -> int:
+    """End these tries → ``new_state``: a timeout (up_for_retry, failed or skipped), or a row that
+    cannot be planned (failed, with the reason).
 
     Guarded on the exact try the worker saw (state smart_running, try_number and start_date), so a
     round that loaded a try which was retried or reset by hand meanwhile never ends the newer try.

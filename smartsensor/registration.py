@@ -11,15 +11,37 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
 
 from schema.models import State
-from sensors.base import BUILTIN_MODULES, BaseSensor, classpath_of, is_smart_eligible
+from sensors.base import BUILTIN_MODULES, BaseSensor, classpath_of, is_smart_eligible, validate_id
 from sensors.errors import SensorDefinitionError
 from smartsensor import queries
 from smartsensor.config import Config
 from smartsensor.hashing import canonical_json, check_hashcode, shardcode_for
 
 log = logging.getLogger(__name__)
+
+
+EARLIEST_DATE = datetime(1900, 1, 1)
+LATEST_DATE = datetime(2999, 12, 31)
+
+
+def validate_execution_date(value: Any) -> datetime:
+    """An execution date a task can be registered for: a day (midnight) between 1900-01-01 and 2999-12-31.
+
+    Bounded so that templates (``prev_ds``, ``next_ds``, ``macros.ds_add``) and stored dates never
+    overflow; a time of day is refused because the same DAG on the same day would otherwise register
+    a second set of task instances.
+    """
+    if not isinstance(value, datetime):
+        raise SensorDefinitionError(f"execution date must be a date, got {type(value).__name__}")
+    if value.tzinfo is not None or value.time() != datetime.min.time():
+        raise SensorDefinitionError(f"execution date must be a day (YYYY-MM-DD, no time of day), got {value.isoformat()}")
+    if not EARLIEST_DATE <= value <= LATEST_DATE:
+        raise SensorDefinitionError(f"execution date must be between {EARLIEST_DATE.date()} and "
+                                    f"{LATEST_DATE.date()}, got {value.date()}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,7 @@ def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
 def build_row(sensor: BaseSensor, dag_id: str, execution_date: datetime, cfg: Config,
               fileloc: str | None = None) -> tuple[dict[str, Any], str]:
     """The task_instance row for ``sensor`` on ``execution_date`` and the routing reason."""
+    dag_id = validate_id("dag_id", dag_id)
     rendered = sensor.rendered(execution_date)
     attr_dict, exec_dict = serialise(rendered)
     classpath = classpath_of(type(sensor))
@@ -109,24 +132,46 @@ def build_row(sensor: BaseSensor, dag_id: str, execution_date: datetime, cfg: Co
 
 def register(engine: Engine, sensors: Iterable[tuple[str, BaseSensor]], execution_date: datetime, cfg: Config,
              clear: bool = False, fileloc: str | None = None) -> list[Registered]:
-    """Register (dag_id, sensor) pairs for one execution date, idempotently, in one transaction.
+    """Register (dag_id, sensor) pairs for one execution date, idempotently, in ONE transaction.
 
-    An existing row is left as it is (a waiting or finished task is never reset) unless ``clear``.
+    Every row is built and validated before the database is touched; then one statement finds the
+    rows that exist and the new ones are inserted in bulk, so a registration killed or failing half-way
+    leaves nothing behind, on SQLite as on Postgres. An existing row is left as it is (a waiting or
+    finished task is never reset) unless ``clear``.
     """
-    built = [(build_row(sensor, dag_id, execution_date, cfg, fileloc)) for dag_id, sensor in sensors]
+    execution_date = validate_execution_date(execution_date)
+    built = [build_row(sensor, dag_id, execution_date, cfg, fileloc) for dag_id, sensor in sensors]
+    seen: set[tuple[str, str]] = set()
+    for row, _ in built:
+        key = (row["dag_id"], row["task_id"])
+        if key in seen:
+            raise SensorDefinitionError(f"task {row['task_id']!r} of DAG {row['dag_id']!r} is given twice")
+        seen.add(key)
+    for attempt in (1, 2):
+        try:
+            return _register_rows(engine, built, execution_date, clear)
+        except IntegrityError:
+            if attempt == 2:
+                raise
+            log.info("another registration inserted some of these task instances at the same time; retrying")
+    raise AssertionError("unreachable")
+
+
+def _register_rows(engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime,
+                   clear: bool) -> list[Registered]:
     out: list[Registered] = []
     with engine.begin() as conn:
+        existing = queries.existing_states(conn, execution_date, {row["dag_id"] for row, _ in built})
+        queries.insert_tasks_bulk(conn, [row for row, _ in built if (row["dag_id"], row["task_id"]) not in existing])
         for row, reason in built:
-            created = queries.insert_task(conn, row)
-            state = row["state"]
+            key = (row["dag_id"], row["task_id"])
+            state, created = row["state"], key not in existing
             if not created:
                 if clear:
                     queries.reset_task(conn, row)
                     reason = f"cleared; {reason}"
                 else:
-                    existing = queries.get_task(conn, row["dag_id"], row["task_id"], execution_date)
-                    state = existing["state"] if existing else state
-                    reason = "already registered"
+                    state, reason = existing[key], "already registered"
             out.append(Registered(row["dag_id"], row["task_id"], execution_date, state, row["hashcode"],
                                   row["shardcode"], created, reason))
     return out

@@ -8,16 +8,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Engine
 
 from schema.models import State
 from sensors.base import resolve_smart_class
-from sensors.errors import UnknownSensorClass
+from sensors.errors import SensorModuleUnavailable, UnknownSensorClass
 from smartsensor import queries
 from smartsensor.config import Config
 from smartsensor.registration import worker_can_load
-from smartsensor.timing import parse_exec
+from smartsensor.timing import BadExecSettings, parse_exec
 
 log = logging.getLogger(__name__)
 
@@ -28,25 +29,42 @@ def smart_route_for(classpath: str, cfg: Config) -> str:
         return State.SCHEDULED
     try:
         cls = resolve_smart_class(classpath, cfg.sensors_enabled, cfg.sensor_modules)
+    except SensorModuleUnavailable:  # a deploy skew on this host, not a reason to change the task's route
+        return State.SMART_PENDING
     except UnknownSensorClass:
         return State.SCHEDULED
     return State.SMART_PENDING if worker_can_load(cls, cfg) else State.SCHEDULED
 
 
 def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
-    """up_for_retry → smart_pending (or scheduled) once retry_delay has passed, incrementing try_number."""
+    """up_for_retry → smart_pending (or scheduled) once retry_delay has passed, incrementing try_number.
+
+    A row whose exec_dict cannot be read (out of bounds, not JSON) fails alone with the reason in
+    ``error``; the other retries go on.
+    """
     now = now or datetime.utcnow()
     counts: dict[str, int] = {}
     with engine.begin() as conn:
         for row in queries.load_up_for_retry(conn):
-            delay = parse_exec(row["exec_dict"]).retry_delay
-            if row["end_date"] is not None and row["end_date"] + timedelta(seconds=delay) > now:
+            key = (row["dag_id"], row["task_id"], row["execution_date"])
+            try:
+                delay = parse_exec(row["exec_dict"]).retry_delay
+                due = row["end_date"] is None or row["end_date"] + timedelta(seconds=delay) <= now
+            except (BadExecSettings, ArithmeticError) as exc:
+                _fail_bad_row(conn, key, row["try_number"], State.UP_FOR_RETRY, f"cannot retry: {exc}", now)
+                counts[State.FAILED] = counts.get(State.FAILED, 0) + 1
+                continue
+            if not due:
                 continue
             state = smart_route_for(row["classpath"], cfg)
-            key = (row["dag_id"], row["task_id"], row["execution_date"])
             if queries.requeue_retry(conn, key, row["try_number"], state, now):
                 counts[state] = counts.get(state, 0) + 1
     return counts
+
+
+def _fail_bad_row(conn: Any, key: queries.TaskKey, try_number: int, from_state: str, error: str, now: datetime) -> None:
+    log.warning("%s.%s %s: %s (failed alone)", key[0], key[1], key[2], error)
+    queries.set_state(conn, key, State.FAILED, from_states=[from_state], now=now, error=error, try_number=try_number)
 
 
 def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
@@ -60,9 +78,12 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     counts: dict[str, int] = {}
     with engine.begin() as conn:
         for row in queries.load_zombies(conn, now - timedelta(seconds=threshold)):
-            retries = parse_exec(row["exec_dict"]).retries
-            state = State.UP_FOR_RETRY if row["try_number"] <= retries else State.FAILED
             key = (row["dag_id"], row["task_id"], row["execution_date"])
+            try:
+                retries = parse_exec(row["exec_dict"]).retries
+            except BadExecSettings:
+                retries = 0  # its exec_dict is unreadable: no retry, it ends failed with the zombie reason
+            state = State.UP_FOR_RETRY if row["try_number"] <= retries else State.FAILED
             error = (f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
                      f"(no sign of life for {threshold:g} s): its process died or was killed")
             if queries.end_zombie(conn, key, row["updated_at"], state, now, error):
@@ -120,6 +141,7 @@ class Scheduler:
         launched = self.launch()
         return {"requeued_smart": requeued.get(State.SMART_PENDING, 0),
                 "requeued_classic": requeued.get(State.SCHEDULED, 0),
+                "failed_bad_rows": requeued.get(State.FAILED, 0),
                 "zombies": sum(zombies.values()),
                 "finished": finished, "launched": launched, "running": len(self.children)}
 

@@ -46,6 +46,18 @@ def spark_builder_conf(cfg: Config) -> dict[str, str]:
     return conf
 
 
+# pyspark logs every failed query, from Python, as a multi-kilobyte ERROR record with the Java stack trace
+# (its "query context" loggers). A table that does not exist yet is the normal answer of a waiting check;
+# our callers classify and report every failure themselves, in one line.
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def quiet_query_context_loggers() -> None:
+    """Switch off pyspark's per-failure query-context loggers (see QUERY_CONTEXT_LOGGERS)."""
+    for name in QUERY_CONTEXT_LOGGERS:
+        logging.getLogger(name).disabled = True
+
+
 def get_spark(cfg: Config) -> Any:
     """The process's SparkSession with Hive support, created on first use."""
     global _session
@@ -53,6 +65,7 @@ def get_spark(cfg: Config) -> Any:
         if _session is not None:
             return _session
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        quiet_query_context_loggers()
         cfg.home.mkdir(parents=True, exist_ok=True)
         from pyspark.sql import SparkSession
 

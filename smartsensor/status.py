@@ -48,6 +48,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
                         "shard_max": w["shard_max"], "last_round_at": w["last_round_at"].isoformat()
                         if w["last_round_at"] else None, "age_seconds": round(age, 1) if age is not None else None,
                         "last_round_seconds": w["last_round_seconds"], "last_round": last})
+    problems = round_problems(workers)
     lease_timeout = cfg.get("smart_sensor", "lease_timeout")
     lease_rows = [{"shard_min": l["shard_min"], "shard_max": l["shard_max"], "owner": l["owner"], "epoch": l["epoch"],
                    "expires_at": l["expires_at"].isoformat() if l["expires_at"] else None,
@@ -61,7 +62,30 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
                    for w in live]
     return {"leases": lease_rows, "lease_workers": worker_rows, "tasks_by_state": dict(sorted(by_state.items())), "waiting": len(waiting), "distinct_hashes": distinct,
             "dedup_ratio": round(len(waiting) / distinct, 2) if distinct else None, "shards": shards,
-            "workers": workers, "stranded": stranded,
+            "workers": workers, "stranded": stranded, "problems": problems,
             "zombies": [{"dag_id": z["dag_id"], "task_id": z["task_id"], "execution_date": z["execution_date"].isoformat(),
                          "hostname": z["hostname"], "heartbeat_age": round((now - z["updated_at"]).total_seconds(), 1)}
                         for z in zombies]}
+
+
+def round_problems(workers: list[dict[str, Any]]) -> list[str]:
+    """What the workers' last rounds report going wrong, one line each (shown loudly by `status`)."""
+    out: list[str] = []
+    seen: set[tuple[Any, Any]] = set()
+    for w in workers:
+        if (w["pid"], w["last_round_at"]) in seen:  # one process's ranges share one round: report it once
+            continue
+        seen.add((w["pid"], w["last_round_at"]))
+        last, who = w["last_round"], w["worker_id"]
+        if last.get("error"):
+            out.append(f"worker {who}: its last round failed: {last['error']}")
+        for module, why in sorted((last.get("module_errors") or {}).items()):
+            out.append(f"worker {who}: sensor module {module!r} cannot be imported there: {why} "
+                       f"({last.get('module_waiting', 0)} task(s) of its classes wait, within their timeouts)")
+        if last.get("fenced_out"):
+            out.append(f"worker {who}: lost its lease during its last round; that round wrote nothing "
+                       f"(the range's new owner checks its tasks)")
+        if last.get("bad_rows"):
+            out.append(f"worker {who}: {last['bad_rows']} task(s) could not be planned and were failed alone "
+                       f"(see `smartsensor tasks --state failed`)")
+    return out

@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from schema.models import State
+from sensors import exec_fields
+from sensors.errors import SensorDefinitionError
 
 DEFAULT_MAX_WAIT = 3600.0
 
@@ -43,11 +45,31 @@ class ExecSettings:
         return max(self.max_wait if self.max_wait is not None else DEFAULT_MAX_WAIT, self.poke_interval)
 
 
+class BadExecSettings(SensorDefinitionError):
+    """A stored exec_dict that cannot be planned (not JSON, or a value out of bounds): its task fails alone."""
+
+
 @lru_cache(maxsize=4096)
 def parse_exec(exec_dict: str | None) -> ExecSettings:
-    """ExecSettings from exec_dict JSON; unknown keys are ignored, missing ones take defaults."""
-    data = json.loads(exec_dict) if exec_dict else {}
-    known = {k: v for k, v in data.items() if k in ExecSettings.__dataclass_fields__}
+    """ExecSettings from exec_dict JSON; unknown keys are ignored, missing ones take defaults.
+
+    Every known value is checked against the same bounds as at registration (sensors.exec_fields),
+    so a row written by hand or by an older version cannot overflow a date or a timer later;
+    it raises BadExecSettings naming the field instead.
+    """
+    try:
+        data = json.loads(exec_dict) if exec_dict else {}
+    except (ValueError, RecursionError) as exc:
+        raise BadExecSettings(f"exec_dict is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadExecSettings("exec_dict is not a JSON object")
+    known = {}
+    for name, value in data.items():
+        if name in ExecSettings.__dataclass_fields__:
+            try:
+                known[name] = exec_fields.exec_value(name, value)
+            except SensorDefinitionError as exc:
+                raise BadExecSettings(f"exec_dict: {exc}") from None
     return ExecSettings(**known)
 
 

@@ -20,12 +20,14 @@ from schema.models import State
 from sensors.base import BaseSensor, resolve_smart_class
 from sensors.batch import BatchChecker
 from sensors.checks import Check, PartitionCheck
-from sensors.errors import CheckError, PermanentCheckError, SensorDefinitionError, TransientCheckError, UnknownSensorClass
+from sensors.batch import first_line
+from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
+                            TransientCheckError, UnknownSensorClass)
 from smartsensor import queries
 from smartsensor.config import Config
 from smartsensor.db import statement_count
 from smartsensor.queries import WaitingTask
-from smartsensor.timing import is_due, parse_exec, timed_out, timeout_state
+from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out, timeout_state
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,9 @@ class RoundResult:
     transient_errors: int = 0
     permanent_errors: int = 0
     woken: int = 0
+    bad_rows: int = 0
+    module_errors: dict[str, str] = field(default_factory=dict)
+    module_waiting: int = 0
     ranges: list[list[int]] = field(default_factory=list)
     fenced_out: bool = False
     seconds: float = 0.0
@@ -111,7 +116,8 @@ class ShardWorker:
             self._wake_tables |= tables
 
     # -- helpers -----------------------------------------------------------------------------
-    def _spark(self) -> Any:
+    def spark(self) -> Any:
+        """This process's SparkSession (or the provider's)."""
         if self._spark_provider is None:
             from smartsensor.spark import get_spark
             return get_spark(self.cfg)
@@ -124,6 +130,7 @@ class ShardWorker:
                 cached = resolve_smart_class(classpath, self.cfg.sensors_enabled, self.cfg.sensor_modules)
             except UnknownSensorClass as exc:
                 cached = exc
+            # SensorModuleUnavailable is not cached: the module may be deployed by the next round.
             self._classes[classpath] = cached
         if isinstance(cached, UnknownSensorClass):
             raise cached
@@ -136,10 +143,14 @@ class ShardWorker:
     # -- the round ---------------------------------------------------------------------------
     def run_round(self) -> RoundResult:
         """Load, start, poke due checks, mark outcomes. DB errors propagate (the loop retries)."""
-        return run_rounds([self], self._spark)
+        return run_rounds([self], self.spark)
 
     def plan_round(self) -> "RoundPlan":
-        """Phase 1: load the range, start new tries, group by check, pick the due groups, build their checks."""
+        """Phase 1: load the range, start new tries, group by check, pick the due groups, build their checks.
+
+        A row that cannot be planned (an exec_dict out of bounds, a sensor that cannot be rebuilt)
+        is set aside to fail alone with the reason in ``error``; every other task goes on.
+        """
         result = RoundResult(self.shard_min, self.shard_max)
         now = self.clock()
         with self.engine.begin() as conn:
@@ -150,9 +161,15 @@ class ShardWorker:
         tasks = [t if t.start_date is not None else _with_start(t, now) for t in tasks]
         result.loaded = len(tasks)
 
+        bad: list[tuple[WaitingTask, str]] = []
         groups: dict[CheckKey, _Group] = {}
         by_hash: dict[int, set[CheckKey]] = defaultdict(set)
         for task in tasks:
+            try:
+                parse_exec(task.exec_dict)
+            except BadExecSettings as exc:
+                bad.append((task, str(exc)))
+                continue
             key = (task.hashcode, task.classpath, task.attr_dict)
             groups.setdefault(key, _Group(key, [])).tasks.append(task)
             by_hash[task.hashcode].add(key)
@@ -164,23 +181,40 @@ class ShardWorker:
 
         with self._wake_lock:
             woken, self._wake_tables = self._wake_tables, set()
-        due = [g for g in groups.values() if (woken and self._tables.get(g.key, frozenset()) & woken) or any(
-            is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now) for t in g.tasks)]
+        due = []
+        for g in list(groups.values()):
+            try:
+                if (woken and self._tables.get(g.key, frozenset()) & woken) or any(
+                        is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now) for t in g.tasks):
+                    due.append(g)
+            except (ArithmeticError, ValueError) as exc:  # dates out of range: these rows cannot be planned
+                bad.extend((t, f"cannot schedule the next poke: {type(exc).__name__}: {exc}") for t in g.tasks)
+                del groups[g.key]
         result.woken = len(woken)
         result.groups_due = len(due)
-        plan = RoundPlan(self, result, groups, collided, now, due)
+        plan = RoundPlan(self, result, groups, collided, now, due, bad=bad)
         for g in due:
             try:
                 sensor = self._build(g.key)
+                checks = sensor.checks()
+            except SensorModuleUnavailable as exc:
+                g.outcome = TransientCheckError(str(exc))
+                result.module_errors[exc.module] = str(exc)
+                result.module_waiting += len(g.tasks)
+                continue
             except (UnknownSensorClass, SensorDefinitionError) as exc:
                 g.outcome = PermanentCheckError(str(exc))
                 continue
-            checks = sensor.checks()
+            except Exception as exc:  # noqa: BLE001 - a user's sensor class may raise anything when rebuilt
+                g.outcome = PermanentCheckError(f"{g.key[1]} cannot be rebuilt from its attr_dict: "
+                                                f"{type(exc).__name__}: {first_line(exc)}")
+                continue
             self._tables[g.key] = frozenset(c.table_key for c in checks or () if isinstance(c, PartitionCheck))
             if checks is None:
                 plan.sensors[g.key] = sensor
             else:
                 plan.batched[g.key] = checks
+        result.bad_rows = len(bad)
         return plan
 
     def finish_round(self, plan: "RoundPlan") -> RoundResult:
@@ -190,10 +224,11 @@ class ShardWorker:
             if g.outcome is not None:
                 self._last_poke[g.key] = poke_time
         plan.result.groups_poked = sum(1 for g in plan.due if g.outcome is not None)
-        self._write(plan.groups, plan.collided, plan.now, plan.result)
+        self._write(plan.groups, plan.collided, plan.now, plan.result, plan.bad)
         return plan.result
 
-    def _write(self, groups: dict[CheckKey, _Group], collided: set[int], now: datetime, result: RoundResult) -> None:
+    def _write(self, groups: dict[CheckKey, _Group], collided: set[int], now: datetime, result: RoundResult,
+               bad: list[tuple[WaitingTask, str]]) -> None:
         """All state changes of the round in one transaction, each a guarded update."""
         landed_hashes: list[int] = []
         landed_collided: list[CheckKey] = []
@@ -218,9 +253,13 @@ class ShardWorker:
                 if timed_out(t.start_date, settings, now):
                     timeouts[timeout_state(t.try_number, settings)].append(t.try_key)
 
+        for task, why in bad:
+            log.warning("task %s.%s %s cannot be planned, failing it alone: %s", task.dag_id, task.task_id,
+                        task.execution_date, why)
+
         marked: dict[str, int] = defaultdict(int)
         fence = self.fence
-        if not (landed_hashes or landed_collided or failed or timeouts):
+        if not (landed_hashes or landed_collided or failed or timeouts or bad):
             result.marked = {}
             return
         now = self.clock()  # the fence is checked against the time of the write, not of the round's start
@@ -242,7 +281,10 @@ class ShardWorker:
                 marked[State.FAILED] += n
             for state, tries in timeouts.items():
                 error = "timed out waiting" if state != State.UP_FOR_RETRY else None
-                marked[state] += queries.mark_timed_out(conn, tries, state, now, error=error, fence=fence)
+                marked[state] += queries.end_tries(conn, tries, state, now, error=error, fence=fence)
+            for task, why in bad:
+                marked[State.FAILED] += queries.end_tries(conn, [task.try_key], State.FAILED, now, error=why,
+                                                          fence=fence)
         result.marked = {k: v for k, v in marked.items() if v}
         if fence is not None and not result.marked:
             result.fenced_out = not self._still_owner(fence, now)
@@ -258,7 +300,8 @@ class ShardWorker:
         for key in [k for k in self._tables if k not in groups]:
             del self._tables[key]
 
-    def _record(self, result: RoundResult) -> None:
+    def record(self, result: RoundResult) -> None:
+        """Store this round's result for `smartsensor status` (failures to do so are only logged)."""
         try:
             with self.engine.begin() as conn:
                 queries.record_round(conn, self.worker_id, self.hostname, os.getpid(), self.shard_min,
@@ -312,6 +355,7 @@ class RoundPlan:
     due: list[_Group]
     batched: dict[CheckKey, list[Check]] = field(default_factory=dict)
     sensors: dict[CheckKey, BaseSensor] = field(default_factory=dict)
+    bad: list[tuple[WaitingTask, str]] = field(default_factory=list)  # rows that fail alone, with the reason
 
 
 def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dict[str, float]:
@@ -354,7 +398,7 @@ def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dic
 
 
 _SUMMED = ("loaded", "started", "distinct_hashes", "distinct_checks", "collisions", "groups_due", "groups_poked",
-           "transient_errors", "permanent_errors", "woken")
+           "transient_errors", "permanent_errors", "woken", "bad_rows", "module_waiting")
 
 
 def run_rounds(workers: list[ShardWorker], spark_provider: Callable[[], Any]) -> RoundResult:
@@ -381,6 +425,8 @@ def run_rounds(workers: list[ShardWorker], spark_provider: Callable[[], Any]) ->
             marked[k] += v
     total.marked = dict(marked)
     total.fenced_out = any(r.fenced_out for r in results)
+    for r in results:
+        total.module_errors.update(r.module_errors)
     total.catalog_calls = int(counters["catalog_calls"])
     total.schema_calls = int(counters["schema_calls"])
     total.fs_calls = int(counters["fs_calls"])
@@ -390,5 +436,5 @@ def run_rounds(workers: list[ShardWorker], spark_provider: Callable[[], Any]) ->
     total.seconds = round(time.perf_counter() - started_at, 4)
     for w in workers:
         if w.record_rounds:
-            w._record(total)
+            w.record(total)
     return total

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, TextIO
 
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from smartsensor import queries
@@ -19,6 +20,7 @@ from smartsensor.config import Config, ShardRange
 from smartsensor.leases import LeaseManager
 from smartsensor.signals import SignalListener, canonical_signal
 from smartsensor.spark import jvm_exit_code as spark_jvm_exit_code
+from sensors.batch import first_line
 from smartsensor.worker import RoundResult, ShardWorker, run_rounds
 
 log = logging.getLogger(__name__)
@@ -53,13 +55,16 @@ def run_one_round(workers: list[ShardWorker]) -> RoundResult:
     """One round over a process's ranges; a DB outage is reported in the result instead of raised
     (the next round retries)."""
     try:
-        return run_rounds(workers, workers[0]._spark)
+        return run_rounds(workers, workers[0].spark)
     except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
-        first_line = str(exc).splitlines()[0] if str(exc) else ""
-        log.warning("round failed (will retry next round): %s", first_line or type(exc).__name__)
+        log.warning("round failed (will retry next round): %s", first_line(exc))
+        log.debug("round failure", exc_info=True)
         result = RoundResult(workers[0].shard_min, workers[-1].shard_max,
                              ranges=[[w.shard_min, w.shard_max] for w in workers])
-        result.error = f"{type(exc).__name__}: {first_line}"
+        result.error = f"{type(exc).__name__}: {first_line(exc)}"
+        for w in workers:  # `status` shows the failure (recording fails quietly while the DB is down)
+            if w.record_rounds:
+                w.record(result)
         return result
 
 
@@ -118,13 +123,17 @@ class LeasedWorker:
             for w in self.workers.values():
                 w.wake(tables)
 
-    def stop(self) -> None:
-        """Clean stop: release every lease at once so others take over without waiting for expiry."""
+    def stop(self, keep_rounds: bool = False) -> None:
+        """Clean stop: release every lease at once so others take over without waiting for expiry.
+
+        ``keep_rounds``: leave the status rows of the last round (``worker --once``), so that
+        `smartsensor status` shows what the round did.
+        """
         with self._lock:
             workers = list(self.workers.values())
             self.workers.clear()
         self.leases.release_all()
-        for w in workers:
+        for w in workers if not keep_rounds else ():
             try:
                 w.forget()
             except Exception:  # noqa: BLE001 - best effort on the way out
@@ -146,7 +155,9 @@ class PinnedWorker:
     def wake(self, tables: set[tuple[str, str]]) -> None:
         self.worker.wake(tables)
 
-    def stop(self) -> None:
+    def stop(self, keep_rounds: bool = False) -> None:
+        if keep_rounds:
+            return
         try:
             self.worker.forget()
         except Exception:  # noqa: BLE001 - best effort on the way out
@@ -228,7 +239,7 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
         try:
             tick()
         finally:
-            runner.stop()
+            runner.stop(keep_rounds=True)
         return status
     # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
@@ -254,9 +265,14 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
         threading.Thread(target=_listen_for_signals, args=(engine, cfg, on_signal, stopping), daemon=True).start()
 
     def stop(signum: int, _frame: object) -> None:
+        if stopping.is_set():  # a second signal, or the stop event after a signal: already stopping
+            return
         log.info("signal %s: stopping after the current round", signum)
         stopping.set()
-        scheduler.shutdown(wait=False)
+        try:
+            scheduler.shutdown(wait=False)
+        except SchedulerNotRunningError:  # stopped before it started, or already shut down
+            pass
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, stop)

@@ -165,3 +165,172 @@ def test_generated_values_match_literally_in_the_metastore(spark: Any, hive_db: 
     assert answers[exact] is True and answers[other] is False and answers[partial] is True
     named = NamedHivePartitionSensor(task_id="n", partition_names=[f"{hive_db}.h/ds={escape_partition_value(value)}/hr=00"])
     assert named.poke({"checker": c})
+
+
+# -- part 2: every value validated where it enters ------------------------------------------------
+
+import json as _json
+import math as _math
+import time as _time
+from datetime import timedelta as _td
+
+from sensors.exec_fields import MAX_DURATION
+from smartsensor.config import BOUNDS
+from smartsensor.registration import validate_execution_date
+from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out
+
+EXEC_FIELDS = ["poke_interval", "timeout", "execution_timeout", "retries", "retry_delay", "soft_fail",
+               "exponential_backoff", "max_wait"]
+ANY_VALUE = st.one_of(
+    st.floats(), st.integers(min_value=-10**40, max_value=10**40), st.sampled_from([10**400, -10**400]),
+    st.booleans(), st.none(), st.text(max_size=5), st.lists(st.integers(), max_size=2),
+    st.timedeltas(min_value=_td(days=-1000), max_value=_td(days=1000)))
+
+
+@FAST
+@given(field=st.sampled_from(EXEC_FIELDS), value=ANY_VALUE)
+def test_exec_fields_bounded_or_refused_naming_the_field(field: str, value: Any) -> None:
+    try:
+        s = SuccessFileSensor(task_id="t", path="/d/_SUCCESS", **{field: value})
+    except SensorDefinitionError as exc:
+        assert field in str(exc) and len(str(exc)) < 300
+        return
+    stored = getattr(s, field)
+    if isinstance(stored, (int, float)) and not isinstance(stored, bool):
+        assert _math.isfinite(stored) and 0 <= stored <= MAX_DURATION + 1000
+    # whatever is accepted can be planned by a worker and read back by parse_exec
+    settings = parse_exec(_json.dumps(s.exec_values()))
+    start = datetime(2026, 11, 22)
+    is_due(start, start + _td(days=3650), settings, start + _td(days=3651))
+    timed_out(start, settings, start + _td(days=3650))
+
+
+@FAST
+@given(data=st.dictionaries(st.sampled_from(EXEC_FIELDS + ["x"]), ANY_VALUE.map(
+    lambda v: v.total_seconds() if isinstance(v, _td) else v)))
+def test_any_stored_exec_dict_is_planned_or_refused_clearly(data: dict[str, Any]) -> None:
+    """A row written by hand or by an older version: a worker either plans it or fails it alone, clearly."""
+    try:
+        text = _json.dumps(data)
+    except (ValueError, OverflowError):
+        return
+    try:
+        settings = parse_exec(text)
+    except BadExecSettings as exc:
+        assert "exec_dict" in str(exc)
+        return
+    start = datetime(2026, 11, 22)
+    for elapsed in (0, 1, 86400 * 365 * 5):
+        is_due(start, start + _td(seconds=elapsed), settings, start + _td(seconds=elapsed + 1))
+
+
+@pytest.mark.parametrize("key", sorted(f"{s}__{n}" for s, n in BOUNDS))
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "-1", "1e400", "99999999999999999999"])
+def test_non_finite_negative_or_huge_numbers_in_config_name_the_key(key: str, value: str) -> None:
+    section, name = key.split("__")
+    env = {"SMARTSENSOR_HOME": "/tmp/x", f"SMARTSENSOR__{section.upper()}__{name.upper()}": value}
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {name}"):
+        load_config(environ=env)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.sampled_from(sorted(BOUNDS)), value=st.one_of(
+    st.floats().map(repr), st.integers(min_value=-10**30, max_value=10**30).map(str), HOSTILE_TEXT))
+def test_generated_numbers_in_config_load_within_bounds_or_fail_naming_the_key(key: tuple[str, str], value: str) -> None:
+    section, name = key
+    env = {"SMARTSENSOR_HOME": "/tmp/x", f"SMARTSENSOR__{section.upper()}__{name.upper()}": value}
+    try:
+        cfg = load_config(environ=env)
+    except ConfigError as exc:
+        assert f"[{section}]" in str(exc) and len(str(exc)) < 400
+        return
+    low, high = BOUNDS[key]
+    assert _math.isfinite(cfg.get(section, name)) and low <= cfg.get(section, name) <= high
+
+
+ID_TEXT = st.one_of(st.text(max_size=20), st.text(alphabet=st.characters(), max_size=8),
+                    st.sampled_from(["a\x00b", "\udc80", "x\ud800y", "tab\there", "new\nline", "é日本", " ", ""]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dag_id=st.one_of(ID_TEXT, st.lists(st.text(max_size=3), max_size=2), st.integers()), task_id=ID_TEXT)
+def test_ids_are_stored_exactly_or_refused_naming_the_field(tmp_path_factory: Any, dag_id: Any, task_id: Any) -> None:
+    from smartsensor import queries
+    from smartsensor.db import init_db, make_engine
+    from smartsensor.registration import register
+    home = tmp_path_factory.mktemp("ids")
+    cfg = make_cfg(home, f"sqlite:///{home}/m.db")
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    try:
+        register(engine, [(dag_id, SuccessFileSensor(task_id=task_id, path="/d/_SUCCESS"))], DAY, cfg)
+    except SensorDefinitionError as exc:
+        assert "dag_id" in str(exc) or "task_id" in str(exc)
+        engine.dispose()
+        return
+    with engine.connect() as conn:
+        rows = queries.list_tasks(conn)
+    engine.dispose()
+    assert [(r["dag_id"], r["task_id"]) for r in rows] == [(dag_id, task_id)]
+
+
+def _self_referencing() -> list[Any]:
+    loop: list[Any] = ["x"]
+    loop.append(loop)
+    return loop
+
+
+JSONISH = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                               st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+                       max_leaves=30)
+
+
+def _nest(value: Any, depth: int) -> Any:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@FAST
+@given(value=st.one_of(JSONISH, st.integers(min_value=0, max_value=3000).map(lambda d: _nest("x", d)),
+                       st.just(None).map(lambda _: _self_referencing()), st.just(object()), st.sets(st.integers())))
+def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_factory: Any, value: Any) -> None:
+    from tests.custom_sensors import KeySensor
+    cfg = make_cfg(tmp_path_factory.getbasetemp(), "sqlite://")
+    sensor = KeySensor(task_id="t", key=value)  # type: ignore[arg-type]
+    try:
+        row, _ = build_row(sensor, "d", DAY, cfg)
+    except SensorDefinitionError as exc:
+        assert "'key'" in str(exc)
+        return
+    assert _json.loads(row["attr_dict"]) == {"key": _json.loads(_json.dumps(value))}
+
+
+LOOP = st.integers(min_value=1, max_value=100_000).map(str)
+
+
+@settings(max_examples=15, deadline=None)
+@given(sizes=st.lists(LOOP, min_size=1, max_size=4), body=st.sampled_from(["", "x", "{{ i }}", "{{ ds }}"]))
+def test_loop_templates_finish_quickly_or_fail_clearly(sizes: list[str], body: str) -> None:
+    template = "".join(f"{{% for i{n} in range({size}) %}}" for n, size in enumerate(sizes)) + body.replace(
+        "{{ i }}", "{{ i0 }}") + "{% endfor %}" * len(sizes)
+    sensor = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": template})
+    began = _time.monotonic()
+    try:
+        build_row(sensor, "d", DAY, make_cfg(Path("/tmp/x"), "sqlite://"))
+    except SensorDefinitionError as exc:
+        assert "field 'partition'" in str(exc)
+    assert _time.monotonic() - began < 10
+
+
+@FAST
+@given(when=st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31)))
+def test_execution_dates_in_range_or_refused_clearly(when: datetime) -> None:
+    try:
+        validate_execution_date(when)
+    except SensorDefinitionError as exc:
+        assert "execution date" in str(exc)
+        return
+    from sensors.templating import template_context
+    template_context(when)  # prev/next days and formats never overflow
