@@ -255,14 +255,18 @@ def import_sensor_modules(modules: Iterable[str] = ()) -> dict[str, str]:
     return failures
 
 
-def _unavailable(classpath: str, failures: dict[str, str]) -> SensorModuleUnavailable | None:
-    """The error for a class whose configured module failed to import here, if that is why it is missing."""
-    for module, why in failures.items():
-        if classpath.startswith(module + "."):
-            return SensorModuleUnavailable(module,
-                f"sensor module {module!r} cannot be imported on this host ({why}); tasks of {classpath} "
-                f"wait until it can (within their own timeouts)")
-    return None
+def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: Iterable[str]) -> type["BaseSensor"] | None:
+    """``classpath`` in ``registry`` after importing the sensor modules; SensorModuleUnavailable when it is
+    missing because the configured module it would come from cannot be imported on this host now."""
+    failures = import_sensor_modules(modules)
+    cls = registry.get(classpath)
+    if cls is None:
+        for module, why in failures.items():
+            if classpath.startswith(module + "."):
+                raise SensorModuleUnavailable(module, f"sensor module {module!r} cannot be imported on this host "
+                                                      f"({why}); tasks of {classpath} wait until it can (within "
+                                                      f"their own timeouts)")
+    return cls
 
 
 def resolve_smart_class(classpath: str, enabled: Iterable[str], modules: Iterable[str] = ()) -> type[BaseSensor]:
@@ -273,12 +277,8 @@ def resolve_smart_class(classpath: str, enabled: Iterable[str], modules: Iterabl
     deploy skew) when the class would come from a configured module that cannot be imported now,
     UnknownSensorClass (permanent) otherwise.
     """
-    failures = import_sensor_modules(modules)
-    cls = _SMART_ELIGIBLE.get(classpath)
+    cls = _lookup(_SMART_ELIGIBLE, classpath, modules)
     if cls is None:
-        unavailable = _unavailable(classpath, failures)
-        if unavailable is not None:
-            raise unavailable
         raise UnknownSensorClass(f"sensor class {classpath!r} is not a known smart-eligible sensor class "
                                  f"(built-in or in [smart_sensor] sensor_modules); it was not imported")
     if cls.__name__ not in set(enabled):
@@ -291,10 +291,4 @@ def resolve_any_class(classpath: str, modules: Iterable[str] = ()) -> type[BaseS
 
     Raises SensorModuleUnavailable when it would come from a configured module that cannot be imported now.
     """
-    failures = import_sensor_modules(modules)
-    cls = _ALL_CLASSES.get(classpath)
-    if cls is None:
-        unavailable = _unavailable(classpath, failures)
-        if unavailable is not None:
-            raise unavailable
-    return cls
+    return _lookup(_ALL_CLASSES, classpath, modules)

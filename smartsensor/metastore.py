@@ -313,3 +313,15 @@ def stop(cfg: Config, timeout: float = 20) -> bool:
         _terminate(pid, timeout)
     _remove_pid_file(cfg)
     return running
+
+
+def terminate_started_here(timeout: float = 10) -> list[int]:
+    """Stop every metastore JVM this process started and that still runs (a test run's safety net: a test
+    cut short by a timeout must not leave a JVM behind). Returns their pids."""
+    stopped = []
+    for pid in list(_children):
+        if _is_our_jvm(pid):
+            _terminate(pid, timeout)
+            stopped.append(pid)
+        _children.pop(pid, None)
+    return stopped

@@ -18,9 +18,8 @@ from sqlalchemy import Engine
 
 from schema.models import State
 from sensors.base import BaseSensor, resolve_smart_class
-from sensors.batch import BatchChecker
+from sensors.batch import BatchChecker, first_line
 from sensors.checks import Check, PartitionCheck
-from sensors.batch import first_line
 from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                             TransientCheckError, UnknownSensorClass)
 from smartsensor import queries

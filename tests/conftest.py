@@ -76,6 +76,16 @@ def engine(cfg: Config) -> Iterator[Any]:
     eng.dispose()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_orphaned_metastores() -> Iterator[None]:
+    """Whatever a test did (or a timeout cut short), no metastore JVM started by this run outlives it."""
+    yield
+    from smartsensor import metastore
+    left = metastore.terminate_started_here()
+    if left:
+        print(f"\nstopped {len(left)} metastore JVM(s) left running by tests: {left}")
+
+
 @pytest.fixture(scope="session")
 def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark-home")

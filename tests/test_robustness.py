@@ -319,3 +319,16 @@ def test_a_worker_stopped_twice_stops_cleanly(tmp_path: Path) -> None:
         worker.stop()
     err = worker.proc.stderr.read()
     assert "SchedulerNotRunningError" not in err and "Traceback" not in err, err
+
+
+def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_path: Path, db_url: str) -> None:
+    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="no_such_sensor_mod",
+                   smart_sensor__use_smart_sensor="False")
+    engine = make_engine(db_url)
+    init_db(engine)
+    register(engine, [("mine", SuccessFileSensor(task_id="s", path="/x", poke_interval=0.1, timeout=1))], DAY, cfg)
+    with engine.begin() as conn:
+        conn.execute(update(TI).values(classpath="no_such_sensor_mod.MySensor"))
+    result = run_task(engine, cfg, "mine", "s", DAY, spark_provider=lambda: pytest.fail("nothing to poke"))
+    assert result.state == State.FAILED and result.error == "timed out waiting" and result.seconds >= 1
+    engine.dispose()
