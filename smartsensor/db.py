@@ -23,9 +23,8 @@ class StatementCounter:
     def __init__(self) -> None:
         self.count = 0
 
-    def __call__(self, conn: object, cursor: object, statement: str, *args: object, **kwargs: object) -> None:
-        if statement != "BEGIN":  # transaction control, sent by us on SQLite only: not counted on either backend
-            self.count += 1
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        self.count += 1
 
 
 class DatabaseUrlError(ValueError):
@@ -49,7 +48,12 @@ def normalize_url(url: str) -> URL:
 
 
 def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home: Path | None = None) -> Engine:
-    """Create an engine; SQLite gets WAL, a busy timeout and real transactions.
+    """Create an engine; SQLite gets WAL and a busy timeout.
+
+    On SQLite, pysqlite starts a transaction only before the first write of an ``engine.begin()`` block
+    (reads before it see the newest commit, and a write never has to upgrade a stale read snapshot,
+    which SQLite refuses at once instead of waiting). Multi-row writes that must be all-or-nothing
+    (registration) therefore avoid SAVEPOINTs, which pysqlite commits on RELEASE outside a transaction.
 
     A SQLite file's folder is created only under ``home`` (the smartsensor home); anywhere else a
     missing folder is an error, so a typo never creates directories around the file system.
@@ -68,18 +72,10 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
-            # pysqlite's own transaction handling starts a transaction only before DML and lets a
-            # SAVEPOINT outside one commit on RELEASE, so a registration killed half-way left half its
-            # rows. We emit BEGIN ourselves (SQLAlchemy's documented recipe): transactions are real.
-            dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
-
-        @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
-            conn.exec_driver_sql("BEGIN")
     else:
         is_pg = parsed.get_backend_name() == "postgresql"
         engine = _create(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2,
