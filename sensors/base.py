@@ -249,10 +249,15 @@ def import_sensor_modules(modules: Iterable[str] = ()) -> dict[str, str]:
     for name in modules:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - a user module may raise anything at import
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user module may raise anything
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             failures[name] = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return failures
+
+
+def smart_class_names() -> set[str]:
+    """Names of the smart-eligible classes imported so far (built-in and configured modules)."""
+    return {cls.__name__ for cls in _SMART_ELIGIBLE.values()}
 
 
 def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: Iterable[str]) -> type["BaseSensor"] | None:

@@ -24,6 +24,7 @@ from sensors.batch import BatchChecker
 from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                             UnknownSensorClass)
 from smartsensor import queries
+from smartsensor.bounded_poke import BoundedPoker
 from smartsensor.config import Config
 from smartsensor.dagfile import DagFileError, import_file
 from smartsensor.timing import BadExecSettings, ExecSettings, parse_exec, timeout_state
@@ -112,7 +113,7 @@ def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
     cls = resolve_any_class(classpath, cfg.sensor_modules)
     if cls is None and row.get("fileloc"):
         try:
-            import_file(Path(row["fileloc"]))
+            import_file(Path(row["fileloc"]), timeout=cfg.get("core", "dag_file_import_timeout"))
         except DagFileError as exc:
             raise TaskRunError(f"cannot load {classpath}: {exc}") from None
         cls = resolve_any_class(classpath, cfg.sensor_modules)
@@ -185,7 +186,8 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
         from smartsensor.spark import get_spark
         spark_provider = lambda: get_spark(cfg)  # noqa: E731
     with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
-        return _poke_until_done(engine, build, row, settings, start, began, spark_provider, finish, sleep, stop)
+        return _poke_until_done(engine, build, row, settings, start, began, spark_provider, finish, sleep, stop,
+                                BoundedPoker(cfg.get("smart_sensor", "poke_timeout")))
 
 
 def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
@@ -205,13 +207,16 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
 
 def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[str, Any], settings: ExecSettings,
                      start: datetime, began: float, spark_provider: Callable[[], Any], finish: Callable[..., RunResult],
-                     sleep: Callable[[float], None], stop: threading.Event | None = None) -> RunResult:
+                     sleep: Callable[[float], None], stop: threading.Event | None = None,
+                     poker: BoundedPoker | None = None) -> RunResult:
     """The classic poke loop: poke, check the task is still ours, sleep; until success, failure, timeout or stop.
 
     The sensor is built at the first poke that can build it: while its sensor module cannot be
     imported on this host (a deploy skew) the task waits, within its own timeout, like a transient error.
     """
     dag_id, task_id, execution_date = row["dag_id"], row["task_id"], row["execution_date"]
+    key = (dag_id, task_id, execution_date)
+    poker = poker or BoundedPoker(60.0)
     checker: BatchChecker | None = None
     sensor: BaseSensor | None = None
     pokes = 0
@@ -235,19 +240,22 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
             log.warning("%s (poking again later)", exc)
         except (TaskRunError, UnknownSensorClass, SensorDefinitionError) as exc:
             return finish(State.FAILED, error=str(exc), checker=checker, pokes=pokes)
-        try:
-            if sensor is not None:
+        if sensor is not None:
+            try:
                 if checker is None:
                     checker = BatchChecker(spark_provider())
+            except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage: keep waiting
+                log.warning("cannot start Spark, poking again later: %s", exc)
+            else:
                 pokes += 1
-                if sensor.poke({"checker": checker, "spark": checker.spark, "execution_date": execution_date}):
+                context = {"checker": checker, "spark": checker.spark, "execution_date": execution_date}
+                outcome = poker.poke(key, lambda: sensor.poke(context))  # within [smart_sensor] poke_timeout
+                if outcome is True:
                     return finish(State.SUCCESS, checker=checker, pokes=pokes)
-        except PermanentCheckError as exc:
-            return finish(State.FAILED, error=str(exc), checker=checker, pokes=pokes)
-        except CheckError as exc:
-            log.warning("transient error, poking again later: %s", exc)
-        except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything; keep waiting
-            log.warning("poke raised %s: %s", type(exc).__name__, exc)
+                if isinstance(outcome, PermanentCheckError):
+                    return finish(State.FAILED, error=str(outcome), checker=checker, pokes=pokes)
+                if isinstance(outcome, CheckError):
+                    log.warning("transient error, poking again later: %s", outcome)
         try:
             with engine.connect() as conn:
                 current = queries.get_task(conn, dag_id, task_id, execution_date)

@@ -225,7 +225,7 @@ def submit(app: App, file: str, execution_date: str, clear: bool, as_json: bool)
     when = parse_day(execution_date)
     from pathlib import Path
     check_utf8("sensor file path", file)
-    sensors = load_sensor_file(file)
+    sensors = load_sensor_file(file, timeout=app.cfg.get("core", "dag_file_import_timeout"))
     results = register(app.engine(), sensors, when, app.cfg, clear=clear, fileloc=str(Path(file).resolve()))
     if as_json:
         click.echo(json.dumps([_jsonable({"dag_id": r.dag_id, "task_id": r.task_id,
@@ -347,7 +347,7 @@ EXIT_NOTHING_WRITTEN = 4  # worker --once: the round lost its lease, or claimed 
 def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, as_json: bool,
            interval: float | None, metrics_port: int | None, no_signals: bool) -> None:
     """Run a shard worker until SIGTERM: leased ranges (default, with failover) or a pinned range."""
-    from sensors.base import import_sensor_modules
+    from sensors.base import import_sensor_modules, smart_class_names
     from smartsensor.worker import ShardWorker
     from smartsensor.worker_loop import LeasedWorker, PinnedWorker, RoundMetrics, run_worker
     limit = app.cfg.shard_code_upper_limit
@@ -360,10 +360,16 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
         runner: Any = PinnedWorker(ShardWorker(engine, app.cfg, shard_min, shard_max))
     else:
         runner = LeasedWorker(engine, app.cfg)
-    for module, why in import_sensor_modules(app.cfg.sensor_modules).items():
+    failures = import_sensor_modules(app.cfg.sensor_modules)
+    for module, why in failures.items():
         click.echo(f"WARNING: [smart_sensor] sensor_modules: {module!r} cannot be imported on this host ({why}); "
                    f"tasks of its classes wait (within their own timeouts) until it can, every other task is "
                    f"served", err=True)
+    unknown = sorted(set(app.cfg.sensors_enabled) - smart_class_names())
+    if unknown:
+        click.echo(f"WARNING: [smart_sensor] sensors_enabled names {', '.join(unknown)}, which no built-in or "
+                   f"configured sensor module defines as a @smart_eligible class"
+                   + (" (perhaps the module that fails to import)" if failures else ""), err=True)
     metrics = RoundMetrics(metrics_port) if metrics_port else None
     results = []
 
@@ -461,7 +467,7 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
             sched.wait_children()
             return
         time.sleep(app.cfg.get("scheduler", "loop_interval"))
-    sched.stop_children()
+    sched.stop_children(grace=app.cfg.get("scheduler", "stop_grace"))
 
 
 @main.command()

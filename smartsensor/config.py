@@ -66,6 +66,8 @@ class Key:
 KEYS: tuple[Key, ...] = (
     Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", _parse_str,
         "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder."),
+    Key("core", "dag_file_import_timeout", "60", _parse_float,
+        "Seconds `submit` lets a DAG file's import take; a file that loops or blocks at import is reported."),
     Key("smart_sensor", "use_smart_sensor", "True", _parse_bool,
         "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode."),
     Key("smart_sensor", "shard_code_upper_limit", "10000", _parse_int,
@@ -82,6 +84,9 @@ KEYS: tuple[Key, ...] = (
         "and the built-in sensors package, never a class path read from the database."),
     Key("smart_sensor", "poke_interval", "5", _parse_float,
         "Seconds between worker rounds. Each task is still poked by its own poke_interval."),
+    Key("smart_sensor", "poke_timeout", "60", _parse_float,
+        "Seconds a user sensor's own poke() may take (in a worker or a classic run). One that takes longer is "
+        "a transient error for its check, and the check is not poked again until that call returns."),
     Key("smart_sensor", "heartbeat_interval", "5", _parse_float,
         "Seconds between a worker's lease renewals (and claims of free or expired ranges)."),
     Key("smart_sensor", "lease_timeout", "15", _parse_float,
@@ -104,6 +109,9 @@ KEYS: tuple[Key, ...] = (
     Key("scheduler", "loop_interval", "2", _parse_float, "Seconds between scheduler loops."),
     Key("scheduler", "task_heartbeat_interval", "10", _parse_float,
         "Seconds between heartbeats of a classic-mode run (`run-task`) while its task is running."),
+    Key("scheduler", "stop_grace", "30", _parse_float,
+        "Seconds a stopping scheduler waits for its `run-task` children to hand their tasks back before "
+        "killing them (a child still starting Spark answers SIGTERM only once Spark is up)."),
     Key("scheduler", "zombie_threshold", "120", _parse_float,
         "A running classic task whose run has not heartbeated for this many seconds (its process died) "
         "is failed by the scheduler: up_for_retry while tries remain, else failed."),
@@ -115,9 +123,11 @@ DAY = 24 * 3600.0
 # (section, key) -> (lowest, highest) allowed: every numeric key is checked when the config loads, so a
 # value that would crash a loop later (a negative sleep, a timer past the end of time) is refused at once.
 BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
+    ("core", "dag_file_import_timeout"): (1, 3600),
     ("smart_sensor", "shard_code_upper_limit"): (1, 2**31 - 1),
     ("smart_sensor", "shards"): (1, 100_000),
     ("smart_sensor", "poke_interval"): (0.05, DAY),
+    ("smart_sensor", "poke_timeout"): (0.1, DAY),
     ("smart_sensor", "heartbeat_interval"): (0.05, DAY),
     ("smart_sensor", "lease_timeout"): (0.1, 7 * DAY),
     ("smart_sensor", "signal_poll_interval"): (0.01, 3600),
@@ -127,6 +137,7 @@ BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
     ("scheduler", "loop_interval"): (0.05, 3600),
     ("scheduler", "task_heartbeat_interval"): (0.05, DAY),
     ("scheduler", "zombie_threshold"): (0.1, 7 * DAY),
+    ("scheduler", "stop_grace"): (0, 3600),
 }
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 from sensors.base import BaseSensor, validate_id
 from sensors.errors import SensorDefinitionError
@@ -22,8 +26,12 @@ def _module_name(path: Path) -> str:
     return f"smartsensor_dags.{stem}"
 
 
-def import_file(path: Path) -> ModuleType:
-    """Import ``path`` as a module (its folder is put on sys.path for its own helper imports)."""
+def import_file(path: Path, timeout: float | None = None) -> ModuleType:
+    """Import ``path`` as a module (its folder is put on sys.path for its own helper imports).
+
+    ``timeout``: seconds the import may take (a file that loops or blocks at import is reported, not
+    waited on for ever); enforced with SIGALRM, so only from the main thread of the process.
+    """
     if not path.is_file():
         raise DagFileError(f"sensor file {path} does not exist")
     name = _module_name(path)
@@ -37,7 +45,12 @@ def import_file(path: Path) -> ModuleType:
     real_exit = os._exit
     os._exit = _refuse_os_exit  # a DAG file must not end the process that imports it
     try:
-        spec.loader.exec_module(module)
+        with _time_limit(timeout):
+            spec.loader.exec_module(module)
+    except _ImportTookTooLong:
+        sys.modules.pop(name, None)
+        raise DagFileError(f"importing {path} took longer than {timeout:g} s ([core] dag_file_import_timeout); "
+                           f"nothing was registered") from None
     except _OsExitCalled as exc:
         sys.modules.pop(name, None)
         raise DagFileError(f"importing {path} failed: the file called os._exit({exc.code}) at import; "
@@ -63,6 +76,27 @@ def import_file(path: Path) -> ModuleType:
         except ValueError:
             pass
     return module
+
+
+class _ImportTookTooLong(BaseException):
+    """Raised by SIGALRM inside a DAG file's import that ran past its time limit."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum: int, frame: object) -> None:
+        raise _ImportTookTooLong()
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class _OsExitCalled(BaseException):
@@ -114,10 +148,10 @@ def collect_sensors(module: ModuleType, default_dag_id: str) -> list[tuple[str, 
     return out
 
 
-def load_sensor_file(path: str | Path) -> list[tuple[str, BaseSensor]]:
-    """Import a sensor file and return its (dag_id, sensor) pairs."""
+def load_sensor_file(path: str | Path, timeout: float | None = None) -> list[tuple[str, BaseSensor]]:
+    """Import a sensor file (within ``timeout`` seconds) and return its (dag_id, sensor) pairs."""
     p = Path(path)
-    module = import_file(p)
+    module = import_file(p, timeout)
     sensors = collect_sensors(module, p.stem)
     if not sensors:
         raise DagFileError(f"{p} defines no module-level sensor objects")

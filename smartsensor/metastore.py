@@ -22,7 +22,7 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from smartsensor.config import Config
 
@@ -219,7 +219,21 @@ def _start_lock(cfg: Config) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _spawn(cfg: Config, cmd: list[str]) -> tuple[int, int]:
+def pdeathsig_preexec() -> Callable[[], None]:
+    """A preexec_fn (Linux): the child gets SIGTERM when the thread that started it dies, even by SIGKILL
+    or os._exit. libc is looked up here, before the fork: nothing is imported in the forked child."""
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
+            os._exit(1)
+    return preexec
+
+
+def _spawn(cfg: Config, cmd: list[str], die_with_parent: bool = False) -> tuple[int, int]:
     """Start the JVM detached, record its pid; return (pid, log offset where its output begins)."""
     home = service_dir(cfg)
     with open(log_path(cfg), "ab") as log:
@@ -227,7 +241,7 @@ def _spawn(cfg: Config, cmd: list[str]) -> tuple[int, int]:
         log.flush()
         offset = log.tell()
         proc = subprocess.Popen(cmd, cwd=home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=pdeathsig_preexec() if die_with_parent else None)
     _children[proc.pid] = proc  # keep it referenced: a collected running Popen warns (ResourceWarning)
     tmp = _pid_path(cfg).with_suffix(".tmp")
     tmp.write_text(f"{proc.pid}\n")
@@ -251,8 +265,11 @@ def _wait_for_port(cfg: Config, pid: int, timeout: float, log_offset: int = 0) -
         time.sleep(0.2)
 
 
-def start(cfg: Config) -> MetastoreStatus:
+def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
     """Start the service unless our recorded JVM already runs; return once its port answers.
+
+    ``die_with_parent`` (tests, Linux): the JVM gets SIGTERM when the calling process dies, however it
+    dies, instead of outliving it as `smartsensor metastore start` wants.
 
     Raises MetastoreError when Java is missing, the port is taken by another process, or the JVM
     exits or stays silent for ``[metastore] start_timeout`` seconds (the message carries the log tail).
@@ -269,10 +286,10 @@ def start(cfg: Config) -> MetastoreStatus:
         if _port_answers(host, port) or not _port_bindable(port):
             raise MetastoreError(f"port {host}:{port} is already in use by another process; stop it or set "
                                  f"[metastore] port (and [spark] metastore_uris) to a free port")
-        pid, log_offset = _spawn(cfg, _command(cfg, _java()))
+        pid, log_offset = _spawn(cfg, _command(cfg, _java()), die_with_parent)
         try:
             _wait_for_port(cfg, pid, timeout, log_offset)
-        except MetastoreError:
+        except BaseException:  # also Ctrl-C or a test timeout mid-start: never leave a half-started JVM behind
             _terminate(pid, timeout=10)
             _remove_pid_file(cfg)
             raise

@@ -53,9 +53,18 @@ QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 def quiet_query_context_loggers() -> None:
-    """Switch off pyspark's per-failure query-context loggers (see QUERY_CONTEXT_LOGGERS)."""
+    """Switch off pyspark's per-failure query-context loggers (see QUERY_CONTEXT_LOGGERS).
+
+    They are created as PySparkLogger: pyspark passes them keyword arguments a plain Logger rejects.
+    """
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # PySpark < 4: no such loggers
+        return
     for name in QUERY_CONTEXT_LOGGERS:
-        logging.getLogger(name).disabled = True
+        logger = PySparkLogger.getLogger(name)
+        logger.setLevel(logging.CRITICAL)
+        logger.disabled = True
 
 
 def get_spark(cfg: Config) -> Any:

@@ -19,10 +19,11 @@ from sqlalchemy import Engine
 from schema.models import State
 from sensors.base import BaseSensor, resolve_smart_class
 from sensors.batch import BatchChecker, first_line
-from sensors.checks import Check, PartitionCheck
+from sensors.checks import Check, PartitionCheck, PathCheck
 from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                             TransientCheckError, UnknownSensorClass)
 from smartsensor import queries
+from smartsensor.bounded_poke import poker_for
 from smartsensor.config import Config
 from smartsensor.db import statement_count
 from smartsensor.queries import WaitingTask
@@ -204,9 +205,14 @@ class ShardWorker:
             except (UnknownSensorClass, SensorDefinitionError) as exc:
                 g.outcome = PermanentCheckError(str(exc))
                 continue
-            except Exception as exc:  # noqa: BLE001 - a user's sensor class may raise anything when rebuilt
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's class may raise
                 g.outcome = PermanentCheckError(f"{g.key[1]} cannot be rebuilt from its attr_dict: "
                                                 f"{type(exc).__name__}: {first_line(exc)}")
+                continue
+            if checks is not None and (not isinstance(checks, list) or
+                                       not all(isinstance(c, (PartitionCheck, PathCheck)) for c in checks)):
+                g.outcome = PermanentCheckError(f"{g.key[1]}.checks() must return a list of PartitionCheck/PathCheck "
+                                                f"or None, got {type(checks).__name__}")
                 continue
             self._tables[g.key] = frozenset(c.table_key for c in checks or () if isinstance(c, PartitionCheck))
             if checks is None:
@@ -359,7 +365,8 @@ class RoundPlan:
 
 def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dict[str, float]:
     """Phase 2, for all ranges of a process at once: one BatchChecker, one catalog call per table,
-    and each user sensor's poke() once per distinct check. Outcomes go into the plans' groups."""
+    and each user sensor's poke() once per distinct check, each within [smart_sensor] poke_timeout.
+    Outcomes go into the plans' groups."""
     counters: dict[str, float] = {"catalog_calls": 0, "schema_calls": 0, "fs_calls": 0, "poke_calls": 0,
                                   "catalog_seconds": 0.0}
     if not any(p.batched or p.sensors for p in plans):
@@ -375,6 +382,7 @@ def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dic
         return counters
     answers = checker.check_all(c for p in plans for checks in p.batched.values() for c in checks)
     context = {"checker": checker, "spark": checker.spark}
+    poker = poker_for(plans[0].worker.cfg.get("smart_sensor", "poke_timeout"))
     for p in plans:
         for g in p.due:
             if g.key in p.batched:
@@ -384,13 +392,9 @@ def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dic
             if sensor is None:
                 continue
             counters["poke_calls"] += 1
-            try:
-                g.outcome = bool(sensor.poke(context))
-            except CheckError as exc:
-                g.outcome = exc
-            except Exception as exc:  # noqa: BLE001 - a user's poke() may raise anything
-                log.warning("poke of %s raised %s: %s (treated as transient)", g.key[1], type(exc).__name__, exc)
-                g.outcome = TransientCheckError(f"{type(exc).__name__}: {exc}")
+            g.outcome = poker.poke(g.key, lambda sensor=sensor: sensor.poke(context))  # type: ignore[misc]
+            if isinstance(g.outcome, TransientCheckError):
+                log.warning("poke of %s: %s (treated as transient)", g.key[1], g.outcome)
     counters.update(catalog_calls=checker.catalog_calls, schema_calls=checker.schema_calls, fs_calls=checker.fs_calls,
                     catalog_seconds=round(checker.catalog_seconds, 4))
     return counters

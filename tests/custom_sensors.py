@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from sensors import BaseSensor, smart_eligible
@@ -23,3 +24,21 @@ class KeySensor(BaseSensor):
     def poke(self, context: dict[str, Any]) -> bool:
         POKES.append(self.key)
         return self.key in READY
+
+
+HANG = threading.Event()
+
+
+@smart_eligible
+class HangingSensor(BaseSensor):
+    """A poke() that blocks until HANG is set (a network call without a timeout)."""
+
+    persist_fields = ("key",)
+
+    def __init__(self, task_id: str, key: str, **kw: Any) -> None:
+        super().__init__(task_id=task_id, **kw)
+        self.key = key
+
+    def poke(self, context: dict[str, Any]) -> bool:
+        HANG.wait(600)
+        return False

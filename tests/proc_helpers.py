@@ -8,9 +8,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from queue import Empty, Queue
 from typing import Any, Callable
+
+from smartsensor.metastore import pdeathsig_preexec
 
 
 def cli_env(home: Path, db_url: str, **extra: str) -> dict[str, str]:
@@ -21,19 +24,43 @@ def cli_env(home: Path, db_url: str, **extra: str) -> dict[str, str]:
 
 
 class CliProcess:
-    """A background `smartsensor ...` process whose stdout lines are collected by a thread."""
+    """A background `smartsensor ...` process; threads collect its stdout lines and drain its stderr.
+
+    stderr MUST be drained while the process runs: a worker logs a few KB per round during an outage
+    (and its Spark JVM shares the fd), so an unread 64 KiB pipe fills and the logging thread blocks
+    in write(2) -- the worker then silently stops running rounds.
+    """
+
+    STDERR_TAIL = 200  # lines kept for failure messages
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        # pdeathsig: if the test process dies without teardown (SIGKILL, pytest-timeout's thread
+        # method), the worker gets SIGTERM and stops cleanly; its Spark JVM exits when its stdin closes.
         self.proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", *args], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     errors="replace", preexec_fn=pdeathsig_preexec())
         self.lines: Queue[str] = Queue()
         self.seen: list[str] = []
+        self.stderr_lines: deque[str] = deque(maxlen=self.STDERR_TAIL)
+        self._stderr_done = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
+
+    def _pump_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        try:
+            for line in self.proc.stderr:
+                self.stderr_lines.append(line.rstrip("\n"))
+        finally:
+            self._stderr_done.set()
+
+    def stderr_tail(self, lines: int = 30) -> str:
+        return "\n".join(list(self.stderr_lines)[-lines:])
 
     def wait_for(self, predicate: Callable[[str], bool], timeout: float = 90) -> str:
         deadline = time.monotonic() + timeout
@@ -42,12 +69,13 @@ class CliProcess:
                 line = self.lines.get(timeout=0.2)
             except Empty:
                 if self.proc.poll() is not None:
-                    raise AssertionError(f"process exited {self.proc.returncode}: {self.proc.stderr.read()}")
+                    self._stderr_done.wait(5)
+                    raise AssertionError(f"process exited {self.proc.returncode}: {self.stderr_tail()}")
                 continue
             self.seen.append(line)
             if predicate(line):
                 return line
-        raise AssertionError(f"timed out; output so far: {self.seen[-10:]}")
+        raise AssertionError(f"timed out; output so far: {self.seen[-10:]}\nstderr tail:\n{self.stderr_tail()}")
 
     def wait_round(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 90) -> dict[str, Any]:
         def ok(line: str) -> bool:

@@ -33,16 +33,41 @@ def run(engine: Any, cfg: Any, spark: Any, task_id: str, **kw: Any):
     return run_task(engine, cfg, "d", task_id, DAY, spark_provider=lambda: spark, **kw)
 
 
+def after_first_poke(action: Any) -> Any:
+    """A ``sleep`` for run_task that runs ``action`` once, in the run's first pause: after its first poke,
+    before its second, however slow the machine is (a timer could fire before the first poke)."""
+    done: list[bool] = []
+
+    def sleep(seconds: float) -> None:
+        if not done:
+            done.append(True)
+            action()
+        time.sleep(seconds)
+    return sleep
+
+
+class StopAtPause(threading.Event):
+    """A ``stop`` event that sets itself at the run's n-th pause, i.e. after exactly n pokes."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.pauses_left = n
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.pauses_left -= 1
+        if self.pauses_left <= 0:
+            self.set()
+        return super().wait(timeout)
+
+
 def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
     register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=30))],
+        task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=600))],
         DAY, cfg)
-    timer = threading.Timer(1.0, lambda: land(spark, hive_db, "t", ds="2026-11-22", hr="00"))
-    timer.start()
-    result = run(engine, cfg, spark, "w")
-    timer.join()
-    assert result.state == State.SUCCESS and result.pokes >= 2 and result.catalog_calls == result.pokes
+    landing = after_first_poke(lambda: land(spark, hive_db, "t", ds="2026-11-22", hr="00"))
+    result = run(engine, cfg, spark, "w", sleep=landing)
+    assert result.state == State.SUCCESS and result.pokes == 2 and result.catalog_calls == result.pokes
     with engine.connect() as conn:
         row = queries.get_task(conn, "d", "w", DAY)
     assert row["state"] == "success" and row["end_date"] is not None
@@ -52,20 +77,21 @@ def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
                                                         (0, True, State.SKIPPED)])
 def test_run_task_timeouts(engine, cfg, spark, hive_db, retries, soft_fail, expected) -> None:
     create_table(spark, hive_db, "t")
+    spark.sql(f"SHOW PARTITIONS {hive_db}.t").collect()  # warm the catalog: the first poke is not the slow one
     register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.3, timeout=1,
+        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.3, timeout=3,
         retries=retries, soft_fail=soft_fail))], DAY, cfg)
     started = time.monotonic()
     result = run(engine, cfg, spark, "w")
     assert result.state == expected
-    assert 0.9 <= time.monotonic() - started < 10
+    assert 2.9 <= time.monotonic() - started < 120  # never before the time limit; "soon after" is load-dependent
     assert result.pokes >= 2
 
 
 def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
     register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=60))],
+        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=600))],
         DAY, cfg)
     with pytest.raises(TaskRunError, match="no task instance"):
         run_task(engine, cfg, "d", "nope", DAY)
@@ -73,9 +99,8 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
     def mark_by_hand() -> None:
         with engine.begin() as conn:
             queries.set_state(conn, ("d", "w", DAY), State.SUCCESS)
-    threading.Timer(1.0, mark_by_hand).start()
-    result = run(engine, cfg, spark, "w")
-    assert result.state == State.SUCCESS
+    result = run(engine, cfg, spark, "w", sleep=after_first_poke(mark_by_hand))  # while it runs, never before
+    assert result.state == State.SUCCESS and result.pokes == 2
     with pytest.raises(TaskRunError, match="not scheduled"):
         run(engine, cfg, spark, "w")
 
@@ -83,12 +108,10 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
 def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
     register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=60))],
+        task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=600))],
         DAY, cfg)
-    stop = threading.Event()
-    threading.Timer(1.0, stop.set).start()
-    result = run(engine, cfg, spark, "w", stop=stop)
-    assert result.state == State.SCHEDULED and result.pokes >= 2
+    result = run(engine, cfg, spark, "w", stop=StopAtPause(2))
+    assert result.state == State.SCHEDULED and result.pokes == 2
     with engine.connect() as conn:
         row = queries.get_task(conn, "d", "w", DAY)
     assert (row["state"], row["try_number"], row["hostname"]) == (State.SCHEDULED, 1, None)
@@ -166,17 +189,21 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
     register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
                                               timeout=600, retries=0))], DAY, cfg)
     env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-               SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False")
+               SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False",
+               SMARTSENSOR__SCHEDULER__TASK_HEARTBEAT_INTERVAL="0.5",
+               SMARTSENSOR__SCHEDULER__STOP_GRACE="300")  # a bound, not a wait: SIGTERM may come mid Spark start
     proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "scheduler"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        def running() -> bool:
+        def child_beating() -> bool:
+            # `running` is set by the scheduler's claim, before the child even started; a heartbeat comes
+            # from inside run_task, so the child's SIGTERM handler is installed by then.
             with engine.connect() as conn:
-                return queries.get_task(conn, "d", "w", DAY)["state"] == State.RUNNING
-        wait_until(running, timeout=60, step=0.1)
-        time.sleep(1.0)
+                row = queries.get_task(conn, "d", "w", DAY)
+            return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
+        wait_until(child_beating, timeout=300, step=0.1)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
@@ -230,13 +257,16 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.connect() as conn:
         before = queries.get_task(conn, *key)["updated_at"]
-    with RunHeartbeat(engine, key, interval=0.1) as beat:
-        time.sleep(0.5)
+    from tests.flag_workload import wait_until
+
+    def beaten() -> bool:
         with engine.connect() as conn:
-            assert queries.get_task(conn, *key)["updated_at"] > before
+            return queries.get_task(conn, *key)["updated_at"] > before
+    with RunHeartbeat(engine, key, interval=0.1) as beat:
+        wait_until(beaten, timeout=60)
         with engine.begin() as conn:
             queries.set_state(conn, key, State.FAILED)  # by hand
-        assert beat.lost.wait(2)
+        assert beat.lost.wait(60)
     with engine.connect() as conn:
         assert queries.get_task(conn, *key)["state"] == State.FAILED  # the beat never resurrects it
 

@@ -36,9 +36,10 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
                                                          poke_interval=1, timeout=600)) for i in range(5)], DAY, cfg)
     env = cli_env(home, db_url, **{f"SMARTSENSOR__{k.split('__')[0].upper()}__{k.split('__')[1].upper()}": v
                                    for k, v in overrides.items()})
-    metastore.start(cfg)
-    worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "1", "--json"], env)
-    try:
+    worker = None
+    try:  # everything that starts a process is inside: a timeout anywhere still stops them
+        metastore.start(cfg, die_with_parent=True)
+        worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "1", "--json"], env)
         worker.wait_round(lambda r: r["loaded"] == 5 and r["catalog_calls"] == 1 and not r["transient_errors"],
                           timeout=120)
         assert metastore.stop(cfg)
@@ -46,14 +47,15 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         with engine.connect() as conn:
             assert {r["state"] for r in queries.list_tasks(conn)} == {"smart_running"}
-        metastore.start(cfg)
+        metastore.start(cfg, die_with_parent=True)
         land = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", "demo.t", "--ds",
                                "2026-11-22", "--hours", "0-0", "--every", "0", "--rows", "1", "--no-success-file"],
                               env=env, capture_output=True, text=True, timeout=180)
         assert land.returncode == 0, land.stderr
         worker.wait_round(lambda r: r["marked"].get("success") == 5, timeout=120)
     finally:
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         metastore.stop(cfg)
     with engine.connect() as conn:
         assert {r["state"] for r in queries.list_tasks(conn)} == {"success"}

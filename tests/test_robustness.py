@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event, text, update
 
 from schema.models import State, TaskInstance
-from sensors import SensorDefinitionError, SuccessFileSensor
+from sensors import SensorDefinitionError, SuccessFileSensor, TransientCheckError
 from smartsensor import queries
 from smartsensor.classic import run_task
 from smartsensor.db import DatabaseUrlError, init_db, make_engine, normalize_url
@@ -317,7 +317,8 @@ def test_a_worker_stopped_twice_stops_cleanly(tmp_path: Path) -> None:
         assert worker.proc.wait(timeout=60) == 0
     finally:
         worker.stop()
-    err = worker.proc.stderr.read()
+    worker._stderr_done.wait(10)
+    err = worker.stderr_tail(200)
     assert "SchedulerNotRunningError" not in err and "Traceback" not in err, err
 
 
@@ -332,3 +333,75 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
     result = run_task(engine, cfg, "mine", "s", DAY, spark_provider=lambda: pytest.fail("nothing to poke"))
     assert result.state == State.FAILED and result.error == "timed out waiting" and result.seconds >= 1
     engine.dispose()
+
+
+# -- a user's poke() that hangs or exits ------------------------------------------------------
+
+def test_a_hanging_poke_is_bounded_and_not_piled_up() -> None:
+    import threading
+    import time
+    from smartsensor.bounded_poke import BoundedPoker
+    release = threading.Event()
+    calls = []
+
+    def hang() -> bool:
+        calls.append(1)
+        release.wait(60)
+        return True
+    poker = BoundedPoker(0.3)
+    began = time.monotonic()
+    first = poker.poke("stuck", hang)
+    assert isinstance(first, TransientCheckError) and "did not return within 0.3 s" in str(first)
+    assert time.monotonic() - began < 5
+    second = poker.poke("stuck", hang)  # its earlier call still runs: not poked again
+    assert isinstance(second, TransientCheckError) and "still running" in str(second) and len(calls) == 1
+    assert poker.poke("other", lambda: True) is True  # a fresh helper serves everyone else
+    assert isinstance(poker.poke("exits", lambda: sys.exit(3)), TransientCheckError)
+    release.set()
+    deadline = time.monotonic() + 30
+    while poker.overrunning and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert poker.poke("stuck", lambda: False) is False  # returned at last: poked again
+
+
+@pytest.mark.spark
+def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: str, spark) -> None:
+    import time
+    from tests import custom_sensors
+    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.custom_sensors",
+                   smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor, HangingSensor",
+                   smart_sensor__poke_timeout="0.5")
+    engine = make_engine(db_url)
+    init_db(engine)
+    flag = tmp_path / "_SUCCESS"
+    flag.write_text("")
+    custom_sensors.READY.add("ready")
+    register(engine, [("files", SuccessFileSensor(task_id="s", path=str(flag))),
+                      ("mine", custom_sensors.KeySensor(task_id="s", key="ready")),
+                      ("hangs", custom_sensors.HangingSensor(task_id="s", key="x", timeout=3600))], DAY, cfg)
+    worker = ShardWorker(engine, cfg, 0, cfg.shard_code_upper_limit, spark_provider=lambda: spark)
+    try:
+        began = time.monotonic()
+        result = worker.run_round()
+        assert time.monotonic() - began < 60 and result.transient_errors == 1
+        got = states(engine)
+        assert got["files"][0] == got["mine"][0] == State.SUCCESS and got["hangs"][0] == State.SMART_RUNNING
+    finally:
+        custom_sensors.HANG.set()
+        engine.dispose()
+
+
+def test_a_dag_file_that_never_finishes_importing_is_reported(tmp_path: Path, dag_file: Path) -> None:
+    bad = tmp_path / "loops.py"
+    bad.write_text("while True:\n    pass\n")
+    proc = cli(tmp_path, "submit", str(bad), "-d", "2026-11-22", SMARTSENSOR__CORE__DAG_FILE_IMPORT_TIMEOUT="1")
+    assert proc.returncode == 1 and "took longer than 1 s" in proc.stderr and "loops.py" in proc.stderr
+
+
+def test_worker_warns_about_enabled_classes_nobody_defines(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/m.db",
+                  SMARTSENSOR__SMART_SENSOR__SENSORS_ENABLED="SuccessFileSensor, NoSuchSensor")
+    subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", "worker", "--once", "--shard-min", "0",
+                           "--shard-max", "10000"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "sensors_enabled names NoSuchSensor" in proc.stderr
