@@ -85,6 +85,9 @@ def round_problems(workers: list[dict[str, Any]]) -> list[str]:
         if last.get("fenced_out"):
             out.append(f"worker {who}: lost its lease during its last round; that round wrote nothing "
                        f"(the range's new owner checks its tasks)")
+        if last.get("transient_errors") and not last.get("module_errors"):
+            out.append(f"worker {who}: {last['transient_errors']} check(s) got no answer in its last round (their "
+                       f"tasks wait, within their timeouts): {last.get('transient_example') or 'transient error'}")
         if last.get("bad_rows"):
             out.append(f"worker {who}: {last['bad_rows']} task(s) could not be planned and were failed alone "
                        f"(see `smartsensor tasks --state failed`)")

@@ -63,6 +63,7 @@ class RoundResult:
     bad_rows: int = 0
     module_errors: dict[str, str] = field(default_factory=dict)
     module_waiting: int = 0
+    transient_example: str | None = None  # the first transient error of the round, for `status`
     ranges: list[list[int]] = field(default_factory=list)
     fenced_out: bool = False
     seconds: float = 0.0
@@ -252,6 +253,7 @@ class ShardWorker:
                 continue
             if isinstance(g.outcome, TransientCheckError):
                 result.transient_errors += 1
+                result.transient_example = result.transient_example or str(g.outcome)[:500]
                 log.warning("transient error on check %s: %s", g.key[0], g.outcome)
             for t in g.tasks:
                 settings = parse_exec(t.exec_dict)
@@ -430,6 +432,7 @@ def run_rounds(workers: list[ShardWorker], spark_provider: Callable[[], Any]) ->
     total.fenced_out = any(r.fenced_out for r in results)
     for r in results:
         total.module_errors.update(r.module_errors)
+        total.transient_example = total.transient_example or r.transient_example
     total.catalog_calls = int(counters["catalog_calls"])
     total.schema_calls = int(counters["schema_calls"])
     total.fs_calls = int(counters["fs_calls"])

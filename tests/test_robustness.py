@@ -406,3 +406,11 @@ def test_worker_warns_about_enabled_classes_nobody_defines(tmp_path: Path) -> No
     proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", "worker", "--once", "--shard-min", "0",
                            "--shard-max", "10000"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "sensors_enabled names NoSuchSensor" in proc.stderr
+
+
+def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
+    from smartsensor.worker import RoundResult
+    worker = ShardWorker(engine, cfg, 0, 10000, spark_provider=lambda: pytest.fail("unused"))
+    worker.record(RoundResult(0, 10000, transient_errors=3, transient_example="Spark unavailable: Java not found"))
+    problems = collect_status(engine, cfg)["problems"]
+    assert any("3 check(s) got no answer" in p and "Java not found" in p for p in problems)
