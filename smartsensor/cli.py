@@ -19,7 +19,8 @@ from sensors.errors import CheckError, SensorDefinitionError, SensorModuleUnavai
 from smartsensor import queries
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.dagfile import DagFileError, load_sensor_file
-from smartsensor.db import DatabaseUrlError, current_revision, init_db, make_engine, normalize_url
+from smartsensor.db import (DatabaseUrlError, current_revision, head_revision, init_db, known_revisions, make_engine,
+                            normalize_url)
 from smartsensor.registration import register, validate_execution_date
 
 log = logging.getLogger("smartsensor")
@@ -50,8 +51,16 @@ class App:
         if self._engine is None:
             idle = self.cfg.get("smart_sensor", "lease_timeout") if worker else None
             self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home)
-        if require_schema and current_revision(self._engine) is None:
-            raise UserError(f"the metadata database {self.safe_url()} is not initialised: run `smartsensor db init`")
+        if require_schema:
+            revision = current_revision(self._engine)
+            if revision is None:
+                raise UserError(f"the metadata database {self.safe_url()} is not initialised: run `smartsensor db init`")
+            if revision != head_revision():  # a host upgraded before (or after) the database: say so, once
+                if revision in known_revisions():
+                    raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, this "
+                                    f"smartsensor needs {head_revision()}: run `smartsensor db init` to upgrade it")
+                raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, newer "
+                                f"than this smartsensor knows ({head_revision()}): upgrade smartsensor on this host")
         return self._engine
 
     def safe_url(self) -> str:

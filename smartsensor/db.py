@@ -147,3 +147,17 @@ def current_revision(engine: Engine) -> str | None:
     """The schema revision the database is at (None if never initialised)."""
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str:
+    """The newest schema revision this smartsensor knows."""
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(cfg).get_current_head() or ""
+
+
+def known_revisions() -> set[str]:
+    """Every schema revision this smartsensor's migrations define."""
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}

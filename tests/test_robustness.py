@@ -414,3 +414,16 @@ def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
     worker.record(RoundResult(0, 10000, transient_errors=3, transient_example="Spark unavailable: Java not found"))
     problems = collect_status(engine, cfg)["problems"]
     assert any("3 check(s) got no answer" in p and "Java not found" in p for p in problems)
+
+
+def test_a_host_and_a_database_at_different_schema_revisions_are_told_apart(tmp_path: Path, dag_file: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/c.db")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
+    proc = cli(tmp_path, "status")
+    assert proc.returncode == 1 and "at schema revision 0001" in proc.stderr and "smartsensor db init" in proc.stderr
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    proc = cli(tmp_path, "worker", "--once")
+    assert proc.returncode == 1 and "newer than this smartsensor knows" in proc.stderr
+    engine.dispose()
