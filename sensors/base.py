@@ -263,6 +263,8 @@ def smart_class_names() -> set[str]:
 def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: Iterable[str]) -> type["BaseSensor"] | None:
     """``classpath`` in ``registry`` after importing the sensor modules; SensorModuleUnavailable when it is
     missing because the configured module it would come from cannot be imported on this host now."""
+    if not isinstance(classpath, str) or not classpath:
+        return None  # a row without a class path: an unknown class, said by the caller
     failures = import_sensor_modules(modules)
     cls = registry.get(classpath)
     if cls is None:
