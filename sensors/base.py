@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Iterable, TypeVar
 
 from sensors import exec_fields
 from sensors.checks import Check
-from sensors.errors import SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass
+from sensors.errors import SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass, first_line
 from sensors.templating import has_template, render_value, template_context
 
 S = TypeVar("S", bound=type)
@@ -250,8 +250,7 @@ def import_sensor_modules(modules: Iterable[str] = ()) -> dict[str, str]:
         try:
             importlib.import_module(name)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user module may raise anything
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            failures[name] = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            failures[name] = f"{type(exc).__name__}: {first_line(exc)}"
     return failures
 
 

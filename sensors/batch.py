@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from sensors.checks import Check, PartitionCheck, PathCheck
-from sensors.errors import CheckError, PermanentCheckError, TransientCheckError
+from sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 from sensors.partition_types import partition_types_for
 from sensors.partitions import quote_identifier, sql_string_literal, unescape_partition_value
 
@@ -53,12 +53,6 @@ def classify_error(exc: BaseException) -> str:
     if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
         return "transient"
     return "permanent"
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (Spark's carry a JVM stack trace), or its type name."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def parse_listing_row(row: str) -> dict[str, str]:

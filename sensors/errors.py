@@ -1,4 +1,18 @@
-"""Errors the sensor library raises."""
+"""Errors the sensor library raises, and the one way an exception becomes a one-line message."""
+
+MAX_MESSAGE_LINE = 1000
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (Spark's carry a JVM stack trace), or its type name.
+
+    Cut at MAX_MESSAGE_LINE characters; an exception whose ``__str__`` itself fails is named by its type.
+    """
+    try:
+        text = str(exc).strip()
+    except Exception:  # noqa: BLE001 - a hostile __str__
+        text = ""
+    return text.splitlines()[0][:MAX_MESSAGE_LINE] if text else type(exc).__name__
 
 
 class SensorDefinitionError(ValueError):

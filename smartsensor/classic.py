@@ -22,7 +22,7 @@ from schema.models import State
 from sensors.base import BaseSensor, resolve_any_class
 from sensors.batch import BatchChecker
 from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
-                            UnknownSensorClass)
+                            UnknownSensorClass, first_line)
 from smartsensor import queries
 from smartsensor.bounded_poke import BoundedPoker
 from smartsensor.config import Config
@@ -76,7 +76,7 @@ class RunHeartbeat:
                 with self.engine.begin() as conn:
                     alive = queries.heartbeat_running(conn, self.key, datetime.utcnow())
             except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
-                log.warning("heartbeat of %s.%s failed: %s", self.key[0], self.key[1], str(exc).splitlines()[0])
+                log.warning("heartbeat of %s.%s failed: %s", self.key[0], self.key[1], first_line(exc))
                 continue
             if not alive:
                 self.lost.set()
@@ -101,7 +101,7 @@ def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float,
             if waited >= patience:
                 raise
             log.warning("metadata DB unavailable writing %s, retrying in %.1f s: %s", what, delay,
-                        str(exc).splitlines()[0])
+                        first_line(exc))
             sleep(delay)
             waited += delay
             delay = min(delay * 2, 10.0)
@@ -260,7 +260,7 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
             with engine.connect() as conn:
                 current = queries.get_task(conn, dag_id, task_id, execution_date)
         except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
-            log.warning("metadata DB unavailable, poking on: %s", str(exc).splitlines()[0])
+            log.warning("metadata DB unavailable, poking on: %s", first_line(exc))
             current = row
         if current is None or current["state"] != State.RUNNING or current["try_number"] != row["try_number"]:
             # a later try running elsewhere is not ours either (this run was given up for dead meanwhile)

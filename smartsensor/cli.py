@@ -15,7 +15,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError, S
 
 from schema.models import State
 from sensors.base import check_utf8
-from sensors.errors import CheckError, SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass
+from sensors.errors import CheckError, SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass, first_line
 from smartsensor import queries
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.dagfile import DagFileError, load_sensor_file
@@ -70,11 +70,6 @@ class App:
             return "(unparseable URL)"
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 class SmartSensorGroup(click.Group):
     """Turns known failures into one clear line and a non-zero exit (traceback with --verbose)."""
 
@@ -94,13 +89,13 @@ def describe_error(exc: BaseException, app: App | None) -> str:
     """One line for the user."""
     if isinstance(exc, (ConfigError, SensorDefinitionError, DagFileError, UnknownSensorClass, CheckError,
                         DatabaseUrlError, SensorModuleUnavailable)):
-        return _first_line(exc)
+        return first_line(exc)
     if isinstance(exc, (OperationalError, ProgrammingError)):
         url = app.safe_url() if app is not None and app._cfg is not None else "?"
-        return f"metadata database {url} unreachable or unusable: {_first_line(exc.orig or exc)}"
+        return f"metadata database {url} unreachable or unusable: {first_line(exc.orig or exc)}"
     if isinstance(exc, SQLAlchemyError):
-        return f"metadata database error: {_first_line(exc)}"
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+        return f"metadata database error: {first_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -459,13 +454,13 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
         except (OperationalError, InterfaceError) as exc:  # the DB is down or restarting: keep the children
             if once:
                 raise
-            log.warning("scheduler pass failed, retrying: %s", _first_line(exc.orig or exc))
-            summary = {"error": _first_line(exc.orig or exc), "running": len(sched.children)}
+            log.warning("scheduler pass failed, retrying: %s", first_line(exc.orig or exc))
+            summary = {"error": first_line(exc.orig or exc), "running": len(sched.children)}
         except Exception as exc:  # noqa: BLE001 - bad rows fail alone inside the pass; anything else must
             if once:           # not take the scheduler (and every retry and classic run) down with it
                 raise
-            log.error("scheduler pass failed, retrying: %s: %s", type(exc).__name__, _first_line(exc), exc_info=True)
-            summary = {"error": f"{type(exc).__name__}: {_first_line(exc)}", "running": len(sched.children)}
+            log.error("scheduler pass failed, retrying: %s: %s", type(exc).__name__, first_line(exc), exc_info=True)
+            summary = {"error": f"{type(exc).__name__}: {first_line(exc)}", "running": len(sched.children)}
         if as_json:
             click.echo(json.dumps(summary))
         elif any(summary.get(k) for k in ("requeued_smart", "requeued_classic", "failed_bad_rows", "zombies",

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Iterator
 
 from sensors.base import BaseSensor, validate_id
-from sensors.errors import SensorDefinitionError
+from sensors.errors import SensorDefinitionError, first_line
 
 
 class DagFileError(Exception):
@@ -68,7 +68,9 @@ def import_file(path: Path, timeout: float | None = None) -> ModuleType:
         raise DagFileError(f"importing {path} failed: RecursionError (maximum recursion depth exceeded)") from None
     except BaseException as exc:  # noqa: BLE001 - anything a DAG file raises is its error, named, one line
         sys.modules.pop(name, None)
-        raise DagFileError(f"importing {path} failed: {type(exc).__name__}: {_first_line(exc)}") from exc
+        message = first_line(exc)
+        what = type(exc).__name__ if message == type(exc).__name__ else f"{type(exc).__name__}: {message}"
+        raise DagFileError(f"importing {path} failed: {what}") from exc
     finally:
         os._exit = real_exit
         try:
@@ -109,14 +111,6 @@ class _OsExitCalled(BaseException):
 
 def _refuse_os_exit(code: int = 0) -> None:
     raise _OsExitCalled(code)
-
-
-def _first_line(exc: BaseException) -> str:
-    try:
-        text = str(exc).strip()
-    except Exception:  # noqa: BLE001 - a hostile __str__
-        return "(no message)"
-    return text.splitlines()[0][:500] if text else "(no message)"
 
 
 def collect_sensors(module: ModuleType, default_dag_id: str) -> list[tuple[str, BaseSensor]]:

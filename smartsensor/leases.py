@@ -25,6 +25,12 @@ from smartsensor.config import Config, ShardRange
 log = logging.getLogger(__name__)
 
 
+def lease_held(row: dict[str, Any], now: datetime) -> bool:
+    """The one lease-expiry rule (the SQL twin is ``queries._free_or_expired``): a lease row is held while
+    it has an owner and an expiry still in the future; otherwise anyone may claim it."""
+    return row["owner"] is not None and row["expires_at"] is not None and row["expires_at"] > now
+
+
 @dataclass(frozen=True)
 class Lease:
     """A shard range owned by one worker under one epoch."""
@@ -77,7 +83,7 @@ class LeaseManager:
             live = queries.live_workers(conn, now - self.lease_timeout)
         configured = {r.lo: r for r in self.ranges}
         rows = [r for r in rows if r["shard_min"] in configured and r["shard_max"] == configured[r["shard_min"]].hi]
-        mine = {r["shard_min"]: r for r in rows if r["owner"] == self.worker_id and r["expires_at"] > now}
+        mine = {r["shard_min"]: r for r in rows if r["owner"] == self.worker_id and lease_held(r, now)}
         for lo in list(self.owned):
             if lo not in mine or mine[lo]["epoch"] != self.owned[lo].epoch:
                 changes["lost"].append(lo)
@@ -85,7 +91,7 @@ class LeaseManager:
         for lo, r in mine.items():
             self.owned[lo] = Lease(lo, r["shard_max"], self.worker_id, r["epoch"], r["expires_at"])
         target = math.ceil(len(self.ranges) / max(1, live))
-        free = [r for r in rows if r["owner"] is None or r["expires_at"] is None or r["expires_at"] <= now]
+        free = [r for r in rows if not lease_held(r, now)]
         with self.engine.begin() as conn:
             for r in free:
                 if len(self.owned) >= target:

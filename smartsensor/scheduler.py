@@ -18,7 +18,7 @@ from sensors.errors import SensorModuleUnavailable, UnknownSensorClass
 from smartsensor import queries
 from smartsensor.config import Config
 from smartsensor.registration import worker_can_load
-from smartsensor.timing import BadExecSettings, parse_exec
+from smartsensor.timing import BadExecSettings, parse_exec, retry_or
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
                 retries = parse_exec(row["exec_dict"]).retries
             except BadExecSettings:
                 retries = 0  # its exec_dict is unreadable: no retry, it ends failed with the zombie reason
-            state = State.UP_FOR_RETRY if row["try_number"] <= retries else State.FAILED
+            state = retry_or(row["try_number"], retries, State.FAILED)  # a dead run is no timeout: no soft_fail
             error = (f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
                      f"(no sign of life for {threshold:g} s): its process died or was killed")
             if queries.end_zombie(conn, key, row["updated_at"], state, now, error):

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from smartsensor import queries
 from smartsensor.config import Config
+from smartsensor.leases import lease_held
 
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:
@@ -53,7 +54,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     lease_rows = [{"shard_min": l["shard_min"], "shard_max": l["shard_max"], "owner": l["owner"], "epoch": l["epoch"],
                    "expires_at": l["expires_at"].isoformat() if l["expires_at"] else None,
                    "expires_in": round((l["expires_at"] - now).total_seconds(), 1) if l["expires_at"] else None,
-                   "expired": bool(l["owner"]) and (l["expires_at"] is None or l["expires_at"] <= now)}
+                   "expired": bool(l["owner"]) and not lease_held(l, now)}
                   for l in leases]
     worker_rows = [{"worker_id": w["worker_id"], "hostname": w["hostname"], "pid": w["pid"],
                     "heartbeat_age": round((now - w["heartbeat_at"]).total_seconds(), 1) if w["heartbeat_at"] else None,

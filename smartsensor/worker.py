@@ -18,14 +18,15 @@ from sqlalchemy import Engine
 
 from schema.models import State
 from sensors.base import BaseSensor, resolve_smart_class
-from sensors.batch import BatchChecker, first_line
+from sensors.batch import BatchChecker
 from sensors.checks import Check, PartitionCheck, PathCheck
 from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
-                            TransientCheckError, UnknownSensorClass)
+                            TransientCheckError, UnknownSensorClass, first_line)
 from smartsensor import queries
 from smartsensor.bounded_poke import poker_for
 from smartsensor.config import Config
 from smartsensor.db import statement_count
+from smartsensor.leases import lease_held
 from smartsensor.queries import WaitingTask
 from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out, timeout_state
 
@@ -299,7 +300,7 @@ class ShardWorker:
     def _still_owner(self, fence: queries.Fence, now: datetime) -> bool:
         with self.engine.connect() as conn:
             return any(r["shard_min"] == fence.shard_min and r["owner"] == fence.owner and r["epoch"] == fence.epoch
-                       and r["expires_at"] is not None and r["expires_at"] > now for r in queries.load_leases(conn))
+                       and lease_held(r, now) for r in queries.load_leases(conn))
 
     def _forget_finished(self, groups: dict[CheckKey, _Group]) -> None:
         for key in [k for k in self._last_poke if k not in groups]:

@@ -20,7 +20,7 @@ from smartsensor.config import Config, ShardRange
 from smartsensor.leases import LeaseManager
 from smartsensor.signals import SignalListener, canonical_signal
 from smartsensor.spark import jvm_exit_code as spark_jvm_exit_code
-from sensors.batch import first_line
+from sensors.errors import first_line
 from smartsensor.worker import RoundResult, ShardWorker, run_rounds
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def _listen_for_signals(engine: Any, cfg: Config, on_signal: Callable[[set[tuple
                 listener = SignalListener(engine, cfg.get("smart_sensor", "signal_poll_interval"))
             names = listener.wait(0.5)
         except Exception as exc:  # noqa: BLE001 - a DB outage: retry, the rounds still run on their timer
-            log.warning("signal listener: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            log.warning("signal listener: %s", first_line(exc))
             if listener is not None:
                 listener.close()
             listener = None
@@ -222,7 +222,7 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
         try:
             runner.heartbeat()
         except Exception as exc:  # noqa: BLE001 - DB outage: leases lapse, writes are fenced, we retry
-            log.warning("heartbeat failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            log.warning("heartbeat failed: %s", first_line(exc))
 
     def tick() -> None:
         results = runner.rounds()

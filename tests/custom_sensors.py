@@ -30,14 +30,8 @@ HANG = threading.Event()
 
 
 @smart_eligible
-class HangingSensor(BaseSensor):
+class HangingSensor(KeySensor):
     """A poke() that blocks until HANG is set (a network call without a timeout)."""
-
-    persist_fields = ("key",)
-
-    def __init__(self, task_id: str, key: str, **kw: Any) -> None:
-        super().__init__(task_id=task_id, **kw)
-        self.key = key
 
     def poke(self, context: dict[str, Any]) -> bool:
         HANG.wait(600)
