@@ -86,10 +86,10 @@ def worker_can_load(cls: type, cfg: Config) -> bool:
     return module in BUILTIN_MODULES or module in cfg.sensor_modules
 
 
-def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
-    """(state, reason): smart_pending only if enabled globally, marked in code, enabled in config,
-    loadable by workers, and the instance's own check passes; otherwise scheduled."""
-    cls = type(sensor)
+def class_route(cls: type, cfg: Config) -> tuple[str, str]:
+    """The routing rule for a class (registration and retries): (smart_pending, "smart") only if smart
+    sensors are on, the class is marked @smart_eligible in code, enabled in config and loadable by
+    workers; otherwise (scheduled, why)."""
     if not cfg.use_smart_sensor:
         return State.SCHEDULED, "use_smart_sensor is off"
     if not is_smart_eligible(cls):
@@ -99,6 +99,14 @@ def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
     if not worker_can_load(cls, cfg):
         return State.SCHEDULED, (f"module {cls.__module__} of {cls.__name__} is not in "
                                  f"[smart_sensor] sensor_modules")
+    return State.SMART_PENDING, "smart"
+
+
+def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
+    """(state, reason): the class's route (``class_route``), and the instance's own check must pass too."""
+    state, reason = class_route(type(sensor), cfg)
+    if state != State.SMART_PENDING:
+        return state, reason
     try:
         if not sensor.is_smart_sensor_compatible():
             return State.SCHEDULED, "the sensor's is_smart_sensor_compatible() returned False"

@@ -17,7 +17,7 @@ from sensors.base import resolve_smart_class
 from sensors.errors import SensorModuleUnavailable, UnknownSensorClass
 from smartsensor import queries
 from smartsensor.config import Config
-from smartsensor.registration import worker_can_load
+from smartsensor.registration import class_route
 from smartsensor.timing import BadExecSettings, parse_exec, retry_or
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def smart_route_for(classpath: str, cfg: Config) -> str:
         return State.SMART_PENDING
     except UnknownSensorClass:
         return State.SCHEDULED
-    return State.SMART_PENDING if worker_can_load(cls, cfg) else State.SCHEDULED
+    return class_route(cls, cfg)[0]
 
 
 def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
