@@ -217,6 +217,7 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
     dag_id, task_id, execution_date = row["dag_id"], row["task_id"], row["execution_date"]
     key = (dag_id, task_id, execution_date)
     poker = poker or BoundedPoker(60.0)
+    last_error: str | None = None  # the last transient error, named in the timeout's error
     checker: BatchChecker | None = None
     sensor: BaseSensor | None = None
     pokes = 0
@@ -231,12 +232,14 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
         now = datetime.utcnow()
         if (now - start).total_seconds() >= settings.time_limit:
             state = timeout_state(row["try_number"], settings)
-            return finish(state, error=None if state == State.UP_FOR_RETRY else "timed out waiting",
+            error = "timed out waiting" + (f"; last check error: {last_error}" if last_error else "")
+            return finish(state, error=None if state == State.UP_FOR_RETRY else error[:2000],
                           checker=checker, pokes=pokes)
         try:
             if sensor is None:
                 sensor = build()
         except SensorModuleUnavailable as exc:
+            last_error = str(exc)
             log.warning("%s (poking again later)", exc)
         except (TaskRunError, UnknownSensorClass, SensorDefinitionError) as exc:
             return finish(State.FAILED, error=str(exc), checker=checker, pokes=pokes)
@@ -255,7 +258,10 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
                 if isinstance(outcome, PermanentCheckError):
                     return finish(State.FAILED, error=str(outcome), checker=checker, pokes=pokes)
                 if isinstance(outcome, CheckError):
+                    last_error = str(outcome)
                     log.warning("transient error, poking again later: %s", outcome)
+                else:
+                    last_error = None
         try:
             with engine.connect() as conn:
                 current = queries.get_task(conn, dag_id, task_id, execution_date)

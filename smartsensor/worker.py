@@ -208,7 +208,9 @@ class ShardWorker:
                 g.outcome = PermanentCheckError(str(exc))
                 continue
             except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's class may raise
-                g.outcome = PermanentCheckError(f"{g.key[1]} cannot be rebuilt from its attr_dict: "
+                # Not its own validation error (SensorDefinitionError, permanent above): possibly this host runs
+                # another version of the class (a deploy skew). Transient: its tasks wait within their timeouts.
+                g.outcome = TransientCheckError(f"{g.key[1]} cannot be rebuilt from its attr_dict on this host: "
                                                 f"{type(exc).__name__}: {first_line(exc)}")
                 continue
             if checks is not None and (not isinstance(checks, list) or
@@ -240,7 +242,7 @@ class ShardWorker:
         landed_hashes: list[int] = []
         landed_collided: list[CheckKey] = []
         failed: list[_Group] = []
-        timeouts: dict[str, list[queries.TryKey]] = defaultdict(list)
+        timeouts: dict[tuple[str, str | None], list[queries.TryKey]] = defaultdict(list)
         for g in groups.values():
             if g.outcome is True:
                 if g.key[0] in collided:
@@ -259,7 +261,9 @@ class ShardWorker:
             for t in g.tasks:
                 settings = parse_exec(t.exec_dict)
                 if timed_out(t.start_date, settings, now):
-                    timeouts[timeout_state(t.try_number, settings)].append(t.try_key)
+                    state = timeout_state(t.try_number, settings)
+                    timeouts[(state, None if state == State.UP_FOR_RETRY else _timeout_error(g.outcome))].append(
+                        t.try_key)
 
         for task, why in bad:
             log.warning("task %s.%s %s cannot be planned, failing it alone: %s", task.dag_id, task.task_id,
@@ -287,8 +291,7 @@ class ShardWorker:
                     n = queries.mark_hashes(conn, [g.key[0]], self.shard_min, self.shard_max, State.FAILED, now,
                                             error=message, fence=fence)
                 marked[State.FAILED] += n
-            for state, tries in timeouts.items():
-                error = "timed out waiting" if state != State.UP_FOR_RETRY else None
+            for (state, error), tries in timeouts.items():
                 marked[state] += queries.end_tries(conn, tries, state, now, error=error, fence=fence)
             for task, why in bad:
                 marked[State.FAILED] += queries.end_tries(conn, [task.try_key], State.FAILED, now, error=why,
@@ -334,6 +337,13 @@ def _rebuild_cached(cls: type[BaseSensor], attr_dict: str) -> BaseSensor:
     if not isinstance(persist, dict):
         raise SensorDefinitionError("attr_dict is not a JSON object")
     return cls.rebuild(persist, {}, task_id="smart-check")
+
+
+def _timeout_error(outcome: bool | CheckError | None) -> str:
+    """The error of a task that timed out: with the check's error of this round, if it had one."""
+    if isinstance(outcome, CheckError):
+        return f"timed out waiting; last check error: {outcome}"[:2000]
+    return "timed out waiting"
 
 
 def _with_start(task: WaitingTask, now: datetime) -> WaitingTask:

@@ -36,3 +36,16 @@ class HangingSensor(KeySensor):
     def poke(self, context: dict[str, Any]) -> bool:
         HANG.wait(600)
         return False
+
+
+EXPLODE: set[str] = set()
+
+
+@smart_eligible
+class FragileSensor(KeySensor):
+    """Its constructor raises for keys in EXPLODE: another version of the class on this host (a deploy skew)."""
+
+    def __init__(self, task_id: str, key: str, **kw: Any) -> None:
+        if key in EXPLODE:
+            raise RuntimeError(f"this version cannot read key {key!r}")
+        super().__init__(task_id=task_id, key=key, **kw)

@@ -332,7 +332,8 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
     with engine.begin() as conn:
         conn.execute(update(TI).values(classpath="no_such_sensor_mod.MySensor"))
     result = run_task(engine, cfg, "mine", "s", DAY, spark_provider=lambda: pytest.fail("nothing to poke"))
-    assert result.state == State.FAILED and result.error == "timed out waiting" and result.seconds >= 1
+    assert result.state == State.FAILED and result.seconds >= 1
+    assert result.error.startswith("timed out waiting; last check error: sensor module 'no_such_sensor_mod'")
     engine.dispose()
 
 
@@ -427,3 +428,27 @@ def test_a_host_and_a_database_at_different_schema_revisions_are_told_apart(tmp_
     proc = cli(tmp_path, "worker", "--once")
     assert proc.returncode == 1 and "newer than this smartsensor knows" in proc.stderr
     engine.dispose()
+
+
+@pytest.mark.spark
+def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why(engine, cfg, spark) -> None:
+    from tests import custom_sensors
+    cfg = make_cfg(cfg.home, cfg.sql_alchemy_conn, smart_sensor__sensor_modules="tests.custom_sensors",
+                   smart_sensor__sensors_enabled="KeySensor, FragileSensor")
+    register(engine, [("skew", custom_sensors.FragileSensor(task_id="s", key="k-skew", timeout=60)),
+                      ("fine", custom_sensors.KeySensor(task_id="s", key="k-fine"))], DAY, cfg)
+    custom_sensors.EXPLODE.add("k-skew")
+    custom_sensors.READY.add("k-fine")
+    now = [datetime(2026, 11, 23, 6)]
+    worker = ShardWorker(engine, cfg, 0, 10000, spark_provider=lambda: spark, clock=lambda: now[0])
+    try:
+        first = worker.run_round()
+        assert first.transient_errors == 1 and "cannot be rebuilt" in (first.transient_example or "")
+        assert states(engine)["skew"][0] == State.SMART_RUNNING and states(engine)["fine"][0] == State.SUCCESS
+        now[0] += timedelta(seconds=61)
+        worker.run_round()
+        state, error = states(engine)["skew"]
+        assert state == State.FAILED and error.startswith("timed out waiting; last check error:")
+        assert "this version cannot read key" in error
+    finally:
+        custom_sensors.EXPLODE.discard("k-skew")
