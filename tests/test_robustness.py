@@ -378,6 +378,7 @@ def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: 
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     custom_sensors.READY.add("ready")
+    custom_sensors.HANG.clear()  # hang until this test's end (an earlier parametrisation released it)
     register(engine, [("files", SuccessFileSensor(task_id="s", path=str(flag))),
                       ("mine", custom_sensors.KeySensor(task_id="s", key="ready")),
                       ("hangs", custom_sensors.HangingSensor(task_id="s", key="x", timeout=3600))], DAY, cfg)
