@@ -133,7 +133,7 @@ BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
     ("smart_sensor", "signal_poll_interval"): (0.01, 3600),
     ("metastore", "port"): (1, 65535),
     ("metastore", "start_timeout"): (1, 3600),
-    ("scheduler", "parallelism"): (1, 10_000),
+    ("scheduler", "parallelism"): (1, 1000),  # each classic run is a process with its own JVM
     ("scheduler", "loop_interval"): (0.05, 3600),
     ("scheduler", "task_heartbeat_interval"): (0.05, DAY),
     ("scheduler", "zombie_threshold"): (0.1, 7 * DAY),

@@ -111,7 +111,7 @@ def test_config_errors_at_load_time(tmp_path: Path) -> None:
     ("[smart_sensor]\nheartbeat_interval = 5\nlease_timeout = 5\n", "lease_timeout (5.0) must be greater"),
     ("[scheduler]\ntask_heartbeat_interval = 10\nzombie_threshold = 15\n",
      "zombie_threshold (15.0) must be at least twice task_heartbeat_interval (10.0)"),
-    ("[scheduler]\nparallelism = 0\n", "parallelism must be between 1 and 10000, got 0"),
+    ("[scheduler]\nparallelism = 0\n", "parallelism must be between 1 and 1000, got 0"),
 ])
 def test_inconsistent_timings_are_load_errors(tmp_path: Path, body: str, message: str) -> None:
     path = write(tmp_path / "a.cfg", body)
