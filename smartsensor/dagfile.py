@@ -9,6 +9,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator
@@ -93,12 +94,15 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
     def expired(signum: int, frame: object) -> None:
         raise _ImportTookTooLong()
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    began = time.monotonic()
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:  # someone else's alarm (e.g. a test timeout) was pending: give it back what is left of it
+            signal.setitimer(signal.ITIMER_REAL, max(0.001, outer - (time.monotonic() - began)), outer_interval)
 
 
 class _OsExitCalled(BaseException):
