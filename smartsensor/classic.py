@@ -218,6 +218,7 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
     key = (dag_id, task_id, execution_date)
     poker = poker or BoundedPoker(60.0)
     last_error: str | None = None  # the last transient error, named in the timeout's error
+    attempted = False
     checker: BatchChecker | None = None
     sensor: BaseSensor | None = None
     pokes = 0
@@ -230,11 +231,13 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
         if stop is not None and stop.is_set():
             return stopped()
         now = datetime.utcnow()
-        if (now - start).total_seconds() >= settings.time_limit:
+        # at least one attempt per run, however late it starts (a slow start must not cost the try its poke)
+        if attempted and (now - start).total_seconds() >= settings.time_limit:
             state = timeout_state(row["try_number"], settings)
             error = "timed out waiting" + (f"; last check error: {last_error}" if last_error else "")
             return finish(state, error=None if state == State.UP_FOR_RETRY else error[:2000],
                           checker=checker, pokes=pokes)
+        attempted = True
         try:
             if sensor is None:
                 sensor = build()

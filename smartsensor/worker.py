@@ -33,6 +33,7 @@ from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out, t
 log = logging.getLogger(__name__)
 
 CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check
+MODULE_RETRY_SECONDS = 30.0  # a sensor module that failed to import is tried again after this long
 
 
 def utcnow() -> datetime:
@@ -106,7 +107,7 @@ class ShardWorker:
         self.record_rounds = record_rounds
         self._spark_provider = spark_provider
         self._last_poke: dict[CheckKey, datetime] = {}
-        self._classes: dict[str, type[BaseSensor] | UnknownSensorClass] = {}
+        self._classes: dict[str, type[BaseSensor] | UnknownSensorClass | tuple[SensorModuleUnavailable, float]] = {}
         self._tables: dict[CheckKey, frozenset[tuple[str, str]]] = {}
         self._wake_lock = threading.Lock()
         self._wake_tables: set[tuple[str, str]] = set()
@@ -127,13 +128,16 @@ class ShardWorker:
 
     def _sensor_class(self, classpath: str) -> type[BaseSensor]:
         cached = self._classes.get(classpath)
-        if cached is None:
+        if cached is None or (isinstance(cached, tuple) and time.monotonic() >= cached[1]):
             try:
                 cached = resolve_smart_class(classpath, self.cfg.sensors_enabled, self.cfg.sensor_modules)
             except UnknownSensorClass as exc:
                 cached = exc
-            # SensorModuleUnavailable is not cached: the module may be deployed by the next round.
+            except SensorModuleUnavailable as exc:  # tried again after a while: the module may be deployed
+                cached = (exc, time.monotonic() + MODULE_RETRY_SECONDS)
             self._classes[classpath] = cached
+        if isinstance(cached, tuple):
+            raise cached[0]
         if isinstance(cached, UnknownSensorClass):
             raise cached
         return cached

@@ -332,7 +332,7 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
     with engine.begin() as conn:
         conn.execute(update(TI).values(classpath="no_such_sensor_mod.MySensor"))
     result = run_task(engine, cfg, "mine", "s", DAY, spark_provider=lambda: pytest.fail("nothing to poke"))
-    assert result.state == State.FAILED and result.seconds >= 1
+    assert result.state == State.FAILED  # by its own timeout, not by the missing module
     assert result.error.startswith("timed out waiting; last check error: sensor module 'no_such_sensor_mod'")
     engine.dispose()
 
