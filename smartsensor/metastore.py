@@ -22,9 +22,10 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from smartsensor.config import Config
+from smartsensor.lifetime import pdeathsig_preexec
 
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 LOG_TAIL_LINES = 5
@@ -217,20 +218,6 @@ def _start_lock(cfg: Config) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def pdeathsig_preexec() -> Callable[[], None]:
-    """A preexec_fn (Linux): the child gets SIGTERM when the thread that started it dies, even by SIGKILL
-    or os._exit. libc is looked up here, before the fork: nothing is imported in the forked child."""
-    import ctypes
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
-            os._exit(1)
-    return preexec
 
 
 def _spawn(cfg: Config, cmd: list[str], die_with_parent: bool = False) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from smartsensor import queries
 from smartsensor.config import Config, ShardRange
 from smartsensor.leases import LeaseManager
+from smartsensor.lifetime import pdeathsig_preexec
 from smartsensor.signals import SignalListener, canonical_signal
 from smartsensor.spark import jvm_exit_code as spark_jvm_exit_code
 from sensors.errors import first_line
@@ -330,7 +331,9 @@ def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: Tex
     def spawn(shard: ShardRange | None) -> subprocess.Popen:
         placement = ["--shard-min", str(shard.lo), "--shard-max", str(shard.hi)] if shard else []
         cmd = [sys.executable, "-m", "smartsensor.cli", *base_args, "worker", *placement, *(extra_args or [])]
-        return subprocess.Popen(cmd)
+        # A supervisor killed outright (kill -9, OOM) must not leave its workers running unsupervised: they get
+        # SIGTERM, stop cleanly and release their leases; a restarted supervisor starts a fresh set.
+        return subprocess.Popen(cmd, preexec_fn=pdeathsig_preexec())
 
     def stop(signum: int, _frame: object) -> None:
         nonlocal stopping

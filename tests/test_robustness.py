@@ -453,3 +453,43 @@ def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why
         assert "this version cannot read key" in error
     finally:
         custom_sensors.EXPLODE.discard("k-skew")
+
+
+@pytest.mark.slow
+def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(tmp_path: Path) -> None:
+    import os
+    import signal
+    from tests.flag_workload import wait_until
+    from tests.proc_helpers import CliProcess
+    db_url = f"sqlite:///{tmp_path}/w.db"
+    env = cli_env(tmp_path / "home", db_url)
+    subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)
+    sup = CliProcess(["workers", "-n", "1", "--interval", "0.5"], env)
+    child = None
+    try:
+        line = sup.wait_for(lambda l: l.startswith("started 1 workers"), timeout=120)
+        child = int(line.split("leased pid ")[1])
+        engine = make_engine(db_url)
+
+        def owners() -> set[Any]:
+            with engine.connect() as conn:
+                return {r["owner"] for r in queries.load_leases(conn)}
+        wait_until(lambda: owners() - {None}, timeout=120)  # the worker holds leases
+        os.kill(sup.proc.pid, signal.SIGKILL)
+
+        def gone() -> bool:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return True
+            return Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+        wait_until(gone, timeout=120)
+        assert owners() == {None}  # it stopped cleanly: every lease released at once
+        engine.dispose()
+    finally:
+        sup.stop()
+        if child is not None:  # never leave the worker behind, even when the test fails
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
