@@ -245,15 +245,50 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
     # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
-    beat()
     scheduler = BlockingScheduler()
-    scheduler.add_job(tick, "interval", id="round", seconds=interval, max_instances=1, coalesce=True,
+    stopping = threading.Event()
+
+    def stop(signum: int, _frame: object) -> None:
+        if stopping.is_set():  # a second request: already stopping
+            return
+        stopping.set()
+        try:
+            scheduler.shutdown(wait=False)
+        except SchedulerNotRunningError:  # not started yet: the start below is skipped, or its first tick stops it
+            pass
+
+    # A signal handler only raises a flag; a thread does the stopping. The handler runs in the main thread
+    # between two bytecodes, possibly inside APScheduler's submit() while it holds the executor's lock, which
+    # shutdown() takes again: stopping from the handler itself deadlocked a worker killed mid-submit.
+    stop_requested = stop_event or threading.Event()
+
+    def on_signal_to_stop(signum: int, _frame: object) -> None:
+        stop_requested.set()
+
+    def watch() -> None:
+        stop_requested.wait()
+        log.info("stop requested: stopping after the current round")
+        stop(0, None)
+
+    threading.Thread(target=watch, name="stop-watch", daemon=True).start()
+    # Handlers before the first lease claim: a SIGTERM right after it must still release the leases.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal_to_stop)
+        signal.signal(signal.SIGINT, on_signal_to_stop)
+    beat()
+
+    def first_tick_or_stop() -> None:
+        if stopping.is_set():  # stopped between the check below and the scheduler's start
+            scheduler.shutdown(wait=False)
+            return
+        tick()
+
+    scheduler.add_job(first_tick_or_stop, "interval", id="round", seconds=interval, max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)), next_run_time=_now())
     if isinstance(runner, LeasedWorker):
         hb = cfg.get("smart_sensor", "heartbeat_interval")
         scheduler.add_job(beat, "interval", id="heartbeat", seconds=hb, max_instances=1, coalesce=True,
                           misfire_grace_time=max(1, int(hb)))
-    stopping = threading.Event()
 
     def on_signal(tables: set[tuple[str, str]]) -> None:
         runner.wake(tables)
@@ -264,26 +299,8 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
 
     if signals:
         threading.Thread(target=_listen_for_signals, args=(engine, cfg, on_signal, stopping), daemon=True).start()
-
-    def stop(signum: int, _frame: object) -> None:
-        if stopping.is_set():  # a second signal, or the stop event after a signal: already stopping
-            return
-        log.info("signal %s: stopping after the current round", signum)
-        stopping.set()
-        try:
-            scheduler.shutdown(wait=False)
-        except SchedulerNotRunningError:  # stopped before it started, or already shut down
-            pass
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-    if stop_event is not None:  # embedding (tests, other services): stop when the event is set
-        def watch() -> None:
-            stop_event.wait()
-            stop(0, None)
-        threading.Thread(target=watch, daemon=True).start()
-    scheduler.start()
+    if not stopping.is_set():
+        scheduler.start()
     stopping.set()
     runner.stop()
     return status

@@ -474,7 +474,7 @@ def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(t
         def owners() -> set[Any]:
             with engine.connect() as conn:
                 return {r["owner"] for r in queries.load_leases(conn)}
-        wait_until(lambda: owners() - {None}, timeout=120)  # the worker holds leases
+        wait_until(lambda: bool(owners() - {None}), timeout=120)  # the worker holds leases
         os.kill(sup.proc.pid, signal.SIGKILL)
 
         def gone() -> bool:
@@ -483,7 +483,11 @@ def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(t
             except ProcessLookupError:
                 return True
             return Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
-        wait_until(gone, timeout=120)
+        try:
+            wait_until(gone, timeout=120)
+        except AssertionError:
+            raise AssertionError(f"worker {child} still running 120 s after its supervisor was killed; leases "
+                                 f"{owners()}; supervisor stderr: {sup.stderr_tail()}") from None
         assert owners() == {None}  # it stopped cleanly: every lease released at once
         engine.dispose()
     finally:
