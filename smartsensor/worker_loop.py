@@ -277,13 +277,16 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
         signal.signal(signal.SIGINT, on_signal_to_stop)
     beat()
 
-    def first_tick_or_stop() -> None:
-        if stopping.is_set():  # stopped between the check below and the scheduler's start
-            scheduler.shutdown(wait=False)
+    def tick_unless_stopping() -> None:
+        if stopping.is_set():  # a stop that came between the check below and the scheduler's start
+            try:
+                scheduler.shutdown(wait=False)
+            except SchedulerNotRunningError:
+                pass
             return
         tick()
 
-    scheduler.add_job(first_tick_or_stop, "interval", id="round", seconds=interval, max_instances=1, coalesce=True,
+    scheduler.add_job(tick_unless_stopping, "interval", id="round", seconds=interval, max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)), next_run_time=_now())
     if isinstance(runner, LeasedWorker):
         hb = cfg.get("smart_sensor", "heartbeat_interval")
