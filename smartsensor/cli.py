@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 import click
-from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from schema.models import State
 from sensors.base import check_utf8
@@ -441,37 +441,16 @@ def workers(app: App, count: int | None, interval: float | None, as_json: bool, 
 def scheduler(app: App, once: bool, as_json: bool) -> None:
     """Re-queue retries after retry_delay; run scheduled tasks in classic mode (at most [scheduler] parallelism);
     end classic runs that stopped heartbeating (zombies)."""
-    import signal
-    import time
     from smartsensor.scheduler import Scheduler
-    sched = Scheduler(app.engine(), app.cfg, _global_args(app))
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
-    while not stopping:
-        try:
-            summary = sched.loop_once()
-        except (OperationalError, InterfaceError) as exc:  # the DB is down or restarting: keep the children
-            if once:
-                raise
-            log.warning("scheduler pass failed, retrying: %s", first_line(exc.orig or exc))
-            summary = {"error": first_line(exc.orig or exc), "running": len(sched.children)}
-        except Exception as exc:  # noqa: BLE001 - bad rows fail alone inside the pass; anything else must
-            if once:           # not take the scheduler (and every retry and classic run) down with it
-                raise
-            log.error("scheduler pass failed, retrying: %s: %s", type(exc).__name__, first_line(exc), exc_info=True)
-            summary = {"error": f"{type(exc).__name__}: {first_line(exc)}", "running": len(sched.children)}
+
+    def emit(summary: dict[str, Any]) -> None:
         if as_json:
             click.echo(json.dumps(summary))
         elif any(summary.get(k) for k in ("requeued_smart", "requeued_classic", "failed_bad_rows", "zombies",
                                           "launched", "finished", "error")):
             click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
         sys.stdout.flush()
-        if once:
-            sched.wait_children()
-            return
-        time.sleep(app.cfg.get("scheduler", "loop_interval"))
-    sched.stop_children(grace=app.cfg.get("scheduler", "stop_grace"))
+    Scheduler(app.engine(), app.cfg, _global_args(app)).run(once, emit)
 
 
 @main.command()
@@ -479,42 +458,13 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
 @click.pass_obj
 def status(app: App, as_json: bool) -> None:
     """Tasks per state and shard range, dedup ratio, workers' last rounds."""
-    from smartsensor.status import collect_status
+    from smartsensor.status import collect_status, status_lines
     data = collect_status(app.engine(), app.cfg)
     if as_json:
         click.echo(json.dumps(data))
         return
-    click.echo("tasks by state: " + (", ".join(f"{k} {v}" for k, v in data["tasks_by_state"].items()) or "none"))
-    ratio = data["dedup_ratio"]
-    click.echo(f"waiting smart tasks {data['waiting']} over {data['distinct_hashes']} distinct checks"
-               + (f" (dedup ratio {ratio}x)" if ratio else ""))
-    click.echo(f"{'range':>13}  {'waiting':>7}  {'distinct':>8}")
-    for s in data["shards"]:
-        click.echo(f"{s['min']:>6}-{s['max']:<6}  {s['waiting']:>7}  {s['distinct_hashes']:>8}")
-    if data["stranded"]:
-        click.echo(f"WARNING: {data['stranded']} waiting task(s) have a shardcode outside [0, "
-                   f"{app.cfg.shard_code_upper_limit}) and no worker serves them: run `smartsensor db reshard`")
-    if data["workers"]:
-        click.echo(f"{'worker':<40} {'range':>13} {'last round':>10} {'age s':>7}")
-        for w in data["workers"]:
-            click.echo(f"{w['worker_id']:<40} {w['shard_min']:>6}-{w['shard_max']:<6} "
-                       f"{(w['last_round_seconds'] or 0):>9.2f}s {w['age_seconds'] if w['age_seconds'] is not None else '-':>7}")
-    else:
-        click.echo("no worker has reported a round")
-    for problem in data["problems"]:
-        click.echo(f"WARNING: {problem}")
-    if data["leases"]:
-        click.echo(f"{'lease':>13}  {'epoch':>5}  {'expires in':>10}  owner")
-        for l in data["leases"]:
-            left = "-" if l["expires_in"] is None else f"{l['expires_in']:.1f}s"
-            owner = (l["owner"] or "(free)") + ("  EXPIRED" if l["expired"] else "")
-            click.echo(f"{l['shard_min']:>6}-{l['shard_max']:<6}  {l['epoch']:>5}  {left:>10}  {owner}")
-    for w in data["lease_workers"]:
-        if w["stale"]:
-            click.echo(f"worker {w['worker_id']} stopped heartbeating {w['heartbeat_age']} s ago")
-    for z in data["zombies"]:
-        click.echo(f"classic run of {z['dag_id']}.{z['task_id']} {z['execution_date'][:10]} on {z['hostname']} "
-                   f"stopped heartbeating {z['heartbeat_age']} s ago (the scheduler ends it)")
+    for line in status_lines(data, app.cfg.shard_code_upper_limit):
+        click.echo(line)
 
 
 @main.command("signal")

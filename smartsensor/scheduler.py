@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from schema.models import State
 from sensors.base import resolve_smart_class
-from sensors.errors import SensorModuleUnavailable, UnknownSensorClass
+from sensors.errors import SensorModuleUnavailable, UnknownSensorClass, first_line
 from smartsensor import queries
 from smartsensor.config import Config
 from smartsensor.registration import class_route
@@ -144,6 +146,37 @@ class Scheduler:
                 "failed_bad_rows": requeued.get(State.FAILED, 0),
                 "zombies": sum(zombies.values()),
                 "finished": finished, "launched": launched, "running": len(self.children)}
+
+    def run(self, once: bool, emit: Callable[[dict[str, Any]], None]) -> None:
+        """The scheduler loop: a pass every ``[scheduler] loop_interval`` until SIGTERM/SIGINT, then hand the
+        children's tasks back (``stop_children``). With ``once``: one pass, wait for its children, return.
+
+        A pass that fails (the DB restarting, anything unexpected) is reported through ``emit`` as
+        ``{"error": ...}`` and the loop carries on, keeping its children; with ``once`` it raises.
+        """
+        stopping: list[int] = []  # signal handlers only append: nothing that takes a lock runs inside them
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+        signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+        while not stopping:
+            try:
+                summary = self.loop_once()
+            except (OperationalError, InterfaceError) as exc:  # the DB is down or restarting: keep the children
+                if once:
+                    raise
+                log.warning("scheduler pass failed, retrying: %s", first_line(exc.orig or exc))
+                summary = {"error": first_line(exc.orig or exc), "running": len(self.children)}
+            except Exception as exc:  # noqa: BLE001 - bad rows fail alone inside a pass; anything else must not
+                if once:           # take the scheduler (and every retry and classic run) down with it
+                    raise
+                log.error("scheduler pass failed, retrying: %s: %s", type(exc).__name__, first_line(exc),
+                          exc_info=True)
+                summary = {"error": f"{type(exc).__name__}: {first_line(exc)}", "running": len(self.children)}
+            emit(summary)
+            if once:
+                self.wait_children()
+                return
+            time.sleep(self.cfg.get("scheduler", "loop_interval"))
+        self.stop_children(grace=self.cfg.get("scheduler", "stop_grace"))
 
     def wait_children(self, timeout: float | None = None) -> None:
         """Wait for every launched child (``scheduler --once``)."""

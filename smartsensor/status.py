@@ -93,3 +93,36 @@ def round_problems(workers: list[dict[str, Any]]) -> list[str]:
             out.append(f"worker {who}: {last['bad_rows']} task(s) could not be planned and were failed alone "
                        f"(see `smartsensor tasks --state failed`)")
     return out
+
+
+def status_lines(data: dict[str, Any], shard_code_upper_limit: int) -> list[str]:
+    """`smartsensor status` as text, from ``collect_status``'s data."""
+    out = ["tasks by state: " + (", ".join(f"{k} {v}" for k, v in data["tasks_by_state"].items()) or "none")]
+    ratio = data["dedup_ratio"]
+    out.append(f"waiting smart tasks {data['waiting']} over {data['distinct_hashes']} distinct checks"
+               + (f" (dedup ratio {ratio}x)" if ratio else ""))
+    out.append(f"{'range':>13}  {'waiting':>7}  {'distinct':>8}")
+    out += [f"{s['min']:>6}-{s['max']:<6}  {s['waiting']:>7}  {s['distinct_hashes']:>8}" for s in data["shards"]]
+    if data["stranded"]:
+        out.append(f"WARNING: {data['stranded']} waiting task(s) have a shardcode outside [0, {shard_code_upper_limit}) "
+                   f"and no worker serves them: run `smartsensor db reshard`")
+    if data["workers"]:
+        out.append(f"{'worker':<40} {'range':>13} {'last round':>10} {'age s':>7}")
+        for w in data["workers"]:
+            age = w["age_seconds"] if w["age_seconds"] is not None else "-"
+            out.append(f"{w['worker_id']:<40} {w['shard_min']:>6}-{w['shard_max']:<6} "
+                       f"{(w['last_round_seconds'] or 0):>9.2f}s {age:>7}")
+    else:
+        out.append("no worker has reported a round")
+    out += [f"WARNING: {problem}" for problem in data["problems"]]
+    if data["leases"]:
+        out.append(f"{'lease':>13}  {'epoch':>5}  {'expires in':>10}  owner")
+        for lease in data["leases"]:
+            left = "-" if lease["expires_in"] is None else f"{lease['expires_in']:.1f}s"
+            owner = (lease["owner"] or "(free)") + ("  EXPIRED" if lease["expired"] else "")
+            out.append(f"{lease['shard_min']:>6}-{lease['shard_max']:<6}  {lease['epoch']:>5}  {left:>10}  {owner}")
+    out += [f"worker {w['worker_id']} stopped heartbeating {w['heartbeat_age']} s ago"
+            for w in data["lease_workers"] if w["stale"]]
+    out += [f"classic run of {z['dag_id']}.{z['task_id']} {z['execution_date'][:10]} on {z['hostname']} "
+            f"stopped heartbeating {z['heartbeat_age']} s ago (the scheduler ends it)" for z in data["zombies"]]
+    return out
