@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Iterable, TypeVar
 
 from sensors import exec_fields
 from sensors.checks import Check
-from sensors.errors import SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass, first_line
+from sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError, UnknownSensorClass,
+                            first_line)
 from sensors.templating import has_template, render_value, template_context
 
 S = TypeVar("S", bound=type)
@@ -83,14 +85,14 @@ def check_persist_value(field: str, value: Any) -> None:
     Walks iteratively, so a self-referencing or absurdly deep value is a clear error naming the
     field instead of a RecursionError somewhere later.
     """
-    leave = object()  # marks the end of a container's children: it leaves the current path
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    leave = object()  # (leave, id(container)) is popped after the container's children: it leaves the path
+    stack: list[tuple[Any, int]] = [(value, 0)]  # (item, depth), or (leave, id of a container)
     on_path: set[int] = set()
     chars = 0
     while stack:
         item, depth = stack.pop()
         if item is leave:
-            on_path.discard(depth)
+            on_path.discard(depth)  # here the second slot is the container's id
             continue
         if isinstance(item, str):
             check_utf8(f"field {field!r}", item)
@@ -232,8 +234,36 @@ class BaseSensor:
         sensor.validate_fields()
         return sensor
 
+    @classmethod
+    def from_stored(cls, attr_dict: str, exec_dict: str | None = None, task_id: str = "smart-check",
+                    dag_id: str | None = None) -> "BaseSensor":
+        """Rebuild from a task row's stored JSON: the one rule shard workers and classic runs share.
+
+        SensorDefinitionError (permanent) when the JSON is broken or the class's own validation refuses
+        it; SensorRebuildError (transient) when the class raises anything else.
+        """
+        persist = _json_object("attr_dict", attr_dict)
+        exec_values = _json_object("exec_dict", exec_dict) if exec_dict else {}
+        try:
+            return cls.rebuild(persist, exec_values, task_id=task_id, dag_id=dag_id)
+        except SensorDefinitionError:
+            raise
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's class may raise anything
+            raise SensorRebuildError(f"{classpath_of(cls)} cannot be rebuilt from its attr_dict on this host: "
+                                     f"{type(exc).__name__}: {first_line(exc)}") from None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.dag_id}.{self.task_id}>"
+
+
+def _json_object(name: str, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise SensorDefinitionError(f"{name} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise SensorDefinitionError(f"{name} is not a JSON object")
+    return value
 
 
 def import_sensor_modules(modules: Iterable[str] = ()) -> dict[str, str]:

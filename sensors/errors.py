@@ -31,6 +31,12 @@ class PermanentCheckError(CheckError):
     """The check itself is wrong (e.g. a spec the metastore rejects): retrying will not help."""
 
 
+class SensorRebuildError(TransientCheckError):
+    """A sensor class raised something other than its own validation error while being rebuilt from a
+    stored attr_dict: possibly another version of the class on this host (a deploy skew), so its tasks
+    wait within their timeouts instead of failing."""
+
+
 class UnknownSensorClass(LookupError):
     """A class path that is not an allowed sensor class. It is never imported."""
 

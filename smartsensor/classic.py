@@ -5,7 +5,6 @@ The fallback for ineligible sensors, and the baseline every benchmark compares a
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
@@ -22,12 +21,12 @@ from schema.models import State
 from sensors.base import BaseSensor, resolve_any_class
 from sensors.batch import BatchChecker
 from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
-                            UnknownSensorClass, first_line)
+                            SensorRebuildError, UnknownSensorClass, first_line)
 from smartsensor import queries
 from smartsensor.bounded_poke import BoundedPoker
 from smartsensor.config import Config
 from smartsensor.dagfile import DagFileError, import_file
-from smartsensor.timing import BadExecSettings, ExecSettings, parse_exec, timeout_state
+from smartsensor.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
 
 log = logging.getLogger(__name__)
 
@@ -171,16 +170,9 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
         return finish(State.FAILED, error=str(exc))
 
     def build() -> BaseSensor:
-        """The task's sensor from its row; SensorModuleUnavailable (a deploy skew) means: try again later."""
-        try:
-            cls = load_sensor_class(row, cfg)
-            return cls.rebuild(json.loads(row["attr_dict"]), json.loads(row["exec_dict"] or "{}"),
-                               task_id=task_id, dag_id=dag_id)
-        except (SensorModuleUnavailable, TaskRunError, UnknownSensorClass, SensorDefinitionError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - bad JSON, or a user's class raising in its constructor
-            raise SensorDefinitionError(f"{row['classpath']} cannot be rebuilt from its attr_dict: "
-                                        f"{type(exc).__name__}: {exc}") from None
+        """The task's sensor from its row (SensorModuleUnavailable, SensorRebuildError: try again later)."""
+        return load_sensor_class(row, cfg).from_stored(row["attr_dict"], row["exec_dict"], task_id=task_id,
+                                                       dag_id=dag_id)
 
     if spark_provider is None:
         from smartsensor.spark import get_spark
@@ -207,8 +199,7 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
 
 def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[str, Any], settings: ExecSettings,
                      start: datetime, began: float, spark_provider: Callable[[], Any], finish: Callable[..., RunResult],
-                     sleep: Callable[[float], None], stop: threading.Event | None = None,
-                     poker: BoundedPoker | None = None) -> RunResult:
+                     sleep: Callable[[float], None], stop: threading.Event | None, poker: BoundedPoker) -> RunResult:
     """The classic poke loop: poke, check the task is still ours, sleep; until success, failure, timeout or stop.
 
     The sensor is built at the first poke that can build it: while its sensor module cannot be
@@ -216,7 +207,6 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
     """
     dag_id, task_id, execution_date = row["dag_id"], row["task_id"], row["execution_date"]
     key = (dag_id, task_id, execution_date)
-    poker = poker or BoundedPoker(60.0)
     last_error: str | None = None  # the last transient error, named in the timeout's error
     attempted = False
     checker: BatchChecker | None = None
@@ -234,14 +224,13 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
         # at least one attempt per run, however late it starts (a slow start must not cost the try its poke)
         if attempted and (now - start).total_seconds() >= settings.time_limit:
             state = timeout_state(row["try_number"], settings)
-            error = "timed out waiting" + (f"; last check error: {last_error}" if last_error else "")
-            return finish(state, error=None if state == State.UP_FOR_RETRY else error[:2000],
+            return finish(state, error=None if state == State.UP_FOR_RETRY else timeout_error(last_error),
                           checker=checker, pokes=pokes)
         attempted = True
         try:
             if sensor is None:
                 sensor = build()
-        except SensorModuleUnavailable as exc:
+        except (SensorModuleUnavailable, SensorRebuildError) as exc:  # a deploy skew on this host: wait
             last_error = str(exc)
             log.warning("%s (poking again later)", exc)
         except (TaskRunError, UnknownSensorClass, SensorDefinitionError) as exc:

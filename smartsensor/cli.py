@@ -19,8 +19,7 @@ from sensors.errors import CheckError, SensorDefinitionError, SensorModuleUnavai
 from smartsensor import queries
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.dagfile import DagFileError, load_sensor_file
-from smartsensor.db import (DatabaseUrlError, current_revision, head_revision, init_db, known_revisions, make_engine,
-                            normalize_url)
+from smartsensor.db import DatabaseUrlError, current_revision, init_db, known_revisions, make_engine, normalize_url
 from smartsensor.registration import register, validate_execution_date
 
 log = logging.getLogger("smartsensor")
@@ -55,12 +54,13 @@ class App:
             revision = current_revision(self._engine)
             if revision is None:
                 raise UserError(f"the metadata database {self.safe_url()} is not initialised: run `smartsensor db init`")
-            if revision != head_revision():  # a host upgraded before (or after) the database: say so, once
-                if revision in known_revisions():
+            known = known_revisions()  # newest first
+            if revision != known[0]:  # a host upgraded before (or after) the database: say which side to upgrade
+                if revision in known:
                     raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, this "
-                                    f"smartsensor needs {head_revision()}: run `smartsensor db init` to upgrade it")
+                                    f"smartsensor needs {known[0]}: run `smartsensor db init` to upgrade it")
                 raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, newer "
-                                f"than this smartsensor knows ({head_revision()}): upgrade smartsensor on this host")
+                                f"than this smartsensor knows ({known[0]}): upgrade smartsensor on this host")
         return self._engine
 
     def safe_url(self) -> str:
@@ -87,6 +87,8 @@ class SmartSensorGroup(click.Group):
 
 def describe_error(exc: BaseException, app: App | None) -> str:
     """One line for the user."""
+    if isinstance(exc, DagFileError):  # only `submit` reads DAG files itself; it registers a file all or nothing
+        return f"{first_line(exc)}; nothing was registered"
     if isinstance(exc, (ConfigError, SensorDefinitionError, DagFileError, UnknownSensorClass, CheckError,
                         DatabaseUrlError, SensorModuleUnavailable)):
         return first_line(exc)
@@ -378,7 +380,8 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
     results = []
 
     def emit(result) -> None:  # type: ignore[no-untyped-def]
-        results.append(result) if once else None
+        if once:
+            results.append(result)
         if as_json:
             click.echo(result.to_json())
         else:

@@ -61,20 +61,26 @@ class Key:
     default: str
     parse: Callable[[str], Any]
     help: str
+    bounds: tuple[float, float] | None = None  # (lowest, highest) for a numeric key
 
+
+DAY = 24 * 3600.0
 
 KEYS: tuple[Key, ...] = (
     Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", _parse_str,
         "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder."),
     Key("core", "dag_file_import_timeout", "60", _parse_float,
-        "Seconds `submit` lets a DAG file's import take; a file that loops or blocks at import is reported."),
+        "Seconds `submit` lets a DAG file's import take; a file that loops or blocks at import is reported.",
+        bounds=(1, 3600)),
     Key("smart_sensor", "use_smart_sensor", "True", _parse_bool,
         "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode."),
     Key("smart_sensor", "shard_code_upper_limit", "10000", _parse_int,
         "shardcode = hashcode mod this value. After changing it run `smartsensor db reshard` to move "
-        "rows already registered."),
+        "rows already registered.",
+        bounds=(1, 2**31 - 1)),
     Key("smart_sensor", "shards", "5", _parse_int,
-        "Number of shard ranges when shard_ranges is empty: [0, limit) split evenly."),
+        "Number of shard ranges when shard_ranges is empty: [0, limit) split evenly.",
+        bounds=(1, 100_000)),
     Key("smart_sensor", "shard_ranges", "", _parse_str,
         "Explicit half-open ranges covering [0, limit) without gap or overlap, e.g. 0-2000, 2000-10000."),
     Key("smart_sensor", "sensors_enabled", "NamedHivePartitionSensor, HivePartitionSensor, SuccessFileSensor",
@@ -83,16 +89,21 @@ KEYS: tuple[Key, ...] = (
         "Extra importable modules defining smart-eligible sensor classes; workers import only these "
         "and the built-in sensors package, never a class path read from the database."),
     Key("smart_sensor", "poke_interval", "5", _parse_float,
-        "Seconds between worker rounds. Each task is still poked by its own poke_interval."),
+        "Seconds between worker rounds. Each task is still poked by its own poke_interval.",
+        bounds=(0.05, DAY)),
     Key("smart_sensor", "poke_timeout", "60", _parse_float,
         "Seconds a user sensor's own poke() may take (in a worker or a classic run). One that takes longer is "
-        "a transient error for its check, and the check is not poked again until that call returns."),
+        "a transient error for its check, and the check is not poked again until that call returns.",
+        bounds=(0.1, DAY)),
     Key("smart_sensor", "heartbeat_interval", "5", _parse_float,
-        "Seconds between a worker's lease renewals (and claims of free or expired ranges)."),
+        "Seconds between a worker's lease renewals (and claims of free or expired ranges).",
+        bounds=(0.05, DAY)),
     Key("smart_sensor", "lease_timeout", "15", _parse_float,
-        "Seconds a shard lease lives without renewal; after that another worker takes the range over."),
+        "Seconds a shard lease lives without renewal; after that another worker takes the range over.",
+        bounds=(0.1, 7 * DAY)),
     Key("smart_sensor", "signal_poll_interval", "0.2", _parse_float,
-        "SQLite only: seconds between polls for landing signals (Postgres uses LISTEN/NOTIFY)."),
+        "SQLite only: seconds between polls for landing signals (Postgres uses LISTEN/NOTIFY).",
+        bounds=(0.01, 3600)),
     Key("spark", "master", "local[1]", _parse_str, "Spark master URL."),
     Key("spark", "app_name", "smartsensor", _parse_str, "Spark application name."),
     Key("spark", "warehouse_dir", "{SMARTSENSOR_HOME}/warehouse", _parse_str, "spark.sql.warehouse.dir."),
@@ -102,43 +113,33 @@ KEYS: tuple[Key, ...] = (
     Key("spark", "conf", "", _parse_list,
         "Extra Spark settings passed through, comma separated key=value pairs."),
     Key("metastore", "host", "127.0.0.1", _parse_str, "Address `smartsensor metastore start` binds."),
-    Key("metastore", "port", "9083", _parse_int, "Port of `smartsensor metastore start`."),
+    Key("metastore", "port", "9083", _parse_int, "Port of `smartsensor metastore start`.",
+        bounds=(1, 65535)),
     Key("metastore", "java_opts", "-Xmx512m", _parse_str, "JVM options of the metastore service."),
-    Key("metastore", "start_timeout", "60", _parse_float, "Seconds to wait for the service's port."),
-    Key("scheduler", "parallelism", "8", _parse_int, "Classic-mode task processes at most at once."),
-    Key("scheduler", "loop_interval", "2", _parse_float, "Seconds between scheduler loops."),
+    Key("metastore", "start_timeout", "60", _parse_float, "Seconds to wait for the service's port.",
+        bounds=(1, 3600)),
+    Key("scheduler", "parallelism", "8", _parse_int, "Classic-mode task processes at most at once.",
+        bounds=(1, 1000)),  # each classic run is a process with its own JVM
+    Key("scheduler", "loop_interval", "2", _parse_float, "Seconds between scheduler loops.",
+        bounds=(0.05, 3600)),
     Key("scheduler", "task_heartbeat_interval", "10", _parse_float,
-        "Seconds between heartbeats of a classic-mode run (`run-task`) while its task is running."),
+        "Seconds between heartbeats of a classic-mode run (`run-task`) while its task is running.",
+        bounds=(0.05, DAY)),
     Key("scheduler", "stop_grace", "30", _parse_float,
         "Seconds a stopping scheduler waits for its `run-task` children to hand their tasks back before "
-        "killing them (a child still starting Spark answers SIGTERM only once Spark is up)."),
+        "killing them (a child still starting Spark answers SIGTERM only once Spark is up).",
+        bounds=(0, 3600)),
     Key("scheduler", "zombie_threshold", "120", _parse_float,
         "A running classic task whose run has not heartbeated for this many seconds (its process died) "
-        "is failed by the scheduler: up_for_retry while tries remain, else failed."),
+        "is failed by the scheduler: up_for_retry while tries remain, else failed.",
+        bounds=(0.1, 7 * DAY)),
 )
 
 _KEY_INDEX = {(k.section, k.name): k for k in KEYS}
 
-DAY = 24 * 3600.0
-# (section, key) -> (lowest, highest) allowed: every numeric key is checked when the config loads, so a
-# value that would crash a loop later (a negative sleep, a timer past the end of time) is refused at once.
-BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
-    ("core", "dag_file_import_timeout"): (1, 3600),
-    ("smart_sensor", "shard_code_upper_limit"): (1, 2**31 - 1),
-    ("smart_sensor", "shards"): (1, 100_000),
-    ("smart_sensor", "poke_interval"): (0.05, DAY),
-    ("smart_sensor", "poke_timeout"): (0.1, DAY),
-    ("smart_sensor", "heartbeat_interval"): (0.05, DAY),
-    ("smart_sensor", "lease_timeout"): (0.1, 7 * DAY),
-    ("smart_sensor", "signal_poll_interval"): (0.01, 3600),
-    ("metastore", "port"): (1, 65535),
-    ("metastore", "start_timeout"): (1, 3600),
-    ("scheduler", "parallelism"): (1, 1000),  # each classic run is a process with its own JVM
-    ("scheduler", "loop_interval"): (0.05, 3600),
-    ("scheduler", "task_heartbeat_interval"): (0.05, DAY),
-    ("scheduler", "zombie_threshold"): (0.1, 7 * DAY),
-    ("scheduler", "stop_grace"): (0, 3600),
-}
+# Every numeric key's (lowest, highest) allowed value, checked when the config loads, so a value that would
+# crash a loop later (a negative sleep, a timer past the end of time) is refused at once, naming the key.
+BOUNDS: dict[tuple[str, str], tuple[float, float]] = {(k.section, k.name): k.bounds for k in KEYS if k.bounds}
 
 
 @dataclass(frozen=True)

@@ -48,30 +48,10 @@ def import_file(path: Path, timeout: float | None = None) -> ModuleType:
     try:
         with _time_limit(timeout):
             spec.loader.exec_module(module)
-    except _ImportTookTooLong:
+    except BaseException as exc:  # noqa: BLE001 - whatever a DAG file does at import is its error, named, one line
         sys.modules.pop(name, None)
-        raise DagFileError(f"importing {path} took longer than {timeout:g} s ([core] dag_file_import_timeout); "
-                           f"nothing was registered") from None
-    except _OsExitCalled as exc:
-        sys.modules.pop(name, None)
-        raise DagFileError(f"importing {path} failed: the file called os._exit({exc.code}) at import; "
-                           f"nothing was registered") from None
-    except SystemExit as exc:
-        sys.modules.pop(name, None)
-        raise DagFileError(f"importing {path} failed: the file called sys.exit({exc.code!r}) (or raised "
-                           f"SystemExit) at import; nothing was registered") from None
-    except KeyboardInterrupt:
-        sys.modules.pop(name, None)
-        raise DagFileError(f"importing {path} failed: the file raised KeyboardInterrupt at import (or the import "
-                           f"was interrupted); nothing was registered") from None
-    except RecursionError:
-        sys.modules.pop(name, None)
-        raise DagFileError(f"importing {path} failed: RecursionError (maximum recursion depth exceeded)") from None
-    except BaseException as exc:  # noqa: BLE001 - anything a DAG file raises is its error, named, one line
-        sys.modules.pop(name, None)
-        message = first_line(exc)
-        what = type(exc).__name__ if message == type(exc).__name__ else f"{type(exc).__name__}: {message}"
-        raise DagFileError(f"importing {path} failed: {what}") from exc
+        raise DagFileError(f"importing {path} failed: {_what_the_import_did(exc, timeout)}") from (
+            exc if isinstance(exc, Exception) else None)
     finally:
         os._exit = real_exit
         try:
@@ -79,6 +59,19 @@ def import_file(path: Path, timeout: float | None = None) -> ModuleType:
         except ValueError:
             pass
     return module
+
+
+def _what_the_import_did(exc: BaseException, timeout: float | None) -> str:
+    if isinstance(exc, _ImportTookTooLong):
+        return f"it took longer than {timeout:g} s ([core] dag_file_import_timeout)"
+    if isinstance(exc, _OsExitCalled):
+        return f"the file called os._exit({exc.code}) at import"
+    if isinstance(exc, SystemExit):
+        return f"the file called sys.exit({exc.code!r}) (or raised SystemExit) at import"
+    if isinstance(exc, KeyboardInterrupt):
+        return "the file raised KeyboardInterrupt at import (or the import was interrupted)"
+    message = first_line(exc)
+    return type(exc).__name__ if message == type(exc).__name__ else f"{type(exc).__name__}: {message}"
 
 
 class _ImportTookTooLong(BaseException):

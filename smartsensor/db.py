@@ -149,15 +149,8 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def head_revision() -> str:
-    """The newest schema revision this smartsensor knows."""
+def known_revisions() -> list[str]:
+    """Every schema revision this smartsensor's migrations define, newest (head) first."""
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return ScriptDirectory.from_config(cfg).get_current_head() or ""
-
-
-def known_revisions() -> set[str]:
-    """Every schema revision this smartsensor's migrations define."""
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}
+    return [rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()]

@@ -155,14 +155,11 @@ def register(engine: Engine, sensors: Iterable[tuple[str, BaseSensor]], executio
         if key in seen:
             raise SensorDefinitionError(f"task {row['task_id']!r} of DAG {row['dag_id']!r} is given twice")
         seen.add(key)
-    for attempt in (1, 2):
-        try:
-            return _register_rows(engine, built, execution_date, clear)
-        except IntegrityError:
-            if attempt == 2:
-                raise
-            log.info("another registration inserted some of these task instances at the same time; retrying")
-    raise AssertionError("unreachable")
+    try:
+        return _register_rows(engine, built, execution_date, clear)
+    except IntegrityError:  # another registration inserted some of these rows meanwhile: they exist now
+        log.info("another registration inserted some of these task instances at the same time; retrying once")
+        return _register_rows(engine, built, execution_date, clear)
 
 
 def _register_rows(engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime,

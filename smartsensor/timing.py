@@ -114,3 +114,8 @@ def retry_or(try_number: int, retries: int, final_state: str) -> str:
 def timeout_state(try_number: int, settings: ExecSettings) -> str:
     """State after a timeout: up_for_retry while tries remain, else skipped (soft_fail) or failed."""
     return retry_or(try_number, settings.retries, State.SKIPPED if settings.soft_fail else State.FAILED)
+
+
+def timeout_error(last_error: object | None) -> str:
+    """The ``error`` of a try that timed out: with the last check error it saw, if any (cut to 2,000 chars)."""
+    return ("timed out waiting" + (f"; last check error: {last_error}" if last_error else ""))[:2000]

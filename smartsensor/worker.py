@@ -21,14 +21,14 @@ from sensors.base import BaseSensor, resolve_smart_class
 from sensors.batch import BatchChecker
 from sensors.checks import Check, PartitionCheck, PathCheck
 from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
-                            TransientCheckError, UnknownSensorClass, first_line)
+                            SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
 from smartsensor import queries
 from smartsensor.bounded_poke import poker_for
 from smartsensor.config import Config
 from smartsensor.db import statement_count
 from smartsensor.leases import lease_held
 from smartsensor.queries import WaitingTask
-from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out, timeout_state
+from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out, timeout_error, timeout_state
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +211,11 @@ class ShardWorker:
             except (UnknownSensorClass, SensorDefinitionError) as exc:
                 g.outcome = PermanentCheckError(str(exc))
                 continue
-            except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's class may raise
-                # Not its own validation error (SensorDefinitionError, permanent above): possibly this host runs
-                # another version of the class (a deploy skew). Transient: its tasks wait within their timeouts.
-                g.outcome = TransientCheckError(f"{g.key[1]} cannot be rebuilt from its attr_dict on this host: "
-                                                f"{type(exc).__name__}: {first_line(exc)}")
+            except SensorRebuildError as exc:  # maybe another version of the class here: its tasks wait
+                g.outcome = exc
+                continue
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's checks() may raise
+                g.outcome = TransientCheckError(f"{g.key[1]}.checks() raised {type(exc).__name__}: {first_line(exc)}")
                 continue
             if checks is not None and (not isinstance(checks, list) or
                                        not all(isinstance(c, (PartitionCheck, PathCheck)) for c in checks)):
@@ -262,12 +262,12 @@ class ShardWorker:
                 result.transient_errors += 1
                 result.transient_example = result.transient_example or str(g.outcome)[:500]
                 log.warning("transient error on check %s: %s", g.key[0], g.outcome)
+            error = timeout_error(g.outcome if isinstance(g.outcome, CheckError) else None)
             for t in g.tasks:
                 settings = parse_exec(t.exec_dict)
                 if timed_out(t.start_date, settings, now):
                     state = timeout_state(t.try_number, settings)
-                    timeouts[(state, None if state == State.UP_FOR_RETRY else _timeout_error(g.outcome))].append(
-                        t.try_key)
+                    timeouts[(state, None if state == State.UP_FOR_RETRY else error)].append(t.try_key)
 
         for task, why in bad:
             log.warning("task %s.%s %s cannot be planned, failing it alone: %s", task.dag_id, task.task_id,
@@ -334,20 +334,7 @@ class ShardWorker:
 def _rebuild_cached(cls: type[BaseSensor], attr_dict: str) -> BaseSensor:
     """Sensors rebuilt from attr_dict, cached per (class, attr_dict): a check waiting for hours is
     parsed and validated once, not every round (the profile's second-largest cost on W2)."""
-    try:
-        persist = json.loads(attr_dict)
-    except json.JSONDecodeError as exc:
-        raise SensorDefinitionError(f"attr_dict is not valid JSON: {exc}") from None
-    if not isinstance(persist, dict):
-        raise SensorDefinitionError("attr_dict is not a JSON object")
-    return cls.rebuild(persist, {}, task_id="smart-check")
-
-
-def _timeout_error(outcome: bool | CheckError | None) -> str:
-    """The error of a task that timed out: with the check's error of this round, if it had one."""
-    if isinstance(outcome, CheckError):
-        return f"timed out waiting; last check error: {outcome}"[:2000]
-    return "timed out waiting"
+    return cls.from_stored(attr_dict)
 
 
 def _with_start(task: WaitingTask, now: datetime) -> WaitingTask:

@@ -138,3 +138,8 @@ def test_example_file_documents_every_key_with_its_default() -> None:
         assert f"# {key.name} = {key.default}" in text or f"{key.name} = {key.default}" in text, key.name
     cfg = load_config(str(example), environ={"SMARTSENSOR_HOME": "/tmp/x"})
     assert not cfg.warnings
+
+
+def test_every_numeric_key_has_bounds() -> None:
+    from smartsensor.config import KEYS, _parse_float, _parse_int
+    assert [k.name for k in KEYS if k.parse in (_parse_int, _parse_float) and k.bounds is None] == []
