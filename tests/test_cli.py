@@ -119,7 +119,7 @@ def test_smaller_shard_limit_strands_tasks_until_reshard(tmp_path: Path, db_url:
     run(["submit", str(dag), "-d", "2026-11-22"], home, db_url)
     rows = json.loads(run(["tasks", "--json"], home, db_url).stdout)
     outside = sum(1 for r in rows if r["shardcode"] >= 100)
-    assert outside > 0  # 20 random shardcodes in [0, 10000)
+    assert outside > 0, rows  # 20 random shardcodes in [0, 10000)
     home.mkdir(parents=True, exist_ok=True)
     (home / "airflow.cfg").write_text("[smart_sensor]\nshard_code_upper_limit = 100\nshards = 2\n")
     status = json.loads(run(["status", "--json"], home, db_url).stdout)
