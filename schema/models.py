@@ -8,23 +8,6 @@ from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
-class State:
-    """Task instance states."""
-
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    SMART_PENDING = "smart_pending"
-    SMART_RUNNING = "smart_running"
-    SUCCESS = "success"
-    FAILED = "failed"
-    UP_FOR_RETRY = "up_for_retry"
-    SKIPPED = "skipped"
-
-    ALL = (SCHEDULED, RUNNING, SMART_PENDING, SMART_RUNNING, SUCCESS, FAILED, UP_FOR_RETRY, SKIPPED)
-    SMART_WAITING = (SMART_PENDING, SMART_RUNNING)
-    FINISHED = (SUCCESS, FAILED, SKIPPED)
-
-
 class Base(DeclarativeBase):
     pass
 

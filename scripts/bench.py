@@ -36,15 +36,15 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from schema.models import State  # noqa: E402
-from sensors import NamedHivePartitionSensor  # noqa: E402
-from sensors.batch import BatchChecker  # noqa: E402
-from smartsensor import queries  # noqa: E402
+from smartsensor.domain.states import State  # noqa: E402
+from smartsensor.sensors import NamedHivePartitionSensor  # noqa: E402
+from smartsensor.sensors.batch import BatchChecker  # noqa: E402
+from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  # noqa: E402
 from smartsensor.config import load_config  # noqa: E402
-from smartsensor.db import init_db, make_engine, statement_count  # noqa: E402
-from smartsensor.metastore import free_port  # noqa: E402
-from smartsensor.registration import build_row  # noqa: E402
-from smartsensor.worker import RoundResult, ShardWorker, run_rounds  # noqa: E402
+from smartsensor.adapters.sql.engine import init_db, make_engine, statement_count  # noqa: E402
+from smartsensor.adapters.metastore import free_port  # noqa: E402
+from smartsensor.service.registration import build_row  # noqa: E402
+from smartsensor.service.round import RoundResult, ShardWorker, run_rounds  # noqa: E402
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -62,7 +62,7 @@ class Measure:
     marked: int = 0
     extrapolated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-    schema_calls: float = 0  # partition-type look-ups, cached per process (sensors.partition_types)
+    schema_calls: float = 0  # partition-type look-ups, cached per process (smartsensor.sensors.partition_types)
 
     @property
     def wall_excl_catalog(self) -> float:
@@ -102,7 +102,7 @@ def create_workload(spark: Any, engine: Any, cfg: Any, db: str, tasks: int, part
         row, _ = build_row(sensor, f"dag{i % 50:02d}", DAY, cfg)
         rows.append(row)
     with engine.begin() as conn:
-        queries.insert_tasks_bulk(conn, rows)
+        task_sql.insert_tasks_bulk(conn, rows)
     return time.perf_counter() - started
 
 
@@ -158,7 +158,7 @@ def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
 
 def reset(engine: Any) -> None:
     with engine.begin() as conn:
-        queries.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
+        bench_sql.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
 
 
 STRATEGIES: dict[str, Callable[[list[ShardWorker], Any], Measure]] = {"per-hash": per_hash_round,
@@ -205,9 +205,9 @@ def tree_peak_rss_mb(pid: int) -> float:
 def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int) -> Measure:
     """Run `sample` real run-task processes on landed tasks; return per-task averages."""
     with engine.begin() as conn:
-        keys = queries.keys_in_state(conn, State.SUCCESS, limit=sample)
+        keys = task_sql.keys_in_state(conn, State.SUCCESS, limit=sample)
         for key in keys:
-            queries.set_state(conn, key, State.SCHEDULED)
+            task_sql.set_state(conn, key, State.SCHEDULED)
     walls, rss, calls = [], [], []
     for key in keys:
         started = time.perf_counter()
@@ -247,8 +247,8 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     landing signal makes them fast; "poll" ones poke every ``poll_interval`` s and get no signal.
     """
     import threading
-    from smartsensor.signals import send_signal
-    from smartsensor.worker_loop import LeasedWorker, run_worker
+    from smartsensor.service.signals import send_signal
+    from smartsensor.service.runner import LeasedWorker, run_worker
     rows = []
     for kind, interval in (("sig", 600.0), ("poll", poll_interval)):
         for i in range(samples):
@@ -256,7 +256,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
                                               poke_interval=interval, timeout=3600)
             rows.append(build_row(sensor, "latency_probe", DAY, cfg)[0])
     with engine.begin() as conn:
-        queries.insert_tasks_bulk(conn, rows)
+        task_sql.insert_tasks_bulk(conn, rows)
     rounds: list[RoundResult] = []
     stop = threading.Event()
     runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
@@ -268,7 +268,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
         started = time.perf_counter()
         while time.perf_counter() - started < timeout:
             with engine.connect() as conn:
-                if queries.get_task(conn, "latency_probe", task_id, DAY)["state"] == State.SUCCESS:
+                if task_sql.get_task(conn, "latency_probe", task_id, DAY)["state"] == State.SUCCESS:
                     return time.perf_counter() - started
             time.sleep(0.01)
         raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")
@@ -300,7 +300,7 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     tasks, parts, tables = sizes(name, args.scale)
     console.print(f"[bold]{name}[/bold]: {tasks:,} tasks over {parts:,} partitions in {tables} tables")
     with engine.begin() as conn:
-        queries.delete_all_tasks_for_benchmark(conn)
+        bench_sql.delete_all_tasks_for_benchmark(conn)
     db = db_name(name)
     setup_s = create_workload(spark, engine, cfg, db, tasks, parts, tables)
     landed = list(range(0, parts, max(1, round(1 / args.land_share))))
@@ -404,8 +404,8 @@ def main() -> int:
     env.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     os.environ.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     cfg = load_config(str(cfg_path))
-    from smartsensor import metastore
-    from smartsensor.spark import get_spark
+    from smartsensor.adapters import metastore
+    from smartsensor.adapters.spark import get_spark
     metastore.start(cfg)
     reports = []
     try:

@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from smartsensor.metastore import free_port
+from smartsensor.adapters.metastore import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "scripts" / "demo_dags"

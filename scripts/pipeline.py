@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from smartsensor.config import ConfigError, load_config  # noqa: E402
-from smartsensor.spark import get_spark  # noqa: E402
+from smartsensor.adapters.spark import get_spark  # noqa: E402
 
 NAME = re.compile(r"[A-Za-z0-9_]+")
 DS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -169,7 +169,7 @@ class Signaller:
         if not enabled:
             return
         try:
-            from smartsensor.db import current_revision, make_engine
+            from smartsensor.adapters.sql.engine import current_revision, make_engine
             engine = make_engine(cfg.sql_alchemy_conn)
             if current_revision(engine) is None:
                 print("pipeline: metadata DB not initialised; no landing signals", file=sys.stderr, flush=True)
@@ -181,7 +181,7 @@ class Signaller:
     def send(self, name: str) -> None:
         if self.engine is None:
             return
-        from smartsensor.signals import send_signal
+        from smartsensor.service.signals import send_signal
         try:
             send_signal(self.engine, name)
         except Exception as exc:  # noqa: BLE001 - signals are optional

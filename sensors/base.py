@@ -8,11 +8,12 @@ import re
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Iterable, TypeVar
 
-from sensors import exec_fields
-from sensors.checks import Check
-from sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError, UnknownSensorClass,
+from smartsensor.compat import current_classpath
+from smartsensor.sensors import exec_fields
+from smartsensor.sensors.checks import Check
+from smartsensor.sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError, UnknownSensorClass,
                             first_line)
-from sensors.templating import has_template, render_value, template_context
+from smartsensor.sensors.templating import has_template, render_value, template_context
 
 S = TypeVar("S", bound=type)
 
@@ -25,7 +26,7 @@ DEFAULT_EXEC_FIELDS: tuple[str, ...] = (
 _ALL_CLASSES: dict[str, type["BaseSensor"]] = {}
 _SMART_ELIGIBLE: dict[str, type["BaseSensor"]] = {}
 
-BUILTIN_MODULES: tuple[str, ...] = ("sensors.hive", "sensors.filesystem")
+BUILTIN_MODULES: tuple[str, ...] = ("smartsensor.sensors.hive", "smartsensor.sensors.filesystem")
 
 
 def classpath_of(cls: type) -> str:
@@ -294,6 +295,7 @@ def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: It
     missing because the configured module it would come from cannot be imported on this host now."""
     if not isinstance(classpath, str) or not classpath:
         return None  # a row without a class path: an unknown class, said by the caller
+    classpath = current_classpath(classpath)  # rows stored by 0.1 say sensors.hive.…
     failures = import_sensor_modules(modules)
     cls = registry.get(classpath)
     if cls is None:

@@ -3,7 +3,7 @@
 For each table the checker lists partitions once, narrowed by the spec pairs common to every
 check on that table (``SHOW PARTITIONS db.t PARTITION (k='v')``), then answers each check by set
 membership on the unescaped listing, its values first cast as Spark stores them for typed
-partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see sensors.partition_types).
+partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see smartsensor.sensors.partition_types).
 Calls are counted in code (``catalog_calls``, ``fs_calls``, and ``schema_calls`` for the cached
 column-type look-ups).
 """
@@ -15,10 +15,10 @@ import time
 from collections import defaultdict
 from typing import Any, Iterable
 
-from sensors.checks import Check, PartitionCheck, PathCheck
-from sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
-from sensors.partition_types import partition_types_for
-from sensors.partitions import quote_identifier, sql_string_literal, unescape_partition_value
+from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
+from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
+from smartsensor.sensors.partition_types import partition_types_for
+from smartsensor.sensors.partitions import quote_identifier, sql_string_literal, unescape_partition_value
 
 log = logging.getLogger(__name__)
 

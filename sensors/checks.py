@@ -1,4 +1,4 @@
-"""Atomic checks a sensor is decided by, answered in batches by sensors.batch.BatchChecker."""
+"""Atomic checks a sensor is decided by, answered in batches by smartsensor.sensors.batch.BatchChecker."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from sensors.errors import SensorDefinitionError
+from smartsensor.sensors.errors import SensorDefinitionError
 
 MAX_DURATION = 365 * 24 * 3600.0  # one year: longer waits are a mistake, and stay far from date overflows
 MIN_POKE_INTERVAL = 0.1  # below this a classic run would hammer the metastore / file system

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sensors.base import BaseSensor, smart_eligible
-from sensors.checks import Check, PathCheck
-from sensors.errors import SensorDefinitionError
+from smartsensor.sensors.base import BaseSensor, smart_eligible
+from smartsensor.sensors.checks import Check, PathCheck
+from smartsensor.sensors.errors import SensorDefinitionError
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")

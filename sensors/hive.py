@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sensors.base import BaseSensor, smart_eligible
-from sensors.checks import Check, PartitionCheck
-from sensors.errors import SensorDefinitionError
-from sensors.partitions import canonical_spec, format_partition_name, parse_partition_name, parse_table
+from smartsensor.sensors.base import BaseSensor, smart_eligible
+from smartsensor.sensors.checks import Check, PartitionCheck
+from smartsensor.sensors.errors import SensorDefinitionError
+from smartsensor.sensors.partitions import canonical_spec, format_partition_name, parse_partition_name, parse_table
 
 
 @smart_eligible

@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from sensors.errors import PermanentCheckError, TransientCheckError, first_line
+from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
 
 TYPES_TTL_SECONDS = 300.0
 _STRING_TYPE = re.compile(r"(string|varchar\(\d+\)|char\(\d+\))")
@@ -53,7 +53,7 @@ class PartitionTypes:
 
         Raises TransientCheckError when the metastore cannot be reached, PermanentCheckError otherwise.
         """
-        from sensors.batch import classify_error
+        from smartsensor.sensors.batch import classify_error
         try:
             types = self._read_partition_schema(db, table)
         except Exception as exc:  # noqa: BLE001 - classified below

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from sensors.errors import SensorDefinitionError
+from smartsensor.sensors.errors import SensorDefinitionError
 
 IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 # Characters Hive/Spark escape in partition path names (ExternalCatalogUtils.escapePathName).

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from smartsensor.config import Config, load_config
-from smartsensor.db import init_db, make_engine
+from smartsensor.adapters.sql.engine import init_db, make_engine
 
 PG_URL = os.environ.get("SMARTSENSOR_TEST_PG_URL")
 PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
@@ -80,7 +80,7 @@ def engine(cfg: Config) -> Iterator[Any]:
 def no_orphaned_metastores() -> Iterator[None]:
     """Whatever a test did (or a timeout cut short), no metastore JVM started by this run outlives it."""
     yield
-    from smartsensor import metastore
+    from smartsensor.adapters import metastore
     left = metastore.terminate_started_here()
     if left:
         print(f"\nstopped {len(left)} metastore JVM(s) left running by tests: {left}")
@@ -94,7 +94,7 @@ def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def spark(spark_home: Path) -> Any:
     """The one SparkSession of the test run (embedded Derby metastore in a temp folder)."""
-    from smartsensor.spark import get_spark
+    from smartsensor.adapters.spark import get_spark
     cfg = load_config(environ={"SMARTSENSOR_HOME": str(spark_home)})
     return get_spark(cfg)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from sensors import BaseSensor, smart_eligible
+from smartsensor.sensors import BaseSensor, smart_eligible
 
 POKES: list[str] = []
 READY: set[str] = set()

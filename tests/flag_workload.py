@@ -9,11 +9,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from sensors import SuccessFileSensor
-from smartsensor import queries
+from smartsensor.sensors import SuccessFileSensor
+from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.db import init_db, make_engine
-from smartsensor.registration import register
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.service.registration import register
 from tests.conftest import make_cfg
 from tests.proc_helpers import cli_env
 
@@ -48,14 +48,14 @@ class FlagWorkload:
 
     def states(self) -> set[str]:
         with self.engine.connect() as conn:
-            return {r["state"] for r in queries.list_tasks(conn)}
+            return {r["state"] for r in task_sql.list_tasks(conn)}
 
     def wait_all_success(self, timeout: float) -> None:
         wait_until(lambda: self.states() == {"success"}, timeout=timeout, step=0.2)
 
     def lease_owners(self) -> dict[int, str | None]:
         with self.engine.connect() as conn:
-            return {r["shard_min"]: r["owner"] for r in queries.load_leases(conn)}
+            return {r["shard_min"]: r["owner"] for r in lease_sql.load_leases(conn)}
 
 
 def flag_workload(tmp_path: Path, db_url: str, n: int, timeout: float = 900) -> FlagWorkload:

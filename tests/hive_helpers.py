@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sensors.partitions import quote_identifier, sql_string_literal
+from smartsensor.sensors.partitions import quote_identifier, sql_string_literal
 
 
 def create_table(spark: Any, db: str, table: str, keys: tuple[str, ...] = ("ds", "hr")) -> None:

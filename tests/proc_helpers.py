@@ -13,7 +13,7 @@ from pathlib import Path
 from queue import Empty, Queue
 from typing import Any, Callable
 
-from smartsensor.lifetime import pdeathsig_preexec
+from smartsensor.adapters.process import pdeathsig_preexec
 
 
 def cli_env(home: Path, db_url: str, **extra: str) -> dict[str, str]:

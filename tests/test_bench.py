@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from smartsensor import metastore
+from smartsensor.adapters import metastore
 from smartsensor.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

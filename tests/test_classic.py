@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from schema.models import State
-from sensors import NamedHivePartitionSensor
-from smartsensor import queries
-from smartsensor.classic import TaskRunError, run_task
-from smartsensor.registration import register
-from smartsensor.scheduler import end_zombies
+from smartsensor.domain.states import State
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.service.classic import TaskRunError, run_task
+from smartsensor.service.registration import register
+from smartsensor.service.scheduler import end_zombies
 from tests.conftest import make_cfg
 from tests.hive_helpers import create_table, land
 
@@ -69,7 +69,7 @@ def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
     result = run(engine, cfg, spark, "w", sleep=landing)
     assert result.state == State.SUCCESS and result.pokes == 2 and result.catalog_calls == result.pokes
     with engine.connect() as conn:
-        row = queries.get_task(conn, "d", "w", DAY)
+        row = task_sql.get_task(conn, "d", "w", DAY)
     assert row["state"] == "success" and row["end_date"] is not None
 
 
@@ -98,7 +98,7 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
 
     def mark_by_hand() -> None:
         with engine.begin() as conn:
-            queries.set_state(conn, ("d", "w", DAY), State.SUCCESS)
+            task_sql.set_state(conn, ("d", "w", DAY), State.SUCCESS)
     result = run(engine, cfg, spark, "w", sleep=after_first_poke(mark_by_hand))  # while it runs, never before
     assert result.state == State.SUCCESS and result.pokes == 2
     with pytest.raises(TaskRunError, match="not scheduled"):
@@ -113,21 +113,21 @@ def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engi
     result = run(engine, cfg, spark, "w", stop=StopAtPause(2))
     assert result.state == State.SCHEDULED and result.pokes == 2
     with engine.connect() as conn:
-        row = queries.get_task(conn, "d", "w", DAY)
+        row = task_sql.get_task(conn, "d", "w", DAY)
     assert (row["state"], row["try_number"], row["hostname"]) == (State.SCHEDULED, 1, None)
     first_start = row["start_date"]
     assert first_start is not None
     land(spark, hive_db, "t", ds="2026-11-22", hr="00")
     assert run(engine, cfg, spark, "w").state == State.SUCCESS
     with engine.connect() as conn:
-        row = queries.get_task(conn, "d", "w", DAY)
+        row = task_sql.get_task(conn, "d", "w", DAY)
     assert row["start_date"] == first_start and row["try_number"] == 1  # the same try went on
 
 
 def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_db) -> None:
     """A run stalls (swapped out, stuck) past zombie_threshold: the scheduler ends its try, re-queues the task
     and a new run starts try 2. When the old run wakes up it must stop and leave try 2 alone."""
-    from smartsensor.scheduler import end_zombies, requeue_retries
+    from smartsensor.service.scheduler import end_zombies, requeue_retries
     create_table(spark, hive_db, "t")
     register(engine, [("d", NamedHivePartitionSensor(
         task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=1.5, retries=2,
@@ -142,22 +142,22 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
             assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1}
             assert requeue_retries(engine, cfg, now=later) == {State.SCHEDULED: 1}  # smart mode is off here
             with engine.begin() as conn:
-                assert queries.claim_scheduled(conn, key, datetime.utcnow(), "another-host")
+                assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "another-host")
         time.sleep(seconds)
 
     result = run(engine, cfg, spark, "w", sleep=stall)
     assert stalls and result.state == State.RUNNING  # it noticed the task is another run's now
     with engine.connect() as conn:
-        row = queries.get_task(conn, *key)
+        row = task_sql.get_task(conn, *key)
     assert (row["state"], row["try_number"], row["hostname"]) == (State.RUNNING, 2, "another-host")
 
 
 def test_hand_back_never_resurrects_a_task_changed_meanwhile(engine, cfg, tmp_path) -> None:
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.begin() as conn:
-        queries.set_state(conn, key, State.FAILED)  # by hand
-        assert not queries.hand_back_running(conn, key, datetime.utcnow())
-        assert queries.get_task(conn, *key)["state"] == State.FAILED
+        task_sql.set_state(conn, key, State.FAILED)  # by hand
+        assert not task_sql.hand_back_running(conn, key, datetime.utcnow())
+        assert task_sql.get_task(conn, *key)["state"] == State.FAILED
 
 
 @pytest.mark.parametrize("state", [State.SCHEDULED, State.SMART_PENDING])
@@ -165,9 +165,9 @@ def test_sending_a_task_back_by_hand_starts_a_fresh_try(engine, cfg, tmp_path, s
     """Otherwise its old start_date would time the new wait out at once."""
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.begin() as conn:
-        queries.set_state(conn, key, State.FAILED, from_states=[State.RUNNING], error="timed out waiting")
-        queries.set_state(conn, key, state)  # by hand
-        row = queries.get_task(conn, *key)
+        task_sql.set_state(conn, key, State.FAILED, from_states=[State.RUNNING], error="timed out waiting")
+        task_sql.set_state(conn, key, state)  # by hand
+        row = task_sql.get_task(conn, *key)
     assert row["state"] == state
     assert (row["start_date"], row["end_date"], row["hostname"], row["error"]) == (None, None, None, None)
 
@@ -179,8 +179,8 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
     import signal
     import subprocess
     import sys
-    from sensors import SuccessFileSensor
-    from smartsensor.db import init_db, make_engine
+    from smartsensor.sensors import SuccessFileSensor
+    from smartsensor.adapters.sql.engine import init_db, make_engine
     from tests.flag_workload import wait_until
     home = tmp_path / "home"
     cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False")
@@ -199,7 +199,7 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
             # `running` is set by the scheduler's claim, before the child even started; a heartbeat comes
             # from inside run_task, so the child's SIGTERM handler is installed by then.
             with engine.connect() as conn:
-                row = queries.get_task(conn, "d", "w", DAY)
+                row = task_sql.get_task(conn, "d", "w", DAY)
             return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
         wait_until(child_beating, timeout=300, step=0.1)
         proc.send_signal(signal.SIGTERM)
@@ -209,7 +209,7 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
             os.kill(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, err
     with engine.connect() as conn:
-        row = queries.get_task(conn, "d", "w", DAY)
+        row = task_sql.get_task(conn, "d", "w", DAY)
     assert (row["state"], row["try_number"], row["error"]) == (State.SCHEDULED, 1, None)
     engine.dispose()
 
@@ -219,8 +219,8 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     import os
     import subprocess
     import sys
-    from sensors import SuccessFileSensor
-    from smartsensor.db import init_db, make_engine
+    from smartsensor.sensors import SuccessFileSensor
+    from smartsensor.adapters.sql.engine import init_db, make_engine
     home = tmp_path / "home"
     cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False", scheduler__parallelism="2")
     engine = make_engine(cfg.sql_alchemy_conn)
@@ -237,52 +237,52 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     assert out.returncode == 0, out.stderr
     assert '"launched": 2' in out.stdout
     with engine.connect() as conn:
-        got = {r["task_id"]: r["state"] for r in queries.list_tasks(conn)}
+        got = {r["task_id"]: r["state"] for r in task_sql.list_tasks(conn)}
     assert got == {"ok": "success", "never": "failed"}
     engine.dispose()
 
 
 def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
-    from sensors import SuccessFileSensor
+    from smartsensor.sensors import SuccessFileSensor
     register(engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
              DAY, cfg)
     key = ("d", task_id, DAY)
     with engine.begin() as conn:
-        assert queries.claim_scheduled(conn, key, datetime.utcnow(), "host-a")
+        assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "host-a")
     return key
 
 
 def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, cfg, tmp_path) -> None:
-    from smartsensor.classic import RunHeartbeat
+    from smartsensor.service.classic import RunHeartbeat
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.connect() as conn:
-        before = queries.get_task(conn, *key)["updated_at"]
+        before = task_sql.get_task(conn, *key)["updated_at"]
     from tests.flag_workload import wait_until
 
     def beaten() -> bool:
         with engine.connect() as conn:
-            return queries.get_task(conn, *key)["updated_at"] > before
+            return task_sql.get_task(conn, *key)["updated_at"] > before
     with RunHeartbeat(engine, key, interval=0.1) as beat:
         wait_until(beaten, timeout=60)
         with engine.begin() as conn:
-            queries.set_state(conn, key, State.FAILED)  # by hand
+            task_sql.set_state(conn, key, State.FAILED)  # by hand
         assert beat.lost.wait(60)
     with engine.connect() as conn:
-        assert queries.get_task(conn, *key)["state"] == State.FAILED  # the beat never resurrects it
+        assert task_sql.get_task(conn, *key)["state"] == State.FAILED  # the beat never resurrects it
 
 
 def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) -> None:
     from datetime import timedelta
-    from smartsensor.scheduler import end_zombies
+    from smartsensor.service.scheduler import end_zombies
     _running_task(engine, cfg, tmp_path, "retry", retries=1)
     _running_task(engine, cfg, tmp_path, "last", retries=0)
     alive = _running_task(engine, cfg, tmp_path, "alive", retries=0)
     later = datetime.utcnow() + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
     with engine.begin() as conn:
-        queries.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
+        task_sql.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
     assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1, State.FAILED: 1}
     with engine.connect() as conn:
-        rows = {r["task_id"]: r for r in queries.list_tasks(conn)}
+        rows = {r["task_id"]: r for r in task_sql.list_tasks(conn)}
     assert rows["retry"]["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in rows["retry"]["error"]
     assert rows["last"]["state"] == State.FAILED and rows["last"]["end_date"] == later
     assert rows["alive"]["state"] == State.RUNNING
@@ -291,8 +291,8 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
     with engine.connect() as conn:
         stale = rows["alive"]["updated_at"]
     with engine.begin() as conn:
-        queries.heartbeat_running(conn, alive, later)
-        assert not queries.end_zombie(conn, alive, stale, State.FAILED, later, "x")
+        task_sql.heartbeat_running(conn, alive, later)
+        assert not task_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
 
 
 @pytest.mark.slow
@@ -302,8 +302,8 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     import signal
     import subprocess
     import sys
-    from sensors import SuccessFileSensor
-    from smartsensor.db import init_db, make_engine
+    from smartsensor.sensors import SuccessFileSensor
+    from smartsensor.adapters.sql.engine import init_db, make_engine
     from tests.flag_workload import wait_until
     home = tmp_path / "home"
     overrides = dict(smart_sensor__use_smart_sensor="False", scheduler__task_heartbeat_interval="0.5",
@@ -321,14 +321,14 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     try:
         def beat_seen() -> bool:
             with engine.connect() as conn:
-                row = queries.get_task(conn, "d", "w", DAY)
+                row = task_sql.get_task(conn, "d", "w", DAY)
             return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
         wait_until(beat_seen, timeout=120, step=0.1)  # running and heartbeating
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     with engine.connect() as conn:
-        last_beat = queries.get_task(conn, "d", "w", DAY)["updated_at"]
+        last_beat = task_sql.get_task(conn, "d", "w", DAY)["updated_at"]
     # not yet a zombie while its last beat is younger than zombie_threshold (judged at an explicit time, so a
     # loaded machine cannot turn "not yet" into "already")
     assert end_zombies(engine, cfg, now=last_beat + timedelta(seconds=1)) == {}
@@ -344,6 +344,6 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     assert out.returncode == 0 and '"zombies": 1' in out.stdout, out.stdout + out.stderr
     assert status_zombies() == []
     with engine.connect() as conn:
-        row = queries.get_task(conn, "d", "w", DAY)
+        row = task_sql.get_task(conn, "d", "w", DAY)
     assert row["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in row["error"]
     engine.dispose()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 SENSOR_FILE = '''
-from sensors import NamedHivePartitionSensor, HivePartitionSensor, BaseSensor
+from smartsensor.sensors import NamedHivePartitionSensor, HivePartitionSensor, BaseSensor
 
 class Plain(BaseSensor):
     persist_fields = ("n",)

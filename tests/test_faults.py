@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from smartsensor import queries
-from smartsensor.db import init_db, make_engine
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
 from tests import conftest
 from tests.flag_workload import flag_workload
 from tests.proc_helpers import CliProcess
@@ -44,7 +44,7 @@ def test_repeated_random_kill9_loses_nothing_marks_nothing_twice(tmp_path: Path,
         # rounds of killed workers may have committed without printing: never more than 40 in all
         assert total <= 40
         with work.engine.connect() as conn:
-            rows = queries.list_tasks(conn)
+            rows = task_sql.list_tasks(conn)
         assert len(rows) == 40 and all(r["state"] == "success" and r["end_date"] for r in rows)
     finally:
         for p in everyone:
@@ -76,7 +76,7 @@ def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Pat
         assert sum(p.marked() for p in procs) == 40  # nobody lost output, so: exactly once each
         assert all(p.proc.poll() is None for p in procs)  # both survived their pauses
         with work.engine.connect() as conn:
-            assert all(r["end_date"] for r in queries.list_tasks(conn))
+            assert all(r["end_date"] for r in task_sql.list_tasks(conn))
     finally:
         for p in procs:
             if p.proc.poll() is None:
@@ -124,9 +124,9 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
 def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None:
     """A classic `run_task` polling while the metadata DB restarts keeps poking, then records success."""
     import threading
-    from sensors import SuccessFileSensor
-    from smartsensor.classic import run_task
-    from smartsensor.registration import register
+    from smartsensor.sensors import SuccessFileSensor
+    from smartsensor.service.classic import run_task
+    from smartsensor.service.registration import register
     from tests.flag_workload import DAY
     name, url = conftest._new_pg_database()
     cfg = conftest.make_cfg(tmp_path / "home", url, smart_sensor__use_smart_sensor="False",
@@ -159,7 +159,7 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
         assert results and results[0].state == "success"
         engine.dispose()
         with engine.connect() as conn:
-            assert queries.get_task(conn, "d", "s", DAY)["state"] == "success"
+            assert task_sql.get_task(conn, "d", "s", DAY)["state"] == "success"
     finally:
         engine.dispose()
         conftest._drop_pg_database(name)

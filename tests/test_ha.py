@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from sensors import NamedHivePartitionSensor
-from smartsensor import queries
-from smartsensor.db import init_db, make_engine
-from smartsensor.registration import register
-from smartsensor.signals import send_signal
-from smartsensor.worker_loop import LeasedWorker, run_worker
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.service.registration import register
+from smartsensor.service.signals import send_signal
+from smartsensor.service.runner import LeasedWorker, run_worker
 from tests.conftest import make_cfg
 from tests.flag_workload import DAY, LEASE, FlagWorkload, flag_workload, wait_until
 from tests.hive_helpers import create_table, land
@@ -52,7 +52,7 @@ def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, 
 
 def pid_owner(engine: Any, pid: int) -> str:
     with engine.connect() as conn:
-        return next(w["worker_id"] for w in queries.list_workers(conn) if w["pid"] == pid)
+        return next(w["worker_id"] for w in status_sql.list_workers(conn) if w["pid"] == pid)
 
 
 def pause_outside_sqlite_write(proc: CliProcess, engine: Any) -> None:
@@ -142,7 +142,7 @@ class _Runner:
 
 def _state(engine: Any, dag_id: str) -> str:
     with engine.connect() as conn:
-        return queries.get_task(conn, dag_id, "w", DAY)["state"]
+        return task_sql.get_task(conn, dag_id, "w", DAY)["state"]
 
 
 @pytest.mark.spark

@@ -12,17 +12,17 @@ from datetime import datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sensors import HivePartitionSensor, NamedHivePartitionSensor
-from smartsensor.hashing import canonical_json, check_hashcode, shardcode_for
-from smartsensor.registration import build_row
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
+from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
+from smartsensor.service.registration import build_row
 from tests.conftest import make_cfg
 
 SNIPPET = """
 import json, sys
 from datetime import datetime
-from sensors import NamedHivePartitionSensor
+from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.config import load_config
-from smartsensor.registration import build_row
+from smartsensor.service.registration import build_row
 cfg = load_config(environ={"SMARTSENSOR_HOME": sys.argv[1]})
 s = NamedHivePartitionSensor(task_id="t", partition_names=["Demo.Events/ds={{ ds }}/hr=00", "demo.users/ds={{ ds }}"])
 row, _ = build_row(s, "dag", datetime(2026, 11, 22), cfg)
@@ -57,7 +57,7 @@ def test_key_order_and_spelling_irrelevant(tmp_path) -> None:
 
 def test_different_classes_with_equal_fields_hash_differently() -> None:
     attr = canonical_json({"path": "/data/_SUCCESS"})
-    assert check_hashcode("sensors.filesystem.SuccessFileSensor", attr) != check_hashcode("my.OtherSensor", attr)
+    assert check_hashcode("smartsensor.sensors.filesystem.SuccessFileSensor", attr) != check_hashcode("my.OtherSensor", attr)
 
 
 def test_different_dates_hash_differently(tmp_path) -> None:

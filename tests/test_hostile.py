@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
-from sensors.batch import BatchChecker
-from sensors.checks import PartitionCheck
-from sensors.partitions import IDENTIFIER, escape_partition_value
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
+from smartsensor.sensors.batch import BatchChecker
+from smartsensor.sensors.checks import PartitionCheck
+from smartsensor.sensors.partitions import IDENTIFIER, escape_partition_value
 from smartsensor.config import ConfigError, load_config
-from smartsensor.registration import build_row
+from smartsensor.service.registration import build_row
 from tests.conftest import make_cfg
 from tests.hive_helpers import create_table, land
 
@@ -36,7 +36,7 @@ def test_hive_sensor_fields_validate_or_fail_clearly(table: str, key: str, value
     except SensorDefinitionError as exc:
         assert "field 'table'" in str(exc) or "field 'partition'" in str(exc)
         return
-    from sensors.templating import has_template
+    from smartsensor.sensors.templating import has_template
     if not has_template(table):
         db, tbl = s.table.split(".")
         assert IDENTIFIER.fullmatch(db) and IDENTIFIER.fullmatch(tbl)
@@ -53,7 +53,7 @@ def test_partition_names_validate_or_fail_clearly(name: str) -> None:
     except SensorDefinitionError as exc:
         assert "partition_names" in str(exc)
         return
-    from sensors.templating import has_template
+    from smartsensor.sensors.templating import has_template
     if not has_template(name):
         for check in s.checks():
             assert IDENTIFIER.fullmatch(check.db) and IDENTIFIER.fullmatch(check.table)
@@ -129,9 +129,9 @@ def test_hostile_config_values(section: str, key: str, value: str) -> None:
 
 def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None:
     """dag_id/task_id/values full of quotes and unicode: every row stored and read back unchanged."""
-    from smartsensor import queries
-    from smartsensor.db import init_db, make_engine
-    from smartsensor.registration import register
+    from smartsensor.adapters.sql import tasks as task_sql
+    from smartsensor.adapters.sql.engine import init_db, make_engine
+    from smartsensor.service.registration import register
     url = db_url
     cfg = make_cfg(tmp_path / "home", url)
     engine = make_engine(url)
@@ -143,7 +143,7 @@ def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None
                                                            partition={"ds": text.replace("{{ ds }}", "x")})))
     results = register(engine, sensors, DAY, cfg)
     with engine.connect() as conn:
-        rows = queries.list_tasks(conn)
+        rows = task_sql.list_tasks(conn)
     assert len(rows) == len(nasty) == len(results)
     stored = {(r["dag_id"], r["task_id"]) for r in rows}
     assert stored == {(d, s.task_id) for d, s in sensors}
@@ -174,10 +174,10 @@ import math as _math
 import time as _time
 from datetime import timedelta as _td
 
-from sensors.exec_fields import MAX_DURATION
+from smartsensor.sensors.exec_fields import MAX_DURATION
 from smartsensor.config import BOUNDS
-from smartsensor.registration import validate_execution_date
-from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out
+from smartsensor.service.registration import validate_execution_date
+from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out
 
 EXEC_FIELDS = ["poke_interval", "timeout", "execution_timeout", "retries", "retry_delay", "soft_fail",
                "exponential_backoff", "max_wait"]
@@ -255,9 +255,9 @@ ID_TEXT = st.one_of(st.text(max_size=20), st.text(alphabet=st.characters(), max_
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(dag_id=st.one_of(ID_TEXT, st.lists(st.text(max_size=3), max_size=2), st.integers()), task_id=ID_TEXT)
 def test_ids_are_stored_exactly_or_refused_naming_the_field(tmp_path_factory: Any, dag_id: Any, task_id: Any) -> None:
-    from smartsensor import queries
-    from smartsensor.db import init_db, make_engine
-    from smartsensor.registration import register
+    from smartsensor.adapters.sql import tasks as task_sql
+    from smartsensor.adapters.sql.engine import init_db, make_engine
+    from smartsensor.service.registration import register
     home = tmp_path_factory.mktemp("ids")
     cfg = make_cfg(home, f"sqlite:///{home}/m.db")
     engine = make_engine(cfg.sql_alchemy_conn)
@@ -269,7 +269,7 @@ def test_ids_are_stored_exactly_or_refused_naming_the_field(tmp_path_factory: An
         engine.dispose()
         return
     with engine.connect() as conn:
-        rows = queries.list_tasks(conn)
+        rows = task_sql.list_tasks(conn)
     engine.dispose()
     assert [(r["dag_id"], r["task_id"]) for r in rows] == [(dag_id, task_id)]
 
@@ -304,7 +304,7 @@ def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_
     except SensorDefinitionError as exc:
         assert "'key'" in str(exc)
         return
-    from sensors.templating import has_template
+    from smartsensor.sensors.templating import has_template
     if not has_template(value):  # strings holding {{ / {% / {# are rendered as templates, by design
         assert _json.loads(row["attr_dict"]) == {"key": _json.loads(_json.dumps(value))}
 
@@ -334,5 +334,5 @@ def test_execution_dates_in_range_or_refused_clearly(when: datetime) -> None:
     except SensorDefinitionError as exc:
         assert "execution date" in str(exc)
         return
-    from sensors.templating import template_context
+    from smartsensor.sensors.templating import template_context
     template_context(when)  # prev/next days and formats never overflow

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from schema.models import State
-from sensors import SuccessFileSensor
-from smartsensor import queries
-from smartsensor.leases import LeaseManager
-from smartsensor.registration import register
-from smartsensor.worker import ShardWorker
+from smartsensor.domain.states import State
+from smartsensor.sensors import SuccessFileSensor
+from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
+from smartsensor.service.leases import LeaseManager
+from smartsensor.service.registration import register
+from smartsensor.service.round import ShardWorker
 from tests.conftest import make_cfg, postgres_only
 
 DAY = datetime(2026, 11, 22)
@@ -27,11 +27,11 @@ def cfg(tmp_path, db_url):
 
 def owners(engine: Any) -> dict[int, str | None]:
     with engine.connect() as conn:
-        return {r["shard_min"]: r["owner"] for r in queries.load_leases(conn)}
+        return {r["shard_min"]: r["owner"] for r in lease_sql.load_leases(conn)}
 
 
 def test_simultaneous_start_never_two_owners_and_converges(engine, cfg) -> None:
-    from smartsensor.db import make_engine
+    from smartsensor.adapters.sql.engine import make_engine
     managers = [LeaseManager(make_engine(cfg.sql_alchemy_conn), cfg, f"w{i}") for i in range(4)]
     barrier = threading.Barrier(len(managers))
     errors: list[BaseException] = []
@@ -103,7 +103,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
         if result.loaded:
             assert result.fenced_out
     with engine.connect() as conn:
-        assert {r["state"] for r in queries.list_tasks(conn)} == {State.SMART_PENDING}
+        assert {r["state"] for r in task_sql.list_tasks(conn)} == {State.SMART_PENDING}
     # "a"'s next heartbeat reports every range lost; it renews nothing
     assert sorted(a.heartbeat(now=later)["lost"]) == sorted(old)
     assert a.owned == {}
@@ -141,7 +141,7 @@ def _beat_in_thread(manager: LeaseManager, now: datetime, timeout: float) -> dic
 def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg, db_url) -> None:
     """A worker stopped between renewing (row locks taken) and COMMIT: the survivor's heartbeat never
     blocks, and once the server ends the paused session the ranges are taken over."""
-    from smartsensor.db import make_engine
+    from smartsensor.adapters.sql.engine import make_engine
     paused_engine = make_engine(cfg.sql_alchemy_conn, idle_in_transaction_timeout=1.0)
     t0 = datetime.utcnow()
     a = LeaseManager(paused_engine, cfg, "a")
@@ -149,7 +149,7 @@ def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg,
     paused = paused_engine.connect()
     try:
         paused.begin()
-        assert queries.renew_leases(paused, "a", t0, t0 + timedelta(seconds=3)) == 5  # ... and "a" stops here
+        assert lease_sql.renew_leases(paused, "a", t0, t0 + timedelta(seconds=3)) == 5  # ... and "a" stops here
         b = LeaseManager(engine, cfg, "b")
         later = t0 + timedelta(seconds=4)
         assert _beat_in_thread(b, later, timeout=5)["claimed"] == []  # locked rows are skipped, not waited on
@@ -170,17 +170,17 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
     register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(tmp_path / f"f{i}"), poke_interval=1))
                       for i in range(10)], DAY, cfg)
     with engine.connect() as conn:
-        shard = queries.list_tasks(conn)[0]["shardcode"]
+        shard = task_sql.list_tasks(conn)[0]["shardcode"]
     t0 = datetime.utcnow()
     a = LeaseManager(engine, cfg, "a")
     a.heartbeat(now=t0)
     lease = next(l for l in a.owned.values() if l.shard_min <= shard < l.shard_max)
-    from smartsensor.db import make_engine
+    from smartsensor.adapters.sql.engine import make_engine
     a_engine = make_engine(cfg.sql_alchemy_conn)  # no idle timeout: "a" resumes on its own
     a_conn = a_engine.connect()
     try:
         a_conn.begin()
-        marked = queries.mark_hashes(a_conn, [r.hashcode for r in queries.load_waiting(a_conn, lease.shard_min,
+        marked = task_sql.mark_hashes(a_conn, [r.hashcode for r in task_sql.load_waiting(a_conn, lease.shard_min,
                                                                                         lease.shard_max)],
                                      lease.shard_min, lease.shard_max, State.SUCCESS, t0, fence=lease.fence)
         assert marked >= 1  # passed the fence ... and "a" pauses past its lease's expiry
@@ -209,12 +209,12 @@ def test_changed_shard_ranges_reshape_free_lease_rows(engine, cfg, tmp_path, db_
     # old and new both serve 5000-10000 until "old" stops (state guards keep each task marked once)
     assert new.heartbeat(now=t0 + timedelta(seconds=1))["claimed"] == [5000]
     with engine.connect() as conn:
-        assert [(r["shard_min"], r["shard_max"]) for r in queries.load_leases(conn)][:2] == [(0, 2000), (2000, 4000)]
+        assert [(r["shard_min"], r["shard_max"]) for r in lease_sql.load_leases(conn)][:2] == [(0, 2000), (2000, 4000)]
     epoch0 = old.owned[0].epoch
     old.release_all()  # the old-config worker stops
     assert new.heartbeat(now=t0 + timedelta(seconds=2))["claimed"] == [0]
     with engine.connect() as conn:
-        rows = queries.load_leases(conn)
+        rows = lease_sql.load_leases(conn)
     assert [(r["shard_min"], r["shard_max"], r["owner"]) for r in rows] == [(0, 5000, "new"), (5000, 10000, "new")]
     assert rows[0]["epoch"] > epoch0  # a fence taken under the old shape never passes again
     assert new.owned[0].shard_max == 5000

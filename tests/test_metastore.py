@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from smartsensor import metastore
+from smartsensor.adapters import metastore
 from smartsensor.config import Config
 from tests.conftest import make_cfg
 
@@ -32,7 +32,7 @@ WRITER = r"""
 import json, sys, time
 from pathlib import Path
 from smartsensor.config import load_config
-from smartsensor.spark import get_spark
+from smartsensor.adapters.spark import get_spark
 db, reader_done = sys.argv[1], Path(sys.argv[2])
 spark = get_spark(load_config())
 spark.sql(f"CREATE DATABASE {db}")
@@ -50,7 +50,7 @@ READER = r"""
 import json, sys, time
 from pathlib import Path
 from smartsensor.config import load_config
-from smartsensor.spark import get_spark
+from smartsensor.adapters.spark import get_spark
 db, reader_done = sys.argv[1], Path(sys.argv[2])
 try:
     spark = get_spark(load_config())
@@ -69,7 +69,7 @@ print(json.dumps({"partitions": parts}), flush=True)
 CHECKER = r"""
 import json, sys
 from smartsensor.config import load_config
-from smartsensor.spark import get_spark
+from smartsensor.adapters.spark import get_spark
 table = sys.argv[1]
 spark = get_spark(load_config())
 parts = sorted(r.partition for r in spark.sql(f"SHOW PARTITIONS {table}").collect())

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sensors import NamedHivePartitionSensor
-from smartsensor import metastore, queries
-from smartsensor.db import init_db, make_engine
-from smartsensor.metastore import free_port
-from smartsensor.registration import register
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters import metastore
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.metastore import free_port
+from smartsensor.service.registration import register
 from tests.conftest import make_cfg
 from tests.proc_helpers import CliProcess, cli_env
 
@@ -46,7 +47,7 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         with engine.connect() as conn:
-            assert {r["state"] for r in queries.list_tasks(conn)} == {"smart_running"}
+            assert {r["state"] for r in task_sql.list_tasks(conn)} == {"smart_running"}
         metastore.start(cfg, die_with_parent=True)
         land = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", "demo.t", "--ds",
                                "2026-11-22", "--hours", "0-0", "--every", "0", "--rows", "1", "--no-success-file"],
@@ -58,5 +59,5 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
             worker.stop()
         metastore.stop(cfg)
     with engine.connect() as conn:
-        assert {r["state"] for r in queries.list_tasks(conn)} == {"success"}
+        assert {r["state"] for r in task_sql.list_tasks(conn)} == {"success"}
     engine.dispose()

@@ -15,10 +15,13 @@ def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> N
                     str(tmp_path), str(ROOT)], check=True, timeout=300)
     wheel = next(tmp_path.glob("smartsensor-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "schema/migrations/env.py" in names
-    assert "schema/migrations/script.py.mako" in names
-    assert any(n.startswith("schema/migrations/versions/0001_") for n in names)
-    assert "sensors/hive.py" in names and "smartsensor/cli.py" in names
+    assert "smartsensor/schema/migrations/env.py" in names
+    assert "smartsensor/schema/migrations/script.py.mako" in names
+    assert any(n.startswith("smartsensor/schema/migrations/versions/0001_") for n in names)
+    assert "smartsensor/sensors/hive.py" in names and "smartsensor/cli/__init__.py" in names
+    # one namespace: nothing installs as a top-level `sensors` or `schema` that could clash with another distribution
+    top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top_level == {"smartsensor"}, top_level
     assert "smartsensor/log4j2.properties" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "smartsensor = smartsensor.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from schema.models import State
-from sensors import BaseSensor, HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, smart_eligible
-from smartsensor import queries
-from smartsensor.registration import build_row, register
+from smartsensor.domain.states import State
+from smartsensor.sensors import BaseSensor, HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, smart_eligible
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.service.registration import build_row, register
 from tests.conftest import make_cfg
 
 DAY = datetime(2026, 11, 22)
@@ -88,7 +88,7 @@ def test_row_contents(tmp_path) -> None:
     assert exec_dict["poke_interval"] == 30 and exec_dict["timeout"] == 600 and exec_dict["retries"] == 2
     assert exec_dict["soft_fail"] is True
     assert row["max_tries"] == 2 and row["try_number"] == 1
-    assert row["classpath"] == "sensors.hive.HivePartitionSensor"
+    assert row["classpath"] == "smartsensor.sensors.hive.HivePartitionSensor"
     assert 0 <= row["shardcode"] < 10000
 
 
@@ -148,16 +148,16 @@ def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
     first = register(engine, sensors, DAY, cfg)
     assert [r.created for r in first] == [True, True]
     with engine.begin() as conn:
-        queries.set_state(conn, ("d1", "a", DAY), State.SUCCESS)
+        task_sql.set_state(conn, ("d1", "a", DAY), State.SUCCESS)
     again = register(engine, sensors, DAY, cfg)
     assert [r.created for r in again] == [False, False]
     assert again[0].state == State.SUCCESS
     with engine.connect() as conn:
-        assert len(queries.list_tasks(conn)) == 2
+        assert len(task_sql.list_tasks(conn)) == 2
     cleared = register(engine, sensors, DAY, cfg, clear=True)
     assert cleared[0].state == State.SMART_PENDING
     with engine.connect() as conn:
-        row = queries.get_task(conn, "d1", "a", DAY)
+        row = task_sql.get_task(conn, "d1", "a", DAY)
     assert row is not None and row["state"] == State.SMART_PENDING and row["end_date"] is None
 
 

@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text, update
 
-from schema.models import State, TaskInstance
-from sensors import SensorDefinitionError, SuccessFileSensor, TransientCheckError
-from smartsensor import queries
-from smartsensor.classic import run_task
-from smartsensor.db import DatabaseUrlError, init_db, make_engine, normalize_url
-from smartsensor.registration import register
-from smartsensor.scheduler import requeue_retries
-from smartsensor.status import collect_status
-from smartsensor.worker import ShardWorker
+from smartsensor.domain.states import State
+from smartsensor.schema.models import TaskInstance
+from smartsensor.sensors import SensorDefinitionError, SuccessFileSensor, TransientCheckError
+from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
+from smartsensor.service.classic import run_task
+from smartsensor.adapters.sql.engine import DatabaseUrlError, init_db, make_engine, normalize_url
+from smartsensor.service.registration import register
+from smartsensor.service.scheduler import requeue_retries
+from smartsensor.service.status import collect_status
+from smartsensor.service.round import ShardWorker
 from tests.conftest import PG_URL, make_cfg, postgres_only
 from tests.proc_helpers import cli_env
 
@@ -32,7 +33,7 @@ TI = TaskInstance.__table__
 
 def states(engine: Any) -> dict[str, tuple[str, str | None]]:
     with engine.connect() as conn:
-        return {r["dag_id"]: (r["state"], r["error"]) for r in queries.list_tasks(conn)}
+        return {r["dag_id"]: (r["state"], r["error"]) for r in task_sql.list_tasks(conn)}
 
 
 def set_exec(engine: Any, dag_id: str, **values: Any) -> None:
@@ -279,8 +280,8 @@ def test_status_after_worker_once_shows_its_round(tmp_path: Path, dag_file: Path
 
 
 def test_worker_once_fenced_out_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
-    from smartsensor.cli import EXIT_NOTHING_WRITTEN, _report_once
-    from smartsensor.worker import RoundResult
+    from smartsensor.cli.workers import EXIT_NOTHING_WRITTEN, _report_once
+    from smartsensor.service.round import RoundResult
     with pytest.raises(SystemExit) as info:
         _report_once([RoundResult(0, 10, fenced_out=True)])
     assert info.value.code == EXIT_NOTHING_WRITTEN and "lost its lease" in capsys.readouterr().err
@@ -290,8 +291,8 @@ def test_worker_once_fenced_out_is_reported(capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.spark
 def test_waiting_on_a_missing_table_logs_nothing(spark, hive_db: str, capfd: pytest.CaptureFixture[str]) -> None:
-    from sensors.batch import BatchChecker
-    from sensors.checks import PartitionCheck
+    from smartsensor.sensors.batch import BatchChecker
+    from smartsensor.sensors.checks import PartitionCheck
     checker = BatchChecker(spark)
     check = PartitionCheck(hive_db, "not_there_yet", (("ds", "2026-11-22"),), exact=True)
     capfd.readouterr()
@@ -342,7 +343,7 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
 def test_a_hanging_poke_is_bounded_and_not_piled_up() -> None:
     import threading
     import time
-    from smartsensor.bounded_poke import BoundedPoker
+    from smartsensor.service.bounded_poke import BoundedPoker
     release = threading.Event()
     calls = []
 
@@ -411,7 +412,7 @@ def test_worker_warns_about_enabled_classes_nobody_defines(tmp_path: Path) -> No
 
 
 def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
-    from smartsensor.worker import RoundResult
+    from smartsensor.service.round import RoundResult
     worker = ShardWorker(engine, cfg, 0, 10000, spark_provider=lambda: pytest.fail("unused"))
     worker.record(RoundResult(0, 10000, transient_errors=3, transient_example="Spark unavailable: Java not found"))
     problems = collect_status(engine, cfg)["problems"]
@@ -473,7 +474,7 @@ def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(t
 
         def owners() -> set[Any]:
             with engine.connect() as conn:
-                return {r["owner"] for r in queries.load_leases(conn)}
+                return {r["owner"] for r in lease_sql.load_leases(conn)}
         wait_until(lambda: bool(owners() - {None}), timeout=120)  # the worker holds leases
         os.kill(sup.proc.pid, signal.SIGKILL)
 

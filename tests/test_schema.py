@@ -6,8 +6,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from schema.models import Base
-from smartsensor.db import current_revision, init_db, make_engine
+from smartsensor.schema.models import Base
+from smartsensor.adapters.sql.engine import current_revision, init_db, make_engine
 from tests.conftest import postgres_only
 
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sensors import (HivePartitionSensor, NamedHivePartitionSensor, PartitionCheck, PermanentCheckError,
+from smartsensor.sensors import (HivePartitionSensor, NamedHivePartitionSensor, PartitionCheck, PermanentCheckError,
                      SensorDefinitionError, SuccessFileSensor)
-from sensors.batch import BatchChecker, classify_error, parse_listing_row
-from sensors.partitions import escape_partition_value, unescape_partition_value
+from smartsensor.sensors.batch import BatchChecker, classify_error, parse_listing_row
+from smartsensor.sensors.partitions import escape_partition_value, unescape_partition_value
 from tests.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark

@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from sqlalchemy import event, update
 
-from schema.models import State, TaskInstance
-from sensors import HivePartitionSensor, NamedHivePartitionSensor
-from smartsensor import queries
-from smartsensor.db import init_db, make_engine
-from smartsensor.registration import register
-from smartsensor.scheduler import requeue_retries
-from smartsensor.worker import ShardWorker
+from smartsensor.domain.states import State
+from smartsensor.schema.models import TaskInstance
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.service.registration import register
+from smartsensor.service.scheduler import requeue_retries
+from smartsensor.service.round import ShardWorker
 from tests import custom_sensors
 from tests.conftest import make_cfg
 from tests.hive_helpers import create_table, land
@@ -48,7 +49,7 @@ def make_worker(engine: Any, cfg: Any, spark: Any, clock: Clock, lo: int = 0, hi
 
 def states(engine: Any) -> dict[tuple[str, str], str]:
     with engine.connect() as conn:
-        return {(r["dag_id"], r["task_id"]): r["state"] for r in queries.list_tasks(conn)}
+        return {(r["dag_id"], r["task_id"]): r["state"] for r in task_sql.list_tasks(conn)}
 
 
 def named(task_id: str, name: str, **kw: Any) -> NamedHivePartitionSensor:
@@ -110,14 +111,14 @@ def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) ->
     assert requeue_retries(engine, cfg, now=clock.now + timedelta(seconds=1)) == {}  # retry_delay not passed
     assert requeue_retries(engine, cfg, now=clock.now + timedelta(seconds=5)) == {"smart_pending": 1}
     with engine.connect() as conn:
-        row = queries.get_task(conn, "d", "w", DAY)
+        row = task_sql.get_task(conn, "d", "w", DAY)
     assert row["state"] == "smart_pending" and row["try_number"] == 2 and row["start_date"] is None
     clock.advance(10)
     w.run_round()  # second try starts now
     clock.advance(30)
     assert w.run_round().marked == {"failed": 1}
     with engine.connect() as conn:
-        assert queries.get_task(conn, "d", "w", DAY)["error"] == "timed out waiting"
+        assert task_sql.get_task(conn, "d", "w", DAY)["error"] == "timed out waiting"
 
 
 def test_soft_fail_skips_and_execution_timeout_wins(engine, cfg, spark, hive_db, clock) -> None:
@@ -192,7 +193,7 @@ def test_overlapping_workers_never_double_mark_or_resurrect(engine, cfg, spark, 
     [t.join() for t in threads]
     assert sum(r.marked.get("success", 0) for r in results) == 50
     with engine.begin() as conn:  # a user clears one task by hand afterwards
-        queries.set_state(conn, ("d0", "w", DAY), State.SCHEDULED)
+        task_sql.set_state(conn, ("d0", "w", DAY), State.SCHEDULED)
     clock.advance(120)
     assert a.run_round().marked == {} and b.run_round().marked == {}
     assert states(engine)[("d0", "w")] == "scheduled"
@@ -202,7 +203,7 @@ def test_overlapping_workers_never_double_mark_or_resurrect(engine, cfg, spark, 
 def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) -> None:
     """Worker A loads try 1 as timed out; before it writes, B ends try 1, the scheduler re-queues it and B
     starts try 2, and a user resets another task by hand. A's late write must leave both newer tries alone."""
-    from smartsensor.worker import poke_plans
+    from smartsensor.service.round import poke_plans
     create_table(spark, hive_db, "t")
     register(engine, [("d", named("r", f"{hive_db}.t/ds=never/hr=00", timeout=30, retries=1, retry_delay=0)),
                       ("d", named("m", f"{hive_db}.t/ds=never/hr=01", timeout=30))], DAY, cfg)
@@ -215,13 +216,13 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
     assert b.run_round().marked == {"up_for_retry": 1, "failed": 1}  # ... but B ends them first
     assert requeue_retries(engine, cfg, now=clock.now) == {"smart_pending": 1}
     with engine.begin() as conn:
-        queries.set_state(conn, ("d", "m", DAY), State.SMART_PENDING)  # a user gives m a fresh try
+        task_sql.set_state(conn, ("d", "m", DAY), State.SMART_PENDING)  # a user gives m a fresh try
     clock.advance(1)
     assert b.run_round().started == 2  # try 2 of r and the fresh try of m start
     assert a.finish_round(plan).marked == {}
     assert states(engine) == {("d", "r"): "smart_running", ("d", "m"): "smart_running"}
     with engine.connect() as conn:
-        assert queries.get_task(conn, "d", "r", DAY)["try_number"] == 2
+        assert task_sql.get_task(conn, "d", "r", DAY)["try_number"] == 2
     engine2.dispose()
 
 
@@ -231,8 +232,8 @@ def test_manual_override_wins(engine, cfg, spark, hive_db, clock) -> None:
     w = make_worker(engine, cfg, spark, clock)
     w.run_round()
     with engine.begin() as conn:
-        queries.set_state(conn, ("d", "t0", DAY), State.FAILED)
-        queries.set_state(conn, ("d", "t1", DAY), State.SUCCESS)
+        task_sql.set_state(conn, ("d", "t0", DAY), State.FAILED)
+        task_sql.set_state(conn, ("d", "t1", DAY), State.SUCCESS)
     land(spark, hive_db, "t", ds="1", hr="00")
     clock.advance(60)
     assert w.run_round().marked == {"success": 1}
@@ -244,7 +245,7 @@ def test_forced_hash_collision_never_marks_the_other_check(engine, cfg, spark, h
     register(engine, [("d", named("a", f"{hive_db}.t/ds=1/hr=00")), ("d", named("a2", f"{hive_db}.t/ds=1/hr=00")),
                       ("d", named("b", f"{hive_db}.t/ds=2/hr=00"))], DAY, cfg)
     with engine.begin() as conn:
-        row_a = queries.get_task(conn, "d", "a", DAY)
+        row_a = task_sql.get_task(conn, "d", "a", DAY)
         conn.execute(update(TaskInstance).where(TaskInstance.task_id == "b").values(
             hashcode=row_a["hashcode"], shardcode=row_a["shardcode"]))
     land(spark, hive_db, "t", ds="1", hr="00")
@@ -261,7 +262,7 @@ def test_permanent_error_fails_with_message(engine, cfg, spark, hive_db, clock) 
     r = make_worker(engine, cfg, spark, clock).run_round()
     assert r.marked == {"failed": 1} and r.permanent_errors == 1
     with engine.connect() as conn:
-        assert "not partitioned" in queries.get_task(conn, "d", "p", DAY)["error"]
+        assert "not partitioned" in task_sql.get_task(conn, "d", "p", DAY)["error"]
 
 
 def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock, tmp_path) -> None:
@@ -280,7 +281,7 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
     assert r.marked == {"failed": 1}
     assert not marker.exists()
     with engine.connect() as conn:
-        assert "not a known smart-eligible sensor class" in queries.get_task(conn, "d", "x", DAY)["error"]
+        assert "not a known smart-eligible sensor class" in task_sql.get_task(conn, "d", "x", DAY)["error"]
 
 
 def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock) -> None:
@@ -305,7 +306,7 @@ def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
     import os
     import subprocess
     import sys
-    from sensors import SuccessFileSensor
+    from smartsensor.sensors import SuccessFileSensor
     cfg = make_cfg(tmp_path / "home", db_url)
     engine = make_engine(cfg.sql_alchemy_conn)
     init_db(engine)
@@ -325,7 +326,7 @@ def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
 
 
 def test_leased_worker_lists_each_table_once_for_all_its_ranges(engine, cfg, spark, hive_db, clock) -> None:
-    from smartsensor.worker_loop import LeasedWorker
+    from smartsensor.service.runner import LeasedWorker
     create_table(spark, hive_db, "t")
     register(engine, [(f"d{i}", named("w", f"{hive_db}.t/ds={i}/hr=00")) for i in range(40)], DAY, cfg)
     runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)

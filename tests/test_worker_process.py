@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from sensors import SuccessFileSensor
-from smartsensor import queries
-from smartsensor.db import init_db, make_engine
-from smartsensor.metastore import free_port
-from smartsensor.registration import register
+from smartsensor.sensors import SuccessFileSensor
+from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.metastore import free_port
+from smartsensor.service.registration import register
 from tests.conftest import make_cfg
 from tests.proc_helpers import CliProcess, cli_env
 
@@ -60,10 +60,10 @@ def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) 
     finally:
         assert second.stop() == 0  # SIGTERM: clean stop
     with engine.connect() as conn:
-        rows = queries.list_tasks(conn)
+        rows = task_sql.list_tasks(conn)
         assert len(rows) == 20 and {r["state"] for r in rows} == {"success"}
         # the clean stop removed its status row; the killed worker's row stays (status shows its age)
-        assert [w["pid"] for w in queries.worker_rounds(conn)] == [first.proc.pid]
+        assert [w["pid"] for w in status_sql.worker_rounds(conn)] == [first.proc.pid]
     engine.dispose()
 
 
@@ -151,5 +151,5 @@ def test_worker_whose_spark_jvm_died_is_restarted_and_loses_nothing(tmp_path: Pa
     finally:
         assert sup.stop() == 0
     with engine.connect() as conn:
-        assert [r["state"] for r in queries.list_tasks(conn)] == ["success"]
+        assert [r["state"] for r in task_sql.list_tasks(conn)] == ["success"]
     engine.dispose()

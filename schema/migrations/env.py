@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from schema.models import Base
+from smartsensor.schema.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -1,6 +1,6 @@
 """Ads attribution: joins events and clicks per hour; each task waits for both (72 sensor tasks)."""
 
-from sensors import NamedHivePartitionSensor
+from smartsensor.sensors import NamedHivePartitionSensor
 
 MODELS = ["last_click", "first_click", "linear", "time_decay", "position", "data_driven"]
 

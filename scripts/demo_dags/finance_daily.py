@@ -2,7 +2,7 @@
 
 import os
 
-from sensors import HivePartitionSensor, SuccessFileSensor
+from smartsensor.sensors import HivePartitionSensor, SuccessFileSensor
 
 WAREHOUSE = os.environ.get("SMARTSENSOR_DEMO_WAREHOUSE", "/tmp/smartsensor-demo/warehouse")
 

@@ -4,7 +4,7 @@
 - ClassicEventsSensor is not marked @smart_eligible, so its tasks run the classic way (`run-task`).
 """
 
-from sensors import HivePartitionSensor, NamedHivePartitionSensor
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 
 
 class ClassicEventsSensor(NamedHivePartitionSensor):

@@ -1,6 +1,6 @@
 """Marketing: eight hourly reports, each waiting for its hour of demo.events (96 sensor tasks)."""
 
-from sensors import NamedHivePartitionSensor
+from smartsensor.sensors import NamedHivePartitionSensor
 
 REPORTS = ["traffic", "funnel", "retention", "cohorts", "campaigns", "geo", "devices", "referrers"]
 

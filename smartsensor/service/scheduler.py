@@ -14,28 +14,15 @@ from typing import Any, Callable
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from schema.models import State
-from sensors.base import resolve_smart_class
-from sensors.errors import SensorModuleUnavailable, UnknownSensorClass, first_line
-from smartsensor import queries
+from smartsensor.domain.states import State
+from smartsensor.sensors.errors import first_line
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.keys import TaskKey
 from smartsensor.config import Config
-from smartsensor.registration import class_route
-from smartsensor.timing import BadExecSettings, parse_exec, retry_or
+from smartsensor.domain.routing import smart_route_for
+from smartsensor.domain.timing import BadExecSettings, parse_exec, retry_or
 
 log = logging.getLogger(__name__)
-
-
-def smart_route_for(classpath: str, cfg: Config) -> str:
-    """smart_pending if the class may still run in the shard workers, else scheduled."""
-    if not cfg.use_smart_sensor:
-        return State.SCHEDULED
-    try:
-        cls = resolve_smart_class(classpath, cfg.sensors_enabled, cfg.sensor_modules)
-    except SensorModuleUnavailable:  # a deploy skew on this host, not a reason to change the task's route
-        return State.SMART_PENDING
-    except UnknownSensorClass:
-        return State.SCHEDULED
-    return class_route(cls, cfg)[0]
 
 
 def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
@@ -47,7 +34,7 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
     now = now or datetime.utcnow()
     counts: dict[str, int] = {}
     with engine.begin() as conn:
-        for row in queries.load_up_for_retry(conn):
+        for row in task_sql.load_up_for_retry(conn):
             key = (row["dag_id"], row["task_id"], row["execution_date"])
             try:
                 delay = parse_exec(row["exec_dict"]).retry_delay
@@ -59,14 +46,14 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
             if not due:
                 continue
             state = smart_route_for(row["classpath"], cfg)
-            if queries.requeue_retry(conn, key, row["try_number"], state, now):
+            if task_sql.requeue_retry(conn, key, row["try_number"], state, now):
                 counts[state] = counts.get(state, 0) + 1
     return counts
 
 
-def _fail_bad_row(conn: Any, key: queries.TaskKey, try_number: int, from_state: str, error: str, now: datetime) -> None:
+def _fail_bad_row(conn: Any, key: TaskKey, try_number: int, from_state: str, error: str, now: datetime) -> None:
     log.warning("%s.%s %s: %s (failed alone)", key[0], key[1], key[2], error)
-    queries.set_state(conn, key, State.FAILED, from_states=[from_state], now=now, error=error, try_number=try_number)
+    task_sql.set_state(conn, key, State.FAILED, from_states=[from_state], now=now, error=error, try_number=try_number)
 
 
 def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
@@ -79,7 +66,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     threshold = cfg.get("scheduler", "zombie_threshold")
     counts: dict[str, int] = {}
     with engine.begin() as conn:
-        for row in queries.load_zombies(conn, now - timedelta(seconds=threshold)):
+        for row in task_sql.load_zombies(conn, now - timedelta(seconds=threshold)):
             key = (row["dag_id"], row["task_id"], row["execution_date"])
             try:
                 retries = parse_exec(row["exec_dict"]).retries
@@ -88,7 +75,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
             state = retry_or(row["try_number"], retries, State.FAILED)  # a dead run is no timeout: no soft_fail
             error = (f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
                      f"(no sign of life for {threshold:g} s): its process died or was killed")
-            if queries.end_zombie(conn, key, row["updated_at"], state, now, error):
+            if task_sql.end_zombie(conn, key, row["updated_at"], state, now, error):
                 log.warning("%s.%s: %s -> %s", key[0], key[1], error, state)
                 counts[state] = counts.get(state, 0) + 1
     return counts
@@ -119,10 +106,10 @@ class Scheduler:
             return 0
         started = 0
         with self.engine.connect() as conn:
-            keys = queries.keys_in_state(conn, State.SCHEDULED, limit=free)
+            keys = task_sql.keys_in_state(conn, State.SCHEDULED, limit=free)
         for key in keys:
             with self.engine.begin() as conn:
-                if not queries.claim_scheduled(conn, key, datetime.utcnow(), "scheduler"):
+                if not task_sql.claim_scheduled(conn, key, datetime.utcnow(), "scheduler"):
                     continue
             cmd = [sys.executable, "-m", "smartsensor.cli", *self.cli_args, "run-task", key[0], key[1],
                    key[2].strftime("%Y-%m-%dT%H:%M:%S"), "--claimed"]
@@ -131,7 +118,7 @@ class Scheduler:
                 started += 1
             except OSError as exc:
                 with self.engine.begin() as conn:
-                    queries.set_state(conn, key, State.FAILED, from_states=[State.RUNNING],
+                    task_sql.set_state(conn, key, State.FAILED, from_states=[State.RUNNING],
                                       error=f"could not start run-task: {exc}")
         return started
 

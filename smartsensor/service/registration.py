@@ -13,12 +13,13 @@ from typing import Any, Iterable
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from schema.models import State
-from sensors.base import BUILTIN_MODULES, BaseSensor, classpath_of, is_smart_eligible, validate_id
-from sensors.errors import SensorDefinitionError
-from smartsensor import queries
+from smartsensor.domain.states import State
+from smartsensor.sensors.base import BaseSensor, classpath_of, validate_id
+from smartsensor.sensors.errors import SensorDefinitionError
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.hashing import canonical_json, check_hashcode, shardcode_for
+from smartsensor.domain.routing import class_route
+from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
 
 log = logging.getLogger(__name__)
 
@@ -78,28 +79,6 @@ def serialise(sensor: BaseSensor) -> tuple[str, str]:
         if isinstance(value, float) and math.isinf(value):
             raise SensorDefinitionError(f"{owner}: field {field!r} must be finite")
     return canonical_json(persist), canonical_json(exec_values)
-
-
-def worker_can_load(cls: type, cfg: Config) -> bool:
-    """True if shard workers can find this class without importing a DAG file."""
-    module = cls.__module__
-    return module in BUILTIN_MODULES or module in cfg.sensor_modules
-
-
-def class_route(cls: type, cfg: Config) -> tuple[str, str]:
-    """The routing rule for a class (registration and retries): (smart_pending, "smart") only if smart
-    sensors are on, the class is marked @smart_eligible in code, enabled in config and loadable by
-    workers; otherwise (scheduled, why)."""
-    if not cfg.use_smart_sensor:
-        return State.SCHEDULED, "use_smart_sensor is off"
-    if not is_smart_eligible(cls):
-        return State.SCHEDULED, f"{cls.__name__} is not marked @smart_eligible"
-    if cls.__name__ not in cfg.sensors_enabled:
-        return State.SCHEDULED, f"{cls.__name__} is not in [smart_sensor] sensors_enabled"
-    if not worker_can_load(cls, cfg):
-        return State.SCHEDULED, (f"module {cls.__module__} of {cls.__name__} is not in "
-                                 f"[smart_sensor] sensor_modules")
-    return State.SMART_PENDING, "smart"
 
 
 def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
@@ -166,14 +145,14 @@ def _register_rows(engine: Engine, built: list[tuple[dict[str, Any], str]], exec
                    clear: bool) -> list[Registered]:
     out: list[Registered] = []
     with engine.begin() as conn:
-        existing = queries.existing_states(conn, execution_date, {row["dag_id"] for row, _ in built})
-        queries.insert_tasks_bulk(conn, [row for row, _ in built if (row["dag_id"], row["task_id"]) not in existing])
+        existing = task_sql.existing_states(conn, execution_date, {row["dag_id"] for row, _ in built})
+        task_sql.insert_tasks_bulk(conn, [row for row, _ in built if (row["dag_id"], row["task_id"]) not in existing])
         for row, reason in built:
             key = (row["dag_id"], row["task_id"])
             state, created = row["state"], key not in existing
             if not created:
                 if clear:
-                    queries.reset_task(conn, row)
+                    task_sql.reset_task(conn, row)
                     reason = f"cleared; {reason}"
                 else:
                     state, reason = existing[key], "already registered"

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-import schema
+from smartsensor import schema
 
 MIGRATIONS_DIR = Path(schema.__file__).resolve().parent / "migrations"
 

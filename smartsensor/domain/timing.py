@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from schema.models import State
-from sensors import exec_fields
-from sensors.errors import SensorDefinitionError
+from smartsensor.domain.states import State
+from smartsensor.sensors import exec_fields
+from smartsensor.sensors.errors import SensorDefinitionError
 
 DEFAULT_MAX_WAIT = 3600.0
 
@@ -53,7 +53,7 @@ class BadExecSettings(SensorDefinitionError):
 def parse_exec(exec_dict: str | None) -> ExecSettings:
     """ExecSettings from exec_dict JSON; unknown keys are ignored, missing ones take defaults.
 
-    Every known value is checked against the same bounds as at registration (sensors.exec_fields),
+    Every known value is checked against the same bounds as at registration (smartsensor.sensors.exec_fields),
     so a row written by hand or by an older version cannot overflow a date or a timer later;
     it raises BadExecSettings naming the field instead.
     """

@@ -1,35 +1,27 @@
-"""Every query smartsensor sends to the metadata database, by name. The one storage seam.
+"""Task-instance queries, by name: registration, the shard round, retries and classic runs.
 
 State changes are guarded, idempotent updates (``... WHERE state IN (...)``): a second worker, a
 retried round or a user's manual change is never overwritten. Each function documents how many
-statements it sends; callers count them through ``smartsensor.db.statement_count``.
+statements it sends; callers count them through ``smartsensor.adapters.sql.engine.statement_count``.
+Lease, signal and status queries live next to this module (``leases``, ``signals``, ``status``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Connection, delete, exists, func, insert, or_, select, text, tuple_, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, exists, func, insert, or_, select, tuple_, update
 
-from schema.models import PartitionSignal, ShardLease, State, TaskInstance, Worker, WorkerRound
+from smartsensor.domain.keys import Fence, TaskKey, TryKey, WaitingTask
+from smartsensor.domain.states import State
+from smartsensor.schema.models import ShardLease, TaskInstance
 
 TI = TaskInstance.__table__
-WR = WorkerRound.__table__
 SL = ShardLease.__table__
-WK = Worker.__table__
-SG = PartitionSignal.__table__
 
-
-@dataclass(frozen=True)
-class Fence:
-    """A lease a worker writes under: its writes apply only while it still owns this epoch."""
-
-    shard_min: int
-    owner: str
-    epoch: int
+# Stay far below SQLite's bound-parameter limit (32766) and keep Postgres plans cheap.
+IN_CHUNK = 5000
 
 
 def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
@@ -47,47 +39,11 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
         SL.c.shard_min == fence.shard_min, SL.c.owner == fence.owner, SL.c.epoch == fence.epoch,
         SL.c.expires_at > now).with_for_update(read=True)))
 
-# Stay far below SQLite's bound-parameter limit (32766) and keep Postgres plans cheap.
-IN_CHUNK = 5000
-
-TaskKey = tuple[str, str, datetime]
-TryKey = tuple[str, str, datetime, int, datetime]  # a task key plus the try it is in: try_number, start_date
-
-
-@dataclass(frozen=True)
-class WaitingTask:
-    """A task instance a shard worker is responsible for, as loaded at the start of a round."""
-
-    dag_id: str
-    task_id: str
-    execution_date: datetime
-    state: str
-    try_number: int
-    max_tries: int
-    start_date: datetime | None
-    classpath: str
-    attr_dict: str
-    exec_dict: str
-    hashcode: int
-    shardcode: int
-
-    @property
-    def key(self) -> TaskKey:
-        return (self.dag_id, self.task_id, self.execution_date)
-
-    @property
-    def try_key(self) -> TryKey:
-        """The key of this try: a later try or a reset (new start_date) has another one."""
-        assert self.start_date is not None
-        return (self.dag_id, self.task_id, self.execution_date, self.try_number, self.start_date)
-
 
 def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
 
-
-# -- registration ------------------------------------------------------------------------------
 
 def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> dict[str, Any] | None:
     """One task instance by primary key (1 statement)."""
@@ -111,17 +67,6 @@ def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     """Insert new task instances: one executemany per IN_CHUNK rows (registration, benchmarks)."""
     for chunk in _chunks(list(rows)):
         conn.execute(insert(TI), list(chunk))
-
-
-def delete_all_tasks_for_benchmark(conn: Connection) -> int:
-    """Empty task_instance (scripts/bench.py only, on its own throwaway database). 1 statement."""
-    return conn.execute(delete(TI)).rowcount
-
-
-def reset_to_waiting_for_benchmark(conn: Connection, now: datetime) -> int:
-    """Every task waiting in its first try since ``now`` (scripts/bench.py only: the same state for each strategy)."""
-    return conn.execute(update(TI).values(state=State.SMART_RUNNING, try_number=1, start_date=now, end_date=None,
-                                          hostname=None, error=None)).rowcount
 
 
 def reset_task(conn: Connection, row: dict[str, Any]) -> None:
@@ -164,8 +109,6 @@ def set_state(conn: Connection, key: TaskKey, new_state: str, from_states: Seque
         values["error"] = error
     return conn.execute(query.values(**values)).rowcount == 1
 
-
-# -- shard worker ------------------------------------------------------------------------------
 
 def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[WaitingTask]:
     """Task instances in smart_pending/smart_running with shardcode in [shard_min, shard_max). 1 statement."""
@@ -235,136 +178,6 @@ def end_tries(conn: Connection, tries: Sequence[TryKey], new_state: str, now: da
             TI.c.state == State.SMART_RUNNING), fence, now).values(**values)).rowcount
     return total
 
-
-def record_round(conn: Connection, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
-                 now: datetime, seconds: float, summary_json: str) -> None:
-    """Upsert the worker's last round for `smartsensor status` (2 statements at most)."""
-    values = dict(hostname=hostname, pid=pid, shard_min=shard_min, shard_max=shard_max, last_round_at=now,
-                  last_round_seconds=seconds, last_round_json=summary_json)
-    if conn.execute(update(WR).where(WR.c.worker_id == worker_id).values(**values)).rowcount == 0:
-        conn.execute(insert(WR).values(worker_id=worker_id, **values))
-
-
-# -- leases (HA) -------------------------------------------------------------------------------
-
-def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:
-    """Create a lease row for every configured range that has none (idempotent; 1 + n statements)."""
-    have = {lo for (lo,) in conn.execute(select(SL.c.shard_min))}
-    for r in ranges:
-        if r.lo not in have:
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(SL).values(shard_min=r.lo, shard_max=r.hi, owner=None, epoch=0,
-                                                   expires_at=None))
-            except IntegrityError:  # another worker created it first
-                pass
-
-
-def _free_or_expired(shard_min: int, seen_epoch: int, now: datetime) -> tuple[Any, ...]:
-    """WHERE clauses: this lease row, still at the epoch read, with no owner or an expired one."""
-    return (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
-            or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
-
-
-def reshape_lease(conn: Connection, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
-    """Fit a free or expired lease row to a changed ``shard_ranges``: new upper bound (epoch bumped, so
-    nothing written under the old shape passes a fence again), or, with ``shard_max`` None, delete a
-    row whose range is no longer configured. A row a live worker still holds is left alone.
-    Compare-and-set on the epoch read. 1 statement.
-    """
-    claimable = _free_or_expired(shard_min, seen_epoch, now)
-    if shard_max is None:
-        return conn.execute(delete(SL).where(*claimable)).rowcount == 1
-    return conn.execute(update(SL).where(*claimable).values(
-        shard_max=shard_max, owner=None, epoch=SL.c.epoch + 1, expires_at=None)).rowcount == 1
-
-
-def upsert_worker(conn: Connection, worker_id: str, hostname: str, pid: int, started_at: datetime,
-                  now: datetime) -> None:
-    """Record this worker's heartbeat (1-2 statements)."""
-    if conn.execute(update(WK).where(WK.c.worker_id == worker_id).values(heartbeat_at=now)).rowcount == 0:
-        conn.execute(insert(WK).values(worker_id=worker_id, hostname=hostname, pid=pid, started_at=started_at,
-                                       heartbeat_at=now))
-
-
-def delete_worker(conn: Connection, worker_id: str) -> None:
-    """Remove a worker row (clean stop). 1 statement."""
-    conn.execute(delete(WK).where(WK.c.worker_id == worker_id))
-
-
-def live_workers(conn: Connection, since: datetime) -> int:
-    """Workers that heartbeated after ``since`` (1 statement)."""
-    return conn.execute(select(func.count()).select_from(WK).where(WK.c.heartbeat_at > since)).scalar_one()
-
-
-def list_workers(conn: Connection) -> list[dict[str, Any]]:
-    """Every worker row (1 statement)."""
-    return [dict(r) for r in conn.execute(select(WK).order_by(WK.c.started_at)).mappings()]
-
-
-def load_leases(conn: Connection) -> list[dict[str, Any]]:
-    """Every lease row in range order (1 statement)."""
-    return [dict(r) for r in conn.execute(select(SL).order_by(SL.c.shard_min)).mappings()]
-
-
-def renew_leases(conn: Connection, owner: str, now: datetime, expires_at: datetime) -> int:
-    """Extend every lease ``owner`` still holds unexpired. A lapsed lease is not renewed (1 statement)."""
-    return conn.execute(update(SL).where(SL.c.owner == owner, SL.c.expires_at > now).values(
-        expires_at=expires_at)).rowcount
-
-
-def claim_lease(conn: Connection, shard_min: int, seen_epoch: int, owner: str, now: datetime,
-                expires_at: datetime) -> bool:
-    """Take a free or expired range: compare-and-set on the epoch read, bumping it. 1 statement.
-
-    On Postgres a row locked by another transaction (its owner mid-write, or paused there) is
-    skipped rather than waited for, so a heartbeat never blocks; the claim is retried next beat.
-    """
-    claimable = _free_or_expired(shard_min, seen_epoch, now)
-    unlocked = select(SL.c.shard_min).where(*claimable).with_for_update(skip_locked=True)
-    return conn.execute(update(SL).where(*claimable, SL.c.shard_min.in_(unlocked)).values(
-        owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)).rowcount == 1
-
-
-def release_lease(conn: Connection, shard_min: int, owner: str, epoch: int) -> bool:
-    """Give one range back at once (rebalance). 1 statement."""
-    return conn.execute(update(SL).where(SL.c.shard_min == shard_min, SL.c.owner == owner, SL.c.epoch == epoch)
-                        .values(owner=None, expires_at=None)).rowcount == 1
-
-
-def release_all_leases(conn: Connection, owner: str) -> int:
-    """Give every range of ``owner`` back (clean stop). 1 statement."""
-    return conn.execute(update(SL).where(SL.c.owner == owner).values(owner=None, expires_at=None)).rowcount
-
-
-# -- signals -----------------------------------------------------------------------------------
-
-def insert_signal(conn: Connection, name: str, now: datetime) -> None:
-    """Record a landing signal (1 statement)."""
-    conn.execute(insert(SG).values(name=name, created_at=now))
-
-
-def notify(conn: Connection, channel: str, payload: str) -> None:
-    """Postgres NOTIFY through pg_notify with bound parameters (1 statement)."""
-    conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
-
-
-def last_signal_id(conn: Connection) -> int:
-    """Highest signal id so far, 0 if none (1 statement)."""
-    return conn.execute(select(func.coalesce(func.max(SG.c.id), 0))).scalar_one()
-
-
-def signals_after(conn: Connection, after_id: int) -> list[tuple[int, str]]:
-    """Signals newer than ``after_id`` in order (1 statement)."""
-    return [(i, n) for i, n in conn.execute(select(SG.c.id, SG.c.name).where(SG.c.id > after_id).order_by(SG.c.id))]
-
-
-def prune_signals(conn: Connection, before: datetime) -> int:
-    """Delete signals older than ``before`` (1 statement)."""
-    return conn.execute(delete(SG).where(SG.c.created_at < before)).rowcount
-
-
-# -- scheduler ---------------------------------------------------------------------------------
 
 def load_up_for_retry(conn: Connection) -> list[dict[str, Any]]:
     """Task instances waiting to be retried (1 statement)."""
@@ -449,35 +262,3 @@ def reshard(conn: Connection, limit: int) -> int:
     wanted = ((TI.c.hashcode % limit) + limit) % limit
     return conn.execute(update(TI).where(TI.c.hashcode.is_not(None), or_(
         TI.c.shardcode.is_(None), TI.c.shardcode != wanted)).values(shardcode=wanted)).rowcount
-
-
-# -- status ------------------------------------------------------------------------------------
-
-def count_by_state(conn: Connection) -> dict[str, int]:
-    """Task instances per state (1 statement)."""
-    return {s or "none": n for s, n in conn.execute(select(TI.c.state, func.count()).group_by(TI.c.state))}
-
-
-def waiting_by_shard(conn: Connection) -> list[tuple[int, int]]:
-    """(shardcode, hashcode) of every waiting smart task (1 statement)."""
-    return [tuple(r) for r in conn.execute(select(TI.c.shardcode, TI.c.hashcode).where(
-        TI.c.state.in_(State.SMART_WAITING)))]  # type: ignore[misc]
-
-
-def worker_rounds(conn: Connection) -> list[dict[str, Any]]:
-    """Every worker's last round (1 statement)."""
-    return [dict(r) for r in conn.execute(select(WR).order_by(WR.c.shard_min, WR.c.worker_id)).mappings()]
-
-
-def stranded_count(conn: Connection, limit: int) -> int:
-    """Waiting or retrying smart tasks whose shardcode no worker serves: outside [0, limit), left by a
-    smaller shard_code_upper_limit (``smartsensor db reshard`` fixes them). 1 statement."""
-    return conn.execute(select(func.count()).select_from(TI).where(
-        TI.c.state.in_([*State.SMART_WAITING, State.UP_FOR_RETRY]),
-        or_(TI.c.shardcode.is_(None), TI.c.shardcode < 0, TI.c.shardcode >= limit))).scalar_one()
-
-
-def forget_worker(conn: Connection, worker_id: str) -> None:
-    """Drop a worker's status row (clean stop). 1 statement."""
-    conn.execute(delete(WR).where(WR.c.worker_id == worker_id))
-

@@ -15,14 +15,14 @@ from typing import Any, Callable, TextIO
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
-from smartsensor import queries
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.config import Config, ShardRange
-from smartsensor.leases import LeaseManager
-from smartsensor.lifetime import pdeathsig_preexec
-from smartsensor.signals import SignalListener, canonical_signal
-from smartsensor.spark import jvm_exit_code as spark_jvm_exit_code
-from sensors.errors import first_line
-from smartsensor.worker import RoundResult, ShardWorker, run_rounds
+from smartsensor.service.leases import LeaseManager
+from smartsensor.adapters.process import pdeathsig_preexec
+from smartsensor.service.signals import SignalListener, canonical_signal
+from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
+from smartsensor.sensors.errors import first_line
+from smartsensor.service.round import RoundResult, ShardWorker, run_rounds
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class LeasedWorker:
             return
         self._last_prune = now
         with self.engine.begin() as conn:
-            queries.prune_signals(conn, now - SIGNAL_RETENTION)
+            signal_sql.prune_signals(conn, now - SIGNAL_RETENTION)
 
     def rounds(self) -> list[RoundResult]:
         """One round over every owned range: one catalog call per table for all of them."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from smartsensor.config import Config
-from smartsensor.lifetime import pdeathsig_preexec
+from smartsensor.adapters.process import pdeathsig_preexec
 
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 LOG_TAIL_LINES = 5

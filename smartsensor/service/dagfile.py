@@ -14,12 +14,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterator
 
-from sensors.base import BaseSensor, validate_id
-from sensors.errors import SensorDefinitionError, first_line
+from smartsensor.sensors.base import BaseSensor, validate_id
+from smartsensor.sensors.errors import SensorDefinitionError, first_line
 
 
 class DagFileError(Exception):
-    """The sensor file cannot be imported or defines no usable sensors."""
+    """The sensor file cannot be imported or defines no usable smartsensor.sensors."""
 
 
 def _module_name(path: Path) -> str:

@@ -14,8 +14,8 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from sensors.partitions import format_partition_name, parse_partition_name
-from smartsensor import queries
+from smartsensor.sensors.partitions import format_partition_name, parse_partition_name
+from smartsensor.adapters.sql import signals as signal_sql
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,9 @@ def send_signal(engine: Engine, name: str) -> str:
     """Record a landing signal (and NOTIFY on Postgres, delivered at commit). Returns the canonical name."""
     canonical, _ = canonical_signal(name)
     with engine.begin() as conn:
-        queries.insert_signal(conn, canonical, datetime.utcnow())
+        signal_sql.insert_signal(conn, canonical, datetime.utcnow())
         if conn.dialect.name == "postgresql":
-            queries.notify(conn, CHANNEL, canonical)
+            signal_sql.notify(conn, CHANNEL, canonical)
     return canonical
 
 
@@ -46,7 +46,7 @@ class SignalListener:
         self.poll_interval = poll_interval
         self._pg = None
         with engine.connect() as conn:
-            self._last_id = queries.last_signal_id(conn)
+            self._last_id = signal_sql.last_signal_id(conn)
         if engine.dialect.name == "postgresql":
             raw = engine.raw_connection()
             self._raw = raw
@@ -68,7 +68,7 @@ class SignalListener:
         deadline = time.monotonic() + timeout
         while True:
             with self.engine.connect() as conn:
-                rows = queries.signals_after(conn, self._last_id)
+                rows = signal_sql.signals_after(conn, self._last_id)
             if rows:
                 self._last_id = rows[-1][0]
                 return [name for _, name in rows]

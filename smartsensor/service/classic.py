@@ -17,16 +17,17 @@ from typing import Any, Callable
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from schema.models import State
-from sensors.base import BaseSensor, resolve_any_class
-from sensors.batch import BatchChecker
-from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
+from smartsensor.domain.states import State
+from smartsensor.sensors.base import BaseSensor, resolve_any_class
+from smartsensor.sensors.batch import BatchChecker
+from smartsensor.sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                             SensorRebuildError, UnknownSensorClass, first_line)
-from smartsensor import queries
-from smartsensor.bounded_poke import BoundedPoker
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.keys import TaskKey
+from smartsensor.service.bounded_poke import BoundedPoker
 from smartsensor.config import Config
-from smartsensor.dagfile import DagFileError, import_file
-from smartsensor.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
+from smartsensor.service.dagfile import DagFileError, import_file
+from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class RunHeartbeat:
     ``lost`` is set once the task left `running` (someone else changed it).
     """
 
-    def __init__(self, engine: Engine, key: queries.TaskKey, interval: float) -> None:
+    def __init__(self, engine: Engine, key: TaskKey, interval: float) -> None:
         self.engine, self.key, self.interval = engine, key, interval
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -73,7 +74,7 @@ class RunHeartbeat:
         while not self._stop.wait(self.interval):
             try:
                 with self.engine.begin() as conn:
-                    alive = queries.heartbeat_running(conn, self.key, datetime.utcnow())
+                    alive = task_sql.heartbeat_running(conn, self.key, datetime.utcnow())
             except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
                 log.warning("heartbeat of %s.%s failed: %s", self.key[0], self.key[1], first_line(exc))
                 continue
@@ -134,16 +135,16 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
     key = (dag_id, task_id, execution_date)
     hostname = socket.gethostname()
     with engine.begin() as conn:
-        row = queries.get_task(conn, dag_id, task_id, execution_date)
+        row = task_sql.get_task(conn, dag_id, task_id, execution_date)
         if row is None:
             raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
         if not claimed:
-            if row["state"] != State.SCHEDULED or not queries.claim_scheduled(conn, key, datetime.utcnow(), hostname):
+            if row["state"] != State.SCHEDULED or not task_sql.claim_scheduled(conn, key, datetime.utcnow(), hostname):
                 raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not scheduled; "
                                    f"use `submit --clear` or `set-state` to run it again")
         elif row["state"] != State.RUNNING:
             raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not running")
-        row = queries.get_task(conn, dag_id, task_id, execution_date)
+        row = task_sql.get_task(conn, dag_id, task_id, execution_date)
     assert row is not None
     start = row["start_date"] or datetime.utcnow()
     began = time.perf_counter()
@@ -153,13 +154,13 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
     def finish(state: str, error: str | None = None, checker: BatchChecker | None = None, pokes: int = 0) -> RunResult:
         def write() -> bool:
             with engine.begin() as conn:
-                return queries.set_state(conn, key, state, from_states=[State.RUNNING], error=error,
+                return task_sql.set_state(conn, key, state, from_states=[State.RUNNING], error=error,
                                          try_number=row["try_number"])
         changed = _retry_while_db_down(write, f"{dag_id}.{task_id} -> {state}", patience, sleep)
         if not changed:
             log.warning("%s.%s was changed by someone else; leaving it as it is", dag_id, task_id)
             with engine.connect() as conn:
-                current = queries.get_task(conn, dag_id, task_id, execution_date)
+                current = task_sql.get_task(conn, dag_id, task_id, execution_date)
             state = current["state"] if current else state
         return RunResult(state, pokes, checker.catalog_calls if checker else 0, checker.fs_calls if checker else 0,
                          round(time.perf_counter() - began, 3), error)
@@ -175,7 +176,7 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
                                                        dag_id=dag_id)
 
     if spark_provider is None:
-        from smartsensor.spark import get_spark
+        from smartsensor.adapters.spark import get_spark
         spark_provider = lambda: get_spark(cfg)  # noqa: E731
     with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
         return _poke_until_done(engine, build, row, settings, start, began, spark_provider, finish, sleep, stop,
@@ -188,12 +189,12 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
 
     def write() -> bool:
         with engine.begin() as conn:
-            return queries.hand_back_running(conn, key, datetime.utcnow())
+            return task_sql.hand_back_running(conn, key, datetime.utcnow())
     if _retry_while_db_down(write, f"{key[0]}.{key[1]} -> scheduled", patience, sleep):
         log.warning("%s.%s: stopped, handed back to the scheduler (try %s goes on)", key[0], key[1], row["try_number"])
         return State.SCHEDULED
     with engine.connect() as conn:
-        current = queries.get_task(conn, *key)
+        current = task_sql.get_task(conn, *key)
     return current["state"] if current else "deleted"
 
 
@@ -256,7 +257,7 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
                     last_error = None
         try:
             with engine.connect() as conn:
-                current = queries.get_task(conn, dag_id, task_id, execution_date)
+                current = task_sql.get_task(conn, dag_id, task_id, execution_date)
         except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
             log.warning("metadata DB unavailable, poking on: %s", first_line(exc))
             current = row

@@ -13,37 +13,16 @@ import math
 import os
 import socket
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
 
-from smartsensor import queries
+from smartsensor.adapters.sql import leases as lease_sql
 from smartsensor.config import Config, ShardRange
+from smartsensor.domain.leases import Lease, lease_held
 
 log = logging.getLogger(__name__)
-
-
-def lease_held(row: dict[str, Any], now: datetime) -> bool:
-    """The one lease-expiry rule (the SQL twin is ``queries._free_or_expired``): a lease row is held while
-    it has an owner and an expiry still in the future; otherwise anyone may claim it."""
-    return row["owner"] is not None and row["expires_at"] is not None and row["expires_at"] > now
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A shard range owned by one worker under one epoch."""
-
-    shard_min: int
-    shard_max: int
-    owner: str
-    epoch: int
-    expires_at: datetime
-
-    @property
-    def fence(self) -> queries.Fence:
-        return queries.Fence(self.shard_min, self.owner, self.epoch)
 
 
 def new_worker_id() -> str:
@@ -72,15 +51,15 @@ class LeaseManager:
         expires = now + self.lease_timeout
         changes: dict[str, list[int]] = {"claimed": [], "lost": [], "released": []}
         with self.engine.begin() as conn:
-            queries.upsert_worker(conn, self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
-            queries.renew_leases(conn, self.worker_id, now, expires)
-            rows = queries.load_leases(conn)
+            lease_sql.upsert_worker(conn, self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
+            lease_sql.renew_leases(conn, self.worker_id, now, expires)
+            rows = lease_sql.load_leases(conn)
             if self._reshape(conn, rows, now):  # shard_ranges changed since the rows were made
-                rows = queries.load_leases(conn)
+                rows = lease_sql.load_leases(conn)
             if {r.lo for r in self.ranges} - {row["shard_min"] for row in rows}:
-                queries.ensure_leases(conn, self.ranges)  # first start, or new ranges in the config
-                rows = queries.load_leases(conn)
-            live = queries.live_workers(conn, now - self.lease_timeout)
+                lease_sql.ensure_leases(conn, self.ranges)  # first start, or new ranges in the config
+                rows = lease_sql.load_leases(conn)
+            live = lease_sql.live_workers(conn, now - self.lease_timeout)
         configured = {r.lo: r for r in self.ranges}
         rows = [r for r in rows if r["shard_min"] in configured and r["shard_max"] == configured[r["shard_min"]].hi]
         mine = {r["shard_min"]: r for r in rows if r["owner"] == self.worker_id and lease_held(r, now)}
@@ -96,7 +75,7 @@ class LeaseManager:
             for r in free:
                 if len(self.owned) >= target:
                     break
-                if queries.claim_lease(conn, r["shard_min"], r["epoch"], self.worker_id, now, expires):
+                if lease_sql.claim_lease(conn, r["shard_min"], r["epoch"], self.worker_id, now, expires):
                     self.owned[r["shard_min"]] = Lease(r["shard_min"], r["shard_max"], self.worker_id,
                                                        r["epoch"] + 1, expires)
                     changes["claimed"].append(r["shard_min"])
@@ -104,7 +83,7 @@ class LeaseManager:
             if len(self.owned) > target:
                 for lo in sorted(self.owned, reverse=True)[: len(self.owned) - target]:
                     lease = self.owned.pop(lo)
-                    queries.release_lease(conn, lo, self.worker_id, lease.epoch)
+                    lease_sql.release_lease(conn, lo, self.worker_id, lease.epoch)
                     changes["released"].append(lo)
         for kind, los in changes.items():
             if los:
@@ -125,7 +104,7 @@ class LeaseManager:
             want = configured.get(row["shard_min"])
             if want == row["shard_max"]:
                 continue
-            if queries.reshape_lease(conn, row["shard_min"], row["epoch"], want, now):
+            if lease_sql.reshape_lease(conn, row["shard_min"], row["epoch"], want, now):
                 log.info("lease row %s-%s reshaped to %s", row["shard_min"], row["shard_max"],
                          f"{row['shard_min']}-{want}" if want is not None else "nothing (range no longer configured)")
                 changed = True
@@ -134,6 +113,6 @@ class LeaseManager:
     def release_all(self) -> None:
         """Clean stop: give every range back at once and remove our worker row."""
         with self.engine.begin() as conn:
-            queries.release_all_leases(conn, self.worker_id)
-            queries.delete_worker(conn, self.worker_id)
+            lease_sql.release_all_leases(conn, self.worker_id)
+            lease_sql.delete_worker(conn, self.worker_id)
         self.owned.clear()

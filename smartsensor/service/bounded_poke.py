@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Hashable
 
-from sensors.errors import CheckError, TransientCheckError
+from smartsensor.sensors.errors import CheckError, TransientCheckError
 
 
 class _Helper:

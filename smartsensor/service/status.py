@@ -10,23 +10,23 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from smartsensor import queries
+from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.leases import lease_held
+from smartsensor.service.leases import lease_held
 
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:
     """Everything `status` shows, as plain data (7 statements)."""
     now = now or datetime.utcnow()
     with engine.connect() as conn:
-        by_state = queries.count_by_state(conn)
-        waiting = queries.waiting_by_shard(conn)
-        rounds = queries.worker_rounds(conn)
-        leases = queries.load_leases(conn)
-        live = queries.list_workers(conn)
+        by_state = status_sql.count_by_state(conn)
+        waiting = status_sql.waiting_by_shard(conn)
+        rounds = status_sql.worker_rounds(conn)
+        leases = lease_sql.load_leases(conn)
+        live = status_sql.list_workers(conn)
         zombie_threshold = cfg.get("scheduler", "zombie_threshold")
-        zombies = queries.load_zombies(conn, now - timedelta(seconds=zombie_threshold))
-        stranded = queries.stranded_count(conn, cfg.shard_code_upper_limit)
+        zombies = task_sql.load_zombies(conn, now - timedelta(seconds=zombie_threshold))
+        stranded = status_sql.stranded_count(conn, cfg.shard_code_upper_limit)
     shards = []
     per_range_tasks: dict[int, int] = defaultdict(int)
     per_range_hashes: dict[int, set[int]] = defaultdict(set)

@@ -16,19 +16,19 @@ from typing import Any, Callable
 
 from sqlalchemy import Engine
 
-from schema.models import State
-from sensors.base import BaseSensor, resolve_smart_class
-from sensors.batch import BatchChecker
-from sensors.checks import Check, PartitionCheck, PathCheck
-from sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
+from smartsensor.domain.states import State
+from smartsensor.sensors.base import BaseSensor, resolve_smart_class
+from smartsensor.sensors.batch import BatchChecker
+from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
+from smartsensor.sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                             SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
-from smartsensor import queries
-from smartsensor.bounded_poke import poker_for
+from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
+from smartsensor.domain.keys import Fence, TryKey, WaitingTask
+from smartsensor.service.bounded_poke import poker_for
 from smartsensor.config import Config
-from smartsensor.db import statement_count
-from smartsensor.leases import lease_held
-from smartsensor.queries import WaitingTask
-from smartsensor.timing import BadExecSettings, is_due, parse_exec, timed_out, timeout_error, timeout_state
+from smartsensor.adapters.sql.engine import statement_count
+from smartsensor.service.leases import lease_held
+from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out, timeout_error, timeout_state
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class ShardWorker:
         self._tables: dict[CheckKey, frozenset[tuple[str, str]]] = {}
         self._wake_lock = threading.Lock()
         self._wake_tables: set[tuple[str, str]] = set()
-        self.fence: queries.Fence | None = None  # set by the lease loop; None for a pinned range
+        self.fence: Fence | None = None  # set by the lease loop; None for a pinned range
 
     def wake(self, tables: set[tuple[str, str]]) -> None:
         """A landing signal: checks on these (db, table) are due at the next round, whatever their interval."""
@@ -122,7 +122,7 @@ class ShardWorker:
     def spark(self) -> Any:
         """This process's SparkSession (or the provider's)."""
         if self._spark_provider is None:
-            from smartsensor.spark import get_spark
+            from smartsensor.adapters.spark import get_spark
             return get_spark(self.cfg)
         return self._spark_provider()
 
@@ -160,9 +160,9 @@ class ShardWorker:
         result = RoundResult(self.shard_min, self.shard_max)
         now = self.clock()
         with self.engine.begin() as conn:
-            tasks = queries.load_waiting(conn, self.shard_min, self.shard_max)
+            tasks = task_sql.load_waiting(conn, self.shard_min, self.shard_max)
             if any(t.state == State.SMART_PENDING for t in tasks):
-                result.started = queries.start_pending(conn, self.shard_min, self.shard_max, now, self.hostname,
+                result.started = task_sql.start_pending(conn, self.shard_min, self.shard_max, now, self.hostname,
                                                        fence=self.fence)
         tasks = [t if t.start_date is not None else _with_start(t, now) for t in tasks]
         result.loaded = len(tasks)
@@ -246,7 +246,7 @@ class ShardWorker:
         landed_hashes: list[int] = []
         landed_collided: list[CheckKey] = []
         failed: list[_Group] = []
-        timeouts: dict[tuple[str, str | None], list[queries.TryKey]] = defaultdict(list)
+        timeouts: dict[tuple[str, str | None], list[TryKey]] = defaultdict(list)
         for g in groups.values():
             if g.outcome is True:
                 if g.key[0] in collided:
@@ -281,33 +281,33 @@ class ShardWorker:
         now = self.clock()  # the fence is checked against the time of the write, not of the round's start
         with self.engine.begin() as conn:
             if landed_hashes:
-                marked[State.SUCCESS] += queries.mark_hashes(
+                marked[State.SUCCESS] += task_sql.mark_hashes(
                     conn, landed_hashes, self.shard_min, self.shard_max, State.SUCCESS, now, fence=fence)
             for key in landed_collided:
-                marked[State.SUCCESS] += queries.mark_check(conn, key[0], key[1], key[2], State.SUCCESS, now,
+                marked[State.SUCCESS] += task_sql.mark_check(conn, key[0], key[1], key[2], State.SUCCESS, now,
                                                             fence=fence)
             for g in failed:
                 message = str(g.outcome)
                 if g.key[0] in collided:
-                    n = queries.mark_check(conn, g.key[0], g.key[1], g.key[2], State.FAILED, now, error=message,
+                    n = task_sql.mark_check(conn, g.key[0], g.key[1], g.key[2], State.FAILED, now, error=message,
                                            fence=fence)
                 else:
-                    n = queries.mark_hashes(conn, [g.key[0]], self.shard_min, self.shard_max, State.FAILED, now,
+                    n = task_sql.mark_hashes(conn, [g.key[0]], self.shard_min, self.shard_max, State.FAILED, now,
                                             error=message, fence=fence)
                 marked[State.FAILED] += n
             for (state, error), tries in timeouts.items():
-                marked[state] += queries.end_tries(conn, tries, state, now, error=error, fence=fence)
+                marked[state] += task_sql.end_tries(conn, tries, state, now, error=error, fence=fence)
             for task, why in bad:
-                marked[State.FAILED] += queries.end_tries(conn, [task.try_key], State.FAILED, now, error=why,
+                marked[State.FAILED] += task_sql.end_tries(conn, [task.try_key], State.FAILED, now, error=why,
                                                           fence=fence)
         result.marked = {k: v for k, v in marked.items() if v}
         if fence is not None and not result.marked:
             result.fenced_out = not self._still_owner(fence, now)
 
-    def _still_owner(self, fence: queries.Fence, now: datetime) -> bool:
+    def _still_owner(self, fence: Fence, now: datetime) -> bool:
         with self.engine.connect() as conn:
             return any(r["shard_min"] == fence.shard_min and r["owner"] == fence.owner and r["epoch"] == fence.epoch
-                       and lease_held(r, now) for r in queries.load_leases(conn))
+                       and lease_held(r, now) for r in lease_sql.load_leases(conn))
 
     def _forget_finished(self, groups: dict[CheckKey, _Group]) -> None:
         for key in [k for k in self._last_poke if k not in groups]:
@@ -319,7 +319,7 @@ class ShardWorker:
         """Store this round's result for `smartsensor status` (failures to do so are only logged)."""
         try:
             with self.engine.begin() as conn:
-                queries.record_round(conn, self.worker_id, self.hostname, os.getpid(), self.shard_min,
+                status_sql.record_round(conn, self.worker_id, self.hostname, os.getpid(), self.shard_min,
                                      self.shard_max, self.clock(), result.seconds, result.to_json())
         except Exception as exc:  # noqa: BLE001 - status bookkeeping must not fail a round
             log.warning("could not record round: %s", exc)
@@ -327,7 +327,7 @@ class ShardWorker:
     def forget(self) -> None:
         """Remove this worker's status row (clean stop)."""
         with self.engine.begin() as conn:
-            queries.forget_worker(conn, self.worker_id)
+            status_sql.forget_worker(conn, self.worker_id)
 
 
 @lru_cache(maxsize=200_000)

@@ -1,0 +1,1 @@
+"""Adapters: what talks to the outside (SQL store, signal transport, Spark, the local metastore, processes)."""

@@ -1,0 +1,1 @@
+"""The SQL store: engine and migrations, the named queries split by concern, and the round store."""

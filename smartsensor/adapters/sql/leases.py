@@ -1,0 +1,102 @@
+"""Lease and worker-row queries (HA): claims are compare-and-set on the epoch read.
+
+The Python twin of the expiry rule in ``_free_or_expired`` is ``smartsensor.domain.leases.lease_held``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Sequence
+
+from sqlalchemy import Connection, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from smartsensor.schema.models import ShardLease, Worker
+
+SL = ShardLease.__table__
+WK = Worker.__table__
+
+
+def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:
+    """Create a lease row for every configured range that has none (idempotent; 1 + n statements)."""
+    have = {lo for (lo,) in conn.execute(select(SL.c.shard_min))}
+    for r in ranges:
+        if r.lo not in have:
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(SL).values(shard_min=r.lo, shard_max=r.hi, owner=None, epoch=0,
+                                                   expires_at=None))
+            except IntegrityError:  # another worker created it first
+                pass
+
+
+def _free_or_expired(shard_min: int, seen_epoch: int, now: datetime) -> tuple[Any, ...]:
+    """WHERE clauses: this lease row, still at the epoch read, with no owner or an expired one."""
+    return (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
+            or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
+
+
+def reshape_lease(conn: Connection, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
+    """Fit a free or expired lease row to a changed ``shard_ranges``: new upper bound (epoch bumped, so
+    nothing written under the old shape passes a fence again), or, with ``shard_max`` None, delete a
+    row whose range is no longer configured. A row a live worker still holds is left alone.
+    Compare-and-set on the epoch read. 1 statement.
+    """
+    claimable = _free_or_expired(shard_min, seen_epoch, now)
+    if shard_max is None:
+        return conn.execute(delete(SL).where(*claimable)).rowcount == 1
+    return conn.execute(update(SL).where(*claimable).values(
+        shard_max=shard_max, owner=None, epoch=SL.c.epoch + 1, expires_at=None)).rowcount == 1
+
+
+def upsert_worker(conn: Connection, worker_id: str, hostname: str, pid: int, started_at: datetime,
+                  now: datetime) -> None:
+    """Record this worker's heartbeat (1-2 statements)."""
+    if conn.execute(update(WK).where(WK.c.worker_id == worker_id).values(heartbeat_at=now)).rowcount == 0:
+        conn.execute(insert(WK).values(worker_id=worker_id, hostname=hostname, pid=pid, started_at=started_at,
+                                       heartbeat_at=now))
+
+
+def delete_worker(conn: Connection, worker_id: str) -> None:
+    """Remove a worker row (clean stop). 1 statement."""
+    conn.execute(delete(WK).where(WK.c.worker_id == worker_id))
+
+
+def live_workers(conn: Connection, since: datetime) -> int:
+    """Workers that heartbeated after ``since`` (1 statement)."""
+    return conn.execute(select(func.count()).select_from(WK).where(WK.c.heartbeat_at > since)).scalar_one()
+
+
+def load_leases(conn: Connection) -> list[dict[str, Any]]:
+    """Every lease row in range order (1 statement)."""
+    return [dict(r) for r in conn.execute(select(SL).order_by(SL.c.shard_min)).mappings()]
+
+
+def renew_leases(conn: Connection, owner: str, now: datetime, expires_at: datetime) -> int:
+    """Extend every lease ``owner`` still holds unexpired. A lapsed lease is not renewed (1 statement)."""
+    return conn.execute(update(SL).where(SL.c.owner == owner, SL.c.expires_at > now).values(
+        expires_at=expires_at)).rowcount
+
+
+def claim_lease(conn: Connection, shard_min: int, seen_epoch: int, owner: str, now: datetime,
+                expires_at: datetime) -> bool:
+    """Take a free or expired range: compare-and-set on the epoch read, bumping it. 1 statement.
+
+    On Postgres a row locked by another transaction (its owner mid-write, or paused there) is
+    skipped rather than waited for, so a heartbeat never blocks; the claim is retried next beat.
+    """
+    claimable = _free_or_expired(shard_min, seen_epoch, now)
+    unlocked = select(SL.c.shard_min).where(*claimable).with_for_update(skip_locked=True)
+    return conn.execute(update(SL).where(*claimable, SL.c.shard_min.in_(unlocked)).values(
+        owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)).rowcount == 1
+
+
+def release_lease(conn: Connection, shard_min: int, owner: str, epoch: int) -> bool:
+    """Give one range back at once (rebalance). 1 statement."""
+    return conn.execute(update(SL).where(SL.c.shard_min == shard_min, SL.c.owner == owner, SL.c.epoch == epoch)
+                        .values(owner=None, expires_at=None)).rowcount == 1
+
+
+def release_all_leases(conn: Connection, owner: str) -> int:
+    """Give every range of ``owner`` back (clean stop). 1 statement."""
+    return conn.execute(update(SL).where(SL.c.owner == owner).values(owner=None, expires_at=None)).rowcount

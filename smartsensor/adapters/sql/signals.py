@@ -1,0 +1,36 @@
+"""Landing-signal queries: the table pipelines write to, and Postgres NOTIFY."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection, delete, func, insert, select, text
+
+from smartsensor.schema.models import PartitionSignal
+
+SG = PartitionSignal.__table__
+
+
+def insert_signal(conn: Connection, name: str, now: datetime) -> None:
+    """Record a landing signal (1 statement)."""
+    conn.execute(insert(SG).values(name=name, created_at=now))
+
+
+def notify(conn: Connection, channel: str, payload: str) -> None:
+    """Postgres NOTIFY through pg_notify with bound parameters (1 statement)."""
+    conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
+
+
+def last_signal_id(conn: Connection) -> int:
+    """Highest signal id so far, 0 if none (1 statement)."""
+    return conn.execute(select(func.coalesce(func.max(SG.c.id), 0))).scalar_one()
+
+
+def signals_after(conn: Connection, after_id: int) -> list[tuple[int, str]]:
+    """Signals newer than ``after_id`` in order (1 statement)."""
+    return [(i, n) for i, n in conn.execute(select(SG.c.id, SG.c.name).where(SG.c.id > after_id).order_by(SG.c.id))]
+
+
+def prune_signals(conn: Connection, before: datetime) -> int:
+    """Delete signals older than ``before`` (1 statement)."""
+    return conn.execute(delete(SG).where(SG.c.created_at < before)).rowcount

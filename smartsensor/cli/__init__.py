@@ -1,0 +1,17 @@
+"""The `smartsensor` command line: thin commands that parse arguments, call the service, and print.
+
+``main`` (console script ``smartsensor``) is the group from ``cli.app``; the commands live by subject in
+``cli.admin``, ``cli.tasks`` and ``cli.workers``.
+"""
+
+from __future__ import annotations
+
+from smartsensor.cli import admin, tasks, workers
+from smartsensor.cli.app import main
+
+for _command in (admin.db, admin.config, admin.metastore, tasks.submit, tasks.tasks, tasks.set_state_cmd,
+                 tasks.run_task_cmd, tasks.signal_cmd, workers.worker, workers.workers, workers.scheduler,
+                 workers.status):
+    main.add_command(_command)
+
+__all__ = ["main"]

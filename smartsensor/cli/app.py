@@ -1,0 +1,171 @@
+"""What every command shares: the per-invocation App (config, engine), one-line errors, argument parsers,
+and the ``smartsensor`` group the commands are added to (``smartsensor.cli``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
+
+from smartsensor.adapters.sql.engine import (DatabaseUrlError, current_revision, known_revisions, make_engine,
+                                             normalize_url)
+from smartsensor.config import Config, ConfigError, load_config
+from smartsensor.sensors.errors import (CheckError, SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass,
+                                        first_line)
+from smartsensor.service.dagfile import DagFileError
+from smartsensor.service.registration import validate_execution_date
+
+log = logging.getLogger("smartsensor")
+
+
+class UserError(click.ClickException):
+    """An error shown as one line, without a traceback."""
+
+
+class App:
+    """Per-invocation state: options, the loaded config and a lazily created engine."""
+
+    def __init__(self, config_path: str | None, verbose: bool) -> None:
+        self.config_path = config_path
+        self.verbose = verbose
+        self._cfg: Config | None = None
+        self._engine: Any = None
+
+    @property
+    def cfg(self) -> Config:
+        if self._cfg is None:
+            self._cfg = load_config(self.config_path)
+        return self._cfg
+
+    def engine(self, require_schema: bool = True, worker: bool = False) -> Any:
+        """The metadata DB engine. ``worker``: Postgres ends this process's sessions that sit idle inside
+        a transaction for lease_timeout, so a paused worker cannot hold the locks survivors need."""
+        if self._engine is None:
+            idle = self.cfg.get("smart_sensor", "lease_timeout") if worker else None
+            self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home)
+        if require_schema:
+            revision = current_revision(self._engine)
+            if revision is None:
+                raise UserError(f"the metadata database {self.safe_url()} is not initialised: run `smartsensor db init`")
+            known = known_revisions()  # newest first
+            if revision != known[0]:  # a host upgraded before (or after) the database: say which side to upgrade
+                if revision in known:
+                    raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, this "
+                                    f"smartsensor needs {known[0]}: run `smartsensor db init` to upgrade it")
+                raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, newer "
+                                f"than this smartsensor knows ({known[0]}): upgrade smartsensor on this host")
+        return self._engine
+
+    def safe_url(self) -> str:
+        try:
+            return normalize_url(self.cfg.sql_alchemy_conn).render_as_string(hide_password=True)
+        except DatabaseUrlError:
+            return "(unparseable URL)"
+
+
+class SmartSensorGroup(click.Group):
+    """Turns known failures into one clear line and a non-zero exit (traceback with --verbose)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one place errors become messages
+            app = ctx.obj if isinstance(ctx.obj, App) else None
+            if app is not None and app.verbose:
+                raise
+            raise UserError(describe_error(exc, app)) from None
+
+
+def describe_error(exc: BaseException, app: App | None) -> str:
+    """One line for the user."""
+    if isinstance(exc, DagFileError):  # only `submit` reads DAG files itself; it registers a file all or nothing
+        return f"{first_line(exc)}; nothing was registered"
+    if isinstance(exc, (ConfigError, SensorDefinitionError, DagFileError, UnknownSensorClass, CheckError,
+                        DatabaseUrlError, SensorModuleUnavailable)):
+        return first_line(exc)
+    if isinstance(exc, (OperationalError, ProgrammingError)):
+        url = app.safe_url() if app is not None and app._cfg is not None else "?"
+        return f"metadata database {url} unreachable or unusable: {first_line(exc.orig or exc)}"
+    if isinstance(exc, SQLAlchemyError):
+        return f"metadata database error: {first_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"
+
+
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
+
+
+def parse_day(value: str) -> datetime:
+    """An execution date to register: exactly YYYY-MM-DD, a real day between 1900-01-01 and 2999-12-31."""
+    if not _DAY.fullmatch(value):
+        raise UserError(f"execution date {value[:40]!r} is not YYYY-MM-DD (a day, without a time)")
+    try:
+        when = datetime.strptime(value, "%Y-%m-%d")
+    except ValueError:
+        raise UserError(f"execution date {value!r} is not a real day") from None
+    try:
+        return validate_execution_date(when)
+    except SensorDefinitionError as exc:
+        raise UserError(str(exc)) from None
+
+
+def parse_task_date(value: str) -> datetime:
+    """The execution date of an existing task instance: YYYY-MM-DD, or YYYY-MM-DDTHH:MM:SS for rows
+    registered with a time of day by earlier versions (the scheduler passes that form)."""
+    if _DAY.fullmatch(value):
+        fmt = "%Y-%m-%d"
+    elif _TIMESTAMP.fullmatch(value):
+        fmt = "%Y-%m-%dT%H:%M:%S" if "T" in value else "%Y-%m-%d %H:%M:%S"
+    else:
+        raise UserError(f"execution date {value[:40]!r} is not YYYY-MM-DD (or YYYY-MM-DDTHH:MM:SS)")
+    try:
+        return datetime.strptime(value, fmt)
+    except ValueError:
+        raise UserError(f"execution date {value!r} is not a real date") from None
+
+
+def jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
+
+
+@click.group(cls=SmartSensorGroup)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Config file (else $SMARTSENSOR_CONFIG, else $SMARTSENSOR_HOME/airflow.cfg).")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging and full tracebacks.")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
+    """smartsensor: consolidate thousands of waiting Spark/Hive sensors into a few shard workers."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not verbose:
+        for noisy in ("py4j", "apscheduler", "alembic"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    ctx.obj = App(config_path, verbose)
+
+
+def global_args(app: App) -> list[str]:
+    """Options a child process needs to see the same configuration."""
+    return ["--config", app.config_path] if app.config_path else []
+
+
+class Seconds(click.FloatRange):
+    """A finite number of seconds within bounds (click's FloatRange lets NaN through)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if number is not None and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
+INTERVAL = Seconds(min=0.05, max=86400)

@@ -1,0 +1,1 @@
+"""Domain: states and transition rules, timing, keys, hashing, routing and lease rules. Imports no other layer."""

@@ -1,0 +1,49 @@
+"""The keys and records the layers pass each other: a task, one try of it, one distinct check, a lease fence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+TaskKey = tuple[str, str, datetime]
+TryKey = tuple[str, str, datetime, int, datetime]  # a task key plus the try it is in: try_number, start_date
+
+
+@dataclass(frozen=True)
+class WaitingTask:
+    """A task instance a shard worker is responsible for, as loaded at the start of a round."""
+
+    dag_id: str
+    task_id: str
+    execution_date: datetime
+    state: str
+    try_number: int
+    max_tries: int
+    start_date: datetime | None
+    classpath: str
+    attr_dict: str
+    exec_dict: str
+    hashcode: int
+    shardcode: int
+
+    @property
+    def key(self) -> TaskKey:
+        return (self.dag_id, self.task_id, self.execution_date)
+
+    @property
+    def try_key(self) -> TryKey:
+        """The key of this try: a later try or a reset (new start_date) has another one."""
+        assert self.start_date is not None
+        return (self.dag_id, self.task_id, self.execution_date, self.try_number, self.start_date)
+
+
+CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A lease a worker writes under: its writes apply only while it still owns this epoch."""
+
+    shard_min: int
+    owner: str
+    epoch: int
