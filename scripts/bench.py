@@ -41,10 +41,12 @@ from smartsensor.sensors import NamedHivePartitionSensor  # noqa: E402
 from smartsensor.sensors.batch import BatchChecker  # noqa: E402
 from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  # noqa: E402
 from smartsensor.config import load_config  # noqa: E402
-from smartsensor.adapters.sql.engine import init_db, make_engine, statement_count  # noqa: E402
+from smartsensor.adapters.sql.engine import init_db, make_engine  # noqa: E402
 from smartsensor.adapters.metastore import free_port  # noqa: E402
 from smartsensor.service.registration import build_row  # noqa: E402
-from smartsensor.service.round import RoundResult, ShardWorker, run_rounds  # noqa: E402
+from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
+from smartsensor.service.round import ShardWorker, run_round  # noqa: E402
+from smartsensor.service.round_report import RoundResult  # noqa: E402
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -123,20 +125,21 @@ def land(spark: Any, db: str, partitions: list[int], tables: int) -> float:
 def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int) -> list[ShardWorker]:
     limit = cfg.shard_code_upper_limit
     bounds = [i * limit // shards for i in range(shards + 1)]
-    return [ShardWorker(engine, cfg, bounds[i], bounds[i + 1], spark_provider=lambda: spark, record_rounds=False)
+    store = SqlRoundStore(engine)
+    return [ShardWorker(store, cfg, bounds[i], bounds[i + 1], record_rounds=False)
             for i in range(shards)]
 
 
 def batched_round(workers: list[ShardWorker], spark: Any) -> Measure:
-    r: RoundResult = run_rounds(workers, lambda: spark)
+    r: RoundResult = run_round(workers, lambda: BatchChecker(spark))
     return Measure(r.catalog_calls, r.db_statements, r.seconds, r.catalog_seconds, sum(r.marked.values()),
                    schema_calls=r.schema_calls)
 
 
 def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
     """Airflow's algorithm on the same phases: each distinct hash checked on its own."""
-    engine = workers[0].engine
-    stmt0 = statement_count(engine)
+    store = workers[0].store
+    stmt0 = store.statements()
     started = time.perf_counter()
     plans = [w.plan_round() for w in workers]
     calls, schema_calls, catalog_seconds = 0, 0, 0.0
@@ -151,8 +154,8 @@ def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
             calls += checker.catalog_calls
             schema_calls += checker.schema_calls
             catalog_seconds += checker.catalog_seconds
-    marked = sum(sum(p.worker.finish_round(p).marked.values()) for p in plans)
-    return Measure(calls, statement_count(engine) - stmt0, time.perf_counter() - started, catalog_seconds, marked,
+    marked = sum(sum(w.finish_round(p).marked.values()) for w, p in zip(workers, plans))
+    return Measure(calls, store.statements() - stmt0, time.perf_counter() - started, catalog_seconds, marked,
                    schema_calls=schema_calls)
 
 

@@ -13,7 +13,7 @@ from smartsensor.sensors import SuccessFileSensor
 from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.registration import register
-from smartsensor.service.round import ShardWorker
+from tests.round_helpers import spark_range
 from tests.conftest import make_cfg, postgres_only
 
 DAY = datetime(2026, 11, 22)
@@ -95,8 +95,8 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
         f.write_text("")
     # "a" resumes and runs a round with its old fence: its writes match nothing
     for lo, lease in old.items():
-        w = ShardWorker(engine, cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
-                        spark_provider=lambda: spark, record_rounds=False)
+        w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later,
+                        record_rounds=False)
         w.fence = lease.fence
         result = w.run_round()
         assert result.marked == {}
@@ -110,8 +110,8 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
     # the new owner's writes go through
     marked = 0
     for lo, lease in b.owned.items():
-        w = ShardWorker(engine, cfg, lease.shard_min, lease.shard_max, clock=lambda: later,
-                        spark_provider=lambda: spark, record_rounds=False)
+        w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later,
+                        record_rounds=False)
         w.fence = lease.fence
         marked += w.run_round().marked.get("success", 0)
     assert marked == 10

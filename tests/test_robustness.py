@@ -23,7 +23,7 @@ from smartsensor.adapters.sql.engine import DatabaseUrlError, init_db, make_engi
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
 from smartsensor.service.status import collect_status
-from smartsensor.service.round import ShardWorker
+from tests.round_helpers import spark_range
 from tests.conftest import PG_URL, make_cfg, postgres_only
 from tests.proc_helpers import cli_env
 
@@ -74,7 +74,7 @@ def test_worker_round_fails_a_bad_row_alone_and_marks_the_rest(engine, cfg, spar
     register(engine, [(f"good{i}", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=1))
                       for i in range(3)] + [("bad", SuccessFileSensor(task_id="s", path=str(tmp_path / "x")))], DAY, cfg)
     set_exec(engine, "bad", poke_interval=1e12)  # e.g. written by an older version that did not bound it
-    worker = ShardWorker(engine, cfg, 0, cfg.shard_code_upper_limit, spark_provider=lambda: spark)
+    worker = spark_range(engine, cfg, spark)
     result = worker.run_round()
     assert result.bad_rows == 1 and result.error is None
     got = states(engine)
@@ -118,7 +118,7 @@ def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_pa
              DAY, cfg)
     with engine.begin() as conn:  # a task of a class the missing module defines
         conn.execute(update(TI).where(TI.c.dag_id == "mine").values(classpath="no_such_sensor_mod.MySensor"))
-    worker = ShardWorker(engine, cfg, 0, cfg.shard_code_upper_limit, spark_provider=lambda: spark)
+    worker = spark_range(engine, cfg, spark)
     result = worker.run_round()
     got = states(engine)
     assert [got[f"builtin{i}"][0] for i in range(5)] == ["success"] * 5
@@ -281,7 +281,7 @@ def test_status_after_worker_once_shows_its_round(tmp_path: Path, dag_file: Path
 
 def test_worker_once_fenced_out_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
     from smartsensor.cli.workers import EXIT_NOTHING_WRITTEN, _report_once
-    from smartsensor.service.round import RoundResult
+    from smartsensor.service.round_report import RoundResult
     with pytest.raises(SystemExit) as info:
         _report_once([RoundResult(0, 10, fenced_out=True)])
     assert info.value.code == EXIT_NOTHING_WRITTEN and "lost its lease" in capsys.readouterr().err
@@ -383,7 +383,7 @@ def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: 
     register(engine, [("files", SuccessFileSensor(task_id="s", path=str(flag))),
                       ("mine", custom_sensors.KeySensor(task_id="s", key="ready")),
                       ("hangs", custom_sensors.HangingSensor(task_id="s", key="x", timeout=3600))], DAY, cfg)
-    worker = ShardWorker(engine, cfg, 0, cfg.shard_code_upper_limit, spark_provider=lambda: spark)
+    worker = spark_range(engine, cfg, spark)
     try:
         began = time.monotonic()
         result = worker.run_round()
@@ -412,8 +412,8 @@ def test_worker_warns_about_enabled_classes_nobody_defines(tmp_path: Path) -> No
 
 
 def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
-    from smartsensor.service.round import RoundResult
-    worker = ShardWorker(engine, cfg, 0, 10000, spark_provider=lambda: pytest.fail("unused"))
+    from smartsensor.service.round_report import RoundResult
+    worker = spark_range(engine, cfg, lambda: pytest.fail("unused"), 0, 10000)
     worker.record(RoundResult(0, 10000, transient_errors=3, transient_example="Spark unavailable: Java not found"))
     problems = collect_status(engine, cfg)["problems"]
     assert any("3 check(s) got no answer" in p and "Java not found" in p for p in problems)
@@ -442,7 +442,7 @@ def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why
     custom_sensors.EXPLODE.add("k-skew")
     custom_sensors.READY.add("k-fine")
     now = [datetime(2026, 11, 23, 6)]
-    worker = ShardWorker(engine, cfg, 0, 10000, spark_provider=lambda: spark, clock=lambda: now[0])
+    worker = spark_range(engine, cfg, spark, 0, 10000, clock=lambda: now[0])
     try:
         first = worker.run_round()
         assert first.transient_errors == 1 and "cannot be rebuilt" in (first.transient_example or "")

@@ -17,7 +17,7 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
-from smartsensor.service.round import ShardWorker
+from tests.round_helpers import RangeUnderTest, spark_range
 from tests import custom_sensors
 from tests.conftest import make_cfg
 from tests.hive_helpers import create_table, land
@@ -43,8 +43,8 @@ def clock() -> Clock:
     return Clock()
 
 
-def make_worker(engine: Any, cfg: Any, spark: Any, clock: Clock, lo: int = 0, hi: int | None = None) -> ShardWorker:
-    return ShardWorker(engine, cfg, lo, hi or cfg.shard_code_upper_limit, spark_provider=lambda: spark, clock=clock)
+def make_worker(engine: Any, cfg: Any, spark: Any, clock: Clock, lo: int = 0, hi: int | None = None) -> RangeUnderTest:
+    return spark_range(engine, cfg, spark, lo, hi, clock=clock)
 
 
 def states(engine: Any) -> dict[tuple[str, str], str]:
@@ -203,7 +203,7 @@ def test_overlapping_workers_never_double_mark_or_resurrect(engine, cfg, spark, 
 def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) -> None:
     """Worker A loads try 1 as timed out; before it writes, B ends try 1, the scheduler re-queues it and B
     starts try 2, and a user resets another task by hand. A's late write must leave both newer tries alone."""
-    from smartsensor.service.round import poke_plans
+    from smartsensor.service.poke import poke_plans
     create_table(spark, hive_db, "t")
     register(engine, [("d", named("r", f"{hive_db}.t/ds=never/hr=00", timeout=30, retries=1, retry_delay=0)),
                       ("d", named("m", f"{hive_db}.t/ds=never/hr=01", timeout=30))], DAY, cfg)
@@ -212,7 +212,7 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
     a.run_round()
     clock.advance(30)
     plan = a.plan_round()  # A sees both tries as timed out ...
-    poke_plans([plan], lambda: spark)
+    poke_plans([plan], a.answerer, 60)
     assert b.run_round().marked == {"up_for_retry": 1, "failed": 1}  # ... but B ends them first
     assert requeue_retries(engine, cfg, now=clock.now) == {"smart_pending": 1}
     with engine.begin() as conn:

@@ -31,6 +31,8 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
            interval: float | None, metrics_port: int | None, no_signals: bool) -> None:
     """Run a shard worker until SIGTERM: leased ranges (default, with failover) or a pinned range."""
     from smartsensor.sensors.base import import_sensor_modules, smart_class_names
+    from smartsensor.adapters.sql.round_store import SqlRoundStore
+    from smartsensor.service.poke import spark_answerer
     from smartsensor.service.round import ShardWorker
     from smartsensor.service.runner import LeasedWorker, PinnedWorker, RoundMetrics, run_worker
     limit = app.cfg.shard_code_upper_limit
@@ -40,7 +42,8 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
     if shard_min is not None and shard_max is not None:
         if not 0 <= shard_min < shard_max <= limit:
             raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
-        runner: Any = PinnedWorker(ShardWorker(engine, app.cfg, shard_min, shard_max))
+        runner: Any = PinnedWorker(ShardWorker(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
+                                   spark_answerer(app.cfg))
     else:
         runner = LeasedWorker(engine, app.cfg)
     failures = import_sensor_modules(app.cfg.sensor_modules)
@@ -106,7 +109,7 @@ def _report_once(results: list[Any]) -> None:
 @click.pass_obj
 def workers(app: App, count: int | None, interval: float | None, as_json: bool, pinned: bool) -> None:
     """Start N shard workers (leases: extras stand by); restart crashed ones; stop all on SIGTERM."""
-    from smartsensor.service.runner import supervise_workers
+    from smartsensor.service.supervisor import supervise_workers
     app.engine()  # fail fast with a clear message if the DB is not ready
     if count is not None and count < 1:
         raise UserError("-n must be at least 1")

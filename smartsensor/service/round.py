@@ -1,38 +1,40 @@
-"""One shard worker: load its range, deduplicate by hash, batch-poke due checks, mark in guarded updates."""
+"""A shard round, as named steps.
+
+Per range (``ShardWorker``): load → group by check → pick the due checks → build their checks.
+For all ranges of a process at once: poke (``service.poke``: one catalog call per table).
+Per range again: decide (``domain.transitions``) → write (one transaction of guarded, fenced updates).
+``run_round`` is the one entry point that runs these steps; the runner calls it on its timer.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import threading
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Callable
 
-from sqlalchemy import Engine
-
-from smartsensor.domain.states import State
-from smartsensor.sensors.base import BaseSensor, resolve_smart_class
-from smartsensor.sensors.batch import BatchChecker
-from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
-from smartsensor.sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
-                            SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
-from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
-from smartsensor.domain.keys import Fence, TryKey, WaitingTask
-from smartsensor.service.bounded_poke import poker_for
 from smartsensor.config import Config
-from smartsensor.adapters.sql.engine import statement_count
-from smartsensor.service.leases import lease_held
-from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out, timeout_error, timeout_state
+from smartsensor.domain.keys import CheckKey, Fence, WaitingTask
+from smartsensor.domain.states import State
+from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec
+from smartsensor.domain.transitions import CheckGroup, decide
+from smartsensor.ports import CheckAnswerer, RoundStore
+from smartsensor.sensors.base import BaseSensor, resolve_smart_class
+from smartsensor.sensors.checks import PartitionCheck, PathCheck
+from smartsensor.sensors.errors import (PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
+                                        SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
+from smartsensor.service.poke import poke_plans
+from smartsensor.service.round_plan import RoundPlan
+from smartsensor.service.round_report import RoundResult, combine_results
 
 log = logging.getLogger(__name__)
 
-CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check
 MODULE_RETRY_SECONDS = 30.0  # a sensor module that failed to import is tried again after this long
 
 
@@ -40,64 +42,20 @@ def utcnow() -> datetime:
     return datetime.utcnow()
 
 
-@dataclass
-class RoundResult:
-    """Counters of one round (printed by ``worker --json``)."""
-
-    shard_min: int
-    shard_max: int
-    loaded: int = 0
-    started: int = 0
-    distinct_hashes: int = 0
-    distinct_checks: int = 0
-    collisions: int = 0
-    groups_due: int = 0
-    groups_poked: int = 0
-    catalog_calls: int = 0
-    schema_calls: int = 0
-    fs_calls: int = 0
-    poke_calls: int = 0
-    db_statements: int = 0
-    marked: dict[str, int] = field(default_factory=dict)
-    transient_errors: int = 0
-    permanent_errors: int = 0
-    woken: int = 0
-    bad_rows: int = 0
-    module_errors: dict[str, str] = field(default_factory=dict)
-    module_waiting: int = 0
-    transient_example: str | None = None  # the first transient error of the round, for `status`
-    ranges: list[list[int]] = field(default_factory=list)
-    fenced_out: bool = False
-    seconds: float = 0.0
-    catalog_seconds: float = 0.0
-    error: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-
-@dataclass
-class _Group:
-    """The tasks waiting on one distinct check."""
-
-    key: CheckKey
-    tasks: list[WaitingTask]
-    outcome: bool | CheckError | None = None  # None: not poked this round
-
-
 class ShardWorker:
-    """Runs rounds over shard range [shard_min, shard_max).
+    """The round steps of shard range [shard_min, shard_max).
 
     Poke times per check are kept in memory; the schedule itself derives from each task's start of
     try, so after a restart every waiting check is simply poked once at once, and nothing is lost.
+    ``fence`` is set by the lease runner (None for a pinned range): writes apply only under it.
     """
 
-    def __init__(self, engine: Engine, cfg: Config, shard_min: int, shard_max: int,
-                 spark_provider: Callable[[], Any] | None = None, clock: Callable[[], datetime] = utcnow,
-                 worker_id: str | None = None, record_rounds: bool = True) -> None:
+    def __init__(self, store: RoundStore, cfg: Config, shard_min: int, shard_max: int,
+                 clock: Callable[[], datetime] = utcnow, worker_id: str | None = None,
+                 record_rounds: bool = True) -> None:
         if not 0 <= shard_min < shard_max:
             raise ValueError(f"shard range [{shard_min}, {shard_max}) is empty or negative")
-        self.engine = engine
+        self.store = store
         self.cfg = cfg
         self.shard_min = shard_min
         self.shard_max = shard_max
@@ -105,70 +63,44 @@ class ShardWorker:
         self.hostname = socket.gethostname()
         self.worker_id = worker_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
         self.record_rounds = record_rounds
-        self._spark_provider = spark_provider
+        self.fence: Fence | None = None
         self._last_poke: dict[CheckKey, datetime] = {}
         self._classes: dict[str, type[BaseSensor] | UnknownSensorClass | tuple[SensorModuleUnavailable, float]] = {}
         self._tables: dict[CheckKey, frozenset[tuple[str, str]]] = {}
         self._wake_lock = threading.Lock()
         self._wake_tables: set[tuple[str, str]] = set()
-        self.fence: Fence | None = None  # set by the lease loop; None for a pinned range
 
     def wake(self, tables: set[tuple[str, str]]) -> None:
         """A landing signal: checks on these (db, table) are due at the next round, whatever their interval."""
         with self._wake_lock:
             self._wake_tables |= tables
 
-    # -- helpers -----------------------------------------------------------------------------
-    def spark(self) -> Any:
-        """This process's SparkSession (or the provider's)."""
-        if self._spark_provider is None:
-            from smartsensor.adapters.spark import get_spark
-            return get_spark(self.cfg)
-        return self._spark_provider()
-
-    def _sensor_class(self, classpath: str) -> type[BaseSensor]:
-        cached = self._classes.get(classpath)
-        if cached is None or (isinstance(cached, tuple) and time.monotonic() >= cached[1]):
-            try:
-                cached = resolve_smart_class(classpath, self.cfg.sensors_enabled, self.cfg.sensor_modules)
-            except UnknownSensorClass as exc:
-                cached = exc
-            except SensorModuleUnavailable as exc:  # tried again after a while: the module may be deployed
-                cached = (exc, time.monotonic() + MODULE_RETRY_SECONDS)
-            self._classes[classpath] = cached
-        if isinstance(cached, tuple):
-            raise cached[0]
-        if isinstance(cached, UnknownSensorClass):
-            raise cached
-        return cached
-
-    def _build(self, key: CheckKey) -> BaseSensor:
-        """The sensor for one check, built from attr_dict alone (allow-listed classes only)."""
-        return _rebuild_cached(self._sensor_class(key[1]), key[2])
-
-    # -- the round ---------------------------------------------------------------------------
-    def run_round(self) -> RoundResult:
-        """Load, start, poke due checks, mark outcomes. DB errors propagate (the loop retries)."""
-        return run_rounds([self], self.spark)
-
-    def plan_round(self) -> "RoundPlan":
-        """Phase 1: load the range, start new tries, group by check, pick the due groups, build their checks.
-
-        A row that cannot be planned (an exec_dict out of bounds, a sensor that cannot be rebuilt)
-        is set aside to fail alone with the reason in ``error``; every other task goes on.
-        """
-        result = RoundResult(self.shard_min, self.shard_max)
+    # -- steps before the poke ---------------------------------------------------------------
+    def plan_round(self) -> RoundPlan:
+        """Load, group, pick the due checks and build them. A row that cannot be planned (an exec_dict out
+        of bounds, dates that overflow) is set aside to fail alone with the reason; every other task goes on."""
         now = self.clock()
-        with self.engine.begin() as conn:
-            tasks = task_sql.load_waiting(conn, self.shard_min, self.shard_max)
-            if any(t.state == State.SMART_PENDING for t in tasks):
-                result.started = task_sql.start_pending(conn, self.shard_min, self.shard_max, now, self.hostname,
-                                                       fence=self.fence)
-        tasks = [t if t.start_date is not None else _with_start(t, now) for t in tasks]
-        result.loaded = len(tasks)
-
+        result = RoundResult(self.shard_min, self.shard_max)
+        tasks = self._load(now, result)
         bad: list[tuple[WaitingTask, str]] = []
-        groups: dict[CheckKey, _Group] = {}
+        groups, collided = self._group(tasks, bad, result)
+        due = self._pick_due(groups, now, bad, result)
+        plan = RoundPlan(result, groups, collided, now, due, bad=bad)
+        self._build_checks(plan)
+        result.bad_rows = len(bad)
+        return plan
+
+    def _load(self, now: datetime, result: RoundResult) -> list[WaitingTask]:
+        """The range's waiting tasks; pending ones are started (their try's clock begins now)."""
+        tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.hostname, self.fence)
+        result.loaded = len(tasks)
+        return [t if t.start_date is not None else replace(t, state=State.SMART_RUNNING, start_date=now)
+                for t in tasks]
+
+    def _group(self, tasks: list[WaitingTask], bad: list[tuple[WaitingTask, str]],
+               result: RoundResult) -> tuple[dict[CheckKey, CheckGroup], set[int]]:
+        """Deduplicate: one group per distinct check. Hashes shared by different checks are collisions."""
+        groups: dict[CheckKey, CheckGroup] = {}
         by_hash: dict[int, set[CheckKey]] = defaultdict(set)
         for task in tasks:
             try:
@@ -177,36 +109,44 @@ class ShardWorker:
                 bad.append((task, str(exc)))
                 continue
             key = (task.hashcode, task.classpath, task.attr_dict)
-            groups.setdefault(key, _Group(key, [])).tasks.append(task)
+            groups.setdefault(key, CheckGroup(key, [])).tasks.append(task)
             by_hash[task.hashcode].add(key)
-        result.distinct_hashes = len(by_hash)
-        result.distinct_checks = len(groups)
         collided = {h for h, keys in by_hash.items() if len(keys) > 1}
-        result.collisions = len(collided)
-        self._forget_finished(groups)
+        result.distinct_hashes, result.distinct_checks, result.collisions = len(by_hash), len(groups), len(collided)
+        for cache in (self._last_poke, self._tables):  # forget checks that finished
+            for key in [k for k in cache if k not in groups]:
+                del cache[key]
+        return groups, collided
 
+    def _pick_due(self, groups: dict[CheckKey, CheckGroup], now: datetime, bad: list[tuple[WaitingTask, str]],
+                  result: RoundResult) -> list[CheckGroup]:
+        """Checks due by some task's own poke schedule, or on a table a landing signal named."""
         with self._wake_lock:
             woken, self._wake_tables = self._wake_tables, set()
         due = []
         for g in list(groups.values()):
             try:
                 if (woken and self._tables.get(g.key, frozenset()) & woken) or any(
-                        is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now) for t in g.tasks):
+                        is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now)  # type: ignore[arg-type]
+                        for t in g.tasks):
                     due.append(g)
             except (ArithmeticError, ValueError) as exc:  # dates out of range: these rows cannot be planned
                 bad.extend((t, f"cannot schedule the next poke: {type(exc).__name__}: {exc}") for t in g.tasks)
                 del groups[g.key]
-        result.woken = len(woken)
-        result.groups_due = len(due)
-        plan = RoundPlan(self, result, groups, collided, now, due, bad=bad)
-        for g in due:
+        result.woken, result.groups_due = len(woken), len(due)
+        return due
+
+    def _build_checks(self, plan: RoundPlan) -> None:
+        """Rebuild each due check's sensor from attr_dict (allow-listed classes only) and ask it for its checks.
+        A sensor that cannot be built gets its outcome here: permanent or transient, by the reason."""
+        for g in plan.due:
             try:
-                sensor = self._build(g.key)
+                sensor = _rebuild_cached(self._sensor_class(g.key[1]), g.key[2])
                 checks = sensor.checks()
             except SensorModuleUnavailable as exc:
                 g.outcome = TransientCheckError(str(exc))
-                result.module_errors[exc.module] = str(exc)
-                result.module_waiting += len(g.tasks)
+                plan.result.module_errors[exc.module] = str(exc)
+                plan.result.module_waiting += len(g.tasks)
                 continue
             except (UnknownSensorClass, SensorDefinitionError) as exc:
                 g.outcome = PermanentCheckError(str(exc))
@@ -227,107 +167,61 @@ class ShardWorker:
                 plan.sensors[g.key] = sensor
             else:
                 plan.batched[g.key] = checks
-        result.bad_rows = len(bad)
-        return plan
 
-    def finish_round(self, plan: "RoundPlan") -> RoundResult:
-        """Phase 3: remember poke times and write every outcome in one transaction of guarded updates."""
+    def _sensor_class(self, classpath: str) -> type[BaseSensor]:
+        cached = self._classes.get(classpath)
+        if cached is None or (isinstance(cached, tuple) and time.monotonic() >= cached[1]):
+            try:
+                cached = resolve_smart_class(classpath, self.cfg.sensors_enabled, self.cfg.sensor_modules)
+            except UnknownSensorClass as exc:
+                cached = exc
+            except SensorModuleUnavailable as exc:  # tried again after a while: the module may be deployed
+                cached = (exc, time.monotonic() + MODULE_RETRY_SECONDS)
+            self._classes[classpath] = cached
+        if isinstance(cached, tuple):
+            raise cached[0]
+        if isinstance(cached, UnknownSensorClass):
+            raise cached
+        return cached
+
+    # -- steps after the poke ----------------------------------------------------------------
+    def finish_round(self, plan: RoundPlan) -> RoundResult:
+        """Remember poke times, decide every task's transition, write them in one transaction."""
+        result = plan.result
         poke_time = self.clock()
         for g in plan.due:
             if g.outcome is not None:
                 self._last_poke[g.key] = poke_time
-        plan.result.groups_poked = sum(1 for g in plan.due if g.outcome is not None)
-        self._write(plan.groups, plan.collided, plan.now, plan.result, plan.bad)
-        return plan.result
-
-    def _write(self, groups: dict[CheckKey, _Group], collided: set[int], now: datetime, result: RoundResult,
-               bad: list[tuple[WaitingTask, str]]) -> None:
-        """All state changes of the round in one transaction, each a guarded update."""
-        landed_hashes: list[int] = []
-        landed_collided: list[CheckKey] = []
-        failed: list[_Group] = []
-        timeouts: dict[tuple[str, str | None], list[TryKey]] = defaultdict(list)
-        for g in groups.values():
-            if g.outcome is True:
-                if g.key[0] in collided:
-                    landed_collided.append(g.key)
-                else:
-                    landed_hashes.append(g.key[0])
-                continue
-            if isinstance(g.outcome, PermanentCheckError):
-                result.permanent_errors += 1
-                failed.append(g)
-                continue
-            if isinstance(g.outcome, TransientCheckError):
-                result.transient_errors += 1
-                result.transient_example = result.transient_example or str(g.outcome)[:500]
-                log.warning("transient error on check %s: %s", g.key[0], g.outcome)
-            error = timeout_error(g.outcome if isinstance(g.outcome, CheckError) else None)
-            for t in g.tasks:
-                settings = parse_exec(t.exec_dict)
-                if timed_out(t.start_date, settings, now):
-                    state = timeout_state(t.try_number, settings)
-                    timeouts[(state, None if state == State.UP_FOR_RETRY else error)].append(t.try_key)
-
-        for task, why in bad:
+        result.groups_poked = sum(1 for g in plan.due if g.outcome is not None)
+        decision = decide(list(plan.groups.values()), plan.collided, plan.now, plan.bad)
+        result.permanent_errors = decision.permanent_errors
+        result.transient_errors = decision.transient_errors
+        result.transient_example = decision.transient_example
+        if decision.transient_example:
+            log.warning("transient errors on %d check(s), e.g. %s", decision.transient_errors,
+                        decision.transient_example)
+        for task, why in plan.bad:
             log.warning("task %s.%s %s cannot be planned, failing it alone: %s", task.dag_id, task.task_id,
                         task.execution_date, why)
-
-        marked: dict[str, int] = defaultdict(int)
-        fence = self.fence
-        if not (landed_hashes or landed_collided or failed or timeouts or bad):
-            result.marked = {}
-            return
+        if decision.writes.empty():
+            return result
         now = self.clock()  # the fence is checked against the time of the write, not of the round's start
-        with self.engine.begin() as conn:
-            if landed_hashes:
-                marked[State.SUCCESS] += task_sql.mark_hashes(
-                    conn, landed_hashes, self.shard_min, self.shard_max, State.SUCCESS, now, fence=fence)
-            for key in landed_collided:
-                marked[State.SUCCESS] += task_sql.mark_check(conn, key[0], key[1], key[2], State.SUCCESS, now,
-                                                            fence=fence)
-            for g in failed:
-                message = str(g.outcome)
-                if g.key[0] in collided:
-                    n = task_sql.mark_check(conn, g.key[0], g.key[1], g.key[2], State.FAILED, now, error=message,
-                                           fence=fence)
-                else:
-                    n = task_sql.mark_hashes(conn, [g.key[0]], self.shard_min, self.shard_max, State.FAILED, now,
-                                            error=message, fence=fence)
-                marked[State.FAILED] += n
-            for (state, error), tries in timeouts.items():
-                marked[state] += task_sql.end_tries(conn, tries, state, now, error=error, fence=fence)
-            for task, why in bad:
-                marked[State.FAILED] += task_sql.end_tries(conn, [task.try_key], State.FAILED, now, error=why,
-                                                          fence=fence)
-        result.marked = {k: v for k, v in marked.items() if v}
-        if fence is not None and not result.marked:
-            result.fenced_out = not self._still_owner(fence, now)
-
-    def _still_owner(self, fence: Fence, now: datetime) -> bool:
-        with self.engine.connect() as conn:
-            return any(r["shard_min"] == fence.shard_min and r["owner"] == fence.owner and r["epoch"] == fence.epoch
-                       and lease_held(r, now) for r in lease_sql.load_leases(conn))
-
-    def _forget_finished(self, groups: dict[CheckKey, _Group]) -> None:
-        for key in [k for k in self._last_poke if k not in groups]:
-            del self._last_poke[key]
-        for key in [k for k in self._tables if k not in groups]:
-            del self._tables[key]
+        result.marked = self.store.write_round(self.shard_min, self.shard_max, decision.writes, now, self.fence)
+        if self.fence is not None and not result.marked:
+            result.fenced_out = not self.store.holds(self.fence, now)
+        return result
 
     def record(self, result: RoundResult) -> None:
         """Store this round's result for `smartsensor status` (failures to do so are only logged)."""
         try:
-            with self.engine.begin() as conn:
-                status_sql.record_round(conn, self.worker_id, self.hostname, os.getpid(), self.shard_min,
-                                     self.shard_max, self.clock(), result.seconds, result.to_json())
+            self.store.record_round(self.worker_id, self.hostname, os.getpid(), self.shard_min, self.shard_max,
+                                    self.clock(), result.seconds, result.to_json())
         except Exception as exc:  # noqa: BLE001 - status bookkeeping must not fail a round
             log.warning("could not record round: %s", exc)
 
     def forget(self) -> None:
         """Remove this worker's status row (clean stop)."""
-        with self.engine.begin() as conn:
-            status_sql.forget_worker(conn, self.worker_id)
+        self.store.forget_worker(self.worker_id)
 
 
 @lru_cache(maxsize=200_000)
@@ -337,112 +231,33 @@ def _rebuild_cached(cls: type[BaseSensor], attr_dict: str) -> BaseSensor:
     return cls.from_stored(attr_dict)
 
 
-def _with_start(task: WaitingTask, now: datetime) -> WaitingTask:
-    return replace(task, state=State.SMART_RUNNING, start_date=now)
-
-
-def _combine(outcomes: list[bool | CheckError]) -> bool | CheckError:
-    """All checks of a sensor must hold; a permanent error wins over a transient one."""
-    for o in outcomes:
-        if isinstance(o, PermanentCheckError):
-            return o
-    for o in outcomes:
-        if isinstance(o, CheckError):
-            return o
-    return all(outcomes)
-
-
-@dataclass
-class RoundPlan:
-    """One range's round between loading and writing: what is due and which checks answer it."""
-
-    worker: ShardWorker
-    result: RoundResult
-    groups: dict[CheckKey, _Group]
-    collided: set[int]
-    now: datetime
-    due: list[_Group]
-    batched: dict[CheckKey, list[Check]] = field(default_factory=dict)
-    sensors: dict[CheckKey, BaseSensor] = field(default_factory=dict)
-    bad: list[tuple[WaitingTask, str]] = field(default_factory=list)  # rows that fail alone, with the reason
-
-
-def poke_plans(plans: list[RoundPlan], spark_provider: Callable[[], Any]) -> dict[str, float]:
-    """Phase 2, for all ranges of a process at once: one BatchChecker, one catalog call per table,
-    and each user sensor's poke() once per distinct check, each within [smart_sensor] poke_timeout.
-    Outcomes go into the plans' groups."""
-    counters: dict[str, float] = {"catalog_calls": 0, "schema_calls": 0, "fs_calls": 0, "poke_calls": 0,
-                                  "catalog_seconds": 0.0}
-    if not any(p.batched or p.sensors for p in plans):
-        return counters
-    try:
-        checker = BatchChecker(spark_provider())
-    except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage, not a bad check
-        log.warning("cannot start Spark: %s", exc)
-        for p in plans:
-            for g in p.due:
-                if g.outcome is None:
-                    g.outcome = TransientCheckError(f"Spark unavailable: {exc}")
-        return counters
-    answers = checker.check_all(c for p in plans for checks in p.batched.values() for c in checks)
-    context = {"checker": checker, "spark": checker.spark}
-    poker = poker_for(plans[0].worker.cfg.get("smart_sensor", "poke_timeout"))
-    for p in plans:
-        for g in p.due:
-            if g.key in p.batched:
-                g.outcome = _combine([answers[c] for c in p.batched[g.key]])
-                continue
-            sensor = p.sensors.get(g.key)
-            if sensor is None:
-                continue
-            counters["poke_calls"] += 1
-            g.outcome = poker.poke(g.key, lambda sensor=sensor: sensor.poke(context))  # type: ignore[misc]
-            if isinstance(g.outcome, TransientCheckError):
-                log.warning("poke of %s: %s (treated as transient)", g.key[1], g.outcome)
-    counters.update(catalog_calls=checker.catalog_calls, schema_calls=checker.schema_calls, fs_calls=checker.fs_calls,
-                    catalog_seconds=round(checker.catalog_seconds, 4))
-    return counters
-
-
-_SUMMED = ("loaded", "started", "distinct_hashes", "distinct_checks", "collisions", "groups_due", "groups_poked",
-           "transient_errors", "permanent_errors", "woken", "bad_rows", "module_waiting")
-
-
-def run_rounds(workers: list[ShardWorker], spark_provider: Callable[[], Any]) -> RoundResult:
+def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer]) -> RoundResult:
     """One round over the ranges one process owns, reported as one result (``ranges`` lists them).
 
     Loads and writes stay per range (each write fenced by its own lease); the checks of all ranges
     are answered together, so a table is listed once per round per process, not once per range.
+    A failure (a database outage) is reported in ``error`` instead of raised: the next round retries.
     """
     if not workers:
         return RoundResult(0, 0)
-    engine = workers[0].engine
+    ranges = [[w.shard_min, w.shard_max] for w in workers]
+    store = workers[0].store
     started_at = time.perf_counter()
-    stmt0 = statement_count(engine)
-    plans = [w.plan_round() for w in workers]
-    counters = poke_plans(plans, spark_provider)
-    results = [p.worker.finish_round(p) for p in plans]
-    total = RoundResult(min(w.shard_min for w in workers), max(w.shard_max for w in workers),
-                        ranges=[[w.shard_min, w.shard_max] for w in workers])
-    for name in _SUMMED:
-        setattr(total, name, sum(getattr(r, name) for r in results))
-    marked: dict[str, int] = defaultdict(int)
-    for r in results:
-        for k, v in r.marked.items():
-            marked[k] += v
-    total.marked = dict(marked)
-    total.fenced_out = any(r.fenced_out for r in results)
-    for r in results:
-        total.module_errors.update(r.module_errors)
-        total.transient_example = total.transient_example or r.transient_example
-    total.catalog_calls = int(counters["catalog_calls"])
-    total.schema_calls = int(counters["schema_calls"])
-    total.fs_calls = int(counters["fs_calls"])
-    total.poke_calls = int(counters["poke_calls"])
-    total.catalog_seconds = counters["catalog_seconds"]
-    total.db_statements = statement_count(engine) - stmt0
+    statements_before = store.statements()
+    try:
+        plans = [w.plan_round() for w in workers]
+        counters = poke_plans(plans, answerer, workers[0].cfg.get("smart_sensor", "poke_timeout"))
+        total = combine_results([w.finish_round(p) for w, p in zip(workers, plans)], ranges)
+        for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
+            setattr(total, name, int(counters[name]))
+        total.catalog_seconds = counters["catalog_seconds"]
+        total.db_statements = store.statements() - statements_before
+    except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
+        log.warning("round failed (will retry next round): %s", first_line(exc))
+        log.debug("round failure", exc_info=True)
+        total = RoundResult(ranges[0][0], ranges[-1][1], ranges=ranges, error=f"{type(exc).__name__}: {first_line(exc)}")
     total.seconds = round(time.perf_counter() - started_at, 4)
-    for w in workers:
+    for w in workers:  # `status` shows the round, a failed one too (recording fails quietly while the DB is down)
         if w.record_rounds:
             w.record(total)
     return total

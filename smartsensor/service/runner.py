@@ -1,28 +1,29 @@
-"""Running shard workers: the round loop (APScheduler) of one worker, and a supervisor for N of them."""
+"""Running one shard worker: its rounds on a timer (APScheduler), lease heartbeats, landing signals, a clean stop.
+
+N worker processes are started and restarted by ``service.supervisor``."""
 
 from __future__ import annotations
 
 import logging
 import signal
-import subprocess
-import sys
 import threading
-import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.config import Config, ShardRange
+from smartsensor.config import Config
 from smartsensor.service.leases import LeaseManager
-from smartsensor.adapters.process import pdeathsig_preexec
 from smartsensor.service.signals import SignalListener, canonical_signal
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.sensors.errors import first_line
-from smartsensor.service.round import RoundResult, ShardWorker, run_rounds
+from smartsensor.adapters.sql.round_store import SqlRoundStore
+from smartsensor.ports import CheckAnswerer
+from smartsensor.service.poke import spark_answerer
+from smartsensor.service.round import ShardWorker, run_round
+from smartsensor.service.round_report import RoundResult
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +53,6 @@ class RoundMetrics:
         self.rounds.labels(*lv, "error" if r.error else "ok").inc()
 
 
-def run_one_round(workers: list[ShardWorker]) -> RoundResult:
-    """One round over a process's ranges; a DB outage is reported in the result instead of raised
-    (the next round retries)."""
-    try:
-        return run_rounds(workers, workers[0].spark)
-    except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
-        log.warning("round failed (will retry next round): %s", first_line(exc))
-        log.debug("round failure", exc_info=True)
-        result = RoundResult(workers[0].shard_min, workers[-1].shard_max,
-                             ranges=[[w.shard_min, w.shard_max] for w in workers])
-        result.error = f"{type(exc).__name__}: {first_line(exc)}"
-        for w in workers:  # `status` shows the failure (recording fails quietly while the DB is down)
-            if w.record_rounds:
-                w.record(result)
-        return result
-
-
 class LeasedWorker:
     """A worker without a fixed range: holds whatever shard leases it claims, one ShardWorker per lease."""
 
@@ -77,7 +61,8 @@ class LeasedWorker:
         self.engine = engine
         self.cfg = cfg
         self.leases = LeaseManager(engine, cfg, worker_id)
-        self.spark_provider = spark_provider
+        self.store = SqlRoundStore(engine)
+        self.answerer = spark_answerer(cfg, spark_provider)
         self.workers: dict[int, ShardWorker] = {}
         self._lock = threading.Lock()
         self._last_prune = datetime.min
@@ -97,8 +82,7 @@ class LeasedWorker:
             for lo, lease in self.leases.owned.items():
                 w = self.workers.get(lo)
                 if w is None:
-                    w = ShardWorker(self.engine, self.cfg, lease.shard_min, lease.shard_max,
-                                    spark_provider=self.spark_provider,
+                    w = ShardWorker(self.store, self.cfg, lease.shard_min, lease.shard_max,
                                     worker_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}")
                     self.workers[lo] = w
                 w.fence = lease.fence
@@ -117,7 +101,7 @@ class LeasedWorker:
         """One round over every owned range: one catalog call per table for all of them."""
         with self._lock:
             workers = [self.workers[lo] for lo in sorted(self.workers)]
-        return [run_one_round(workers)] if workers else []
+        return [run_round(workers, self.answerer)] if workers else []
 
     def wake(self, tables: set[tuple[str, str]]) -> None:
         with self._lock:
@@ -144,14 +128,15 @@ class LeasedWorker:
 class PinnedWorker:
     """A worker over a fixed range (``--shard-min/--shard-max``): no lease, no fence."""
 
-    def __init__(self, worker: ShardWorker) -> None:
+    def __init__(self, worker: ShardWorker, answerer: Callable[[], CheckAnswerer]) -> None:
         self.worker = worker
+        self.answerer = answerer
 
     def heartbeat(self) -> dict[str, list[int]]:
         return {}
 
     def rounds(self) -> list[RoundResult]:
-        return [run_one_round([self.worker])]
+        return [run_round([self.worker], self.answerer)]
 
     def wake(self, tables: set[tuple[str, str]]) -> None:
         self.worker.wake(tables)
@@ -312,80 +297,3 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
 def _now() -> datetime:
     """Aware local time, as APScheduler wants for next_run_time."""
     return datetime.now().astimezone()
-
-
-def assign_ranges(ranges: list[ShardRange], n: int) -> list[ShardRange]:
-    """Give ``n`` workers contiguous blocks of the configured ranges (n <= len(ranges))."""
-    n = max(1, min(n, len(ranges)))
-    out = []
-    for i in range(n):
-        lo_idx = i * len(ranges) // n
-        hi_idx = (i + 1) * len(ranges) // n
-        out.append(ShardRange(ranges[lo_idx].lo, ranges[hi_idx - 1].hi))
-    return out
-
-
-@dataclass
-class _Child:
-    shard: ShardRange | None
-    proc: subprocess.Popen
-    started: float
-    restarts: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"[{self.shard.lo},{self.shard.hi})" if self.shard else "leased"
-
-
-def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: TextIO = sys.stdout,
-                      extra_args: list[str] | None = None, max_backoff: float = 30.0, pinned: bool = False) -> int:
-    """Start N `smartsensor worker` processes, restart crashed ones, stop all on SIGINT/SIGTERM.
-
-    By default the workers claim shard leases (extras stand by and take over); with ``pinned`` each
-    gets a fixed contiguous block of the configured ranges instead.
-    """
-    count = n or len(cfg.shard_ranges)
-    slots: list[ShardRange | None] = list(assign_ranges(cfg.shard_ranges, count)) if pinned else [None] * count
-    stopping = False
-
-    def spawn(shard: ShardRange | None) -> subprocess.Popen:
-        placement = ["--shard-min", str(shard.lo), "--shard-max", str(shard.hi)] if shard else []
-        cmd = [sys.executable, "-m", "smartsensor.cli", *base_args, "worker", *placement, *(extra_args or [])]
-        # A supervisor killed outright (kill -9, OOM) must not leave its workers running unsupervised: they get
-        # SIGTERM, stop cleanly and release their leases; a restarted supervisor starts a fresh set.
-        return subprocess.Popen(cmd, preexec_fn=pdeathsig_preexec())
-
-    def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    children = [_Child(r, spawn(r), time.monotonic()) for r in slots]
-    print(f"started {len(children)} workers: " + ", ".join(f"{c.label} pid {c.proc.pid}" for c in children),
-          file=out, flush=True)
-    while not stopping:
-        time.sleep(0.5)
-        for i, c in enumerate(children):
-            code = c.proc.poll()
-            if code is None or stopping:
-                continue
-            backoff = min(max_backoff, 2 ** min(c.restarts, 5))
-            if time.monotonic() - c.started < backoff:
-                continue
-            c.restarts += 1
-            c.proc = spawn(c.shard)
-            c.started = time.monotonic()
-            print(f"worker #{i} {c.label} exited with {code}; restart #{c.restarts} pid {c.proc.pid}", file=out,
-                  flush=True)
-    for c in children:
-        if c.proc.poll() is None:
-            c.proc.terminate()
-    deadline = time.monotonic() + 30
-    for c in children:
-        try:
-            c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            c.proc.kill()
-    print("all workers stopped", file=out, flush=True)
-    return 0

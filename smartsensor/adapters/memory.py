@@ -1,0 +1,155 @@
+"""An in-memory ``RoundStore``: the SQL store's guards and fences over dicts, in one process.
+
+It exists so the round's logic (dedup, due checks, timeouts, retries, collisions, fencing, a user's
+manual change winning) is unit-tested in milliseconds without a database or Spark. The integration
+tests run the same round on SQLite and PostgreSQL; the rules here must stay those of
+``adapters.sql.tasks`` (each method names the query it mirrors).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import fields
+from datetime import datetime
+from typing import Any, Iterable
+
+from smartsensor.domain.keys import Fence, TaskKey, TryKey, WaitingTask
+from smartsensor.domain.leases import lease_held
+from smartsensor.domain.states import State
+from smartsensor.domain.transitions import RoundWrites
+
+_WAITING_FIELDS = [f.name for f in fields(WaitingTask)]
+
+
+class InMemoryRoundStore:
+    """``smartsensor.ports.RoundStore`` in dicts. ``tasks`` holds task_instance rows by (dag_id, task_id,
+    execution_date); ``leases`` holds shard_lease rows by shard_min; ``rounds`` the worker_round rows."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = ()) -> None:
+        self.tasks: dict[TaskKey, dict[str, Any]] = {}
+        self.leases: dict[int, dict[str, Any]] = {}
+        self.rounds: dict[str, dict[str, Any]] = {}
+        self._statements = 0
+        for row in rows:
+            self.add_task(row)
+
+    # -- set-up and inspection (what registration, the lease manager or a user would do) ----------
+    def add_task(self, row: dict[str, Any]) -> None:
+        """Insert a task_instance row (e.g. from ``service.registration.build_row``)."""
+        full = {"try_number": 1, "max_tries": 0, "start_date": None, "end_date": None, "hostname": None,
+                "error": None, "updated_at": None, **row}
+        self.tasks[(full["dag_id"], full["task_id"], full["execution_date"])] = full
+
+    def set_state(self, key: TaskKey, state: str) -> None:
+        """A user's manual change (``smartsensor set-state``)."""
+        self.tasks[key]["state"] = state
+
+    def set_lease(self, shard_min: int, shard_max: int, owner: str | None, epoch: int,
+                  expires_at: datetime | None) -> None:
+        """Write a shard_lease row as the lease manager would after a claim or a takeover."""
+        self.leases[shard_min] = {"shard_min": shard_min, "shard_max": shard_max, "owner": owner, "epoch": epoch,
+                                  "expires_at": expires_at}
+
+    def states(self) -> dict[str, int]:
+        """Task rows per state."""
+        out: dict[str, int] = defaultdict(int)
+        for row in self.tasks.values():
+            out[row["state"]] += 1
+        return dict(out)
+
+    # -- the port ------------------------------------------------------------------------------
+    def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                   fence: Fence | None) -> tuple[list[WaitingTask], int]:
+        """``tasks.load_waiting`` then ``tasks.start_pending``."""
+        self._statements += 1
+        rows = [r for r in self.tasks.values()
+                if r["state"] in State.SMART_WAITING and shard_min <= r["shardcode"] < shard_max]
+        loaded = [WaitingTask(*(r[name] for name in _WAITING_FIELDS)) for r in rows]
+        started = 0
+        if any(r["state"] == State.SMART_PENDING for r in rows):
+            self._statements += 1
+            if self._fence_ok(fence, now):
+                for r in rows:
+                    if r["state"] == State.SMART_PENDING:
+                        r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname,
+                                 updated_at=now)
+                        started += 1
+        return loaded, started
+
+    def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
+                    fence: Fence | None) -> dict[str, int]:
+        """``tasks.mark_hashes`` / ``mark_check`` / ``end_tries``, all or nothing under the fence."""
+        if writes.empty():
+            return {}
+        marked: dict[str, int] = defaultdict(int)
+        statements = (bool(writes.landed_hashes) + len(writes.landed_checks) + len(writes.failed)
+                      + len(writes.ended) + len(writes.bad))
+        self._statements += statements
+        if not self._fence_ok(fence, now):
+            return {}
+        hashes = set(writes.landed_hashes)
+        marked[State.SUCCESS] += self._update(
+            lambda r: r["hashcode"] in hashes and shard_min <= r["shardcode"] < shard_max
+            and r["state"] in State.SMART_WAITING, State.SUCCESS, now)
+        for check in writes.landed_checks:
+            marked[State.SUCCESS] += self._update(lambda r, c=check: _is_check(r, c), State.SUCCESS, now)
+        for check, collided, error in writes.failed:
+            if collided:
+                marked[State.FAILED] += self._update(lambda r, c=check: _is_check(r, c), State.FAILED, now, error)
+            else:
+                marked[State.FAILED] += self._update(
+                    lambda r, h=check[0]: r["hashcode"] == h and shard_min <= r["shardcode"] < shard_max
+                    and r["state"] in State.SMART_WAITING, State.FAILED, now, error)
+        for (state, error), tries in writes.ended.items():
+            marked[state] += self._end_tries(set(tries), state, now, error)
+        for try_key, why in writes.bad:
+            marked[State.FAILED] += self._end_tries({try_key}, State.FAILED, now, why)
+        return {k: v for k, v in marked.items() if v}
+
+    def holds(self, fence: Fence, now: datetime) -> bool:
+        self._statements += 1
+        row = self.leases.get(fence.shard_min)
+        return row is not None and row["owner"] == fence.owner and row["epoch"] == fence.epoch and lease_held(row, now)
+
+    def record_round(self, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
+                     now: datetime, seconds: float, summary_json: str) -> None:
+        self._statements += 1
+        self.rounds[worker_id] = {"worker_id": worker_id, "hostname": hostname, "pid": pid, "shard_min": shard_min,
+                                  "shard_max": shard_max, "last_round_at": now, "last_round_seconds": seconds,
+                                  "last_round_json": summary_json}
+
+    def forget_worker(self, worker_id: str) -> None:
+        self._statements += 1
+        self.rounds.pop(worker_id, None)
+
+    def statements(self) -> int:
+        return self._statements
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _fence_ok(self, fence: Fence | None, now: datetime) -> bool:
+        """The SQL store's ``_fenced`` clause: the lease row still has this owner and epoch, unexpired."""
+        if fence is None:
+            return True
+        row = self.leases.get(fence.shard_min)
+        return (row is not None and row["owner"] == fence.owner and row["epoch"] == fence.epoch
+                and row["expires_at"] is not None and row["expires_at"] > now)
+
+    def _update(self, where: Any, state: str, now: datetime, error: str | None = None) -> int:
+        n = 0
+        for row in self.tasks.values():
+            if where(row):
+                row.update(state=state, end_date=now, updated_at=now)
+                if error is not None:
+                    row["error"] = error
+                n += 1
+        return n
+
+    def _end_tries(self, tries: set[TryKey], state: str, now: datetime, error: str | None) -> int:
+        return self._update(lambda r: r["state"] == State.SMART_RUNNING and (
+            r["dag_id"], r["task_id"], r["execution_date"], r["try_number"], r["start_date"]) in tries,
+            state, now, error)
+
+
+def _is_check(row: dict[str, Any], check: tuple[int, str, str]) -> bool:
+    return ((row["hashcode"], row["classpath"], row["attr_dict"]) == check
+            and row["state"] in State.SMART_WAITING)

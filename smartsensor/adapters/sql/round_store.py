@@ -1,0 +1,77 @@
+"""The SQL ``RoundStore``: a shard round's reads and writes on SQLite or PostgreSQL, through the named queries."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from smartsensor.adapters.sql import leases as lease_sql
+from smartsensor.adapters.sql import status as status_sql
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.engine import statement_count
+from smartsensor.domain.keys import Fence, WaitingTask
+from smartsensor.domain.leases import lease_held
+from smartsensor.domain.states import State
+from smartsensor.domain.transitions import RoundWrites
+
+
+class SqlRoundStore:
+    """``smartsensor.ports.RoundStore`` over an SQLAlchemy engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                   fence: Fence | None) -> tuple[list[WaitingTask], int]:
+        """1 statement, 2 when some task is pending (one transaction)."""
+        with self.engine.begin() as conn:
+            tasks = task_sql.load_waiting(conn, shard_min, shard_max)
+            started = 0
+            if any(t.state == State.SMART_PENDING for t in tasks):
+                started = task_sql.start_pending(conn, shard_min, shard_max, now, hostname, fence=fence)
+        return tasks, started
+
+    def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
+                    fence: Fence | None) -> dict[str, int]:
+        """All of a round's state changes in one transaction, each a guarded (and fenced) update."""
+        marked: dict[str, int] = defaultdict(int)
+        if writes.empty():
+            return {}
+        with self.engine.begin() as conn:
+            if writes.landed_hashes:
+                marked[State.SUCCESS] += task_sql.mark_hashes(conn, writes.landed_hashes, shard_min, shard_max,
+                                                              State.SUCCESS, now, fence=fence)
+            for hashcode, classpath, attr_dict in writes.landed_checks:
+                marked[State.SUCCESS] += task_sql.mark_check(conn, hashcode, classpath, attr_dict, State.SUCCESS,
+                                                             now, fence=fence)
+            for (hashcode, classpath, attr_dict), collided, error in writes.failed:
+                if collided:
+                    marked[State.FAILED] += task_sql.mark_check(conn, hashcode, classpath, attr_dict, State.FAILED,
+                                                                now, error=error, fence=fence)
+                else:
+                    marked[State.FAILED] += task_sql.mark_hashes(conn, [hashcode], shard_min, shard_max,
+                                                                 State.FAILED, now, error=error, fence=fence)
+            for (state, error), tries in writes.ended.items():
+                marked[state] += task_sql.end_tries(conn, tries, state, now, error=error, fence=fence)
+            for try_key, why in writes.bad:
+                marked[State.FAILED] += task_sql.end_tries(conn, [try_key], State.FAILED, now, error=why, fence=fence)
+        return {k: v for k, v in marked.items() if v}
+
+    def holds(self, fence: Fence, now: datetime) -> bool:
+        with self.engine.connect() as conn:
+            return any(r["shard_min"] == fence.shard_min and r["owner"] == fence.owner and r["epoch"] == fence.epoch
+                       and lease_held(r, now) for r in lease_sql.load_leases(conn))
+
+    def record_round(self, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
+                     now: datetime, seconds: float, summary_json: str) -> None:
+        with self.engine.begin() as conn:
+            status_sql.record_round(conn, worker_id, hostname, pid, shard_min, shard_max, now, seconds, summary_json)
+
+    def forget_worker(self, worker_id: str) -> None:
+        with self.engine.begin() as conn:
+            status_sql.forget_worker(conn, worker_id)
+
+    def statements(self) -> int:
+        return statement_count(self.engine)

@@ -1,0 +1,103 @@
+"""What a round decides for the tasks of each distinct check: the state changes it asks the store to write.
+
+Pure: no database, no Spark, no clock of its own. The store applies these as guarded updates in one
+transaction (``smartsensor.ports.RoundStore.write_round``); states and who moves them are drawn in
+ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from smartsensor.domain.keys import CheckKey, TryKey, WaitingTask
+from smartsensor.domain.states import State
+from smartsensor.domain.timing import parse_exec, timed_out, timeout_error, timeout_state
+from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError
+
+Outcome = bool | CheckError | None  # None: not poked this round
+
+
+@dataclass
+class CheckGroup:
+    """The tasks waiting on one distinct check, and what its poke said this round."""
+
+    key: CheckKey
+    tasks: list[WaitingTask]
+    outcome: Outcome = None
+
+
+@dataclass
+class RoundWrites:
+    """The state changes of one range's round, grouped the way the store writes them."""
+
+    landed_hashes: list[int] = field(default_factory=list)  # success for every waiting task of these hashes
+    landed_checks: list[CheckKey] = field(default_factory=list)  # success for one exact check (hash collision)
+    failed: list[tuple[CheckKey, bool, str]] = field(default_factory=list)  # (check, collided, error): failed
+    ended: dict[tuple[str, str | None], list[TryKey]] = field(default_factory=dict)  # (state, error) → timed-out tries
+    bad: list[tuple[TryKey, str]] = field(default_factory=list)  # rows that cannot be planned: failed alone
+
+    def empty(self) -> bool:
+        return not (self.landed_hashes or self.landed_checks or self.failed or self.ended or self.bad)
+
+
+@dataclass
+class Decision:
+    """The writes of a round and what they say about its errors (for the round's counters)."""
+
+    writes: RoundWrites
+    permanent_errors: int = 0
+    transient_errors: int = 0
+    transient_example: str | None = None  # the first transient error, for `status`
+
+
+def combine(outcomes: list[bool | CheckError]) -> bool | CheckError:
+    """All checks of a sensor must hold; a permanent error wins over a transient one."""
+    for o in outcomes:
+        if isinstance(o, PermanentCheckError):
+            return o
+    for o in outcomes:
+        if isinstance(o, CheckError):
+            return o
+    return all(outcomes)
+
+
+def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
+           bad: list[tuple[WaitingTask, str]] = ()) -> Decision:  # type: ignore[assignment]
+    """The transition rules of a round.
+
+    - landed (True): every waiting task of the check → success;
+    - a permanent error: every waiting task of the check → failed, with the error;
+    - otherwise (not landed, not poked, transient error): each task whose try has waited its own
+      time limit ends: up_for_retry while tries remain, else skipped (soft_fail) or failed, with the
+      last check error in ``error``; the others go on waiting;
+    - a row that cannot be planned → failed alone, with the reason.
+    Checks whose hash collides with another check are written by exact check, never by hash.
+    """
+    decision = Decision(RoundWrites())
+    writes = decision.writes
+    ended: dict[tuple[str, str | None], list[TryKey]] = defaultdict(list)
+    for g in groups:
+        if g.outcome is True:
+            if g.key[0] in collided:
+                writes.landed_checks.append(g.key)
+            else:
+                writes.landed_hashes.append(g.key[0])
+            continue
+        if isinstance(g.outcome, PermanentCheckError):
+            decision.permanent_errors += 1
+            writes.failed.append((g.key, g.key[0] in collided, str(g.outcome)))
+            continue
+        if isinstance(g.outcome, TransientCheckError):
+            decision.transient_errors += 1
+            decision.transient_example = decision.transient_example or str(g.outcome)[:500]
+        error = timeout_error(g.outcome if isinstance(g.outcome, CheckError) else None)
+        for t in g.tasks:
+            settings = parse_exec(t.exec_dict)
+            if timed_out(t.start_date, settings, now):  # type: ignore[arg-type] - started before deciding
+                state = timeout_state(t.try_number, settings)
+                ended[(state, None if state == State.UP_FOR_RETRY else error)].append(t.try_key)
+    writes.ended = dict(ended)
+    writes.bad = [(task.try_key, why) for task, why in bad]
+    return decision

@@ -1,0 +1,93 @@
+"""``smartsensor workers``: start N worker processes, restart the ones that die, stop them all on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from smartsensor.adapters.process import pdeathsig_preexec
+from smartsensor.config import Config, ShardRange
+
+log = logging.getLogger(__name__)
+
+
+def assign_ranges(ranges: list[ShardRange], n: int) -> list[ShardRange]:
+    """Give ``n`` workers contiguous blocks of the configured ranges (n <= len(ranges))."""
+    n = max(1, min(n, len(ranges)))
+    out = []
+    for i in range(n):
+        lo_idx = i * len(ranges) // n
+        hi_idx = (i + 1) * len(ranges) // n
+        out.append(ShardRange(ranges[lo_idx].lo, ranges[hi_idx - 1].hi))
+    return out
+
+
+@dataclass
+class _Child:
+    shard: ShardRange | None
+    proc: subprocess.Popen
+    started: float
+    restarts: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"[{self.shard.lo},{self.shard.hi})" if self.shard else "leased"
+
+
+def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: TextIO = sys.stdout,
+                      extra_args: list[str] | None = None, max_backoff: float = 30.0, pinned: bool = False) -> int:
+    """Start N `smartsensor worker` processes, restart crashed ones, stop all on SIGINT/SIGTERM.
+
+    By default the workers claim shard leases (extras stand by and take over); with ``pinned`` each
+    gets a fixed contiguous block of the configured ranges instead.
+    """
+    count = n or len(cfg.shard_ranges)
+    slots: list[ShardRange | None] = list(assign_ranges(cfg.shard_ranges, count)) if pinned else [None] * count
+    stopping = False
+
+    def spawn(shard: ShardRange | None) -> subprocess.Popen:
+        placement = ["--shard-min", str(shard.lo), "--shard-max", str(shard.hi)] if shard else []
+        cmd = [sys.executable, "-m", "smartsensor.cli", *base_args, "worker", *placement, *(extra_args or [])]
+        # A supervisor killed outright (kill -9, OOM) must not leave its workers running unsupervised: they get
+        # SIGTERM, stop cleanly and release their leases; a restarted supervisor starts a fresh set.
+        return subprocess.Popen(cmd, preexec_fn=pdeathsig_preexec())
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    children = [_Child(r, spawn(r), time.monotonic()) for r in slots]
+    print(f"started {len(children)} workers: " + ", ".join(f"{c.label} pid {c.proc.pid}" for c in children),
+          file=out, flush=True)
+    while not stopping:
+        time.sleep(0.5)
+        for i, c in enumerate(children):
+            code = c.proc.poll()
+            if code is None or stopping:
+                continue
+            backoff = min(max_backoff, 2 ** min(c.restarts, 5))
+            if time.monotonic() - c.started < backoff:
+                continue
+            c.restarts += 1
+            c.proc = spawn(c.shard)
+            c.started = time.monotonic()
+            print(f"worker #{i} {c.label} exited with {code}; restart #{c.restarts} pid {c.proc.pid}", file=out,
+                  flush=True)
+    for c in children:
+        if c.proc.poll() is None:
+            c.proc.terminate()
+    deadline = time.monotonic() + 30
+    for c in children:
+        try:
+            c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            c.proc.kill()
+    print("all workers stopped", file=out, flush=True)
+    return 0

@@ -1,0 +1,254 @@
+"""The round's logic on the in-memory store with a dict for a catalog: no database, no Spark.
+
+Each test names the rule it pins down. The same rounds run on SQLite and PostgreSQL with a real
+SparkSession in tests/integration; tests/integration/test_round_store_parity.py checks that both
+stores end in the same states for the same round.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from smartsensor.adapters.memory import InMemoryRoundStore
+from smartsensor.domain.states import State
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
+from smartsensor.service.registration import build_row
+from smartsensor.service.round import ShardWorker, run_round
+from tests.catalog_doubles import Clock, DictCatalog
+
+DAY = datetime(2026, 11, 22)
+T0 = datetime(2026, 11, 23, 6, 0, 0)
+
+
+@pytest.fixture
+def cfg(tmp_path: Any) -> Any:
+    from tests.conftest import make_cfg
+    return make_cfg(tmp_path, f"sqlite:///{tmp_path / 'unused.db'}")
+
+
+def named(task_id: str, partition: str, **kw: Any) -> NamedHivePartitionSensor:
+    return NamedHivePartitionSensor(task_id=task_id, partition_names=[partition], **kw)
+
+
+def add(store: InMemoryRoundStore, cfg: Any, dag_id: str, sensor: NamedHivePartitionSensor) -> dict[str, Any]:
+    row, _ = build_row(sensor, dag_id, DAY, cfg)
+    store.add_task(row)
+    return row
+
+
+class Fleet:
+    """One worker over the whole range on the in-memory store, answered by ``catalog``."""
+
+    def __init__(self, cfg: Any, store: InMemoryRoundStore, catalog: DictCatalog, clock: Clock) -> None:
+        self.worker = ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
+        self.catalog = catalog
+
+    def round(self) -> Any:
+        return run_round([self.worker], lambda: self.catalog)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(T0)
+
+
+def state_of(store: InMemoryRoundStore, dag_id: str, task_id: str) -> str:
+    return store.tasks[(dag_id, task_id, DAY)]["state"]
+
+
+def test_identical_waits_are_checked_once_and_marked_together(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    for dag in ("a", "b", "c"):
+        add(store, cfg, dag, named("wait", "db.events/ds=2026-11-22"))
+    add(store, cfg, "d", named("wait", "db.events/ds=2026-11-23"))
+    fleet = Fleet(cfg, store, catalog, clock)
+    first = fleet.round()
+    assert (first.loaded, first.started, first.distinct_checks, first.marked) == (4, 4, 2, {})
+    assert len(catalog.asked) == 2 and first.catalog_calls == 1  # two checks on one table: one listing
+    catalog.land("db.events/ds=2026-11-22")
+    clock.advance(60)
+    second = fleet.round()
+    assert second.marked == {State.SUCCESS: 3}
+    assert [state_of(store, d, "wait") for d in "abcd"] == [State.SUCCESS] * 3 + [State.SMART_RUNNING]
+
+
+def test_each_task_keeps_its_own_poke_interval(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "fast", named("w", "db.t/ds=1", poke_interval=10))
+    add(store, cfg, "slow", named("w", "db.t/ds=2", poke_interval=100))
+    fleet = Fleet(cfg, store, catalog, clock)
+    assert fleet.round().groups_poked == 2  # a new try is checked at once
+    polled = []
+    for _ in range(10):
+        clock.advance(10)
+        polled.append(fleet.round().groups_poked)
+    assert polled == [1] * 9 + [2]  # the fast one every 10 s; the slow one once, at 100 s
+
+
+def test_a_landing_signal_makes_its_tables_checks_due_at_once(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "d", named("w", "db.t/ds=1", poke_interval=3600))
+    fleet = Fleet(cfg, store, catalog, clock)
+    fleet.round()
+    clock.advance(1)
+    catalog.land("db.t/ds=1")
+    assert fleet.round().groups_due == 0  # not due for an hour
+    fleet.worker.wake({("db", "t")})
+    woken = fleet.round()
+    assert (woken.woken, woken.marked) == (1, {State.SUCCESS: 1})
+
+
+@pytest.mark.parametrize("kw, final", [({}, State.FAILED), ({"soft_fail": True}, State.SKIPPED),
+                                       ({"retries": 1}, State.UP_FOR_RETRY)])
+def test_a_try_ends_by_its_own_timeout(cfg, clock, kw, final) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "d", named("w", "db.t/ds=never", timeout=30, poke_interval=10, **kw))
+    add(store, cfg, "e", named("w", "db.t/ds=never", timeout=3600, poke_interval=10))
+    fleet = Fleet(cfg, store, catalog, clock)
+    fleet.round()
+    clock.advance(29)
+    assert fleet.round().marked == {}
+    clock.advance(1)
+    assert fleet.round().marked == {final: 1}
+    assert state_of(store, "d", "w") == final and state_of(store, "e", "w") == State.SMART_RUNNING
+    error = store.tasks[("d", "w", DAY)]["error"]
+    assert (error is None) if final == State.UP_FOR_RETRY else error.startswith("timed out waiting")
+
+
+def test_a_transient_error_waits_and_is_named_when_the_try_times_out(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "d", named("w", "db.t/ds=1", timeout=20, poke_interval=10))
+    catalog.fail("db.t/ds=1", TransientCheckError("metastore unreachable"))
+    fleet = Fleet(cfg, store, catalog, clock)
+    first = fleet.round()
+    assert (first.transient_errors, first.marked) == (1, {})
+    assert "metastore unreachable" in first.transient_example
+    clock.advance(20)
+    assert fleet.round().marked == {State.FAILED: 1}
+    assert store.tasks[("d", "w", DAY)]["error"] == "timed out waiting; last check error: metastore unreachable"
+
+
+def test_a_permanent_error_fails_every_task_of_that_check_only(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "a", named("w", "db.gone/ds=1"))
+    add(store, cfg, "b", named("w", "db.gone/ds=1"))
+    add(store, cfg, "c", named("w", "db.t/ds=1"))
+    catalog.fail("db.gone/ds=1", PermanentCheckError("db.gone is not partitioned"))
+    result = Fleet(cfg, store, catalog, clock).round()
+    assert (result.permanent_errors, result.marked) == (1, {State.FAILED: 2})
+    assert store.tasks[("a", "w", DAY)]["error"] == "db.gone is not partitioned"
+    assert state_of(store, "c", "w") == State.SMART_RUNNING
+
+
+def test_a_users_manual_change_wins_over_a_round_in_flight(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "a", named("w", "db.t/ds=1"))
+    add(store, cfg, "b", named("w", "db.t/ds=1"))
+    fleet = Fleet(cfg, store, catalog, clock)
+    plan = fleet.worker.plan_round()
+    store.set_state(("a", "w", DAY), State.FAILED)  # set by hand between the load and the write
+    for g in plan.due:
+        g.outcome = True
+    assert fleet.worker.finish_round(plan).marked == {State.SUCCESS: 1}
+    assert (state_of(store, "a", "w"), state_of(store, "b", "w")) == (State.FAILED, State.SUCCESS)
+
+
+def test_a_worker_that_lost_its_lease_writes_nothing(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "a", named("w", "db.t/ds=1"))
+    limit = cfg.shard_code_upper_limit
+    store.set_lease(0, limit, "me", 1, T0 + timedelta(seconds=30))
+    fleet = Fleet(cfg, store, catalog, clock)
+    fleet.worker.fence = _fence(0, "me", 1)
+    assert fleet.round().started == 1
+    catalog.land("db.t/ds=1")
+    store.set_lease(0, limit, "other", 2, T0 + timedelta(seconds=600))  # taken over after a pause
+    clock.advance(60)
+    lost = fleet.round()
+    assert (lost.marked, lost.fenced_out) == ({}, True)
+    assert state_of(store, "a", "w") == State.SMART_RUNNING
+    fleet.worker.fence = _fence(0, "other", 2)  # the new owner's writes go through
+    clock.advance(60)
+    assert fleet.round().marked == {State.SUCCESS: 1}
+
+
+def test_colliding_hashes_never_mark_the_other_check(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    landed = add(store, cfg, "a", named("w", "db.t/ds=1"))
+    other = add(store, cfg, "b", named("w", "db.t/ds=2"))
+    store.tasks[("b", "w", DAY)].update(hashcode=landed["hashcode"], shardcode=landed["shardcode"])  # forced collision
+    assert other["attr_dict"] != landed["attr_dict"]
+    catalog.land("db.t/ds=1")
+    result = Fleet(cfg, store, catalog, clock).round()
+    assert (result.distinct_hashes, result.distinct_checks, result.collisions) == (1, 2, 1)
+    assert result.marked == {State.SUCCESS: 1}
+    assert (state_of(store, "a", "w"), state_of(store, "b", "w")) == (State.SUCCESS, State.SMART_RUNNING)
+
+
+def test_a_row_that_cannot_be_planned_fails_alone(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "bad", named("w", "db.t/ds=0"))
+    add(store, cfg, "good", named("w", "db.t/ds=1"))
+    store.tasks[("bad", "w", DAY)]["exec_dict"] = json.dumps({"poke_interval": 1e12})
+    catalog.land("db.t/ds=1")
+    result = Fleet(cfg, store, catalog, clock).round()
+    assert result.bad_rows == 1 and result.marked == {State.FAILED: 1, State.SUCCESS: 1}
+    assert "poke_interval" in store.tasks[("bad", "w", DAY)]["error"]
+    assert state_of(store, "good", "w") == State.SUCCESS
+
+
+def test_a_class_off_the_allow_list_fails_permanently(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "a", named("w", "db.t/ds=1"))
+    store.tasks[("a", "w", DAY)]["classpath"] = "os.system"
+    result = Fleet(cfg, store, catalog, clock).round()
+    assert result.marked == {State.FAILED: 1} and catalog.asked == []
+    assert "not a known smart-eligible sensor class" in store.tasks[("a", "w", DAY)]["error"]
+
+
+def test_rows_stored_with_the_old_class_path_still_resolve(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    add(store, cfg, "a", named("w", "db.t/ds=1"))
+    store.tasks[("a", "w", DAY)]["classpath"] = "sensors.hive.NamedHivePartitionSensor"  # written by 0.1
+    catalog.land("db.t/ds=1")
+    assert Fleet(cfg, store, catalog, clock).round().marked == {State.SUCCESS: 1}
+
+
+def test_an_outage_is_reported_in_the_result_not_raised(cfg, clock) -> None:
+    class Down(InMemoryRoundStore):
+        def load_range(self, *args: Any) -> Any:
+            raise ConnectionError("database is down")
+    result = Fleet(cfg, Down(), DictCatalog(), clock).round()
+    assert result.error == "ConnectionError: database is down" and result.marked == {}
+
+
+def test_a_catalog_that_cannot_start_leaves_every_task_waiting(cfg, clock) -> None:
+    store = InMemoryRoundStore()
+    add(store, cfg, "a", named("w", "db.t/ds=1", timeout=3600))
+    worker = ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
+
+    def no_java() -> Any:
+        raise RuntimeError("Java gateway process exited")
+    result = run_round([worker], no_java)
+    assert result.transient_errors == 1 and "Spark unavailable" in result.transient_example
+    assert state_of(store, "a", "w") == State.SMART_RUNNING
+
+
+def test_the_round_counts_store_statements(cfg, clock) -> None:
+    store, catalog = InMemoryRoundStore(), DictCatalog()
+    for i in range(50):
+        add(store, cfg, f"d{i}", named("w", f"db.t/ds={i}"))
+        catalog.land(f"db.t/ds={i}")
+    result = Fleet(cfg, store, catalog, clock).round()
+    # load + start, one write of all 50 hashes, the round's status row: constant in the number of tasks
+    assert result.marked == {State.SUCCESS: 50} and result.db_statements == 3
+
+
+def _fence(shard_min: int, owner: str, epoch: int) -> Any:
+    from smartsensor.domain.keys import Fence
+    return Fence(shard_min, owner, epoch)
