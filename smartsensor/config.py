@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import configparser
 import logging
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from smartsensor.config_keys import (BOUNDS, KEY_INDEX, KEYS, Key, parse_bool, parse_float, parse_int,
+                                     parse_list)
+
+__all__ = [
+    "BOUNDS", "KEYS", "Config", "ConfigError", "ENV_PREFIX", "Key", "ShardRange", "even_shard_ranges", "load_config",
+    "parse_shard_ranges",
+]
 
 log = logging.getLogger(__name__)
 
@@ -22,124 +29,6 @@ ENV_PREFIX = "SMARTSENSOR__"
 
 class ConfigError(ValueError):
     """A configuration value is missing, malformed or inconsistent."""
-
-
-def _parse_bool(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"not a boolean: {raw!r}")
-
-
-def _parse_int(raw: str) -> int:
-    return int(raw.strip())
-
-
-def _parse_float(raw: str) -> float:
-    value = float(raw.strip())
-    if not math.isfinite(value):  # float() accepts "nan" and "inf"; no setting means either
-        raise ValueError(f"not a finite number: {raw!r}")
-    return value
-
-
-def _parse_str(raw: str) -> str:
-    return raw.strip()
-
-
-def _parse_list(raw: str) -> list[str]:
-    return [item.strip() for item in raw.replace("\n", ",").split(",") if item.strip()]
-
-
-@dataclass(frozen=True)
-class Key:
-    """One documented configuration key."""
-
-    section: str
-    name: str
-    default: str
-    parse: Callable[[str], Any]
-    help: str
-    bounds: tuple[float, float] | None = None  # (lowest, highest) for a numeric key
-
-
-DAY = 24 * 3600.0
-
-KEYS: tuple[Key, ...] = (
-    Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", _parse_str,
-        "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder."),
-    Key("core", "dag_file_import_timeout", "60", _parse_float,
-        "Seconds `submit` lets a DAG file's import take; a file that loops or blocks at import is reported.",
-        bounds=(1, 3600)),
-    Key("smart_sensor", "use_smart_sensor", "True", _parse_bool,
-        "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode."),
-    Key("smart_sensor", "shard_code_upper_limit", "10000", _parse_int,
-        "shardcode = hashcode mod this value. After changing it run `smartsensor db reshard` to move "
-        "rows already registered.",
-        bounds=(1, 2**31 - 1)),
-    Key("smart_sensor", "shards", "5", _parse_int,
-        "Number of shard ranges when shard_ranges is empty: [0, limit) split evenly.",
-        bounds=(1, 100_000)),
-    Key("smart_sensor", "shard_ranges", "", _parse_str,
-        "Explicit half-open ranges covering [0, limit) without gap or overlap, e.g. 0-2000, 2000-10000."),
-    Key("smart_sensor", "sensors_enabled", "NamedHivePartitionSensor, HivePartitionSensor, SuccessFileSensor",
-        _parse_list, "Class names (marked @smart_eligible in code) that may run in the shard workers."),
-    Key("smart_sensor", "sensor_modules", "", _parse_list,
-        "Extra importable modules defining smart-eligible sensor classes; workers import only these "
-        "and the built-in sensors package, never a class path read from the database."),
-    Key("smart_sensor", "poke_interval", "5", _parse_float,
-        "Seconds between worker rounds. Each task is still poked by its own poke_interval.",
-        bounds=(0.05, DAY)),
-    Key("smart_sensor", "poke_timeout", "60", _parse_float,
-        "Seconds a user sensor's own poke() may take (in a worker or a classic run). One that takes longer is "
-        "a transient error for its check, and the check is not poked again until that call returns.",
-        bounds=(0.1, DAY)),
-    Key("smart_sensor", "heartbeat_interval", "5", _parse_float,
-        "Seconds between a worker's lease renewals (and claims of free or expired ranges).",
-        bounds=(0.05, DAY)),
-    Key("smart_sensor", "lease_timeout", "15", _parse_float,
-        "Seconds a shard lease lives without renewal; after that another worker takes the range over.",
-        bounds=(0.1, 7 * DAY)),
-    Key("smart_sensor", "signal_poll_interval", "0.2", _parse_float,
-        "SQLite only: seconds between polls for landing signals (Postgres uses LISTEN/NOTIFY).",
-        bounds=(0.01, 3600)),
-    Key("spark", "master", "local[1]", _parse_str, "Spark master URL."),
-    Key("spark", "app_name", "smartsensor", _parse_str, "Spark application name."),
-    Key("spark", "warehouse_dir", "{SMARTSENSOR_HOME}/warehouse", _parse_str, "spark.sql.warehouse.dir."),
-    Key("spark", "metastore_uris", "", _parse_str,
-        "Thrift URIs of a Hive metastore (thrift://host:port). Empty: embedded Derby under the home "
-        "folder, usable by ONE process only."),
-    Key("spark", "conf", "", _parse_list,
-        "Extra Spark settings passed through, comma separated key=value pairs."),
-    Key("metastore", "host", "127.0.0.1", _parse_str, "Address `smartsensor metastore start` binds."),
-    Key("metastore", "port", "9083", _parse_int, "Port of `smartsensor metastore start`.",
-        bounds=(1, 65535)),
-    Key("metastore", "java_opts", "-Xmx512m", _parse_str, "JVM options of the metastore service."),
-    Key("metastore", "start_timeout", "60", _parse_float, "Seconds to wait for the service's port.",
-        bounds=(1, 3600)),
-    Key("scheduler", "parallelism", "8", _parse_int, "Classic-mode task processes at most at once.",
-        bounds=(1, 1000)),  # each classic run is a process with its own JVM
-    Key("scheduler", "loop_interval", "2", _parse_float, "Seconds between scheduler loops.",
-        bounds=(0.05, 3600)),
-    Key("scheduler", "task_heartbeat_interval", "10", _parse_float,
-        "Seconds between heartbeats of a classic-mode run (`run-task`) while its task is running.",
-        bounds=(0.05, DAY)),
-    Key("scheduler", "stop_grace", "30", _parse_float,
-        "Seconds a stopping scheduler waits for its `run-task` children to hand their tasks back before "
-        "killing them (a child still starting Spark answers SIGTERM only once Spark is up).",
-        bounds=(0, 3600)),
-    Key("scheduler", "zombie_threshold", "120", _parse_float,
-        "A running classic task whose run has not heartbeated for this many seconds (its process died) "
-        "is failed by the scheduler: up_for_retry while tries remain, else failed.",
-        bounds=(0.1, 7 * DAY)),
-)
-
-_KEY_INDEX = {(k.section, k.name): k for k in KEYS}
-
-# Every numeric key's (lowest, highest) allowed value, checked when the config loads, so a value that would
-# crash a loop later (a negative sleep, a timer past the end of time) is refused at once, naming the key.
-BOUNDS: dict[tuple[str, str], tuple[float, float]] = {(k.section, k.name): k.bounds for k in KEYS if k.bounds}
 
 
 @dataclass(frozen=True)
@@ -159,7 +48,7 @@ class ShardRange:
 def parse_shard_ranges(raw: str, limit: int) -> list[ShardRange]:
     """Parse ``"0-2000, 2000-10000"`` and check it covers [0, limit) exactly once."""
     ranges: list[ShardRange] = []
-    for item in _parse_list(raw):
+    for item in parse_list(raw):
         parts = item.split("-")
         if len(parts) != 2:
             raise ConfigError(f"[smart_sensor] shard_ranges: range {item!r} is not of the form LO-HI")
@@ -281,7 +170,7 @@ def load_config(cli_path: str | None = None, environ: dict[str, str] | None = No
         for section in parser.sections():
             for name, value in parser.items(section):
                 key = (section.lower(), name.lower())
-                if key not in _KEY_INDEX:
+                if key not in KEY_INDEX:
                     warnings.append(f"unknown key [{section}] {name} in {path} (ignored)")
                     continue
                 raw[key] = value
@@ -293,19 +182,19 @@ def load_config(cli_path: str | None = None, environ: dict[str, str] | None = No
             warnings.append(f"env {env_name} is not SMARTSENSOR__<SECTION>__<KEY> (ignored)")
             continue
         key = (parts[0].lower(), parts[1].lower())
-        if key not in _KEY_INDEX:
+        if key not in KEY_INDEX:
             warnings.append(f"unknown key [{key[0]}] {key[1]} from env {env_name} (ignored)")
             continue
         raw[key] = value
 
     values: dict[tuple[str, str], Any] = {}
     for key, text in raw.items():
-        spec = _KEY_INDEX[key]
+        spec = KEY_INDEX[key]
         text = text.replace("{SMARTSENSOR_HOME}", str(home))
         try:
             values[key] = spec.parse(text)
         except ValueError:
-            kind = {_parse_int: "an integer", _parse_float: "a number", _parse_bool: "a boolean"}.get(
+            kind = {parse_int: "an integer", parse_float: "a number", parse_bool: "a boolean"}.get(
                 spec.parse, "valid")
             raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {_shown(text)}") from None
     cfg = Config(values=values, home=home, path=path, file_found=file_found, warnings=warnings)

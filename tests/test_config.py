@@ -141,5 +141,5 @@ def test_example_file_documents_every_key_with_its_default() -> None:
 
 
 def test_every_numeric_key_has_bounds() -> None:
-    from smartsensor.config import KEYS, _parse_float, _parse_int
-    assert [k.name for k in KEYS if k.parse in (_parse_int, _parse_float) and k.bounds is None] == []
+    from smartsensor.config_keys import KEYS, parse_float, parse_int
+    assert [k.name for k in KEYS if k.parse in (parse_int, parse_float) and k.bounds is None] == []

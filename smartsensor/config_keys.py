@@ -1,0 +1,134 @@
+"""The configuration keys: section, name, default, parser, help text and numeric bounds of each.
+
+``smartsensor.config`` reads a file and the environment against this table; ``airflow.cfg.example``
+documents every key with its default (a test checks both agree).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+def parse_bool(raw: str) -> bool:
+    """``true/1/yes/on`` or ``false/0/no/off``, any case."""
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
+def parse_int(raw: str) -> int:
+    """A whole number."""
+    return int(raw.strip())
+
+
+def parse_float(raw: str) -> float:
+    """A finite number."""
+    value = float(raw.strip())
+    if not math.isfinite(value):  # float() accepts "nan" and "inf"; no setting means either
+        raise ValueError(f"not a finite number: {raw!r}")
+    return value
+
+
+def parse_str(raw: str) -> str:
+    """The text, stripped."""
+    return raw.strip()
+
+
+def parse_list(raw: str) -> list[str]:
+    """Items separated by commas or newlines, blanks dropped."""
+    return [item.strip() for item in raw.replace("\n", ",").split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One documented configuration key."""
+
+    section: str
+    name: str
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+    bounds: tuple[float, float] | None = None  # (lowest, highest) for a numeric key
+
+
+DAY = 24 * 3600.0
+
+KEYS: tuple[Key, ...] = (
+    Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", parse_str,
+        "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder."),
+    Key("core", "dag_file_import_timeout", "60", parse_float,
+        "Seconds `submit` lets a DAG file's import take; a file that loops or blocks at import is reported.",
+        bounds=(1, 3600)),
+    Key("smart_sensor", "use_smart_sensor", "True", parse_bool,
+        "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode."),
+    Key("smart_sensor", "shard_code_upper_limit", "10000", parse_int,
+        "shardcode = hashcode mod this value. After changing it run `smartsensor db reshard` to move "
+        "rows already registered.",
+        bounds=(1, 2**31 - 1)),
+    Key("smart_sensor", "shards", "5", parse_int,
+        "Number of shard ranges when shard_ranges is empty: [0, limit) split evenly.",
+        bounds=(1, 100_000)),
+    Key("smart_sensor", "shard_ranges", "", parse_str,
+        "Explicit half-open ranges covering [0, limit) without gap or overlap, e.g. 0-2000, 2000-10000."),
+    Key("smart_sensor", "sensors_enabled", "NamedHivePartitionSensor, HivePartitionSensor, SuccessFileSensor",
+        parse_list, "Class names (marked @smart_eligible in code) that may run in the shard workers."),
+    Key("smart_sensor", "sensor_modules", "", parse_list,
+        "Extra importable modules defining smart-eligible sensor classes; workers import only these "
+        "and the built-in sensors package, never a class path read from the database."),
+    Key("smart_sensor", "poke_interval", "5", parse_float,
+        "Seconds between worker rounds. Each task is still poked by its own poke_interval.",
+        bounds=(0.05, DAY)),
+    Key("smart_sensor", "poke_timeout", "60", parse_float,
+        "Seconds a user sensor's own poke() may take (in a worker or a classic run). One that takes longer is "
+        "a transient error for its check, and the check is not poked again until that call returns.",
+        bounds=(0.1, DAY)),
+    Key("smart_sensor", "heartbeat_interval", "5", parse_float,
+        "Seconds between a worker's lease renewals (and claims of free or expired ranges).",
+        bounds=(0.05, DAY)),
+    Key("smart_sensor", "lease_timeout", "15", parse_float,
+        "Seconds a shard lease lives without renewal; after that another worker takes the range over.",
+        bounds=(0.1, 7 * DAY)),
+    Key("smart_sensor", "signal_poll_interval", "0.2", parse_float,
+        "SQLite only: seconds between polls for landing signals (Postgres uses LISTEN/NOTIFY).",
+        bounds=(0.01, 3600)),
+    Key("spark", "master", "local[1]", parse_str, "Spark master URL."),
+    Key("spark", "app_name", "smartsensor", parse_str, "Spark application name."),
+    Key("spark", "warehouse_dir", "{SMARTSENSOR_HOME}/warehouse", parse_str, "spark.sql.warehouse.dir."),
+    Key("spark", "metastore_uris", "", parse_str,
+        "Thrift URIs of a Hive metastore (thrift://host:port). Empty: embedded Derby under the home "
+        "folder, usable by ONE process only."),
+    Key("spark", "conf", "", parse_list,
+        "Extra Spark settings passed through, comma separated key=value pairs."),
+    Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
+    Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.",
+        bounds=(1, 65535)),
+    Key("metastore", "java_opts", "-Xmx512m", parse_str, "JVM options of the metastore service."),
+    Key("metastore", "start_timeout", "60", parse_float, "Seconds to wait for the service's port.",
+        bounds=(1, 3600)),
+    Key("scheduler", "parallelism", "8", parse_int, "Classic-mode task processes at most at once.",
+        bounds=(1, 1000)),  # each classic run is a process with its own JVM
+    Key("scheduler", "loop_interval", "2", parse_float, "Seconds between scheduler loops.",
+        bounds=(0.05, 3600)),
+    Key("scheduler", "task_heartbeat_interval", "10", parse_float,
+        "Seconds between heartbeats of a classic-mode run (`run-task`) while its task is running.",
+        bounds=(0.05, DAY)),
+    Key("scheduler", "stop_grace", "30", parse_float,
+        "Seconds a stopping scheduler waits for its `run-task` children to hand their tasks back before "
+        "killing them (a child still starting Spark answers SIGTERM only once Spark is up).",
+        bounds=(0, 3600)),
+    Key("scheduler", "zombie_threshold", "120", parse_float,
+        "A running classic task whose run has not heartbeated for this many seconds (its process died) "
+        "is failed by the scheduler: up_for_retry while tries remain, else failed.",
+        bounds=(0.1, 7 * DAY)),
+)
+
+KEY_INDEX: dict[tuple[str, str], Key] = {(k.section, k.name): k for k in KEYS}
+
+# Every numeric key's (lowest, highest) allowed value, checked when the config loads, so a value that would
+# crash a loop later (a negative sleep, a timer past the end of time) is refused at once, naming the key.
+BOUNDS: dict[tuple[str, str], tuple[float, float]] = {(k.section, k.name): k.bounds for k in KEYS if k.bounds}
