@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Iterable, TypeVar
 
 from smartsensor.compat import current_classpath
 from smartsensor.sensors import exec_fields
 from smartsensor.sensors.checks import Check
-from smartsensor.sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError, UnknownSensorClass,
-                            first_line)
+from smartsensor.sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError,
+                                        UnknownSensorClass, first_line)
 from smartsensor.sensors.templating import has_template, render_value, template_context
+from smartsensor.sensors.validation import (MAX_NESTING, MAX_PERSIST_CHARS, check_persist_value, check_utf8,
+                                            validate_id)
+
+__all__ = [
+    "BUILTIN_MODULES", "DEFAULT_EXEC_FIELDS", "BaseSensor", "classpath_of", "import_sensor_modules", "is_smart_eligible",
+    "resolve_any_class", "resolve_smart_class", "smart_class_names", "smart_eligible",
+    # input checks, defined in smartsensor.sensors.validation
+    "MAX_NESTING", "MAX_PERSIST_CHARS", "check_persist_value", "check_utf8", "validate_id",
+]
 
 S = TypeVar("S", bound=type)
 
@@ -49,77 +57,6 @@ def smart_eligible(cls: S) -> S:
 def is_smart_eligible(cls: type) -> bool:
     """True when this exact class (not only a parent) carries @smart_eligible."""
     return getattr(cls, "_smart_eligible_mark", None) is cls
-
-
-_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def validate_id(field: str, value: Any) -> str:
-    """A dag_id or task_id: a non-empty string of at most 250 characters, printable, valid UTF-8."""
-    if not isinstance(value, str):
-        raise SensorDefinitionError(f"{field} must be a string, got a {type(value).__name__}")
-    if not value.strip() or len(value) > 250:
-        raise SensorDefinitionError(f"{field} must be a non-empty string of at most 250 characters, got {value[:80]!r}")
-    if _ID_FORBIDDEN.search(value):
-        raise SensorDefinitionError(f"{field} must not contain control characters (NUL, newline, ...), got {value!r}")
-    check_utf8(field, value)
-    return value
-
-
-def check_utf8(field: str, value: str) -> None:
-    """Refuse strings that cannot be stored as UTF-8 (lone surrogates such as '\\udc80')."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise SensorDefinitionError(
-            f"{field}: {value[:80]!r} is not valid Unicode text (lone surrogate at position {exc.start})") from None
-
-
-MAX_NESTING = 20
-MAX_PERSIST_CHARS = 1_000_000
-
-
-def check_persist_value(field: str, value: Any) -> None:
-    """A persist field's value must be plain JSON-like data: str/int/float/bool/None, lists, tuples and
-    dicts with string keys, nested at most MAX_NESTING deep, without cycles, of bounded size.
-
-    Walks iteratively, so a self-referencing or absurdly deep value is a clear error naming the
-    field instead of a RecursionError somewhere later.
-    """
-    leave = object()  # (leave, id(container)) is popped after the container's children: it leaves the path
-    stack: list[tuple[Any, int]] = [(value, 0)]  # (item, depth), or (leave, id of a container)
-    on_path: set[int] = set()
-    chars = 0
-    while stack:
-        item, depth = stack.pop()
-        if item is leave:
-            on_path.discard(depth)  # here the second slot is the container's id
-            continue
-        if isinstance(item, str):
-            check_utf8(f"field {field!r}", item)
-            chars += len(item)
-        elif item is None or isinstance(item, (bool, int, float)):
-            chars += 8
-        elif isinstance(item, (list, tuple, dict)):
-            if depth >= MAX_NESTING:
-                raise SensorDefinitionError(f"field {field!r}: nested more than {MAX_NESTING} levels deep")
-            if id(item) in on_path:
-                raise SensorDefinitionError(f"field {field!r}: contains itself (a self-referencing list or dict)")
-            on_path.add(id(item))
-            stack.append((leave, id(item)))
-            if isinstance(item, dict):
-                for k, v in item.items():
-                    if not isinstance(k, str):
-                        raise SensorDefinitionError(f"field {field!r}: dict keys must be strings, got {type(k).__name__}")
-                    stack.append((k, depth + 1))
-                    stack.append((v, depth + 1))
-            else:
-                stack.extend((v, depth + 1) for v in item)
-        else:
-            raise SensorDefinitionError(f"field {field!r}: values must be text, numbers, booleans, None, lists or "
-                                        f"dicts (JSON), got {type(item).__name__}")
-        if chars > MAX_PERSIST_CHARS:
-            raise SensorDefinitionError(f"field {field!r}: larger than {MAX_PERSIST_CHARS} characters")
 
 
 class BaseSensor:

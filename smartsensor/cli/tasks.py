@@ -10,7 +10,7 @@ import click
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
 from smartsensor.domain.states import State
-from smartsensor.sensors.base import check_utf8
+from smartsensor.sensors.validation import check_utf8
 from smartsensor.service.dagfile import load_sensor_file
 from smartsensor.service.registration import register
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterator
 
-from smartsensor.sensors.base import BaseSensor, validate_id
+from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.errors import SensorDefinitionError, first_line
+from smartsensor.sensors.validation import validate_id
 
 
 class DagFileError(Exception):

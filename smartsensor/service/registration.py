@@ -14,8 +14,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.domain.states import State
-from smartsensor.sensors.base import BaseSensor, classpath_of, validate_id
+from smartsensor.sensors.base import BaseSensor, classpath_of
 from smartsensor.sensors.errors import SensorDefinitionError
+from smartsensor.sensors.validation import validate_id
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.routing import class_route
