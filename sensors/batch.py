@@ -15,45 +15,13 @@ import time
 from collections import defaultdict
 from typing import Any, Iterable
 
+from smartsensor.sensors.catalog_errors import classify_error
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 from smartsensor.sensors.partition_types import partition_types_for
 from smartsensor.sensors.partitions import quote_identifier, sql_string_literal, unescape_partition_value
 
 log = logging.getLogger(__name__)
-
-# Messages that mean "the metastore / file system could not be reached", not "the check is wrong".
-_TRANSIENT_MARKERS = (
-    "TTransportException", "Connection refused", "Could not connect to meta store",
-    "Unable to instantiate", "SocketTimeoutException", "ConnectException", "Failed to connect",
-    "Broken pipe", "Connection reset", "UnknownHostException", "No route to host",
-    "Py4JNetworkError", "Answer from Java side is empty", "SparkContext was shut down",
-    "Cannot call methods on a stopped SparkContext", "Read timed out",
-)
-_NOT_FOUND_CLASSES = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND")
-_NOT_FOUND_MARKERS = (*_NOT_FOUND_CLASSES, "NoSuchTableException", "NoSuchDatabaseException")
-
-
-def classify_error(exc: BaseException) -> str:
-    """'transient', 'not_found' or 'permanent' for an exception raised by a catalog call."""
-    text = f"{type(exc).__name__}: {exc}"
-    if any(marker in text for marker in _TRANSIENT_MARKERS):
-        return "transient"
-    from py4j.protocol import Py4JError, Py4JJavaError
-    # A py4j error that is not a Java exception means the JVM gateway itself is gone or broken.
-    if isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError):
-        return "transient"
-    error_class = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
-    try:
-        cond = error_class() if callable(error_class) else None
-    except Exception:  # noqa: BLE001 - best effort, fall back to the message
-        cond = None
-    if cond in _NOT_FOUND_CLASSES or any(marker in text for marker in _NOT_FOUND_MARKERS):
-        return "not_found"
-    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
-        return "transient"
-    return "permanent"
-
 
 def parse_listing_row(row: str) -> dict[str, str]:
     """``ds=2024-01-01 10%3A00/hr=a%2Fb`` → {'ds': '2024-01-01 10:00', 'hr': 'a/b'} (keys lower-cased)."""

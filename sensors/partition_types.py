@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import Any, Callable
 
+from smartsensor.sensors.catalog_errors import classify_error
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
 
 TYPES_TTL_SECONDS = 300.0
@@ -53,7 +54,6 @@ class PartitionTypes:
 
         Raises TransientCheckError when the metastore cannot be reached, PermanentCheckError otherwise.
         """
-        from smartsensor.sensors.batch import classify_error
         try:
             types = self._read_partition_schema(db, table)
         except Exception as exc:  # noqa: BLE001 - classified below
