@@ -79,7 +79,7 @@ KEYS: tuple[Key, ...] = (
         parse_list, "Class names (marked @smart_eligible in code) that may run in the shard workers."),
     Key("smart_sensor", "sensor_modules", "", parse_list,
         "Extra importable modules defining smart-eligible sensor classes; workers import only these "
-        "and the built-in sensors package, never a class path read from the database."),
+        "and the built-in smartsensor.sensors package, never a class path read from the database."),
     Key("smart_sensor", "poke_interval", "5", parse_float,
         "Seconds between worker rounds. Each task is still poked by its own poke_interval.",
         bounds=(0.05, DAY)),
