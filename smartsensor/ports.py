@@ -3,6 +3,8 @@
 - ``RoundStore``: the metadata database as a shard round sees it. ``adapters.sql.round_store`` is
   the real one (SQLite or PostgreSQL); ``adapters.memory`` keeps the same rules in dicts, so the
   round's logic is unit-tested without a database.
+- ``LeaseStore``: the shard_lease and worker rows the lease manager claims, renews and releases, one
+  transaction at a time (``LeaseOps``). ``adapters.sql.lease_store`` and ``adapters.memory`` again.
 - ``CheckAnswerer``: answers batched partition/path checks (one catalog call per table).
   ``smartsensor.sensors.batch.BatchChecker`` answers them through Spark today; a unit test answers
   them from a dict.
@@ -11,7 +13,8 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Iterable, Protocol, Sequence
 
 from smartsensor.domain.keys import Fence, WaitingTask
 from smartsensor.domain.transitions import RoundWrites
@@ -49,6 +52,56 @@ class RoundStore(Protocol):
 
     def statements(self) -> int:
         """Statements sent to the store so far (a counter that never wobbles, for benchmarks)."""
+        ...
+
+
+class LeaseOps(Protocol):
+    """Lease and worker-row operations inside one transaction. Claims and reshapes are compare-and-set
+    on the epoch read; a lease that lapsed is never renewed, only re-claimed (which bumps its epoch)."""
+
+    def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
+        """Record this worker's heartbeat."""
+        ...
+
+    def delete_worker(self, worker_id: str) -> None:
+        ...
+
+    def live_workers(self, since: datetime) -> int:
+        """Workers that heartbeated after ``since``."""
+        ...
+
+    def load_leases(self) -> list[dict[str, Any]]:
+        """Every lease row (shard_min, shard_max, owner, epoch, expires_at) in range order."""
+        ...
+
+    def ensure_leases(self, ranges: Sequence[Any]) -> None:
+        """A free row for every configured range (``.lo``/``.hi``) that has none."""
+        ...
+
+    def renew_leases(self, owner: str, now: datetime, expires_at: datetime) -> int:
+        """Extend what ``owner`` still holds unexpired."""
+        ...
+
+    def reshape_lease(self, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
+        """Fit a free or expired row to a new upper bound (epoch bumped), or delete it (``shard_max`` None)."""
+        ...
+
+    def claim_lease(self, shard_min: int, seen_epoch: int, owner: str, now: datetime, expires_at: datetime) -> bool:
+        """Take a free or expired range if its epoch is still ``seen_epoch``; the epoch goes up by one."""
+        ...
+
+    def release_lease(self, shard_min: int, owner: str, epoch: int) -> bool:
+        ...
+
+    def release_all_leases(self, owner: str) -> int:
+        ...
+
+
+class LeaseStore(Protocol):
+    """Where leases live."""
+
+    def transaction(self) -> AbstractContextManager[LeaseOps]:
+        """Operations that commit together when the block ends, and not at all if it raises."""
         ...
 
 

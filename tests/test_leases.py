@@ -11,6 +11,7 @@ import pytest
 from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
+from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.registration import register
 from tests.round_helpers import spark_range
@@ -32,7 +33,7 @@ def owners(engine: Any) -> dict[int, str | None]:
 
 def test_simultaneous_start_never_two_owners_and_converges(engine, cfg) -> None:
     from smartsensor.adapters.sql.engine import make_engine
-    managers = [LeaseManager(make_engine(cfg.sql_alchemy_conn), cfg, f"w{i}") for i in range(4)]
+    managers = [LeaseManager(SqlLeaseStore(make_engine(cfg.sql_alchemy_conn)), cfg, f"w{i}") for i in range(4)]
     barrier = threading.Barrier(len(managers))
     errors: list[BaseException] = []
 
@@ -58,14 +59,14 @@ def test_simultaneous_start_never_two_owners_and_converges(engine, cfg) -> None:
     assert sorted(lo for m in managers for lo in m.owned) == [0, 2000, 4000, 6000, 8000]
     assert max(len(m.owned) for m in managers) <= 2
     for m in managers:
-        m.engine.dispose()
+        m.store.engine.dispose()
 
 
 def test_join_rebalances_and_clean_stop_releases_at_once(engine, cfg) -> None:
-    a = LeaseManager(engine, cfg, "a")
+    a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat()
     assert len(a.owned) == 5
-    b = LeaseManager(engine, cfg, "b")
+    b = LeaseManager(SqlLeaseStore(engine), cfg, "b")
     b.heartbeat()  # b is live but everything is taken
     assert len(b.owned) == 0
     assert a.heartbeat()["released"] == [8000, 6000]  # a sees two live workers: keeps 3, gives back 2
@@ -82,11 +83,11 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
     register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=1))
                             for i in range(10)], DAY, cfg)
     t0 = datetime.utcnow()
-    a = LeaseManager(engine, cfg, "a")
+    a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
     old = dict(a.owned)
     # "a" pauses; after lease_timeout "b" takes every range over with epoch + 1
-    b = LeaseManager(engine, cfg, "b")
+    b = LeaseManager(SqlLeaseStore(engine), cfg, "b")
     later = t0 + timedelta(seconds=4)
     changes = b.heartbeat(now=later)
     assert sorted(changes["claimed"]) == sorted(old)
@@ -119,7 +120,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
 
 def test_lapsed_lease_is_reclaimed_not_renewed(engine, cfg) -> None:
     t0 = datetime.utcnow()
-    a = LeaseManager(engine, cfg, "a")
+    a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
     epochs = {lo: l.epoch for lo, l in a.owned.items()}
     changes = a.heartbeat(now=t0 + timedelta(seconds=10))  # paused past expiry, nobody else around
@@ -144,13 +145,13 @@ def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg,
     from smartsensor.adapters.sql.engine import make_engine
     paused_engine = make_engine(cfg.sql_alchemy_conn, idle_in_transaction_timeout=1.0)
     t0 = datetime.utcnow()
-    a = LeaseManager(paused_engine, cfg, "a")
+    a = LeaseManager(SqlLeaseStore(paused_engine), cfg, "a")
     a.heartbeat(now=t0)
     paused = paused_engine.connect()
     try:
         paused.begin()
         assert lease_sql.renew_leases(paused, "a", t0, t0 + timedelta(seconds=3)) == 5  # ... and "a" stops here
-        b = LeaseManager(engine, cfg, "b")
+        b = LeaseManager(SqlLeaseStore(engine), cfg, "b")
         later = t0 + timedelta(seconds=4)
         assert _beat_in_thread(b, later, timeout=5)["claimed"] == []  # locked rows are skipped, not waited on
         threading.Event().wait(2.0)  # the server ends a's session after 1 s idle in its transaction
@@ -172,7 +173,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
     with engine.connect() as conn:
         shard = task_sql.list_tasks(conn)[0]["shardcode"]
     t0 = datetime.utcnow()
-    a = LeaseManager(engine, cfg, "a")
+    a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
     lease = next(l for l in a.owned.values() if l.shard_min <= shard < l.shard_max)
     from smartsensor.adapters.sql.engine import make_engine
@@ -184,7 +185,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
                                                                                         lease.shard_max)],
                                      lease.shard_min, lease.shard_max, State.SUCCESS, t0, fence=lease.fence)
         assert marked >= 1  # passed the fence ... and "a" pauses past its lease's expiry
-        b = LeaseManager(engine, cfg, "b")
+        b = LeaseManager(SqlLeaseStore(engine), cfg, "b")
         later = t0 + timedelta(seconds=4)
         first = _beat_in_thread(b, later, timeout=5)
         assert lease.shard_min not in first["claimed"] and len(first["claimed"]) == 4
@@ -199,12 +200,12 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
 def test_changed_shard_ranges_reshape_free_lease_rows(engine, cfg, tmp_path, db_url) -> None:
     """Rows made under an old shard_ranges are fitted to the new one once nobody holds them; without
     that the range 0-5000 (its old row says 0-2000) would never be claimed and its tasks would wait forever."""
-    old = LeaseManager(engine, cfg, "old")  # the default 5 ranges: 0-2000, 2000-4000, ...
+    old = LeaseManager(SqlLeaseStore(engine), cfg, "old")  # the default 5 ranges: 0-2000, 2000-4000, ...
     t0 = datetime.utcnow()
     old.heartbeat(now=t0)
     new_cfg = make_cfg(tmp_path / "home2", db_url, smart_sensor__heartbeat_interval="1",
                        smart_sensor__lease_timeout="3", smart_sensor__shard_ranges="0-5000, 5000-10000")
-    new = LeaseManager(engine, new_cfg, "new")
+    new = LeaseManager(SqlLeaseStore(engine), new_cfg, "new")
     # "old" still holds every old row: only the range with no row yet (5000-10000) can be claimed, and
     # old and new both serve 5000-10000 until "old" stops (state guards keep each task marked once)
     assert new.heartbeat(now=t0 + timedelta(seconds=1))["claimed"] == [5000]

@@ -1,17 +1,21 @@
-"""An in-memory ``RoundStore``: the SQL store's guards and fences over dicts, in one process.
+"""An in-memory store: ``RoundStore`` and ``LeaseStore`` with the SQL store's guards and fences, over dicts.
 
 It exists so the round's logic (dedup, due checks, timeouts, retries, collisions, fencing, a user's
-manual change winning) is unit-tested in milliseconds without a database or Spark. The integration
-tests run the same round on SQLite and PostgreSQL; the rules here must stay those of
-``adapters.sql.tasks`` (each method names the query it mirrors).
+manual change winning) and the lease manager's (fair shares, takeover, epochs, reshaping) are
+unit-tested in milliseconds without a database or Spark. The integration tests run the same logic on
+SQLite and PostgreSQL; the rules here must stay those of ``adapters.sql.tasks`` and
+``adapters.sql.leases`` (each method names the query it mirrors). One process only.
 """
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Sequence
 
 from smartsensor.domain.keys import Fence, TaskKey, TryKey, WaitingTask
 from smartsensor.domain.leases import lease_held
@@ -21,15 +25,18 @@ from smartsensor.domain.transitions import RoundWrites
 _WAITING_FIELDS = [f.name for f in fields(WaitingTask)]
 
 
-class InMemoryRoundStore:
-    """``smartsensor.ports.RoundStore`` in dicts. ``tasks`` holds task_instance rows by (dag_id, task_id,
-    execution_date); ``leases`` holds shard_lease rows by shard_min; ``rounds`` the worker_round rows."""
+class InMemoryStore:
+    """``smartsensor.ports.RoundStore`` and ``LeaseStore`` in dicts. ``tasks`` holds task_instance rows by
+    (dag_id, task_id, execution_date); ``leases`` shard_lease rows by shard_min; ``workers`` worker rows
+    and ``rounds`` worker_round rows by worker_id. Operations are serialised, as SQLite does."""
 
     def __init__(self, rows: Iterable[dict[str, Any]] = ()) -> None:
         self.tasks: dict[TaskKey, dict[str, Any]] = {}
         self.leases: dict[int, dict[str, Any]] = {}
+        self.workers: dict[str, dict[str, Any]] = {}
         self.rounds: dict[str, dict[str, Any]] = {}
         self._statements = 0
+        self._lock = threading.RLock()
         for row in rows:
             self.add_task(row)
 
@@ -61,6 +68,11 @@ class InMemoryRoundStore:
     def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
                    fence: Fence | None) -> tuple[list[WaitingTask], int]:
         """``tasks.load_waiting`` then ``tasks.start_pending``."""
+        with self._lock:
+            return self._load_range(shard_min, shard_max, now, hostname, fence)
+
+    def _load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                    fence: Fence | None) -> tuple[list[WaitingTask], int]:
         self._statements += 1
         rows = [r for r in self.tasks.values()
                 if r["state"] in State.SMART_WAITING and shard_min <= r["shardcode"] < shard_max]
@@ -79,6 +91,11 @@ class InMemoryRoundStore:
     def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
                     fence: Fence | None) -> dict[str, int]:
         """``tasks.mark_hashes`` / ``mark_check`` / ``end_tries``, all or nothing under the fence."""
+        with self._lock:
+            return self._write_round(shard_min, shard_max, writes, now, fence)
+
+    def _write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
+                     fence: Fence | None) -> dict[str, int]:
         if writes.empty():
             return {}
         marked: dict[str, int] = defaultdict(int)
@@ -108,8 +125,7 @@ class InMemoryRoundStore:
 
     def holds(self, fence: Fence, now: datetime) -> bool:
         self._statements += 1
-        row = self.leases.get(fence.shard_min)
-        return row is not None and row["owner"] == fence.owner and row["epoch"] == fence.epoch and lease_held(row, now)
+        return self._fence_ok(fence, now)
 
     def record_round(self, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
                      now: datetime, seconds: float, summary_json: str) -> None:
@@ -125,14 +141,83 @@ class InMemoryRoundStore:
     def statements(self) -> int:
         return self._statements
 
+    # -- LeaseStore (``adapters.sql.leases``) ----------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator["InMemoryStore"]:
+        """Serialised; on an exception the lease and worker rows are put back as they were."""
+        with self._lock:
+            saved = copy.deepcopy((self.leases, self.workers))
+            try:
+                yield self
+            except BaseException:
+                self.leases, self.workers = saved
+                raise
+
+    def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
+        row = self.workers.setdefault(worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid,
+                                                  "started_at": started_at})
+        row["heartbeat_at"] = now
+
+    def delete_worker(self, worker_id: str) -> None:
+        self.workers.pop(worker_id, None)
+
+    def live_workers(self, since: datetime) -> int:
+        return sum(1 for w in self.workers.values() if w["heartbeat_at"] > since)
+
+    def load_leases(self) -> list[dict[str, Any]]:
+        return [dict(self.leases[lo]) for lo in sorted(self.leases)]
+
+    def ensure_leases(self, ranges: Sequence[Any]) -> None:
+        for r in ranges:
+            if r.lo not in self.leases:
+                self.set_lease(r.lo, r.hi, None, 0, None)
+
+    def renew_leases(self, owner: str, now: datetime, expires_at: datetime) -> int:
+        held = [row for row in self.leases.values() if row["owner"] == owner and lease_held(row, now)]
+        for row in held:
+            row["expires_at"] = expires_at
+        return len(held)
+
+    def reshape_lease(self, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
+        if not self._claimable(shard_min, seen_epoch, now):
+            return False
+        if shard_max is None:
+            del self.leases[shard_min]
+        else:
+            self.leases[shard_min].update(shard_max=shard_max, owner=None, epoch=seen_epoch + 1, expires_at=None)
+        return True
+
+    def claim_lease(self, shard_min: int, seen_epoch: int, owner: str, now: datetime, expires_at: datetime) -> bool:
+        if not self._claimable(shard_min, seen_epoch, now):
+            return False
+        self.leases[shard_min].update(owner=owner, epoch=seen_epoch + 1, expires_at=expires_at)
+        return True
+
+    def release_lease(self, shard_min: int, owner: str, epoch: int) -> bool:
+        row = self.leases.get(shard_min)
+        if row is None or row["owner"] != owner or row["epoch"] != epoch:
+            return False
+        row.update(owner=None, expires_at=None)
+        return True
+
+    def release_all_leases(self, owner: str) -> int:
+        mine = [row for row in self.leases.values() if row["owner"] == owner]
+        for row in mine:
+            row.update(owner=None, expires_at=None)
+        return len(mine)
+
+    def _claimable(self, shard_min: int, seen_epoch: int, now: datetime) -> bool:
+        """``leases._free_or_expired``: still at the epoch read, and not held."""
+        row = self.leases.get(shard_min)
+        return row is not None and row["epoch"] == seen_epoch and not lease_held(row, now)
+
     # -- helpers -------------------------------------------------------------------------------
     def _fence_ok(self, fence: Fence | None, now: datetime) -> bool:
         """The SQL store's ``_fenced`` clause: the lease row still has this owner and epoch, unexpired."""
         if fence is None:
             return True
         row = self.leases.get(fence.shard_min)
-        return (row is not None and row["owner"] == fence.owner and row["epoch"] == fence.epoch
-                and row["expires_at"] is not None and row["expires_at"] > now)
+        return row is not None and row["owner"] == fence.owner and row["epoch"] == fence.epoch and lease_held(row, now)
 
     def _update(self, where: Any, state: str, now: datetime, error: str | None = None) -> int:
         n = 0

@@ -16,10 +16,8 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql import leases as lease_sql
 from smartsensor.config import Config, ShardRange
+from smartsensor.ports import LeaseOps, LeaseStore
 from smartsensor.domain.leases import Lease, lease_held
 
 log = logging.getLogger(__name__)
@@ -33,8 +31,8 @@ def new_worker_id() -> str:
 class LeaseManager:
     """One worker's view of the lease table. Call ``heartbeat()`` every ``heartbeat_interval``."""
 
-    def __init__(self, engine: Engine, cfg: Config, worker_id: str | None = None) -> None:
-        self.engine = engine
+    def __init__(self, store: LeaseStore, cfg: Config, worker_id: str | None = None) -> None:
+        self.store = store
         self.cfg = cfg
         self.worker_id = worker_id or new_worker_id()
         self.lease_timeout = timedelta(seconds=cfg.get("smart_sensor", "lease_timeout"))
@@ -50,16 +48,16 @@ class LeaseManager:
         now = now or datetime.utcnow()
         expires = now + self.lease_timeout
         changes: dict[str, list[int]] = {"claimed": [], "lost": [], "released": []}
-        with self.engine.begin() as conn:
-            lease_sql.upsert_worker(conn, self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
-            lease_sql.renew_leases(conn, self.worker_id, now, expires)
-            rows = lease_sql.load_leases(conn)
-            if self._reshape(conn, rows, now):  # shard_ranges changed since the rows were made
-                rows = lease_sql.load_leases(conn)
+        with self.store.transaction() as tx:
+            tx.upsert_worker(self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
+            tx.renew_leases(self.worker_id, now, expires)
+            rows = tx.load_leases()
+            if self._reshape(tx, rows, now):  # shard_ranges changed since the rows were made
+                rows = tx.load_leases()
             if {r.lo for r in self.ranges} - {row["shard_min"] for row in rows}:
-                lease_sql.ensure_leases(conn, self.ranges)  # first start, or new ranges in the config
-                rows = lease_sql.load_leases(conn)
-            live = lease_sql.live_workers(conn, now - self.lease_timeout)
+                tx.ensure_leases(self.ranges)  # first start, or new ranges in the config
+                rows = tx.load_leases()
+            live = tx.live_workers(now - self.lease_timeout)
         configured = {r.lo: r for r in self.ranges}
         rows = [r for r in rows if r["shard_min"] in configured and r["shard_max"] == configured[r["shard_min"]].hi]
         mine = {r["shard_min"]: r for r in rows if r["owner"] == self.worker_id and lease_held(r, now)}
@@ -71,11 +69,11 @@ class LeaseManager:
             self.owned[lo] = Lease(lo, r["shard_max"], self.worker_id, r["epoch"], r["expires_at"])
         target = math.ceil(len(self.ranges) / max(1, live))
         free = [r for r in rows if not lease_held(r, now)]
-        with self.engine.begin() as conn:
+        with self.store.transaction() as tx:
             for r in free:
                 if len(self.owned) >= target:
                     break
-                if lease_sql.claim_lease(conn, r["shard_min"], r["epoch"], self.worker_id, now, expires):
+                if tx.claim_lease(r["shard_min"], r["epoch"], self.worker_id, now, expires):
                     self.owned[r["shard_min"]] = Lease(r["shard_min"], r["shard_max"], self.worker_id,
                                                        r["epoch"] + 1, expires)
                     changes["claimed"].append(r["shard_min"])
@@ -83,14 +81,14 @@ class LeaseManager:
             if len(self.owned) > target:
                 for lo in sorted(self.owned, reverse=True)[: len(self.owned) - target]:
                     lease = self.owned.pop(lo)
-                    lease_sql.release_lease(conn, lo, self.worker_id, lease.epoch)
+                    tx.release_lease(lo, self.worker_id, lease.epoch)
                     changes["released"].append(lo)
         for kind, los in changes.items():
             if los:
                 log.info("worker %s %s ranges %s", self.worker_id, kind, los)
         return changes
 
-    def _reshape(self, conn: Any, rows: list[dict[str, Any]], now: datetime) -> bool:
+    def _reshape(self, tx: LeaseOps, rows: list[dict[str, Any]], now: datetime) -> bool:
         """Fit lease rows left by another ``shard_ranges`` to this one once nobody holds them.
 
         Without this a configured range whose old row has another upper bound would never be claimed,
@@ -104,7 +102,7 @@ class LeaseManager:
             want = configured.get(row["shard_min"])
             if want == row["shard_max"]:
                 continue
-            if lease_sql.reshape_lease(conn, row["shard_min"], row["epoch"], want, now):
+            if tx.reshape_lease(row["shard_min"], row["epoch"], want, now):
                 log.info("lease row %s-%s reshaped to %s", row["shard_min"], row["shard_max"],
                          f"{row['shard_min']}-{want}" if want is not None else "nothing (range no longer configured)")
                 changed = True
@@ -112,7 +110,7 @@ class LeaseManager:
 
     def release_all(self) -> None:
         """Clean stop: give every range back at once and remove our worker row."""
-        with self.engine.begin() as conn:
-            lease_sql.release_all_leases(conn, self.worker_id)
-            lease_sql.delete_worker(conn, self.worker_id)
+        with self.store.transaction() as tx:
+            tx.release_all_leases(self.worker_id)
+            tx.delete_worker(self.worker_id)
         self.owned.clear()

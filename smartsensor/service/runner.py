@@ -19,6 +19,7 @@ from smartsensor.service.leases import LeaseManager
 from smartsensor.service.signals import SignalListener, canonical_signal
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.sensors.errors import first_line
+from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.ports import CheckAnswerer
 from smartsensor.service.poke import spark_answerer
@@ -60,7 +61,7 @@ class LeasedWorker:
                  worker_id: str | None = None) -> None:
         self.engine = engine
         self.cfg = cfg
-        self.leases = LeaseManager(engine, cfg, worker_id)
+        self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
         self.store = SqlRoundStore(engine)
         self.answerer = spark_answerer(cfg, spark_provider)
         self.workers: dict[int, ShardWorker] = {}

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from sqlalchemy import insert, select, update
 
-from smartsensor.adapters.memory import InMemoryRoundStore
+from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.domain.keys import Fence
@@ -76,7 +76,7 @@ def final_states(pairs: list[tuple[str, str, str | None]]) -> list[tuple[str, st
 
 def test_memory_and_sql_stores_end_in_the_same_states(cfg, engine) -> None:
     rows_ = rows(cfg)
-    memory = InMemoryRoundStore(rows_)
+    memory = InMemoryStore(rows_)
     limit = cfg.shard_code_upper_limit
     mem_trace = script(memory, cfg, lambda dag, state: memory.set_state((dag, "w", DAY), state),
                        lambda owner, epoch, expires: memory.set_lease(0, limit, owner, epoch, expires))

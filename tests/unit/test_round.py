@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from smartsensor.adapters.memory import InMemoryRoundStore
+from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
@@ -35,7 +35,7 @@ def named(task_id: str, partition: str, **kw: Any) -> NamedHivePartitionSensor:
     return NamedHivePartitionSensor(task_id=task_id, partition_names=[partition], **kw)
 
 
-def add(store: InMemoryRoundStore, cfg: Any, dag_id: str, sensor: NamedHivePartitionSensor) -> dict[str, Any]:
+def add(store: InMemoryStore, cfg: Any, dag_id: str, sensor: NamedHivePartitionSensor) -> dict[str, Any]:
     row, _ = build_row(sensor, dag_id, DAY, cfg)
     store.add_task(row)
     return row
@@ -44,7 +44,7 @@ def add(store: InMemoryRoundStore, cfg: Any, dag_id: str, sensor: NamedHiveParti
 class Fleet:
     """One worker over the whole range on the in-memory store, answered by ``catalog``."""
 
-    def __init__(self, cfg: Any, store: InMemoryRoundStore, catalog: DictCatalog, clock: Clock) -> None:
+    def __init__(self, cfg: Any, store: InMemoryStore, catalog: DictCatalog, clock: Clock) -> None:
         self.worker = ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
         self.catalog = catalog
 
@@ -57,12 +57,12 @@ def clock() -> Clock:
     return Clock(T0)
 
 
-def state_of(store: InMemoryRoundStore, dag_id: str, task_id: str) -> str:
+def state_of(store: InMemoryStore, dag_id: str, task_id: str) -> str:
     return store.tasks[(dag_id, task_id, DAY)]["state"]
 
 
 def test_identical_waits_are_checked_once_and_marked_together(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     for dag in ("a", "b", "c"):
         add(store, cfg, dag, named("wait", "db.events/ds=2026-11-22"))
     add(store, cfg, "d", named("wait", "db.events/ds=2026-11-23"))
@@ -78,7 +78,7 @@ def test_identical_waits_are_checked_once_and_marked_together(cfg, clock) -> Non
 
 
 def test_each_task_keeps_its_own_poke_interval(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "fast", named("w", "db.t/ds=1", poke_interval=10))
     add(store, cfg, "slow", named("w", "db.t/ds=2", poke_interval=100))
     fleet = Fleet(cfg, store, catalog, clock)
@@ -91,7 +91,7 @@ def test_each_task_keeps_its_own_poke_interval(cfg, clock) -> None:
 
 
 def test_a_landing_signal_makes_its_tables_checks_due_at_once(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "d", named("w", "db.t/ds=1", poke_interval=3600))
     fleet = Fleet(cfg, store, catalog, clock)
     fleet.round()
@@ -106,7 +106,7 @@ def test_a_landing_signal_makes_its_tables_checks_due_at_once(cfg, clock) -> Non
 @pytest.mark.parametrize("kw, final", [({}, State.FAILED), ({"soft_fail": True}, State.SKIPPED),
                                        ({"retries": 1}, State.UP_FOR_RETRY)])
 def test_a_try_ends_by_its_own_timeout(cfg, clock, kw, final) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "d", named("w", "db.t/ds=never", timeout=30, poke_interval=10, **kw))
     add(store, cfg, "e", named("w", "db.t/ds=never", timeout=3600, poke_interval=10))
     fleet = Fleet(cfg, store, catalog, clock)
@@ -121,7 +121,7 @@ def test_a_try_ends_by_its_own_timeout(cfg, clock, kw, final) -> None:
 
 
 def test_a_transient_error_waits_and_is_named_when_the_try_times_out(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "d", named("w", "db.t/ds=1", timeout=20, poke_interval=10))
     catalog.fail("db.t/ds=1", TransientCheckError("metastore unreachable"))
     fleet = Fleet(cfg, store, catalog, clock)
@@ -134,7 +134,7 @@ def test_a_transient_error_waits_and_is_named_when_the_try_times_out(cfg, clock)
 
 
 def test_a_permanent_error_fails_every_task_of_that_check_only(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "a", named("w", "db.gone/ds=1"))
     add(store, cfg, "b", named("w", "db.gone/ds=1"))
     add(store, cfg, "c", named("w", "db.t/ds=1"))
@@ -146,7 +146,7 @@ def test_a_permanent_error_fails_every_task_of_that_check_only(cfg, clock) -> No
 
 
 def test_a_users_manual_change_wins_over_a_round_in_flight(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "a", named("w", "db.t/ds=1"))
     add(store, cfg, "b", named("w", "db.t/ds=1"))
     fleet = Fleet(cfg, store, catalog, clock)
@@ -159,7 +159,7 @@ def test_a_users_manual_change_wins_over_a_round_in_flight(cfg, clock) -> None:
 
 
 def test_a_worker_that_lost_its_lease_writes_nothing(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "a", named("w", "db.t/ds=1"))
     limit = cfg.shard_code_upper_limit
     store.set_lease(0, limit, "me", 1, T0 + timedelta(seconds=30))
@@ -178,7 +178,7 @@ def test_a_worker_that_lost_its_lease_writes_nothing(cfg, clock) -> None:
 
 
 def test_colliding_hashes_never_mark_the_other_check(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     landed = add(store, cfg, "a", named("w", "db.t/ds=1"))
     other = add(store, cfg, "b", named("w", "db.t/ds=2"))
     store.tasks[("b", "w", DAY)].update(hashcode=landed["hashcode"], shardcode=landed["shardcode"])  # forced collision
@@ -191,7 +191,7 @@ def test_colliding_hashes_never_mark_the_other_check(cfg, clock) -> None:
 
 
 def test_a_row_that_cannot_be_planned_fails_alone(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "bad", named("w", "db.t/ds=0"))
     add(store, cfg, "good", named("w", "db.t/ds=1"))
     store.tasks[("bad", "w", DAY)]["exec_dict"] = json.dumps({"poke_interval": 1e12})
@@ -203,7 +203,7 @@ def test_a_row_that_cannot_be_planned_fails_alone(cfg, clock) -> None:
 
 
 def test_a_class_off_the_allow_list_fails_permanently(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "a", named("w", "db.t/ds=1"))
     store.tasks[("a", "w", DAY)]["classpath"] = "os.system"
     result = Fleet(cfg, store, catalog, clock).round()
@@ -212,7 +212,7 @@ def test_a_class_off_the_allow_list_fails_permanently(cfg, clock) -> None:
 
 
 def test_rows_stored_with_the_old_class_path_still_resolve(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "a", named("w", "db.t/ds=1"))
     store.tasks[("a", "w", DAY)]["classpath"] = "sensors.hive.NamedHivePartitionSensor"  # written by 0.1
     catalog.land("db.t/ds=1")
@@ -220,7 +220,7 @@ def test_rows_stored_with_the_old_class_path_still_resolve(cfg, clock) -> None:
 
 
 def test_an_outage_is_reported_in_the_result_not_raised(cfg, clock) -> None:
-    class Down(InMemoryRoundStore):
+    class Down(InMemoryStore):
         def load_range(self, *args: Any) -> Any:
             raise ConnectionError("database is down")
     result = Fleet(cfg, Down(), DictCatalog(), clock).round()
@@ -228,7 +228,7 @@ def test_an_outage_is_reported_in_the_result_not_raised(cfg, clock) -> None:
 
 
 def test_a_catalog_that_cannot_start_leaves_every_task_waiting(cfg, clock) -> None:
-    store = InMemoryRoundStore()
+    store = InMemoryStore()
     add(store, cfg, "a", named("w", "db.t/ds=1", timeout=3600))
     worker = ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
 
@@ -240,7 +240,7 @@ def test_a_catalog_that_cannot_start_leaves_every_task_waiting(cfg, clock) -> No
 
 
 def test_the_round_counts_store_statements(cfg, clock) -> None:
-    store, catalog = InMemoryRoundStore(), DictCatalog()
+    store, catalog = InMemoryStore(), DictCatalog()
     for i in range(50):
         add(store, cfg, f"d{i}", named("w", f"db.t/ds={i}"))
         catalog.land(f"db.t/ds={i}")
