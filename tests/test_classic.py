@@ -17,7 +17,7 @@ from smartsensor.service.classic import TaskRunError, run_task
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import end_zombies
 from tests.conftest import make_cfg
-from tests.hive_helpers import create_table, land
+from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark
 DAY = datetime(2026, 11, 22)
@@ -181,7 +181,7 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
     import sys
     from smartsensor.sensors import SuccessFileSensor
     from smartsensor.adapters.sql.engine import init_db, make_engine
-    from tests.flag_workload import wait_until
+    from tests.support.flag_workload import wait_until
     home = tmp_path / "home"
     cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False")
     engine = make_engine(cfg.sql_alchemy_conn)
@@ -257,7 +257,7 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.connect() as conn:
         before = task_sql.get_task(conn, *key)["updated_at"]
-    from tests.flag_workload import wait_until
+    from tests.support.flag_workload import wait_until
 
     def beaten() -> bool:
         with engine.connect() as conn:
@@ -304,7 +304,7 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     import sys
     from smartsensor.sensors import SuccessFileSensor
     from smartsensor.adapters.sql.engine import init_db, make_engine
-    from tests.flag_workload import wait_until
+    from tests.support.flag_workload import wait_until
     home = tmp_path / "home"
     overrides = dict(smart_sensor__use_smart_sensor="False", scheduler__task_heartbeat_interval="0.5",
                      scheduler__zombie_threshold="2")

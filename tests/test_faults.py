@@ -15,8 +15,8 @@ import pytest
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from tests import conftest
-from tests.flag_workload import flag_workload
-from tests.proc_helpers import CliProcess
+from tests.support.flag_workload import flag_workload
+from tests.support.proc_helpers import CliProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 WORKER = ["worker", "--interval", "0.5", "--json"]
@@ -127,7 +127,7 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
     from smartsensor.sensors import SuccessFileSensor
     from smartsensor.service.classic import run_task
     from smartsensor.service.registration import register
-    from tests.flag_workload import DAY
+    from tests.support.flag_workload import DAY
     name, url = conftest._new_pg_database()
     cfg = conftest.make_cfg(tmp_path / "home", url, smart_sensor__use_smart_sensor="False",
                             scheduler__task_heartbeat_interval="0.5", scheduler__zombie_threshold="60")

@@ -22,9 +22,9 @@ from smartsensor.service.registration import register
 from smartsensor.service.signals import send_signal
 from smartsensor.service.runner import LeasedWorker, run_worker
 from tests.conftest import make_cfg
-from tests.flag_workload import DAY, LEASE, FlagWorkload, flag_workload, wait_until
-from tests.hive_helpers import create_table, land
-from tests.proc_helpers import CliProcess
+from tests.support.flag_workload import DAY, LEASE, FlagWorkload, flag_workload, wait_until
+from tests.support.hive_helpers import create_table, land
+from tests.support.proc_helpers import CliProcess
 
 
 @pytest.fixture

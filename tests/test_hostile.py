@@ -19,7 +19,7 @@ from smartsensor.sensors.partitions import IDENTIFIER, escape_partition_value
 from smartsensor.config import ConfigError, load_config
 from smartsensor.service.registration import build_row
 from tests.conftest import make_cfg
-from tests.hive_helpers import create_table, land
+from tests.support.hive_helpers import create_table, land
 
 DAY = datetime(2026, 11, 22)
 NASTY = st.sampled_from(["'", '"', "`", ";", "/", "=", "%", "\\", "\n", "\x00", "--", "/*", "*/", "${x}", "{{", "}}",
@@ -296,7 +296,7 @@ def _nest(value: Any, depth: int) -> Any:
 @given(value=st.one_of(JSONISH, st.integers(min_value=0, max_value=3000).map(lambda d: _nest("x", d)),
                        st.just(None).map(lambda _: _self_referencing()), st.just(object()), st.sets(st.integers())))
 def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_factory: Any, value: Any) -> None:
-    from tests.custom_sensors import KeySensor
+    from tests.support.custom_sensors import KeySensor
     cfg = make_cfg(tmp_path_factory.getbasetemp(), "sqlite://")
     sensor = KeySensor(task_id="t", key=value)  # type: ignore[arg-type]
     try:

@@ -14,7 +14,7 @@ from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.registration import register
-from tests.round_helpers import spark_range
+from tests.support.round_helpers import spark_range
 from tests.conftest import make_cfg, postgres_only
 
 DAY = datetime(2026, 11, 22)

@@ -16,7 +16,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.metastore import free_port
 from smartsensor.service.registration import register
 from tests.conftest import make_cfg
-from tests.proc_helpers import CliProcess, cli_env
+from tests.support.proc_helpers import CliProcess, cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 ROOT = Path(__file__).resolve().parents[1]

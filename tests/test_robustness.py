@@ -23,9 +23,9 @@ from smartsensor.adapters.sql.engine import DatabaseUrlError, init_db, make_engi
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
 from smartsensor.service.status import collect_status
-from tests.round_helpers import spark_range
+from tests.support.round_helpers import spark_range
 from tests.conftest import PG_URL, make_cfg, postgres_only
-from tests.proc_helpers import cli_env
+from tests.support.proc_helpers import cli_env
 
 DAY = datetime(2026, 11, 22)
 TI = TaskInstance.__table__
@@ -107,7 +107,7 @@ def test_classic_run_of_a_bad_row_fails_it_clearly(engine, cfg, tmp_path: Path) 
 
 @pytest.mark.spark
 def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_path: Path, db_url: str, spark) -> None:
-    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.custom_sensors, no_such_sensor_mod",
+    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors, no_such_sensor_mod",
                    smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor")
     engine = make_engine(db_url)
     init_db(engine)
@@ -305,7 +305,7 @@ def test_waiting_on_a_missing_table_logs_nothing(spark, hive_db: str, capfd: pyt
 def test_a_worker_stopped_twice_stops_cleanly(tmp_path: Path) -> None:
     import signal
     import time
-    from tests.proc_helpers import CliProcess
+    from tests.support.proc_helpers import CliProcess
     env = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/w.db")
     subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)
     worker = CliProcess(["worker", "--json", "--interval", "0.2"], env)
@@ -370,8 +370,8 @@ def test_a_hanging_poke_is_bounded_and_not_piled_up() -> None:
 @pytest.mark.spark
 def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: str, spark) -> None:
     import time
-    from tests import custom_sensors
-    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.custom_sensors",
+    from tests.support import custom_sensors
+    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
                    smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor, HangingSensor",
                    smart_sensor__poke_timeout="0.5")
     engine = make_engine(db_url)
@@ -434,8 +434,8 @@ def test_a_host_and_a_database_at_different_schema_revisions_are_told_apart(tmp_
 
 @pytest.mark.spark
 def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why(engine, cfg, spark) -> None:
-    from tests import custom_sensors
-    cfg = make_cfg(cfg.home, cfg.sql_alchemy_conn, smart_sensor__sensor_modules="tests.custom_sensors",
+    from tests.support import custom_sensors
+    cfg = make_cfg(cfg.home, cfg.sql_alchemy_conn, smart_sensor__sensor_modules="tests.support.custom_sensors",
                    smart_sensor__sensors_enabled="KeySensor, FragileSensor")
     register(engine, [("skew", custom_sensors.FragileSensor(task_id="s", key="k-skew", timeout=60)),
                       ("fine", custom_sensors.KeySensor(task_id="s", key="k-fine"))], DAY, cfg)
@@ -460,8 +460,8 @@ def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why
 def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(tmp_path: Path) -> None:
     import os
     import signal
-    from tests.flag_workload import wait_until
-    from tests.proc_helpers import CliProcess
+    from tests.support.flag_workload import wait_until
+    from tests.support.proc_helpers import CliProcess
     db_url = f"sqlite:///{tmp_path}/w.db"
     env = cli_env(tmp_path / "home", db_url)
     subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)

@@ -13,7 +13,7 @@ from smartsensor.sensors import (HivePartitionSensor, NamedHivePartitionSensor, 
                      SensorDefinitionError, SuccessFileSensor)
 from smartsensor.sensors.batch import BatchChecker, classify_error, parse_listing_row
 from smartsensor.sensors.partitions import escape_partition_value, unescape_partition_value
-from tests.hive_helpers import create_table, land
+from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark
 

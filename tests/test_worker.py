@@ -17,10 +17,10 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
-from tests.round_helpers import RangeUnderTest, spark_range
-from tests import custom_sensors
+from tests.support.round_helpers import RangeUnderTest, spark_range
+from tests.support import custom_sensors
 from tests.conftest import make_cfg
-from tests.hive_helpers import create_table, land
+from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark
 DAY = datetime(2026, 11, 22)
@@ -285,7 +285,7 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
 
 
 def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock) -> None:
-    cfg = make_cfg(tmp_path, db_url, smart_sensor__sensor_modules="tests.custom_sensors",
+    cfg = make_cfg(tmp_path, db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
                    smart_sensor__sensors_enabled="KeySensor")
     engine = make_engine(cfg.sql_alchemy_conn)
     init_db(engine)

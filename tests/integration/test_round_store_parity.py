@@ -22,7 +22,7 @@ from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round import ShardWorker, run_round
-from tests.catalog_doubles import Clock, DictCatalog
+from tests.support.catalog_doubles import Clock, DictCatalog
 
 DAY = datetime(2026, 11, 22)
 T0 = datetime(2026, 11, 23, 6, 0, 0)

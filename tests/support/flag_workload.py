@@ -15,7 +15,7 @@ from smartsensor.config import Config
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.service.registration import register
 from tests.conftest import make_cfg
-from tests.proc_helpers import cli_env
+from tests.support.proc_helpers import cli_env
 
 DAY = datetime(2026, 11, 22)
 LEASE = {"smart_sensor__heartbeat_interval": "0.5", "smart_sensor__lease_timeout": "2", "smart_sensor__shards": "4"}
