@@ -25,7 +25,7 @@ from tests.conftest import make_cfg
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DS = "2026-11-22"
 
 WRITER = r"""

@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> None:

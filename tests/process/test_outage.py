@@ -19,7 +19,7 @@ from tests.conftest import make_cfg
 from tests.support.proc_helpers import CliProcess, cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DAY = datetime(2026, 11, 22)
 
 

@@ -131,7 +131,7 @@ def test_even_split_covers_everything() -> None:
 
 def test_example_file_documents_every_key_with_its_default() -> None:
     from smartsensor.config import KEYS
-    example = Path(__file__).resolve().parents[1] / "airflow.cfg.example"
+    example = Path(__file__).resolve().parents[2] / "airflow.cfg.example"
     text = example.read_text()
     for key in KEYS:
         assert f"[{key.section}]" in text

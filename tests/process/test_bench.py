@@ -13,7 +13,7 @@ import pytest
 from smartsensor.adapters import metastore
 from smartsensor.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
