@@ -59,10 +59,10 @@ def test_routing_matrix(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
     row, reason = build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, enabled_custom)
     assert row["state"] == State.SCHEDULED and "sensor_modules" in reason
     loadable = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="MarkedButUnknownModule",
-                        smart_sensor__sensor_modules="tests.test_registration")
+                        smart_sensor__sensor_modules="tests.unit.test_registration")
     assert build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, loadable)[0]["state"] == State.SMART_PENDING
     boom = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="ExplodingCompat",
-                    smart_sensor__sensor_modules="tests.test_registration")
+                    smart_sensor__sensor_modules="tests.unit.test_registration")
     with caplog.at_level(logging.WARNING):
         row, reason = build_row(ExplodingCompat(task_id="e", partition_names=["a.b/c=d"]), "d", DAY, boom)
     assert row["state"] == State.SCHEDULED and "boom" in reason
