@@ -1,8 +1,8 @@
-"""Classic poke mode (`run-task`) and the scheduler that launches it."""
+"""Classic poke mode (`run_task`) and the scheduler's passes, in-process on a real metadata DB and Spark.
+Real `run-task` and `scheduler` processes are in tests/process/test_classic.py."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from datetime import datetime, timedelta
@@ -15,7 +15,6 @@ from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.classic import TaskRunError, run_task
 from smartsensor.service.registration import register
-from smartsensor.service.scheduler import end_zombies
 from tests.conftest import make_cfg
 from tests.support.hive_helpers import create_table, land
 
@@ -172,76 +171,6 @@ def test_sending_a_task_back_by_hand_starts_a_fresh_try(engine, cfg, tmp_path, s
     assert (row["start_date"], row["end_date"], row["hostname"], row["error"]) == (None, None, None, None)
 
 
-@pytest.mark.slow
-def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) -> None:
-    """SIGTERM to `scheduler`: its `run-task` children stop and their tasks are `scheduled` again, no try spent."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from smartsensor.sensors import SuccessFileSensor
-    from smartsensor.adapters.sql.engine import init_db, make_engine
-    from tests.support.flag_workload import wait_until
-    home = tmp_path / "home"
-    cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False")
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
-    register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
-                                              timeout=600, retries=0))], DAY, cfg)
-    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-               SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False",
-               SMARTSENSOR__SCHEDULER__TASK_HEARTBEAT_INTERVAL="0.5",
-               SMARTSENSOR__SCHEDULER__STOP_GRACE="300")  # a bound, not a wait: SIGTERM may come mid Spark start
-    proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "scheduler"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        def child_beating() -> bool:
-            # `running` is set by the scheduler's claim, before the child even started; a heartbeat comes
-            # from inside run_task, so the child's SIGTERM handler is installed by then.
-            with engine.connect() as conn:
-                row = task_sql.get_task(conn, "d", "w", DAY)
-            return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
-        wait_until(child_beating, timeout=300, step=0.1)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err
-    with engine.connect() as conn:
-        row = task_sql.get_task(conn, "d", "w", DAY)
-    assert (row["state"], row["try_number"], row["error"]) == (State.SCHEDULED, 1, None)
-    engine.dispose()
-
-
-def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> None:
-    """`scheduler --once` launches real `run-task` processes (SuccessFileSensor: no metastore needed)."""
-    import os
-    import subprocess
-    import sys
-    from smartsensor.sensors import SuccessFileSensor
-    from smartsensor.adapters.sql.engine import init_db, make_engine
-    home = tmp_path / "home"
-    cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False", scheduler__parallelism="2")
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
-    flag = tmp_path / "_SUCCESS"
-    flag.write_text("")
-    register(engine, [("d", SuccessFileSensor(task_id="ok", path=str(flag), poke_interval=0.2, timeout=60)),
-                      ("d", SuccessFileSensor(task_id="never", path=str(tmp_path / "nope"), poke_interval=0.2,
-                                              timeout=1))], DAY, cfg)
-    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-               SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False")
-    out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "scheduler", "--once", "--json"], env=env,
-                         capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr
-    assert '"launched": 2' in out.stdout
-    with engine.connect() as conn:
-        got = {r["task_id"]: r["state"] for r in task_sql.list_tasks(conn)}
-    assert got == {"ok": "success", "never": "failed"}
-    engine.dispose()
-
-
 def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
     from smartsensor.sensors import SuccessFileSensor
     register(engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
@@ -293,57 +222,3 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
     with engine.begin() as conn:
         task_sql.heartbeat_running(conn, alive, later)
         assert not task_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
-
-
-@pytest.mark.slow
-def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> None:
-    """kill -9 of a real `run-task` process: its task no longer stays `running` forever."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from smartsensor.sensors import SuccessFileSensor
-    from smartsensor.adapters.sql.engine import init_db, make_engine
-    from tests.support.flag_workload import wait_until
-    home = tmp_path / "home"
-    overrides = dict(smart_sensor__use_smart_sensor="False", scheduler__task_heartbeat_interval="0.5",
-                     scheduler__zombie_threshold="2")
-    cfg = make_cfg(home, db_url, **overrides)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
-    register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
-                                              timeout=600, retries=1))], DAY, cfg)
-    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-               **{f"SMARTSENSOR__{k.split('__')[0].upper()}__{k.split('__')[1].upper()}": v
-                  for k, v in overrides.items()})
-    proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "run-task", "d", "w", "2026-11-22"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        def beat_seen() -> bool:
-            with engine.connect() as conn:
-                row = task_sql.get_task(conn, "d", "w", DAY)
-            return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
-        wait_until(beat_seen, timeout=120, step=0.1)  # running and heartbeating
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    with engine.connect() as conn:
-        last_beat = task_sql.get_task(conn, "d", "w", DAY)["updated_at"]
-    # not yet a zombie while its last beat is younger than zombie_threshold (judged at an explicit time, so a
-    # loaded machine cannot turn "not yet" into "already")
-    assert end_zombies(engine, cfg, now=last_beat + timedelta(seconds=1)) == {}
-
-    def status_zombies() -> list[dict[str, Any]]:
-        status = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status", "--json"], env=env,
-                                capture_output=True, text=True, timeout=60, check=True)
-        return json.loads(status.stdout)["zombies"]
-    wait_until(lambda: [(z["dag_id"], z["task_id"]) for z in status_zombies()] == [("d", "w")], timeout=120,
-               step=0.5)  # visible before it is ended
-    out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "scheduler", "--once", "--json"], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and '"zombies": 1' in out.stdout, out.stdout + out.stderr
-    assert status_zombies() == []
-    with engine.connect() as conn:
-        row = task_sql.get_task(conn, "d", "w", DAY)
-    assert row["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in row["error"]
-    engine.dispose()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -298,30 +297,6 @@ def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock
     clock.advance(60)
     assert w.run_round().marked == {"success": 3}
     custom_sensors.READY.clear()
-    engine.dispose()
-
-
-def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
-    """`worker --once --json` in its own process, with a SuccessFileSensor (file system, no metastore)."""
-    import os
-    import subprocess
-    import sys
-    from smartsensor.sensors import SuccessFileSensor
-    cfg = make_cfg(tmp_path / "home", db_url)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
-    flag = tmp_path / "_SUCCESS"
-    flag.write_text("")
-    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flag))) for i in range(4)], DAY, cfg)
-    env = dict(os.environ, SMARTSENSOR_HOME=str(tmp_path / "home"), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url)
-    out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "worker", "--shard-min", "0", "--shard-max",
-                          "10000", "--once", "--json"], env=env, capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout.strip().splitlines()[-1])
-    for key in ("loaded", "distinct_hashes", "groups_poked", "catalog_calls", "db_statements", "marked", "seconds"):
-        assert key in data
-    assert data["loaded"] == 4 and data["distinct_hashes"] == 1 and data["fs_calls"] == 1
-    assert data["marked"] == {"success": 4}
     engine.dispose()
 
 

@@ -1,4 +1,5 @@
-"""Routing matrix, idempotent re-submit, templates, and clear errors for bad fields."""
+"""Routing matrix, row contents, templates, and clear errors for bad fields (build_row: no database).
+Idempotent re-submit and --clear on a real metadata DB are in tests/integration/test_registration.py."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import pytest
 
 from smartsensor.domain.states import State
 from smartsensor.sensors import BaseSensor, HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, smart_eligible
-from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.service.registration import build_row, register
+from smartsensor.service.registration import build_row
 from tests.conftest import make_cfg
 
 DAY = datetime(2026, 11, 22)
@@ -141,24 +141,6 @@ def test_template_errors_name_the_field(tmp_path) -> None:
     sandboxed = NamedHivePartitionSensor(task_id="t", partition_names=["d.t/x={{ ''.__class__.__mro__ }}"])
     with pytest.raises(SensorDefinitionError):
         build_row(sandboxed, "d", DAY, cfg)
-
-
-def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
-    sensors = [("d1", named("a")), ("d1", named("b"))]
-    first = register(engine, sensors, DAY, cfg)
-    assert [r.created for r in first] == [True, True]
-    with engine.begin() as conn:
-        task_sql.set_state(conn, ("d1", "a", DAY), State.SUCCESS)
-    again = register(engine, sensors, DAY, cfg)
-    assert [r.created for r in again] == [False, False]
-    assert again[0].state == State.SUCCESS
-    with engine.connect() as conn:
-        assert len(task_sql.list_tasks(conn)) == 2
-    cleared = register(engine, sensors, DAY, cfg, clear=True)
-    assert cleared[0].state == State.SMART_PENDING
-    with engine.connect() as conn:
-        row = task_sql.get_task(conn, "d1", "a", DAY)
-    assert row is not None and row["state"] == State.SMART_PENDING and row["end_date"] is None
 
 
 def test_bad_sensor_fields_are_clear_errors() -> None:

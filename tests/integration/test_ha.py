@@ -1,0 +1,85 @@
+"""Landing → success latency with and without signals: a leased worker loop in a thread of this process
+(the session's SparkSession), on SQLite and on Postgres. Takeovers between real worker processes are in
+tests/process/test_ha.py."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.service.registration import register
+from smartsensor.service.signals import send_signal
+from smartsensor.service.runner import LeasedWorker, run_worker
+from tests.conftest import make_cfg
+from tests.support.flag_workload import DAY, LEASE, wait_until
+from tests.support.hive_helpers import create_table, land
+
+
+class _Runner:
+    """A leased worker loop in a thread of this process (the session's SparkSession)."""
+
+    def __init__(self, engine: Any, cfg: Any, spark: Any, signals: bool, interval: float) -> None:
+        self.stop = threading.Event()
+        self.results: list[Any] = []
+        self.runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
+        self.thread = threading.Thread(target=run_worker, args=(self.runner, engine, cfg, interval, False,
+                                                                self.results.append),
+                                       kwargs={"signals": signals, "stop_event": self.stop}, daemon=True)
+
+    def __enter__(self) -> "_Runner":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+def _state(engine: Any, dag_id: str) -> str:
+    with engine.connect() as conn:
+        return task_sql.get_task(conn, dag_id, "w", DAY)["state"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, spark, hive_db) -> None:
+    cfg = make_cfg(tmp_path / "home", db_url, **LEASE)
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    create_table(spark, hive_db, "t")
+    n = 10
+    # signalled tasks poke only every 10 minutes: without the signal they would wait that long
+    register(engine, [(f"sig{i}", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=s{i}/hr=00"],
+                                                           poke_interval=600)) for i in range(n)]
+             + [(f"poll{i}", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=p{i}/hr=00"],
+                                                      poke_interval=2)) for i in range(3)], DAY, cfg)
+    signalled, polled = [], []
+    with _Runner(engine, cfg, spark, signals=True, interval=1.0) as r:
+        wait_until(lambda: any(x.loaded for x in r.results), timeout=60)
+        time.sleep(1.5)
+        for i in range(n):
+            land(spark, hive_db, "t", ds=f"s{i}", hr="00")
+            t0 = time.monotonic()
+            send_signal(engine, f"{hive_db}.t/ds=s{i}/hr=00")
+            wait_until(lambda: _state(engine, f"sig{i}") == "success", timeout=30, step=0.01)
+            signalled.append(time.monotonic() - t0)
+            time.sleep(0.3)
+        for i in range(3):
+            land(spark, hive_db, "t", ds=f"p{i}", hr="00")  # timed from the landing's commit
+            polled.append(wait_until(lambda: _state(engine, f"poll{i}") == "success", timeout=30, step=0.01))
+        rounds = [x.seconds for x in r.results if x.loaded]
+    p95 = sorted(signalled)[int(0.95 * (n - 1))]
+    worst_round = max(rounds)
+    print(f"[{engine.dialect.name}] with signal: p50 {statistics.median(signalled):.3f} s, p95 {p95:.3f} s; "
+          f"without: {[round(x, 2) for x in polled]} s (poke_interval 2 s, rounds every 1 s, slowest round "
+          f"{worst_round:.2f} s)")
+    assert p95 <= (1.0 if engine.dialect.name == "postgresql" else 1.5)
+    assert max(polled) <= 2 + 1.0 + worst_round + 0.5  # poke interval + one round interval + one round
+    engine.dispose()

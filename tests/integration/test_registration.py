@@ -1,0 +1,34 @@
+"""Registration on a real metadata DB (SQLite and Postgres): re-submitting is idempotent, --clear resets."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from smartsensor.domain.states import State
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.service.registration import register
+
+DAY = datetime(2026, 11, 22)
+
+
+def named(task_id: str = "t") -> NamedHivePartitionSensor:
+    return NamedHivePartitionSensor(task_id=task_id, partition_names=["demo.events/ds={{ ds }}"])
+
+
+def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
+    sensors = [("d1", named("a")), ("d1", named("b"))]
+    first = register(engine, sensors, DAY, cfg)
+    assert [r.created for r in first] == [True, True]
+    with engine.begin() as conn:
+        task_sql.set_state(conn, ("d1", "a", DAY), State.SUCCESS)
+    again = register(engine, sensors, DAY, cfg)
+    assert [r.created for r in again] == [False, False]
+    assert again[0].state == State.SUCCESS
+    with engine.connect() as conn:
+        assert len(task_sql.list_tasks(conn)) == 2
+    cleared = register(engine, sensors, DAY, cfg, clear=True)
+    assert cleared[0].state == State.SMART_PENDING
+    with engine.connect() as conn:
+        row = task_sql.get_task(conn, "d1", "a", DAY)
+    assert row is not None and row["state"] == State.SMART_PENDING and row["end_date"] is None
