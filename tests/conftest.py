@@ -1,44 +1,19 @@
 """Shared fixtures: a metadata DB per test on SQLite and on the throwaway PostgreSQL server, one
-SparkSession for the whole run, and a unique Hive database per test."""
+SparkSession for the whole run, a unique Hive database per test, and a clock the test moves."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from smartsensor.config import Config, load_config
 from smartsensor.adapters.sql.engine import init_db, make_engine
-
-PG_URL = os.environ.get("SMARTSENSOR_TEST_PG_URL")
-PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
-
-
-def _new_pg_database() -> tuple[str, str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return name, PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-
-
-def _drop_pg_database(name: str) -> None:
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
-
-
-# Without ./scripts/test.sh (plain `pytest`) there is no throwaway PostgreSQL server: its cases are skipped.
-needs_test_pg = pytest.mark.skipif(not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ,
-                                   reason="needs the throwaway PostgreSQL of ./scripts/test.sh")
-# For tests of a Postgres-only mechanism (row locks, session settings): db_url on Postgres alone.
-postgres_only = pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=needs_test_pg)], indirect=True)
+from tests.support.catalog_doubles import Clock
+from tests.support.common import T0, make_cfg
+from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_test_pg)])
@@ -47,25 +22,22 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'meta.db'}"
         return
-    name, url = _new_pg_database()
+    name, url = new_pg_database()
     try:
         yield url
     finally:
-        _drop_pg_database(name)
-
-
-def make_cfg(home: Path, db_url: str, **overrides: str) -> Config:
-    """A Config for tests: home folder, DB URL, and SMARTSENSOR__SECTION__KEY-style overrides."""
-    env = {"SMARTSENSOR_HOME": str(home), "SMARTSENSOR__CORE__SQL_ALCHEMY_CONN": db_url}
-    for key, value in overrides.items():
-        section, name = key.split("__")
-        env[f"SMARTSENSOR__{section.upper()}__{name.upper()}"] = value
-    return load_config(environ=env)
+        drop_pg_database(name)
 
 
 @pytest.fixture
-def cfg(tmp_path: Path, db_url: str) -> Config:
-    return make_cfg(tmp_path / "home", db_url)
+def cfg_overrides() -> dict[str, str]:
+    """``section__key`` overrides for ``cfg`` (and so ``engine``); a test module overrides this fixture."""
+    return {}
+
+
+@pytest.fixture
+def cfg(tmp_path: Path, db_url: str, cfg_overrides: dict[str, str]) -> Config:
+    return make_cfg(tmp_path / "home", db_url, **cfg_overrides)
 
 
 @pytest.fixture
@@ -74,6 +46,12 @@ def engine(cfg: Config) -> Iterator[Any]:
     init_db(eng)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock that moves only when the test says so, starting at T0."""
+    return Clock(T0)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,17 +15,16 @@ from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.classic import TaskRunError, run_task
 from smartsensor.service.registration import register
-from tests.conftest import make_cfg
+from tests.support.common import DAY, wait_until
 from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark
-DAY = datetime(2026, 11, 22)
 
 
 @pytest.fixture
-def cfg(tmp_path, db_url):
-    """Overrides conftest's cfg (and so its engine): smart mode off, every task runs the classic way."""
-    return make_cfg(tmp_path / "home", db_url, smart_sensor__use_smart_sensor="False")
+def cfg_overrides() -> dict[str, str]:
+    """conftest's cfg (and so its engine) with smart mode off: every task runs the classic way."""
+    return {"smart_sensor__use_smart_sensor": "False"}
 
 
 def run(engine: Any, cfg: Any, spark: Any, task_id: str, **kw: Any):
@@ -186,7 +185,6 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.connect() as conn:
         before = task_sql.get_task(conn, *key)["updated_at"]
-    from tests.support.flag_workload import wait_until
 
     def beaten() -> bool:
         with engine.connect() as conn:

@@ -13,12 +13,11 @@ import pytest
 
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.service.registration import register
 from smartsensor.service.signals import send_signal
 from smartsensor.service.runner import LeasedWorker, run_worker
-from tests.conftest import make_cfg
-from tests.support.flag_workload import DAY, LEASE, wait_until
+from tests.support.common import DAY, new_db, wait_until
+from tests.support.flag_workload import LEASE
 from tests.support.hive_helpers import create_table, land
 
 
@@ -50,9 +49,7 @@ def _state(engine: Any, dag_id: str) -> str:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, spark, hive_db) -> None:
-    cfg = make_cfg(tmp_path / "home", db_url, **LEASE)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(tmp_path / "home", db_url, **LEASE)
     create_table(spark, hive_db, "t")
     n = 10
     # signalled tasks poke only every 10 minutes: without the signal they would wait that long

@@ -5,7 +5,6 @@ The checks where values enter are in tests/unit/test_hostile.py."""
 from __future__ import annotations
 
 import string
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,15 @@ from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, S
 from smartsensor.sensors.batch import BatchChecker
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.partitions import escape_partition_value
-from tests.conftest import make_cfg
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.service.registration import register
+from tests.support.common import DAY, new_db
 from tests.support.hive_helpers import create_table, land
-
-DAY = datetime(2026, 11, 22)
 
 
 def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None:
     """dag_id/task_id/values full of quotes and unicode: every row stored and read back unchanged."""
-    from smartsensor.adapters.sql import tasks as task_sql
-    from smartsensor.adapters.sql.engine import init_db, make_engine
-    from smartsensor.service.registration import register
-    url = db_url
-    cfg = make_cfg(tmp_path / "home", url)
-    engine = make_engine(url)
-    init_db(engine)
+    cfg, engine = new_db(tmp_path / "home", db_url)
     nasty = ["'; DROP TABLE task_instance; --", 'a"b', "x`y", "é日本\u202e", "100%", "a\\b", "{{ ds }}"]
     sensors = []
     for i, text in enumerate(nasty):
@@ -70,13 +63,8 @@ ID_TEXT = st.one_of(st.text(max_size=20), st.text(alphabet=st.characters(), max_
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(dag_id=st.one_of(ID_TEXT, st.lists(st.text(max_size=3), max_size=2), st.integers()), task_id=ID_TEXT)
 def test_ids_are_stored_exactly_or_refused_naming_the_field(tmp_path_factory: Any, dag_id: Any, task_id: Any) -> None:
-    from smartsensor.adapters.sql import tasks as task_sql
-    from smartsensor.adapters.sql.engine import init_db, make_engine
-    from smartsensor.service.registration import register
     home = tmp_path_factory.mktemp("ids")
-    cfg = make_cfg(home, f"sqlite:///{home}/m.db")
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(home, f"sqlite:///{home}/m.db")
     try:
         register(engine, [(dag_id, SuccessFileSensor(task_id=task_id, path="/d/_SUCCESS"))], DAY, cfg)
     except SensorDefinitionError as exc:

@@ -15,20 +15,16 @@ from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.registration import register
 from tests.support.round_helpers import spark_range
-from tests.conftest import make_cfg, postgres_only
+from tests.support.common import DAY, lease_owners as owners, make_cfg
+from tests.support.pg import postgres_only
 
-DAY = datetime(2026, 11, 22)
+SHORT_LEASES = {"smart_sensor__heartbeat_interval": "1", "smart_sensor__lease_timeout": "3"}
 
 
 @pytest.fixture
-def cfg(tmp_path, db_url):
-    """Overrides conftest's cfg (and so its engine): short heartbeats and leases."""
-    return make_cfg(tmp_path / "home", db_url, smart_sensor__heartbeat_interval="1", smart_sensor__lease_timeout="3")
-
-
-def owners(engine: Any) -> dict[int, str | None]:
-    with engine.connect() as conn:
-        return {r["shard_min"]: r["owner"] for r in lease_sql.load_leases(conn)}
+def cfg_overrides() -> dict[str, str]:
+    """conftest's cfg (and so its engine) with short heartbeats and leases."""
+    return SHORT_LEASES
 
 
 def test_simultaneous_start_never_two_owners_and_converges(engine, cfg) -> None:
@@ -203,8 +199,7 @@ def test_changed_shard_ranges_reshape_free_lease_rows(engine, cfg, tmp_path, db_
     old = LeaseManager(SqlLeaseStore(engine), cfg, "old")  # the default 5 ranges: 0-2000, 2000-4000, ...
     t0 = datetime.utcnow()
     old.heartbeat(now=t0)
-    new_cfg = make_cfg(tmp_path / "home2", db_url, smart_sensor__heartbeat_interval="1",
-                       smart_sensor__lease_timeout="3", smart_sensor__shard_ranges="0-5000, 5000-10000")
+    new_cfg = make_cfg(tmp_path / "home2", db_url, **SHORT_LEASES, smart_sensor__shard_ranges="0-5000, 5000-10000")
     new = LeaseManager(SqlLeaseStore(engine), new_cfg, "new")
     # "old" still holds every old row: only the range with no row yet (5000-10000) can be claimed, and
     # old and new both serve 5000-10000 until "old" stops (state guards keep each task marked once)

@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.common import ROOT
 
 
 def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> None:

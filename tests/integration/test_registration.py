@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from smartsensor.domain.states import State
-from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import register
-
-DAY = datetime(2026, 11, 22)
-
-
-def named(task_id: str = "t") -> NamedHivePartitionSensor:
-    return NamedHivePartitionSensor(task_id=task_id, partition_names=["demo.events/ds={{ ds }}"])
+from tests.support.common import DAY, named
 
 
 def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:

@@ -23,9 +23,9 @@ from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
 from smartsensor.service.status import collect_status
 from tests.support.round_helpers import spark_range
-from tests.conftest import PG_URL, make_cfg, postgres_only
+from tests.support.common import DAY, make_cfg, new_db
+from tests.support.pg import PG_URL, postgres_only
 
-DAY = datetime(2026, 11, 22)
 TI = TaskInstance.__table__
 
 
@@ -85,10 +85,9 @@ def test_classic_run_of_a_bad_row_fails_it_clearly(engine, cfg, tmp_path: Path) 
 
 @pytest.mark.spark
 def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_path: Path, db_url: str, spark) -> None:
-    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors, no_such_sensor_mod",
-                   smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor")
-    engine = make_engine(db_url)
-    init_db(engine)
+    cfg, engine = new_db(tmp_path / "home", db_url,
+                         smart_sensor__sensor_modules="tests.support.custom_sensors, no_such_sensor_mod",
+                         smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor")
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     register(engine, [(f"builtin{i}", SuccessFileSensor(task_id="s", path=str(flag), timeout=3600))
@@ -166,10 +165,8 @@ def test_waiting_on_a_missing_table_logs_nothing(spark, hive_db: str, capfd: pyt
 
 
 def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_path: Path, db_url: str) -> None:
-    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="no_such_sensor_mod",
-                   smart_sensor__use_smart_sensor="False")
-    engine = make_engine(db_url)
-    init_db(engine)
+    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="no_such_sensor_mod",
+                         smart_sensor__use_smart_sensor="False")
     register(engine, [("mine", SuccessFileSensor(task_id="s", path="/x", poke_interval=0.1, timeout=1))], DAY, cfg)
     with engine.begin() as conn:
         conn.execute(update(TI).values(classpath="no_such_sensor_mod.MySensor"))
@@ -186,11 +183,9 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
 def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: str, spark) -> None:
     import time
     from tests.support import custom_sensors
-    cfg = make_cfg(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
-                   smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor, HangingSensor",
-                   smart_sensor__poke_timeout="0.5")
-    engine = make_engine(db_url)
-    init_db(engine)
+    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
+                         smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor, HangingSensor",
+                         smart_sensor__poke_timeout="0.5")
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     custom_sensors.READY.add("ready")

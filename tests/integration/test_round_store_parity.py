@@ -23,9 +23,7 @@ from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
-
-DAY = datetime(2026, 11, 22)
-T0 = datetime(2026, 11, 23, 6, 0, 0)
+from tests.support.common import DAY, T0
 TI = TaskInstance.__table__
 SL = ShardLease.__table__
 

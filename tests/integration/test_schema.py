@@ -8,7 +8,7 @@ from sqlalchemy import inspect
 
 from smartsensor.schema.models import Base
 from smartsensor.adapters.sql.engine import current_revision, init_db, make_engine
-from tests.conftest import postgres_only
+from tests.support.pg import postgres_only
 
 
 def test_migrations_equal_models(db_url: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,35 +11,18 @@ from sqlalchemy import event, update
 
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
-from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
+from smartsensor.sensors import HivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
 from tests.support.round_helpers import RangeUnderTest, spark_range
 from tests.support import custom_sensors
-from tests.conftest import make_cfg
+from tests.support.catalog_doubles import Clock
+from tests.support.common import DAY, named, new_db
 from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark
-DAY = datetime(2026, 11, 22)
-T0 = datetime(2026, 11, 22, 6, 0, 0)
-
-
-class Clock:
-    def __init__(self, start: datetime = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def make_worker(engine: Any, cfg: Any, spark: Any, clock: Clock, lo: int = 0, hi: int | None = None) -> RangeUnderTest:
@@ -49,10 +32,6 @@ def make_worker(engine: Any, cfg: Any, spark: Any, clock: Clock, lo: int = 0, hi
 def states(engine: Any) -> dict[tuple[str, str], str]:
     with engine.connect() as conn:
         return {(r["dag_id"], r["task_id"]): r["state"] for r in task_sql.list_tasks(conn)}
-
-
-def named(task_id: str, name: str, **kw: Any) -> NamedHivePartitionSensor:
-    return NamedHivePartitionSensor(task_id=task_id, partition_names=[name], **kw)
 
 
 def test_duplicates_across_dags_marked_together_from_one_poke(engine, cfg, spark, hive_db, clock) -> None:
@@ -284,10 +263,8 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
 
 
 def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock) -> None:
-    cfg = make_cfg(tmp_path, db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
-                   smart_sensor__sensors_enabled="KeySensor")
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(tmp_path, db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
+                         smart_sensor__sensors_enabled="KeySensor")
     custom_sensors.POKES.clear()
     register(engine, [(f"d{i}", custom_sensors.KeySensor(task_id="k", key=f"key{i % 2}")) for i in range(6)], DAY, cfg)
     w = make_worker(engine, cfg, spark, clock)

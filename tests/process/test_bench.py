@@ -12,8 +12,8 @@ import pytest
 
 from smartsensor.adapters import metastore
 from smartsensor.config import load_config
+from tests.support.common import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 

@@ -5,51 +5,50 @@ tests/integration/test_classic.py."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from smartsensor.domain.states import State
+from smartsensor.sensors import SuccessFileSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import end_zombies
-from tests.conftest import make_cfg
+from tests.support.common import DAY, new_db, override_env, wait_until
+from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.spark
-DAY = datetime(2026, 11, 22)
+
+
+def run_heartbeating(engine: Any) -> bool:
+    """Whether task d.w is `running` and its run has heartbeat since it started.
+
+    `running` is set by the scheduler's claim, before a child even started; a heartbeat comes from inside
+    run_task, so the run's SIGTERM handler is installed by then."""
+    with engine.connect() as conn:
+        row = task_sql.get_task(conn, "d", "w", DAY)
+    return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
 
 
 @pytest.mark.slow
 def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) -> None:
     """SIGTERM to `scheduler`: its `run-task` children stop and their tasks are `scheduled` again, no try spent."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from smartsensor.sensors import SuccessFileSensor
-    from smartsensor.adapters.sql.engine import init_db, make_engine
-    from tests.support.flag_workload import wait_until
     home = tmp_path / "home"
-    cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False")
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(home, db_url, smart_sensor__use_smart_sensor="False")
     register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
                                               timeout=600, retries=0))], DAY, cfg)
-    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-               SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False",
-               SMARTSENSOR__SCHEDULER__TASK_HEARTBEAT_INTERVAL="0.5",
-               SMARTSENSOR__SCHEDULER__STOP_GRACE="300")  # a bound, not a wait: SIGTERM may come mid Spark start
+    env = cli_env(home, db_url, SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False",
+                  SMARTSENSOR__SCHEDULER__TASK_HEARTBEAT_INTERVAL="0.5",
+                  SMARTSENSOR__SCHEDULER__STOP_GRACE="300")  # a bound, not a wait: SIGTERM may come mid Spark start
     proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "scheduler"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        def child_beating() -> bool:
-            # `running` is set by the scheduler's claim, before the child even started; a heartbeat comes
-            # from inside run_task, so the child's SIGTERM handler is installed by then.
-            with engine.connect() as conn:
-                row = task_sql.get_task(conn, "d", "w", DAY)
-            return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
-        wait_until(child_beating, timeout=300, step=0.1)
+        wait_until(lambda: run_heartbeating(engine), timeout=300, step=0.1)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=400)
     finally:
@@ -64,24 +63,15 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
 
 def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> None:
     """`scheduler --once` launches real `run-task` processes (SuccessFileSensor: no metastore needed)."""
-    import os
-    import subprocess
-    import sys
-    from smartsensor.sensors import SuccessFileSensor
-    from smartsensor.adapters.sql.engine import init_db, make_engine
     home = tmp_path / "home"
-    cfg = make_cfg(home, db_url, smart_sensor__use_smart_sensor="False", scheduler__parallelism="2")
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(home, db_url, smart_sensor__use_smart_sensor="False", scheduler__parallelism="2")
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     register(engine, [("d", SuccessFileSensor(task_id="ok", path=str(flag), poke_interval=0.2, timeout=60)),
                       ("d", SuccessFileSensor(task_id="never", path=str(tmp_path / "nope"), poke_interval=0.2,
                                               timeout=1))], DAY, cfg)
-    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-               SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False")
-    out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "scheduler", "--once", "--json"], env=env,
-                         capture_output=True, text=True, timeout=240)
+    env = cli_env(home, db_url, SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False")
+    out = run_cli(["scheduler", "--once", "--json"], env, timeout=240)
     assert out.returncode == 0, out.stderr
     assert '"launched": 2' in out.stdout
     with engine.connect() as conn:
@@ -93,32 +83,17 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
 @pytest.mark.slow
 def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> None:
     """kill -9 of a real `run-task` process: its task no longer stays `running` forever."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from smartsensor.sensors import SuccessFileSensor
-    from smartsensor.adapters.sql.engine import init_db, make_engine
-    from tests.support.flag_workload import wait_until
     home = tmp_path / "home"
     overrides = dict(smart_sensor__use_smart_sensor="False", scheduler__task_heartbeat_interval="0.5",
                      scheduler__zombie_threshold="2")
-    cfg = make_cfg(home, db_url, **overrides)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(home, db_url, **overrides)
     register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
                                               timeout=600, retries=1))], DAY, cfg)
-    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-               **{f"SMARTSENSOR__{k.split('__')[0].upper()}__{k.split('__')[1].upper()}": v
-                  for k, v in overrides.items()})
+    env = cli_env(home, db_url, **override_env(overrides))
     proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "run-task", "d", "w", "2026-11-22"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        def beat_seen() -> bool:
-            with engine.connect() as conn:
-                row = task_sql.get_task(conn, "d", "w", DAY)
-            return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
-        wait_until(beat_seen, timeout=120, step=0.1)  # running and heartbeating
+        wait_until(lambda: run_heartbeating(engine), timeout=120, step=0.1)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -129,13 +104,11 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     assert end_zombies(engine, cfg, now=last_beat + timedelta(seconds=1)) == {}
 
     def status_zombies() -> list[dict[str, Any]]:
-        status = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status", "--json"], env=env,
-                                capture_output=True, text=True, timeout=60, check=True)
+        status = run_cli(["status", "--json"], env, timeout=60, check=True)
         return json.loads(status.stdout)["zombies"]
     wait_until(lambda: [(z["dag_id"], z["task_id"]) for z in status_zombies()] == [("d", "w")], timeout=120,
                step=0.5)  # visible before it is ended
-    out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "scheduler", "--once", "--json"], env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = run_cli(["scheduler", "--once", "--json"], env, timeout=60)
     assert out.returncode == 0 and '"zombies": 1' in out.stdout, out.stdout + out.stderr
     assert status_zombies() == []
     with engine.connect() as conn:

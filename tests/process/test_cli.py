@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.proc_helpers import cli_env, run_cli
 
 SENSOR_FILE = '''
 from smartsensor.sensors import NamedHivePartitionSensor, HivePartitionSensor, BaseSensor
@@ -28,13 +28,7 @@ plain = Plain(task_id="plain", n=1)
 
 
 def run(args: list[str], home: Path, db_url: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url)
-    env.pop("SMARTSENSOR_CONFIG", None)
-    proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_cli(args, cli_env(home, db_url), check=check)
 
 
 def test_init_submit_tasks(tmp_path: Path, db_url: str) -> None:

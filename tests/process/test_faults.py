@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.adapters.sql.engine import init_db, make_engine
-from tests import conftest
+from tests.support.common import DAY, new_db
 from tests.support.flag_workload import flag_workload
+from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
 from tests.support.proc_helpers import CliProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
@@ -79,9 +79,7 @@ def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Pat
             assert all(r["end_date"] for r in task_sql.list_tasks(conn))
     finally:
         for p in procs:
-            if p.proc.poll() is None:
-                os.kill(p.proc.pid, signal.SIGCONT)
-            p.stop(signal.SIGKILL)
+            p.kill()
         work.engine.dispose()
 
 
@@ -92,9 +90,9 @@ def _pg_ctl(*args: str) -> None:
                    capture_output=True, timeout=90)
 
 
-@conftest.needs_test_pg
+@needs_test_pg
 def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path) -> None:
-    name, url = conftest._new_pg_database()
+    name, url = new_pg_database()
     work = flag_workload(tmp_path, url, 10)
     worker = CliProcess(WORKER, work.env)
     scheduler = CliProcess(["scheduler", "--json"], dict(work.env, SMARTSENSOR__SCHEDULER__LOOP_INTERVAL="0.5"))
@@ -117,22 +115,19 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
         scheduler.stop()
         worker.stop()
         work.engine.dispose()
-        conftest._drop_pg_database(name)
+        drop_pg_database(name)
 
 
-@conftest.needs_test_pg
+@needs_test_pg
 def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None:
     """A classic `run_task` polling while the metadata DB restarts keeps poking, then records success."""
     import threading
     from smartsensor.sensors import SuccessFileSensor
     from smartsensor.service.classic import run_task
     from smartsensor.service.registration import register
-    from tests.support.flag_workload import DAY
-    name, url = conftest._new_pg_database()
-    cfg = conftest.make_cfg(tmp_path / "home", url, smart_sensor__use_smart_sensor="False",
-                            scheduler__task_heartbeat_interval="0.5", scheduler__zombie_threshold="60")
-    engine = make_engine(url)
-    init_db(engine)
+    name, url = new_pg_database()
+    cfg, engine = new_db(tmp_path / "home", url, smart_sensor__use_smart_sensor="False",
+                         scheduler__task_heartbeat_interval="0.5", scheduler__zombie_threshold="60")
     flag = tmp_path / "flag" / "_SUCCESS"
     register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.3, timeout=600))], DAY, cfg)
     poking = threading.Event()
@@ -162,4 +157,4 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
             assert task_sql.get_task(conn, "d", "s", DAY)["state"] == "success"
     finally:
         engine.dispose()
-        conftest._drop_pg_database(name)
+        drop_pg_database(name)

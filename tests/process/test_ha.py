@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.sql import status as status_sql
-from tests.support.flag_workload import FlagWorkload, flag_workload, wait_until
+from tests.support.common import wait_until
+from tests.support.flag_workload import FlagWorkload, flag_workload
 from tests.support.proc_helpers import CliProcess
 
 
@@ -23,13 +24,12 @@ def ha_setup(tmp_path: Path, db_url: str):
     procs: list[CliProcess] = []
     yield work, procs
     for p in procs:
-        if p.proc.poll() is None:
-            os.kill(p.proc.pid, signal.SIGCONT)
-            p.stop(signal.SIGKILL)
+        p.kill()
     work.engine.dispose()
 
 
-def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, CliProcess]:
+def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, CliProcess, str]:
+    """Two workers sharing the ranges, both past their first poke; and the worker id of the first."""
     args = ["worker", "--interval", "0.5", "--json"]
     a, b = CliProcess(args, work.env), CliProcess(args, work.env)
     procs += [a, b]
@@ -37,7 +37,7 @@ def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, 
                and None not in work.lease_owners().values(), timeout=60)
     a.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)  # Spark is up in both
     b.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)
-    return a, b
+    return a, b, pid_owner(work.engine, a.proc.pid)
 
 
 def pid_owner(engine: Any, pid: int) -> str:
@@ -71,13 +71,11 @@ def pause_outside_sqlite_write(proc: CliProcess, engine: Any) -> None:
 @pytest.mark.fault
 def test_kill9_ranges_taken_over_nothing_lost_nothing_twice(ha_setup) -> None:
     work, procs = ha_setup
-    a, b = start_two(work, procs)
-    a_id = pid_owner(work.engine, a.proc.pid)
+    a, b, a_id = start_two(work, procs)
     os.kill(a.proc.pid, signal.SIGKILL)
     killed = time.monotonic()
     work.land(work.flags)
-    wait_until(lambda: a_id not in work.lease_owners().values() and None not in work.lease_owners().values(),
-               timeout=10)
+    work.wait_taken_over(a_id, timeout=10)
     takeover = time.monotonic() - killed
     assert takeover <= 2 * 2, f"ranges re-owned after {takeover:.1f} s (2 x lease_timeout = 4 s)"
     work.wait_all_success(timeout=60)
@@ -90,11 +88,9 @@ def test_kill9_ranges_taken_over_nothing_lost_nothing_twice(ha_setup) -> None:
 @pytest.mark.fault
 def test_sigstopped_worker_writes_nothing_after_losing_its_lease(ha_setup) -> None:
     work, procs = ha_setup
-    a, b = start_two(work, procs)
-    a_id = pid_owner(work.engine, a.proc.pid)
+    a, b, a_id = start_two(work, procs)
     pause_outside_sqlite_write(a, work.engine)
-    wait_until(lambda: a_id not in work.lease_owners().values() and None not in work.lease_owners().values(),
-               timeout=10)
+    work.wait_taken_over(a_id, timeout=10)
     work.land(work.flags)
     work.wait_all_success(timeout=60)
     seen_before = len(a.seen)

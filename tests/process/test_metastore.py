@@ -20,12 +20,13 @@ from typing import Iterator
 import pytest
 
 from smartsensor.adapters import metastore
+from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.metastore_process import port_answers
 from smartsensor.config import Config
-from tests.conftest import make_cfg
+from tests.support.common import ROOT, make_cfg
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 DS = "2026-11-22"
 
 WRITER = r"""
@@ -76,20 +77,6 @@ parts = sorted(r.partition for r in spark.sql(f"SHOW PARTITIONS {table}").collec
 rows = spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"]
 print(json.dumps({"partitions": parts, "rows": rows}), flush=True)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def service_cfg(home: Path, port: int, **overrides: str) -> Config:
@@ -170,7 +157,7 @@ def test_start_runs_service_and_is_idempotent(service: Config) -> None:
     assert st.log == service.home / "metastore_service" / "metastore.log"
     assert (service.home / "metastore_service" / "metastore.pid").read_text().strip() == str(st.pid)
     assert (service.home / "metastore_service" / "metastore_db").is_dir()
-    assert port_open(port)
+    assert port_answers("127.0.0.1", port)
 
     started = time.monotonic()
     again = metastore.start(service)
@@ -186,7 +173,7 @@ def test_stop_ends_the_service(tmp_path: Path) -> None:
         assert metastore.stop(cfg) is True
         st = metastore.status(cfg)
         assert not st.running and st.pid is None
-        assert not port_open(cfg.get("metastore", "port"))
+        assert not port_answers("127.0.0.1", cfg.get("metastore", "port"))
         assert not (cfg.home / "metastore_service" / "metastore.pid").exists()
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,12 @@ import pytest
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters import metastore
-from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.metastore import free_port
 from smartsensor.service.registration import register
-from tests.conftest import make_cfg
+from tests.support.common import DAY, ROOT, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
-ROOT = Path(__file__).resolve().parents[2]
-DAY = datetime(2026, 11, 22)
-
 
 
 def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) -> None:
@@ -30,13 +25,10 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
     db_url = f"sqlite:///{tmp_path}/meta.db"
     overrides = {"metastore__port": str(port), "spark__metastore_uris": f"thrift://127.0.0.1:{port}",
                  "spark__warehouse_dir": str(home / "warehouse")}
-    cfg = make_cfg(home, db_url, **overrides)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(home, db_url, **overrides)
     register(engine, [(f"d{i}", NamedHivePartitionSensor(task_id="w", partition_names=["demo.t/ds=2026-11-22/hr=00"],
                                                          poke_interval=1, timeout=600)) for i in range(5)], DAY, cfg)
-    env = cli_env(home, db_url, **{f"SMARTSENSOR__{k.split('__')[0].upper()}__{k.split('__')[1].upper()}": v
-                                   for k, v in overrides.items()})
+    env = cli_env(home, db_url, **override_env(overrides))
     worker = None
     try:  # everything that starts a process is inside: a timeout anywhere still stops them
         metastore.start(cfg, die_with_parent=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,38 +14,35 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from smartsensor.adapters.sql import leases as lease_sql
 from smartsensor.adapters.sql.engine import make_engine
-from tests.support.proc_helpers import cli_env
+from tests.support.common import lease_owners, wait_until
+from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 
 # -- a sensor module missing on one host -----------------------------------------------------
 
+def worker_once(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`db init`, then one `worker --once` over every shard, on a fresh SQLite DB with ``env`` set."""
+    full = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/m.db", **env)
+    run_cli(["db", "init"], full, check=True)
+    return run_cli(["worker", "--once", "--shard-min", "0", "--shard-max", "10000"], full)
+
+
 def test_worker_says_at_start_which_sensor_module_fails(tmp_path: Path) -> None:
-    env = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/m.db", SMARTSENSOR__SMART_SENSOR__SENSOR_MODULES="mymod_nope")
-    subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)
-    proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", "worker", "--once", "--shard-min", "0",
-                           "--shard-max", "10000"], env=env, capture_output=True, text=True, timeout=120)
+    proc = worker_once(tmp_path, SMARTSENSOR__SMART_SENSOR__SENSOR_MODULES="mymod_nope")
     assert proc.returncode == 0, proc.stderr
     assert "'mymod_nope' cannot be imported on this host" in proc.stderr and "No module named" in proc.stderr
 
 
 def test_worker_warns_about_enabled_classes_nobody_defines(tmp_path: Path) -> None:
-    env = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/m.db",
-                  SMARTSENSOR__SMART_SENSOR__SENSORS_ENABLED="SuccessFileSensor, NoSuchSensor")
-    subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)
-    proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", "worker", "--once", "--shard-min", "0",
-                           "--shard-max", "10000"], env=env, capture_output=True, text=True, timeout=120)
+    proc = worker_once(tmp_path, SMARTSENSOR__SMART_SENSOR__SENSORS_ENABLED="SuccessFileSensor, NoSuchSensor")
     assert proc.returncode == 0 and "sensors_enabled names NoSuchSensor" in proc.stderr
-
 
 
 # -- the CLI: dates, DAG files, options ------------------------------------------------------
 
 def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/c.db", **env)
-    return subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=full, capture_output=True, text=True,
-                          timeout=120)
+    return run_cli(list(args), cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/c.db", **env))
 
 
 @pytest.fixture
@@ -144,9 +140,8 @@ def test_a_host_and_a_database_at_different_schema_revisions_are_told_apart(tmp_
 def test_a_worker_stopped_twice_stops_cleanly(tmp_path: Path) -> None:
     import signal
     import time
-    from tests.support.proc_helpers import CliProcess
     env = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/w.db")
-    subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)
+    run_cli(["db", "init"], env, check=True)
     worker = CliProcess(["worker", "--json", "--interval", "0.2"], env)
     try:
         worker.wait_round(lambda r: True, timeout=120)
@@ -167,11 +162,9 @@ def test_a_worker_stopped_twice_stops_cleanly(tmp_path: Path) -> None:
 def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(tmp_path: Path) -> None:
     import os
     import signal
-    from tests.support.flag_workload import wait_until
-    from tests.support.proc_helpers import CliProcess
     db_url = f"sqlite:///{tmp_path}/w.db"
     env = cli_env(tmp_path / "home", db_url)
-    subprocess.run([sys.executable, "-m", "smartsensor.cli", "db", "init"], env=env, check=True, capture_output=True)
+    run_cli(["db", "init"], env, check=True)
     sup = CliProcess(["workers", "-n", "1", "--interval", "0.5"], env)
     child = None
     try:
@@ -180,8 +173,7 @@ def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(t
         engine = make_engine(db_url)
 
         def owners() -> set[Any]:
-            with engine.connect() as conn:
-                return {r["owner"] for r in lease_sql.load_leases(conn)}
+            return set(lease_owners(engine).values())
         wait_until(lambda: bool(owners() - {None}), timeout=120)  # the worker holds leases
         os.kill(sup.proc.pid, signal.SIGKILL)
 

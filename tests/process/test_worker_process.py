@@ -5,36 +5,25 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
-from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.metastore import free_port
 from smartsensor.service.registration import register
-from tests.conftest import make_cfg
-from tests.support.proc_helpers import CliProcess, cli_env
+from tests.support.common import DAY, new_db
+from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
-DAY = datetime(2026, 11, 22)
-
-
-def setup_db(home: Path, db_url: str):
-    cfg = make_cfg(home, db_url)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
-    return cfg, engine
 
 
 def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) -> None:
     home = tmp_path / "home"
-    cfg, engine = setup_db(home, db_url)
+    cfg, engine = new_db(home, db_url)
     paths = [tmp_path / f"p{i}" / "_SUCCESS" for i in range(4)]
     register(engine, [(f"dag{i}", SuccessFileSensor(task_id="s", path=str(paths[i % 4]), poke_interval=0.5))
                       for i in range(20)], DAY, cfg)
@@ -70,7 +59,7 @@ def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) 
 def test_supervisor_restarts_crashed_worker_and_stops_all(tmp_path: Path) -> None:
     db_url = f"sqlite:///{tmp_path}/m.db"
     home = tmp_path / "home"
-    setup_db(home, db_url)[1].dispose()
+    new_db(home, db_url)[1].dispose()
     sup = CliProcess(["workers", "-n", "2", "--interval", "0.5"], cli_env(home, db_url))
     try:
         line = sup.wait_for(lambda l: l.startswith("started 2 workers"))
@@ -88,7 +77,7 @@ def test_supervisor_restarts_crashed_worker_and_stops_all(tmp_path: Path) -> Non
 def test_pinned_supervisor_splits_the_ranges(tmp_path: Path) -> None:
     db_url = f"sqlite:///{tmp_path}/m.db"
     home = tmp_path / "home"
-    setup_db(home, db_url)[1].dispose()
+    new_db(home, db_url)[1].dispose()
     sup = CliProcess(["workers", "-n", "2", "--pinned", "--interval", "0.5"], cli_env(home, db_url))
     try:
         line = sup.wait_for(lambda l: l.startswith("started 2 workers"))
@@ -99,7 +88,7 @@ def test_pinned_supervisor_splits_the_ranges(tmp_path: Path) -> None:
 
 def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     home = tmp_path / "home"
-    cfg, engine = setup_db(home, db_url)
+    cfg, engine = new_db(home, db_url)
     register(engine, [(f"dag{i}", SuccessFileSensor(task_id="s", path=f"/nonexistent/{i % 3}", poke_interval=300))
                       for i in range(9)], DAY, cfg)
     env = cli_env(home, db_url)
@@ -112,15 +101,13 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'smartsensor_round_loaded{shard_max="10000",shard_min="0"} 9.0' in body
         assert "smartsensor_rounds_total" in body and "smartsensor_round_schema_calls" in body
-        out = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status", "--json"], env=env,
-                             capture_output=True, text=True, timeout=60, check=True).stdout
+        out = run_cli(["status", "--json"], env, timeout=60, check=True).stdout
         data = json.loads(out)
         assert data["tasks_by_state"] == {"smart_running": 9}
         assert data["waiting"] == 9 and data["distinct_hashes"] == 3 and data["dedup_ratio"] == 3.0
         assert sum(s["waiting"] for s in data["shards"]) == 9 and len(data["shards"]) == 5
         assert len(data["workers"]) == 1 and data["workers"][0]["age_seconds"] < 30
-        text = subprocess.run([sys.executable, "-m", "smartsensor.cli", "status"], env=env,
-                              capture_output=True, text=True, timeout=60, check=True).stdout
+        text = run_cli(["status"], env, timeout=60, check=True).stdout
         assert "dedup ratio 3.0x" in text
     finally:
         worker.stop()
@@ -134,7 +121,7 @@ def test_worker_whose_spark_jvm_died_is_restarted_and_loses_nothing(tmp_path: Pa
     lease, the supervisor restarts it with a new JVM, and the waiting task still succeeds."""
     db_url = f"sqlite:///{tmp_path}/m.db"
     home = tmp_path / "home"
-    cfg, engine = setup_db(home, db_url)
+    cfg, engine = new_db(home, db_url)
     flag = tmp_path / "landed" / "_SUCCESS"
     register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.5))], DAY, cfg)
     sup = CliProcess(["workers", "-n", "1", "--interval", "0.5", "--json"], cli_env(home, db_url))

@@ -3,33 +3,19 @@ with short heartbeats and leases so that takeovers happen within seconds."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from smartsensor.sensors import SuccessFileSensor
-from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.service.registration import register
-from tests.conftest import make_cfg
+from tests.support.common import DAY, lease_owners, new_db, override_env, wait_until
 from tests.support.proc_helpers import cli_env
 
-DAY = datetime(2026, 11, 22)
 LEASE = {"smart_sensor__heartbeat_interval": "0.5", "smart_sensor__lease_timeout": "2", "smart_sensor__shards": "4"}
-LEASE_ENV = {f"SMARTSENSOR__{k.split('__')[0].upper()}__{k.split('__')[1].upper()}": v for k, v in LEASE.items()}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> float:
-    """Poll ``predicate`` until true; return the seconds it took, or fail after ``timeout``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(step)
-    raise AssertionError("condition not reached in time")
+LEASE_ENV = override_env(LEASE)
 
 
 @dataclass
@@ -54,16 +40,18 @@ class FlagWorkload:
         wait_until(lambda: self.states() == {"success"}, timeout=timeout, step=0.2)
 
     def lease_owners(self) -> dict[int, str | None]:
-        with self.engine.connect() as conn:
-            return {r["shard_min"]: r["owner"] for r in lease_sql.load_leases(conn)}
+        return lease_owners(self.engine)
+
+    def wait_taken_over(self, owner: str, timeout: float) -> None:
+        """Until every range has an owner and none is ``owner``."""
+        wait_until(lambda: owner not in self.lease_owners().values() and None not in self.lease_owners().values(),
+                   timeout=timeout)
 
 
 def flag_workload(tmp_path: Path, db_url: str, n: int, timeout: float = 900) -> FlagWorkload:
     """``n`` tasks d0..d{n-1} (poke_interval 0.5 s) on flag files under ``tmp_path``, none landed yet."""
     home = tmp_path / "home"
-    cfg = make_cfg(home, db_url, **LEASE)
-    engine = make_engine(cfg.sql_alchemy_conn)
-    init_db(engine)
+    cfg, engine = new_db(home, db_url, **LEASE)
     flags = [tmp_path / "flags" / f"f{i}" / "_SUCCESS" for i in range(n)]
     register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=0.5,
                                                   timeout=timeout)) for i in range(n)], DAY, cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,10 +18,21 @@ from smartsensor.adapters.process import pdeathsig_preexec
 
 
 def cli_env(home: Path, db_url: str, **extra: str) -> dict[str, str]:
+    """This process's environment for a `smartsensor` process on ``home`` and ``db_url``, plus ``extra``."""
     env = dict(os.environ, SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url)
     env.pop("SMARTSENSOR_CONFIG", None)
     env.update(extra)
     return env
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 120,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``smartsensor *args`` run to its end; with ``check``, fail showing its output unless it exits 0."""
+    proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return proc
 
 
 class CliProcess:
@@ -94,6 +106,12 @@ class CliProcess:
     def marked(self, state: str = "success") -> int:
         """Task instances this process reported marking ``state``, over all its rounds so far."""
         return sum(r["marked"].get(state, 0) for r in self.json_rounds())
+
+    def kill(self) -> int:
+        """SIGKILL, resuming it first if it is SIGSTOPped (a test's cleanup, whatever state it left it in)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        return self.stop(signal.SIGKILL)
 
     def stop(self, sig: int | None = None, timeout: float = 30) -> int:
         if self.proc.poll() is None:

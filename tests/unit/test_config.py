@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from smartsensor.config import ConfigError, ShardRange, even_shard_ranges, load_config, parse_shard_ranges
+from tests.support.common import ROOT
 
 
 def write(path: Path, text: str) -> Path:
@@ -131,7 +132,7 @@ def test_even_split_covers_everything() -> None:
 
 def test_example_file_documents_every_key_with_its_default() -> None:
     from smartsensor.config import KEYS
-    example = Path(__file__).resolve().parents[2] / "airflow.cfg.example"
+    example = ROOT / "airflow.cfg.example"
     text = example.read_text()
     for key in KEYS:
         assert f"[{key.section}]" in text

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
 from smartsensor.service.registration import build_row
-from tests.conftest import make_cfg
+from tests.support.common import make_cfg
 
 SNIPPET = """
 import json, sys

@@ -16,9 +16,8 @@ from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, S
 from smartsensor.sensors.partitions import IDENTIFIER
 from smartsensor.config import ConfigError, load_config
 from smartsensor.service.registration import build_row
-from tests.conftest import make_cfg
+from tests.support.common import DAY, make_cfg
 
-DAY = datetime(2026, 11, 22)
 NASTY = st.sampled_from(["'", '"', "`", ";", "/", "=", "%", "\\", "\n", "\x00", "--", "/*", "*/", "${x}", "{{", "}}",
                          "{%", "%}", "é", "日本", "\u202e", " ", "DROP TABLE t", "' OR 1=1 --", "..", "%2F", "\t"])
 HOSTILE_TEXT = st.lists(st.one_of(NASTY, st.text(max_size=5)), max_size=6).map("".join)

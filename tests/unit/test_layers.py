@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.common import ROOT
+
 # Source folders and the package each installs as (setup.cfg package_dir).
 PACKAGES = {"smartsensor": ROOT / "smartsensor", "smartsensor.sensors": ROOT / "sensors",
             "smartsensor.schema": ROOT / "schema"}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -13,9 +12,7 @@ import pytest
 from smartsensor.domain.states import State
 from smartsensor.sensors import BaseSensor, HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, smart_eligible
 from smartsensor.service.registration import build_row
-from tests.conftest import make_cfg
-
-DAY = datetime(2026, 11, 22)
+from tests.support.common import DAY, make_cfg, named
 
 
 class UnmarkedSensor(BaseSensor):
@@ -38,10 +35,6 @@ class MarkedButUnknownModule(UnmarkedSensor):
 class ExplodingCompat(NamedHivePartitionSensor):
     def is_smart_sensor_compatible(self) -> bool:
         raise RuntimeError("boom")
-
-
-def named(task_id: str = "t") -> NamedHivePartitionSensor:
-    return NamedHivePartitionSensor(task_id=task_id, partition_names=["demo.events/ds={{ ds }}"])
 
 
 def test_routing_matrix(tmp_path, caplog: pytest.LogCaptureFixture) -> None:

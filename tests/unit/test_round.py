@@ -8,7 +8,7 @@ stores end in the same states for the same round.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,19 +20,13 @@ from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
-
-DAY = datetime(2026, 11, 22)
-T0 = datetime(2026, 11, 23, 6, 0, 0)
+from tests.support.common import DAY, T0, make_cfg, named
 
 
 @pytest.fixture
 def cfg(tmp_path: Any) -> Any:
-    from tests.conftest import make_cfg
+    """Overrides conftest's cfg: no database behind it."""
     return make_cfg(tmp_path, f"sqlite:///{tmp_path / 'unused.db'}")
-
-
-def named(task_id: str, partition: str, **kw: Any) -> NamedHivePartitionSensor:
-    return NamedHivePartitionSensor(task_id=task_id, partition_names=[partition], **kw)
 
 
 def add(store: InMemoryStore, cfg: Any, dag_id: str, sensor: NamedHivePartitionSensor) -> dict[str, Any]:
@@ -50,11 +44,6 @@ class Fleet:
 
     def round(self) -> Any:
         return run_round([self.worker], lambda: self.catalog)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(T0)
 
 
 def state_of(store: InMemoryStore, dag_id: str, task_id: str) -> str:

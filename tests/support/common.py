@@ -1,0 +1,63 @@
+"""What tests of every layer share: the repository root, the execution day, the test clock's start, a
+test Config and a fresh metadata DB, the usual sensor, the rows a test reads back, and polling."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from smartsensor.adapters.sql import leases as lease_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.config import Config, load_config
+from smartsensor.sensors import NamedHivePartitionSensor
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+DAY = datetime(2026, 11, 22)  # the execution date tasks are registered for
+T0 = datetime(2026, 11, 23, 6, 0, 0)  # where the test clock starts: the morning after DAY
+
+
+def override_env(overrides: dict[str, str]) -> dict[str, str]:
+    """``section__key`` overrides (as ``make_cfg`` takes them) as SMARTSENSOR__SECTION__KEY variables."""
+    env = {}
+    for key, value in overrides.items():
+        section, name = key.split("__")
+        env[f"SMARTSENSOR__{section.upper()}__{name.upper()}"] = value
+    return env
+
+
+def make_cfg(home: Path, db_url: str, **overrides: str) -> Config:
+    """A Config for tests: home folder, DB URL, and SMARTSENSOR__SECTION__KEY-style overrides."""
+    env = {"SMARTSENSOR_HOME": str(home), "SMARTSENSOR__CORE__SQL_ALCHEMY_CONN": db_url}
+    env.update(override_env(overrides))
+    return load_config(environ=env)
+
+
+def new_db(home: Path, db_url: str, **overrides: str) -> tuple[Config, Any]:
+    """``make_cfg(home, db_url, **overrides)`` and an engine on its metadata DB, initialised (the caller disposes)."""
+    cfg = make_cfg(home, db_url, **overrides)
+    engine = make_engine(cfg.sql_alchemy_conn)
+    init_db(engine)
+    return cfg, engine
+
+
+def named(task_id: str = "t", partition: str = "demo.events/ds={{ ds }}", **kw: Any) -> NamedHivePartitionSensor:
+    """A NamedHivePartitionSensor waiting for one partition."""
+    return NamedHivePartitionSensor(task_id=task_id, partition_names=[partition], **kw)
+
+
+def lease_owners(engine: Any) -> dict[int, str | None]:
+    """Each shard range's lease owner (None: free), by the range's lower bound."""
+    with engine.connect() as conn:
+        return {r["shard_min"]: r["owner"] for r in lease_sql.load_leases(conn)}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> float:
+    """Poll ``predicate`` until true; return the seconds it took, or fail after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(step)
+    raise AssertionError("condition not reached in time")
