@@ -1,5 +1,8 @@
 """Shared fixtures: a metadata DB per test on SQLite and on the throwaway PostgreSQL server, one
-SparkSession for the whole run, a unique Hive database per test, and a clock the test moves."""
+SparkSession for the whole run, a unique Hive database per test, and a clock the test moves.
+
+Every test is marked with its layer, the folder it is in (`-m unit`, `-m "not process"`, ...); a unit
+test that asks for a database or Spark is refused at collection."""
 
 from __future__ import annotations
 
@@ -14,6 +17,29 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
+
+TESTS = Path(__file__).resolve().parent
+LAYERS = ("unit", "integration", "process")
+NOT_IN_UNIT = {"db_url", "engine", "spark_home", "spark", "hive_db"}  # a database or Spark (conftest's cfg needs db_url)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong: list[str] = []
+    for item in items:
+        try:
+            layer = Path(item.path).resolve().relative_to(TESTS).parts[0]
+        except ValueError:  # not below tests/
+            continue
+        if layer not in LAYERS:
+            wrong.append(f"{item.nodeid}: every test goes in tests/unit, tests/integration or tests/process")
+            continue
+        item.add_marker(layer)
+        if layer == "unit" and NOT_IN_UNIT & set(item.fixturenames):
+            uses = ", ".join(sorted(NOT_IN_UNIT & set(item.fixturenames)))
+            wrong.append(f"{item.nodeid}: a unit test uses no database or Spark (it asks for {uses}); "
+                         f"move it to tests/integration")
+    if wrong:
+        raise pytest.UsageError("tests in the wrong layer:\n  " + "\n  ".join(wrong))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_test_pg)])
