@@ -22,7 +22,7 @@ def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> N
     # one namespace: nothing installs as a top-level `sensors` or `schema` that could clash with another distribution
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"smartsensor"}, top_level
-    assert "smartsensor/log4j2.properties" in names
+    assert "smartsensor/adapters/log4j2.properties" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "smartsensor = smartsensor.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
     assert not any(n.startswith("tests/") for n in names)

@@ -11,9 +11,7 @@ import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.service.leases import LeaseManager
-from tests.conftest import make_cfg
-
-T0 = datetime(2026, 11, 23, 6, 0, 0)
+from tests.support.common import T0, make_cfg
 
 
 @pytest.fixture
