@@ -71,6 +71,7 @@ def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
     assert row["state"] == "success" and row["end_date"] is not None
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 @pytest.mark.parametrize("retries,soft_fail,expected", [(1, False, State.UP_FOR_RETRY), (0, False, State.FAILED),
                                                         (0, True, State.SKIPPED)])
 def test_run_task_timeouts(engine, cfg, spark, hive_db, retries, soft_fail, expected) -> None:

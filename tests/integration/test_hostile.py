@@ -39,6 +39,7 @@ def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None
     engine.dispose()
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 @pytest.mark.spark
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=st.text(alphabet=string.printable + "éü日本'\"`;%/=\\", min_size=1, max_size=20).filter(

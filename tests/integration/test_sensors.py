@@ -139,6 +139,7 @@ HOSTILE_VALUES = ["a'b", "a\\'b", "x`y", "1; DROP TABLE t; --", "a/b", "k=v", "1
                   "a\\", "$(touch /tmp/pwned)", "{x}", "a b", "#", "?*^[]"]
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 def test_hostile_values_match_literally(spark: Any, hive_db: str) -> None:
     create_table(spark, hive_db, "t")
     create_table(spark, hive_db, "victim")

@@ -61,6 +61,7 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
     engine.dispose()
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> None:
     """`scheduler --once` launches real `run-task` processes (SuccessFileSensor: no metastore needed)."""
     home = tmp_path / "home"

@@ -31,6 +31,7 @@ def run(args: list[str], home: Path, db_url: str, check: bool = True) -> subproc
     return run_cli(args, cli_env(home, db_url), check=check)
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 def test_init_submit_tasks(tmp_path: Path, db_url: str) -> None:
     home = tmp_path / "home"
     assert "upgraded from empty" in run(["db", "init"], home, db_url).stdout
@@ -102,6 +103,7 @@ def test_errors_are_one_clear_line(tmp_path: Path, case: str) -> None:
         assert "Traceback" in verbose.stderr
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 def test_smaller_shard_limit_strands_tasks_until_reshard(tmp_path: Path, db_url: str) -> None:
     """Rows registered under shard_code_upper_limit 10000, then the limit is lowered to 100: status names
     the stranded tasks and `db reshard` moves each to hashcode mod 100, where the new ranges serve it."""

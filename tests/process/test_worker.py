@@ -14,6 +14,7 @@ from tests.support.proc_helpers import cli_env, run_cli
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
     """`worker --once --json` in its own process, with a SuccessFileSensor (file system, no metastore)."""
     from smartsensor.sensors import SuccessFileSensor

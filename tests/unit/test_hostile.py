@@ -242,6 +242,7 @@ def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_
 LOOP = st.integers(min_value=1, max_value=100_000).map(str)
 
 
+@pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 @settings(max_examples=15, deadline=None)
 @given(sizes=st.lists(LOOP, min_size=1, max_size=4), body=st.sampled_from(["", "x", "{{ i }}", "{{ ds }}"]))
 def test_loop_templates_finish_quickly_or_fail_clearly(sizes: list[str], body: str) -> None:
