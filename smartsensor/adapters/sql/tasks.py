@@ -40,6 +40,14 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
         SL.c.expires_at > now).with_for_update(read=True)))
 
 
+def _ended(new_state: str, now: datetime, error: str | None) -> dict[str, Any]:
+    """The values a round writes to end a task's wait: the state, when, and the error if there is one."""
+    values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
+    if error is not None:
+        values["error"] = error
+    return values
+
+
 def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
@@ -134,9 +142,7 @@ def mark_hashes(conn: Connection, hashcodes: Sequence[int], shard_min: int, shar
     Only for hashes whose tasks all share one check (no collision). 1 statement per IN_CHUNK hashes.
     """
     total = 0
-    values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
-    if error is not None:
-        values["error"] = error
+    values = _ended(new_state, now, error)
     for chunk in _chunks(list(hashcodes)):
         total += conn.execute(_fenced(update(TI).where(
             TI.c.hashcode.in_(list(chunk)), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
@@ -151,9 +157,7 @@ def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, 
     Used when two different checks collide on a hash, so that they are never marked together.
     1 statement.
     """
-    values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
-    if error is not None:
-        values["error"] = error
+    values = _ended(new_state, now, error)
     return conn.execute(_fenced(update(TI).where(
         TI.c.hashcode == hashcode, TI.c.classpath == classpath, TI.c.attr_dict == attr_dict,
         TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
@@ -169,9 +173,7 @@ def end_tries(conn: Connection, tries: Sequence[TryKey], new_state: str, now: da
     1 statement per IN_CHUNK tries.
     """
     total = 0
-    values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
-    if error is not None:
-        values["error"] = error
+    values = _ended(new_state, now, error)
     for chunk in _chunks(list(tries)):
         total += conn.execute(_fenced(update(TI).where(
             tuple_(TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.try_number, TI.c.start_date).in_(list(chunk)),
