@@ -125,6 +125,14 @@ KEYS: tuple[Key, ...] = (
         "A running classic task whose run has not heartbeated for this many seconds (its process died) "
         "is failed by the scheduler: up_for_retry while tries remain, else failed.",
         bounds=(0.1, 7 * DAY)),
+    Key("api", "host", "127.0.0.1", parse_str,
+        "Address `smartsensor serve` listens on. Without a token it serves on 127.0.0.1 only, whatever this says."),
+    Key("api", "port", "8794", parse_int, "Port of `smartsensor serve`.", bounds=(1, 65535)),
+    Key("api", "token", "", parse_str,
+        "Bearer token every API request but /api/v1/health must carry (Authorization: Bearer TOKEN). "
+        "Prefer token_file, which keeps the secret out of the config."),
+    Key("api", "token_file", "", parse_str,
+        "File whose first line is the bearer token (read at start; wins over token)."),
 )
 
 KEY_INDEX: dict[tuple[str, str], Key] = {(k.section, k.name): k for k in KEYS}

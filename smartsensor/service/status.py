@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.service.leases import lease_held
+from smartsensor.domain.leases import lease_held
 
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ LONGER_WITH_A_REASON: dict[str, str] = {}
 
 
 def layer_of(module: str) -> int:
-    if module.startswith("smartsensor.cli"):
+    if module.startswith(("smartsensor.cli", "smartsensor.api")):
         return ENTRY
     if module.startswith("smartsensor.service"):
         return SERVICE

@@ -1,0 +1,80 @@
+"""The FastAPI application of ``smartsensor serve``: health, status and metrics (v1), bearer-token auth,
+and errors as one JSON line (never a traceback)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from smartsensor.adapters.sql.engine import current_revision, known_revisions
+from smartsensor.api.auth import token_matches
+from smartsensor.api.metrics import render_metrics
+from smartsensor.config import Config
+from smartsensor.sensors.errors import first_line
+from smartsensor.service.status import collect_status
+
+log = logging.getLogger(__name__)
+
+API = "/api/v1"
+
+
+def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
+    """The application over one engine. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
+    app = FastAPI(title="smartsensor", version="1", docs_url=f"{API}/docs", openapi_url=f"{API}/openapi.json",
+                  redoc_url=None)
+
+    def authorised(request: Request) -> None:
+        if token is not None and not token_matches(request.headers.get("authorization"), token):
+            raise HTTPException(status_code=401, detail="missing or wrong bearer token (Authorization: Bearer …)",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    @app.get(f"{API}/health")
+    def health() -> JSONResponse:
+        """Liveness and the database's reachability; no token needed (load balancers call it)."""
+        try:
+            revision = current_revision(engine)
+        except SQLAlchemyError as exc:
+            return JSONResponse({"status": "unavailable", "error": f"metadata database: {first_line(exc)}"}, 503)
+        if revision != known_revisions()[0]:
+            return JSONResponse({"status": "unavailable", "error": f"metadata database at schema revision "
+                                 f"{revision}, this smartsensor needs {known_revisions()[0]}"}, 503)
+        return JSONResponse({"status": "ok", "schema_revision": revision})
+
+    @app.get(f"{API}/status", dependencies=[Depends(authorised)])
+    def status() -> dict[str, Any]:
+        """What `smartsensor status --json` prints."""
+        return collect_status(engine, cfg)
+
+    @app.get("/metrics", dependencies=[Depends(authorised)])
+    def metrics() -> Response:
+        """Prometheus text format."""
+        return Response(render_metrics(collect_status(engine, cfg)), media_type="text/plain; version=0.0.4")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, 422)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def database_down(_: Request, exc: SQLAlchemyError) -> JSONResponse:
+        log.warning("request failed on the metadata database: %s", first_line(exc))
+        return JSONResponse({"error": f"metadata database unavailable: {first_line(exc)}"}, 503)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error in an API request")
+        return JSONResponse({"error": f"internal error ({type(exc).__name__}); the server log has the details"}, 500)
+
+    return app

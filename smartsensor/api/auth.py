@@ -1,0 +1,57 @@
+"""Who may call the API: a bearer token from ``[api] token_file`` or ``[api] token``, compared in constant time.
+
+Without a token the server listens on 127.0.0.1 only: anyone who can reach it could otherwise read every
+task and register new ones.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from pathlib import Path
+
+from smartsensor.config import Config, ConfigError
+
+LOOPBACK = "127.0.0.1"
+
+
+def configured_token(cfg: Config) -> str | None:
+    """The API token, or None when none is configured. A token file that cannot be read is a ConfigError."""
+    path = cfg.get("api", "token_file")
+    if path:
+        try:
+            lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"[api] token_file {path}: cannot be read ({exc.__class__.__name__}: {exc})") from None
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise ConfigError(f"[api] token_file {path} is empty: write the token on its first line")
+        return token
+    token = cfg.get("api", "token").strip()
+    return token or None
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_host(requested: str, token: str | None) -> tuple[str, str | None]:
+    """The host to listen on, and a warning when the request was narrowed to 127.0.0.1 for lack of a token."""
+    if token is None and not is_loopback(requested):
+        return LOOPBACK, (f"no API token configured ([api] token_file or token): serving on {LOOPBACK} only, "
+                          f"not on {requested}")
+    return requested, None
+
+
+def token_matches(header: str | None, token: str) -> bool:
+    """``Authorization: Bearer <token>`` with exactly this token."""
+    if not header:
+        return False
+    scheme, _, given = header.partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), token.encode())

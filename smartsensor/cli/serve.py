@@ -1,0 +1,37 @@
+"""`smartsensor serve`: the HTTP API."""
+
+from __future__ import annotations
+
+import signal
+
+import click
+
+from smartsensor.cli.app import App, UserError
+
+
+@click.command()
+@click.option("--host", default=None, help="Address to listen on (default [api] host; 127.0.0.1 without a token).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default [api] port).")
+@click.pass_obj
+def serve(app: App, host: str | None, port: int | None) -> None:
+    """Serve the JSON API (/api/v1/health, /api/v1/status, /metrics) until SIGTERM."""
+    import uvicorn
+
+    from smartsensor.api.app import create_app
+    from smartsensor.api.auth import bind_host, configured_token
+    token = configured_token(app.cfg)
+    listen, warning = bind_host(host or app.cfg.get("api", "host"), token)
+    if warning:
+        click.echo(f"WARNING: {warning}", err=True)
+    port = port or app.cfg.get("api", "port")
+    api = create_app(app.cfg, app.engine(), token)
+    click.echo(f"serving http://{listen}:{port}/api/v1 ({'bearer token required' if token else 'no auth'})",
+               err=True)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again under the handlers it found:
+    # with these, that ends in a normal exit 0 (as every smartsensor process stops), not in death by signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    try:
+        uvicorn.run(api, host=listen, port=port, log_level="warning", access_log=False)
+    except SystemExit as exc:  # uvicorn exits 1 when it cannot bind
+        raise UserError(f"cannot serve on {listen}:{port} (in use, or not an address of this host)") from exc
