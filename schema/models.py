@@ -92,3 +92,20 @@ class PartitionSignal(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
 
     __table_args__ = (Index("signal_created_at", "created_at"),)
+
+
+class ExternalTask(Base):
+    """A task of another scheduler (Airflow) waiting through smartsensor: its key, the try of it that the
+    current smartsensor task instance (ti_*) belongs to. A new try there starts a new task instance here."""
+
+    __tablename__ = "external_task"
+
+    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    map_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    try_number: Mapped[int] = mapped_column(Integer, nullable=False)
+    logical_date: Mapped[datetime | None] = mapped_column(DateTime)
+    ti_task_id: Mapped[str] = mapped_column(String(250), nullable=False)
+    ti_execution_date: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    registered_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)

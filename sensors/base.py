@@ -227,6 +227,12 @@ def smart_class_names() -> set[str]:
     return {cls.__name__ for cls in _SMART_ELIGIBLE.values()}
 
 
+def smart_classes_named(name: str) -> list[type["BaseSensor"]]:
+    """The smart-eligible classes imported so far whose class name is ``name`` (built-ins first)."""
+    return sorted((cls for cls in _SMART_ELIGIBLE.values() if cls.__name__ == name),
+                  key=lambda cls: cls.__module__ not in BUILTIN_MODULES)
+
+
 def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: Iterable[str]) -> type["BaseSensor"] | None:
     """``classpath`` in ``registry`` after importing the sensor modules; SensorModuleUnavailable when it is
     missing because the configured module it would come from cannot be imported on this host now."""

@@ -1,5 +1,5 @@
-"""The FastAPI application of ``smartsensor serve``: health, status and metrics (v1), bearer-token auth,
-and errors as one JSON line (never a traceback)."""
+"""The FastAPI application of ``smartsensor serve``: health, status, metrics and the task endpoints (v1),
+bearer-token auth, and errors as one JSON line (never a traceback)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from smartsensor.adapters.sql.engine import current_revision, known_revisions
 from smartsensor.api.auth import token_matches
 from smartsensor.api.metrics import render_metrics
+from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.status import collect_status
@@ -56,6 +57,8 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     def metrics() -> Response:
         """Prometheus text format."""
         return Response(render_metrics(collect_status(engine, cfg)), media_type="text/plain; version=0.0.4")
+
+    app.include_router(tasks_router(cfg, engine, authorised), prefix=API)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

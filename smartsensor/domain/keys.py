@@ -47,3 +47,13 @@ class Fence:
     shard_min: int
     owner: str
     epoch: int
+
+
+@dataclass(frozen=True)
+class ExternalKey:
+    """A task of another scheduler: Airflow's (dag_id, task_id, run_id, map_index; -1 when not mapped)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1

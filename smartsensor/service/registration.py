@@ -97,10 +97,11 @@ def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
 
 
 def build_row(sensor: BaseSensor, dag_id: str, execution_date: datetime, cfg: Config,
-              fileloc: str | None = None) -> tuple[dict[str, Any], str]:
-    """The task_instance row for ``sensor`` on ``execution_date`` and the routing reason."""
+              fileloc: str | None = None, render: bool = True) -> tuple[dict[str, Any], str]:
+    """The task_instance row for ``sensor`` on ``execution_date`` and the routing reason. ``render``
+    False: the persist fields were rendered already (by Airflow) and are stored as they are."""
     dag_id = validate_id("dag_id", dag_id)
-    rendered = sensor.rendered(execution_date)
+    rendered = sensor.rendered(execution_date) if render else sensor
     attr_dict, exec_dict = serialise(rendered)
     classpath = classpath_of(type(sensor))
     hashcode = check_hashcode(classpath, attr_dict)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.sql.engine import known_revisions
 from tests.support.common import wait_until
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
@@ -42,7 +43,7 @@ def test_serve_answers_and_guards_with_the_token(tmp_path: Path, db_url: str) ->
     try:
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: answers(f"{base}/api/v1/health"), timeout=60)
-        assert get(f"{base}/api/v1/health") == (200, {"status": "ok", "schema_revision": "0002"})
+        assert get(f"{base}/api/v1/health") == (200, {"status": "ok", "schema_revision": known_revisions()[0]})
         assert get(f"{base}/api/v1/status")[0] == 401
         status, body = get(f"{base}/api/v1/status", "s3cret")
         assert status == 200 and body["tasks_by_state"] == {}

@@ -1,0 +1,150 @@
+"""Tasks of another scheduler (Airflow) waiting through smartsensor: registered by their own key, read back
+by it in batches.
+
+Each try there is one task instance here. The same try registering again (a retried request, a restarted
+triggerer) gets the same task instance back; a new try (a retry or a clear in Airflow) starts a fresh one and
+ends the previous one if it still waits, so a new try never inherits an old try's outcome. Airflow owns
+retries: tasks are registered with retries=0.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Sequence
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+
+from smartsensor.adapters.sql import external as external_sql
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.config import Config
+from smartsensor.domain.keys import ExternalKey
+from smartsensor.domain.states import State
+from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
+from smartsensor.sensors.errors import SensorDefinitionError
+from smartsensor.sensors.validation import validate_id
+from smartsensor.service.registration import build_row, route
+
+log = logging.getLogger(__name__)
+
+SUPERSEDED = "superseded"  # a states answer: the key has moved on to a newer try than the one asked about
+UNKNOWN = "unknown"  # a states answer: that try of the key was never registered
+
+
+class ExternalConflict(Exception):
+    """A request about an older try than the one registered (a stale caller)."""
+
+
+@dataclass(frozen=True)
+class ExternalRegistered:
+    """Outcome of registering one try of an external task."""
+
+    key: ExternalKey
+    try_number: int
+    state: str
+    error: str | None
+    hashcode: int
+    created: bool
+    task_instance: tuple[str, str, datetime]  # (dag_id, task_id, execution_date) of the task instance here
+
+
+def smart_class(name: Any, cfg: Config) -> type[BaseSensor]:
+    """The @smart_eligible class called ``name`` that ``[smart_sensor] sensors_enabled`` allows."""
+    if not isinstance(name, str) or not name:
+        raise SensorDefinitionError("sensor class must be a class name, e.g. NamedHivePartitionSensor")
+    if name not in cfg.sensors_enabled:
+        raise SensorDefinitionError(f"sensor class {name!r} is not in [smart_sensor] sensors_enabled")
+    import_sensor_modules(cfg.sensor_modules)
+    found = smart_classes_named(name)
+    if not found:
+        raise SensorDefinitionError(f"no @smart_eligible sensor class {name!r} is defined by the built-in or "
+                                    f"configured sensor modules")
+    return found[0]
+
+
+def ti_task_id(key: ExternalKey) -> str:
+    """The task_id of a key's task instance here: Airflow's, with ``[map_index]`` for a mapped task
+    (Airflow task ids never contain brackets)."""
+    return key.task_id if key.map_index < 0 else f"{key.task_id}[{key.map_index}]"
+
+
+def validate_key(key: ExternalKey, try_number: Any) -> None:
+    """Ids as registration takes them; map_index -1 or more; try_number a non-negative integer."""
+    for field in ("dag_id", "task_id", "run_id"):
+        validate_id(field, getattr(key, field))
+    for field, value, lowest in (("map_index", key.map_index, -1), ("try_number", try_number, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value < 2**31:
+            raise SensorDefinitionError(f"{field} must be an integer from {lowest}, got {value!r}")
+    validate_id("task_id", ti_task_id(key))
+
+
+def register_external(engine: Engine, cfg: Config, key: ExternalKey, try_number: int, class_name: str,
+                      persist: dict[str, Any], exec_values: dict[str, Any],
+                      logical_date: datetime | None = None) -> ExternalRegistered:
+    """Register one try of an external task: validated, hashed and routed as `submit` does (persist
+    fields already rendered by the caller). Only smart-routed classes: anything else is run by the caller."""
+    validate_key(key, try_number)
+    cls = smart_class(class_name, cfg)
+    for name, values, allowed in (("persist", persist, cls.persist_fields), ("exec", exec_values, cls.exec_fields)):
+        if not isinstance(values, dict):
+            raise SensorDefinitionError(f"{name} fields must be an object")
+        unknown = sorted(set(values) - set(allowed))
+        if unknown:
+            raise SensorDefinitionError(f"{cls.__name__} has no {name} field(s) {unknown}; it takes {sorted(allowed)}")
+    sensor = cls.rebuild(persist, {**exec_values, "retries": 0}, task_id=ti_task_id(key), dag_id=key.dag_id)
+    state, reason = route(sensor, cfg)
+    if state != State.SMART_PENDING:
+        raise SensorDefinitionError(f"{cls.__name__} is not served by smartsensor here ({reason}): run it as a "
+                                    f"plain sensor")
+    try:
+        return _register(engine, cfg, key, try_number, sensor, logical_date)
+    except IntegrityError:  # another request registered this key at the same moment: it exists now
+        return _register(engine, cfg, key, try_number, sensor, logical_date)
+
+
+def _register(engine: Engine, cfg: Config, key: ExternalKey, try_number: int, sensor: BaseSensor,
+              logical_date: datetime | None) -> ExternalRegistered:
+    with engine.begin() as conn:
+        mapped = external_sql.get_external(conn, key, for_update=True)
+        if mapped is not None and mapped["try_number"] > try_number:
+            raise ExternalConflict(f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "
+                                   f"the registered try {mapped['try_number']}")
+        if mapped is not None and mapped["try_number"] == try_number:
+            ti = task_sql.get_task(conn, key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
+            assert ti is not None, "an external_task row always names an existing task instance"
+            return ExternalRegistered(key, try_number, ti["state"], ti["error"], ti["hashcode"], False,
+                                      (key.dag_id, ti["task_id"], ti["execution_date"]))
+        now = datetime.utcnow()
+        row, _ = build_row(sensor, key.dag_id, now, cfg, render=False)
+        task_sql.insert_tasks_bulk(conn, [row])
+        if mapped is None:
+            external_sql.insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
+        else:
+            old = (key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
+            task_sql.set_state(conn, old, State.SKIPPED, from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
+                               now=now, error=f"superseded by try {try_number} of the Airflow task")
+            if not external_sql.move_external(conn, key, mapped["try_number"], try_number, row["task_id"], now, now):
+                raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
+    return ExternalRegistered(key, try_number, row["state"], None, row["hashcode"], True,
+                              (key.dag_id, row["task_id"], now))
+
+
+def external_states(engine: Engine, asked: Sequence[tuple[ExternalKey, int]]) -> list[dict[str, Any]]:
+    """The state of each (key, try_number), in order: the task instance's state and error, ``superseded`` when
+    the key is at a newer try, ``unknown`` when that try was never registered."""
+    with engine.connect() as conn:
+        found = external_sql.external_states(conn, [key for key, _ in asked])
+    out = []
+    for key, try_number in asked:
+        row = found.get(key)
+        if row is None or row["try_number"] < try_number:
+            state, error, hashcode = UNKNOWN, None, None
+        elif row["try_number"] > try_number:
+            state, error, hashcode = SUPERSEDED, None, row["hashcode"]
+        else:
+            state, error, hashcode = row["state"], row["error"], row["hashcode"]
+        out.append({"dag_id": key.dag_id, "task_id": key.task_id, "run_id": key.run_id, "map_index": key.map_index,
+                    "try_number": try_number, "state": state, "error": error, "hashcode": hashcode})
+    return out

@@ -1,0 +1,175 @@
+"""Tasks of another scheduler (Airflow) registered by their own key, on SQLite and PostgreSQL: one try here
+per try there, idempotent re-registration, a new try never inheriting an old outcome, batched states, and a
+shard round serving them like any other task (sharing one check with identical waits)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.round_store import SqlRoundStore
+from smartsensor.api.app import create_app
+from smartsensor.domain.keys import ExternalKey
+from smartsensor.domain.states import State
+from smartsensor.sensors.errors import SensorDefinitionError
+from smartsensor.service.external import ExternalConflict, external_states, register_external
+from smartsensor.service.round import ShardWorker, run_round
+from tests.support.catalog_doubles import DictCatalog
+
+KEY = ExternalKey("etl", "wait_events", "scheduled__2026-11-22T00:00:00+00:00")
+NAMED = {"partition_names": ["db.events/ds=2026-11-22"]}
+TOKEN = "t0ken"
+
+
+def reg(engine: Any, cfg: Any, key: ExternalKey = KEY, try_number: int = 1, persist: dict | None = None,
+        **exec_values: Any) -> Any:
+    return register_external(engine, cfg, key, try_number, "NamedHivePartitionSensor", persist or NAMED,
+                             {"poke_interval": 30, "timeout": 600, **exec_values})
+
+
+def test_the_same_try_registering_again_gets_the_same_task_instance(cfg, engine) -> None:
+    first = reg(engine, cfg)
+    again = reg(engine, cfg)
+    assert first.created and not again.created
+    assert again.task_instance == first.task_instance and again.state == State.SMART_PENDING
+    with engine.connect() as conn:
+        assert len(task_sql.list_tasks(conn)) == 1
+        row = task_sql.list_tasks(conn)[0]
+    assert (row["dag_id"], row["task_id"], row["max_tries"]) == ("etl", "wait_events", 0)  # Airflow owns retries
+
+
+def test_a_new_try_starts_fresh_and_ends_the_old_one(cfg, engine) -> None:
+    first = reg(engine, cfg, try_number=1)
+    with engine.begin() as conn:
+        task_sql.set_state(conn, first.task_instance, State.FAILED, error="timed out waiting")
+    second = reg(engine, cfg, try_number=2)
+    assert second.created and second.state == State.SMART_PENDING and second.task_instance != first.task_instance
+    third = reg(engine, cfg, try_number=3)  # try 2 still waits: it is ended, not left polling
+    with engine.connect() as conn:
+        old = task_sql.get_task(conn, *second.task_instance)
+    assert old["state"] == State.SKIPPED and "superseded by try 3" in old["error"]
+    assert external_states(engine, [(KEY, 1), (KEY, 3), (KEY, 4)]) == [
+        {**_key(KEY), "try_number": 1, "state": "superseded", "error": None, "hashcode": third.hashcode},
+        {**_key(KEY), "try_number": 3, "state": State.SMART_PENDING, "error": None, "hashcode": third.hashcode},
+        {**_key(KEY), "try_number": 4, "state": "unknown", "error": None, "hashcode": None}]
+
+
+def test_an_older_try_than_the_registered_one_is_refused(cfg, engine) -> None:
+    reg(engine, cfg, try_number=2)
+    with pytest.raises(ExternalConflict, match="older than the registered try 2"):
+        reg(engine, cfg, try_number=1)
+
+
+def test_mapped_tasks_are_separate_task_instances(cfg, engine) -> None:
+    a = reg(engine, cfg, ExternalKey("etl", "wait", "r1", 0))
+    b = reg(engine, cfg, ExternalKey("etl", "wait", "r1", 1))
+    assert (a.task_instance[1], b.task_instance[1]) == ("wait[0]", "wait[1]")
+    assert a.hashcode == b.hashcode  # the same wait: one check for both
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"class_name": "os.system"}, "not in \\[smart_sensor\\] sensors_enabled"),
+    ({"persist": {"partition_names": ["no-slash"]}}, "must look like"),
+    ({"persist": {"partition_names": ["db.t/ds=1"], "evil": 1}}, "has no persist field"),
+    ({"exec_values": {"poke_interval": -5}}, "poke_interval"),
+    ({"exec_values": {"on_failure_callback": "x"}}, "has no exec field"),
+    ({"key": ExternalKey("etl", "t\x00", "r")}, "task_id"),
+    ({"key": ExternalKey("etl", "t", "r", -2)}, "map_index"),
+    ({"try_number": -1}, "try_number"),
+])
+def test_bad_registrations_are_refused_with_the_reason(cfg, engine, change: dict, message: str) -> None:
+    args = {"key": KEY, "try_number": 1, "class_name": "NamedHivePartitionSensor", "persist": NAMED,
+            "exec_values": {}, **change}
+    with pytest.raises(SensorDefinitionError, match=message):
+        register_external(engine, cfg, args["key"], args["try_number"], args["class_name"], args["persist"],
+                          args["exec_values"])
+    with engine.connect() as conn:
+        assert task_sql.list_tasks(conn) == []
+
+
+def test_a_round_serves_external_tasks_with_one_check_for_identical_waits(cfg, engine) -> None:
+    tries = [reg(engine, cfg, ExternalKey("etl", f"t{i}", "r1")) for i in range(3)]
+    catalog = DictCatalog()
+    catalog.land("db.events/ds=2026-11-22")
+    worker = ShardWorker(SqlRoundStore(engine), cfg, 0, cfg.shard_code_upper_limit)
+    result = run_round([worker], lambda: catalog)
+    assert result.distinct_checks == 1 and result.marked == {State.SUCCESS: 3}
+    states = external_states(engine, [(ExternalKey("etl", f"t{i}", "r1"), 1) for i in range(3)])
+    assert [s["state"] for s in states] == [State.SUCCESS] * 3 and len({t.hashcode for t in tries}) == 1
+
+
+# -- over HTTP -----------------------------------------------------------------------------------------
+
+def _key(key: ExternalKey) -> dict[str, Any]:
+    return {"dag_id": key.dag_id, "task_id": key.task_id, "run_id": key.run_id, "map_index": key.map_index}
+
+
+def api(cfg: Any, engine: Any) -> TestClient:
+    return TestClient(create_app(cfg, engine, TOKEN), raise_server_exceptions=False,
+                      headers={"Authorization": f"Bearer {TOKEN}"})
+
+
+def body(try_number: int = 1, **sensor: Any) -> dict[str, Any]:
+    return {"key": {**_key(KEY), "try_number": try_number},
+            "sensor": {"class": "NamedHivePartitionSensor", "persist": NAMED, "exec": {"timeout": 600}, **sensor},
+            "logical_date": datetime(2026, 11, 22, tzinfo=timezone.utc).isoformat()}
+
+
+def test_register_and_read_states_over_http(cfg, engine) -> None:
+    client = api(cfg, engine)
+    r = client.post("/api/v1/tasks", json=body())
+    assert r.status_code == 200 and r.json()["created"] and r.json()["state"] == State.SMART_PENDING
+    assert client.post("/api/v1/tasks", json=body()).json()["created"] is False
+    states = client.post("/api/v1/tasks/states", json={"keys": [{**_key(KEY), "try_number": 1}]}).json()["states"]
+    assert [s["state"] for s in states] == [State.SMART_PENDING]
+    assert client.post("/api/v1/tasks", json=body(try_number=2)).json()["created"]
+    assert client.post("/api/v1/tasks", json=body(try_number=1)).status_code == 409
+
+
+def test_one_states_request_answers_a_thousand_keys(cfg, engine) -> None:
+    for i in range(5):
+        reg(engine, cfg, ExternalKey("etl", f"t{i}", "r1"))
+    keys = [{"dag_id": "etl", "task_id": f"t{i}", "run_id": "r1", "map_index": -1, "try_number": 1}
+            for i in range(1000)]
+    statements = engine.statement_counter.count
+    r = api(cfg, engine).post("/api/v1/tasks/states", json={"keys": keys})
+    assert r.status_code == 200
+    states = [s["state"] for s in r.json()["states"]]
+    assert states == [State.SMART_PENDING] * 5 + ["unknown"] * 995
+    assert engine.statement_counter.count - statements == 2  # 1,000 keys in chunks of 500
+
+
+@pytest.mark.parametrize("payload, status", [
+    ({"key": {"dag_id": "d"}, "sensor": {"class": "X"}}, 422),  # key fields missing
+    ({**body(), "extra": 1}, 422),
+    ({**body(), "sensor": {"class": "NamedHivePartitionSensor", "persist": "not an object"}}, 422),
+    ({**body(), "key": {**_key(KEY), "try_number": "1; DROP TABLE task_instance"}}, 422),
+    ({**body(), "key": {**_key(KEY), "dag_id": "x" * 251, "try_number": 1}}, 422),
+    (body(**{"class": "EvilSensor"}), 422),
+    (body(persist={"partition_names": ["db.t/ds=' OR '1'='1"]}), 200),  # a value, stored and matched literally
+    ("not json at all", 422),
+    ([], 422),
+])
+def test_hostile_bodies_are_a_4xx_with_a_reason(cfg, engine, payload: Any, status: int) -> None:
+    client = api(cfg, engine)
+    r = client.post("/api/v1/tasks", json=payload) if not isinstance(payload, str) else client.post(
+        "/api/v1/tasks", content=payload, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    if status != 200:
+        assert set(r.json()) == {"error"} and r.json()["error"]
+
+
+def test_too_many_keys_in_one_request_is_refused(cfg, engine) -> None:
+    keys = [{"dag_id": "d", "task_id": "t", "run_id": "r", "try_number": 1}] * 10_001
+    r = api(cfg, engine).post("/api/v1/tasks/states", json={"keys": keys})
+    assert r.status_code == 422 and "keys" in r.json()["error"]
+
+
+def test_task_endpoints_need_the_token(cfg, engine) -> None:
+    client = TestClient(create_app(cfg, engine, TOKEN), raise_server_exceptions=False)
+    assert client.post("/api/v1/tasks", json=body()).status_code == 401
+    assert client.post("/api/v1/tasks/states", json={"keys": []}).status_code == 401
