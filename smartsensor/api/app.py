@@ -24,12 +24,21 @@ from smartsensor.service.status import collect_status
 log = logging.getLogger(__name__)
 
 API = "/api/v1"
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a states request for 10,000 keys is ~1.2 MB; one registration far less
 
 
 def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     """The application over one engine. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
     app = FastAPI(title="smartsensor", version="1", docs_url=f"{API}/docs", openapi_url=f"{API}/openapi.json",
                   redoc_url=None)
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Any) -> Response:
+        """Refuse an oversized body by its declared length before anything reads it."""
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return JSONResponse({"error": f"request body over {MAX_BODY_BYTES} bytes"}, 413)
+        return await call_next(request)
 
     def authorised(request: Request) -> None:
         if token is not None and not token_matches(request.headers.get("authorization"), token):

@@ -82,3 +82,8 @@ def test_a_database_outage_is_503_with_the_reason_not_a_traceback(cfg, engine, t
     assert status.status_code == 503 and status.json()["error"].startswith("metadata database unavailable")
     assert "Traceback" not in status.text
     down.dispose()
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(cfg, engine) -> None:
+    r = client(cfg, engine).post("/api/v1/tasks/states", headers=auth(), content=b"x" * (4 * 1024 * 1024 + 1))
+    assert r.status_code == 413 and "request body over" in r.json()["error"]
