@@ -57,13 +57,6 @@ class InMemoryStore:
         self.leases[shard_min] = {"shard_min": shard_min, "shard_max": shard_max, "owner": owner, "epoch": epoch,
                                   "expires_at": expires_at}
 
-    def states(self) -> dict[str, int]:
-        """Task rows per state."""
-        out: dict[str, int] = defaultdict(int)
-        for row in self.tasks.values():
-            out[row["state"]] += 1
-        return dict(out)
-
     # -- the port ------------------------------------------------------------------------------
     def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
                    fence: Fence | None) -> tuple[list[WaitingTask], int]:

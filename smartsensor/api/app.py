@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from smartsensor.adapters.sql.engine import current_revision, known_revisions
+from smartsensor.adapters.sql.engine import current_revision, schema_problem
 from smartsensor.api.auth import token_matches
 from smartsensor.api.metrics import render_metrics
 from smartsensor.api.tasks import tasks_router
@@ -52,9 +52,9 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
             revision = current_revision(engine)
         except SQLAlchemyError as exc:
             return JSONResponse({"status": "unavailable", "error": f"metadata database: {first_line(exc)}"}, 503)
-        if revision != known_revisions()[0]:
-            return JSONResponse({"status": "unavailable", "error": f"metadata database at schema revision "
-                                 f"{revision}, this smartsensor needs {known_revisions()[0]}"}, 503)
+        problem = schema_problem(revision)
+        if problem:
+            return JSONResponse({"status": "unavailable", "error": f"metadata database {problem}"}, 503)
         return JSONResponse({"status": "ok", "schema_revision": revision})
 
     @app.get(f"{API}/status", dependencies=[Depends(authorised)])

@@ -13,8 +13,8 @@ from typing import Any
 import click
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
-from smartsensor.adapters.sql.engine import (DatabaseUrlError, current_revision, known_revisions, make_engine,
-                                             normalize_url)
+from smartsensor.adapters.sql.engine import (DatabaseUrlError, current_revision, make_engine, normalize_url,
+                                             schema_problem)
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.sensors.errors import (CheckError, SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass,
                                         first_line)
@@ -50,16 +50,9 @@ class App:
             idle = self.cfg.get("smart_sensor", "lease_timeout") if worker else None
             self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home)
         if require_schema:
-            revision = current_revision(self._engine)
-            if revision is None:
-                raise UserError(f"the metadata database {self.safe_url()} is not initialised: run `smartsensor db init`")
-            known = known_revisions()  # newest first
-            if revision != known[0]:  # a host upgraded before (or after) the database: say which side to upgrade
-                if revision in known:
-                    raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, this "
-                                    f"smartsensor needs {known[0]}: run `smartsensor db init` to upgrade it")
-                raise UserError(f"the metadata database {self.safe_url()} is at schema revision {revision}, newer "
-                                f"than this smartsensor knows ({known[0]}): upgrade smartsensor on this host")
+            problem = schema_problem(current_revision(self._engine))
+            if problem:
+                raise UserError(f"the metadata database {self.safe_url()} {problem}")
         return self._engine
 
     def safe_url(self) -> str:

@@ -23,9 +23,9 @@ from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
-from smartsensor.sensors.errors import SensorDefinitionError
+from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
-from smartsensor.service.registration import build_row, route
+from smartsensor.service.registration import build_row
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,12 @@ def smart_class(name: Any, cfg: Config) -> type[BaseSensor]:
         raise SensorDefinitionError("sensor class must be a class name, e.g. NamedHivePartitionSensor")
     if name not in cfg.sensors_enabled:
         raise SensorDefinitionError(f"sensor class {name!r} is not in [smart_sensor] sensors_enabled")
-    import_sensor_modules(cfg.sensor_modules)
+    failures = import_sensor_modules(cfg.sensor_modules)
     found = smart_classes_named(name)
+    if not found and failures:  # perhaps defined by a module this host cannot import now: a deploy skew
+        module, why = next(iter(failures.items()))
+        raise SensorModuleUnavailable(module, f"no @smart_eligible sensor class {name!r} is loaded, and sensor "
+                                              f"module {module!r} cannot be imported on this host ({why})")
     if not found:
         raise SensorDefinitionError(f"no @smart_eligible sensor class {name!r} is defined by the built-in or "
                                     f"configured sensor modules")
@@ -94,18 +98,20 @@ def register_external(engine: Engine, cfg: Config, key: ExternalKey, try_number:
         if unknown:
             raise SensorDefinitionError(f"{cls.__name__} has no {name} field(s) {unknown}; it takes {sorted(allowed)}")
     sensor = cls.rebuild(persist, {**exec_values, "retries": 0}, task_id=ti_task_id(key), dag_id=key.dag_id)
-    state, reason = route(sensor, cfg)
-    if state != State.SMART_PENDING:
+    # A try's task instance is keyed by when it was registered (execution_date).
+    row, reason = build_row(sensor, key.dag_id, datetime.utcnow(), cfg, render=False)
+    if row["state"] != State.SMART_PENDING:
         raise SensorDefinitionError(f"{cls.__name__} is not served by smartsensor here ({reason}): run it as a "
                                     f"plain sensor")
     try:
-        return _register(engine, cfg, key, try_number, sensor, logical_date)
+        return _register(engine, key, try_number, row, logical_date)
     except IntegrityError:  # another request registered this key at the same moment: it exists now
-        return _register(engine, cfg, key, try_number, sensor, logical_date)
+        return _register(engine, key, try_number, {**row, "execution_date": datetime.utcnow()}, logical_date)
 
 
-def _register(engine: Engine, cfg: Config, key: ExternalKey, try_number: int, sensor: BaseSensor,
+def _register(engine: Engine, key: ExternalKey, try_number: int, row: dict[str, Any],
               logical_date: datetime | None) -> ExternalRegistered:
+    """One transaction: the same try gets its task instance back; a first or newer try inserts ``row``."""
     with engine.begin() as conn:
         mapped = external_sql.get_external(conn, key, for_update=True)
         if mapped is not None and mapped["try_number"] > try_number:
@@ -116,8 +122,7 @@ def _register(engine: Engine, cfg: Config, key: ExternalKey, try_number: int, se
             assert ti is not None, "an external_task row always names an existing task instance"
             return ExternalRegistered(key, try_number, ti["state"], ti["error"], ti["hashcode"], False,
                                       (key.dag_id, ti["task_id"], ti["execution_date"]))
-        now = datetime.utcnow()
-        row, _ = build_row(sensor, key.dag_id, now, cfg, render=False)
+        now = row["execution_date"]
         task_sql.insert_tasks_bulk(conn, [row])
         if mapped is None:
             external_sql.insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)

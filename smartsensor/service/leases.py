@@ -3,7 +3,7 @@
 Every claim is one guarded UPDATE that compares the epoch it read (compare-and-set), so two workers
 starting at once can never both own a range, on Postgres or SQLite alike. A lease that lapsed is
 never silently renewed: it is re-claimed, which bumps its epoch, so a worker that was paused or cut
-off can never write again with its old epoch (see ``queries`` fencing).
+off can never write again with its old epoch (see the fence in ``adapters.sql.tasks``).
 """
 
 from __future__ import annotations

@@ -13,18 +13,18 @@ from typing import Any, Callable
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.config import Config
-from smartsensor.service.leases import LeaseManager
-from smartsensor.service.signals import SignalListener, canonical_signal
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
-from smartsensor.sensors.errors import first_line
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
+from smartsensor.config import Config
 from smartsensor.ports import CheckAnswerer
+from smartsensor.sensors.errors import first_line
+from smartsensor.service.leases import LeaseManager
 from smartsensor.service.poke import spark_answerer
 from smartsensor.service.round import ShardWorker, run_round
 from smartsensor.service.round_report import RoundResult
+from smartsensor.service.signals import SignalListener, canonical_signal
 
 log = logging.getLogger(__name__)
 

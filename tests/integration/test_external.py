@@ -173,3 +173,14 @@ def test_task_endpoints_need_the_token(cfg, engine) -> None:
     client = TestClient(create_app(cfg, engine, TOKEN), raise_server_exceptions=False)
     assert client.post("/api/v1/tasks", json=body()).status_code == 401
     assert client.post("/api/v1/tasks/states", json={"keys": []}).status_code == 401
+
+
+def test_a_class_whose_module_cannot_be_imported_here_is_a_transient_503(tmp_path, db_url) -> None:
+    from tests.support.common import new_db
+    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="no_such_module_here",
+                         smart_sensor__sensors_enabled="NamedHivePartitionSensor, MissingSensor")
+    try:
+        r = api(cfg, engine).post("/api/v1/tasks", json=body(**{"class": "MissingSensor"}))
+        assert r.status_code == 503 and "no_such_module_here" in r.json()["error"]
+    finally:
+        engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from alembic import command
@@ -149,8 +150,23 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def known_revisions() -> list[str]:
-    """Every schema revision this smartsensor's migrations define, newest (head) first."""
+@lru_cache(maxsize=1)
+def known_revisions() -> tuple[str, ...]:
+    """Every schema revision this smartsensor's migrations define, newest (head) first. Read once per
+    process: the migration scripts do not change under a running process, and health checks ask often."""
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return [rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()]
+    return tuple(rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions())
+
+
+def schema_problem(revision: str | None) -> str | None:
+    """Why a database at schema ``revision`` cannot be used by this smartsensor, with which side to upgrade
+    (a host upgraded before or after the database); None when it can."""
+    known = known_revisions()
+    if revision == known[0]:
+        return None
+    if revision is None:
+        return "is not initialised: run `smartsensor db init`"
+    if revision in known:
+        return f"is at schema revision {revision}, this smartsensor needs {known[0]}: run `smartsensor db init` to upgrade it"
+    return f"is at schema revision {revision}, newer than this smartsensor knows ({known[0]}): upgrade smartsensor on this host"
