@@ -5,9 +5,11 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/env.sh"
 source "$HERE/pg.sh"
+source "$HERE/airflow_env.sh"
 
 ensure_java
 ensure_venv
+ensure_airflow_venvs
 trap stop_pg EXIT INT TERM
 start_pg
 cd "$ROOT"

@@ -6,6 +6,7 @@ test that asks for a database or Spark is refused at collection."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,7 +20,10 @@ from tests.support.common import T0, make_cfg
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
 
 TESTS = Path(__file__).resolve().parent
-LAYERS = ("unit", "integration", "process")
+LAYERS = ("unit", "integration", "process", "airflow")
+# The Airflow provider is its own distribution (providers/airflow); its Airflow-free modules (the filter parser,
+# the client, the shared poller) are tested here from the checkout, the rest inside real Airflow (tests/airflow).
+sys.path.insert(0, str(TESTS.parent / "providers" / "airflow"))
 NOT_IN_UNIT = {"db_url", "engine", "spark_home", "spark", "hive_db"}  # a database or Spark (conftest's cfg needs db_url)
 
 
@@ -31,7 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except ValueError:  # not below tests/
             continue
         if layer not in LAYERS:
-            wrong.append(f"{item.nodeid}: every test goes in tests/unit, tests/integration or tests/process")
+            wrong.append(f"{item.nodeid}: every test goes in tests/unit, tests/integration, tests/process or "
+                         f"tests/airflow")
             continue
         item.add_marker(layer)
         if layer == "unit" and NOT_IN_UNIT & set(item.fixturenames):

@@ -1,0 +1,99 @@
+"""The smartsensor HTTP API as the sensors use it: where it is, and registering one try of a task.
+
+No Airflow import here: ``endpoint_from_connection`` takes any object with Airflow Connection's attributes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+API = "/api/v1"
+# States after which the service never changes a try again; everything else is still waiting.
+TERMINAL = frozenset({"success", "failed", "skipped", "upstream_failed", "removed", "superseded", "unknown"})
+TRANSIENT_STATUS = frozenset({502, 503, 504})
+REGISTER_ATTEMPTS = 5  # 1 + 2 + 4 + 8 s of back-off: a restarting service or a failover behind the balancer
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Base URL of a `smartsensor serve` (or its load balancer) and its bearer token, if any."""
+
+    base_url: str
+    token: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+
+class ApiError(Exception):
+    """The service refused or could not answer. ``transient``: asking again later may work."""
+
+    def __init__(self, message: str, status: int | None = None, transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+def endpoint_from_connection(conn: Any, conn_id: str = "smartsensor_default") -> Endpoint:
+    """An Airflow connection as an endpoint: ``host`` is a URL (``http://svc:8794``) or a host name with
+    ``port`` and ``schema``/conn type ``http``/``https``; ``password`` is the token."""
+    host = (getattr(conn, "host", None) or "").strip()
+    if not host:
+        raise ApiError(f"Airflow connection {conn_id!r} has no host: set it to the URL of `smartsensor serve`, "
+                       f"e.g. AIRFLOW_CONN_{conn_id.upper()}='http://:TOKEN@smartsensor.example:8794'")
+    if "://" in host:
+        base = host.rstrip("/")
+    else:
+        conn_type = (getattr(conn, "conn_type", None) or "").lower()
+        scheme = conn_type if conn_type in ("http", "https") else (getattr(conn, "schema", None) or "http")
+        port = getattr(conn, "port", None)
+        base = f"{scheme}://{host}" + (f":{port}" if port else "")
+    return Endpoint(base, getattr(conn, "password", None) or None)
+
+
+def error_message(response: httpx.Response) -> str:
+    """The service's one-line error, or the start of whatever else answered (a proxy's page)."""
+    try:
+        body = response.json()
+        if isinstance(body, dict) and "error" in body:
+            return str(body["error"])
+    except ValueError:
+        pass
+    return f"HTTP {response.status_code}: {response.text[:200]}"
+
+
+def register_try(endpoint: Endpoint, key: dict[str, Any], class_name: str, persist: dict[str, Any],
+                 exec_values: dict[str, Any], logical_date: datetime | None, timeout: float = 30.0,
+                 attempts: int = REGISTER_ATTEMPTS) -> dict[str, Any]:
+    """POST /tasks: register this try (the same try again gets its task back). Retries transient failures
+    (connection errors, 502/503/504) with back-off; raises ApiError otherwise or when they run out."""
+    body = {"key": key, "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
+            "logical_date": logical_date.isoformat() if logical_date is not None else None}
+    url = f"{endpoint.base_url}{API}/tasks"
+    last: ApiError | None = None
+    with httpx.Client(timeout=timeout, headers=endpoint.headers()) as client:
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(2 ** (attempt - 1))
+            try:
+                response = client.post(url, json=body)
+            except httpx.TransportError as exc:
+                last = ApiError(f"smartsensor at {endpoint.base_url} unreachable: {exc}", transient=True)
+            else:
+                if response.status_code == 200:
+                    return response.json()
+                last = ApiError(f"smartsensor refused the registration: {error_message(response)}",
+                                response.status_code, response.status_code in TRANSIENT_STATUS)
+                if not last.transient:
+                    raise last
+            log.warning("%s (attempt %d of %d)", last, attempt + 1, attempts)
+    assert last is not None
+    raise last

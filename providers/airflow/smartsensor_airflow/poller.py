@@ -1,0 +1,148 @@
+"""One states request per interval for every deferred task in a triggerer process.
+
+Airflow's triggerer runs all its triggers as coroutines in one event loop. Each SmartSensorTrigger hands its
+key to the loop's shared ``StatesPoller`` (one per connection) and awaits the answer; the poller asks
+``POST /api/v1/tasks/states`` for all waiting keys at once, every ``interval`` (the shortest interval any
+waiting trigger asked for), and resolves the waiters whose try reached a terminal state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import Any, Awaitable, Callable
+
+import httpx
+
+from smartsensor_airflow.client import API, TERMINAL, ApiError, Endpoint, error_message
+
+log = logging.getLogger(__name__)
+
+KEY_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
+MAX_KEYS_PER_REQUEST = 10_000  # the API's own limit
+FIRST_POLL_DELAY = 0.5  # gathers triggers that start together (a triggerer picking up many) into one request
+Key = tuple[Any, ...]
+
+
+def key_of(fields: dict[str, Any]) -> Key:
+    """The hashable key of one try from its dict form."""
+    return tuple(fields[f] for f in KEY_FIELDS)
+
+
+class StatesPoller:
+    """Waiting keys of one event loop and one connection, polled together."""
+
+    def __init__(self, endpoint: Callable[[], Awaitable[Endpoint]],
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._endpoint = endpoint
+        self._transport = transport
+        self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.requests = 0  # states requests sent (logged, and asserted by tests)
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    async def wait(self, key: dict[str, Any], interval: float) -> dict[str, Any]:
+        """The service's answer for this try once it is terminal. Raises ApiError when the service rejects
+        the request for good (a wrong token, an invalid key)."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        entry = (future, max(0.1, float(interval)))
+        k = key_of(key)
+        self._waiters.setdefault(k, []).append(entry)
+        self._ensure_running()
+        try:
+            return await future
+        finally:
+            entries = self._waiters.get(k, [])
+            if entry in entries:
+                entries.remove(entry)
+            if not entries:
+                self._waiters.pop(k, None)
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
+
+    def _interval(self) -> float:
+        return min((i for entries in self._waiters.values() for _, i in entries), default=1.0)
+
+    async def _run(self) -> None:
+        try:
+            endpoint = await self._endpoint()
+            async with httpx.AsyncClient(timeout=30.0, transport=self._transport) as client:
+                delay = FIRST_POLL_DELAY
+                while self._waiters:
+                    await asyncio.sleep(delay)
+                    delay = self._interval()
+                    if not self._waiters:
+                        break
+                    endpoint = await self._poll(client, endpoint)
+        except Exception as exc:  # noqa: BLE001 - never leave a waiter hanging on a dead poller
+            self._fail_all(ApiError(f"smartsensor states poller stopped: {exc}"))
+        finally:
+            # A trigger that arrived while this task was closing its client still needs a poller.
+            if any(not f.done() for entries in self._waiters.values() for f, _ in entries):
+                self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
+
+    async def _poll(self, client: httpx.AsyncClient, endpoint: Endpoint) -> Endpoint:
+        """One round: every waiting key, in requests of at most MAX_KEYS_PER_REQUEST. Returns the endpoint to
+        use next (looked up again after a 401, in case the connection's token was changed)."""
+        keys = list(self._waiters)
+        for start in range(0, len(keys), MAX_KEYS_PER_REQUEST):
+            chunk = keys[start:start + MAX_KEYS_PER_REQUEST]
+            body = {"keys": [dict(zip(KEY_FIELDS, k)) for k in chunk]}
+            self.requests += 1
+            try:
+                response = await client.post(f"{endpoint.base_url}{API}/tasks/states", json=body,
+                                              headers=endpoint.headers())
+            except httpx.TransportError as exc:
+                log.warning("smartsensor at %s unreachable (%s); %d task(s) keep waiting", endpoint.base_url, exc,
+                            self.waiting)
+                return endpoint
+            if response.status_code in (502, 503, 504):
+                log.warning("smartsensor answered %s; %d task(s) keep waiting", error_message(response), self.waiting)
+                return endpoint
+            if response.status_code == 401:
+                fresh = await self._endpoint()
+                if fresh != endpoint:
+                    return fresh  # the token changed: try it next interval
+            if response.status_code != 200:
+                error = ApiError(f"smartsensor refused the states request: {error_message(response)}",
+                                 response.status_code)
+                for k in chunk:
+                    self._resolve(k, error)
+                continue
+            for answer in response.json()["states"]:
+                if answer["state"] in TERMINAL:
+                    self._resolve(key_of(answer), answer)
+        return endpoint
+
+    def _resolve(self, key: Key, outcome: dict[str, Any] | Exception) -> None:
+        for future, _ in self._waiters.get(key, []):
+            if not future.done():
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+
+    def _fail_all(self, error: Exception) -> None:
+        for key in list(self._waiters):
+            self._resolve(key, error)
+
+
+# One poller per (event loop, connection id). Weak on the loop: `airflow dags test` runs each inline trigger
+# in a fresh loop, and a closed loop's pollers must go with it.
+_POLLERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, StatesPoller]]" = weakref.WeakKeyDictionary()
+
+
+def shared_poller(conn_id: str, endpoint: Callable[[], Awaitable[Endpoint]],
+                  transport: httpx.AsyncBaseTransport | None = None) -> StatesPoller:
+    """The running loop's poller for ``conn_id``, created on first use."""
+    per_loop = _POLLERS.setdefault(asyncio.get_running_loop(), {})
+    poller = per_loop.get(conn_id)
+    if poller is None:
+        poller = per_loop[conn_id] = StatesPoller(endpoint, transport)
+    return poller

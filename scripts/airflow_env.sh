@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sourced by test.sh: one cached virtualenv per pinned Airflow version, each with smartsensor's provider
+# (providers/airflow) installed, for the end-to-end tests in tests/airflow. Airflow cannot share .venv:
+# 2.10 pins SQLAlchemy < 2, smartsensor needs 2. The venvs live outside the checkout, so every clone reuses
+# them: ${SMARTSENSOR_CACHE:-~/.cache/smartsensor}/airflow-<version>. First build ~20-120 s per version
+# (pip cache warm or cold); afterwards only a changed provider is re-installed (~3 s).
+
+AIRFLOW_VERSIONS="${SMARTSENSOR_AIRFLOW_VERSIONS:-2.10.5 3.1.8}"
+AIRFLOW_CACHE="${SMARTSENSOR_CACHE:-$HOME/.cache/smartsensor}"
+
+ensure_airflow_venvs() {
+  local version venv want
+  want="$( (cd "$ROOT/providers/airflow" && find . -name '*.py' -o -name pyproject.toml | sort | xargs cat) | sha256sum | cut -d' ' -f1)"
+  for version in $AIRFLOW_VERSIONS; do
+    venv="$AIRFLOW_CACHE/airflow-$version"
+    if [ ! -f "$venv/.airflow-installed" ]; then
+      log "building the Airflow $version venv for tests/airflow in $venv (first time: 1-2 min)"
+      rm -rf "$venv"
+      "$PYTHON_BIN" -m venv "$venv"
+      "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1
+      "$venv/bin/python" -m pip install -q "apache-airflow==$version" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+      "$venv/bin/python" -c "import airflow" || { log "installing apache-airflow==$version failed"; exit 1; }
+      touch "$venv/.airflow-installed"
+    fi
+    if [ "$(cat "$venv/.provider-installed" 2>/dev/null)" != "$want" ]; then
+      # Not editable: the cached venv is shared by every checkout, so it holds a copy of this one's provider.
+      "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$ROOT/providers/airflow" \
+        >"$venv/provider-install.log" 2>&1 \
+        || { cat "$venv/provider-install.log" >&2; log "installing providers/airflow into $venv failed"; exit 1; }
+      echo "$want" > "$venv/.provider-installed"
+    fi
+  done
+  export SMARTSENSOR_AIRFLOW_VENVS=""
+  for version in $AIRFLOW_VERSIONS; do
+    SMARTSENSOR_AIRFLOW_VENVS="$SMARTSENSOR_AIRFLOW_VENVS $AIRFLOW_CACHE/airflow-$version"
+  done
+  export SMARTSENSOR_AIRFLOW_VENVS="${SMARTSENSOR_AIRFLOW_VENVS# }"
+}

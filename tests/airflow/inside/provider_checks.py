@@ -1,0 +1,44 @@
+"""Run inside an Airflow venv (not by pytest): checks the provider against the installed Airflow and prints one
+JSON line with what it saw, for tests/airflow/test_provider_in_airflow.py to assert on."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import airflow
+from airflow.utils.module_loading import import_string
+
+from smartsensor_airflow import sensors
+from smartsensor_airflow.triggers import SmartSensorTrigger
+
+out: dict = {"airflow": airflow.__version__}
+
+trigger = SmartSensorTrigger({"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 2},
+                             "smartsensor_default", 3)
+classpath, kwargs = trigger.serialize()
+rebuilt = import_string(classpath)(**kwargs)  # what the triggerer does with a trigger row
+out["serialize"] = {"classpath": classpath, "kwargs": kwargs, "round_trip_equal": rebuilt.serialize() == (classpath, kwargs)}
+out["json_kwargs"] = json.loads(json.dumps(kwargs)) == kwargs
+
+named = sensors.NamedHivePartitionSensor(task_id="n", partition_names=["db.t/ds={{ ds }}"], poke_interval=30,
+                                         timeout=600, soft_fail=True)
+hive = sensors.HivePartitionSensor(task_id="h", table="events", partition="ds='{{ ds }}' AND hr='00'", schema="db")
+out["template_fields"] = {"named": list(named.template_fields), "hive": list(hive.template_fields)}
+out["named_exec"] = named.exec_values()
+out["named_poll_interval"] = named.smartsensor_poll_interval
+hive.partition = "ds='2026-11-22' AND hr='00'"
+out["hive_persist"] = hive.persist_values()
+try:
+    sensors.NamedHivePartitionSensor(task_id="bad", partition_names="db.t/ds=1")
+    out["str_partition_names"] = "accepted"
+except TypeError as exc:
+    out["str_partition_names"] = f"TypeError: {exc}"
+
+# The provider never imports smartsensor itself (it could not: Airflow 2.10 pins SQLAlchemy < 2).
+out["smartsensor_imported"] = sorted(m for m in sys.modules if m == "smartsensor" or m.startswith("smartsensor."))
+from airflow.providers_manager import ProvidersManager  # noqa: E402
+
+out["provider_listed"] = "smartsensor-airflow" in ProvidersManager().providers
+print(json.dumps(out))

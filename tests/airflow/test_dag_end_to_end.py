@@ -1,0 +1,131 @@
+"""A user's DAG in real Airflow (2.10 and 3.x), one import line changed, against a real smartsensor: serve with
+a token, a leased worker on a Hive metastore service, and the pipeline landing the partition.
+
+`airflow dags test` runs the DAG's tasks for real, including each deferral: 2.10 runs the trigger object
+inline; 3.x rebuilds it from its serialized classpath, as a triggerer does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from smartsensor.adapters import metastore
+from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.config import Config
+from tests.support.airflow_helpers import airflow_env, airflow_venvs, run_airflow, task_states, version_of
+from tests.support.common import ROOT, make_cfg, override_env, wait_until
+from tests.support.pg import drop_pg_database, new_pg_database
+from tests.support.proc_helpers import CliProcess, cli_env, run_cli
+
+pytestmark = pytest.mark.slow
+
+DS = "2026-11-22"
+TOKEN = "e2e-token"
+
+# What an Airflow user writes, with the smartsensor import instead of the Hive provider's.
+DAG = """
+from datetime import datetime
+
+from airflow import DAG
+try:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+except ImportError:  # Airflow 2
+    from airflow.operators.empty import EmptyOperator
+
+from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionSensor
+
+with DAG("landing", start_date=datetime(2026, 11, 1), schedule=None, catchup=False):
+    same = ["{db}.events/ds={{{{ ds }}}}/hr=00"]
+    a = NamedHivePartitionSensor(task_id="wait_a", partition_names=same, poke_interval=1, timeout=600)
+    b = NamedHivePartitionSensor(task_id="wait_b", partition_names=same, poke_interval=1, timeout=600)
+    f = HivePartitionSensor(task_id="wait_filter", table="events", schema="{db}", partition="ds='{{{{ ds }}}}'",
+                            poke_interval=1, timeout=600)
+    [a, b, f] >> EmptyOperator(task_id="downstream")
+    never = ["{db}.events/ds=1999-01-01/hr=00"]
+    NamedHivePartitionSensor(task_id="never_soft", partition_names=never, poke_interval=1, timeout=3, soft_fail=True)
+    NamedHivePartitionSensor(task_id="never_fail", partition_names=never, poke_interval=1, timeout=3)
+"""
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
+    """A Hive metastore service shared by the worker and the pipeline, stopped whatever happens."""
+    port = free_port()
+    cfg = make_cfg(tmp_path_factory.mktemp("metastore-home"), "sqlite://", metastore__port=str(port),
+                   spark__metastore_uris=f"thrift://127.0.0.1:{port}")
+    try:
+        metastore.start(cfg)
+        yield cfg
+    finally:
+        metastore.stop(cfg)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    name, url = new_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(name)
+
+
+def smartsensor_env(service: Config, home: Path, db_url: str) -> dict[str, str]:
+    return cli_env(home, db_url, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1", **override_env({
+        "spark__metastore_uris": service.get("spark", "metastore_uris"),
+        "spark__warehouse_dir": service.get("spark", "warehouse_dir"),
+        "spark__conf": "spark.driver.memory=512m", "api__token": TOKEN}))
+
+
+@pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
+def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str, tmp_path: Path) -> None:
+    db = f"e2e_{version_of(venv).replace('.', '_')}_{tmp_path.name[-6:]}".lower()
+    env = smartsensor_env(service, tmp_path / "smartsensor", pg_url)
+    run_cli(["db", "init"], env, check=True)
+    port = free_port()
+    af_home = tmp_path / "airflow"
+    af_env = airflow_env(venv, af_home, AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}")
+    (af_home / "dags" / "landing.py").write_text(DAG.format(db=db))
+    run_airflow(venv, ["db", "migrate"], af_env)
+
+    engine = make_engine(pg_url)
+    server = CliProcess(["serve", "--port", str(port)], env)
+    worker = CliProcess(["worker", "--interval", "0.5", "--json"], env)
+    dags_test = subprocess.Popen([str(venv / "bin" / "airflow"), "dags", "test", "landing", DS], env=af_env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def some_sensor_waits() -> bool:
+            with engine.connect() as conn:
+                return bool(conn.exec_driver_sql("SELECT 1 FROM external_task WHERE task_id LIKE 'wait_%'").first())
+
+        wait_until(some_sensor_waits, timeout=240, step=0.5)
+        pipeline = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", f"{db}.events",
+                                   "--ds", DS, "--hours", "0-0", "--every", "0", "--rows", "1"],
+                                  env=env, capture_output=True, text=True, timeout=300)
+        assert pipeline.returncode == 0, pipeline.stderr[-3000:]
+        output, _ = dags_test.communicate(timeout=400)
+    finally:
+        if dags_test.poll() is None:
+            dags_test.kill()
+        worker.stop()
+        server.stop()
+    states = task_states(af_home, "landing")
+    assert states == {"wait_a": "success", "wait_b": "success", "wait_filter": "success", "downstream": "success",
+                      "never_soft": "skipped", "never_fail": "failed"}, output[-6000:]
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT e.task_id, t.state, t.hashcode, t.error FROM external_task e JOIN task_instance t "
+            "ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"
+        ).fetchall()
+    engine.dispose()
+    by_task = {r[0]: r for r in rows}
+    assert by_task["wait_a"][2] == by_task["wait_b"][2]  # the two identical waits are one check: one hash
+    assert by_task["wait_filter"][2] != by_task["wait_a"][2]
+    assert {t: by_task[t][1] for t in by_task} == {"wait_a": "success", "wait_b": "success", "wait_filter": "success",
+                                                    "never_soft": "skipped", "never_fail": "failed"}
+    assert "timed out" in (by_task["never_fail"][3] or ""), by_task["never_fail"]
+    assert "smartsensor: the wait ended failed" in output
