@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from sqlalchemy import text
 
 from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore import free_port
@@ -100,7 +101,7 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
     try:
         def some_sensor_waits() -> bool:
             with engine.connect() as conn:
-                return bool(conn.exec_driver_sql("SELECT 1 FROM external_task WHERE task_id LIKE 'wait_%'").first())
+                return bool(conn.execute(text("SELECT 1 FROM external_task WHERE task_id LIKE 'wait%'")).first())
 
         wait_until(some_sensor_waits, timeout=240, step=0.5)
         pipeline = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", f"{db}.events",
@@ -117,10 +118,10 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
     assert states == {"wait_a": "success", "wait_b": "success", "wait_filter": "success", "downstream": "success",
                       "never_soft": "skipped", "never_fail": "failed"}, output[-6000:]
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(
+        rows = conn.execute(text(
             "SELECT e.task_id, t.state, t.hashcode, t.error FROM external_task e JOIN task_instance t "
             "ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"
-        ).fetchall()
+        )).fetchall()
     engine.dispose()
     by_task = {r[0]: r for r in rows}
     assert by_task["wait_a"][2] == by_task["wait_b"][2]  # the two identical waits are one check: one hash
