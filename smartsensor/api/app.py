@@ -4,6 +4,7 @@ bearer-token auth, and errors as one JSON line (never a traceback)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -32,13 +33,21 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     app = FastAPI(title="smartsensor", version="1", docs_url=f"{API}/docs", openapi_url=f"{API}/openapi.json",
                   redoc_url=None)
 
+    requests: Counter[tuple[str, str, int]] = Counter()
+    app.state.requests = requests
+
     @app.middleware("http")
     async def limit_body(request: Request, call_next: Any) -> Response:
-        """Refuse an oversized body by its declared length before anything reads it."""
+        """Refuse an oversized body by its declared length before anything reads it; count what was answered."""
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return JSONResponse({"error": f"request body over {MAX_BODY_BYTES} bytes"}, 413)
-        return await call_next(request)
+            response: Response = JSONResponse({"error": f"request body over {MAX_BODY_BYTES} bytes"}, 413)
+        else:
+            response = await call_next(request)
+        # Only matched routes by path (none takes path parameters): a bounded set of label values.
+        route = request.url.path if request.scope.get("route") is not None else "unmatched"
+        requests[(request.method, route, response.status_code)] += 1
+        return response
 
     def authorised(request: Request) -> None:
         if token is not None and not token_matches(request.headers.get("authorization"), token):
@@ -65,7 +74,8 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     @app.get("/metrics", dependencies=[Depends(authorised)])
     def metrics() -> Response:
         """Prometheus text format."""
-        return Response(render_metrics(collect_status(engine, cfg)), media_type="text/plain; version=0.0.4")
+        return Response(render_metrics(collect_status(engine, cfg), requests),
+                        media_type="text/plain; version=0.0.4")
 
     app.include_router(tasks_router(cfg, engine, authorised), prefix=API)
 

@@ -1,15 +1,23 @@
-"""Prometheus metrics of the whole installation, computed from what ``status`` reads (no state in the server)."""
+"""Prometheus metrics of the whole installation, computed from what ``status`` reads, plus this server process's
+own request counts (the only state a server keeps)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 
-def render_metrics(status: dict[str, Any]) -> bytes:
-    """Prometheus text for one status snapshot (``service.status.collect_status``)."""
+def render_metrics(status: dict[str, Any], requests: Counter[tuple[str, str, int]] | None = None) -> bytes:
+    """Prometheus text for one status snapshot (``service.status.collect_status``) and this process's requests
+    by (method, route, status code)."""
     registry = CollectorRegistry()
+    if requests:
+        served = Gauge("smartsensor_api_requests", "Requests this server process answered, by route (a counter "
+                       "since the process started)", ["method", "route", "code"], registry=registry)
+        for (method, route, code), n in requests.items():
+            served.labels(method, route, str(code)).set(n)
     tasks = Gauge("smartsensor_tasks", "Task instances by state", ["state"], registry=registry)
     for state, n in status["tasks_by_state"].items():
         tasks.labels(state).set(n)

@@ -87,3 +87,15 @@ def test_a_database_outage_is_503_with_the_reason_not_a_traceback(cfg, engine, t
 def test_an_oversized_body_is_refused_before_it_is_read(cfg, engine) -> None:
     r = client(cfg, engine).post("/api/v1/tasks/states", headers=auth(), content=b"x" * (4 * 1024 * 1024 + 1))
     assert r.status_code == 413 and "request body over" in r.json()["error"]
+
+
+def test_metrics_count_this_servers_requests_by_route(cfg, engine) -> None:
+    c = client(cfg, engine)
+    for _ in range(3):
+        c.post("/api/v1/tasks/states", headers=auth(), json={"keys": []})
+    c.get("/api/v1/status")  # 401
+    c.get("/no/such/page")
+    text_ = c.get("/metrics", headers=auth()).text
+    assert 'smartsensor_api_requests{code="200",method="POST",route="/api/v1/tasks/states"} 3.0' in text_
+    assert 'smartsensor_api_requests{code="401",method="GET",route="/api/v1/status"} 1.0' in text_
+    assert 'smartsensor_api_requests{code="404",method="GET",route="unmatched"} 1.0' in text_

@@ -1,0 +1,131 @@
+"""The provider's shared poller against the real API app (httpx's ASGI transport, SQLite and PostgreSQL): all the
+triggers of one event loop (one triggerer process) cost one states request per interval, not one each."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import httpx
+
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.api.app import create_app
+from smartsensor.domain.states import State
+from smartsensor_airflow.client import ApiError, Endpoint
+from smartsensor_airflow.poller import shared_poller
+
+TOKEN = "poller-token"
+BASE = "http://smartsensor.test"
+
+
+def register_body(i: int, try_number: int = 1) -> dict[str, Any]:
+    return {"key": key(i, try_number), "sensor": {"class": "NamedHivePartitionSensor",
+                                                  "persist": {"partition_names": [f"db.t/ds={i % 5}"]}}}
+
+
+def key(i: int, try_number: int = 1) -> dict[str, Any]:
+    return {"dag_id": "d", "task_id": f"t{i}", "run_id": "r", "map_index": -1, "try_number": try_number}
+
+
+def endpoint(token: str = TOKEN):
+    async def lookup() -> Endpoint:
+        return Endpoint(BASE, token)
+    return lookup
+
+
+def finish_all(engine: Any, state: str) -> int:
+    """What a shard round does when the partitions land: every waiting task marked, guarded."""
+    with engine.begin() as conn:
+        tasks = task_sql.list_tasks(conn)
+        for t in tasks:
+            task_sql.set_state(conn, (t["dag_id"], t["task_id"], t["execution_date"]), state,
+                               from_states=list(State.SMART_WAITING), now=t["execution_date"])
+    return len(tasks)
+
+
+def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> None:
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    n, interval = 200, 0.2
+
+    async def scenario() -> tuple[list[dict[str, Any]], int, int, float]:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE,
+                                     headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            for i in range(n):
+                assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
+        poller = shared_poller("conn-a", endpoint(), transport)
+        assert shared_poller("conn-a", endpoint(), transport) is poller  # one per loop and connection
+        waiters = [asyncio.ensure_future(poller.wait(key(i), interval)) for i in range(n)]
+        start = time.monotonic()
+        while poller.requests < 4:
+            await asyncio.sleep(0.05)
+        assert not any(w.done() for w in waiters)
+        elapsed = time.monotonic() - start
+        before = poller.requests
+        assert finish_all(engine, State.SUCCESS) == n
+        answers = await asyncio.wait_for(asyncio.gather(*waiters), timeout=60)
+        return answers, before, poller.requests, elapsed
+
+    answers, before, total, elapsed = asyncio.run(scenario())
+    assert [a["state"] for a in answers] == ["success"] * n
+    assert {a["task_id"] for a in answers} == {f"t{i}" for i in range(n)}
+    assert len({a["hashcode"] for a in answers}) == 5  # 200 waits, 5 distinct checks
+    # One request per interval for all 200 (the first after FIRST_POLL_DELAY); per-task polling would be 200 each.
+    assert before <= elapsed / interval + 2, (before, elapsed)
+    assert total - before <= 2
+    served = app.state.requests[("POST", "/api/v1/tasks/states", 200)]
+    assert served == total
+
+
+def test_a_newer_try_ends_the_old_wait_as_superseded(cfg, engine) -> None:
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+
+    async def scenario() -> dict[str, Any]:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE,
+                                     headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            await client.post("/api/v1/tasks", json=register_body(1, try_number=1))
+            old = asyncio.ensure_future(shared_poller("c", endpoint(), transport).wait(key(1, 1), 0.1))
+            await asyncio.sleep(0.3)
+            assert not old.done()
+            assert (await client.post("/api/v1/tasks", json=register_body(1, try_number=2))).status_code == 200
+            return await asyncio.wait_for(old, timeout=30)
+
+    assert asyncio.run(scenario())["state"] == "superseded"
+
+
+def test_a_wrong_token_fails_the_waiters_with_the_reason(cfg, engine) -> None:
+    transport = httpx.ASGITransport(app=create_app(cfg, engine, TOKEN))
+
+    async def scenario() -> Exception:
+        poller = shared_poller("bad", endpoint("wrong"), transport)
+        try:
+            await asyncio.wait_for(poller.wait(key(1), 0.1), timeout=30)
+        except ApiError as exc:
+            return exc
+        raise AssertionError("a rejected token must end the wait")
+
+    error = asyncio.run(scenario())
+    assert "bearer token" in str(error) and error.status == 401
+
+
+def test_an_unreachable_service_keeps_the_triggers_waiting() -> None:
+    async def scenario() -> tuple[bool, int]:
+        async def nowhere() -> Endpoint:
+            return Endpoint("http://127.0.0.1:9", None)  # discard port: connection refused
+
+        poller = shared_poller("down", nowhere)
+        waiter = asyncio.ensure_future(poller.wait(key(1), 0.1))
+        while poller.requests < 3:
+            await asyncio.sleep(0.05)
+        done = waiter.done()
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        return done, poller.waiting
+
+    done, waiting = asyncio.run(scenario())
+    assert waiting == 0  # a cancelled trigger (moved to another triggerer, timed out) leaves the poller
+    assert done is False  # a transport error is transient: the task keeps waiting (Airflow's timeout is the backstop)
