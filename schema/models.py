@@ -109,3 +109,14 @@ class ExternalTask(Base):
     ti_task_id: Mapped[str] = mapped_column(String(250), nullable=False)
     ti_execution_date: Mapped[datetime] = mapped_column(DateTime, nullable=False)
     registered_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+
+
+class StateSample(Base):
+    """How many task instances were in each state at the start of one time bucket (``[api] history_interval``),
+    written by one ``smartsensor serve`` per bucket (the primary key keeps N servers from multiplying it)."""
+
+    __tablename__ = "state_sample"
+
+    bucket_at: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    state: Mapped[str] = mapped_column(String(20), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, nullable=False)

@@ -225,4 +225,7 @@ def _validate(cfg: Config) -> None:
     if beat <= 0 or zombie < 2 * beat:
         raise ConfigError(f"[scheduler] zombie_threshold ({zombie}) must be at least twice "
                           f"task_heartbeat_interval ({beat}) > 0")
+    interval, retention = cfg.get("api", "history_interval"), cfg.get("api", "history_retention")
+    if retention < interval:
+        raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()

@@ -133,6 +133,13 @@ KEYS: tuple[Key, ...] = (
         "Prefer token_file, which keeps the secret out of the config."),
     Key("api", "token_file", "", parse_str,
         "File whose first line is the bearer token (read at start; wins over token)."),
+    Key("api", "history_interval", "60", parse_float,
+        "Seconds between the samples of tasks by state that `serve` writes for the status page's chart "
+        "(one per interval whatever the number of servers).",
+        bounds=(5, DAY)),
+    Key("api", "history_retention", "604800", parse_float,
+        "Seconds the status page's samples are kept; `serve` deletes older ones. At least history_interval.",
+        bounds=(60, 366 * DAY)),
 )
 
 KEY_INDEX: dict[tuple[str, str], Key] = {(k.section, k.name): k for k in KEYS}

@@ -1,0 +1,36 @@
+"""Samples of tasks by state over time (``state_sample``): written by ``smartsensor serve``, read by its page."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Mapping
+
+from sqlalchemy import Connection, delete, insert, select
+
+from smartsensor.schema.models import StateSample
+
+SS = StateSample.__table__
+
+
+def bucket_written(conn: Connection, bucket_at: datetime) -> bool:
+    """Whether any server already wrote the sample of ``bucket_at`` (1 statement)."""
+    return conn.execute(select(SS.c.state).where(SS.c.bucket_at == bucket_at).limit(1)).first() is not None
+
+
+def insert_sample(conn: Connection, bucket_at: datetime, counts: Mapping[str, int]) -> None:
+    """One row per state for ``bucket_at`` (1 statement; IntegrityError if another server wrote the bucket)."""
+    if counts:
+        conn.execute(insert(SS), [{"bucket_at": bucket_at, "state": state, "count": n}
+                                  for state, n in sorted(counts.items())])
+
+
+def prune_samples(conn: Connection, before: datetime) -> int:
+    """Delete the samples of buckets before ``before``; how many rows went (1 statement)."""
+    return conn.execute(delete(SS).where(SS.c.bucket_at < before)).rowcount
+
+
+def load_samples(conn: Connection, since: datetime) -> list[tuple[datetime, str, int]]:
+    """(bucket_at, state, count) of every bucket from ``since`` on, oldest first (1 statement)."""
+    return [(b, s, n) for b, s, n in conn.execute(
+        select(SS.c.bucket_at, SS.c.state, SS.c.count).where(SS.c.bucket_at >= since)
+        .order_by(SS.c.bucket_at, SS.c.state))]
