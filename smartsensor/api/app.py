@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from smartsensor.adapters.sql.engine import current_revision, schema_problem
 from smartsensor.api.auth import token_matches
 from smartsensor.api.metrics import render_metrics
+from smartsensor.api.page import history_lifespan, page_router
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
@@ -31,7 +32,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024  # a states request for 10,000 keys is ~1.2 MB;
 def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     """The application over one engine. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
     app = FastAPI(title="smartsensor", version="1", docs_url=f"{API}/docs", openapi_url=f"{API}/openapi.json",
-                  redoc_url=None)
+                  redoc_url=None, lifespan=history_lifespan(cfg, engine))
 
     requests: Counter[tuple[str, str, int]] = Counter()
     app.state.requests = requests
@@ -78,6 +79,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
                         media_type="text/plain; version=0.0.4")
 
     app.include_router(tasks_router(cfg, engine, authorised), prefix=API)
+    app.include_router(page_router(cfg, engine, token))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""`pip install .` ships the migrations and the console script."""
+"""`pip install .` ships the migrations, the status page's templates and the console script."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> N
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"smartsensor"}, top_level
     assert "smartsensor/adapters/log4j2.properties" in names
+    for template in ("status.html", "status.css", "login.html"):  # the status page's assets, served from the wheel
+        assert f"smartsensor/api/templates/{template}" in names
+    assert "smartsensor/schema/migrations/versions/0004_state_sample.py" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "smartsensor = smartsensor.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
     assert not any(n.startswith("tests/") for n in names)

@@ -1,0 +1,132 @@
+"""The read-only status page at ``/`` of ``smartsensor serve``: server-side HTML (Jinja2 templates packaged with
+smartsensor) with inline SVG charts, no JavaScript and no external asset. Its numbers are ``collect_status``'s,
+each in an element with a ``data-metric`` (or ``data-lease``, ``data-shard``…) attribute.
+
+With a token configured, the page takes the API's bearer header or the ``smartsensor_token`` cookie that
+``POST /login`` sets; without either it redirects to ``/login``. Also here: the lifespan hook that runs the
+history sampler while the server runs."""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from sqlalchemy import Engine
+
+from smartsensor.api import charts
+from smartsensor.api.auth import token_matches
+from smartsensor.config import Config
+from smartsensor.service.history import HistorySampler
+from smartsensor.service.overview import collect_overview
+
+COOKIE = "smartsensor_token"
+REFRESH_SECONDS = 30
+MAX_LOGIN_BODY = 4096
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+CHART_WIDTH, CHART_HEIGHT, BAR_WIDTH = 1300, 260, 310
+
+_env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(("html",)),
+                   undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def history_lifespan(cfg: Config, engine: Engine) -> Callable[[FastAPI], Any]:
+    """A FastAPI lifespan that samples tasks by state (``service.history``) from startup to shutdown (SIGTERM)."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        sampler = HistorySampler(engine, cfg.get("api", "history_interval"), cfg.get("api", "history_retention"))
+        sampler.start()
+        try:
+            yield
+        finally:
+            sampler.stop()
+
+    return lifespan
+
+
+def page_router(cfg: Config, engine: Engine, token: str | None) -> APIRouter:
+    """``GET /`` (the page), ``GET /login`` and ``POST /login`` over one engine."""
+    router = APIRouter(include_in_schema=False)
+
+    def signed_in(request: Request) -> bool:
+        if token is None or token_matches(request.headers.get("authorization"), token):
+            return True
+        cookie = request.cookies.get(COOKIE)
+        return cookie is not None and secrets.compare_digest(cookie.encode(), token.encode())
+
+    @router.get("/")
+    def page(request: Request) -> Response:
+        """The status page, or a redirect to the login form."""
+        if not signed_in(request):
+            return RedirectResponse("/login", status_code=303)
+        return HTMLResponse(render_page(collect_overview(engine, cfg), cfg))
+
+    @router.get("/login")
+    def login_form() -> Response:
+        """The token form (the page itself when no token is configured)."""
+        if token is None:
+            return RedirectResponse("/", status_code=303)
+        return HTMLResponse(render_login(None))
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        """Check the form's ``token``; right: a cookie and back to ``/``; wrong: the form again, 401."""
+        if token is None:
+            return RedirectResponse("/", status_code=303)
+        body = (await request.body())[:MAX_LOGIN_BODY].decode("utf-8", "replace")
+        given = (parse_qs(body).get("token") or [""])[0].strip()
+        if not secrets.compare_digest(given.encode(), token.encode()):
+            return HTMLResponse(render_login("That is not the token this server was given."), status_code=401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+        return response
+
+    return router
+
+
+def render_login(message: str | None) -> str:
+    """The login form's HTML."""
+    return _env.get_template("login.html").render(message=message)
+
+
+def render_page(data: dict[str, Any], cfg: Config) -> str:
+    """The status page's HTML for ``collect_overview``'s data."""
+    status = data["status"]
+    limit = cfg.shard_code_upper_limit
+    segments = charts.strip_segments(status["leases"], limit, CHART_WIDTH)
+    owners = charts.owner_colours(lease["owner"] for lease in status["leases"])
+    states = charts.ordered_states({*status["tasks_by_state"], *(s for _, counts in data["history"] for s in counts)})
+    return _env.get_template("status.html").render(
+        s=status, d=data, limit=limit, refresh=REFRESH_SECONDS, now=_when(data["now"]),
+        chart=charts.stacked_chart(data["history"], CHART_WIDTH, CHART_HEIGHT), chart_w=CHART_WIDTH,
+        chart_h=CHART_HEIGHT, legend=[(s, charts.state_colour(s), status["tasks_by_state"].get(s, 0)) for s in states],
+        bars=charts.hbars(data["tables"], BAR_WIDTH), bar_w=BAR_WIDTH,
+        ratio_bars=charts.hbars([("waiting tasks", status["waiting"]),
+                                 ("distinct checks", status["distinct_hashes"])], BAR_WIDTH),
+        segments=segments, owners=sorted(owners.items()), when=_when, ago=_ago)
+
+
+def _when(value: datetime | str | None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = abs(seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
