@@ -1,0 +1,82 @@
+"""Reading the status page's HTML back: its machine-readable numbers (``data-metric``, ``data-lease``…), in
+the same shape as the numbers of ``status --json`` that they must equal, and its external references."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[dict[str, str]] = []
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.elements.append({k: v or "" for k, v in attrs})
+
+
+def _elements(html: str) -> tuple[list[dict[str, str]], list[str]]:
+    parser = _Collector()
+    parser.feed(html)
+    return parser.elements, parser.tags
+
+
+def page_numbers(html: str) -> dict[str, Any]:
+    """What the page states, by its data attributes."""
+    elements, _ = _elements(html)
+    metrics = {e["data-metric"]: json.loads(e["data-value"]) for e in elements if "data-metric" in e}
+    return {
+        "metrics": metrics,
+        "shards": [{"min": int(e["data-shard"]), "max": int(e["data-shard-max"]), "waiting": int(e["data-waiting"]),
+                    "distinct_hashes": int(e["data-distinct"])} for e in elements if "data-shard" in e],
+        "leases": [{"shard_min": int(e["data-lease"]), "shard_max": int(e["data-lease-max"]),
+                    "owner": e["data-owner"] or None, "epoch": int(e["data-epoch"]),
+                    "expired": json.loads(e["data-expired"])} for e in elements if "data-lease" in e],
+        "workers": [{"worker_id": e["data-worker"], "shard_min": int(e["data-shard-min"]),
+                     "shard_max": int(e["data-shard-max"]),
+                     "last_round_seconds": json.loads(e["data-last-round-seconds"])}
+                    for e in elements if "data-worker" in e],
+        "lease_workers": [{"worker_id": e["data-live-worker"], "stale": json.loads(e["data-stale"]),
+                           "ranges": json.loads(e["data-ranges"])} for e in elements if "data-live-worker" in e],
+        "problems": sum(1 for e in elements if "data-problem" in e),
+        "zombies": sum(1 for e in elements if "data-zombie" in e),
+    }
+
+
+def status_numbers(status: dict[str, Any]) -> dict[str, Any]:
+    """The same shape from ``status --json`` (ages and expiry countdowns left out: they move with the clock)."""
+    metrics = {f"tasks_by_state.{state}": n for state, n in status["tasks_by_state"].items()}
+    metrics.update({k: status[k] for k in ("waiting", "distinct_hashes", "dedup_ratio", "stranded")})
+    metrics.update(zombies=len(status["zombies"]), problems=len(status["problems"]))
+    return {
+        "metrics": metrics,
+        "shards": status["shards"],
+        "leases": [{k: lease[k] for k in ("shard_min", "shard_max", "owner", "epoch", "expired")}
+                   for lease in status["leases"]],
+        "workers": [{k: w[k] for k in ("worker_id", "shard_min", "shard_max", "last_round_seconds")}
+                    for w in status["workers"]],
+        "lease_workers": [{k: w[k] for k in ("worker_id", "stale", "ranges")} for w in status["lease_workers"]],
+        "problems": len(status["problems"]),
+        "zombies": len(status["zombies"]),
+    }
+
+
+EXTERNAL = re.compile(r"(?:https?:)?//[A-Za-z0-9.-]+", re.IGNORECASE)
+
+
+def external_references(html: str) -> list[str]:
+    """Every reference the page makes outside itself: src/href/action/xlink:href values and CSS url(…) or
+    @import that name another host, any <script>, <link> or <iframe>, and any http:// or https:// at all."""
+    elements, tags = _elements(html)
+    found = [f"<{t}>" for t in tags if t in ("script", "link", "iframe", "object", "embed", "img")]
+    for e in elements:
+        found += [f"{k}={v}" for k, v in e.items() if k in ("src", "href", "action", "xlink:href", "srcset")
+                  and EXTERNAL.match(v.strip())]
+    found += re.findall(r"url\(\s*['\"]?(?:https?:)?//[^)]*\)|@import[^;]*", html, re.IGNORECASE)
+    found += re.findall(r"https?://\S{0,40}", html, re.IGNORECASE)
+    return found
