@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Shared set-up, sourced by test.sh, demo.sh and bench.sh: make sure Java 17+ exists, then create or
-# reuse .venv with the package and its test extras installed (re-installed when setup.cfg changes).
+# Shared set-up, sourced by test.sh, demo.sh and bench.sh: make sure Java 17+ exists (and, for test.sh,
+# Chromium), then create or reuse .venv with the package and its test extras installed (re-installed when
+# setup.cfg changes).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +17,16 @@ ensure_java() {
   log "java not found: installing openjdk-17-jre-headless (PySpark needs Java 17+)"
   as_root apt-get update -qq && as_root apt-get install -y -qq openjdk-17-jre-headless >/dev/null \
     || { log "cannot install Java; install a JDK 17+ and re-run"; exit 1; }
+}
+
+# Debian's headless Chromium renders the status page in tests/process/test_status_page.py. Not fatal here:
+# without it that test fails, saying so, and the rest of the suite still runs.
+ensure_chromium() {
+  if command -v chromium >/dev/null 2>&1; then return 0; fi
+  log "chromium not found: installing Debian's chromium (the status page test renders the page with it)"
+  { as_root apt-get install -y -qq chromium >/dev/null 2>&1 \
+      || { as_root apt-get update -qq && as_root apt-get install -y -qq chromium >/dev/null; }; } \
+    || log "cannot install chromium: tests/process/test_status_page.py will fail until it is installed"
 }
 
 ensure_venv() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole suite: venv, a throwaway PostgreSQL 15, one local SparkSession, pytest.
+# Run the whole suite: venv, a throwaway PostgreSQL 15, one local SparkSession, Chromium for the status page, pytest.
 # Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -8,6 +8,7 @@ source "$HERE/pg.sh"
 source "$HERE/airflow_env.sh"
 
 ensure_java
+ensure_chromium
 ensure_venv
 ensure_airflow_venvs
 trap stop_pg EXIT INT TERM

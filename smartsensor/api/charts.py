@@ -100,14 +100,19 @@ def stacked_chart(history: Sequence[tuple[datetime, dict[str, int]]], width: flo
 
 
 def time_ticks(first: datetime, last: datetime, left: float, right: float, count: int = 5) -> list[tuple[float, str]]:
-    """Up to ``count`` evenly spaced (x, label) times (UTC); one when first == last."""
+    """Up to ``count`` evenly spaced (x, label) times (UTC), seconds shown for a span under 10 minutes, the
+    date for one over a day; one when first == last, and none that repeats the label before it."""
     span = (last - first).total_seconds()
-    fmt = "%H:%M" if span <= 86400 and first.date() == last.date() else "%m-%d %H:%M"
+    fmt = "%H:%M:%S" if span < 600 else ("%H:%M" if span <= 86400 and first.date() == last.date() else "%m-%d %H:%M")
     if span <= 0:
         return [((left + right) / 2, first.strftime(fmt))]
     x = linear(0, span, left, right)
-    steps = [span * i / (count - 1) for i in range(count)]
-    return [(x(s), (first + timedelta(seconds=s)).strftime(fmt)) for s in steps]
+    out: list[tuple[float, str]] = []
+    for step in (span * i / (count - 1) for i in range(count)):
+        label = (first + timedelta(seconds=step)).strftime(fmt)
+        if not out or out[-1][1] != label:
+            out.append((x(step), label))
+    return out
 
 
 @dataclass(frozen=True)

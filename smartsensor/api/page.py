@@ -110,7 +110,8 @@ def render_page(data: dict[str, Any], cfg: Config) -> str:
         bars=charts.hbars(data["tables"], BAR_WIDTH), bar_w=BAR_WIDTH,
         ratio_bars=charts.hbars([("waiting tasks", status["waiting"]),
                                  ("distinct checks", status["distinct_hashes"])], BAR_WIDTH),
-        segments=segments, owners=sorted(owners.items()), when=_when, ago=_ago)
+        segments=segments, owners=sorted(owners.items()), when=_when, ago=_ago,
+        lease_max={lease["shard_min"]: lease["shard_max"] for lease in status["leases"]})
 
 
 def _when(value: datetime | str | None) -> str:

@@ -13,13 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from smartsensor.adapters.sql import history as history_sql, leases as lease_sql, status as status_sql
+from smartsensor.adapters.sql import history as history_sql, leases as lease_sql
 from smartsensor.api.app import create_app
 from smartsensor.service.history import sample_once
 from smartsensor.service.registration import register
 from smartsensor.service.status import collect_status
 from tests.support.common import DAY, named, wait_until
-from tests.support.page_dom import external_references, page_numbers, status_numbers
+from tests.support.page_dom import external_references, page_numbers, populate_page_db, status_numbers
 
 TOKEN = "s3cret-token"
 
@@ -33,28 +33,8 @@ def client(cfg: Any, engine: Any, token: str | None = None) -> TestClient:
     return TestClient(create_app(cfg, engine, token), raise_server_exceptions=False)
 
 
-def populate(cfg: Any, engine: Any) -> datetime:
-    """Tasks in several states (one stranded), two leases (one expired), a worker and its failed last round."""
-    register(engine, [(f"d{i}", named(f"w{j}", f"db{i % 2}.t{j}/ds={{{{ ds }}}}")) for i in range(6) for j in range(3)],
-             DAY, cfg)
-    now = datetime.utcnow()
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE task_instance SET state = 'success', end_date = :e WHERE dag_id IN ('d0', 'd1')"),
-                     {"e": now})
-        conn.execute(text("UPDATE task_instance SET state = 'failed' WHERE dag_id = 'd2' AND task_id = 'w0'"))
-        conn.execute(text("UPDATE task_instance SET state = 'scheduled' WHERE dag_id = 'd2' AND task_id = 'w1'"))
-        conn.execute(text("UPDATE task_instance SET shardcode = 99999 WHERE dag_id = 'd3' AND task_id = 'w0'"))
-        lease_sql.ensure_leases(conn, cfg.shard_ranges)
-        lease_sql.claim_lease(conn, 0, 0, "host-a:1:aa", now, now + timedelta(hours=1))
-        lease_sql.claim_lease(conn, 5000, 0, "host-b:2:bb", now - timedelta(minutes=5), now - timedelta(minutes=1))
-        lease_sql.upsert_worker(conn, "host-a:1:aa", "host-a", 1, now, now)
-        status_sql.record_round(conn, "host-a:1:aa", "host-a", 1, 0, 2500, now, 0.25,
-                                json.dumps({"loaded": 5, "error": "metastore unreachable"}))
-    return now
-
-
 def test_the_page_states_the_numbers_of_status_json(cfg, engine) -> None:
-    populate(cfg, engine)
+    populate_page_db(cfg, engine)
     html = client(cfg, engine).get("/").text
     expected = collect_status(engine, cfg)
     assert page_numbers(html) == status_numbers(expected)
@@ -65,7 +45,7 @@ def test_the_page_states_the_numbers_of_status_json(cfg, engine) -> None:
 
 
 def test_the_page_references_nothing_outside_itself(cfg, engine) -> None:
-    populate(cfg, engine)
+    populate_page_db(cfg, engine)
     r = client(cfg, engine).get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert external_references(r.text) == []
@@ -74,7 +54,7 @@ def test_the_page_references_nothing_outside_itself(cfg, engine) -> None:
 
 
 def test_tables_landings_and_history_are_on_the_page(cfg, engine) -> None:
-    now = populate(cfg, engine)
+    now = populate_page_db(cfg, engine)
     sample_once(engine, 60, 3600, now - timedelta(minutes=2))
     sample_once(engine, 60, 3600, now - timedelta(minutes=1))
     html = client(cfg, engine).get("/").text

@@ -1,12 +1,40 @@
-"""Reading the status page's HTML back: its machine-readable numbers (``data-metric``, ``data-lease``…), in
-the same shape as the numbers of ``status --json`` that they must equal, and its external references."""
+"""The status page's tests: a database with something to show, and reading the page's HTML back: its
+machine-readable numbers (``data-metric``, ``data-lease``…), in the same shape as the numbers of
+``status --json`` that they must equal, and its external references."""
 
 from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
+
+from sqlalchemy import text
+
+from smartsensor.adapters.sql import leases as lease_sql, status as status_sql
+from smartsensor.service.registration import register
+from tests.support.common import DAY, named
+
+
+def populate_page_db(cfg: Any, engine: Any) -> datetime:
+    """Tasks in several states (one stranded), two leases (one expired), a worker and its failed last round."""
+    register(engine, [(f"d{i}", named(f"w{j}", f"db{i % 2}.t{j}/ds={{{{ ds }}}}")) for i in range(6) for j in range(3)],
+             DAY, cfg)
+    now = datetime.utcnow()
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE task_instance SET state = 'success', end_date = :e WHERE dag_id IN ('d0', 'd1')"),
+                     {"e": now})
+        conn.execute(text("UPDATE task_instance SET state = 'failed' WHERE dag_id = 'd2' AND task_id = 'w0'"))
+        conn.execute(text("UPDATE task_instance SET state = 'scheduled' WHERE dag_id = 'd2' AND task_id = 'w1'"))
+        conn.execute(text("UPDATE task_instance SET shardcode = 99999 WHERE dag_id = 'd3' AND task_id = 'w0'"))
+        lease_sql.ensure_leases(conn, cfg.shard_ranges)
+        lease_sql.claim_lease(conn, 0, 0, "host-a:1:aa", now, now + timedelta(hours=1))
+        lease_sql.claim_lease(conn, 5000, 0, "host-b:2:bb", now - timedelta(minutes=5), now - timedelta(minutes=1))
+        lease_sql.upsert_worker(conn, "host-a:1:aa", "host-a", 1, now, now)
+        status_sql.record_round(conn, "host-a:1:aa", "host-a", 1, 0, 2500, now, 0.25,
+                                json.dumps({"loaded": 5, "error": "metastore unreachable"}))
+    return now
 
 
 class _Collector(HTMLParser):

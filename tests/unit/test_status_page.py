@@ -44,7 +44,7 @@ def test_one_sample_is_a_narrow_band_in_the_middle() -> None:
     success, pending = (polygon(a) for a in chart.areas)
     y = charts.linear(0, 5, 180, 10)  # 4 tasks: the top is the nice ceiling 5
     assert {p[1] for p in success} == {y(0), y(3)} and {p[1] for p in pending} == {y(3), y(4)}
-    assert chart.x_ticks == [(middle, "06:00")] and chart.y_ticks[-1] == (10, "5")
+    assert chart.x_ticks == [(middle, "06:00:00")] and chart.y_ticks[-1] == (10, "5")
 
 
 def test_zero_counts_stay_on_the_axis() -> None:
@@ -61,6 +61,14 @@ def test_stacked_bands_span_the_time_axis_and_stack() -> None:
     assert [label for _, label in chart.x_ticks] == ["06:00", "06:02", "06:05", "06:07", "06:10"]
     long = [(T, {"success": 1}), (T + timedelta(days=2), {"success": 2})]
     assert charts.stacked_chart(long, 600, 200).x_ticks[0][1] == "11-23 06:00"
+
+
+def test_time_ticks_show_seconds_for_a_short_span_and_never_repeat() -> None:
+    assert [label for _, label in charts.time_ticks(T, T + timedelta(seconds=8), 0, 100)] == \
+        ["06:00:00", "06:00:02", "06:00:04", "06:00:06", "06:00:08"]
+    assert [label for _, label in charts.time_ticks(T, T + timedelta(seconds=2), 0, 100)] == \
+        ["06:00:00", "06:00:01", "06:00:02"]
+    assert [x for x, _ in charts.time_ticks(T, T + timedelta(minutes=20), 0, 100)] == [0, 25, 50, 75, 100]
 
 
 def test_state_order_puts_finished_states_first_and_unknown_last() -> None:
