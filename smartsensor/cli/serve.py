@@ -14,7 +14,7 @@ from smartsensor.cli.app import App, UserError
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default [api] port).")
 @click.pass_obj
 def serve(app: App, host: str | None, port: int | None) -> None:
-    """Serve the JSON API (/api/v1/health, /api/v1/status, /metrics) until SIGTERM."""
+    """Serve the JSON API (/api/v1/health, /api/v1/status, /metrics) and the status page (/) until SIGTERM."""
     import uvicorn
 
     from smartsensor.api.app import create_app
@@ -25,8 +25,8 @@ def serve(app: App, host: str | None, port: int | None) -> None:
         click.echo(f"WARNING: {warning}", err=True)
     port = port or app.cfg.get("api", "port")
     api = create_app(app.cfg, app.engine(), token)
-    click.echo(f"serving http://{listen}:{port}/api/v1 ({'bearer token required' if token else 'no auth'})",
-               err=True)
+    click.echo(f"serving http://{listen}:{port}/api/v1 and the status page at / "
+               f"({'bearer token required' if token else 'no auth'})", err=True)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again under the handlers it found:
     # with these, that ends in a normal exit 0 (as every smartsensor process stops), not in death by signal.
     for sig in (signal.SIGTERM, signal.SIGINT):
