@@ -144,3 +144,32 @@ def test_what_a_landing_waited_for_is_one_short_line() -> None:
     assert waited_for("Custom", None) == "Custom" and waited_for(None, "{") == "?"
     line = waited_for("N", json.dumps({"partition_names": [f"db.t/ds={i}" for i in range(100)]}))
     assert len(line) == 160 and line.endswith("…")
+
+
+def test_every_branch_of_the_page_renders_the_status_numbers(tmp_path) -> None:
+    """A status with zombies, a stale worker, a worker that never reported, warnings and no ratio: the page
+    renders it (no database here) and states its numbers."""
+    from smartsensor.api.page import render_login, render_page
+    from tests.support.common import make_cfg
+    from tests.support.page_dom import external_references, page_numbers, status_numbers
+    cfg = make_cfg(tmp_path, f"sqlite:///{tmp_path / 'none.db'}")
+    status = {
+        "tasks_by_state": {"running": 2, "none": 1}, "waiting": 0, "distinct_hashes": 0, "dedup_ratio": None,
+        "stranded": 0, "problems": ["worker w: its last round failed: <boom>"],
+        "shards": [{"min": 0, "max": 10000, "waiting": 0, "distinct_hashes": 0}],
+        "leases": [{"shard_min": 0, "shard_max": 10000, "owner": "w", "epoch": 7, "expires_at": None,
+                    "expires_in": None, "expired": True}],
+        "lease_workers": [{"worker_id": "w", "hostname": None, "pid": None, "heartbeat_age": None, "stale": True,
+                           "ranges": [0]}],
+        "workers": [{"worker_id": "w", "pid": 3, "shard_min": 0, "shard_max": 10000, "last_round_at": None,
+                     "age_seconds": None, "last_round_seconds": None, "last_round": {"marked": {"success": 2}}}],
+        "zombies": [{"dag_id": "d", "task_id": "t", "execution_date": "2026-11-22T00:00:00", "hostname": None,
+                     "heartbeat_age": 7300.0}],
+    }
+    data = {"status": status, "history": [(T, {"running": 2, "none": 1})], "samples": 0, "tables": [],
+            "table_count": 0, "landings": [], "history_interval": 60.0, "history_retention": 604800.0, "now": T}
+    html = render_page(data, cfg)
+    assert page_numbers(html) == status_numbers(status)
+    assert external_references(html) == [] and "&lt;boom&gt;" in html and "2.0 h" in html
+    assert 'data-zombie="d.t"' in html and "stopped heartbeating" in html and "no task has succeeded yet" in html
+    assert "role=\"alert\"" not in render_login(None) and "wrong &amp; right" in render_login("wrong & right")
