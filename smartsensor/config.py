@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smartsensor.config_keys import (BOUNDS, KEY_INDEX, KEYS, Key, parse_bool, parse_float, parse_int,
-                                     parse_list)
+from smartsensor.config_keys import (BOUNDS, CATALOG_BACKENDS, KEY_INDEX, KEYS, Key, parse_bool, parse_float,
+                                     parse_int, parse_list)
 
 __all__ = [
     "BOUNDS", "KEYS", "Config", "ConfigError", "ENV_PREFIX", "Key", "ShardRange", "even_shard_ranges", "load_config",
@@ -134,6 +134,22 @@ class Config:
             return parse_shard_ranges(raw, limit)
         return even_shard_ranges(self.get("smart_sensor", "shards"), limit)
 
+    @property
+    def catalog_backend(self) -> str:
+        """'thrift' or 'spark': ``[smart_sensor] catalog_backend`` with auto resolved."""
+        backend = self.get("smart_sensor", "catalog_backend").lower()
+        uris = self.get("spark", "metastore_uris")
+        if backend not in CATALOG_BACKENDS:
+            raise ConfigError(f"[smart_sensor] catalog_backend must be one of {', '.join(CATALOG_BACKENDS)}, "
+                              f"got {_shown(backend)}")
+        if backend == "thrift" and not uris:
+            raise ConfigError("[smart_sensor] catalog_backend = thrift needs [spark] metastore_uris "
+                              "(thrift://host:port of a Hive metastore service); the embedded Derby "
+                              "catalog is reachable through Spark only (catalog_backend = spark or auto)")
+        if backend == "auto":
+            return "thrift" if uris else "spark"
+        return backend
+
     def spark_conf(self) -> dict[str, str]:
         """Extra ``[spark] conf`` pairs as a dict."""
         out: dict[str, str] = {}
@@ -229,3 +245,4 @@ def _validate(cfg: Config) -> None:
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()
+    cfg.catalog_backend  # raises ConfigError for an unknown backend, or thrift without metastore_uris

@@ -57,6 +57,7 @@ class Key:
 
 
 DAY = 24 * 3600.0
+CATALOG_BACKENDS = ("auto", "thrift", "spark")
 
 KEYS: tuple[Key, ...] = (
     Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", parse_str,
@@ -96,6 +97,14 @@ KEYS: tuple[Key, ...] = (
     Key("smart_sensor", "signal_poll_interval", "0.2", parse_float,
         "SQLite only: seconds between polls for landing signals (Postgres uses LISTEN/NOTIFY).",
         bounds=(0.01, 3600)),
+    Key("smart_sensor", "catalog_backend", "auto", parse_str,
+        "How workers list partitions: thrift (straight to [spark] metastore_uris over the metastore's thrift "
+        "API, no JVM), spark (SHOW PARTITIONS through a SparkSession), or auto: thrift when metastore_uris "
+        "is set, else spark."),
+    Key("smart_sensor", "metastore_timeout", "10", parse_float,
+        "Seconds the thrift catalog backend waits on a metastore socket (connect and each call) before "
+        "the check is a transient error and the connection is dropped.",
+        bounds=(0.1, 3600)),
     Key("spark", "master", "local[1]", parse_str, "Spark master URL."),
     Key("spark", "app_name", "smartsensor", parse_str, "Spark application name."),
     Key("spark", "warehouse_dir", "{SMARTSENSOR_HOME}/warehouse", parse_str, "spark.sql.warehouse.dir."),

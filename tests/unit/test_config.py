@@ -144,3 +144,23 @@ def test_example_file_documents_every_key_with_its_default() -> None:
 def test_every_numeric_key_has_bounds() -> None:
     from smartsensor.config_keys import KEYS, parse_float, parse_int
     assert [k.name for k in KEYS if k.parse in (parse_int, parse_float) and k.bounds is None] == []
+
+
+@pytest.mark.parametrize("body,backend", [
+    ("", "spark"),
+    ("[spark]\nmetastore_uris = thrift://h:9083\n", "thrift"),
+    ("[smart_sensor]\ncatalog_backend = spark\n[spark]\nmetastore_uris = thrift://h:9083\n", "spark"),
+    ("[smart_sensor]\ncatalog_backend = Thrift\n[spark]\nmetastore_uris = thrift://h:9083\n", "thrift"),
+])
+def test_catalog_backend_auto_resolves_by_metastore_uris(tmp_path: Path, body: str, backend: str) -> None:
+    assert load_config(str(write(tmp_path / "a.cfg", body)), environ={}).catalog_backend == backend
+
+
+@pytest.mark.parametrize("body,message", [
+    ("[smart_sensor]\ncatalog_backend = thrift\n", "catalog_backend = thrift needs [spark] metastore_uris"),
+    ("[smart_sensor]\ncatalog_backend = jdbc\n", "catalog_backend must be one of auto, thrift, spark, got 'jdbc'"),
+    ("[smart_sensor]\nmetastore_timeout = 0\n", "metastore_timeout must be between 0.1 and 3600, got 0"),
+])
+def test_catalog_backend_errors_at_load_time(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(str(write(tmp_path / "a.cfg", body)), environ={})
