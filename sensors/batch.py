@@ -11,15 +11,17 @@ column-type look-ups).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from smartsensor.sensors.catalog_errors import classify_error
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partition_types import partition_types_for
-from smartsensor.sensors.partitions import quote_identifier, sql_string_literal, unescape_partition_value
+from smartsensor.sensors.partition_types import PartitionTypes
+from smartsensor.sensors.partitions import unescape_partition_value
+from smartsensor.sensors.spark_catalog import SparkLister
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +68,47 @@ def answer_checks(db: str, table: str, listing: list[dict[str, str]],
     return results
 
 
+def local_path(uri: str) -> str:
+    """``file:///a/b`` (or ``file://host/a/b``) → ``/a/b``, taken literally as Hadoop's Path takes it."""
+    rest = uri[len("file://"):]
+    return rest if rest.startswith("/") else "/" + rest.partition("/")[2]
+
+
+class PartitionLister(Protocol):
+    """One catalog backend's partition listing (Spark's SHOW PARTITIONS, or the metastore's thrift API)."""
+
+    types: PartitionTypes  # the backend's cache of partition column types
+
+    def list_rows(self, db: str, table: str, spec: dict[str, str],
+                  columns: Callable[[], dict[str, str] | None]) -> list[str] | None:
+        """Escaped partition names (``ds=a%2Fb/hr=00``) of db.table, at least those matching ``spec``;
+        None if the table or database is missing. ``columns`` gives the table's partition column types
+        (cached) for a backend that needs them. Raises Transient/PermanentCheckError."""
+        ...
+
+
 class BatchChecker:
     """Answers checks against one SparkSession; one instance per round keeps the counters per round."""
 
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
+    def __init__(self, spark: Any = None, lister: PartitionLister | None = None,
+                 spark_provider: Callable[[], Any] | None = None) -> None:
+        """Partitions through ``lister`` (default: SHOW PARTITIONS on ``spark``); Spark itself, for paths
+        that are not file:// and for user sensors, is ``spark`` or made by ``spark_provider`` on first use."""
+        self._spark = spark
+        self._spark_provider = spark_provider
+        self.lister: PartitionLister = lister if lister is not None else SparkLister(self.spark)
         self.catalog_calls = 0
         self.fs_calls = 0
         self.schema_calls = 0
         self.catalog_seconds = 0.0
-        self.types = partition_types_for(spark)
+        self.types = self.lister.types
+
+    @property
+    def spark(self) -> Any:
+        """The SparkSession, started now if it was not yet (None without one or a provider)."""
+        if self._spark is None and self._spark_provider is not None:
+            self._spark = self._spark_provider()
+        return self._spark
 
     def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
         """Answer every check: True/False, or a TransientCheckError / PermanentCheckError."""
@@ -133,12 +166,9 @@ class BatchChecker:
         """Each check's spec with values as Spark stores them in this table's typed partition columns."""
         started = time.perf_counter()
         try:
-            types = self.types.cached(db, table)
+            types = self._columns(db, table)
             if types is None:
-                self.schema_calls += 1
-                types = self.types.fetch(db, table)
-                if types is None:
-                    return None
+                return None
             try:
                 return self.types.normalize(db, table, types, [c.spec for c in checks])
             except Exception as exc:  # noqa: BLE001 - a local Spark query; classified below
@@ -150,30 +180,35 @@ class BatchChecker:
             self.catalog_seconds += time.perf_counter() - started
 
     def list_partitions(self, db: str, table: str, spec: dict[str, str]) -> list[dict[str, str]] | None:
-        """One catalog call: the partitions of db.table matching ``spec`` (None if the table is missing)."""
-        sql = f"SHOW PARTITIONS {quote_identifier(db)}.{quote_identifier(table)}"
-        if spec:
-            sql += " PARTITION (" + ", ".join(
-                f"{quote_identifier(k)} = {sql_string_literal(v)}" for k, v in spec.items()) + ")"
+        """One catalog call: the partitions of db.table matching ``spec`` (None if the table is missing).
+
+        A listing may hold more than ``spec`` asks for (the thrift backend narrows by pattern, or not at
+        all on typed columns); answer_checks' exact membership keeps the answers right.
+        """
         self.catalog_calls += 1
         started = time.perf_counter()
         try:
-            rows = self.spark.sql(sql).collect()
-        except Exception as exc:  # noqa: BLE001 - classified below
-            kind = classify_error(exc)
-            if kind == "not_found":
-                return None
-            message = first_line(exc)
-            if kind == "transient":
-                raise TransientCheckError(f"metastore unreachable listing {db}.{table}: {message}") from exc
-            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: {message}") from exc
+            rows = self.lister.list_rows(db, table, spec, lambda: self._columns(db, table))
         finally:
             self.catalog_seconds += time.perf_counter() - started
-        return [parse_listing_row(row[0]) for row in rows]
+        return None if rows is None else [parse_listing_row(row) for row in rows]
+
+    def _columns(self, db: str, table: str) -> dict[str, str] | None:
+        """The table's partition columns and types, from the cache or one counted schema call."""
+        types = self.types.cached(db, table)
+        if types is None:
+            self.schema_calls += 1
+            types = self.types.fetch(db, table)
+        return types
 
     def _check_path(self, check: PathCheck) -> bool | CheckError:
         self.fs_calls += 1
         started = time.perf_counter()
+        if check.path.startswith("file://"):  # local: no JVM needed
+            try:
+                return os.path.exists(local_path(check.path))
+            finally:
+                self.catalog_seconds += time.perf_counter() - started
         try:
             jvm = self.spark.sparkContext._jvm
             path = jvm.org.apache.hadoop.fs.Path(check.path)

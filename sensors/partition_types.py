@@ -18,7 +18,7 @@ import weakref
 from typing import Any, Callable
 
 from smartsensor.sensors.catalog_errors import classify_error
-from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
+from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 
 TYPES_TTL_SECONDS = 300.0
 _STRING_TYPE = re.compile(r"(string|varchar\(\d+\)|char\(\d+\))")
@@ -30,12 +30,26 @@ _MAX_CACHED_VALUES = 100_000
 _CAST_BATCH = 500
 
 
+def is_string_type(typ: str) -> bool:
+    """Whether values of this column type are stored as given (no cast)."""
+    return _STRING_TYPE.fullmatch(typ) is not None
+
+
 class PartitionTypes:
     """Per-process cache of partition column types and of normalized partition values."""
 
     def __init__(self, spark: Any, ttl: float = TYPES_TTL_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 read_schema: Callable[[str, str], dict[str, str] | None] | None = None,
+                 cast: Callable[[set[tuple[str, str]]], dict[tuple[str, str], str | None]] | None = None,
+                 castable: Callable[[str], bool] | None = None) -> None:
+        """Spark reads the column types and casts by default; another catalog passes ``read_schema``
+        ({column: type} in partition order, None if the table is missing; may raise a CheckError),
+        ``cast`` ({(type, value): cast value or None}) and ``castable`` (types ``cast`` knows)."""
         self.spark = spark
+        self._read = read_schema or self._read_partition_schema
+        self._cast_values = cast or self._spark_cast
+        self._castable = castable or (lambda typ: _SAFE_TYPE.fullmatch(typ) is not None)
         self.ttl = ttl
         self.clock = clock
         self._types: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
@@ -55,7 +69,9 @@ class PartitionTypes:
         Raises TransientCheckError when the metastore cannot be reached, PermanentCheckError otherwise.
         """
         try:
-            types = self._read_partition_schema(db, table)
+            types = self._read(db, table)
+        except CheckError:
+            raise
         except Exception as exc:  # noqa: BLE001 - classified below
             kind = classify_error(exc)
             if kind == "not_found":
@@ -64,6 +80,9 @@ class PartitionTypes:
             if kind == "transient":
                 raise TransientCheckError(f"metastore unreachable reading {db}.{table}: {first_line(exc)}") from exc
             raise PermanentCheckError(f"reading the columns of {db}.{table} failed: {first_line(exc)}") from exc
+        if types is None:
+            self.forget(db, table)
+            return None
         self._types[(db, table)] = (self.clock(), types)
         return types
 
@@ -88,7 +107,7 @@ class PartitionTypes:
         wanted = {(types[k], v) for spec in specs for k, v in spec
                   if k in types and not _STRING_TYPE.fullmatch(types[k]) and v != DEFAULT_PARTITION_NAME
                   and (types[k], v) not in self._values}
-        self._cast({pair for pair in wanted if _SAFE_TYPE.fullmatch(pair[0])})
+        self._cast({pair for pair in wanted if self._castable(pair[0])})
         out: list[tuple[tuple[str, str], ...] | PermanentCheckError] = []
         for spec in specs:
             pairs: list[tuple[str, str]] = []
@@ -97,7 +116,7 @@ class PartitionTypes:
                 typ = types.get(k)
                 if typ is None or _STRING_TYPE.fullmatch(typ) or v == DEFAULT_PARTITION_NAME:
                     pairs.append((k, v))
-                elif not _SAFE_TYPE.fullmatch(typ):
+                elif not self._castable(typ):
                     error = PermanentCheckError(f"{db}.{table}: partition column {k!r} has unsupported type {typ!r}")
                     break
                 elif self._values.get((typ, v)) is None:
@@ -110,9 +129,15 @@ class PartitionTypes:
         return out
 
     def _cast(self, pairs: set[tuple[str, str]]) -> None:
-        """Cast values to their types and back to text in Spark (local work, no catalog call)."""
+        if not pairs:
+            return
         if len(self._values) + len(pairs) > _MAX_CACHED_VALUES:
             self._values.clear()
+        self._values.update(self._cast_values(pairs))
+
+    def _spark_cast(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+        """Cast values to their types and back to text in Spark (local work, no catalog call)."""
+        out: dict[tuple[str, str], str | None] = {}
         ordered = sorted(pairs)
         for start in range(0, len(ordered), _CAST_BATCH):
             chunk = ordered[start:start + _CAST_BATCH]
@@ -121,7 +146,8 @@ class PartitionTypes:
             self.cast_queries += 1
             row = self.spark.sql(sql, args={f"v{i}": value for i, (_, value) in enumerate(chunk)}).collect()[0]
             for i, pair in enumerate(chunk):
-                self._values[pair] = row[i]
+                out[pair] = row[i]
+        return out
 
 
 _BY_SESSION: "weakref.WeakKeyDictionary[Any, PartitionTypes]" = weakref.WeakKeyDictionary()

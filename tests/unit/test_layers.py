@@ -14,7 +14,9 @@ PACKAGES = {"smartsensor": ROOT / "smartsensor", "smartsensor.sensors": ROOT / "
 
 # Lower number = lower layer. A module may import its own layer or lower ones, never a higher one.
 ENTRY, SERVICE, ADAPTERS, PORTS, DOMAIN = 4, 3, 2, 1, 0
-CATALOG_ADAPTERS = {"smartsensor.sensors.batch", "smartsensor.sensors.partition_types"}
+CATALOG_ADAPTERS = {"smartsensor.sensors.batch", "smartsensor.sensors.partition_types",
+                    "smartsensor.sensors.spark_catalog", "smartsensor.sensors.thrift_catalog",
+                    "smartsensor.sensors.python_casts"}
 MAX_LINES = 300
 LONGER_WITH_A_REASON: dict[str, str] = {}
 
