@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from smartsensor.config_keys import (BOUNDS, CATALOG_BACKENDS, KEY_INDEX, KEYS, Key, parse_bool, parse_float,
                                      parse_int, parse_list)
@@ -146,9 +147,27 @@ class Config:
             raise ConfigError("[smart_sensor] catalog_backend = thrift needs [spark] metastore_uris "
                               "(thrift://host:port of a Hive metastore service); the embedded Derby "
                               "catalog is reachable through Spark only (catalog_backend = spark or auto)")
-        if backend == "auto":
-            return "thrift" if uris else "spark"
-        return backend
+        resolved = ("thrift" if uris else "spark") if backend == "auto" else backend
+        if resolved == "thrift":
+            self.metastore_uris  # raises ConfigError naming a URI that is not thrift://host:port
+        return resolved
+
+    @property
+    def metastore_uris(self) -> list[tuple[str, int]]:
+        """``[spark] metastore_uris`` as (host, port) pairs, in order."""
+        out = []
+        for item in (i.strip() for i in self.get("spark", "metastore_uris").split(",")):
+            if not item:
+                continue
+            try:
+                parts = urlsplit(item)
+                port = parts.port
+            except ValueError:
+                port = None
+            if parts.scheme != "thrift" or not parts.hostname or port is None:
+                raise ConfigError(f"[spark] metastore_uris: {_shown(item)} is not of the form thrift://host:port")
+            out.append((parts.hostname, port))
+        return out
 
     def spark_conf(self) -> dict[str, str]:
         """Extra ``[spark] conf`` pairs as a dict."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable
 
 from smartsensor.config import Config
@@ -18,16 +19,52 @@ log = logging.getLogger(__name__)
 Counters = dict[str, float]
 
 
-def spark_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> Callable[[], CheckAnswerer]:
-    """The production answerer: a BatchChecker on this process's SparkSession (or the provider's),
-    created only when a round has something to check, so a worker with nothing due starts no JVM."""
+def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> Callable[[], CheckAnswerer]:
+    """The production answerer factory: a BatchChecker per round over ``[smart_sensor] catalog_backend``.
+
+    spark: SHOW PARTITIONS on this process's SparkSession (or the provider's), started with the first
+    round that has something to check. thrift: the process's ThriftCatalog; Spark starts only if a check
+    needs it (a path that is not file://, or a user sensor reading ``context['spark']``).
+    """
+    backend = cfg.catalog_backend
+    catalogs: list[Any] = []
+    lock = threading.Lock()
+
+    def spark() -> Any:
+        if spark_provider is not None:
+            return spark_provider()
+        from smartsensor.adapters.spark import get_spark
+        return get_spark(cfg)
+
     def make() -> CheckAnswerer:
         from smartsensor.sensors.batch import BatchChecker
-        if spark_provider is None:
-            from smartsensor.adapters.spark import get_spark
-            return BatchChecker(get_spark(cfg))
-        return BatchChecker(spark_provider())
+        if backend == "spark":
+            return BatchChecker(spark())
+        with lock:
+            if not catalogs:
+                from smartsensor.sensors.thrift_catalog import ThriftCatalog
+                catalogs.append(ThriftCatalog.from_config(cfg))
+        return BatchChecker(lister=catalogs[0], spark_provider=spark)
     return make
+
+
+spark_answerer = catalog_answerer  # the name callers used before the thrift backend
+
+
+class PokeContext(dict):  # type: ignore[type-arg]
+    """A user sensor's poke context: ``context['spark']`` starts Spark only when a sensor asks for it."""
+
+    def __init__(self, checker: CheckAnswerer) -> None:
+        super().__init__(checker=checker)
+        self._checker = checker
+
+    def __missing__(self, key: str) -> Any:
+        if key == "spark":
+            return self._checker.spark
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[key] if key == "spark" or key in self else default
 
 
 def poke_plans(plans: list[RoundPlan], answerer: Callable[[], CheckAnswerer], poke_timeout: float) -> Counters:
@@ -46,7 +83,7 @@ def poke_plans(plans: list[RoundPlan], answerer: Callable[[], CheckAnswerer], po
                     g.outcome = TransientCheckError(f"Spark unavailable: {exc}")
         return counters
     answers = checker.check_all(c for p in plans for checks in p.batched.values() for c in checks)
-    context = {"checker": checker, "spark": checker.spark}
+    context = PokeContext(checker)
     poker = poker_for(poke_timeout)
     for p in plans:
         for g in p.due:

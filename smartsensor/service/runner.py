@@ -21,7 +21,7 @@ from smartsensor.config import Config
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.leases import LeaseManager
-from smartsensor.service.poke import spark_answerer
+from smartsensor.service.poke import catalog_answerer
 from smartsensor.service.round import ShardWorker, run_round
 from smartsensor.service.round_report import RoundResult
 from smartsensor.service.signals import SignalListener, canonical_signal
@@ -63,7 +63,7 @@ class LeasedWorker:
         self.cfg = cfg
         self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
         self.store = SqlRoundStore(engine)
-        self.answerer = spark_answerer(cfg, spark_provider)
+        self.answerer = catalog_answerer(cfg, spark_provider)
         self.workers: dict[int, ShardWorker] = {}
         self._lock = threading.Lock()
         self._last_prune = datetime.min

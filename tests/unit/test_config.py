@@ -164,3 +164,11 @@ def test_catalog_backend_auto_resolves_by_metastore_uris(tmp_path: Path, body: s
 def test_catalog_backend_errors_at_load_time(tmp_path: Path, body: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(str(write(tmp_path / "a.cfg", body)), environ={})
+
+
+def test_metastore_uris_parse_in_order_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    good = write(tmp_path / "a.cfg", "[spark]\nmetastore_uris = thrift://h1:9083, thrift://h2:9084\n")
+    assert load_config(str(good), environ={}).metastore_uris == [("h1", 9083), ("h2", 9084)]
+    bad = write(tmp_path / "b.cfg", "[spark]\nmetastore_uris = thrift://h1:9083, h2:9084\n")
+    with pytest.raises(ConfigError, match=re.escape("[spark] metastore_uris: 'h2:9084' is not of the form")):
+        load_config(str(bad), environ={})

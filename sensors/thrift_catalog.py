@@ -1,0 +1,161 @@
+"""The thrift catalog backend: partition names straight from the Hive metastore's thrift API, no JVM.
+
+One ``ThriftCatalog`` per worker process holds a pool of at most ``POOL_SIZE`` connections (a thrift
+client is not thread-safe: a thread takes one for each call), tries ``[spark] metastore_uris`` in
+order when it connects, and drops a connection on any transport error (the table's checks are then
+transient errors; a pooled connection the server closed is retried once on a fresh one). Column types
+come from one cached ``get_table`` per table; check values are cast in Python as Spark would cast them
+(smartsensor.sensors.python_casts). Names come back escaped exactly like ``SHOW PARTITIONS`` rows.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Callable
+
+from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
+from hmsclient.genthrift.hive_metastore.ttypes import MetaException, NoSuchObjectException
+from thrift.protocol.TBinaryProtocol import TBinaryProtocolAccelerated
+from thrift.Thrift import TApplicationException
+from thrift.transport.TSocket import TSocket
+from thrift.transport.TTransport import TBufferedTransport, TTransportException
+
+from smartsensor.config import Config
+from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
+from smartsensor.sensors.partition_types import PartitionTypes, is_string_type
+from smartsensor.sensors.python_casts import python_cast_all, python_castable
+
+POOL_SIZE = 2
+# Values the metastore's pattern match takes literally enough to narrow by (a '.' may match more, never less).
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.\-]+")
+# Errors after which the server answered in full: the connection stays usable.
+_ANSWERED = (NoSuchObjectException, MetaException, TApplicationException)
+
+
+class _Connection:
+    def __init__(self, uri: str, transport: Any) -> None:
+        self.uri = uri
+        self.transport = transport
+        self.client = ThriftHiveMetastore.Client(TBinaryProtocolAccelerated(transport))
+
+    def close(self) -> None:
+        try:
+            self.transport.close()
+        except Exception:  # noqa: BLE001 - closing a broken socket must not raise
+            pass
+
+
+class ThriftCatalog:
+    """A PartitionLister over the metastore's thrift API, shared by every round of one process."""
+
+    def __init__(self, uris: list[tuple[str, int]], timeout: float, pool_size: int = POOL_SIZE) -> None:
+        self.uris = uris
+        self.timeout = timeout
+        self.connects = 0  # connections opened so far
+        self._idle: list[_Connection] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all,
+                                    castable=python_castable)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> "ThriftCatalog":
+        return cls(cfg.metastore_uris, cfg.get("smart_sensor", "metastore_timeout"))
+
+    # -- connections ---------------------------------------------------------------------------------
+
+    def _connect(self) -> _Connection:
+        errors = []
+        for host, port in self.uris:
+            sock = TSocket(host, port)
+            sock.setTimeout(self.timeout * 1000)  # milliseconds; connect and every read
+            transport = TBufferedTransport(sock)
+            try:
+                transport.open()
+            except (TTransportException, OSError) as exc:
+                errors.append(f"thrift://{host}:{port}: {first_line(exc)}")
+                continue
+            self.connects += 1
+            return _Connection(f"thrift://{host}:{port}", transport)
+        raise TransientCheckError("no metastore reachable: " + "; ".join(errors))
+
+    def call(self, what: str, method: str, *args: Any) -> Any:
+        """One thrift call on a pooled connection. Transport errors → TransientCheckError (the connection
+        is dropped); the metastore's own exceptions are raised as they are."""
+        if not self._slots.acquire(timeout=self.timeout * 2):
+            raise TransientCheckError(f"no metastore connection free {what} within {self.timeout * 2:g} s")
+        try:
+            for attempt in (1, 2):
+                with self._lock:
+                    conn = self._idle.pop() if self._idle else None
+                reused = conn is not None
+                conn = conn or self._connect()
+                try:
+                    result = getattr(conn.client, method)(*args)
+                except _ANSWERED:
+                    self._give_back(conn)
+                    raise
+                except Exception as exc:  # noqa: BLE001 - transport/protocol: the stream is unusable
+                    conn.close()
+                    timed_out = isinstance(exc, TimeoutError) or "timed out" in str(exc)
+                    if reused and attempt == 1 and not timed_out:
+                        continue  # the server closed an idle connection: try once on a fresh one
+                    raise TransientCheckError(f"metastore {conn.uri} unreachable {what}: "
+                                              f"{type(exc).__name__}: {first_line(exc)}") from exc
+                self._give_back(conn)
+                return result
+            raise AssertionError("unreachable")
+        finally:
+            self._slots.release()
+
+    def _give_back(self, conn: _Connection) -> None:
+        with self._lock:
+            self._idle.append(conn)
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    # -- the PartitionLister -------------------------------------------------------------------------
+
+    def _read_schema(self, db: str, table: str) -> dict[str, str] | None:
+        """{partition column: type} in partition order; None if the table or database is missing."""
+        try:
+            t = self.call(f"reading {db}.{table}", "get_table", db, table)
+        except NoSuchObjectException:
+            return None
+        except _ANSWERED as exc:
+            raise PermanentCheckError(f"reading the columns of {db}.{table} failed: {first_line(exc)}") from exc
+        return {k.name.lower(): k.type.lower() for k in (t.partitionKeys or [])}
+
+    def list_rows(self, db: str, table: str, spec: dict[str, str],
+                  columns: Callable[[], dict[str, str] | None]) -> list[str] | None:
+        """Escaped partition names of db.table: ``get_partition_names_ps`` narrowed by the spec's plain
+        values on string columns (values in column order, '' for any), else ``get_partition_names``."""
+        cols = columns()
+        if cols is None:
+            return None
+        if not cols:
+            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: not a partitioned table")
+        unknown = sorted(set(spec) - set(cols))
+        if unknown:
+            raise PermanentCheckError(f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(cols)})")
+        narrowing = {k: v for k, v in spec.items() if is_string_type(cols[k]) and _PLAIN_VALUE.fullmatch(v)}
+        what = f"listing {db}.{table}"
+        try:
+            if narrowing:
+                return list(self.call(what, "get_partition_names_ps", db, table,
+                                      [narrowing.get(k, "") for k in cols], -1))
+            return list(self.call(what, "get_partition_names", db, table, -1))
+        except NoSuchObjectException:
+            self.types.forget(db, table)
+            return None
+        except _ANSWERED as exc:  # get_partition_names answers a dropped table with an "Internal error"
+            self.types.forget(db, table)
+            if self._read_schema(db, table) is None:
+                return None
+            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: {first_line(exc)}") from exc
