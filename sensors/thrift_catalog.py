@@ -98,7 +98,7 @@ class ThriftCatalog:
                     raise
                 except Exception as exc:  # noqa: BLE001 - transport/protocol: the stream is unusable
                     conn.close()
-                    timed_out = isinstance(exc, TimeoutError) or "timed out" in str(exc)
+                    timed_out = isinstance(exc, TimeoutError) or any(w in str(exc) for w in ("timeout", "timed out"))
                     if reused and attempt == 1 and not timed_out:
                         continue  # the server closed an idle connection: try once on a fresh one
                     raise TransientCheckError(f"metastore {conn.uri} unreachable {what}: "

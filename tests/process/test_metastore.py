@@ -23,7 +23,8 @@ from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore import free_port
 from smartsensor.adapters.metastore_process import port_answers
 from smartsensor.config import Config
-from tests.support.common import ROOT, make_cfg
+from tests.support.common import ROOT
+from tests.support.metastore_service import service_cfg, service_fixture, spark_env  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -79,22 +80,6 @@ print(json.dumps({"partitions": parts, "rows": rows}), flush=True)
 """
 
 
-def service_cfg(home: Path, port: int, **overrides: str) -> Config:
-    return make_cfg(home, "sqlite://", metastore__port=str(port),
-                    spark__metastore_uris=f"thrift://127.0.0.1:{port}", **overrides)
-
-
-def spark_env(cfg: Config) -> dict[str, str]:
-    """Environment of a Spark subprocess: same home, metastore URI and warehouse as the service."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR__")}
-    env.pop("SMARTSENSOR_CONFIG", None)
-    env.update(SMARTSENSOR_HOME=str(cfg.home), SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT),
-               SMARTSENSOR__SPARK__METASTORE_URIS=cfg.get("spark", "metastore_uris"),
-               SMARTSENSOR__SPARK__WAREHOUSE_DIR=cfg.get("spark", "warehouse_dir"),
-               SMARTSENSOR__SPARK__CONF="spark.driver.memory=512m")
-    return env
-
-
 class Procs:
     """Subprocesses of one test, each in its own process group, all killed at teardown."""
 
@@ -133,17 +118,6 @@ def procs() -> Iterator[Procs]:
     p = Procs()
     yield p
     p.kill_all()
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
-    """One running metastore service for the module, stopped at teardown whatever happened."""
-    cfg = service_cfg(tmp_path_factory.mktemp("metastore-home"), free_port())
-    try:
-        metastore.start(cfg)
-        yield cfg
-    finally:
-        metastore.stop(cfg)
 
 
 # -- lifecycle -------------------------------------------------------------------------------------

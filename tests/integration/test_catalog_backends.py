@@ -1,0 +1,153 @@
+"""Both catalog backends on one metastore service give the same answers: escaping, unicode, typed columns,
+missing and unpartitioned tables, partial specs. Spark runs in one subprocess (the session's ``spark``
+fixture has its own Derby); the thrift backend runs here, with no JVM. Also the thrift pool: URIs in
+order, reconnecting, the socket timeout, and the answerer that picks the backend."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from smartsensor.adapters.metastore import free_port
+from smartsensor.config import Config
+from smartsensor.sensors.batch import BatchChecker
+from smartsensor.sensors.checks import PathCheck
+from smartsensor.sensors.errors import TransientCheckError
+from smartsensor.sensors.thrift_catalog import ThriftCatalog
+from smartsensor.service.poke import catalog_answerer
+from tests.support.catalog_cases import CASES, DB
+from tests.support.common import ROOT
+from tests.support.metastore_service import service_fixture, spark_env  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.slow
+
+SPARK_SIDE = r"""
+import json
+from smartsensor.config import load_config
+from smartsensor.adapters.spark import get_spark
+from smartsensor.sensors.batch import BatchChecker
+from tests.support.catalog_cases import CASES, SETUP, outcome
+spark = get_spark(load_config())
+for sql in SETUP:
+    spark.sql(sql)
+answers = BatchChecker(spark).check_all(c for c, _ in CASES)
+print(json.dumps([outcome(answers[c]) for c, _ in CASES]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def spark_answers(service: Config) -> list[Any]:
+    """Land the tables through Spark on the service and answer every case with the spark backend."""
+    proc = subprocess.run([sys.executable, "-c", SPARK_SIDE], env=spark_env(service), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def thrift(service: Config, timeout: float = 5.0) -> ThriftCatalog:
+    return ThriftCatalog(service.metastore_uris, timeout)
+
+
+@pytest.mark.parametrize("backend", ["spark", "thrift"])
+def test_both_backends_answer_the_same(backend: str, service: Config, spark_answers: list[Any]) -> None:
+    from tests.support.catalog_cases import outcome
+    if backend == "spark":
+        got = spark_answers
+    else:
+        checker = BatchChecker(lister=thrift(service), spark_provider=lambda: pytest.fail("no Spark here"))
+        answers = checker.check_all(c for c, _ in CASES)
+        got = [outcome(answers[c]) for c, _ in CASES]
+        tables = len({c.table_key for c, _ in CASES})
+        assert checker.catalog_calls <= tables and checker.schema_calls <= tables
+    wrong = [(c, want, answer) for (c, want), answer in zip(CASES, got) if answer != want]
+    assert not wrong, wrong
+
+
+def test_thrift_caches_columns_and_lists_once_per_table(service: Config, spark_answers: list[Any]) -> None:
+    catalog = thrift(service)
+    first = BatchChecker(lister=catalog)
+    checks = [c for c, _ in CASES if c.table == "typed"]
+    first.check_all(checks)
+    assert (first.catalog_calls, first.schema_calls) == (1, 1)
+    second = BatchChecker(lister=catalog)
+    second.check_all(checks)
+    assert (second.catalog_calls, second.schema_calls) == (1, 0)  # get_table cached by the catalog
+    assert catalog.connects == 1
+    # the metastore matches a narrowing value as a pattern: '.' also lists 'a b' (answer_checks is exact)
+    listed = second.list_partitions(DB, "esc", {"ds": "a.b"})
+    assert sorted(p["ds"] for p in listed) == ["a b", "a.b"]
+
+
+def test_a_dead_uri_first_then_the_live_one(service: Config, spark_answers: list[Any]) -> None:
+    dead = ("127.0.0.1", free_port())
+    catalog = ThriftCatalog([dead, *service.metastore_uris], 5.0)
+    assert BatchChecker(lister=catalog).list_partitions(DB, "typed", {}) == [{"ds": "2026-01-05", "hr": "0"}]
+    assert catalog.connects == 1 and catalog._idle[0].uri == f"thrift://127.0.0.1:{service.get('metastore', 'port')}"
+    all_dead = BatchChecker(lister=ThriftCatalog([dead], 5.0))
+    [(check, answer)] = all_dead.check_all([CASES[0][0]]).items()
+    assert isinstance(answer, TransientCheckError) and "no metastore reachable" in str(answer), answer
+
+
+def test_a_closed_connection_reconnects(service: Config, spark_answers: list[Any]) -> None:
+    catalog = thrift(service)
+    checker = BatchChecker(lister=catalog)
+    assert checker.list_partitions(DB, "typed", {}) == [{"ds": "2026-01-05", "hr": "0"}]
+    catalog._idle[0].transport.close()  # as if the metastore had dropped the idle connection
+    assert checker.list_partitions(DB, "typed", {}) == [{"ds": "2026-01-05", "hr": "0"}]
+    assert catalog.connects == 2 and len(catalog._idle) == 1
+
+
+@pytest.fixture
+def silent_server() -> Iterator[tuple[str, int]]:
+    """A port that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()
+    stop.set()
+    thread.join()
+    for s in accepted:
+        s.close()
+    server.close()
+
+
+def test_a_silent_metastore_times_out_as_configured(silent_server: tuple[str, int]) -> None:
+    catalog = ThriftCatalog([silent_server], timeout=0.5)
+    started = time.monotonic()
+    [answer] = BatchChecker(lister=catalog).check_all([CASES[0][0]]).values()
+    took = time.monotonic() - started
+    assert isinstance(answer, TransientCheckError) and "read timeout" in str(answer), answer
+    assert 0.4 < took < 3, took
+    assert catalog._idle == []  # the connection was dropped
+
+
+def test_the_answerer_uses_thrift_and_no_spark_for_partitions_and_local_paths(
+        service: Config, spark_answers: list[Any], tmp_path: Any) -> None:
+    assert service.catalog_backend == "thrift"
+    make = catalog_answerer(service, spark_provider=lambda: pytest.fail("Spark was started"))
+    checker = make()
+    assert isinstance(checker.lister, ThriftCatalog)
+    (tmp_path / "_SUCCESS").write_text("")
+    here, gone = PathCheck((tmp_path / "_SUCCESS").as_uri()), PathCheck(f"file://{tmp_path}/nope")
+    answers = checker.check_all([here, gone, CASES[0][0]])
+    assert answers == {here: True, gone: False, CASES[0][0]: True}
+    assert make().lister is checker.lister  # one catalog (and pool) per process
