@@ -1,9 +1,9 @@
 """Answer many checks with at most one catalog call per (db, table) and one FS call per path.
 
-For each table the checker lists partitions once, narrowed by the spec pairs common to every
-check on that table (``SHOW PARTITIONS db.t PARTITION (k='v')``), then answers each check by set
-membership on the unescaped listing, its values first cast as Spark stores them for typed
-partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see smartsensor.sensors.partition_types).
+For each table the checker lists partitions once through its PartitionLister (Spark's
+``SHOW PARTITIONS db.t PARTITION (k='v')``, or the metastore's thrift API), narrowed by the spec
+pairs common to every check on that table, then answers each check by set membership on the
+unescaped listing, its values first cast as Spark stores them for typed partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see smartsensor.sensors.partition_types).
 Calls are counted in code (``catalog_calls``, ``fs_calls``, and ``schema_calls`` for the cached
 column-type look-ups).
 """
@@ -88,7 +88,7 @@ class PartitionLister(Protocol):
 
 
 class BatchChecker:
-    """Answers checks against one SparkSession; one instance per round keeps the counters per round."""
+    """Answers checks through one catalog backend; one instance per round keeps the counters per round."""
 
     def __init__(self, spark: Any = None, lister: PartitionLister | None = None,
                  spark_provider: Callable[[], Any] | None = None) -> None:
