@@ -3,7 +3,6 @@ JSON line with what it saw, for tests/airflow/test_provider_in_airflow.py to ass
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 
