@@ -1,4 +1,4 @@
-"""Benchmark: the same workload checked three ways, side by side, in one run.
+"""Benchmark: the same workload checked five ways, side by side, in one run.
 
 Workloads (``--scale`` shrinks them):
   W1  10,000 task instances over 1,000 distinct partitions in 20 tables
@@ -7,8 +7,13 @@ Workloads (``--scale`` shrinks them):
 Strategies:
   classic   one process per task poking on its own. A sample of real `run-task` processes is run;
             per-task cost is EXTRAPOLATED to the workload (marked "extrap." in the table).
-  per-hash  Airflow's smart-sensor algorithm: one check per distinct hash per round.
-  batched   ours: one catalog call per table per round.
+  per-hash  Airflow's smart-sensor algorithm: one check per distinct hash per round (Spark catalog).
+  batched   ours: one catalog call per table per round, through Spark (SHOW PARTITIONS).
+  thrift    ours: the same round through the metastore's thrift API (no JVM; catalog_backend = thrift).
+  triggerer what Airflow users run today, SIMULATED: one asyncio coroutine per task, each its own metastore
+            call per poke (Airflow's triggerer does not deduplicate). See scripts/bench_catalog.py.
+Also: the peak RSS of a real `worker --once` process on each backend (its JVM included), and the
+metastore's own floor per listing, measured in the same run.
 
 Everything runs against a real Hive metastore service (thrift, started here) and a real metadata
 DB (SQLite by default, ``--db-url`` for Postgres). Counters (catalog calls, DB statements) come from
@@ -47,6 +52,9 @@ from smartsensor.service.registration import build_row  # noqa: E402
 from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
 from smartsensor.service.round import ShardWorker, run_round  # noqa: E402
 from smartsensor.service.round_report import RoundResult  # noqa: E402
+from smartsensor.sensors.thrift_catalog import ThriftCatalog  # noqa: E402
+
+import bench_catalog  # noqa: E402  (scripts/, beside this file)
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -164,23 +172,30 @@ def reset(engine: Any) -> None:
         bench_sql.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
 
 
-STRATEGIES: dict[str, Callable[[list[ShardWorker], Any], Measure]] = {"per-hash": per_hash_round,
-                                                                       "batched": batched_round}
+ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "triggerer")
+
+
+def strategies(engine: Any, cfg: Any, spark: Any, catalog: ThriftCatalog) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
+    """Each strategy as one round over fresh workers (classic is sampled separately)."""
+    timeout = cfg.get("smart_sensor", "metastore_timeout")
+    return {"per-hash": lambda w: per_hash_round(w, spark), "batched": lambda w: batched_round(w, spark),
+            "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
+            "triggerer": lambda w: Measure(**bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout))}
 
 
 def measure_strategies(engine: Any, cfg: Any, spark: Any, db: str, shards: int, landed: list[int],
-                       tables: int, names: list[str]) -> dict[str, tuple[Measure, Measure]]:
+                       tables: int, names: list[str], catalog: ThriftCatalog) -> dict[str, tuple[Measure, Measure]]:
     """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due)."""
     waiting = {}
-    chosen = {n: fn for n, fn in STRATEGIES.items() if n in names}
+    chosen = {n: fn for n, fn in strategies(engine, cfg, spark, catalog).items() if n in names}
     for name, fn in chosen.items():
         reset(engine)
-        waiting[name] = fn(shard_workers(engine, cfg, spark, shards), spark)
+        waiting[name] = fn(shard_workers(engine, cfg, spark, shards))
     land(spark, db, landed, tables)
     out = {}
     for name, fn in chosen.items():
         reset(engine)
-        out[name] = (waiting[name], fn(shard_workers(engine, cfg, spark, shards), spark))
+        out[name] = (waiting[name], fn(shard_workers(engine, cfg, spark, shards)))
     return out
 
 
@@ -299,7 +314,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
 
 
 def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, cfg: Any, cfg_path: Path,
-                 env: dict[str, str]) -> dict[str, Any]:
+                 env: dict[str, str], catalog: ThriftCatalog) -> dict[str, Any]:
     tasks, parts, tables = sizes(name, args.scale)
     console.print(f"[bold]{name}[/bold]: {tasks:,} tasks over {parts:,} partitions in {tables} tables")
     with engine.begin() as conn:
@@ -307,13 +322,20 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     db = db_name(name)
     setup_s = create_workload(spark, engine, cfg, db, tasks, parts, tables)
     landed = list(range(0, parts, max(1, round(1 / args.land_share))))
-    results = measure_strategies(engine, cfg, spark, db, args.shards, landed, tables, args.strategies)
+    results = measure_strategies(engine, cfg, spark, db, args.shards, landed, tables, args.strategies, catalog)
+    floor = bench_catalog.metastore_floor(cfg.metastore_uris, db, [partition_of(t, tables)[0] for t in range(tables)])
+    workers_rss = {}
+    for backend in ("spark", "thrift"):
+        reset(engine)
+        workers_rss[backend] = bench_catalog.worker_peak_rss(cfg_path, env, backend, cfg.shard_code_upper_limit,
+                                                             tree_peak_rss_mb)
     latency = (measure_latency(engine, cfg, spark, db, args.latency_samples, args.latency_poll_interval)
                if args.latency_samples else {})
+    common = {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,
+              "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": args.shards,
+              "latency": latency, "metastore_floor_seconds": round(floor, 5), "worker_rss": workers_rss}
     if "classic" not in args.strategies:
-        return {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,
-                "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": args.shards,
-                "classic_sample": {}, "latency": latency,
+        return {**common, "classic_sample": {},
                 "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()}, "_measures": results}
     classic = classic_sample(engine, cfg_path, env, args.classic_sample)
     # Classic, per poke interval: every waiting task pokes (1 catalog call: one table each) and reads its
@@ -323,40 +345,46 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     classic_land = Measure(len(landed) * (tasks // parts) * classic.catalog_calls,
                            len(landed) * (tasks // parts) * 2, classic.wall, 0, len(landed) * (tasks // parts), True)
     results["classic"] = (classic_wait, classic_land)
-    return {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables, "landed_partitions": len(landed),
-            "setup_seconds": round(setup_s, 2), "shards": args.shards, "latency": latency,
-            "classic_sample": classic.extra, "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()},
-            "_measures": results}
+    return {**common, "classic_sample": classic.extra,
+            "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()}, "_measures": results}
 
 
 def _calls(m: Measure) -> str:
     return f"{m.catalog_calls:,.0f}" + (f" +{m.schema_calls:,.0f} types" if m.schema_calls else "")
 
 
-def print_table(report: dict[str, Any], peak_rss: float) -> None:
+def print_table(report: dict[str, Any]) -> None:
     res: dict[str, tuple[Measure, Measure]] = report["_measures"]
     ours_w, ours_l = res["batched"]
     t = Table(title=f"{report['workload']}: {report['tasks']:,} tasks / {report['partitions']:,} partitions / "
                     f"{report['tables']} tables, {report['shards']} shards, {report['landed_partitions']:,} landed")
-    for col in ("strategy", "catalog calls/round", "DB stmts/round", "round s", "excl. catalog s",
-                "landing: calls", "stmts", "s", "marked", "peak RSS MB", "calls vs ours"):
+    for col in ("strategy", "catalog calls/round", "DB stmts/round", "round s", "excl. catalog s", "ms/call",
+                "landing: calls", "stmts", "s", "marked", "peak RSS MB", "calls vs ours", "round vs thrift"):
         t.add_column(col, justify="right" if col != "strategy" else "left")
-    sample = report["classic_sample"]
-    for name in ("classic", "per-hash", "batched"):
+    sample, rss_of = report["classic_sample"], report["worker_rss"]
+    fastest = res["thrift"][0].wall if "thrift" in res else None
+    for name in ALL_STRATEGIES:
         if name not in res:
             continue
         w, l = res[name]
-        ext = " (extrap.)" if w.extrapolated else ""
-        rss = (f"{sample['process_peak_rss_mb'] * report['tasks']:,.0f} (extrap.)" if name == "classic"
-               else f"{peak_rss:,.0f}")
+        ext = " (extrap.)" if w.extrapolated else " (sim.)" if name == "triggerer" else ""
+        rss = {"classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
+               "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}", "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
+               "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}", "triggerer": "-"}[name]
         wall = f"{w.wall:.1f}/task" if name == "classic" else f"{w.wall:.2f}"
-        excl = "-" if name == "classic" else f"{w.wall_excl_catalog:.2f}"
+        excl = "-" if name in ("classic", "triggerer") else f"{w.wall_excl_catalog:.2f}"
+        per_call = "-" if name == "classic" or not w.catalog_calls else f"{1000 * w.catalog_seconds / w.catalog_calls:.1f}"
         lwall = "-" if name == "classic" else f"{l.wall:.2f}"
         ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.0f}x" if ours_w.catalog_calls else "-"
-        t.add_row(name + ext, _calls(w), f"{w.db_statements:,.0f}", wall, excl,
-                  _calls(l), f"{l.db_statements:,.0f}", lwall, f"{l.marked:,}", rss, ratio)
-    t.caption = ("+N types: partition-type look-ups (one per table the first time it has partitions, "
-                 "then cached per process), timed inside catalog time")
+        vs = "-" if name == "classic" or not fastest else f"{w.wall / fastest:.1f}x"
+        t.add_row(name + ext, _calls(w), f"{w.db_statements:,.0f}", wall, excl, per_call,
+                  _calls(l), f"{l.db_statements:,.0f}", lwall, f"{l.marked:,}", rss, ratio, vs)
+    t.caption = ("+N types: partition-type look-ups (one per table the first time it has partitions, then cached "
+                 "per process), timed inside catalog time. peak RSS: a real `worker --once` over every shard on that "
+                 f"backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
+                 f"{rss_of['thrift']['jvm']}); classic: per process x tasks. Metastore floor per full listing "
+                 f"(fastest of 3 on one warm connection, median over tables): "
+                 f"{1000 * report['metastore_floor_seconds']:.1f} ms. triggerer: simulated, DB writes not counted")
     console.print(t)
     lat = report.get("latency")
     if lat:
@@ -378,9 +406,9 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--land-share", type=float, default=0.5, help="Share of partitions landed mid-run.")
     parser.add_argument("--classic-sample", type=int, default=3, help="Real run-task processes to time.")
-    parser.add_argument("--strategies", default="classic,per-hash,batched",
+    parser.add_argument("--strategies", default=",".join(ALL_STRATEGIES),
                         type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
-                        help="Comma list of classic, per-hash, batched (batched is always included).")
+                        help=f"Comma list of {', '.join(ALL_STRATEGIES)} (batched is always included).")
     parser.add_argument("--latency-samples", type=int, default=5, help="Landings timed per latency row (0: skip).")
     parser.add_argument("--latency-poll-interval", type=float, default=5.0,
                         help="poke_interval of the probe tasks timed without a signal.")
@@ -390,7 +418,7 @@ def main() -> int:
     args = parser.parse_args()
     if not 0 < args.land_share <= 1 or args.scale <= 0 or args.shards < 1:
         parser.error("--land-share in (0, 1], --scale > 0, --shards >= 1")
-    unknown = set(args.strategies) - {"classic", "per-hash", "batched"}
+    unknown = set(args.strategies) - set(ALL_STRATEGIES)
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}")
     if "batched" not in args.strategies:
@@ -415,9 +443,11 @@ def main() -> int:
         engine = make_engine(cfg.sql_alchemy_conn)
         init_db(engine)
         spark = get_spark(cfg)
+        catalog = ThriftCatalog.from_config(cfg)
         for name in (["W1", "W2"] if args.workload == "both" else [args.workload]):
-            reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env))
-            print_table(reports[-1], tree_peak_rss_mb(os.getpid()))
+            reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, catalog))
+            print_table(reports[-1])
+        catalog.close()
     finally:
         metastore.stop(cfg)
     if len(reports) == 2:
