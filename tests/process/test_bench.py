@@ -38,6 +38,12 @@ def test_bench_smoke(tmp_path: Path) -> None:
         waiting = {k: v[0] for k, v in res.items()}
         landing = {k: v[1] for k, v in res.items()}
         assert waiting["batched"]["catalog_calls"] == w["tables"]  # one call per table per round
+        assert waiting["thrift"]["catalog_calls"] == w["tables"]  # the same, through thrift
+        assert waiting["triggerer"]["catalog_calls"] == w["tasks"]  # Airflow's triggerer: one per task per poke
+        assert landing["thrift"]["marked"] == landing["triggerer"]["marked"] == landing["batched"]["marked"]
+        assert w["worker_rss"]["spark"]["jvm"] is True and w["worker_rss"]["thrift"]["jvm"] is False
+        assert w["worker_rss"]["thrift"]["peak_rss_mb"] < w["worker_rss"]["spark"]["peak_rss_mb"]
+        assert 0 < w["metastore_floor_seconds"] < 1
         assert waiting["per-hash"]["catalog_calls"] == w["partitions"]  # one per distinct hash
         assert waiting["classic"]["catalog_calls"] == w["tasks"] and waiting["classic"]["extrapolated"]
         assert waiting["batched"]["db_statements"] == w["shards"]  # one load per shard, nothing to write
