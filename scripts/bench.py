@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -199,27 +198,6 @@ def measure_strategies(engine: Any, cfg: Any, spark: Any, db: str, shards: int, 
     return out
 
 
-def tree_peak_rss_mb(pid: int) -> float:
-    """Sum of VmHWM (peak RSS) over a process and its descendants, in MB."""
-    def children(p: int) -> list[int]:
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                return [int(x) for x in f.read().split()]
-        except OSError:
-            return []
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        stack += children(p)
-        try:
-            for line in open(f"/proc/{p}/status"):
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
-
-
 def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int) -> Measure:
     """Run `sample` real run-task processes on landed tasks; return per-task averages."""
     with engine.begin() as conn:
@@ -228,27 +206,12 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
             task_sql.set_state(conn, key, State.SCHEDULED)
     walls, rss, calls = [], [], []
     for key in keys:
-        started = time.perf_counter()
-        with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
-            proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "run-task",
-                                     key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"], env=env,
-                                     stdout=out_f, stderr=err_f, text=True)
-            peak = 0.0
-            while proc.poll() is None:  # the process and its JVM: sampled, since the JVM is not our child
-                peak = max(peak, tree_peak_rss_mb(proc.pid))
-                if time.perf_counter() - started > 300:
-                    proc.kill()
-                    raise SystemExit("run-task did not finish within 300 s")
-                time.sleep(0.1)
-            walls.append(time.perf_counter() - started)
-            out_f.seek(0)
-            err_f.seek(0)
-            stdout, stderr = out_f.read(), err_f.read()
-        if proc.returncode != 0:
-            raise SystemExit(f"run-task failed: {stderr.strip()[-500:]}")
-        out = json.loads(stdout.strip().splitlines()[-1])
-        calls.append(out["catalog_calls"])
-        rss.append(peak)
+        run = bench_catalog.run_sampled([sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path),
+                                         "run-task", key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"],
+                                        env, "run-task", 300)
+        walls.append(run.seconds)
+        calls.append(json.loads(run.stdout.strip().splitlines()[-1])["catalog_calls"])
+        rss.append(run.peak_rss_mb)
     return Measure(statistics.mean(calls), 2, statistics.mean(walls), 0.0, len(keys), True,
                    {"process_peak_rss_mb": max(rss), "sample": len(keys)})
 
@@ -327,8 +290,7 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     workers_rss = {}
     for backend in ("spark", "thrift"):
         reset(engine)
-        workers_rss[backend] = bench_catalog.worker_peak_rss(cfg_path, env, backend, cfg.shard_code_upper_limit,
-                                                             tree_peak_rss_mb)
+        workers_rss[backend] = bench_catalog.worker_peak_rss(cfg_path, env, backend, cfg.shard_code_upper_limit)
     latency = (measure_latency(engine, cfg, spark, db, args.latency_samples, args.latency_poll_interval)
                if args.latency_samples else {})
     common = {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,

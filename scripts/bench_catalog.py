@@ -11,8 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,43 +89,81 @@ def metastore_floor(uris: list[tuple[str, int]], db: str, tables: list[str], rep
     return statistics.median(best)
 
 
-def worker_peak_rss(cfg_path: Path, env: dict[str, str], backend: str, limit: int,
-                    tree_peak_rss_mb: Callable[[int], float]) -> dict[str, Any]:
-    """One real `smartsensor worker --once` over every shard on ``backend``: its peak RSS with every child
-    (a JVM included), sampled every 0.1 s, and whether a JVM ran."""
-    cmd = [sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "worker", "--once", "--json",
-           "--shard-min", "0", "--shard-max", str(limit)]
-    run_env = dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND=backend)
+@dataclass
+class Sampled:
+    """A finished subprocess with the peak RSS of it and its children, sampled every 0.1 s."""
+
+    stdout: str
+    seconds: float
+    peak_rss_mb: float
+    jvm: bool
+
+
+def run_sampled(cmd: list[str], env: dict[str, str], what: str, limit_s: float) -> Sampled:
+    """Run ``cmd`` to its end, sampling the peak RSS of its process tree (a JVM is not our child, so VmHWM of
+    the tree is read while it runs); exits the benchmark with its stderr if it fails or overruns."""
     started, peak, java = time.perf_counter(), 0.0, False
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
-        proc = subprocess.Popen(cmd, env=run_env, stdout=out_f, stderr=err_f, text=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f, text=True)
         while proc.poll() is None:
             peak = max(peak, tree_peak_rss_mb(proc.pid))
-            java = java or _has_java_child(proc.pid)
-            if time.perf_counter() - started > 600:
+            java = java or any(_comm(p) == "java" for p in _tree(proc.pid))
+            if time.perf_counter() - started > limit_s:
                 proc.kill()
-                raise SystemExit(f"worker --once ({backend}) did not finish within 600 s")
+                raise SystemExit(f"{what} did not finish within {limit_s:g} s")
             time.sleep(0.1)
+        seconds = time.perf_counter() - started
         out_f.seek(0)
         err_f.seek(0)
         stdout, stderr = out_f.read(), err_f.read()
     if proc.returncode != 0:
-        raise SystemExit(f"worker --once ({backend}) failed ({proc.returncode}): {stderr.strip()[-800:]}")
-    last = json.loads(stdout.strip().splitlines()[-1])
-    return {"peak_rss_mb": round(peak, 1), "jvm": java, "seconds": round(time.perf_counter() - started, 2),
+        raise SystemExit(f"{what} failed ({proc.returncode}): {stderr.strip()[-800:]}")
+    return Sampled(stdout, seconds, peak, java)
+
+
+def worker_peak_rss(cfg_path: Path, env: dict[str, str], backend: str, limit: int) -> dict[str, Any]:
+    """One real `smartsensor worker --once` over every shard on ``backend``: its peak RSS with every child
+    (a JVM included), and whether a JVM ran."""
+    cmd = [sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "worker", "--once", "--json",
+           "--shard-min", "0", "--shard-max", str(limit)]
+    run = run_sampled(cmd, dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND=backend),
+                      f"worker --once ({backend})", 600)
+    last = json.loads(run.stdout.strip().splitlines()[-1])
+    return {"peak_rss_mb": round(run.peak_rss_mb, 1), "jvm": run.jvm, "seconds": round(run.seconds, 2),
             "round_seconds": last.get("seconds"), "marked": sum(last.get("marked", {}).values())}
 
 
-def _has_java_child(pid: int) -> bool:
-    stack = [pid]
+def _tree(pid: int) -> list[int]:
+    """A process and its descendants."""
+    out, stack = [], [pid]
     while stack:
         p = stack.pop()
+        out.append(p)
         try:
             with open(f"/proc/{p}/task/{p}/children") as f:
                 stack += [int(x) for x in f.read().split()]
-            with open(f"/proc/{p}/comm") as f:
-                if f.read().strip() == "java":
-                    return True
         except OSError:
-            continue
-    return False
+            pass
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def tree_peak_rss_mb(pid: int) -> float:
+    """Sum of VmHWM (peak RSS) over a process and its descendants, in MB."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
