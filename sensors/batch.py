@@ -1,8 +1,8 @@
 """Answer many checks with at most one catalog call per (db, table) and one FS call per path.
 
-For each table the checker lists partitions once through its PartitionLister (Spark's
-``SHOW PARTITIONS db.t PARTITION (k='v')``, or the metastore's thrift API), narrowed by the spec
-pairs common to every check on that table, then answers each check by set membership on the
+For each table the checker lists partitions once through its PartitionLister (the SparkSession's
+external catalog, or the metastore's thrift API), narrowed inside the metastore by the plain string values
+common to every check on that table (a superset), then answers each check by set membership on the
 unescaped listing, its values first cast as Spark stores them for typed partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see smartsensor.sensors.partition_types).
 Calls are counted in code (``catalog_calls``, ``fs_calls``, and ``schema_calls`` for the cached
 column-type look-ups).
@@ -75,7 +75,7 @@ def local_path(uri: str) -> str:
 
 
 class PartitionLister(Protocol):
-    """One catalog backend's partition listing (Spark's SHOW PARTITIONS, or the metastore's thrift API)."""
+    """One catalog backend's partition listing (Spark's external catalog, or the metastore's thrift API)."""
 
     types: PartitionTypes  # the backend's cache of partition column types
 
@@ -92,7 +92,7 @@ class BatchChecker:
 
     def __init__(self, spark: Any = None, lister: PartitionLister | None = None,
                  spark_provider: Callable[[], Any] | None = None) -> None:
-        """Partitions through ``lister`` (default: SHOW PARTITIONS on ``spark``); Spark itself, for paths
+        """Partitions through ``lister`` (default: the external catalog of ``spark``); Spark itself, for paths
         that are not file:// and for user sensors, is ``spark`` or made by ``spark_provider`` on first use."""
         self._spark = spark
         self._spark_provider = spark_provider

@@ -35,6 +35,16 @@ def is_string_type(typ: str) -> bool:
     return _STRING_TYPE.fullmatch(typ) is not None
 
 
+# Values the metastore's partial-spec match takes literally enough to narrow a listing by ('.' may match
+# more, never less): both backends' listings are supersets, answered by exact membership.
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def narrowing_spec(spec: dict[str, str], columns: dict[str, str]) -> dict[str, str]:
+    """The pairs of ``spec`` a metastore listing can be narrowed by: plain values on string columns."""
+    return {k: v for k, v in spec.items() if is_string_type(columns[k]) and _PLAIN_VALUE.fullmatch(v)}
+
+
 class PartitionTypes:
     """Per-process cache of partition column types and of normalized partition values."""
 

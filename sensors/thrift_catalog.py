@@ -10,7 +10,6 @@ come from one cached ``get_table`` per table; check values are cast in Python as
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any, Callable
 
@@ -23,12 +22,10 @@ from thrift.transport.TTransport import TBufferedTransport, TTransportException
 
 from smartsensor.config import Config
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partition_types import PartitionTypes, is_string_type
+from smartsensor.sensors.partition_types import PartitionTypes, narrowing_spec
 from smartsensor.sensors.python_casts import python_cast_all, python_castable
 
 POOL_SIZE = 2
-# Values the metastore's pattern match takes literally enough to narrow by (a '.' may match more, never less).
-_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.\-]+")
 # Errors after which the server answered in full: the connection stays usable.
 _ANSWERED = (NoSuchObjectException, MetaException, TApplicationException)
 
@@ -140,11 +137,11 @@ class ThriftCatalog:
         if cols is None:
             return None
         if not cols:
-            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: not a partitioned table")
+            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: the table is not partitioned")
         unknown = sorted(set(spec) - set(cols))
         if unknown:
             raise PermanentCheckError(f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(cols)})")
-        narrowing = {k: v for k, v in spec.items() if is_string_type(cols[k]) and _PLAIN_VALUE.fullmatch(v)}
+        narrowing = narrowing_spec(spec, cols)
         what = f"listing {db}.{table}"
         try:
             if narrowing:

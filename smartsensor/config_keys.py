@@ -99,7 +99,7 @@ KEYS: tuple[Key, ...] = (
         bounds=(0.01, 3600)),
     Key("smart_sensor", "catalog_backend", "auto", parse_str,
         "How workers list partitions: thrift (straight to [spark] metastore_uris over the metastore's thrift "
-        "API, no JVM), spark (SHOW PARTITIONS through a SparkSession), or auto: thrift when metastore_uris "
+        "API, no JVM), spark (the SparkSession's external catalog), or auto: thrift when metastore_uris "
         "is set, else spark."),
     Key("smart_sensor", "metastore_timeout", "10", parse_float,
         "Seconds the thrift catalog backend waits on a metastore socket (connect and each call) before "

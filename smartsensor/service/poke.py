@@ -22,7 +22,7 @@ Counters = dict[str, float]
 def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> Callable[[], CheckAnswerer]:
     """The production answerer factory: a BatchChecker per round over ``[smart_sensor] catalog_backend``.
 
-    spark: SHOW PARTITIONS on this process's SparkSession (or the provider's), started with the first
+    spark: the external catalog of this process's SparkSession (or the provider's), started with the first
     round that has something to check. thrift: the process's ThriftCatalog; Spark starts only if a check
     needs it (a path that is not file://, or a user sensor reading ``context['spark']``).
     """

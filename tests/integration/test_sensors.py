@@ -113,14 +113,20 @@ def test_typed_partition_columns_match_as_spark_stores_them(spark: Any, hive_db:
     named = NamedHivePartitionSensor(task_id="n", partition_names=[f"{hive_db}.typed/ds=2026-1-5/hr=00/region=00"])
     by_hour = HivePartitionSensor(task_id="h", table=f"{hive_db}.typed", partition={"hr": 7})
     string_kept = HivePartitionSensor(task_id="s", table=f"{hive_db}.typed", partition={"region": "0"})
-    assert not poke(spark, named) and not poke(spark, by_hour)
+    before = BatchChecker(spark)
+    assert not named.poke({"checker": before}) and not by_hour.poke({"checker": before})
+    assert before.schema_calls == 1  # a listing needs the column types (is it partitioned? which to narrow by)
     spark.sql(f"ALTER TABLE {hive_db}.typed ADD PARTITION (ds='2026-01-05', hr=0, region='00')")
     spark.sql(f"ALTER TABLE {hive_db}.typed ADD PARTITION (ds='2026-01-06', hr='07', region='x')")
-    assert BatchChecker(spark).list_partitions(hive_db, "typed", {"hr": "0"}) == [
-        {"ds": "2026-01-05", "hr": "0", "region": "00"}]
     first = BatchChecker(spark)
     assert named.poke({"checker": first}) and by_hour.poke({"checker": first})
-    assert (first.catalog_calls, first.schema_calls) == (2, 1)  # column types looked up once, then cached
+    assert (first.catalog_calls, first.schema_calls) == (2, 0)  # column types looked up once, then cached
+    # The metastore narrows a listing by plain values of string columns; typed ones are matched afterwards
+    # (the listing is a superset; the answers use exact membership with values cast as stored).
+    assert BatchChecker(spark).list_partitions(hive_db, "typed", {"region": "00"}) == [
+        {"ds": "2026-01-05", "hr": "0", "region": "00"}]
+    assert {"ds": "2026-01-05", "hr": "0", "region": "00"} in BatchChecker(spark).list_partitions(
+        hive_db, "typed", {"hr": "0"})
     assert not poke(spark, string_kept)  # a string column keeps '0' and '00' apart
 
     bad = PartitionCheck(hive_db, "typed", (("hr", "1; DROP TABLE x"),), exact=False)
