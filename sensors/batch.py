@@ -79,11 +79,10 @@ class PartitionLister(Protocol):
 
     types: PartitionTypes  # the backend's cache of partition column types
 
-    def list_rows(self, db: str, table: str, spec: dict[str, str],
-                  columns: Callable[[], dict[str, str] | None]) -> list[str] | None:
-        """Escaped partition names (``ds=a%2Fb/hr=00``) of db.table, at least those matching ``spec``;
-        None if the table or database is missing. ``columns`` gives the table's partition column types
-        (cached) for a backend that needs them. Raises Transient/PermanentCheckError."""
+    def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
+        """Escaped partition names (``ds=a%2Fb/hr=00``) of db.table, at least those matching ``spec`` (whose
+        keys are all among ``columns``, the table's partition column types); None if the table or database
+        is missing. Raises Transient/PermanentCheckError."""
         ...
 
 
@@ -188,7 +187,15 @@ class BatchChecker:
         self.catalog_calls += 1
         started = time.perf_counter()
         try:
-            rows = self.lister.list_rows(db, table, spec, lambda: self._columns(db, table))
+            cols = self._columns(db, table)
+            if cols is None:
+                return None
+            if not cols:
+                raise PermanentCheckError(f"listing partitions of {db}.{table} failed: the table is not partitioned")
+            unknown = sorted(set(spec) - set(cols))
+            if unknown:
+                raise PermanentCheckError(f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(cols)})")
+            rows = self.lister.list_rows(db, table, spec, cols)
         finally:
             self.catalog_seconds += time.perf_counter() - started
         return None if rows is None else [parse_listing_row(row) for row in rows]

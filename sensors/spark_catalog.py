@@ -8,7 +8,7 @@ and fetched in pieces of at most ``CHUNK`` characters: py4j replies over ~8 KB s
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from smartsensor.sensors.catalog_errors import classify_error
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
@@ -24,21 +24,12 @@ class SparkLister:
         self.spark = spark
         self.types: PartitionTypes = partition_types_for(spark)
 
-    def list_rows(self, db: str, table: str, spec: dict[str, str],
-                  columns: Callable[[], dict[str, str] | None]) -> list[str] | None:
+    def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
         """Partition names of db.table, narrowed inside the metastore by the plain string values of ``spec``
         (None if the table or database is missing); the caller keeps exact membership, with values cast to
         the column types."""
-        cols = columns()
-        if cols is None:
-            return None
-        if not cols:
-            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: the table is not partitioned")
-        unknown = sorted(set(spec) - set(cols))
-        if unknown:
-            raise PermanentCheckError(f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(cols)})")
         try:
-            return self._names(db.lower(), table.lower(), narrowing_spec(spec, cols))
+            return self._names(db.lower(), table.lower(), narrowing_spec(spec, columns))
         except Exception as exc:  # noqa: BLE001 - classified below
             kind = classify_error(exc)
             if kind == "not_found":

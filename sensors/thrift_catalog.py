@@ -11,7 +11,7 @@ come from one cached ``get_table`` per table; check values are cast in Python as
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any
 
 from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
 from hmsclient.genthrift.hive_metastore.ttypes import MetaException, NoSuchObjectException
@@ -129,24 +129,15 @@ class ThriftCatalog:
             raise PermanentCheckError(f"reading the columns of {db}.{table} failed: {first_line(exc)}") from exc
         return {k.name.lower(): k.type.lower() for k in (t.partitionKeys or [])}
 
-    def list_rows(self, db: str, table: str, spec: dict[str, str],
-                  columns: Callable[[], dict[str, str] | None]) -> list[str] | None:
+    def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
         """Escaped partition names of db.table: ``get_partition_names_ps`` narrowed by the spec's plain
         values on string columns (values in column order, '' for any), else ``get_partition_names``."""
-        cols = columns()
-        if cols is None:
-            return None
-        if not cols:
-            raise PermanentCheckError(f"listing partitions of {db}.{table} failed: the table is not partitioned")
-        unknown = sorted(set(spec) - set(cols))
-        if unknown:
-            raise PermanentCheckError(f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(cols)})")
-        narrowing = narrowing_spec(spec, cols)
+        narrowing = narrowing_spec(spec, columns)
         what = f"listing {db}.{table}"
         try:
             if narrowing:
                 return list(self.call(what, "get_partition_names_ps", db, table,
-                                      [narrowing.get(k, "") for k in cols], -1))
+                                      [narrowing.get(k, "") for k in columns], -1))
             return list(self.call(what, "get_partition_names", db, table, -1))
         except NoSuchObjectException:
             self.types.forget(db, table)
