@@ -3,6 +3,7 @@
 Workloads (``--scale`` shrinks them):
   W1  10,000 task instances over 1,000 distinct partitions in 20 tables
   W2 100,000 task instances over 10,000 distinct partitions in 100 tables
+  W3 1,000,000 task instances over 100,000 distinct partitions in 1,000 tables, 8 shards (meant for --postgres)
 
 Strategies:
   classic   one process per task poking on its own. A sample of real `run-task` processes is run;
@@ -12,8 +13,9 @@ Strategies:
   thrift    ours: the same round through the metastore's thrift API (no JVM; catalog_backend = thrift).
   triggerer what Airflow users run today, SIMULATED: one asyncio coroutine per task, each its own metastore
             call per poke (Airflow's triggerer does not deduplicate). See scripts/bench_catalog.py.
-Also: the peak RSS of a real `worker --once` process on each backend (its JVM included), and the
-metastore's own floor per listing, measured in the same run.
+Also: the peak RSS of a real `worker --once` process on each backend (its JVM included), a fleet round (one
+real `worker --once` per shard range, all started together, thrift), the metastore's own floor per listing,
+measured in the same run, and with several workloads a growth table (time per task and per table).
 
 Everything runs against a real Hive metastore service (thrift, started here) and a real metadata
 DB (SQLite by default, ``--db-url`` for Postgres). Counters (catalog calls, DB statements) come from
@@ -54,10 +56,12 @@ from smartsensor.service.round_report import RoundResult  # noqa: E402
 from smartsensor.sensors.thrift_catalog import ThriftCatalog  # noqa: E402
 
 import bench_catalog  # noqa: E402  (scripts/, beside this file)
+import bench_setup  # noqa: E402
+from bench_setup import partition_of  # noqa: E402
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
-WORKLOADS = {"W1": (10_000, 1_000, 20), "W2": (100_000, 10_000, 100)}
+WORKLOADS = {"W1": (10_000, 1_000, 20), "W2": (100_000, 10_000, 100), "W3": (1_000_000, 100_000, 1_000)}
 
 
 @dataclass
@@ -89,44 +93,6 @@ def sizes(name: str, scale: float) -> tuple[int, int, int]:
 
 def db_name(workload: str) -> str:
     return f"bench_{workload.lower()}"
-
-
-def partition_of(i: int, tables: int) -> tuple[str, str]:
-    """Partition i → (table, ds): partitions are spread round-robin over the tables."""
-    return f"t{i % tables:03d}", f"d{i // tables:05d}"
-
-
-def create_workload(spark: Any, engine: Any, cfg: Any, db: str, tasks: int, parts: int, tables: int) -> float:
-    """Tables in the metastore and task instances in the DB (bulk insert). Returns seconds."""
-    started = time.perf_counter()
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
-    for t in range(tables):
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {db}.t{t:03d} (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET")
-    rows = []
-    for i in range(tasks):
-        p = i % parts
-        table, ds = partition_of(p, tables)
-        sensor = NamedHivePartitionSensor(task_id=f"task{i:06d}", partition_names=[f"{db}.{table}/ds={ds}"],
-                                          poke_interval=60, timeout=24 * 3600)
-        row, _ = build_row(sensor, f"dag{i % 50:02d}", DAY, cfg)
-        rows.append(row)
-    with engine.begin() as conn:
-        task_sql.insert_tasks_bulk(conn, rows)
-    return time.perf_counter() - started
-
-
-def land(spark: Any, db: str, partitions: list[int], tables: int) -> float:
-    """ALTER TABLE … ADD PARTITION, up to 100 partitions per statement. Returns seconds."""
-    started = time.perf_counter()
-    by_table: dict[str, list[str]] = {}
-    for p in partitions:
-        table, ds = partition_of(p, tables)
-        by_table.setdefault(table, []).append(ds)
-    for table, values in by_table.items():
-        for i in range(0, len(values), 100):
-            specs = " ".join(f"PARTITION (ds='{v}')" for v in values[i:i + 100])  # generated values, no user text
-            spark.sql(f"ALTER TABLE {db}.{table} ADD IF NOT EXISTS {specs}")
-    return time.perf_counter() - started
 
 
 def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int) -> list[ShardWorker]:
@@ -174,23 +140,41 @@ def reset(engine: Any) -> None:
 ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "triggerer")
 
 
-def strategies(engine: Any, cfg: Any, spark: Any, catalog: ThriftCatalog) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
+def strategies(engine: Any, cfg: Any, spark: Any, catalog: ThriftCatalog, env: dict[str, str],
+               triggerer_sample: int) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
     """Each strategy as one round over fresh workers (classic is sampled separately)."""
     timeout = cfg.get("smart_sensor", "metastore_timeout")
     return {"per-hash": lambda w: per_hash_round(w, spark), "batched": lambda w: batched_round(w, spark),
             "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
-            "triggerer": lambda w: Measure(**bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout))}
+            "triggerer": lambda w: Measure(**bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout,
+                                                                           triggerer_sample, env))}
+
+
+def warm_types(spark: Any, catalog: ThriftCatalog, db: str, tables: int) -> None:
+    """Read every table's partition column types into both backends' per-process caches: a worker does this
+    once per table (then every TYPES_TTL_SECONDS), so the measured rounds are steady-state rounds."""
+    for checker in (BatchChecker(spark), BatchChecker(lister=catalog)):
+        for t in range(tables):
+            checker.types.fetch(db, partition_of(t, tables)[0])
 
 
 def measure_strategies(engine: Any, cfg: Any, spark: Any, db: str, shards: int, landed: list[int],
-                       tables: int, names: list[str], catalog: ThriftCatalog) -> dict[str, tuple[Measure, Measure]]:
-    """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due)."""
+                       tables: int, names: list[str], catalog: ThriftCatalog, env: dict[str, str],
+                       triggerer_sample: int) -> dict[str, tuple[Measure, Measure]]:
+    """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due).
+    One planning pass first warms the per-process cache of rebuilt sensors, as any round after a worker's
+    first finds it, so no strategy pays for it alone."""
     waiting = {}
-    chosen = {n: fn for n, fn in strategies(engine, cfg, spark, catalog).items() if n in names}
+    chosen = {n: fn for n, fn in strategies(engine, cfg, spark, catalog, env, triggerer_sample).items() if n in names}
+    reset(engine)
+    for w in shard_workers(engine, cfg, spark, shards):
+        w.plan_round()
+    warm_types(spark, catalog, db, tables)
     for name, fn in chosen.items():
         reset(engine)
         waiting[name] = fn(shard_workers(engine, cfg, spark, shards))
-    land(spark, db, landed, tables)
+    bench_setup.land(catalog, db, landed, tables)
+    warm_types(spark, catalog, db, tables)
     out = {}
     for name, fn in chosen.items():
         reset(engine)
@@ -283,19 +267,25 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     with engine.begin() as conn:
         bench_sql.delete_all_tasks_for_benchmark(conn)
     db = db_name(name)
-    setup_s = create_workload(spark, engine, cfg, db, tasks, parts, tables)
+    shards = args.shards or (8 if name == "W3" else 4)
+    setup_s = bench_setup.create_workload(spark, catalog, engine, cfg, db, tasks, parts, tables, DAY)
+    console.print(f"  set up in {setup_s:.1f} s")
     landed = list(range(0, parts, max(1, round(1 / args.land_share))))
-    results = measure_strategies(engine, cfg, spark, db, args.shards, landed, tables, args.strategies, catalog)
+    results = measure_strategies(engine, cfg, spark, db, shards, landed, tables, args.strategies, catalog, env,
+                                 args.triggerer_sample)
     floor = bench_catalog.metastore_floor(cfg.metastore_uris, db, [partition_of(t, tables)[0] for t in range(tables)])
     workers_rss = {}
     for backend in ("spark", "thrift"):
         reset(engine)
         workers_rss[backend] = bench_catalog.worker_peak_rss(cfg_path, env, backend, cfg.shard_code_upper_limit)
+    reset(engine)
+    fleet = bench_catalog.fleet_round(cfg_path, env, shards, cfg.shard_code_upper_limit)
     latency = (measure_latency(engine, cfg, spark, db, args.latency_samples, args.latency_poll_interval)
                if args.latency_samples else {})
     common = {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,
-              "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": args.shards,
-              "latency": latency, "metastore_floor_seconds": round(floor, 5), "worker_rss": workers_rss}
+              "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": shards,
+              "latency": latency, "metastore_floor_seconds": round(floor, 5), "worker_rss": workers_rss,
+              "fleet": fleet}
     if "classic" not in args.strategies:
         return {**common, "classic_sample": {},
                 "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()}, "_measures": results}
@@ -315,13 +305,19 @@ def _calls(m: Measure) -> str:
     return f"{m.catalog_calls:,.0f}" + (f" +{m.schema_calls:,.0f} types" if m.schema_calls else "")
 
 
+def _per_call_ms(m: Measure) -> float | None:
+    return 1000 * m.catalog_seconds / m.catalog_calls if m.catalog_calls else None
+
+
 def print_table(report: dict[str, Any]) -> None:
     res: dict[str, tuple[Measure, Measure]] = report["_measures"]
     ours_w, ours_l = res["batched"]
+    floor_ms = 1000 * report["metastore_floor_seconds"]
     t = Table(title=f"{report['workload']}: {report['tasks']:,} tasks / {report['partitions']:,} partitions / "
                     f"{report['tables']} tables, {report['shards']} shards, {report['landed_partitions']:,} landed")
     for col in ("strategy", "catalog calls/round", "DB stmts/round", "round s", "excl. catalog s", "ms/call",
-                "landing: calls", "stmts", "s", "marked", "peak RSS MB", "calls vs ours", "round vs thrift"):
+                "landing: calls", "stmts", "s", "ms/call", "vs floor", "marked", "peak RSS MB", "calls vs ours",
+                "round vs thrift"):
         t.add_column(col, justify="right" if col != "strategy" else "left")
     sample, rss_of = report["classic_sample"], report["worker_rss"]
     fastest = res["thrift"][0].wall if "thrift" in res else None
@@ -329,25 +325,40 @@ def print_table(report: dict[str, Any]) -> None:
         if name not in res:
             continue
         w, l = res[name]
-        ext = " (extrap.)" if w.extrapolated else " (sim.)" if name == "triggerer" else ""
+        ext = (" (extrap.)" if name == "classic" else
+               f" (sim., {w.extra['sample']:,} real)" if name == "triggerer" and w.extrapolated else
+               " (sim.)" if name == "triggerer" else "")
         rss = {"classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
                "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}", "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
-               "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}", "triggerer": "-"}[name]
+               "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+               "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)"}[name]
         wall = f"{w.wall:.1f}/task" if name == "classic" else f"{w.wall:.2f}"
         excl = "-" if name in ("classic", "triggerer") else f"{w.wall_excl_catalog:.2f}"
-        per_call = "-" if name == "classic" or not w.catalog_calls else f"{1000 * w.catalog_seconds / w.catalog_calls:.1f}"
+        per_call, lper_call = (None, None) if name == "classic" else (_per_call_ms(w), _per_call_ms(l))
         lwall = "-" if name == "classic" else f"{l.wall:.2f}"
         ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.0f}x" if ours_w.catalog_calls else "-"
         vs = "-" if name == "classic" or not fastest else f"{w.wall / fastest:.1f}x"
-        t.add_row(name + ext, _calls(w), f"{w.db_statements:,.0f}", wall, excl, per_call,
-                  _calls(l), f"{l.db_statements:,.0f}", lwall, f"{l.marked:,}", rss, ratio, vs)
-    t.caption = ("+N types: partition-type look-ups (one per table the first time it has partitions, then cached "
-                 "per process), timed inside catalog time. peak RSS: a real `worker --once` over every shard on that "
-                 f"backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
-                 f"{rss_of['thrift']['jvm']}); classic: per process x tasks. Metastore floor per full listing "
-                 f"(fastest of 3 on one warm connection, median over tables): "
-                 f"{1000 * report['metastore_floor_seconds']:.1f} ms. triggerer: simulated, DB writes not counted")
+        t.add_row(name + ext, _calls(w), f"{w.db_statements:,.0f}", wall, excl,
+                  "-" if per_call is None else f"{per_call:.1f}", _calls(l), f"{l.db_statements:,.0f}", lwall,
+                  "-" if lper_call is None else f"{lper_call:.1f}",
+                  "-" if lper_call is None or name == "triggerer" else f"{lper_call / floor_ms:.1f}x",
+                  f"{l.marked:,}", rss, ratio, vs)
+    fleet = report["fleet"]
+    t.caption = ("Steady-state rounds: sensors rebuilt and partition types read once before (a worker's first "
+                 "round does this; +N types would count look-ups inside a round). peak RSS: a real `worker --once` over "
+                 f"every shard on that backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
+                 f"{rss_of['thrift']['jvm']}); classic: per process x tasks; triggerer: the simulation's own process "
+                 f"(Airflow's imports not included). Metastore floor per full listing (fastest of 3 on one warm "
+                 f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
+                 "triggerer: simulated, DB writes not counted"
+                 + (f"; rounds extrapolated from {w.extra['sample']:,} real pokes"
+                    if "triggerer" in res and res["triggerer"][0].extrapolated else "") + ".")
     console.print(t)
+    console.print(f"fleet round: {fleet['processes']} `worker --once` processes (thrift, one shard range each) started "
+                  f"together: {fleet['wall_seconds']:.2f} s wall, slowest round {fleet['slowest_round_seconds']:.2f} s, "
+                  f"{fleet['catalog_calls']:,} catalog calls, {fleet['loaded']:,} tasks loaded, {fleet['marked']:,} "
+                  f"marked, peak RSS {fleet['peak_rss_mb_max']:.0f} MB per process / {fleet['peak_rss_mb_sum']:.0f} MB "
+                  f"in all, JVM {fleet['jvm']}")
     lat = report.get("latency")
     if lat:
         lt = Table(title=f"batched, leased worker loop: landing → success ({len(lat['signal']['samples'])} samples each)")
@@ -361,16 +372,39 @@ def print_table(report: dict[str, Any]) -> None:
         console.print(f"median busy round of that loop: {lat['round_seconds_median']} s")
 
 
+def print_growth(reports: list[dict[str, Any]]) -> None:
+    """How our round grows from one workload to the next: time per task and per table should stay flat."""
+    name = "thrift" if all("thrift" in r["_measures"] for r in reports) else "batched"
+    g = Table(title=f"{name}: growth over the workloads (waiting round; linear = flat per-task and per-table columns)")
+    for col in ("workload", "tasks", "tables", "round s", "excl. catalog s", "µs/task excl. catalog",
+                "catalog s", "ms/table", "tasks vs first", "excl. catalog vs first", "tables vs first",
+                "catalog vs first"):
+        g.add_column(col, justify="right")
+    first = reports[0]["_measures"][name][0]
+    for r in reports:
+        m = r["_measures"][name][0]
+        g.add_row(r["workload"], f"{r['tasks']:,}", f"{r['tables']:,}", f"{m.wall:.2f}", f"{m.wall_excl_catalog:.2f}",
+                  f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}", f"{m.catalog_seconds:.2f}",
+                  f"{1000 * m.catalog_seconds / r['tables']:.1f}", f"{r['tasks'] / reports[0]['tasks']:.1f}x",
+                  f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
+                  f"{r['tables'] / reports[0]['tables']:.1f}x",
+                  f"{m.catalog_seconds / max(first.catalog_seconds, 1e-9):.1f}x")
+    console.print(g)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=["W1", "W2", "both"], default="both")
+    parser.add_argument("--workload", default="W1,W2", type=lambda v: [x.strip().upper() for x in v.split(",")],
+                        help="Comma list of W1, W2, W3 (default W1,W2; 'both' = W1,W2).")
     parser.add_argument("--scale", type=float, default=1.0, help="Shrink the workloads (e.g. 0.01).")
-    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--shards", type=int, default=None, help="Shard ranges (default 4; 8 for W3).")
     parser.add_argument("--land-share", type=float, default=0.5, help="Share of partitions landed mid-run.")
     parser.add_argument("--classic-sample", type=int, default=3, help="Real run-task processes to time.")
     parser.add_argument("--strategies", default=",".join(ALL_STRATEGIES),
                         type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
                         help=f"Comma list of {', '.join(ALL_STRATEGIES)} (batched is always included).")
+    parser.add_argument("--triggerer-sample", type=int, default=5_000,
+                        help="Most tasks the simulated triggerer really pokes per round; beyond, extrapolated.")
     parser.add_argument("--latency-samples", type=int, default=5, help="Landings timed per latency row (0: skip).")
     parser.add_argument("--latency-poll-interval", type=float, default=5.0,
                         help="poke_interval of the probe tasks timed without a signal.")
@@ -378,8 +412,13 @@ def main() -> int:
     parser.add_argument("--home", default=None, help="Working folder (default: a temp folder).")
     parser.add_argument("--json", dest="json_out", default=None, help="Write the results here.")
     args = parser.parse_args()
-    if not 0 < args.land_share <= 1 or args.scale <= 0 or args.shards < 1:
-        parser.error("--land-share in (0, 1], --scale > 0, --shards >= 1")
+    if args.workload == ["BOTH"]:
+        args.workload = ["W1", "W2"]
+    if not set(args.workload) <= set(WORKLOADS):
+        parser.error(f"--workload: a comma list of {', '.join(WORKLOADS)}")
+    if not 0 < args.land_share <= 1 or args.scale <= 0 or (args.shards is not None and args.shards < 1) \
+            or args.triggerer_sample < 1:
+        parser.error("--land-share in (0, 1], --scale > 0, --shards >= 1, --triggerer-sample >= 1")
     unknown = set(args.strategies) - set(ALL_STRATEGIES)
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}")
@@ -399,30 +438,26 @@ def main() -> int:
     cfg = load_config(str(cfg_path))
     from smartsensor.adapters import metastore
     from smartsensor.adapters.spark import get_spark
-    metastore.start(cfg)
+    metastore_pid = metastore.start(cfg).pid
     reports = []
     try:
         engine = make_engine(cfg.sql_alchemy_conn)
         init_db(engine)
         spark = get_spark(cfg)
         catalog = ThriftCatalog.from_config(cfg)
-        for name in (["W1", "W2"] if args.workload == "both" else [args.workload]):
+        for name in args.workload:
             reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, catalog))
+            reports[-1]["metastore_peak_rss_mb"] = round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) \
+                if metastore_pid else None
             print_table(reports[-1])
+            console.print(f"metastore service (JVM) peak RSS so far: {reports[-1]['metastore_peak_rss_mb']} MB; "
+                          f"this bench process: {bench_catalog.tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
+                          f"its children included)")
         catalog.close()
     finally:
         metastore.stop(cfg)
-    if len(reports) == 2:
-        (w1, _), (w2, _) = reports[0]["_measures"]["batched"], reports[1]["_measures"]["batched"]
-        g = Table(title="batched: growth W1 → W2")
-        for col in ("", "tasks", "tables", "round excl. catalog", "catalog time", "catalog calls"):
-            g.add_column(col, justify="right")
-        g.add_row("ratio", f"{reports[1]['tasks'] / reports[0]['tasks']:.1f}x",
-                  f"{reports[1]['tables'] / reports[0]['tables']:.1f}x",
-                  f"{w2.wall_excl_catalog / max(w1.wall_excl_catalog, 1e-9):.1f}x",
-                  f"{w2.catalog_seconds / max(w1.catalog_seconds, 1e-9):.1f}x",
-                  f"{w2.catalog_calls / max(w1.catalog_calls, 1):.1f}x")
-        console.print(g)
+    if len(reports) > 1:
+        print_growth(reports)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)

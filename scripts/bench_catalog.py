@@ -5,7 +5,9 @@ the peak RSS of a real worker process (JVM included) on each backend."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -45,12 +47,31 @@ def waiting_partitions(engine: Any) -> list[tuple[str, str, str]]:
     return out
 
 
-def triggerer_round(engine: Any, uris: list[tuple[str, int]], timeout: float) -> dict[str, Any]:
+def triggerer_round(engine: Any, uris: list[tuple[str, int]], timeout: float, sample: int,
+                    env: dict[str, str]) -> dict[str, Any]:
+    """The simulated triggerer (``simulate_triggerer``) in a process of its own, so its peak RSS is its own.
+    Over ``sample`` waiting tasks at most (a fixed random choice): with more, the round's seconds and marked
+    count are scaled up to all tasks and flagged as extrapolated (the 6-thread executor is saturated, so
+    time grows linearly with the number of pokes). Calls per round = waiting tasks, by construction."""
+    partitions = waiting_partitions(engine)
+    chosen = partitions if len(partitions) <= sample else random.Random(0).sample(partitions, sample)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump({"uris": uris, "timeout": timeout, "partitions": chosen}, f)
+        f.flush()
+        run = run_sampled([sys.executable, __file__, f.name], env, "the simulated triggerer", 3600)
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    scale = len(partitions) / max(1, len(chosen))
+    return {"catalog_calls": len(partitions), "db_statements": 0, "wall": got["wall"] * scale,
+            "catalog_seconds": got["wall"] * scale, "marked": round(got["landed"] * scale), "schema_calls": 0,
+            "extrapolated": scale > 1,
+            "extra": {"peak_rss_mb": round(run.peak_rss_mb, 1), "sample": len(chosen), "tasks": len(partitions)}}
+
+
+def simulate_triggerer(uris: list[tuple[str, int]], timeout: float, partitions: list[tuple[str, str, str]]) -> dict[str, Any]:
     """A faithful simulation of Airflow's triggerer, not Airflow itself: one coroutine per waiting task, each
     opening its own metastore connection and asking for its own partition (as the Hive hook's
     check_for_named_partition does), no dedup and no batching; sync thrift calls run in the event loop's
     executor. DB writes (Airflow's trigger events) are not counted."""
-    partitions = waiting_partitions(engine)
 
     def poke(db: str, table: str, ds: str) -> bool:
         catalog = ThriftCatalog(uris, timeout, pool_size=1)  # the hook opens a client per poke
@@ -66,9 +87,27 @@ def triggerer_round(engine: Any, uris: list[tuple[str, int]], timeout: float) ->
 
     started = time.perf_counter()
     landed = asyncio.run(all_triggers())
-    wall = time.perf_counter() - started
-    return {"catalog_calls": len(partitions), "db_statements": 0, "wall": wall, "catalog_seconds": wall,
-            "marked": sum(landed), "schema_calls": 0}
+    return {"wall": time.perf_counter() - started, "landed": sum(landed), "calls": len(partitions)}
+
+
+def fleet_round(cfg_path: Path, env: dict[str, str], shards: int, limit: int) -> dict[str, Any]:
+    """One round of a fleet: ``shards`` real `smartsensor worker --once` processes on the thrift backend, one
+    shard range each, started together (as leased workers on separate hosts would run). Wall time until
+    the last one is done, the slowest round, summed calls, per-process and total peak RSS."""
+    bounds = [i * limit // shards for i in range(shards + 1)]
+    cmds = [[sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "worker", "--once", "--json",
+             "--shard-min", str(bounds[i]), "--shard-max", str(bounds[i + 1])] for i in range(shards)]
+    runs, wall = run_sampled_many(cmds, dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND="thrift"),
+                                  "fleet worker --once", 1800)
+    rounds = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+    return {"processes": shards, "wall_seconds": round(wall, 2),
+            "slowest_round_seconds": max(r["seconds"] for r in rounds),
+            "catalog_calls": sum(r["catalog_calls"] for r in rounds),
+            "catalog_seconds_max": round(max(r["catalog_seconds"] for r in rounds), 3),
+            "loaded": sum(r["loaded"] for r in rounds),
+            "marked": sum(sum(r.get("marked", {}).values()) for r in rounds),
+            "peak_rss_mb_max": round(max(r.peak_rss_mb for r in runs), 1),
+            "peak_rss_mb_sum": round(sum(r.peak_rss_mb for r in runs), 1), "jvm": any(r.jvm for r in runs)}
 
 
 def metastore_floor(uris: list[tuple[str, int]], db: str, tables: list[str], reps: int = 3) -> float:
@@ -100,25 +139,46 @@ class Sampled:
 
 
 def run_sampled(cmd: list[str], env: dict[str, str], what: str, limit_s: float) -> Sampled:
-    """Run ``cmd`` to its end, sampling the peak RSS of its process tree (a JVM is not our child, so VmHWM of
-    the tree is read while it runs); exits the benchmark with its stderr if it fails or overruns."""
-    started, peak, java = time.perf_counter(), 0.0, False
-    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
-        proc = subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f, text=True)
-        while proc.poll() is None:
-            peak = max(peak, tree_peak_rss_mb(proc.pid))
-            java = java or any(_comm(p) == "java" for p in _tree(proc.pid))
-            if time.perf_counter() - started > limit_s:
-                proc.kill()
-                raise SystemExit(f"{what} did not finish within {limit_s:g} s")
-            time.sleep(0.1)
-        seconds = time.perf_counter() - started
-        out_f.seek(0)
-        err_f.seek(0)
-        stdout, stderr = out_f.read(), err_f.read()
-    if proc.returncode != 0:
-        raise SystemExit(f"{what} failed ({proc.returncode}): {stderr.strip()[-800:]}")
-    return Sampled(stdout, seconds, peak, java)
+    """Run ``cmd`` to its end, sampling the peak RSS of its process tree; exits the benchmark with its
+    stderr if it fails or overruns."""
+    return run_sampled_many([cmd], env, what, limit_s)[0][0]
+
+
+def run_sampled_many(cmds: list[list[str]], env: dict[str, str], what: str,
+                     limit_s: float) -> tuple[list[Sampled], float]:
+    """Start every command at once and run them to their end, sampling each one's process tree every 0.1 s
+    (a JVM is not our child, so VmHWM of the tree is read while it runs). Returns the runs and the wall
+    time until the last ended; exits the benchmark with a stderr if one fails or they overrun."""
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        files = [(stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
+                 for _ in cmds]
+        procs = [subprocess.Popen(cmd, env=env, stdout=o, stderr=e, text=True) for cmd, (o, e) in zip(cmds, files)]
+        peak, java, ended = [0.0] * len(procs), [False] * len(procs), [0.0] * len(procs)
+        try:
+            while any(p.poll() is None for p in procs):
+                for i, p in enumerate(procs):
+                    if p.poll() is None:
+                        peak[i] = max(peak[i], tree_peak_rss_mb(p.pid))
+                        java[i] = java[i] or any(_comm(c) == "java" for c in _tree(p.pid))
+                        ended[i] = time.perf_counter() - started
+                if time.perf_counter() - started > limit_s:
+                    raise SystemExit(f"{what} did not finish within {limit_s:g} s")
+                time.sleep(0.1)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        wall = time.perf_counter() - started
+        runs = []
+        for p, (o, e), pk, jv, sec in zip(procs, files, peak, java, ended):
+            o.seek(0)
+            e.seek(0)
+            if p.returncode != 0:
+                raise SystemExit(f"{what} failed ({p.returncode}): {e.read().strip()[-800:]}")
+            runs.append(Sampled(o.read(), sec, pk, jv))
+    return runs, wall
 
 
 def worker_peak_rss(cfg_path: Path, env: dict[str, str], backend: str, limit: int) -> dict[str, Any]:
@@ -167,3 +227,9 @@ def tree_peak_rss_mb(pid: int) -> float:
         except OSError:
             pass
     return total / 1024
+
+
+if __name__ == "__main__":  # the simulated triggerer's own process: python bench_catalog.py SPEC.json
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    print(json.dumps(simulate_triggerer([tuple(u) for u in spec["uris"]], spec["timeout"],
+                                        [tuple(p) for p in spec["partitions"]])))
