@@ -23,16 +23,18 @@ def test_bench_smoke(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     try:
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workload", "both", "--scale",
-                               "0.005", "--classic-sample", "1", "--latency-samples", "2", "--latency-poll-interval",
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workload", "W1,W2,W3",
+                               "--scale", "0.005", "--classic-sample", "1", "--triggerer-sample", "300", "--latency-samples", "2", "--latency-poll-interval",
                                "2", "--home", str(home), "--json", str(out)],
                               env=env, capture_output=True, text=True, timeout=1700)
     finally:  # a bench killed by the timeout cannot stop its own metastore JVM: stop it through its pid file
         if (home / "airflow.cfg").exists():
             metastore.stop(load_config(str(home / "airflow.cfg"), environ={"SMARTSENSOR_HOME": str(home)}))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "growth W1 → W2" in proc.stdout
+    assert "growth over the workloads" in proc.stdout
     data = json.loads(out.read_text())
+    assert [w["workload"] for w in data["workloads"]] == ["W1", "W2", "W3"]
+    assert [w["shards"] for w in data["workloads"]] == [4, 4, 8]
     for w in data["workloads"]:
         res = w["results"]
         waiting = {k: v[0] for k, v in res.items()}
@@ -40,7 +42,17 @@ def test_bench_smoke(tmp_path: Path) -> None:
         assert waiting["batched"]["catalog_calls"] == w["tables"]  # one call per table per round
         assert waiting["thrift"]["catalog_calls"] == w["tables"]  # the same, through thrift
         assert waiting["triggerer"]["catalog_calls"] == w["tasks"]  # Airflow's triggerer: one per task per poke
-        assert landing["thrift"]["marked"] == landing["triggerer"]["marked"] == landing["batched"]["marked"]
+        trig = waiting["triggerer"]
+        assert trig["extrapolated"] == (w["tasks"] > 300) and trig["extra"]["sample"] == min(w["tasks"], 300)
+        assert trig["extra"]["peak_rss_mb"] > 0  # measured in its own process
+        if not trig["extrapolated"]:
+            assert landing["thrift"]["marked"] == landing["triggerer"]["marked"]
+        assert landing["thrift"]["marked"] == landing["batched"]["marked"]
+        assert waiting["thrift"]["schema_calls"] == landing["thrift"]["schema_calls"] == 0  # warmed: steady state
+        fleet = w["fleet"]  # one real worker per shard range, all at once
+        assert fleet["processes"] == w["shards"] and fleet["jvm"] is False
+        assert fleet["loaded"] == w["tasks"] and fleet["marked"] == landing["thrift"]["marked"]
+        assert w["tables"] <= fleet["catalog_calls"] <= w["shards"] * w["tables"]
         assert w["worker_rss"]["spark"]["jvm"] is True and w["worker_rss"]["thrift"]["jvm"] is False
         assert w["worker_rss"]["thrift"]["peak_rss_mb"] < w["worker_rss"]["spark"]["peak_rss_mb"]
         assert 0 < w["metastore_floor_seconds"] < 1
