@@ -119,7 +119,10 @@ class BaseSensor:
         return partial and has_template(value)
 
     def checks(self) -> list[Check] | None:
-        """The batched checks that decide this sensor (all must hold), or None if it only has poke()."""
+        """The batched checks that decide this sensor (all must hold), or None if it only has poke().
+
+        They must follow from the persisted fields alone: a worker calls this once per distinct check and
+        process, and reuses the answer every round while the check waits (not when it raises)."""
         return None
 
     def poke(self, context: dict[str, Any]) -> bool:

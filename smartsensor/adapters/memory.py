@@ -13,7 +13,6 @@ import copy
 import threading
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import fields
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -22,7 +21,7 @@ from smartsensor.domain.leases import lease_held
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 
-_WAITING_FIELDS = [f.name for f in fields(WaitingTask)]
+_WAITING_FIELDS = list(WaitingTask._fields)
 
 
 class InMemoryStore:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 TaskKey = tuple[str, str, datetime]
 TryKey = tuple[str, str, datetime, int, datetime]  # a task key plus the try it is in: try_number, start_date
 
 
-@dataclass(frozen=True)
-class WaitingTask:
-    """A task instance a shard worker is responsible for, as loaded at the start of a round."""
+class WaitingTask(NamedTuple):
+    """A task instance a shard worker is responsible for, as loaded at the start of a round. A named tuple,
+    not a frozen dataclass: a round builds one per waiting task (a million on W3), ~5x cheaper this way."""
 
     dag_id: str
     task_id: str

@@ -14,7 +14,6 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Callable
@@ -26,7 +25,7 @@ from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec
 from smartsensor.domain.transitions import CheckGroup, decide
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.sensors.base import BaseSensor, resolve_smart_class
-from smartsensor.sensors.checks import PartitionCheck, PathCheck
+from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import (PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                                         SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
 from smartsensor.service.poke import poke_plans
@@ -94,7 +93,7 @@ class ShardWorker:
         """The range's waiting tasks; pending ones are started (their try's clock begins now)."""
         tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.hostname, self.fence)
         result.loaded = len(tasks)
-        return [t if t.start_date is not None else replace(t, state=State.SMART_RUNNING, start_date=now)
+        return [t if t.start_date is not None else t._replace(state=State.SMART_RUNNING, start_date=now)
                 for t in tasks]
 
     def _group(self, tasks: list[WaitingTask], bad: list[tuple[WaitingTask, str]],
@@ -141,8 +140,7 @@ class ShardWorker:
         A sensor that cannot be built gets its outcome here: permanent or transient, by the reason."""
         for g in plan.due:
             try:
-                sensor = _rebuild_cached(self._sensor_class(g.key[1]), g.key[2])
-                checks = sensor.checks()
+                sensor, checks = _rebuilt_with_checks(self._sensor_class(g.key[1]), g.key[2])
             except SensorModuleUnavailable as exc:
                 g.outcome = TransientCheckError(str(exc))
                 plan.result.module_errors[exc.module] = str(exc)
@@ -225,10 +223,13 @@ class ShardWorker:
 
 
 @lru_cache(maxsize=200_000)
-def _rebuild_cached(cls: type[BaseSensor], attr_dict: str) -> BaseSensor:
-    """Sensors rebuilt from attr_dict, cached per (class, attr_dict): a check waiting for hours is
-    parsed and validated once, not every round (the profile's second-largest cost on W2)."""
-    return cls.from_stored(attr_dict)
+def _rebuilt_with_checks(cls: type[BaseSensor], attr_dict: str) -> tuple[BaseSensor, list[Check] | None]:
+    """A sensor rebuilt from attr_dict and its checks(), cached per (class, attr_dict): a check waiting for
+    hours is parsed and validated once per process, not every round (on W3, 100,000 distinct checks a
+    round). checks() depends only on the persisted fields (BaseSensor.checks); one that raises is not
+    cached, so it is tried again next round."""
+    sensor = cls.from_stored(attr_dict)
+    return sensor, sensor.checks()
 
 
 def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer]) -> RoundResult:

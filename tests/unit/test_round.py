@@ -241,3 +241,32 @@ def test_the_round_counts_store_statements(cfg, clock) -> None:
 def _fence(shard_min: int, owner: str, epoch: int) -> Any:
     from smartsensor.domain.keys import Fence
     return Fence(shard_min, owner, epoch)
+
+
+def test_checks_are_built_once_per_waiting_check_and_a_raising_one_is_tried_again(cfg, clock, monkeypatch) -> None:
+    """checks() follows from the stored fields: a round reuses it while the check waits (W3 has 100,000 distinct
+    checks a round); one that raised is not remembered, so a fixed module or a passing glitch is picked up."""
+    store, catalog = InMemoryStore(), DictCatalog()
+    add(store, cfg, "a", named("w", "db.once/ds=built-once"))
+    add(store, cfg, "b", named("w", "db.once/ds=raises-once"))
+    calls: list[str] = []
+    original = NamedHivePartitionSensor.checks
+
+    def counting(self: NamedHivePartitionSensor) -> Any:
+        calls.append(self.partition_names[0])
+        if self.partition_names[0].endswith("raises-once") and calls.count(self.partition_names[0]) == 1:
+            raise RuntimeError("a passing glitch")
+        return original(self)
+
+    monkeypatch.setattr(NamedHivePartitionSensor, "checks", counting)
+    fleet = Fleet(cfg, store, catalog, clock)
+    first = fleet.round()
+    assert first.transient_errors == 1
+    for _ in range(3):
+        clock.advance(60)
+        fleet.round()
+    assert calls.count("db.once/ds=built-once") == 1
+    assert calls.count("db.once/ds=raises-once") == 2  # raised once, then built and kept
+    catalog.land("db.once/ds=raises-once")
+    clock.advance(60)
+    assert fleet.round().marked == {State.SUCCESS: 1}

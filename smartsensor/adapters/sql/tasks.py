@@ -120,10 +120,10 @@ def set_state(conn: Connection, key: TaskKey, new_state: str, from_states: Seque
 
 def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[WaitingTask]:
     """Task instances in smart_pending/smart_running with shardcode in [shard_min, shard_max). 1 statement."""
-    cols = [TI.c[name] for name in WaitingTask.__dataclass_fields__]
+    cols = [TI.c[name] for name in WaitingTask._fields]
     rows = conn.execute(select(*cols).where(
-        TI.c.state.in_(State.SMART_WAITING), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max))
-    return [WaitingTask(*row) for row in rows]
+        TI.c.state.in_(State.SMART_WAITING), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max)).all()
+    return [WaitingTask._make(row) for row in rows]
 
 
 def start_pending(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str,
