@@ -137,15 +137,17 @@ def reset(engine: Any) -> None:
         bench_sql.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
 
 
-ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "triggerer")
+ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "fleet", "triggerer")
 
 
-def strategies(engine: Any, cfg: Any, spark: Any, catalog: ThriftCatalog, env: dict[str, str],
-               triggerer_sample: int) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
+def strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, catalog: ThriftCatalog, env: dict[str, str],
+               args: argparse.Namespace) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
     """Each strategy as one round over fresh workers (classic is sampled separately)."""
-    timeout = cfg.get("smart_sensor", "metastore_timeout")
+    timeout, triggerer_sample, limit = cfg.get("smart_sensor", "metastore_timeout"), args.triggerer_sample, \
+        cfg.shard_code_upper_limit
     return {"per-hash": lambda w: per_hash_round(w, spark), "batched": lambda w: batched_round(w, spark),
             "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
+            "fleet": lambda w: Measure(**bench_catalog.fleet_round(cfg_path, env, args.fleet_processes, limit)),
             "triggerer": lambda w: Measure(**bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout,
                                                                            triggerer_sample, env))}
 
@@ -158,14 +160,14 @@ def warm_types(spark: Any, catalog: ThriftCatalog, db: str, tables: int) -> None
             checker.types.fetch(db, partition_of(t, tables)[0])
 
 
-def measure_strategies(engine: Any, cfg: Any, spark: Any, db: str, shards: int, landed: list[int],
-                       tables: int, names: list[str], catalog: ThriftCatalog, env: dict[str, str],
-                       triggerer_sample: int) -> dict[str, tuple[Measure, Measure]]:
+def measure_strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, db: str, shards: int, landed: list[int],
+                       tables: int, catalog: ThriftCatalog, env: dict[str, str],
+                       args: argparse.Namespace) -> dict[str, tuple[Measure, Measure]]:
     """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due).
     One planning pass first warms the per-process cache of rebuilt sensors, as any round after a worker's
     first finds it, so no strategy pays for it alone."""
     waiting = {}
-    chosen = {n: fn for n, fn in strategies(engine, cfg, spark, catalog, env, triggerer_sample).items() if n in names}
+    chosen = {n: fn for n, fn in strategies(engine, cfg, cfg_path, spark, catalog, env, args).items() if n in args.strategies}
     reset(engine)
     for w in shard_workers(engine, cfg, spark, shards):
         w.plan_round()
@@ -271,21 +273,17 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     setup_s = bench_setup.create_workload(spark, catalog, engine, cfg, db, tasks, parts, tables, DAY)
     console.print(f"  set up in {setup_s:.1f} s")
     landed = list(range(0, parts, max(1, round(1 / args.land_share))))
-    results = measure_strategies(engine, cfg, spark, db, shards, landed, tables, args.strategies, catalog, env,
-                                 args.triggerer_sample)
+    results = measure_strategies(engine, cfg, cfg_path, spark, db, shards, landed, tables, catalog, env, args)
     floor = bench_catalog.metastore_floor(cfg.metastore_uris, db, [partition_of(t, tables)[0] for t in range(tables)])
     workers_rss = {}
     for backend in ("spark", "thrift"):
         reset(engine)
         workers_rss[backend] = bench_catalog.worker_peak_rss(cfg_path, env, backend, cfg.shard_code_upper_limit)
-    reset(engine)
-    fleet = bench_catalog.fleet_round(cfg_path, env, shards, cfg.shard_code_upper_limit)
     latency = (measure_latency(engine, cfg, spark, db, args.latency_samples, args.latency_poll_interval)
                if args.latency_samples else {})
     common = {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,
               "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": shards,
-              "latency": latency, "metastore_floor_seconds": round(floor, 5), "worker_rss": workers_rss,
-              "fleet": fleet}
+              "latency": latency, "metastore_floor_seconds": round(floor, 5), "worker_rss": workers_rss}
     if "classic" not in args.strategies:
         return {**common, "classic_sample": {},
                 "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()}, "_measures": results}
@@ -325,16 +323,17 @@ def print_table(report: dict[str, Any]) -> None:
         if name not in res:
             continue
         w, l = res[name]
-        ext = (" (extrap.)" if name == "classic" else
+        ext = (" (extrap.)" if name == "classic" else f" ({w.extra['processes']} proc.)" if name == "fleet" else
                f" (sim., {w.extra['sample']:,} real)" if name == "triggerer" and w.extrapolated else
                " (sim.)" if name == "triggerer" else "")
         rss = {"classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
                "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}", "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
                "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+               "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
                "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)"}[name]
         wall = f"{w.wall:.1f}/task" if name == "classic" else f"{w.wall:.2f}"
         excl = "-" if name in ("classic", "triggerer") else f"{w.wall_excl_catalog:.2f}"
-        per_call, lper_call = (None, None) if name == "classic" else (_per_call_ms(w), _per_call_ms(l))
+        per_call, lper_call = (None, None) if name in ("classic", "fleet") else (_per_call_ms(w), _per_call_ms(l))
         lwall = "-" if name == "classic" else f"{l.wall:.2f}"
         ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.0f}x" if ours_w.catalog_calls else "-"
         vs = "-" if name == "classic" or not fastest else f"{w.wall / fastest:.1f}x"
@@ -343,22 +342,18 @@ def print_table(report: dict[str, Any]) -> None:
                   "-" if lper_call is None else f"{lper_call:.1f}",
                   "-" if lper_call is None or name == "triggerer" else f"{lper_call / floor_ms:.1f}x",
                   f"{l.marked:,}", rss, ratio, vs)
-    fleet = report["fleet"]
     t.caption = ("Steady-state rounds: sensors rebuilt and partition types read once before (a worker's first "
                  "round does this; +N types would count look-ups inside a round). peak RSS: a real `worker --once` over "
                  f"every shard on that backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
                  f"{rss_of['thrift']['jvm']}); classic: per process x tasks; triggerer: the simulation's own process "
                  f"(Airflow's imports not included). Metastore floor per full listing (fastest of 3 on one warm "
                  f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
+                 "fleet: real `worker --once` processes (thrift) owning equal shares of the shards, started together; "
+                 "round s = the slowest process's first round (cold: sensors rebuilt, types read), calls summed. "
                  "triggerer: simulated, DB writes not counted"
                  + (f"; rounds extrapolated from {w.extra['sample']:,} real pokes"
                     if "triggerer" in res and res["triggerer"][0].extrapolated else "") + ".")
     console.print(t)
-    console.print(f"fleet round: {fleet['processes']} `worker --once` processes (thrift, one shard range each) started "
-                  f"together: {fleet['wall_seconds']:.2f} s wall, slowest round {fleet['slowest_round_seconds']:.2f} s, "
-                  f"{fleet['catalog_calls']:,} catalog calls, {fleet['loaded']:,} tasks loaded, {fleet['marked']:,} "
-                  f"marked, peak RSS {fleet['peak_rss_mb_max']:.0f} MB per process / {fleet['peak_rss_mb_sum']:.0f} MB "
-                  f"in all, JVM {fleet['jvm']}")
     lat = report.get("latency")
     if lat:
         lt = Table(title=f"batched, leased worker loop: landing → success ({len(lat['signal']['samples'])} samples each)")
@@ -405,6 +400,9 @@ def main() -> int:
                         help=f"Comma list of {', '.join(ALL_STRATEGIES)} (batched is always included).")
     parser.add_argument("--triggerer-sample", type=int, default=5_000,
                         help="Most tasks the simulated triggerer really pokes per round; beyond, extrapolated.")
+    parser.add_argument("--fleet-processes", type=int, default=os.cpu_count() or 2,
+                        help="Worker processes of the fleet strategy, each owning an equal share of the shards "
+                             "(default: this machine's cores).")
     parser.add_argument("--latency-samples", type=int, default=5, help="Landings timed per latency row (0: skip).")
     parser.add_argument("--latency-poll-interval", type=float, default=5.0,
                         help="poke_interval of the probe tasks timed without a signal.")
