@@ -175,12 +175,15 @@ def measure_strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, db: st
     for name, fn in chosen.items():
         reset(engine)
         waiting[name] = fn(shard_workers(engine, cfg, spark, shards))
-    bench_setup.land(catalog, db, landed, tables)
+        console.print(f"  {name}: waiting round {waiting[name].wall:.2f} s, {waiting[name].catalog_calls:,.0f} calls")
+    landing_s = bench_setup.land(catalog, db, landed, tables)
+    console.print(f"  landed {len(landed):,} partitions in {landing_s:.1f} s")
     warm_types(spark, catalog, db, tables)
     out = {}
     for name, fn in chosen.items():
         reset(engine)
         out[name] = (waiting[name], fn(shard_workers(engine, cfg, spark, shards)))
+        console.print(f"  {name}: landing round {out[name][1].wall:.2f} s, {out[name][1].marked:,} marked")
     return out
 
 
