@@ -275,7 +275,8 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     shards = args.shards or (8 if name == "W3" else 4)
     setup_s = bench_setup.create_workload(spark, catalog, engine, cfg, db, tasks, parts, tables, DAY)
     console.print(f"  set up in {setup_s:.1f} s")
-    landed = list(range(0, parts, max(1, round(1 / args.land_share))))
+    every = max(1, round(1 / args.land_share))  # by date, so that every table gets its share of landings
+    landed = [p for p in range(parts) if (p // tables) % every == 0]
     results = measure_strategies(engine, cfg, cfg_path, spark, db, shards, landed, tables, catalog, env, args)
     floor = bench_catalog.metastore_floor(cfg.metastore_uris, db, [partition_of(t, tables)[0] for t in range(tables)])
     workers_rss = {}
