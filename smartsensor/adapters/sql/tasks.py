@@ -8,6 +8,7 @@ Lease, signal and status queries live next to this module (``leases``, ``signals
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
@@ -118,12 +119,20 @@ def set_state(conn: Connection, key: TaskKey, new_state: str, from_states: Seque
     return conn.execute(query.values(**values)).rowcount == 1
 
 
+LOAD_BATCH = 10_000  # rows per fetch when loading a shard range's waiting tasks
+
+
 def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[WaitingTask]:
     """Task instances in smart_pending/smart_running with shardcode in [shard_min, shard_max). 1 statement."""
     cols = [TI.c[name] for name in WaitingTask._fields]
     rows = conn.execute(select(*cols).where(
-        TI.c.state.in_(State.SMART_WAITING), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max)).all()
-    return [WaitingTask._make(row) for row in rows]
+        TI.c.state.in_(State.SMART_WAITING), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
+    ).execution_options(yield_per=LOAD_BATCH))  # on the statement: a connection's options outlive the query
+    # Streamed in batches (a server-side cursor on PostgreSQL), so the driver never holds every row beside
+    # the tasks; the strings many tasks share (state, class, check, exec settings) are kept once.
+    keep = sys.intern
+    return [WaitingTask(d, t, e, keep(st), tn, mt, sd, keep(cp), keep(ad), keep(ed), h, sc)
+            for d, t, e, st, tn, mt, sd, cp, ad, ed, h, sc in rows]
 
 
 def start_pending(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str,
