@@ -11,11 +11,13 @@ Strategies:
   per-hash  Airflow's smart-sensor algorithm: one check per distinct hash per round (Spark catalog).
   batched   ours: one catalog call per table per round, through Spark (SHOW PARTITIONS).
   thrift    ours: the same round through the metastore's thrift API (no JVM; catalog_backend = thrift).
+  fleet     ours as deployed: --fleet-processes real `worker --once` processes (thrift), each owning an equal
+            share of the shard ranges, started together; the slowest one's (cold, first) round.
   triggerer what Airflow users run today, SIMULATED: one asyncio coroutine per task, each its own metastore
             call per poke (Airflow's triggerer does not deduplicate). See scripts/bench_catalog.py.
-Also: the peak RSS of a real `worker --once` process on each backend (its JVM included), a fleet round (one
-real `worker --once` per shard range, all started together, thrift), the metastore's own floor per listing,
-measured in the same run, and with several workloads a growth table (time per task and per table).
+Also: the peak RSS of a real `worker --once` process on each backend (its JVM included), the metastore's own
+floor per listing, measured in the same run, and with several workloads a growth table (time per task and
+per table).
 
 Everything runs against a real Hive metastore service (thrift, started here) and a real metadata
 DB (SQLite by default, ``--db-url`` for Postgres). Counters (catalog calls, DB statements) come from
