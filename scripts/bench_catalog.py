@@ -90,6 +90,12 @@ def simulate_triggerer(uris: list[tuple[str, int]], timeout: float, partitions: 
     return {"wall": time.perf_counter() - started, "landed": sum(landed), "calls": len(partitions)}
 
 
+def worker_once(cfg_path: Path, shard_min: int, shard_max: int) -> list[str]:
+    """The command of one real pinned `smartsensor worker --once --json` over [shard_min, shard_max)."""
+    return [sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "worker", "--once", "--json",
+            "--shard-min", str(shard_min), "--shard-max", str(shard_max)]
+
+
 def fleet_round(cfg_path: Path, env: dict[str, str], processes: int, limit: int) -> dict[str, Any]:
     """One round of a fleet: ``processes`` real `smartsensor worker --once` processes on the thrift backend,
     each owning an equal contiguous share of the shard ranges, started together (as leased workers on their
@@ -97,8 +103,7 @@ def fleet_round(cfg_path: Path, env: dict[str, str], processes: int, limit: int)
     slowest process's round (``catalog_seconds`` its catalog time); the process wall time, per-process and
     summed peak RSS go in ``extra``."""
     bounds = [i * limit // processes for i in range(processes + 1)]
-    cmds = [[sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "worker", "--once", "--json",
-             "--shard-min", str(bounds[i]), "--shard-max", str(bounds[i + 1])] for i in range(processes)]
+    cmds = [worker_once(cfg_path, bounds[i], bounds[i + 1]) for i in range(processes)]
     runs, wall = run_sampled_many(cmds, dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND="thrift"),
                                   "fleet worker --once", 3600)
     rounds = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
@@ -189,9 +194,7 @@ def run_sampled_many(cmds: list[list[str]], env: dict[str, str], what: str,
 def worker_peak_rss(cfg_path: Path, env: dict[str, str], backend: str, limit: int) -> dict[str, Any]:
     """One real `smartsensor worker --once` over every shard on ``backend``: its peak RSS with every child
     (a JVM included), and whether a JVM ran."""
-    cmd = [sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "worker", "--once", "--json",
-           "--shard-min", "0", "--shard-max", str(limit)]
-    run = run_sampled(cmd, dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND=backend),
+    run = run_sampled(worker_once(cfg_path, 0, limit), dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND=backend),
                       f"worker --once ({backend})", 600)
     last = json.loads(run.stdout.strip().splitlines()[-1])
     return {"peak_rss_mb": round(run.peak_rss_mb, 1), "jvm": run.jvm, "seconds": round(run.seconds, 2),

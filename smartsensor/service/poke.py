@@ -48,9 +48,6 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
     return make
 
 
-spark_answerer = catalog_answerer  # the name callers used before the thrift backend
-
-
 class PokeContext(dict):  # type: ignore[type-arg]
     """A user sensor's poke context: ``context['spark']`` starts Spark only when a sensor asks for it."""
 
