@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared set-up, sourced by test.sh, demo.sh and bench.sh: make sure Java 17+ exists (and, for test.sh,
-# Chromium), then create or reuse .venv with the package and its test extras installed (re-installed when
+# Chromium), then create or reuse .venv with the package, its Spark extra and its test extras installed (re-installed when
 # setup.cfg changes).
 set -euo pipefail
 
@@ -39,7 +39,8 @@ ensure_venv() {
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     log "installing smartsensor and its dependencies into $VENV (first time: ~1 min, PySpark is large)"
     "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[test]"
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[test,spark]" >"$VENV/install.log" 2>&1 \
+      || { cat "$VENV/install.log" >&2; log "installing smartsensor into $VENV failed"; exit 1; }
     echo "$want" > "$stamp"
   fi
   export PATH="$VENV/bin:$PATH"

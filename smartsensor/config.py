@@ -19,7 +19,8 @@ from smartsensor.config_keys import (BOUNDS, CATALOG_BACKENDS, KEY_INDEX, KEYS, 
                                      parse_int, parse_list)
 
 __all__ = [
-    "BOUNDS", "KEYS", "Config", "ConfigError", "ENV_PREFIX", "Key", "ShardRange", "even_shard_ranges", "load_config",
+    "BOUNDS", "KEYS", "Config", "ConfigError", "ENV_PREFIX", "Key", "ShardRange", "config_location", "even_shard_ranges",
+    "load_config",
     "parse_shard_ranges",
 ]
 
@@ -180,16 +181,22 @@ class Config:
         return out
 
 
-def load_config(cli_path: str | None = None, environ: dict[str, str] | None = None) -> Config:
-    """Load, override from env, type-check and validate the configuration."""
+def config_location(cli_path: str | None = None, environ: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """(home folder, config file) by the lookup order: ``--config``, ``$SMARTSENSOR_CONFIG``, then
+    ``$SMARTSENSOR_HOME/airflow.cfg`` (home defaults to ``~/smartsensor``)."""
     env = os.environ if environ is None else environ
     home = Path(env.get("SMARTSENSOR_HOME", str(Path.home() / "smartsensor"))).expanduser()
     if cli_path:
-        path = Path(cli_path).expanduser()
-    elif env.get("SMARTSENSOR_CONFIG"):
-        path = Path(env["SMARTSENSOR_CONFIG"]).expanduser()
-    else:
-        path = home / "airflow.cfg"
+        return home, Path(cli_path).expanduser()
+    if env.get("SMARTSENSOR_CONFIG"):
+        return home, Path(env["SMARTSENSOR_CONFIG"]).expanduser()
+    return home, home / "airflow.cfg"
+
+
+def load_config(cli_path: str | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Load, override from env, type-check and validate the configuration."""
+    env = os.environ if environ is None else environ
+    home, path = config_location(cli_path, env)
 
     raw: dict[tuple[str, str], str] = {(k.section, k.name): k.default for k in KEYS}
     warnings: list[str] = []

@@ -1,12 +1,14 @@
 """The configuration keys: section, name, default, parser, help text and numeric bounds of each.
 
-``smartsensor.config`` reads a file and the environment against this table; ``airflow.cfg.example``
-documents every key with its default (a test checks both agree).
+``smartsensor.config`` reads a file and the environment against this table; ``render_config`` writes it out
+as a commented file: ``airflow.cfg.example`` is ``render_config({})`` (a test checks), and
+``smartsensor config init`` writes it with a deployment's own values.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -61,7 +63,10 @@ CATALOG_BACKENDS = ("auto", "thrift", "spark")
 
 KEYS: tuple[Key, ...] = (
     Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", parse_str,
-        "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder."),
+        "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder. "
+        "SQLite (the embedded default, one host): sqlite:////abs/path/smartsensor.db; its folder is created only "
+        "under the home folder. PostgreSQL (several hosts): postgresql://user:password@db-host:5432/smartsensor "
+        "(postgresql:// and postgres:// use the psycopg2 driver smartsensor installs; postgresql+psycopg2:// too)."),
     Key("core", "dag_file_import_timeout", "60", parse_float,
         "Seconds `submit` lets a DAG file's import take; a file that loops or blocks at import is reported.",
         bounds=(1, 3600)),
@@ -156,3 +161,34 @@ KEY_INDEX: dict[tuple[str, str], Key] = {(k.section, k.name): k for k in KEYS}
 # Every numeric key's (lowest, highest) allowed value, checked when the config loads, so a value that would
 # crash a loop later (a negative sleep, a timer past the end of time) is refused at once, naming the key.
 BOUNDS: dict[tuple[str, str], tuple[float, float]] = {(k.section, k.name): k.bounds for k in KEYS if k.bounds}
+
+
+CONFIG_HEADER = """\
+# smartsensor configuration: every key with its default.
+# Lookup: --config PATH, else $SMARTSENSOR_CONFIG, else $SMARTSENSOR_HOME/airflow.cfg (home: ~/smartsensor).
+# A missing file means these defaults. Env SMARTSENSOR__<SECTION>__<KEY> overrides the file,
+# e.g. SMARTSENSOR__SMART_SENSOR__SHARDS=8. {SMARTSENSOR_HOME} is replaced by the home folder.
+"""
+
+
+def render_config(values: dict[tuple[str, str], str], header: str = CONFIG_HEADER) -> str:
+    """Every key of ``KEYS`` as a commented config file: its help text, its allowed range, then
+    ``name = value``, with ``values[(section, name)]`` where given and the default elsewhere."""
+    unknown = sorted(set(values) - set(KEY_INDEX))
+    if unknown:
+        raise KeyError(f"unknown configuration keys: {unknown}")
+    lines = header.rstrip("\n").splitlines()
+    section = None
+    for key in KEYS:
+        if key.section != section:
+            lines += ["", "", f"[{key.section}]"] if section is not None else ["", f"[{key.section}]"]
+            section = key.section
+        else:
+            lines.append("")
+        lines += textwrap.wrap(key.help, width=102, initial_indent="# ", subsequent_indent="# ",
+                               break_on_hyphens=False, break_long_words=False)
+        if key.bounds is not None:
+            lines.append(f"# Allowed: {key.bounds[0]:.10g} to {key.bounds[1]:.10g}.")
+        value = values.get((key.section, key.name), key.default)
+        lines.append(f"{key.name} = {value}")
+    return "\n".join(lines) + "\n"

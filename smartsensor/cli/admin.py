@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import sys
+from pathlib import Path
 
 import click
 
 from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.adapters.sql.engine import init_db
+from smartsensor.adapters.sql.engine import init_db, normalize_url
 from smartsensor.cli.app import App, UserError
+from smartsensor.config import ConfigError, config_location, load_config
+from smartsensor.config_keys import CATALOG_BACKENDS, render_config
 
 
 @click.group()
@@ -42,7 +47,79 @@ def db_reshard(app: App) -> None:
 
 @click.group()
 def config() -> None:
-    """Inspect the effective configuration."""
+    """Write and inspect the configuration."""
+
+
+@config.command("init")
+@click.option("--db-url", default=None, metavar="URL",
+              help="[core] sql_alchemy_conn, e.g. postgresql://user:pw@db-host:5432/smartsensor (default: SQLite "
+                   "under the home folder, one host only).")
+@click.option("--metastore-uris", default="", metavar="URIS",
+              help="[spark] metastore_uris: thrift://host:port of your Hive metastore, comma separated.")
+@click.option("--catalog-backend", type=click.Choice(CATALOG_BACKENDS), default="auto", show_default=True,
+              help="[smart_sensor] catalog_backend (auto: thrift when metastore URIs are given, else spark).")
+@click.option("--token-file", default=None, metavar="PATH",
+              help="[api] token_file; created with a new random token (mode 0600) if it does not exist "
+                   "[default: api-token beside the config].")
+@click.option("--shards", type=click.IntRange(1, 100_000), default=None, help="[smart_sensor] shards.")
+@click.option("--force", is_flag=True, help="Overwrite an existing config file.")
+@click.pass_obj
+def config_init(app: App, db_url: str | None, metastore_uris: str, catalog_backend: str, token_file: str | None,
+                shards: int | None, force: bool) -> None:
+    """Write a commented config (every key, its help and allowed range) with this deployment's values, where
+    the other commands look for it: --config, else $SMARTSENSOR_CONFIG, else $SMARTSENSOR_HOME/airflow.cfg.
+
+    Nothing is written unless the result loads and validates."""
+    home, path = config_location(app.config_path)
+    if path.exists() and not force:
+        raise UserError(f"{path} already exists (--force overwrites it)")
+    token_path = Path(token_file).expanduser() if token_file else path.parent / "api-token"
+    values = {("smart_sensor", "catalog_backend"): catalog_backend, ("spark", "metastore_uris"): metastore_uris,
+              ("api", "token_file"): str(token_path.resolve())}
+    if db_url is not None:
+        normalize_url(db_url)  # DatabaseUrlError: one line naming the URL
+        values[("core", "sql_alchemy_conn")] = db_url
+    if shards is not None:
+        values[("smart_sensor", "shards")] = str(shards)
+    text = render_config(values, header=INIT_HEADER)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(path.name + ".new")
+    draft.unlink(missing_ok=True)
+    with os.fdopen(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
+        out.write(text)  # owner-only: it holds the database URL, password included
+    try:
+        cfg = load_config(str(draft), environ={"SMARTSENSOR_HOME": str(home)})  # refuses a broken result
+    except ConfigError:
+        draft.unlink()
+        raise
+    created = _ensure_token_file(token_path)
+    draft.replace(path)
+    click.echo(f"wrote {path}")
+    click.echo(f"  database: {normalize_url(cfg.sql_alchemy_conn).render_as_string(hide_password=True)}")
+    click.echo(f"  catalog:  {cfg.catalog_backend}" + (f" ({metastore_uris})" if metastore_uris else ""))
+    click.echo(f"  token:    {token_path}" + (" (new random token)" if created else " (kept)"))
+    if path != config_location(None)[1]:
+        click.echo(f"the commands find it with --config {path} or SMARTSENSOR_CONFIG={path}")
+    click.echo("next: smartsensor db init")
+
+
+INIT_HEADER = """\
+# smartsensor configuration, written by `smartsensor config init`: every key with its help and allowed range.
+# Env SMARTSENSOR__<SECTION>__<KEY> overrides the file, e.g. SMARTSENSOR__SMART_SENSOR__SHARDS=8.
+# {SMARTSENSOR_HOME} is replaced by the home folder ($SMARTSENSOR_HOME, default ~/smartsensor).
+"""
+
+
+def _ensure_token_file(path: Path) -> bool:
+    """Create ``path`` with a new random token, readable by its owner only; False if it already exists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(32) + "\n")
+    return True
 
 
 @config.command("shards")

@@ -130,6 +130,7 @@ def jsonable(row: dict[str, Any]) -> dict[str, Any]:
 
 
 @click.group(cls=SmartSensorGroup)
+@click.version_option(package_name="smartsensor", prog_name="smartsensor")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="Config file (else $SMARTSENSOR_CONFIG, else $SMARTSENSOR_HOME/airflow.cfg).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging and full tracebacks.")

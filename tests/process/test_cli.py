@@ -129,3 +129,41 @@ def test_smaller_shard_limit_strands_tasks_until_reshard(tmp_path: Path, db_url:
     assert all(r["shardcode"] == r["hashcode"] % 100 for r in rows)
     assert json.loads(run(["status", "--json"], home, db_url).stdout)["stranded"] == 0
     assert run(["db", "reshard"], home, db_url).stdout.startswith("0 task instance(s)")  # idempotent
+
+
+def test_config_init_writes_a_validated_production_config_the_commands_pick_up(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {k: v for k, v in cli_env(home, "unused").items() if not k.startswith("SMARTSENSOR__")}
+    out = run_cli(["config", "init", "--db-url", "postgresql://svc:s3cret@db-host:5432/smartsensor",
+                   "--metastore-uris", "thrift://hms-1:9083,thrift://hms-2:9083", "--shards", "8"], env, check=True)
+    path, token = home / "airflow.cfg", home / "api-token"
+    assert f"wrote {path}" in out.stdout and "s3cret" not in out.stdout and "new random token" in out.stdout
+    assert path.stat().st_mode & 0o777 == 0o600 and token.stat().st_mode & 0o777 == 0o600  # it holds a password
+    assert len(token.read_text().strip()) >= 32
+    shown = run_cli(["config", "show"], env, check=True).stdout  # picked up from $SMARTSENSOR_HOME/airflow.cfg
+    assert f"# file: {path} (found)" in shown
+    for line in ("sql_alchemy_conn = postgresql://svc:s3cret@db-host:5432/smartsensor", "shards = 8",
+                 "metastore_uris = thrift://hms-1:9083,thrift://hms-2:9083", f"token_file = {token}"):
+        assert line in shown, line
+    text = path.read_text()
+    assert "# Allowed: 1 to 100000." in text and "# How workers list partitions" in text  # every key, commented
+
+    again = run_cli(["config", "init"], env)  # never overwrites by accident; the token is kept
+    assert again.returncode != 0 and "already exists (--force overwrites it)" in again.stderr
+    secret = token.read_text()
+    run_cli(["config", "init", "--force"], env, check=True)
+    assert token.read_text() == secret
+
+    other = tmp_path / "etc" / "smartsensor.cfg"
+    bad = run_cli(["--config", str(other), "config", "init", "--catalog-backend", "thrift"], env)
+    assert bad.returncode != 0 and "catalog_backend = thrift needs [spark] metastore_uris" in bad.stderr
+    assert not other.exists() and not list(other.parent.glob("*"))  # a broken config is never written
+    bad = run_cli(["--config", str(other), "config", "init", "--db-url", "not a url"], env)
+    assert bad.returncode != 0 and "is not a database URL" in bad.stderr and not other.exists()
+
+
+def test_version_is_the_distributions(tmp_path: Path) -> None:
+    from importlib.metadata import version
+    out = run_cli(["--version"], cli_env(tmp_path, "sqlite://"), check=True).stdout
+    assert out.strip() == f"smartsensor, version {version('smartsensor')}"
+

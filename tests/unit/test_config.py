@@ -141,6 +141,13 @@ def test_example_file_documents_every_key_with_its_default() -> None:
     assert not cfg.warnings
 
 
+def test_example_config_is_the_rendered_key_table() -> None:
+    from smartsensor.config_keys import render_config
+    assert (ROOT / "airflow.cfg.example").read_text() == render_config({}), \
+        "regenerate: python -c \"from smartsensor.config_keys import render_config; " \
+        "open('airflow.cfg.example', 'w').write(render_config({}))\""
+
+
 def test_every_numeric_key_has_bounds() -> None:
     from smartsensor.config_keys import KEYS, parse_float, parse_int
     assert [k.name for k in KEYS if k.parse in (parse_int, parse_float) and k.bounds is None] == []
