@@ -22,6 +22,7 @@ from typing import Iterator
 from smartsensor.adapters.metastore_process import (MAIN_CLASS, free_port, is_our_jvm, log_path, port_answers,
                                                     port_bindable, read_pid, remove_pid_file, service_dir, spawn,
                                                     terminate, terminate_started_here)
+from smartsensor.adapters.spark import SPARK_EXTRA_HINT
 from smartsensor.config import Config
 
 __all__ = [
@@ -93,7 +94,7 @@ def _java() -> str:
 def _pyspark_jars() -> Path:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
-        raise MetastoreError("pyspark is not installed: the metastore service runs from its jars")
+        raise MetastoreError(f"the metastore service runs from PySpark's jars. {SPARK_EXTRA_HINT}")
     jars = Path(spec.origin).parent / "jars"
     if not jars.is_dir():
         raise MetastoreError(f"pyspark has no jars folder at {jars}")

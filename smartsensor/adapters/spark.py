@@ -52,6 +52,10 @@ def spark_builder_conf(cfg: Config) -> dict[str, str]:
 QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
+SPARK_EXTRA_HINT = ("PySpark is not installed: pip install 'smartsensor[spark]' (the Spark catalog backend, "
+                    "classic runs and `smartsensor metastore start` need it, and Java 17+)")
+
+
 def quiet_query_context_loggers() -> None:
     """Switch off pyspark's per-failure query-context loggers (see QUERY_CONTEXT_LOGGERS).
 
@@ -76,7 +80,10 @@ def get_spark(cfg: Config) -> Any:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         quiet_query_context_loggers()
         cfg.home.mkdir(parents=True, exist_ok=True)
-        from pyspark.sql import SparkSession
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError as exc:
+            raise ImportError(f"{SPARK_EXTRA_HINT} ({exc})") from None
 
         builder = SparkSession.builder.master(cfg.get("spark", "master")).appName(cfg.get("spark", "app_name"))
         for key, value in spark_builder_conf(cfg).items():
