@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import re
 import sys
 import threading
@@ -79,6 +80,23 @@ def _bounded_filter(f: Any) -> Any:
 
 
 _ENV.filters = {name: _bounded_filter(f) for name, f in _ENV.filters.items()}
+MAX_LIPSUM_WORDS = 1_000  # lipsum's default (5 paragraphs of at most 100 words) is 500
+
+
+def _bounded_lipsum(n: Any = 5, html: Any = True, min: Any = 20, max: Any = 100) -> Any:  # noqa: A002 - jinja's names
+    """jinja's ``lipsum``, refused past MAX_LIPSUM_WORDS words or paragraphs: it runs in Python, where the
+    template's time budget cannot stop it (``lipsum(n=200000)`` hung `submit`)."""
+    n, min, max = (operator.index(v) for v in (n, min, max))  # whole numbers only: randrange takes 1e7 too
+    if n * (abs(max) + 1) > MAX_LIPSUM_WORDS:
+        raise TemplateBudgetExceeded(f"lipsum(n={_short_int(n)}, max={_short_int(max)}) too large in a template "
+                                     f"(at most {MAX_LIPSUM_WORDS} words)")
+    return _LIPSUM(n, html, min, max)
+
+
+# The other globals are bounded already: range by the sandbox (MAX_RANGE), dict/cycler/joiner/namespace
+# build small objects.
+_LIPSUM = _ENV.globals["lipsum"]
+_ENV.globals["lipsum"] = _bounded_lipsum
 _local = threading.local()
 
 

@@ -98,6 +98,32 @@ def test_templates_run_sandboxed(tmp_path: Path, template: str) -> None:
     assert not marker.exists()
 
 
+# jinja's globals run in Python, outside the template's traced frames: each must be bounded by itself
+UNBOUNDED_GLOBAL_CALLS = [
+    "{{ lipsum(n=200000) }}",
+    "{{ lipsum(n=10**9, min=0, max=1) }}",  # empty paragraphs: a long loop, a short result
+    "{{ lipsum(1, False, 10**7, 10**7 + 1) }}",  # one huge paragraph
+    "{{ lipsum(1, False, 1e7, 1e7 + 1) }}",  # random.randrange takes whole floats too
+]
+
+
+@pytest.mark.timeout(60)  # a regression fails here instead of hanging the suite
+@pytest.mark.parametrize("template", UNBOUNDED_GLOBAL_CALLS)
+def test_unbounded_template_globals_are_refused_quickly(tmp_path: Path, template: str) -> None:
+    """issue 22, defect 4: ``lipsum(n=200000)`` in a persist field hung `submit`."""
+    sensor = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": template})
+    began = _time.monotonic()
+    with pytest.raises(SensorDefinitionError, match=r"field 'partition'.*lipsum.*(at most|integer)"):
+        build_row(sensor, "d", DAY, make_cfg(tmp_path, "sqlite://"))
+    assert _time.monotonic() - began < 5
+
+
+def test_lipsum_within_its_bound_still_renders(tmp_path: Path) -> None:
+    sensor = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ lipsum(2, False, 3, 5)|length > 0 }}"})
+    row, _ = build_row(sensor, "d", DAY, make_cfg(tmp_path, "sqlite://"))
+    assert _json.loads(row["attr_dict"])["partition"] == {"ds": "True"}
+
+
 @FAST
 @given(st.text(max_size=300))
 def test_random_config_files_load_or_fail_clearly(tmp_path_factory: Any, text: str) -> None:
