@@ -24,7 +24,7 @@ from smartsensor.service.leases import LeaseManager
 from smartsensor.service.poke import catalog_answerer
 from smartsensor.service.round import ShardWorker, run_round
 from smartsensor.service.round_report import RoundResult
-from smartsensor.service.signals import SignalListener, canonical_signal
+from smartsensor.service.signals import listen_for_signals
 
 log = logging.getLogger(__name__)
 
@@ -151,34 +151,6 @@ class PinnedWorker:
             pass
 
 
-def _listen_for_signals(engine: Any, cfg: Config, on_signal: Callable[[set[tuple[str, str]]], None],
-                        stopping: threading.Event) -> None:
-    """Signal thread: wake the worker for every landing signal; reconnect after DB errors."""
-    listener = None
-    while not stopping.is_set():
-        try:
-            if listener is None:
-                listener = SignalListener(engine, cfg.get("smart_sensor", "signal_poll_interval"))
-            names = listener.wait(0.5)
-        except Exception as exc:  # noqa: BLE001 - a DB outage: retry, the rounds still run on their timer
-            log.warning("signal listener: %s", first_line(exc))
-            if listener is not None:
-                listener.close()
-            listener = None
-            stopping.wait(1.0)
-            continue
-        tables = set()
-        for name in names:
-            try:
-                tables.add(canonical_signal(name)[1])
-            except ValueError:
-                log.warning("ignoring malformed signal %r", name)
-        if tables:
-            on_signal(tables)
-    if listener is not None:
-        listener.close()
-
-
 def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, interval: float, once: bool,
                emit: Callable[[RoundResult], None], metrics: RoundMetrics | None = None,
                signals: bool = True, stop_event: threading.Event | None = None,
@@ -287,7 +259,8 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
             pass
 
     if signals:
-        threading.Thread(target=_listen_for_signals, args=(engine, cfg, on_signal, stopping), daemon=True).start()
+        threading.Thread(target=listen_for_signals, args=(engine, cfg.get("smart_sensor", "signal_poll_interval"),
+                                                          on_signal, stopping), daemon=True).start()
     if not stopping.is_set():
         scheduler.start()
     stopping.set()

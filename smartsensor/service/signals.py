@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import select
+import threading
 import time
 from datetime import datetime
+from typing import Callable
 
 from sqlalchemy import Engine
 
+from smartsensor.sensors.errors import first_line
 from smartsensor.sensors.partitions import format_partition_name, parse_partition_name
 from smartsensor.adapters.sql import signals as signal_sql
 
@@ -77,9 +80,48 @@ class SignalListener:
             time.sleep(self.poll_interval)
 
     def close(self) -> None:
+        """Drop the LISTEN connection. It is invalidated, never handed back to the pool: after an error it is
+        dead (the pool's reset would log a traceback at ERROR), and alive it would still be LISTENing."""
         if self._pg is not None:
             try:
-                self._raw.close()
+                self._raw.invalidate()
             except Exception:  # noqa: BLE001 - closing a dead connection
                 pass
             self._pg = None
+
+
+def listen_for_signals(engine: Engine, poll_interval: float, on_signal: Callable[[set[tuple[str, str]]], None],
+                       stopping: threading.Event) -> None:
+    """A worker's signal thread: call ``on_signal`` with the tables of landing signals until ``stopping``.
+
+    A DB error (a restart, a dropped connection) is one WARNING per outage, no traceback; the listener
+    reconnects every second meanwhile, and the rounds still run on their timer.
+    """
+    listener = None
+    failing = False
+    while not stopping.is_set():
+        try:
+            if listener is None:
+                listener = SignalListener(engine, poll_interval)
+                if failing:
+                    log.info("signal listener: listening again")
+                failing = False
+            names = listener.wait(0.5)
+        except Exception as exc:  # noqa: BLE001 - a DB outage: retry
+            log.log(logging.DEBUG if failing else logging.WARNING, "signal listener: %s", first_line(exc))
+            failing = True
+            if listener is not None:
+                listener.close()
+            listener = None
+            stopping.wait(1.0)
+            continue
+        tables = set()
+        for name in names:
+            try:
+                tables.add(canonical_signal(name)[1])
+            except ValueError:
+                log.warning("ignoring malformed signal %r", name)
+        if tables:
+            on_signal(tables)
+    if listener is not None:
+        listener.close()

@@ -125,6 +125,46 @@ def test_plain_postgresql_url_connects(db_url: str) -> None:
     engine.dispose()
 
 
+def _listener_pids(engine: Any) -> list[int]:
+    """Backends of this database that LISTEN for landing signals (a worker's signal listener)."""
+    with engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            " AND pid <> pg_backend_pid()")).scalars())
+
+
+@postgres_only
+def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
+        engine, cfg, caplog: pytest.LogCaptureFixture) -> None:
+    """issue 22, defect 6: the listener's connection dying (a PostgreSQL restart) gave an ERROR traceback from
+    the pool, which was handed the dead connection back; now one WARNING, and the listener carries on."""
+    import logging
+    import threading
+    from smartsensor.service.signals import listen_for_signals, send_signal
+    from tests.support.common import wait_until
+    woken: list[set[tuple[str, str]]] = []
+    stopping = threading.Event()
+    caplog.set_level(logging.WARNING)
+    thread = threading.Thread(target=listen_for_signals, args=(engine, 0.2, woken.append, stopping), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(_listener_pids(engine)) == 1, timeout=30)
+        [first] = _listener_pids(engine)
+        with engine.connect() as conn:  # what a server restart does to every session, to this one alone
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first}).scalar_one()
+        wait_until(lambda: _listener_pids(engine) not in ([], [first]), timeout=60)  # listening again
+        send_signal(engine, "demo.events/ds=2026-11-22")
+        wait_until(lambda: {("demo", "events")} in woken, timeout=30)
+    finally:
+        stopping.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not loud, [(r.name, r.getMessage()) for r in loud]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("signal listener: "), warnings
+
+
 # -- registration is one transaction --------------------------------------------------------
 
 def test_registration_failing_half_way_leaves_nothing(engine, cfg, tmp_path: Path) -> None:

@@ -111,6 +111,10 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
         scheduler.wait_round(lambda r: "launched" in r, timeout=60)  # back to normal passes
         work.engine.dispose()  # the test's own pooled connections died with the server
         work.wait_all_success(timeout=60)
+        # a restart is an expected event: WARNING lines, no traceback (issue 22, defect 6)
+        for proc in (worker, scheduler):
+            logged = "\n".join(proc.stderr_lines)
+            assert "Traceback" not in logged and " ERROR " not in logged, logged[-3000:]
     finally:
         scheduler.stop()
         worker.stop()
