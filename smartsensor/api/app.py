@@ -1,5 +1,5 @@
 """The FastAPI application of ``smartsensor serve``: health, status, metrics and the task endpoints (v1),
-bearer-token auth, and errors as one JSON line (never a traceback)."""
+bearer-token auth, and errors as one JSON line (never a traceback; see ``guard`` and ``errors``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from smartsensor.adapters.sql.engine import current_revision, schema_problem
 from smartsensor.api.auth import token_matches
+from smartsensor.api.errors import ERROR_MEANINGS, error_responses
+from smartsensor.api.guard import ApiGuard
 from smartsensor.api.metrics import render_metrics
 from smartsensor.api.page import history_lifespan, page_router
 from smartsensor.api.tasks import tasks_router
@@ -29,33 +32,37 @@ API = "/api/v1"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a states request for 10,000 keys is ~1.2 MB; one registration far less
 
 
+class Health(BaseModel):
+    """``ok`` with the schema revision, or ``unavailable`` with the reason."""
+
+    status: str
+    schema_revision: str | None = None
+    error: str | None = None
+
+
 def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     """The application over one engine. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
-    app = FastAPI(title="smartsensor", version="1", docs_url=f"{API}/docs", openapi_url=f"{API}/openapi.json",
-                  redoc_url=None, lifespan=history_lifespan(cfg, engine))
+    # The OpenAPI document is served below, behind the token like every route; no docs page (Swagger UI would
+    # load its script from a CDN, which an offline host cannot reach and the page's policy forbids).
+    app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None,
+                  lifespan=history_lifespan(cfg, engine))
 
     requests: Counter[tuple[str, str, int]] = Counter()
     app.state.requests = requests
-
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Response:
-        """Refuse an oversized body by its declared length before anything reads it; count what was answered."""
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            response: Response = JSONResponse({"error": f"request body over {MAX_BODY_BYTES} bytes"}, 413)
-        else:
-            response = await call_next(request)
-        # Only matched routes by path (none takes path parameters): a bounded set of label values.
-        route = request.url.path if request.scope.get("route") is not None else "unmatched"
-        requests[(request.method, route, response.status_code)] += 1
-        return response
+    app.add_middleware(ApiGuard, requests=requests, max_body=MAX_BODY_BYTES)
 
     def authorised(request: Request) -> None:
         if token is not None and not token_matches(request.headers.get("authorization"), token):
             raise HTTPException(status_code=401, detail="missing or wrong bearer token (Authorization: Bearer …)",
                                 headers={"WWW-Authenticate": "Bearer"})
 
-    @app.get(f"{API}/health")
+    @app.get(f"{API}/openapi.json", dependencies=[Depends(authorised)], include_in_schema=False)
+    def openapi() -> JSONResponse:
+        """This API's OpenAPI document."""
+        return JSONResponse(app.openapi())
+
+    @app.get(f"{API}/health", responses={200: {"model": Health}, 503: {"model": Health,
+                                                                       "description": ERROR_MEANINGS[503]}})
     def health() -> JSONResponse:
         """Liveness and the database's reachability; no token needed (load balancers call it)."""
         try:
@@ -67,16 +74,17 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
             return JSONResponse({"status": "unavailable", "error": f"metadata database {problem}"}, 503)
         return JSONResponse({"status": "ok", "schema_revision": revision})
 
-    @app.get(f"{API}/status", dependencies=[Depends(authorised)])
+    @app.get(f"{API}/status", dependencies=[Depends(authorised)], responses=error_responses(401, 503))
     def status() -> dict[str, Any]:
         """What `smartsensor status --json` prints."""
         return collect_status(engine, cfg)
 
-    @app.get("/metrics", dependencies=[Depends(authorised)])
+    @app.get("/metrics", dependencies=[Depends(authorised)], response_class=PlainTextResponse,
+             responses=error_responses(401, 503))
     def metrics() -> Response:
         """Prometheus text format."""
-        return Response(render_metrics(collect_status(engine, cfg), requests),
-                        media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(render_metrics(collect_status(engine, cfg), requests),
+                                 media_type="text/plain; version=0.0.4")
 
     app.include_router(tasks_router(cfg, engine, authorised), prefix=API)
     app.include_router(page_router(cfg, engine, token))
@@ -95,10 +103,5 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     async def database_down(_: Request, exc: SQLAlchemyError) -> JSONResponse:
         log.warning("request failed on the metadata database: %s", first_line(exc))
         return JSONResponse({"error": f"metadata database unavailable: {first_line(exc)}"}, 503)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error in an API request")
-        return JSONResponse({"error": f"internal error ({type(exc).__name__}); the server log has the details"}, 500)
 
     return app

@@ -6,13 +6,17 @@ task and register new ones.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import secrets
+import time
 from pathlib import Path
 
 from smartsensor.config import Config, ConfigError
 
 LOOPBACK = "127.0.0.1"
+SESSION_SECONDS = 12 * 3600  # how long the status page's login cookie opens the page
 
 
 def configured_token(cfg: Config) -> str | None:
@@ -55,3 +59,25 @@ def token_matches(header: str | None, token: str) -> bool:
         return False
     scheme, _, given = header.partition(" ")
     return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), token.encode())
+
+
+def _session_signature(token: str, issued: int) -> str:
+    return hmac.new(token.encode(), f"smartsensor-session:{issued}".encode(), hashlib.sha256).hexdigest()
+
+
+def session_value(token: str, now: float | None = None) -> str:
+    """The status page's login cookie: when it was issued and an HMAC of that keyed by the token. It never
+    carries the token itself, opens the page only (not the API), expires after SESSION_SECONDS, and stops
+    working when the token changes."""
+    issued = int(time.time() if now is None else now)
+    return f"{issued}.{_session_signature(token, issued)}"
+
+
+def session_valid(value: str | None, token: str, now: float | None = None) -> bool:
+    """True for a cookie ``session_value`` made with this token less than SESSION_SECONDS ago."""
+    issued_text, _, signature = (value or "").partition(".")
+    if not issued_text.isdigit() or len(issued_text) > 12:
+        return False
+    age = (time.time() if now is None else now) - int(issued_text)
+    return 0 <= age <= SESSION_SECONDS and secrets.compare_digest(
+        signature.encode(), _session_signature(token, int(issued_text)).encode())

@@ -2,8 +2,9 @@
 smartsensor) with inline SVG charts, no JavaScript and no external asset. Its numbers are ``collect_status``'s,
 each in an element with a ``data-metric`` (or ``data-lease``, ``data-shard``…) attribute.
 
-With a token configured, the page takes the API's bearer header or the ``smartsensor_token`` cookie that
-``POST /login`` sets; without either it redirects to ``/login``. Also here: the lifespan hook that runs the
+With a token configured, the page takes the API's bearer header or the ``smartsensor_session`` cookie that
+``POST /login`` sets (signed, expiring, never the token itself: ``auth.session_value``); without either it
+redirects to ``/login``. Also here: the lifespan hook that runs the
 history sampler while the server runs."""
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from sqlalchemy import Engine
 
 from smartsensor.api import charts
-from smartsensor.api.auth import token_matches
+from smartsensor.api.auth import SESSION_SECONDS, session_valid, session_value, token_matches
 from smartsensor.config import Config
 from smartsensor.service.history import HistorySampler
 from smartsensor.service.overview import collect_overview
 
-COOKIE = "smartsensor_token"
+COOKIE = "smartsensor_session"
 REFRESH_SECONDS = 30
 MAX_LOGIN_BODY = 4096
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -58,8 +59,7 @@ def page_router(cfg: Config, engine: Engine, token: str | None) -> APIRouter:
     def signed_in(request: Request) -> bool:
         if token is None or token_matches(request.headers.get("authorization"), token):
             return True
-        cookie = request.cookies.get(COOKIE)
-        return cookie is not None and secrets.compare_digest(cookie.encode(), token.encode())
+        return session_valid(request.cookies.get(COOKIE), token)
 
     @router.get("/")
     def page(request: Request) -> Response:
@@ -80,12 +80,17 @@ def page_router(cfg: Config, engine: Engine, token: str | None) -> APIRouter:
         """Check the form's ``token``; right: a cookie and back to ``/``; wrong: the form again, 401."""
         if token is None:
             return RedirectResponse("/", status_code=303)
-        body = (await request.body())[:MAX_LOGIN_BODY].decode("utf-8", "replace")
-        given = (parse_qs(body).get("token") or [""])[0].strip()
+        body = b""
+        async for chunk in request.stream():  # a form with one token: stop reading past a few KB, however sent
+            body += chunk
+            if len(body) > MAX_LOGIN_BODY:
+                return HTMLResponse(render_login("That form was too large."), status_code=413)
+        given = (parse_qs(body.decode("utf-8", "replace")).get("token") or [""])[0].strip()
         if not secrets.compare_digest(given.encode(), token.encode()):
             return HTMLResponse(render_login("That is not the token this server was given."), status_code=401)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+        response.set_cookie(COOKIE, session_value(token), max_age=SESSION_SECONDS, httponly=True, samesite="strict",
+                            path="/")
         return response
 
     return router

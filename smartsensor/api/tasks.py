@@ -1,50 +1,67 @@
-"""Task endpoints for another scheduler (the Airflow provider): register one try, read many tries' states."""
+"""Task endpoints for another scheduler (the Airflow provider): register one try, read many tries' states.
 
-from __future__ import annotations
+The request models are the schema's truth: what they accept is what the service takes (ids as `submit` takes
+them, integers that are not booleans, a logical date as an RFC 3339 string within the calendar in UTC, a class
+name from ``[smart_sensor] sensors_enabled``), so a request the schema allows is not refused later for its form.
+"""
+
 
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, HTTPException
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationInfo, create_model
 from sqlalchemy import Engine
 
+from smartsensor.api.errors import error_responses
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
+from smartsensor.sensors.validation import validate_id
 from smartsensor.service.external import ExternalConflict, external_states, register_external
 
 MAX_KEYS = 10_000  # keys per states request: one triggerer's deferred tasks, with room to spare
+# What validate_id takes, as a pattern the schema can state: no control characters, not only spaces.
+ID_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
+
+
+def _valid_id(value: str, info: ValidationInfo) -> str:
+    return validate_id(info.field_name or "id", value)  # also refuses lone surrogates, which no pattern states
+
+
+def _rfc3339_text(value: Any) -> Any:
+    """A date-time as the schema states it: a string (pydantic alone would also take a number of seconds)."""
+    if not isinstance(value, str):
+        raise ValueError("logical_date must be an RFC 3339 date-time string")
+    return value
+
+
+def _naive_utc(value: datetime) -> datetime:
+    """Stored naive UTC, as every time here; a date that leaves the calendar in UTC is refused."""
+    if value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    except OverflowError:
+        raise ValueError("logical_date falls outside years 1-9999 once converted to UTC") from None
+
+
+Id = Annotated[str, Field(min_length=1, max_length=250, pattern=ID_PATTERN), AfterValidator(_valid_id)]
+LogicalDate = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_naive_utc)]
 
 
 class Key(BaseModel):
     """Airflow's key of one try of a task instance."""
 
     model_config = ConfigDict(extra="forbid")
-    dag_id: str = Field(min_length=1, max_length=250)
-    task_id: str = Field(min_length=1, max_length=250)
-    run_id: str = Field(min_length=1, max_length=250)
-    map_index: int = Field(default=-1, ge=-1, lt=2**31)
-    try_number: int = Field(ge=0, lt=2**31)
+    dag_id: Id
+    task_id: Id
+    run_id: Id
+    map_index: StrictInt = Field(default=-1, ge=-1, lt=2**31)
+    try_number: StrictInt = Field(ge=0, lt=2**31)
 
     def external(self) -> ExternalKey:
         return ExternalKey(self.dag_id, self.task_id, self.run_id, self.map_index)
-
-
-class Sensor(BaseModel):
-    """One sensor, by class name (an enabled @smart_eligible class) and its field values."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    class_name: str = Field(alias="class", min_length=1, max_length=250)
-    persist: dict[str, Any] = Field(default_factory=dict)
-    exec: dict[str, Any] = Field(default_factory=dict)
-
-
-class Register(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    key: Key
-    sensor: Sensor
-    logical_date: datetime | None = None
 
 
 class States(BaseModel):
@@ -52,19 +69,32 @@ class States(BaseModel):
     keys: list[Key] = Field(max_length=MAX_KEYS)
 
 
+def request_models(class_names: list[str]) -> tuple[type[BaseModel], type[BaseModel]]:
+    """(Sensor, Register) models whose ``class`` is one of ``class_names`` (``[smart_sensor] sensors_enabled``)."""
+    names = tuple(class_names) or ("(none enabled)",)
+    sensor = create_model(
+        "Sensor", __config__=ConfigDict(extra="forbid", populate_by_name=True),
+        __doc__="One sensor, by class name (an enabled @smart_eligible class) and its field values.",
+        class_name=(Literal[names], Field(alias="class")),  # type: ignore[valid-type] # built from the config
+        persist=(dict[str, Any], Field(default_factory=dict)),
+        exec=(dict[str, Any], Field(default_factory=dict)))
+    register = create_model("Register", __config__=ConfigDict(extra="forbid"), key=(Key, ...),
+                            sensor=(sensor, ...), logical_date=(LogicalDate | None, None))
+    return sensor, register
+
+
 def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None]) -> APIRouter:
     """``POST /tasks`` and ``POST /tasks/states`` over one engine."""
     router = APIRouter(dependencies=[Depends(authorised)])
+    _, Register = request_models(cfg.sensors_enabled)  # noqa: N806 - a model class, built per config
 
-    @router.post("/tasks")
-    def register(body: Register) -> dict[str, Any]:
-        """Register one try (idempotent for the same try; a newer try starts afresh). 409: an older try."""
-        logical = body.logical_date
-        if logical is not None and logical.tzinfo is not None:  # stored naive UTC, as every time here
-            logical = logical.astimezone(timezone.utc).replace(tzinfo=None)
+    @router.post("/tasks", responses=error_responses(400, 401, 409, 413, 422, 503))
+    def register(body: Register) -> dict[str, Any]:  # type: ignore[valid-type]
+        """Register one try (idempotent for the same try; a newer try starts afresh). 409: an older try, or one
+        that kept meeting concurrent registrations of the same task (ask again)."""
         try:
             done = register_external(engine, cfg, body.key.external(), body.key.try_number, body.sensor.class_name,
-                                     body.sensor.persist, body.sensor.exec, logical)
+                                     body.sensor.persist, body.sensor.exec, body.logical_date)
         except ExternalConflict as exc:
             raise HTTPException(409, str(exc)) from None
         except SensorModuleUnavailable as exc:
@@ -76,7 +106,7 @@ def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None]) -
                 "created": done.created,
                 "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": ti_date.isoformat()}}
 
-    @router.post("/tasks/states")
+    @router.post("/tasks/states", responses=error_responses(400, 401, 413, 422, 503))
     def states(body: States) -> dict[str, Any]:
         """The state of each try asked about, in order, in one request."""
         return {"states": external_states(engine, [(k.external(), k.try_number) for k in body.keys])}

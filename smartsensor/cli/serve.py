@@ -19,6 +19,7 @@ def serve(app: App, host: str | None, port: int | None) -> None:
 
     from smartsensor.api.app import create_app
     from smartsensor.api.auth import bind_host, configured_token
+    from smartsensor.api.errors import JsonErrorH11Protocol
     token = configured_token(app.cfg)
     listen, warning = bind_host(host or app.cfg.get("api", "host"), token)
     if warning:
@@ -32,6 +33,6 @@ def serve(app: App, host: str | None, port: int | None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     try:
-        uvicorn.run(api, host=listen, port=port, log_level="warning", access_log=False)
+        uvicorn.run(api, host=listen, port=port, log_level="warning", access_log=False, http=JsonErrorH11Protocol)
     except SystemExit as exc:  # uvicorn exits 1 when it cannot bind
         raise UserError(f"cannot serve on {listen}:{port} (in use, or not an address of this host)") from exc

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SUPERSEDED = "superseded"  # a states answer: the key has moved on to a newer try than the one asked about
 UNKNOWN = "unknown"  # a states answer: that try of the key was never registered
+RACE_ATTEMPTS = 20  # reads of a key that concurrent registrations keep moving, before answering "ask again"
 
 
 class ExternalConflict(Exception):
@@ -103,10 +104,16 @@ def register_external(engine: Engine, cfg: Config, key: ExternalKey, try_number:
     if row["state"] != State.SMART_PENDING:
         raise SensorDefinitionError(f"{cls.__name__} is not served by smartsensor here ({reason}): run it as a "
                                     f"plain sensor")
-    try:
-        return _register(engine, key, try_number, row, logical_date)
-    except IntegrityError:  # another request registered this key at the same moment: it exists now
-        return _register(engine, key, try_number, {**row, "execution_date": datetime.utcnow()}, logical_date)
+    # Another request registered or moved this key at the same moment (on SQLite, whose reads take no lock,
+    # that is how concurrent tries meet): read it again. Each lost race means another request committed, so
+    # this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try.
+    for _ in range(RACE_ATTEMPTS):
+        try:
+            return _register(engine, key, try_number, row, logical_date)
+        except IntegrityError:
+            row = {**row, "execution_date": datetime.utcnow()}
+    raise ExternalConflict(f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) met {RACE_ATTEMPTS} "
+                           f"concurrent registrations of the same task: ask again")
 
 
 def _register(engine: Engine, key: ExternalKey, try_number: int, row: dict[str, Any],

@@ -4,6 +4,7 @@ shard round serving them like any other task (sharing one check with identical w
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -184,3 +185,26 @@ def test_a_class_whose_module_cannot_be_imported_here_is_a_transient_503(tmp_pat
         assert r.status_code == 503 and "no_such_module_here" in r.json()["error"]
     finally:
         engine.dispose()
+
+
+def test_concurrent_tries_of_one_key_end_on_the_newest_without_errors(cfg, engine) -> None:
+    """10 tries × 20 keys sent together: each either registers or is a stale try (409), never a database error;
+    every key ends mapped to its newest try, and exactly that try's task instance still waits."""
+    keys = [ExternalKey("race", f"t{i}", "run") for i in range(20)]
+    outcomes: list[str] = []
+
+    def one(key: ExternalKey, try_number: int) -> None:
+        try:
+            reg(engine, cfg, key=key, try_number=try_number)
+            outcomes.append("ok")
+        except ExternalConflict:
+            outcomes.append("stale")
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for future in [pool.submit(one, key, t) for key in keys for t in range(1, 11)]:
+            future.result()  # re-raises anything that is neither a registration nor a 409
+    assert len(outcomes) == 200 and "ok" in outcomes
+    assert [s["state"] for s in external_states(engine, [(k, 10) for k in keys])] == [State.SMART_PENDING] * 20
+    with engine.connect() as conn:
+        waiting = [r for r in task_sql.list_tasks(conn) if r["state"] == State.SMART_PENDING]
+    assert sorted(r["task_id"] for r in waiting) == sorted(k.task_id for k in keys)

@@ -94,14 +94,14 @@ def test_with_a_token_the_page_asks_for_it_and_the_login_sets_a_cookie(cfg, engi
     assert form.status_code == 200 and 'name="token"' in form.text and external_references(form.text) == []
     wrong = api.post("/login", data={"token": "nope"}, follow_redirects=False)
     assert wrong.status_code == 401 and "not the token" in wrong.text and "set-cookie" not in wrong.headers
-    api.cookies.set("smartsensor_token", "nope")
+    api.cookies.set("smartsensor_session", "nope")
     assert api.get("/", follow_redirects=False).status_code == 303
     api.cookies.clear()
     right = api.post("/login", data={"token": TOKEN}, follow_redirects=False)
     assert right.status_code == 303 and right.headers["location"] == "/"
     cookie = right.headers["set-cookie"]
-    assert cookie.startswith(f"smartsensor_token={TOKEN};")
-    assert {"httponly", "samesite=strict", "path=/"} <= {p.strip().lower() for p in cookie.split(";")}
+    assert cookie.startswith("smartsensor_session=") and TOKEN not in cookie  # signed, never the token itself
+    assert {"httponly", "samesite=strict", "path=/", "max-age=43200"} <= {p.strip().lower() for p in cookie.split(";")}
     page = api.get("/", follow_redirects=False)  # the client sends the cookie back
     assert page.status_code == 200 and 'data-metric="waiting"' in page.text
     bearer = client(cfg, engine, TOKEN).get("/", headers={"Authorization": f"Bearer {TOKEN}"})

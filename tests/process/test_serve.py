@@ -78,3 +78,58 @@ def _an_address_of_this_host_that_is_not_loopback() -> str | None:
         except OSError:
             return None
     return None if address.startswith("127.") else address
+
+
+def _send_chunked(port: int, path: str, token: str, total: int, chunk: int = 1 << 20) -> tuple[int, bytes]:
+    """POST a chunked body of up to ``total`` bytes; stop sending once the server answers or closes. Returns
+    (bytes of body sent, the answer's first bytes)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                  f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode())
+    sock.setblocking(False)
+    sent, answer, piece = 0, b"", b"[" + b" " * (chunk - 1)
+    try:
+        while sent < total and not answer:
+            try:
+                sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                sent += len(piece)
+            except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+                pass  # the server stopped reading: look for its answer
+            try:
+                answer = sock.recv(4096)
+            except BlockingIOError:
+                continue
+        sock.settimeout(30)
+        while b"\r\n\r\n" not in answer:
+            more = sock.recv(4096)
+            if not more:
+                break
+            answer += more
+        return sent, answer
+    finally:
+        sock.close()
+
+
+def test_body_limits_hold_for_chunked_bodies_and_parse_errors_are_json(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/s.db", SMARTSENSOR__API__TOKEN="s3cret")
+    assert run_cli(["db", "init"], env).returncode == 0
+    port = free_port()
+    server = CliProcess(["serve", "--port", str(port)], env)
+    try:
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/api/v1/health"), timeout=60)
+        for path in ("/api/v1/tasks/states", "/login"):
+            sent, answer = _send_chunked(port, path, "s3cret", total=100 << 20)
+            assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+            assert sent < 24 << 20, (path, sent)  # refused after the limit (4 MiB) plus what sockets buffer
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(b"POST /api/v1/tasks/states HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(4096):
+            raw += chunk
+        sock.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head, raw[:300]
+        assert json.loads(body)["error"].startswith("malformed HTTP request"), body
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.stderr_tail()

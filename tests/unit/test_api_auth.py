@@ -56,3 +56,16 @@ def test_without_a_token_only_loopback_is_served_and_the_narrowing_is_said() -> 
                                         ("Bearer é\x00", False)])
 def test_the_header_must_carry_exactly_the_token(header: str | None, ok: bool) -> None:
     assert token_matches(header, "s3cret") is ok
+
+
+def test_the_login_cookie_is_signed_expires_and_dies_with_the_token() -> None:
+    from smartsensor.api.auth import SESSION_SECONDS, session_valid, session_value
+    value = session_value("tok", now=1_000_000)
+    assert "tok" not in value and session_valid(value, "tok", now=1_000_000 + 60)
+    assert not session_valid(value, "tok", now=1_000_000 + SESSION_SECONDS + 1)  # expired
+    assert not session_valid(value, "tok", now=1_000_000 - 60)  # issued in the future
+    assert not session_valid(value, "rotated", now=1_000_000 + 60)  # a new token ends every session
+    issued, _, signature = value.partition(".")
+    assert not session_valid(f"{int(issued) + 3600}.{signature}", "tok", now=1_000_000 + 3600)  # extended by hand
+    for forged in (None, "", "tok", ".", "1.", "x.y", "9" * 40 + ".ab", value + "0"):
+        assert not session_valid(forged, "tok", now=1_000_000 + 60)
