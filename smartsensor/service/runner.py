@@ -157,9 +157,9 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
                jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code) -> int:
     """Run rounds every ``interval`` seconds until SIGTERM/SIGINT (or one round with ``once``).
 
-    Leases are renewed every ``heartbeat_interval`` by their own job. APScheduler's max_instances=1
-    means an overrunning round makes the next one wait, never overlap. A landing signal runs a round
-    at once for the checks on that table.
+    Leases are renewed every ``heartbeat_interval`` by their own job (with ``once``, by a thread during the
+    round). APScheduler's max_instances=1 means an overrunning round makes the next one wait, never overlap.
+    A landing signal runs a round at once for the checks on that table.
 
     Returns 0 after a requested stop, or EXIT_SPARK_DIED when the Spark driver JVM died: the worker
     then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM,
@@ -195,9 +195,15 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
 
     if once:
         beat()
+        round_over = threading.Event()  # renew during the round too: a round longer than lease_timeout keeps them
+        beating = threading.Thread(target=_beat_until, args=(beat, cfg.get("smart_sensor", "heartbeat_interval"),
+                                                             round_over), name="heartbeat", daemon=True)
+        beating.start()
         try:
             tick()
         finally:
+            round_over.set()
+            beating.join()
             runner.stop(keep_rounds=True)
         return status
     # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
@@ -266,6 +272,12 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
     stopping.set()
     runner.stop()
     return status
+
+
+def _beat_until(beat: Callable[[], None], interval: float, done: threading.Event) -> None:
+    """Call ``beat`` every ``interval`` seconds until ``done`` (`worker --once`'s heartbeat during its round)."""
+    while not done.wait(interval):
+        beat()
 
 
 def _now() -> datetime:

@@ -15,7 +15,7 @@ from smartsensor.sensors import SuccessFileSensor
 from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
 from smartsensor.adapters.metastore import free_port
 from smartsensor.service.registration import register
-from tests.support.common import DAY, new_db
+from tests.support.common import DAY, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -53,6 +53,26 @@ def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) 
         assert len(rows) == 20 and {r["state"] for r in rows} == {"success"}
         # the clean stop removed its status row; the killed worker's row stays (status shows its age)
         assert [w["pid"] for w in status_sql.worker_rounds(conn)] == [first.proc.pid]
+    engine.dispose()
+
+
+def test_worker_once_keeps_its_leases_through_a_round_longer_than_lease_timeout(tmp_path: Path, db_url: str) -> None:
+    """issue 22, defect 3: `worker --once` did not heartbeat during its round, so a round longer than
+    lease_timeout (a Spark start is enough) lost its lease, marked nothing and exited 4, alone."""
+    from tests.support.custom_sensors import SlowSensor
+    overrides = {"smart_sensor__sensor_modules": "tests.support.custom_sensors",
+                 "smart_sensor__sensors_enabled": "SlowSensor", "smart_sensor__lease_timeout": "1",
+                 "smart_sensor__heartbeat_interval": "0.2"}
+    cfg, engine = new_db(tmp_path / "home", db_url, **overrides)
+    register(engine, [("d", SlowSensor(task_id="slow", seconds=4))], DAY, cfg)  # 4 lease_timeouts long
+    with engine.connect() as conn:
+        assert task_sql.get_task(conn, "d", "slow", DAY)["state"] == "smart_pending"
+    out = run_cli(["worker", "--once", "--json"], cli_env(tmp_path / "home", db_url, **override_env(overrides)),
+                  timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert [json.loads(line)["marked"] for line in out.stdout.splitlines() if line.startswith("{")] == [{"success": 1}]
+    with engine.connect() as conn:
+        assert task_sql.get_task(conn, "d", "slow", DAY)["state"] == "success"
     engine.dispose()
 
 

@@ -1,8 +1,9 @@
-"""A user's own smart-eligible sensor (no batched check), importable through sensor_modules."""
+"""A user's own smart-eligible sensors (no batched check), importable through sensor_modules."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from smartsensor.sensors import BaseSensor, smart_eligible
@@ -49,3 +50,18 @@ class FragileSensor(KeySensor):
         if key in EXPLODE:
             raise RuntimeError(f"this version cannot read key {key!r}")
         super().__init__(task_id=task_id, key=key, **kw)
+
+
+@smart_eligible
+class SlowSensor(BaseSensor):
+    """Its poke() sleeps ``seconds``, then says landed: a round that long (a slow call, a Spark start)."""
+
+    persist_fields = ("seconds",)
+
+    def __init__(self, task_id: str, seconds: float, **kw: Any) -> None:
+        super().__init__(task_id=task_id, **kw)
+        self.seconds = seconds
+
+    def poke(self, context: dict[str, Any]) -> bool:
+        time.sleep(self.seconds)
+        return True
