@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,6 +25,7 @@ from smartsensor.api.page import history_lifespan, page_router
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
+from smartsensor.service.ended_watch import EndedWatch
 from smartsensor.service.status import collect_status
 
 log = logging.getLogger(__name__)
@@ -44,8 +46,21 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     """The application over one engine. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
     # The OpenAPI document is served below, behind the token like every route; no docs page (Swagger UI would
     # load its script from a CDN, which an offline host cannot reach and the page's policy forbids).
+    watch = EndedWatch(engine)
+    history = history_lifespan(cfg, engine)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        """While the server runs: the page's history sampler, and the watch that wakes long-polling requests."""
+        async with history(app):
+            watch.start()
+            try:
+                yield
+            finally:
+                watch.stop()
+
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None,
-                  lifespan=history_lifespan(cfg, engine))
+                  lifespan=lifespan)
 
     requests: Counter[tuple[str, str, int]] = Counter()
     app.state.requests = requests
@@ -86,7 +101,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         return PlainTextResponse(render_metrics(collect_status(engine, cfg), requests),
                                  media_type="text/plain; version=0.0.4")
 
-    app.include_router(tasks_router(cfg, engine, authorised), prefix=API)
+    app.include_router(tasks_router(cfg, engine, authorised, watch), prefix=API)
     app.include_router(page_router(cfg, engine, token))
 
     @app.exception_handler(StarletteHTTPException)

@@ -6,10 +6,13 @@ name from ``[smart_sensor] sensors_enabled``), so a request the schema allows is
 """
 
 
+import asyncio
+import json
 from datetime import datetime, timezone
 from typing import Annotated, Any, Callable, Literal
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from starlette.concurrency import run_in_threadpool
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationInfo, create_model
 from sqlalchemy import Engine
 
@@ -18,9 +21,14 @@ from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
-from smartsensor.service.external import ExternalConflict, external_states, register_external
+from smartsensor.service.ended_watch import EndedWatch
+from smartsensor.service.external import ExternalConflict, external_states, register_external, still_waiting
 
 MAX_KEYS = 10_000  # keys per states request: one triggerer's deferred tasks, with room to spare
+MAX_WAIT = 30.0  # seconds a states request may be held: under the idle timeouts of common load balancers
+LONG_POLL_HEADER = "X-Smartsensor-Long-Poll"  # on every states answer: this server holds requests (max seconds)
+WAIT_HELP = ("Seconds to hold the request while every try asked about still waits (0: answer at once). It is "
+             "answered as soon as one of them ends, is superseded or is unknown.")
 # What validate_id takes, as a pattern the schema can state: no control characters, not only spaces.
 ID_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 
@@ -83,8 +91,8 @@ def request_models(class_names: list[str]) -> tuple[type[BaseModel], type[BaseMo
     return sensor, register
 
 
-def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None]) -> APIRouter:
-    """``POST /tasks`` and ``POST /tasks/states`` over one engine."""
+def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None], watch: EndedWatch) -> APIRouter:
+    """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests."""
     router = APIRouter(dependencies=[Depends(authorised)])
     _, Register = request_models(cfg.sensors_enabled)  # noqa: N806 - a model class, built per config
 
@@ -107,8 +115,20 @@ def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None]) -
                 "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": ti_date.isoformat()}}
 
     @router.post("/tasks/states", responses=error_responses(400, 401, 413, 422, 503))
-    def states(body: States) -> dict[str, Any]:
-        """The state of each try asked about, in order, in one request."""
-        return {"states": external_states(engine, [(k.external(), k.try_number) for k in body.keys])}
+    async def states(body: States, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)) -> Response:
+        """The state of each try asked about, in order, in one request; with ``wait``, held until one of them
+        has ended (or is superseded or unknown) or ``wait`` seconds pass."""
+        asked = [(k.external(), k.try_number) for k in body.keys]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            seen = watch.generation  # read before the query: a change during it is not missed
+            answers = await run_in_threadpool(external_states, engine, asked)
+            left = deadline - loop.time()
+            if left <= 0 or not all(still_waiting(a["state"]) for a in answers):
+                break
+            await watch.changed(seen, left)
+        return Response(json.dumps({"states": answers}), media_type="application/json",
+                        headers={LONG_POLL_HEADER: f"{MAX_WAIT:g}"})
 
     return router

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
 from smartsensor.domain.states import State
@@ -74,6 +75,7 @@ def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, stat
     with app.engine().begin() as conn:
         if not task_sql.set_state(conn, (dag_id, task_id, parse_task_date(execution_date)), state):
             raise UserError(f"no task instance {dag_id}.{task_id} on {execution_date}")
+        signal_sql.notify_ended(conn)
     click.echo(f"{dag_id}.{task_id} {execution_date} → {state}")
 
 

@@ -50,9 +50,9 @@ class Fence:
     epoch: int
 
 
-@dataclass(frozen=True)
-class ExternalKey:
-    """A task of another scheduler: Airflow's (dag_id, task_id, run_id, map_index; -1 when not mapped)."""
+class ExternalKey(NamedTuple):
+    """A task of another scheduler: Airflow's (dag_id, task_id, run_id, map_index; -1 when not mapped). A named
+    tuple: the states path hashes and compares thousands of them per request."""
 
     dag_id: str
     task_id: str

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 SUPERSEDED = "superseded"  # a states answer: the key has moved on to a newer try than the one asked about
 UNKNOWN = "unknown"  # a states answer: that try of the key was never registered
+# A try in one of these has not ended yet: a states request asked to wait is held while all its tries are here.
+WAITING_STATES = frozenset({*State.SMART_WAITING, State.UP_FOR_RETRY, State.SCHEDULED, State.RUNNING})
 RACE_ATTEMPTS = 20  # reads of a key that concurrent registrations keep moving, before answering "ask again"
 
 
@@ -141,6 +143,11 @@ def _register(engine: Engine, key: ExternalKey, try_number: int, row: dict[str, 
                 raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
     return ExternalRegistered(key, try_number, row["state"], None, row["hashcode"], True,
                               (key.dag_id, row["task_id"], now))
+
+
+def still_waiting(state: str) -> bool:
+    """True while a try has not ended (nor been superseded, nor is unknown)."""
+    return state in WAITING_STATES
 
 
 def external_states(engine: Engine, asked: Sequence[tuple[ExternalKey, int]]) -> list[dict[str, Any]]:

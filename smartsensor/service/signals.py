@@ -42,21 +42,24 @@ def send_signal(engine: Engine, name: str) -> str:
 
 
 class SignalListener:
-    """Waits for signals: LISTEN/NOTIFY on Postgres, a short poll of partition_signal on SQLite."""
+    """Waits for signals: LISTEN/NOTIFY on Postgres, a short poll of partition_signal on SQLite.
+    ``channel`` (Postgres): the landing signals' by default, or ``signal_sql.ENDED_CHANNEL``."""
 
-    def __init__(self, engine: Engine, poll_interval: float = 0.1) -> None:
+    def __init__(self, engine: Engine, poll_interval: float = 0.1, channel: str = CHANNEL) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
         self._pg = None
-        with engine.connect() as conn:
-            self._last_id = signal_sql.last_signal_id(conn)
-        if engine.dialect.name == "postgresql":
+        self._last_id = 0
+        if engine.dialect.name != "postgresql":
+            with engine.connect() as conn:
+                self._last_id = signal_sql.last_signal_id(conn)
+        else:
             raw = engine.raw_connection()
             self._raw = raw
             self._pg = raw.dbapi_connection
             self._pg.autocommit = True
             with self._pg.cursor() as cur:
-                cur.execute(f"LISTEN {CHANNEL}")  # constant channel name, no user text
+                cur.execute(f"LISTEN {channel}")  # a constant of ours, no user text
 
     def wait(self, timeout: float) -> list[str]:
         """Signal names received within ``timeout`` seconds (possibly empty)."""

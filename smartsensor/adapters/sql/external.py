@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import Connection, insert, select, text, update
 
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.schema.models import ExternalTask, TaskInstance
 
 EX = ExternalTask.__table__
 TI = TaskInstance.__table__
-STATES_CHUNK = 500  # keys per statement when reading states: 4 parameters each, far below SQLite's limit
 
 
 def get_external(conn: Connection, key: ExternalKey, for_update: bool = False) -> dict[str, Any] | None:
@@ -41,24 +41,35 @@ def move_external(conn: Connection, key: ExternalKey, seen_try: int, try_number:
              registered_at=now)).rowcount == 1
 
 
+# The keys go in as arrays (PostgreSQL) or one JSON document (SQLite) and are joined against the primary key:
+# one statement whatever the number of keys, no OR chain to plan, nothing per key on this side.
+_STATES_FROM_PG = """
+    unnest(CAST(:dags AS text[]), CAST(:tasks AS text[]), CAST(:runs AS text[]), CAST(:maps AS integer[]))
+        AS k(dag_id, task_id, run_id, map_index)
+    JOIN external_task e ON e.dag_id = k.dag_id AND e.task_id = k.task_id AND e.run_id = k.run_id
+                        AND e.map_index = k.map_index"""
+_STATES_FROM_SQLITE = """
+    json_each(:keys) AS k
+    JOIN external_task e ON e.dag_id = json_extract(k.value, '$[0]') AND e.task_id = json_extract(k.value, '$[1]')
+                        AND e.run_id = json_extract(k.value, '$[2]') AND e.map_index = json_extract(k.value, '$[3]')"""
+_STATES_SELECT = """
+    SELECT e.dag_id, e.task_id, e.run_id, e.map_index, e.try_number, t.state, t.error, t.hashcode
+    FROM {keys}
+    JOIN task_instance t ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"""
+STATES_PG = text(_STATES_SELECT.format(keys=_STATES_FROM_PG))
+STATES_SQLITE = text(_STATES_SELECT.format(keys=_STATES_FROM_SQLITE))
+
+
 def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[ExternalKey, dict[str, Any]]:
     """{key: its mapping's try_number and its task instance's state, error, hashcode} for the keys that are
-    mapped. One statement per STATES_CHUNK keys."""
-    out: dict[ExternalKey, dict[str, Any]] = {}
-    for chunk in _chunks(list(dict.fromkeys(keys)), STATES_CHUNK):
-        match = or_(*(and_(EX.c.dag_id == k.dag_id, EX.c.task_id == k.task_id, EX.c.run_id == k.run_id,
-                           EX.c.map_index == k.map_index) for k in chunk))
-        rows = conn.execute(select(EX.c.dag_id, EX.c.task_id, EX.c.run_id, EX.c.map_index, EX.c.try_number,
-                                   TI.c.state, TI.c.error, TI.c.hashcode, TI.c.try_number.label("ti_try"))
-                            .select_from(EX.join(TI, and_(TI.c.dag_id == EX.c.dag_id, TI.c.task_id == EX.c.ti_task_id,
-                                                          TI.c.execution_date == EX.c.ti_execution_date)))
-                            .where(match)).mappings()
-        for r in rows:
-            out[ExternalKey(r["dag_id"], r["task_id"], r["run_id"], r["map_index"])] = {
-                "try_number": r["try_number"], "state": r["state"], "error": r["error"], "hashcode": r["hashcode"]}
-    return out
-
-
-def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
+    mapped, in one statement."""
+    unique = list(dict.fromkeys(keys))
+    if not unique:
+        return {}
+    if conn.dialect.name == "postgresql":
+        rows = conn.execute(STATES_PG, {"dags": [k.dag_id for k in unique], "tasks": [k.task_id for k in unique],
+                                        "runs": [k.run_id for k in unique], "maps": [k.map_index for k in unique]})
+    else:
+        rows = conn.execute(STATES_SQLITE, {"keys": json.dumps([list(k) for k in unique])})
+    return {ExternalKey(d, t, r, m): {"try_number": n, "state": state, "error": error, "hashcode": hashcode}
+            for d, t, r, m, n, state, error, hashcode in rows}

@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import leases as lease_sql
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import status as status_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import statement_count
@@ -57,6 +58,8 @@ class SqlRoundStore:
                 marked[state] += task_sql.end_tries(conn, tries, state, now, error=error, fence=fence)
             for try_key, why in writes.bad:
                 marked[State.FAILED] += task_sql.end_tries(conn, [try_key], State.FAILED, now, error=why, fence=fence)
+            if any(marked.values()):
+                signal_sql.notify_ended(conn)  # wakes the states requests that wait on a change
         return {k: v for k, v in marked.items() if v}
 
     def holds(self, fence: Fence, now: datetime) -> bool:

@@ -9,6 +9,9 @@ from sqlalchemy import Connection, delete, func, insert, select, text
 from smartsensor.schema.models import PartitionSignal
 
 SG = PartitionSignal.__table__
+# Channel on which PostgreSQL tells `serve` processes that tasks may have ended (a round marked some, a user
+# set a state): long-polling states requests then read their keys again. Delivered at commit, no payload.
+ENDED_CHANNEL = "smartsensor_ended"
 
 
 def insert_signal(conn: Connection, name: str, now: datetime) -> None:
@@ -19,6 +22,13 @@ def insert_signal(conn: Connection, name: str, now: datetime) -> None:
 def notify(conn: Connection, channel: str, payload: str) -> None:
     """Postgres NOTIFY through pg_notify with bound parameters (1 statement)."""
     conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
+
+
+def notify_ended(conn: Connection) -> None:
+    """On PostgreSQL, NOTIFY ``ENDED_CHANNEL`` when this transaction commits (1 statement); on SQLite nothing:
+    a watcher sees the commit through ``PRAGMA data_version``."""
+    if conn.dialect.name == "postgresql":
+        notify(conn, ENDED_CHANNEL, "")
 
 
 def last_signal_id(conn: Connection) -> int:
