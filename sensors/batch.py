@@ -86,27 +86,70 @@ class PartitionLister(Protocol):
         ...
 
 
+class _LazySparkLister:
+    """The Spark catalog backend, its session started by the first listing or column-type look-up."""
+
+    def __init__(self, spark: Callable[[], Any]) -> None:
+        self._spark = spark
+        self._lister: SparkLister | None = None
+
+    def _started(self) -> SparkLister:
+        if self._lister is None:
+            self._lister = SparkLister(self._spark())
+        return self._lister
+
+    @property
+    def types(self) -> PartitionTypes:
+        return self._started().types
+
+    def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
+        return self._started().list_rows(db, table, spec, columns)
+
+
 class BatchChecker:
     """Answers checks through one catalog backend; one instance per round keeps the counters per round."""
 
     def __init__(self, spark: Any = None, lister: PartitionLister | None = None,
                  spark_provider: Callable[[], Any] | None = None) -> None:
         """Partitions through ``lister`` (default: the external catalog of ``spark``); Spark itself, for paths
-        that are not file:// and for user sensors, is ``spark`` or made by ``spark_provider`` on first use."""
+        that are not file:// and for user sensors, is ``spark`` or made by ``spark_provider`` on first use.
+
+        With a provider and neither ``spark`` nor ``lister``, Spark starts only when a check needs it: a
+        partition, a path that is not file://, or a user sensor reading ``spark``. If it cannot start, each of
+        those gets a TransientCheckError ("Spark unavailable: ..."), tried once per checker (per round).
+        """
         self._spark = spark
         self._spark_provider = spark_provider
-        self.lister: PartitionLister = lister if lister is not None else SparkLister(self.spark)
+        self._spark_error: TransientCheckError | None = None
+        if lister is not None:
+            self.lister: PartitionLister = lister
+        elif spark is None and spark_provider is not None:
+            self.lister = _LazySparkLister(lambda: self.spark)
+        else:
+            self.lister = SparkLister(spark)
         self.catalog_calls = 0
         self.fs_calls = 0
         self.schema_calls = 0
         self.catalog_seconds = 0.0
-        self.types = self.lister.types
+
+    @property
+    def types(self) -> PartitionTypes:
+        """The catalog backend's cache of partition column types."""
+        return self.lister.types
 
     @property
     def spark(self) -> Any:
-        """The SparkSession, started now if it was not yet (None without one or a provider)."""
+        """The SparkSession, started now if it was not yet (None without one or a provider). Raises
+        TransientCheckError if the provider failed, now or earlier in this checker's life."""
         if self._spark is None and self._spark_provider is not None:
-            self._spark = self._spark_provider()
+            if self._spark_error is None:
+                try:
+                    self._spark = self._spark_provider()
+                except Exception as exc:  # noqa: BLE001 - no Java, the JVM failing to start: an outage
+                    log.warning("cannot start Spark: %s", first_line(exc))
+                    self._spark_error = TransientCheckError(f"Spark unavailable: {first_line(exc)}")
+            if self._spark_error is not None:
+                raise self._spark_error
         return self._spark
 
     def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
@@ -217,9 +260,14 @@ class BatchChecker:
             finally:
                 self.catalog_seconds += time.perf_counter() - started
         try:
-            jvm = self.spark.sparkContext._jvm
+            spark = self.spark
+        except TransientCheckError as exc:
+            self.catalog_seconds += time.perf_counter() - started
+            return exc
+        try:
+            jvm = spark.sparkContext._jvm
             path = jvm.org.apache.hadoop.fs.Path(check.path)
-            fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
             return bool(fs.exists(path))
         except Exception as exc:  # noqa: BLE001 - classified below
             message = first_line(exc)

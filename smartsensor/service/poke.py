@@ -22,9 +22,10 @@ Counters = dict[str, float]
 def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> Callable[[], CheckAnswerer]:
     """The production answerer factory: a BatchChecker per round over ``[smart_sensor] catalog_backend``.
 
-    spark: the external catalog of this process's SparkSession (or the provider's), started with the first
-    round that has something to check. thrift: the process's ThriftCatalog; Spark starts only if a check
-    needs it (a path that is not file://, or a user sensor reading ``context['spark']``).
+    spark: the external catalog of this process's SparkSession (or the provider's). thrift: the process's
+    ThriftCatalog. On both, Spark starts only when a check needs it (a partition on the spark backend, a path
+    that is not file://, a user sensor reading ``context['spark']``), so file:// and ``poke()`` checks work
+    on a host without Java.
     """
     backend = cfg.catalog_backend
     catalogs: list[Any] = []
@@ -39,7 +40,7 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
     def make() -> CheckAnswerer:
         from smartsensor.sensors.batch import BatchChecker
         if backend == "spark":
-            return BatchChecker(spark())
+            return BatchChecker(spark_provider=spark)
         with lock:
             if not catalogs:
                 from smartsensor.sensors.thrift_catalog import ThriftCatalog

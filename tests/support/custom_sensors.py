@@ -65,3 +65,11 @@ class SlowSensor(BaseSensor):
     def poke(self, context: dict[str, Any]) -> bool:
         time.sleep(self.seconds)
         return True
+
+
+@smart_eligible
+class SparkSensor(KeySensor):
+    """Reads ``context['spark']``, as a user's own Spark query would: landed once it has a session."""
+
+    def poke(self, context: dict[str, Any]) -> bool:
+        return context["spark"] is not None
