@@ -1,0 +1,405 @@
+"""A running Airflow 3 + smartsensor stack in one command (./scripts/airflow_demo.sh runs this with a throwaway
+PostgreSQL and the Airflow venv ready).
+
+It starts smartsensor (a Hive metastore service, ``serve`` with a token, leased workers on the thrift backend)
+and a real Airflow (api-server, dag-processor, scheduler, triggerer; LocalExecutor on SQLite), with the provider
+installed and the DAGs of scripts/airflow_demo_dags: several teams' sensor tasks, written for Airflow's Hive
+provider with only their import lines changed, many waiting on the same partitions. It triggers every DAG for
+one day; once every sensor has registered and deferred, the pipeline (scripts/pipeline.py) lands the day's
+partitions. At the end it prints Airflow's task states against the expected ones, the figures, and the URLs.
+
+Exit status: 0 when every task ended as expected; 1 when some did not (listed); 2 when the deadline passed (the
+phase it was in is named); 3 when a process of the stack failed (its log is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from rich.console import Console  # noqa: E402
+from rich.live import Live  # noqa: E402
+from rich.table import Table  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+from sqlalchemy.exc import OperationalError  # noqa: E402
+
+from airflow_demo_report import SENSOR_OPERATORS, TERMINAL, check_dag, figures, state_counts  # noqa: E402
+from smartsensor.adapters.metastore import free_port  # noqa: E402
+from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
+from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402
+from tests.support.airflow_stack import USER, AirflowStack, Processes, StackError  # noqa: E402
+
+DAGS = ROOT / "scripts" / "airflow_demo_dags"
+DS = "2026-11-22"  # the day the teams wait for
+YESTERDAY = "2026-11-21"
+console = Console(width=None if sys.stdout.isatty() else 110)
+
+
+class Deadline(Exception):
+    """The run's deadline passed; the message names what it was waiting for."""
+
+
+class Stop(Exception):
+    """SIGTERM or SIGHUP: stop everything, as Ctrl-C does."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sensors", type=int, default=200, help="sensor tasks over all the DAGs (default 200)")
+    p.add_argument("--partitions", type=int, default=20,
+                   help="hourly partitions the pipeline lands, half in demo.events, half in demo.clicks (even, "
+                        "2-48; default 20)")
+    p.add_argument("--every", type=float, default=3.0, help="seconds between landed hours (default 3)")
+    p.add_argument("--workers", type=int, default=2, help="leased smartsensor workers (default 2)")
+    p.add_argument("--parallelism", type=int, default=8, help="Airflow's [core] parallelism (default 8)")
+    p.add_argument("--home", default=str(ROOT / ".airflow-demo"), help="the demo's folder, recreated "
+                   "(default .airflow-demo; logs in HOME/logs)")
+    p.add_argument("--db-url", default=None, help="smartsensor's metadata DB (default: SQLite under HOME; "
+                   "airflow_demo.sh passes its throwaway PostgreSQL)")
+    p.add_argument("--airflow-venv", default=None, help="an Airflow 3 venv with the provider installed (default: "
+                   "the one scripts/airflow_env.sh built, from SMARTSENSOR_AIRFLOW_VENVS)")
+    p.add_argument("--airflow-port", type=int, default=0, help="Airflow UI/API port (default: a free one)")
+    p.add_argument("--port", type=int, default=0, help="smartsensor serve's port (default: a free one)")
+    p.add_argument("--deadline", type=float, default=900, help="seconds before the demo gives up (default 900)")
+    p.add_argument("--keep", action="store_true", help="keep the stack running after the summary until Ctrl-C")
+    args = p.parse_args(argv)
+    if args.sensors < 5 or args.partitions < 2 or args.partitions > 48 or args.partitions % 2:
+        p.error("--sensors must be at least 5 and --partitions even, 2-48")
+    if args.airflow_venv is None:
+        venvs = [v for v in os.environ.get("SMARTSENSOR_AIRFLOW_VENVS", "").split() if Path(v).name >= "airflow-3"]
+        if not venvs:
+            p.error("no Airflow 3 venv: run ./scripts/airflow_demo.sh, or give --airflow-venv")
+        args.airflow_venv = venvs[-1]
+    return args
+
+
+def write_config(home: Path, db_url: str, metastore_port: int, token: str) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "airflow.cfg"
+    cfg.write_text(f"""[core]
+sql_alchemy_conn = {db_url}
+
+[smart_sensor]
+shards = 4
+
+[spark]
+warehouse_dir = {home}/warehouse
+metastore_uris = thrift://127.0.0.1:{metastore_port}
+conf = spark.driver.memory=512m
+
+[metastore]
+port = {metastore_port}
+
+[api]
+token = {token}
+history_interval = 5
+""")
+    return cfg
+
+
+class Demo:
+    """The processes of one run and what they recorded."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.home = Path(args.home).resolve()
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.logs = self.home / "logs"
+        self.processes = Processes(self.logs)
+        self.ss_home = self.home / "smartsensor"
+        self.token = secrets.token_urlsafe(16)
+        self.db_url = args.db_url or f"sqlite:///{self.ss_home / 'smartsensor.db'}"
+        self.metastore_port = free_port()
+        write_config(self.ss_home, self.db_url, self.metastore_port, self.token)
+        self.port = args.port or free_port()
+        self.ss_url = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
+        self.env.update(SMARTSENSOR_HOME=str(self.ss_home), SPARK_LOCAL_IP="127.0.0.1")
+        self.stack = AirflowStack(Path(args.airflow_venv), self.home / "airflow", self.processes,
+                                  parallelism=args.parallelism, port=args.airflow_port,
+                                  AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{self.token}@127.0.0.1:{self.port}",
+                                  DEMO_SENSORS=str(args.sensors), DEMO_PARTITIONS=str(args.partitions))
+        for dag in sorted(DAGS.glob("*.py")):
+            shutil.copy(dag, self.stack.dags / dag.name)
+        self.dag_ids = sorted(p.stem for p in DAGS.glob("*.py") if p.stem != "demo_scale")
+        self.engine: Any = None
+        self.started = time.monotonic()
+        self.phase = "starting"
+        self.triggered = False
+        self.sensors_waiting_at = 0.0
+
+    # -- smartsensor ------------------------------------------------------------------------------
+    def cli(self, *args: str) -> str:
+        import subprocess
+        proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=self.env, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise StackError(f"smartsensor {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+        return proc.stdout.strip()
+
+    def smartsensor(self, name: str, *args: str, service: bool = True) -> None:
+        self.processes.start(name, [sys.executable, "-m", "smartsensor.cli", *args], self.env, service=service)
+
+    def pipeline(self, name: str, tables: str, ds: str, hours: str, every: float) -> Any:
+        """scripts/pipeline.py landing ``hours`` of ``ds`` in ``tables`` (a landing signal after each)."""
+        return self.processes.start(name, [sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", tables,
+                                           "--ds", ds, "--hours", hours, "--every", str(every), "--rows", "5",
+                                           "--no-success-file"], self.env, service=False)
+
+    def query(self, sql: str) -> list[Any]:
+        if self.engine is None:
+            self.engine = make_engine(self.db_url)
+        with self.engine.connect() as conn:
+            return list(conn.execute(text(sql)).fetchall())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """smartsensor's task instances (one per registered sensor try), dates as ISO text."""
+        with self.engine.connect() as conn:
+            return [{k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in r.items()}
+                    for r in list_tasks(conn)]
+
+    def states_requests(self) -> int:
+        """``POST /api/v1/tasks/states`` requests serve answered (its /metrics)."""
+        request = urllib.request.Request(f"{self.ss_url}/metrics", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return int(sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                           if line.startswith("smartsensor_api_requests{") and '"/api/v1/tasks/states"' in line))
+
+    def serve_healthy(self) -> bool:
+        with urllib.request.urlopen(f"{self.ss_url}/api/v1/health", timeout=5) as r:
+            return r.status == 200
+
+    def landed(self) -> set[str]:
+        log = self.logs / "pipeline.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        return {line.split(" ", 1)[1].strip() for line in lines if line.startswith("landed ")}
+
+    def rounds(self) -> list[dict[str, Any]]:
+        out = []
+        for line in (self.logs / "workers.log").read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"catalog_calls"' in line:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        return out
+
+    # -- the run ------------------------------------------------------------------------------------
+    def wait(self, phase: str, predicate: Any, step: float = 2.0, show: bool = True) -> None:
+        """Poll ``predicate`` (showing progress) until true; Deadline past the run's deadline."""
+        self.phase = phase
+        live = Live(console=console, refresh_per_second=1) if show and console.is_terminal else None
+        last_line = 0.0
+        try:
+            if live:
+                live.start()
+            while True:
+                self.processes.check_alive()
+                try:
+                    done = predicate()
+                except (OSError, OperationalError):  # not listening yet, or Airflow's tables not created yet
+                    done = False
+                if show and (live or time.monotonic() - last_line > 15 or done):
+                    table = self.progress()
+                    if live:
+                        live.update(table)
+                    else:
+                        console.print(table)
+                        last_line = time.monotonic()
+                if done:
+                    return
+                if time.monotonic() - self.started > self.args.deadline:
+                    raise Deadline(f"the deadline ({self.args.deadline:g} s) passed while waiting for: {phase}")
+                time.sleep(step)
+        finally:
+            if live:
+                live.stop()
+
+    def progress(self) -> Table:
+        states = self.stack.task_states(self.dag_ids)
+        table = Table(title=f"{self.phase} — {time.monotonic() - self.started:.0f} s", title_justify="left")
+        table.add_column("DAG")
+        table.add_column("Airflow task states")
+        for dag_id in self.dag_ids:
+            table.add_row(dag_id, state_counts(s for (d, _), s in states.items() if d == dag_id) or "-")
+        registered, distinct = self.query("SELECT count(*), count(DISTINCT hashcode) FROM task_instance")[0]
+        table.add_row("[dim]smartsensor[/dim]", f"{registered} registered, {distinct} distinct checks, "
+                      f"{len(self.landed())} partitions landed, {self.states_requests()} states requests")
+        return table
+
+    def sensors_settled(self) -> bool:
+        """Every sensor task of every run is deferred (waiting in the triggerer) or already ended."""
+        rows = self.stack.rows("SELECT state, operator FROM task_instance")
+        sensors = [s for s, op in rows if op in SENSOR_OPERATORS]
+        return len(sensors) >= self.args.sensors * 0.9 and all(s == "deferred" or s in TERMINAL for s in sensors)
+
+    def runs_finished(self) -> bool:
+        runs = self.stack.run_states()
+        return len(runs) == len(self.dag_ids) and all(s in ("success", "failed") for s in runs.values())
+
+    def run(self) -> None:
+        console.print(f"[bold]home[/bold] {self.home}   Airflow {self.stack.version}   logs {self.logs}")
+        migrate = self.processes.start("airflow-db-migrate", [str(self.stack.venv / "bin" / "airflow"), "db",
+                                                              "migrate"], self.stack.env, service=False)
+        console.print(self.cli("metastore", "start"))
+        console.print(self.cli("db", "init"))
+        # The tables exist with yesterday's data before the teams start waiting on today's, as in production.
+        history = self.pipeline("pipeline-history", "demo.events,demo.clicks,demo.partner_feed", YESTERDAY, "0-0", 0)
+        self.smartsensor("serve", "serve", "--port", str(self.port))
+        self.smartsensor("workers", "workers", "-n", str(self.args.workers), "--json")
+        self.wait("Airflow's database migrated", lambda: migrate.poll() is not None, 1, show=False)
+        if migrate.returncode != 0:
+            raise StackError(f"airflow db migrate failed:\n{self.processes.log_tail('airflow-db-migrate')}")
+        self.stack.start()
+        self.wait("smartsensor serve answering", self.serve_healthy, 1, show=False)
+        self.wait("Airflow healthy (api-server, dag-processor, scheduler, triggerer)", self.stack.healthy, 1,
+                  show=False)
+        self.wait("the DAG files parsed", lambda: self.stack.parsed(self.dag_ids), 1, show=False)
+        self.wait("yesterday's partitions landed", lambda: history.poll() is not None, 1, show=False)
+        if history.returncode != 0:
+            raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline-history')}")
+        console.print(f"stack up in {time.monotonic() - self.started:.0f} s: Airflow UI {self.stack.url}, "
+                      f"smartsensor {self.ss_url}")
+        for dag_id in self.dag_ids:
+            self.stack.trigger(dag_id, DS)
+        self.triggered = True
+        console.print(f"triggered {', '.join(self.dag_ids)} for {DS}")
+        self.wait("every sensor task registered and deferred", self.sensors_settled)
+        self.sensors_waiting_at = time.monotonic() - self.started
+        self.pipeline("pipeline", "demo.events,demo.clicks", DS, f"0-{self.args.partitions // 2 - 1}",
+                      self.args.every)
+        self.wait("the pipeline landing and every DAG run finishing",
+                  lambda: self.processes.procs["pipeline"].poll() is not None and self.runs_finished())
+        if self.processes.procs["pipeline"].returncode != 0:
+            raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline')}")
+
+    def stop(self) -> None:
+        self.processes.stop()
+        try:
+            self.cli("metastore", "stop")
+        except StackError as exc:
+            console.print(f"[yellow]{exc}[/yellow]")
+        if self.engine is not None:
+            self.engine.dispose()
+        self.stack.stop()  # disposes its engine (its processes are already stopped)
+
+
+def summary(demo: Demo, finished: bool) -> list[str]:
+    """Print the summary; returns the mismatches (only among finished tasks when the run was cut short)."""
+    rows = demo.rows()
+    by_key = {(r["dag_id"], r["task_id"]): r for r in rows}
+    landed = demo.landed()
+    states = demo.stack.task_states(demo.dag_ids)
+    table = Table(title="Airflow task states against the expected ones", title_justify="left")
+    for col in ("DAG", "tasks", "sensors", "expected", "Airflow says", "check"):
+        table.add_column(col, justify="right" if col in ("tasks", "sensors") else "left")
+    problems: list[str] = []
+    for dag_id in demo.dag_ids:
+        tasks = demo.stack.api("GET", f"/api/v2/dags/{dag_id}/tasks")["tasks"]
+        got = {t: s for (d, t), s in states.items() if d == dag_id}
+        check = check_dag(dag_id, tasks, got, by_key, landed, set())
+        wrong = check.mismatches(finished_only=not finished)
+        problems += wrong
+        table.add_row(dag_id, str(len(got)), str(check.sensors), state_counts(check.expected.values()),
+                      state_counts(got.values()),
+                      "[green]OK[/green]" if not wrong else f"[red]{len(wrong)} mismatch(es)[/red]")
+    console.print(table)
+    f = figures(rows, demo.rounds(), demo.states_requests())
+    ratio = f"{f.registrations / f.distinct_checks:.1f}x" if f.distinct_checks else "-"
+    saved = f"{f.classic_calls / f.metastore_calls:.1f}x fewer" if f.metastore_calls else "-"
+    lines = [
+        ("partitions landed by the pipeline", f"{len(landed)} of {demo.args.partitions}"),
+        ("sensor registrations (one per Airflow try)", str(f.registrations)),
+        ("distinct checks (hashes)", f"{f.distinct_checks} (dedup {ratio})"),
+        ("metastore calls by smartsensor's workers", f"{f.metastore_calls} ({f.listings} partition listings + "
+                                                     f"{f.schema_reads} schema reads, {f.worker_rounds} rounds)"),
+        ("Airflow's own Hive sensors, same waits (computed)", f"{f.classic_calls} ({saved} with smartsensor)"),
+        ("states requests, 1 triggerer", f"{f.states_requests} over {f.deferred_window:.0f} s (one per "
+                                         f"{f.shortest_poll:g} s poll for every deferred sensor)"),
+        ("if each trigger polled alone (computed)", str(f.per_task_requests)),
+    ]
+    figs = Table(title="smartsensor", title_justify="left", show_header=False)
+    figs.add_column("")
+    figs.add_column("", justify="right")
+    for name, value in lines:
+        figs.add_row(name, value)
+    console.print(figs)
+    console.print(
+        "[dim]Airflow's own NamedHivePartitionSensor/HivePartitionSensor have no deferrable mode: each task pokes "
+        "the metastore once when it starts and once every poke_interval until it ends, one call per table it "
+        "waits on, so 'same waits' counts, per sensor, (seconds it waited // poke_interval + 1) x tables, "
+        "with the waits smartsensor recorded in this run. 'Each trigger polled alone' counts one request per "
+        "deferred sensor per poll interval (min(poke_interval, 10 s)) while it waited.[/dim]")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    demo = Demo(args)
+
+    def stop_signal(signum: int, frame: Any) -> None:
+        raise Stop(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop_signal)
+    signal.signal(signal.SIGHUP, stop_signal)
+    status, finished = 0, False
+    try:
+        try:
+            demo.run()
+            finished = True
+        except Deadline as exc:
+            console.print(f"[red]{exc}[/red]")
+            status = 2
+        if not demo.triggered:  # the deadline passed while starting: nothing ran, nothing to compare
+            urls(demo)
+            return status
+        problems = summary(demo, finished)
+        elapsed = time.monotonic() - demo.started
+        if problems:
+            console.print(f"[red]{len(problems)} task(s) not in the expected state:[/red]")
+            for p in problems[:30]:
+                console.print(f"  {p}")
+            status = status or 1
+        elif finished:
+            console.print(f"[green]every Airflow task ended as expected[/green] (run {elapsed:.0f} s, sensors "
+                          f"all waiting at {demo.sensors_waiting_at:.0f} s)")
+        urls(demo)
+        if args.keep:
+            console.print("[bold]the stack keeps running: Ctrl-C stops it[/bold]")
+            while True:
+                demo.processes.check_alive()
+                time.sleep(2)
+    except StackError as exc:
+        console.print(f"[red]{exc}[/red]")
+        status = 3
+    except (KeyboardInterrupt, Stop):
+        console.print("stopping (interrupted)")
+        status = status or 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        demo.stop()
+        console.print(f"stopped everything; logs in {demo.logs}")
+    return status
+
+
+def urls(demo: Demo) -> None:
+    console.print(f"Airflow UI         {demo.stack.url}   (user {USER}, password {demo.stack.password})")
+    console.print(f"smartsensor status {demo.ss_url}/   (token {demo.token}, at /login)")
+    console.print(f"logs               {demo.logs}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

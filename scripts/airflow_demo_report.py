@@ -1,0 +1,142 @@
+"""What scripts/airflow_demo.py prints at the end, from what Airflow and smartsensor recorded: each Airflow task's
+state against the state it should have (from what the pipeline landed and each sensor's own rules), and the
+figures (registrations and distinct checks, metastore calls against Airflow's own sensors, states requests).
+
+Pure functions over plain data, so the rules can be read (and tested) apart from the processes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable
+
+from demo import check_landed, classic_calls  # the non-Airflow demo's rules: what landed, classic poke cost
+
+SENSOR_OPERATORS = {"NamedHivePartitionSensor", "HivePartitionSensor", "SuccessFileSensor"}
+TERMINAL = {"success", "failed", "skipped", "upstream_failed", "removed"}
+DEFAULT_POLL = 10.0  # the provider's smartsensor_poll_interval when a DAG gives none: min(poke_interval, 10 s)
+
+
+@dataclass
+class DagCheck:
+    """One DAG's tasks: Airflow's state and the expected one, by task id."""
+
+    dag_id: str
+    got: dict[str, str | None] = field(default_factory=dict)
+    expected: dict[str, str] = field(default_factory=dict)
+    sensors: int = 0
+
+    def mismatches(self, finished_only: bool = False) -> list[str]:
+        """Tasks not in their expected state; with ``finished_only`` (a run cut short), only among those that
+        ended (a task still waiting says nothing yet)."""
+        return [f"{self.dag_id}.{t}: expected {self.expected[t]}, Airflow says {self.got.get(t)}"
+                for t in sorted(self.expected) if self.got.get(t) != self.expected[t]
+                and (not finished_only or self.got.get(t) in TERMINAL)]
+
+
+def sensor_expectation(row: dict[str, Any] | None, partitions: set[str], files: set[str]) -> str:
+    """What a sensor task must end as: success when what it waited for landed, else by its own timeout rules
+    (skipped with soft_fail, failed without). ``row`` is its task instance in smartsensor (None: never
+    registered, which is itself a mismatch)."""
+    if row is None:
+        return "registered with smartsensor"
+    if check_landed(row, partitions, files):
+        return "success"
+    return "skipped" if json.loads(row["exec_dict"]).get("soft_fail") else "failed"
+
+
+def downstream_expectation(upstream: Iterable[str]) -> str:
+    """A task with the default trigger rule (all_success), from what its upstream tasks are expected to end as."""
+    states = set(upstream)
+    if states <= {"success"}:
+        return "success"
+    if states & {"failed", "upstream_failed", "registered with smartsensor"}:
+        return "upstream_failed"
+    return "skipped"
+
+
+def check_dag(dag_id: str, tasks: list[dict[str, Any]], got: dict[str, str | None],
+              rows: dict[tuple[str, str], dict[str, Any]], partitions: set[str], files: set[str]) -> DagCheck:
+    """Expected states of one DAG's tasks. ``tasks`` is Airflow's own description of the DAG (REST
+    ``/dags/{id}/tasks``: task_id, operator_name, trigger_rule, downstream_task_ids)."""
+    check = DagCheck(dag_id, got=got)
+    upstream: dict[str, list[str]] = {t["task_id"]: [] for t in tasks}
+    for t in tasks:
+        for down in t["downstream_task_ids"]:
+            upstream[down].append(t["task_id"])
+    by_id = {t["task_id"]: t for t in tasks}
+    pending = list(by_id)
+    while pending:  # in dependency order
+        for task_id in list(pending):
+            if any(u in pending for u in upstream[task_id]):
+                continue
+            pending.remove(task_id)
+            task = by_id[task_id]
+            if task["operator_name"] in SENSOR_OPERATORS:
+                check.sensors += 1
+                check.expected[task_id] = sensor_expectation(rows.get((dag_id, task_id)), partitions, files)
+            elif task.get("trigger_rule", "all_success") == "all_success":
+                check.expected[task_id] = downstream_expectation(check.expected[u] for u in upstream[task_id])
+    return check
+
+
+# -- figures ------------------------------------------------------------------------------------------
+
+def seconds(row: dict[str, Any], start: str, end: str) -> float:
+    if not row.get(start) or not row.get(end):
+        return 0.0
+    return max(0.0, (_dt(row[end]) - _dt(row[start])).total_seconds())
+
+
+def _dt(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def poll_interval(row: dict[str, Any]) -> float:
+    return min(DEFAULT_POLL, float(json.loads(row["exec_dict"])["poke_interval"]))
+
+
+@dataclass
+class Figures:
+    registrations: int
+    distinct_checks: int
+    worker_rounds: int
+    listings: int  # partition listings (catalog_calls), one per table per round that had due checks
+    schema_reads: int  # partition column types (schema_calls), cached 5 minutes per table
+    classic_calls: int  # Airflow's own sensors, same waits (computed)
+    states_requests: int
+    per_task_requests: int  # if each trigger polled alone (computed)
+    shortest_poll: float
+    deferred_window: float  # first registration → last sensor ended in smartsensor, seconds
+
+    @property
+    def metastore_calls(self) -> int:
+        return self.listings + self.schema_reads
+
+
+def figures(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], states_requests: int) -> Figures:
+    """The summary's numbers from smartsensor's task instances (one per registered sensor try), the workers'
+    rounds (``worker --json``) and serve's count of states requests."""
+    starts = [_dt(r["execution_date"]) for r in rows]
+    ends = [_dt(r["end_date"]) for r in rows if r.get("end_date")]
+    window = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+    return Figures(
+        registrations=len(rows),
+        distinct_checks=len({r["hashcode"] for r in rows}),
+        worker_rounds=len(rounds),
+        listings=sum(r.get("catalog_calls", 0) + r.get("fs_calls", 0) for r in rounds),
+        schema_reads=sum(r.get("schema_calls", 0) for r in rounds),
+        classic_calls=sum(classic_calls(r) for r in rows),
+        states_requests=states_requests,
+        per_task_requests=sum(int(seconds(r, "execution_date", "end_date") // poll_interval(r)) + 1 for r in rows),
+        shortest_poll=min((poll_interval(r) for r in rows), default=DEFAULT_POLL),
+        deferred_window=window,
+    )
+
+
+def state_counts(states: Iterable[str | None]) -> str:
+    counts = Counter(s or "none" for s in states)
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -1,0 +1,251 @@
+"""A real Airflow running in the background, for tests/airflow and scripts/airflow_demo.py: its components as
+processes, started in their own sessions and stopped with their children whatever happens.
+
+- 3.x: api-server, dag-processor, scheduler and triggerer (LocalExecutor), on SQLite under AIRFLOW_HOME. The
+  UI and the REST API are on the api-server (``url``); the simple auth manager's user ``admin`` gets a password
+  written before the api-server starts (``password``), the REST calls log in with it.
+- 2.x: scheduler (which also parses the DAG files) and triggerer; DAG runs are triggered with the CLI.
+
+Each component runs in its own session through ``Processes`` (a log ``logs/airflow-<component>.log`` each, stopped
+as a process group whatever happens). Reads of task and run states go straight to
+Airflow's database (``rows``), the same way on both versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.process import pdeathsig_preexec
+from tests.support.airflow_helpers import airflow_env, run_airflow, version_of
+
+USER = "admin"
+STOP_GRACE = 30.0  # seconds a component gets to stop on SIGTERM before its process group is killed
+
+
+class StackError(RuntimeError):
+    """A component died, or the stack did not get healthy in time; the message names it and its log."""
+
+
+class Processes:
+    """Named background processes, each in its own session (a process group stopped as a whole, children
+    included), each logging to ``logs/<name>.log``. If the process that started them dies, even by SIGKILL, each
+    gets SIGTERM (Linux)."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.services: set[str] = set()  # those that must keep running (check_alive)
+        logs.mkdir(parents=True, exist_ok=True)
+
+    def start(self, name: str, args: list[str], env: dict[str, str], service: bool = True) -> subprocess.Popen[bytes]:
+        with (self.logs / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, preexec_fn=pdeathsig_preexec())
+        self.procs[name] = proc
+        if service:
+            self.services.add(name)
+        return proc
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
+
+    def check_alive(self) -> None:
+        """Raise StackError naming the first service that exited, with the end of its log."""
+        for name in sorted(self.services):
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise StackError(f"{name} exited ({proc.returncode}); end of {self.logs / (name + '.log')}:\n"
+                                 f"{self.log_tail(name)}")
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """SIGTERM to every process group at once, then SIGKILL to the groups of those still running after
+        ``grace`` seconds (and to any child left behind by one that exited)."""
+        self.services.clear()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:
+                proc.wait()
+
+
+class AirflowStack:
+    """One Airflow installation (a venv with the provider installed, one AIRFLOW_HOME) and its processes."""
+
+    def __init__(self, venv: Path, home: Path, processes: Processes, parallelism: int = 8, port: int = 0,
+                 **extra_env: str) -> None:
+        self.venv, self.home, self.processes = venv, home, processes
+        self.version = version_of(venv)
+        self.major = int(self.version.split(".")[0])
+        self.port = (port or free_port()) if self.major >= 3 else 0
+        self.url = f"http://127.0.0.1:{self.port}" if self.port else ""
+        self.password = secrets.token_urlsafe(12)
+        self.db_url = f"sqlite:///{home / 'airflow.db'}"
+        self._token: str | None = None
+        self._engine: Any = None
+        env = {
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor" if self.major >= 3 else "SequentialExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(parallelism),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url,
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
+        }
+        if self.major >= 3:
+            env.update({
+                "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": self.url, "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            })
+        env.update(extra_env)
+        self.env = airflow_env(venv, home, **env)
+        self.dags = home / "dags"
+
+    # -- processes -------------------------------------------------------------------------------
+    def components(self) -> dict[str, list[str]]:
+        airflow = str(self.venv / "bin" / "airflow")
+        if self.major >= 3:
+            return {"api-server": [airflow, "api-server", "--port", str(self.port), "--host", "127.0.0.1"],
+                    "dag-processor": [airflow, "dag-processor"],
+                    "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
+                    "triggerer": [airflow, "triggerer", "--skip-serve-logs"]}
+        return {"scheduler": [airflow, "scheduler", "--skip-serve-logs"],
+                "triggerer": [airflow, "triggerer", "--skip-serve-logs"]}
+
+    def migrate(self) -> float:
+        """``airflow db migrate`` (a new database); returns its seconds."""
+        started = time.monotonic()
+        run_airflow(self.venv, ["db", "migrate"], self.env, timeout=600)
+        return time.monotonic() - started
+
+    def start(self) -> None:
+        """Start every component (``airflow-<component>`` in ``processes``)."""
+        if self.major >= 3:
+            (self.home / "passwords.json").write_text(json.dumps({USER: self.password}) + "\n")
+        for name, args in self.components().items():
+            self.processes.start(f"airflow-{name}", args, self.env)
+
+    def stop(self) -> None:
+        """Stop every process of ``processes`` (the components and whatever else was started with them)."""
+        self.processes.stop()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    # -- waiting ---------------------------------------------------------------------------------
+    def wait(self, what: str, predicate: Callable[[], bool], timeout: float, step: float = 1.0) -> float:
+        """Poll ``predicate`` while every component lives; seconds it took, or StackError after ``timeout``."""
+        started = time.monotonic()
+        while True:
+            self.processes.check_alive()
+            try:
+                if predicate():
+                    return time.monotonic() - started
+            except (OSError, OperationalError):
+                pass  # not listening yet, or the tables are not there yet
+            if time.monotonic() - started > timeout:
+                raise StackError(f"Airflow {self.version}: {what} not reached within {timeout:g} s "
+                                 f"(logs in {self.processes.logs})")
+            time.sleep(step)
+
+    def healthy(self) -> bool:
+        """3.x: the api-server's health says the database, scheduler, triggerer and dag-processor are healthy.
+        2.x: the scheduler and the triggerer have a running job with a recent heartbeat."""
+        if self.major >= 3:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=10) as response:
+                health = json.load(response)
+            return all((health.get(k) or {}).get("status") == "healthy"
+                       for k in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
+        jobs = {r[0] for r in self.rows("SELECT job_type FROM job WHERE state = 'running'")}
+        return {"SchedulerJob", "TriggererJob"} <= jobs
+
+    def wait_healthy(self, timeout: float = 300) -> float:
+        return self.wait("every component healthy", self.healthy, timeout)
+
+    def parsed(self, dag_ids: Iterable[str]) -> bool:
+        """Whether every DAG in ``dag_ids`` has been parsed and serialized."""
+        found = {r[0] for r in self.rows("SELECT dag_id FROM serialized_dag")}
+        return set(dag_ids) <= found
+
+    def wait_parsed(self, dag_ids: Iterable[str], timeout: float = 300) -> float:
+        dag_ids = list(dag_ids)
+        return self.wait(f"DAGs {dag_ids} parsed", lambda: self.parsed(dag_ids), timeout)
+
+    # -- runs and states ---------------------------------------------------------------------------
+    def trigger(self, dag_id: str, logical_date: str) -> str:
+        """Create a DAG run for ``logical_date`` (``YYYY-MM-DD``); returns its run_id."""
+        if self.major >= 3:
+            run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                           {"logical_date": f"{logical_date}T00:00:00Z", "conf": {}})
+            return run["dag_run_id"]
+        run_airflow(self.venv, ["dags", "trigger", "-e", logical_date, dag_id], self.env)
+        return self.rows("SELECT run_id FROM dag_run WHERE dag_id = :d ORDER BY id DESC LIMIT 1", d=dag_id)[0][0]
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """One call to the 3.x REST API as ``admin`` (logged in once, with ``password``)."""
+        if self._token is None:
+            self._token = _call("POST", f"{self.url}/auth/token",
+                                {"username": USER, "password": self.password})["access_token"]
+        return _call(method, f"{self.url}{path}", body, {"Authorization": f"Bearer {self._token}"})
+
+    def rows(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+        """Rows of a query on Airflow's own database."""
+        if self._engine is None:
+            self._engine = create_engine(self.db_url, connect_args={"timeout": 30})
+        with self._engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params).fetchall()]
+
+    def task_states(self, dag_ids: Iterable[str] | None = None) -> dict[tuple[str, str], str | None]:
+        """(dag_id, task_id) → state, for every task instance (one run per DAG) of ``dag_ids`` (default all)."""
+        rows = self.rows("SELECT dag_id, task_id, state FROM task_instance")
+        wanted = None if dag_ids is None else set(dag_ids)
+        return {(d, t): s for d, t, s in rows if wanted is None or d in wanted}
+
+    def run_states(self) -> dict[str, str]:
+        """dag_id → state of its (latest) run."""
+        return {d: s for d, s in self.rows("SELECT dag_id, state FROM dag_run ORDER BY id")}
+
+
+def _call(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        raise StackError(f"{method} {url}: {exc.code} {exc.read()[:2000]!r}") from None
+    return json.loads(raw) if raw else None
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
