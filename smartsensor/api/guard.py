@@ -56,6 +56,9 @@ class ApiGuard:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 answered.append(message["status"])
+                # counted as the answer starts, so a client that has it also finds it in /metrics
+                route = scope["path"] if scope.get("route") is not None else "unmatched"
+                self.requests[(scope["method"], route, message["status"])] += 1
                 message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS,
                                       (b"x-request-id", request_id.encode())]
             await send(message)
@@ -86,9 +89,6 @@ class ApiGuard:
             if not answered:
                 await self._answer(send_with_headers, 500, f"internal error ({type(exc).__name__}); request id "
                                                            f"{request_id} in the server log")
-        finally:
-            route = scope["path"] if scope.get("route") is not None else "unmatched"
-            self.requests[(scope["method"], route, answered[0] if answered else 500)] += 1
 
     def _declared_too_long(self, scope: Scope) -> bool:
         for name, value in scope.get("headers", []):

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
@@ -42,6 +43,7 @@ def finish_all(engine: Any, state: str) -> int:
         for t in tasks:
             task_sql.set_state(conn, (t["dag_id"], t["task_id"], t["execution_date"]), state,
                                from_states=list(State.SMART_WAITING), now=t["execution_date"])
+        signal_sql.notify_ended(conn)  # as the round's commit does
     return len(tasks)
 
 
@@ -129,3 +131,60 @@ def test_an_unreachable_service_keeps_the_triggers_waiting() -> None:
     done, waiting = asyncio.run(scenario())
     assert waiting == 0  # a cancelled trigger (moved to another triggerer, timed out) leaves the poller
     assert done is False  # a transport error is transient: the task keeps waiting (Airflow's timeout is the backstop)
+
+
+def test_a_held_request_brings_the_answer_at_once_with_no_more_requests_than_polling(cfg, engine) -> None:
+    """Against a service that holds requests: a wait with a 10 s interval hears of its end within a second or so,
+    and the requests stay at about one per interval (polling made one per interval too)."""
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    interval = 10.0
+
+    async def scenario() -> tuple[dict[str, Any], float, int]:
+        async with app.router.lifespan_context(app):  # the watch that wakes held requests runs with the server
+            async with httpx.AsyncClient(transport=transport, base_url=BASE,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+                assert (await client.post("/api/v1/tasks", json=register_body(1))).status_code == 200
+            poller = shared_poller("held", endpoint(), transport)
+            waiter = asyncio.ensure_future(poller.wait(key(1), interval))
+            while poller.requests < 1:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # the request is held now
+            assert not waiter.done()
+            ended = time.monotonic()
+            await asyncio.to_thread(finish_all, engine, State.SUCCESS)
+            answer = await asyncio.wait_for(waiter, timeout=60)
+            return answer, time.monotonic() - ended, poller.requests
+
+    answer, heard_after, requests = asyncio.run(scenario())
+    print(f"heard {heard_after:.2f} s after the task ended, {requests} states request(s), interval {interval:g} s")
+    assert answer["state"] == "success"
+    assert heard_after < interval / 2, heard_after  # woken by the end, not by the interval
+    assert requests <= 2
+
+
+def test_against_a_service_that_answers_at_once_it_polls_once_per_interval() -> None:
+    """An older service ignores ``wait`` and answers at once: the budget keeps the old rhythm, one request per
+    interval, never a busy loop."""
+    sent: list[float] = []
+
+    def older_service(request: httpx.Request) -> httpx.Response:
+        sent.append(time.monotonic())
+        keys = httpx.Response(200, content=request.content).json()["keys"]
+        return httpx.Response(200, json={"states": [{**k, "state": "smart_running", "error": None, "hashcode": 1}
+                                                    for k in keys]})
+
+    interval = 0.3
+
+    async def scenario() -> None:
+        poller = shared_poller("older", endpoint(), httpx.MockTransport(older_service))
+        waiter = asyncio.ensure_future(poller.wait(key(1), interval))
+        while len(sent) < 8:
+            await asyncio.sleep(0.05)
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+
+    asyncio.run(scenario())
+    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    assert min(gaps) >= interval * 0.8, gaps  # paced by the interval, as the old poller was

@@ -1,15 +1,23 @@
-"""One states request per interval for every deferred task in a triggerer process.
+"""One states request at a time for every deferred task in a triggerer process, held by the service until a
+task ends.
 
 Airflow's triggerer runs all its triggers as coroutines in one event loop. Each SmartSensorTrigger hands its
 key to the loop's shared ``StatesPoller`` (one per connection) and awaits the answer; the poller asks
-``POST /api/v1/tasks/states`` for all waiting keys at once, every ``interval`` (the shortest interval any
-waiting trigger asked for), and resolves the waiters whose try reached a terminal state.
+``POST /api/v1/tasks/states?wait=INTERVAL`` for all waiting keys at once (``interval``: the shortest interval
+any waiting trigger asked for) and resolves the waiters whose try reached a terminal state.
+
+The service holds that request until one of the tries ends (it is woken by the commit that ended it), so a
+landing is heard at once instead of at the next poll. Requests are paced by a ``RequestBudget``: one per
+interval on average, as when it polled, up to ``BURST`` back to back after answers that came early. A service
+that does not hold requests (an older one) answers at once, and the budget then makes this the plain poll
+every interval that it was. A new key joins at the next request, within one interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from typing import Any, Awaitable, Callable
 
@@ -22,7 +30,29 @@ log = logging.getLogger(__name__)
 KEY_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 MAX_KEYS_PER_REQUEST = 10_000  # the API's own limit
 FIRST_POLL_DELAY = 0.5  # gathers triggers that start together (a triggerer picking up many) into one request
+MAX_WAIT = 30.0  # the most a service holds a states request (its own limit)
+BURST = 3  # requests the budget allows back to back, after answers that came early
 Key = tuple[Any, ...]
+
+
+class RequestBudget:
+    """A token bucket: on average one request per ``interval``, at most ``burst`` back to back."""
+
+    def __init__(self, burst: int = BURST) -> None:
+        self.burst = burst
+        self.tokens = 1.0
+        self.at = time.monotonic()
+
+    async def take(self, interval: float) -> None:
+        """Wait until a request is allowed, then spend it."""
+        while True:
+            now = time.monotonic()
+            self.tokens = min(float(self.burst), self.tokens + (now - self.at) / interval)
+            self.at = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) * interval)
 
 
 def key_of(fields: dict[str, Any]) -> Key:
@@ -72,11 +102,11 @@ class StatesPoller:
     async def _run(self) -> None:
         try:
             endpoint = await self._endpoint()
-            async with httpx.AsyncClient(timeout=30.0, transport=self._transport) as client:
-                delay = FIRST_POLL_DELAY
+            async with httpx.AsyncClient(timeout=MAX_WAIT + 30.0, transport=self._transport) as client:
+                await asyncio.sleep(FIRST_POLL_DELAY)
+                budget = RequestBudget()
                 while self._waiters:
-                    await asyncio.sleep(delay)
-                    delay = self._interval()
+                    await budget.take(self._interval())
                     if not self._waiters:
                         break
                     endpoint = await self._poll(client, endpoint)
@@ -88,16 +118,20 @@ class StatesPoller:
                 self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
 
     async def _poll(self, client: httpx.AsyncClient, endpoint: Endpoint) -> Endpoint:
-        """One round: every waiting key, in requests of at most MAX_KEYS_PER_REQUEST. Returns the endpoint to
-        use next (looked up again after a 401, in case the connection's token was changed)."""
-        keys = list(self._waiters)
+        """One round: every waiting key, in requests of at most MAX_KEYS_PER_REQUEST, held by the service for up
+        to an interval (when they fit in one request). Returns the endpoint to use next (looked up again after a
+        401, in case the connection's token was changed)."""
+        keys = [k for k, entries in self._waiters.items() if any(not f.done() for f, _ in entries)]
+        if not keys:  # every waiter has its answer and is leaving
+            return endpoint
+        wait = min(self._interval(), MAX_WAIT) if len(keys) <= MAX_KEYS_PER_REQUEST else 0.0
         for start in range(0, len(keys), MAX_KEYS_PER_REQUEST):
             chunk = keys[start:start + MAX_KEYS_PER_REQUEST]
             body = {"keys": [dict(zip(KEY_FIELDS, k)) for k in chunk]}
             self.requests += 1
             try:
                 response = await client.post(f"{endpoint.base_url}{API}/tasks/states", json=body,
-                                              headers=endpoint.headers())
+                                              params={"wait": f"{wait:g}"}, headers=endpoint.headers())
             except httpx.TransportError as exc:
                 log.warning("smartsensor at %s unreachable (%s); %d task(s) keep waiting", endpoint.base_url, exc,
                             self.waiting)
