@@ -22,7 +22,8 @@ from smartsensor.domain.keys import ExternalKey
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
 from smartsensor.service.ended_watch import EndedWatch
-from smartsensor.service.external import ExternalConflict, external_states, register_external, still_waiting
+from smartsensor.service.external import (ExternalConflict, TerminalAnswers, external_states, register_external,
+                                          still_waiting)
 
 MAX_KEYS = 10_000  # keys per states request: one triggerer's deferred tasks, with room to spare
 MAX_WAIT = 30.0  # seconds a states request may be held: under the idle timeouts of common load balancers
@@ -95,6 +96,7 @@ def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None], w
     """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests."""
     router = APIRouter(dependencies=[Depends(authorised)])
     _, Register = request_models(cfg.sensors_enabled)  # noqa: N806 - a model class, built per config
+    ended = TerminalAnswers()
 
     @router.post("/tasks", responses=error_responses(400, 401, 409, 413, 422, 503))
     def register(body: Register) -> dict[str, Any]:  # type: ignore[valid-type]
@@ -123,7 +125,7 @@ def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None], w
         deadline = loop.time() + wait
         while True:
             seen = watch.generation  # read before the query: a change during it is not missed
-            answers = await run_in_threadpool(external_states, engine, asked)
+            answers = await run_in_threadpool(external_states, engine, asked, ended)
             left = deadline - loop.time()
             if left <= 0 or not all(still_waiting(a["state"]) for a in answers):
                 break

@@ -10,6 +10,7 @@ retries: tasks are registered with retries=0.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
@@ -150,20 +151,59 @@ def still_waiting(state: str) -> bool:
     return state in WAITING_STATES
 
 
-def external_states(engine: Engine, asked: Sequence[tuple[ExternalKey, int]]) -> list[dict[str, Any]]:
+class TerminalAnswers:
+    """A `serve` process's cache of answers that no longer change: a try that ended (or was superseded) stays so,
+    unless a user sets its state by hand, so such an answer is kept ``ttl`` seconds (at most ``size`` of them)
+    and asked again only after that. A try that still waits, or is unknown, is always read from the database."""
+
+    def __init__(self, size: int = 200_000, ttl: float = 60.0) -> None:
+        self.size, self.ttl = size, ttl
+        self._answers: dict[tuple[ExternalKey, int], tuple[float, dict[str, Any]]] = {}
+        self.hits = 0
+
+    def get(self, asked: tuple[ExternalKey, int], now: float) -> dict[str, Any] | None:
+        kept = self._answers.get(asked)
+        if kept is None or now - kept[0] > self.ttl:
+            return None
+        self.hits += 1
+        return kept[1]
+
+    def keep(self, asked: tuple[ExternalKey, int], answer: dict[str, Any], now: float) -> None:
+        if answer["state"] == UNKNOWN or still_waiting(answer["state"]):
+            return
+        if len(self._answers) >= self.size:  # full: start afresh rather than track ages (cheap, bounded)
+            self._answers.clear()
+        self._answers[asked] = (now, answer)
+
+
+def external_states(engine: Engine, asked: Sequence[tuple[ExternalKey, int]],
+                    cache: TerminalAnswers | None = None) -> list[dict[str, Any]]:
     """The state of each (key, try_number), in order: the task instance's state and error, ``superseded`` when
-    the key is at a newer try, ``unknown`` when that try was never registered."""
-    with engine.connect() as conn:
-        found = external_sql.external_states(conn, [key for key, _ in asked])
+    the key is at a newer try, ``unknown`` when that try was never registered. One statement for the tries
+    ``cache`` does not already know ended (none when it knows them all)."""
+    now = time.monotonic()
+    cached = {a: hit for a in asked if cache is not None and (hit := cache.get(a, now)) is not None}
+    found: dict[ExternalKey, dict[str, Any]] = {}
+    if len(cached) < len(asked):
+        with engine.connect() as conn:
+            found = external_sql.external_states(conn, [key for key, n in asked if (key, n) not in cached])
     out = []
     for key, try_number in asked:
-        row = found.get(key)
-        if row is None or row["try_number"] < try_number:
-            state, error, hashcode = UNKNOWN, None, None
-        elif row["try_number"] > try_number:
-            state, error, hashcode = SUPERSEDED, None, row["hashcode"]
-        else:
-            state, error, hashcode = row["state"], row["error"], row["hashcode"]
-        out.append({"dag_id": key.dag_id, "task_id": key.task_id, "run_id": key.run_id, "map_index": key.map_index,
-                    "try_number": try_number, "state": state, "error": error, "hashcode": hashcode})
+        answer = cached.get((key, try_number))
+        if answer is None:
+            answer = _answer(key, try_number, found.get(key))
+            if cache is not None:
+                cache.keep((key, try_number), answer, now)
+        out.append(answer)
     return out
+
+
+def _answer(key: ExternalKey, try_number: int, row: dict[str, Any] | None) -> dict[str, Any]:
+    if row is None or row["try_number"] < try_number:
+        state, error, hashcode = UNKNOWN, None, None
+    elif row["try_number"] > try_number:
+        state, error, hashcode = SUPERSEDED, None, row["hashcode"]
+    else:
+        state, error, hashcode = row["state"], row["error"], row["hashcode"]
+    return {"dag_id": key.dag_id, "task_id": key.task_id, "run_id": key.run_id, "map_index": key.map_index,
+            "try_number": try_number, "state": state, "error": error, "hashcode": hashcode}

@@ -208,3 +208,23 @@ def test_concurrent_tries_of_one_key_end_on_the_newest_without_errors(cfg, engin
     with engine.connect() as conn:
         waiting = [r for r in task_sql.list_tasks(conn) if r["state"] == State.SMART_PENDING]
     assert sorted(r["task_id"] for r in waiting) == sorted(k.task_id for k in keys)
+
+
+def test_ended_answers_are_kept_and_waiting_or_unknown_ones_are_read_again(cfg, engine) -> None:
+    from smartsensor.service.external import TerminalAnswers
+    done = reg(engine, cfg, ExternalKey("etl", "done", "r1"))
+    reg(engine, cfg, ExternalKey("etl", "w", "r1"))
+    with engine.begin() as conn:
+        task_sql.set_state(conn, done.task_instance, State.SUCCESS)
+    cache = TerminalAnswers(ttl=3600)
+    asked = [(ExternalKey("etl", "done", "r1"), 1), (ExternalKey("etl", "w", "r1"), 1), (ExternalKey("etl", "x", "r1"), 1)]
+    first = external_states(engine, asked, cache)
+    before = engine.statement_counter.count
+    assert external_states(engine, asked, cache) == first and cache.hits == 1  # the ended one came from memory
+    assert engine.statement_counter.count - before == 1  # the other two were read again
+    before = engine.statement_counter.count
+    assert external_states(engine, asked[:1], cache) == first[:1] and engine.statement_counter.count == before
+    assert [a["state"] for a in first] == [State.SUCCESS, State.SMART_PENDING, "unknown"]
+    with engine.begin() as conn:  # a user restarts the wait by hand: seen once the kept answer expires
+        task_sql.set_state(conn, done.task_instance, State.SMART_PENDING)
+    assert external_states(engine, asked[:1], TerminalAnswers(ttl=0))[0]["state"] == State.SMART_PENDING
