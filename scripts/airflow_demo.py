@@ -35,7 +35,8 @@ from rich.table import Table  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.exc import OperationalError  # noqa: E402
 
-from airflow_demo_report import SENSOR_OPERATORS, TERMINAL, check_dag, figures, state_counts  # noqa: E402
+from airflow_demo_report import (MODEL, SENSOR_OPERATORS, TERMINAL, check_dag, dag_table, figures,  # noqa: E402
+                                 figures_table, state_counts, summary_json)
 from smartsensor.adapters.metastore import free_port  # noqa: E402
 from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
 from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402
@@ -74,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=0, help="smartsensor serve's port (default: a free one)")
     p.add_argument("--deadline", type=float, default=900, help="seconds before the demo gives up (default 900)")
     p.add_argument("--keep", action="store_true", help="keep the stack running after the summary until Ctrl-C")
+    p.add_argument("--summary-json", default=None, help="also write the summary to this file as JSON")
     args = p.parse_args(argv)
     if args.sensors < 5 or args.partitions < 2 or args.partitions > 48 or args.partitions % 2:
         p.error("--sensors must be at least 5 and --partitions even, 2-48")
@@ -138,7 +140,7 @@ class Demo:
         self.started = time.monotonic()
         self.phase = "starting"
         self.triggered = False
-        self.sensors_waiting_at = 0.0
+        self.marks: dict[str, float] = {}  # seconds since the start when each phase was reached
 
     # -- smartsensor ------------------------------------------------------------------------------
     def cli(self, *args: str) -> str:
@@ -245,6 +247,13 @@ class Demo:
         sensors = [s for s, op in rows if op in SENSOR_OPERATORS]
         return len(sensors) >= self.args.sensors * 0.9 and all(s == "deferred" or s in TERMINAL for s in sensors)
 
+    def landed_and_finished(self) -> bool:
+        if self.processes.procs["pipeline"].poll() is None:
+            return False
+        if "pipeline done" not in self.marks:
+            self.mark("pipeline done")
+        return self.runs_finished()
+
     def runs_finished(self) -> bool:
         runs = self.stack.run_states()
         return len(runs) == len(self.dag_ids) and all(s in ("success", "failed") for s in runs.values())
@@ -270,20 +279,24 @@ class Demo:
         self.wait("yesterday's partitions landed", lambda: history.poll() is not None, 1, show=False)
         if history.returncode != 0:
             raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline-history')}")
-        console.print(f"stack up in {time.monotonic() - self.started:.0f} s: Airflow UI {self.stack.url}, "
+        self.mark("stack up")
+        console.print(f"stack up in {self.marks['stack up']:.0f} s: Airflow UI {self.stack.url}, "
                       f"smartsensor {self.ss_url}")
         for dag_id in self.dag_ids:
             self.stack.trigger(dag_id, DS)
         self.triggered = True
         console.print(f"triggered {', '.join(self.dag_ids)} for {DS}")
         self.wait("every sensor task registered and deferred", self.sensors_settled)
-        self.sensors_waiting_at = time.monotonic() - self.started
+        self.mark("sensors deferred")
         self.pipeline("pipeline", "demo.events,demo.clicks", DS, f"0-{self.args.partitions // 2 - 1}",
                       self.args.every)
-        self.wait("the pipeline landing and every DAG run finishing",
-                  lambda: self.processes.procs["pipeline"].poll() is not None and self.runs_finished())
+        self.wait("the pipeline landing and every DAG run finishing", self.landed_and_finished)
+        self.mark("runs finished")
         if self.processes.procs["pipeline"].returncode != 0:
             raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline')}")
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = round(time.monotonic() - self.started, 1)
 
     def stop(self) -> None:
         self.processes.stop()
@@ -297,51 +310,25 @@ class Demo:
 
 
 def summary(demo: Demo, finished: bool) -> list[str]:
-    """Print the summary; returns the mismatches (only among finished tasks when the run was cut short)."""
+    """Print the summary (and write it as JSON with --summary-json); returns the mismatches (only among the
+    tasks that ended, when the run was cut short)."""
     rows = demo.rows()
     by_key = {(r["dag_id"], r["task_id"]): r for r in rows}
     landed = demo.landed()
     states = demo.stack.task_states(demo.dag_ids)
-    table = Table(title="Airflow task states against the expected ones", title_justify="left")
-    for col in ("DAG", "tasks", "sensors", "expected", "Airflow says", "check"):
-        table.add_column(col, justify="right" if col in ("tasks", "sensors") else "left")
-    problems: list[str] = []
-    for dag_id in demo.dag_ids:
-        tasks = demo.stack.api("GET", f"/api/v2/dags/{dag_id}/tasks")["tasks"]
-        got = {t: s for (d, t), s in states.items() if d == dag_id}
-        check = check_dag(dag_id, tasks, got, by_key, landed, set())
-        wrong = check.mismatches(finished_only=not finished)
-        problems += wrong
-        table.add_row(dag_id, str(len(got)), str(check.sensors), state_counts(check.expected.values()),
-                      state_counts(got.values()),
-                      "[green]OK[/green]" if not wrong else f"[red]{len(wrong)} mismatch(es)[/red]")
+    checks = [check_dag(dag_id, demo.stack.api("GET", f"/api/v2/dags/{dag_id}/tasks")["tasks"],
+                        {t: s for (d, t), s in states.items() if d == dag_id}, by_key, landed, set())
+              for dag_id in demo.dag_ids]
+    table, problems = dag_table(checks, finished)
     console.print(table)
     f = figures(rows, demo.rounds(), demo.states_requests())
-    ratio = f"{f.registrations / f.distinct_checks:.1f}x" if f.distinct_checks else "-"
-    saved = f"{f.classic_calls / f.metastore_calls:.1f}x fewer" if f.metastore_calls else "-"
-    lines = [
-        ("partitions landed by the pipeline", f"{len(landed)} of {demo.args.partitions}"),
-        ("sensor registrations (one per Airflow try)", str(f.registrations)),
-        ("distinct checks (hashes)", f"{f.distinct_checks} (dedup {ratio})"),
-        ("metastore calls by smartsensor's workers", f"{f.metastore_calls} ({f.listings} partition listings + "
-                                                     f"{f.schema_reads} schema reads, {f.worker_rounds} rounds)"),
-        ("Airflow's own Hive sensors, same waits (computed)", f"{f.classic_calls} ({saved} with smartsensor)"),
-        ("states requests, 1 triggerer", f"{f.states_requests} over {f.deferred_window:.0f} s (one per "
-                                         f"{f.shortest_poll:g} s poll for every deferred sensor)"),
-        ("if each trigger polled alone (computed)", str(f.per_task_requests)),
-    ]
-    figs = Table(title="smartsensor", title_justify="left", show_header=False)
-    figs.add_column("")
-    figs.add_column("", justify="right")
-    for name, value in lines:
-        figs.add_row(name, value)
-    console.print(figs)
-    console.print(
-        "[dim]Airflow's own NamedHivePartitionSensor/HivePartitionSensor have no deferrable mode: each task pokes "
-        "the metastore once when it starts and once every poke_interval until it ends, one call per table it "
-        "waits on, so 'same waits' counts, per sensor, (seconds it waited // poke_interval + 1) x tables, "
-        "with the waits smartsensor recorded in this run. 'Each trigger polled alone' counts one request per "
-        "deferred sensor per poll interval (min(poke_interval, 10 s)) while it waited.[/dim]")
+    console.print(figures_table(f, len(landed), demo.args.partitions))
+    console.print(f"[dim]{MODEL}[/dim]")
+    console.print("timeline: " + ", ".join(f"{name} at {at:.0f} s" for name, at in demo.marks.items()))
+    if demo.args.summary_json:
+        data = summary_json(checks, f, finished, landed=len(landed), timeline=demo.marks,
+                            airflow_ui=demo.stack.url, status_page=f"{demo.ss_url}/", logs=str(demo.logs))
+        Path(demo.args.summary_json).write_text(json.dumps(data, indent=2) + "\n")
     return problems
 
 
@@ -373,8 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {p}")
             status = status or 1
         elif finished:
-            console.print(f"[green]every Airflow task ended as expected[/green] (run {elapsed:.0f} s, sensors "
-                          f"all waiting at {demo.sensors_waiting_at:.0f} s)")
+            console.print(f"[green]every Airflow task ended as expected[/green] ({elapsed:.0f} s)")
         urls(demo)
         if args.keep:
             console.print("[bold]the stack keeps running: Ctrl-C stops it[/bold]")

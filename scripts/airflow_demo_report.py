@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Iterable
+
+from rich.table import Table
 
 from demo import check_landed, classic_calls  # the non-Airflow demo's rules: what landed, classic poke cost
 
@@ -119,7 +121,11 @@ class Figures:
 
 def figures(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], states_requests: int) -> Figures:
     """The summary's numbers from smartsensor's task instances (one per registered sensor try), the workers'
-    rounds (``worker --json``) and serve's count of states requests."""
+    rounds (``worker --json``) and serve's count of states requests.
+
+    Two of them are computed, not run (MODEL says so in the printout): what Airflow's own Hive sensors would have
+    cost the metastore for the same waits, and the states requests if every trigger had polled on its own.
+    """
     starts = [_dt(r["execution_date"]) for r in rows]
     ends = [_dt(r["end_date"]) for r in rows if r.get("end_date")]
     window = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
@@ -140,3 +146,60 @@ def figures(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], states_req
 def state_counts(states: Iterable[str | None]) -> str:
     counts = Counter(s or "none" for s in states)
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+MODEL = (
+    "Computed, not run: Airflow's own NamedHivePartitionSensor and HivePartitionSensor have no deferrable mode; "
+    "in poke or reschedule mode each task asks the metastore when it starts and again every poke_interval until "
+    "it ends, one call per table it waits on. 'Same waits' counts, for each sensor, (seconds it waited // "
+    "poke_interval + 1) x tables, with the waits smartsensor recorded in this run (from the start of its try to "
+    "its end), so it grows with how long the sensors really waited. 'If each trigger polled alone' counts one "
+    "request per deferred sensor per poll interval (min(poke_interval, 10 s)) while it waited."
+)
+
+
+def dag_table(checks: list[DagCheck], finished: bool) -> tuple[Table, list[str]]:
+    """Per DAG: tasks, sensors, expected and actual states, OK or how many mismatches; and the mismatches."""
+    table = Table(title="Airflow task states against the expected ones", title_justify="left")
+    for col in ("DAG", "tasks", "sensors", "expected", "Airflow says", "check"):
+        table.add_column(col, justify="right" if col in ("tasks", "sensors") else "left")
+    problems: list[str] = []
+    for check in checks:
+        wrong = check.mismatches(finished_only=not finished)
+        problems += wrong
+        table.add_row(check.dag_id, str(len(check.got)), str(check.sensors), state_counts(check.expected.values()),
+                      state_counts(check.got.values()),
+                      "[green]OK[/green]" if not wrong else f"[red]{len(wrong)} mismatch(es)[/red]")
+    return table, problems
+
+
+def figures_table(f: Figures, landed: int, partitions: int) -> Table:
+    ratio = f"{f.registrations / f.distinct_checks:.1f}x" if f.distinct_checks else "-"
+    fewer = f"{f.classic_calls / f.metastore_calls:.1f}x fewer with smartsensor" if f.metastore_calls else "-"
+    table = Table(title="smartsensor", title_justify="left", show_header=False)
+    table.add_column("")
+    table.add_column("", justify="right")
+    for name, value in (
+        ("partitions landed by the pipeline", f"{landed} of {partitions}"),
+        ("sensor registrations (one per Airflow try)", str(f.registrations)),
+        ("distinct checks (hashes)", f"{f.distinct_checks} (dedup {ratio})"),
+        ("metastore calls by smartsensor's workers",
+         f"{f.metastore_calls} ({f.listings} partition listings + {f.schema_reads} schema reads, "
+         f"{f.worker_rounds} rounds)"),
+        ("Airflow's own Hive sensors, same waits (computed)", f"{f.classic_calls} ({fewer})"),
+        ("states requests, 1 triggerer", f"{f.states_requests} in {f.deferred_window:.0f} s, each for every "
+                                         f"deferred sensor (poll interval {f.shortest_poll:g} s)"),
+        ("if each trigger polled alone (computed)", str(f.per_task_requests)),
+    ):
+        table.add_row(name, value)
+    return table
+
+
+def summary_json(checks: list[DagCheck], f: Figures, finished: bool, **extra: Any) -> dict[str, Any]:
+    """The summary as data (``--summary-json``)."""
+    return {"finished": finished,
+            "dags": {c.dag_id: {"tasks": len(c.got), "sensors": c.sensors,
+                                "expected": dict(Counter(c.expected.values())),
+                                "got": dict(Counter(s or "none" for s in c.got.values())),
+                                "mismatches": c.mismatches(finished_only=not finished)} for c in checks},
+            "figures": {**asdict(f), "metastore_calls": f.metastore_calls}, **extra}

@@ -18,5 +18,5 @@ with DAG("late_partner_feed", schedule=None, start_date=datetime(2026, 11, 1), c
     for i, feed in enumerate(FEEDS):
         soft = i % 2 == 1
         wait = HivePartitionSensor(task_id=f"{feed}_{'soft' if soft else 'hard'}", table="demo.partner_feed",
-                                   partition="ds='{{ ds }}'", poke_interval=5, timeout=60, soft_fail=soft)
+                                   partition="ds='{{ ds }}'", poke_interval=5, timeout=30, soft_fail=soft)
         wait >> EmptyOperator(task_id=f"load_{feed}")

@@ -1,0 +1,84 @@
+"""./scripts/airflow_demo.sh, small: from nothing to a running Airflow 3 + smartsensor stack and back, with every
+task in its expected state, the summary printed, and nothing of the stack left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.common import ROOT
+from tests.support.proc_helpers import run_cli
+
+pytestmark = pytest.mark.slow
+
+DEADLINE = 420  # the demo's own (--deadline): it stops everything and exits 2 past it
+TIMEOUT = DEADLINE + 120  # ours: past it the test stops the demo itself
+
+
+def leftovers(marker: str) -> list[str]:
+    """Processes (other than this one) whose environment or command line mentions ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            seen = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in seen:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ")[:200].decode(errors="replace")
+            found.append(f"{proc.name}: {command}")
+    return found
+
+
+@pytest.mark.timeout(TIMEOUT + 150)
+def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
+    home = tmp_path / "demo"
+    out = tmp_path / "demo.out"
+    args = [str(ROOT / "scripts" / "airflow_demo.sh"), "--sensors", "20", "--partitions", "4", "--home", str(home),
+            "--deadline", str(DEADLINE), "--summary-json", str(tmp_path / "summary.json")]
+    # Its own session: on our timeout, SIGTERM reaches the script and the driver (which stop what they started),
+    # then SIGKILL whatever is left of the group.
+    with out.open("wb") as log:
+        demo = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+    try:
+        status = demo.wait(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(demo.pid, signal.SIGTERM)
+        try:
+            demo.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        raise AssertionError(f"the demo ran past {TIMEOUT} s:\n{out.read_text(errors='replace')[-6000:]}")
+    finally:
+        if (home / "smartsensor" / "metastore_service" / "metastore.pid").exists():  # a demo killed outright
+            run_cli(["metastore", "stop"], dict(os.environ, SMARTSENSOR_HOME=str(home / "smartsensor")))
+    text = out.read_text(errors="replace")
+    print(text[-5000:])
+    assert status == 0, text[-6000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["finished"]
+    assert {dag: d["mismatches"] for dag, d in summary["dags"].items()} == {
+        "ads_attribution": [], "data_quality": [], "finance_hourly": [], "late_partner_feed": [],
+        "marketing_reports": []}
+    assert sum(d["sensors"] for d in summary["dags"].values()) == 20
+    late = summary["dags"]["late_partner_feed"]["got"]
+    assert late == {"skipped": 2, "failed": 1, "upstream_failed": 1}, late  # soft_fail, hard fail, downstream
+    figures = summary["figures"]
+    assert figures["registrations"] == 20
+    assert figures["distinct_checks"] < 20  # teams share checks
+    assert 0 < figures["metastore_calls"] < figures["classic_calls"]
+    assert 0 < figures["states_requests"] < figures["per_task_requests"]
+    assert summary["landed"] == 4
+    for line in ("Airflow task states against the expected ones", "every Airflow task ended as expected",
+                 "metastore calls by smartsensor's workers", "Airflow's own Hive sensors, same waits (computed)",
+                 "states requests, 1 triggerer", "Airflow UI         http://127.0.0.1:",
+                 "smartsensor status http://127.0.0.1:", "stopped everything"):
+        assert line in text, line
+    assert leftovers(str(home)) == []
