@@ -51,6 +51,7 @@ from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  
 from smartsensor.config import load_config  # noqa: E402
 from smartsensor.adapters.sql.engine import init_db, make_engine  # noqa: E402
 from smartsensor.adapters.metastore import free_port  # noqa: E402
+from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.service.registration import build_row  # noqa: E402
 from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
 from smartsensor.service.round import ShardWorker, run_round  # noqa: E402
@@ -197,8 +198,8 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
             task_sql.set_state(conn, key, State.SCHEDULED)
     walls, rss, calls = [], [], []
     for key in keys:
-        run = bench_catalog.run_sampled([sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path),
-                                         "run-task", key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"],
+        run = bench_catalog.run_sampled(smartsensor_command("--config", str(cfg_path), "run-task", key[0], key[1],
+                                                            key[2].strftime("%Y-%m-%d"), "--json"),
                                         env, "run-task", 300)
         walls.append(run.seconds)
         calls.append(json.loads(run.stdout.strip().splitlines()[-1])["catalog_calls"])

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
 from smartsensor.sensors.batch import BatchChecker
@@ -92,8 +93,8 @@ def simulate_triggerer(uris: list[tuple[str, int]], timeout: float, partitions: 
 
 def worker_once(cfg_path: Path, shard_min: int, shard_max: int) -> list[str]:
     """The command of one real pinned `smartsensor worker --once --json` over [shard_min, shard_max)."""
-    return [sys.executable, "-m", "smartsensor.cli", "--config", str(cfg_path), "worker", "--once", "--json",
-            "--shard-min", str(shard_min), "--shard-max", str(shard_max)]
+    return smartsensor_command("--config", str(cfg_path), "worker", "--once", "--json", "--shard-min", str(shard_min),
+                               "--shard-max", str(shard_max))
 
 
 def fleet_round(cfg_path: Path, env: dict[str, str], processes: int, limit: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.process import smartsensor_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "scripts" / "demo_dags"
@@ -73,8 +74,7 @@ class Demo:
         self.env = {k: v for k, v in self.env.items() if not k.startswith("SMARTSENSOR__")}
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=self.env, capture_output=True,
-                              text=True)
+        proc = subprocess.run(smartsensor_command(*args), env=self.env, capture_output=True, text=True)
         if check and proc.returncode != 0:
             raise SystemExit(f"smartsensor {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
         return proc
@@ -238,9 +238,8 @@ def main() -> int:
             rows = json.loads(demo.cli("submit", str(dag), "--execution-date", DS, "--json").stdout)
             routed = Counter(r["state"] for r in rows)
             console.print(f"submitted {dag.stem}: {len(rows)} tasks ({', '.join(f'{k} {v}' for k, v in routed.items())})")
-        demo.start("workers", [sys.executable, "-m", "smartsensor.cli", "workers", "-n", str(args.workers),
-                               "--interval", "1", "--json"])
-        demo.start("scheduler", [sys.executable, "-m", "smartsensor.cli", "scheduler"])
+        demo.start("workers", smartsensor_command("workers", "-n", str(args.workers), "--interval", "1", "--json"))
+        demo.start("scheduler", smartsensor_command("scheduler"))
         demo.start("pipeline", [sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table",
                                 "demo.events,demo.clicks,demo.orders", "--ds", DS, "--hours", "0-11",
                                 "--every", str(args.every), "--rows", "5", "--config", str(home / "airflow.cfg")])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ from typing import Any, Callable
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from smartsensor.adapters.process import StderrTail, smartsensor_command
 from smartsensor.domain.states import State
 from smartsensor.sensors.errors import first_line
 from smartsensor.adapters.sql import tasks as task_sql
@@ -82,22 +85,61 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
 
 
 @dataclass
+class Child:
+    """A `run-task` process this scheduler started, the try it claimed for it, and the tail of its stderr."""
+
+    proc: subprocess.Popen
+    try_number: int
+    stderr: StderrTail
+
+
+@dataclass
 class Scheduler:
-    """Launches classic-mode `run-task` children, at most ``[scheduler] parallelism`` at once."""
+    """Launches classic-mode `run-task` children, at most ``[scheduler] parallelism`` at once.
+
+    Its claims carry ``claimant`` (host:pid) as the task's hostname: a child's exit ends only a try this
+    scheduler claimed. ``command`` builds a child's command line from its arguments.
+    """
 
     engine: Engine
     cfg: Config
     cli_args: list[str] = field(default_factory=list)
-    children: dict[tuple[str, str, datetime], subprocess.Popen] = field(default_factory=dict)
+    children: dict[TaskKey, Child] = field(default_factory=dict)
+    command: Callable[..., list[str]] = smartsensor_command
+    claimant: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
     def reap(self) -> int:
-        """Forget finished children; returns how many finished."""
-        done = [k for k, p in self.children.items() if p.poll() is not None]
-        for k in done:
-            code = self.children.pop(k).returncode
-            if code != 0:
-                log.warning("run-task %s.%s exited with %s", k[0], k[1], code)
+        """Forget finished children; returns how many finished.
+
+        A child that exited (with any code) while its task is still `running` in the try it was started for
+        did not end it (it crashed at start, was killed, lost its host's memory): that try ends at once,
+        up_for_retry while tries remain, else failed, with the child's last stderr line in ``error``. A DB
+        error leaves the child listed, for the next pass.
+        """
+        done = [k for k, c in self.children.items() if c.proc.poll() is not None]
+        for key in done:
+            self._end_if_left_running(key, self.children[key])
+            del self.children[key]
         return len(done)
+
+    def _end_if_left_running(self, key: TaskKey, child: Child) -> None:
+        code, line = child.proc.returncode, child.stderr.last_line()
+        error = f"run-task exited with code {code}" + (f": {line}" if line else "")
+        if code != 0:
+            log.warning("%s.%s: %s", key[0], key[1], error)
+        now = datetime.utcnow()
+        with self.engine.begin() as conn:
+            row = task_sql.get_task(conn, *key)
+            if row is None or row["state"] != State.RUNNING or row["try_number"] != child.try_number:
+                return  # ended by the run, handed back, or changed by someone: nothing to do
+            try:
+                retries = parse_exec(row["exec_dict"]).retries
+            except BadExecSettings:
+                retries = 0
+            state = retry_or(child.try_number, retries, State.FAILED)  # a dead run is no timeout: no soft_fail
+            if task_sql.end_exited_run(conn, key, child.try_number, self.claimant, state, now, error):
+                log.warning("%s.%s: its run-task exited without ending try %s -> %s", key[0], key[1],
+                            child.try_number, state)
 
     def launch(self) -> int:
         """Claim and start scheduled task instances up to the parallelism limit."""
@@ -109,12 +151,14 @@ class Scheduler:
             keys = task_sql.keys_in_state(conn, State.SCHEDULED, limit=free)
         for key in keys:
             with self.engine.begin() as conn:
-                if not task_sql.claim_scheduled(conn, key, datetime.utcnow(), "scheduler"):
+                if not task_sql.claim_scheduled(conn, key, datetime.utcnow(), self.claimant):
                     continue
-            cmd = [sys.executable, "-m", "smartsensor.cli", *self.cli_args, "run-task", key[0], key[1],
-                   key[2].strftime("%Y-%m-%dT%H:%M:%S"), "--claimed"]
+                try_number = task_sql.get_task(conn, *key)["try_number"]
+            cmd = self.command(*self.cli_args, "run-task", key[0], key[1], key[2].strftime("%Y-%m-%dT%H:%M:%S"),
+                               "--claimed")
             try:
-                self.children[key] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                self.children[key] = Child(proc, try_number, StderrTail(proc.stderr, sys.stderr))
                 started += 1
             except OSError as exc:
                 with self.engine.begin() as conn:
@@ -168,25 +212,29 @@ class Scheduler:
     def wait_children(self, timeout: float | None = None) -> None:
         """Wait for every launched child (``scheduler --once``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for p in list(self.children.values()):
-            p.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
+        for c in list(self.children.values()):
+            c.proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
         self.reap()
 
     def stop_children(self, grace: float = 30.0) -> None:
         """SIGTERM every running child, which hands its task back to `scheduled`; wait up to ``grace`` s.
 
-        A child still alive after that is killed; its task is then ended as a zombie by the next
-        scheduler (a try spent, nothing stuck).
+        A child still alive after that is killed and its try ended (a try spent, nothing stuck); if the DB is
+        down then, the next scheduler ends it as a zombie.
         """
-        for p in self.children.values():
-            if p.poll() is None:
-                p.terminate()
+        for c in self.children.values():
+            if c.proc.poll() is None:
+                c.proc.terminate()
         deadline = time.monotonic() + grace
-        for key, p in list(self.children.items()):
+        for key, c in list(self.children.items()):
             try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.warning("run-task %s.%s did not stop within %.0f s: killing it", key[0], key[1], grace)
-                p.kill()
-                p.wait()
-        self.reap()
+                c.proc.kill()
+                c.proc.wait()
+        try:
+            self.reap()
+        except (OperationalError, InterfaceError) as exc:
+            log.warning("could not end the tries of killed runs (the zombie check will): %s",
+                        first_line(exc.orig or exc))

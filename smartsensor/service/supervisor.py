@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from smartsensor.adapters.process import pdeathsig_preexec
+from smartsensor.adapters.process import pdeathsig_preexec, smartsensor_command
 from smartsensor.config import Config, ShardRange
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: Tex
 
     def spawn(shard: ShardRange | None) -> subprocess.Popen:
         placement = ["--shard-min", str(shard.lo), "--shard-max", str(shard.hi)] if shard else []
-        cmd = [sys.executable, "-m", "smartsensor.cli", *base_args, "worker", *placement, *(extra_args or [])]
+        cmd = smartsensor_command(*base_args, "worker", *placement, *(extra_args or []))
         # A supervisor killed outright (kill -9, OOM) must not leave its workers running unsupervised: they get
         # SIGTERM, stop cleanly and release their leases; a restarted supervisor starts a fresh set.
         return subprocess.Popen(cmd, preexec_fn=pdeathsig_preexec())

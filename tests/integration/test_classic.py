@@ -3,6 +3,7 @@ Real `run-task` and `scheduler` processes are in tests/process/test_classic.py."
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from datetime import datetime, timedelta
@@ -221,3 +222,63 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
     with engine.begin() as conn:
         task_sql.heartbeat_running(conn, alive, later)
         assert not task_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
+
+
+# -- a run-task child that exits without ending its task -------------------------------------------
+
+def _child(stderr: str, code: int, gate: Any = None) -> Any:
+    """A Scheduler ``command`` whose children print ``stderr`` and exit with ``code`` (once ``gate`` exists)."""
+    script = "import os, sys, time\n"
+    if gate is not None:
+        script += f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+    script += f"sys.stderr.write({stderr!r})\nsys.exit({code})\n"
+    return lambda *args: [sys.executable, "-c", script]
+
+
+def _scheduled(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
+    from smartsensor.sensors import SuccessFileSensor
+    register(engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
+             DAY, cfg)
+    return ("d", task_id, DAY)
+
+
+@pytest.mark.parametrize("stderr,code,retries,state,error", [
+    ("Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'smartsensor.schema'\n\n", 1, 1,
+     State.UP_FOR_RETRY, "run-task exited with code 1: ModuleNotFoundError: No module named 'smartsensor.schema'"),
+    ("", 1, 0, State.FAILED, "run-task exited with code 1"),
+    ("a last word\n", 0, 0, State.FAILED, "run-task exited with code 0: a last word"),
+])
+def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(engine, cfg, tmp_path, stderr, code,
+                                                                          retries, state, error) -> None:
+    """issue 22, defect 1: such a task stayed `running` until zombie_threshold; now its try ends at once, by the
+    retry rule, with the child's last error line."""
+    from smartsensor.service.scheduler import Scheduler
+    key = _scheduled(engine, cfg, tmp_path, "w", retries)
+    scheduler = Scheduler(engine, cfg, command=_child(stderr, code))
+    assert scheduler.launch() == 1
+    wait_until(lambda: scheduler.children[key].proc.poll() is not None, timeout=60)
+    assert scheduler.reap() == 1 and scheduler.children == {}
+    with engine.connect() as conn:
+        row = task_sql.get_task(conn, *key)
+    assert (row["state"], row["try_number"], row["error"]) == (state, 1, error)
+
+
+def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine, cfg, tmp_path) -> None:
+    from smartsensor.service.scheduler import Scheduler
+    by_hand = _scheduled(engine, cfg, tmp_path, "by_hand", retries=1)
+    reclaimed = _scheduled(engine, cfg, tmp_path, "reclaimed", retries=1)
+    gate = tmp_path / "gate"
+    scheduler = Scheduler(engine, cfg, command=_child("boom\n", 1, gate))
+    assert scheduler.launch() == 2
+    with engine.begin() as conn:
+        task_sql.set_state(conn, by_hand, State.SUCCESS)  # a user's change
+        assert task_sql.hand_back_running(conn, reclaimed, datetime.utcnow())  # handed back, then another
+        assert task_sql.claim_scheduled(conn, reclaimed, datetime.utcnow(), "another-host")  # scheduler's claim
+    gate.write_text("")
+    wait_until(lambda: all(c.proc.poll() is not None for c in scheduler.children.values()), timeout=60)
+    assert scheduler.reap() == 2
+    with engine.connect() as conn:
+        rows = {r["task_id"]: r for r in task_sql.list_tasks(conn)}
+    assert (rows["by_hand"]["state"], rows["by_hand"]["error"]) == (State.SUCCESS, None)
+    assert (rows["reclaimed"]["state"], rows["reclaimed"]["hostname"], rows["reclaimed"]["error"]) == (
+        State.RUNNING, "another-host", None)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +22,7 @@ from smartsensor.sensors import SuccessFileSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import end_zombies
-from tests.support.common import DAY, new_db, override_env, wait_until
+from tests.support.common import DAY, ROOT, new_db, override_env, wait_until
 from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.spark
@@ -78,6 +81,90 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     with engine.connect() as conn:
         got = {r["task_id"]: r["state"] for r in task_sql.list_tasks(conn)}
     assert got == {"ok": "success", "never": "failed"}
+    engine.dispose()
+
+
+def wheel_install(tmp_path: Path) -> Path:
+    """A venv holding this working tree's smartsensor as a wheel (not editable); its dependencies come from this
+    interpreter's site-packages through a .pth line, so nothing is downloaded. Returns the venv's bin folder."""
+    src = tmp_path / "src"  # built from a copy: a build in the checkout would write build/ and *.egg-info into it
+    for name in ("smartsensor", "sensors", "schema"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    subprocess.run([*pip, "--python", str(venv_python), "install", "--no-deps",
+                    str(next((tmp_path / "dist").glob("smartsensor-*.whl")))], check=True, capture_output=True,
+                   timeout=300)
+    site = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # after the wheel's own packages
+    return venv_python.parent
+
+
+@pytest.fixture(scope="module")
+def wheel_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return wheel_install(tmp_path_factory.mktemp("wheel"))
+
+
+def wheel_env(home: Path, db_url: str, **extra: str) -> dict[str, str]:
+    return {k: v for k, v in cli_env(home, db_url, **extra).items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
+@pytest.mark.slow
+def test_classic_runs_of_a_wheel_install_started_from_the_checkout_root(wheel_bin: Path, tmp_path: Path) -> None:
+    """issue 22, defect 1: `python -m smartsensor.cli run-task` children took the cwd first on sys.path; from the
+    checkout root the source tree shadowed a wheel install, whose smartsensor.schema exists only through
+    package_dir: every child died with ModuleNotFoundError and its task stayed `running`."""
+    home, db_url = tmp_path / "home", f"sqlite:///{tmp_path}/m.db"  # the same on any DB: SQLite alone
+    cfg, engine = new_db(home, db_url, smart_sensor__use_smart_sensor="False")
+    flag = tmp_path / "_SUCCESS"
+    flag.write_text("")
+    register(engine, [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2, timeout=120))],
+             DAY, cfg)
+    out = subprocess.run([str(wheel_bin / "smartsensor"), "scheduler", "--once", "--json"], cwd=ROOT,
+                         env=wheel_env(home, db_url, SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and '"launched": 1' in out.stdout, out.stdout + out.stderr[-3000:]
+    with engine.connect() as conn:
+        row = task_sql.get_task(conn, "d", "ok", DAY)
+    assert (row["state"], row["error"]) == (State.SUCCESS, None), out.stderr[-3000:]
+    engine.dispose()
+
+
+@pytest.mark.slow
+def test_workers_of_a_wheel_install_started_from_the_checkout_root(wheel_bin: Path, tmp_path: Path) -> None:
+    """The same for the worker processes `smartsensor workers` starts."""
+    home, db_url = tmp_path / "home", f"sqlite:///{tmp_path}/m.db"
+    cfg, engine = new_db(home, db_url)
+    flag = tmp_path / "_SUCCESS"
+    flag.write_text("")
+    register(engine, [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2))], DAY, cfg)
+    log = tmp_path / "workers.log"
+
+    def state() -> str:
+        with engine.connect() as conn:
+            return task_sql.get_task(conn, "d", "ok", DAY)["state"]
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(wheel_bin / "smartsensor"), "workers", "-n", "1", "--interval", "0.5"],
+                                cwd=ROOT, env=wheel_env(home, db_url), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            try:
+                wait_until(lambda: state() == State.SUCCESS, timeout=90, step=0.2)
+            except AssertionError:
+                raise AssertionError(log.read_text()[-3000:]) from None
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, log.read_text()[-3000:]
     engine.dispose()
 
 

@@ -253,6 +253,17 @@ def end_zombie(conn: Connection, key: TaskKey, seen_updated_at: datetime, new_st
     ).values(state=new_state, end_date=now, updated_at=now, error=error)).rowcount == 1
 
 
+def end_exited_run(conn: Connection, key: TaskKey, try_number: int, claimant: str, new_state: str, now: datetime,
+                   error: str) -> bool:
+    """End the try of a classic run whose process exited without ending it, while the task is still `running` in
+    that try under that claim (``hostname``): a run that ended, a hand-back, another claim or a user's change
+    wins. 1 statement."""
+    return conn.execute(update(TI).where(
+        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2], TI.c.state == State.RUNNING,
+        TI.c.try_number == try_number, TI.c.hostname == claimant,
+    ).values(state=new_state, end_date=now, updated_at=now, error=error)).rowcount == 1
+
+
 def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> list[TaskKey]:
     """Keys of task instances in ``state``, oldest execution date first (1 statement)."""
     query = select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date).where(TI.c.state == state).order_by(
