@@ -299,7 +299,9 @@ class Demo:
         self.marks[name] = round(time.monotonic() - self.started, 1)
 
     def stop(self) -> None:
-        self.processes.stop()
+        # A throwaway stack: 10 s to stop cleanly (Airflow's scheduler waits for the task runs under way, its
+        # triggerer for its triggers), then each process group is killed.
+        self.processes.stop(grace=10)
         try:
             self.cli("metastore", "stop")
         except StackError as exc:
@@ -339,15 +341,17 @@ def main(argv: list[str] | None = None) -> int:
     def stop_signal(signum: int, frame: Any) -> None:
         raise Stop(signal.Signals(signum).name)
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background (SIG_IGN)
     signal.signal(signal.SIGTERM, stop_signal)
     signal.signal(signal.SIGHUP, stop_signal)
-    status, finished = 0, False
+    status, finished, summarized = 0, False, False
     try:
         try:
             demo.run()
             finished = True
         except Deadline as exc:
-            console.print(f"[red]{exc}[/red]")
+            console.print(f"[red]{exc}[/red]; below, only the tasks that ended are checked (the machine is "
+                          f"probably loaded: run again with a larger --deadline)")
             status = 2
         if not demo.triggered:  # the deadline passed while starting: nothing ran, nothing to compare
             urls(demo)
@@ -362,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         elif finished:
             console.print(f"[green]every Airflow task ended as expected[/green] ({elapsed:.0f} s)")
         urls(demo)
+        summarized = True
         if args.keep:
             console.print("[bold]the stack keeps running: Ctrl-C stops it[/bold]")
             while True:
@@ -371,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]{exc}[/red]")
         status = 3
     except (KeyboardInterrupt, Stop):
-        console.print("stopping (interrupted)")
-        status = status or 130
+        console.print("stopping" if summarized else "stopping (interrupted)")
+        status = status if summarized else 130  # with --keep, Ctrl-C is how the run ends
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
