@@ -8,7 +8,7 @@ from collections import Counter
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from smartsensor.adapters.sql.engine import current_revision, schema_problem
-from smartsensor.api.auth import token_matches
+from smartsensor.api.auth import token_route
 from smartsensor.api.errors import ERROR_MEANINGS, error_responses
 from smartsensor.api.guard import ApiGuard
 from smartsensor.api.metrics import render_metrics
@@ -65,13 +65,9 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     requests: Counter[tuple[str, str, int]] = Counter()
     app.state.requests = requests
     app.add_middleware(ApiGuard, requests=requests, max_body=MAX_BODY_BYTES)
+    app.router.route_class = token_route(token)  # every /api path but health, and /metrics, ask for the token
 
-    def authorised(request: Request) -> None:
-        if token is not None and not token_matches(request.headers.get("authorization"), token):
-            raise HTTPException(status_code=401, detail="missing or wrong bearer token (Authorization: Bearer …)",
-                                headers={"WWW-Authenticate": "Bearer"})
-
-    @app.get(f"{API}/openapi.json", dependencies=[Depends(authorised)], include_in_schema=False)
+    @app.get(f"{API}/openapi.json", include_in_schema=False)
     def openapi() -> JSONResponse:
         """This API's OpenAPI document."""
         return JSONResponse(app.openapi())
@@ -89,19 +85,18 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
             return JSONResponse({"status": "unavailable", "error": f"metadata database {problem}"}, 503)
         return JSONResponse({"status": "ok", "schema_revision": revision})
 
-    @app.get(f"{API}/status", dependencies=[Depends(authorised)], responses=error_responses(401, 503))
+    @app.get(f"{API}/status", responses=error_responses(401, 503))
     def status() -> dict[str, Any]:
         """What `smartsensor status --json` prints."""
         return collect_status(engine, cfg)
 
-    @app.get("/metrics", dependencies=[Depends(authorised)], response_class=PlainTextResponse,
-             responses=error_responses(401, 503))
+    @app.get("/metrics", response_class=PlainTextResponse, responses=error_responses(401, 503, json_content=True))
     def metrics() -> Response:
         """Prometheus text format."""
         return PlainTextResponse(render_metrics(collect_status(engine, cfg), requests),
                                  media_type="text/plain; version=0.0.4")
 
-    app.include_router(tasks_router(cfg, engine, authorised, watch), prefix=API)
+    app.include_router(tasks_router(cfg, engine, watch, app.router.route_class), prefix=API)
     app.include_router(page_router(cfg, engine, token))
 
     @app.exception_handler(StarletteHTTPException)

@@ -12,6 +12,12 @@ import ipaddress
 import secrets
 import time
 from pathlib import Path
+from typing import Awaitable, Callable
+
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
 
 from smartsensor.config import Config, ConfigError
 
@@ -81,3 +87,30 @@ def session_valid(value: str | None, token: str, now: float | None = None) -> bo
     age = (time.time() if now is None else now) - int(issued_text)
     return 0 <= age <= SESSION_SECONDS and secrets.compare_digest(
         signature.encode(), _session_signature(token, int(issued_text)).encode())
+
+
+def needs_token(path: str) -> bool:
+    """Every path of the API but health, and /metrics. The page (/, /login) asks for the token itself."""
+    return (path.startswith("/api/") and path != "/api/v1/health") or path == "/metrics"
+
+
+def token_route(token: str | None) -> type[APIRoute]:
+    """A route class that asks for ``Authorization: Bearer <token>`` on the paths ``needs_token`` names, after
+    routing (an unknown method is still a 405) and before anything reads the body (a client without the token
+    gets a 401, never a parse error). ``token`` None: no check (the server listens on 127.0.0.1 only)."""
+
+    class TokenRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+            handler = super().get_route_handler()
+            if token is None:
+                return handler
+
+            async def checked(request: Request) -> Response:  # by the full path: a router's routes know their own
+                if needs_token(request.url.path) and not token_matches(request.headers.get("authorization"), token):
+                    return JSONResponse({"error": "missing or wrong bearer token (Authorization: Bearer …)"}, 401,
+                                        headers={"WWW-Authenticate": "Bearer"})
+                return await handler(request)
+
+            return checked
+
+    return TokenRoute

@@ -31,8 +31,14 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
-def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """The ``responses`` a route declares for its error codes, each with the ``ErrorBody`` schema."""
+def error_responses(*codes: int, json_content: bool = False) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` a route declares for its error codes, each with the ``ErrorBody`` schema. A route whose
+    own answers are not JSON (``/metrics``) passes ``json_content``: FastAPI would file a model under the
+    route's media type, while errors are always JSON."""
+    if json_content:
+        schema = {"$ref": "#/components/schemas/ErrorBody"}  # registered by the routes that name the model
+        return {code: {"description": ERROR_MEANINGS[code], "content": {"application/json": {"schema": schema}}}
+                for code in codes}
     return {code: {"model": ErrorBody, "description": ERROR_MEANINGS[code]} for code in codes}
 
 

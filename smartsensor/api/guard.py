@@ -1,6 +1,6 @@
-"""The ASGI middleware around every request of `smartsensor serve`: a request id, a body limit that holds
-whatever the framing (Content-Length or chunked), security headers, one log line for an unexpected error (its
-traceback at debug level) answered as a JSON 500, and the per-route request counter that /metrics shows."""
+"""The ASGI middleware around every request of `smartsensor serve`: a request id, a body limit that holds whatever the framing (Content-Length or chunked),
+security headers, one log line for an unexpected error (its traceback at debug level) answered as a JSON 500,
+and the per-route request counter that /metrics shows."""
 
 from __future__ import annotations
 
@@ -91,10 +91,8 @@ class ApiGuard:
                                                            f"{request_id} in the server log")
 
     def _declared_too_long(self, scope: Scope) -> bool:
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                return not value.isdigit() or int(value) > self.max_body
-        return False
+        length = _header(scope, b"content-length")
+        return length is not None and (not length.isdigit() or int(length) > self.max_body)
 
     @staticmethod
     async def _answer(send: Send, status: int, message: str) -> None:
@@ -102,3 +100,11 @@ class ApiGuard:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (the first one), decoded as Latin-1 as HTTP/1.1 carries it."""
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None

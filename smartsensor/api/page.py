@@ -68,18 +68,15 @@ def page_router(cfg: Config, engine: Engine, token: str | None) -> APIRouter:
             return RedirectResponse("/login", status_code=303)
         return HTMLResponse(render_page(collect_overview(engine, cfg), cfg))
 
-    @router.get("/login")
-    def login_form() -> Response:
-        """The token form (the page itself when no token is configured)."""
-        if token is None:
-            return RedirectResponse("/", status_code=303)
-        return HTMLResponse(render_login(None))
-
-    @router.post("/login")
+    @router.api_route("/login", methods=["GET", "POST"])
     async def login(request: Request) -> Response:
-        """Check the form's ``token``; right: a cookie and back to ``/``; wrong: the form again, 401."""
+        """GET: the token form (the page itself when no token is configured). POST: check the form's ``token``;
+        right: a session cookie and back to ``/``; wrong: the form again, 401. One route, so that a 405 for
+        another method names both."""
         if token is None:
             return RedirectResponse("/", status_code=303)
+        if request.method == "GET":
+            return HTMLResponse(render_login(None))
         body = b""
         async for chunk in request.stream():  # a form with one token: stop reading past a few KB, however sent
             body += chunk

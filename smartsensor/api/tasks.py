@@ -9,9 +9,10 @@ name from ``[smart_sensor] sensors_enabled``), so a request the schema allows is
 import asyncio
 import json
 from datetime import datetime, timezone
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationInfo, create_model
 from sqlalchemy import Engine
@@ -92,9 +93,10 @@ def request_models(class_names: list[str]) -> tuple[type[BaseModel], type[BaseMo
     return sensor, register
 
 
-def tasks_router(cfg: Config, engine: Engine, authorised: Callable[..., None], watch: EndedWatch) -> APIRouter:
-    """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests."""
-    router = APIRouter(dependencies=[Depends(authorised)])
+def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: type[APIRoute]) -> APIRouter:
+    """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests;
+    ``route_class`` asks for the token (``auth.token_route``)."""
+    router = APIRouter(route_class=route_class)
     _, Register = request_models(cfg.sensors_enabled)  # noqa: N806 - a model class, built per config
     ended = TerminalAnswers()
 

@@ -4,7 +4,9 @@ it listens on 127.0.0.1 only and says so."""
 from __future__ import annotations
 
 import json
+import select
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -81,30 +83,31 @@ def _an_address_of_this_host_that_is_not_loopback() -> str | None:
 
 
 def _send_chunked(port: int, path: str, token: str, total: int, chunk: int = 1 << 20) -> tuple[int, bytes]:
-    """POST a chunked body of up to ``total`` bytes; stop sending once the server answers or closes. Returns
-    (bytes of body sent, the answer's first bytes)."""
+    """POST a chunked body of up to ``total`` bytes, stopping once the server answers or stops reading. Returns
+    (bytes written to the socket, the answer's head)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
                   f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode())
     sock.setblocking(False)
-    sent, answer, piece = 0, b"", b"[" + b" " * (chunk - 1)
+    frame = f"{chunk:x}\r\n".encode() + b"[" + b" " * (chunk - 1) + b"\r\n"
+    sent, answer, pending, deadline = 0, b"", b"", time.monotonic() + 120
     try:
-        while sent < total and not answer:
-            try:
-                sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                sent += len(piece)
-            except (BlockingIOError, BrokenPipeError, ConnectionResetError):
-                pass  # the server stopped reading: look for its answer
-            try:
-                answer = sock.recv(4096)
-            except BlockingIOError:
-                continue
-        sock.settimeout(30)
-        while b"\r\n\r\n" not in answer:
-            more = sock.recv(4096)
-            if not more:
-                break
-            answer += more
+        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+            if not pending and sent < total:
+                pending = frame  # whole frames only: a partial write continues where it stopped
+            readable, writable, _ = select.select([sock], [sock] if pending else [], [], 5)
+            if readable:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                answer += data
+            if writable and pending:
+                try:
+                    n = sock.send(pending)
+                except (BrokenPipeError, ConnectionResetError):
+                    pending, total = b"", sent  # the server closed its side: read what it answered
+                    continue
+                pending, sent = pending[n:], sent + n
         return sent, answer
     finally:
         sock.close()
