@@ -9,12 +9,11 @@ import zipfile
 from pathlib import Path
 
 from tests.support.common import ROOT
+from tests.support.packaging import build_wheel, source_copy
 
 
 def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, timeout=300)
-    wheel = next(tmp_path.glob("smartsensor-*.whl"))
+    wheel = build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "smartsensor/schema/migrations/env.py" in names
     assert "smartsensor/schema/migrations/script.py.mako" in names
@@ -36,7 +35,7 @@ def test_both_distributions_build_as_wheels_with_one_version(tmp_path: Path) -> 
     """`python -m build` makes both wheels; their versions are one number, the CHANGELOG's newest entry."""
     out = tmp_path / "dist"
     # smartsensor's backend (setuptools) is in the test venv; the provider's (hatchling) comes through isolation
-    for project, isolation in ((ROOT, ["--no-isolation"]), (ROOT / "providers" / "airflow", [])):
+    for project, isolation in ((source_copy(tmp_path), ["--no-isolation"]), (ROOT / "providers" / "airflow", [])):
         subprocess.run([sys.executable, "-m", "build", "--wheel", *isolation, "--outdir", str(out), str(project)],
                        check=True, timeout=300, capture_output=True)
     wheels = sorted(p.name for p in out.glob("*.whl"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from smartsensor.sensors import SuccessFileSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import end_zombies
+from tests.support.packaging import build_wheel
 from tests.support.common import DAY, ROOT, new_db, override_env, wait_until
 from tests.support.proc_helpers import cli_env, run_cli
 
@@ -87,18 +87,12 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
 def wheel_install(tmp_path: Path) -> Path:
     """A venv holding this working tree's smartsensor as a wheel (not editable); its dependencies come from this
     interpreter's site-packages through a .pth line, so nothing is downloaded. Returns the venv's bin folder."""
-    src = tmp_path / "src"  # built from a copy: a build in the checkout would write build/ and *.egg-info into it
-    for name in ("smartsensor", "sensors", "schema"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
+    wheel = build_wheel(tmp_path)
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
-                   check=True, capture_output=True, timeout=300)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
     venv_python = tmp_path / "venv" / "bin" / "python"
     subprocess.run([*pip, "--python", str(venv_python), "install", "--no-deps",
-                    str(next((tmp_path / "dist").glob("smartsensor-*.whl")))], check=True, capture_output=True,
+                    str(wheel)], check=True, capture_output=True,
                    timeout=300)
     site = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()

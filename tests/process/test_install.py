@@ -15,6 +15,7 @@ import pytest
 from smartsensor.config import Config
 from tests.support.common import ROOT
 from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
+from tests.support.packaging import build_wheel
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +31,8 @@ table = NamedHivePartitionSensor(task_id="table", partition_names=["nowhere.even
 def thrift_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the smartsensor wheel and its default dependencies only."""
     tmp = tmp_path_factory.mktemp("install")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp / "dist"), str(ROOT)], check=True, timeout=300, capture_output=True)
+    wheel = build_wheel(tmp)
     subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, timeout=120)
-    wheel = next((tmp / "dist").glob("smartsensor-*.whl"))
     install = subprocess.run([str(tmp / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True,
                              text=True, timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
