@@ -3,7 +3,7 @@ them at once, one states request per poll interval (not one per sensor), and eve
 the file lands, skipped or failed by the service's timeout for the two that wait on a file that never comes.
 
 Airflow 3.x runs its api-server, dag-processor, scheduler and triggerer (LocalExecutor); 2.10 its scheduler and
-triggerer. Both on SQLite: 2.10 then runs one task at a time (SequentialExecutor, ~5 s per task process), so it
+triggerer. Both on SQLite: 2.10 then runs one task at a time (SequentialExecutor, ~2 s per task process), so it
 gets fewer sensors than 3.x, whose LocalExecutor runs several at once.
 """
 
