@@ -38,9 +38,10 @@ from sqlalchemy.exc import OperationalError  # noqa: E402
 from airflow_demo_report import (MODEL, SENSOR_OPERATORS, TERMINAL, check_dag, dag_table, figures,  # noqa: E402
                                  figures_table, state_counts, summary_json)
 from smartsensor.adapters.metastore import free_port  # noqa: E402
+from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
 from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402
-from tests.support.airflow_stack import USER, AirflowStack, Processes, StackError  # noqa: E402
+from scripts.airflow_stack import USER, AirflowStack, Processes, StackError, states_requests  # noqa: E402
 
 DAGS = ROOT / "scripts" / "airflow_demo_dags"
 DS = "2026-11-22"  # the day the teams wait for
@@ -145,14 +146,14 @@ class Demo:
     # -- smartsensor ------------------------------------------------------------------------------
     def cli(self, *args: str) -> str:
         import subprocess
-        proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=self.env, capture_output=True,
+        proc = subprocess.run(smartsensor_command(*args), env=self.env, capture_output=True,
                               text=True)
         if proc.returncode != 0:
             raise StackError(f"smartsensor {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
         return proc.stdout.strip()
 
     def smartsensor(self, name: str, *args: str, service: bool = True) -> None:
-        self.processes.start(name, [sys.executable, "-m", "smartsensor.cli", *args], self.env, service=service)
+        self.processes.start(name, smartsensor_command(*args), self.env, service=service)
 
     def pipeline(self, name: str, tables: str, ds: str, hours: str, every: float) -> Any:
         """scripts/pipeline.py landing ``hours`` of ``ds`` in ``tables`` (a landing signal after each)."""
@@ -174,10 +175,7 @@ class Demo:
 
     def states_requests(self) -> int:
         """``POST /api/v1/tasks/states`` requests serve answered (its /metrics)."""
-        request = urllib.request.Request(f"{self.ss_url}/metrics", headers={"Authorization": f"Bearer {self.token}"})
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return int(sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
-                           if line.startswith("smartsensor_api_requests{") and '"/api/v1/tasks/states"' in line))
+        return states_requests(self.ss_url, self.token)
 
     def serve_healthy(self) -> bool:
         with urllib.request.urlopen(f"{self.ss_url}/api/v1/health", timeout=5) as r:

@@ -17,10 +17,12 @@ import json
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -29,7 +31,61 @@ from sqlalchemy.exc import OperationalError
 
 from smartsensor.adapters.metastore import free_port
 from smartsensor.adapters.process import pdeathsig_preexec
-from tests.support.airflow_helpers import airflow_env, run_airflow, version_of
+
+
+def airflow_env(venv: Path, home: Path, **extra: str) -> dict[str, str]:
+    """An environment for Airflow commands: its venv first on PATH, nothing of smartsensor's (no PYTHONPATH,
+    no SMARTSENSOR_*), examples off, DAGs from ``home/dags``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SMARTSENSOR", "AIRFLOW", "PYTHON", "VIRTUAL_ENV", "PYSPARK"))}
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    env.update(PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}", AIRFLOW_HOME=str(home),
+               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+               PYTHONWARNINGS="ignore")
+    env.update(extra)
+    return env
+
+
+def version_of(venv: Path) -> str:
+    """``airflow-3.1.8`` → ``3.1.8`` (how scripts/airflow_env.sh names the venvs)."""
+    return venv.name.split("-", 1)[1]
+
+
+def run_airflow(venv: Path, args: list[str], env: dict[str, str], timeout: float = 300,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``airflow *args`` in ``venv``; with ``check``, fail with its output unless it exits 0."""
+    proc = subprocess.run([str(venv / "bin" / "airflow"), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"airflow {args} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def task_states(home: Path, dag_id: str) -> dict[str, str | None]:
+    """Airflow's task_instance states of ``dag_id`` (one run), read from its SQLite database."""
+    with sqlite3.connect(home / "airflow.db") as conn:
+        return dict(conn.execute("SELECT task_id, state FROM task_instance WHERE dag_id = ?", (dag_id,)).fetchall())
+
+
+def task_end_times(home: Path, dag_id: str) -> dict[str, datetime | None]:
+    """When each task instance of ``dag_id`` (one run) ended, aware UTC, from Airflow's SQLite database."""
+    with sqlite3.connect(home / "airflow.db") as conn:
+        rows = conn.execute("SELECT task_id, end_date FROM task_instance WHERE dag_id = ?", (dag_id,)).fetchall()
+    out: dict[str, datetime | None] = {}
+    for task_id, end in rows:
+        when = datetime.fromisoformat(end) if end else None
+        out[task_id] = when.replace(tzinfo=timezone.utc) if when is not None and when.tzinfo is None else when
+    return out
+
+
+def states_requests(base_url: str, token: str) -> int:
+    """``POST /api/v1/tasks/states`` requests a smartsensor `serve` answered so far, whatever the code (its
+    /metrics counts them per process since it started)."""
+    request = urllib.request.Request(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                       if line.startswith("smartsensor_api_requests{") and '"/api/v1/tasks/states"' in line))
+
 
 USER = "admin"
 STOP_GRACE = 30.0  # seconds a component gets to stop on SIGTERM before its process group is killed

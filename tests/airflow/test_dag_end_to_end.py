@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -18,7 +20,9 @@ from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.config import Config
-from tests.support.airflow_helpers import airflow_env, airflow_venvs, run_airflow, task_states, version_of
+from scripts.airflow_stack import (airflow_env, run_airflow, states_requests, task_end_times, task_states,
+                                   version_of)
+from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT, make_cfg, override_env, wait_until
 from tests.support.pg import drop_pg_database, new_pg_database
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
@@ -42,10 +46,10 @@ from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionS
 
 with DAG("landing", start_date=datetime(2026, 11, 1), schedule=None, catchup=False):
     same = ["{db}.events/ds={{{{ ds }}}}/hr=00"]
-    a = NamedHivePartitionSensor(task_id="wait_a", partition_names=same, poke_interval=1, timeout=600)
-    b = NamedHivePartitionSensor(task_id="wait_b", partition_names=same, poke_interval=1, timeout=600)
+    a = NamedHivePartitionSensor(task_id="wait_a", partition_names=same, poke_interval=60, timeout=600)
+    b = NamedHivePartitionSensor(task_id="wait_b", partition_names=same, poke_interval=60, timeout=600)
     f = HivePartitionSensor(task_id="wait_filter", table="events", schema="{db}", partition="ds='{{{{ ds }}}}'",
-                            poke_interval=1, timeout=600)
+                            poke_interval=60, timeout=600)
     [a, b, f] >> EmptyOperator(task_id="downstream")
     never = ["{db}.events/ds=1999-01-01/hr=00"]
     NamedHivePartitionSensor(task_id="never_soft", partition_names=never, poke_interval=1, timeout=3, soft_fail=True)
@@ -104,17 +108,28 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
                 return bool(conn.execute(text("SELECT 1 FROM external_task WHERE task_id LIKE 'wait%'")).first())
 
         wait_until(some_sensor_waits, timeout=240, step=0.5)
+        requests_before, waiting_since = states_requests(f"http://127.0.0.1:{port}", TOKEN), time.monotonic()
         pipeline = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", f"{db}.events",
                                    "--ds", DS, "--hours", "0-0", "--every", "0", "--rows", "1"],
                                   env=env, capture_output=True, text=True, timeout=300)
         assert pipeline.returncode == 0, pipeline.stderr[-3000:]
+        landed = datetime.now(timezone.utc)  # the partition and its landing signal are in when the pipeline exits
         output, _ = dags_test.communicate(timeout=400)
+        requests = states_requests(f"http://127.0.0.1:{port}", TOKEN) - requests_before
+        per_minute = requests / ((time.monotonic() - waiting_since) / 60)
     finally:
         if dags_test.poll() is None:
             dags_test.kill()
         worker.stop()
         server.stop()
     states = task_states(af_home, "landing")
+    ended = task_end_times(af_home, "landing")
+    heard = sorted(max(0.0, (ended[t] - landed).total_seconds()) for t in ("wait_a", "wait_b", "wait_filter")
+                   if ended.get(t) is not None)
+    # A figure, not a timed assertion: landing (with its signal) → Airflow's task success, poke_interval 60 s
+    print(f"\nAirflow {version_of(venv)}: landing → task success {', '.join(f'{h:.1f}' for h in heard)} s "
+          f"(poke_interval 60 s, one triggering `airflow dags test`); states requests {requests:.0f} "
+          f"({per_minute:.1f} per minute)")
     assert states == {"wait_a": "success", "wait_b": "success", "wait_filter": "success", "downstream": "success",
                       "never_soft": "skipped", "never_fail": "failed"}, output[-6000:]
     with engine.connect() as conn:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow_helpers import INSIDE, airflow_env, airflow_venvs, version_of
+from scripts.airflow_stack import airflow_env, version_of
+from tests.support.airflow_helpers import INSIDE, airflow_venvs
 
 pytestmark = pytest.mark.slow
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from smartsensor.adapters.metastore import free_port
-from tests.support.airflow_helpers import airflow_venvs, version_of
-from tests.support.airflow_stack import AirflowStack, Processes
+from scripts.airflow_stack import AirflowStack, Processes, states_requests, version_of
+from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT
 from tests.support.pg import drop_pg_database, new_pg_database
 from tests.support.proc_helpers import cli_env, run_cli
@@ -72,15 +71,6 @@ def pg_url() -> Iterator[str]:
         drop_pg_database(name)
 
 
-def states_requests(base: str) -> float:
-    """``POST /api/v1/tasks/states`` requests the server answered so far (its /metrics)."""
-    request = urllib.request.Request(f"{base}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-    with urllib.request.urlopen(request, timeout=10) as r:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
-                   if line.startswith("smartsensor_api_requests{") and 'route="/api/v1/tasks/states"' in line
-                   and 'code="200"' in line)
-
-
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
 def test_one_states_request_per_interval_for_a_whole_triggerer(venv: Path, tmp_path: Path, pg_url: str,
                                                                processes: Processes) -> None:
@@ -112,10 +102,10 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(venv: Path, tmp_p
         stack.wait(f"{sensors} sensors deferred", lambda: waiting() == sensors, timeout=600)
         to_defer = time.monotonic() - started
         triggers = stack.rows("SELECT count(*) FROM trigger")[0][0]
-        stack.wait("the triggerer polling", lambda: states_requests(base) > 0, timeout=60, step=0.5)
-        before, start = states_requests(base), time.monotonic()
+        stack.wait("the triggerer polling", lambda: states_requests(base, TOKEN) > 0, timeout=60, step=0.5)
+        before, start = states_requests(base, TOKEN), time.monotonic()
         time.sleep(WINDOW)  # a measuring window: nothing is asserted until it is over
-        during, window = states_requests(base) - before, time.monotonic() - start
+        during, window = states_requests(base, TOKEN) - before, time.monotonic() - start
         still_waiting = waiting()
         landed.parent.mkdir(parents=True)
         landed.write_text("")
