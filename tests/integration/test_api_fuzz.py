@@ -7,6 +7,8 @@ README's security headers.
 
 Phases: explicit examples, coverage (boundary and type-confused values, wrong methods) and fuzzing, with positive
 and negative data. Deterministic: a fixed seed, no example database. Each operation runs on a fresh database.
+To survey everything that fails rather than stop at each operation's first failure:
+``SMARTSENSOR_FUZZ_FINDINGS=/tmp/findings.jsonl ./scripts/test.sh tests/integration/test_api_fuzz.py``.
 
 (``schemathesis.pytest.from_fixture`` fails under pytest 9.2 (it sets ``Function._nodeid``), so the document is
 loaded once at import from an app over an unused in-memory engine, and each test's requests go to the real app of
@@ -67,7 +69,7 @@ def date_times() -> st.SearchStrategy[str]:
     return st.one_of(anywhere, first, last)
 
 
-schemathesis.openapi.format("date-time", date_times())
+schemathesis.openapi.format("date-time", date_times())  # for every schema of this process (only this module's)
 
 
 def fuzz_config(headers: dict[str, str] | None, max_examples: int, *skip: str) -> schemathesis.Config:
