@@ -41,6 +41,7 @@ from smartsensor.adapters.metastore import free_port  # noqa: E402
 from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
 from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402
+from smartsensor.config_keys import render_config  # noqa: E402
 from scripts.airflow_stack import USER, AirflowStack, Processes, StackError, states_requests  # noqa: E402
 
 DAGS = ROOT / "scripts" / "airflow_demo_dags"
@@ -89,26 +90,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_config(home: Path, db_url: str, metastore_port: int, token: str) -> Path:
+    """The stack's smartsensor config: every key commented, as `smartsensor config init` writes it."""
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "airflow.cfg"
-    cfg.write_text(f"""[core]
-sql_alchemy_conn = {db_url}
-
-[smart_sensor]
-shards = 4
-
-[spark]
-warehouse_dir = {home}/warehouse
-metastore_uris = thrift://127.0.0.1:{metastore_port}
-conf = spark.driver.memory=512m
-
-[metastore]
-port = {metastore_port}
-
-[api]
-token = {token}
-history_interval = 5
-""")
+    cfg.write_text(render_config({
+        ("core", "sql_alchemy_conn"): db_url, ("smart_sensor", "shards"): "4",
+        ("spark", "warehouse_dir"): f"{home}/warehouse",
+        ("spark", "metastore_uris"): f"thrift://127.0.0.1:{metastore_port}",
+        ("spark", "conf"): "spark.driver.memory=512m", ("metastore", "port"): str(metastore_port),
+        ("api", "token"): token, ("api", "history_interval"): "5"}))
     return cfg
 
 

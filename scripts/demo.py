@@ -27,6 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from smartsensor.adapters.metastore import free_port
 from smartsensor.adapters.process import smartsensor_command
+from smartsensor.config_keys import render_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "scripts" / "demo_dags"
@@ -37,26 +38,14 @@ console = Console()
 
 
 def write_config(home: Path, port: int, workers: int) -> Path:
+    """The demo's config: every key commented, as `smartsensor config init` writes it."""
     cfg = home / "airflow.cfg"
-    cfg.write_text(f"""[core]
-sql_alchemy_conn = sqlite:///{home}/smartsensor.db
-
-[smart_sensor]
-shards = {max(workers, 4)}
-poke_interval = 1
-
-[spark]
-warehouse_dir = {home}/warehouse
-metastore_uris = thrift://127.0.0.1:{port}
-conf = spark.driver.memory=512m
-
-[metastore]
-port = {port}
-
-[scheduler]
-parallelism = 1
-loop_interval = 1
-""")
+    cfg.write_text(render_config({
+        ("core", "sql_alchemy_conn"): f"sqlite:///{home}/smartsensor.db",
+        ("smart_sensor", "shards"): str(max(workers, 4)), ("smart_sensor", "poke_interval"): "1",
+        ("spark", "warehouse_dir"): f"{home}/warehouse", ("spark", "metastore_uris"): f"thrift://127.0.0.1:{port}",
+        ("spark", "conf"): "spark.driver.memory=512m", ("metastore", "port"): str(port),
+        ("scheduler", "parallelism"): "1", ("scheduler", "loop_interval"): "1"}))
     return cfg
 
 

@@ -61,6 +61,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database on the throwaway PostgreSQL server, dropped afterwards (tests that need PostgreSQL alone)."""
+    name, url = new_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(name)
+
+
+@pytest.fixture
 def cfg_overrides() -> dict[str, str]:
     """``section__key`` overrides for ``cfg`` (and so ``engine``); a test module overrides this fixture."""
     return {}

@@ -24,7 +24,6 @@ from scripts.airflow_stack import (airflow_env, run_airflow, states_requests, ta
                                    version_of)
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT, make_cfg, override_env, wait_until
-from tests.support.pg import drop_pg_database, new_pg_database
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -68,15 +67,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
         yield cfg
     finally:
         metastore.stop(cfg)
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    name, url = new_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(name)
 
 
 def smartsensor_env(service: Config, home: Path, db_url: str) -> dict[str, str]:
