@@ -37,6 +37,7 @@ from sqlalchemy.exc import OperationalError  # noqa: E402
 
 from airflow_demo_report import (MODEL, SENSOR_OPERATORS, TERMINAL, check_dag, dag_table, figures,  # noqa: E402
                                  figures_table, state_counts, summary_json)
+from demo import worker_rounds  # noqa: E402
 from smartsensor.adapters.metastore import free_port  # noqa: E402
 from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
@@ -177,14 +178,7 @@ class Demo:
         return {line.split(" ", 1)[1].strip() for line in lines if line.startswith("landed ")}
 
     def rounds(self) -> list[dict[str, Any]]:
-        out = []
-        for line in (self.logs / "workers.log").read_text(errors="replace").splitlines():
-            if line.startswith("{") and '"catalog_calls"' in line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-        return out
+        return worker_rounds(self.logs / "workers.log")
 
     # -- the run ------------------------------------------------------------------------------------
     def wait(self, phase: str, predicate: Any, step: float = 2.0, show: bool = True) -> None:

@@ -100,15 +100,20 @@ class Demo:
         return partitions, files
 
     def rounds(self) -> list[dict[str, Any]]:
-        out = []
-        log = self.logs / "workers.log"
-        for line in log.read_text().splitlines() if log.exists() else []:
-            if line.startswith("{") and '"catalog_calls"' in line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-        return out
+        return worker_rounds(self.logs / "workers.log")
+
+
+def worker_rounds(log: Path) -> list[dict[str, Any]]:
+    """The rounds `smartsensor workers --json` logged so far (one JSON object per line; a line cut short by a
+    process still writing it is skipped)."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if line.startswith("{") and '"catalog_calls"' in line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
 
 
 def progress_table(tasks: list[dict[str, Any]], landed: int, rounds: list[dict[str, Any]], elapsed: float) -> Table:
