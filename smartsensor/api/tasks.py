@@ -131,7 +131,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             left = deadline - loop.time()
             if left <= 0 or not all(still_waiting(a["state"]) for a in answers):
                 break
-            await watch.changed(seen, left)
+            await watch.changed(seen, left, {a["hashcode"] for a in answers})  # only ends of these wake it
         return Response(json.dumps({"states": answers}), media_type="application/json",
                         headers={LONG_POLL_HEADER: f"{MAX_WAIT:g}"})
 

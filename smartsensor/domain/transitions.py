@@ -37,9 +37,15 @@ class RoundWrites:
     failed: list[tuple[CheckKey, bool, str]] = field(default_factory=list)  # (check, collided, error): failed
     ended: dict[tuple[str, str | None], list[TryKey]] = field(default_factory=dict)  # (state, error) → timed-out tries
     bad: list[tuple[TryKey, str]] = field(default_factory=list)  # rows that cannot be planned: failed alone
+    ended_hashes: set[int] = field(default_factory=set)  # hashcodes of the tries in ``ended`` and ``bad``
 
     def empty(self) -> bool:
         return not (self.landed_hashes or self.landed_checks or self.failed or self.ended or self.bad)
+
+    def hashcodes(self) -> set[int]:
+        """Every hashcode these writes end tasks of (what a held states request waits on)."""
+        return {*self.landed_hashes, *(k[0] for k in self.landed_checks), *(c[0][0] for c in self.failed),
+                *self.ended_hashes}
 
 
 @dataclass
@@ -98,6 +104,8 @@ def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
             if timed_out(t.start_date, settings, now):  # type: ignore[arg-type] - started before deciding
                 state = timeout_state(t.try_number, settings)
                 ended[(state, None if state == State.UP_FOR_RETRY else error)].append(t.try_key)
+                writes.ended_hashes.add(t.hashcode)
     writes.ended = dict(ended)
     writes.bad = [(task.try_key, why) for task, why in bad]
+    writes.ended_hashes.update(task.hashcode for task, _ in bad)
     return decision

@@ -11,10 +11,12 @@ from fastapi.testclient import TestClient
 
 from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
 from smartsensor.service.external import register_external
+from tests.support.common import make_cfg
 
 TOKEN = "lp"
 WAIT = 30  # the most a request may be held: an answer well before it came from a wake-up, not the clock
@@ -75,3 +77,43 @@ def test_without_a_change_the_request_is_answered_when_its_wait_is_over(cfg, eng
         assert client.post("/api/v1/tasks/states?wait=31", json={"keys": [a]}).status_code == 422  # over MAX_WAIT
         started = time.monotonic()  # no wait: today's polling answer, at once
         assert client.post("/api/v1/tasks/states", json={"keys": [a]}).json()["states"][0]["state"] == "smart_pending"
+
+
+def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(tmp_path, pg_url) -> None:
+    """The round's NOTIFY names the hashcodes that ended: a held request on other checks is not woken (it runs
+    no statement), the one waiting on them is."""
+    cfg = make_cfg(tmp_path / "home", pg_url)
+    engine, notifier = make_engine(pg_url), make_engine(pg_url)
+    init_db(engine)
+    try:
+        a, ti_a = registered(engine, cfg, "a")
+        hash_a = task_hashcode(engine, ti_a)
+        with TestClient(create_app(cfg, engine, TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            def unrelated_then_a() -> None:
+                time.sleep(1.0)
+                before = engine.statement_counter.count
+                with notifier.begin() as conn:
+                    signal_sql.notify_ended(conn, [hash_a + 1])  # another check ended
+                time.sleep(1.5)
+                reads.append(engine.statement_counter.count - before)
+                with notifier.begin() as conn:
+                    task_sql.set_state(conn, ti_a, State.SUCCESS, from_states=list(State.SMART_WAITING))
+                    signal_sql.notify_ended(conn, [hash_a])
+
+            reads: list[int] = []
+            thread = threading.Thread(target=unrelated_then_a)
+            thread.start()
+            started = time.monotonic()
+            r = client.post(f"/api/v1/tasks/states?wait={WAIT}", json={"keys": [a]})
+            took = time.monotonic() - started
+            thread.join()
+        assert r.json()["states"][0]["state"] == State.SUCCESS and took < WAIT / 2, (r.text, took)
+        assert reads == [0], reads  # the unrelated end did not make the held request read its key again
+    finally:
+        engine.dispose()
+        notifier.dispose()
+
+
+def task_hashcode(engine: Any, ti: tuple[str, str, Any]) -> int:
+    with engine.connect() as conn:
+        return task_sql.get_task(conn, *ti)["hashcode"]

@@ -8,7 +8,7 @@ stores end in the same states for the same round.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -270,3 +270,25 @@ def test_checks_are_built_once_per_waiting_check_and_a_raising_one_is_tried_agai
     catalog.land("db.once/ds=raises-once")
     clock.advance(60)
     assert fleet.round().marked == {State.SUCCESS: 1}
+
+
+def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
+    """What the round's NOTIFY names: landed, failed (collided or not), timed-out and unplannable tries."""
+    from smartsensor.adapters.sql.signals import ended_hashcodes
+    from smartsensor.domain.keys import WaitingTask
+    from smartsensor.domain.transitions import CheckGroup, decide
+    from smartsensor.sensors.errors import PermanentCheckError
+
+    start = datetime(2026, 11, 22)
+
+    def task(name: str, hashcode: int, timeout: int = 3600) -> WaitingTask:
+        return WaitingTask("d", name, start, State.SMART_RUNNING, 1, 0, start, "c", "{}",
+                           json.dumps({"timeout": timeout, "poke_interval": 10}), hashcode, 0)
+
+    groups = [CheckGroup((1, "c", "{}"), [task("landed", 1)], True),
+              CheckGroup((2, "c", "{}"), [task("collided", 2)], True),
+              CheckGroup((3, "c", "{}"), [task("broken", 3)], PermanentCheckError("no such column")),
+              CheckGroup((4, "c", "{}"), [task("late", 4, timeout=60), task("fine", 5)], False)]
+    writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[(task("unplannable", 6), "bad exec")]).writes
+    assert writes.hashcodes() == {1, 2, 3, 4, 6}  # 5 still waits
+    assert ended_hashcodes("1,2,-3") == {1, 2, -3} and ended_hashcodes("*") is None and ended_hashcodes("x") is None

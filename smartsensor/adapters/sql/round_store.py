@@ -59,7 +59,7 @@ class SqlRoundStore:
             for try_key, why in writes.bad:
                 marked[State.FAILED] += task_sql.end_tries(conn, [try_key], State.FAILED, now, error=why, fence=fence)
             if any(marked.values()):
-                signal_sql.notify_ended(conn)  # wakes the states requests that wait on a change
+                signal_sql.notify_ended(conn, writes.hashcodes())  # wakes the held states requests waiting on them
         return {k: v for k, v in marked.items() if v}
 
     def holds(self, fence: Fence, now: datetime) -> bool:

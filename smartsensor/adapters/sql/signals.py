@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Iterable
 
 from sqlalchemy import Connection, delete, func, insert, select, text
 
@@ -10,8 +11,11 @@ from smartsensor.schema.models import PartitionSignal
 
 SG = PartitionSignal.__table__
 # Channel on which PostgreSQL tells `serve` processes that tasks may have ended (a round marked some, a user
-# set a state): long-polling states requests then read their keys again. Delivered at commit, no payload.
+# set a state), delivered at commit. Payload: the hashcodes that ended, comma separated, or ENDED_ANY when
+# unknown or too many for a notification (8,000 bytes): held states requests waiting on them read again.
 ENDED_CHANNEL = "smartsensor_ended"
+ENDED_ANY = "*"
+MAX_ENDED_PAYLOAD = 7_000
 
 
 def insert_signal(conn: Connection, name: str, now: datetime) -> None:
@@ -24,11 +28,24 @@ def notify(conn: Connection, channel: str, payload: str) -> None:
     conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
 
 
-def notify_ended(conn: Connection) -> None:
-    """On PostgreSQL, NOTIFY ``ENDED_CHANNEL`` when this transaction commits (1 statement); on SQLite nothing:
-    a watcher sees the commit through ``PRAGMA data_version``."""
-    if conn.dialect.name == "postgresql":
-        notify(conn, ENDED_CHANNEL, "")
+def notify_ended(conn: Connection, hashcodes: Iterable[int] | None = None) -> None:
+    """On PostgreSQL, NOTIFY ``ENDED_CHANNEL`` when this transaction commits, naming ``hashcodes`` (None: any
+    task may have ended); 1 statement. On SQLite nothing: a watcher sees the commit through
+    ``PRAGMA data_version``."""
+    if conn.dialect.name != "postgresql":
+        return
+    payload = ENDED_ANY if hashcodes is None else ",".join(str(h) for h in sorted(set(hashcodes)))
+    notify(conn, ENDED_CHANNEL, payload if len(payload) <= MAX_ENDED_PAYLOAD else ENDED_ANY)
+
+
+def ended_hashcodes(payload: str) -> frozenset[int] | None:
+    """The hashcodes a ``notify_ended`` payload names; None when it may be any."""
+    if not payload or payload == ENDED_ANY:
+        return None
+    try:
+        return frozenset(int(h) for h in payload.split(","))
+    except ValueError:
+        return None
 
 
 def last_signal_id(conn: Connection) -> int:
