@@ -79,8 +79,9 @@ class States(BaseModel):
     keys: list[Key] = Field(max_length=MAX_KEYS)
 
 
-def request_models(class_names: list[str]) -> tuple[type[BaseModel], type[BaseModel]]:
-    """(Sensor, Register) models whose ``class`` is one of ``class_names`` (``[smart_sensor] sensors_enabled``)."""
+def register_model(class_names: list[str]) -> type[BaseModel]:
+    """The registration body's model, whose sensor ``class`` is one of ``class_names`` (``[smart_sensor]
+    sensors_enabled``)."""
     names = tuple(class_names) or ("(none enabled)",)
     sensor = create_model(
         "Sensor", __config__=ConfigDict(extra="forbid", populate_by_name=True),
@@ -90,14 +91,14 @@ def request_models(class_names: list[str]) -> tuple[type[BaseModel], type[BaseMo
         exec=(dict[str, Any], Field(default_factory=dict)))
     register = create_model("Register", __config__=ConfigDict(extra="forbid"), key=(Key, ...),
                             sensor=(sensor, ...), logical_date=(LogicalDate | None, None))
-    return sensor, register
+    return register
 
 
 def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: type[APIRoute]) -> APIRouter:
     """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests;
     ``route_class`` asks for the token (``auth.token_route``)."""
     router = APIRouter(route_class=route_class)
-    _, Register = request_models(cfg.sensors_enabled)  # noqa: N806 - a model class, built per config
+    Register = register_model(cfg.sensors_enabled)  # noqa: N806 - a model class, built per config
     ended = TerminalAnswers()
 
     @router.post("/tasks", responses=error_responses(400, 401, 409, 413, 422, 503))
@@ -129,7 +130,8 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             seen = watch.generation  # read before the query: a change during it is not missed
             answers = await run_in_threadpool(external_states, engine, asked, ended)
             left = deadline - loop.time()
-            if left <= 0 or not all(still_waiting(a["state"]) for a in answers):
+            # answered when the wait is over, when there is nothing to wait on, or when a try no longer waits
+            if left <= 0 or not answers or not all(still_waiting(a["state"]) for a in answers):
                 break
             await watch.changed(seen, left, {a["hashcode"] for a in answers})  # only ends of these wake it
         return Response(json.dumps({"states": answers}), media_type="application/json",

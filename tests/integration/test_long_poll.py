@@ -75,6 +75,9 @@ def test_without_a_change_the_request_is_answered_when_its_wait_is_over(cfg, eng
         r = client.post("/api/v1/tasks/states?wait=1", json={"keys": [a]})
         assert r.json()["states"][0]["state"] == State.SMART_PENDING and time.monotonic() - started >= 1
         assert client.post("/api/v1/tasks/states?wait=31", json={"keys": [a]}).status_code == 422  # over MAX_WAIT
+        started = time.monotonic()  # no keys: nothing to wait on, answered at once
+        assert client.post(f"/api/v1/tasks/states?wait={WAIT}", json={"keys": []}).json() == {"states": []}
+        assert time.monotonic() - started < WAIT / 2
         started = time.monotonic()  # no wait: today's polling answer, at once
         assert client.post("/api/v1/tasks/states", json={"keys": [a]}).json()["states"][0]["state"] == "smart_pending"
 
