@@ -54,8 +54,8 @@ from smartsensor.adapters.metastore import free_port  # noqa: E402
 from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.service.registration import build_row  # noqa: E402
 from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
-from smartsensor.service.round import ShardWorker, run_round  # noqa: E402
-from smartsensor.service.round_report import RoundResult  # noqa: E402
+from smartsensor.service.round.worker import ShardWorker, run_round  # noqa: E402
+from smartsensor.service.round.report import RoundResult  # noqa: E402
 from smartsensor.sensors.thrift_catalog import ThriftCatalog  # noqa: E402
 
 import bench_catalog  # noqa: E402  (scripts/, beside this file)

@@ -24,7 +24,7 @@ from smartsensor.sensors.errors import (CheckError, PermanentCheckError, SensorD
                             SensorRebuildError, UnknownSensorClass, first_line)
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.keys import TaskKey
-from smartsensor.service.bounded_poke import BoundedPoker
+from smartsensor.service.round.bounded_poke import BoundedPoker
 from smartsensor.config import Config
 from smartsensor.service.dagfile import DagFileError, import_file
 from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state

@@ -21,9 +21,9 @@ from smartsensor.config import Config
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.leases import LeaseManager
-from smartsensor.service.poke import catalog_answerer
-from smartsensor.service.round import ShardWorker, run_round
-from smartsensor.service.round_report import RoundResult
+from smartsensor.service.round.poke import catalog_answerer
+from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.report import RoundResult
 from smartsensor.service.signals import listen_for_signals
 
 log = logging.getLogger(__name__)

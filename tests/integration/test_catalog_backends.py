@@ -21,7 +21,7 @@ from smartsensor.sensors.batch import BatchChecker
 from smartsensor.sensors.checks import PathCheck
 from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.sensors.thrift_catalog import ThriftCatalog
-from smartsensor.service.poke import catalog_answerer
+from smartsensor.service.round.poke import catalog_answerer
 from tests.support.catalog_cases import CASES, DB
 from tests.support.common import ROOT
 from tests.support.metastore_service import service_fixture, spark_env  # noqa: F401 - fixture

@@ -18,7 +18,7 @@ from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.external import ExternalConflict, external_states, register_external
-from smartsensor.service.round import ShardWorker, run_round
+from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import DictCatalog
 
 KEY = ExternalKey("etl", "wait_events", "scheduled__2026-11-22T00:00:00+00:00")

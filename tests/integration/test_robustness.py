@@ -246,7 +246,7 @@ def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: 
 
 
 def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
-    from smartsensor.service.round_report import RoundResult
+    from smartsensor.service.round.report import RoundResult
     worker = spark_range(engine, cfg, lambda: pytest.fail("unused"), 0, 10000)
     worker.record(RoundResult(0, 10000, transient_errors=3, transient_example="Spark unavailable: Java not found"))
     problems = collect_status(engine, cfg)["problems"]

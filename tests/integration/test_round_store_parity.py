@@ -21,7 +21,7 @@ from smartsensor.schema.models import ShardLease, TaskInstance
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.registration import build_row
-from smartsensor.service.round import ShardWorker, run_round
+from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0
 TI = TaskInstance.__table__
@@ -58,7 +58,7 @@ def script(store: Any, cfg: Any, set_state: Callable[[str, str], None], set_leas
     clock.advance(60)  # the default poke_interval: every check is due again
     plan = worker.plan_round()
     set_state("manual", "failed")  # by hand, between the load and the write
-    from smartsensor.service.poke import poke_plans
+    from smartsensor.service.round.poke import poke_plans
     poke_plans([plan], lambda: catalog, 60)
     seen.append(worker.finish_round(plan))
     set_lease("other", 2, T0 + timedelta(hours=1))  # taken over

@@ -181,7 +181,7 @@ def test_overlapping_workers_never_double_mark_or_resurrect(engine, cfg, spark, 
 def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) -> None:
     """Worker A loads try 1 as timed out; before it writes, B ends try 1, the scheduler re-queues it and B
     starts try 2, and a user resets another task by hand. A's late write must leave both newer tries alone."""
-    from smartsensor.service.poke import poke_plans
+    from smartsensor.service.round.poke import poke_plans
     create_table(spark, hive_db, "t")
     register(engine, [("d", named("r", f"{hive_db}.t/ds=never/hr=00", timeout=30, retries=1, retry_delay=0)),
                       ("d", named("m", f"{hive_db}.t/ds=never/hr=01", timeout=30))], DAY, cfg)

@@ -123,8 +123,8 @@ def test_modules_stay_readable() -> None:
 
 def test_the_layer_rule_sees_real_violations() -> None:
     """The checker itself: an upward import is found."""
-    assert layer_of("smartsensor.domain.timing") < layer_of("smartsensor.service.round") < layer_of("smartsensor.cli")
+    assert layer_of("smartsensor.domain.timing") < layer_of("smartsensor.service.round.worker") < layer_of("smartsensor.cli")
     assert layer_of("smartsensor.sensors.batch") == ADAPTERS and layer_of("smartsensor.sensors.hive") == DOMAIN
     g = graph()
-    assert "smartsensor.ports" in g["smartsensor.service.round"]
+    assert "smartsensor.ports" in g["smartsensor.service.round.worker"]
     assert "smartsensor.domain.transitions" in g["smartsensor.ports"]

@@ -12,9 +12,9 @@ import pytest
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import BaseSensor, SuccessFileSensor
-from smartsensor.service.poke import catalog_answerer
+from smartsensor.service.round.poke import catalog_answerer
 from smartsensor.service.registration import build_row
-from smartsensor.service.round import ShardWorker, run_round
+from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, make_cfg, named
 from tests.support.custom_sensors import READY, KeySensor, SparkSensor

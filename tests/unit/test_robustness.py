@@ -68,7 +68,7 @@ def test_sqlite_folder_is_created_only_under_the_home(tmp_path: Path) -> None:
 
 def test_worker_once_fenced_out_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
     from smartsensor.cli.workers import EXIT_NOTHING_WRITTEN, _report_once
-    from smartsensor.service.round_report import RoundResult
+    from smartsensor.service.round.report import RoundResult
     with pytest.raises(SystemExit) as info:
         _report_once([RoundResult(0, 10, fenced_out=True)])
     assert info.value.code == EXIT_NOTHING_WRITTEN and "lost its lease" in capsys.readouterr().err
@@ -80,7 +80,7 @@ def test_worker_once_fenced_out_is_reported(capsys: pytest.CaptureFixture[str]) 
 def test_a_hanging_poke_is_bounded_and_not_piled_up() -> None:
     import threading
     import time
-    from smartsensor.service.bounded_poke import BoundedPoker
+    from smartsensor.service.round.bounded_poke import BoundedPoker
     release = threading.Event()
     calls = []
 

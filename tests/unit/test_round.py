@@ -18,7 +18,7 @@ from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 from smartsensor.service.registration import build_row
-from smartsensor.service.round import ShardWorker, run_round
+from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg, named
 

@@ -28,9 +28,9 @@ from smartsensor.sensors.base import BaseSensor, resolve_smart_class
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import (PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                                         SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
-from smartsensor.service.poke import poke_plans
-from smartsensor.service.round_plan import RoundPlan
-from smartsensor.service.round_report import RoundResult, combine_results
+from smartsensor.service.round.poke import poke_plans
+from smartsensor.service.round.plan import RoundPlan
+from smartsensor.service.round.report import RoundResult, combine_results
 
 log = logging.getLogger(__name__)
 

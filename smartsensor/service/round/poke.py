@@ -11,8 +11,8 @@ from smartsensor.config import Config
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.domain.transitions import combine
-from smartsensor.service.bounded_poke import poker_for
-from smartsensor.service.round_plan import RoundPlan
+from smartsensor.service.round.bounded_poke import poker_for
+from smartsensor.service.round.plan import RoundPlan
 
 log = logging.getLogger(__name__)
 

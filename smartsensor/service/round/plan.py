@@ -9,7 +9,7 @@ from smartsensor.domain.keys import CheckKey, WaitingTask
 from smartsensor.domain.transitions import CheckGroup
 from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.checks import Check
-from smartsensor.service.round_report import RoundResult
+from smartsensor.service.round.report import RoundResult
 
 
 @dataclass

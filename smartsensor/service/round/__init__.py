@@ -1,0 +1,9 @@
+"""A shard worker's round, as a package of named steps.
+
+- ``worker``: ``ShardWorker`` (one shard range: its index of waiting checks, planning, deciding, writing) and
+  ``run_round``, the one entry point that runs a round over the ranges one process owns;
+- ``index``: the waiting checks of a range in memory, kept current from the database incrementally;
+- ``plan``: what one round is about to poke; ``report``: what it did (``RoundResult``);
+- ``poke`` and ``bounded_poke``: answering the due checks (one catalog call per table, ``poke()`` for user
+  sensors, each within ``poke_timeout``).
+"""
