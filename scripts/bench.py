@@ -46,7 +46,7 @@ from rich.table import Table  # noqa: E402
 
 from smartsensor.domain.states import State  # noqa: E402
 from smartsensor.sensors import NamedHivePartitionSensor  # noqa: E402
-from smartsensor.sensors.batch import BatchChecker  # noqa: E402
+from smartsensor.adapters.catalog.batch import BatchChecker  # noqa: E402
 from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  # noqa: E402
 from smartsensor.config import load_config  # noqa: E402
 from smartsensor.adapters.sql.engine import init_db, make_engine  # noqa: E402
@@ -56,7 +56,7 @@ from smartsensor.service.registration import build_row  # noqa: E402
 from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
 from smartsensor.service.round.worker import ShardWorker, run_round  # noqa: E402
 from smartsensor.service.round.report import RoundResult  # noqa: E402
-from smartsensor.sensors.thrift_catalog import ThriftCatalog  # noqa: E402
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog  # noqa: E402
 
 import bench_catalog  # noqa: E402  (scripts/, beside this file)
 import bench_setup  # noqa: E402

@@ -21,8 +21,8 @@ from typing import Any
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
-from smartsensor.sensors.batch import BatchChecker
-from smartsensor.sensors.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.catalog.batch import BatchChecker
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.service.round.worker import ShardWorker, run_round
 
 TRIGGERER_THREADS = 6  # asyncio's default executor on 2 cores: min(32, cpus + 4); Airflow's sync hooks run there

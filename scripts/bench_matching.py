@@ -1,4 +1,4 @@
-"""Answering checks from one table's listing: the index in smartsensor.sensors.batch.answer_checks vs a scan per check.
+"""Answering checks from one table's listing: the index in smartsensor.adapters.catalog.batch.answer_checks vs a scan per check.
 
 Pure Python, no catalog: it times only the matching step that follows the one listing per table.
     python scripts/bench_matching.py --partitions 10000 --checks 10000
@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from smartsensor.sensors.batch import answer_checks  # noqa: E402
+from smartsensor.adapters.catalog.batch import answer_checks  # noqa: E402
 from smartsensor.sensors.checks import PartitionCheck  # noqa: E402
 
 

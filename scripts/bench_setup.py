@@ -19,7 +19,7 @@ from hmsclient.genthrift.hive_metastore.ttypes import AddPartitionsRequest, Alre
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.sensors.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.service.registration import build_row
 
 INSERT_CHUNK = 20_000

@@ -1,4 +1,4 @@
-"""Atomic checks a sensor is decided by, answered in batches by smartsensor.sensors.batch.BatchChecker."""
+"""Atomic checks a sensor is decided by, answered in batches by smartsensor.adapters.catalog.batch.BatchChecker."""
 
 from __future__ import annotations
 

@@ -117,3 +117,42 @@ class CheckAnswerer(Protocol):
     def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
         """Each distinct check's answer: True (landed), False (not yet) or the error it raised."""
         ...
+
+
+class PartitionTypeCache(Protocol):
+    """A catalog backend's partition column types, cached per process
+    (``adapters.catalog.partition_types.PartitionTypes``)."""
+
+    def cached(self, db: str, table: str) -> dict[str, str] | None:
+        """The table's partition column types if known and fresh, else None (no catalog call)."""
+        ...
+
+    def fetch(self, db: str, table: str) -> dict[str, str] | None:
+        """One catalog call: {lower-cased partition column: type}, or None if the table is missing."""
+        ...
+
+    def forget(self, db: str, table: str) -> None:
+        """Drop a table's cached types (it went missing, or its listing was rejected)."""
+        ...
+
+    def normalize(self, db: str, table: str, types: dict[str, str],
+                  specs: list[tuple[tuple[str, str], ...]]) -> list[tuple[tuple[str, str], ...] | CheckError]:
+        """Each spec with its values cast as the catalog stores them, or the error naming a value its column
+        rejects."""
+        ...
+
+
+class PartitionLister(Protocol):
+    """One catalog backend's partition listing (Spark's external catalog, or the metastore's thrift API):
+    what ``adapters.catalog.batch.BatchChecker`` lists through."""
+
+    @property
+    def types(self) -> PartitionTypeCache:
+        """The backend's cache of partition column types."""
+        ...
+
+    def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
+        """Escaped partition names (``ds=a%2Fb/hr=00``) of db.table, at least those matching ``spec`` (whose
+        keys are all among ``columns``, the table's partition column types); None if the table or database
+        is missing. Raises Transient/PermanentCheckError."""
+        ...

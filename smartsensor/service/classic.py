@@ -19,7 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor, resolve_any_class
-from smartsensor.sensors.batch import BatchChecker
+from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                             SensorRebuildError, UnknownSensorClass, first_line)
 from smartsensor.adapters.sql import tasks as task_sql

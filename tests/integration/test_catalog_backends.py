@@ -17,10 +17,10 @@ import pytest
 
 from smartsensor.adapters.metastore import free_port
 from smartsensor.config import Config
-from smartsensor.sensors.batch import BatchChecker
+from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.sensors.checks import PathCheck
 from smartsensor.sensors.errors import TransientCheckError
-from smartsensor.sensors.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.service.round.poke import catalog_answerer
 from tests.support.catalog_cases import CASES, DB
 from tests.support.common import ROOT
@@ -32,7 +32,7 @@ SPARK_SIDE = r"""
 import json
 from smartsensor.config import load_config
 from smartsensor.adapters.spark import get_spark
-from smartsensor.sensors.batch import BatchChecker
+from smartsensor.adapters.catalog.batch import BatchChecker
 from tests.support.catalog_cases import CASES, SETUP, outcome
 spark = get_spark(load_config())
 for sql in SETUP:

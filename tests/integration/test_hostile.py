@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
-from smartsensor.sensors.batch import BatchChecker
+from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.partitions import escape_partition_value
 from smartsensor.adapters.sql import tasks as task_sql

@@ -194,7 +194,7 @@ def test_registration_failing_half_way_leaves_nothing(engine, cfg, tmp_path: Pat
 
 @pytest.mark.spark
 def test_waiting_on_a_missing_table_logs_nothing(spark, hive_db: str, capfd: pytest.CaptureFixture[str]) -> None:
-    from smartsensor.sensors.batch import BatchChecker
+    from smartsensor.adapters.catalog.batch import BatchChecker
     from smartsensor.sensors.checks import PartitionCheck
     checker = BatchChecker(spark)
     check = PartitionCheck(hive_db, "not_there_yet", (("ds", "2026-11-22"),), exact=True)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from smartsensor.sensors import (HivePartitionSensor, NamedHivePartitionSensor, PartitionCheck, PermanentCheckError,
                      SensorDefinitionError, SuccessFileSensor)
-from smartsensor.sensors.batch import BatchChecker, classify_error, parse_listing_row
+from smartsensor.adapters.catalog.batch import BatchChecker, parse_listing_row
+from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.sensors.partitions import escape_partition_value, unescape_partition_value
 from tests.support.hive_helpers import create_table, land
 

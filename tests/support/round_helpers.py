@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.ports import CheckAnswerer, RoundStore
-from smartsensor.sensors.batch import BatchChecker
+from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.service.round.worker import ShardWorker, run_round
 from smartsensor.service.round.report import RoundResult
 

@@ -7,10 +7,10 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smartsensor.sensors.batch import answer_checks
+from smartsensor.adapters.catalog.batch import answer_checks
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.errors import PermanentCheckError
-from smartsensor.sensors.partition_types import PartitionTypes
+from smartsensor.adapters.catalog.partition_types import PartitionTypes
 
 VALUES = st.sampled_from(["a", "b", "c", "a/b", "%", "é"])
 PARTITION = st.fixed_dictionaries({"ds": VALUES, "hr": VALUES})

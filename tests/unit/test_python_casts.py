@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from smartsensor.sensors.errors import PermanentCheckError
-from smartsensor.sensors.partition_types import PartitionTypes
-from smartsensor.sensors.python_casts import python_cast, python_cast_all, python_castable
+from smartsensor.adapters.catalog.partition_types import PartitionTypes
+from smartsensor.adapters.catalog.python_casts import python_cast, python_cast_all, python_castable
 
 CASES = [
     ("int", "00", "0"), ("int", " 07 ", "7"), ("int", "+5", "5"), ("int", "-0", "0"), ("int", "7.0", None),

@@ -38,12 +38,12 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
         return get_spark(cfg)
 
     def make() -> CheckAnswerer:
-        from smartsensor.sensors.batch import BatchChecker
+        from smartsensor.adapters.catalog.batch import BatchChecker
         if backend == "spark":
             return BatchChecker(spark_provider=spark)
         with lock:
             if not catalogs:
-                from smartsensor.sensors.thrift_catalog import ThriftCatalog
+                from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
                 catalogs.append(ThriftCatalog.from_config(cfg))
         return BatchChecker(lister=catalogs[0], spark_provider=spark)
     return make

@@ -5,7 +5,7 @@ client is not thread-safe: a thread takes one for each call), tries ``[spark] me
 order when it connects, and drops a connection on any transport error (the table's checks are then
 transient errors; a pooled connection the server closed is retried once on a fresh one). Column types
 come from one cached ``get_table`` per table; check values are cast in Python as Spark would cast them
-(smartsensor.sensors.python_casts). Names come back escaped exactly like ``SHOW PARTITIONS`` rows.
+(smartsensor.adapters.catalog.python_casts). Names come back escaped exactly like ``SHOW PARTITIONS`` rows.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from thrift.transport.TTransport import TBufferedTransport, TTransportException
 
 from smartsensor.config import Config
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partition_types import PartitionTypes, narrowing_spec
-from smartsensor.sensors.python_casts import python_cast_all, python_castable
+from smartsensor.adapters.catalog.partition_types import PartitionTypes, narrowing_spec
+from smartsensor.adapters.catalog.python_casts import python_cast_all, python_castable
 
 POOL_SIZE = 2
 # Errors after which the server answered in full: the connection stays usable.

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from smartsensor.sensors.catalog_errors import classify_error
+from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partition_types import PartitionTypes, narrowing_spec, partition_types_for
+from smartsensor.adapters.catalog.partition_types import PartitionTypes, narrowing_spec, partition_types_for
 
 CHUNK = 2_600  # characters per py4j reply: under ~8 KB even when every character takes 3 bytes
 

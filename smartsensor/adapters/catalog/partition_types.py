@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from smartsensor.sensors.catalog_errors import classify_error
+from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 
 TYPES_TTL_SECONDS = 300.0

@@ -3,7 +3,7 @@
 For each table the checker lists partitions once through its PartitionLister (the SparkSession's
 external catalog, or the metastore's thrift API), narrowed inside the metastore by the plain string values
 common to every check on that table (a superset), then answers each check by set membership on the
-unescaped listing, its values first cast as Spark stores them for typed partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see smartsensor.sensors.partition_types).
+unescaped listing, its values first cast as Spark stores them for typed partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see smartsensor.adapters.catalog.partition_types).
 Calls are counted in code (``catalog_calls``, ``fs_calls``, and ``schema_calls`` for the cached
 column-type look-ups).
 """
@@ -14,14 +14,14 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable
 
-from smartsensor.sensors.catalog_errors import classify_error
+from smartsensor.adapters.catalog.catalog_errors import classify_error
+from smartsensor.adapters.catalog.spark_catalog import SparkLister
+from smartsensor.ports import PartitionLister, PartitionTypeCache
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partition_types import PartitionTypes
 from smartsensor.sensors.partitions import unescape_partition_value
-from smartsensor.sensors.spark_catalog import SparkLister
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +74,6 @@ def local_path(uri: str) -> str:
     return rest if rest.startswith("/") else "/" + rest.partition("/")[2]
 
 
-class PartitionLister(Protocol):
-    """One catalog backend's partition listing (Spark's external catalog, or the metastore's thrift API)."""
-
-    types: PartitionTypes  # the backend's cache of partition column types
-
-    def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
-        """Escaped partition names (``ds=a%2Fb/hr=00``) of db.table, at least those matching ``spec`` (whose
-        keys are all among ``columns``, the table's partition column types); None if the table or database
-        is missing. Raises Transient/PermanentCheckError."""
-        ...
-
-
 class _LazySparkLister:
     """The Spark catalog backend, its session started by the first listing or column-type look-up."""
 
@@ -99,7 +87,7 @@ class _LazySparkLister:
         return self._lister
 
     @property
-    def types(self) -> PartitionTypes:
+    def types(self) -> PartitionTypeCache:
         return self._started().types
 
     def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
@@ -133,7 +121,7 @@ class BatchChecker:
         self.catalog_seconds = 0.0
 
     @property
-    def types(self) -> PartitionTypes:
+    def types(self) -> PartitionTypeCache:
         """The catalog backend's cache of partition column types."""
         return self.lister.types
 
@@ -204,7 +192,7 @@ class BatchChecker:
         return results
 
     def _normalize(self, db: str, table: str, checks: list[PartitionCheck]
-                   ) -> list[tuple[tuple[str, str], ...] | PermanentCheckError] | None:
+                   ) -> list[tuple[tuple[str, str], ...] | CheckError] | None:
         """Each check's spec with values as Spark stores them in this table's typed partition columns."""
         started = time.perf_counter()
         try:
