@@ -38,7 +38,7 @@ from sqlalchemy.exc import OperationalError  # noqa: E402
 from airflow_demo_report import (MODEL, SENSOR_OPERATORS, TERMINAL, check_dag, dag_table, figures,  # noqa: E402
                                  figures_table, state_counts, summary_json)
 from demo import worker_rounds  # noqa: E402
-from smartsensor.adapters.metastore import free_port  # noqa: E402
+from smartsensor.adapters.metastore_process import free_port  # noqa: E402
 from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
 from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402

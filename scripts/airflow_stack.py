@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.process import pdeathsig_preexec
 
 

@@ -50,7 +50,7 @@ from smartsensor.adapters.catalog.batch import BatchChecker  # noqa: E402
 from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  # noqa: E402
 from smartsensor.config import load_config  # noqa: E402
 from smartsensor.adapters.sql.engine import init_db, make_engine  # noqa: E402
-from smartsensor.adapters.metastore import free_port  # noqa: E402
+from smartsensor.adapters.metastore_process import free_port  # noqa: E402
 from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.service.registration import build_row  # noqa: E402
 from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402

@@ -13,14 +13,11 @@ from smartsensor.sensors.checks import Check
 from smartsensor.sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError,
                                         UnknownSensorClass, first_line)
 from smartsensor.sensors.templating import has_template, render_value, template_context
-from smartsensor.sensors.validation import (MAX_NESTING, MAX_PERSIST_CHARS, check_persist_value, check_utf8,
-                                            validate_id)
+from smartsensor.sensors.validation import check_persist_value, validate_id
 
 __all__ = [
     "BUILTIN_MODULES", "DEFAULT_EXEC_FIELDS", "BaseSensor", "classpath_of", "import_sensor_modules", "is_smart_eligible",
     "resolve_any_class", "resolve_smart_class", "smart_class_names", "smart_eligible",
-    # input checks, defined in smartsensor.sensors.validation
-    "MAX_NESTING", "MAX_PERSIST_CHARS", "check_persist_value", "check_utf8", "validate_id",
 ]
 
 S = TypeVar("S", bound=type)

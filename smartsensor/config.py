@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from smartsensor.config_keys import (BOUNDS, CATALOG_BACKENDS, KEY_INDEX, KEYS, Key, parse_bool, parse_float,
-                                     parse_int, parse_list)
+from smartsensor.config_keys import (BOUNDS, CATALOG_BACKENDS, KEY_INDEX, KEYS, parse_bool, parse_float, parse_int,
+                                     parse_list)
 
 __all__ = [
-    "BOUNDS", "KEYS", "Config", "ConfigError", "ENV_PREFIX", "Key", "ShardRange", "config_location", "even_shard_ranges",
-    "load_config",
+    "Config", "ConfigError", "ENV_PREFIX", "ShardRange", "config_location", "even_shard_ranges", "load_config",
     "parse_shard_ranges",
 ]
 

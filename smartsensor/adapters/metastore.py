@@ -19,16 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from smartsensor.adapters.metastore_process import (MAIN_CLASS, free_port, is_our_jvm, log_path, port_answers,
-                                                    port_bindable, read_pid, remove_pid_file, service_dir, spawn,
-                                                    terminate, terminate_started_here)
+from smartsensor.adapters.metastore_process import (MAIN_CLASS, is_our_jvm, log_path, port_answers, port_bindable,
+                                                    read_pid, remove_pid_file, service_dir, spawn, terminate)
 from smartsensor.adapters.spark import SPARK_EXTRA_HINT
 from smartsensor.config import Config
 
-__all__ = [
-    "MetastoreError", "MetastoreStatus", "free_port", "log_path", "service_dir", "start", "status", "stop",
-    "terminate_started_here", "thrift_uri",
-]
+__all__ = ["MetastoreError", "MetastoreStatus", "start", "status", "stop", "thrift_uri"]
 
 LOG_TAIL_LINES = 5
 

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from smartsensor.adapters import metastore
-from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.config import Config
 from scripts.airflow_stack import (airflow_env, run_airflow, states_requests, task_end_times, task_states,

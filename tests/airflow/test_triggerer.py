@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.metastore_process import free_port
 from scripts.airflow_stack import AirflowStack, Processes, states_requests, version_of
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT

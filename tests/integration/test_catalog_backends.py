@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.metastore_process import free_port
 from smartsensor.config import Config
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.sensors.checks import PathCheck

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine

@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 from smartsensor.adapters import metastore
-from smartsensor.adapters.metastore import free_port
+from smartsensor.adapters.metastore_process import free_port
 from smartsensor.config import Config
 from tests.support.common import ROOT, make_cfg
 

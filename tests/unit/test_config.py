@@ -131,7 +131,7 @@ def test_even_split_covers_everything() -> None:
 
 
 def test_example_file_documents_every_key_with_its_default() -> None:
-    from smartsensor.config import KEYS
+    from smartsensor.config_keys import KEYS
     example = ROOT / "airflow.cfg.example"
     text = example.read_text()
     for key in KEYS:

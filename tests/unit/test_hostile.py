@@ -157,7 +157,7 @@ import time as _time
 from datetime import timedelta as _td
 
 from smartsensor.sensors.exec_fields import MAX_DURATION
-from smartsensor.config import BOUNDS
+from smartsensor.config_keys import BOUNDS
 from smartsensor.service.registration import validate_execution_date
 from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out
 
