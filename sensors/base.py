@@ -7,7 +7,6 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Iterable, TypeVar
 
-from smartsensor.compat import current_classpath
 from smartsensor.sensors import exec_fields
 from smartsensor.sensors.checks import Check
 from smartsensor.sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError,
@@ -32,6 +31,10 @@ _ALL_CLASSES: dict[str, type["BaseSensor"]] = {}
 _SMART_ELIGIBLE: dict[str, type["BaseSensor"]] = {}
 
 BUILTIN_MODULES: tuple[str, ...] = ("smartsensor.sensors.hive", "smartsensor.sensors.filesystem")
+
+# Up to 0.1 the sensor library was the top-level package ``sensors``; rows stored then say ``sensors.hive.…``.
+_LEGACY_PACKAGE = "sensors."
+_PACKAGE = "smartsensor.sensors."
 
 
 def classpath_of(cls: type) -> str:
@@ -233,12 +236,19 @@ def smart_classes_named(name: str) -> list[type["BaseSensor"]]:
                   key=lambda cls: cls.__module__ not in BUILTIN_MODULES)
 
 
+def current_classpath(classpath: str) -> str:
+    """``sensors.hive.X`` (a row stored by 0.1) → ``smartsensor.sensors.hive.X``; any other path unchanged."""
+    if classpath.startswith(_LEGACY_PACKAGE):
+        return _PACKAGE + classpath[len(_LEGACY_PACKAGE):]
+    return classpath
+
+
 def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: Iterable[str]) -> type["BaseSensor"] | None:
     """``classpath`` in ``registry`` after importing the sensor modules; SensorModuleUnavailable when it is
     missing because the configured module it would come from cannot be imported on this host now."""
     if not isinstance(classpath, str) or not classpath:
         return None  # a row without a class path: an unknown class, said by the caller
-    classpath = current_classpath(classpath)  # rows stored by 0.1 say sensors.hive.…
+    classpath = current_classpath(classpath)
     failures = import_sensor_modules(modules)
     cls = registry.get(classpath)
     if cls is None:

@@ -1,6 +1,2 @@
 """smartsensor: one namespace for the service (entry points, service, domain, ports, adapters) and its
 sensor library (``smartsensor.sensors``) and schema (``smartsensor.schema``). ARCHITECTURE.md draws the layers."""
-
-from smartsensor import compat as _compat
-
-_compat.install()

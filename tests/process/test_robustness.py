@@ -48,7 +48,7 @@ def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
 @pytest.fixture
 def dag_file(tmp_path: Path) -> Path:
     path = tmp_path / "dags.py"
-    path.write_text("from sensors import SuccessFileSensor\nwait = SuccessFileSensor(task_id='w', path='/d/_SUCCESS')\n")
+    path.write_text("from smartsensor.sensors import SuccessFileSensor\nwait = SuccessFileSensor(task_id='w', path='/d/_SUCCESS')\n")
     assert cli(tmp_path, "db", "init").returncode == 0
     return path
 
@@ -70,7 +70,7 @@ def test_submit_accepts_exactly_a_day(tmp_path: Path, dag_file: Path, date: str,
     ("import os\nos._exit(0)\n", "called os._exit(0)"),
     ("raise KeyboardInterrupt\n", "raised KeyboardInterrupt"),
     ("def f():\n    return f()\nf()\n", "RecursionError"),
-    ("from sensors import SuccessFileSensor\nDAG_ID = ['a']\nw = SuccessFileSensor(task_id='w', path='/x')\n",
+    ("from smartsensor.sensors import SuccessFileSensor\nDAG_ID = ['a']\nw = SuccessFileSensor(task_id='w', path='/x')\n",
      "DAG_ID must be a string"),
 ])
 def test_a_dag_file_that_exits_or_interrupts_is_reported(tmp_path: Path, dag_file: Path, body: str, said: str) -> None:

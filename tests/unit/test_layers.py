@@ -42,7 +42,7 @@ def layer_of(module: str) -> int:
         return ADAPTERS
     if module == "smartsensor.ports":
         return PORTS
-    return DOMAIN  # smartsensor.domain, .config, .compat, the sensor library (smartsensor.sensors)
+    return DOMAIN  # smartsensor.domain, .config, the sensor library (smartsensor.sensors)
 
 
 def modules() -> dict[str, Path]:
