@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
     pass
+
+
+_PENDING = "state = 'smart_pending'"
+_WAITING = "state IN ('smart_pending', 'smart_running')"
+_CLASSIC = "state IN ('scheduled', 'running', 'up_for_retry')"
 
 
 class TaskInstance(Base):
@@ -36,10 +41,13 @@ class TaskInstance(Base):
     hashcode: Mapped[int | None] = mapped_column(BigInteger)
     shardcode: Mapped[int | None] = mapped_column(Integer)
 
+    # Marking a task ended inserts into the full indexes only (primary key, hashcode): the others hold just the
+    # states they serve (migration 0005 says why).
     __table_args__ = (
         Index("ti_hashcode", "hashcode"),
-        Index("ti_shardcode", "shardcode"),
-        Index("ti_state_shardcode", "state", "shardcode"),
+        Index("ti_pending_shardcode", "shardcode", postgresql_where=text(_PENDING), sqlite_where=text(_PENDING)),
+        Index("ti_waiting_shardcode", "shardcode", postgresql_where=text(_WAITING), sqlite_where=text(_WAITING)),
+        Index("ti_classic_state", "state", postgresql_where=text(_CLASSIC), sqlite_where=text(_CLASSIC)),
     )
 
 

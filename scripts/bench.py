@@ -98,12 +98,48 @@ def db_name(workload: str) -> str:
     return f"bench_{workload.lower()}"
 
 
-def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int) -> list[ShardWorker]:
+def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int, incremental: bool = False) -> list[ShardWorker]:
+    """Fresh workers over ``shards`` equal ranges. The strategies before ``incremental`` run the full-reload round
+    (every task row read every round), as the product did before its index."""
     limit = cfg.shard_code_upper_limit
     bounds = [i * limit // shards for i in range(shards + 1)]
     store = SqlRoundStore(engine)
-    return [ShardWorker(store, cfg, bounds[i], bounds[i + 1], record_rounds=False)
+    return [ShardWorker(store, cfg, bounds[i], bounds[i + 1], record_rounds=False, incremental=incremental)
             for i in range(shards)]
+
+
+def incremental_round(engine: Any, cfg: Any, catalog: ThriftCatalog, shards: int) -> Measure:
+    """Ours as it runs now (thrift): the index built once (timed apart, as a worker does at its first round or a
+    takeover), then one round with every check due, then a quiet round (nothing due: most of a worker's rounds)."""
+    workers = shard_workers(engine, cfg, None, shards, incremental=True)
+    started = time.perf_counter()
+    for w in workers:
+        w.load_index()
+    build_s = time.perf_counter() - started
+    r = run_round(workers, lambda: BatchChecker(lister=catalog))
+    quiet = run_round(workers, lambda: BatchChecker(lister=catalog))
+    return Measure(r.catalog_calls, r.db_statements, r.seconds, r.catalog_seconds, sum(r.marked.values()),
+                   schema_calls=r.schema_calls,
+                   extra={"index_build_seconds": round(build_s, 3), "write_seconds": r.write_seconds,
+                          "checks": r.distinct_checks, "quiet_round_seconds": quiet.seconds,
+                          "quiet_round_statements": quiet.db_statements, "quiet_round_due": quiet.groups_due})
+
+
+def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
+    """PostgreSQL's own floor for the landing round's marking: the fastest plain UPDATE … WHERE hashcode = ANY(…)
+    of the same rows (those the last landing round marked), each from the same reset state."""
+    with engine.connect() as conn:
+        hashes = bench_sql.landed_hashcodes_for_benchmark(conn)
+    best, rows = None, 0
+    for _ in range(repeats):
+        reset(engine)
+        started = time.perf_counter()
+        with engine.begin() as conn:
+            rows = bench_sql.raw_mark_for_benchmark(conn, hashes, datetime.utcnow())
+        took = time.perf_counter() - started
+        best = took if best is None else min(best, took)
+    return {"seconds": round(best or 0.0, 3), "rows": rows,
+            "us_per_row": round(1e6 * (best or 0.0) / rows, 1) if rows else None}
 
 
 def batched_round(workers: list[ShardWorker], spark: Any) -> Measure:
@@ -140,7 +176,7 @@ def reset(engine: Any) -> None:
         bench_sql.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
 
 
-ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "fleet", "triggerer")
+ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "incremental", "fleet", "triggerer")
 
 
 def strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, catalog: ThriftCatalog, env: dict[str, str],
@@ -150,6 +186,7 @@ def strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, catalog: Thrif
         cfg.shard_code_upper_limit
     return {"per-hash": lambda w: per_hash_round(w, spark), "batched": lambda w: batched_round(w, spark),
             "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
+            "incremental": lambda w: incremental_round(engine, cfg, catalog, len(w)),
             "fleet": lambda w: Measure(**bench_catalog.fleet_round(cfg_path, env, args.fleet_processes, limit)),
             "triggerer": lambda w: Measure(**bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout,
                                                                            triggerer_sample, env))}
@@ -187,6 +224,8 @@ def measure_strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, db: st
         reset(engine)
         out[name] = (waiting[name], fn(shard_workers(engine, cfg, spark, shards)))
         console.print(f"  {name}: landing round {out[name][1].wall:.2f} s, {out[name][1].marked:,} marked")
+        if name == "incremental":  # the same rows again, the plainest way, right after
+            out[name][1].extra["raw_floor"] = raw_update_floor(engine)
     return out
 
 
@@ -336,6 +375,7 @@ def print_table(report: dict[str, Any]) -> None:
         rss = {"classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
                "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}", "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
                "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+               "incremental": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
                "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
                "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)"}[name]
         wall = f"{w.wall:.1f}/task" if name == "classic" else f"{w.wall:.2f}"
@@ -374,24 +414,56 @@ def print_table(report: dict[str, Any]) -> None:
         console.print(f"median busy round of that loop: {lat['round_seconds_median']} s")
 
 
+def print_incremental(report: dict[str, Any]) -> None:
+    """The incremental round beside the full-reload round it replaced (both thrift), and marking vs the floor."""
+    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
+    if "incremental" not in res or "thrift" not in res:
+        return
+    t = Table(title=f"{report['workload']}: the incremental round vs the full-reload round (thrift, one process, "
+                    f"{report['shards']} ranges)")
+    for col in ("round", "waiting round s (all due)", "excl. catalog s", "catalog s", "µs/check excl. catalog",
+                "quiet round s (none due)", "quiet stmts", "index build s", "landing round s", "marked",
+                "marking s", "marking µs/row", "raw UPDATE floor µs/row"):
+        t.add_column(col, justify="right" if col != "round" else "left")
+    full_w, full_l = res["thrift"]
+    inc_w, inc_l = res["incremental"]
+    checks = inc_w.extra["checks"] or 1
+    floor = inc_l.extra.get("raw_floor", {})
+    for name, w, l in (("full reload (before)", full_w, full_l), ("incremental (now)", inc_w, inc_l)):
+        inc = name.startswith("incremental")
+        write_s = l.extra.get("write_seconds") if inc else None
+        t.add_row(name, f"{w.wall:.2f}", f"{w.wall_excl_catalog:.2f}", f"{w.catalog_seconds:.2f}",
+                  f"{1e6 * w.wall_excl_catalog / checks:.1f}",
+                  f"{w.extra['quiet_round_seconds']:.3f}" if inc else "-",
+                  f"{w.extra['quiet_round_statements']}" if inc else "-",
+                  f"{w.extra['index_build_seconds']:.2f}" if inc else "-", f"{l.wall:.2f}", f"{l.marked:,}",
+                  f"{write_s:.2f}" if write_s is not None else "-",
+                  f"{1e6 * write_s / l.marked:.1f}" if write_s and l.marked else "-",
+                  f"{floor['us_per_row']}" if inc and floor.get("us_per_row") else "-")
+    t.caption = (f"Raw floor: UPDATE … SET state, end_date, updated_at WHERE hashcode = ANY(…) of the same "
+                 f"{floor.get('rows', 0):,} rows, no range, guard or fence, fastest of 2: {floor.get('seconds')} s.")
+    console.print(t)
+
+
 def print_growth(reports: list[dict[str, Any]]) -> None:
-    """How our round grows from one workload to the next: time per task and per table should stay flat."""
-    name = "thrift" if all("thrift" in r["_measures"] for r in reports) else "batched"
-    g = Table(title=f"{name}: growth over the workloads (waiting round; linear = flat per-task and per-table columns)")
-    for col in ("workload", "tasks", "tables", "round s", "excl. catalog s", "µs/task excl. catalog",
-                "catalog s", "ms/table", "tasks vs first", "excl. catalog vs first", "tables vs first",
-                "catalog vs first"):
-        g.add_column(col, justify="right")
-    first = reports[0]["_measures"][name][0]
-    for r in reports:
-        m = r["_measures"][name][0]
-        g.add_row(r["workload"], f"{r['tasks']:,}", f"{r['tables']:,}", f"{m.wall:.2f}", f"{m.wall_excl_catalog:.2f}",
-                  f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}", f"{m.catalog_seconds:.2f}",
-                  f"{1000 * m.catalog_seconds / r['tables']:.1f}", f"{r['tasks'] / reports[0]['tasks']:.1f}x",
-                  f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
-                  f"{r['tables'] / reports[0]['tables']:.1f}x",
-                  f"{m.catalog_seconds / max(first.catalog_seconds, 1e-9):.1f}x")
-    console.print(g)
+    """How our round grows from one workload to the next: time per task, per check and per table should stay flat.
+    One table per round kind measured in every workload (the full reload, the incremental round)."""
+    names = [n for n in ("thrift", "incremental") if all(n in r["_measures"] for r in reports)] or ["batched"]
+    for name in names:
+        g = Table(title=f"{name}: growth over the workloads (waiting round; linear = flat per-unit columns)")
+        for col in ("workload", "tasks", "checks", "tables", "round s", "excl. catalog s", "µs/task excl. catalog",
+                    "µs/check excl. catalog", "catalog s", "ms/table", "excl. catalog vs first", "checks vs first"):
+            g.add_column(col, justify="right")
+        first = reports[0]["_measures"][name][0]
+        for r in reports:
+            m = r["_measures"][name][0]
+            g.add_row(r["workload"], f"{r['tasks']:,}", f"{r['partitions']:,}", f"{r['tables']:,}", f"{m.wall:.2f}",
+                      f"{m.wall_excl_catalog:.2f}", f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}",
+                      f"{1e6 * m.wall_excl_catalog / r['partitions']:.1f}", f"{m.catalog_seconds:.2f}",
+                      f"{1000 * m.catalog_seconds / r['tables']:.1f}",
+                      f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
+                      f"{r['partitions'] / reports[0]['partitions']:.1f}x")
+        console.print(g)
 
 
 def main() -> int:
@@ -455,6 +527,7 @@ def main() -> int:
             reports[-1]["metastore_peak_rss_mb"] = round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) \
                 if metastore_pid else None
             print_table(reports[-1])
+            print_incremental(reports[-1])
             console.print(f"metastore service (JVM) peak RSS so far: {reports[-1]['metastore_peak_rss_mb']} MB; "
                           f"this bench process: {bench_catalog.tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
                           f"its children included)")

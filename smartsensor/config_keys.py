@@ -89,6 +89,11 @@ KEYS: tuple[Key, ...] = (
     Key("smart_sensor", "poke_interval", "5", parse_float,
         "Seconds between worker rounds. Each task is still poked by its own poke_interval.",
         bounds=(0.05, DAY)),
+    Key("smart_sensor", "index_rebuild_interval", "600", parse_float,
+        "Seconds between rebuilds of a worker's in-memory index of waiting checks from the database. Between "
+        "rebuilds a round reads only the tasks that arrived; a rebuild also picks up rows moved by hand "
+        "(`db reshard`, set-state smart_running) and forgets tasks another process ended.",
+        bounds=(1, 7 * DAY)),
     Key("smart_sensor", "poke_timeout", "60", parse_float,
         "Seconds a user sensor's own poke() may take (in a worker or a classic run). One that takes longer is "
         "a transient error for its check, and the check is not poked again until that call returns.",

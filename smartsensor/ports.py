@@ -16,7 +16,7 @@ from datetime import datetime
 from contextlib import AbstractContextManager
 from typing import Any, Iterable, Protocol, Sequence
 
-from smartsensor.domain.keys import Fence, WaitingTask
+from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check
 from smartsensor.sensors.errors import CheckError
@@ -29,7 +29,20 @@ class RoundStore(Protocol):
     def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
                    fence: Fence | None) -> tuple[list[WaitingTask], int]:
         """The waiting tasks of [shard_min, shard_max), after starting the pending ones
-        (smart_pending → smart_running, start_date stamped). Returns (tasks as read, how many started)."""
+        (smart_pending → smart_running, start_date stamped). Returns (tasks as read, how many started).
+        A row per task: the full-reload round (kept as a benchmark strategy) reads this every round."""
+        ...
+
+    def load_cohorts(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                     fence: Fence | None) -> tuple[CohortRows, int]:
+        """Start the pending tasks of the range, then return every waiting one counted per (check, cohort), and
+        how many were started: what an incremental worker rebuilds its index from (first round, takeover)."""
+        ...
+
+    def start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                  fence: Fence | None) -> CohortRows:
+        """Start the range's pending tasks (those that arrived since the last call) and return them per
+        (check, cohort): an incremental round's change feed. Nothing under a fence no longer held."""
         ...
 
     def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,

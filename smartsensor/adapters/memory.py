@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Sequence
 
-from smartsensor.domain.keys import Fence, TaskKey, TryKey, WaitingTask
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, WaitingTask
 from smartsensor.domain.leases import lease_held
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
@@ -80,6 +80,33 @@ class InMemoryStore:
                         started += 1
         return loaded, started
 
+    def load_cohorts(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                     fence: Fence | None) -> tuple[CohortRows, int]:
+        """``tasks.start_pending_cohorts`` then ``tasks.load_waiting_cohorts``."""
+        with self._lock:
+            started = self._start_new(shard_min, shard_max, now, hostname, fence)
+            self._statements += 1
+            rows = [r for r in self.tasks.values() if r["state"] == State.SMART_RUNNING
+                    and shard_min <= r["shardcode"] < shard_max and r["start_date"] is not None]
+            return _per_cohort(rows), sum(n for _, _, n in started)
+
+    def start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                  fence: Fence | None) -> CohortRows:
+        """``tasks.start_pending_cohorts``."""
+        with self._lock:
+            return self._start_new(shard_min, shard_max, now, hostname, fence)
+
+    def _start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                   fence: Fence | None) -> CohortRows:
+        self._statements += 1
+        if not self._fence_ok(fence, now):
+            return []
+        started = [r for r in self.tasks.values()
+                   if r["state"] == State.SMART_PENDING and shard_min <= r["shardcode"] < shard_max]
+        for r in started:
+            r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname, updated_at=now)
+        return _per_cohort(started)
+
     def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
                     fence: Fence | None) -> dict[str, int]:
         """``tasks.mark_hashes`` / ``mark_check`` / ``end_tries``, all or nothing under the fence."""
@@ -109,10 +136,10 @@ class InMemoryStore:
                 marked[State.FAILED] += self._update(
                     lambda r, h=check[0]: r["hashcode"] == h and shard_min <= r["shardcode"] < shard_max
                     and r["state"] in State.SMART_WAITING, State.FAILED, now, error)
-        for (state, error), tries in writes.ended.items():
-            marked[state] += self._end_tries(set(tries), state, now, error)
-        for try_key, why in writes.bad:
-            marked[State.FAILED] += self._end_tries({try_key}, State.FAILED, now, why)
+        for (state, error), cohorts in writes.ended.items():
+            marked[state] += self._end_cohorts(set(cohorts), shard_min, shard_max, state, now, error)
+        for key, cohort, why in writes.bad:
+            marked[State.FAILED] += self._end_cohorts({(key, cohort)}, shard_min, shard_max, State.FAILED, now, why)
         return {k: v for k, v in marked.items() if v}
 
     def holds(self, fence: Fence, now: datetime) -> bool:
@@ -221,10 +248,22 @@ class InMemoryStore:
                 n += 1
         return n
 
-    def _end_tries(self, tries: set[TryKey], state: str, now: datetime, error: str | None) -> int:
-        return self._update(lambda r: r["state"] == State.SMART_RUNNING and (
-            r["dag_id"], r["task_id"], r["execution_date"], r["try_number"], r["start_date"]) in tries,
-            state, now, error)
+    def _end_cohorts(self, cohorts: set[tuple[CheckKey, Cohort]], shard_min: int, shard_max: int, state: str,
+                     now: datetime, error: str | None) -> int:
+        return self._update(lambda r: r["state"] == State.SMART_RUNNING and shard_min <= r["shardcode"] < shard_max
+                            and _cohort_of(r) in cohorts, state, now, error)
+
+
+def _cohort_of(row: dict[str, Any]) -> tuple[CheckKey, Cohort]:
+    return ((row["hashcode"], row["classpath"], row["attr_dict"]),
+            Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"]))
+
+
+def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
+    counts: dict[tuple[CheckKey, Cohort], int] = defaultdict(int)
+    for r in rows:
+        counts[_cohort_of(r)] += 1
+    return [(key, cohort, n) for (key, cohort), n in counts.items()]
 
 
 def _is_check(row: dict[str, Any], check: tuple[int, str, str]) -> bool:

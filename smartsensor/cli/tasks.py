@@ -76,6 +76,8 @@ def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, stat
         if not task_sql.set_state(conn, (dag_id, task_id, parse_task_date(execution_date)), state):
             raise UserError(f"no task instance {dag_id}.{task_id} on {execution_date}")
         signal_sql.notify_ended(conn)
+        if state == State.SMART_PENDING:
+            signal_sql.notify_pending(conn)
     click.echo(f"{dag_id}.{task_id} {execution_date} → {state}")
 
 

@@ -32,8 +32,8 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
     """Run a shard worker until SIGTERM: leased ranges (default, with failover) or a pinned range."""
     from smartsensor.sensors.base import import_sensor_modules, smart_class_names
     from smartsensor.adapters.sql.round_store import SqlRoundStore
-    from smartsensor.service.poke import catalog_answerer
-    from smartsensor.service.round import ShardWorker
+    from smartsensor.service.round.poke import catalog_answerer
+    from smartsensor.service.round.worker import ShardWorker
     from smartsensor.service.runner import LeasedWorker, PinnedWorker, RoundMetrics, run_worker
     limit = app.cfg.shard_code_upper_limit
     engine = app.engine(worker=True)
@@ -43,7 +43,7 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
         if not 0 <= shard_min < shard_max <= limit:
             raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
         runner: Any = PinnedWorker(ShardWorker(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
-                                   catalog_answerer(app.cfg))
+                                   catalog_answerer(app.cfg), catalog_answerer(app.cfg))
     else:
         runner = LeasedWorker(engine, app.cfg)
     failures = import_sensor_modules(app.cfg.sensor_modules)

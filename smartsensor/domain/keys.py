@@ -41,6 +41,19 @@ class WaitingTask(NamedTuple):
 CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check
 
 
+class Cohort(NamedTuple):
+    """The tasks of one check that share their exec settings and their try (its number and its start): they are
+    due, time out and retry together, so a shard worker keeps a count of them instead of a row per task. Tasks
+    started by the same round share a start, so a check has as many cohorts as distinct settings and starts."""
+
+    exec_dict: str
+    start_date: datetime
+    try_number: int
+
+
+CohortRows = list[tuple[CheckKey, Cohort, int]]  # (check, cohort, how many tasks): waiting tasks, aggregated
+
+
 @dataclass(frozen=True)
 class Fence:
     """A lease a worker writes under: its writes apply only while it still owns this epoch."""

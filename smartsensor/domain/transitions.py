@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from smartsensor.domain.keys import CheckKey, TryKey, WaitingTask
+from smartsensor.domain.keys import CheckKey, Cohort
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec, timed_out, timeout_error, timeout_state
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError
@@ -21,11 +21,15 @@ Outcome = bool | CheckError | None  # None: not poked this round
 
 @dataclass
 class CheckGroup:
-    """The tasks waiting on one distinct check, and what its poke said this round."""
+    """The tasks waiting on one distinct check, as cohorts with their counts, and what its poke said this round."""
 
     key: CheckKey
-    tasks: list[WaitingTask]
+    cohorts: dict[Cohort, int]
     outcome: Outcome = None
+
+    @property
+    def size(self) -> int:
+        return sum(self.cohorts.values())
 
 
 @dataclass
@@ -35,9 +39,10 @@ class RoundWrites:
     landed_hashes: list[int] = field(default_factory=list)  # success for every waiting task of these hashes
     landed_checks: list[CheckKey] = field(default_factory=list)  # success for one exact check (hash collision)
     failed: list[tuple[CheckKey, bool, str]] = field(default_factory=list)  # (check, collided, error): failed
-    ended: dict[tuple[str, str | None], list[TryKey]] = field(default_factory=dict)  # (state, error) → timed-out tries
-    bad: list[tuple[TryKey, str]] = field(default_factory=list)  # rows that cannot be planned: failed alone
-    ended_hashes: set[int] = field(default_factory=set)  # hashcodes of the tries in ``ended`` and ``bad``
+    # (state, error) → the cohorts whose tries timed out (each written by its exact try: start and number)
+    ended: dict[tuple[str, str | None], list[tuple[CheckKey, Cohort]]] = field(default_factory=dict)
+    bad: list[tuple[CheckKey, Cohort, str]] = field(default_factory=list)  # cohorts that cannot be planned: failed
+    ended_hashes: set[int] = field(default_factory=set)  # hashcodes of the cohorts in ``ended`` and ``bad``
 
     def empty(self) -> bool:
         return not (self.landed_hashes or self.landed_checks or self.failed or self.ended or self.bad)
@@ -70,20 +75,20 @@ def combine(outcomes: list[bool | CheckError]) -> bool | CheckError:
 
 
 def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
-           bad: list[tuple[WaitingTask, str]] = ()) -> Decision:  # type: ignore[assignment]
+           bad: list[tuple[CheckKey, Cohort, str]] | None = None) -> Decision:
     """The transition rules of a round.
 
     - landed (True): every waiting task of the check → success;
     - a permanent error: every waiting task of the check → failed, with the error;
-    - otherwise (not landed, not poked, transient error): each task whose try has waited its own
+    - otherwise (not landed, not poked, transient error): each cohort whose try has waited its own
       time limit ends: up_for_retry while tries remain, else skipped (soft_fail) or failed, with the
       last check error in ``error``; the others go on waiting;
-    - a row that cannot be planned → failed alone, with the reason.
+    - a cohort that cannot be planned (its exec settings, dates that overflow) → failed alone, with the reason.
     Checks whose hash collides with another check are written by exact check, never by hash.
     """
     decision = Decision(RoundWrites())
     writes = decision.writes
-    ended: dict[tuple[str, str | None], list[TryKey]] = defaultdict(list)
+    ended: dict[tuple[str, str | None], list[tuple[CheckKey, Cohort]]] = defaultdict(list)
     for g in groups:
         if g.outcome is True:
             if g.key[0] in collided:
@@ -99,13 +104,13 @@ def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
             decision.transient_errors += 1
             decision.transient_example = decision.transient_example or str(g.outcome)[:500]
         error = timeout_error(g.outcome if isinstance(g.outcome, CheckError) else None)
-        for t in g.tasks:
-            settings = parse_exec(t.exec_dict)
-            if timed_out(t.start_date, settings, now):  # type: ignore[arg-type] - started before deciding
-                state = timeout_state(t.try_number, settings)
-                ended[(state, None if state == State.UP_FOR_RETRY else error)].append(t.try_key)
-                writes.ended_hashes.add(t.hashcode)
+        for cohort in g.cohorts:
+            settings = parse_exec(cohort.exec_dict)
+            if timed_out(cohort.start_date, settings, now):
+                state = timeout_state(cohort.try_number, settings)
+                ended[(state, None if state == State.UP_FOR_RETRY else error)].append((g.key, cohort))
+                writes.ended_hashes.add(g.key[0])
     writes.ended = dict(ended)
-    writes.bad = [(task.try_key, why) for task, why in bad]
-    writes.ended_hashes.update(task.hashcode for task, _ in bad)
+    writes.bad = list(bad or ())
+    writes.ended_hashes.update(key[0] for key, _, _ in writes.bad)
     return decision

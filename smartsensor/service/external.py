@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import external as external_sql
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
@@ -134,6 +135,8 @@ def _register(engine: Engine, key: ExternalKey, try_number: int, row: dict[str, 
                                       (key.dag_id, ti["task_id"], ti["execution_date"]))
         now = row["execution_date"]
         task_sql.insert_tasks_bulk(conn, [row])
+        if row["state"] == State.SMART_PENDING:
+            signal_sql.notify_pending(conn, [row["shardcode"]])
         if mapped is None:
             external_sql.insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
         else:

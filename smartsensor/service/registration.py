@@ -17,6 +17,7 @@ from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor, classpath_of
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.sensors.validation import validate_id
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.routing import class_route
@@ -160,4 +161,7 @@ def _register_rows(engine: Engine, built: list[tuple[dict[str, Any], str]], exec
                     state, reason = existing[key], "already registered"
             out.append(Registered(row["dag_id"], row["task_id"], execution_date, state, row["hashcode"],
                                   row["shardcode"], created, reason))
+        # their worker starts them and pokes their checks at once, not at its next round
+        signal_sql.notify_pending(conn, [r.shardcode for r in out if r.state == State.SMART_PENDING
+                                         and (r.created or clear)])
     return out

@@ -64,6 +64,7 @@ class LeasedWorker:
         self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
         self.store = SqlRoundStore(engine)
         self.answerer = catalog_answerer(cfg, spark_provider)
+        self.wake_answerer = catalog_answerer(cfg, spark_provider)  # its own metastore client: clients are not shared
         self.workers: dict[int, ShardWorker] = {}
         self._lock = threading.Lock()
         self._last_prune = datetime.min
@@ -104,10 +105,12 @@ class LeasedWorker:
             workers = [self.workers[lo] for lo in sorted(self.workers)]
         return [run_round(workers, self.answerer)] if workers else []
 
-    def wake(self, tables: set[tuple[str, str]]) -> None:
+    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+        """A wake-up round at once, beside any timer round under way: the checks on ``tables`` (landing
+        signals) in every owned range, and the new tasks of the ranges holding ``shardcodes`` (None: all)."""
         with self._lock:
-            for w in self.workers.values():
-                w.wake(tables)
+            workers = [self.workers[lo] for lo in sorted(self.workers)]
+        return _wake_rounds(workers, self.wake_answerer, tables, shardcodes)
 
     def stop(self, keep_rounds: bool = False) -> None:
         """Clean stop: release every lease at once so others take over without waiting for expiry.
@@ -129,9 +132,11 @@ class LeasedWorker:
 class PinnedWorker:
     """A worker over a fixed range (``--shard-min/--shard-max``): no lease, no fence."""
 
-    def __init__(self, worker: ShardWorker, answerer: Callable[[], CheckAnswerer]) -> None:
+    def __init__(self, worker: ShardWorker, answerer: Callable[[], CheckAnswerer],
+                 wake_answerer: Callable[[], CheckAnswerer] | None = None) -> None:
         self.worker = worker
         self.answerer = answerer
+        self.wake_answerer = wake_answerer or answerer
 
     def heartbeat(self) -> dict[str, list[int]]:
         return {}
@@ -139,8 +144,8 @@ class PinnedWorker:
     def rounds(self) -> list[RoundResult]:
         return [run_round([self.worker], self.answerer)]
 
-    def wake(self, tables: set[tuple[str, str]]) -> None:
-        self.worker.wake(tables)
+    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+        return _wake_rounds([self.worker], self.wake_answerer, tables, shardcodes)
 
     def stop(self, keep_rounds: bool = False) -> None:
         if keep_rounds:
@@ -151,6 +156,53 @@ class PinnedWorker:
             pass
 
 
+def _wake_rounds(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer], tables: set[tuple[str, str]],
+                 shardcodes: set[int] | None) -> list[RoundResult]:
+    if tables:  # every range: the checks on these tables, and whatever arrived
+        return [run_round(workers, answerer, focus=tables)] if workers else []
+    concerned = [w for w in workers if shardcodes is None or any(w.shard_min <= c < w.shard_max for c in shardcodes)]
+    return [run_round(concerned, answerer, focus=set())] if concerned else []
+
+
+class WakeUps:
+    """The wake-up thread of a worker: landing signals and newly pending tasks, gathered while a wake-up round
+    runs, each start one more at once. It never waits for a timer round; its writes are fenced like theirs."""
+
+    def __init__(self, runner: "LeasedWorker | PinnedWorker", emit: Callable[[RoundResult], None]) -> None:
+        self.runner = runner
+        self.emit = emit
+        self._lock = threading.Lock()
+        self._tables: set[tuple[str, str]] = set()
+        self._shards: set[int] | None = set()
+        self._ready = threading.Event()
+
+    def landed(self, tables: set[tuple[str, str]]) -> None:
+        with self._lock:
+            self._tables |= tables
+        self._ready.set()
+
+    def pending(self, shardcodes: set[int] | None) -> None:
+        with self._lock:
+            self._shards = None if shardcodes is None or self._shards is None else self._shards | shardcodes
+        self._ready.set()
+
+    def run(self, stopping: threading.Event) -> None:
+        """Until ``stopping``: wait for a wake-up, run its round. A failure is logged; the timer rounds go on."""
+        while not stopping.is_set():
+            if not self._ready.wait(0.5):
+                continue
+            with self._lock:
+                self._ready.clear()
+                tables, shards, self._tables, self._shards = self._tables, self._shards, set(), set()
+            if not tables and shards == set():
+                continue
+            try:
+                for result in self.runner.wake_rounds(tables, shards):
+                    self.emit(result)
+            except Exception as exc:  # noqa: BLE001 - the timer rounds still run; a DB outage is reported there
+                log.warning("wake-up round failed: %s", first_line(exc))
+
+
 def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, interval: float, once: bool,
                emit: Callable[[RoundResult], None], metrics: RoundMetrics | None = None,
                signals: bool = True, stop_event: threading.Event | None = None,
@@ -159,7 +211,8 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
 
     Leases are renewed every ``heartbeat_interval`` by their own job (with ``once``, by a thread during the
     round). APScheduler's max_instances=1 means an overrunning round makes the next one wait, never overlap.
-    A landing signal runs a round at once for the checks on that table.
+    A landing signal runs a wake-up round at once for the checks on that table, and newly pending tasks (on
+    PostgreSQL) one for their checks, in their own thread (``WakeUps``): neither waits for a timer round.
 
     Returns 0 after a requested stop, or EXIT_SPARK_DIED when the Spark driver JVM died: the worker
     then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM,
@@ -257,16 +310,12 @@ def run_worker(runner: "LeasedWorker | PinnedWorker", engine: Any, cfg: Config, 
         scheduler.add_job(beat, "interval", id="heartbeat", seconds=hb, max_instances=1, coalesce=True,
                           misfire_grace_time=max(1, int(hb)))
 
-    def on_signal(tables: set[tuple[str, str]]) -> None:
-        runner.wake(tables)
-        try:
-            scheduler.modify_job("round", next_run_time=_now())
-        except Exception:  # noqa: BLE001 - scheduler shutting down
-            pass
-
     if signals:
+        wake_ups = WakeUps(runner, emit)
+        threading.Thread(target=wake_ups.run, args=(stopping,), name="wake-ups", daemon=True).start()
         threading.Thread(target=listen_for_signals, args=(engine, cfg.get("smart_sensor", "signal_poll_interval"),
-                                                          on_signal, stopping), daemon=True).start()
+                                                          wake_ups.landed, stopping, wake_ups.pending),
+                         name="signals", daemon=True).start()
     if not stopping.is_set():
         scheduler.start()
     stopping.set()

@@ -19,6 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from smartsensor.adapters.process import StderrTail, smartsensor_command
 from smartsensor.domain.states import State
 from smartsensor.sensors.errors import first_line
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.keys import TaskKey
 from smartsensor.config import Config
@@ -51,6 +52,8 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
             state = smart_route_for(row["classpath"], cfg)
             if task_sql.requeue_retry(conn, key, row["try_number"], state, now):
                 counts[state] = counts.get(state, 0) + 1
+        if counts.get(State.SMART_PENDING):
+            signal_sql.notify_pending(conn)  # the workers start the next tries at once
     return counts
 
 

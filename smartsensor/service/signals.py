@@ -43,9 +43,11 @@ def send_signal(engine: Engine, name: str) -> str:
 
 class SignalListener:
     """Waits for signals: LISTEN/NOTIFY on Postgres, a short poll of partition_signal on SQLite.
-    ``channel`` (Postgres): the landing signals' by default, or ``signal_sql.ENDED_CHANNEL``."""
+    ``channel`` (Postgres): the landing signals' by default, or ``signal_sql.ENDED_CHANNEL``; ``also``: more
+    channels (Postgres only), whose notifications ``wait_all`` returns with their channel."""
 
-    def __init__(self, engine: Engine, poll_interval: float = 0.1, channel: str = CHANNEL) -> None:
+    def __init__(self, engine: Engine, poll_interval: float = 0.1, channel: str = CHANNEL,
+                 also: tuple[str, ...] = ()) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
         self._pg = None
@@ -59,25 +61,31 @@ class SignalListener:
             self._pg = raw.dbapi_connection
             self._pg.autocommit = True
             with self._pg.cursor() as cur:
-                cur.execute(f"LISTEN {channel}")  # a constant of ours, no user text
+                for name in (channel, *also):
+                    cur.execute(f"LISTEN {name}")  # constants of ours, no user text
+        self.channel = channel
 
     def wait(self, timeout: float) -> list[str]:
-        """Signal names received within ``timeout`` seconds (possibly empty)."""
+        """Signal names (payloads) received within ``timeout`` seconds on ``channel`` (possibly empty)."""
+        return [payload for channel, payload in self.wait_all(timeout) if channel == self.channel]
+
+    def wait_all(self, timeout: float) -> list[tuple[str, str]]:
+        """(channel, payload) of every notification received within ``timeout`` seconds (possibly empty)."""
         if self._pg is not None:
             ready, _, _ = select.select([self._pg], [], [], timeout)
             if not ready:
                 return []
             self._pg.poll()
-            names = [n.payload for n in self._pg.notifies]
+            notes = [(n.channel, n.payload) for n in self._pg.notifies]
             self._pg.notifies.clear()
-            return names
+            return notes
         deadline = time.monotonic() + timeout
         while True:
             with self.engine.connect() as conn:
                 rows = signal_sql.signals_after(conn, self._last_id)
             if rows:
                 self._last_id = rows[-1][0]
-                return [name for _, name in rows]
+                return [(self.channel, name) for _, name in rows]
             if time.monotonic() >= deadline:
                 return []
             time.sleep(self.poll_interval)
@@ -94,8 +102,10 @@ class SignalListener:
 
 
 def listen_for_signals(engine: Engine, poll_interval: float, on_signal: Callable[[set[tuple[str, str]]], None],
-                       stopping: threading.Event) -> None:
-    """A worker's signal thread: call ``on_signal`` with the tables of landing signals until ``stopping``.
+                       stopping: threading.Event,
+                       on_pending: Callable[[set[int] | None], None] | None = None) -> None:
+    """A worker's signal thread: call ``on_signal`` with the tables of landing signals until ``stopping``, and
+    ``on_pending`` with the shardcodes of newly pending tasks (None: any), on PostgreSQL.
 
     A DB error (a restart, a dropped connection) is one WARNING per outage, no traceback; the listener
     reconnects every second meanwhile, and the rounds still run on their timer.
@@ -105,11 +115,12 @@ def listen_for_signals(engine: Engine, poll_interval: float, on_signal: Callable
     while not stopping.is_set():
         try:
             if listener is None:
-                listener = SignalListener(engine, poll_interval)
+                listener = SignalListener(engine, poll_interval,
+                                          also=(signal_sql.PENDING_CHANNEL,) if on_pending is not None else ())
                 if failing:
                     log.info("signal listener: listening again")
                 failing = False
-            names = listener.wait(0.5)
+            notes = listener.wait_all(0.5)
         except Exception as exc:  # noqa: BLE001 - a DB outage: retry
             log.log(logging.DEBUG if failing else logging.WARNING, "signal listener: %s", first_line(exc))
             failing = True
@@ -118,7 +129,11 @@ def listen_for_signals(engine: Engine, poll_interval: float, on_signal: Callable
             listener = None
             stopping.wait(1.0)
             continue
-        tables = set()
+        tables, names = set(), [payload for channel, payload in notes if channel == CHANNEL]
+        pending = [payload for channel, payload in notes if channel == signal_sql.PENDING_CHANNEL]
+        if pending and on_pending is not None:
+            shards = [signal_sql.pending_shardcodes(p) for p in pending]
+            on_pending(None if any(s is None for s in shards) else set().union(*shards))  # type: ignore[arg-type]
         for name in names:
             try:
                 tables.add(canonical_signal(name)[1])

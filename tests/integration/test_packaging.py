@@ -25,7 +25,7 @@ def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> N
     assert "smartsensor/adapters/log4j2.properties" in names
     for template in ("status.html", "status.css", "login.html"):  # the status page's assets, served from the wheel
         assert f"smartsensor/api/templates/{template}" in names
-    assert "smartsensor/schema/migrations/versions/0004_state_sample.py" in names
+    assert "smartsensor/schema/migrations/versions/0005_marking_indexes.py" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "smartsensor = smartsensor.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
     assert not any(n.startswith("tests/") for n in names)

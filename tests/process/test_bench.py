@@ -63,6 +63,13 @@ def test_bench_smoke(tmp_path: Path) -> None:
         # a load per shard + at most one UPDATE per shard that had landed tasks
         assert w["shards"] < landing["batched"]["db_statements"] <= 2 * w["shards"]
         assert w["classic_sample"]["sample"] == 1
+        inc_w, inc_l = waiting["incremental"], landing["incremental"]  # the index, beside the full reload
+        assert inc_w["catalog_calls"] == w["tables"] and inc_l["marked"] == landing["thrift"]["marked"]
+        assert inc_w["db_statements"] == w["shards"]  # the change feed per range, nothing to write
+        assert inc_w["extra"]["checks"] == w["partitions"] and inc_w["extra"]["quiet_round_due"] == 0
+        assert inc_w["extra"]["quiet_round_statements"] == w["shards"]  # a quiet round: the feed only
+        floor = inc_l["extra"]["raw_floor"]
+        assert floor["rows"] == inc_l["marked"] and floor["us_per_row"] > 0
         lat = w["latency"]
         assert len(lat["signal"]["samples"]) == 2 and len(lat["no_signal"]["samples"]) == 2
         assert lat["signal"]["p95"] < 5  # the signal wakes the worker; the probe's own interval is 600 s

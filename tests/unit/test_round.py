@@ -212,6 +212,9 @@ def test_an_outage_is_reported_in_the_result_not_raised(cfg, clock) -> None:
     class Down(InMemoryStore):
         def load_range(self, *args: Any) -> Any:
             raise ConnectionError("database is down")
+
+        def load_cohorts(self, *args: Any) -> Any:
+            raise ConnectionError("database is down")
     result = Fleet(cfg, Down(), DictCatalog(), clock).round()
     assert result.error == "ConnectionError: database is down" and result.marked == {}
 
@@ -275,20 +278,21 @@ def test_checks_are_built_once_per_waiting_check_and_a_raising_one_is_tried_agai
 def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     """What the round's NOTIFY names: landed, failed (collided or not), timed-out and unplannable tries."""
     from smartsensor.adapters.sql.signals import ended_hashcodes
-    from smartsensor.domain.keys import WaitingTask
+    from smartsensor.domain.keys import Cohort
     from smartsensor.domain.transitions import CheckGroup, decide
     from smartsensor.sensors.errors import PermanentCheckError
 
     start = datetime(2026, 11, 22)
 
-    def task(name: str, hashcode: int, timeout: int = 3600) -> WaitingTask:
-        return WaitingTask("d", name, start, State.SMART_RUNNING, 1, 0, start, "c", "{}",
-                           json.dumps({"timeout": timeout, "poke_interval": 10}), hashcode, 0)
+    def cohort(timeout: int = 3600) -> dict[Cohort, int]:
+        return {Cohort(json.dumps({"timeout": timeout, "poke_interval": 10}), start, 1): 3}
 
-    groups = [CheckGroup((1, "c", "{}"), [task("landed", 1)], True),
-              CheckGroup((2, "c", "{}"), [task("collided", 2)], True),
-              CheckGroup((3, "c", "{}"), [task("broken", 3)], PermanentCheckError("no such column")),
-              CheckGroup((4, "c", "{}"), [task("late", 4, timeout=60), task("fine", 5)], False)]
-    writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[(task("unplannable", 6), "bad exec")]).writes
+    groups = [CheckGroup((1, "c", "{}"), cohort(), True),
+              CheckGroup((2, "c", "{}"), cohort(), True),
+              CheckGroup((3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
+              CheckGroup((4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
+              CheckGroup((5, "c", "{}"), cohort(), False)]
+    unplannable = ((6, "c", "{}"), Cohort("{", start, 1), "bad exec")
+    writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[unplannable]).writes
     assert writes.hashcodes() == {1, 2, 3, 4, 6}  # 5 still waits
     assert ended_hashcodes("1,2,-3") == {1, 2, -3} and ended_hashcodes("*") is None and ended_hashcodes("x") is None

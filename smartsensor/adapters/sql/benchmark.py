@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
@@ -21,3 +21,23 @@ def reset_to_waiting_for_benchmark(conn: Connection, now: datetime) -> int:
     """Every task waiting in its first try since ``now`` (scripts/bench.py only: the same state for each strategy)."""
     return conn.execute(update(TI).values(state=State.SMART_RUNNING, try_number=1, start_date=now, end_date=None,
                                           hostname=None, error=None)).rowcount
+
+
+def landed_hashcodes_for_benchmark(conn: Connection) -> list[int]:
+    """Hashcodes of the tasks a landing round marked success (scripts/bench.py only). 1 statement."""
+    return [h for (h,) in conn.execute(select(TI.c.hashcode).where(TI.c.state == State.SUCCESS).distinct())]
+
+
+def raw_mark_for_benchmark(conn: Connection, hashcodes: list[int], now: datetime) -> int:
+    """PostgreSQL's (or SQLite's) floor for marking these tasks: the plainest UPDATE of the same rows to the same
+    values, without range, state guard or fence (scripts/bench.py only). 1 statement on PostgreSQL."""
+    values = {"state": State.SUCCESS, "end_date": now, "updated_at": now}
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy import BigInteger
+        from sqlalchemy.dialects.postgresql import ARRAY
+        stmt = update(TI).where(TI.c.hashcode == bindparam("h", type_=ARRAY(BigInteger)).any_()).values(**values)
+        return conn.execute(stmt, {"h": hashcodes}).rowcount
+    total = 0
+    for i in range(0, len(hashcodes), 5000):
+        total += conn.execute(update(TI).where(TI.c.hashcode.in_(hashcodes[i:i + 5000])).values(**values)).rowcount
+    return total

@@ -12,7 +12,7 @@ from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql import status as status_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import statement_count
-from smartsensor.domain.keys import Fence, WaitingTask
+from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
 from smartsensor.domain.leases import lease_held
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
@@ -34,6 +34,19 @@ class SqlRoundStore:
                 started = task_sql.start_pending(conn, shard_min, shard_max, now, hostname, fence=fence)
         return tasks, started
 
+    def load_cohorts(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                     fence: Fence | None) -> tuple[CohortRows, int]:
+        """Start the pending tasks, then count every waiting one per cohort. 2 statements, one transaction."""
+        with self.engine.begin() as conn:
+            started = task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
+            return task_sql.load_waiting_cohorts(conn, shard_min, shard_max), sum(n for _, _, n in started)
+
+    def start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                  fence: Fence | None) -> CohortRows:
+        """Start the pending tasks and return them per cohort. 1 statement."""
+        with self.engine.begin() as conn:
+            return task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
+
     def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
                     fence: Fence | None) -> dict[str, int]:
         """All of a round's state changes in one transaction, each a guarded (and fenced) update."""
@@ -54,10 +67,12 @@ class SqlRoundStore:
                 else:
                     marked[State.FAILED] += task_sql.mark_hashes(conn, [hashcode], shard_min, shard_max,
                                                                  State.FAILED, now, error=error, fence=fence)
-            for (state, error), tries in writes.ended.items():
-                marked[state] += task_sql.end_tries(conn, tries, state, now, error=error, fence=fence)
-            for try_key, why in writes.bad:
-                marked[State.FAILED] += task_sql.end_tries(conn, [try_key], State.FAILED, now, error=why, fence=fence)
+            for (state, error), cohorts in writes.ended.items():
+                marked[state] += task_sql.end_cohorts(conn, cohorts, shard_min, shard_max, state, now, error=error,
+                                                      fence=fence)
+            for key, cohort, why in writes.bad:
+                marked[State.FAILED] += task_sql.end_cohorts(conn, [(key, cohort)], shard_min, shard_max,
+                                                             State.FAILED, now, error=why, fence=fence)
             if any(marked.values()):
                 signal_sql.notify_ended(conn, writes.hashcodes())  # wakes the held states requests waiting on them
         return {k: v for k, v in marked.items() if v}

@@ -18,6 +18,29 @@ ENDED_ANY = "*"
 MAX_ENDED_PAYLOAD = 7_000
 
 
+# Channel on which PostgreSQL tells workers that tasks became smart_pending (registered, retried, cleared by
+# hand), delivered at commit. Payload: their shardcodes, comma separated, or ENDED_ANY: the owning worker starts
+# them and pokes their checks at once (a partition may already be there) instead of at its next round.
+PENDING_CHANNEL = "smartsensor_pending"
+
+
+def notify_pending(conn: Connection, shardcodes: Iterable[int | None] | None = None) -> None:
+    """On PostgreSQL, NOTIFY ``PENDING_CHANNEL`` at commit naming ``shardcodes`` (None: any); 1 statement.
+    On SQLite nothing: the workers' next round starts the pending tasks."""
+    if conn.dialect.name != "postgresql":
+        return
+    codes = None if shardcodes is None else sorted({c for c in shardcodes if c is not None})
+    if codes == []:
+        return
+    payload = ENDED_ANY if codes is None else ",".join(str(c) for c in codes)
+    notify(conn, PENDING_CHANNEL, payload if len(payload) <= MAX_ENDED_PAYLOAD else ENDED_ANY)
+
+
+def pending_shardcodes(payload: str) -> frozenset[int] | None:
+    """The shardcodes a ``notify_pending`` payload names; None when it may be any."""
+    return ended_hashcodes(payload)
+
+
 def insert_signal(conn: Connection, name: str, now: datetime) -> None:
     """Record a landing signal (1 statement)."""
     conn.execute(insert(SG).values(name=name, created_at=now))

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, exists, func, insert, or_, select, tuple_, update
 
-from smartsensor.domain.keys import Fence, TaskKey, TryKey, WaitingTask
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, WaitingTask
 from smartsensor.domain.states import State
 from smartsensor.schema.models import ShardLease, TaskInstance
 
@@ -172,22 +172,60 @@ def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, 
         TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
 
 
-def end_tries(conn: Connection, tries: Sequence[TryKey], new_state: str, now: datetime,
-              error: str | None = None, fence: Fence | None = None) -> int:
-    """End these tries → ``new_state``: a timeout (up_for_retry, failed or skipped), or a row that
-    cannot be planned (failed, with the reason).
+COHORT_CHUNK = 1000  # cohorts per statement: 6 bound values each
 
-    Guarded on the exact try the worker saw (state smart_running, try_number and start_date), so a
-    round that loaded a try which was retried or reset by hand meanwhile never ends the newer try.
-    1 statement per IN_CHUNK tries.
+
+def end_cohorts(conn: Connection, cohorts: Sequence[tuple[CheckKey, Cohort]], shard_min: int, shard_max: int,
+                new_state: str, now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
+    """End the tries of these cohorts → ``new_state``: a timeout (up_for_retry, failed or skipped), or a cohort
+    that cannot be planned (failed, with the reason).
+
+    Guarded on the exact try the worker knows (state smart_running, try_number and start_date, the check and
+    its exec settings), so a round that knew a try which was retried or reset by hand meanwhile never ends the
+    newer try. 1 statement per COHORT_CHUNK cohorts.
     """
     total = 0
     values = _ended(new_state, now, error)
-    for chunk in _chunks(list(tries)):
+    rows = [(key[0], key[1], key[2], c.exec_dict, c.start_date, c.try_number) for key, c in cohorts]
+    for chunk in _chunks(rows, COHORT_CHUNK):
         total += conn.execute(_fenced(update(TI).where(
-            tuple_(TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.try_number, TI.c.start_date).in_(list(chunk)),
+            TI.c.hashcode.in_({r[0] for r in chunk}),  # lets the planner use the hashcode index
+            tuple_(TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, TI.c.exec_dict, TI.c.start_date,
+                   TI.c.try_number).in_(list(chunk)),
+            TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
             TI.c.state == State.SMART_RUNNING), fence, now).values(**values)).rowcount
     return total
+
+
+_COHORT_COLUMNS = (TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, TI.c.exec_dict, TI.c.start_date, TI.c.try_number)
+
+
+def _cohort_rows(rows: Iterable[Any]) -> CohortRows:
+    """(check, cohort, count) from (hashcode, classpath, attr_dict, exec_dict, start_date, try_number[, count])."""
+    keep = sys.intern  # many tasks share these strings: keep each once
+    counts: dict[tuple[CheckKey, Cohort], int] = {}
+    for h, cp, ad, ed, sd, tn, *n in rows:
+        k = ((h, keep(cp), keep(ad)), Cohort(keep(ed or ""), sd, tn))
+        counts[k] = counts.get(k, 0) + (n[0] if n else 1)
+    return [(key, cohort, n) for (key, cohort), n in counts.items()]
+
+
+def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> CohortRows:
+    """The started (smart_running) tasks of [shard_min, shard_max), counted per check and cohort by the database:
+    one row per cohort reaches Python, not one per task. 1 statement."""
+    return _cohort_rows(conn.execute(select(*_COHORT_COLUMNS, func.count()).where(
+        TI.c.state == State.SMART_RUNNING, TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
+        TI.c.start_date.is_not(None)).group_by(*_COHORT_COLUMNS)))
+
+
+def start_pending_cohorts(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str,
+                          fence: Fence | None = None) -> CohortRows:
+    """smart_pending → smart_running for the range (as ``start_pending``), returning what it started, per cohort:
+    the tasks that arrived since the last round. 1 statement (an index probe when nothing is pending)."""
+    return _cohort_rows(conn.execute(_fenced(update(TI).where(
+        TI.c.state == State.SMART_PENDING, TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
+    ), fence, now).values(state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now),
+                          hostname=hostname, updated_at=now).returning(*_COHORT_COLUMNS)))
 
 
 def load_up_for_retry(conn: Connection) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from smartsensor.domain.keys import CheckKey, WaitingTask
+from smartsensor.domain.keys import CheckKey, Cohort
 from smartsensor.domain.transitions import CheckGroup
 from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.checks import Check
@@ -17,10 +17,9 @@ class RoundPlan:
     """Filled by ``ShardWorker.plan_round``, answered by ``poke.poke_plans``, written by ``finish_round``."""
 
     result: RoundResult
-    groups: dict[CheckKey, CheckGroup]
     collided: set[int]
     now: datetime
     due: list[CheckGroup]
     batched: dict[CheckKey, list[Check]] = field(default_factory=dict)  # answered by the catalog in one batch
     sensors: dict[CheckKey, BaseSensor] = field(default_factory=dict)  # user sensors: their own poke()
-    bad: list[tuple[WaitingTask, str]] = field(default_factory=list)  # rows that fail alone, with the reason
+    bad: list[tuple[CheckKey, Cohort, str]] = field(default_factory=list)  # cohorts that fail alone, with the reason

@@ -35,7 +35,10 @@ class RoundResult:
     transient_example: str | None = None  # the first transient error of the round, for `status`
     ranges: list[list[int]] = field(default_factory=list)
     fenced_out: bool = False
+    rebuilt: int = 0  # ranges whose index was rebuilt from the database this round (first round, takeover, …)
+    partial: bool = False  # a wake-up round: only the checks of the tables a signal named, and new checks
     seconds: float = 0.0
+    write_seconds: float = 0.0  # in the store's write of the round's state changes
     catalog_seconds: float = 0.0
     error: str | None = None
 
@@ -44,7 +47,7 @@ class RoundResult:
 
 
 _SUMMED = ("loaded", "started", "distinct_hashes", "distinct_checks", "collisions", "groups_due", "groups_poked",
-           "transient_errors", "permanent_errors", "woken", "bad_rows", "module_waiting")
+           "transient_errors", "permanent_errors", "woken", "bad_rows", "module_waiting", "rebuilt", "write_seconds")
 
 
 def combine_results(results: list[RoundResult], ranges: list[list[int]]) -> RoundResult:
@@ -60,4 +63,5 @@ def combine_results(results: list[RoundResult], ranges: list[list[int]]) -> Roun
         total.transient_example = total.transient_example or r.transient_example
     total.marked = dict(marked)
     total.fenced_out = any(r.fenced_out for r in results)
+    total.partial = any(r.partial for r in results)
     return total

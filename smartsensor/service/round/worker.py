@@ -14,21 +14,20 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Callable
 
 from smartsensor.config import Config
-from smartsensor.domain.keys import CheckKey, Fence, WaitingTask
-from smartsensor.domain.states import State
-from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec
-from smartsensor.domain.transitions import CheckGroup, decide
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, WaitingTask
+from smartsensor.domain.transitions import CheckGroup, RoundWrites, decide
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.sensors.base import BaseSensor, resolve_smart_class
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import (PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
                                         SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
 from smartsensor.service.round.poke import poke_plans
+from smartsensor.service.round.index import BadCohort, CheckIndex, WaitingCheck
 from smartsensor.service.round.plan import RoundPlan
 from smartsensor.service.round.report import RoundResult, combine_results
 
@@ -42,16 +41,24 @@ def utcnow() -> datetime:
 
 
 class ShardWorker:
-    """The round steps of shard range [shard_min, shard_max).
+    """The round steps of shard range [shard_min, shard_max), over an index of its waiting checks.
 
-    Poke times per check are kept in memory; the schedule itself derives from each task's start of
-    try, so after a restart every waiting check is simply poked once at once, and nothing is lost.
+    Incremental (the default): the index is built from the database once (first round, a new lease epoch, every
+    ``[smart_sensor] index_rebuild_interval``, after a failed round) and then kept current from the change feed:
+    each round starts the range's pending tasks and counts them in (``RoundStore.start_new``). A round's work
+    then follows the due checks, not the waiting tasks. With ``incremental=False`` the index is rebuilt from
+    every task row each round: the full-reload round, kept to be measured beside it (``scripts/bench.py``).
+
+    Poke times per check are kept in memory; the schedule itself derives from each task's start of try, so
+    after a restart every waiting check is simply poked once at once, and nothing is lost.
     ``fence`` is set by the lease runner (None for a pinned range): writes apply only under it.
+    Two rounds may run at once on one worker (a timer round and a wake-up round): the index is changed only
+    under a lock, and the writes are guarded, so the later of two writes for one check changes nothing.
     """
 
     def __init__(self, store: RoundStore, cfg: Config, shard_min: int, shard_max: int,
                  clock: Callable[[], datetime] = utcnow, worker_id: str | None = None,
-                 record_rounds: bool = True) -> None:
+                 record_rounds: bool = True, incremental: bool = True) -> None:
         if not 0 <= shard_min < shard_max:
             raise ValueError(f"shard range [{shard_min}, {shard_max}) is empty or negative")
         self.store = store
@@ -62,10 +69,15 @@ class ShardWorker:
         self.hostname = socket.gethostname()
         self.worker_id = worker_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
         self.record_rounds = record_rounds
+        self.incremental = incremental
+        self.rebuild_interval = timedelta(seconds=cfg.get("smart_sensor", "index_rebuild_interval"))
         self.fence: Fence | None = None
-        self._last_poke: dict[CheckKey, datetime] = {}
+        self.index = CheckIndex()
+        self._built_at: datetime | None = None  # None: rebuild the index at the next round
+        self._built_under: Fence | None = None
+        self._late_bad: list[BadCohort] = []  # cohorts found unplannable after a round: failed by the next one
         self._classes: dict[str, type[BaseSensor] | UnknownSensorClass | tuple[SensorModuleUnavailable, float]] = {}
-        self._tables: dict[CheckKey, frozenset[tuple[str, str]]] = {}
+        self._lock = threading.RLock()
         self._wake_lock = threading.Lock()
         self._wake_tables: set[tuple[str, str]] = set()
 
@@ -74,66 +86,82 @@ class ShardWorker:
         with self._wake_lock:
             self._wake_tables |= tables
 
-    # -- steps before the poke ---------------------------------------------------------------
-    def plan_round(self) -> RoundPlan:
-        """Load, group, pick the due checks and build them. A row that cannot be planned (an exec_dict out
-        of bounds, dates that overflow) is set aside to fail alone with the reason; every other task goes on."""
-        now = self.clock()
+    def invalidate(self) -> None:
+        """Rebuild the index from the database at the next round (after a failed round, a lost lease)."""
+        with self._lock:
+            self._built_at = None
+
+    def load_index(self) -> RoundResult:
+        """Rebuild the index from the database now, without poking (a round does this when it must)."""
         result = RoundResult(self.shard_min, self.shard_max)
-        tasks = self._load(now, result)
-        bad: list[tuple[WaitingTask, str]] = []
-        groups, collided = self._group(tasks, bad, result)
-        due = self._pick_due(groups, now, bad, result)
-        plan = RoundPlan(result, groups, collided, now, due, bad=bad)
-        self._build_checks(plan)
-        result.bad_rows = len(bad)
+        with self._lock:
+            self._built_at = None
+            self._refresh(self.clock(), result, self._late_bad)
+        result.loaded, result.distinct_checks = self.index.tasks, len(self.index)
+        return result
+
+    # -- steps before the poke ---------------------------------------------------------------
+    def plan_round(self, focus: set[tuple[str, str]] | None = None) -> RoundPlan:
+        """Refresh the index, pick the due checks and build them. ``focus`` (a wake-up round): only the checks
+        on these tables and the checks new to the index this round, whatever their schedule. A cohort that
+        cannot be planned (exec settings out of bounds, dates that overflow) is set aside to fail alone."""
+        now = self.clock()
+        result = RoundResult(self.shard_min, self.shard_max, partial=focus is not None)
+        with self._lock:
+            bad, self._late_bad = self._late_bad, []
+            new = self._refresh(now, result, bad)
+            if focus is None:
+                with self._wake_lock:
+                    woken, self._wake_tables = self._wake_tables, set()
+                due = self.index.due(now)
+                picked = {c.key for c in due}
+                due += [c for c in self.index.on_tables(woken) if c.key not in picked]
+            else:
+                woken = focus
+                due = list({c.key: c for c in self.index.on_tables(focus) + new}.values())
+            for check in due:
+                check.attention = None  # a round has it: its heap entries are stale until it is rescheduled
+            plan = RoundPlan(result, set(self.index.collided), now, [CheckGroup(c.key, c.cohorts) for c in due],
+                             bad=bad)
+            result.woken, result.groups_due, result.bad_rows = len(woken), len(due), len(bad)
+            result.loaded, result.distinct_checks = self.index.tasks, len(self.index)
+            result.distinct_hashes = self.index.hashes
+            result.collisions = len(self.index.collided)
+            self._build_checks(plan)
         return plan
 
-    def _load(self, now: datetime, result: RoundResult) -> list[WaitingTask]:
-        """The range's waiting tasks; pending ones are started (their try's clock begins now)."""
-        tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.hostname, self.fence)
-        result.loaded = len(tasks)
-        return [t if t.start_date is not None else t._replace(state=State.SMART_RUNNING, start_date=now)
-                for t in tasks]
+    def _refresh(self, now: datetime, result: RoundResult, bad: list[BadCohort]) -> list[WaitingCheck]:
+        """Bring the index up to date: rebuild it, or count in the tasks that arrived. Returns the new checks."""
+        if self.incremental and not self._stale(now):
+            new, unplannable = self.index.add(self.store.start_new(self.shard_min, self.shard_max, now,
+                                                                   self.hostname, self.fence))
+            result.started = sum(sum(c.cohorts.values()) for c in new)
+            bad.extend(unplannable)
+            return new
+        known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
+        if self.incremental:
+            rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.hostname,
+                                                           self.fence)
+        else:  # the full-reload round: every task row, every round
+            tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.hostname,
+                                                          self.fence)
+            rows = _cohorts_of(tasks, now)
+        self.index = CheckIndex()
+        new, unplannable = self.index.add(rows)
+        bad.extend(unplannable)
+        for check in new:  # a rebuilt index keeps the poke times and tables it knew: no poke storm every rebuild
+            old = known.get(check.key)
+            if old is not None:
+                self.index.set_tables(check, old.tables)
+                if old.last_poke is not None:
+                    bad.extend(self.index.done(check, old.last_poke))
+        self._built_at, self._built_under = now, self.fence
+        result.rebuilt = 1
+        return []
 
-    def _group(self, tasks: list[WaitingTask], bad: list[tuple[WaitingTask, str]],
-               result: RoundResult) -> tuple[dict[CheckKey, CheckGroup], set[int]]:
-        """Deduplicate: one group per distinct check. Hashes shared by different checks are collisions."""
-        groups: dict[CheckKey, CheckGroup] = {}
-        by_hash: dict[int, set[CheckKey]] = defaultdict(set)
-        for task in tasks:
-            try:
-                parse_exec(task.exec_dict)
-            except BadExecSettings as exc:
-                bad.append((task, str(exc)))
-                continue
-            key = (task.hashcode, task.classpath, task.attr_dict)
-            groups.setdefault(key, CheckGroup(key, [])).tasks.append(task)
-            by_hash[task.hashcode].add(key)
-        collided = {h for h, keys in by_hash.items() if len(keys) > 1}
-        result.distinct_hashes, result.distinct_checks, result.collisions = len(by_hash), len(groups), len(collided)
-        for cache in (self._last_poke, self._tables):  # forget checks that finished
-            for key in [k for k in cache if k not in groups]:
-                del cache[key]
-        return groups, collided
-
-    def _pick_due(self, groups: dict[CheckKey, CheckGroup], now: datetime, bad: list[tuple[WaitingTask, str]],
-                  result: RoundResult) -> list[CheckGroup]:
-        """Checks due by some task's own poke schedule, or on a table a landing signal named."""
-        with self._wake_lock:
-            woken, self._wake_tables = self._wake_tables, set()
-        due = []
-        for g in list(groups.values()):
-            try:
-                if (woken and self._tables.get(g.key, frozenset()) & woken) or any(
-                        is_due(t.start_date, self._last_poke.get(g.key), parse_exec(t.exec_dict), now)  # type: ignore[arg-type]
-                        for t in g.tasks):
-                    due.append(g)
-            except (ArithmeticError, ValueError) as exc:  # dates out of range: these rows cannot be planned
-                bad.extend((t, f"cannot schedule the next poke: {type(exc).__name__}: {exc}") for t in g.tasks)
-                del groups[g.key]
-        result.woken, result.groups_due = len(woken), len(due)
-        return due
+    def _stale(self, now: datetime) -> bool:
+        return (self._built_at is None or self.fence != self._built_under
+                or now - self._built_at >= self.rebuild_interval or now < self._built_at)
 
     def _build_checks(self, plan: RoundPlan) -> None:
         """Rebuild each due check's sensor from attr_dict (allow-listed classes only) and ask it for its checks.
@@ -144,7 +172,7 @@ class ShardWorker:
             except SensorModuleUnavailable as exc:
                 g.outcome = TransientCheckError(str(exc))
                 plan.result.module_errors[exc.module] = str(exc)
-                plan.result.module_waiting += len(g.tasks)
+                plan.result.module_waiting += g.size
                 continue
             except (UnknownSensorClass, SensorDefinitionError) as exc:
                 g.outcome = PermanentCheckError(str(exc))
@@ -160,7 +188,9 @@ class ShardWorker:
                 g.outcome = PermanentCheckError(f"{g.key[1]}.checks() must return a list of PartitionCheck/PathCheck "
                                                 f"or None, got {type(checks).__name__}")
                 continue
-            self._tables[g.key] = frozenset(c.table_key for c in checks or () if isinstance(c, PartitionCheck))
+            check = self.index.checks.get(g.key)
+            if check is not None and not check.tables and checks:
+                self.index.set_tables(check, frozenset(c.table_key for c in checks if isinstance(c, PartitionCheck)))
             if checks is None:
                 plan.sensors[g.key] = sensor
             else:
@@ -184,29 +214,35 @@ class ShardWorker:
 
     # -- steps after the poke ----------------------------------------------------------------
     def finish_round(self, plan: RoundPlan) -> RoundResult:
-        """Remember poke times, decide every task's transition, write them in one transaction."""
+        """Decide every due check's transitions, write them in one transaction, then update the index: ended
+        checks and cohorts leave it, the others are rescheduled from this poke."""
         result = plan.result
         poke_time = self.clock()
-        for g in plan.due:
-            if g.outcome is not None:
-                self._last_poke[g.key] = poke_time
         result.groups_poked = sum(1 for g in plan.due if g.outcome is not None)
-        decision = decide(list(plan.groups.values()), plan.collided, plan.now, plan.bad)
+        with self._lock:
+            decision = decide(plan.due, plan.collided, plan.now, plan.bad)
         result.permanent_errors = decision.permanent_errors
         result.transient_errors = decision.transient_errors
         result.transient_example = decision.transient_example
         if decision.transient_example:
             log.warning("transient errors on %d check(s), e.g. %s", decision.transient_errors,
                         decision.transient_example)
-        for task, why in plan.bad:
-            log.warning("task %s.%s %s cannot be planned, failing it alone: %s", task.dag_id, task.task_id,
-                        task.execution_date, why)
-        if decision.writes.empty():
-            return result
-        now = self.clock()  # the fence is checked against the time of the write, not of the round's start
-        result.marked = self.store.write_round(self.shard_min, self.shard_max, decision.writes, now, self.fence)
-        if self.fence is not None and not result.marked:
-            result.fenced_out = not self.store.holds(self.fence, now)
+        for key, cohort, why in plan.bad:
+            log.warning("tasks of %s (try %d, started %s) cannot be planned, failing them alone: %s",
+                        key[1], cohort.try_number, cohort.start_date, why)
+        writes = decision.writes
+        if not writes.empty():
+            now = self.clock()  # the fence is checked against the time of the write, not of the round's start
+            started = time.perf_counter()
+            result.marked = self.store.write_round(self.shard_min, self.shard_max, writes, now, self.fence)
+            result.write_seconds = round(time.perf_counter() - started, 4)
+            if self.fence is not None and not result.marked:
+                result.fenced_out = not self.store.holds(self.fence, now)
+        with self._lock:
+            if result.fenced_out:
+                self._built_at = None  # the range is no longer ours under this epoch: start over if it comes back
+            else:
+                self._late_bad.extend(_applied(self.index, plan, writes, poke_time))
         return result
 
     def record(self, result: RoundResult) -> None:
@@ -232,7 +268,39 @@ def _rebuilt_with_checks(cls: type[BaseSensor], attr_dict: str) -> tuple[BaseSen
     return sensor, sensor.checks()
 
 
-def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer]) -> RoundResult:
+def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time: datetime) -> list[BadCohort]:
+    """Update the index after a round's writes: checks that landed or failed leave it, cohorts that timed out or
+    failed alone leave their check, every other due check is rescheduled (from this poke if it was poked).
+    Returns cohorts whose next poke can no longer be computed (failed by the next round)."""
+    for cohorts in writes.ended.values():
+        for key, cohort in cohorts:
+            index.remove_cohort(key, cohort)
+    for key, cohort, _ in writes.bad:
+        index.remove_cohort(key, cohort)
+    ended = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
+    landed = set(writes.landed_hashes)
+    late_bad: list[BadCohort] = []
+    for g in plan.due:
+        if g.key in ended or g.key[0] in landed:
+            index.remove(g.key)
+            continue
+        check = index.checks.get(g.key)
+        if check is not None:
+            late_bad.extend(index.done(check, poke_time if g.outcome is not None else None))
+    return late_bad
+
+
+def _cohorts_of(tasks: list[WaitingTask], now: datetime) -> CohortRows:
+    """The full-reload round's rows (one per task) counted per check and cohort; pending ones start now."""
+    counts: dict[tuple[CheckKey, Cohort], int] = defaultdict(int)
+    for t in tasks:
+        counts[((t.hashcode, t.classpath, t.attr_dict),
+                Cohort(t.exec_dict or "", t.start_date or now, t.try_number))] += 1
+    return [(key, cohort, n) for (key, cohort), n in counts.items()]
+
+
+def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer],
+              focus: set[tuple[str, str]] | None = None) -> RoundResult:
     """One round over the ranges one process owns, reported as one result (``ranges`` lists them).
 
     Loads and writes stay per range (each write fenced by its own lease); the checks of all ranges
@@ -246,7 +314,7 @@ def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer])
     started_at = time.perf_counter()
     statements_before = store.statements()
     try:
-        plans = [w.plan_round() for w in workers]
+        plans = [w.plan_round(focus) for w in workers]
         counters = poke_plans(plans, answerer, workers[0].cfg.get("smart_sensor", "poke_timeout"))
         total = combine_results([w.finish_round(p) for w, p in zip(workers, plans)], ranges)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
@@ -254,11 +322,13 @@ def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer])
         total.catalog_seconds = counters["catalog_seconds"]
         total.db_statements = store.statements() - statements_before
     except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
+        for w in workers:  # what the index knew may be half-applied: the next round rebuilds it
+            w.invalidate()
         log.warning("round failed (will retry next round): %s", first_line(exc))
         log.debug("round failure", exc_info=True)
         total = RoundResult(ranges[0][0], ranges[-1][1], ranges=ranges, error=f"{type(exc).__name__}: {first_line(exc)}")
     total.seconds = round(time.perf_counter() - started_at, 4)
     for w in workers:  # `status` shows the round, a failed one too (recording fails quietly while the DB is down)
-        if w.record_rounds:
+        if w.record_rounds and focus is None:
             w.record(total)
     return total
