@@ -38,7 +38,7 @@ class _Runner:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
-        self.thread.join(timeout=30)
+        self.thread.join(timeout=60)
 
 
 def _state(engine: Any, dag_id: str) -> str:
@@ -79,4 +79,53 @@ def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, sp
           f"{worst_round:.2f} s)")
     assert p95 <= (1.0 if engine.dialect.name == "postgresql" else 1.5)
     assert max(polled) <= 2 + 1.0 + worst_round + 0.5  # poke interval + one round interval + one round
+    engine.dispose()
+
+
+@pytest.mark.spark
+def test_a_signal_is_served_while_a_timer_round_is_under_way(tmp_path, db_url, spark, hive_db) -> None:
+    """A wake-up round runs in its own thread: a landing signal is answered while a slow user sensor holds the
+    timer round (one that takes 12 s), not after it."""
+    from tests.support.custom_sensors import SlowSensor
+    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
+                         smart_sensor__sensors_enabled="NamedHivePartitionSensor, SlowSensor", **LEASE)
+    create_table(spark, hive_db, "t")
+    register(engine, [("slow", SlowSensor(task_id="w", seconds=12)),
+                      ("sig", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=1/hr=00"],
+                                                       poke_interval=600))], DAY, cfg)
+    with _Runner(engine, cfg, spark, signals=True, interval=1.0):
+        wait_until(lambda: _state(engine, "sig") == "smart_running", timeout=60)
+        time.sleep(1.0)  # the timer round is in the slow sensor's poke now
+        land(spark, hive_db, "t", ds="1", hr="00")
+        t0 = time.monotonic()
+        send_signal(engine, f"{hive_db}.t/ds=1/hr=00")
+        wait_until(lambda: _state(engine, "sig") == "success", timeout=15, step=0.02)
+        took = time.monotonic() - t0
+        assert _state(engine, "slow") == "smart_running"  # its round is still under way
+    print(f"[{engine.dialect.name}] signal → success during a 12 s round: {took:.2f} s")
+    engine.dispose()
+
+
+@pytest.mark.spark
+def test_a_check_registered_on_a_landed_partition_succeeds_without_waiting_for_a_round(
+        tmp_path, db_url, spark, hive_db) -> None:
+    """On PostgreSQL a registration NOTIFYs the owning worker, whose wake-up round starts and pokes the new check
+    at once; rounds here run every 60 s, so only the wake-up can be this fast. (SQLite waits for the round.)"""
+    cfg, engine = new_db(tmp_path / "home", db_url, **LEASE)
+    create_table(spark, hive_db, "t")
+    land(spark, hive_db, "t", ds="1", hr="00")
+    register(engine, [("first", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=0/hr=00"]))],
+             DAY, cfg)
+    with _Runner(engine, cfg, spark, signals=True, interval=60.0) as r:
+        wait_until(lambda: any(x.loaded for x in r.results), timeout=60)
+        t0 = time.monotonic()
+        register(engine, [("late", NamedHivePartitionSensor(task_id="w",
+                                                            partition_names=[f"{hive_db}.t/ds=1/hr=00"]))], DAY, cfg)
+        if engine.dialect.name == "postgresql":
+            wait_until(lambda: _state(engine, "late") == "success", timeout=20, step=0.02)
+            print(f"registered on a landed partition → success: {time.monotonic() - t0:.2f} s")
+            assert any(x.partial and x.started == 1 for x in r.results)
+        else:
+            time.sleep(2)
+            assert _state(engine, "late") == "smart_pending"  # no NOTIFY on SQLite: the next round starts it
     engine.dispose()
