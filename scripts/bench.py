@@ -260,7 +260,8 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     """
     import threading
     from smartsensor.service.signals import send_signal
-    from smartsensor.service.runner import LeasedWorker, run_worker
+    from smartsensor.service.runner import LeasedWorker
+    from smartsensor.service.worker_loop import run_worker
     rows = []
     for kind, interval in (("sig", 600.0), ("poll", poll_interval)):
         for i in range(samples):

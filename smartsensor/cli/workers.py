@@ -34,7 +34,8 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
     from smartsensor.adapters.sql.round_store import SqlRoundStore
     from smartsensor.service.round.poke import catalog_answerer
     from smartsensor.service.round.worker import ShardWorker
-    from smartsensor.service.runner import LeasedWorker, PinnedWorker, RoundMetrics, run_worker
+    from smartsensor.service.runner import LeasedWorker, PinnedWorker, RoundMetrics, Runner
+    from smartsensor.service.worker_loop import WorkerLoop
     limit = app.cfg.shard_code_upper_limit
     engine = app.engine(worker=True)
     if (shard_min is None) != (shard_max is None):
@@ -42,7 +43,7 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
     if shard_min is not None and shard_max is not None:
         if not 0 <= shard_min < shard_max <= limit:
             raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
-        runner: Any = PinnedWorker(ShardWorker(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
+        runner: Runner = PinnedWorker(ShardWorker(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
                                    catalog_answerer(app.cfg), catalog_answerer(app.cfg))
     else:
         runner = LeasedWorker(engine, app.cfg)
@@ -72,8 +73,8 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
                        + (f" ERROR {result.error}" if result.error else ""))
         sys.stdout.flush()
 
-    status = run_worker(runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics,
-                        signals=not no_signals)
+    status = WorkerLoop(runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics,
+                        signals=not no_signals).start()
     if status:
         click.echo("Error: the Spark driver JVM died; the worker stopped and released its leases "
                    "(restart it, or run it under `smartsensor workers`, which does)", err=True)

@@ -74,6 +74,12 @@ def combine(outcomes: list[bool | CheckError]) -> bool | CheckError:
     return all(outcomes)
 
 
+def _timeout(cohort: Cohort, now: datetime) -> str:
+    """The state a cohort's tries end in if they timed out by ``now``, else ''."""
+    settings = parse_exec(cohort.exec_dict)
+    return timeout_state(cohort.try_number, settings) if timed_out(cohort.start_date, settings, now) else ""
+
+
 def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
            bad: list[tuple[CheckKey, Cohort, str]] | None = None) -> Decision:
     """The transition rules of a round.
@@ -89,6 +95,7 @@ def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
     decision = Decision(RoundWrites())
     writes = decision.writes
     ended: dict[tuple[str, str | None], list[tuple[CheckKey, Cohort]]] = defaultdict(list)
+    ending: dict[Cohort, str] = {}  # per cohort, its state after a timeout now ('' while it waits); checks share them
     for g in groups:
         if g.outcome is True:
             if g.key[0] in collided:
@@ -105,9 +112,10 @@ def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
             decision.transient_example = decision.transient_example or str(g.outcome)[:500]
         error = timeout_error(g.outcome if isinstance(g.outcome, CheckError) else None)
         for cohort in g.cohorts:
-            settings = parse_exec(cohort.exec_dict)
-            if timed_out(cohort.start_date, settings, now):
-                state = timeout_state(cohort.try_number, settings)
+            state = ending.get(cohort)
+            if state is None:
+                state = ending[cohort] = _timeout(cohort, now)
+            if state:
                 ended[(state, None if state == State.UP_FOR_RETRY else error)].append((g.key, cohort))
                 writes.ended_hashes.add(g.key[0])
     writes.ended = dict(ended)

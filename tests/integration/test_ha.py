@@ -15,7 +15,8 @@ from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import register
 from smartsensor.service.signals import send_signal
-from smartsensor.service.runner import LeasedWorker, run_worker
+from smartsensor.service.runner import LeasedWorker
+from smartsensor.service.worker_loop import run_worker
 from tests.support.common import DAY, new_db, wait_until
 from tests.support.flag_workload import LEASE
 from tests.support.hive_helpers import create_table, land

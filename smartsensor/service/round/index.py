@@ -13,6 +13,7 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows
 from smartsensor.domain.timing import BadExecSettings, next_poke_at, parse_exec
@@ -33,9 +34,11 @@ class WaitingCheck:
     tables: frozenset[Table] = frozenset()
 
 
+@lru_cache(maxsize=65_536)
 def _cohort_attention(cohort: Cohort, last_poke: datetime | None) -> datetime:
     """The cohort's next poke or its time limit, whichever is first. Raises ArithmeticError/ValueError when its
-    dates leave the calendar (the cohort then cannot be planned)."""
+    dates leave the calendar (the cohort then cannot be planned). Cached: the checks a round pokes share their
+    poke time, and the tasks a round started share their start, so 100,000 checks have a handful of answers."""
     settings = parse_exec(cohort.exec_dict)
     poke = next_poke_at(cohort.start_date, last_poke, settings)
     try:
