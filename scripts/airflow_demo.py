@@ -35,15 +35,24 @@ from rich.table import Table  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.exc import OperationalError  # noqa: E402
 
-from airflow_demo_report import (MODEL, SENSOR_OPERATORS, TERMINAL, check_dag, dag_table, figures,  # noqa: E402
-                                 figures_table, state_counts, summary_json)
+from airflow_demo_report import (  # noqa: E402
+    MODEL,
+    SENSOR_OPERATORS,
+    TERMINAL,
+    check_dag,
+    dag_table,
+    figures,
+    figures_table,
+    state_counts,
+    summary_json,
+)
 from demo import worker_rounds  # noqa: E402
+from scripts.airflow_stack import USER, AirflowStack, Processes, StackError, states_requests  # noqa: E402
 from smartsensor.adapters.metastore_process import free_port  # noqa: E402
 from smartsensor.adapters.process import smartsensor_command  # noqa: E402
 from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
 from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402
 from smartsensor.config_keys import render_config  # noqa: E402
-from scripts.airflow_stack import USER, AirflowStack, Processes, StackError, states_requests  # noqa: E402
 
 DAGS = ROOT / "scripts" / "airflow_demo_dags"
 DS = "2026-11-22"  # the day the teams wait for
@@ -62,18 +71,31 @@ class Stop(Exception):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sensors", type=int, default=200, help="sensor tasks over all the DAGs (default 200)")
-    p.add_argument("--partitions", type=int, default=20,
-                   help="hourly partitions the pipeline lands, half in demo.events, half in demo.clicks (even, "
-                        "2-48; default 20)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=20,
+        help="hourly partitions the pipeline lands, half in demo.events, half in demo.clicks (even, 2-48; default 20)",
+    )
     p.add_argument("--every", type=float, default=3.0, help="seconds between landed hours (default 3)")
     p.add_argument("--workers", type=int, default=2, help="leased smartsensor workers (default 2)")
     p.add_argument("--parallelism", type=int, default=8, help="Airflow's [core] parallelism (default 8)")
-    p.add_argument("--home", default=str(ROOT / ".airflow-demo"), help="the demo's folder, recreated "
-                   "(default .airflow-demo; logs in HOME/logs)")
-    p.add_argument("--db-url", default=None, help="smartsensor's metadata DB (default: SQLite under HOME; "
-                   "airflow_demo.sh passes its throwaway PostgreSQL)")
-    p.add_argument("--airflow-venv", default=None, help="an Airflow 3 venv with the provider installed (default: "
-                   "the one scripts/airflow_env.sh built, from SMARTSENSOR_AIRFLOW_VENVS)")
+    p.add_argument(
+        "--home",
+        default=str(ROOT / ".airflow-demo"),
+        help="the demo's folder, recreated (default .airflow-demo; logs in HOME/logs)",
+    )
+    p.add_argument(
+        "--db-url",
+        default=None,
+        help="smartsensor's metadata DB (default: SQLite under HOME; airflow_demo.sh passes its throwaway PostgreSQL)",
+    )
+    p.add_argument(
+        "--airflow-venv",
+        default=None,
+        help="an Airflow 3 venv with the provider installed (default: "
+        "the one scripts/airflow_env.sh built, from SMARTSENSOR_AIRFLOW_VENVS)",
+    )
     p.add_argument("--airflow-port", type=int, default=0, help="Airflow UI/API port (default: a free one)")
     p.add_argument("--port", type=int, default=0, help="smartsensor serve's port (default: a free one)")
     p.add_argument("--deadline", type=float, default=900, help="seconds before the demo gives up (default 900)")
@@ -94,12 +116,20 @@ def write_config(home: Path, db_url: str, metastore_port: int, token: str) -> Pa
     """The stack's smartsensor config: every key commented, as `smartsensor config init` writes it."""
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "airflow.cfg"
-    cfg.write_text(render_config({
-        ("core", "sql_alchemy_conn"): db_url, ("smart_sensor", "shards"): "4",
-        ("spark", "warehouse_dir"): f"{home}/warehouse",
-        ("spark", "metastore_uris"): f"thrift://127.0.0.1:{metastore_port}",
-        ("spark", "conf"): "spark.driver.memory=512m", ("metastore", "port"): str(metastore_port),
-        ("api", "token"): token, ("api", "history_interval"): "5"}))
+    cfg.write_text(
+        render_config(
+            {
+                ("core", "sql_alchemy_conn"): db_url,
+                ("smart_sensor", "shards"): "4",
+                ("spark", "warehouse_dir"): f"{home}/warehouse",
+                ("spark", "metastore_uris"): f"thrift://127.0.0.1:{metastore_port}",
+                ("spark", "conf"): "spark.driver.memory=512m",
+                ("metastore", "port"): str(metastore_port),
+                ("api", "token"): token,
+                ("api", "history_interval"): "5",
+            }
+        )
+    )
     return cfg
 
 
@@ -121,10 +151,16 @@ class Demo:
         self.ss_url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
         self.env.update(SMARTSENSOR_HOME=str(self.ss_home), SPARK_LOCAL_IP="127.0.0.1")
-        self.stack = AirflowStack(Path(args.airflow_venv), self.home / "airflow", self.processes,
-                                  parallelism=args.parallelism, port=args.airflow_port,
-                                  AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{self.token}@127.0.0.1:{self.port}",
-                                  DEMO_SENSORS=str(args.sensors), DEMO_PARTITIONS=str(args.partitions))
+        self.stack = AirflowStack(
+            Path(args.airflow_venv),
+            self.home / "airflow",
+            self.processes,
+            parallelism=args.parallelism,
+            port=args.airflow_port,
+            AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{self.token}@127.0.0.1:{self.port}",
+            DEMO_SENSORS=str(args.sensors),
+            DEMO_PARTITIONS=str(args.partitions),
+        )
         for dag in sorted(DAGS.glob("*.py")):
             shutil.copy(dag, self.stack.dags / dag.name)
         self.dag_ids = sorted(p.stem for p in DAGS.glob("*.py") if p.stem != "demo_scale")
@@ -137,8 +173,8 @@ class Demo:
     # -- smartsensor ------------------------------------------------------------------------------
     def cli(self, *args: str) -> str:
         import subprocess
-        proc = subprocess.run(smartsensor_command(*args), env=self.env, capture_output=True,
-                              text=True)
+
+        proc = subprocess.run(smartsensor_command(*args), env=self.env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise StackError(f"smartsensor {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
         return proc.stdout.strip()
@@ -148,9 +184,26 @@ class Demo:
 
     def pipeline(self, name: str, tables: str, ds: str, hours: str, every: float) -> Any:
         """scripts/pipeline.py landing ``hours`` of ``ds`` in ``tables`` (a landing signal after each)."""
-        return self.processes.start(name, [sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", tables,
-                                           "--ds", ds, "--hours", hours, "--every", str(every), "--rows", "5",
-                                           "--no-success-file"], self.env, service=False)
+        return self.processes.start(
+            name,
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "pipeline.py"),
+                "--table",
+                tables,
+                "--ds",
+                ds,
+                "--hours",
+                hours,
+                "--every",
+                str(every),
+                "--rows",
+                "5",
+                "--no-success-file",
+            ],
+            self.env,
+            service=False,
+        )
 
     def query(self, sql: str) -> list[Any]:
         if self.engine is None:
@@ -161,8 +214,9 @@ class Demo:
     def rows(self) -> list[dict[str, Any]]:
         """smartsensor's task instances (one per registered sensor try), dates as ISO text."""
         with self.engine.connect() as conn:
-            return [{k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in r.items()}
-                    for r in list_tasks(conn)]
+            return [
+                {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in r.items()} for r in list_tasks(conn)
+            ]
 
     def states_requests(self) -> int:
         """``POST /api/v1/tasks/states`` requests serve answered (its /metrics)."""
@@ -219,8 +273,11 @@ class Demo:
         for dag_id in self.dag_ids:
             table.add_row(dag_id, state_counts(s for (d, _), s in states.items() if d == dag_id) or "-")
         registered, distinct = self.query("SELECT count(*), count(DISTINCT hashcode) FROM task_instance")[0]
-        table.add_row("[dim]smartsensor[/dim]", f"{registered} registered, {distinct} distinct checks, "
-                      f"{len(self.landed())} partitions landed, {self.states_requests()} states requests")
+        table.add_row(
+            "[dim]smartsensor[/dim]",
+            f"{registered} registered, {distinct} distinct checks, "
+            f"{len(self.landed())} partitions landed, {self.states_requests()} states requests",
+        )
         return table
 
     def sensors_settled(self) -> bool:
@@ -242,8 +299,12 @@ class Demo:
 
     def run(self) -> None:
         console.print(f"[bold]home[/bold] {self.home}   Airflow {self.stack.version}   logs {self.logs}")
-        migrate = self.processes.start("airflow-db-migrate", [str(self.stack.venv / "bin" / "airflow"), "db",
-                                                              "migrate"], self.stack.env, service=False)
+        migrate = self.processes.start(
+            "airflow-db-migrate",
+            [str(self.stack.venv / "bin" / "airflow"), "db", "migrate"],
+            self.stack.env,
+            service=False,
+        )
         console.print(self.cli("metastore", "start"))
         console.print(self.cli("db", "init"))
         # The tables exist with yesterday's data before the teams start waiting on today's, as in production.
@@ -255,23 +316,24 @@ class Demo:
             raise StackError(f"airflow db migrate failed:\n{self.processes.log_tail('airflow-db-migrate')}")
         self.stack.start()
         self.wait("smartsensor serve answering", self.serve_healthy, 1, show=False)
-        self.wait("Airflow healthy (api-server, dag-processor, scheduler, triggerer)", self.stack.healthy, 1,
-                  show=False)
+        self.wait(
+            "Airflow healthy (api-server, dag-processor, scheduler, triggerer)", self.stack.healthy, 1, show=False
+        )
         self.wait("the DAG files parsed", lambda: self.stack.parsed(self.dag_ids), 1, show=False)
         self.wait("yesterday's partitions landed", lambda: history.poll() is not None, 1, show=False)
         if history.returncode != 0:
             raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline-history')}")
         self.mark("stack up")
-        console.print(f"stack up in {self.marks['stack up']:.0f} s: Airflow UI {self.stack.url}, "
-                      f"smartsensor {self.ss_url}")
+        console.print(
+            f"stack up in {self.marks['stack up']:.0f} s: Airflow UI {self.stack.url}, smartsensor {self.ss_url}"
+        )
         for dag_id in self.dag_ids:
             self.stack.trigger(dag_id, DS)
         self.triggered = True
         console.print(f"triggered {', '.join(self.dag_ids)} for {DS}")
         self.wait("every sensor task registered and deferred", self.sensors_settled)
         self.mark("sensors deferred")
-        self.pipeline("pipeline", "demo.events,demo.clicks", DS, f"0-{self.args.partitions // 2 - 1}",
-                      self.args.every)
+        self.pipeline("pipeline", "demo.events,demo.clicks", DS, f"0-{self.args.partitions // 2 - 1}", self.args.every)
         self.wait("the pipeline landing and every DAG run finishing", self.landed_and_finished)
         self.mark("runs finished")
         if self.processes.procs["pipeline"].returncode != 0:
@@ -300,9 +362,17 @@ def summary(demo: Demo, finished: bool) -> list[str]:
     by_key = {(r["dag_id"], r["task_id"]): r for r in rows}
     landed = demo.landed()
     states = demo.stack.task_states(demo.dag_ids)
-    checks = [check_dag(dag_id, demo.stack.api("GET", f"/api/v2/dags/{dag_id}/tasks")["tasks"],
-                        {t: s for (d, t), s in states.items() if d == dag_id}, by_key, landed, set())
-              for dag_id in demo.dag_ids]
+    checks = [
+        check_dag(
+            dag_id,
+            demo.stack.api("GET", f"/api/v2/dags/{dag_id}/tasks")["tasks"],
+            {t: s for (d, t), s in states.items() if d == dag_id},
+            by_key,
+            landed,
+            set(),
+        )
+        for dag_id in demo.dag_ids
+    ]
     table, problems = dag_table(checks, finished)
     console.print(table)
     f = figures(rows, demo.rounds(), demo.states_requests())
@@ -310,8 +380,16 @@ def summary(demo: Demo, finished: bool) -> list[str]:
     console.print(f"[dim]{MODEL}[/dim]")
     console.print("timeline: " + ", ".join(f"{name} at {at:.0f} s" for name, at in demo.marks.items()))
     if demo.args.summary_json:
-        data = summary_json(checks, f, finished, landed=len(landed), timeline=demo.marks,
-                            airflow_ui=demo.stack.url, status_page=f"{demo.ss_url}/", logs=str(demo.logs))
+        data = summary_json(
+            checks,
+            f,
+            finished,
+            landed=len(landed),
+            timeline=demo.marks,
+            airflow_ui=demo.stack.url,
+            status_page=f"{demo.ss_url}/",
+            logs=str(demo.logs),
+        )
         Path(demo.args.summary_json).write_text(json.dumps(data, indent=2) + "\n")
     return problems
 
@@ -332,8 +410,10 @@ def main(argv: list[str] | None = None) -> int:
             demo.run()
             finished = True
         except Deadline as exc:
-            console.print(f"[red]{exc}[/red]; below, only the tasks that ended are checked (the machine is "
-                          f"probably loaded: run again with a larger --deadline)")
+            console.print(
+                f"[red]{exc}[/red]; below, only the tasks that ended are checked (the machine is "
+                f"probably loaded: run again with a larger --deadline)"
+            )
             status = 2
         if not demo.triggered:  # the deadline passed while starting: nothing ran, nothing to compare
             urls(demo)

@@ -34,9 +34,11 @@ class DagCheck:
     def mismatches(self, finished_only: bool = False) -> list[str]:
         """Tasks not in their expected state; with ``finished_only`` (a run cut short), only among those that
         ended (a task still waiting says nothing yet)."""
-        return [f"{self.dag_id}.{t}: expected {self.expected[t]}, Airflow says {self.got.get(t)}"
-                for t in sorted(self.expected) if self.got.get(t) != self.expected[t]
-                and (not finished_only or self.got.get(t) in TERMINAL)]
+        return [
+            f"{self.dag_id}.{t}: expected {self.expected[t]}, Airflow says {self.got.get(t)}"
+            for t in sorted(self.expected)
+            if self.got.get(t) != self.expected[t] and (not finished_only or self.got.get(t) in TERMINAL)
+        ]
 
 
 def sensor_expectation(row: dict[str, Any] | None, partitions: set[str], files: set[str]) -> str:
@@ -60,8 +62,14 @@ def downstream_expectation(upstream: Iterable[str]) -> str:
     return "skipped"
 
 
-def check_dag(dag_id: str, tasks: list[dict[str, Any]], got: dict[str, str | None],
-              rows: dict[tuple[str, str], dict[str, Any]], partitions: set[str], files: set[str]) -> DagCheck:
+def check_dag(
+    dag_id: str,
+    tasks: list[dict[str, Any]],
+    got: dict[str, str | None],
+    rows: dict[tuple[str, str], dict[str, Any]],
+    partitions: set[str],
+    files: set[str],
+) -> DagCheck:
     """Expected states of one DAG's tasks. ``tasks`` is Airflow's own description of the DAG (REST
     ``/dags/{id}/tasks``: task_id, operator_name, trigger_rule, downstream_task_ids)."""
     check = DagCheck(dag_id, got=got)
@@ -86,6 +94,7 @@ def check_dag(dag_id: str, tasks: list[dict[str, Any]], got: dict[str, str | Non
 
 
 # -- figures ------------------------------------------------------------------------------------------
+
 
 def seconds(row: dict[str, Any], start: str, end: str) -> float:
     if not row.get(start) or not row.get(end):
@@ -167,9 +176,14 @@ def dag_table(checks: list[DagCheck], finished: bool) -> tuple[Table, list[str]]
     for check in checks:
         wrong = check.mismatches(finished_only=not finished)
         problems += wrong
-        table.add_row(check.dag_id, str(len(check.got)), str(check.sensors), state_counts(check.expected.values()),
-                      state_counts(check.got.values()),
-                      "[green]OK[/green]" if not wrong else f"[red]{len(wrong)} mismatch(es)[/red]")
+        table.add_row(
+            check.dag_id,
+            str(len(check.got)),
+            str(check.sensors),
+            state_counts(check.expected.values()),
+            state_counts(check.got.values()),
+            "[green]OK[/green]" if not wrong else f"[red]{len(wrong)} mismatch(es)[/red]",
+        )
     return table, problems
 
 
@@ -183,12 +197,17 @@ def figures_table(f: Figures, landed: int, partitions: int) -> Table:
         ("partitions landed by the pipeline", f"{landed} of {partitions}"),
         ("sensor registrations (one per Airflow try)", str(f.registrations)),
         ("distinct checks (hashes)", f"{f.distinct_checks} (dedup {ratio})"),
-        ("metastore calls by smartsensor's workers",
-         f"{f.metastore_calls} ({f.listings} partition listings + {f.schema_reads} schema reads, "
-         f"{f.worker_rounds} rounds)"),
+        (
+            "metastore calls by smartsensor's workers",
+            f"{f.metastore_calls} ({f.listings} partition listings + {f.schema_reads} schema reads, "
+            f"{f.worker_rounds} rounds)",
+        ),
         ("Airflow's own Hive sensors, same waits (computed)", f"{f.classic_calls} ({fewer})"),
-        ("states requests, 1 triggerer", f"{f.states_requests} in {f.deferred_window:.0f} s, each for every "
-                                         f"deferred sensor (poll interval {f.shortest_poll:g} s)"),
+        (
+            "states requests, 1 triggerer",
+            f"{f.states_requests} in {f.deferred_window:.0f} s, each for every "
+            f"deferred sensor (poll interval {f.shortest_poll:g} s)",
+        ),
         ("if each trigger polled alone (computed)", str(f.per_task_requests)),
     ):
         table.add_row(name, value)
@@ -197,9 +216,18 @@ def figures_table(f: Figures, landed: int, partitions: int) -> Table:
 
 def summary_json(checks: list[DagCheck], f: Figures, finished: bool, **extra: Any) -> dict[str, Any]:
     """The summary as data (``--summary-json``)."""
-    return {"finished": finished,
-            "dags": {c.dag_id: {"tasks": len(c.got), "sensors": c.sensors,
-                                "expected": dict(Counter(c.expected.values())),
-                                "got": dict(Counter(s or "none" for s in c.got.values())),
-                                "mismatches": c.mismatches(finished_only=not finished)} for c in checks},
-            "figures": {**asdict(f), "metastore_calls": f.metastore_calls}, **extra}
+    return {
+        "finished": finished,
+        "dags": {
+            c.dag_id: {
+                "tasks": len(c.got),
+                "sensors": c.sensors,
+                "expected": dict(Counter(c.expected.values())),
+                "got": dict(Counter(s or "none" for s in c.got.values())),
+                "mismatches": c.mismatches(finished_only=not finished),
+            }
+            for c in checks
+        },
+        "figures": {**asdict(f), "metastore_calls": f.metastore_calls},
+        **extra,
+    }

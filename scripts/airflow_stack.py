@@ -36,12 +36,19 @@ from smartsensor.adapters.process import pdeathsig_preexec
 def airflow_env(venv: Path, home: Path, **extra: str) -> dict[str, str]:
     """An environment for Airflow commands: its venv first on PATH, nothing of smartsensor's (no PYTHONPATH,
     no SMARTSENSOR_*), examples off, DAGs from ``home/dags``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SMARTSENSOR", "AIRFLOW", "PYTHON", "VIRTUAL_ENV", "PYSPARK"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SMARTSENSOR", "AIRFLOW", "PYTHON", "VIRTUAL_ENV", "PYSPARK"))
+    }
     (home / "dags").mkdir(parents=True, exist_ok=True)
-    env.update(PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}", AIRFLOW_HOME=str(home),
-               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
-               PYTHONWARNINGS="ignore")
+    env.update(
+        PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+        PYTHONWARNINGS="ignore",
+    )
     env.update(extra)
     return env
 
@@ -51,11 +58,13 @@ def version_of(venv: Path) -> str:
     return venv.name.split("-", 1)[1]
 
 
-def run_airflow(venv: Path, args: list[str], env: dict[str, str], timeout: float = 300,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_airflow(
+    venv: Path, args: list[str], env: dict[str, str], timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """``airflow *args`` in ``venv``; with ``check``, fail with its output unless it exits 0."""
-    proc = subprocess.run([str(venv / "bin" / "airflow"), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(venv / "bin" / "airflow"), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"airflow {args} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -83,8 +92,13 @@ def states_requests(base_url: str, token: str) -> int:
     /metrics counts them per process since it started)."""
     request = urllib.request.Request(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as r:
-        return int(sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
-                       if line.startswith("smartsensor_api_requests{") and '"/api/v1/tasks/states"' in line))
+        return int(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in r.read().decode().splitlines()
+                if line.startswith("smartsensor_api_requests{") and '"/api/v1/tasks/states"' in line
+            )
+        )
 
 
 USER = "admin"
@@ -108,8 +122,15 @@ class Processes:
 
     def start(self, name: str, args: list[str], env: dict[str, str], service: bool = True) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=pdeathsig_preexec())
+            proc = subprocess.Popen(
+                args,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=pdeathsig_preexec(),
+            )
         self.procs[name] = proc
         if service:
             self.services.add(name)
@@ -124,8 +145,9 @@ class Processes:
         for name in sorted(self.services):
             proc = self.procs[name]
             if proc.poll() is not None:
-                raise StackError(f"{name} exited ({proc.returncode}); end of {self.logs / (name + '.log')}:\n"
-                                 f"{self.log_tail(name)}")
+                raise StackError(
+                    f"{name} exited ({proc.returncode}); end of {self.logs / (name + '.log')}:\n{self.log_tail(name)}"
+                )
 
     def stop(self, grace: float = STOP_GRACE) -> None:
         """SIGTERM to every process group at once, then SIGKILL to the groups of those still running after
@@ -148,8 +170,9 @@ class Processes:
 class AirflowStack:
     """One Airflow installation (a venv with the provider installed, one AIRFLOW_HOME) and its processes."""
 
-    def __init__(self, venv: Path, home: Path, processes: Processes, parallelism: int = 8, port: int = 0,
-                 **extra_env: str) -> None:
+    def __init__(
+        self, venv: Path, home: Path, processes: Processes, parallelism: int = 8, port: int = 0, **extra_env: str
+    ) -> None:
         self.venv, self.home, self.processes = venv, home, processes
         self.version = version_of(venv)
         self.major = int(self.version.split(".")[0])
@@ -169,16 +192,20 @@ class AirflowStack:
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
         }
         if self.major >= 3:
-            env.update({
-                "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(self.port),
-                "AIRFLOW__API__BASE_URL": self.url, "AIRFLOW__API__WORKERS": "1",
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
-                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            })
+            env.update(
+                {
+                    "AIRFLOW__API__HOST": "127.0.0.1",
+                    "AIRFLOW__API__PORT": str(self.port),
+                    "AIRFLOW__API__BASE_URL": self.url,
+                    "AIRFLOW__API__WORKERS": "1",
+                    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+                    "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+                    "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+                    "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                }
+            )
         env.update(extra_env)
         self.env = airflow_env(venv, home, **env)
         self.dags = home / "dags"
@@ -187,12 +214,16 @@ class AirflowStack:
     def components(self) -> dict[str, list[str]]:
         airflow = str(self.venv / "bin" / "airflow")
         if self.major >= 3:
-            return {"api-server": [airflow, "api-server", "--port", str(self.port), "--host", "127.0.0.1"],
-                    "dag-processor": [airflow, "dag-processor"],
-                    "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
-                    "triggerer": [airflow, "triggerer", "--skip-serve-logs"]}
-        return {"scheduler": [airflow, "scheduler", "--skip-serve-logs"],
-                "triggerer": [airflow, "triggerer", "--skip-serve-logs"]}
+            return {
+                "api-server": [airflow, "api-server", "--port", str(self.port), "--host", "127.0.0.1"],
+                "dag-processor": [airflow, "dag-processor"],
+                "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
+                "triggerer": [airflow, "triggerer", "--skip-serve-logs"],
+            }
+        return {
+            "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
+            "triggerer": [airflow, "triggerer", "--skip-serve-logs"],
+        }
 
     def migrate(self) -> float:
         """``airflow db migrate`` (a new database); returns its seconds."""
@@ -226,8 +257,9 @@ class AirflowStack:
             except (OSError, OperationalError):
                 pass  # not listening yet, or the tables are not there yet
             if time.monotonic() - started > timeout:
-                raise StackError(f"Airflow {self.version}: {what} not reached within {timeout:g} s "
-                                 f"(logs in {self.processes.logs})")
+                raise StackError(
+                    f"Airflow {self.version}: {what} not reached within {timeout:g} s (logs in {self.processes.logs})"
+                )
             time.sleep(step)
 
     def healthy(self) -> bool:
@@ -236,8 +268,10 @@ class AirflowStack:
         if self.major >= 3:
             with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=10) as response:
                 health = json.load(response)
-            return all((health.get(k) or {}).get("status") == "healthy"
-                       for k in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
+            return all(
+                (health.get(k) or {}).get("status") == "healthy"
+                for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+            )
         jobs = {r[0] for r in self.rows("SELECT job_type FROM job WHERE state = 'running'")}
         return {"SchedulerJob", "TriggererJob"} <= jobs
 
@@ -257,8 +291,9 @@ class AirflowStack:
     def trigger(self, dag_id: str, logical_date: str) -> str:
         """Create a DAG run for ``logical_date`` (``YYYY-MM-DD``); returns its run_id."""
         if self.major >= 3:
-            run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                           {"logical_date": f"{logical_date}T00:00:00Z", "conf": {}})
+            run = self.api(
+                "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": f"{logical_date}T00:00:00Z", "conf": {}}
+            )
             return run["dag_run_id"]
         run_airflow(self.venv, ["dags", "trigger", "-e", logical_date, dag_id], self.env)
         return self.rows("SELECT run_id FROM dag_run WHERE dag_id = :d ORDER BY id DESC LIMIT 1", d=dag_id)[0][0]
@@ -266,8 +301,9 @@ class AirflowStack:
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """One call to the 3.x REST API as ``admin`` (logged in once, with ``password``)."""
         if self._token is None:
-            self._token = _call("POST", f"{self.url}/auth/token",
-                                {"username": USER, "password": self.password})["access_token"]
+            self._token = _call("POST", f"{self.url}/auth/token", {"username": USER, "password": self.password})[
+                "access_token"
+            ]
         return _call(method, f"{self.url}{path}", body, {"Authorization": f"Bearer {self._token}"})
 
     def rows(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -290,8 +326,9 @@ class AirflowStack:
 
 def _call(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             raw = response.read()

@@ -58,8 +58,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # --- the server ------------------------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
@@ -68,7 +70,7 @@ def free_port() -> int:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` (all its threads) so far, from /proc/PID/stat."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": field 3 (state) is fields[0]
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 (state) is fields[0]
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15
 
 
@@ -85,8 +87,9 @@ class Server:
     def __init__(self, home: Path, db_url: str, token: str) -> None:
         self.home, self.port, self.token = home, free_port(), token
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
-        self.env.update(SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url,
-                        SMARTSENSOR__API__TOKEN=token)
+        self.env.update(
+            SMARTSENSOR_HOME=str(home), SMARTSENSOR__CORE__SQL_ALCHEMY_CONN=db_url, SMARTSENSOR__API__TOKEN=token
+        )
         self.log = home / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -94,14 +97,20 @@ class Server:
         return [sys.executable, "-m", "smartsensor.cli", *args]
 
     def start(self, timeout: float = 60) -> None:
-        init = subprocess.run(self.cli("db", "init"), env=self.env, cwd=self.home, capture_output=True, text=True,
-                              timeout=300)
+        init = subprocess.run(
+            self.cli("db", "init"), env=self.env, cwd=self.home, capture_output=True, text=True, timeout=300
+        )
         if init.returncode != 0:
             raise SystemExit(f"smartsensor db init failed: {init.stderr.strip() or init.stdout.strip()}")
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(self.cli("serve", "--host", HOST, "--port", str(self.port)), env=self.env,
-                                         cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=pdeathsig_preexec())
+            self.proc = subprocess.Popen(
+                self.cli("serve", "--host", HOST, "--port", str(self.port)),
+                env=self.env,
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=pdeathsig_preexec(),
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -134,6 +143,7 @@ class Server:
 
 
 # --- the client ------------------------------------------------------------------------------------------------
+
 
 class Connection:
     """One keep-alive HTTP/1.1 connection to the server; ``request`` sends one request and reads its answer."""
@@ -213,17 +223,31 @@ async def one_request(port: int, method: str, path: str, body: bytes | None, tok
 
 # --- the workload ----------------------------------------------------------------------------------------------
 
+
 def task_key(i: int, tag: str) -> dict[str, Any]:
     """Task ``i`` of the run: 100 tasks per DAG, one run per bench run (``tag``), try 1."""
-    return {"dag_id": f"bench_api_{i // 100}", "task_id": f"wait_{i % 100}", "run_id": f"bench__{tag}",
-            "map_index": -1, "try_number": 1}
+    return {
+        "dag_id": f"bench_api_{i // 100}",
+        "task_id": f"wait_{i % 100}",
+        "run_id": f"bench__{tag}",
+        "map_index": -1,
+        "try_number": 1,
+    }
 
 
 def registration(i: int, partitions: int, tag: str) -> bytes:
     partition = f"bench_api.events/ds={DAY}/part={i % partitions}"
-    return json.dumps({"key": task_key(i, tag), "logical_date": f"{DAY}T00:00:00+00:00",
-                       "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": [partition]},
-                                  "exec": {"poke_interval": 60, "timeout": 7 * 86400}}}).encode()
+    return json.dumps(
+        {
+            "key": task_key(i, tag),
+            "logical_date": f"{DAY}T00:00:00+00:00",
+            "sensor": {
+                "class": "NamedHivePartitionSensor",
+                "persist": {"partition_names": [partition]},
+                "exec": {"poke_interval": 60, "timeout": 7 * 86400},
+            },
+        }
+    ).encode()
 
 
 @dataclass
@@ -248,15 +272,25 @@ class Phase:
 
     def row(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
-        return {"phase": self.name, "requests": self.requests, "errors": self.errors, "wrong_answers": self.wrong,
-                "keys": self.keys, "seconds": round(self.seconds, 2),
-                "requests_per_s": round(self.requests / self.seconds, 1) if self.seconds else 0.0,
-                "keys_per_s": round(self.keys / self.seconds, 1) if self.seconds else 0.0,
-                "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95), "p99_ms": pct(lat, 99),
-                "server_cpu_s": round(self.server_cpu, 2),
-                "server_cpu_s_per_1k_keys": round(self.server_cpu / (self.keys / 1000), 3) if self.keys else 0.0,
-                "server_rss_mb": round(self.server_rss_mb, 1), "client_cpu_s": round(self.client_cpu, 2),
-                "late_polls": self.late_polls, "error_examples": self.error_examples}
+        return {
+            "phase": self.name,
+            "requests": self.requests,
+            "errors": self.errors,
+            "wrong_answers": self.wrong,
+            "keys": self.keys,
+            "seconds": round(self.seconds, 2),
+            "requests_per_s": round(self.requests / self.seconds, 1) if self.seconds else 0.0,
+            "keys_per_s": round(self.keys / self.seconds, 1) if self.seconds else 0.0,
+            "p50_ms": pct(lat, 50),
+            "p95_ms": pct(lat, 95),
+            "p99_ms": pct(lat, 99),
+            "server_cpu_s": round(self.server_cpu, 2),
+            "server_cpu_s_per_1k_keys": round(self.server_cpu / (self.keys / 1000), 3) if self.keys else 0.0,
+            "server_rss_mb": round(self.server_rss_mb, 1),
+            "client_cpu_s": round(self.client_cpu, 2),
+            "late_polls": self.late_polls,
+            "error_examples": self.error_examples,
+        }
 
 
 def pct(sorted_seconds: list[float], q: float) -> float:
@@ -284,8 +318,9 @@ async def timed(conn: Connection, phase: Phase, method: str, path: str, body: by
     return status, data
 
 
-async def register_all(port: int, token: str, tasks: int, partitions: int, concurrency: int, tag: str,
-                       phase: Phase) -> None:
+async def register_all(
+    port: int, token: str, tasks: int, partitions: int, concurrency: int, tag: str, phase: Phase
+) -> None:
     """``tasks`` registrations, ``concurrency`` at a time, each requester on its own connection."""
     next_task = iter(range(tasks))
 
@@ -306,8 +341,18 @@ async def register_all(port: int, token: str, tasks: int, partitions: int, concu
     await asyncio.gather(*(requester() for _ in range(concurrency)))
 
 
-async def poll_all(port: int, token: str, tasks: int, pollers: int, keys_per_poller: int, interval: float,
-                   window: float, wait: float, tag: str, phase: Phase) -> None:
+async def poll_all(
+    port: int,
+    token: str,
+    tasks: int,
+    pollers: int,
+    keys_per_poller: int,
+    interval: float,
+    window: float,
+    wait: float,
+    tag: str,
+    phase: Phase,
+) -> None:
     """``pollers`` pollers, each asking for its keys every ``interval`` s for ``window`` s, started spread evenly
     over one interval."""
     path = "/api/v1/tasks/states" + (f"?wait={wait:g}" if wait > 0 else "")
@@ -357,11 +402,20 @@ def measured(server: Server, phase: Phase, run: Any, limit: float) -> Phase:
 
 # --- output ----------------------------------------------------------------------------------------------------
 
-COLUMNS = [("phase", "phase", "{}"), ("requests", "requests", "{:,}"), ("errors", "errors", "{:,}"),
-           ("req/s", "requests_per_s", "{:,.0f}"), ("keys/s", "keys_per_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:,.0f}"),
-           ("p95 ms", "p95_ms", "{:,.0f}"), ("p99 ms", "p99_ms", "{:,.0f}"), ("server CPU s", "server_cpu_s", "{:.1f}"),
-           ("server CPU s / 1,000 keys", "server_cpu_s_per_1k_keys", "{:.3f}"),
-           ("server RSS MB", "server_rss_mb", "{:.0f}"), ("client CPU s", "client_cpu_s", "{:.1f}")]
+COLUMNS = [
+    ("phase", "phase", "{}"),
+    ("requests", "requests", "{:,}"),
+    ("errors", "errors", "{:,}"),
+    ("req/s", "requests_per_s", "{:,.0f}"),
+    ("keys/s", "keys_per_s", "{:,.0f}"),
+    ("p50 ms", "p50_ms", "{:,.0f}"),
+    ("p95 ms", "p95_ms", "{:,.0f}"),
+    ("p99 ms", "p99_ms", "{:,.0f}"),
+    ("server CPU s", "server_cpu_s", "{:.1f}"),
+    ("server CPU s / 1,000 keys", "server_cpu_s_per_1k_keys", "{:.3f}"),
+    ("server RSS MB", "server_rss_mb", "{:.0f}"),
+    ("client CPU s", "client_cpu_s", "{:.1f}"),
+]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -376,8 +430,9 @@ def interrupted(*_: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--db-url", help="metadata DB (default: SQLite in a temporary folder)")
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=500)
@@ -386,8 +441,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys-per-poller", type=int, default=200)
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument("--poll-seconds", type=float, default=20.0)
-    parser.add_argument("--wait", type=float, default=0.0,
-                        help="send states requests with ?wait=S (held while every key waits; default 0: plain polls)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        help="send states requests with ?wait=S (held while every key waits; default 0: plain polls)",
+    )
     parser.add_argument("--phase-limit", type=float, default=900.0, help="seconds a phase may take at most")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (config, serve.log, SQLite)")
@@ -410,22 +469,49 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         server.start()
-        print(f"smartsensor serve pid {server.proc.pid if server.proc else '?'} on {HOST}:{server.port}, {backend}, "
-              f"{os.cpu_count()} cores; this client pid {os.getpid()}", flush=True)
+        print(
+            f"smartsensor serve pid {server.proc.pid if server.proc else '?'} on {HOST}:{server.port}, {backend}, "
+            f"{os.cpu_count()} cores; this client pid {os.getpid()}",
+            flush=True,
+        )
         reg = Phase("registration")
-        measured(server, reg, register_all(server.port, server.token, args.tasks, args.partitions, args.concurrency,
-                                           tag, reg), args.phase_limit)
+        measured(
+            server,
+            reg,
+            register_all(server.port, server.token, args.tasks, args.partitions, args.concurrency, tag, reg),
+            args.phase_limit,
+        )
         rows.append(reg.row())
-        print(f"registration: {args.tasks:,} tasks over {args.partitions:,} partitions, concurrency "
-              f"{args.concurrency}: {reg.seconds:.1f} s", flush=True)
+        print(
+            f"registration: {args.tasks:,} tasks over {args.partitions:,} partitions, concurrency "
+            f"{args.concurrency}: {reg.seconds:.1f} s",
+            flush=True,
+        )
         polls = Phase("polling")
-        measured(server, polls, poll_all(server.port, server.token, args.tasks, args.pollers, args.keys_per_poller,
-                                         args.poll_interval, args.poll_seconds, args.wait, tag, polls),
-                 args.poll_seconds + args.phase_limit)
+        measured(
+            server,
+            polls,
+            poll_all(
+                server.port,
+                server.token,
+                args.tasks,
+                args.pollers,
+                args.keys_per_poller,
+                args.poll_interval,
+                args.poll_seconds,
+                args.wait,
+                tag,
+                polls,
+            ),
+            args.poll_seconds + args.phase_limit,
+        )
         rows.append(polls.row())
-        print(f"polling: {args.pollers} pollers x {args.keys_per_poller} keys every {args.poll_interval:g} s for "
-              f"{args.poll_seconds:g} s{f' (wait={args.wait:g})' if args.wait else ''}: {polls.late_polls} late "
-              f"polls", flush=True)
+        print(
+            f"polling: {args.pollers} pollers x {args.keys_per_poller} keys every {args.poll_interval:g} s for "
+            f"{args.poll_seconds:g} s{f' (wait={args.wait:g})' if args.wait else ''}: {polls.late_polls} late "
+            f"polls",
+            flush=True,
+        )
     except KeyboardInterrupt:
         print("interrupted: stopping the server", file=sys.stderr)
         return 130
@@ -439,13 +525,25 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     for row in rows:
         if row["errors"] or row["wrong_answers"]:
-            print(f"{row['phase']}: {row['errors']} errors, {row['wrong_answers']} wrong answers, e.g. "
-                  f"{row['error_examples'][:3]}")
+            print(
+                f"{row['phase']}: {row['errors']} errors, {row['wrong_answers']} wrong answers, e.g. "
+                f"{row['error_examples'][:3]}"
+            )
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"backend": backend, "cores": os.cpu_count(), "args": vars(args),
-                                   "server_pid": server.proc.pid if server.proc else None, "phases": rows}, indent=2))
+        out.write_text(
+            json.dumps(
+                {
+                    "backend": backend,
+                    "cores": os.cpu_count(),
+                    "args": vars(args),
+                    "server_pid": server.proc.pid if server.proc else None,
+                    "phases": rows,
+                },
+                indent=2,
+            )
+        )
     return 1 if any(row["errors"] or row["wrong_answers"] for row in rows) else 0
 
 

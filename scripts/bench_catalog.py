@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smartsensor.adapters.catalog.batch import BatchChecker
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
-from smartsensor.adapters.catalog.batch import BatchChecker
-from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.service.round.worker import ShardWorker, run_round
 
 TRIGGERER_THREADS = 6  # asyncio's default executor on 2 cores: min(32, cpus + 4); Airflow's sync hooks run there
@@ -31,8 +31,14 @@ TRIGGERER_THREADS = 6  # asyncio's default executor on 2 cores: min(32, cpus + 4
 def thrift_round(workers: list[ShardWorker], catalog: ThriftCatalog) -> dict[str, Any]:
     """Ours, partitions through the process's ThriftCatalog (pool of 2, column types cached)."""
     r = run_round(workers, lambda: BatchChecker(lister=catalog))
-    return {"catalog_calls": r.catalog_calls, "db_statements": r.db_statements, "wall": r.seconds,
-            "catalog_seconds": r.catalog_seconds, "marked": sum(r.marked.values()), "schema_calls": r.schema_calls}
+    return {
+        "catalog_calls": r.catalog_calls,
+        "db_statements": r.db_statements,
+        "wall": r.seconds,
+        "catalog_seconds": r.catalog_seconds,
+        "marked": sum(r.marked.values()),
+        "schema_calls": r.schema_calls,
+    }
 
 
 def waiting_partitions(engine: Any) -> list[tuple[str, str, str]]:
@@ -48,8 +54,9 @@ def waiting_partitions(engine: Any) -> list[tuple[str, str, str]]:
     return out
 
 
-def triggerer_round(engine: Any, uris: list[tuple[str, int]], timeout: float, sample: int,
-                    env: dict[str, str]) -> dict[str, Any]:
+def triggerer_round(
+    engine: Any, uris: list[tuple[str, int]], timeout: float, sample: int, env: dict[str, str]
+) -> dict[str, Any]:
     """The simulated triggerer (``simulate_triggerer``) in a process of its own, so its peak RSS is its own.
     Over ``sample`` waiting tasks at most (a fixed random choice): with more, the round's seconds and marked
     count are scaled up to all tasks and flagged as extrapolated (the 6-thread executor is saturated, so
@@ -62,13 +69,21 @@ def triggerer_round(engine: Any, uris: list[tuple[str, int]], timeout: float, sa
         run = run_sampled([sys.executable, __file__, f.name], env, "the simulated triggerer", 3600)
     got = json.loads(run.stdout.strip().splitlines()[-1])
     scale = len(partitions) / max(1, len(chosen))
-    return {"catalog_calls": len(partitions), "db_statements": 0, "wall": got["wall"] * scale,
-            "catalog_seconds": got["wall"] * scale, "marked": round(got["landed"] * scale), "schema_calls": 0,
-            "extrapolated": scale > 1,
-            "extra": {"peak_rss_mb": round(run.peak_rss_mb, 1), "sample": len(chosen), "tasks": len(partitions)}}
+    return {
+        "catalog_calls": len(partitions),
+        "db_statements": 0,
+        "wall": got["wall"] * scale,
+        "catalog_seconds": got["wall"] * scale,
+        "marked": round(got["landed"] * scale),
+        "schema_calls": 0,
+        "extrapolated": scale > 1,
+        "extra": {"peak_rss_mb": round(run.peak_rss_mb, 1), "sample": len(chosen), "tasks": len(partitions)},
+    }
 
 
-def simulate_triggerer(uris: list[tuple[str, int]], timeout: float, partitions: list[tuple[str, str, str]]) -> dict[str, Any]:
+def simulate_triggerer(
+    uris: list[tuple[str, int]], timeout: float, partitions: list[tuple[str, str, str]]
+) -> dict[str, Any]:
     """A faithful simulation of Airflow's triggerer, not Airflow itself: one coroutine per waiting task, each
     opening its own metastore connection and asking for its own partition (as the Hive hook's
     check_for_named_partition does), no dedup and no batching; sync thrift calls run in the event loop's
@@ -93,8 +108,17 @@ def simulate_triggerer(uris: list[tuple[str, int]], timeout: float, partitions: 
 
 def worker_once(cfg_path: Path, shard_min: int, shard_max: int) -> list[str]:
     """The command of one real pinned `smartsensor worker --once --json` over [shard_min, shard_max)."""
-    return smartsensor_command("--config", str(cfg_path), "worker", "--once", "--json", "--shard-min", str(shard_min),
-                               "--shard-max", str(shard_max))
+    return smartsensor_command(
+        "--config",
+        str(cfg_path),
+        "worker",
+        "--once",
+        "--json",
+        "--shard-min",
+        str(shard_min),
+        "--shard-max",
+        str(shard_max),
+    )
 
 
 def fleet_round(cfg_path: Path, env: dict[str, str], processes: int, limit: int) -> dict[str, Any]:
@@ -105,20 +129,27 @@ def fleet_round(cfg_path: Path, env: dict[str, str], processes: int, limit: int)
     summed peak RSS go in ``extra``."""
     bounds = [i * limit // processes for i in range(processes + 1)]
     cmds = [worker_once(cfg_path, bounds[i], bounds[i + 1]) for i in range(processes)]
-    runs, wall = run_sampled_many(cmds, dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND="thrift"),
-                                  "fleet worker --once", 3600)
+    runs, wall = run_sampled_many(
+        cmds, dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND="thrift"), "fleet worker --once", 3600
+    )
     rounds = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
     slowest = max(rounds, key=lambda r: r["seconds"])
-    return {"catalog_calls": sum(r["catalog_calls"] for r in rounds),
-            "db_statements": sum(r["db_statements"] for r in rounds), "wall": slowest["seconds"],
-            "catalog_seconds": slowest["catalog_seconds"],
-            "marked": sum(sum(r.get("marked", {}).values()) for r in rounds),
-            "schema_calls": sum(r["schema_calls"] for r in rounds),
-            "extra": {"processes": processes, "process_wall_seconds": round(wall, 2),
-                      "loaded": sum(r["loaded"] for r in rounds),
-                      "peak_rss_mb_max": round(max(r.peak_rss_mb for r in runs), 1),
-                      "peak_rss_mb_sum": round(sum(r.peak_rss_mb for r in runs), 1),
-                      "jvm": any(r.jvm for r in runs)}}
+    return {
+        "catalog_calls": sum(r["catalog_calls"] for r in rounds),
+        "db_statements": sum(r["db_statements"] for r in rounds),
+        "wall": slowest["seconds"],
+        "catalog_seconds": slowest["catalog_seconds"],
+        "marked": sum(sum(r.get("marked", {}).values()) for r in rounds),
+        "schema_calls": sum(r["schema_calls"] for r in rounds),
+        "extra": {
+            "processes": processes,
+            "process_wall_seconds": round(wall, 2),
+            "loaded": sum(r["loaded"] for r in rounds),
+            "peak_rss_mb_max": round(max(r.peak_rss_mb for r in runs), 1),
+            "peak_rss_mb_sum": round(sum(r.peak_rss_mb for r in runs), 1),
+            "jvm": any(r.jvm for r in runs),
+        },
+    }
 
 
 def metastore_floor(uris: list[tuple[str, int]], db: str, tables: list[str], reps: int = 3) -> float:
@@ -155,15 +186,18 @@ def run_sampled(cmd: list[str], env: dict[str, str], what: str, limit_s: float) 
     return run_sampled_many([cmd], env, what, limit_s)[0][0]
 
 
-def run_sampled_many(cmds: list[list[str]], env: dict[str, str], what: str,
-                     limit_s: float) -> tuple[list[Sampled], float]:
+def run_sampled_many(
+    cmds: list[list[str]], env: dict[str, str], what: str, limit_s: float
+) -> tuple[list[Sampled], float]:
     """Start every command at once and run them to their end, sampling each one's process tree every 0.1 s
     (a JVM is not our child, so VmHWM of the tree is read while it runs). Returns the runs and the wall
     time until the last ended; exits the benchmark with a stderr if one fails or they overrun."""
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        files = [(stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
-                 for _ in cmds]
+        files = [
+            (stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
+            for _ in cmds
+        ]
         procs = [subprocess.Popen(cmd, env=env, stdout=o, stderr=e, text=True) for cmd, (o, e) in zip(cmds, files)]
         peak, java, ended = [0.0] * len(procs), [False] * len(procs), [0.0] * len(procs)
         try:
@@ -195,11 +229,20 @@ def run_sampled_many(cmds: list[list[str]], env: dict[str, str], what: str,
 def worker_peak_rss(cfg_path: Path, env: dict[str, str], backend: str, limit: int) -> dict[str, Any]:
     """One real `smartsensor worker --once` over every shard on ``backend``: its peak RSS with every child
     (a JVM included), and whether a JVM ran."""
-    run = run_sampled(worker_once(cfg_path, 0, limit), dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND=backend),
-                      f"worker --once ({backend})", 600)
+    run = run_sampled(
+        worker_once(cfg_path, 0, limit),
+        dict(env, SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND=backend),
+        f"worker --once ({backend})",
+        600,
+    )
     last = json.loads(run.stdout.strip().splitlines()[-1])
-    return {"peak_rss_mb": round(run.peak_rss_mb, 1), "jvm": run.jvm, "seconds": round(run.seconds, 2),
-            "round_seconds": last.get("seconds"), "marked": sum(last.get("marked", {}).values())}
+    return {
+        "peak_rss_mb": round(run.peak_rss_mb, 1),
+        "jvm": run.jvm,
+        "seconds": round(run.seconds, 2),
+        "round_seconds": last.get("seconds"),
+        "marked": sum(last.get("marked", {}).values()),
+    }
 
 
 def _tree(pid: int) -> list[int]:
@@ -240,5 +283,10 @@ def tree_peak_rss_mb(pid: int) -> float:
 
 if __name__ == "__main__":  # the simulated triggerer's own process: python bench_catalog.py SPEC.json
     spec = json.loads(Path(sys.argv[1]).read_text())
-    print(json.dumps(simulate_triggerer([tuple(u) for u in spec["uris"]], spec["timeout"],
-                                        [tuple(p) for p in spec["partitions"]])))
+    print(
+        json.dumps(
+            simulate_triggerer(
+                [tuple(u) for u in spec["uris"]], spec["timeout"], [tuple(p) for p in spec["partitions"]]
+            )
+        )
+    )

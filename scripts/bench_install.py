@@ -29,10 +29,13 @@ def tree_bytes(path: Path) -> int:
 def build_wheels(out: Path) -> dict[str, Path]:
     """Both distributions' wheels, built as a release would (`python -m build`)."""
     for project in (ROOT, ROOT / "providers" / "airflow"):
-        subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(project)],
-                       check=True, capture_output=True, timeout=600)
-    return {"smartsensor": next(out.glob("smartsensor-*.whl")),
-            "provider": next(out.glob("smartsensor_airflow-*.whl"))}
+        subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(project)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    return {"smartsensor": next(out.glob("smartsensor-*.whl")), "provider": next(out.glob("smartsensor_airflow-*.whl"))}
 
 
 def timed_venv(where: Path, pip_args: list[str], cold: bool) -> tuple[float, int, int]:
@@ -40,8 +43,15 @@ def timed_venv(where: Path, pip_args: list[str], cold: bool) -> tuple[float, int
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=300)
     if pip_args:
-        cmd = [str(where / "bin" / "python"), "-m", "pip", "install", "-q", *(["--no-cache-dir"] if cold else []),
-               *pip_args]
+        cmd = [
+            str(where / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            *(["--no-cache-dir"] if cold else []),
+            *pip_args,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(pip_args)} failed:\n{proc.stderr[-3000:]}")
@@ -57,17 +67,21 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-install-"))
     try:
         wheels = build_wheels(tmp / "dist")
-        rows = [("empty venv (baseline)", []),
-                ("smartsensor (thrift service host)", [str(wheels["smartsensor"])]),
-                ("smartsensor[spark]", [f"{wheels['smartsensor']}[spark]"]),
-                ("smartsensor-airflow (--no-deps)", ["--no-deps", str(wheels["provider"])])]
+        rows = [
+            ("empty venv (baseline)", []),
+            ("smartsensor (thrift service host)", [str(wheels["smartsensor"])]),
+            ("smartsensor[spark]", [f"{wheels['smartsensor']}[spark]"]),
+            ("smartsensor-airflow (--no-deps)", ["--no-deps", str(wheels["provider"])]),
+        ]
         results = []
         for i, (name, pip_args) in enumerate(rows):
             print(f"installing {name} ...", file=sys.stderr, flush=True)
             results.append((name, *timed_venv(tmp / f"venv{i}", pip_args, args.cold)))
         base = results[0][2]
-        print(f"\npip cache: {'off (--no-cache-dir)' if args.cold else 'as it was'}; "
-              f"seconds include creating the venv (the baseline row); MB above the empty venv")
+        print(
+            f"\npip cache: {'off (--no-cache-dir)' if args.cold else 'as it was'}; "
+            f"seconds include creating the venv (the baseline row); MB above the empty venv"
+        )
         print(f"{'install':36} {'seconds':>8} {'MB added':>9} {'jars MB':>8}")
         for name, seconds, size, jars in results:
             print(f"{name:36} {seconds:>8.1f} {(size - base) / 1e6:>9.1f} {jars / 1e6:>8.1f}")

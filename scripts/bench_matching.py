@@ -13,8 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from smartsensor.adapters.catalog.batch import answer_checks  # noqa: E402
-from smartsensor.sensors.checks import PartitionCheck  # noqa: E402
+from smartsensor.sensors.checks import PartitionCheck
+
+from smartsensor.adapters.catalog.batch import answer_checks
 
 
 def scan(listing: list[dict[str, str]], checks: list[PartitionCheck]) -> dict[PartitionCheck, bool]:
@@ -22,8 +23,11 @@ def scan(listing: list[dict[str, str]], checks: list[PartitionCheck]) -> dict[Pa
     out = {}
     for c in checks:
         spec = dict(c.spec)
-        out[c] = any(p == spec for p in listing) if c.exact else \
-            any(all(p.get(k) == v for k, v in spec.items()) for p in listing)
+        out[c] = (
+            any(p == spec for p in listing)
+            if c.exact
+            else any(all(p.get(k) == v for k, v in spec.items()) for p in listing)
+        )
     return out
 
 
@@ -47,8 +51,10 @@ def main() -> int:
     scanned = scan(listing, sample)
     t_scan = (time.perf_counter() - started) * len(checks) / len(sample)
     assert all(indexed[c] == scanned[c] for c in sample)
-    print(f"{n:,} partitions x {len(checks):,} waiting checks: indexed {t_index:.3f} s, "
-          f"scan {t_scan:.2f} s (extrapolated from {len(sample):,} checks), ratio {t_scan / t_index:.0f}x")
+    print(
+        f"{n:,} partitions x {len(checks):,} waiting checks: indexed {t_index:.3f} s, "
+        f"scan {t_scan:.2f} s (extrapolated from {len(sample):,} checks), ratio {t_scan / t_index:.0f}x"
+    )
     return 0
 
 

@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from hmsclient.genthrift.hive_metastore.ttypes import AddPartitionsRequest, AlreadyExistsException, Partition
-
-from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
+
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import build_row
 
 INSERT_CHUNK = 20_000
@@ -64,7 +64,7 @@ def land(catalog: ThriftCatalog, db: str, partitions: list[int], tables: int) ->
         sd = catalog.call(f"reading {db}.{table}", "get_table", db, table).sd
         for i in range(0, len(values), LAND_CHUNK):
             parts = []
-            for ds in values[i:i + LAND_CHUNK]:
+            for ds in values[i : i + LAND_CHUNK]:
                 psd = copy.deepcopy(sd)
                 psd.location = f"{sd.location}/ds={ds}"
                 parts.append(Partition(values=[ds], dbName=db, tableName=table, sd=psd, parameters={}))
@@ -82,8 +82,9 @@ def task_rows(cfg: Any, db: str, tasks: int, parts: int, tables: int, day: datet
         row = by_partition.get(p)
         if row is None:
             table, ds = partition_of(p, tables)
-            sensor = NamedHivePartitionSensor(task_id="template", partition_names=[f"{db}.{table}/ds={ds}"],
-                                              poke_interval=60, timeout=24 * 3600)
+            sensor = NamedHivePartitionSensor(
+                task_id="template", partition_names=[f"{db}.{table}/ds={ds}"], poke_interval=60, timeout=24 * 3600
+            )
             row = by_partition[p] = build_row(sensor, "template", day, cfg)[0]
         chunk.append(dict(row, dag_id=f"dag{i % 50:02d}", task_id=f"task{i:07d}"))
         if len(chunk) == INSERT_CHUNK:
@@ -93,8 +94,17 @@ def task_rows(cfg: Any, db: str, tasks: int, parts: int, tables: int, day: datet
         yield chunk
 
 
-def create_workload(spark: Any, catalog: ThriftCatalog, engine: Any, cfg: Any, db: str, tasks: int, parts: int,
-                    tables: int, day: datetime) -> float:
+def create_workload(
+    spark: Any,
+    catalog: ThriftCatalog,
+    engine: Any,
+    cfg: Any,
+    db: str,
+    tasks: int,
+    parts: int,
+    tables: int,
+    day: datetime,
+) -> float:
     """Tables in the metastore and task instances in the DB. Returns seconds."""
     started = time.perf_counter()
     create_tables(spark, catalog, db, tables)

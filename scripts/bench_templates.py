@@ -15,10 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jinja2 import StrictUndefined  # noqa: E402
-from jinja2.sandbox import SandboxedEnvironment  # noqa: E402
-
-from smartsensor.sensors.templating import render_value, template_context  # noqa: E402
+from jinja2 import StrictUndefined
+from jinja2.sandbox import SandboxedEnvironment
+from smartsensor.sensors.templating import render_value, template_context
 
 TEMPLATES = ("demo.events/ds={{ ds }}/hr=00", "{{ macros.ds_add(ds, -1) }}", "/data/{{ ds_nodash }}/_SUCCESS")
 

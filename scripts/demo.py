@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.config_keys import render_config
@@ -36,16 +37,24 @@ WAITING = ("smart_pending", "smart_running", "up_for_retry", "scheduled", "runni
 console = Console()
 
 
-
 def write_config(home: Path, port: int, workers: int) -> Path:
     """The demo's config: every key commented, as `smartsensor config init` writes it."""
     cfg = home / "airflow.cfg"
-    cfg.write_text(render_config({
-        ("core", "sql_alchemy_conn"): f"sqlite:///{home}/smartsensor.db",
-        ("smart_sensor", "shards"): str(max(workers, 4)), ("smart_sensor", "poke_interval"): "1",
-        ("spark", "warehouse_dir"): f"{home}/warehouse", ("spark", "metastore_uris"): f"thrift://127.0.0.1:{port}",
-        ("spark", "conf"): "spark.driver.memory=512m", ("metastore", "port"): str(port),
-        ("scheduler", "parallelism"): "1", ("scheduler", "loop_interval"): "1"}))
+    cfg.write_text(
+        render_config(
+            {
+                ("core", "sql_alchemy_conn"): f"sqlite:///{home}/smartsensor.db",
+                ("smart_sensor", "shards"): str(max(workers, 4)),
+                ("smart_sensor", "poke_interval"): "1",
+                ("spark", "warehouse_dir"): f"{home}/warehouse",
+                ("spark", "metastore_uris"): f"thrift://127.0.0.1:{port}",
+                ("spark", "conf"): "spark.driver.memory=512m",
+                ("metastore", "port"): str(port),
+                ("scheduler", "parallelism"): "1",
+                ("scheduler", "loop_interval"): "1",
+            }
+        )
+    )
     return cfg
 
 
@@ -57,8 +66,12 @@ class Demo:
         self.workers = workers
         self.logs = home / "logs"
         self.procs: dict[str, subprocess.Popen] = {}
-        self.env = dict(os.environ, SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-                        SMARTSENSOR_DEMO_WAREHOUSE=str(home / "warehouse"))
+        self.env = dict(
+            os.environ,
+            SMARTSENSOR_HOME=str(home),
+            SPARK_LOCAL_IP="127.0.0.1",
+            SMARTSENSOR_DEMO_WAREHOUSE=str(home / "warehouse"),
+        )
         self.env.pop("SMARTSENSOR_CONFIG", None)
         self.env = {k: v for k, v in self.env.items() if not k.startswith("SMARTSENSOR__")}
 
@@ -70,8 +83,9 @@ class Demo:
 
     def start(self, name: str, cmd: list[str]) -> None:
         out = open(self.logs / f"{name}.log", "w")
-        self.procs[name] = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
@@ -121,8 +135,16 @@ def progress_table(tasks: list[dict[str, Any]], landed: int, rounds: list[dict[s
     table = Table(title=f"smartsensor demo — {elapsed:5.1f} s", show_header=True)
     table.add_column("state")
     table.add_column("tasks", justify="right")
-    for state in ("smart_pending", "smart_running", "scheduled", "running", "up_for_retry", "success", "failed",
-                  "skipped"):
+    for state in (
+        "smart_pending",
+        "smart_running",
+        "scheduled",
+        "running",
+        "up_for_retry",
+        "success",
+        "failed",
+        "skipped",
+    ):
         table.add_row(state, str(states.get(state, 0)))
     table.add_row("[dim]partitions landed[/dim]", str(landed))
     table.add_row("[dim]worker rounds[/dim]", str(len(rounds)))
@@ -131,6 +153,7 @@ def progress_table(tasks: list[dict[str, Any]], landed: int, rounds: list[dict[s
 
 
 # -- verification and the classic-mode comparison ---------------------------------------------
+
 
 def check_landed(task: dict[str, Any], partitions: set[str], files: set[str]) -> bool:
     """Whether this task's check was satisfied by what the pipeline reported landing."""
@@ -147,8 +170,10 @@ def check_landed(task: dict[str, Any], partitions: set[str], files: set[str]) ->
                 return True
         return False
     if op == "SuccessFileSensor":
-        return any(attrs["path"].rstrip("/").endswith(f.split("://", 1)[-1].rstrip("/")) or f.endswith(attrs["path"])
-                   for f in files)
+        return any(
+            attrs["path"].rstrip("/").endswith(f.split("://", 1)[-1].rstrip("/")) or f.endswith(attrs["path"])
+            for f in files
+        )
     raise ValueError(f"demo does not know how to verify {op}")
 
 
@@ -211,9 +236,13 @@ def main() -> int:
     parser.add_argument("--home", default=str(ROOT / ".demo"), help="Demo home folder (recreated).")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--every", type=float, default=1.5, help="Seconds between landed partitions.")
-    parser.add_argument("--deadline", type=float, default=240,
-                        help="Seconds before the demo gives up waiting for the run to finish (raise it on a loaded "
-                             "machine); a run cut short by it is reported as such, never as wrong states.")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=240,
+        help="Seconds before the demo gives up waiting for the run to finish (raise it on a loaded "
+        "machine); a run cut short by it is reported as such, never as wrong states.",
+    )
     args = parser.parse_args()
 
     home = Path(args.home)
@@ -231,12 +260,30 @@ def main() -> int:
         for dag in sorted(DAGS.glob("*.py")):
             rows = json.loads(demo.cli("submit", str(dag), "--execution-date", DS, "--json").stdout)
             routed = Counter(r["state"] for r in rows)
-            console.print(f"submitted {dag.stem}: {len(rows)} tasks ({', '.join(f'{k} {v}' for k, v in routed.items())})")
+            console.print(
+                f"submitted {dag.stem}: {len(rows)} tasks ({', '.join(f'{k} {v}' for k, v in routed.items())})"
+            )
         demo.start("workers", smartsensor_command("workers", "-n", str(args.workers), "--interval", "1", "--json"))
         demo.start("scheduler", smartsensor_command("scheduler"))
-        demo.start("pipeline", [sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table",
-                                "demo.events,demo.clicks,demo.orders", "--ds", DS, "--hours", "0-11",
-                                "--every", str(args.every), "--rows", "5", "--config", str(home / "airflow.cfg")])
+        demo.start(
+            "pipeline",
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "pipeline.py"),
+                "--table",
+                "demo.events,demo.clicks,demo.orders",
+                "--ds",
+                DS,
+                "--hours",
+                "0-11",
+                "--every",
+                str(args.every),
+                "--rows",
+                "5",
+                "--config",
+                str(home / "airflow.cfg"),
+            ],
+        )
         with Live(console=console, refresh_per_second=2) as live:
             while True:
                 tasks = demo.tasks()
@@ -268,10 +315,12 @@ def main() -> int:
         finished = [t for t in tasks if t["state"] not in WAITING]
         waiting = len(tasks) - len(finished)
         problems = verify(finished, partitions, files)
-        console.print(f"[yellow]deadline reached ({args.deadline:g} s) before the run finished: the pipeline "
-                      f"{'finished' if demo.procs['pipeline'].returncode is not None else 'was still landing'} "
-                      f"({len(partitions)} partition(s) landed), {waiting} task(s) still waiting. The machine is "
-                      f"probably loaded: run again with a larger --deadline.[/yellow]")
+        console.print(
+            f"[yellow]deadline reached ({args.deadline:g} s) before the run finished: the pipeline "
+            f"{'finished' if demo.procs['pipeline'].returncode is not None else 'was still landing'} "
+            f"({len(partitions)} partition(s) landed), {waiting} task(s) still waiting. The machine is "
+            f"probably loaded: run again with a larger --deadline.[/yellow]"
+        )
         for p in problems[:20]:
             console.print(f"  [red]{p}[/red]")
         return 2

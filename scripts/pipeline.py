@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from smartsensor.config import ConfigError, load_config  # noqa: E402
-from smartsensor.adapters.spark import get_spark  # noqa: E402
+from smartsensor.adapters.spark import get_spark
+from smartsensor.config import ConfigError, load_config
 
 NAME = re.compile(r"[A-Za-z0-9_]+")
 DS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -33,6 +33,7 @@ HR = re.compile(r"[0-9]{2}")
 
 
 # -- validation: nothing reaches SQL unless it matched one of the patterns above ----------------------
+
 
 def parse_table(text: str) -> tuple[str, str]:
     """``db.table`` → (db, table), both matching ``[A-Za-z0-9_]+``."""
@@ -79,12 +80,15 @@ def _check_names(db: str, table: str) -> None:
 
 # -- Spark ------------------------------------------------------------------------------------------
 
+
 def ensure_table(spark: Any, db: str, table: str) -> None:
     """Create the database and the partitioned Parquet table if missing."""
     _check_names(db, table)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{db}`")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS `{db}`.`{table}` (id BIGINT, payload STRING) "
-              "PARTITIONED BY (ds STRING, hr STRING) STORED AS PARQUET")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS `{db}`.`{table}` (id BIGINT, payload STRING) "
+        "PARTITIONED BY (ds STRING, hr STRING) STORED AS PARQUET"
+    )
 
 
 def land_partition(spark: Any, db: str, table: str, ds: str, hr: int | str, rows: int) -> str:
@@ -95,8 +99,9 @@ def land_partition(spark: Any, db: str, table: str, ds: str, hr: int | str, rows
     data = spark.range(int(rows)).selectExpr("id", f"concat('{ds}T{hr}:', CAST(id AS STRING)) AS payload")
     data.createOrReplaceTempView(view)
     try:
-        spark.sql(f"INSERT OVERWRITE TABLE `{db}`.`{table}` PARTITION (ds='{ds}', hr='{hr}') "
-                  f"SELECT id, payload FROM `{view}`")
+        spark.sql(
+            f"INSERT OVERWRITE TABLE `{db}`.`{table}` PARTITION (ds='{ds}', hr='{hr}') SELECT id, payload FROM `{view}`"
+        )
     finally:
         spark.catalog.dropTempView(view)
     return f"{db}.{table}/ds={ds}/hr={hr}"
@@ -128,6 +133,7 @@ def quiet_committer(spark: Any) -> None:
 
 
 # -- command line -----------------------------------------------------------------------------------
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
@@ -170,6 +176,7 @@ class Signaller:
             return
         try:
             from smartsensor.adapters.sql.engine import current_revision, make_engine
+
             engine = make_engine(cfg.sql_alchemy_conn)
             if current_revision(engine) is None:
                 print("pipeline: metadata DB not initialised; no landing signals", file=sys.stderr, flush=True)
@@ -182,6 +189,7 @@ class Signaller:
         if self.engine is None:
             return
         from smartsensor.service.signals import send_signal
+
         try:
             send_signal(self.engine, name)
         except Exception as exc:  # noqa: BLE001 - signals are optional

@@ -9,21 +9,40 @@ from typing import Any, ClassVar, Iterable, TypeVar
 
 from smartsensor.sensors import exec_fields
 from smartsensor.sensors.checks import Check
-from smartsensor.sensors.errors import (SensorDefinitionError, SensorModuleUnavailable, SensorRebuildError,
-                                        UnknownSensorClass, first_line)
+from smartsensor.sensors.errors import (
+    SensorDefinitionError,
+    SensorModuleUnavailable,
+    SensorRebuildError,
+    UnknownSensorClass,
+    first_line,
+)
 from smartsensor.sensors.templating import has_template, render_value, template_context
 from smartsensor.sensors.validation import check_persist_value, validate_id
 
 __all__ = [
-    "BUILTIN_MODULES", "DEFAULT_EXEC_FIELDS", "BaseSensor", "classpath_of", "import_sensor_modules", "is_smart_eligible",
-    "resolve_any_class", "resolve_smart_class", "smart_class_names", "smart_eligible",
+    "BUILTIN_MODULES",
+    "DEFAULT_EXEC_FIELDS",
+    "BaseSensor",
+    "classpath_of",
+    "import_sensor_modules",
+    "is_smart_eligible",
+    "resolve_any_class",
+    "resolve_smart_class",
+    "smart_class_names",
+    "smart_eligible",
 ]
 
 S = TypeVar("S", bound=type)
 
 DEFAULT_EXEC_FIELDS: tuple[str, ...] = (
-    "poke_interval", "timeout", "execution_timeout", "retries", "retry_delay",
-    "soft_fail", "exponential_backoff", "max_wait",
+    "poke_interval",
+    "timeout",
+    "execution_timeout",
+    "retries",
+    "retry_delay",
+    "soft_fail",
+    "exponential_backoff",
+    "max_wait",
 )
 
 # Every BaseSensor subclass by class path, and those marked @smart_eligible.
@@ -163,21 +182,24 @@ class BaseSensor:
         return self.rebuild(persist, self.exec_values(), task_id=self.task_id, dag_id=self.dag_id)
 
     @classmethod
-    def rebuild(cls, persist: dict[str, Any], exec_values: dict[str, Any], task_id: str,
-                dag_id: str | None = None) -> "BaseSensor":
+    def rebuild(
+        cls, persist: dict[str, Any], exec_values: dict[str, Any], task_id: str, dag_id: str | None = None
+    ) -> "BaseSensor":
         """Build a sensor from stored attr_dict and exec_dict values alone (no DAG file)."""
         known_exec = {k: v for k, v in exec_values.items() if k in cls.exec_fields}
         try:
             sensor = cls(task_id=task_id, dag_id=dag_id, **persist, **known_exec)
         except TypeError as exc:
             raise SensorDefinitionError(
-                f"{cls.__name__} cannot be rebuilt from its persist fields {sorted(persist)}: {exc}") from None
+                f"{cls.__name__} cannot be rebuilt from its persist fields {sorted(persist)}: {exc}"
+            ) from None
         sensor.validate_fields()
         return sensor
 
     @classmethod
-    def from_stored(cls, attr_dict: str, exec_dict: str | None = None, task_id: str = "smart-check",
-                    dag_id: str | None = None) -> "BaseSensor":
+    def from_stored(
+        cls, attr_dict: str, exec_dict: str | None = None, task_id: str = "smart-check", dag_id: str | None = None
+    ) -> "BaseSensor":
         """Rebuild from a task row's stored JSON: the one rule shard workers and classic runs share.
 
         SensorDefinitionError (permanent) when the JSON is broken or the class's own validation refuses
@@ -190,8 +212,10 @@ class BaseSensor:
         except SensorDefinitionError:
             raise
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's class may raise anything
-            raise SensorRebuildError(f"{classpath_of(cls)} cannot be rebuilt from its attr_dict on this host: "
-                                     f"{type(exc).__name__}: {first_line(exc)}") from None
+            raise SensorRebuildError(
+                f"{classpath_of(cls)} cannot be rebuilt from its attr_dict on this host: "
+                f"{type(exc).__name__}: {first_line(exc)}"
+            ) from None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.dag_id}.{self.task_id}>"
@@ -232,18 +256,22 @@ def smart_class_names() -> set[str]:
 
 def smart_classes_named(name: str) -> list[type["BaseSensor"]]:
     """The smart-eligible classes imported so far whose class name is ``name`` (built-ins first)."""
-    return sorted((cls for cls in _SMART_ELIGIBLE.values() if cls.__name__ == name),
-                  key=lambda cls: cls.__module__ not in BUILTIN_MODULES)
+    return sorted(
+        (cls for cls in _SMART_ELIGIBLE.values() if cls.__name__ == name),
+        key=lambda cls: cls.__module__ not in BUILTIN_MODULES,
+    )
 
 
 def current_classpath(classpath: str) -> str:
     """``sensors.hive.X`` (a row stored by 0.1) → ``smartsensor.sensors.hive.X``; any other path unchanged."""
     if classpath.startswith(_LEGACY_PACKAGE):
-        return _PACKAGE + classpath[len(_LEGACY_PACKAGE):]
+        return _PACKAGE + classpath[len(_LEGACY_PACKAGE) :]
     return classpath
 
 
-def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: Iterable[str]) -> type["BaseSensor"] | None:
+def _lookup(
+    registry: dict[str, type["BaseSensor"]], classpath: str, modules: Iterable[str]
+) -> type["BaseSensor"] | None:
     """``classpath`` in ``registry`` after importing the sensor modules; SensorModuleUnavailable when it is
     missing because the configured module it would come from cannot be imported on this host now."""
     if not isinstance(classpath, str) or not classpath:
@@ -254,9 +282,12 @@ def _lookup(registry: dict[str, type["BaseSensor"]], classpath: str, modules: It
     if cls is None:
         for module, why in failures.items():
             if classpath.startswith(module + "."):
-                raise SensorModuleUnavailable(module, f"sensor module {module!r} cannot be imported on this host "
-                                                      f"({why}); tasks of {classpath} wait until it can (within "
-                                                      f"their own timeouts)")
+                raise SensorModuleUnavailable(
+                    module,
+                    f"sensor module {module!r} cannot be imported on this host "
+                    f"({why}); tasks of {classpath} wait until it can (within "
+                    f"their own timeouts)",
+                )
     return cls
 
 
@@ -270,8 +301,10 @@ def resolve_smart_class(classpath: str, enabled: Iterable[str], modules: Iterabl
     """
     cls = _lookup(_SMART_ELIGIBLE, classpath, modules)
     if cls is None:
-        raise UnknownSensorClass(f"sensor class {classpath!r} is not a known smart-eligible sensor class "
-                                 f"(built-in or in [smart_sensor] sensor_modules); it was not imported")
+        raise UnknownSensorClass(
+            f"sensor class {classpath!r} is not a known smart-eligible sensor class "
+            f"(built-in or in [smart_sensor] sensor_modules); it was not imported"
+        )
     if cls.__name__ not in set(enabled):
         raise UnknownSensorClass(f"sensor class {classpath!r} is not enabled in [smart_sensor] sensors_enabled")
     return cls

@@ -33,7 +33,9 @@ class SuccessFileSensor(BaseSensor):
         if _CONTROL.search(path):
             raise SensorDefinitionError(f"field 'path': contains a control character: {path!r}")
         if not (path.startswith("/") or _SCHEME.match(path)):
-            raise SensorDefinitionError(f"field 'path': must be absolute or a URI (file://, hdfs://, s3a://), got {path!r}")
+            raise SensorDefinitionError(
+                f"field 'path': must be absolute or a URI (file://, hdfs://, s3a://), got {path!r}"
+            )
         # A bare absolute path resolves against the cluster's fs.defaultFS, as in Spark itself.
         self.path = path
 

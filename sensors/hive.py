@@ -58,8 +58,7 @@ class HivePartitionSensor(BaseSensor):
 
     persist_fields = ("table", "partition")
 
-    def __init__(self, task_id: str, table: str, partition: dict[str, str] | str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, task_id: str, table: str, partition: dict[str, str] | str | None = None, **kwargs: Any) -> None:
         super().__init__(task_id=task_id, **kwargs)
         self.table = table
         self.partition = {} if partition is None else partition

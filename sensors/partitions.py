@@ -14,7 +14,7 @@ from smartsensor.sensors.errors import SensorDefinitionError
 
 IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 # Characters Hive/Spark escape in partition path names (ExternalCatalogUtils.escapePathName).
-_ESCAPED = set('"#%\'*/:=?\\{[]^') | {chr(c) for c in range(0x01, 0x20)} | {"\x7f"}
+_ESCAPED = set("\"#%'*/:=?\\{[]^") | {chr(c) for c in range(0x01, 0x20)} | {"\x7f"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _PERCENT_HEX = re.compile(r"%([0-9A-Fa-f]{2})")
 MAX_VALUE_LENGTH = 1000
@@ -37,9 +37,12 @@ def validate_value(field: str, key: str, value: object) -> str:
         raise SensorDefinitionError(f"field {field!r}: value of partition key {key!r} is empty")
     if _CONTROL.search(value):
         raise SensorDefinitionError(
-            f"field {field!r}: value of partition key {key!r} contains a control character: {value!r}")
+            f"field {field!r}: value of partition key {key!r} contains a control character: {value!r}"
+        )
     if len(value) > MAX_VALUE_LENGTH:
-        raise SensorDefinitionError(f"field {field!r}: value of partition key {key!r} is longer than {MAX_VALUE_LENGTH}")
+        raise SensorDefinitionError(
+            f"field {field!r}: value of partition key {key!r} is longer than {MAX_VALUE_LENGTH}"
+        )
     return value
 
 
@@ -88,7 +91,9 @@ def canonical_spec(field: str, spec: object) -> dict[str, str]:
         for key, value in spec.items():
             k = validate_identifier(field, "partition key", key)
             if k in parsed:
-                raise SensorDefinitionError(f"field {field!r}: partition key {k!r} given twice (keys are case-insensitive)")
+                raise SensorDefinitionError(
+                    f"field {field!r}: partition key {k!r} given twice (keys are case-insensitive)"
+                )
             parsed[k] = validate_value(field, k, value)
     else:
         raise SensorDefinitionError(f"field {field!r}: partition spec must be a dict or 'k=v/k2=v2', got {spec!r}")
@@ -99,7 +104,8 @@ def parse_partition_name(field: str, name: object) -> tuple[str, str, dict[str, 
     """``db.table/k=v/...`` → (db, table, spec). A name without ``db.`` means database ``default``."""
     if not isinstance(name, str) or "/" not in name:
         raise SensorDefinitionError(
-            f"field {field!r}: partition name {name!r} must look like 'db.table/key=value[/key=value...]'")
+            f"field {field!r}: partition name {name!r} must look like 'db.table/key=value[/key=value...]'"
+        )
     table_part, spec_part = name.split("/", 1)
     db, table = parse_table(field, table_part)
     if not spec_part:

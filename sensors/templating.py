@@ -16,7 +16,6 @@ from jinja2 import Environment, StrictUndefined, TemplateError
 from jinja2.nodes import EvalContext
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
-
 from smartsensor.sensors.errors import SensorDefinitionError
 
 MAX_RENDERED = 10_000
@@ -37,7 +36,7 @@ class _BoundedSandbox(SandboxedEnvironment):
 
     intercepted_binops = frozenset(["*", "**", "%"])
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's signature
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # jinja's signature
         _check_deadline()
         if getattr(__obj, "__self__", None).__class__ is str:  # a str method: center, zfill, format, ...
             _check_sizes((__obj.__self__, *args, *kwargs.values()))
@@ -57,7 +56,7 @@ class _BoundedSandbox(SandboxedEnvironment):
         if operator == "**":
             if isinstance(right, int) and abs(right) > 64:
                 raise SensorDefinitionError(f"exponent {right} too large in a template")
-            return left ** right
+            return left**right
         if isinstance(left, (str, list)) and isinstance(right, int) and len(left) * right > MAX_RENDERED:
             raise SensorDefinitionError("template result too large")
         if isinstance(right, (str, list)) and isinstance(left, int) and len(right) * left > MAX_RENDERED:
@@ -76,6 +75,7 @@ def _bounded_filter(f: Any) -> Any:
         # the piped value may be any number (ds_nodash|int|string); widths and counts come after it
         _check_sizes([a for a in plain[:1] if isinstance(a, str)] + plain[1:] + list(kwargs.values()))
         return f(*args, **kwargs)
+
     return bounded
 
 
@@ -83,13 +83,15 @@ _ENV.filters = {name: _bounded_filter(f) for name, f in _ENV.filters.items()}
 MAX_LIPSUM_WORDS = 1_000  # lipsum's default (5 paragraphs of at most 100 words) is 500
 
 
-def _bounded_lipsum(n: Any = 5, html: Any = True, min: Any = 20, max: Any = 100) -> Any:  # noqa: A002 - jinja's names
+def _bounded_lipsum(n: Any = 5, html: Any = True, min: Any = 20, max: Any = 100) -> Any:  # jinja's names
     """jinja's ``lipsum``, refused past MAX_LIPSUM_WORDS words or paragraphs: it runs in Python, where the
     template's time budget cannot stop it (``lipsum(n=200000)`` hung `submit`)."""
     n, min, max = (operator.index(v) for v in (n, min, max))  # whole numbers only: randrange takes 1e7 too
     if n * (abs(max) + 1) > MAX_LIPSUM_WORDS:
-        raise TemplateBudgetExceeded(f"lipsum(n={_short_int(n)}, max={_short_int(max)}) too large in a template "
-                                     f"(at most {MAX_LIPSUM_WORDS} words)")
+        raise TemplateBudgetExceeded(
+            f"lipsum(n={_short_int(n)}, max={_short_int(max)}) too large in a template "
+            f"(at most {MAX_LIPSUM_WORDS} words)"
+        )
     return _LIPSUM(n, html, min, max)
 
 
@@ -109,8 +111,10 @@ def _check_deadline() -> None:
 def _check_sizes(values: Any) -> None:
     for value in values:
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_TEMPLATE_INT:
-            raise TemplateBudgetExceeded(f"number {_short_int(value)} too large for a filter or text method "
-                                         f"in a template (at most {MAX_TEMPLATE_INT})")
+            raise TemplateBudgetExceeded(
+                f"number {_short_int(value)} too large for a filter or text method "
+                f"in a template (at most {MAX_TEMPLATE_INT})"
+            )
         if isinstance(value, str) and _BIG_NUMBER.search(value) and ("%" in value or "{" in value):
             raise TemplateBudgetExceeded("format string with a width or precision of a million or more in a template")
 
@@ -198,11 +202,23 @@ def render_value(field: str, value: Any, context: dict[str, Any]) -> Any:
         try:
             rendered = _render_bounded(value, context)
         except TemplateBudgetExceeded as exc:
-            raise SensorDefinitionError(f"field {field!r}: template {value[:200]!r} cannot be rendered: {exc}") from None
-        except (TemplateError, SensorDefinitionError, ArithmeticError, TypeError, ValueError, LookupError,
-                AttributeError, RecursionError, MemoryError) as exc:
             raise SensorDefinitionError(
-                f"field {field!r}: template {value!r} cannot be rendered: {type(exc).__name__}: {exc}") from None
+                f"field {field!r}: template {value[:200]!r} cannot be rendered: {exc}"
+            ) from None
+        except (
+            TemplateError,
+            SensorDefinitionError,
+            ArithmeticError,
+            TypeError,
+            ValueError,
+            LookupError,
+            AttributeError,
+            RecursionError,
+            MemoryError,
+        ) as exc:
+            raise SensorDefinitionError(
+                f"field {field!r}: template {value!r} cannot be rendered: {type(exc).__name__}: {exc}"
+            ) from None
         if len(rendered) > MAX_RENDERED:
             raise SensorDefinitionError(f"field {field!r}: template renders to more than {MAX_RENDERED} characters")
         return rendered

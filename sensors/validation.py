@@ -31,7 +31,8 @@ def check_utf8(field: str, value: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise SensorDefinitionError(
-            f"{field}: {value[:80]!r} is not valid Unicode text (lone surrogate at position {exc.start})") from None
+            f"{field}: {value[:80]!r} is not valid Unicode text (lone surrogate at position {exc.start})"
+        ) from None
 
 
 MAX_NESTING = 20
@@ -69,13 +70,17 @@ def check_persist_value(field: str, value: Any) -> None:
             if isinstance(item, dict):
                 for k, v in item.items():
                     if not isinstance(k, str):
-                        raise SensorDefinitionError(f"field {field!r}: dict keys must be strings, got {type(k).__name__}")
+                        raise SensorDefinitionError(
+                            f"field {field!r}: dict keys must be strings, got {type(k).__name__}"
+                        )
                     stack.append((k, depth + 1))
                     stack.append((v, depth + 1))
             else:
                 stack.extend((v, depth + 1) for v in item)
         else:
-            raise SensorDefinitionError(f"field {field!r}: values must be text, numbers, booleans, None, lists or "
-                                        f"dicts (JSON), got {type(item).__name__}")
+            raise SensorDefinitionError(
+                f"field {field!r}: values must be text, numbers, booleans, None, lists or "
+                f"dicts (JSON), got {type(item).__name__}"
+            )
         if chars > MAX_PERSIST_CHARS:
             raise SensorDefinitionError(f"field {field!r}: larger than {MAX_PERSIST_CHARS} characters")

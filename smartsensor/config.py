@@ -15,11 +15,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from smartsensor.config_keys import (BOUNDS, CATALOG_BACKENDS, KEY_INDEX, KEYS, parse_bool, parse_float, parse_int,
-                                     parse_list)
+from smartsensor.config_keys import (
+    BOUNDS,
+    CATALOG_BACKENDS,
+    KEY_INDEX,
+    KEYS,
+    parse_bool,
+    parse_float,
+    parse_int,
+    parse_list,
+)
 
 __all__ = [
-    "Config", "ConfigError", "ENV_PREFIX", "ShardRange", "config_location", "even_shard_ranges", "load_config",
+    "Config",
+    "ConfigError",
+    "ENV_PREFIX",
+    "ShardRange",
+    "config_location",
+    "even_shard_ranges",
+    "load_config",
     "parse_shard_ranges",
 ]
 
@@ -62,7 +76,8 @@ def parse_shard_ranges(raw: str, limit: int) -> list[ShardRange]:
         if lo < 0 or hi > limit:
             raise ConfigError(
                 f"[smart_sensor] shard_ranges: range {item!r} falls outside [0, {limit}) "
-                f"(shard_code_upper_limit = {limit})")
+                f"(shard_code_upper_limit = {limit})"
+            )
         ranges.append(ShardRange(lo, hi))
     if not ranges:
         raise ConfigError("[smart_sensor] shard_ranges: no ranges given")
@@ -72,12 +87,10 @@ def parse_shard_ranges(raw: str, limit: int) -> list[ShardRange]:
         if r.lo < expected:
             raise ConfigError(f"[smart_sensor] shard_ranges: range {r} overlaps the range ending at {expected}")
         if r.lo > expected:
-            raise ConfigError(
-                f"[smart_sensor] shard_ranges: range {r} leaves a gap {expected}-{r.lo} before it")
+            raise ConfigError(f"[smart_sensor] shard_ranges: range {r} leaves a gap {expected}-{r.lo} before it")
         expected = r.hi
     if expected != limit:
-        raise ConfigError(
-            f"[smart_sensor] shard_ranges: range {ranges[-1]} leaves a gap {expected}-{limit} at the end")
+        raise ConfigError(f"[smart_sensor] shard_ranges: range {ranges[-1]} leaves a gap {expected}-{limit} at the end")
     return ranges
 
 
@@ -141,12 +154,15 @@ class Config:
         backend = self.get("smart_sensor", "catalog_backend").lower()
         uris = self.get("spark", "metastore_uris")
         if backend not in CATALOG_BACKENDS:
-            raise ConfigError(f"[smart_sensor] catalog_backend must be one of {', '.join(CATALOG_BACKENDS)}, "
-                              f"got {_shown(backend)}")
+            raise ConfigError(
+                f"[smart_sensor] catalog_backend must be one of {', '.join(CATALOG_BACKENDS)}, got {_shown(backend)}"
+            )
         if backend == "thrift" and not uris:
-            raise ConfigError("[smart_sensor] catalog_backend = thrift needs [spark] metastore_uris "
-                              "(thrift://host:port of a Hive metastore service); the embedded Derby "
-                              "catalog is reachable through Spark only (catalog_backend = spark or auto)")
+            raise ConfigError(
+                "[smart_sensor] catalog_backend = thrift needs [spark] metastore_uris "
+                "(thrift://host:port of a Hive metastore service); the embedded Derby "
+                "catalog is reachable through Spark only (catalog_backend = spark or auto)"
+            )
         resolved = ("thrift" if uris else "spark") if backend == "auto" else backend
         if resolved == "thrift":
             self.metastore_uris  # raises ConfigError naming a URI that is not thrift://host:port
@@ -218,7 +234,7 @@ def load_config(cli_path: str | None = None, environ: dict[str, str] | None = No
     for env_name, value in env.items():
         if not env_name.startswith(ENV_PREFIX):
             continue
-        parts = env_name[len(ENV_PREFIX):].split("__")
+        parts = env_name[len(ENV_PREFIX) :].split("__")
         if len(parts) != 2:
             warnings.append(f"env {env_name} is not SMARTSENSOR__<SECTION>__<KEY> (ignored)")
             continue
@@ -235,8 +251,7 @@ def load_config(cli_path: str | None = None, environ: dict[str, str] | None = No
         try:
             values[key] = spec.parse(text)
         except ValueError:
-            kind = {parse_int: "an integer", parse_float: "a number", parse_bool: "a boolean"}.get(
-                spec.parse, "valid")
+            kind = {parse_int: "an integer", parse_float: "a number", parse_bool: "a boolean"}.get(spec.parse, "valid")
             raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {_shown(text)}") from None
     cfg = Config(values=values, home=home, path=path, file_found=file_found, warnings=warnings)
     _validate(cfg)
@@ -249,7 +264,11 @@ def _shown(value: Any) -> str:
     """A value for an error message, cut short (a hostile file may hold a 5,000-digit number)."""
     text = repr(value) if isinstance(value, str) else (f"{value:g}" if isinstance(value, float) else None)
     if text is None:
-        text = str(value) if value.bit_length() < 200 else f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+        text = (
+            str(value)
+            if value.bit_length() < 200
+            else f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+        )
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -264,8 +283,9 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"[smart_sensor] lease_timeout ({lease}) must be greater than heartbeat_interval ({hb}) > 0")
     beat, zombie = cfg.get("scheduler", "task_heartbeat_interval"), cfg.get("scheduler", "zombie_threshold")
     if beat <= 0 or zombie < 2 * beat:
-        raise ConfigError(f"[scheduler] zombie_threshold ({zombie}) must be at least twice "
-                          f"task_heartbeat_interval ({beat}) > 0")
+        raise ConfigError(
+            f"[scheduler] zombie_threshold ({zombie}) must be at least twice task_heartbeat_interval ({beat}) > 0"
+        )
     interval, retention = cfg.get("api", "history_interval"), cfg.get("api", "history_retention")
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")

@@ -62,103 +62,225 @@ DAY = 24 * 3600.0
 CATALOG_BACKENDS = ("auto", "thrift", "spark")
 
 KEYS: tuple[Key, ...] = (
-    Key("core", "sql_alchemy_conn", "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db", parse_str,
+    Key(
+        "core",
+        "sql_alchemy_conn",
+        "sqlite:///{SMARTSENSOR_HOME}/smartsensor.db",
+        parse_str,
         "SQLAlchemy URL of the metadata database. {SMARTSENSOR_HOME} is replaced by the home folder. "
         "SQLite (the embedded default, one host): sqlite:////abs/path/smartsensor.db; its folder is created only "
         "under the home folder. PostgreSQL (several hosts): postgresql://user:password@db-host:5432/smartsensor "
-        "(postgresql:// and postgres:// use the psycopg2 driver smartsensor installs; postgresql+psycopg2:// too)."),
-    Key("core", "dag_file_import_timeout", "60", parse_float,
+        "(postgresql:// and postgres:// use the psycopg2 driver smartsensor installs; postgresql+psycopg2:// too).",
+    ),
+    Key(
+        "core",
+        "dag_file_import_timeout",
+        "60",
+        parse_float,
         "Seconds `submit` lets a DAG file's import take; a file that loops or blocks at import is reported.",
-        bounds=(1, 3600)),
-    Key("smart_sensor", "use_smart_sensor", "True", parse_bool,
-        "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode."),
-    Key("smart_sensor", "shard_code_upper_limit", "10000", parse_int,
+        bounds=(1, 3600),
+    ),
+    Key(
+        "smart_sensor",
+        "use_smart_sensor",
+        "True",
+        parse_bool,
+        "Route eligible sensor tasks to the shard workers (smart_pending) instead of classic mode.",
+    ),
+    Key(
+        "smart_sensor",
+        "shard_code_upper_limit",
+        "10000",
+        parse_int,
         "shardcode = hashcode mod this value. After changing it run `smartsensor db reshard` to move "
         "rows already registered.",
-        bounds=(1, 2**31 - 1)),
-    Key("smart_sensor", "shards", "5", parse_int,
+        bounds=(1, 2**31 - 1),
+    ),
+    Key(
+        "smart_sensor",
+        "shards",
+        "5",
+        parse_int,
         "Number of shard ranges when shard_ranges is empty: [0, limit) split evenly.",
-        bounds=(1, 100_000)),
-    Key("smart_sensor", "shard_ranges", "", parse_str,
-        "Explicit half-open ranges covering [0, limit) without gap or overlap, e.g. 0-2000, 2000-10000."),
-    Key("smart_sensor", "sensors_enabled", "NamedHivePartitionSensor, HivePartitionSensor, SuccessFileSensor",
-        parse_list, "Class names (marked @smart_eligible in code) that may run in the shard workers."),
-    Key("smart_sensor", "sensor_modules", "", parse_list,
+        bounds=(1, 100_000),
+    ),
+    Key(
+        "smart_sensor",
+        "shard_ranges",
+        "",
+        parse_str,
+        "Explicit half-open ranges covering [0, limit) without gap or overlap, e.g. 0-2000, 2000-10000.",
+    ),
+    Key(
+        "smart_sensor",
+        "sensors_enabled",
+        "NamedHivePartitionSensor, HivePartitionSensor, SuccessFileSensor",
+        parse_list,
+        "Class names (marked @smart_eligible in code) that may run in the shard workers.",
+    ),
+    Key(
+        "smart_sensor",
+        "sensor_modules",
+        "",
+        parse_list,
         "Extra importable modules defining smart-eligible sensor classes; workers import only these "
-        "and the built-in smartsensor.sensors package, never a class path read from the database."),
-    Key("smart_sensor", "poke_interval", "5", parse_float,
+        "and the built-in smartsensor.sensors package, never a class path read from the database.",
+    ),
+    Key(
+        "smart_sensor",
+        "poke_interval",
+        "5",
+        parse_float,
         "Seconds between worker rounds. Each task is still poked by its own poke_interval.",
-        bounds=(0.05, DAY)),
-    Key("smart_sensor", "index_rebuild_interval", "600", parse_float,
+        bounds=(0.05, DAY),
+    ),
+    Key(
+        "smart_sensor",
+        "index_rebuild_interval",
+        "600",
+        parse_float,
         "Seconds between rebuilds of a worker's in-memory index of waiting checks from the database. Between "
         "rebuilds a round reads only the tasks that arrived; a rebuild also picks up rows moved by hand "
         "(`db reshard`, set-state smart_running) and forgets tasks another process ended.",
-        bounds=(1, 7 * DAY)),
-    Key("smart_sensor", "poke_timeout", "60", parse_float,
+        bounds=(1, 7 * DAY),
+    ),
+    Key(
+        "smart_sensor",
+        "poke_timeout",
+        "60",
+        parse_float,
         "Seconds a user sensor's own poke() may take (in a worker or a classic run). One that takes longer is "
         "a transient error for its check, and the check is not poked again until that call returns.",
-        bounds=(0.1, DAY)),
-    Key("smart_sensor", "heartbeat_interval", "5", parse_float,
+        bounds=(0.1, DAY),
+    ),
+    Key(
+        "smart_sensor",
+        "heartbeat_interval",
+        "5",
+        parse_float,
         "Seconds between a worker's lease renewals (and claims of free or expired ranges).",
-        bounds=(0.05, DAY)),
-    Key("smart_sensor", "lease_timeout", "15", parse_float,
+        bounds=(0.05, DAY),
+    ),
+    Key(
+        "smart_sensor",
+        "lease_timeout",
+        "15",
+        parse_float,
         "Seconds a shard lease lives without renewal; after that another worker takes the range over.",
-        bounds=(0.1, 7 * DAY)),
-    Key("smart_sensor", "signal_poll_interval", "0.2", parse_float,
+        bounds=(0.1, 7 * DAY),
+    ),
+    Key(
+        "smart_sensor",
+        "signal_poll_interval",
+        "0.2",
+        parse_float,
         "SQLite only: seconds between polls for landing signals (Postgres uses LISTEN/NOTIFY).",
-        bounds=(0.01, 3600)),
-    Key("smart_sensor", "catalog_backend", "auto", parse_str,
+        bounds=(0.01, 3600),
+    ),
+    Key(
+        "smart_sensor",
+        "catalog_backend",
+        "auto",
+        parse_str,
         "How workers list partitions: thrift (straight to [spark] metastore_uris over the metastore's thrift "
         "API, no JVM), spark (the SparkSession's external catalog), or auto: thrift when metastore_uris "
-        "is set, else spark."),
-    Key("smart_sensor", "metastore_timeout", "10", parse_float,
+        "is set, else spark.",
+    ),
+    Key(
+        "smart_sensor",
+        "metastore_timeout",
+        "10",
+        parse_float,
         "Seconds the thrift catalog backend waits on a metastore socket (connect and each call) before "
         "the check is a transient error and the connection is dropped.",
-        bounds=(0.1, 3600)),
+        bounds=(0.1, 3600),
+    ),
     Key("spark", "master", "local[1]", parse_str, "Spark master URL."),
     Key("spark", "app_name", "smartsensor", parse_str, "Spark application name."),
     Key("spark", "warehouse_dir", "{SMARTSENSOR_HOME}/warehouse", parse_str, "spark.sql.warehouse.dir."),
-    Key("spark", "metastore_uris", "", parse_str,
+    Key(
+        "spark",
+        "metastore_uris",
+        "",
+        parse_str,
         "Thrift URIs of a Hive metastore (thrift://host:port). Empty: embedded Derby under the home "
-        "folder, usable by ONE process only."),
-    Key("spark", "conf", "", parse_list,
-        "Extra Spark settings passed through, comma separated key=value pairs."),
+        "folder, usable by ONE process only.",
+    ),
+    Key("spark", "conf", "", parse_list, "Extra Spark settings passed through, comma separated key=value pairs."),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
-    Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.",
-        bounds=(1, 65535)),
+    Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.", bounds=(1, 65535)),
     Key("metastore", "java_opts", "-Xmx512m", parse_str, "JVM options of the metastore service."),
-    Key("metastore", "start_timeout", "60", parse_float, "Seconds to wait for the service's port.",
-        bounds=(1, 3600)),
-    Key("scheduler", "parallelism", "8", parse_int, "Classic-mode task processes at most at once.",
-        bounds=(1, 1000)),  # each classic run is a process with its own JVM
-    Key("scheduler", "loop_interval", "2", parse_float, "Seconds between scheduler loops.",
-        bounds=(0.05, 3600)),
-    Key("scheduler", "task_heartbeat_interval", "10", parse_float,
+    Key("metastore", "start_timeout", "60", parse_float, "Seconds to wait for the service's port.", bounds=(1, 3600)),
+    Key(
+        "scheduler", "parallelism", "8", parse_int, "Classic-mode task processes at most at once.", bounds=(1, 1000)
+    ),  # each classic run is a process with its own JVM
+    Key("scheduler", "loop_interval", "2", parse_float, "Seconds between scheduler loops.", bounds=(0.05, 3600)),
+    Key(
+        "scheduler",
+        "task_heartbeat_interval",
+        "10",
+        parse_float,
         "Seconds between heartbeats of a classic-mode run (`run-task`) while its task is running.",
-        bounds=(0.05, DAY)),
-    Key("scheduler", "stop_grace", "30", parse_float,
+        bounds=(0.05, DAY),
+    ),
+    Key(
+        "scheduler",
+        "stop_grace",
+        "30",
+        parse_float,
         "Seconds a stopping scheduler waits for its `run-task` children to hand their tasks back before "
         "killing them (a child still starting Spark answers SIGTERM only once Spark is up).",
-        bounds=(0, 3600)),
-    Key("scheduler", "zombie_threshold", "120", parse_float,
+        bounds=(0, 3600),
+    ),
+    Key(
+        "scheduler",
+        "zombie_threshold",
+        "120",
+        parse_float,
         "A running classic task whose run has not heartbeated for this many seconds (its process died) "
         "is failed by the scheduler: up_for_retry while tries remain, else failed.",
-        bounds=(0.1, 7 * DAY)),
-    Key("api", "host", "127.0.0.1", parse_str,
-        "Address `smartsensor serve` listens on. Without a token it serves on 127.0.0.1 only, whatever this says."),
+        bounds=(0.1, 7 * DAY),
+    ),
+    Key(
+        "api",
+        "host",
+        "127.0.0.1",
+        parse_str,
+        "Address `smartsensor serve` listens on. Without a token it serves on 127.0.0.1 only, whatever this says.",
+    ),
     Key("api", "port", "8794", parse_int, "Port of `smartsensor serve`.", bounds=(1, 65535)),
-    Key("api", "token", "", parse_str,
+    Key(
+        "api",
+        "token",
+        "",
+        parse_str,
         "Bearer token every API request but /api/v1/health must carry (Authorization: Bearer TOKEN). "
-        "Prefer token_file, which keeps the secret out of the config."),
-    Key("api", "token_file", "", parse_str,
-        "File whose first line is the bearer token (read at start; wins over token)."),
-    Key("api", "history_interval", "60", parse_float,
+        "Prefer token_file, which keeps the secret out of the config.",
+    ),
+    Key(
+        "api",
+        "token_file",
+        "",
+        parse_str,
+        "File whose first line is the bearer token (read at start; wins over token).",
+    ),
+    Key(
+        "api",
+        "history_interval",
+        "60",
+        parse_float,
         "Seconds between the samples of tasks by state that `serve` writes for the status page's chart "
         "(one per interval whatever the number of servers).",
-        bounds=(5, DAY)),
-    Key("api", "history_retention", "604800", parse_float,
+        bounds=(5, DAY),
+    ),
+    Key(
+        "api",
+        "history_retention",
+        "604800",
+        parse_float,
         "Seconds the status page's samples are kept; `serve` deletes older ones. At least history_interval.",
-        bounds=(60, 366 * DAY)),
+        bounds=(60, 366 * DAY),
+    ),
 )
 
 KEY_INDEX: dict[tuple[str, str], Key] = {(k.section, k.name): k for k in KEYS}
@@ -190,8 +312,14 @@ def render_config(values: dict[tuple[str, str], str], header: str = CONFIG_HEADE
             section = key.section
         else:
             lines.append("")
-        lines += textwrap.wrap(key.help, width=102, initial_indent="# ", subsequent_indent="# ",
-                               break_on_hyphens=False, break_long_words=False)
+        lines += textwrap.wrap(
+            key.help,
+            width=102,
+            initial_indent="# ",
+            subsequent_indent="# ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
         if key.bounds is not None:
             lines.append(f"# Allowed: {key.bounds[0]:.10g} to {key.bounds[1]:.10g}.")
         value = values.get((key.section, key.name), key.default)

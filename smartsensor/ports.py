@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Iterable, Protocol, Sequence
 
 from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
@@ -26,27 +26,31 @@ class RoundStore(Protocol):
     """Reads and guarded writes of one shard range's round. Every write is idempotent and, with a
     ``fence``, applies only while that lease epoch is still held at the time of the write."""
 
-    def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                   fence: Fence | None) -> tuple[list[WaitingTask], int]:
+    def load_range(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> tuple[list[WaitingTask], int]:
         """The waiting tasks of [shard_min, shard_max), after starting the pending ones
         (smart_pending → smart_running, start_date stamped). Returns (tasks as read, how many started).
         A row per task: the full-reload round (kept as a benchmark strategy) reads this every round."""
         ...
 
-    def load_cohorts(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                     fence: Fence | None) -> tuple[CohortRows, int]:
+    def load_cohorts(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> tuple[CohortRows, int]:
         """Start the pending tasks of the range, then return every waiting one counted per (check, cohort), and
         how many were started: what an incremental worker rebuilds its index from (first round, takeover)."""
         ...
 
-    def start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                  fence: Fence | None) -> CohortRows:
+    def start_new(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> CohortRows:
         """Start the range's pending tasks (those that arrived since the last call) and return them per
         (check, cohort): an incremental round's change feed. Nothing under a fence no longer held."""
         ...
 
-    def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
-                    fence: Fence | None) -> dict[str, int]:
+    def write_round(
+        self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
+    ) -> dict[str, int]:
         """Apply a round's state changes in one transaction; returns how many tasks went to each state."""
         ...
 
@@ -54,8 +58,17 @@ class RoundStore(Protocol):
         """True while the lease of ``fence`` is held by its owner under its epoch."""
         ...
 
-    def record_round(self, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
-                     now: datetime, seconds: float, summary_json: str) -> None:
+    def record_round(
+        self,
+        worker_id: str,
+        hostname: str,
+        pid: int,
+        shard_min: int,
+        shard_max: int,
+        now: datetime,
+        seconds: float,
+        summary_json: str,
+    ) -> None:
         """Keep this worker's last round for `smartsensor status`."""
         ...
 
@@ -76,8 +89,7 @@ class LeaseOps(Protocol):
         """Record this worker's heartbeat."""
         ...
 
-    def delete_worker(self, worker_id: str) -> None:
-        ...
+    def delete_worker(self, worker_id: str) -> None: ...
 
     def live_workers(self, since: datetime) -> int:
         """Workers that heartbeated after ``since``."""
@@ -103,11 +115,9 @@ class LeaseOps(Protocol):
         """Take a free or expired range if its epoch is still ``seen_epoch``; the epoch goes up by one."""
         ...
 
-    def release_lease(self, shard_min: int, owner: str, epoch: int) -> bool:
-        ...
+    def release_lease(self, shard_min: int, owner: str, epoch: int) -> bool: ...
 
-    def release_all_leases(self, owner: str) -> int:
-        ...
+    def release_all_leases(self, owner: str) -> int: ...
 
 
 class LeaseStore(Protocol):
@@ -148,8 +158,9 @@ class PartitionTypeCache(Protocol):
         """Drop a table's cached types (it went missing, or its listing was rejected)."""
         ...
 
-    def normalize(self, db: str, table: str, types: dict[str, str],
-                  specs: list[tuple[tuple[str, str], ...]]) -> list[tuple[tuple[str, str], ...] | CheckError]:
+    def normalize(
+        self, db: str, table: str, types: dict[str, str], specs: list[tuple[tuple[str, str], ...]]
+    ) -> list[tuple[tuple[str, str], ...] | CheckError]:
         """Each spec with its values cast as the catalog stores them, or the error naming a value its column
         rejects."""
         ...

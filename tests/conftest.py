@@ -13,8 +13,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from smartsensor.config import Config, load_config
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.config import Config, load_config
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
@@ -24,7 +24,13 @@ LAYERS = ("unit", "integration", "process", "airflow")
 # The Airflow provider is its own distribution (providers/airflow); its Airflow-free modules (the filter parser,
 # the client, the shared poller) are tested here from the checkout, the rest inside real Airflow (tests/airflow).
 sys.path.insert(0, str(TESTS.parent / "providers" / "airflow"))
-NOT_IN_UNIT = {"db_url", "engine", "spark_home", "spark", "hive_db"}  # a database or Spark (conftest's cfg needs db_url)
+NOT_IN_UNIT = {
+    "db_url",
+    "engine",
+    "spark_home",
+    "spark",
+    "hive_db",
+}  # a database or Spark (conftest's cfg needs db_url)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -35,14 +41,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except ValueError:  # not below tests/
             continue
         if layer not in LAYERS:
-            wrong.append(f"{item.nodeid}: every test goes in tests/unit, tests/integration, tests/process or "
-                         f"tests/airflow")
+            wrong.append(
+                f"{item.nodeid}: every test goes in tests/unit, tests/integration, tests/process or tests/airflow"
+            )
             continue
         item.add_marker(layer)
         if layer == "unit" and NOT_IN_UNIT & set(item.fixturenames):
             uses = ", ".join(sorted(NOT_IN_UNIT & set(item.fixturenames)))
-            wrong.append(f"{item.nodeid}: a unit test uses no database or Spark (it asks for {uses}); "
-                         f"move it to tests/integration")
+            wrong.append(
+                f"{item.nodeid}: a unit test uses no database or Spark (it asks for {uses}); "
+                f"move it to tests/integration"
+            )
     if wrong:
         raise pytest.UsageError("tests in the wrong layer:\n  " + "\n  ".join(wrong))
 
@@ -100,6 +109,7 @@ def no_orphaned_metastores() -> Iterator[None]:
     """Whatever a test did (or a timeout cut short), no metastore JVM started by this run outlives it."""
     yield
     from smartsensor.adapters import metastore_process
+
     left = metastore_process.terminate_started_here()
     if left:
         print(f"\nstopped {len(left)} metastore JVM(s) left running by tests: {left}")
@@ -114,6 +124,7 @@ def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark(spark_home: Path) -> Any:
     """The one SparkSession of the test run (embedded Derby metastore in a temp folder)."""
     from smartsensor.adapters.spark import get_spark
+
     cfg = load_config(environ={"SMARTSENSOR_HOME": str(spark_home)})
     return get_spark(cfg)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
-
 from smartsensor.schema.models import Base
+from sqlalchemy import create_engine
 
 config = context.config
 target_metadata = Base.metadata
@@ -34,8 +33,7 @@ def _run(connection) -> None:
 
 
 if context.is_offline_mode():
-    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
-                      literal_binds=True)
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 else:

@@ -19,7 +19,11 @@ orders = [
 ]
 
 daily = [
-    SuccessFileSensor(task_id=f"daily_close_{i}", path=f"{WAREHOUSE}/demo.db/events/ds={{{{ ds }}}}/_SUCCESS",
-                      poke_interval=5, timeout=600)
+    SuccessFileSensor(
+        task_id=f"daily_close_{i}",
+        path=f"{WAREHOUSE}/demo.db/events/ds={{{{ ds }}}}/_SUCCESS",
+        poke_interval=5,
+        timeout=600,
+    )
     for i in range(10)
 ]

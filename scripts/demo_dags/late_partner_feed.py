@@ -26,7 +26,11 @@ partner = [
 ]
 
 classic = [
-    ClassicEventsSensor(task_id=f"classic_events_h{hour:02d}", partition_names=[f"demo.events/ds={{{{ ds }}}}/hr={hour:02d}"],
-                        poke_interval=3, timeout=600)
+    ClassicEventsSensor(
+        task_id=f"classic_events_h{hour:02d}",
+        partition_names=[f"demo.events/ds={{{{ ds }}}}/hr={hour:02d}"],
+        poke_interval=3,
+        timeout=600,
+    )
     for hour in (0,)
 ]

@@ -42,32 +42,51 @@ class InMemoryStore:
     # -- set-up and inspection (what registration, the lease manager or a user would do) ----------
     def add_task(self, row: dict[str, Any]) -> None:
         """Insert a task_instance row (e.g. from ``service.registration.build_row``)."""
-        full = {"try_number": 1, "max_tries": 0, "start_date": None, "end_date": None, "hostname": None,
-                "error": None, "updated_at": None, **row}
+        full = {
+            "try_number": 1,
+            "max_tries": 0,
+            "start_date": None,
+            "end_date": None,
+            "hostname": None,
+            "error": None,
+            "updated_at": None,
+            **row,
+        }
         self.tasks[(full["dag_id"], full["task_id"], full["execution_date"])] = full
 
     def set_state(self, key: TaskKey, state: str) -> None:
         """A user's manual change (``smartsensor set-state``)."""
         self.tasks[key]["state"] = state
 
-    def set_lease(self, shard_min: int, shard_max: int, owner: str | None, epoch: int,
-                  expires_at: datetime | None) -> None:
+    def set_lease(
+        self, shard_min: int, shard_max: int, owner: str | None, epoch: int, expires_at: datetime | None
+    ) -> None:
         """Write a shard_lease row as the lease manager would after a claim or a takeover."""
-        self.leases[shard_min] = {"shard_min": shard_min, "shard_max": shard_max, "owner": owner, "epoch": epoch,
-                                  "expires_at": expires_at}
+        self.leases[shard_min] = {
+            "shard_min": shard_min,
+            "shard_max": shard_max,
+            "owner": owner,
+            "epoch": epoch,
+            "expires_at": expires_at,
+        }
 
     # -- the port ------------------------------------------------------------------------------
-    def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                   fence: Fence | None) -> tuple[list[WaitingTask], int]:
+    def load_range(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> tuple[list[WaitingTask], int]:
         """``tasks.load_waiting`` then ``tasks.start_pending``."""
         with self._lock:
             return self._load_range(shard_min, shard_max, now, hostname, fence)
 
-    def _load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                    fence: Fence | None) -> tuple[list[WaitingTask], int]:
+    def _load_range(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> tuple[list[WaitingTask], int]:
         self._statements += 1
-        rows = [r for r in self.tasks.values()
-                if r["state"] in State.SMART_WAITING and shard_min <= r["shardcode"] < shard_max]
+        rows = [
+            r
+            for r in self.tasks.values()
+            if r["state"] in State.SMART_WAITING and shard_min <= r["shardcode"] < shard_max
+        ]
         loaded = [WaitingTask(*(r[name] for name in _WAITING_FIELDS)) for r in rows]
         started = 0
         if any(r["state"] == State.SMART_PENDING for r in rows):
@@ -75,58 +94,86 @@ class InMemoryStore:
             if self._fence_ok(fence, now):
                 for r in rows:
                     if r["state"] == State.SMART_PENDING:
-                        r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname,
-                                 updated_at=now)
+                        r.update(
+                            state=State.SMART_RUNNING,
+                            start_date=r["start_date"] or now,
+                            hostname=hostname,
+                            updated_at=now,
+                        )
                         started += 1
         return loaded, started
 
-    def load_cohorts(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                     fence: Fence | None) -> tuple[CohortRows, int]:
+    def load_cohorts(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> tuple[CohortRows, int]:
         """``tasks.start_pending_cohorts`` then ``tasks.load_waiting_cohorts``."""
         with self._lock:
             started = self._start_new(shard_min, shard_max, now, hostname, fence)
             self._statements += 1
-            rows = [r for r in self.tasks.values() if r["state"] == State.SMART_RUNNING
-                    and shard_min <= r["shardcode"] < shard_max and r["start_date"] is not None]
+            rows = [
+                r
+                for r in self.tasks.values()
+                if r["state"] == State.SMART_RUNNING
+                and shard_min <= r["shardcode"] < shard_max
+                and r["start_date"] is not None
+            ]
             return _per_cohort(rows), sum(n for _, _, n in started)
 
-    def start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                  fence: Fence | None) -> CohortRows:
+    def start_new(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> CohortRows:
         """``tasks.start_pending_cohorts``."""
         with self._lock:
             return self._start_new(shard_min, shard_max, now, hostname, fence)
 
-    def _start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                   fence: Fence | None) -> CohortRows:
+    def _start_new(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> CohortRows:
         self._statements += 1
         if not self._fence_ok(fence, now):
             return []
-        started = [r for r in self.tasks.values()
-                   if r["state"] == State.SMART_PENDING and shard_min <= r["shardcode"] < shard_max]
+        started = [
+            r
+            for r in self.tasks.values()
+            if r["state"] == State.SMART_PENDING and shard_min <= r["shardcode"] < shard_max
+        ]
         for r in started:
             r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname, updated_at=now)
         return _per_cohort(started)
 
-    def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
-                    fence: Fence | None) -> dict[str, int]:
+    def write_round(
+        self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
+    ) -> dict[str, int]:
         """``tasks.mark_hashes`` / ``mark_check`` / ``end_tries``, all or nothing under the fence."""
         with self._lock:
             return self._write_round(shard_min, shard_max, writes, now, fence)
 
-    def _write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
-                     fence: Fence | None) -> dict[str, int]:
+    def _write_round(
+        self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
+    ) -> dict[str, int]:
         if writes.empty():
             return {}
         marked: dict[str, int] = defaultdict(int)
-        statements = (bool(writes.landed_hashes) + len(writes.landed_checks) + len(writes.failed)
-                      + len(writes.ended) + len(writes.bad))
+        statements = (
+            bool(writes.landed_hashes)
+            + len(writes.landed_checks)
+            + len(writes.failed)
+            + len(writes.ended)
+            + len(writes.bad)
+        )
         self._statements += statements
         if not self._fence_ok(fence, now):
             return {}
         hashes = set(writes.landed_hashes)
         marked[State.SUCCESS] += self._update(
-            lambda r: r["hashcode"] in hashes and shard_min <= r["shardcode"] < shard_max
-            and r["state"] in State.SMART_WAITING, State.SUCCESS, now)
+            lambda r: (
+                r["hashcode"] in hashes
+                and shard_min <= r["shardcode"] < shard_max
+                and r["state"] in State.SMART_WAITING
+            ),
+            State.SUCCESS,
+            now,
+        )
         for check in writes.landed_checks:
             marked[State.SUCCESS] += self._update(lambda r, c=check: _is_check(r, c), State.SUCCESS, now)
         for check, collided, error in writes.failed:
@@ -134,8 +181,15 @@ class InMemoryStore:
                 marked[State.FAILED] += self._update(lambda r, c=check: _is_check(r, c), State.FAILED, now, error)
             else:
                 marked[State.FAILED] += self._update(
-                    lambda r, h=check[0]: r["hashcode"] == h and shard_min <= r["shardcode"] < shard_max
-                    and r["state"] in State.SMART_WAITING, State.FAILED, now, error)
+                    lambda r, h=check[0]: (
+                        r["hashcode"] == h
+                        and shard_min <= r["shardcode"] < shard_max
+                        and r["state"] in State.SMART_WAITING
+                    ),
+                    State.FAILED,
+                    now,
+                    error,
+                )
         for (state, error), cohorts in writes.ended.items():
             marked[state] += self._end_cohorts(set(cohorts), shard_min, shard_max, state, now, error)
         for key, cohort, why in writes.bad:
@@ -146,12 +200,28 @@ class InMemoryStore:
         self._statements += 1
         return self._fence_ok(fence, now)
 
-    def record_round(self, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
-                     now: datetime, seconds: float, summary_json: str) -> None:
+    def record_round(
+        self,
+        worker_id: str,
+        hostname: str,
+        pid: int,
+        shard_min: int,
+        shard_max: int,
+        now: datetime,
+        seconds: float,
+        summary_json: str,
+    ) -> None:
         self._statements += 1
-        self.rounds[worker_id] = {"worker_id": worker_id, "hostname": hostname, "pid": pid, "shard_min": shard_min,
-                                  "shard_max": shard_max, "last_round_at": now, "last_round_seconds": seconds,
-                                  "last_round_json": summary_json}
+        self.rounds[worker_id] = {
+            "worker_id": worker_id,
+            "hostname": hostname,
+            "pid": pid,
+            "shard_min": shard_min,
+            "shard_max": shard_max,
+            "last_round_at": now,
+            "last_round_seconds": seconds,
+            "last_round_json": summary_json,
+        }
 
     def forget_worker(self, worker_id: str) -> None:
         self._statements += 1
@@ -173,8 +243,9 @@ class InMemoryStore:
                 raise
 
     def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
-        row = self.workers.setdefault(worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid,
-                                                  "started_at": started_at})
+        row = self.workers.setdefault(
+            worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid, "started_at": started_at}
+        )
         row["heartbeat_at"] = now
 
     def delete_worker(self, worker_id: str) -> None:
@@ -248,15 +319,32 @@ class InMemoryStore:
                 n += 1
         return n
 
-    def _end_cohorts(self, cohorts: set[tuple[CheckKey, Cohort]], shard_min: int, shard_max: int, state: str,
-                     now: datetime, error: str | None) -> int:
-        return self._update(lambda r: r["state"] == State.SMART_RUNNING and shard_min <= r["shardcode"] < shard_max
-                            and _cohort_of(r) in cohorts, state, now, error)
+    def _end_cohorts(
+        self,
+        cohorts: set[tuple[CheckKey, Cohort]],
+        shard_min: int,
+        shard_max: int,
+        state: str,
+        now: datetime,
+        error: str | None,
+    ) -> int:
+        return self._update(
+            lambda r: (
+                r["state"] == State.SMART_RUNNING
+                and shard_min <= r["shardcode"] < shard_max
+                and _cohort_of(r) in cohorts
+            ),
+            state,
+            now,
+            error,
+        )
 
 
 def _cohort_of(row: dict[str, Any]) -> tuple[CheckKey, Cohort]:
-    return ((row["hashcode"], row["classpath"], row["attr_dict"]),
-            Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"]))
+    return (
+        (row["hashcode"], row["classpath"], row["attr_dict"]),
+        Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"]),
+    )
 
 
 def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
@@ -267,5 +355,4 @@ def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
 
 
 def _is_check(row: dict[str, Any], check: tuple[int, str, str]) -> bool:
-    return ((row["hashcode"], row["classpath"], row["attr_dict"]) == check
-            and row["state"] in State.SMART_WAITING)
+    return (row["hashcode"], row["classpath"], row["attr_dict"]) == check and row["state"] in State.SMART_WAITING

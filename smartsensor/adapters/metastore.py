@@ -19,8 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from smartsensor.adapters.metastore_process import (MAIN_CLASS, is_our_jvm, log_path, port_answers, port_bindable,
-                                                    read_pid, remove_pid_file, service_dir, spawn, terminate)
+from smartsensor.adapters.metastore_process import (
+    MAIN_CLASS,
+    is_our_jvm,
+    log_path,
+    port_answers,
+    port_bindable,
+    read_pid,
+    remove_pid_file,
+    service_dir,
+    spawn,
+    terminate,
+)
 from smartsensor.adapters.spark import SPARK_EXTRA_HINT
 from smartsensor.config import Config
 
@@ -46,6 +56,7 @@ class MetastoreStatus:
 
 
 # -- addresses and status --------------------------------------------------------------------------
+
 
 def thrift_uri(cfg: Config) -> str:
     """``thrift://host:port`` of the service, the value for ``[spark] metastore_uris``."""
@@ -73,17 +84,26 @@ def status(cfg: Config) -> MetastoreStatus:
     host, port = _address(cfg)
     pid = read_pid(cfg)
     alive = pid is not None and is_our_jvm(pid)
-    return MetastoreStatus(running=alive and port_answers(host, port), pid=pid if alive else None,
-                           host=host, port=port, uri=thrift_uri(cfg), log=log_path(cfg))
+    return MetastoreStatus(
+        running=alive and port_answers(host, port),
+        pid=pid if alive else None,
+        host=host,
+        port=port,
+        uri=thrift_uri(cfg),
+        log=log_path(cfg),
+    )
 
 
 # -- start -----------------------------------------------------------------------------------------
 
+
 def _java() -> str:
     java = shutil.which("java")
     if java is None:
-        raise MetastoreError("Java not found on PATH: the Hive metastore service needs Java 17+ "
-                             "(e.g. apt-get install -y openjdk-17-jre-headless)")
+        raise MetastoreError(
+            "Java not found on PATH: the Hive metastore service needs Java 17+ "
+            "(e.g. apt-get install -y openjdk-17-jre-headless)"
+        )
     return java
 
 
@@ -142,13 +162,17 @@ def _wait_for_port(cfg: Config, pid: int, timeout: float, log_offset: int = 0) -
     deadline = time.monotonic() + timeout
     while True:
         if not is_our_jvm(pid):
-            raise MetastoreError(f"the metastore service (pid {pid}) exited during startup; "
-                                 f"last lines of {log_path(cfg)}:\n{_log_tail(cfg, log_offset)}")
+            raise MetastoreError(
+                f"the metastore service (pid {pid}) exited during startup; "
+                f"last lines of {log_path(cfg)}:\n{_log_tail(cfg, log_offset)}"
+            )
         if port_answers(host, port):
             return
         if time.monotonic() >= deadline:
-            raise MetastoreError(f"the metastore service (pid {pid}) did not open {host}:{port} within "
-                                 f"{timeout:g} s; last lines of {log_path(cfg)}:\n{_log_tail(cfg, log_offset)}")
+            raise MetastoreError(
+                f"the metastore service (pid {pid}) did not open {host}:{port} within "
+                f"{timeout:g} s; last lines of {log_path(cfg)}:\n{_log_tail(cfg, log_offset)}"
+            )
         time.sleep(0.2)
 
 
@@ -171,8 +195,10 @@ def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
             return status(cfg)
         remove_pid_file(cfg)
         if port_answers(host, port) or not port_bindable(port):
-            raise MetastoreError(f"port {host}:{port} is already in use by another process; stop it or set "
-                                 f"[metastore] port (and [spark] metastore_uris) to a free port")
+            raise MetastoreError(
+                f"port {host}:{port} is already in use by another process; stop it or set "
+                f"[metastore] port (and [spark] metastore_uris) to a free port"
+            )
         pid, log_offset = spawn(cfg, _command(cfg, _java()), die_with_parent)
         try:
             _wait_for_port(cfg, pid, timeout, log_offset)
@@ -184,6 +210,7 @@ def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
 
 
 # -- stop ------------------------------------------------------------------------------------------
+
 
 def stop(cfg: Config, timeout: float = 20) -> bool:
     """Stop the recorded JVM (SIGTERM, then SIGKILL after ``timeout`` s); True if one was running."""

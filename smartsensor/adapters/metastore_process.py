@@ -27,6 +27,7 @@ _children: dict[int, subprocess.Popen[bytes]] = {}
 
 # -- paths -----------------------------------------------------------------------------------------
 
+
 def service_dir(cfg: Config) -> Path:
     """``<home>/metastore_service``: Derby database, log and pid file of the service."""
     return cfg.home / "metastore_service"
@@ -56,6 +57,7 @@ def remove_pid_file(cfg: Config) -> None:
 
 
 # -- process and port probes -----------------------------------------------------------------------
+
 
 def is_our_jvm(pid: int) -> bool:
     """Whether ``pid`` is a live metastore JVM, not an exited child or a recycled pid."""
@@ -111,6 +113,7 @@ def port_bindable(port: int) -> bool:
 
 # -- spawn and terminate ---------------------------------------------------------------------------
 
+
 def spawn(cfg: Config, cmd: list[str], die_with_parent: bool = False) -> tuple[int, int]:
     """Start the JVM detached, record its pid; return (pid, log offset where its output begins)."""
     home = service_dir(cfg)
@@ -118,8 +121,15 @@ def spawn(cfg: Config, cmd: list[str], die_with_parent: bool = False) -> tuple[i
         log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(cmd)}\n".encode())
         log.flush()
         offset = log.tell()
-        proc = subprocess.Popen(cmd, cwd=home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=pdeathsig_preexec() if die_with_parent else None)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=pdeathsig_preexec() if die_with_parent else None,
+        )
     _children[proc.pid] = proc  # keep it referenced: a collected running Popen warns (ResourceWarning)
     tmp = pid_path(cfg).with_suffix(".tmp")
     tmp.write_text(f"{proc.pid}\n")

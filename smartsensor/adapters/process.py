@@ -58,7 +58,7 @@ class StderrTail:
                     except (OSError, ValueError):  # our own stderr is gone: keep draining
                         self._echo = None
                 if line.strip():
-                    self._last = line.strip()[:self.MAX_LINE]
+                    self._last = line.strip()[: self.MAX_LINE]
         finally:
             self._stream.close()
 
@@ -77,6 +77,7 @@ def pdeathsig_preexec() -> Callable[[], None] | None:
     """
     try:
         import ctypes
+
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
@@ -86,4 +87,5 @@ def pdeathsig_preexec() -> Callable[[], None] | None:
         prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
             os._exit(1)
+
     return preexec

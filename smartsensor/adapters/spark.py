@@ -52,8 +52,10 @@ def spark_builder_conf(cfg: Config) -> dict[str, str]:
 QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
-SPARK_EXTRA_HINT = ("PySpark is not installed: pip install 'smartsensor[spark]' (the Spark catalog backend, "
-                    "classic runs and `smartsensor metastore start` need it, and Java 17+)")
+SPARK_EXTRA_HINT = (
+    "PySpark is not installed: pip install 'smartsensor[spark]' (the Spark catalog backend, "
+    "classic runs and `smartsensor metastore start` need it, and Java 17+)"
+)
 
 
 def quiet_query_context_loggers() -> None:
@@ -104,6 +106,7 @@ def jvm_exit_code() -> int | None:
     if _session is None:
         return None
     from pyspark import SparkContext
+
     proc = getattr(SparkContext._gateway, "proc", None)  # None when attached to an external gateway
     return proc.poll() if proc is not None else None
 
@@ -115,6 +118,6 @@ def stop_spark() -> None:
         if _session is not None:
             try:
                 _session.stop()
-            except Exception:  # noqa: BLE001 - stopping at exit must not raise
+            except Exception:  # stopping at exit must not raise
                 log.debug("error stopping Spark", exc_info=True)
             _session = None

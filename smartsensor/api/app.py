@@ -59,8 +59,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
             finally:
                 watch.stop()
 
-    app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None,
-                  lifespan=lifespan)
+    app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)
 
     requests: Counter[tuple[str, str, int]] = Counter()
     app.state.requests = requests
@@ -72,8 +71,9 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         """This API's OpenAPI document."""
         return JSONResponse(app.openapi())
 
-    @app.get(f"{API}/health", responses={200: {"model": Health}, 503: {"model": Health,
-                                                                       "description": ERROR_MEANINGS[503]}})
+    @app.get(
+        f"{API}/health", responses={200: {"model": Health}, 503: {"model": Health, "description": ERROR_MEANINGS[503]}}
+    )
     def health() -> JSONResponse:
         """Liveness and the database's reachability; no token needed (load balancers call it)."""
         try:
@@ -93,8 +93,9 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     @app.get("/metrics", response_class=PlainTextResponse, responses=error_responses(401, 503, json_content=True))
     def metrics() -> Response:
         """Prometheus text format."""
-        return PlainTextResponse(render_metrics(collect_status(engine, cfg), requests),
-                                 media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            render_metrics(collect_status(engine, cfg), requests), media_type="text/plain; version=0.0.4"
+        )
 
     app.include_router(tasks_router(cfg, engine, watch, app.router.route_class), prefix=API)
     app.include_router(page_router(cfg, engine, token))

@@ -54,8 +54,9 @@ def is_loopback(host: str) -> bool:
 def bind_host(requested: str, token: str | None) -> tuple[str, str | None]:
     """The host to listen on, and a warning when the request was narrowed to 127.0.0.1 for lack of a token."""
     if token is None and not is_loopback(requested):
-        return LOOPBACK, (f"no API token configured ([api] token_file or token): serving on {LOOPBACK} only, "
-                          f"not on {requested}")
+        return LOOPBACK, (
+            f"no API token configured ([api] token_file or token): serving on {LOOPBACK} only, not on {requested}"
+        )
     return requested, None
 
 
@@ -86,7 +87,8 @@ def session_valid(value: str | None, token: str, now: float | None = None) -> bo
         return False
     age = (time.time() if now is None else now) - int(issued_text)
     return 0 <= age <= SESSION_SECONDS and secrets.compare_digest(
-        signature.encode(), _session_signature(token, int(issued_text)).encode())
+        signature.encode(), _session_signature(token, int(issued_text)).encode()
+    )
 
 
 def needs_token(path: str) -> bool:
@@ -107,8 +109,11 @@ def token_route(token: str | None) -> type[APIRoute]:
 
             async def checked(request: Request) -> Response:  # by the full path: a router's routes know their own
                 if needs_token(request.url.path) and not token_matches(request.headers.get("authorization"), token):
-                    return JSONResponse({"error": "missing or wrong bearer token (Authorization: Bearer …)"}, 401,
-                                        headers={"WWW-Authenticate": "Bearer"})
+                    return JSONResponse(
+                        {"error": "missing or wrong bearer token (Authorization: Bearer …)"},
+                        401,
+                        headers={"WWW-Authenticate": "Bearer"},
+                    )
                 return await handler(request)
 
             return checked

@@ -12,15 +12,42 @@ from typing import Any, Callable, Iterable, Sequence
 from smartsensor.domain.states import State
 
 # Colour-blind-friendly enough, distinct on white; owners get them in order, so two owners on a page differ.
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#e15759", "#9c755f",
-           "#ff9da7", "#17becf", "#8c564b", "#bcbd22")
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#e15759",
+    "#9c755f",
+    "#ff9da7",
+    "#17becf",
+    "#8c564b",
+    "#bcbd22",
+)
 FREE = "#e4e4e4"  # a lease row without owner
 NO_LEASE = "#f6f6f6"  # a part of 0…limit no lease row covers (pinned workers, or none started yet)
-STATE_COLOURS = {State.SUCCESS: "#59a14f", State.FAILED: "#e15759", State.SKIPPED: "#bab0ac",
-                 State.SMART_PENDING: "#f28e2b", State.SMART_RUNNING: "#edc948", State.SCHEDULED: "#76b7b2",
-                 State.RUNNING: "#4e79a7", State.UP_FOR_RETRY: "#b07aa1"}
-STATE_ORDER = (State.SUCCESS, State.SKIPPED, State.FAILED, State.UP_FOR_RETRY, State.SCHEDULED, State.RUNNING,
-               State.SMART_RUNNING, State.SMART_PENDING)
+STATE_COLOURS = {
+    State.SUCCESS: "#59a14f",
+    State.FAILED: "#e15759",
+    State.SKIPPED: "#bab0ac",
+    State.SMART_PENDING: "#f28e2b",
+    State.SMART_RUNNING: "#edc948",
+    State.SCHEDULED: "#76b7b2",
+    State.RUNNING: "#4e79a7",
+    State.UP_FOR_RETRY: "#b07aa1",
+}
+STATE_ORDER = (
+    State.SUCCESS,
+    State.SKIPPED,
+    State.FAILED,
+    State.UP_FOR_RETRY,
+    State.SCHEDULED,
+    State.RUNNING,
+    State.SMART_RUNNING,
+    State.SMART_PENDING,
+)
 ONE_POINT_HALF_WIDTH = 6.0  # a single sample is drawn as a band this many pixels each side of it
 
 
@@ -74,8 +101,12 @@ class StackedChart:
     bottom: float
 
 
-def stacked_chart(history: Sequence[tuple[datetime, dict[str, int]]], width: float, height: float,
-                  margin: tuple[float, float, float, float] = (10, 10, 24, 48)) -> StackedChart:
+def stacked_chart(
+    history: Sequence[tuple[datetime, dict[str, int]]],
+    width: float,
+    height: float,
+    margin: tuple[float, float, float, float] = (10, 10, 24, 48),
+) -> StackedChart:
     """Bands of tasks per state over time (0 points: no bands; 1 point: a narrow band around it)."""
     top, right, bottom, left = margin[0], width - margin[1], height - margin[2], margin[3]
     if not history:
@@ -95,8 +126,15 @@ def stacked_chart(history: Sequence[tuple[datetime, dict[str, int]]], width: flo
         lower = [f"{px:.1f},{y(v):.1f}" for px, v in zip(reversed(xs), reversed(below))]
         areas.append(Area(state, state_colour(state), " ".join(upper + lower)))
         below = above
-    return StackedChart(areas, time_ticks(history[0][0], history[-1][0], left, right),
-                        [(y(v), f"{v:g}") for v in (0, peak / 2, peak)], left, top, right, bottom)
+    return StackedChart(
+        areas,
+        time_ticks(history[0][0], history[-1][0], left, right),
+        [(y(v), f"{v:g}") for v in (0, peak / 2, peak)],
+        left,
+        top,
+        right,
+        bottom,
+    )
 
 
 def time_ticks(first: datetime, last: datetime, left: float, right: float, count: int = 5) -> list[tuple[float, str]]:
@@ -149,8 +187,10 @@ class Segment:
 def owner_colours(owners: Iterable[str | None]) -> dict[str, str]:
     """A colour per owner, by sorted name (so distinct on one page until the palette runs out)."""
     named = sorted({o for o in owners if o})
-    return {o: PALETTE[i] if i < len(PALETTE) else PALETTE[zlib.crc32(o.encode()) % len(PALETTE)]
-            for i, o in enumerate(named)}
+    return {
+        o: PALETTE[i] if i < len(PALETTE) else PALETTE[zlib.crc32(o.encode()) % len(PALETTE)]
+        for i, o in enumerate(named)
+    }
 
 
 def strip_segments(leases: Sequence[dict[str, Any]], limit: int, width: float) -> list[Segment]:
@@ -167,8 +207,18 @@ def strip_segments(leases: Sequence[dict[str, Any]], limit: int, width: float) -
         if lo > edge:
             out.append(Segment(edge, lo, x(edge), x(lo) - x(edge), NO_LEASE, lease=False))
         owner = lease["owner"]
-        out.append(Segment(lo, hi, x(lo), x(hi) - x(lo), colours[owner] if owner else FREE, owner=owner,
-                           epoch=lease["epoch"], expired=bool(lease.get("expired"))))
+        out.append(
+            Segment(
+                lo,
+                hi,
+                x(lo),
+                x(hi) - x(lo),
+                colours[owner] if owner else FREE,
+                owner=owner,
+                epoch=lease["epoch"],
+                expired=bool(lease.get("expired")),
+            )
+        )
         edge = hi
     if edge < limit:
         out.append(Segment(edge, limit, x(edge), x(limit) - x(edge), NO_LEASE, lease=False))

@@ -37,8 +37,10 @@ def error_responses(*codes: int, json_content: bool = False) -> dict[int | str, 
     route's media type, while errors are always JSON."""
     if json_content:
         schema = {"$ref": "#/components/schemas/ErrorBody"}  # registered by the routes that name the model
-        return {code: {"description": ERROR_MEANINGS[code], "content": {"application/json": {"schema": schema}}}
-                for code in codes}
+        return {
+            code: {"description": ERROR_MEANINGS[code], "content": {"application/json": {"schema": schema}}}
+            for code in codes
+        }
     return {code: {"model": ErrorBody, "description": ERROR_MEANINGS[code]} for code in codes}
 
 
@@ -48,9 +50,15 @@ class JsonErrorH11Protocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         body = error_body(f"malformed HTTP request: {msg}")
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"connection", b"close")]
-        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
-                      h11.EndOfMessage()):
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        ):
             self.transport.write(self.conn.send(event))
         self.transport.close()

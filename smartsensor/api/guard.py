@@ -24,8 +24,11 @@ Send = Callable[[Message], Awaitable[None]]
 # The status page is server-rendered HTML with inline CSS and SVG, a form posting to /login and no script:
 # nothing may load from anywhere, and no other site may frame it. JSON answers carry the same headers.
 SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-                                 b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
@@ -42,8 +45,12 @@ class BodyTooLarge(HTTPException):
 class ApiGuard:
     """Wraps the FastAPI app; ``requests`` counts (method, route or "unmatched", status code)."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], requests: Counter[tuple[str, str, int]],
-                 max_body: int) -> None:
+    def __init__(
+        self,
+        app: Callable[[Scope, Receive, Send], Awaitable[None]],
+        requests: Counter[tuple[str, str, int]],
+        max_body: int,
+    ) -> None:
         self.app, self.requests, self.max_body = app, requests, max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -59,8 +66,11 @@ class ApiGuard:
                 # counted as the answer starts, so a client that has it also finds it in /metrics
                 route = scope["path"] if scope.get("route") is not None else "unmatched"
                 self.requests[(scope["method"], route, message["status"])] += 1
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS,
-                                      (b"x-request-id", request_id.encode())]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *SECURITY_HEADERS,
+                    (b"x-request-id", request_id.encode()),
+                ]
             await send(message)
 
         received = 0
@@ -82,13 +92,22 @@ class ApiGuard:
         except BodyTooLarge as exc:  # read by something other than a route (which answers it as any HTTP error)
             if not answered:
                 await self._answer(send_with_headers, 413, str(exc.detail))
-        except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes a 500 line
-            log.error("%s %s failed: %s: %s (request id %s)", scope["method"], scope["path"], type(exc).__name__,
-                      first_line(exc), request_id)
+        except Exception as exc:  # the one place an unexpected error becomes a 500 line
+            log.error(
+                "%s %s failed: %s: %s (request id %s)",
+                scope["method"],
+                scope["path"],
+                type(exc).__name__,
+                first_line(exc),
+                request_id,
+            )
             log.debug("traceback of request %s", request_id, exc_info=True)
             if not answered:
-                await self._answer(send_with_headers, 500, f"internal error ({type(exc).__name__}); request id "
-                                                           f"{request_id} in the server log")
+                await self._answer(
+                    send_with_headers,
+                    500,
+                    f"internal error ({type(exc).__name__}); request id {request_id} in the server log",
+                )
 
     def _declared_too_long(self, scope: Scope) -> bool:
         length = _header(scope, b"content-length")
@@ -97,8 +116,13 @@ class ApiGuard:
     @staticmethod
     async def _answer(send: Send, status: int, message: str) -> None:
         body = error_body(message)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

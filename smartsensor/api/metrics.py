@@ -14,25 +14,34 @@ def render_metrics(status: dict[str, Any], requests: Counter[tuple[str, str, int
     by (method, route, status code)."""
     registry = CollectorRegistry()
     if requests:
-        served = Gauge("smartsensor_api_requests", "Requests this server process answered, by route (a counter "
-                       "since the process started)", ["method", "route", "code"], registry=registry)
+        served = Gauge(
+            "smartsensor_api_requests",
+            "Requests this server process answered, by route (a counter since the process started)",
+            ["method", "route", "code"],
+            registry=registry,
+        )
         for (method, route, code), n in requests.items():
             served.labels(method, route, str(code)).set(n)
     tasks = Gauge("smartsensor_tasks", "Task instances by state", ["state"], registry=registry)
     for state, n in status["tasks_by_state"].items():
         tasks.labels(state).set(n)
-    Gauge("smartsensor_waiting_distinct_checks", "Distinct checks the waiting tasks share",
-          registry=registry).set(status["distinct_hashes"])
-    Gauge("smartsensor_dedup_ratio", "Waiting tasks per distinct check (0: nothing waits)",
-          registry=registry).set(status["dedup_ratio"] or 0)
-    Gauge("smartsensor_stranded_tasks", "Waiting tasks whose shardcode no range serves",
-          registry=registry).set(status["stranded"])
+    Gauge("smartsensor_waiting_distinct_checks", "Distinct checks the waiting tasks share", registry=registry).set(
+        status["distinct_hashes"]
+    )
+    Gauge("smartsensor_dedup_ratio", "Waiting tasks per distinct check (0: nothing waits)", registry=registry).set(
+        status["dedup_ratio"] or 0
+    )
+    Gauge("smartsensor_stranded_tasks", "Waiting tasks whose shardcode no range serves", registry=registry).set(
+        status["stranded"]
+    )
     Gauge("smartsensor_zombie_runs", "Classic runs that stopped heartbeating", registry=registry).set(
-        len(status["zombies"]))
+        len(status["zombies"])
+    )
     held = Gauge("smartsensor_shard_leases", "Shard leases by holder state", ["held"], registry=registry)
     held.labels("yes").set(sum(1 for lease in status["leases"] if lease["owner"] and not lease["expired"]))
     held.labels("no").set(sum(1 for lease in status["leases"] if not lease["owner"] or lease["expired"]))
     Gauge("smartsensor_live_workers", "Leased worker processes whose heartbeat is fresh", registry=registry).set(
-        sum(1 for w in status["lease_workers"] if not w["stale"]))
+        sum(1 for w in status["lease_workers"] if not w["stale"])
+    )
     Gauge("smartsensor_problems", "WARNINGs `status` prints", registry=registry).set(len(status["problems"]))
     return generate_latest(registry)

@@ -33,8 +33,13 @@ MAX_LOGIN_BODY = 4096
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CHART_WIDTH, CHART_HEIGHT, BAR_WIDTH = 1300, 260, 310
 
-_env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(("html",)),
-                   undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+_env = Environment(
+    loader=FileSystemLoader(str(TEMPLATES)),
+    autoescape=select_autoescape(("html",)),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 
 
 def history_lifespan(cfg: Config, engine: Engine) -> Callable[[FastAPI], Any]:
@@ -86,8 +91,9 @@ def page_router(cfg: Config, engine: Engine, token: str | None) -> APIRouter:
         if not secrets.compare_digest(given.encode(), token.encode()):
             return HTMLResponse(render_login("That is not the token this server was given."), status_code=401)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, session_value(token), max_age=SESSION_SECONDS, httponly=True, samesite="strict",
-                            path="/")
+        response.set_cookie(
+            COOKIE, session_value(token), max_age=SESSION_SECONDS, httponly=True, samesite="strict", path="/"
+        )
         return response
 
     return router
@@ -106,14 +112,26 @@ def render_page(data: dict[str, Any], cfg: Config) -> str:
     owners = charts.owner_colours(lease["owner"] for lease in status["leases"])
     states = charts.ordered_states({*status["tasks_by_state"], *(s for _, counts in data["history"] for s in counts)})
     return _env.get_template("status.html").render(
-        s=status, d=data, limit=limit, refresh=REFRESH_SECONDS, now=_when(data["now"]),
-        chart=charts.stacked_chart(data["history"], CHART_WIDTH, CHART_HEIGHT), chart_w=CHART_WIDTH,
-        chart_h=CHART_HEIGHT, legend=[(s, charts.state_colour(s), status["tasks_by_state"].get(s, 0)) for s in states],
-        bars=charts.hbars(data["tables"], BAR_WIDTH), bar_w=BAR_WIDTH,
-        ratio_bars=charts.hbars([("waiting tasks", status["waiting"]),
-                                 ("distinct checks", status["distinct_hashes"])], BAR_WIDTH),
-        segments=segments, owners=sorted(owners.items()), when=_when, ago=_ago,
-        lease_max={lease["shard_min"]: lease["shard_max"] for lease in status["leases"]})
+        s=status,
+        d=data,
+        limit=limit,
+        refresh=REFRESH_SECONDS,
+        now=_when(data["now"]),
+        chart=charts.stacked_chart(data["history"], CHART_WIDTH, CHART_HEIGHT),
+        chart_w=CHART_WIDTH,
+        chart_h=CHART_HEIGHT,
+        legend=[(s, charts.state_colour(s), status["tasks_by_state"].get(s, 0)) for s in states],
+        bars=charts.hbars(data["tables"], BAR_WIDTH),
+        bar_w=BAR_WIDTH,
+        ratio_bars=charts.hbars(
+            [("waiting tasks", status["waiting"]), ("distinct checks", status["distinct_hashes"])], BAR_WIDTH
+        ),
+        segments=segments,
+        owners=sorted(owners.items()),
+        when=_when,
+        ago=_ago,
+        lease_max={lease["shard_min"]: lease["shard_max"] for lease in status["leases"]},
+    )
 
 
 def _when(value: datetime | str | None) -> str:

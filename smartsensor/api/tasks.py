@@ -5,7 +5,6 @@ them, integers that are not booleans, a logical date as an RFC 3339 string withi
 name from ``[smart_sensor] sensors_enabled``), so a request the schema allows is not refused later for its form.
 """
 
-
 import asyncio
 import json
 from datetime import datetime, timezone
@@ -13,9 +12,18 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.routing import APIRoute
-from starlette.concurrency import run_in_threadpool
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationInfo, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationInfo,
+    create_model,
+)
 from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
 
 from smartsensor.api.errors import error_responses
 from smartsensor.config import Config
@@ -23,14 +31,21 @@ from smartsensor.domain.keys import ExternalKey
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
 from smartsensor.service.ended_watch import EndedWatch
-from smartsensor.service.external import (ExternalConflict, TerminalAnswers, external_states, register_external,
-                                          still_waiting)
+from smartsensor.service.external import (
+    ExternalConflict,
+    TerminalAnswers,
+    external_states,
+    register_external,
+    still_waiting,
+)
 
 MAX_KEYS = 10_000  # keys per states request: one triggerer's deferred tasks, with room to spare
 MAX_WAIT = 30.0  # seconds a states request may be held: under the idle timeouts of common load balancers
 LONG_POLL_HEADER = "X-Smartsensor-Long-Poll"  # on every states answer: this server holds requests (max seconds)
-WAIT_HELP = ("Seconds to hold the request while every try asked about still waits (0: answer at once). It is "
-             "answered as soon as one of them ends, is superseded or is unknown.")
+WAIT_HELP = (
+    "Seconds to hold the request while every try asked about still waits (0: answer at once). It is "
+    "answered as soon as one of them ends, is superseded or is unknown."
+)
 # What validate_id takes, as a pattern the schema can state: no control characters, not only spaces.
 ID_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 
@@ -84,13 +99,20 @@ def register_model(class_names: list[str]) -> type[BaseModel]:
     sensors_enabled``)."""
     names = tuple(class_names) or ("(none enabled)",)
     sensor = create_model(
-        "Sensor", __config__=ConfigDict(extra="forbid", populate_by_name=True),
+        "Sensor",
+        __config__=ConfigDict(extra="forbid", populate_by_name=True),
         __doc__="One sensor, by class name (an enabled @smart_eligible class) and its field values.",
         class_name=(Literal[names], Field(alias="class")),  # type: ignore[valid-type] # built from the config
         persist=(dict[str, Any], Field(default_factory=dict)),
-        exec=(dict[str, Any], Field(default_factory=dict)))
-    register = create_model("Register", __config__=ConfigDict(extra="forbid"), key=(Key, ...),
-                            sensor=(sensor, ...), logical_date=(LogicalDate | None, None))
+        exec=(dict[str, Any], Field(default_factory=dict)),
+    )
+    register = create_model(
+        "Register",
+        __config__=ConfigDict(extra="forbid"),
+        key=(Key, ...),
+        sensor=(sensor, ...),
+        logical_date=(LogicalDate | None, None),
+    )
     return register
 
 
@@ -98,7 +120,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
     """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests;
     ``route_class`` asks for the token (``auth.token_route``)."""
     router = APIRouter(route_class=route_class)
-    Register = register_model(cfg.sensors_enabled)  # noqa: N806 - a model class, built per config
+    Register = register_model(cfg.sensors_enabled)  # a model class, built per config
     ended = TerminalAnswers()
 
     @router.post("/tasks", responses=error_responses(400, 401, 409, 413, 422, 503))
@@ -106,8 +128,16 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
         """Register one try (idempotent for the same try; a newer try starts afresh). 409: an older try, or one
         that kept meeting concurrent registrations of the same task (ask again)."""
         try:
-            done = register_external(engine, cfg, body.key.external(), body.key.try_number, body.sensor.class_name,
-                                     body.sensor.persist, body.sensor.exec, body.logical_date)
+            done = register_external(
+                engine,
+                cfg,
+                body.key.external(),
+                body.key.try_number,
+                body.sensor.class_name,
+                body.sensor.persist,
+                body.sensor.exec,
+                body.logical_date,
+            )
         except ExternalConflict as exc:
             raise HTTPException(409, str(exc)) from None
         except SensorModuleUnavailable as exc:
@@ -115,9 +145,14 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
         except SensorDefinitionError as exc:
             raise HTTPException(422, str(exc)) from None
         ti_dag, ti_task, ti_date = done.task_instance
-        return {"key": body.key.model_dump(), "state": done.state, "error": done.error, "hashcode": done.hashcode,
-                "created": done.created,
-                "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": ti_date.isoformat()}}
+        return {
+            "key": body.key.model_dump(),
+            "state": done.state,
+            "error": done.error,
+            "hashcode": done.hashcode,
+            "created": done.created,
+            "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": ti_date.isoformat()},
+        }
 
     @router.post("/tasks/states", responses=error_responses(400, 401, 413, 422, 503))
     async def states(body: States, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)) -> Response:
@@ -134,7 +169,8 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             if left <= 0 or not answers or not all(still_waiting(a["state"]) for a in answers):
                 break
             await watch.changed(seen, left, {a["hashcode"] for a in answers})  # only ends of these wake it
-        return Response(json.dumps({"states": answers}), media_type="application/json",
-                        headers={LONG_POLL_HEADER: f"{MAX_WAIT:g}"})
+        return Response(
+            json.dumps({"states": answers}), media_type="application/json", headers={LONG_POLL_HEADER: f"{MAX_WAIT:g}"}
+        )
 
     return router

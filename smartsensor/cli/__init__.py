@@ -9,9 +9,21 @@ from __future__ import annotations
 from smartsensor.cli import admin, serve, tasks, workers
 from smartsensor.cli.app import main
 
-for _command in (admin.db, admin.config, admin.metastore, tasks.submit, tasks.tasks, tasks.set_state_cmd,
-                 tasks.run_task_cmd, tasks.signal_cmd, workers.worker, workers.workers, workers.scheduler,
-                 workers.status, serve.serve):
+for _command in (
+    admin.db,
+    admin.config,
+    admin.metastore,
+    tasks.submit,
+    tasks.tasks,
+    tasks.set_state_cmd,
+    tasks.run_task_cmd,
+    tasks.signal_cmd,
+    workers.worker,
+    workers.workers,
+    workers.scheduler,
+    workers.status,
+    serve.serve,
+):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -45,27 +45,52 @@ def db_reshard(app: App) -> None:
 
 # -- config ----------------------------------------------------------------------------------
 
+
 @click.group()
 def config() -> None:
     """Write and inspect the configuration."""
 
 
 @config.command("init")
-@click.option("--db-url", default=None, metavar="URL",
-              help="[core] sql_alchemy_conn, e.g. postgresql://user:pw@db-host:5432/smartsensor (default: SQLite "
-                   "under the home folder, one host only).")
-@click.option("--metastore-uris", default="", metavar="URIS",
-              help="[spark] metastore_uris: thrift://host:port of your Hive metastore, comma separated.")
-@click.option("--catalog-backend", type=click.Choice(CATALOG_BACKENDS), default="auto", show_default=True,
-              help="[smart_sensor] catalog_backend (auto: thrift when metastore URIs are given, else spark).")
-@click.option("--token-file", default=None, metavar="PATH",
-              help="[api] token_file; created with a new random token (mode 0600) if it does not exist "
-                   "[default: api-token beside the config].")
+@click.option(
+    "--db-url",
+    default=None,
+    metavar="URL",
+    help="[core] sql_alchemy_conn, e.g. postgresql://user:pw@db-host:5432/smartsensor (default: SQLite "
+    "under the home folder, one host only).",
+)
+@click.option(
+    "--metastore-uris",
+    default="",
+    metavar="URIS",
+    help="[spark] metastore_uris: thrift://host:port of your Hive metastore, comma separated.",
+)
+@click.option(
+    "--catalog-backend",
+    type=click.Choice(CATALOG_BACKENDS),
+    default="auto",
+    show_default=True,
+    help="[smart_sensor] catalog_backend (auto: thrift when metastore URIs are given, else spark).",
+)
+@click.option(
+    "--token-file",
+    default=None,
+    metavar="PATH",
+    help="[api] token_file; created with a new random token (mode 0600) if it does not exist "
+    "[default: api-token beside the config].",
+)
 @click.option("--shards", type=click.IntRange(1, 100_000), default=None, help="[smart_sensor] shards.")
 @click.option("--force", is_flag=True, help="Overwrite an existing config file.")
 @click.pass_obj
-def config_init(app: App, db_url: str | None, metastore_uris: str, catalog_backend: str, token_file: str | None,
-                shards: int | None, force: bool) -> None:
+def config_init(
+    app: App,
+    db_url: str | None,
+    metastore_uris: str,
+    catalog_backend: str,
+    token_file: str | None,
+    shards: int | None,
+    force: bool,
+) -> None:
     """Write a commented config (every key, its help and allowed range) with this deployment's values, where
     the other commands look for it: --config, else $SMARTSENSOR_CONFIG, else $SMARTSENSOR_HOME/airflow.cfg.
 
@@ -74,8 +99,11 @@ def config_init(app: App, db_url: str | None, metastore_uris: str, catalog_backe
     if path.exists() and not force:
         raise UserError(f"{path} already exists (--force overwrites it)")
     token_path = Path(token_file).expanduser() if token_file else path.parent / "api-token"
-    values = {("smart_sensor", "catalog_backend"): catalog_backend, ("spark", "metastore_uris"): metastore_uris,
-              ("api", "token_file"): str(token_path.resolve())}
+    values = {
+        ("smart_sensor", "catalog_backend"): catalog_backend,
+        ("spark", "metastore_uris"): metastore_uris,
+        ("api", "token_file"): str(token_path.resolve()),
+    }
     if db_url is not None:
         normalize_url(db_url)  # DatabaseUrlError: one line naming the URL
         values[("core", "sql_alchemy_conn")] = db_url
@@ -130,8 +158,14 @@ def config_shards(app: App, as_json: bool) -> None:
     ranges = app.cfg.shard_ranges
     limit = app.cfg.shard_code_upper_limit
     if as_json:
-        click.echo(json.dumps({"shard_code_upper_limit": limit,
-                               "ranges": [{"shard": i, "min": r.lo, "max": r.hi} for i, r in enumerate(ranges)]}))
+        click.echo(
+            json.dumps(
+                {
+                    "shard_code_upper_limit": limit,
+                    "ranges": [{"shard": i, "min": r.lo, "max": r.hi} for i, r in enumerate(ranges)],
+                }
+            )
+        )
         return
     click.echo(f"{'shard':>5}  {'min (incl.)':>11}  {'max (excl.)':>11}  {'share':>6}")
     for i, r in enumerate(ranges):
@@ -173,6 +207,7 @@ def _print_metastore(st, as_json: bool) -> None:  # type: ignore[no-untyped-def]
 def metastore_start(app: App, as_json: bool) -> None:
     """Start the service (idempotent). Point [spark] metastore_uris at the printed URI."""
     from smartsensor.adapters.metastore import MetastoreError, start
+
     try:
         _print_metastore(start(app.cfg), as_json)
     except MetastoreError as exc:
@@ -184,6 +219,7 @@ def metastore_start(app: App, as_json: bool) -> None:
 def metastore_stop(app: App) -> None:
     """Stop the service."""
     from smartsensor.adapters.metastore import stop
+
     click.echo("metastore stopped" if stop(app.cfg) else "metastore was not running")
 
 
@@ -193,6 +229,7 @@ def metastore_stop(app: App) -> None:
 def metastore_status(app: App, as_json: bool) -> None:
     """Is the service running? Exit 1 if not."""
     from smartsensor.adapters.metastore import status as ms_status
+
     st = ms_status(app.cfg)
     _print_metastore(st, as_json)
     if not st.running:

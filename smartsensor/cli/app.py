@@ -13,11 +13,21 @@ from typing import Any
 import click
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
-from smartsensor.adapters.sql.engine import (DatabaseUrlError, current_revision, make_engine, normalize_url,
-                                             schema_problem)
+from smartsensor.adapters.sql.engine import (
+    DatabaseUrlError,
+    current_revision,
+    make_engine,
+    normalize_url,
+    schema_problem,
+)
 from smartsensor.config import Config, ConfigError, load_config
-from smartsensor.sensors.errors import (CheckError, SensorDefinitionError, SensorModuleUnavailable, UnknownSensorClass,
-                                        first_line)
+from smartsensor.sensors.errors import (
+    CheckError,
+    SensorDefinitionError,
+    SensorModuleUnavailable,
+    UnknownSensorClass,
+    first_line,
+)
 from smartsensor.service.dagfile import DagFileError
 from smartsensor.service.registration import validate_execution_date
 
@@ -70,7 +80,7 @@ class SmartSensorGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except Exception as exc:  # noqa: BLE001 - the one place errors become messages
+        except Exception as exc:  # the one place errors become messages
             app = ctx.obj if isinstance(ctx.obj, App) else None
             if app is not None and app.verbose:
                 raise
@@ -81,8 +91,18 @@ def describe_error(exc: BaseException, app: App | None) -> str:
     """One line for the user."""
     if isinstance(exc, DagFileError):  # only `submit` reads DAG files itself; it registers a file all or nothing
         return f"{first_line(exc)}; nothing was registered"
-    if isinstance(exc, (ConfigError, SensorDefinitionError, DagFileError, UnknownSensorClass, CheckError,
-                        DatabaseUrlError, SensorModuleUnavailable)):
+    if isinstance(
+        exc,
+        (
+            ConfigError,
+            SensorDefinitionError,
+            DagFileError,
+            UnknownSensorClass,
+            CheckError,
+            DatabaseUrlError,
+            SensorModuleUnavailable,
+        ),
+    ):
         return first_line(exc)
     if isinstance(exc, (OperationalError, ProgrammingError)):
         url = app.safe_url() if app is not None and app._cfg is not None else "?"
@@ -131,14 +151,22 @@ def jsonable(row: dict[str, Any]) -> dict[str, Any]:
 
 @click.group(cls=SmartSensorGroup)
 @click.version_option(package_name="smartsensor", prog_name="smartsensor")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Config file (else $SMARTSENSOR_CONFIG, else $SMARTSENSOR_HOME/airflow.cfg).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Config file (else $SMARTSENSOR_CONFIG, else $SMARTSENSOR_HOME/airflow.cfg).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging and full tracebacks.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
     """smartsensor: consolidate thousands of waiting Spark/Hive sensors into a few shard workers."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     if not verbose:
         for noisy in ("py4j", "apscheduler", "alembic"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

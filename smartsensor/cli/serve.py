@@ -20,14 +20,18 @@ def serve(app: App, host: str | None, port: int | None) -> None:
     from smartsensor.api.app import create_app
     from smartsensor.api.auth import bind_host, configured_token
     from smartsensor.api.errors import JsonErrorH11Protocol
+
     token = configured_token(app.cfg)
     listen, warning = bind_host(host or app.cfg.get("api", "host"), token)
     if warning:
         click.echo(f"WARNING: {warning}", err=True)
     port = port or app.cfg.get("api", "port")
     api = create_app(app.cfg, app.engine(), token)
-    click.echo(f"serving http://{listen}:{port}/api/v1 and the status page at / "
-               f"({'bearer token required' if token else 'no auth'})", err=True)
+    click.echo(
+        f"serving http://{listen}:{port}/api/v1 and the status page at / "
+        f"({'bearer token required' if token else 'no auth'})",
+        err=True,
+    )
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again under the handlers it found:
     # with these, that ends in a normal exit 0 (as every smartsensor process stops), not in death by signal.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
 from smartsensor.domain.states import State
 from smartsensor.sensors.validation import check_utf8
@@ -29,10 +28,25 @@ def submit(app: App, file: str, execution_date: str, clear: bool, as_json: bool)
     sensors = load_sensor_file(file, timeout=app.cfg.get("core", "dag_file_import_timeout"))
     results = register(app.engine(), sensors, when, app.cfg, clear=clear, fileloc=str(Path(file).resolve()))
     if as_json:
-        click.echo(json.dumps([jsonable({"dag_id": r.dag_id, "task_id": r.task_id,
-                                          "execution_date": r.execution_date, "state": r.state,
-                                          "hashcode": r.hashcode, "shardcode": r.shardcode,
-                                          "created": r.created, "reason": r.reason}) for r in results]))
+        click.echo(
+            json.dumps(
+                [
+                    jsonable(
+                        {
+                            "dag_id": r.dag_id,
+                            "task_id": r.task_id,
+                            "execution_date": r.execution_date,
+                            "state": r.state,
+                            "hashcode": r.hashcode,
+                            "shardcode": r.shardcode,
+                            "created": r.created,
+                            "reason": r.reason,
+                        }
+                    )
+                    for r in results
+                ]
+            )
+        )
         return
     width = max([len(r.dag_id) for r in results] + [6])
     twidth = max([len(r.task_id) for r in results] + [7])
@@ -41,8 +55,24 @@ def submit(app: App, file: str, execution_date: str, clear: bool, as_json: bool)
         click.echo(f"{r.dag_id:<{width}}  {r.task_id:<{twidth}}  {r.state:<13}  {r.shardcode:>9}  {r.reason}")
 
 
-TASK_FIELDS = ("dag_id", "task_id", "execution_date", "state", "try_number", "max_tries", "hashcode", "shardcode",
-               "operator", "classpath", "start_date", "end_date", "hostname", "error", "attr_dict", "exec_dict")
+TASK_FIELDS = (
+    "dag_id",
+    "task_id",
+    "execution_date",
+    "state",
+    "try_number",
+    "max_tries",
+    "hashcode",
+    "shardcode",
+    "operator",
+    "classpath",
+    "start_date",
+    "end_date",
+    "hostname",
+    "error",
+    "attr_dict",
+    "exec_dict",
+)
 
 
 @click.command()
@@ -60,8 +90,10 @@ def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> Non
     click.echo(f"{'dag_id':<24} {'task_id':<28} {'execution_date':<19} {'state':<13} {'try':>3} {'shard':>5}  error")
     for r in rows:
         error = (r["error"] or "").splitlines()[0][:60] if r["error"] else ""
-        click.echo(f"{r['dag_id']:<24} {r['task_id']:<28} {r['execution_date']:%Y-%m-%d %H:%M:%S} "
-                   f"{r['state'] or '':<13} {r['try_number']:>3} {r['shardcode'] if r['shardcode'] is not None else '':>5}  {error}")
+        click.echo(
+            f"{r['dag_id']:<24} {r['task_id']:<28} {r['execution_date']:%Y-%m-%d %H:%M:%S} "
+            f"{r['state'] or '':<13} {r['try_number']:>3} {r['shardcode'] if r['shardcode'] is not None else '':>5}  {error}"
+        )
 
 
 @click.command("set-state")
@@ -95,20 +127,25 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
     """
     import signal
     import threading
+
     from smartsensor.service.classic import TaskRunError, run_task
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        result = run_task(app.engine(), app.cfg, dag_id, task_id, parse_task_date(execution_date), claimed=claimed,
-                          stop=stop)
+        result = run_task(
+            app.engine(), app.cfg, dag_id, task_id, parse_task_date(execution_date), claimed=claimed, stop=stop
+        )
     except TaskRunError as exc:
         raise UserError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(result.__dict__))
     else:
-        click.echo(f"{dag_id}.{task_id} {execution_date}: {result.state} after {result.pokes} poke(s), "
-                   f"{result.seconds:.1f} s" + (f" ({result.error})" if result.error else ""))
+        click.echo(
+            f"{dag_id}.{task_id} {execution_date}: {result.state} after {result.pokes} poke(s), "
+            f"{result.seconds:.1f} s" + (f" ({result.error})" if result.error else "")
+        )
 
 
 @click.command("signal")
@@ -117,6 +154,7 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
 def signal_cmd(app: App, partition_names: tuple[str, ...]) -> None:
     """Tell the workers that partitions landed (db.table/k=v/...): the owner checks them at once."""
     from smartsensor.service.signals import send_signal
+
     engine = app.engine()
     for name in partition_names:
         click.echo(f"signalled {send_signal(engine, name)}")

@@ -25,8 +25,7 @@ def class_route(cls: type, cfg: Config) -> tuple[str, str]:
     if cls.__name__ not in cfg.sensors_enabled:
         return State.SCHEDULED, f"{cls.__name__} is not in [smart_sensor] sensors_enabled"
     if not worker_can_load(cls, cfg):
-        return State.SCHEDULED, (f"module {cls.__module__} of {cls.__name__} is not in "
-                                 f"[smart_sensor] sensor_modules")
+        return State.SCHEDULED, (f"module {cls.__module__} of {cls.__name__} is not in [smart_sensor] sensor_modules")
     return State.SMART_PENDING, "smart"
 
 

@@ -49,8 +49,12 @@ class RoundWrites:
 
     def hashcodes(self) -> set[int]:
         """Every hashcode these writes end tasks of (what a held states request waits on)."""
-        return {*self.landed_hashes, *(k[0] for k in self.landed_checks), *(c[0][0] for c in self.failed),
-                *self.ended_hashes}
+        return {
+            *self.landed_hashes,
+            *(k[0] for k in self.landed_checks),
+            *(c[0][0] for c in self.failed),
+            *self.ended_hashes,
+        }
 
 
 @dataclass
@@ -80,8 +84,9 @@ def _timeout(cohort: Cohort, now: datetime) -> str:
     return timeout_state(cohort.try_number, settings) if timed_out(cohort.start_date, settings, now) else ""
 
 
-def decide(groups: list[CheckGroup], collided: set[int], now: datetime,
-           bad: list[tuple[CheckKey, Cohort, str]] | None = None) -> Decision:
+def decide(
+    groups: list[CheckGroup], collided: set[int], now: datetime, bad: list[tuple[CheckKey, Cohort, str]] | None = None
+) -> Decision:
     """The transition rules of a round.
 
     - landed (True): every waiting task of the check → success;

@@ -17,17 +17,24 @@ from typing import Any, Callable
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from smartsensor.domain.states import State
-from smartsensor.sensors.base import BaseSensor, resolve_any_class
 from smartsensor.adapters.catalog.batch import BatchChecker
-from smartsensor.sensors.errors import (CheckError, PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
-                            SensorRebuildError, UnknownSensorClass, first_line)
 from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.domain.keys import TaskKey
-from smartsensor.service.round.bounded_poke import BoundedPoker
 from smartsensor.config import Config
-from smartsensor.service.dagfile import DagFileError, import_file
+from smartsensor.domain.keys import TaskKey
+from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
+from smartsensor.sensors.base import BaseSensor, resolve_any_class
+from smartsensor.sensors.errors import (
+    CheckError,
+    PermanentCheckError,
+    SensorDefinitionError,
+    SensorModuleUnavailable,
+    SensorRebuildError,
+    UnknownSensorClass,
+    first_line,
+)
+from smartsensor.service.dagfile import DagFileError, import_file
+from smartsensor.service.round.bounded_poke import BoundedPoker
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +93,7 @@ class RunHeartbeat:
 DB_DOWN = (OperationalError, InterfaceError)
 
 
-def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float,
-                         sleep: Callable[[float], None]) -> bool:
+def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float, sleep: Callable[[float], None]) -> bool:
     """Run ``write`` until the metadata DB takes it, backing off up to ``patience`` seconds in all.
 
     Past that the error propagates and the process exits; the scheduler then ends the task as a
@@ -100,8 +106,7 @@ def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float,
         except DB_DOWN as exc:
             if waited >= patience:
                 raise
-            log.warning("metadata DB unavailable writing %s, retrying in %.1f s: %s", what, delay,
-                        first_line(exc))
+            log.warning("metadata DB unavailable writing %s, retrying in %.1f s: %s", what, delay, first_line(exc))
             sleep(delay)
             waited += delay
             delay = min(delay * 2, 10.0)
@@ -118,14 +123,24 @@ def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
             raise TaskRunError(f"cannot load {classpath}: {exc}") from None
         cls = resolve_any_class(classpath, cfg.sensor_modules)
     if cls is None:
-        raise TaskRunError(f"sensor class {classpath!r} is not known (not built in, not in sensor_modules, "
-                           f"not defined in the task's DAG file)")
+        raise TaskRunError(
+            f"sensor class {classpath!r} is not known (not built in, not in sensor_modules, "
+            f"not defined in the task's DAG file)"
+        )
     return cls
 
 
-def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_date: datetime,
-             claimed: bool = False, spark_provider: Callable[[], Any] | None = None,
-             sleep: Callable[[float], None] = time.sleep, stop: threading.Event | None = None) -> RunResult:
+def run_task(
+    engine: Engine,
+    cfg: Config,
+    dag_id: str,
+    task_id: str,
+    execution_date: datetime,
+    claimed: bool = False,
+    spark_provider: Callable[[], Any] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    stop: threading.Event | None = None,
+) -> RunResult:
     """Run one task instance the classic way; every state change is a guarded update from `running`.
 
     When ``stop`` is set (the CLI sets it on SIGTERM/SIGINT) the run ends at its next poke and hands
@@ -140,8 +155,10 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
             raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
         if not claimed:
             if row["state"] != State.SCHEDULED or not task_sql.claim_scheduled(conn, key, datetime.utcnow(), hostname):
-                raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not scheduled; "
-                                   f"use `submit --clear` or `set-state` to run it again")
+                raise TaskRunError(
+                    f"{dag_id}.{task_id} is {row['state']}, not scheduled; "
+                    f"use `submit --clear` or `set-state` to run it again"
+                )
         elif row["state"] != State.RUNNING:
             raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not running")
         row = task_sql.get_task(conn, dag_id, task_id, execution_date)
@@ -154,16 +171,24 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
     def finish(state: str, error: str | None = None, checker: BatchChecker | None = None, pokes: int = 0) -> RunResult:
         def write() -> bool:
             with engine.begin() as conn:
-                return task_sql.set_state(conn, key, state, from_states=[State.RUNNING], error=error,
-                                         try_number=row["try_number"])
+                return task_sql.set_state(
+                    conn, key, state, from_states=[State.RUNNING], error=error, try_number=row["try_number"]
+                )
+
         changed = _retry_while_db_down(write, f"{dag_id}.{task_id} -> {state}", patience, sleep)
         if not changed:
             log.warning("%s.%s was changed by someone else; leaving it as it is", dag_id, task_id)
             with engine.connect() as conn:
                 current = task_sql.get_task(conn, dag_id, task_id, execution_date)
             state = current["state"] if current else state
-        return RunResult(state, pokes, checker.catalog_calls if checker else 0, checker.fs_calls if checker else 0,
-                         round(time.perf_counter() - began, 3), error)
+        return RunResult(
+            state,
+            pokes,
+            checker.catalog_calls if checker else 0,
+            checker.fs_calls if checker else 0,
+            round(time.perf_counter() - began, 3),
+            error,
+        )
 
     try:
         settings = parse_exec(row["exec_dict"])
@@ -172,15 +197,28 @@ def run_task(engine: Engine, cfg: Config, dag_id: str, task_id: str, execution_d
 
     def build() -> BaseSensor:
         """The task's sensor from its row (SensorModuleUnavailable, SensorRebuildError: try again later)."""
-        return load_sensor_class(row, cfg).from_stored(row["attr_dict"], row["exec_dict"], task_id=task_id,
-                                                       dag_id=dag_id)
+        return load_sensor_class(row, cfg).from_stored(
+            row["attr_dict"], row["exec_dict"], task_id=task_id, dag_id=dag_id
+        )
 
     if spark_provider is None:
         from smartsensor.adapters.spark import get_spark
+
         spark_provider = lambda: get_spark(cfg)  # noqa: E731
     with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
-        return _poke_until_done(engine, build, row, settings, start, began, spark_provider, finish, sleep, stop,
-                                BoundedPoker(cfg.get("smart_sensor", "poke_timeout")))
+        return _poke_until_done(
+            engine,
+            build,
+            row,
+            settings,
+            start,
+            began,
+            spark_provider,
+            finish,
+            sleep,
+            stop,
+            BoundedPoker(cfg.get("smart_sensor", "poke_timeout")),
+        )
 
 
 def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
@@ -190,6 +228,7 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
     def write() -> bool:
         with engine.begin() as conn:
             return task_sql.hand_back_running(conn, key, datetime.utcnow())
+
     if _retry_while_db_down(write, f"{key[0]}.{key[1]} -> scheduled", patience, sleep):
         log.warning("%s.%s: stopped, handed back to the scheduler (try %s goes on)", key[0], key[1], row["try_number"])
         return State.SCHEDULED
@@ -198,9 +237,19 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
     return current["state"] if current else "deleted"
 
 
-def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[str, Any], settings: ExecSettings,
-                     start: datetime, began: float, spark_provider: Callable[[], Any], finish: Callable[..., RunResult],
-                     sleep: Callable[[float], None], stop: threading.Event | None, poker: BoundedPoker) -> RunResult:
+def _poke_until_done(
+    engine: Engine,
+    build: Callable[[], BaseSensor],
+    row: dict[str, Any],
+    settings: ExecSettings,
+    start: datetime,
+    began: float,
+    spark_provider: Callable[[], Any],
+    finish: Callable[..., RunResult],
+    sleep: Callable[[float], None],
+    stop: threading.Event | None,
+    poker: BoundedPoker,
+) -> RunResult:
     """The classic poke loop: poke, check the task is still ours, sleep; until success, failure, timeout or stop.
 
     The sensor is built at the first poke that can build it: while its sensor module cannot be
@@ -216,8 +265,14 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
 
     def stopped() -> RunResult:
         # the DB patience is short: the stopping process should exit soon; a failed hand-back is a zombie later
-        return RunResult(_hand_back(engine, row, 10.0, sleep), pokes, checker.catalog_calls if checker else 0,
-                         checker.fs_calls if checker else 0, round(time.perf_counter() - began, 3))
+        return RunResult(
+            _hand_back(engine, row, 10.0, sleep),
+            pokes,
+            checker.catalog_calls if checker else 0,
+            checker.fs_calls if checker else 0,
+            round(time.perf_counter() - began, 3),
+        )
+
     while True:
         if stop is not None and stop.is_set():
             return stopped()
@@ -225,8 +280,12 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
         # at least one attempt per run, however late it starts (a slow start must not cost the try its poke)
         if attempted and (now - start).total_seconds() >= settings.time_limit:
             state = timeout_state(row["try_number"], settings)
-            return finish(state, error=None if state == State.UP_FOR_RETRY else timeout_error(last_error),
-                          checker=checker, pokes=pokes)
+            return finish(
+                state,
+                error=None if state == State.UP_FOR_RETRY else timeout_error(last_error),
+                checker=checker,
+                pokes=pokes,
+            )
         attempted = True
         try:
             if sensor is None:
@@ -263,11 +322,20 @@ def _poke_until_done(engine: Engine, build: Callable[[], BaseSensor], row: dict[
             current = row
         if current is None or current["state"] != State.RUNNING or current["try_number"] != row["try_number"]:
             # a later try running elsewhere is not ours either (this run was given up for dead meanwhile)
-            log.warning("%s.%s is now %s, try %s (changed by someone else): stopping", dag_id, task_id,
-                        current["state"] if current else "deleted", current["try_number"] if current else "-")
-            return RunResult(current["state"] if current else "deleted", pokes,
-                             checker.catalog_calls if checker else 0, checker.fs_calls if checker else 0,
-                             round(time.perf_counter() - began, 3))
+            log.warning(
+                "%s.%s is now %s, try %s (changed by someone else): stopping",
+                dag_id,
+                task_id,
+                current["state"] if current else "deleted",
+                current["try_number"] if current else "-",
+            )
+            return RunResult(
+                current["state"] if current else "deleted",
+                pokes,
+                checker.catalog_calls if checker else 0,
+                checker.fs_calls if checker else 0,
+                round(time.perf_counter() - began, 3),
+            )
         remaining = settings.time_limit - (datetime.utcnow() - start).total_seconds()
         pause = max(0.0, min(settings.interval(pokes - 1), remaining))
         if stop is not None:

@@ -52,7 +52,8 @@ def import_file(path: Path, timeout: float | None = None) -> ModuleType:
     except BaseException as exc:  # noqa: BLE001 - whatever a DAG file does at import is its error, named, one line
         sys.modules.pop(name, None)
         raise DagFileError(f"importing {path} failed: {_what_the_import_did(exc, timeout)}") from (
-            exc if isinstance(exc, Exception) else None)
+            exc if isinstance(exc, Exception) else None
+        )
     finally:
         os._exit = real_exit
         try:
@@ -87,6 +88,7 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
 
     def expired(signum: int, frame: object) -> None:
         raise _ImportTookTooLong()
+
     previous = signal.signal(signal.SIGALRM, expired)
     outer, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
     began = time.monotonic()
@@ -124,7 +126,9 @@ def collect_sensors(module: ModuleType, default_dag_id: str) -> list[tuple[str, 
     found: list[BaseSensor] = []
     seen: set[int] = set()
     for value in list(vars(module).values()):
-        candidates = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        candidates = (
+            value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        )
         for item in candidates:
             if isinstance(item, BaseSensor) and id(item) not in seen:
                 seen.add(id(item))

@@ -18,9 +18,7 @@ from typing import Any, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from smartsensor.adapters.sql import external as external_sql
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import external as external_sql, signals as signal_sql, tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
@@ -65,11 +63,15 @@ def smart_class(name: Any, cfg: Config) -> type[BaseSensor]:
     found = smart_classes_named(name)
     if not found and failures:  # perhaps defined by a module this host cannot import now: a deploy skew
         module, why = next(iter(failures.items()))
-        raise SensorModuleUnavailable(module, f"no @smart_eligible sensor class {name!r} is loaded, and sensor "
-                                              f"module {module!r} cannot be imported on this host ({why})")
+        raise SensorModuleUnavailable(
+            module,
+            f"no @smart_eligible sensor class {name!r} is loaded, and sensor "
+            f"module {module!r} cannot be imported on this host ({why})",
+        )
     if not found:
-        raise SensorDefinitionError(f"no @smart_eligible sensor class {name!r} is defined by the built-in or "
-                                    f"configured sensor modules")
+        raise SensorDefinitionError(
+            f"no @smart_eligible sensor class {name!r} is defined by the built-in or configured sensor modules"
+        )
     return found[0]
 
 
@@ -89,9 +91,16 @@ def validate_key(key: ExternalKey, try_number: Any) -> None:
     validate_id("task_id", ti_task_id(key))
 
 
-def register_external(engine: Engine, cfg: Config, key: ExternalKey, try_number: int, class_name: str,
-                      persist: dict[str, Any], exec_values: dict[str, Any],
-                      logical_date: datetime | None = None) -> ExternalRegistered:
+def register_external(
+    engine: Engine,
+    cfg: Config,
+    key: ExternalKey,
+    try_number: int,
+    class_name: str,
+    persist: dict[str, Any],
+    exec_values: dict[str, Any],
+    logical_date: datetime | None = None,
+) -> ExternalRegistered:
     """Register one try of an external task: validated, hashed and routed as `submit` does (persist
     fields already rendered by the caller). Only smart-routed classes: anything else is run by the caller."""
     validate_key(key, try_number)
@@ -106,8 +115,9 @@ def register_external(engine: Engine, cfg: Config, key: ExternalKey, try_number:
     # A try's task instance is keyed by when it was registered (execution_date).
     row, reason = build_row(sensor, key.dag_id, datetime.utcnow(), cfg, render=False)
     if row["state"] != State.SMART_PENDING:
-        raise SensorDefinitionError(f"{cls.__name__} is not served by smartsensor here ({reason}): run it as a "
-                                    f"plain sensor")
+        raise SensorDefinitionError(
+            f"{cls.__name__} is not served by smartsensor here ({reason}): run it as a plain sensor"
+        )
     # Another request registered or moved this key at the same moment (on SQLite, whose reads take no lock,
     # that is how concurrent tries meet): read it again. Each lost race means another request committed, so
     # this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try.
@@ -116,23 +126,35 @@ def register_external(engine: Engine, cfg: Config, key: ExternalKey, try_number:
             return _register(engine, key, try_number, row, logical_date)
         except IntegrityError:
             row = {**row, "execution_date": datetime.utcnow()}
-    raise ExternalConflict(f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) met {RACE_ATTEMPTS} "
-                           f"concurrent registrations of the same task: ask again")
+    raise ExternalConflict(
+        f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) met {RACE_ATTEMPTS} "
+        f"concurrent registrations of the same task: ask again"
+    )
 
 
-def _register(engine: Engine, key: ExternalKey, try_number: int, row: dict[str, Any],
-              logical_date: datetime | None) -> ExternalRegistered:
+def _register(
+    engine: Engine, key: ExternalKey, try_number: int, row: dict[str, Any], logical_date: datetime | None
+) -> ExternalRegistered:
     """One transaction: the same try gets its task instance back; a first or newer try inserts ``row``."""
     with engine.begin() as conn:
         mapped = external_sql.get_external(conn, key, for_update=True)
         if mapped is not None and mapped["try_number"] > try_number:
-            raise ExternalConflict(f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "
-                                   f"the registered try {mapped['try_number']}")
+            raise ExternalConflict(
+                f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "
+                f"the registered try {mapped['try_number']}"
+            )
         if mapped is not None and mapped["try_number"] == try_number:
             ti = task_sql.get_task(conn, key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
             assert ti is not None, "an external_task row always names an existing task instance"
-            return ExternalRegistered(key, try_number, ti["state"], ti["error"], ti["hashcode"], False,
-                                      (key.dag_id, ti["task_id"], ti["execution_date"]))
+            return ExternalRegistered(
+                key,
+                try_number,
+                ti["state"],
+                ti["error"],
+                ti["hashcode"],
+                False,
+                (key.dag_id, ti["task_id"], ti["execution_date"]),
+            )
         now = row["execution_date"]
         task_sql.insert_tasks_bulk(conn, [row])
         if row["state"] == State.SMART_PENDING:
@@ -141,12 +163,19 @@ def _register(engine: Engine, key: ExternalKey, try_number: int, row: dict[str, 
             external_sql.insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
         else:
             old = (key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
-            task_sql.set_state(conn, old, State.SKIPPED, from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
-                               now=now, error=f"superseded by try {try_number} of the Airflow task")
+            task_sql.set_state(
+                conn,
+                old,
+                State.SKIPPED,
+                from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
+                now=now,
+                error=f"superseded by try {try_number} of the Airflow task",
+            )
             if not external_sql.move_external(conn, key, mapped["try_number"], try_number, row["task_id"], now, now):
                 raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
-    return ExternalRegistered(key, try_number, row["state"], None, row["hashcode"], True,
-                              (key.dag_id, row["task_id"], now))
+    return ExternalRegistered(
+        key, try_number, row["state"], None, row["hashcode"], True, (key.dag_id, row["task_id"], now)
+    )
 
 
 def still_waiting(state: str) -> bool:
@@ -179,8 +208,9 @@ class TerminalAnswers:
         self._answers[asked] = (now, answer)
 
 
-def external_states(engine: Engine, asked: Sequence[tuple[ExternalKey, int]],
-                    cache: TerminalAnswers | None = None) -> list[dict[str, Any]]:
+def external_states(
+    engine: Engine, asked: Sequence[tuple[ExternalKey, int]], cache: TerminalAnswers | None = None
+) -> list[dict[str, Any]]:
     """The state of each (key, try_number), in order: the task instance's state and error, ``superseded`` when
     the key is at a newer try, ``unknown`` when that try was never registered. One statement for the tries
     ``cache`` does not already know ended (none when it knows them all)."""
@@ -208,5 +238,13 @@ def _answer(key: ExternalKey, try_number: int, row: dict[str, Any] | None) -> di
         state, error, hashcode = SUPERSEDED, None, row["hashcode"]
     else:
         state, error, hashcode = row["state"], row["error"], row["hashcode"]
-    return {"dag_id": key.dag_id, "task_id": key.task_id, "run_id": key.run_id, "map_index": key.map_index,
-            "try_number": try_number, "state": state, "error": error, "hashcode": hashcode}
+    return {
+        "dag_id": key.dag_id,
+        "task_id": key.task_id,
+        "run_id": key.run_id,
+        "map_index": key.map_index,
+        "try_number": try_number,
+        "state": state,
+        "error": error,
+        "hashcode": hashcode,
+    }

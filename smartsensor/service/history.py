@@ -53,8 +53,9 @@ def sample_once(engine: Engine, interval: float, retention: float, now: datetime
 class HistorySampler:
     """A daemon thread that calls ``sample_once`` at the start of every bucket until ``stop``."""
 
-    def __init__(self, engine: Engine, interval: float, retention: float,
-                 clock: Callable[[], datetime] = datetime.utcnow) -> None:
+    def __init__(
+        self, engine: Engine, interval: float, retention: float, clock: Callable[[], datetime] = datetime.utcnow
+    ) -> None:
         self.engine, self.interval, self.retention, self.clock = engine, interval, retention, clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,8 +66,7 @@ class HistorySampler:
         try:
             self.last_outcome = sample_once(self.engine, self.interval, self.retention, self.clock())
         except Exception as exc:  # noqa: BLE001 - the server must outlive any database trouble
-            log.warning("status page history: sampling failed, trying again in %gs: %s", self.interval,
-                        first_line(exc))
+            log.warning("status page history: sampling failed, trying again in %gs: %s", self.interval, first_line(exc))
             self.last_outcome = FAILED
         return self.last_outcome
 

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from smartsensor.config import Config, ShardRange
-from smartsensor.ports import LeaseOps, LeaseStore
 from smartsensor.domain.leases import Lease, lease_held
+from smartsensor.ports import LeaseOps, LeaseStore
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,9 @@ class LeaseManager:
                 if len(self.owned) >= target:
                     break
                 if tx.claim_lease(r["shard_min"], r["epoch"], self.worker_id, now, expires):
-                    self.owned[r["shard_min"]] = Lease(r["shard_min"], r["shard_max"], self.worker_id,
-                                                       r["epoch"] + 1, expires)
+                    self.owned[r["shard_min"]] = Lease(
+                        r["shard_min"], r["shard_max"], self.worker_id, r["epoch"] + 1, expires
+                    )
                     changes["claimed"].append(r["shard_min"])
             # More than our share while others wait with nothing: give back the extras (highest first).
             if len(self.owned) > target:
@@ -103,8 +104,12 @@ class LeaseManager:
             if want == row["shard_max"]:
                 continue
             if tx.reshape_lease(row["shard_min"], row["epoch"], want, now):
-                log.info("lease row %s-%s reshaped to %s", row["shard_min"], row["shard_max"],
-                         f"{row['shard_min']}-{want}" if want is not None else "nothing (range no longer configured)")
+                log.info(
+                    "lease row %s-%s reshaped to %s",
+                    row["shard_min"],
+                    row["shard_max"],
+                    f"{row['shard_min']}-{want}" if want is not None else "nothing (range no longer configured)",
+                )
                 changed = True
         return changed
 

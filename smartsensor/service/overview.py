@@ -34,12 +34,26 @@ def collect_overview(engine: Engine, cfg: Config, now: datetime | None = None) -
     history = series(samples)
     history.append((now, dict(status["tasks_by_state"])))
     tables = waiting_per_table(checks)
-    return {"status": status, "history": history, "samples": len(history) - 1,
-            "tables": tables[:TOP_TABLES], "table_count": len(tables),
-            "landings": [{"end_date": r["end_date"], "dag_id": r["dag_id"], "task_id": r["task_id"],
-                          "execution_date": r["execution_date"], "waited_for": waited_for(r["operator"], r["attr_dict"])}
-                         for r in landings],
-            "history_interval": interval, "history_retention": retention, "now": now}
+    return {
+        "status": status,
+        "history": history,
+        "samples": len(history) - 1,
+        "tables": tables[:TOP_TABLES],
+        "table_count": len(tables),
+        "landings": [
+            {
+                "end_date": r["end_date"],
+                "dag_id": r["dag_id"],
+                "task_id": r["task_id"],
+                "execution_date": r["execution_date"],
+                "waited_for": waited_for(r["operator"], r["attr_dict"]),
+            }
+            for r in landings
+        ],
+        "history_interval": interval,
+        "history_retention": retention,
+        "now": now,
+    }
 
 
 def series(samples: Iterable[tuple[datetime, str, int]]) -> list[tuple[datetime, dict[str, int]]]:
@@ -93,4 +107,4 @@ def waited_for(operator: str | None, attr_dict: str | None, limit: int = 160) ->
         text = attrs["path"]
     else:
         text = f"{operator or '?'} {json.dumps(attrs, sort_keys=True)}" if attrs else (operator or "?")
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

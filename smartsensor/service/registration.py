@@ -13,15 +13,14 @@ from typing import Any, Iterable
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
+from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.config import Config
+from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
+from smartsensor.domain.routing import class_route
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor, classpath_of
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.sensors.validation import validate_id
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.config import Config
-from smartsensor.domain.routing import class_route
-from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +39,13 @@ def validate_execution_date(value: Any) -> datetime:
     if not isinstance(value, datetime):
         raise SensorDefinitionError(f"execution date must be a date, got {type(value).__name__}")
     if value.tzinfo is not None or value.time() != datetime.min.time():
-        raise SensorDefinitionError(f"execution date must be a day (YYYY-MM-DD, no time of day), got {value.isoformat()}")
+        raise SensorDefinitionError(
+            f"execution date must be a day (YYYY-MM-DD, no time of day), got {value.isoformat()}"
+        )
     if not EARLIEST_DATE <= value <= LATEST_DATE:
-        raise SensorDefinitionError(f"execution date must be between {EARLIEST_DATE.date()} and "
-                                    f"{LATEST_DATE.date()}, got {value.date()}")
+        raise SensorDefinitionError(
+            f"execution date must be between {EARLIEST_DATE.date()} and {LATEST_DATE.date()}, got {value.date()}"
+        )
     return value
 
 
@@ -66,7 +68,8 @@ def _json_field(owner: str, field: str, value: Any) -> None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SensorDefinitionError(
-            f"{owner}: field {field!r} is not JSON serialisable ({type(value).__name__}): {exc}") from None
+            f"{owner}: field {field!r} is not JSON serialisable ({type(value).__name__}): {exc}"
+        ) from None
 
 
 def serialise(sensor: BaseSensor) -> tuple[str, str]:
@@ -97,8 +100,14 @@ def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
     return State.SMART_PENDING, "smart"
 
 
-def build_row(sensor: BaseSensor, dag_id: str, execution_date: datetime, cfg: Config,
-              fileloc: str | None = None, render: bool = True) -> tuple[dict[str, Any], str]:
+def build_row(
+    sensor: BaseSensor,
+    dag_id: str,
+    execution_date: datetime,
+    cfg: Config,
+    fileloc: str | None = None,
+    render: bool = True,
+) -> tuple[dict[str, Any], str]:
     """The task_instance row for ``sensor`` on ``execution_date`` and the routing reason. ``render``
     False: the persist fields were rendered already (by Airflow) and are stored as they are."""
     dag_id = validate_id("dag_id", dag_id)
@@ -109,19 +118,36 @@ def build_row(sensor: BaseSensor, dag_id: str, execution_date: datetime, cfg: Co
     state, reason = route(rendered, cfg)
     now = datetime.utcnow()
     row = {
-        "dag_id": dag_id, "task_id": sensor.task_id, "execution_date": execution_date,
-        "state": state, "try_number": 1, "max_tries": sensor.retries,
-        "start_date": None, "end_date": None, "updated_at": now,
-        "operator": type(sensor).__name__, "classpath": classpath, "fileloc": fileloc,
-        "hostname": None, "error": None,
-        "attr_dict": attr_dict, "exec_dict": exec_dict,
-        "hashcode": hashcode, "shardcode": shardcode_for(hashcode, cfg.shard_code_upper_limit),
+        "dag_id": dag_id,
+        "task_id": sensor.task_id,
+        "execution_date": execution_date,
+        "state": state,
+        "try_number": 1,
+        "max_tries": sensor.retries,
+        "start_date": None,
+        "end_date": None,
+        "updated_at": now,
+        "operator": type(sensor).__name__,
+        "classpath": classpath,
+        "fileloc": fileloc,
+        "hostname": None,
+        "error": None,
+        "attr_dict": attr_dict,
+        "exec_dict": exec_dict,
+        "hashcode": hashcode,
+        "shardcode": shardcode_for(hashcode, cfg.shard_code_upper_limit),
     }
     return row, reason
 
 
-def register(engine: Engine, sensors: Iterable[tuple[str, BaseSensor]], execution_date: datetime, cfg: Config,
-             clear: bool = False, fileloc: str | None = None) -> list[Registered]:
+def register(
+    engine: Engine,
+    sensors: Iterable[tuple[str, BaseSensor]],
+    execution_date: datetime,
+    cfg: Config,
+    clear: bool = False,
+    fileloc: str | None = None,
+) -> list[Registered]:
     """Register (dag_id, sensor) pairs for one execution date, idempotently, in ONE transaction.
 
     Every row is built and validated before the database is touched; then one statement finds the
@@ -144,8 +170,9 @@ def register(engine: Engine, sensors: Iterable[tuple[str, BaseSensor]], executio
         return _register_rows(engine, built, execution_date, clear)
 
 
-def _register_rows(engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime,
-                   clear: bool) -> list[Registered]:
+def _register_rows(
+    engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime, clear: bool
+) -> list[Registered]:
     out: list[Registered] = []
     with engine.begin() as conn:
         existing = task_sql.existing_states(conn, execution_date, {row["dag_id"] for row, _ in built})
@@ -159,9 +186,20 @@ def _register_rows(engine: Engine, built: list[tuple[dict[str, Any], str]], exec
                     reason = f"cleared; {reason}"
                 else:
                     state, reason = existing[key], "already registered"
-            out.append(Registered(row["dag_id"], row["task_id"], execution_date, state, row["hashcode"],
-                                  row["shardcode"], created, reason))
+            out.append(
+                Registered(
+                    row["dag_id"],
+                    row["task_id"],
+                    execution_date,
+                    state,
+                    row["hashcode"],
+                    row["shardcode"],
+                    created,
+                    reason,
+                )
+            )
         # their worker starts them and pokes their checks at once, not at its next round
-        signal_sql.notify_pending(conn, [r.shardcode for r in out if r.state == State.SMART_PENDING
-                                         and (r.created or clear)])
+        signal_sql.notify_pending(
+            conn, [r.shardcode for r in out if r.state == State.SMART_PENDING and (r.created or clear)]
+        )
     return out

@@ -17,14 +17,13 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from smartsensor.adapters.process import StderrTail, smartsensor_command
-from smartsensor.domain.states import State
-from smartsensor.sensors.errors import first_line
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.domain.keys import TaskKey
+from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.config import Config
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.routing import smart_route_for
+from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, parse_exec, retry_or
+from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +78,10 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
             except BadExecSettings:
                 retries = 0  # its exec_dict is unreadable: no retry, it ends failed with the zombie reason
             state = retry_or(row["try_number"], retries, State.FAILED)  # a dead run is no timeout: no soft_fail
-            error = (f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
-                     f"(no sign of life for {threshold:g} s): its process died or was killed")
+            error = (
+                f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
+                f"(no sign of life for {threshold:g} s): its process died or was killed"
+            )
             if task_sql.end_zombie(conn, key, row["updated_at"], state, now, error):
                 log.warning("%s.%s: %s -> %s", key[0], key[1], error, state)
                 counts[state] = counts.get(state, 0) + 1
@@ -141,8 +142,9 @@ class Scheduler:
                 retries = 0
             state = retry_or(child.try_number, retries, State.FAILED)  # a dead run is no timeout: no soft_fail
             if task_sql.end_exited_run(conn, key, child.try_number, self.claimant, state, now, error):
-                log.warning("%s.%s: its run-task exited without ending try %s -> %s", key[0], key[1],
-                            child.try_number, state)
+                log.warning(
+                    "%s.%s: its run-task exited without ending try %s -> %s", key[0], key[1], child.try_number, state
+                )
 
     def launch(self) -> int:
         """Claim and start scheduled task instances up to the parallelism limit."""
@@ -157,16 +159,18 @@ class Scheduler:
                 if not task_sql.claim_scheduled(conn, key, datetime.utcnow(), self.claimant):
                     continue
                 try_number = task_sql.get_task(conn, *key)["try_number"]
-            cmd = self.command(*self.cli_args, "run-task", key[0], key[1], key[2].strftime("%Y-%m-%dT%H:%M:%S"),
-                               "--claimed")
+            cmd = self.command(
+                *self.cli_args, "run-task", key[0], key[1], key[2].strftime("%Y-%m-%dT%H:%M:%S"), "--claimed"
+            )
             try:
                 proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 self.children[key] = Child(proc, try_number, StderrTail(proc.stderr, sys.stderr))
                 started += 1
             except OSError as exc:
                 with self.engine.begin() as conn:
-                    task_sql.set_state(conn, key, State.FAILED, from_states=[State.RUNNING],
-                                      error=f"could not start run-task: {exc}")
+                    task_sql.set_state(
+                        conn, key, State.FAILED, from_states=[State.RUNNING], error=f"could not start run-task: {exc}"
+                    )
         return started
 
     def loop_once(self) -> dict[str, int]:
@@ -175,11 +179,15 @@ class Scheduler:
         zombies = end_zombies(self.engine, self.cfg)
         requeued = requeue_retries(self.engine, self.cfg)
         launched = self.launch()
-        return {"requeued_smart": requeued.get(State.SMART_PENDING, 0),
-                "requeued_classic": requeued.get(State.SCHEDULED, 0),
-                "failed_bad_rows": requeued.get(State.FAILED, 0),
-                "zombies": sum(zombies.values()),
-                "finished": finished, "launched": launched, "running": len(self.children)}
+        return {
+            "requeued_smart": requeued.get(State.SMART_PENDING, 0),
+            "requeued_classic": requeued.get(State.SCHEDULED, 0),
+            "failed_bad_rows": requeued.get(State.FAILED, 0),
+            "zombies": sum(zombies.values()),
+            "finished": finished,
+            "launched": launched,
+            "running": len(self.children),
+        }
 
     def run(self, once: bool, emit: Callable[[dict[str, Any]], None]) -> None:
         """The scheduler loop: a pass every ``[scheduler] loop_interval`` until SIGTERM/SIGINT, then hand the
@@ -199,11 +207,10 @@ class Scheduler:
                     raise
                 log.warning("scheduler pass failed, retrying: %s", first_line(exc.orig or exc))
                 summary = {"error": first_line(exc.orig or exc), "running": len(self.children)}
-            except Exception as exc:  # noqa: BLE001 - bad rows fail alone inside a pass; anything else must not
-                if once:           # take the scheduler (and every retry and classic run) down with it
+            except Exception as exc:  # bad rows fail alone inside a pass; anything else must not
+                if once:  # take the scheduler (and every retry and classic run) down with it
                     raise
-                log.error("scheduler pass failed, retrying: %s: %s", type(exc).__name__, first_line(exc),
-                          exc_info=True)
+                log.error("scheduler pass failed, retrying: %s: %s", type(exc).__name__, first_line(exc), exc_info=True)
                 summary = {"error": f"{type(exc).__name__}: {first_line(exc)}", "running": len(self.children)}
             emit(summary)
             if once:
@@ -239,5 +246,6 @@ class Scheduler:
         try:
             self.reap()
         except (OperationalError, InterfaceError) as exc:
-            log.warning("could not end the tries of killed runs (the zombie check will): %s",
-                        first_line(exc.orig or exc))
+            log.warning(
+                "could not end the tries of killed runs (the zombie check will): %s", first_line(exc.orig or exc)
+            )

@@ -16,9 +16,9 @@ from typing import Callable
 
 from sqlalchemy import Engine
 
+from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.sensors.errors import first_line
 from smartsensor.sensors.partitions import format_partition_name, parse_partition_name
-from smartsensor.adapters.sql import signals as signal_sql
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,9 @@ class SignalListener:
     ``channel`` (Postgres): the landing signals' by default, or ``signal_sql.ENDED_CHANNEL``; ``also``: more
     channels (Postgres only), whose notifications ``wait_all`` returns with their channel."""
 
-    def __init__(self, engine: Engine, poll_interval: float = 0.1, channel: str = CHANNEL,
-                 also: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, engine: Engine, poll_interval: float = 0.1, channel: str = CHANNEL, also: tuple[str, ...] = ()
+    ) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
         self._pg = None
@@ -101,9 +102,13 @@ class SignalListener:
             self._pg = None
 
 
-def listen_for_signals(engine: Engine, poll_interval: float, on_signal: Callable[[set[tuple[str, str]]], None],
-                       stopping: threading.Event,
-                       on_pending: Callable[[set[int] | None], None] | None = None) -> None:
+def listen_for_signals(
+    engine: Engine,
+    poll_interval: float,
+    on_signal: Callable[[set[tuple[str, str]]], None],
+    stopping: threading.Event,
+    on_pending: Callable[[set[int] | None], None] | None = None,
+) -> None:
     """A worker's signal thread: call ``on_signal`` with the tables of landing signals until ``stopping``, and
     ``on_pending`` with the shardcodes of newly pending tasks (None: any), on PostgreSQL.
 
@@ -115,8 +120,9 @@ def listen_for_signals(engine: Engine, poll_interval: float, on_signal: Callable
     while not stopping.is_set():
         try:
             if listener is None:
-                listener = SignalListener(engine, poll_interval,
-                                          also=(signal_sql.PENDING_CHANNEL,) if on_pending is not None else ())
+                listener = SignalListener(
+                    engine, poll_interval, also=(signal_sql.PENDING_CHANNEL,) if on_pending is not None else ()
+                )
                 if failing:
                     log.info("signal listener: listening again")
                 failing = False

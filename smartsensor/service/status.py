@@ -38,35 +38,73 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
                 per_range_hashes[i].add(hashcode)
                 break
     for i, r in enumerate(ranges):
-        shards.append({"min": r.lo, "max": r.hi, "waiting": per_range_tasks[i],
-                       "distinct_hashes": len(per_range_hashes[i])})
+        shards.append(
+            {"min": r.lo, "max": r.hi, "waiting": per_range_tasks[i], "distinct_hashes": len(per_range_hashes[i])}
+        )
     distinct = len({h for _, h in waiting})
     workers = []
     for w in rounds:
         last = json.loads(w["last_round_json"]) if w["last_round_json"] else {}
         age = (now - w["last_round_at"]).total_seconds() if w["last_round_at"] else None
-        workers.append({"worker_id": w["worker_id"], "pid": w["pid"], "shard_min": w["shard_min"],
-                        "shard_max": w["shard_max"], "last_round_at": w["last_round_at"].isoformat()
-                        if w["last_round_at"] else None, "age_seconds": round(age, 1) if age is not None else None,
-                        "last_round_seconds": w["last_round_seconds"], "last_round": last})
+        workers.append(
+            {
+                "worker_id": w["worker_id"],
+                "pid": w["pid"],
+                "shard_min": w["shard_min"],
+                "shard_max": w["shard_max"],
+                "last_round_at": w["last_round_at"].isoformat() if w["last_round_at"] else None,
+                "age_seconds": round(age, 1) if age is not None else None,
+                "last_round_seconds": w["last_round_seconds"],
+                "last_round": last,
+            }
+        )
     problems = round_problems(workers)
     lease_timeout = cfg.get("smart_sensor", "lease_timeout")
-    lease_rows = [{"shard_min": l["shard_min"], "shard_max": l["shard_max"], "owner": l["owner"], "epoch": l["epoch"],
-                   "expires_at": l["expires_at"].isoformat() if l["expires_at"] else None,
-                   "expires_in": round((l["expires_at"] - now).total_seconds(), 1) if l["expires_at"] else None,
-                   "expired": bool(l["owner"]) and not lease_held(l, now)}
-                  for l in leases]
-    worker_rows = [{"worker_id": w["worker_id"], "hostname": w["hostname"], "pid": w["pid"],
-                    "heartbeat_age": round((now - w["heartbeat_at"]).total_seconds(), 1) if w["heartbeat_at"] else None,
-                    "stale": w["heartbeat_at"] is None or (now - w["heartbeat_at"]).total_seconds() > lease_timeout,
-                    "ranges": [l["shard_min"] for l in leases if l["owner"] == w["worker_id"]]}
-                   for w in live]
-    return {"leases": lease_rows, "lease_workers": worker_rows, "tasks_by_state": dict(sorted(by_state.items())), "waiting": len(waiting), "distinct_hashes": distinct,
-            "dedup_ratio": round(len(waiting) / distinct, 2) if distinct else None, "shards": shards,
-            "workers": workers, "stranded": stranded, "problems": problems,
-            "zombies": [{"dag_id": z["dag_id"], "task_id": z["task_id"], "execution_date": z["execution_date"].isoformat(),
-                         "hostname": z["hostname"], "heartbeat_age": round((now - z["updated_at"]).total_seconds(), 1)}
-                        for z in zombies]}
+    lease_rows = [
+        {
+            "shard_min": l["shard_min"],
+            "shard_max": l["shard_max"],
+            "owner": l["owner"],
+            "epoch": l["epoch"],
+            "expires_at": l["expires_at"].isoformat() if l["expires_at"] else None,
+            "expires_in": round((l["expires_at"] - now).total_seconds(), 1) if l["expires_at"] else None,
+            "expired": bool(l["owner"]) and not lease_held(l, now),
+        }
+        for l in leases
+    ]
+    worker_rows = [
+        {
+            "worker_id": w["worker_id"],
+            "hostname": w["hostname"],
+            "pid": w["pid"],
+            "heartbeat_age": round((now - w["heartbeat_at"]).total_seconds(), 1) if w["heartbeat_at"] else None,
+            "stale": w["heartbeat_at"] is None or (now - w["heartbeat_at"]).total_seconds() > lease_timeout,
+            "ranges": [l["shard_min"] for l in leases if l["owner"] == w["worker_id"]],
+        }
+        for w in live
+    ]
+    return {
+        "leases": lease_rows,
+        "lease_workers": worker_rows,
+        "tasks_by_state": dict(sorted(by_state.items())),
+        "waiting": len(waiting),
+        "distinct_hashes": distinct,
+        "dedup_ratio": round(len(waiting) / distinct, 2) if distinct else None,
+        "shards": shards,
+        "workers": workers,
+        "stranded": stranded,
+        "problems": problems,
+        "zombies": [
+            {
+                "dag_id": z["dag_id"],
+                "task_id": z["task_id"],
+                "execution_date": z["execution_date"].isoformat(),
+                "hostname": z["hostname"],
+                "heartbeat_age": round((now - z["updated_at"]).total_seconds(), 1),
+            }
+            for z in zombies
+        ],
+    }
 
 
 def round_problems(workers: list[dict[str, Any]]) -> list[str]:
@@ -81,17 +119,25 @@ def round_problems(workers: list[dict[str, Any]]) -> list[str]:
         if last.get("error"):
             out.append(f"worker {who}: its last round failed: {last['error']}")
         for module, why in sorted((last.get("module_errors") or {}).items()):
-            out.append(f"worker {who}: sensor module {module!r} cannot be imported there: {why} "
-                       f"({last.get('module_waiting', 0)} task(s) of its classes wait, within their timeouts)")
+            out.append(
+                f"worker {who}: sensor module {module!r} cannot be imported there: {why} "
+                f"({last.get('module_waiting', 0)} task(s) of its classes wait, within their timeouts)"
+            )
         if last.get("fenced_out"):
-            out.append(f"worker {who}: lost its lease during its last round; that round wrote nothing "
-                       f"(the range's new owner checks its tasks)")
+            out.append(
+                f"worker {who}: lost its lease during its last round; that round wrote nothing "
+                f"(the range's new owner checks its tasks)"
+            )
         if last.get("transient_errors") and not last.get("module_errors"):
-            out.append(f"worker {who}: {last['transient_errors']} check(s) got no answer in its last round (their "
-                       f"tasks wait, within their timeouts): {last.get('transient_example') or 'transient error'}")
+            out.append(
+                f"worker {who}: {last['transient_errors']} check(s) got no answer in its last round (their "
+                f"tasks wait, within their timeouts): {last.get('transient_example') or 'transient error'}"
+            )
         if last.get("bad_rows"):
-            out.append(f"worker {who}: {last['bad_rows']} task(s) could not be planned and were failed alone "
-                       f"(see `smartsensor tasks --state failed`)")
+            out.append(
+                f"worker {who}: {last['bad_rows']} task(s) could not be planned and were failed alone "
+                f"(see `smartsensor tasks --state failed`)"
+            )
     return out
 
 
@@ -99,19 +145,25 @@ def status_lines(data: dict[str, Any], shard_code_upper_limit: int) -> list[str]
     """`smartsensor status` as text, from ``collect_status``'s data."""
     out = ["tasks by state: " + (", ".join(f"{k} {v}" for k, v in data["tasks_by_state"].items()) or "none")]
     ratio = data["dedup_ratio"]
-    out.append(f"waiting smart tasks {data['waiting']} over {data['distinct_hashes']} distinct checks"
-               + (f" (dedup ratio {ratio}x)" if ratio else ""))
+    out.append(
+        f"waiting smart tasks {data['waiting']} over {data['distinct_hashes']} distinct checks"
+        + (f" (dedup ratio {ratio}x)" if ratio else "")
+    )
     out.append(f"{'range':>13}  {'waiting':>7}  {'distinct':>8}")
     out += [f"{s['min']:>6}-{s['max']:<6}  {s['waiting']:>7}  {s['distinct_hashes']:>8}" for s in data["shards"]]
     if data["stranded"]:
-        out.append(f"WARNING: {data['stranded']} waiting task(s) have a shardcode outside [0, {shard_code_upper_limit}) "
-                   f"and no worker serves them: run `smartsensor db reshard`")
+        out.append(
+            f"WARNING: {data['stranded']} waiting task(s) have a shardcode outside [0, {shard_code_upper_limit}) "
+            f"and no worker serves them: run `smartsensor db reshard`"
+        )
     if data["workers"]:
         out.append(f"{'worker':<40} {'range':>13} {'last round':>10} {'age s':>7}")
         for w in data["workers"]:
             age = w["age_seconds"] if w["age_seconds"] is not None else "-"
-            out.append(f"{w['worker_id']:<40} {w['shard_min']:>6}-{w['shard_max']:<6} "
-                       f"{(w['last_round_seconds'] or 0):>9.2f}s {age:>7}")
+            out.append(
+                f"{w['worker_id']:<40} {w['shard_min']:>6}-{w['shard_max']:<6} "
+                f"{(w['last_round_seconds'] or 0):>9.2f}s {age:>7}"
+            )
     else:
         out.append("no worker has reported a round")
     out += [f"WARNING: {problem}" for problem in data["problems"]]
@@ -121,8 +173,14 @@ def status_lines(data: dict[str, Any], shard_code_upper_limit: int) -> list[str]
             left = "-" if lease["expires_in"] is None else f"{lease['expires_in']:.1f}s"
             owner = (lease["owner"] or "(free)") + ("  EXPIRED" if lease["expired"] else "")
             out.append(f"{lease['shard_min']:>6}-{lease['shard_max']:<6}  {lease['epoch']:>5}  {left:>10}  {owner}")
-    out += [f"worker {w['worker_id']} stopped heartbeating {w['heartbeat_age']} s ago"
-            for w in data["lease_workers"] if w["stale"]]
-    out += [f"classic run of {z['dag_id']}.{z['task_id']} {z['execution_date'][:10]} on {z['hostname']} "
-            f"stopped heartbeating {z['heartbeat_age']} s ago (the scheduler ends it)" for z in data["zombies"]]
+    out += [
+        f"worker {w['worker_id']} stopped heartbeating {w['heartbeat_age']} s ago"
+        for w in data["lease_workers"]
+        if w["stale"]
+    ]
+    out += [
+        f"classic run of {z['dag_id']}.{z['task_id']} {z['execution_date'][:10]} on {z['hostname']} "
+        f"stopped heartbeating {z['heartbeat_age']} s ago (the scheduler ends it)"
+        for z in data["zombies"]
+    ]
     return out

@@ -39,8 +39,15 @@ class _Child:
         return f"[{self.shard.lo},{self.shard.hi})" if self.shard else "leased"
 
 
-def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: TextIO = sys.stdout,
-                      extra_args: list[str] | None = None, max_backoff: float = 30.0, pinned: bool = False) -> int:
+def supervise_workers(
+    cfg: Config,
+    n: int | None,
+    base_args: list[str],
+    out: TextIO = sys.stdout,
+    extra_args: list[str] | None = None,
+    max_backoff: float = 30.0,
+    pinned: bool = False,
+) -> int:
     """Start N `smartsensor worker` processes, restart crashed ones, stop all on SIGINT/SIGTERM.
 
     By default the workers claim shard leases (extras stand by and take over); with ``pinned`` each
@@ -64,8 +71,11 @@ def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: Tex
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     children = [_Child(r, spawn(r), time.monotonic()) for r in slots]
-    print(f"started {len(children)} workers: " + ", ".join(f"{c.label} pid {c.proc.pid}" for c in children),
-          file=out, flush=True)
+    print(
+        f"started {len(children)} workers: " + ", ".join(f"{c.label} pid {c.proc.pid}" for c in children),
+        file=out,
+        flush=True,
+    )
     while not stopping:
         time.sleep(0.5)
         for i, c in enumerate(children):
@@ -78,8 +88,11 @@ def supervise_workers(cfg: Config, n: int | None, base_args: list[str], out: Tex
             c.restarts += 1
             c.proc = spawn(c.shard)
             c.started = time.monotonic()
-            print(f"worker #{i} {c.label} exited with {code}; restart #{c.restarts} pid {c.proc.pid}", file=out,
-                  flush=True)
+            print(
+                f"worker #{i} {c.label} exited with {code}; restart #{c.restarts} pid {c.proc.pid}",
+                file=out,
+                flush=True,
+            )
     for c in children:
         if c.proc.poll() is None:
             c.proc.terminate()

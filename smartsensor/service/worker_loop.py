@@ -82,10 +82,19 @@ class WorkerLoop:
     running rounds that can never check anything.
     """
 
-    def __init__(self, runner: Runner, engine: Any, cfg: Config, interval: float, once: bool,
-                 emit: Callable[[RoundResult], None], metrics: RoundMetrics | None = None, signals: bool = True,
-                 stop_event: threading.Event | None = None,
-                 jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        engine: Any,
+        cfg: Config,
+        interval: float,
+        once: bool,
+        emit: Callable[[RoundResult], None],
+        metrics: RoundMetrics | None = None,
+        signals: bool = True,
+        stop_event: threading.Event | None = None,
+        jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code,
+    ) -> None:
         self.runner, self.engine, self.cfg, self.interval, self.once = runner, engine, cfg, interval, once
         self.emit, self.metrics, self.signals, self.jvm_exit_code = emit, metrics, signals, jvm_exit_code
         self.status = 0
@@ -137,12 +146,27 @@ class WorkerLoop:
             signal.signal(signal.SIGTERM, self._on_signal_to_stop)
             signal.signal(signal.SIGINT, self._on_signal_to_stop)
         self.beat()
-        self.scheduler.add_job(self.tick, "interval", id="round", seconds=self.interval, max_instances=1,
-                               coalesce=True, misfire_grace_time=max(1, int(self.interval)), next_run_time=_now())
+        self.scheduler.add_job(
+            self.tick,
+            "interval",
+            id="round",
+            seconds=self.interval,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, int(self.interval)),
+            next_run_time=_now(),
+        )
         if isinstance(self.runner, LeasedWorker):
             hb = self.cfg.get("smart_sensor", "heartbeat_interval")
-            self.scheduler.add_job(self.beat, "interval", id="heartbeat", seconds=hb, max_instances=1, coalesce=True,
-                                   misfire_grace_time=max(1, int(hb)))
+            self.scheduler.add_job(
+                self.beat,
+                "interval",
+                id="heartbeat",
+                seconds=hb,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=max(1, int(hb)),
+            )
         if self.signals:
             self._start_wake_ups()
         if not self.stopping.is_set():
@@ -156,8 +180,9 @@ class WorkerLoop:
         self.beat()
         round_over = threading.Event()
         interval = self.cfg.get("smart_sensor", "heartbeat_interval")
-        beating = threading.Thread(target=_beat_until, args=(self.beat, interval, round_over), name="heartbeat",
-                                   daemon=True)
+        beating = threading.Thread(
+            target=_beat_until, args=(self.beat, interval, round_over), name="heartbeat", daemon=True
+        )
         beating.start()
         try:
             self.tick()
@@ -170,16 +195,28 @@ class WorkerLoop:
     def _start_wake_ups(self) -> None:
         wake_ups = WakeUps(self.runner, self.emit)
         threading.Thread(target=wake_ups.run, args=(self.stopping,), name="wake-ups", daemon=True).start()
-        threading.Thread(target=listen_for_signals,
-                         args=(self.engine, self.cfg.get("smart_sensor", "signal_poll_interval"), wake_ups.landed,
-                               self.stopping, wake_ups.pending), name="signals", daemon=True).start()
+        threading.Thread(
+            target=listen_for_signals,
+            args=(
+                self.engine,
+                self.cfg.get("smart_sensor", "signal_poll_interval"),
+                wake_ups.landed,
+                self.stopping,
+                wake_ups.pending,
+            ),
+            name="signals",
+            daemon=True,
+        ).start()
 
     def _spark_died(self) -> bool:
         code = self.jvm_exit_code()
         if code is None:
             return False
-        log.error("the Spark driver JVM exited with code %s: stopping this worker (leases released) so that it "
-                  "is restarted with a new one", code)
+        log.error(
+            "the Spark driver JVM exited with code %s: stopping this worker (leases released) so that it "
+            "is restarted with a new one",
+            code,
+        )
         self.status = EXIT_SPARK_DIED
         return True
 
@@ -198,10 +235,18 @@ class WorkerLoop:
         self.stop()
 
 
-def run_worker(runner: Runner, engine: Any, cfg: Config, interval: float, once: bool,
-               emit: Callable[[RoundResult], None], metrics: RoundMetrics | None = None,
-               signals: bool = True, stop_event: threading.Event | None = None,
-               jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code) -> int:
+def run_worker(
+    runner: Runner,
+    engine: Any,
+    cfg: Config,
+    interval: float,
+    once: bool,
+    emit: Callable[[RoundResult], None],
+    metrics: RoundMetrics | None = None,
+    signals: bool = True,
+    stop_event: threading.Event | None = None,
+    jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code,
+) -> int:
     """``WorkerLoop(...).start()``: run rounds until stopped; returns the exit status (see ``WorkerLoop``)."""
     return WorkerLoop(runner, engine, cfg, interval, once, emit, metrics, signals, stop_event, jvm_exit_code).start()
 

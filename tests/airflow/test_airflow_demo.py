@@ -40,8 +40,19 @@ def leftovers(marker: str) -> list[str]:
 def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
     home = tmp_path / "demo"
     out = tmp_path / "demo.out"
-    args = [str(ROOT / "scripts" / "airflow_demo.sh"), "--sensors", "20", "--partitions", "4", "--home", str(home),
-            "--deadline", str(DEADLINE), "--summary-json", str(tmp_path / "summary.json")]
+    args = [
+        str(ROOT / "scripts" / "airflow_demo.sh"),
+        "--sensors",
+        "20",
+        "--partitions",
+        "4",
+        "--home",
+        str(home),
+        "--deadline",
+        str(DEADLINE),
+        "--summary-json",
+        str(tmp_path / "summary.json"),
+    ]
     # Its own session: on our timeout, SIGTERM reaches the script and the driver (which stop what they started),
     # then SIGKILL whatever is left of the group.
     with out.open("wb") as log:
@@ -65,8 +76,12 @@ def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["finished"]
     assert {dag: d["mismatches"] for dag, d in summary["dags"].items()} == {
-        "ads_attribution": [], "data_quality": [], "finance_hourly": [], "late_partner_feed": [],
-        "marketing_reports": []}
+        "ads_attribution": [],
+        "data_quality": [],
+        "finance_hourly": [],
+        "late_partner_feed": [],
+        "marketing_reports": [],
+    }
     assert sum(d["sensors"] for d in summary["dags"].values()) == 20
     late = summary["dags"]["late_partner_feed"]["got"]
     assert late == {"skipped": 2, "failed": 1, "upstream_failed": 1}, late  # soft_fail, hard fail, downstream
@@ -76,9 +91,15 @@ def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
     assert 0 < figures["metastore_calls"] < figures["classic_calls"]
     assert 0 < figures["states_requests"] < figures["per_task_requests"]
     assert summary["landed"] == 4
-    for line in ("Airflow task states against the expected ones", "every Airflow task ended as expected",
-                 "metastore calls by smartsensor's workers", "Airflow's own Hive sensors, same waits (computed)",
-                 "states requests, 1 triggerer", "Airflow UI         http://127.0.0.1:",
-                 "smartsensor status http://127.0.0.1:", "stopped everything"):
+    for line in (
+        "Airflow task states against the expected ones",
+        "every Airflow task ended as expected",
+        "metastore calls by smartsensor's workers",
+        "Airflow's own Hive sensors, same waits (computed)",
+        "states requests, 1 triggerer",
+        "Airflow UI         http://127.0.0.1:",
+        "smartsensor status http://127.0.0.1:",
+        "stopped everything",
+    ):
         assert line in text, line
     assert leftovers(str(home)) == []

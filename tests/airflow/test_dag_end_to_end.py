@@ -16,12 +16,11 @@ from typing import Iterator
 import pytest
 from sqlalchemy import text
 
+from scripts.airflow_stack import airflow_env, run_airflow, states_requests, task_end_times, task_states, version_of
 from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.config import Config
-from scripts.airflow_stack import (airflow_env, run_airflow, states_requests, task_end_times, task_states,
-                                   version_of)
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT, make_cfg, override_env, wait_until
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
@@ -60,8 +59,12 @@ with DAG("landing", start_date=datetime(2026, 11, 1), schedule=None, catchup=Fal
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
     """A Hive metastore service shared by the worker and the pipeline, stopped whatever happens."""
     port = free_port()
-    cfg = make_cfg(tmp_path_factory.mktemp("metastore-home"), "sqlite://", metastore__port=str(port),
-                   spark__metastore_uris=f"thrift://127.0.0.1:{port}")
+    cfg = make_cfg(
+        tmp_path_factory.mktemp("metastore-home"),
+        "sqlite://",
+        metastore__port=str(port),
+        spark__metastore_uris=f"thrift://127.0.0.1:{port}",
+    )
     try:
         metastore.start(cfg)
         yield cfg
@@ -70,10 +73,20 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
 
 
 def smartsensor_env(service: Config, home: Path, db_url: str) -> dict[str, str]:
-    return cli_env(home, db_url, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1", **override_env({
-        "spark__metastore_uris": service.get("spark", "metastore_uris"),
-        "spark__warehouse_dir": service.get("spark", "warehouse_dir"),
-        "spark__conf": "spark.driver.memory=512m", "api__token": TOKEN}))
+    return cli_env(
+        home,
+        db_url,
+        PYTHONPATH=str(ROOT),
+        SPARK_LOCAL_IP="127.0.0.1",
+        **override_env(
+            {
+                "spark__metastore_uris": service.get("spark", "metastore_uris"),
+                "spark__warehouse_dir": service.get("spark", "warehouse_dir"),
+                "spark__conf": "spark.driver.memory=512m",
+                "api__token": TOKEN,
+            }
+        ),
+    )
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
@@ -90,18 +103,41 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
     engine = make_engine(pg_url)
     server = CliProcess(["serve", "--port", str(port)], env)
     worker = CliProcess(["worker", "--interval", "0.5", "--json"], env)
-    dags_test = subprocess.Popen([str(venv / "bin" / "airflow"), "dags", "test", "landing", DS], env=af_env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    dags_test = subprocess.Popen(
+        [str(venv / "bin" / "airflow"), "dags", "test", "landing", DS],
+        env=af_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
+
         def some_sensor_waits() -> bool:
             with engine.connect() as conn:
                 return bool(conn.execute(text("SELECT 1 FROM external_task WHERE task_id LIKE 'wait%'")).first())
 
         wait_until(some_sensor_waits, timeout=240, step=0.5)
         requests_before, waiting_since = states_requests(f"http://127.0.0.1:{port}", TOKEN), time.monotonic()
-        pipeline = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", f"{db}.events",
-                                   "--ds", DS, "--hours", "0-0", "--every", "0", "--rows", "1"],
-                                  env=env, capture_output=True, text=True, timeout=300)
+        pipeline = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "pipeline.py"),
+                "--table",
+                f"{db}.events",
+                "--ds",
+                DS,
+                "--hours",
+                "0-0",
+                "--every",
+                "0",
+                "--rows",
+                "1",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert pipeline.returncode == 0, pipeline.stderr[-3000:]
         landed = datetime.now(timezone.utc)  # the partition and its landing signal are in when the pipeline exits
         output, _ = dags_test.communicate(timeout=400)
@@ -114,24 +150,42 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
         server.stop()
     states = task_states(af_home, "landing")
     ended = task_end_times(af_home, "landing")
-    heard = sorted(max(0.0, (ended[t] - landed).total_seconds()) for t in ("wait_a", "wait_b", "wait_filter")
-                   if ended.get(t) is not None)
+    heard = sorted(
+        max(0.0, (ended[t] - landed).total_seconds())
+        for t in ("wait_a", "wait_b", "wait_filter")
+        if ended.get(t) is not None
+    )
     # A figure, not a timed assertion: landing (with its signal) → Airflow's task success, poke_interval 60 s
-    print(f"\nAirflow {version_of(venv)}: landing → task success {', '.join(f'{h:.1f}' for h in heard)} s "
-          f"(poke_interval 60 s, one triggering `airflow dags test`); states requests {requests:.0f} "
-          f"({per_minute:.1f} per minute)")
-    assert states == {"wait_a": "success", "wait_b": "success", "wait_filter": "success", "downstream": "success",
-                      "never_soft": "skipped", "never_fail": "failed"}, output[-6000:]
+    print(
+        f"\nAirflow {version_of(venv)}: landing → task success {', '.join(f'{h:.1f}' for h in heard)} s "
+        f"(poke_interval 60 s, one triggering `airflow dags test`); states requests {requests:.0f} "
+        f"({per_minute:.1f} per minute)"
+    )
+    assert states == {
+        "wait_a": "success",
+        "wait_b": "success",
+        "wait_filter": "success",
+        "downstream": "success",
+        "never_soft": "skipped",
+        "never_fail": "failed",
+    }, output[-6000:]
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT e.task_id, t.state, t.hashcode, t.error FROM external_task e JOIN task_instance t "
-            "ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"
-        )).fetchall()
+        rows = conn.execute(
+            text(
+                "SELECT e.task_id, t.state, t.hashcode, t.error FROM external_task e JOIN task_instance t "
+                "ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"
+            )
+        ).fetchall()
     engine.dispose()
     by_task = {r[0]: r for r in rows}
     assert by_task["wait_a"][2] == by_task["wait_b"][2]  # the two identical waits are one check: one hash
     assert by_task["wait_filter"][2] != by_task["wait_a"][2]
-    assert {t: by_task[t][1] for t in by_task} == {"wait_a": "success", "wait_b": "success", "wait_filter": "success",
-                                                    "never_soft": "skipped", "never_fail": "failed"}
+    assert {t: by_task[t][1] for t in by_task} == {
+        "wait_a": "success",
+        "wait_b": "success",
+        "wait_filter": "success",
+        "never_soft": "skipped",
+        "never_fail": "failed",
+    }
     assert "timed out" in (by_task["never_fail"][3] or ""), by_task["never_fail"]
     assert "smartsensor: the wait ended failed" in output

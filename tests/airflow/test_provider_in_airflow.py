@@ -17,20 +17,33 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
 def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([str(venv / "bin" / "python"), str(INSIDE / "provider_checks.py")],
-                          env=airflow_env(venv, tmp_path), capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(INSIDE / "provider_checks.py")],
+        env=airflow_env(venv, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["airflow"] == version_of(venv)
     assert seen["serialize"] == {
         "classpath": "smartsensor_airflow.triggers.SmartSensorTrigger",
-        "kwargs": {"key": {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 2},
-                   "conn_id": "smartsensor_default", "poll_interval": 3.0},
-        "round_trip_equal": True}
+        "kwargs": {
+            "key": {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 2},
+            "conn_id": "smartsensor_default",
+            "poll_interval": 3.0,
+        },
+        "round_trip_equal": True,
+    }
     assert seen["json_kwargs"] is True
     assert seen["template_fields"] == {"named": ["partition_names"], "hive": ["schema", "table", "partition"]}
-    assert seen["named_exec"] == {"poke_interval": 30.0, "timeout": 600.0, "soft_fail": True,
-                                  "exponential_backoff": False}
+    assert seen["named_exec"] == {
+        "poke_interval": 30.0,
+        "timeout": 600.0,
+        "soft_fail": True,
+        "exponential_backoff": False,
+    }
     assert seen["named_poll_interval"] == 10.0
     assert seen["hive_persist"] == {"table": "db.events", "partition": {"ds": "2026-11-22", "hr": "00"}}
     assert seen["str_partition_names"] == "TypeError: partition_names must be an array of strings"

@@ -16,8 +16,8 @@ from typing import Iterator
 
 import pytest
 
-from smartsensor.adapters.metastore_process import free_port
 from scripts.airflow_stack import AirflowStack, Processes, states_requests, version_of
+from smartsensor.adapters.metastore_process import free_port
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT
 from tests.support.proc_helpers import cli_env, run_cli
@@ -62,18 +62,25 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
-def test_one_states_request_per_interval_for_a_whole_triggerer(venv: Path, tmp_path: Path, pg_url: str,
-                                                               processes: Processes) -> None:
+def test_one_states_request_per_interval_for_a_whole_triggerer(
+    venv: Path, tmp_path: Path, pg_url: str, processes: Processes
+) -> None:
     sensors = SENSORS[version_of(venv).split(".")[0]]
     env = cli_env(tmp_path / "smartsensor", pg_url, PYTHONPATH=str(ROOT), SMARTSENSOR__API__TOKEN=TOKEN)
     run_cli(["db", "init"], env, check=True)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     landed, never = tmp_path / "landing" / "_SUCCESS", tmp_path / "never" / "_SUCCESS"
-    stack = AirflowStack(venv, tmp_path / "airflow", processes, parallelism=4,
-                         AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}")
-    (stack.dags / "fanout.py").write_text(DAG.format(path=f"file://{landed}", never=f"file://{never}", poll=POLL,
-                                                     n=sensors, timeout=TIMEOUT))
+    stack = AirflowStack(
+        venv,
+        tmp_path / "airflow",
+        processes,
+        parallelism=4,
+        AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}",
+    )
+    (stack.dags / "fanout.py").write_text(
+        DAG.format(path=f"file://{landed}", never=f"file://{never}", poll=POLL, n=sensors, timeout=TIMEOUT)
+    )
     smartsensor = [sys.executable, "-m", "smartsensor.cli"]
     try:
         stack.migrate()
@@ -86,8 +93,9 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(venv: Path, tmp_p
         started = time.monotonic()
 
         def waiting() -> int:
-            return stack.rows("SELECT count(*) FROM task_instance WHERE state = 'deferred' "
-                              "AND task_id LIKE 'wait%'")[0][0]
+            return stack.rows("SELECT count(*) FROM task_instance WHERE state = 'deferred' AND task_id LIKE 'wait%'")[
+                0
+            ][0]
 
         stack.wait(f"{sensors} sensors deferred", lambda: waiting() == sensors, timeout=600)
         to_defer = time.monotonic() - started
@@ -102,23 +110,33 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(venv: Path, tmp_p
         landed_at = time.monotonic()
         stack.wait("every trigger fired (Airflow heard of the landing)", lambda: waiting() == 0, timeout=600, step=0.1)
         to_heard = time.monotonic() - landed_at
-        stack.wait("every sensor on the landed file succeeded",
-                   lambda: stack.rows("SELECT count(*) FROM task_instance WHERE state = 'success' "
-                                      "AND task_id LIKE 'wait%'")[0][0] == sensors, timeout=600)
+        stack.wait(
+            "every sensor on the landed file succeeded",
+            lambda: (
+                stack.rows("SELECT count(*) FROM task_instance WHERE state = 'success' AND task_id LIKE 'wait%'")[0][0]
+                == sensors
+            ),
+            timeout=600,
+        )
         to_success = time.monotonic() - landed_at
-        stack.wait("the DAG run ended", lambda: stack.run_states().get("fanout") in ("success", "failed"),
-                   timeout=600)
+        stack.wait("the DAG run ended", lambda: stack.run_states().get("fanout") in ("success", "failed"), timeout=600)
         states = {task: state for (_, task), state in stack.task_states(["fanout"]).items()}
     finally:
         stack.stop()
-    print(f"\nAirflow {stack.version}: {sensors} sensors deferred in {to_defer:.0f} s ({triggers} trigger rows, one "
-          f"triggerer); {during:.0f} states requests in {window:.1f} s with a {POLL:g} s poll interval (per-sensor "
-          f"polling: ~{sensors * window / POLL:.0f}); landed -> every trigger fired in {to_heard:.1f} s, all {sensors} "
-          f"succeeded in {to_success:.1f} s (no landing signal: the worker's round finds the file)")
+    print(
+        f"\nAirflow {stack.version}: {sensors} sensors deferred in {to_defer:.0f} s ({triggers} trigger rows, one "
+        f"triggerer); {during:.0f} states requests in {window:.1f} s with a {POLL:g} s poll interval (per-sensor "
+        f"polling: ~{sensors * window / POLL:.0f}); landed -> every trigger fired in {to_heard:.1f} s, all {sensors} "
+        f"succeeded in {to_success:.1f} s (no landing signal: the worker's round finds the file)"
+    )
     assert triggers >= sensors  # one trigger row per deferred task (Airflow does not share them)...
     assert still_waiting == sensors  # (the window measured waiting sensors only)
     # ...but one request per poll interval for all of them (on average; a long-polling service may answer a held
     # request early, and the poller then sends up to BURST back to back), not one per sensor.
     assert 1 <= during <= window / POLL + BURST, (during, window)
-    assert states == {**{f"wait_{i}": "success" for i in range(sensors)}, "downstream": "success",
-                      "never_soft": "skipped", "never_fail": "failed"}, states
+    assert states == {
+        **{f"wait_{i}": "success" for i in range(sensors)},
+        "downstream": "success",
+        "never_soft": "skipped",
+        "never_fail": "failed",
+    }, states

@@ -32,8 +32,12 @@ def test_health_needs_no_token_and_names_the_schema(cfg, engine) -> None:
 
 
 def test_status_equals_what_the_cli_prints(cfg, engine) -> None:
-    register(engine, [("a", named("w", "db.t/ds=1")), ("b", named("w", "db.t/ds=1")),
-                      ("c", named("w", "db.t/ds=2"))], DAY, cfg)
+    register(
+        engine,
+        [("a", named("w", "db.t/ds=1")), ("b", named("w", "db.t/ds=1")), ("c", named("w", "db.t/ds=2"))],
+        DAY,
+        cfg,
+    )
     body = client(cfg, engine).get("/api/v1/status", headers=auth()).json()
     expected = collect_status(engine, cfg)
     for volatile in ("leases", "lease_workers", "workers", "zombies"):  # ages move with the clock
@@ -51,8 +55,9 @@ def test_metrics_are_prometheus_text_of_the_same_numbers(cfg, engine) -> None:
 
 
 @pytest.mark.parametrize("path", ["/api/v1/status", "/metrics"])
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"},
-                                     {"Authorization": TOKEN}])
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN}]
+)
 def test_everything_but_health_needs_the_token(cfg, engine, path: str, headers: dict[str, str]) -> None:
     r = client(cfg, engine).get(path, headers=headers)
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
@@ -63,9 +68,16 @@ def test_without_a_configured_token_no_auth_is_asked(cfg, engine) -> None:
     assert client(cfg, engine, token=None).get("/api/v1/status").status_code == 200
 
 
-@pytest.mark.parametrize("method, path", [("GET", "/api/v1/nope"), ("POST", "/api/v1/status"),
-                                          ("GET", "/api/v1/status/../../etc/passwd"), ("GET", "/%00"),
-                                          ("DELETE", "/metrics")])
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", "/api/v1/nope"),
+        ("POST", "/api/v1/status"),
+        ("GET", "/api/v1/status/../../etc/passwd"),
+        ("GET", "/%00"),
+        ("DELETE", "/metrics"),
+    ],
+)
 def test_unknown_routes_and_methods_are_a_json_4xx(cfg, engine, method: str, path: str) -> None:
     r = client(cfg, engine).request(method, path, headers=auth())
     assert 400 <= r.status_code < 500 and set(r.json()) == {"error"}

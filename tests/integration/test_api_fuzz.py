@@ -26,8 +26,7 @@ from typing import Any, Iterator
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from schemathesis.core.failures import FailureGroup
 from schemathesis.core.transport import Response
 from sqlalchemy import create_engine
@@ -45,16 +44,28 @@ MAX_EXAMPLES_NO_TOKEN = 25  # without it everything but health is a 401: fewer s
 # Set to a file: every failing case is appended there (one JSON line each) and the run goes on through its whole
 # budget, instead of stopping each operation at its first failure (for a survey of everything that fails).
 FINDINGS = os.environ.get("SMARTSENSOR_FUZZ_FINDINGS")
-CHECKS = ("not_a_server_error", "status_code_conformance", "content_type_conformance",
-          "response_schema_conformance", "response_headers_conformance", "negative_data_rejection",
-          "positive_data_acceptance", "missing_required_header", "unsupported_method", "allow_header_conformance",
-          "ignored_auth")
+CHECKS = (
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_schema_conformance",
+    "response_headers_conformance",
+    "negative_data_rejection",
+    "positive_data_acceptance",
+    "missing_required_header",
+    "unsupported_method",
+    "allow_header_conformance",
+    "ignored_auth",
+)
 ACCEPTS = ["2xx", "3xx", "401", "403", "404", "409", "429"]  # schemathesis' default for valid data, without 5xx
 OPERATION_CHECKS = [
     # A well-formed registration may still be a 422 by design (README): a class this server does not serve (the
     # caller runs it itself), fields the class does not take, ids or partition names the sensor refuses.
-    {"include-path-regex": "^/api/v1/tasks$", "include-method": "POST",
-     "checks": {"positive_data_acceptance": {"expected-statuses": [*ACCEPTS, "422"]}}},
+    {
+        "include-path-regex": "^/api/v1/tasks$",
+        "include-method": "POST",
+        "checks": {"positive_data_acceptance": {"expected-statuses": [*ACCEPTS, "422"]}},
+    },
 ]
 
 
@@ -62,8 +73,12 @@ def date_times() -> st.SearchStrategy[str]:
     """RFC 3339 date-times; two thirds of them in the first or last hour a datetime holds, with offsets up to
     ±14:00, which a conversion to UTC can push out of range (schemathesis' own strategy rarely gets there)."""
     offsets = st.builds("{}{:02d}:{:02d}".format, st.sampled_from("+-"), st.integers(1, 14), st.sampled_from([0, 30]))
-    anywhere = st.builds(lambda d, t, o: f"{d.isoformat()}T{t.isoformat()}{o}", st.dates(), st.times(),
-                         st.sampled_from(["Z", "+00:00"]) | offsets)
+    anywhere = st.builds(
+        lambda d, t, o: f"{d.isoformat()}T{t.isoformat()}{o}",
+        st.dates(),
+        st.times(),
+        st.sampled_from(["Z", "+00:00"]) | offsets,
+    )
     first = st.builds(lambda t, o: f"0001-01-01T{t.isoformat()}{o}", st.times(max_value=time(0, 59)), offsets)
     last = st.builds(lambda t, o: f"9999-12-31T{t.isoformat()}{o}", st.times(min_value=time(23)), offsets)
     return st.one_of(anywhere, first, last)
@@ -74,15 +89,21 @@ schemathesis.openapi.format("date-time", date_times())  # for every schema of th
 
 def fuzz_config(headers: dict[str, str] | None, max_examples: int, *skip: str) -> schemathesis.Config:
     """Positive and negative data, the phases that need no links, the checks above but ``skip``, a fixed seed."""
-    return schemathesis.Config.from_dict({
-        "seed": SEED,
-        "headers": headers or {},
-        "generation": {"mode": "all", "max-examples": max_examples, "deterministic": True, "database": "none"},
-        "phases": {"examples": {"enabled": True}, "coverage": {"enabled": True}, "fuzzing": {"enabled": True},
-                   "stateful": {"enabled": False}},
-        "checks": {"enabled": False, **{name: {"enabled": name not in skip} for name in CHECKS}},
-        "operations": OPERATION_CHECKS,
-    })
+    return schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "headers": headers or {},
+            "generation": {"mode": "all", "max-examples": max_examples, "deterministic": True, "database": "none"},
+            "phases": {
+                "examples": {"enabled": True},
+                "coverage": {"enabled": True},
+                "fuzzing": {"enabled": True},
+                "stateful": {"enabled": False},
+            },
+            "checks": {"enabled": False, **{name: {"enabled": name not in skip} for name in CHECKS}},
+            "operations": OPERATION_CHECKS,
+        }
+    )
 
 
 class Router:
@@ -114,7 +135,7 @@ class Router:
 
         try:
             await self.app(scope, receive, watched)
-        except Exception as exc:  # noqa: BLE001 - reported with the failing case
+        except Exception as exc:  # reported with the failing case
             self.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             if not started:
                 raise
@@ -133,20 +154,37 @@ def app_document() -> dict[str, Any]:
         engine.dispose()
 
 
-KEY = {"dag_id": "dag", "task_id": "wait", "run_id": "scheduled__2026-11-22T00:00:00+00:00", "map_index": -1,
-       "try_number": 1}
+KEY = {
+    "dag_id": "dag",
+    "task_id": "wait",
+    "run_id": "scheduled__2026-11-22T00:00:00+00:00",
+    "map_index": -1,
+    "try_number": 1,
+}
 # Requests the server accepts, for the examples phase and as the coverage phase's starting point: without them
 # nearly every generated registration names an unknown class and stops at that 422, before reaching the rest.
 EXAMPLES = {
     ("/api/v1/tasks", "post"): {
-        "named": {"key": KEY, "sensor": {"class": "NamedHivePartitionSensor",
-                                         "persist": {"partition_names": ["db.events/ds=2026-11-22"]},
-                                         "exec": {"poke_interval": 60, "timeout": 3600}},
-                  "logical_date": "2026-11-22T00:00:00+00:00"},
-        "hive": {"key": {**KEY, "task_id": "hive", "map_index": 3}, "sensor": {
-            "class": "HivePartitionSensor", "persist": {"table": "db.events", "partition": {"ds": "2026-11-22"}}}},
-        "file": {"key": {**KEY, "task_id": "file"}, "sensor": {"class": "SuccessFileSensor",
-                                                               "persist": {"path": "/data/2026-11-22/_SUCCESS"}}},
+        "named": {
+            "key": KEY,
+            "sensor": {
+                "class": "NamedHivePartitionSensor",
+                "persist": {"partition_names": ["db.events/ds=2026-11-22"]},
+                "exec": {"poke_interval": 60, "timeout": 3600},
+            },
+            "logical_date": "2026-11-22T00:00:00+00:00",
+        },
+        "hive": {
+            "key": {**KEY, "task_id": "hive", "map_index": 3},
+            "sensor": {
+                "class": "HivePartitionSensor",
+                "persist": {"table": "db.events", "partition": {"ds": "2026-11-22"}},
+            },
+        },
+        "file": {
+            "key": {**KEY, "task_id": "file"},
+            "sensor": {"class": "SuccessFileSensor", "persist": {"path": "/data/2026-11-22/_SUCCESS"}},
+        },
     },
     ("/api/v1/tasks/states", "post"): {"keys": {"keys": [KEY, {**KEY, "task_id": "hive", "map_index": 3}]}},
 }
@@ -171,20 +209,39 @@ PAGE_DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "smartsensor page", "version": "1"},
     "paths": {
-        "/": {"get": {
-            "parameters": [{"name": "smartsensor_token", "in": "cookie", "required": False,
-                            "schema": {"type": "string"}}],
-            "responses": {"200": HTML, "303": REDIRECT}}},
+        "/": {
+            "get": {
+                "parameters": [
+                    {"name": "smartsensor_token", "in": "cookie", "required": False, "schema": {"type": "string"}}
+                ],
+                "responses": {"200": HTML, "303": REDIRECT},
+            }
+        },
         "/login": {
             "get": {"responses": {"200": HTML, "303": REDIRECT}},
             "post": {
-                "requestBody": {"required": True, "content": {"application/x-www-form-urlencoded": {"schema": {
-                    "type": "object", "properties": {"token": {"type": "string"}}}}}},
-                "responses": {"303": REDIRECT, "401": HTML, "400": JSON_ERROR, "413": JSON_ERROR,
-                              "422": JSON_ERROR}}},
-        "/api/v1/openapi.json": {"get": {"responses": {
-            "200": {"description": "the document", "content": {"application/json": {"schema": {"type": "object"}}}},
-            "401": JSON_ERROR}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/x-www-form-urlencoded": {
+                            "schema": {"type": "object", "properties": {"token": {"type": "string"}}}
+                        }
+                    },
+                },
+                "responses": {"303": REDIRECT, "401": HTML, "400": JSON_ERROR, "413": JSON_ERROR, "422": JSON_ERROR},
+            },
+        },
+        "/api/v1/openapi.json": {
+            "get": {
+                "responses": {
+                    "200": {
+                        "description": "the document",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "401": JSON_ERROR,
+                }
+            }
+        },
     },
 }
 
@@ -235,12 +292,24 @@ def record(case: Any, response: Any, exc: FailureGroup) -> None:
     body = response.content.decode("utf-8", "replace")
     with open(FINDINGS, "a", encoding="utf-8") as out:
         for failure in exc.exceptions:
-            out.write(json.dumps({
-                "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
-                "operation": f"{case.method} {case.path}", "check": failure.title,
-                "message": failure.message.strip()[:300], "status": response.status_code,
-                "request_body": repr(case.body)[:300], "query": repr(case.query), "cookies": repr(case.cookies),
-                "response": body[:300], "server_raised": ROUTER.errors[:1]}, ensure_ascii=True) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+                        "operation": f"{case.method} {case.path}",
+                        "check": failure.title,
+                        "message": failure.message.strip()[:300],
+                        "status": response.status_code,
+                        "request_body": repr(case.body)[:300],
+                        "query": repr(case.query),
+                        "cookies": repr(case.cookies),
+                        "response": body[:300],
+                        "server_raised": ROUTER.errors[:1],
+                    },
+                    ensure_ascii=True,
+                )
+                + "\n"
+            )
 
 
 def errors_are_one_json_line(ctx: Any, response: Response, case: Any) -> bool | None:
@@ -257,8 +326,7 @@ def errors_are_one_json_line(ctx: Any, response: Response, case: Any) -> bool | 
     return None
 
 
-SECURITY_HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY",
-                    "referrer-policy": "no-referrer"}
+SECURITY_HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "no-referrer"}
 
 
 def security_headers(ctx: Any, response: Response, case: Any) -> bool | None:
@@ -268,7 +336,8 @@ def security_headers(ctx: Any, response: Response, case: Any) -> bool | None:
     for name, value in SECURITY_HEADERS.items():
         assert headers.get(name) == value, f"{response.status_code} without {name}: {value}"
     assert "frame-ancestors 'none'" in headers.get("content-security-policy", ""), (
-        f"{response.status_code} without Content-Security-Policy frame-ancestors 'none'")
+        f"{response.status_code} without Content-Security-Policy frame-ancestors 'none'"
+    )
     assert headers.get("x-request-id"), f"{response.status_code} without X-Request-Id"
     return None
 

@@ -23,8 +23,10 @@ def api(cfg: Any, engine: Any, raise_server_exceptions: bool = False) -> TestCli
 
 
 def registration(**changes: Any) -> dict[str, Any]:
-    body = {"key": dict(KEY), "sensor": {"class": "NamedHivePartitionSensor",
-                                         "persist": {"partition_names": ["db.events/ds=2026-11-22"]}}}
+    body = {
+        "key": dict(KEY),
+        "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": ["db.events/ds=2026-11-22"]}},
+    }
     for path, value in changes.items():
         where = body
         *parents, last = path.split("__")
@@ -50,11 +52,17 @@ def test_a_logical_date_that_leaves_the_calendar_in_utc_is_a_422(cfg, engine, wh
     assert r.status_code == 422 and "outside years 1-9999" in r.json()["error"], r.text
 
 
-@pytest.mark.parametrize("change,field", [
-    ({"key__try_number": False}, "try_number"), ({"key__map_index": True}, "map_index"),
-    ({"logical_date": 0}, "logical_date"), ({"logical_date": 1.5}, "logical_date"),
-    ({"sensor__class": "SomethingElse"}, "class"), ({"sensor__class": "os.system"}, "class"),
-])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"key__try_number": False}, "try_number"),
+        ({"key__map_index": True}, "map_index"),
+        ({"logical_date": 0}, "logical_date"),
+        ({"logical_date": 1.5}, "logical_date"),
+        ({"sensor__class": "SomethingElse"}, "class"),
+        ({"sensor__class": "os.system"}, "class"),
+    ],
+)
 def test_what_the_schema_does_not_allow_is_refused(cfg, engine, change: dict[str, Any], field: str) -> None:
     r = api(cfg, engine).post("/api/v1/tasks", json=registration(**change))
     assert r.status_code == 422 and field in r.json()["error"], r.text
@@ -66,8 +74,10 @@ def test_the_schema_declares_what_the_server_answers(cfg, engine) -> None:
     metrics = doc["paths"]["/metrics"]["get"]["responses"]
     assert list(metrics["200"]["content"]) == ["text/plain"], metrics
     assert client.get("/metrics").headers["content-type"].startswith("text/plain")
-    for path, codes in (("/api/v1/tasks", {"200", "400", "401", "409", "413", "422", "503"}),
-                        ("/api/v1/tasks/states", {"200", "400", "401", "413", "422", "503"})):
+    for path, codes in (
+        ("/api/v1/tasks", {"200", "400", "401", "409", "413", "422", "503"}),
+        ("/api/v1/tasks/states", {"200", "400", "401", "413", "422", "503"}),
+    ):
         responses = doc["paths"][path]["post"]["responses"]
         assert set(responses) == codes, (path, set(responses))
         assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
@@ -79,7 +89,8 @@ def test_the_schema_declares_what_the_server_answers(cfg, engine) -> None:
 
 
 def test_an_unexpected_error_is_one_log_line_with_a_request_id_and_no_second_traceback(
-        cfg, engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    cfg, engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     import smartsensor.api.tasks as tasks_api
 
     def broken(*_: Any) -> None:
@@ -110,8 +121,12 @@ def test_docs_need_the_token_and_load_nothing_from_elsewhere(cfg, engine) -> Non
 
 def test_page_and_login_send_security_headers(cfg, engine) -> None:
     anonymous = TestClient(create_app(cfg, engine, TOKEN), raise_server_exceptions=False)
-    for response in (anonymous.get("/login"), api(cfg, engine).get("/"), anonymous.post("/login", data={"token": "x"}),
-                     api(cfg, engine).get("/api/v1/status")):
+    for response in (
+        anonymous.get("/login"),
+        api(cfg, engine).get("/"),
+        anonymous.post("/login", data={"token": "x"}),
+        api(cfg, engine).get("/api/v1/status"),
+    ):
         assert response.headers["x-frame-options"] == "DENY", response.url
         assert response.headers["x-content-type-options"] == "nosniff"
         policy = response.headers["content-security-policy"]
@@ -119,6 +134,7 @@ def test_page_and_login_send_security_headers(cfg, engine) -> None:
 
 
 def test_an_oversized_login_form_is_refused(cfg, engine) -> None:
-    r = TestClient(create_app(cfg, engine, TOKEN)).post("/login", content=b"token=" + b"x" * 10_000,
-                                                        headers={"content-type": "application/x-www-form-urlencoded"})
+    r = TestClient(create_app(cfg, engine, TOKEN)).post(
+        "/login", content=b"token=" + b"x" * 10_000, headers={"content-type": "application/x-www-form-urlencoded"}
+    )
     assert r.status_code == 413

@@ -14,13 +14,13 @@ import time
 from typing import Any, Iterator
 
 import pytest
-
-from smartsensor.adapters.metastore_process import free_port
-from smartsensor.config import Config
-from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.sensors.checks import PathCheck
 from smartsensor.sensors.errors import TransientCheckError
+
+from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.metastore_process import free_port
+from smartsensor.config import Config
 from smartsensor.service.round.poke import catalog_answerer
 from tests.support.catalog_cases import CASES, DB
 from tests.support.common import ROOT
@@ -45,8 +45,14 @@ print(json.dumps([outcome(answers[c]) for c, _ in CASES]), flush=True)
 @pytest.fixture(scope="module")
 def spark_answers(service: Config) -> list[Any]:
     """Land the tables through Spark on the service and answer every case with the spark backend."""
-    proc = subprocess.run([sys.executable, "-c", SPARK_SIDE], env=spark_env(service), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", SPARK_SIDE],
+        env=spark_env(service),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -58,6 +64,7 @@ def thrift(service: Config, timeout: float = 5.0) -> ThriftCatalog:
 @pytest.mark.parametrize("backend", ["spark", "thrift"])
 def test_both_backends_answer_the_same(backend: str, service: Config, spark_answers: list[Any]) -> None:
     from tests.support.catalog_cases import outcome
+
     if backend == "spark":
         got = spark_answers
     else:
@@ -120,6 +127,7 @@ def silent_server() -> Iterator[tuple[str, int]]:
                 accepted.append(server.accept()[0])
             except OSError:
                 continue
+
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     yield server.getsockname()
@@ -141,7 +149,8 @@ def test_a_silent_metastore_times_out_as_configured(silent_server: tuple[str, in
 
 
 def test_the_answerer_uses_thrift_and_no_spark_for_partitions_and_local_paths(
-        service: Config, spark_answers: list[Any], tmp_path: Any) -> None:
+    service: Config, spark_answers: list[Any], tmp_path: Any
+) -> None:
     assert service.catalog_backend == "thrift"
     make = catalog_answerer(service, spark_provider=lambda: pytest.fail("Spark was started"))
     checker = make()

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-
-from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
+
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.states import State
 from smartsensor.service.classic import TaskRunError, run_task
 from smartsensor.service.registration import register
 from tests.support.common import DAY, wait_until
@@ -42,6 +42,7 @@ def after_first_poke(action: Any) -> Any:
             done.append(True)
             action()
         time.sleep(seconds)
+
     return sleep
 
 
@@ -61,9 +62,19 @@ class StopAtPause(threading.Event):
 
 def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=600))],
-        DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                "d",
+                NamedHivePartitionSensor(
+                    task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=600
+                ),
+            )
+        ],
+        DAY,
+        cfg,
+    )
     landing = after_first_poke(lambda: land(spark, hive_db, "t", ds="2026-11-22", hr="00"))
     result = run(engine, cfg, spark, "w", sleep=landing)
     assert result.state == State.SUCCESS and result.pokes == 2 and result.catalog_calls == result.pokes
@@ -73,14 +84,30 @@ def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
 
 
 @pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
-@pytest.mark.parametrize("retries,soft_fail,expected", [(1, False, State.UP_FOR_RETRY), (0, False, State.FAILED),
-                                                        (0, True, State.SKIPPED)])
+@pytest.mark.parametrize(
+    "retries,soft_fail,expected", [(1, False, State.UP_FOR_RETRY), (0, False, State.FAILED), (0, True, State.SKIPPED)]
+)
 def test_run_task_timeouts(engine, cfg, spark, hive_db, retries, soft_fail, expected) -> None:
     create_table(spark, hive_db, "t")
     spark.sql(f"SHOW PARTITIONS {hive_db}.t").collect()  # warm the catalog: the first poke is not the slow one
-    register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.3, timeout=3,
-        retries=retries, soft_fail=soft_fail))], DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                "d",
+                NamedHivePartitionSensor(
+                    task_id="w",
+                    partition_names=[f"{hive_db}.t/ds=never/hr=00"],
+                    poke_interval=0.3,
+                    timeout=3,
+                    retries=retries,
+                    soft_fail=soft_fail,
+                ),
+            )
+        ],
+        DAY,
+        cfg,
+    )
     started = time.monotonic()
     result = run(engine, cfg, spark, "w")
     assert result.state == expected
@@ -90,15 +117,26 @@ def test_run_task_timeouts(engine, cfg, spark, hive_db, retries, soft_fail, expe
 
 def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=600))],
-        DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                "d",
+                NamedHivePartitionSensor(
+                    task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=600
+                ),
+            )
+        ],
+        DAY,
+        cfg,
+    )
     with pytest.raises(TaskRunError, match="no task instance"):
         run_task(engine, cfg, "d", "nope", DAY)
 
     def mark_by_hand() -> None:
         with engine.begin() as conn:
             task_sql.set_state(conn, ("d", "w", DAY), State.SUCCESS)
+
     result = run(engine, cfg, spark, "w", sleep=after_first_poke(mark_by_hand))  # while it runs, never before
     assert result.state == State.SUCCESS and result.pokes == 2
     with pytest.raises(TaskRunError, match="not scheduled"):
@@ -107,9 +145,19 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
 
 def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=600))],
-        DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                "d",
+                NamedHivePartitionSensor(
+                    task_id="w", partition_names=[f"{hive_db}.t/ds={{{{ ds }}}}/hr=00"], poke_interval=0.2, timeout=600
+                ),
+            )
+        ],
+        DAY,
+        cfg,
+    )
     result = run(engine, cfg, spark, "w", stop=StopAtPause(2))
     assert result.state == State.SCHEDULED and result.pokes == 2
     with engine.connect() as conn:
@@ -128,10 +176,26 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
     """A run stalls (swapped out, stuck) past zombie_threshold: the scheduler ends its try, re-queues the task
     and a new run starts try 2. When the old run wakes up it must stop and leave try 2 alone."""
     from smartsensor.service.scheduler import end_zombies, requeue_retries
+
     create_table(spark, hive_db, "t")
-    register(engine, [("d", NamedHivePartitionSensor(
-        task_id="w", partition_names=[f"{hive_db}.t/ds=never/hr=00"], poke_interval=0.2, timeout=1.5, retries=2,
-        retry_delay=0))], DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                "d",
+                NamedHivePartitionSensor(
+                    task_id="w",
+                    partition_names=[f"{hive_db}.t/ds=never/hr=00"],
+                    poke_interval=0.2,
+                    timeout=1.5,
+                    retries=2,
+                    retry_delay=0,
+                ),
+            )
+        ],
+        DAY,
+        cfg,
+    )
     key = ("d", "w", DAY)
     stalls = []
 
@@ -174,8 +238,10 @@ def test_sending_a_task_back_by_hand_starts_a_fresh_try(engine, cfg, tmp_path, s
 
 def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
     from smartsensor.sensors import SuccessFileSensor
-    register(engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
-             DAY, cfg)
+
+    register(
+        engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))], DAY, cfg
+    )
     key = ("d", task_id, DAY)
     with engine.begin() as conn:
         assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "host-a")
@@ -184,6 +250,7 @@ def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: i
 
 def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, cfg, tmp_path) -> None:
     from smartsensor.service.classic import RunHeartbeat
+
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.connect() as conn:
         before = task_sql.get_task(conn, *key)["updated_at"]
@@ -191,6 +258,7 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
     def beaten() -> bool:
         with engine.connect() as conn:
             return task_sql.get_task(conn, *key)["updated_at"] > before
+
     with RunHeartbeat(engine, key, interval=0.1) as beat:
         wait_until(beaten, timeout=60)
         with engine.begin() as conn:
@@ -202,7 +270,9 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
 
 def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) -> None:
     from datetime import timedelta
+
     from smartsensor.service.scheduler import end_zombies
+
     _running_task(engine, cfg, tmp_path, "retry", retries=1)
     _running_task(engine, cfg, tmp_path, "last", retries=0)
     alive = _running_task(engine, cfg, tmp_path, "alive", retries=0)
@@ -226,6 +296,7 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
 
 # -- a run-task child that exits without ending its task -------------------------------------------
 
+
 def _child(stderr: str, code: int, gate: Any = None) -> Any:
     """A Scheduler ``command`` whose children print ``stderr`` and exit with ``code`` (once ``gate`` exists)."""
     script = "import os, sys, time\n"
@@ -237,22 +308,34 @@ def _child(stderr: str, code: int, gate: Any = None) -> Any:
 
 def _scheduled(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
     from smartsensor.sensors import SuccessFileSensor
-    register(engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
-             DAY, cfg)
+
+    register(
+        engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))], DAY, cfg
+    )
     return ("d", task_id, DAY)
 
 
-@pytest.mark.parametrize("stderr,code,retries,state,error", [
-    ("Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'smartsensor.schema'\n\n", 1, 1,
-     State.UP_FOR_RETRY, "run-task exited with code 1: ModuleNotFoundError: No module named 'smartsensor.schema'"),
-    ("", 1, 0, State.FAILED, "run-task exited with code 1"),
-    ("a last word\n", 0, 0, State.FAILED, "run-task exited with code 0: a last word"),
-])
-def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(engine, cfg, tmp_path, stderr, code,
-                                                                          retries, state, error) -> None:
+@pytest.mark.parametrize(
+    "stderr,code,retries,state,error",
+    [
+        (
+            "Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'smartsensor.schema'\n\n",
+            1,
+            1,
+            State.UP_FOR_RETRY,
+            "run-task exited with code 1: ModuleNotFoundError: No module named 'smartsensor.schema'",
+        ),
+        ("", 1, 0, State.FAILED, "run-task exited with code 1"),
+        ("a last word\n", 0, 0, State.FAILED, "run-task exited with code 0: a last word"),
+    ],
+)
+def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(
+    engine, cfg, tmp_path, stderr, code, retries, state, error
+) -> None:
     """issue 22, defect 1: such a task stayed `running` until zombie_threshold; now its try ends at once, by the
     retry rule, with the child's last error line."""
     from smartsensor.service.scheduler import Scheduler
+
     key = _scheduled(engine, cfg, tmp_path, "w", retries)
     scheduler = Scheduler(engine, cfg, command=_child(stderr, code))
     assert scheduler.launch() == 1
@@ -265,6 +348,7 @@ def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(engine,
 
 def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine, cfg, tmp_path) -> None:
     from smartsensor.service.scheduler import Scheduler
+
     by_hand = _scheduled(engine, cfg, tmp_path, "by_hand", retries=1)
     reclaimed = _scheduled(engine, cfg, tmp_path, "reclaimed", retries=1)
     gate = tmp_path / "gate"
@@ -281,4 +365,7 @@ def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine
         rows = {r["task_id"]: r for r in task_sql.list_tasks(conn)}
     assert (rows["by_hand"]["state"], rows["by_hand"]["error"]) == (State.SUCCESS, None)
     assert (rows["reclaimed"]["state"], rows["reclaimed"]["hostname"], rows["reclaimed"]["error"]) == (
-        State.RUNNING, "another-host", None)
+        State.RUNNING,
+        "another-host",
+        None,
+    )

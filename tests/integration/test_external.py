@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from smartsensor.sensors.errors import SensorDefinitionError
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
-from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.external import ExternalConflict, external_states, register_external
 from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import DictCatalog
@@ -26,10 +26,18 @@ NAMED = {"partition_names": ["db.events/ds=2026-11-22"]}
 TOKEN = "t0ken"
 
 
-def reg(engine: Any, cfg: Any, key: ExternalKey = KEY, try_number: int = 1, persist: dict | None = None,
-        **exec_values: Any) -> Any:
-    return register_external(engine, cfg, key, try_number, "NamedHivePartitionSensor", persist or NAMED,
-                             {"poke_interval": 30, "timeout": 600, **exec_values})
+def reg(
+    engine: Any, cfg: Any, key: ExternalKey = KEY, try_number: int = 1, persist: dict | None = None, **exec_values: Any
+) -> Any:
+    return register_external(
+        engine,
+        cfg,
+        key,
+        try_number,
+        "NamedHivePartitionSensor",
+        persist or NAMED,
+        {"poke_interval": 30, "timeout": 600, **exec_values},
+    )
 
 
 def test_the_same_try_registering_again_gets_the_same_task_instance(cfg, engine) -> None:
@@ -56,7 +64,8 @@ def test_a_new_try_starts_fresh_and_ends_the_old_one(cfg, engine) -> None:
     assert external_states(engine, [(KEY, 1), (KEY, 3), (KEY, 4)]) == [
         {**_key(KEY), "try_number": 1, "state": "superseded", "error": None, "hashcode": third.hashcode},
         {**_key(KEY), "try_number": 3, "state": State.SMART_PENDING, "error": None, "hashcode": third.hashcode},
-        {**_key(KEY), "try_number": 4, "state": "unknown", "error": None, "hashcode": None}]
+        {**_key(KEY), "try_number": 4, "state": "unknown", "error": None, "hashcode": None},
+    ]
 
 
 def test_an_older_try_than_the_registered_one_is_refused(cfg, engine) -> None:
@@ -72,22 +81,32 @@ def test_mapped_tasks_are_separate_task_instances(cfg, engine) -> None:
     assert a.hashcode == b.hashcode  # the same wait: one check for both
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"class_name": "os.system"}, "not in \\[smart_sensor\\] sensors_enabled"),
-    ({"persist": {"partition_names": ["no-slash"]}}, "must look like"),
-    ({"persist": {"partition_names": ["db.t/ds=1"], "evil": 1}}, "has no persist field"),
-    ({"exec_values": {"poke_interval": -5}}, "poke_interval"),
-    ({"exec_values": {"on_failure_callback": "x"}}, "has no exec field"),
-    ({"key": ExternalKey("etl", "t\x00", "r")}, "task_id"),
-    ({"key": ExternalKey("etl", "t", "r", -2)}, "map_index"),
-    ({"try_number": -1}, "try_number"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"class_name": "os.system"}, "not in \\[smart_sensor\\] sensors_enabled"),
+        ({"persist": {"partition_names": ["no-slash"]}}, "must look like"),
+        ({"persist": {"partition_names": ["db.t/ds=1"], "evil": 1}}, "has no persist field"),
+        ({"exec_values": {"poke_interval": -5}}, "poke_interval"),
+        ({"exec_values": {"on_failure_callback": "x"}}, "has no exec field"),
+        ({"key": ExternalKey("etl", "t\x00", "r")}, "task_id"),
+        ({"key": ExternalKey("etl", "t", "r", -2)}, "map_index"),
+        ({"try_number": -1}, "try_number"),
+    ],
+)
 def test_bad_registrations_are_refused_with_the_reason(cfg, engine, change: dict, message: str) -> None:
-    args = {"key": KEY, "try_number": 1, "class_name": "NamedHivePartitionSensor", "persist": NAMED,
-            "exec_values": {}, **change}
+    args = {
+        "key": KEY,
+        "try_number": 1,
+        "class_name": "NamedHivePartitionSensor",
+        "persist": NAMED,
+        "exec_values": {},
+        **change,
+    }
     with pytest.raises(SensorDefinitionError, match=message):
-        register_external(engine, cfg, args["key"], args["try_number"], args["class_name"], args["persist"],
-                          args["exec_values"])
+        register_external(
+            engine, cfg, args["key"], args["try_number"], args["class_name"], args["persist"], args["exec_values"]
+        )
     with engine.connect() as conn:
         assert task_sql.list_tasks(conn) == []
 
@@ -105,19 +124,23 @@ def test_a_round_serves_external_tasks_with_one_check_for_identical_waits(cfg, e
 
 # -- over HTTP -----------------------------------------------------------------------------------------
 
+
 def _key(key: ExternalKey) -> dict[str, Any]:
     return {"dag_id": key.dag_id, "task_id": key.task_id, "run_id": key.run_id, "map_index": key.map_index}
 
 
 def api(cfg: Any, engine: Any) -> TestClient:
-    return TestClient(create_app(cfg, engine, TOKEN), raise_server_exceptions=False,
-                      headers={"Authorization": f"Bearer {TOKEN}"})
+    return TestClient(
+        create_app(cfg, engine, TOKEN), raise_server_exceptions=False, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
 
 
 def body(try_number: int = 1, **sensor: Any) -> dict[str, Any]:
-    return {"key": {**_key(KEY), "try_number": try_number},
-            "sensor": {"class": "NamedHivePartitionSensor", "persist": NAMED, "exec": {"timeout": 600}, **sensor},
-            "logical_date": datetime(2026, 11, 22, tzinfo=timezone.utc).isoformat()}
+    return {
+        "key": {**_key(KEY), "try_number": try_number},
+        "sensor": {"class": "NamedHivePartitionSensor", "persist": NAMED, "exec": {"timeout": 600}, **sensor},
+        "logical_date": datetime(2026, 11, 22, tzinfo=timezone.utc).isoformat(),
+    }
 
 
 def test_register_and_read_states_over_http(cfg, engine) -> None:
@@ -134,8 +157,9 @@ def test_register_and_read_states_over_http(cfg, engine) -> None:
 def test_one_states_request_is_one_statement_for_ten_thousand_keys(cfg, engine) -> None:
     for i in range(5):
         reg(engine, cfg, ExternalKey("etl", f"t{i}", "r1"))
-    keys = [{"dag_id": "etl", "task_id": f"t{i}", "run_id": "r1", "map_index": -1, "try_number": 1}
-            for i in range(10_000)]
+    keys = [
+        {"dag_id": "etl", "task_id": f"t{i}", "run_id": "r1", "map_index": -1, "try_number": 1} for i in range(10_000)
+    ]
     statements = engine.statement_counter.count
     r = api(cfg, engine).post("/api/v1/tasks/states", json={"keys": keys})
     assert r.status_code == 200
@@ -144,21 +168,27 @@ def test_one_states_request_is_one_statement_for_ten_thousand_keys(cfg, engine) 
     assert engine.statement_counter.count - statements == 1
 
 
-@pytest.mark.parametrize("payload, status", [
-    ({"key": {"dag_id": "d"}, "sensor": {"class": "X"}}, 422),  # key fields missing
-    ({**body(), "extra": 1}, 422),
-    ({**body(), "sensor": {"class": "NamedHivePartitionSensor", "persist": "not an object"}}, 422),
-    ({**body(), "key": {**_key(KEY), "try_number": "1; DROP TABLE task_instance"}}, 422),
-    ({**body(), "key": {**_key(KEY), "dag_id": "x" * 251, "try_number": 1}}, 422),
-    (body(**{"class": "EvilSensor"}), 422),
-    (body(persist={"partition_names": ["db.t/ds=' OR '1'='1"]}), 200),  # a value, stored and matched literally
-    ("not json at all", 422),
-    ([], 422),
-])
+@pytest.mark.parametrize(
+    "payload, status",
+    [
+        ({"key": {"dag_id": "d"}, "sensor": {"class": "X"}}, 422),  # key fields missing
+        ({**body(), "extra": 1}, 422),
+        ({**body(), "sensor": {"class": "NamedHivePartitionSensor", "persist": "not an object"}}, 422),
+        ({**body(), "key": {**_key(KEY), "try_number": "1; DROP TABLE task_instance"}}, 422),
+        ({**body(), "key": {**_key(KEY), "dag_id": "x" * 251, "try_number": 1}}, 422),
+        (body(**{"class": "EvilSensor"}), 422),
+        (body(persist={"partition_names": ["db.t/ds=' OR '1'='1"]}), 200),  # a value, stored and matched literally
+        ("not json at all", 422),
+        ([], 422),
+    ],
+)
 def test_hostile_bodies_are_a_4xx_with_a_reason(cfg, engine, payload: Any, status: int) -> None:
     client = api(cfg, engine)
-    r = client.post("/api/v1/tasks", json=payload) if not isinstance(payload, str) else client.post(
-        "/api/v1/tasks", content=payload, headers={"content-type": "application/json"})
+    r = (
+        client.post("/api/v1/tasks", json=payload)
+        if not isinstance(payload, str)
+        else client.post("/api/v1/tasks", content=payload, headers={"content-type": "application/json"})
+    )
     assert r.status_code == status, r.text
     if status != 200:
         assert set(r.json()) == {"error"} and r.json()["error"]
@@ -178,8 +208,13 @@ def test_task_endpoints_need_the_token(cfg, engine) -> None:
 
 def test_a_class_whose_module_cannot_be_imported_here_is_a_transient_503(tmp_path, db_url) -> None:
     from tests.support.common import new_db
-    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="no_such_module_here",
-                         smart_sensor__sensors_enabled="NamedHivePartitionSensor, MissingSensor")
+
+    cfg, engine = new_db(
+        tmp_path / "home",
+        db_url,
+        smart_sensor__sensor_modules="no_such_module_here",
+        smart_sensor__sensors_enabled="NamedHivePartitionSensor, MissingSensor",
+    )
     try:
         r = api(cfg, engine).post("/api/v1/tasks", json=body(**{"class": "MissingSensor"}))
         assert r.status_code == 503 and "no_such_module_here" in r.json()["error"]
@@ -212,12 +247,17 @@ def test_concurrent_tries_of_one_key_end_on_the_newest_without_errors(cfg, engin
 
 def test_ended_answers_are_kept_and_waiting_or_unknown_ones_are_read_again(cfg, engine) -> None:
     from smartsensor.service.external import TerminalAnswers
+
     done = reg(engine, cfg, ExternalKey("etl", "done", "r1"))
     reg(engine, cfg, ExternalKey("etl", "w", "r1"))
     with engine.begin() as conn:
         task_sql.set_state(conn, done.task_instance, State.SUCCESS)
     cache = TerminalAnswers(ttl=3600)
-    asked = [(ExternalKey("etl", "done", "r1"), 1), (ExternalKey("etl", "w", "r1"), 1), (ExternalKey("etl", "x", "r1"), 1)]
+    asked = [
+        (ExternalKey("etl", "done", "r1"), 1),
+        (ExternalKey("etl", "w", "r1"), 1),
+        (ExternalKey("etl", "x", "r1"), 1),
+    ]
     first = external_states(engine, asked, cache)
     before = engine.statement_counter.count
     assert external_states(engine, asked, cache) == first and cache.hits == 1  # the ended one came from memory

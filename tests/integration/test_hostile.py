@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
+from hypothesis import HealthCheck, given, settings, strategies as st
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
-from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.partitions import escape_partition_value
+
+from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import register
 from tests.support.common import DAY, new_db
@@ -28,8 +27,14 @@ def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None
     nasty = ["'; DROP TABLE task_instance; --", 'a"b', "x`y", "é日本\u202e", "100%", "a\\b", "{{ ds }}"]
     sensors = []
     for i, text in enumerate(nasty):
-        sensors.append((f"dag {text}", HivePartitionSensor(task_id=f"task {i} {text}", table="db.t",
-                                                           partition={"ds": text.replace("{{ ds }}", "x")})))
+        sensors.append(
+            (
+                f"dag {text}",
+                HivePartitionSensor(
+                    task_id=f"task {i} {text}", table="db.t", partition={"ds": text.replace("{{ ds }}", "x")}
+                ),
+            )
+        )
     results = register(engine, sensors, DAY, cfg)
     with engine.connect() as conn:
         rows = task_sql.list_tasks(conn)
@@ -42,8 +47,11 @@ def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None
 @pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
 @pytest.mark.spark
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(value=st.text(alphabet=string.printable + "éü日本'\"`;%/=\\", min_size=1, max_size=20).filter(
-    lambda v: not any(ord(c) < 32 or ord(c) == 127 for c in v)))
+@given(
+    value=st.text(alphabet=string.printable + "éü日本'\"`;%/=\\", min_size=1, max_size=20).filter(
+        lambda v: not any(ord(c) < 32 or ord(c) == 127 for c in v)
+    )
+)
 def test_generated_values_match_literally_in_the_metastore(spark: Any, hive_db: str, value: str) -> None:
     create_table(spark, hive_db, "h")
     land(spark, hive_db, "h", ds=value, hr="00")
@@ -53,12 +61,17 @@ def test_generated_values_match_literally_in_the_metastore(spark: Any, hive_db: 
     partial = PartitionCheck(hive_db, "h", (("ds", value),), exact=False)
     answers = c.check_all([exact, other, partial])
     assert answers[exact] is True and answers[other] is False and answers[partial] is True
-    named = NamedHivePartitionSensor(task_id="n", partition_names=[f"{hive_db}.h/ds={escape_partition_value(value)}/hr=00"])
+    named = NamedHivePartitionSensor(
+        task_id="n", partition_names=[f"{hive_db}.h/ds={escape_partition_value(value)}/hr=00"]
+    )
     assert named.poke({"checker": c})
 
 
-ID_TEXT = st.one_of(st.text(max_size=20), st.text(alphabet=st.characters(), max_size=8),
-                    st.sampled_from(["a\x00b", "\udc80", "x\ud800y", "tab\there", "new\nline", "é日本", " ", ""]))
+ID_TEXT = st.one_of(
+    st.text(max_size=20),
+    st.text(alphabet=st.characters(), max_size=8),
+    st.sampled_from(["a\x00b", "\udc80", "x\ud800y", "tab\there", "new\nline", "é日本", " ", ""]),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,16 +7,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-
-from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
+
 from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.lease_store import SqlLeaseStore
+from smartsensor.domain.states import State
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.registration import register
-from tests.support.round_helpers import spark_range
 from tests.support.common import DAY, lease_owners as owners, make_cfg
 from tests.support.pg import postgres_only
+from tests.support.round_helpers import spark_range
 
 SHORT_LEASES = {"smart_sensor__heartbeat_interval": "1", "smart_sensor__lease_timeout": "3"}
 
@@ -29,6 +29,7 @@ def cfg_overrides() -> dict[str, str]:
 
 def test_simultaneous_start_never_two_owners_and_converges(engine, cfg) -> None:
     from smartsensor.adapters.sql.engine import make_engine
+
     managers = [LeaseManager(SqlLeaseStore(make_engine(cfg.sql_alchemy_conn)), cfg, f"w{i}") for i in range(4)]
     barrier = threading.Barrier(len(managers))
     errors: list[BaseException] = []
@@ -73,11 +74,14 @@ def test_join_rebalances_and_clean_stop_releases_at_once(engine, cfg) -> None:
     assert set(owners(engine).values()) == {"b"}
 
 
-def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine, cfg, tmp_path,
-                                                                         spark) -> None:
+def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine, cfg, tmp_path, spark) -> None:
     flags = [tmp_path / f"f{i}" for i in range(10)]
-    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=1))
-                            for i in range(10)], DAY, cfg)
+    register(
+        engine,
+        [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=1)) for i in range(10)],
+        DAY,
+        cfg,
+    )
     t0 = datetime.utcnow()
     a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
@@ -92,8 +96,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
         f.write_text("")
     # "a" resumes and runs a round with its old fence: its writes match nothing
     for lo, lease in old.items():
-        w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later,
-                        record_rounds=False)
+        w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later, record_rounds=False)
         w.fence = lease.fence
         result = w.run_round()
         assert result.marked == {}
@@ -107,8 +110,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
     # the new owner's writes go through
     marked = 0
     for lo, lease in b.owned.items():
-        w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later,
-                        record_rounds=False)
+        w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later, record_rounds=False)
         w.fence = lease.fence
         marked += w.run_round().marked.get("success", 0)
     assert marked == 10
@@ -139,6 +141,7 @@ def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg,
     """A worker stopped between renewing (row locks taken) and COMMIT: the survivor's heartbeat never
     blocks, and once the server ends the paused session the ranges are taken over."""
     from smartsensor.adapters.sql.engine import make_engine
+
     paused_engine = make_engine(cfg.sql_alchemy_conn, idle_in_transaction_timeout=1.0)
     t0 = datetime.utcnow()
     a = LeaseManager(SqlLeaseStore(paused_engine), cfg, "a")
@@ -164,8 +167,12 @@ def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg,
 def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, cfg, db_url, tmp_path) -> None:
     """The fence share-locks the lease row until the write commits: a takeover waits for it, so a write
     that passed the fence can never commit after another worker owns the range."""
-    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(tmp_path / f"f{i}"), poke_interval=1))
-                      for i in range(10)], DAY, cfg)
+    register(
+        engine,
+        [(f"d{i}", SuccessFileSensor(task_id="s", path=str(tmp_path / f"f{i}"), poke_interval=1)) for i in range(10)],
+        DAY,
+        cfg,
+    )
     with engine.connect() as conn:
         shard = task_sql.list_tasks(conn)[0]["shardcode"]
     t0 = datetime.utcnow()
@@ -173,13 +180,20 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
     a.heartbeat(now=t0)
     lease = next(l for l in a.owned.values() if l.shard_min <= shard < l.shard_max)
     from smartsensor.adapters.sql.engine import make_engine
+
     a_engine = make_engine(cfg.sql_alchemy_conn)  # no idle timeout: "a" resumes on its own
     a_conn = a_engine.connect()
     try:
         a_conn.begin()
-        marked = task_sql.mark_hashes(a_conn, [r.hashcode for r in task_sql.load_waiting(a_conn, lease.shard_min,
-                                                                                        lease.shard_max)],
-                                     lease.shard_min, lease.shard_max, State.SUCCESS, t0, fence=lease.fence)
+        marked = task_sql.mark_hashes(
+            a_conn,
+            [r.hashcode for r in task_sql.load_waiting(a_conn, lease.shard_min, lease.shard_max)],
+            lease.shard_min,
+            lease.shard_max,
+            State.SUCCESS,
+            t0,
+            fence=lease.fence,
+        )
         assert marked >= 1  # passed the fence ... and "a" pauses past its lease's expiry
         b = LeaseManager(SqlLeaseStore(engine), cfg, "b")
         later = t0 + timedelta(seconds=4)

@@ -9,8 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
@@ -24,18 +23,21 @@ WAIT = 30  # the most a request may be held: an answer well before it came from 
 
 def registered(engine: Any, cfg: Any, task_id: str) -> tuple[dict[str, Any], tuple[str, str, Any]]:
     key = ExternalKey("etl", task_id, "r1")
-    done = register_external(engine, cfg, key, 1, "NamedHivePartitionSensor",
-                             {"partition_names": [f"db.t/ds={task_id}"]}, {"timeout": 600})
+    done = register_external(
+        engine, cfg, key, 1, "NamedHivePartitionSensor", {"partition_names": [f"db.t/ds={task_id}"]}, {"timeout": 600}
+    )
     return {"dag_id": "etl", "task_id": task_id, "run_id": "r1", "map_index": -1, "try_number": 1}, done.task_instance
 
 
 def end_later(engine: Any, ti: tuple[str, str, Any], delay: float) -> threading.Thread:
     """Mark ``ti`` success from another connection after ``delay`` s, as a worker's round would (with its NOTIFY)."""
+
     def run() -> None:
         time.sleep(delay)
         with engine.begin() as conn:
             task_sql.set_state(conn, ti, State.SUCCESS, from_states=list(State.SMART_WAITING))
             signal_sql.notify_ended(conn)
+
     thread = threading.Thread(target=run)
     thread.start()
     return thread
@@ -92,6 +94,7 @@ def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(t
         a, ti_a = registered(engine, cfg, "a")
         hash_a = task_hashcode(engine, ti_a)
         with TestClient(create_app(cfg, engine, TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+
             def unrelated_then_a() -> None:
                 time.sleep(1.0)
                 before = engine.statement_counter.count

@@ -36,8 +36,12 @@ def test_both_distributions_build_as_wheels_with_one_version(tmp_path: Path) -> 
     out = tmp_path / "dist"
     # smartsensor's backend (setuptools) is in the test venv; the provider's (hatchling) comes through isolation
     for project, isolation in ((source_copy(tmp_path), ["--no-isolation"]), (ROOT / "providers" / "airflow", [])):
-        subprocess.run([sys.executable, "-m", "build", "--wheel", *isolation, "--outdir", str(out), str(project)],
-                       check=True, timeout=300, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", *isolation, "--outdir", str(out), str(project)],
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
     wheels = sorted(p.name for p in out.glob("*.whl"))
     versions = {name.split("-")[1] for name in wheels}
     assert [name.split("-")[0] for name in wheels] == ["smartsensor", "smartsensor_airflow"], wheels
@@ -50,8 +54,12 @@ def test_building_the_provider_leaves_its_source_folder_as_it_was(tmp_path: Path
     source = tmp_path / "airflow"
     shutil.copytree(ROOT / "providers" / "airflow", source, ignore=shutil.ignore_patterns("__pycache__"))
     before = sorted(p.relative_to(source) for p in source.rglob("*"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "wheels"),
-                    str(source)], check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "wheels"), str(source)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     assert list((tmp_path / "wheels").glob("smartsensor_airflow-*.whl"))
     after = sorted(p.relative_to(source) for p in source.rglob("*") if "__pycache__" not in p.parts)
     assert after == before, sorted(set(after) - set(before))

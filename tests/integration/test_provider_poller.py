@@ -10,8 +10,7 @@ from typing import Any
 
 import httpx
 
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import ApiError, Endpoint
@@ -22,8 +21,10 @@ BASE = "http://smartsensor.test"
 
 
 def register_body(i: int, try_number: int = 1) -> dict[str, Any]:
-    return {"key": key(i, try_number), "sensor": {"class": "NamedHivePartitionSensor",
-                                                  "persist": {"partition_names": [f"db.t/ds={i % 5}"]}}}
+    return {
+        "key": key(i, try_number),
+        "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": [f"db.t/ds={i % 5}"]}},
+    }
 
 
 def key(i: int, try_number: int = 1) -> dict[str, Any]:
@@ -33,6 +34,7 @@ def key(i: int, try_number: int = 1) -> dict[str, Any]:
 def endpoint(token: str = TOKEN):
     async def lookup() -> Endpoint:
         return Endpoint(BASE, token)
+
     return lookup
 
 
@@ -41,8 +43,13 @@ def finish_all(engine: Any, state: str) -> int:
     with engine.begin() as conn:
         tasks = task_sql.list_tasks(conn)
         for t in tasks:
-            task_sql.set_state(conn, (t["dag_id"], t["task_id"], t["execution_date"]), state,
-                               from_states=list(State.SMART_WAITING), now=t["execution_date"])
+            task_sql.set_state(
+                conn,
+                (t["dag_id"], t["task_id"], t["execution_date"]),
+                state,
+                from_states=list(State.SMART_WAITING),
+                now=t["execution_date"],
+            )
         signal_sql.notify_ended(conn)  # as the round's commit does
     return len(tasks)
 
@@ -53,8 +60,9 @@ def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> Non
     n, interval = 200, 0.2
 
     async def scenario() -> tuple[list[dict[str, Any]], int, int, float]:
-        async with httpx.AsyncClient(transport=transport, base_url=BASE,
-                                     headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as client:
             for i in range(n):
                 assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
         poller = shared_poller("conn-a", endpoint(), transport)
@@ -86,8 +94,9 @@ def test_a_newer_try_ends_the_old_wait_as_superseded(cfg, engine) -> None:
     transport = httpx.ASGITransport(app=app)
 
     async def scenario() -> dict[str, Any]:
-        async with httpx.AsyncClient(transport=transport, base_url=BASE,
-                                     headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as client:
             await client.post("/api/v1/tasks", json=register_body(1, try_number=1))
             old = asyncio.ensure_future(shared_poller("c", endpoint(), transport).wait(key(1, 1), 0.1))
             await asyncio.sleep(0.3)
@@ -142,8 +151,9 @@ def test_a_held_request_brings_the_answer_at_once_with_no_more_requests_than_pol
 
     async def scenario() -> tuple[dict[str, Any], float, int]:
         async with app.router.lifespan_context(app):  # the watch that wakes held requests runs with the server
-            async with httpx.AsyncClient(transport=transport, base_url=BASE,
-                                         headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as client:
                 assert (await client.post("/api/v1/tasks", json=register_body(1))).status_code == 200
             poller = shared_poller("held", endpoint(), transport)
             waiter = asyncio.ensure_future(poller.wait(key(1), interval))
@@ -171,8 +181,9 @@ def test_against_a_service_that_answers_at_once_it_polls_once_per_interval() -> 
     def older_service(request: httpx.Request) -> httpx.Response:
         sent.append(time.monotonic())
         keys = httpx.Response(200, content=request.content).json()["keys"]
-        return httpx.Response(200, json={"states": [{**k, "state": "smart_running", "error": None, "hashcode": 1}
-                                                    for k in keys]})
+        return httpx.Response(
+            200, json={"states": [{**k, "state": "smart_running", "error": None, "hashcode": 1} for k in keys]}
+        )
 
     interval = 0.3
 

@@ -11,20 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text, update
-
-from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import SuccessFileSensor
+from sqlalchemy import event, text, update
+
 from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.service.classic import run_task
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.domain.states import State
+from smartsensor.service.classic import run_task
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
 from smartsensor.service.status import collect_status
-from tests.support.round_helpers import spark_range
 from tests.support.common import DAY, make_cfg, new_db
 from tests.support.pg import PG_URL, postgres_only
+from tests.support.round_helpers import spark_range
 
 TI = TaskInstance.__table__
 
@@ -45,12 +45,18 @@ def set_exec(engine: Any, dag_id: str, **values: Any) -> None:
 
 # -- a round, the scheduler and a classic run each isolate a bad row ---------------------------
 
+
 @pytest.mark.spark
 def test_worker_round_fails_a_bad_row_alone_and_marks_the_rest(engine, cfg, spark, tmp_path: Path) -> None:
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
-    register(engine, [(f"good{i}", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=1))
-                      for i in range(3)] + [("bad", SuccessFileSensor(task_id="s", path=str(tmp_path / "x")))], DAY, cfg)
+    register(
+        engine,
+        [(f"good{i}", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=1)) for i in range(3)]
+        + [("bad", SuccessFileSensor(task_id="s", path=str(tmp_path / "x")))],
+        DAY,
+        cfg,
+    )
     set_exec(engine, "bad", poke_interval=1e12)  # e.g. written by an older version that did not bound it
     worker = spark_range(engine, cfg, spark)
     result = worker.run_round()
@@ -61,8 +67,15 @@ def test_worker_round_fails_a_bad_row_alone_and_marks_the_rest(engine, cfg, spar
 
 
 def test_scheduler_fails_a_bad_retry_row_alone(engine, cfg, tmp_path: Path) -> None:
-    register(engine, [(d, SuccessFileSensor(task_id="s", path=str(tmp_path / d), retries=1, retry_delay=0))
-                      for d in ("good", "bad")], DAY, cfg)
+    register(
+        engine,
+        [
+            (d, SuccessFileSensor(task_id="s", path=str(tmp_path / d), retries=1, retry_delay=0))
+            for d in ("good", "bad")
+        ],
+        DAY,
+        cfg,
+    )
     with engine.begin() as conn:
         conn.execute(update(TI).values(state=State.UP_FOR_RETRY, end_date=DAY))
     set_exec(engine, "bad", retry_delay=1e12)
@@ -83,16 +96,24 @@ def test_classic_run_of_a_bad_row_fails_it_clearly(engine, cfg, tmp_path: Path) 
 
 # -- a sensor module missing on one host -----------------------------------------------------
 
+
 @pytest.mark.spark
 def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_path: Path, db_url: str, spark) -> None:
-    cfg, engine = new_db(tmp_path / "home", db_url,
-                         smart_sensor__sensor_modules="tests.support.custom_sensors, no_such_sensor_mod",
-                         smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor")
+    cfg, engine = new_db(
+        tmp_path / "home",
+        db_url,
+        smart_sensor__sensor_modules="tests.support.custom_sensors, no_such_sensor_mod",
+        smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor",
+    )
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
-    register(engine, [(f"builtin{i}", SuccessFileSensor(task_id="s", path=str(flag), timeout=3600))
-                      for i in range(5)] + [("mine", SuccessFileSensor(task_id="s", path=str(tmp_path / "never")))],
-             DAY, cfg)
+    register(
+        engine,
+        [(f"builtin{i}", SuccessFileSensor(task_id="s", path=str(flag), timeout=3600)) for i in range(5)]
+        + [("mine", SuccessFileSensor(task_id="s", path=str(tmp_path / "never")))],
+        DAY,
+        cfg,
+    )
     with engine.begin() as conn:  # a task of a class the missing module defines
         conn.execute(update(TI).where(TI.c.dag_id == "mine").values(classpath="no_such_sensor_mod.MySensor"))
     worker = spark_range(engine, cfg, spark)
@@ -104,8 +125,12 @@ def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_pa
     problems = collect_status(engine, cfg)["problems"]
     assert any("no_such_sensor_mod" in p and "cannot be imported" in p for p in problems)
     # a classic run of a built-in class is not affected either
-    classic = make_cfg(tmp_path / "home2", db_url, smart_sensor__sensor_modules="no_such_sensor_mod",
-                       smart_sensor__use_smart_sensor="False")
+    classic = make_cfg(
+        tmp_path / "home2",
+        db_url,
+        smart_sensor__sensor_modules="no_such_sensor_mod",
+        smart_sensor__use_smart_sensor="False",
+    )
     register(engine, [("classic", SuccessFileSensor(task_id="s", path=str(flag)))], DAY, classic)
     assert run_task(engine, classic, "classic", "s", DAY, spark_provider=lambda: spark).state == State.SUCCESS
     engine.dispose()
@@ -128,20 +153,28 @@ def test_plain_postgresql_url_connects(db_url: str) -> None:
 def _listener_pids(engine: Any) -> list[int]:
     """Backends of this database that LISTEN for landing signals (a worker's signal listener)."""
     with engine.connect() as conn:
-        return list(conn.execute(text(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
-            " AND pid <> pg_backend_pid()")).scalars())
+        return list(
+            conn.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                    " AND pid <> pg_backend_pid()"
+                )
+            ).scalars()
+        )
 
 
 @postgres_only
 def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
-        engine, cfg, caplog: pytest.LogCaptureFixture) -> None:
+    engine, cfg, caplog: pytest.LogCaptureFixture
+) -> None:
     """issue 22, defect 6: the listener's connection dying (a PostgreSQL restart) gave an ERROR traceback from
     the pool, which was handed the dead connection back; now one WARNING, and the listener carries on."""
     import logging
     import threading
+
     from smartsensor.service.signals import listen_for_signals, send_signal
     from tests.support.common import wait_until
+
     woken: list[set[tuple[str, str]]] = []
     stopping = threading.Event()
     caplog.set_level(logging.WARNING)
@@ -166,6 +199,7 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
 
 
 # -- registration is one transaction --------------------------------------------------------
+
 
 def test_registration_failing_half_way_leaves_nothing(engine, cfg, tmp_path: Path) -> None:
     sensors = [(f"d{i}", SuccessFileSensor(task_id="s", path=f"/data/{i}/_SUCCESS")) for i in range(12_000)]
@@ -192,10 +226,13 @@ def test_registration_failing_half_way_leaves_nothing(engine, cfg, tmp_path: Pat
 
 # -- logs: normal waiting is quiet, a clean stop is clean -------------------------------------
 
+
 @pytest.mark.spark
 def test_waiting_on_a_missing_table_logs_nothing(spark, hive_db: str, capfd: pytest.CaptureFixture[str]) -> None:
-    from smartsensor.adapters.catalog.batch import BatchChecker
     from smartsensor.sensors.checks import PartitionCheck
+
+    from smartsensor.adapters.catalog.batch import BatchChecker
+
     checker = BatchChecker(spark)
     check = PartitionCheck(hive_db, "not_there_yet", (("ds", "2026-11-22"),), exact=True)
     capfd.readouterr()
@@ -205,8 +242,12 @@ def test_waiting_on_a_missing_table_logs_nothing(spark, hive_db: str, capfd: pyt
 
 
 def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_path: Path, db_url: str) -> None:
-    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="no_such_sensor_mod",
-                         smart_sensor__use_smart_sensor="False")
+    cfg, engine = new_db(
+        tmp_path / "home",
+        db_url,
+        smart_sensor__sensor_modules="no_such_sensor_mod",
+        smart_sensor__use_smart_sensor="False",
+    )
     register(engine, [("mine", SuccessFileSensor(task_id="s", path="/x", poke_interval=0.1, timeout=1))], DAY, cfg)
     with engine.begin() as conn:
         conn.execute(update(TI).values(classpath="no_such_sensor_mod.MySensor"))
@@ -222,17 +263,30 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
 @pytest.mark.spark
 def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: str, spark) -> None:
     import time
+
     from tests.support import custom_sensors
-    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
-                         smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor, HangingSensor",
-                         smart_sensor__poke_timeout="0.5")
+
+    cfg, engine = new_db(
+        tmp_path / "home",
+        db_url,
+        smart_sensor__sensor_modules="tests.support.custom_sensors",
+        smart_sensor__sensors_enabled="SuccessFileSensor, KeySensor, HangingSensor",
+        smart_sensor__poke_timeout="0.5",
+    )
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     custom_sensors.READY.add("ready")
     custom_sensors.HANG.clear()  # hang until this test's end (an earlier parametrisation released it)
-    register(engine, [("files", SuccessFileSensor(task_id="s", path=str(flag))),
-                      ("mine", custom_sensors.KeySensor(task_id="s", key="ready")),
-                      ("hangs", custom_sensors.HangingSensor(task_id="s", key="x", timeout=3600))], DAY, cfg)
+    register(
+        engine,
+        [
+            ("files", SuccessFileSensor(task_id="s", path=str(flag))),
+            ("mine", custom_sensors.KeySensor(task_id="s", key="ready")),
+            ("hangs", custom_sensors.HangingSensor(task_id="s", key="x", timeout=3600)),
+        ],
+        DAY,
+        cfg,
+    )
     worker = spark_range(engine, cfg, spark)
     try:
         began = time.monotonic()
@@ -247,6 +301,7 @@ def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: 
 
 def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
     from smartsensor.service.round.report import RoundResult
+
     worker = spark_range(engine, cfg, lambda: pytest.fail("unused"), 0, 10000)
     worker.record(RoundResult(0, 10000, transient_errors=3, transient_example="Spark unavailable: Java not found"))
     problems = collect_status(engine, cfg)["problems"]
@@ -256,10 +311,22 @@ def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
 @pytest.mark.spark
 def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why(engine, cfg, spark) -> None:
     from tests.support import custom_sensors
-    cfg = make_cfg(cfg.home, cfg.sql_alchemy_conn, smart_sensor__sensor_modules="tests.support.custom_sensors",
-                   smart_sensor__sensors_enabled="KeySensor, FragileSensor")
-    register(engine, [("skew", custom_sensors.FragileSensor(task_id="s", key="k-skew", timeout=60)),
-                      ("fine", custom_sensors.KeySensor(task_id="s", key="k-fine"))], DAY, cfg)
+
+    cfg = make_cfg(
+        cfg.home,
+        cfg.sql_alchemy_conn,
+        smart_sensor__sensor_modules="tests.support.custom_sensors",
+        smart_sensor__sensors_enabled="KeySensor, FragileSensor",
+    )
+    register(
+        engine,
+        [
+            ("skew", custom_sensors.FragileSensor(task_id="s", key="k-skew", timeout=60)),
+            ("fine", custom_sensors.KeySensor(task_id="s", key="k-fine")),
+        ],
+        DAY,
+        cfg,
+    )
     custom_sensors.EXPLODE.add("k-skew")
     custom_sensors.READY.add("k-fine")
     now = [datetime(2026, 11, 23, 6)]

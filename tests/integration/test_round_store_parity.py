@@ -11,19 +11,20 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+from smartsensor.schema.models import ShardLease, TaskInstance
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.sensors.errors import PermanentCheckError
 from sqlalchemy import insert, select, update
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.domain.keys import Fence
-from smartsensor.schema.models import ShardLease, TaskInstance
-from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0
+
 TI = TaskInstance.__table__
 SL = ShardLease.__table__
 
@@ -32,18 +33,28 @@ def rows(cfg: Any) -> list[dict[str, Any]]:
     def named(dag: str, partition: str, **kw: Any) -> dict[str, Any]:
         row, _ = build_row(NamedHivePartitionSensor(task_id="w", partition_names=[partition], **kw), dag, DAY, cfg)
         return row
-    out = [named("landed1", "db.t/ds=1"), named("landed2", "db.t/ds=1"), named("gone", "db.gone/ds=1"),
-           named("fail", "db.t/ds=never", timeout=30), named("soft", "db.t/ds=never", timeout=30, soft_fail=True),
-           named("retry", "db.t/ds=never", timeout=30, retries=2), named("waits", "db.t/ds=never", timeout=3600),
-           named("collide", "db.t/ds=2"), named("bad", "db.t/ds=3"), named("manual", "db.t/ds=1")]
+
+    out = [
+        named("landed1", "db.t/ds=1"),
+        named("landed2", "db.t/ds=1"),
+        named("gone", "db.gone/ds=1"),
+        named("fail", "db.t/ds=never", timeout=30),
+        named("soft", "db.t/ds=never", timeout=30, soft_fail=True),
+        named("retry", "db.t/ds=never", timeout=30, retries=2),
+        named("waits", "db.t/ds=never", timeout=3600),
+        named("collide", "db.t/ds=2"),
+        named("bad", "db.t/ds=3"),
+        named("manual", "db.t/ds=1"),
+    ]
     by_dag = {r["dag_id"]: r for r in out}
     by_dag["collide"].update(hashcode=by_dag["landed1"]["hashcode"], shardcode=by_dag["landed1"]["shardcode"])
     by_dag["bad"]["exec_dict"] = json.dumps({"retry_delay": 1e12})
     return out
 
 
-def script(store: Any, cfg: Any, set_state: Callable[[str, str], None], set_lease: Callable[[str, int, datetime], None]
-           ) -> list[tuple[dict[str, int], bool]]:
+def script(
+    store: Any, cfg: Any, set_state: Callable[[str, str], None], set_lease: Callable[[str, int, datetime], None]
+) -> list[tuple[dict[str, int], bool]]:
     """Rounds on ``store``; returns (marked, fenced_out) of each."""
     clock = Clock(T0)
     catalog = DictCatalog()
@@ -59,6 +70,7 @@ def script(store: Any, cfg: Any, set_state: Callable[[str, str], None], set_leas
     plan = worker.plan_round()
     set_state("manual", "failed")  # by hand, between the load and the write
     from smartsensor.service.round.poke import poke_plans
+
     poke_plans([plan], lambda: catalog, 60)
     seen.append(worker.finish_round(plan))
     set_lease("other", 2, T0 + timedelta(hours=1))  # taken over
@@ -76,8 +88,12 @@ def test_memory_and_sql_stores_end_in_the_same_states(cfg, engine) -> None:
     rows_ = rows(cfg)
     memory = InMemoryStore(rows_)
     limit = cfg.shard_code_upper_limit
-    mem_trace = script(memory, cfg, lambda dag, state: memory.set_state((dag, "w", DAY), state),
-                       lambda owner, epoch, expires: memory.set_lease(0, limit, owner, epoch, expires))
+    mem_trace = script(
+        memory,
+        cfg,
+        lambda dag, state: memory.set_state((dag, "w", DAY), state),
+        lambda owner, epoch, expires: memory.set_lease(0, limit, owner, epoch, expires),
+    )
 
     with engine.begin() as conn:
         task_sql.insert_tasks_bulk(conn, rows(cfg))

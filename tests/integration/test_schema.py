@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from smartsensor.schema.models import Base
 from sqlalchemy import inspect
 
-from smartsensor.schema.models import Base
 from smartsensor.adapters.sql.engine import current_revision, init_db, make_engine
 from tests.support.pg import postgres_only
 
@@ -38,6 +38,7 @@ def test_db_init_is_idempotent(db_url: str) -> None:
 def test_worker_engine_sets_idle_in_transaction_timeout_and_keeps_url_options(db_url) -> None:
     """Workers' Postgres sessions end a transaction left idle (a paused worker); other engines do not."""
     from sqlalchemy import text
+
     with_opts = db_url + "?options=-c%20application_name%3Dsmartsensor-test"
     worker = make_engine(with_opts, idle_in_transaction_timeout=2.5)
     plain = make_engine(db_url)
@@ -50,3 +51,29 @@ def test_worker_engine_sets_idle_in_transaction_timeout_and_keeps_url_options(db
     finally:
         worker.dispose()
         plain.dispose()
+
+
+def test_the_round_reads_through_the_partial_indexes(db_url: str) -> None:
+    """The change feed (pending → running) and an index rebuild find their rows through the partial indexes, so a
+    quiet round is an index probe whatever the number of waiting or ended tasks."""
+    from sqlalchemy import event
+
+    from smartsensor.adapters.sql import tasks as task_sql
+
+    engine = make_engine(db_url)
+    init_db(engine)
+    seen: list[tuple[str, Any]] = []
+    event.listen(engine, "before_cursor_execute", lambda conn, cur, stmt, params, *_: seen.append((stmt, params)))
+    with engine.begin() as conn:
+        task_sql.start_pending_cohorts(conn, 0, 10, datetime(2026, 11, 22), "h")
+        task_sql.load_waiting_cohorts(conn, 0, 10)
+    plans = []
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # an empty table: make the planner show its index
+        for stmt, params in seen[-2:]:
+            plans.append(" ".join(str(r) for r in conn.exec_driver_sql("EXPLAIN " + (
+                "QUERY PLAN " if engine.dialect.name == "sqlite" else "") + stmt, params).fetchall()))
+    assert "ti_pending_shardcode" in plans[0], plans[0]
+    assert "ti_waiting_shardcode" in plans[1], plans[1]
+    engine.dispose()

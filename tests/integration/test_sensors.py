@@ -6,14 +6,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
+from smartsensor.sensors import (
+    HivePartitionSensor,
+    NamedHivePartitionSensor,
+    PartitionCheck,
+    PermanentCheckError,
+    SensorDefinitionError,
+    SuccessFileSensor,
+)
+from smartsensor.sensors.partitions import escape_partition_value, unescape_partition_value
 
-from smartsensor.sensors import (HivePartitionSensor, NamedHivePartitionSensor, PartitionCheck, PermanentCheckError,
-                     SensorDefinitionError, SuccessFileSensor)
 from smartsensor.adapters.catalog.batch import BatchChecker, parse_listing_row
 from smartsensor.adapters.catalog.catalog_errors import classify_error
-from smartsensor.sensors.partitions import escape_partition_value, unescape_partition_value
 from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark
@@ -25,8 +30,9 @@ def poke(spark: Any, sensor: Any) -> bool:
 
 def test_named_sensor_false_then_true(spark: Any, hive_db: str) -> None:
     create_table(spark, hive_db, "events")
-    s = NamedHivePartitionSensor(task_id="t", partition_names=[f"{hive_db}.events/ds=2026-11-22/hr=00",
-                                                               f"{hive_db}.events/ds=2026-11-22/hr=01"])
+    s = NamedHivePartitionSensor(
+        task_id="t", partition_names=[f"{hive_db}.events/ds=2026-11-22/hr=00", f"{hive_db}.events/ds=2026-11-22/hr=01"]
+    )
     assert not poke(spark, s)
     land(spark, hive_db, "events", ds="2026-11-22", hr="00")
     assert not poke(spark, s)  # all must exist
@@ -77,8 +83,10 @@ def test_many_checks_one_table_one_catalog_call(spark: Any, hive_db: str) -> Non
         land(spark, hive_db, "t", ds="2026-11-22", hr=f"{hr:02d}")
     checks = [PartitionCheck(hive_db, "t", (("ds", "2026-11-22"), ("hr", f"{hr:02d}")), exact=True) for hr in range(24)]
     checks += [PartitionCheck(hive_db, "t", (("hr", "04"),), exact=False)]
-    checks += [PartitionCheck(hive_db, "u", (("ds", "x"),), exact=False),
-               PartitionCheck(hive_db, "missing", (("ds", "x"),), exact=False)]
+    checks += [
+        PartitionCheck(hive_db, "u", (("ds", "x"),), exact=False),
+        PartitionCheck(hive_db, "missing", (("ds", "x"),), exact=False),
+    ]
     c = BatchChecker(spark)
     answers = c.check_all(checks)
     assert c.catalog_calls == 3  # t, u, missing: one each
@@ -125,9 +133,11 @@ def test_typed_partition_columns_match_as_spark_stores_them(spark: Any, hive_db:
     # The metastore narrows a listing by plain values of string columns; typed ones are matched afterwards
     # (the listing is a superset; the answers use exact membership with values cast as stored).
     assert BatchChecker(spark).list_partitions(hive_db, "typed", {"region": "00"}) == [
-        {"ds": "2026-01-05", "hr": "0", "region": "00"}]
+        {"ds": "2026-01-05", "hr": "0", "region": "00"}
+    ]
     assert {"ds": "2026-01-05", "hr": "0", "region": "00"} in BatchChecker(spark).list_partitions(
-        hive_db, "typed", {"hr": "0"})
+        hive_db, "typed", {"hr": "0"}
+    )
     assert not poke(spark, string_kept)  # a string column keeps '0' and '00' apart
 
     bad = PartitionCheck(hive_db, "typed", (("hr", "1; DROP TABLE x"),), exact=False)
@@ -142,8 +152,24 @@ def test_typed_partition_columns_match_as_spark_stores_them(spark: Any, hive_db:
     assert c.types.fetch(hive_db, "no_such_table") is None and c.types.fetch("no_such_db", "t") is None
 
 
-HOSTILE_VALUES = ["a'b", "a\\'b", "x`y", "1; DROP TABLE t; --", "a/b", "k=v", "100%", "%2F", "ü日本", "' OR '1'='1",
-                  "a\\", "$(touch /tmp/pwned)", "{x}", "a b", "#", "?*^[]"]
+HOSTILE_VALUES = [
+    "a'b",
+    "a\\'b",
+    "x`y",
+    "1; DROP TABLE t; --",
+    "a/b",
+    "k=v",
+    "100%",
+    "%2F",
+    "ü日本",
+    "' OR '1'='1",
+    "a\\",
+    "$(touch /tmp/pwned)",
+    "{x}",
+    "a b",
+    "#",
+    "?*^[]",
+]
 
 
 @pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
@@ -162,32 +188,49 @@ def test_hostile_values_match_literally(spark: Any, hive_db: str) -> None:
         assert answers[exact] is True, value
         assert answers[near] is False, value
         assert poke(spark, partial), value
-        name = NamedHivePartitionSensor(task_id="n", partition_names=[
-            f"{hive_db}.t/ds={escape_partition_value(value)}/hr=00"])
+        name = NamedHivePartitionSensor(
+            task_id="n", partition_names=[f"{hive_db}.t/ds={escape_partition_value(value)}/hr=00"]
+        )
         assert poke(spark, name), value
     # nothing was executed: the other table and its partition are intact
     assert BatchChecker(spark).list_partitions(hive_db, "victim", {}) == [{"ds": "keep", "hr": "me"}]
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"table": "db.t;drop", "partition": {"ds": "1"}}, "table"),
-    ({"table": "db.`t`", "partition": {"ds": "1"}}, "table"),
-    ({"table": "a.b.c", "partition": {"ds": "1"}}, "table"),
-    ({"table": "db.t", "partition": {"d s": "1"}}, "partition"),
-    ({"table": "db.t", "partition": {"ds": ""}}, "partition"),
-    ({"table": "db.t", "partition": {"ds": "a\nb"}}, "partition"),
-    ({"table": "db.t", "partition": "ds"}, "partition"),
-    ({"table": "db.t", "partition": {"ds": "1", "DS": "2"}}, "partition"),
-    ({"table": "", "partition": {}}, "table"),
-    ({"table": "db.tä", "partition": {}}, "table"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"table": "db.t;drop", "partition": {"ds": "1"}}, "table"),
+        ({"table": "db.`t`", "partition": {"ds": "1"}}, "table"),
+        ({"table": "a.b.c", "partition": {"ds": "1"}}, "table"),
+        ({"table": "db.t", "partition": {"d s": "1"}}, "partition"),
+        ({"table": "db.t", "partition": {"ds": ""}}, "partition"),
+        ({"table": "db.t", "partition": {"ds": "a\nb"}}, "partition"),
+        ({"table": "db.t", "partition": "ds"}, "partition"),
+        ({"table": "db.t", "partition": {"ds": "1", "DS": "2"}}, "partition"),
+        ({"table": "", "partition": {}}, "table"),
+        ({"table": "db.tä", "partition": {}}, "table"),
+    ],
+)
 def test_hive_partition_sensor_rejects_bad_fields(kwargs: dict, field: str) -> None:
     with pytest.raises(SensorDefinitionError, match=f"field '{field}'"):
         HivePartitionSensor(task_id="t", **kwargs)
 
 
-@pytest.mark.parametrize("name", ["db.t", "db.t/", "db.t/ds", "db.t/=1", "db;x.t/ds=1", "db.t/ds=1/ds=2",
-                                  "db.t/ds=a\x00", "db.t/ds=", "/ds=1", "a.b.c/ds=1"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "db.t",
+        "db.t/",
+        "db.t/ds",
+        "db.t/=1",
+        "db;x.t/ds=1",
+        "db.t/ds=1/ds=2",
+        "db.t/ds=a\x00",
+        "db.t/ds=",
+        "/ds=1",
+        "a.b.c/ds=1",
+    ],
+)
 def test_named_sensor_rejects_bad_names(name: str) -> None:
     with pytest.raises(SensorDefinitionError, match="partition_names"):
         NamedHivePartitionSensor(task_id="t", partition_names=[name])
@@ -201,6 +244,7 @@ def test_success_file_rejects_bad_paths(path: str) -> None:
 
 def test_templated_fields_validate_after_rendering() -> None:
     from datetime import datetime
+
     s = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ ds }}"})
     assert s.rendered(datetime(2026, 11, 22)).partition == {"ds": "2026-11-22"}
     bad = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ ds }}\n"})

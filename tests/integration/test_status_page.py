@@ -69,8 +69,14 @@ def test_tables_landings_and_history_are_on_the_page(cfg, engine) -> None:
 def test_an_empty_database_renders(cfg, engine) -> None:
     r = client(cfg, engine).get("/")
     assert r.status_code == 200 and "nothing waits" in r.text and "no worker has reported a round" in r.text
-    assert page_numbers(r.text)["metrics"] == {"waiting": 0, "distinct_hashes": 0, "dedup_ratio": None,
-                                               "stranded": 0, "zombies": 0, "problems": 0}
+    assert page_numbers(r.text)["metrics"] == {
+        "waiting": 0,
+        "distinct_hashes": 0,
+        "dedup_ratio": None,
+        "stranded": 0,
+        "zombies": 0,
+        "problems": 0,
+    }
 
 
 def test_the_lifespan_samples_history_while_the_app_runs(cfg, engine) -> None:
@@ -120,12 +126,14 @@ def test_without_a_token_the_page_is_open_and_login_leads_to_it(cfg, engine) -> 
 def test_hostile_values_are_escaped(cfg, engine) -> None:
     register(engine, [("d", named("w", "db.t/ds=1"))], DAY, cfg)
     now = datetime.utcnow()
-    evil = '<script>alert(1)</script>"\''
+    evil = "<script>alert(1)</script>\"'"
     with engine.begin() as conn:
         lease_sql.ensure_leases(conn, cfg.shard_ranges)
         lease_sql.claim_lease(conn, 0, 0, evil, now, now + timedelta(hours=1))
-        conn.execute(text("UPDATE task_instance SET state = 'success', end_date = :e, attr_dict = :a"),
-                     {"e": now, "a": json.dumps({"partition_names": [evil]})})
+        conn.execute(
+            text("UPDATE task_instance SET state = 'success', end_date = :e, attr_dict = :a"),
+            {"e": now, "a": json.dumps({"partition_names": [evil]})},
+        )
     html = client(cfg, engine).get("/").text
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert page_numbers(html)["leases"][0]["owner"] == evil

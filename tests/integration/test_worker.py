@@ -7,20 +7,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, update
-
-from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import HivePartitionSensor
+from sqlalchemy import event, update
+
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.domain.states import State
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
-from tests.support.round_helpers import RangeUnderTest, spark_range
 from tests.support import custom_sensors
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, named, new_db
 from tests.support.hive_helpers import create_table, land
+from tests.support.round_helpers import RangeUnderTest, spark_range
 
 pytestmark = pytest.mark.spark
 
@@ -37,8 +37,13 @@ def states(engine: Any) -> dict[tuple[str, str], str]:
 def test_duplicates_across_dags_marked_together_from_one_poke(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "events")
     name = f"{hive_db}.events/ds={{{{ ds }}}}/hr=00"
-    register(engine, [(f"dag{i}", named("wait", name)) for i in range(3)]
-             + [("other", named("wait", f"{hive_db}.events/ds={{{{ ds }}}}/hr=01"))], DAY, cfg)
+    register(
+        engine,
+        [(f"dag{i}", named("wait", name)) for i in range(3)]
+        + [("other", named("wait", f"{hive_db}.events/ds={{{{ ds }}}}/hr=01"))],
+        DAY,
+        cfg,
+    )
     w = make_worker(engine, cfg, spark, clock)
     first = w.run_round()
     assert first.loaded == 4 and first.distinct_hashes == 2 and first.started == 4
@@ -79,8 +84,12 @@ def test_one_partition_1000_tasks_one_catalog_call_one_update(engine, cfg, spark
 
 def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", named("w", f"{hive_db}.t/ds=never/hr=00", poke_interval=10, timeout=30, retries=1,
-                                  retry_delay=5))], DAY, cfg)
+    register(
+        engine,
+        [("d", named("w", f"{hive_db}.t/ds=never/hr=00", poke_interval=10, timeout=30, retries=1, retry_delay=5))],
+        DAY,
+        cfg,
+    )
     w = make_worker(engine, cfg, spark, clock)
     w.run_round()
     clock.advance(29)
@@ -102,9 +111,15 @@ def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) ->
 
 def test_soft_fail_skips_and_execution_timeout_wins(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", named("soft", f"{hive_db}.t/ds=never/hr=00", timeout=100, soft_fail=True)),
-                      ("d", named("short", f"{hive_db}.t/ds=never/hr=01", timeout=1000, execution_timeout=50))],
-             DAY, cfg)
+    register(
+        engine,
+        [
+            ("d", named("soft", f"{hive_db}.t/ds=never/hr=00", timeout=100, soft_fail=True)),
+            ("d", named("short", f"{hive_db}.t/ds=never/hr=01", timeout=1000, execution_timeout=50)),
+        ],
+        DAY,
+        cfg,
+    )
     w = make_worker(engine, cfg, spark, clock)
     w.run_round()
     clock.advance(50)
@@ -117,9 +132,16 @@ def test_soft_fail_skips_and_execution_timeout_wins(engine, cfg, spark, hive_db,
 def test_each_task_interval_respected(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
     create_table(spark, hive_db, "u")
-    register(engine, [("d", named("fast", f"{hive_db}.t/ds=1/hr=00", poke_interval=10)),
-                      ("d", named("slow_same", f"{hive_db}.t/ds=1/hr=00", poke_interval=300)),
-                      ("d", named("slow", f"{hive_db}.u/ds=1/hr=00", poke_interval=300))], DAY, cfg)
+    register(
+        engine,
+        [
+            ("d", named("fast", f"{hive_db}.t/ds=1/hr=00", poke_interval=10)),
+            ("d", named("slow_same", f"{hive_db}.t/ds=1/hr=00", poke_interval=300)),
+            ("d", named("slow", f"{hive_db}.u/ds=1/hr=00", poke_interval=300)),
+        ],
+        DAY,
+        cfg,
+    )
     w = make_worker(engine, cfg, spark, clock)
     assert w.run_round().groups_poked == 2
     polled = []
@@ -133,8 +155,9 @@ def test_each_task_interval_respected(engine, cfg, spark, hive_db, clock) -> Non
 
 def test_exponential_backoff(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", named("b", f"{hive_db}.t/ds=1/hr=00", poke_interval=10, exponential_backoff=True))],
-             DAY, cfg)
+    register(
+        engine, [("d", named("b", f"{hive_db}.t/ds=1/hr=00", poke_interval=10, exponential_backoff=True))], DAY, cfg
+    )
     w = make_worker(engine, cfg, spark, clock)
     poked_at = []
     for second in range(0, 160):
@@ -183,9 +206,17 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
     """Worker A loads try 1 as timed out; before it writes, B ends try 1, the scheduler re-queues it and B
     starts try 2, and a user resets another task by hand. A's late write must leave both newer tries alone."""
     from smartsensor.service.round.poke import poke_plans
+
     create_table(spark, hive_db, "t")
-    register(engine, [("d", named("r", f"{hive_db}.t/ds=never/hr=00", timeout=30, retries=1, retry_delay=0)),
-                      ("d", named("m", f"{hive_db}.t/ds=never/hr=01", timeout=30))], DAY, cfg)
+    register(
+        engine,
+        [
+            ("d", named("r", f"{hive_db}.t/ds=never/hr=00", timeout=30, retries=1, retry_delay=0)),
+            ("d", named("m", f"{hive_db}.t/ds=never/hr=01", timeout=30)),
+        ],
+        DAY,
+        cfg,
+    )
     engine2 = make_engine(cfg.sql_alchemy_conn)
     a, b = make_worker(engine, cfg, spark, clock), make_worker(engine2, cfg, spark, clock)
     a.run_round()
@@ -221,12 +252,23 @@ def test_manual_override_wins(engine, cfg, spark, hive_db, clock) -> None:
 
 def test_forced_hash_collision_never_marks_the_other_check(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", named("a", f"{hive_db}.t/ds=1/hr=00")), ("d", named("a2", f"{hive_db}.t/ds=1/hr=00")),
-                      ("d", named("b", f"{hive_db}.t/ds=2/hr=00"))], DAY, cfg)
+    register(
+        engine,
+        [
+            ("d", named("a", f"{hive_db}.t/ds=1/hr=00")),
+            ("d", named("a2", f"{hive_db}.t/ds=1/hr=00")),
+            ("d", named("b", f"{hive_db}.t/ds=2/hr=00")),
+        ],
+        DAY,
+        cfg,
+    )
     with engine.begin() as conn:
         row_a = task_sql.get_task(conn, "d", "a", DAY)
-        conn.execute(update(TaskInstance).where(TaskInstance.task_id == "b").values(
-            hashcode=row_a["hashcode"], shardcode=row_a["shardcode"]))
+        conn.execute(
+            update(TaskInstance)
+            .where(TaskInstance.task_id == "b")
+            .values(hashcode=row_a["hashcode"], shardcode=row_a["shardcode"])
+        )
     land(spark, hive_db, "t", ds="1", hr="00")
     r = make_worker(engine, cfg, spark, clock).run_round()
     assert r.distinct_hashes == 1 and r.distinct_checks == 2 and r.collisions == 1
@@ -236,8 +278,9 @@ def test_forced_hash_collision_never_marks_the_other_check(engine, cfg, spark, h
 
 def test_permanent_error_fails_with_message(engine, cfg, spark, hive_db, clock) -> None:
     spark.sql(f"CREATE TABLE {hive_db}.flat (x INT) STORED AS PARQUET")
-    register(engine, [("d", HivePartitionSensor(task_id="p", table=f"{hive_db}.flat", partition={"ds": "1"}))],
-             DAY, cfg)
+    register(
+        engine, [("d", HivePartitionSensor(task_id="p", table=f"{hive_db}.flat", partition={"ds": "1"}))], DAY, cfg
+    )
     r = make_worker(engine, cfg, spark, clock).run_round()
     assert r.marked == {"failed": 1} and r.permanent_errors == 1
     with engine.connect() as conn:
@@ -249,6 +292,7 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
     evil_module = tmp_path / "evil_mod.py"
     evil_module.write_text(f"open({str(marker)!r}, 'w').write('x')\nclass Evil: pass\n")
     import sys
+
     sys.path.insert(0, str(tmp_path))
     try:
         register(engine, [("d", named("x", "a.b/ds=1"))], DAY, cfg)
@@ -264,8 +308,12 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
 
 
 def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock) -> None:
-    cfg, engine = new_db(tmp_path, db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
-                         smart_sensor__sensors_enabled="KeySensor")
+    cfg, engine = new_db(
+        tmp_path,
+        db_url,
+        smart_sensor__sensor_modules="tests.support.custom_sensors",
+        smart_sensor__sensors_enabled="KeySensor",
+    )
     custom_sensors.POKES.clear()
     register(engine, [(f"d{i}", custom_sensors.KeySensor(task_id="k", key=f"key{i % 2}")) for i in range(6)], DAY, cfg)
     w = make_worker(engine, cfg, spark, clock)
@@ -280,6 +328,7 @@ def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock
 
 def test_leased_worker_lists_each_table_once_for_all_its_ranges(engine, cfg, spark, hive_db, clock) -> None:
     from smartsensor.service.runner import LeasedWorker
+
     create_table(spark, hive_db, "t")
     register(engine, [(f"d{i}", named("w", f"{hive_db}.t/ds={i}/hr=00")) for i in range(40)], DAY, cfg)
     runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)

@@ -23,10 +23,34 @@ def test_bench_smoke(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     try:
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workload", "W1,W2,W3",
-                               "--scale", "0.005", "--classic-sample", "1", "--triggerer-sample", "300", "--fleet-processes", "2", "--latency-samples", "2", "--latency-poll-interval",
-                               "2", "--home", str(home), "--json", str(out)],
-                              env=env, capture_output=True, text=True, timeout=1700)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "bench.py"),
+                "--workload",
+                "W1,W2,W3",
+                "--scale",
+                "0.005",
+                "--classic-sample",
+                "1",
+                "--triggerer-sample",
+                "300",
+                "--fleet-processes",
+                "2",
+                "--latency-samples",
+                "2",
+                "--latency-poll-interval",
+                "2",
+                "--home",
+                str(home),
+                "--json",
+                str(out),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1700,
+        )
     finally:  # a bench killed by the timeout cannot stop its own metastore JVM: stop it through its pid file
         if (home / "airflow.cfg").exists():
             metastore.stop(load_config(str(home / "airflow.cfg"), environ={"SMARTSENSOR_HOME": str(home)}))

@@ -15,23 +15,52 @@ from tests.support.common import ROOT
 
 pytestmark = pytest.mark.slow
 
-HEADER = ("| phase | requests | errors | req/s | keys/s | p50 ms | p95 ms | p99 ms | server CPU s | "
-          "server CPU s / 1,000 keys | server RSS MB | client CPU s |")
+HEADER = (
+    "| phase | requests | errors | req/s | keys/s | p50 ms | p95 ms | p99 ms | server CPU s | "
+    "server CPU s / 1,000 keys | server RSS MB | client CPU s |"
+)
 
 
 @pytest.mark.timeout(300)
 def test_bench_api_smoke(tmp_path: Path, db_url: str) -> None:
     out = tmp_path / "results" / "api.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_api.py"), "--db-url", db_url,
-                           "--tasks", "120", "--partitions", "7", "--concurrency", "6", "--pollers", "4",
-                           "--keys-per-poller", "40", "--poll-interval", "0.5", "--poll-seconds", "2",
-                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_api.py"),
+            "--db-url",
+            db_url,
+            "--tasks",
+            "120",
+            "--partitions",
+            "7",
+            "--concurrency",
+            "6",
+            "--pollers",
+            "4",
+            "--keys-per-poller",
+            "40",
+            "--poll-interval",
+            "0.5",
+            "--poll-seconds",
+            "2",
+            "--json",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert HEADER in lines
-    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
-            for line in lines[lines.index(HEADER) + 2:] if line.startswith("| ")}
+    rows = {
+        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+        for line in lines[lines.index(HEADER) + 2 :]
+        if line.startswith("| ")
+    }
     assert set(rows) == {"registration", "polling"} and all(len(cells) == 11 for cells in rows.values())
     assert rows["registration"][:2] == ["120", "0"]  # requests, errors
 

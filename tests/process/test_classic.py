@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
+
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.states import State
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import end_zombies
-from tests.support.packaging import build_wheel
 from tests.support.common import DAY, ROOT, new_db, override_env, wait_until
+from tests.support.packaging import build_wheel
 from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.spark
@@ -43,13 +43,31 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
     """SIGTERM to `scheduler`: its `run-task` children stop and their tasks are `scheduled` again, no try spent."""
     home = tmp_path / "home"
     cfg, engine = new_db(home, db_url, smart_sensor__use_smart_sensor="False")
-    register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
-                                              timeout=600, retries=0))], DAY, cfg)
-    env = cli_env(home, db_url, SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False",
-                  SMARTSENSOR__SCHEDULER__TASK_HEARTBEAT_INTERVAL="0.5",
-                  SMARTSENSOR__SCHEDULER__STOP_GRACE="300")  # a bound, not a wait: SIGTERM may come mid Spark start
-    proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "scheduler"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    register(
+        engine,
+        [
+            (
+                "d",
+                SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2, timeout=600, retries=0),
+            )
+        ],
+        DAY,
+        cfg,
+    )
+    env = cli_env(
+        home,
+        db_url,
+        SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False",
+        SMARTSENSOR__SCHEDULER__TASK_HEARTBEAT_INTERVAL="0.5",
+        SMARTSENSOR__SCHEDULER__STOP_GRACE="300",
+    )  # a bound, not a wait: SIGTERM may come mid Spark start
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "smartsensor.cli", "scheduler"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: run_heartbeating(engine), timeout=300, step=0.1)
         proc.send_signal(signal.SIGTERM)
@@ -71,9 +89,15 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     cfg, engine = new_db(home, db_url, smart_sensor__use_smart_sensor="False", scheduler__parallelism="2")
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
-    register(engine, [("d", SuccessFileSensor(task_id="ok", path=str(flag), poke_interval=0.2, timeout=60)),
-                      ("d", SuccessFileSensor(task_id="never", path=str(tmp_path / "nope"), poke_interval=0.2,
-                                              timeout=1))], DAY, cfg)
+    register(
+        engine,
+        [
+            ("d", SuccessFileSensor(task_id="ok", path=str(flag), poke_interval=0.2, timeout=60)),
+            ("d", SuccessFileSensor(task_id="never", path=str(tmp_path / "nope"), poke_interval=0.2, timeout=1)),
+        ],
+        DAY,
+        cfg,
+    )
     env = cli_env(home, db_url, SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False")
     out = run_cli(["scheduler", "--once", "--json"], env, timeout=240)
     assert out.returncode == 0, out.stderr
@@ -91,11 +115,18 @@ def wheel_install(tmp_path: Path) -> Path:
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
     venv_python = tmp_path / "venv" / "bin" / "python"
-    subprocess.run([*pip, "--python", str(venv_python), "install", "--no-deps",
-                    str(wheel)], check=True, capture_output=True,
-                   timeout=300)
-    site = subprocess.run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [*pip, "--python", str(venv_python), "install", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    site = subprocess.run(
+        [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # after the wheel's own packages
     return venv_python.parent
 
@@ -118,11 +149,17 @@ def test_classic_runs_of_a_wheel_install_started_from_the_checkout_root(wheel_bi
     cfg, engine = new_db(home, db_url, smart_sensor__use_smart_sensor="False")
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
-    register(engine, [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2, timeout=120))],
-             DAY, cfg)
-    out = subprocess.run([str(wheel_bin / "smartsensor"), "scheduler", "--once", "--json"], cwd=ROOT,
-                         env=wheel_env(home, db_url, SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False"),
-                         capture_output=True, text=True, timeout=300)
+    register(
+        engine, [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2, timeout=120))], DAY, cfg
+    )
+    out = subprocess.run(
+        [str(wheel_bin / "smartsensor"), "scheduler", "--once", "--json"],
+        cwd=ROOT,
+        env=wheel_env(home, db_url, SMARTSENSOR__SMART_SENSOR__USE_SMART_SENSOR="False"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0 and '"launched": 1' in out.stdout, out.stdout + out.stderr[-3000:]
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "ok", DAY)
@@ -143,9 +180,15 @@ def test_workers_of_a_wheel_install_started_from_the_checkout_root(wheel_bin: Pa
     def state() -> str:
         with engine.connect() as conn:
             return task_sql.get_task(conn, "d", "ok", DAY)["state"]
+
     with log.open("w") as out:
-        proc = subprocess.Popen([str(wheel_bin / "smartsensor"), "workers", "-n", "1", "--interval", "0.5"],
-                                cwd=ROOT, env=wheel_env(home, db_url), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(wheel_bin / "smartsensor"), "workers", "-n", "1", "--interval", "0.5"],
+            cwd=ROOT,
+            env=wheel_env(home, db_url),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             try:
                 wait_until(lambda: state() == State.SUCCESS, timeout=90, step=0.2)
@@ -166,14 +209,30 @@ def test_workers_of_a_wheel_install_started_from_the_checkout_root(wheel_bin: Pa
 def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> None:
     """kill -9 of a real `run-task` process: its task no longer stays `running` forever."""
     home = tmp_path / "home"
-    overrides = dict(smart_sensor__use_smart_sensor="False", scheduler__task_heartbeat_interval="0.5",
-                     scheduler__zombie_threshold="2")
+    overrides = dict(
+        smart_sensor__use_smart_sensor="False",
+        scheduler__task_heartbeat_interval="0.5",
+        scheduler__zombie_threshold="2",
+    )
     cfg, engine = new_db(home, db_url, **overrides)
-    register(engine, [("d", SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2,
-                                              timeout=600, retries=1))], DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                "d",
+                SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2, timeout=600, retries=1),
+            )
+        ],
+        DAY,
+        cfg,
+    )
     env = cli_env(home, db_url, **override_env(overrides))
-    proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", "run-task", "d", "w", "2026-11-22"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "smartsensor.cli", "run-task", "d", "w", "2026-11-22"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until(lambda: run_heartbeating(engine), timeout=120, step=0.1)
     finally:
@@ -188,8 +247,10 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     def status_zombies() -> list[dict[str, Any]]:
         status = run_cli(["status", "--json"], env, timeout=60, check=True)
         return json.loads(status.stdout)["zombies"]
-    wait_until(lambda: [(z["dag_id"], z["task_id"]) for z in status_zombies()] == [("d", "w")], timeout=120,
-               step=0.5)  # visible before it is ended
+
+    wait_until(
+        lambda: [(z["dag_id"], z["task_id"]) for z in status_zombies()] == [("d", "w")], timeout=120, step=0.5
+    )  # visible before it is ended
     out = run_cli(["scheduler", "--once", "--json"], env, timeout=60)
     assert out.returncode == 0 and '"zombies": 1' in out.stdout, out.stdout + out.stderr
     assert status_zombies() == []

@@ -31,7 +31,7 @@ def test_repeated_random_kill9_loses_nothing_marks_nothing_twice(tmp_path: Path,
         procs[0].wait_round(lambda r: r["groups_poked"] > 0, timeout=120)
         for batch in range(4):
             # land a batch of files, then kill a random worker at a random moment and restart it
-            work.land(work.flags[batch * 10:batch * 10 + 10])
+            work.land(work.flags[batch * 10 : batch * 10 + 10])
             time.sleep(rng.uniform(0.1, 2.5))
             victim = rng.randrange(len(procs))
             os.kill(procs[victim].proc.pid, signal.SIGKILL)
@@ -65,7 +65,7 @@ def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Pat
         for p in procs:
             p.wait_round(lambda r: r["groups_poked"] > 0, timeout=120)
         for batch in range(4):
-            work.land(work.flags[batch * 10:batch * 10 + 10])
+            work.land(work.flags[batch * 10 : batch * 10 + 10])
             time.sleep(rng.uniform(0.0, 1.0))
             victim = procs[rng.randrange(len(procs))]
             os.kill(victim.proc.pid, signal.SIGSTOP)
@@ -86,8 +86,9 @@ def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Pat
 def _pg_ctl(*args: str) -> None:
     bin_dir, data = os.environ["SMARTSENSOR_TEST_PG_BIN"], os.environ["SMARTSENSOR_TEST_PG_DATA"]
     prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*prefix, f"{bin_dir}/pg_ctl", "-D", data, "-w", "-t", "60", *args], check=True,
-                   capture_output=True, timeout=90)
+    subprocess.run(
+        [*prefix, f"{bin_dir}/pg_ctl", "-D", data, "-w", "-t", "60", *args], check=True, capture_output=True, timeout=90
+    )
 
 
 @needs_test_pg
@@ -105,8 +106,13 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
         work.land(work.flags)
         time.sleep(2)
         assert worker.proc.poll() is None and scheduler.proc.poll() is None
-        _pg_ctl("start", "-l", str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
-                "-o", os.environ["SMARTSENSOR_TEST_PG_OPTS"])
+        _pg_ctl(
+            "start",
+            "-l",
+            str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
+            "-o",
+            os.environ["SMARTSENSOR_TEST_PG_OPTS"],
+        )
         worker.wait_round(lambda r: r["marked"].get("success", 0) > 0, timeout=60)
         scheduler.wait_round(lambda r: "launched" in r, timeout=60)  # back to normal passes
         work.engine.dispose()  # the test's own pooled connections died with the server
@@ -126,12 +132,20 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
 def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None:
     """A classic `run_task` polling while the metadata DB restarts keeps poking, then records success."""
     import threading
+
     from smartsensor.sensors import SuccessFileSensor
+
     from smartsensor.service.classic import run_task
     from smartsensor.service.registration import register
+
     name, url = new_pg_database()
-    cfg, engine = new_db(tmp_path / "home", url, smart_sensor__use_smart_sensor="False",
-                         scheduler__task_heartbeat_interval="0.5", scheduler__zombie_threshold="60")
+    cfg, engine = new_db(
+        tmp_path / "home",
+        url,
+        smart_sensor__use_smart_sensor="False",
+        scheduler__task_heartbeat_interval="0.5",
+        scheduler__zombie_threshold="60",
+    )
     flag = tmp_path / "flag" / "_SUCCESS"
     register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.3, timeout=600))], DAY, cfg)
     poking = threading.Event()
@@ -140,8 +154,10 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
     def provider() -> Any:
         poking.set()
         return spark
-    runner = threading.Thread(target=lambda: results.append(run_task(engine, cfg, "d", "s", DAY,
-                                                                     spark_provider=provider)), daemon=True)
+
+    runner = threading.Thread(
+        target=lambda: results.append(run_task(engine, cfg, "d", "s", DAY, spark_provider=provider)), daemon=True
+    )
     try:
         runner.start()
         assert poking.wait(30)
@@ -152,8 +168,13 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
         flag.write_text("")
         time.sleep(1.5)  # the poke succeeds; recording it fails until the server is back
         assert runner.is_alive()
-        _pg_ctl("start", "-l", str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
-                "-o", os.environ["SMARTSENSOR_TEST_PG_OPTS"])
+        _pg_ctl(
+            "start",
+            "-l",
+            str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
+            "-o",
+            os.environ["SMARTSENSOR_TEST_PG_OPTS"],
+        )
         runner.join(60)
         assert results and results[0].state == "success"
         engine.dispose()

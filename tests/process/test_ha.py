@@ -33,8 +33,10 @@ def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, 
     args = ["worker", "--interval", "0.5", "--json"]
     a, b = CliProcess(args, work.env), CliProcess(args, work.env)
     procs += [a, b]
-    wait_until(lambda: len({o for o in work.lease_owners().values() if o}) == 2
-               and None not in work.lease_owners().values(), timeout=60)
+    wait_until(
+        lambda: len({o for o in work.lease_owners().values() if o}) == 2 and None not in work.lease_owners().values(),
+        timeout=60,
+    )
     a.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)  # Spark is up in both
     b.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)
     return a, b, pid_owner(work.engine, a.proc.pid)
@@ -50,6 +52,7 @@ def pause_outside_sqlite_write(proc: CliProcess, engine: Any) -> None:
     worker paused inside a write stalls every writer until it resumes (a documented limit; Postgres
     ends such a session, see test_leases). Retried until the pause lands outside a write."""
     import sqlite3
+
     for _ in range(200):
         os.kill(proc.proc.pid, signal.SIGSTOP)
         if engine.dialect.name != "sqlite":

@@ -33,21 +33,30 @@ def thrift_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("install")
     wheel = build_wheel(tmp)
     subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, timeout=120)
-    install = subprocess.run([str(tmp / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True,
-                             text=True, timeout=600)
+    install = subprocess.run(
+        [str(tmp / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     return tmp / "venv"
 
 
-def test_thrift_service_host_needs_neither_pyspark_nor_java(thrift_host: Path, service: Config,
-                                                             tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SMARTSENSOR", "PYTHON", "VIRTUAL_ENV", "PYSPARK", "SPARK"))}
+def test_thrift_service_host_needs_neither_pyspark_nor_java(thrift_host: Path, service: Config, tmp_path: Path) -> None:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SMARTSENSOR", "PYTHON", "VIRTUAL_ENV", "PYSPARK", "SPARK"))
+    }
     env.update(SMARTSENSOR_HOME=str(tmp_path / "home"), PATH=f"{thrift_host / 'bin'}:/usr/bin:/bin")
 
     def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(thrift_host / "bin" / "smartsensor"), *args], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [str(thrift_host / "bin" / "smartsensor"), *args],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert not check or proc.returncode == 0, (args, proc.stdout[-2000:], proc.stderr[-3000:])
         return proc
 

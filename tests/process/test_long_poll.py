@@ -10,8 +10,7 @@ from pathlib import Path
 import httpx
 
 from smartsensor.adapters.metastore_process import free_port
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import Endpoint
@@ -40,12 +39,21 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
     engine = make_engine(db_url)
     try:
         wait_until(lambda: healthy(base), timeout=60)
-        r = httpx.post(f"{base}/api/v1/tasks", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30, json={
-            "key": KEY, "sensor": {"class": "NamedHivePartitionSensor",
-                                   "persist": {"partition_names": ["db.t/ds=2026-11-22"]}}})
+        r = httpx.post(
+            f"{base}/api/v1/tasks",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+            json={
+                "key": KEY,
+                "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": ["db.t/ds=2026-11-22"]}},
+            },
+        )
         assert r.status_code == 200, r.text
-        ti = (r.json()["task_instance"]["dag_id"], r.json()["task_instance"]["task_id"],
-              r.json()["task_instance"]["execution_date"])
+        ti = (
+            r.json()["task_instance"]["dag_id"],
+            r.json()["task_instance"]["task_id"],
+            r.json()["task_instance"]["execution_date"],
+        )
 
         async def scenario() -> tuple[dict, int]:
             nonlocal replacement
@@ -66,9 +74,14 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
 
             def end() -> None:
                 from datetime import datetime
+
                 with engine.begin() as conn:
-                    task_sql.set_state(conn, (ti[0], ti[1], datetime.fromisoformat(ti[2])), State.SUCCESS,
-                                       from_states=list(State.SMART_WAITING))
+                    task_sql.set_state(
+                        conn,
+                        (ti[0], ti[1], datetime.fromisoformat(ti[2])),
+                        State.SUCCESS,
+                        from_states=list(State.SMART_WAITING),
+                    )
                     signal_sql.notify_ended(conn)
 
             await asyncio.to_thread(end)

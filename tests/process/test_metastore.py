@@ -20,8 +20,7 @@ from typing import Iterator
 import pytest
 
 from smartsensor.adapters import metastore
-from smartsensor.adapters.metastore_process import free_port
-from smartsensor.adapters.metastore_process import port_answers
+from smartsensor.adapters.metastore_process import free_port, port_answers
 from smartsensor.config import Config
 from tests.support.common import ROOT
 from tests.support.metastore_service import service_cfg, service_fixture, spark_env  # noqa: F401 - fixture
@@ -87,8 +86,9 @@ class Procs:
         self.started: list[subprocess.Popen[str]] = []
 
     def spawn(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         self.started.append(proc)
         return proc
 
@@ -121,6 +121,7 @@ def procs() -> Iterator[Procs]:
 
 
 # -- lifecycle -------------------------------------------------------------------------------------
+
 
 def test_start_runs_service_and_is_idempotent(service: Config) -> None:
     st = metastore.status(service)
@@ -170,6 +171,7 @@ def test_stale_pid_file_means_not_running(tmp_path: Path) -> None:
 
 # -- errors ----------------------------------------------------------------------------------------
 
+
 def test_port_taken_is_a_clear_error(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -199,6 +201,7 @@ def test_jvm_dying_at_startup_reports_the_log_tail(tmp_path: Path) -> None:
 
 # -- several Spark processes on one catalog --------------------------------------------------------
 
+
 def test_two_spark_processes_share_the_catalog(service: Config, procs: Procs, tmp_path: Path) -> None:
     db = f"t_{uuid.uuid4().hex[:10]}"
     reader_done = tmp_path / "reader-done"
@@ -215,12 +218,29 @@ def test_two_spark_processes_share_the_catalog(service: Config, procs: Procs, tm
 def test_pipeline_lands_partitions_and_success_file(service: Config, procs: Procs) -> None:
     db = f"t_{uuid.uuid4().hex[:10]}"
     env = spark_env(service)
-    pipeline = procs.spawn([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", f"{db}.events",
-                            "--ds", DS, "--hours", "0-1", "--every", "0", "--rows", "3"], env)
+    pipeline = procs.spawn(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "pipeline.py"),
+            "--table",
+            f"{db}.events",
+            "--ds",
+            DS,
+            "--hours",
+            "0-1",
+            "--every",
+            "0",
+            "--rows",
+            "3",
+        ],
+        env,
+    )
     out, _ = finish(pipeline)
     lines = out.splitlines()
     assert [line for line in lines if line.startswith("landed ")] == [
-        f"landed {db}.events/ds={DS}/hr=00", f"landed {db}.events/ds={DS}/hr=01"]
+        f"landed {db}.events/ds={DS}/hr=00",
+        f"landed {db}.events/ds={DS}/hr=01",
+    ]
     success = [line.split(" ", 1)[1] for line in lines if line.startswith("success-file ")]
     expected = Path(service.get("spark", "warehouse_dir")) / f"{db}.db" / "events" / f"ds={DS}" / "_SUCCESS"
     assert success == [f"file:{expected}"]

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.adapters.sql import tasks as task_sql
+
 from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.service.registration import register
 from tests.support.common import DAY, ROOT, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env
@@ -23,27 +23,61 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
     home = tmp_path / "home"
     port = free_port()
     db_url = f"sqlite:///{tmp_path}/meta.db"
-    overrides = {"metastore__port": str(port), "spark__metastore_uris": f"thrift://127.0.0.1:{port}",
-                 "spark__warehouse_dir": str(home / "warehouse")}
+    overrides = {
+        "metastore__port": str(port),
+        "spark__metastore_uris": f"thrift://127.0.0.1:{port}",
+        "spark__warehouse_dir": str(home / "warehouse"),
+    }
     cfg, engine = new_db(home, db_url, **overrides)
-    register(engine, [(f"d{i}", NamedHivePartitionSensor(task_id="w", partition_names=["demo.t/ds=2026-11-22/hr=00"],
-                                                         poke_interval=1, timeout=600)) for i in range(5)], DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                f"d{i}",
+                NamedHivePartitionSensor(
+                    task_id="w", partition_names=["demo.t/ds=2026-11-22/hr=00"], poke_interval=1, timeout=600
+                ),
+            )
+            for i in range(5)
+        ],
+        DAY,
+        cfg,
+    )
     env = cli_env(home, db_url, **override_env(overrides))
     worker = None
     try:  # everything that starts a process is inside: a timeout anywhere still stops them
         metastore.start(cfg, die_with_parent=True)
         worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "1", "--json"], env)
-        worker.wait_round(lambda r: r["loaded"] == 5 and r["catalog_calls"] == 1 and not r["transient_errors"],
-                          timeout=120)
+        worker.wait_round(
+            lambda r: r["loaded"] == 5 and r["catalog_calls"] == 1 and not r["transient_errors"], timeout=120
+        )
         assert metastore.stop(cfg)
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         with engine.connect() as conn:
             assert {r["state"] for r in task_sql.list_tasks(conn)} == {"smart_running"}
         metastore.start(cfg, die_with_parent=True)
-        land = subprocess.run([sys.executable, str(ROOT / "scripts" / "pipeline.py"), "--table", "demo.t", "--ds",
-                               "2026-11-22", "--hours", "0-0", "--every", "0", "--rows", "1", "--no-success-file"],
-                              env=env, capture_output=True, text=True, timeout=180)
+        land = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "pipeline.py"),
+                "--table",
+                "demo.t",
+                "--ds",
+                "2026-11-22",
+                "--hours",
+                "0-0",
+                "--every",
+                "0",
+                "--rows",
+                "1",
+                "--no-success-file",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert land.returncode == 0, land.stderr
         worker.wait_round(lambda r: r["marked"].get("success") == 5, timeout=120)
     finally:

@@ -18,8 +18,8 @@ from smartsensor.adapters.sql.engine import make_engine
 from tests.support.common import lease_owners, wait_until
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
-
 # -- a sensor module missing on one host -----------------------------------------------------
+
 
 def worker_once(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """`db init`, then one `worker --once` over every shard, on a fresh SQLite DB with ``env`` set."""
@@ -41,6 +41,7 @@ def test_worker_warns_about_enabled_classes_nobody_defines(tmp_path: Path) -> No
 
 # -- the CLI: dates, DAG files, options ------------------------------------------------------
 
+
 def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return run_cli(list(args), cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/c.db", **env))
 
@@ -48,15 +49,23 @@ def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
 @pytest.fixture
 def dag_file(tmp_path: Path) -> Path:
     path = tmp_path / "dags.py"
-    path.write_text("from smartsensor.sensors import SuccessFileSensor\nwait = SuccessFileSensor(task_id='w', path='/d/_SUCCESS')\n")
+    path.write_text(
+        "from smartsensor.sensors import SuccessFileSensor\nwait = SuccessFileSensor(task_id='w', path='/d/_SUCCESS')\n"
+    )
     assert cli(tmp_path, "db", "init").returncode == 0
     return path
 
 
-@pytest.mark.parametrize("date,message", [
-    ("2026-11-22T05:00:00", "is not YYYY-MM-DD"), ("0001-01-01", "between 1900-01-01 and 2999-12-31"),
-    ("9999-12-31", "between 1900-01-01 and 2999-12-31"), ("2026-02-30", "not a real day"), ("22/11/2026", "YYYY-MM-DD"),
-])
+@pytest.mark.parametrize(
+    "date,message",
+    [
+        ("2026-11-22T05:00:00", "is not YYYY-MM-DD"),
+        ("0001-01-01", "between 1900-01-01 and 2999-12-31"),
+        ("9999-12-31", "between 1900-01-01 and 2999-12-31"),
+        ("2026-02-30", "not a real day"),
+        ("22/11/2026", "YYYY-MM-DD"),
+    ],
+)
 def test_submit_accepts_exactly_a_day(tmp_path: Path, dag_file: Path, date: str, message: str) -> None:
     proc = cli(tmp_path, "submit", str(dag_file), "-d", date)
     assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
@@ -64,15 +73,20 @@ def test_submit_accepts_exactly_a_day(tmp_path: Path, dag_file: Path, date: str,
     assert json.loads(cli(tmp_path, "tasks", "--json").stdout) == []
 
 
-@pytest.mark.parametrize("body,said", [
-    ("import sys\nsys.exit(0)\n", "called sys.exit(0)"),
-    ("import sys\nsys.exit('bye')\n", "called sys.exit('bye')"),
-    ("import os\nos._exit(0)\n", "called os._exit(0)"),
-    ("raise KeyboardInterrupt\n", "raised KeyboardInterrupt"),
-    ("def f():\n    return f()\nf()\n", "RecursionError"),
-    ("from smartsensor.sensors import SuccessFileSensor\nDAG_ID = ['a']\nw = SuccessFileSensor(task_id='w', path='/x')\n",
-     "DAG_ID must be a string"),
-])
+@pytest.mark.parametrize(
+    "body,said",
+    [
+        ("import sys\nsys.exit(0)\n", "called sys.exit(0)"),
+        ("import sys\nsys.exit('bye')\n", "called sys.exit('bye')"),
+        ("import os\nos._exit(0)\n", "called os._exit(0)"),
+        ("raise KeyboardInterrupt\n", "raised KeyboardInterrupt"),
+        ("def f():\n    return f()\nf()\n", "RecursionError"),
+        (
+            "from smartsensor.sensors import SuccessFileSensor\nDAG_ID = ['a']\nw = SuccessFileSensor(task_id='w', path='/x')\n",
+            "DAG_ID must be a string",
+        ),
+    ],
+)
 def test_a_dag_file_that_exits_or_interrupts_is_reported(tmp_path: Path, dag_file: Path, body: str, said: str) -> None:
     bad = tmp_path / "leaving.py"
     bad.write_text(body)
@@ -81,11 +95,16 @@ def test_a_dag_file_that_exits_or_interrupts_is_reported(tmp_path: Path, dag_fil
     assert said in proc.stderr and "leaving.py" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["worker", "--interval", "nan"], "not a finite number"), (["worker", "--interval", "-1"], "--interval"),
-    (["worker", "--metrics-port", "70000"], "--metrics-port"), (["workers", "-n", "0"], "-n"),
-    (["worker", "--interval", "inf"], "--interval"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["worker", "--interval", "nan"], "not a finite number"),
+        (["worker", "--interval", "-1"], "--interval"),
+        (["worker", "--metrics-port", "70000"], "--metrics-port"),
+        (["workers", "-n", "0"], "-n"),
+        (["worker", "--interval", "inf"], "--interval"),
+    ],
+)
 def test_cli_numeric_options_are_validated(tmp_path: Path, args: list[str], message: str) -> None:
     proc = cli(tmp_path, *args)
     assert proc.returncode == 2 and message in proc.stderr
@@ -96,10 +115,20 @@ def test_worker_once_that_claims_nothing_says_so(tmp_path: Path, dag_file: Path)
     later = datetime.utcnow() + timedelta(hours=1)
     with engine.begin() as conn:  # a live fleet holds every range
         for lo, hi in ((0, 2000), (2000, 4000), (4000, 6000), (6000, 8000), (8000, 10000)):
-            conn.execute(text("INSERT INTO shard_lease (shard_min, shard_max, owner, epoch, expires_at) "
-                              "VALUES (:lo, :hi, 'other', 1, :t)"), {"lo": lo, "hi": hi, "t": later})
-        conn.execute(text("INSERT INTO worker (worker_id, hostname, pid, started_at, heartbeat_at) "
-                          "VALUES ('other', 'h', 1, :t, :t)"), {"t": later})
+            conn.execute(
+                text(
+                    "INSERT INTO shard_lease (shard_min, shard_max, owner, epoch, expires_at) "
+                    "VALUES (:lo, :hi, 'other', 1, :t)"
+                ),
+                {"lo": lo, "hi": hi, "t": later},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO worker (worker_id, hostname, pid, started_at, heartbeat_at) "
+                "VALUES ('other', 'h', 1, :t, :t)"
+            ),
+            {"t": later},
+        )
     engine.dispose()
     proc = cli(tmp_path, "worker", "--once")
     assert proc.returncode == 4 and "claimed no shard range" in proc.stderr
@@ -133,13 +162,14 @@ def test_a_host_and_a_database_at_different_schema_revisions_are_told_apart(tmp_
     engine.dispose()
 
 
-
 # -- a clean stop is clean, also when a supervisor is killed outright ---------------------------
+
 
 @pytest.mark.slow
 def test_a_worker_stopped_twice_stops_cleanly(tmp_path: Path) -> None:
     import signal
     import time
+
     env = cli_env(tmp_path / "home", f"sqlite:///{tmp_path}/w.db")
     run_cli(["db", "init"], env, check=True)
     worker = CliProcess(["worker", "--json", "--interval", "0.2"], env)
@@ -162,6 +192,7 @@ def test_a_worker_stopped_twice_stops_cleanly(tmp_path: Path) -> None:
 def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(tmp_path: Path) -> None:
     import os
     import signal
+
     db_url = f"sqlite:///{tmp_path}/w.db"
     env = cli_env(tmp_path / "home", db_url)
     run_cli(["db", "init"], env, check=True)
@@ -174,6 +205,7 @@ def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(t
 
         def owners() -> set[Any]:
             return set(lease_owners(engine).values())
+
         wait_until(lambda: bool(owners() - {None}), timeout=120)  # the worker holds leases
         os.kill(sup.proc.pid, signal.SIGKILL)
 
@@ -183,11 +215,14 @@ def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(t
             except ProcessLookupError:
                 return True
             return Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
         try:
             wait_until(gone, timeout=120)
         except AssertionError:
-            raise AssertionError(f"worker {child} still running 120 s after its supervisor was killed; leases "
-                                 f"{owners()}; supervisor stderr: {sup.stderr_tail()}") from None
+            raise AssertionError(
+                f"worker {child} still running 120 s after its supervisor was killed; leases "
+                f"{owners()}; supervisor stderr: {sup.stderr_tail()}"
+            ) from None
         assert owners() == {None}  # it stopped cleanly: every lease released at once
         engine.dispose()
     finally:

@@ -86,8 +86,12 @@ def _send_chunked(port: int, path: str, token: str, total: int, chunk: int = 1 <
     """POST a chunked body of up to ``total`` bytes, stopping once the server answers or stops reading. Returns
     (bytes written to the socket, the answer's head)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-                  f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ).encode()
+    )
     sock.setblocking(False)
     frame = f"{chunk:x}\r\n".encode() + b"[" + b" " * (chunk - 1) + b"\r\n"
     sent, answer, pending, deadline = 0, b"", b"", time.monotonic() + 120

@@ -26,8 +26,10 @@ from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 
-OVERRIDES = {"smart_sensor__shards": "4",
-             "smart_sensor__lease_timeout": "3600"}  # the worker's heartbeat stays fresh however slow the test
+OVERRIDES = {
+    "smart_sensor__shards": "4",
+    "smart_sensor__lease_timeout": "3600",
+}  # the worker's heartbeat stays fresh however slow the test
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WINDOW = (1400, 1800)
 
@@ -36,16 +38,30 @@ def chromium() -> str:
     """Debian's chromium, which scripts/test.sh installs (ensure_chromium): missing is a failure, not a skip."""
     found = shutil.which("chromium")
     if found is None:
-        pytest.fail("Debian's `chromium` is not installed, and this test renders the status page with it: run "
-                    "`apt-get install -y chromium` (scripts/test.sh tries to, see ensure_chromium in scripts/env.sh)")
+        pytest.fail(
+            "Debian's `chromium` is not installed, and this test renders the status page with it: run "
+            "`apt-get install -y chromium` (scripts/test.sh tries to, see ensure_chromium in scripts/env.sh)"
+        )
     return found
 
 
 def headless(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
     """Chromium headless on its own throwaway profile; fails showing its stderr unless it exits 0."""
-    proc = subprocess.run([chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-                           "--no-first-run", "--disable-extensions", *args],
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            chromium(),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={profile}",
+            "--no-first-run",
+            "--disable-extensions",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, f"chromium {args} exited {proc.returncode}: {proc.stderr[-2000:]}"
     return proc
 
@@ -89,7 +105,10 @@ def test_chromium_renders_the_page_with_the_numbers_of_status_json(tmp_path: Pat
         assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR"
         assert struct.unpack(">II", data[16:24]) == WINDOW
         assert len(data) > 30_000, f"a {len(data)}-byte screenshot: the page hardly rendered"
-        kept = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"smartsensor-status-page-{engine.dialect.name}.png"
+        kept = (
+            Path(os.environ.get("TMPDIR") or tempfile.gettempdir())
+            / f"smartsensor-status-page-{engine.dialect.name}.png"
+        )
         shutil.copyfile(shot, kept)
         print(f"\nstatus page screenshot: {kept}")
     finally:

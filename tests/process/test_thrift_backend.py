@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor
 
 from smartsensor.adapters.sql.engine import init_db, make_engine
-from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor
 from smartsensor.config import Config
 from smartsensor.service.registration import register
 from tests.support.catalog_cases import DB, SETUP
@@ -32,10 +32,12 @@ for sql in SETUP:
 """
 
 # The CLI in a process that reports, as it exits, whether pyspark was ever imported.
-CLI = ("import atexit, sys\n"
-       "atexit.register(lambda: print('PYSPARK_IMPORTED=%s' % ('pyspark' in sys.modules), file=sys.stderr))\n"
-       "from smartsensor.cli import main\n"
-       "main()\n")
+CLI = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('PYSPARK_IMPORTED=%s' % ('pyspark' in sys.modules), file=sys.stderr))\n"
+    "from smartsensor.cli import main\n"
+    "main()\n"
+)
 
 
 def descendants(pid: int) -> list[tuple[int, str]]:
@@ -55,8 +57,9 @@ def descendants(pid: int) -> list[tuple[int, str]]:
 
 def test_worker_on_thrift_backend_starts_no_jvm(service: Config, tmp_path: Path) -> None:
     assert SETUP  # tables, partitions (typed int/date, escaped values) landed through Spark, elsewhere
-    land = subprocess.run([sys.executable, "-c", LAND], env=spark_env(service), cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    land = subprocess.run(
+        [sys.executable, "-c", LAND], env=spark_env(service), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert land.returncode == 0, land.stderr[-3000:]
 
     home, db_url = tmp_path / "home", f"sqlite:///{tmp_path}/w.db"
@@ -76,12 +79,21 @@ def test_worker_on_thrift_backend_starts_no_jvm(service: Config, tmp_path: Path)
     register(engine, [(f"dag_{s.task_id}", s) for s in sensors], DAY, cfg)
     engine.dispose()
 
-    env = cli_env(home, db_url, SMARTSENSOR__SPARK__METASTORE_URIS=uris,
-                  SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND="thrift", PYTHONPATH=str(ROOT))
+    env = cli_env(
+        home,
+        db_url,
+        SMARTSENSOR__SPARK__METASTORE_URIS=uris,
+        SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND="thrift",
+        PYTHONPATH=str(ROOT),
+    )
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "worker", "--once", "--json", "--shard-min", "0",
-                             "--shard-max", "10000"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, "worker", "--once", "--json", "--shard-min", "0", "--shard-max", "10000"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen: set[str] = set()
     while proc.poll() is None:
         seen.update(comm for _, comm in descendants(proc.pid))

@@ -18,12 +18,16 @@ pytestmark = pytest.mark.spark
 def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
     """`worker --once --json` in its own process, with a SuccessFileSensor (file system, no metastore)."""
     from smartsensor.sensors import SuccessFileSensor
+
     cfg, engine = new_db(tmp_path / "home", db_url)
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flag))) for i in range(4)], DAY, cfg)
-    out = run_cli(["worker", "--shard-min", "0", "--shard-max", "10000", "--once", "--json"],
-                  cli_env(tmp_path / "home", db_url), timeout=180)
+    out = run_cli(
+        ["worker", "--shard-min", "0", "--shard-max", "10000", "--once", "--json"],
+        cli_env(tmp_path / "home", db_url),
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout.strip().splitlines()[-1])
     for key in ("loaded", "distinct_hashes", "groups_poked", "catalog_calls", "db_statements", "marked", "seconds"):

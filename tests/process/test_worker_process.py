@@ -10,10 +10,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from smartsensor.sensors import SuccessFileSensor
-from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
+
 from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
 from smartsensor.service.registration import register
 from tests.support.common import DAY, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
@@ -25,8 +25,12 @@ def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) 
     home = tmp_path / "home"
     cfg, engine = new_db(home, db_url)
     paths = [tmp_path / f"p{i}" / "_SUCCESS" for i in range(4)]
-    register(engine, [(f"dag{i}", SuccessFileSensor(task_id="s", path=str(paths[i % 4]), poke_interval=0.5))
-                      for i in range(20)], DAY, cfg)
+    register(
+        engine,
+        [(f"dag{i}", SuccessFileSensor(task_id="s", path=str(paths[i % 4]), poke_interval=0.5)) for i in range(20)],
+        DAY,
+        cfg,
+    )
     env = cli_env(home, db_url)
     args = ["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "0.5", "--json"]
     first = CliProcess(args, env)
@@ -60,15 +64,20 @@ def test_worker_once_keeps_its_leases_through_a_round_longer_than_lease_timeout(
     """issue 22, defect 3: `worker --once` did not heartbeat during its round, so a round longer than
     lease_timeout (a Spark start is enough) lost its lease, marked nothing and exited 4, alone."""
     from tests.support.custom_sensors import SlowSensor
-    overrides = {"smart_sensor__sensor_modules": "tests.support.custom_sensors",
-                 "smart_sensor__sensors_enabled": "SlowSensor", "smart_sensor__lease_timeout": "1",
-                 "smart_sensor__heartbeat_interval": "0.2"}
+
+    overrides = {
+        "smart_sensor__sensor_modules": "tests.support.custom_sensors",
+        "smart_sensor__sensors_enabled": "SlowSensor",
+        "smart_sensor__lease_timeout": "1",
+        "smart_sensor__heartbeat_interval": "0.2",
+    }
     cfg, engine = new_db(tmp_path / "home", db_url, **overrides)
     register(engine, [("d", SlowSensor(task_id="slow", seconds=4))], DAY, cfg)  # 4 lease_timeouts long
     with engine.connect() as conn:
         assert task_sql.get_task(conn, "d", "slow", DAY)["state"] == "smart_pending"
-    out = run_cli(["worker", "--once", "--json"], cli_env(tmp_path / "home", db_url, **override_env(overrides)),
-                  timeout=120)
+    out = run_cli(
+        ["worker", "--once", "--json"], cli_env(tmp_path / "home", db_url, **override_env(overrides)), timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert [json.loads(line)["marked"] for line in out.stdout.splitlines() if line.startswith("{")] == [{"success": 1}]
     with engine.connect() as conn:
@@ -109,12 +118,32 @@ def test_pinned_supervisor_splits_the_ranges(tmp_path: Path) -> None:
 def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     home = tmp_path / "home"
     cfg, engine = new_db(home, db_url)
-    register(engine, [(f"dag{i}", SuccessFileSensor(task_id="s", path=f"/nonexistent/{i % 3}", poke_interval=300))
-                      for i in range(9)], DAY, cfg)
+    register(
+        engine,
+        [
+            (f"dag{i}", SuccessFileSensor(task_id="s", path=f"/nonexistent/{i % 3}", poke_interval=300))
+            for i in range(9)
+        ],
+        DAY,
+        cfg,
+    )
     env = cli_env(home, db_url)
     port = free_port()
-    worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "0.5", "--json",
-                         "--metrics-port", str(port)], env)
+    worker = CliProcess(
+        [
+            "worker",
+            "--shard-min",
+            "0",
+            "--shard-max",
+            "10000",
+            "--interval",
+            "0.5",
+            "--json",
+            "--metrics-port",
+            str(port),
+        ],
+        env,
+    )
     try:
         worker.wait_round(lambda r: r["loaded"] == 9)
         worker.wait_round(lambda r: r["loaded"] == 9 and r["groups_poked"] == 0)
@@ -132,8 +161,6 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     finally:
         worker.stop()
     engine.dispose()
-
-
 
 
 def test_worker_whose_spark_jvm_died_is_restarted_and_loses_nothing(tmp_path: Path) -> None:

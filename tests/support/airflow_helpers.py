@@ -21,11 +21,19 @@ def airflow_venvs() -> list[Any]:
     them, as the PostgreSQL cases are; a named venv that is missing is an error."""
     named = os.environ.get("SMARTSENSOR_AIRFLOW_VENVS", "").split()
     if not named:
-        return [pytest.param(None, id="no-airflow", marks=pytest.mark.skip(
-            reason="the Airflow venvs are built by ./scripts/test.sh (e.g. ./scripts/test.sh -m airflow)"))]
+        return [
+            pytest.param(
+                None,
+                id="no-airflow",
+                marks=pytest.mark.skip(
+                    reason="the Airflow venvs are built by ./scripts/test.sh (e.g. ./scripts/test.sh -m airflow)"
+                ),
+            )
+        ]
     venvs = [Path(v) for v in named]
     missing = [str(v) for v in venvs if not (v / "bin" / "airflow").exists()]
     if missing:
-        raise RuntimeError(f"SMARTSENSOR_AIRFLOW_VENVS names Airflow venvs that do not exist: {missing}; "
-                           f"./scripts/test.sh builds them")
+        raise RuntimeError(
+            f"SMARTSENSOR_AIRFLOW_VENVS names Airflow venvs that do not exist: {missing}; ./scripts/test.sh builds them"
+        )
     return venvs

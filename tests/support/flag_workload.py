@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from smartsensor.sensors import SuccessFileSensor
+
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.service.registration import register
@@ -44,8 +45,10 @@ class FlagWorkload:
 
     def wait_taken_over(self, owner: str, timeout: float) -> None:
         """Until every range has an owner and none is ``owner``."""
-        wait_until(lambda: owner not in self.lease_owners().values() and None not in self.lease_owners().values(),
-                   timeout=timeout)
+        wait_until(
+            lambda: owner not in self.lease_owners().values() and None not in self.lease_owners().values(),
+            timeout=timeout,
+        )
 
 
 def flag_workload(tmp_path: Path, db_url: str, n: int, timeout: float = 900) -> FlagWorkload:
@@ -53,6 +56,13 @@ def flag_workload(tmp_path: Path, db_url: str, n: int, timeout: float = 900) -> 
     home = tmp_path / "home"
     cfg, engine = new_db(home, db_url, **LEASE)
     flags = [tmp_path / "flags" / f"f{i}" / "_SUCCESS" for i in range(n)]
-    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=0.5,
-                                                  timeout=timeout)) for i in range(n)], DAY, cfg)
+    register(
+        engine,
+        [
+            (f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=0.5, timeout=timeout))
+            for i in range(n)
+        ],
+        DAY,
+        cfg,
+    )
     return FlagWorkload(cfg, engine, cli_env(home, db_url, **LEASE_ENV), flags)

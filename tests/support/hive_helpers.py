@@ -9,8 +9,10 @@ from smartsensor.sensors.partitions import quote_identifier, sql_string_literal
 
 def create_table(spark: Any, db: str, table: str, keys: tuple[str, ...] = ("ds", "hr")) -> None:
     cols = ", ".join(f"{quote_identifier(k)} STRING" for k in keys)
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {quote_identifier(db)}.{quote_identifier(table)} (x INT) "
-              f"PARTITIONED BY ({cols}) STORED AS PARQUET")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {quote_identifier(db)}.{quote_identifier(table)} (x INT) "
+        f"PARTITIONED BY ({cols}) STORED AS PARQUET"
+    )
 
 
 def land(spark: Any, db: str, table: str, **spec: str) -> None:

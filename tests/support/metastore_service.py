@@ -16,18 +16,23 @@ from tests.support.common import ROOT, make_cfg
 
 
 def service_cfg(home: Path, port: int, **overrides: str) -> Config:
-    return make_cfg(home, "sqlite://", metastore__port=str(port),
-                    spark__metastore_uris=f"thrift://127.0.0.1:{port}", **overrides)
+    return make_cfg(
+        home, "sqlite://", metastore__port=str(port), spark__metastore_uris=f"thrift://127.0.0.1:{port}", **overrides
+    )
 
 
 def spark_env(cfg: Config) -> dict[str, str]:
     """Environment of a Spark subprocess: same home, metastore URI and warehouse as the service."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR__")}
     env.pop("SMARTSENSOR_CONFIG", None)
-    env.update(SMARTSENSOR_HOME=str(cfg.home), SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT),
-               SMARTSENSOR__SPARK__METASTORE_URIS=cfg.get("spark", "metastore_uris"),
-               SMARTSENSOR__SPARK__WAREHOUSE_DIR=cfg.get("spark", "warehouse_dir"),
-               SMARTSENSOR__SPARK__CONF="spark.driver.memory=512m")
+    env.update(
+        SMARTSENSOR_HOME=str(cfg.home),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYTHONPATH=str(ROOT),
+        SMARTSENSOR__SPARK__METASTORE_URIS=cfg.get("spark", "metastore_uris"),
+        SMARTSENSOR__SPARK__WAREHOUSE_DIR=cfg.get("spark", "warehouse_dir"),
+        SMARTSENSOR__SPARK__CONF="spark.driver.memory=512m",
+    )
     return env
 
 

@@ -24,7 +24,22 @@ def source_copy(tmp_path: Path) -> Path:
 def build_wheel(tmp_path: Path) -> Path:
     """Build smartsensor's wheel (no dependencies, no build isolation) into ``tmp_path/dist``; returns its path."""
     src = source_copy(tmp_path)
-    subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", "wheel", "--no-deps",
-                    "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "-q",
+            "--disable-pip-version-check",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return next((tmp_path / "dist").glob("smartsensor-*.whl"))

@@ -19,12 +19,17 @@ from tests.support.common import DAY, named
 
 def populate_page_db(cfg: Any, engine: Any) -> datetime:
     """Tasks in several states (one stranded), two leases (one expired), a worker and its failed last round."""
-    register(engine, [(f"d{i}", named(f"w{j}", f"db{i % 2}.t{j}/ds={{{{ ds }}}}")) for i in range(6) for j in range(3)],
-             DAY, cfg)
+    register(
+        engine,
+        [(f"d{i}", named(f"w{j}", f"db{i % 2}.t{j}/ds={{{{ ds }}}}")) for i in range(6) for j in range(3)],
+        DAY,
+        cfg,
+    )
     now = datetime.utcnow()
     with engine.begin() as conn:
-        conn.execute(text("UPDATE task_instance SET state = 'success', end_date = :e WHERE dag_id IN ('d0', 'd1')"),
-                     {"e": now})
+        conn.execute(
+            text("UPDATE task_instance SET state = 'success', end_date = :e WHERE dag_id IN ('d0', 'd1')"), {"e": now}
+        )
         conn.execute(text("UPDATE task_instance SET state = 'failed' WHERE dag_id = 'd2' AND task_id = 'w0'"))
         conn.execute(text("UPDATE task_instance SET state = 'scheduled' WHERE dag_id = 'd2' AND task_id = 'w1'"))
         conn.execute(text("UPDATE task_instance SET shardcode = 99999 WHERE dag_id = 'd3' AND task_id = 'w0'"))
@@ -32,8 +37,17 @@ def populate_page_db(cfg: Any, engine: Any) -> datetime:
         lease_sql.claim_lease(conn, 0, 0, "host-a:1:aa", now, now + timedelta(hours=1))
         lease_sql.claim_lease(conn, 5000, 0, "host-b:2:bb", now - timedelta(minutes=5), now - timedelta(minutes=1))
         lease_sql.upsert_worker(conn, "host-a:1:aa", "host-a", 1, now, now)
-        status_sql.record_round(conn, "host-a:1:aa", "host-a", 1, 0, 2500, now, 0.25,
-                                json.dumps({"loaded": 5, "error": "metastore unreachable"}))
+        status_sql.record_round(
+            conn,
+            "host-a:1:aa",
+            "host-a",
+            1,
+            0,
+            2500,
+            now,
+            0.25,
+            json.dumps({"loaded": 5, "error": "metastore unreachable"}),
+        )
     return now
 
 
@@ -60,17 +74,46 @@ def page_numbers(html: str) -> dict[str, Any]:
     metrics = {e["data-metric"]: json.loads(e["data-value"]) for e in elements if "data-metric" in e}
     return {
         "metrics": metrics,
-        "shards": [{"min": int(e["data-shard"]), "max": int(e["data-shard-max"]), "waiting": int(e["data-waiting"]),
-                    "distinct_hashes": int(e["data-distinct"])} for e in elements if "data-shard" in e],
-        "leases": [{"shard_min": int(e["data-lease"]), "shard_max": int(e["data-lease-max"]),
-                    "owner": e["data-owner"] or None, "epoch": int(e["data-epoch"]),
-                    "expired": json.loads(e["data-expired"])} for e in elements if "data-lease" in e],
-        "workers": [{"worker_id": e["data-worker"], "shard_min": int(e["data-shard-min"]),
-                     "shard_max": int(e["data-shard-max"]),
-                     "last_round_seconds": json.loads(e["data-last-round-seconds"])}
-                    for e in elements if "data-worker" in e],
-        "lease_workers": [{"worker_id": e["data-live-worker"], "stale": json.loads(e["data-stale"]),
-                           "ranges": json.loads(e["data-ranges"])} for e in elements if "data-live-worker" in e],
+        "shards": [
+            {
+                "min": int(e["data-shard"]),
+                "max": int(e["data-shard-max"]),
+                "waiting": int(e["data-waiting"]),
+                "distinct_hashes": int(e["data-distinct"]),
+            }
+            for e in elements
+            if "data-shard" in e
+        ],
+        "leases": [
+            {
+                "shard_min": int(e["data-lease"]),
+                "shard_max": int(e["data-lease-max"]),
+                "owner": e["data-owner"] or None,
+                "epoch": int(e["data-epoch"]),
+                "expired": json.loads(e["data-expired"]),
+            }
+            for e in elements
+            if "data-lease" in e
+        ],
+        "workers": [
+            {
+                "worker_id": e["data-worker"],
+                "shard_min": int(e["data-shard-min"]),
+                "shard_max": int(e["data-shard-max"]),
+                "last_round_seconds": json.loads(e["data-last-round-seconds"]),
+            }
+            for e in elements
+            if "data-worker" in e
+        ],
+        "lease_workers": [
+            {
+                "worker_id": e["data-live-worker"],
+                "stale": json.loads(e["data-stale"]),
+                "ranges": json.loads(e["data-ranges"]),
+            }
+            for e in elements
+            if "data-live-worker" in e
+        ],
         "problems": sum(1 for e in elements if "data-problem" in e),
         "zombies": sum(1 for e in elements if "data-zombie" in e),
     }
@@ -84,10 +127,12 @@ def status_numbers(status: dict[str, Any]) -> dict[str, Any]:
     return {
         "metrics": metrics,
         "shards": status["shards"],
-        "leases": [{k: lease[k] for k in ("shard_min", "shard_max", "owner", "epoch", "expired")}
-                   for lease in status["leases"]],
-        "workers": [{k: w[k] for k in ("worker_id", "shard_min", "shard_max", "last_round_seconds")}
-                    for w in status["workers"]],
+        "leases": [
+            {k: lease[k] for k in ("shard_min", "shard_max", "owner", "epoch", "expired")} for lease in status["leases"]
+        ],
+        "workers": [
+            {k: w[k] for k in ("worker_id", "shard_min", "shard_max", "last_round_seconds")} for w in status["workers"]
+        ],
         "lease_workers": [{k: w[k] for k in ("worker_id", "stale", "ranges")} for w in status["lease_workers"]],
         "problems": len(status["problems"]),
         "zombies": len(status["zombies"]),
@@ -103,8 +148,11 @@ def external_references(html: str) -> list[str]:
     elements, tags = _elements(html)
     found = [f"<{t}>" for t in tags if t in ("script", "link", "iframe", "object", "embed", "img")]
     for e in elements:
-        found += [f"{k}={v}" for k, v in e.items() if k in ("src", "href", "action", "xlink:href", "srcset")
-                  and EXTERNAL.match(v.strip())]
+        found += [
+            f"{k}={v}"
+            for k, v in e.items()
+            if k in ("src", "href", "action", "xlink:href", "srcset") and EXTERNAL.match(v.strip())
+        ]
     found += re.findall(r"url\(\s*['\"]?(?:https?:)?//[^)]*\)|@import[^;]*", html, re.IGNORECASE)
     found += re.findall(r"https?://\S{0,40}", html, re.IGNORECASE)
     return found

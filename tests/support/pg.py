@@ -30,7 +30,9 @@ def drop_pg_database(name: str) -> None:
 
 
 # Without ./scripts/test.sh (plain `pytest`) there is no throwaway PostgreSQL server: its cases are skipped.
-needs_test_pg = pytest.mark.skipif(not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ,
-                                   reason="needs the throwaway PostgreSQL of ./scripts/test.sh")
+needs_test_pg = pytest.mark.skipif(
+    not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ,
+    reason="needs the throwaway PostgreSQL of ./scripts/test.sh",
+)
 # For tests of a Postgres-only mechanism (row locks, session settings): db_url on Postgres alone.
 postgres_only = pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=needs_test_pg)], indirect=True)

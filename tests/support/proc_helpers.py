@@ -25,11 +25,13 @@ def cli_env(home: Path, db_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(args: list[str], env: dict[str, str], timeout: float = 120,
-            check: bool = False) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], env: dict[str, str], timeout: float = 120, check: bool = False
+) -> subprocess.CompletedProcess[str]:
     """``smartsensor *args`` run to its end; with ``check``, fail showing its output unless it exits 0."""
-    proc = subprocess.run([sys.executable, "-m", "smartsensor.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "smartsensor.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
     return proc
@@ -48,9 +50,15 @@ class CliProcess:
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         # pdeathsig: if the test process dies without teardown (SIGKILL, pytest-timeout's thread
         # method), the worker gets SIGTERM and stops cleanly; its Spark JVM exits when its stdin closes.
-        self.proc = subprocess.Popen([sys.executable, "-m", "smartsensor.cli", *args], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     errors="replace", preexec_fn=pdeathsig_preexec())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "smartsensor.cli", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            preexec_fn=pdeathsig_preexec(),
+        )
         self.lines: Queue[str] = Queue()
         self.seen: list[str] = []
         self.stderr_lines: deque[str] = deque(maxlen=self.STDERR_TAIL)
@@ -95,6 +103,7 @@ class CliProcess:
                 return predicate(json.loads(line))
             except json.JSONDecodeError:
                 return False
+
         return json.loads(self.wait_for(ok, timeout))
 
     def json_rounds(self) -> list[dict[str, Any]]:

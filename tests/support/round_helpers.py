@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable
 
+from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.ports import CheckAnswerer, RoundStore
-from smartsensor.adapters.catalog.batch import BatchChecker
-from smartsensor.service.round.worker import ShardWorker, run_round
 from smartsensor.service.round.report import RoundResult
+from smartsensor.service.round.worker import ShardWorker, run_round
 
 
 class RangeUnderTest:
@@ -32,8 +32,15 @@ class RangeUnderTest:
             setattr(self.worker, name, value)
 
 
-def spark_range(engine_or_store: Any, cfg: Any, spark: Any, lo: int = 0, hi: int | None = None,
-                clock: Callable[[], datetime] | None = None, **kw: Any) -> RangeUnderTest:
+def spark_range(
+    engine_or_store: Any,
+    cfg: Any,
+    spark: Any,
+    lo: int = 0,
+    hi: int | None = None,
+    clock: Callable[[], datetime] | None = None,
+    **kw: Any,
+) -> RangeUnderTest:
     """A range on the SQL store (or the given store) whose checks are answered by a BatchChecker on ``spark``."""
     store: RoundStore = engine_or_store if hasattr(engine_or_store, "load_range") else SqlRoundStore(engine_or_store)
     if clock is not None:

@@ -9,50 +9,85 @@ import sys
 from tests.support.common import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from airflow_demo_report import check_dag, figures  # noqa: E402
+from airflow_demo_report import check_dag, figures
 
 LANDED = {"demo.events/ds=2026-11-22/hr=00"}
 
 
 def row(task_id: str, names: list[str], soft_fail: bool = False, waited: int = 20) -> dict:
-    return {"dag_id": "d", "task_id": task_id, "operator": "NamedHivePartitionSensor", "hashcode": hash(tuple(names)),
-            "attr_dict": json.dumps({"partition_names": names}), "try_number": 1,
-            "exec_dict": json.dumps({"poke_interval": 5, "timeout": 30, "soft_fail": soft_fail}),
-            "execution_date": "2026-11-23T06:00:00", "start_date": "2026-11-23T06:00:00",
-            "end_date": f"2026-11-23T06:00:{waited:02d}"}
+    return {
+        "dag_id": "d",
+        "task_id": task_id,
+        "operator": "NamedHivePartitionSensor",
+        "hashcode": hash(tuple(names)),
+        "attr_dict": json.dumps({"partition_names": names}),
+        "try_number": 1,
+        "exec_dict": json.dumps({"poke_interval": 5, "timeout": 30, "soft_fail": soft_fail}),
+        "execution_date": "2026-11-23T06:00:00",
+        "start_date": "2026-11-23T06:00:00",
+        "end_date": f"2026-11-23T06:00:{waited:02d}",
+    }
 
 
 def task(task_id: str, operator: str, downstream: list[str]) -> dict:
-    return {"task_id": task_id, "operator_name": operator, "trigger_rule": "all_success",
-            "downstream_task_ids": downstream}
+    return {
+        "task_id": task_id,
+        "operator_name": operator,
+        "trigger_rule": "all_success",
+        "downstream_task_ids": downstream,
+    }
 
 
 def test_expected_states_follow_landings_timeouts_and_dependencies() -> None:
-    tasks = [task("ok", "NamedHivePartitionSensor", ["after_ok"]), task("after_ok", "EmptyOperator", ["last"]),
-             task("soft", "NamedHivePartitionSensor", ["after_soft"]), task("after_soft", "EmptyOperator", []),
-             task("hard", "NamedHivePartitionSensor", ["last"]), task("last", "_PythonDecoratedOperator", []),
-             task("lost", "HivePartitionSensor", [])]
-    rows = {("d", "ok"): row("ok", ["demo.events/ds=2026-11-22/hr=00"]),
-            ("d", "soft"): row("soft", ["demo.events/ds=2026-11-22/hr=01"], soft_fail=True),
-            ("d", "hard"): row("hard", ["demo.events/ds=2026-11-22/hr=01"])}
-    got = {"ok": "success", "after_ok": "success", "soft": "skipped", "after_soft": "skipped", "hard": "failed",
-           "last": "upstream_failed", "lost": "failed"}
+    tasks = [
+        task("ok", "NamedHivePartitionSensor", ["after_ok"]),
+        task("after_ok", "EmptyOperator", ["last"]),
+        task("soft", "NamedHivePartitionSensor", ["after_soft"]),
+        task("after_soft", "EmptyOperator", []),
+        task("hard", "NamedHivePartitionSensor", ["last"]),
+        task("last", "_PythonDecoratedOperator", []),
+        task("lost", "HivePartitionSensor", []),
+    ]
+    rows = {
+        ("d", "ok"): row("ok", ["demo.events/ds=2026-11-22/hr=00"]),
+        ("d", "soft"): row("soft", ["demo.events/ds=2026-11-22/hr=01"], soft_fail=True),
+        ("d", "hard"): row("hard", ["demo.events/ds=2026-11-22/hr=01"]),
+    }
+    got = {
+        "ok": "success",
+        "after_ok": "success",
+        "soft": "skipped",
+        "after_soft": "skipped",
+        "hard": "failed",
+        "last": "upstream_failed",
+        "lost": "failed",
+    }
     check = check_dag("d", tasks, got, rows, LANDED, set())
-    assert check.expected == {"ok": "success", "after_ok": "success", "soft": "skipped", "after_soft": "skipped",
-                              "hard": "failed", "last": "upstream_failed", "lost": "registered with smartsensor"}
+    assert check.expected == {
+        "ok": "success",
+        "after_ok": "success",
+        "soft": "skipped",
+        "after_soft": "skipped",
+        "hard": "failed",
+        "last": "upstream_failed",
+        "lost": "registered with smartsensor",
+    }
     assert check.sensors == 4
     assert check.mismatches() == ["d.lost: expected registered with smartsensor, Airflow says failed"]
     got["ok"] = "deferred"  # a run cut short: a task still waiting is no mismatch yet, an ended one still is
     cut_short = check_dag("d", tasks, got, rows, LANDED, set())
-    assert cut_short.mismatches(finished_only=True) == ["d.lost: expected registered with smartsensor, Airflow says "
-                                                        "failed"]
+    assert cut_short.mismatches(finished_only=True) == [
+        "d.lost: expected registered with smartsensor, Airflow says failed"
+    ]
     assert "d.ok: expected success, Airflow says deferred" in cut_short.mismatches()
 
 
 def test_figures_count_classic_pokes_and_per_trigger_polls_from_the_recorded_waits() -> None:
-    rows = [row("a", ["demo.events/ds=2026-11-22/hr=00"], waited=20),
-            row("b", ["demo.events/ds=2026-11-22/hr=00"], waited=20),
-            row("c", ["demo.events/ds=2026-11-22/hr=00", "demo.clicks/ds=2026-11-22/hr=00"], waited=9)]
+    rows = [
+        row("a", ["demo.events/ds=2026-11-22/hr=00"], waited=20),
+        row("b", ["demo.events/ds=2026-11-22/hr=00"], waited=20),
+        row("c", ["demo.events/ds=2026-11-22/hr=00", "demo.clicks/ds=2026-11-22/hr=00"], waited=9),
+    ]
     rounds = [{"catalog_calls": 2, "schema_calls": 1, "fs_calls": 0}, {"catalog_calls": 1, "schema_calls": 0}]
     f = figures(rows, rounds, states_requests=4)
     assert (f.registrations, f.distinct_checks, f.worker_rounds) == (3, 2, 2)

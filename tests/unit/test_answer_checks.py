@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import time
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from smartsensor.adapters.catalog.batch import answer_checks
+from hypothesis import given, settings, strategies as st
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.errors import PermanentCheckError
+
+from smartsensor.adapters.catalog.batch import answer_checks
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
 
 VALUES = st.sampled_from(["a", "b", "c", "a/b", "%", "é"])
@@ -26,9 +25,12 @@ def scan(listing: list[dict[str, str]], check: PartitionCheck) -> bool | type:
 
 
 @settings(max_examples=300, deadline=None)
-@given(listing=st.lists(PARTITION, max_size=12),
-       specs=st.lists(st.tuples(st.dictionaries(st.sampled_from(["ds", "hr"]), VALUES, max_size=2), st.booleans()),
-                      max_size=8))
+@given(
+    listing=st.lists(PARTITION, max_size=12),
+    specs=st.lists(
+        st.tuples(st.dictionaries(st.sampled_from(["ds", "hr"]), VALUES, max_size=2), st.booleans()), max_size=8
+    ),
+)
 def test_indexed_answers_equal_the_scan(listing: list[dict[str, str]], specs: list) -> None:
     checks = [PartitionCheck("db", "t", tuple(sorted(s.items())), exact) for s, exact in specs]
     answers = answer_checks("db", "t", listing, checks)

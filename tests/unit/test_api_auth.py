@@ -36,9 +36,20 @@ def test_a_token_file_that_gives_no_token_is_a_clear_error(tmp_path: Path, conte
         configured_token(cfg(tmp_path, api__token_file=str(secret)))
 
 
-@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True),
-                                            ("localhost", True), ("0.0.0.0", False), ("10.1.2.3", False),
-                                            ("::", False), ("example.com", False), ("", False)])
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.1.2.3", False),
+        ("::", False),
+        ("example.com", False),
+        ("", False),
+    ],
+)
 def test_loopback_addresses(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
@@ -50,16 +61,29 @@ def test_without_a_token_only_loopback_is_served_and_the_narrowing_is_said() -> 
     assert bind_host("0.0.0.0", "s3cret") == ("0.0.0.0", None)
 
 
-@pytest.mark.parametrize("header, ok", [("Bearer s3cret", True), ("bearer s3cret", True), ("Bearer  s3cret ", True),
-                                        ("Bearer s3cre", False), ("Bearer s3cret2", False), ("Basic s3cret", False),
-                                        ("s3cret", False), ("", False), (None, False), ("Bearer", False),
-                                        ("Bearer é\x00", False)])
+@pytest.mark.parametrize(
+    "header, ok",
+    [
+        ("Bearer s3cret", True),
+        ("bearer s3cret", True),
+        ("Bearer  s3cret ", True),
+        ("Bearer s3cre", False),
+        ("Bearer s3cret2", False),
+        ("Basic s3cret", False),
+        ("s3cret", False),
+        ("", False),
+        (None, False),
+        ("Bearer", False),
+        ("Bearer é\x00", False),
+    ],
+)
 def test_the_header_must_carry_exactly_the_token(header: str | None, ok: bool) -> None:
     assert token_matches(header, "s3cret") is ok
 
 
 def test_the_login_cookie_is_signed_expires_and_dies_with_the_token() -> None:
     from smartsensor.api.auth import SESSION_SECONDS, session_valid, session_value
+
     value = session_value("tok", now=1_000_000)
     assert "tok" not in value and session_valid(value, "tok", now=1_000_000 + 60)
     assert not session_valid(value, "tok", now=1_000_000 + SESSION_SECONDS + 1)  # expired

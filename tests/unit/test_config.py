@@ -24,8 +24,13 @@ def test_defaults_without_file(tmp_path: Path) -> None:
     assert cfg.sql_alchemy_conn == f"sqlite:///{tmp_path}/smartsensor.db"
     assert cfg.use_smart_sensor is True
     assert cfg.shard_code_upper_limit == 10000
-    assert cfg.shard_ranges == [ShardRange(0, 2000), ShardRange(2000, 4000), ShardRange(4000, 6000),
-                                ShardRange(6000, 8000), ShardRange(8000, 10000)]
+    assert cfg.shard_ranges == [
+        ShardRange(0, 2000),
+        ShardRange(2000, 4000),
+        ShardRange(4000, 6000),
+        ShardRange(6000, 8000),
+        ShardRange(8000, 10000),
+    ]
     assert "NamedHivePartitionSensor" in cfg.sensors_enabled
 
 
@@ -42,8 +47,11 @@ def test_lookup_order(tmp_path: Path) -> None:
 
 def test_env_overrides_file_and_ignores_airflow_env(tmp_path: Path) -> None:
     path = write(tmp_path / "a.cfg", "[smart_sensor]\nshard_code_upper_limit = 100\nshards = 2\n")
-    env = {"SMARTSENSOR_HOME": str(tmp_path), "SMARTSENSOR__SMART_SENSOR__SHARDS": "4",
-           "AIRFLOW__SMART_SENSOR__SHARDS": "7"}
+    env = {
+        "SMARTSENSOR_HOME": str(tmp_path),
+        "SMARTSENSOR__SMART_SENSOR__SHARDS": "4",
+        "AIRFLOW__SMART_SENSOR__SHARDS": "7",
+    }
     cfg = load_config(str(path), environ=env)
     assert [str(r) for r in cfg.shard_ranges] == ["0-25", "25-50", "50-75", "75-100"]
 
@@ -80,16 +88,19 @@ def test_unparseable_file(tmp_path: Path) -> None:
         load_config(str(path), environ={})
 
 
-@pytest.mark.parametrize("raw,message", [
-    ("0-2000, 1500-10000", "range 1500-10000 overlaps"),
-    ("0-2000, 2500-10000", "range 2500-10000 leaves a gap 2000-2500"),
-    ("0-2000, 2000-9000", "leaves a gap 9000-10000 at the end"),
-    ("100-2000, 2000-10000", "range 100-2000 leaves a gap 0-100"),
-    ("0-2000, 2000-12000", "range '2000-12000' falls outside"),
-    ("0-2000, 2000-x", "range '2000-x' has a non-integer bound"),
-    ("0-2000, 3000-3000, 2000-10000", "range '3000-3000' is empty"),
-    ("0-2000-3000", "is not of the form LO-HI"),
-])
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        ("0-2000, 1500-10000", "range 1500-10000 overlaps"),
+        ("0-2000, 2500-10000", "range 2500-10000 leaves a gap 2000-2500"),
+        ("0-2000, 2000-9000", "leaves a gap 9000-10000 at the end"),
+        ("100-2000, 2000-10000", "range 100-2000 leaves a gap 0-100"),
+        ("0-2000, 2000-12000", "range '2000-12000' falls outside"),
+        ("0-2000, 2000-x", "range '2000-x' has a non-integer bound"),
+        ("0-2000, 3000-3000, 2000-10000", "range '3000-3000' is empty"),
+        ("0-2000-3000", "is not of the form LO-HI"),
+    ],
+)
 def test_shard_range_errors_name_the_range(raw: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         parse_shard_ranges(raw, 10000)
@@ -107,13 +118,17 @@ def test_config_errors_at_load_time(tmp_path: Path) -> None:
         load_config(str(path), environ={})
 
 
-
-@pytest.mark.parametrize("body,message", [
-    ("[smart_sensor]\nheartbeat_interval = 5\nlease_timeout = 5\n", "lease_timeout (5.0) must be greater"),
-    ("[scheduler]\ntask_heartbeat_interval = 10\nzombie_threshold = 15\n",
-     "zombie_threshold (15.0) must be at least twice task_heartbeat_interval (10.0)"),
-    ("[scheduler]\nparallelism = 0\n", "parallelism must be between 1 and 1000, got 0"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("[smart_sensor]\nheartbeat_interval = 5\nlease_timeout = 5\n", "lease_timeout (5.0) must be greater"),
+        (
+            "[scheduler]\ntask_heartbeat_interval = 10\nzombie_threshold = 15\n",
+            "zombie_threshold (15.0) must be at least twice task_heartbeat_interval (10.0)",
+        ),
+        ("[scheduler]\nparallelism = 0\n", "parallelism must be between 1 and 1000, got 0"),
+    ],
+)
 def test_inconsistent_timings_are_load_errors(tmp_path: Path, body: str, message: str) -> None:
     path = write(tmp_path / "a.cfg", body)
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -132,6 +147,7 @@ def test_even_split_covers_everything() -> None:
 
 def test_example_file_documents_every_key_with_its_default() -> None:
     from smartsensor.config_keys import KEYS
+
     example = ROOT / "airflow.cfg.example"
     text = example.read_text()
     for key in KEYS:
@@ -143,31 +159,40 @@ def test_example_file_documents_every_key_with_its_default() -> None:
 
 def test_example_config_is_the_rendered_key_table() -> None:
     from smartsensor.config_keys import render_config
-    assert (ROOT / "airflow.cfg.example").read_text() == render_config({}), \
-        "regenerate: python -c \"from smartsensor.config_keys import render_config; " \
+
+    assert (ROOT / "airflow.cfg.example").read_text() == render_config({}), (
+        'regenerate: python -c "from smartsensor.config_keys import render_config; '
         "open('airflow.cfg.example', 'w').write(render_config({}))\""
+    )
 
 
 def test_every_numeric_key_has_bounds() -> None:
     from smartsensor.config_keys import KEYS, parse_float, parse_int
+
     assert [k.name for k in KEYS if k.parse in (parse_int, parse_float) and k.bounds is None] == []
 
 
-@pytest.mark.parametrize("body,backend", [
-    ("", "spark"),
-    ("[spark]\nmetastore_uris = thrift://h:9083\n", "thrift"),
-    ("[smart_sensor]\ncatalog_backend = spark\n[spark]\nmetastore_uris = thrift://h:9083\n", "spark"),
-    ("[smart_sensor]\ncatalog_backend = Thrift\n[spark]\nmetastore_uris = thrift://h:9083\n", "thrift"),
-])
+@pytest.mark.parametrize(
+    "body,backend",
+    [
+        ("", "spark"),
+        ("[spark]\nmetastore_uris = thrift://h:9083\n", "thrift"),
+        ("[smart_sensor]\ncatalog_backend = spark\n[spark]\nmetastore_uris = thrift://h:9083\n", "spark"),
+        ("[smart_sensor]\ncatalog_backend = Thrift\n[spark]\nmetastore_uris = thrift://h:9083\n", "thrift"),
+    ],
+)
 def test_catalog_backend_auto_resolves_by_metastore_uris(tmp_path: Path, body: str, backend: str) -> None:
     assert load_config(str(write(tmp_path / "a.cfg", body)), environ={}).catalog_backend == backend
 
 
-@pytest.mark.parametrize("body,message", [
-    ("[smart_sensor]\ncatalog_backend = thrift\n", "catalog_backend = thrift needs [spark] metastore_uris"),
-    ("[smart_sensor]\ncatalog_backend = jdbc\n", "catalog_backend must be one of auto, thrift, spark, got 'jdbc'"),
-    ("[smart_sensor]\nmetastore_timeout = 0\n", "metastore_timeout must be between 0.1 and 3600, got 0"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("[smart_sensor]\ncatalog_backend = thrift\n", "catalog_backend = thrift needs [spark] metastore_uris"),
+        ("[smart_sensor]\ncatalog_backend = jdbc\n", "catalog_backend must be one of auto, thrift, spark, got 'jdbc'"),
+        ("[smart_sensor]\nmetastore_timeout = 0\n", "metastore_timeout must be between 0.1 and 3600, got 0"),
+    ],
+)
 def test_catalog_backend_errors_at_load_time(tmp_path: Path, body: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(str(write(tmp_path / "a.cfg", body)), environ={})

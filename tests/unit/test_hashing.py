@@ -9,10 +9,9 @@ import subprocess
 import sys
 from datetime import datetime
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
+from hypothesis import given, settings, strategies as st
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
+
 from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
 from smartsensor.service.registration import build_row
 from tests.support.common import make_cfg
@@ -34,8 +33,9 @@ def test_hash_equal_across_processes_with_different_hash_seeds(tmp_path) -> None
     results = []
     for seed in ("1", "2", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        out = subprocess.run([sys.executable, "-c", SNIPPET, str(tmp_path)], env=env, capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", SNIPPET, str(tmp_path)], env=env, capture_output=True, text=True, check=True
+        )
         results.append(json.loads(out.stdout))
     assert len({(h, s) for h, s, _ in results}) == 1, results
     # The control: Python's own hash() really does differ between these processes.
@@ -57,14 +57,18 @@ def test_key_order_and_spelling_irrelevant(tmp_path) -> None:
 
 def test_different_classes_with_equal_fields_hash_differently() -> None:
     attr = canonical_json({"path": "/data/_SUCCESS"})
-    assert check_hashcode("smartsensor.sensors.filesystem.SuccessFileSensor", attr) != check_hashcode("my.OtherSensor", attr)
+    assert check_hashcode("smartsensor.sensors.filesystem.SuccessFileSensor", attr) != check_hashcode(
+        "my.OtherSensor", attr
+    )
 
 
 def test_different_dates_hash_differently(tmp_path) -> None:
     cfg = make_cfg(tmp_path, "sqlite://")
     s = HivePartitionSensor(task_id="a", table="d.t", partition={"ds": "{{ ds }}"})
-    assert build_row(s, "d", datetime(2026, 11, 22), cfg)[0]["hashcode"] != \
-        build_row(s, "d", datetime(2026, 11, 23), cfg)[0]["hashcode"]
+    assert (
+        build_row(s, "d", datetime(2026, 11, 22), cfg)[0]["hashcode"]
+        != build_row(s, "d", datetime(2026, 11, 23), cfg)[0]["hashcode"]
+    )
 
 
 def test_canonical_json_is_order_free() -> None:

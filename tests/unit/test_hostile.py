@@ -9,17 +9,45 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
+from hypothesis import HealthCheck, given, settings, strategies as st
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
 from smartsensor.sensors.partitions import IDENTIFIER
+
 from smartsensor.config import ConfigError, load_config
 from smartsensor.service.registration import build_row
 from tests.support.common import DAY, make_cfg
 
-NASTY = st.sampled_from(["'", '"', "`", ";", "/", "=", "%", "\\", "\n", "\x00", "--", "/*", "*/", "${x}", "{{", "}}",
-                         "{%", "%}", "é", "日本", "\u202e", " ", "DROP TABLE t", "' OR 1=1 --", "..", "%2F", "\t"])
+NASTY = st.sampled_from(
+    [
+        "'",
+        '"',
+        "`",
+        ";",
+        "/",
+        "=",
+        "%",
+        "\\",
+        "\n",
+        "\x00",
+        "--",
+        "/*",
+        "*/",
+        "${x}",
+        "{{",
+        "}}",
+        "{%",
+        "%}",
+        "é",
+        "日本",
+        "\u202e",
+        " ",
+        "DROP TABLE t",
+        "' OR 1=1 --",
+        "..",
+        "%2F",
+        "\t",
+    ]
+)
 HOSTILE_TEXT = st.lists(st.one_of(NASTY, st.text(max_size=5)), max_size=6).map("".join)
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -33,6 +61,7 @@ def test_hive_sensor_fields_validate_or_fail_clearly(table: str, key: str, value
         assert "field 'table'" in str(exc) or "field 'partition'" in str(exc)
         return
     from smartsensor.sensors.templating import has_template
+
     if not has_template(table):
         db, tbl = s.table.split(".")
         assert IDENTIFIER.fullmatch(db) and IDENTIFIER.fullmatch(tbl)
@@ -50,6 +79,7 @@ def test_partition_names_validate_or_fail_clearly(name: str) -> None:
         assert "partition_names" in str(exc)
         return
     from smartsensor.sensors.templating import has_template
+
     if not has_template(name):
         for check in s.checks():
             assert IDENTIFIER.fullmatch(check.db) and IDENTIFIER.fullmatch(check.table)
@@ -137,10 +167,25 @@ def test_random_config_files_load_or_fail_clearly(tmp_path_factory: Any, text: s
 
 
 @settings(max_examples=60, deadline=None)
-@given(section=st.sampled_from(["core", "smart_sensor", "spark", "metastore", "scheduler", "nope"]),
-       key=st.sampled_from(["shards", "shard_ranges", "shard_code_upper_limit", "poke_interval", "port", "conf",
-                            "lease_timeout", "heartbeat_interval", "use_smart_sensor", "parallelism", "x"]),
-       value=HOSTILE_TEXT)
+@given(
+    section=st.sampled_from(["core", "smart_sensor", "spark", "metastore", "scheduler", "nope"]),
+    key=st.sampled_from(
+        [
+            "shards",
+            "shard_ranges",
+            "shard_code_upper_limit",
+            "poke_interval",
+            "port",
+            "conf",
+            "lease_timeout",
+            "heartbeat_interval",
+            "use_smart_sensor",
+            "parallelism",
+            "x",
+        ]
+    ),
+    value=HOSTILE_TEXT,
+)
 def test_hostile_config_values(section: str, key: str, value: str) -> None:
     env = {"SMARTSENSOR_HOME": "/tmp/x", f"SMARTSENSOR__{section.upper()}__{key.upper()}": value}
     try:
@@ -157,16 +202,31 @@ import time as _time
 from datetime import timedelta as _td
 
 from smartsensor.sensors.exec_fields import MAX_DURATION
-from smartsensor.config_keys import BOUNDS
-from smartsensor.service.registration import validate_execution_date
-from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out
 
-EXEC_FIELDS = ["poke_interval", "timeout", "execution_timeout", "retries", "retry_delay", "soft_fail",
-               "exponential_backoff", "max_wait"]
+from smartsensor.config_keys import BOUNDS
+from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out
+from smartsensor.service.registration import validate_execution_date
+
+EXEC_FIELDS = [
+    "poke_interval",
+    "timeout",
+    "execution_timeout",
+    "retries",
+    "retry_delay",
+    "soft_fail",
+    "exponential_backoff",
+    "max_wait",
+]
 ANY_VALUE = st.one_of(
-    st.floats(), st.integers(min_value=-10**40, max_value=10**40), st.sampled_from([10**400, -10**400]),
-    st.booleans(), st.none(), st.text(max_size=5), st.lists(st.integers(), max_size=2),
-    st.timedeltas(min_value=_td(days=-1000), max_value=_td(days=1000)))
+    st.floats(),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.sampled_from([10**400, -(10**400)]),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.timedeltas(min_value=_td(days=-1000), max_value=_td(days=1000)),
+)
 
 
 @FAST
@@ -188,8 +248,11 @@ def test_exec_fields_bounded_or_refused_naming_the_field(field: str, value: Any)
 
 
 @FAST
-@given(data=st.dictionaries(st.sampled_from(EXEC_FIELDS + ["x"]), ANY_VALUE.map(
-    lambda v: v.total_seconds() if isinstance(v, _td) else v)))
+@given(
+    data=st.dictionaries(
+        st.sampled_from(EXEC_FIELDS + ["x"]), ANY_VALUE.map(lambda v: v.total_seconds() if isinstance(v, _td) else v)
+    )
+)
 def test_any_stored_exec_dict_is_planned_or_refused_clearly(data: dict[str, Any]) -> None:
     """A row written by hand or by an older version: a worker either plans it or fails it alone, clearly."""
     try:
@@ -216,9 +279,13 @@ def test_non_finite_negative_or_huge_numbers_in_config_name_the_key(key: str, va
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.sampled_from(sorted(BOUNDS)), value=st.one_of(
-    st.floats().map(repr), st.integers(min_value=-10**30, max_value=10**30).map(str), HOSTILE_TEXT))
-def test_generated_numbers_in_config_load_within_bounds_or_fail_naming_the_key(key: tuple[str, str], value: str) -> None:
+@given(
+    key=st.sampled_from(sorted(BOUNDS)),
+    value=st.one_of(st.floats().map(repr), st.integers(min_value=-(10**30), max_value=10**30).map(str), HOSTILE_TEXT),
+)
+def test_generated_numbers_in_config_load_within_bounds_or_fail_naming_the_key(
+    key: tuple[str, str], value: str
+) -> None:
     section, name = key
     env = {"SMARTSENSOR_HOME": "/tmp/x", f"SMARTSENSOR__{section.upper()}__{name.upper()}": value}
     try:
@@ -236,10 +303,11 @@ def _self_referencing() -> list[Any]:
     return loop
 
 
-JSONISH = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)),
-                       lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                               st.dictionaries(st.text(max_size=3), inner, max_size=3)),
-                       max_leaves=30)
+JSONISH = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    max_leaves=30,
+)
 
 
 def _nest(value: Any, depth: int) -> Any:
@@ -249,10 +317,18 @@ def _nest(value: Any, depth: int) -> Any:
 
 
 @FAST
-@given(value=st.one_of(JSONISH, st.integers(min_value=0, max_value=3000).map(lambda d: _nest("x", d)),
-                       st.just(None).map(lambda _: _self_referencing()), st.just(object()), st.sets(st.integers())))
+@given(
+    value=st.one_of(
+        JSONISH,
+        st.integers(min_value=0, max_value=3000).map(lambda d: _nest("x", d)),
+        st.just(None).map(lambda _: _self_referencing()),
+        st.just(object()),
+        st.sets(st.integers()),
+    )
+)
 def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_factory: Any, value: Any) -> None:
     from tests.support.custom_sensors import KeySensor
+
     cfg = make_cfg(tmp_path_factory.getbasetemp(), "sqlite://")
     sensor = KeySensor(task_id="t", key=value)  # type: ignore[arg-type]
     try:
@@ -261,6 +337,7 @@ def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_
         assert "'key'" in str(exc)
         return
     from smartsensor.sensors.templating import has_template
+
     if not has_template(value):  # strings holding {{ / {% / {# are rendered as templates, by design
         assert _json.loads(row["attr_dict"]) == {"key": _json.loads(_json.dumps(value))}
 
@@ -272,8 +349,11 @@ LOOP = st.integers(min_value=1, max_value=100_000).map(str)
 @settings(max_examples=15, deadline=None)
 @given(sizes=st.lists(LOOP, min_size=1, max_size=4), body=st.sampled_from(["", "x", "{{ i }}", "{{ ds }}"]))
 def test_loop_templates_finish_quickly_or_fail_clearly(sizes: list[str], body: str) -> None:
-    template = "".join(f"{{% for i{n} in range({size}) %}}" for n, size in enumerate(sizes)) + body.replace(
-        "{{ i }}", "{{ i0 }}") + "{% endfor %}" * len(sizes)
+    template = (
+        "".join(f"{{% for i{n} in range({size}) %}}" for n, size in enumerate(sizes))
+        + body.replace("{{ i }}", "{{ i0 }}")
+        + "{% endfor %}" * len(sizes)
+    )
     sensor = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": template})
     began = _time.monotonic()
     try:
@@ -292,4 +372,5 @@ def test_execution_dates_in_range_or_refused_clearly(when: datetime) -> None:
         assert "execution date" in str(exc)
         return
     from smartsensor.sensors.templating import template_context
+
     template_context(when)  # prev/next days and formats never overflow

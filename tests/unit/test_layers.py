@@ -23,8 +23,11 @@ from pathlib import Path
 from tests.support.common import ROOT
 
 # Source folders and the package each installs as (setup.cfg package_dir).
-PACKAGES = {"smartsensor": ROOT / "smartsensor", "smartsensor.sensors": ROOT / "sensors",
-            "smartsensor.schema": ROOT / "schema"}
+PACKAGES = {
+    "smartsensor": ROOT / "smartsensor",
+    "smartsensor.sensors": ROOT / "sensors",
+    "smartsensor.schema": ROOT / "schema",
+}
 
 # Lower number = lower layer. A module may import its own layer or lower ones, never a higher one.
 ENTRY, SERVICE, ADAPTERS, PORTS, DOMAIN = 4, 3, 2, 1, 0
@@ -66,7 +69,9 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             targets = [base] + [f"{base}.{a.name}" for a in node.names]
         for t in targets:
             while t and t not in known:
@@ -83,9 +88,12 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_every_import_runs_down_the_layers() -> None:
-    upward = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-              for a, deps in graph().items() for b in deps
-              if layer_of(b) > layer_of(a) and not (a.startswith(b + ".") or b == "smartsensor")]
+    upward = [
+        f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+        for a, deps in graph().items()
+        for b in deps
+        if layer_of(b) > layer_of(a) and not (a.startswith(b + ".") or b == "smartsensor")
+    ]
     assert upward == []
 
 
@@ -151,15 +159,20 @@ def branches(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def test_functions_stay_simple() -> None:
-    tangled = {f"{name}.{node.name} (line {node.lineno})": b
-               for name, path in modules().items() for node in ast.walk(ast.parse(path.read_text()))
-               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (b := branches(node)) > MAX_BRANCHES}
+    tangled = {
+        f"{name}.{node.name} (line {node.lineno})": b
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (b := branches(node)) > MAX_BRANCHES
+    }
     assert tangled == {}
 
 
 def test_modules_stay_readable() -> None:
-    statements = {name: sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse(path.read_text())))
-                  for name, path in modules().items()}
+    statements = {
+        name: sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse(path.read_text())))
+        for name, path in modules().items()
+    }
     large = {name: n for name, n in statements.items() if n > MAX_STATEMENTS}
     assert large == {}
 
@@ -192,7 +205,11 @@ def f(xs, y):
 
 def test_the_layer_rule_sees_real_violations() -> None:
     """The checker itself: an upward import is found."""
-    assert layer_of("smartsensor.domain.timing") < layer_of("smartsensor.service.round.worker") < layer_of("smartsensor.cli")
+    assert (
+        layer_of("smartsensor.domain.timing")
+        < layer_of("smartsensor.service.round.worker")
+        < layer_of("smartsensor.cli")
+    )
     assert layer_of("smartsensor.adapters.catalog.batch") == ADAPTERS and layer_of("smartsensor.sensors.hive") == DOMAIN
     g = graph()
     assert "smartsensor.ports" in g["smartsensor.adapters.catalog.batch"]  # a backend lists through the port

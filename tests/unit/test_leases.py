@@ -16,7 +16,12 @@ from tests.support.common import T0, make_cfg
 
 @pytest.fixture
 def cfg(tmp_path: Any) -> Any:  # the default 5 ranges: 0-2000, 2000-4000, ... ; leases last 3 s
-    return make_cfg(tmp_path, f"sqlite:///{tmp_path / 'unused.db'}", smart_sensor__lease_timeout="3", smart_sensor__heartbeat_interval="1")
+    return make_cfg(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'unused.db'}",
+        smart_sensor__lease_timeout="3",
+        smart_sensor__heartbeat_interval="1",
+    )
 
 
 def at(seconds: float) -> datetime:
@@ -78,8 +83,13 @@ def test_changed_shard_ranges_reshape_rows_once_nobody_holds_them(cfg, tmp_path)
     store = InMemoryStore()
     old = LeaseManager(store, cfg, "old")
     old.heartbeat(now=at(0))
-    new_cfg = make_cfg(tmp_path / "new", f"sqlite:///{tmp_path / 'unused.db'}", smart_sensor__lease_timeout="3", smart_sensor__heartbeat_interval="1",
-                       smart_sensor__shard_ranges="0-5000, 5000-10000")
+    new_cfg = make_cfg(
+        tmp_path / "new",
+        f"sqlite:///{tmp_path / 'unused.db'}",
+        smart_sensor__lease_timeout="3",
+        smart_sensor__heartbeat_interval="1",
+        smart_sensor__shard_ranges="0-5000, 5000-10000",
+    )
     new = LeaseManager(store, new_cfg, "new")
     assert new.heartbeat(now=at(1))["claimed"] == [5000]  # the only range without an old row in the way
     epoch0 = old.owned[0].epoch

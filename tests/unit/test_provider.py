@@ -16,31 +16,37 @@ from tests.support.common import ROOT
 PROVIDER = ROOT / "providers" / "airflow" / "smartsensor_airflow"
 
 
-@pytest.mark.parametrize("text, spec", [
-    ("ds='2026-11-22'", {"ds": "2026-11-22"}),
-    ("ds = '2026-11-22' AND hr = '00'", {"ds": "2026-11-22", "hr": "00"}),
-    ('DS="2026-11-22" and `Hr`=7', {"ds": "2026-11-22", "hr": "7"}),
-    ("note='salt and pepper' AND ds='x'", {"note": "salt and pepper", "ds": "x"}),
-    ("ds='a/b=c%d'", {"ds": "a/b=c%d"}),
-    ("ds='é'", {"ds": "é"}),
-    ("", {}),
-    ("ds='1' AND ds='1'", {"ds": "1"}),
-])
+@pytest.mark.parametrize(
+    "text, spec",
+    [
+        ("ds='2026-11-22'", {"ds": "2026-11-22"}),
+        ("ds = '2026-11-22' AND hr = '00'", {"ds": "2026-11-22", "hr": "00"}),
+        ('DS="2026-11-22" and `Hr`=7', {"ds": "2026-11-22", "hr": "7"}),
+        ("note='salt and pepper' AND ds='x'", {"note": "salt and pepper", "ds": "x"}),
+        ("ds='a/b=c%d'", {"ds": "a/b=c%d"}),
+        ("ds='é'", {"ds": "é"}),
+        ("", {}),
+        ("ds='1' AND ds='1'", {"ds": "1"}),
+    ],
+)
 def test_equalities_joined_by_and_become_a_spec(text: str, spec: dict[str, str]) -> None:
     assert parse_partition_filter(text) == spec
 
 
-@pytest.mark.parametrize("text, why", [
-    ("ds>'2026-11-22'", "not a `column = 'value'` equality"),
-    ("ds='1' OR ds='2'", "not a `column = 'value'` equality"),
-    ("ds LIKE '2026%'", "not a `column = 'value'` equality"),
-    ("(ds='1')", "not a `column = 'value'` equality"),
-    ("ds='1' AND", "not a `column = 'value'` equality"),
-    ("ds='unterminated", "unterminated quote"),
-    ("ds='1' AND ds='2'", "given two values"),
-    ("ds=upper('x')", "not a `column = 'value'` equality"),
-    ("ds='1'; DROP TABLE t", "not a `column = 'value'` equality"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("ds>'2026-11-22'", "not a `column = 'value'` equality"),
+        ("ds='1' OR ds='2'", "not a `column = 'value'` equality"),
+        ("ds LIKE '2026%'", "not a `column = 'value'` equality"),
+        ("(ds='1')", "not a `column = 'value'` equality"),
+        ("ds='1' AND", "not a `column = 'value'` equality"),
+        ("ds='unterminated", "unterminated quote"),
+        ("ds='1' AND ds='2'", "given two values"),
+        ("ds=upper('x')", "not a `column = 'value'` equality"),
+        ("ds='1'; DROP TABLE t", "not a `column = 'value'` equality"),
+    ],
+)
 def test_anything_else_is_refused_with_the_reason(text: str, why: str) -> None:
     with pytest.raises(UnsupportedPartitionFilter, match="partition filter") as info:
         parse_partition_filter(text)
@@ -53,16 +59,20 @@ def test_a_filter_must_be_text() -> None:
 
 
 def conn(**fields: object) -> SimpleNamespace:
-    return SimpleNamespace(**{"host": None, "port": None, "schema": None, "conn_type": None, "password": None,
-                              **fields})
+    return SimpleNamespace(
+        **{"host": None, "port": None, "schema": None, "conn_type": None, "password": None, **fields}
+    )
 
 
-@pytest.mark.parametrize("fields, endpoint", [
-    ({"host": "http://svc:8794/", "password": "t"}, Endpoint("http://svc:8794", "t")),
-    ({"host": "svc", "port": 8794, "conn_type": "http"}, Endpoint("http://svc:8794", None)),
-    ({"host": "svc", "conn_type": "https", "password": "t"}, Endpoint("https://svc", "t")),
-    ({"host": "svc", "port": 1, "conn_type": "generic", "schema": "https"}, Endpoint("https://svc:1", None)),
-])
+@pytest.mark.parametrize(
+    "fields, endpoint",
+    [
+        ({"host": "http://svc:8794/", "password": "t"}, Endpoint("http://svc:8794", "t")),
+        ({"host": "svc", "port": 8794, "conn_type": "http"}, Endpoint("http://svc:8794", None)),
+        ({"host": "svc", "conn_type": "https", "password": "t"}, Endpoint("https://svc", "t")),
+        ({"host": "svc", "port": 1, "conn_type": "generic", "schema": "https"}, Endpoint("https://svc:1", None)),
+    ],
+)
 def test_a_connection_names_the_service(fields: dict[str, object], endpoint: Endpoint) -> None:
     assert endpoint_from_connection(conn(**fields)) == endpoint
 

@@ -4,19 +4,36 @@ tests/integration/test_catalog_backends.py compares the same values with Spark's
 from __future__ import annotations
 
 import pytest
-
 from smartsensor.sensors.errors import PermanentCheckError
+
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
 from smartsensor.adapters.catalog.python_casts import python_cast, python_cast_all, python_castable
 
 CASES = [
-    ("int", "00", "0"), ("int", " 07 ", "7"), ("int", "+5", "5"), ("int", "-0", "0"), ("int", "7.0", None),
-    ("int", "x", None), ("int", "", None), ("int", "2147483648", None), ("bigint", "2147483648", "2147483648"),
-    ("tinyint", "127", "127"), ("tinyint", "128", None), ("smallint", "-32768", "-32768"),
-    ("date", "2026-1-5", "2026-01-05"), ("date", "2026-01-05", "2026-01-05"), ("date", "2026-02-30", None),
-    ("date", "2026-01-05 10:00:00", "2026-01-05"), ("date", "2026", "2026-01-01"), ("date", "2026-3", "2026-03-01"),
-    ("date", "20260105", None), ("date", "x", None),
-    ("boolean", "TRUE", "true"), ("boolean", "yes", "true"), ("boolean", "0", "false"), ("boolean", "maybe", None),
+    ("int", "00", "0"),
+    ("int", " 07 ", "7"),
+    ("int", "+5", "5"),
+    ("int", "-0", "0"),
+    ("int", "7.0", None),
+    ("int", "x", None),
+    ("int", "", None),
+    ("int", "2147483648", None),
+    ("bigint", "2147483648", "2147483648"),
+    ("tinyint", "127", "127"),
+    ("tinyint", "128", None),
+    ("smallint", "-32768", "-32768"),
+    ("date", "2026-1-5", "2026-01-05"),
+    ("date", "2026-01-05", "2026-01-05"),
+    ("date", "2026-02-30", None),
+    ("date", "2026-01-05 10:00:00", "2026-01-05"),
+    ("date", "2026", "2026-01-01"),
+    ("date", "2026-3", "2026-03-01"),
+    ("date", "20260105", None),
+    ("date", "x", None),
+    ("boolean", "TRUE", "true"),
+    ("boolean", "yes", "true"),
+    ("boolean", "0", "false"),
+    ("boolean", "maybe", None),
 ]
 
 
@@ -33,8 +50,12 @@ def test_only_known_types_are_castable() -> None:
 
 
 def test_partition_types_cast_in_python_without_spark() -> None:
-    types = PartitionTypes(None, read_schema=lambda db, t: {"ds": "date", "hr": "int", "r": "string"},
-                           cast=python_cast_all, castable=python_castable)
+    types = PartitionTypes(
+        None,
+        read_schema=lambda db, t: {"ds": "date", "hr": "int", "r": "string"},
+        cast=python_cast_all,
+        castable=python_castable,
+    )
     cols = types.fetch("db", "t")
     assert cols == {"ds": "date", "hr": "int", "r": "string"}
     specs = [(("ds", "2026-1-5"), ("hr", "00"), ("r", "00")), (("hr", "x"),)]

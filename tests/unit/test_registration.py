@@ -8,9 +8,15 @@ import logging
 from typing import Any
 
 import pytest
+from smartsensor.sensors import (
+    BaseSensor,
+    HivePartitionSensor,
+    NamedHivePartitionSensor,
+    SensorDefinitionError,
+    smart_eligible,
+)
 
 from smartsensor.domain.states import State
-from smartsensor.sensors import BaseSensor, HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, smart_eligible
 from smartsensor.service.registration import build_row
 from tests.support.common import DAY, make_cfg, named
 
@@ -51,11 +57,21 @@ def test_routing_matrix(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
     enabled_custom = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="MarkedButUnknownModule")
     row, reason = build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, enabled_custom)
     assert row["state"] == State.SCHEDULED and "sensor_modules" in reason
-    loadable = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="MarkedButUnknownModule",
-                        smart_sensor__sensor_modules="tests.unit.test_registration")
-    assert build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, loadable)[0]["state"] == State.SMART_PENDING
-    boom = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="ExplodingCompat",
-                    smart_sensor__sensor_modules="tests.unit.test_registration")
+    loadable = make_cfg(
+        tmp_path,
+        "sqlite://",
+        smart_sensor__sensors_enabled="MarkedButUnknownModule",
+        smart_sensor__sensor_modules="tests.unit.test_registration",
+    )
+    assert (
+        build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, loadable)[0]["state"] == State.SMART_PENDING
+    )
+    boom = make_cfg(
+        tmp_path,
+        "sqlite://",
+        smart_sensor__sensors_enabled="ExplodingCompat",
+        smart_sensor__sensor_modules="tests.unit.test_registration",
+    )
     with caplog.at_level(logging.WARNING):
         row, reason = build_row(ExplodingCompat(task_id="e", partition_names=["a.b/c=d"]), "d", DAY, boom)
     assert row["state"] == State.SCHEDULED and "boom" in reason
@@ -65,6 +81,7 @@ def test_routing_matrix(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
 def test_subclass_does_not_inherit_the_mark(tmp_path) -> None:
     class Sub(NamedHivePartitionSensor):
         pass
+
     cfg = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="Sub")
     row, reason = build_row(Sub(task_id="s", partition_names=["a.b/c=d"]), "d", DAY, cfg)
     assert row["state"] == State.SCHEDULED and "not marked" in reason
@@ -72,8 +89,15 @@ def test_subclass_does_not_inherit_the_mark(tmp_path) -> None:
 
 def test_row_contents(tmp_path) -> None:
     cfg = make_cfg(tmp_path, "sqlite://")
-    sensor = HivePartitionSensor(task_id="t", table="Demo.Events", partition={"ds": "{{ ds }}", "hr": "{{ ds_nodash }}"},
-                                 poke_interval=30, timeout=600, retries=2, soft_fail=True)
+    sensor = HivePartitionSensor(
+        task_id="t",
+        table="Demo.Events",
+        partition={"ds": "{{ ds }}", "hr": "{{ ds_nodash }}"},
+        poke_interval=30,
+        timeout=600,
+        retries=2,
+        soft_fail=True,
+    )
     row, _ = build_row(sensor, "d", DAY, cfg)
     assert json.loads(row["attr_dict"]) == {"table": "demo.events", "partition": {"ds": "2026-11-22", "hr": "20261122"}}
     assert row["attr_dict"] == '{"partition":{"ds":"2026-11-22","hr":"20261122"},"table":"demo.events"}'
@@ -88,41 +112,76 @@ def test_row_contents(tmp_path) -> None:
 def test_airflow_template_names_and_macros_render(tmp_path) -> None:
     """The names Airflow users write in sensor files render, and equal renderings hash equal."""
     cfg = make_cfg(tmp_path, "sqlite://")
-    written = NamedHivePartitionSensor(task_id="a", partition_names=[
-        "db.t/ds={{ macros.ds_add(ds, -1) }}/hr={{ execution_date.strftime('%H') }}",
-        "db.u/ds={{ macros.ds_format(yesterday_ds_nodash, '%Y%m%d', '%Y-%m-%d') }}/ts={{ ts_nodash }}",
-        "db.v/ds={{ tomorrow_ds }}/d={{ tomorrow_ds_nodash }}"])
-    spelled = NamedHivePartitionSensor(task_id="b", partition_names=[
-        "db.t/ds=2026-11-21/hr=00", "db.u/ds=2026-11-21/ts=20261122T000000", "db.v/ds=2026-11-23/d=20261123"])
+    written = NamedHivePartitionSensor(
+        task_id="a",
+        partition_names=[
+            "db.t/ds={{ macros.ds_add(ds, -1) }}/hr={{ execution_date.strftime('%H') }}",
+            "db.u/ds={{ macros.ds_format(yesterday_ds_nodash, '%Y%m%d', '%Y-%m-%d') }}/ts={{ ts_nodash }}",
+            "db.v/ds={{ tomorrow_ds }}/d={{ tomorrow_ds_nodash }}",
+        ],
+    )
+    spelled = NamedHivePartitionSensor(
+        task_id="b",
+        partition_names=[
+            "db.t/ds=2026-11-21/hr=00",
+            "db.u/ds=2026-11-21/ts=20261122T000000",
+            "db.v/ds=2026-11-23/d=20261123",
+        ],
+    )
     row_a, _ = build_row(written, "d", DAY, cfg)
     row_b, _ = build_row(spelled, "d", DAY, cfg)
     assert row_a["attr_dict"] == row_b["attr_dict"] and row_a["hashcode"] == row_b["hashcode"]
     with pytest.raises(SensorDefinitionError, match="field 'partition_names'.*ds_add"):
-        build_row(NamedHivePartitionSensor(task_id="c", partition_names=["db.t/ds={{ macros.ds_add(ds, 'x') }}"]),
-                  "d", DAY, cfg)
+        build_row(
+            NamedHivePartitionSensor(task_id="c", partition_names=["db.t/ds={{ macros.ds_add(ds, 'x') }}"]),
+            "d",
+            DAY,
+            cfg,
+        )
     with pytest.raises(SensorDefinitionError, match="unsafe"):
-        build_row(NamedHivePartitionSensor(task_id="e", partition_names=["db.t/ds={{ macros.ds_add.__globals__ }}"]),
-                  "d", DAY, cfg)
+        build_row(
+            NamedHivePartitionSensor(task_id="e", partition_names=["db.t/ds={{ macros.ds_add.__globals__ }}"]),
+            "d",
+            DAY,
+            cfg,
+        )
 
 
 def test_durations_may_be_timedeltas_as_in_airflow_dag_files(tmp_path) -> None:
     from datetime import timedelta
+
     cfg = make_cfg(tmp_path, "sqlite://")
-    sensor = HivePartitionSensor(task_id="t", table="db.t", poke_interval=timedelta(minutes=2),
-                                 timeout=timedelta(hours=6), execution_timeout=timedelta(hours=1),
-                                 retry_delay=timedelta(seconds=90), max_wait=timedelta(minutes=10))
+    sensor = HivePartitionSensor(
+        task_id="t",
+        table="db.t",
+        poke_interval=timedelta(minutes=2),
+        timeout=timedelta(hours=6),
+        execution_timeout=timedelta(hours=1),
+        retry_delay=timedelta(seconds=90),
+        max_wait=timedelta(minutes=10),
+    )
     exec_dict = json.loads(build_row(sensor, "d", DAY, cfg)[0]["exec_dict"])
-    assert (exec_dict["poke_interval"], exec_dict["timeout"], exec_dict["execution_timeout"],
-            exec_dict["retry_delay"], exec_dict["max_wait"]) == (120, 21600, 3600, 90, 600)
-    with pytest.raises(SensorDefinitionError, match="timeout must be a number of seconds or a timedelta between 0 s and 31536000 s"):
+    assert (
+        exec_dict["poke_interval"],
+        exec_dict["timeout"],
+        exec_dict["execution_timeout"],
+        exec_dict["retry_delay"],
+        exec_dict["max_wait"],
+    ) == (120, 21600, 3600, 90, 600)
+    with pytest.raises(
+        SensorDefinitionError, match="timeout must be a number of seconds or a timedelta between 0 s and 31536000 s"
+    ):
         HivePartitionSensor(task_id="u", table="db.t", timeout=timedelta(hours=-1))
 
 
 def test_not_json_serialisable_names_the_field(tmp_path) -> None:
     class Odd(UnmarkedSensor):
         pass
+
     cfg = make_cfg(tmp_path, "sqlite://")
-    with pytest.raises(SensorDefinitionError, match="field .name.: values must be text, numbers, booleans, None, lists or dicts"):
+    with pytest.raises(
+        SensorDefinitionError, match="field .name.: values must be text, numbers, booleans, None, lists or dicts"
+    ):
         build_row(Odd(task_id="o", name=object()), "d", DAY, cfg)  # type: ignore[arg-type]
 
 

@@ -12,19 +12,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from smartsensor.sensors import SensorDefinitionError, SuccessFileSensor, TransientCheckError
-from smartsensor.adapters.sql.engine import DatabaseUrlError, make_engine, normalize_url
 
+from smartsensor.adapters.sql.engine import DatabaseUrlError, make_engine, normalize_url
 
 # -- exec fields are bounded where they enter ---------------------------------------------------
 
-@pytest.mark.parametrize("field,value", [
-    ("poke_interval", 10**12), ("poke_interval", 10**30), ("poke_interval", 1e-9), ("poke_interval", 0),
-    ("poke_interval", math.nan), ("poke_interval", math.inf), ("timeout", 1e12), ("timeout", -1),
-    ("retry_delay", 1e12), ("retry_delay", timedelta(days=400)), ("execution_timeout", 10**400),
-    ("max_wait", -5), ("retries", 10**12), ("retries", 2.5), ("poke_interval", "60"), ("soft_fail", "yes"),
-])
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("poke_interval", 10**12),
+        ("poke_interval", 10**30),
+        ("poke_interval", 1e-9),
+        ("poke_interval", 0),
+        ("poke_interval", math.nan),
+        ("poke_interval", math.inf),
+        ("timeout", 1e12),
+        ("timeout", -1),
+        ("retry_delay", 1e12),
+        ("retry_delay", timedelta(days=400)),
+        ("execution_timeout", 10**400),
+        ("max_wait", -5),
+        ("retries", 10**12),
+        ("retries", 2.5),
+        ("poke_interval", "60"),
+        ("soft_fail", "yes"),
+    ],
+)
 def test_exec_fields_out_of_bounds_are_refused_naming_the_field(field: str, value: Any) -> None:
     with pytest.raises(SensorDefinitionError, match=field) as info:
         SuccessFileSensor(task_id="t", path="/data/_SUCCESS", **{field: value})
@@ -32,13 +47,20 @@ def test_exec_fields_out_of_bounds_are_refused_naming_the_field(field: str, valu
 
 
 def test_exec_fields_at_their_bounds_are_accepted() -> None:
-    s = SuccessFileSensor(task_id="t", path="/data/_SUCCESS", poke_interval=0.1, timeout=timedelta(days=365),
-                          retry_delay=0, retries=1000, max_wait=365 * 86400)
+    s = SuccessFileSensor(
+        task_id="t",
+        path="/data/_SUCCESS",
+        poke_interval=0.1,
+        timeout=timedelta(days=365),
+        retry_delay=0,
+        retries=1000,
+        max_wait=365 * 86400,
+    )
     assert (s.poke_interval, s.timeout, s.retries) == (0.1, 365 * 86400, 1000)
 
 
-
 # -- the metadata DB URL ------------------------------------------------------------------------
+
 
 def test_bare_postgres_schemes_mean_the_installed_driver() -> None:
     assert normalize_url("postgresql://u:p@h:5432/d").drivername == "postgresql+psycopg2"
@@ -50,8 +72,8 @@ def test_bare_postgres_schemes_mean_the_installed_driver() -> None:
         make_engine("postgresql+psycopg://u@127.0.0.1:1/d")
 
 
-
 # -- SQLite folders ---------------------------------------------------------------------------
+
 
 def test_sqlite_folder_is_created_only_under_the_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -63,24 +85,27 @@ def test_sqlite_folder_is_created_only_under_the_home(tmp_path: Path) -> None:
     assert (home / "sub").is_dir()
 
 
-
 # -- the CLI: a worker --once that wrote nothing says why ---------------------------------------
+
 
 def test_worker_once_fenced_out_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
     from smartsensor.cli.workers import EXIT_NOTHING_WRITTEN, _report_once
     from smartsensor.service.round.report import RoundResult
+
     with pytest.raises(SystemExit) as info:
         _report_once([RoundResult(0, 10, fenced_out=True)])
     assert info.value.code == EXIT_NOTHING_WRITTEN and "lost its lease" in capsys.readouterr().err
 
 
-
 # -- a user's poke() that hangs or exits ------------------------------------------------------
+
 
 def test_a_hanging_poke_is_bounded_and_not_piled_up() -> None:
     import threading
     import time
+
     from smartsensor.service.round.bounded_poke import BoundedPoker
+
     release = threading.Event()
     calls = []
 
@@ -88,6 +113,7 @@ def test_a_hanging_poke_is_bounded_and_not_piled_up() -> None:
         calls.append(1)
         release.wait(60)
         return True
+
     poker = BoundedPoker(0.3)
     began = time.monotonic()
     first = poker.poke("stuck", hang)

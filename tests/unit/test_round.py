@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.states import State
-from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
@@ -92,8 +92,9 @@ def test_a_landing_signal_makes_its_tables_checks_due_at_once(cfg, clock) -> Non
     assert (woken.woken, woken.marked) == (1, {State.SUCCESS: 1})
 
 
-@pytest.mark.parametrize("kw, final", [({}, State.FAILED), ({"soft_fail": True}, State.SKIPPED),
-                                       ({"retries": 1}, State.UP_FOR_RETRY)])
+@pytest.mark.parametrize(
+    "kw, final", [({}, State.FAILED), ({"soft_fail": True}, State.SKIPPED), ({"retries": 1}, State.UP_FOR_RETRY)]
+)
 def test_a_try_ends_by_its_own_timeout(cfg, clock, kw, final) -> None:
     store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "d", named("w", "db.t/ds=never", timeout=30, poke_interval=10, **kw))
@@ -215,6 +216,7 @@ def test_an_outage_is_reported_in_the_result_not_raised(cfg, clock) -> None:
 
         def load_cohorts(self, *args: Any) -> Any:
             raise ConnectionError("database is down")
+
     result = Fleet(cfg, Down(), DictCatalog(), clock).round()
     assert result.error == "ConnectionError: database is down" and result.marked == {}
 
@@ -226,6 +228,7 @@ def test_a_catalog_that_cannot_start_leaves_every_task_waiting(cfg, clock) -> No
 
     def no_java() -> Any:
         raise RuntimeError("Java gateway process exited")
+
     result = run_round([worker], no_java)
     assert result.transient_errors == 1 and "Spark unavailable" in result.transient_example
     assert state_of(store, "a", "w") == State.SMART_RUNNING
@@ -243,6 +246,7 @@ def test_the_round_counts_store_statements(cfg, clock) -> None:
 
 def _fence(shard_min: int, owner: str, epoch: int) -> Any:
     from smartsensor.domain.keys import Fence
+
     return Fence(shard_min, owner, epoch)
 
 
@@ -277,21 +281,24 @@ def test_checks_are_built_once_per_waiting_check_and_a_raising_one_is_tried_agai
 
 def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     """What the round's NOTIFY names: landed, failed (collided or not), timed-out and unplannable tries."""
+    from smartsensor.sensors.errors import PermanentCheckError
+
     from smartsensor.adapters.sql.signals import ended_hashcodes
     from smartsensor.domain.keys import Cohort
     from smartsensor.domain.transitions import CheckGroup, decide
-    from smartsensor.sensors.errors import PermanentCheckError
 
     start = datetime(2026, 11, 22)
 
     def cohort(timeout: int = 3600) -> dict[Cohort, int]:
         return {Cohort(json.dumps({"timeout": timeout, "poke_interval": 10}), start, 1): 3}
 
-    groups = [CheckGroup((1, "c", "{}"), cohort(), True),
-              CheckGroup((2, "c", "{}"), cohort(), True),
-              CheckGroup((3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
-              CheckGroup((4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
-              CheckGroup((5, "c", "{}"), cohort(), False)]
+    groups = [
+        CheckGroup((1, "c", "{}"), cohort(), True),
+        CheckGroup((2, "c", "{}"), cohort(), True),
+        CheckGroup((3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
+        CheckGroup((4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
+        CheckGroup((5, "c", "{}"), cohort(), False),
+    ]
     unplannable = ((6, "c", "{}"), Cohort("{", start, 1), "bad exec")
     writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[unplannable]).writes
     assert writes.hashcodes() == {1, 2, 3, 4, 6}  # 5 still waits

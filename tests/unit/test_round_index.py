@@ -97,8 +97,9 @@ def test_the_index_is_rebuilt_on_a_new_epoch_and_after_its_interval(cfg, clock) 
     w = worker(store, cfg, clock)
     assert run_round([w], lambda: catalog).rebuilt == 1
     moved = add(store, cfg, "moved", named("w", "db.t/ds=2", poke_interval=3600))
-    store.tasks[(moved["dag_id"], "w", moved["execution_date"])].update(state=State.SMART_RUNNING,
-                                                                        start_date=clock.now)  # by hand
+    store.tasks[(moved["dag_id"], "w", moved["execution_date"])].update(
+        state=State.SMART_RUNNING, start_date=clock.now
+    )  # by hand
     clock.advance(1)
     assert run_round([w], lambda: catalog).loaded == 1  # not in the change feed ...
     clock.advance(cfg.get("smart_sensor", "index_rebuild_interval"))
@@ -152,9 +153,15 @@ def test_incremental_and_full_reload_rounds_end_in_the_same_states(cfg, clock, i
         run_round([w], lambda: catalog)
         states.append(sorted((k[0], r["state"]) for k, r in store.tasks.items()))
         clock.advance(10)
-    assert states[-1] == [("d0", State.SUCCESS), ("d1", State.SUCCESS), ("d2", State.FAILED),
-                          ("d3", State.SUCCESS), ("d4", State.FAILED), ("d5", State.UP_FOR_RETRY),
-                          ("late", State.SMART_RUNNING)]
+    assert states[-1] == [
+        ("d0", State.SUCCESS),
+        ("d1", State.SUCCESS),
+        ("d2", State.FAILED),
+        ("d3", State.SUCCESS),
+        ("d4", State.FAILED),
+        ("d5", State.UP_FOR_RETRY),
+        ("late", State.SMART_RUNNING),
+    ]
 
 
 def test_the_index_counts_collisions_and_forgets_them_when_a_check_leaves() -> None:

@@ -26,8 +26,19 @@ def test_a_linear_scale_and_its_empty_domain() -> None:
 
 
 def test_nice_ceiling() -> None:
-    assert [charts.nice_ceiling(v) for v in (0, -3, 0.3, 1, 3, 7, 10, 11, 48, 51, 999)] == \
-        [1, 1, 0.5, 1, 5, 10, 10, 20, 50, 100, 1000]
+    assert [charts.nice_ceiling(v) for v in (0, -3, 0.3, 1, 3, 7, 10, 11, 48, 51, 999)] == [
+        1,
+        1,
+        0.5,
+        1,
+        5,
+        10,
+        10,
+        20,
+        50,
+        100,
+        1000,
+    ]
 
 
 def test_a_chart_without_samples_has_no_bands_but_an_axis() -> None:
@@ -64,16 +75,29 @@ def test_stacked_bands_span_the_time_axis_and_stack() -> None:
 
 
 def test_time_ticks_show_seconds_for_a_short_span_and_never_repeat() -> None:
-    assert [label for _, label in charts.time_ticks(T, T + timedelta(seconds=8), 0, 100)] == \
-        ["06:00:00", "06:00:02", "06:00:04", "06:00:06", "06:00:08"]
-    assert [label for _, label in charts.time_ticks(T, T + timedelta(seconds=2), 0, 100)] == \
-        ["06:00:00", "06:00:01", "06:00:02"]
+    assert [label for _, label in charts.time_ticks(T, T + timedelta(seconds=8), 0, 100)] == [
+        "06:00:00",
+        "06:00:02",
+        "06:00:04",
+        "06:00:06",
+        "06:00:08",
+    ]
+    assert [label for _, label in charts.time_ticks(T, T + timedelta(seconds=2), 0, 100)] == [
+        "06:00:00",
+        "06:00:01",
+        "06:00:02",
+    ]
     assert [x for x, _ in charts.time_ticks(T, T + timedelta(minutes=20), 0, 100)] == [0, 25, 50, 75, 100]
 
 
 def test_state_order_puts_finished_states_first_and_unknown_last() -> None:
-    assert charts.ordered_states(["smart_pending", "weird", "success", "none", "failed"]) == \
-        ["success", "failed", "smart_pending", "none", "weird"]
+    assert charts.ordered_states(["smart_pending", "weird", "success", "none", "failed"]) == [
+        "success",
+        "failed",
+        "smart_pending",
+        "none",
+        "weird",
+    ]
     assert charts.state_colour("success") != charts.state_colour("failed")
 
 
@@ -88,10 +112,15 @@ def lease(lo: int, hi: int, owner: str | None, epoch: int = 1, expired: bool = F
 
 
 def test_the_strip_covers_0_to_limit_once_with_gaps_shown() -> None:
-    segments = charts.strip_segments([lease(2500, 5000, "b", 3, True), lease(0, 2500, "a"),
-                                      lease(7500, 10000, None, 0)], 10000, 1000)
+    segments = charts.strip_segments(
+        [lease(2500, 5000, "b", 3, True), lease(0, 2500, "a"), lease(7500, 10000, None, 0)], 10000, 1000
+    )
     assert [(s.lo, s.hi, s.lease, s.owner) for s in segments] == [
-        (0, 2500, True, "a"), (2500, 5000, True, "b"), (5000, 7500, False, None), (7500, 10000, True, None)]
+        (0, 2500, True, "a"),
+        (2500, 5000, True, "b"),
+        (5000, 7500, False, None),
+        (7500, 10000, True, None),
+    ]
     assert [(s.x, s.width) for s in segments] == [(0, 250), (250, 250), (500, 250), (750, 250)]
     assert segments[1].expired and segments[1].epoch == 3
     assert segments[0].colour != segments[1].colour and segments[3].colour == charts.FREE
@@ -100,10 +129,15 @@ def test_the_strip_covers_0_to_limit_once_with_gaps_shown() -> None:
 
 def test_the_strip_clamps_rows_outside_the_limit_and_overlaps() -> None:
     """Rows left by a larger shard_code_upper_limit, or overlapping while shard_ranges change."""
-    segments = charts.strip_segments([lease(0, 6000, "a"), lease(5000, 8000, "b"), lease(9000, 20000, "c"),
-                                      lease(12000, 15000, "d")], 10000, 100)
-    assert [(s.lo, s.hi, s.owner) for s in segments] == [(0, 6000, "a"), (6000, 8000, "b"), (8000, 9000, None),
-                                                        (9000, 10000, "c")]
+    segments = charts.strip_segments(
+        [lease(0, 6000, "a"), lease(5000, 8000, "b"), lease(9000, 20000, "c"), lease(12000, 15000, "d")], 10000, 100
+    )
+    assert [(s.lo, s.hi, s.owner) for s in segments] == [
+        (0, 6000, "a"),
+        (6000, 8000, "b"),
+        (8000, 9000, None),
+        (9000, 10000, "c"),
+    ]
     assert sum(s.width for s in segments) == 100
     assert [(s.lo, s.hi, s.lease) for s in charts.strip_segments([], 10, 100)] == [(0, 10, False)]
 
@@ -128,9 +162,13 @@ def test_samples_become_one_point_per_bucket() -> None:
 def test_waiting_checks_become_tables() -> None:
     named = json.dumps({"partition_names": ["db.a/ds=1", "db.b/ds=1", "db.a/ds=2"]})
     hive = json.dumps({"table": "db.a", "partition": {"ds": "1"}})
-    checks = [("NamedHivePartitionSensor", named, 3), ("HivePartitionSensor", hive, 2),
-              ("SuccessFileSensor", json.dumps({"path": "/x/_SUCCESS"}), 4), ("Custom", "not json", 1),
-              ("Custom", json.dumps(["a list"]), 1)]
+    checks = [
+        ("NamedHivePartitionSensor", named, 3),
+        ("HivePartitionSensor", hive, 2),
+        ("SuccessFileSensor", json.dumps({"path": "/x/_SUCCESS"}), 4),
+        ("Custom", "not json", 1),
+        ("Custom", json.dumps(["a list"]), 1),
+    ]
     assert waiting_per_table(checks) == [("db.a", 5), ("(SuccessFileSensor)", 4), ("db.b", 3), ("(Custom)", 2)]
     assert tables_of({"partition_names": [1, None, ""]}) == [] and tables_of({"table": 3}) == []
 
@@ -152,24 +190,65 @@ def test_every_branch_of_the_page_renders_the_status_numbers(tmp_path) -> None:
     from smartsensor.api.page import render_login, render_page
     from tests.support.common import make_cfg
     from tests.support.page_dom import external_references, page_numbers, status_numbers
+
     cfg = make_cfg(tmp_path, f"sqlite:///{tmp_path / 'none.db'}")
     status = {
-        "tasks_by_state": {"running": 2, "none": 1}, "waiting": 0, "distinct_hashes": 0, "dedup_ratio": None,
-        "stranded": 0, "problems": ["worker w: its last round failed: <boom>"],
+        "tasks_by_state": {"running": 2, "none": 1},
+        "waiting": 0,
+        "distinct_hashes": 0,
+        "dedup_ratio": None,
+        "stranded": 0,
+        "problems": ["worker w: its last round failed: <boom>"],
         "shards": [{"min": 0, "max": 10000, "waiting": 0, "distinct_hashes": 0}],
-        "leases": [{"shard_min": 0, "shard_max": 10000, "owner": "w", "epoch": 7, "expires_at": None,
-                    "expires_in": None, "expired": True}],
-        "lease_workers": [{"worker_id": "w", "hostname": None, "pid": None, "heartbeat_age": None, "stale": True,
-                           "ranges": [0]}],
-        "workers": [{"worker_id": "w", "pid": 3, "shard_min": 0, "shard_max": 10000, "last_round_at": None,
-                     "age_seconds": None, "last_round_seconds": None, "last_round": {"marked": {"success": 2}}}],
-        "zombies": [{"dag_id": "d", "task_id": "t", "execution_date": "2026-11-22T00:00:00", "hostname": None,
-                     "heartbeat_age": 7300.0}],
+        "leases": [
+            {
+                "shard_min": 0,
+                "shard_max": 10000,
+                "owner": "w",
+                "epoch": 7,
+                "expires_at": None,
+                "expires_in": None,
+                "expired": True,
+            }
+        ],
+        "lease_workers": [
+            {"worker_id": "w", "hostname": None, "pid": None, "heartbeat_age": None, "stale": True, "ranges": [0]}
+        ],
+        "workers": [
+            {
+                "worker_id": "w",
+                "pid": 3,
+                "shard_min": 0,
+                "shard_max": 10000,
+                "last_round_at": None,
+                "age_seconds": None,
+                "last_round_seconds": None,
+                "last_round": {"marked": {"success": 2}},
+            }
+        ],
+        "zombies": [
+            {
+                "dag_id": "d",
+                "task_id": "t",
+                "execution_date": "2026-11-22T00:00:00",
+                "hostname": None,
+                "heartbeat_age": 7300.0,
+            }
+        ],
     }
-    data = {"status": status, "history": [(T, {"running": 2, "none": 1})], "samples": 0, "tables": [],
-            "table_count": 0, "landings": [], "history_interval": 60.0, "history_retention": 604800.0, "now": T}
+    data = {
+        "status": status,
+        "history": [(T, {"running": 2, "none": 1})],
+        "samples": 0,
+        "tables": [],
+        "table_count": 0,
+        "landings": [],
+        "history_interval": 60.0,
+        "history_retention": 604800.0,
+        "now": T,
+    }
     html = render_page(data, cfg)
     assert page_numbers(html) == status_numbers(status)
     assert external_references(html) == [] and "&lt;boom&gt;" in html and "2.0 h" in html
     assert 'data-zombie="d.t"' in html and "stopped heartbeating" in html and "no task has succeeded yet" in html
-    assert "role=\"alert\"" not in render_login(None) and "wrong &amp; right" in render_login("wrong & right")
+    assert 'role="alert"' not in render_login(None) and "wrong &amp; right" in render_login("wrong & right")

@@ -17,6 +17,6 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "smartsensor-airflow",
         "name": "smartsensor",
         "description": "Drop-in Hive partition and success-file sensors that defer to a smartsensor service, "
-                       "which checks each distinct partition once for every task waiting on it.",
+        "which checks each distinct partition once for every task waiting on it.",
         "versions": [__version__],
     }

@@ -11,5 +11,12 @@ except ImportError:  # Airflow 2.10
 from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-__all__ = ["AirflowException", "AirflowFailException", "AirflowSkipException", "BaseHook", "BaseSensorOperator",
-           "BaseTrigger", "TriggerEvent"]
+__all__ = [
+    "AirflowException",
+    "AirflowFailException",
+    "AirflowSkipException",
+    "BaseHook",
+    "BaseSensorOperator",
+    "BaseTrigger",
+    "TriggerEvent",
+]

@@ -47,8 +47,10 @@ def endpoint_from_connection(conn: Any, conn_id: str = "smartsensor_default") ->
     ``port`` and ``schema``/conn type ``http``/``https``; ``password`` is the token."""
     host = (getattr(conn, "host", None) or "").strip()
     if not host:
-        raise ApiError(f"Airflow connection {conn_id!r} has no host: set it to the URL of `smartsensor serve`, "
-                       f"e.g. AIRFLOW_CONN_{conn_id.upper()}='http://:TOKEN@smartsensor.example:8794'")
+        raise ApiError(
+            f"Airflow connection {conn_id!r} has no host: set it to the URL of `smartsensor serve`, "
+            f"e.g. AIRFLOW_CONN_{conn_id.upper()}='http://:TOKEN@smartsensor.example:8794'"
+        )
     if "://" in host:
         base = host.rstrip("/")
     else:
@@ -70,13 +72,23 @@ def error_message(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
-def register_try(endpoint: Endpoint, key: dict[str, Any], class_name: str, persist: dict[str, Any],
-                 exec_values: dict[str, Any], logical_date: datetime | None, timeout: float = 30.0,
-                 attempts: int = REGISTER_ATTEMPTS) -> dict[str, Any]:
+def register_try(
+    endpoint: Endpoint,
+    key: dict[str, Any],
+    class_name: str,
+    persist: dict[str, Any],
+    exec_values: dict[str, Any],
+    logical_date: datetime | None,
+    timeout: float = 30.0,
+    attempts: int = REGISTER_ATTEMPTS,
+) -> dict[str, Any]:
     """POST /tasks: register this try (the same try again gets its task back). Retries transient failures
     (connection errors, 502/503/504) with back-off; raises ApiError otherwise or when they run out."""
-    body = {"key": key, "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
-            "logical_date": logical_date.isoformat() if logical_date is not None else None}
+    body = {
+        "key": key,
+        "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
+        "logical_date": logical_date.isoformat() if logical_date is not None else None,
+    }
     url = f"{endpoint.base_url}{API}/tasks"
     last: ApiError | None = None
     with httpx.Client(timeout=timeout, headers=endpoint.headers()) as client:
@@ -90,8 +102,11 @@ def register_try(endpoint: Endpoint, key: dict[str, Any], class_name: str, persi
             else:
                 if response.status_code == 200:
                     return response.json()
-                last = ApiError(f"smartsensor refused the registration: {error_message(response)}",
-                                response.status_code, response.status_code in TRANSIENT_STATUS)
+                last = ApiError(
+                    f"smartsensor refused the registration: {error_message(response)}",
+                    response.status_code,
+                    response.status_code in TRANSIENT_STATUS,
+                )
                 if not last.transient:
                     raise last
             log.warning("%s (attempt %d of %d)", last, attempt + 1, attempts)

@@ -35,7 +35,8 @@ def parse_partition_filter(text: str) -> dict[str, str]:
         if match is None:
             raise UnsupportedPartitionFilter(
                 f"partition filter {text!r}: {term.strip()!r} is not a `column = 'value'` equality; smartsensor "
-                f"checks only equalities joined by AND (use NamedHivePartitionSensor for several partitions)")
+                f"checks only equalities joined by AND (use NamedHivePartitionSensor for several partitions)"
+            )
         column = (match["quoted"] or match["column"]).lower()
         value = next(v for v in (match["single"], match["double"], match["number"]) if v is not None)
         if column in spec and spec[column] != value:

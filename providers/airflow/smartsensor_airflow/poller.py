@@ -63,8 +63,9 @@ def key_of(fields: dict[str, Any]) -> Key:
 class StatesPoller:
     """Waiting keys of one event loop and one connection, polled together."""
 
-    def __init__(self, endpoint: Callable[[], Awaitable[Endpoint]],
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, endpoint: Callable[[], Awaitable[Endpoint]], transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self._endpoint = endpoint
         self._transport = transport
         self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float]]] = {}
@@ -126,15 +127,20 @@ class StatesPoller:
             return endpoint
         wait = min(self._interval(), MAX_WAIT) if len(keys) <= MAX_KEYS_PER_REQUEST else 0.0
         for start in range(0, len(keys), MAX_KEYS_PER_REQUEST):
-            chunk = keys[start:start + MAX_KEYS_PER_REQUEST]
+            chunk = keys[start : start + MAX_KEYS_PER_REQUEST]
             body = {"keys": [dict(zip(KEY_FIELDS, k)) for k in chunk]}
             self.requests += 1
             try:
-                response = await client.post(f"{endpoint.base_url}{API}/tasks/states", json=body,
-                                              params={"wait": f"{wait:g}"}, headers=endpoint.headers())
+                response = await client.post(
+                    f"{endpoint.base_url}{API}/tasks/states",
+                    json=body,
+                    params={"wait": f"{wait:g}"},
+                    headers=endpoint.headers(),
+                )
             except httpx.TransportError as exc:
-                log.warning("smartsensor at %s unreachable (%s); %d task(s) keep waiting", endpoint.base_url, exc,
-                            self.waiting)
+                log.warning(
+                    "smartsensor at %s unreachable (%s); %d task(s) keep waiting", endpoint.base_url, exc, self.waiting
+                )
                 return endpoint
             if response.status_code in (502, 503, 504):
                 log.warning("smartsensor answered %s; %d task(s) keep waiting", error_message(response), self.waiting)
@@ -144,8 +150,9 @@ class StatesPoller:
                 if fresh != endpoint:
                     return fresh  # the token changed: try it next interval
             if response.status_code != 200:
-                error = ApiError(f"smartsensor refused the states request: {error_message(response)}",
-                                 response.status_code)
+                error = ApiError(
+                    f"smartsensor refused the states request: {error_message(response)}", response.status_code
+                )
                 for k in chunk:
                     self._resolve(k, error)
                 continue
@@ -172,8 +179,9 @@ class StatesPoller:
 _POLLERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, StatesPoller]]" = weakref.WeakKeyDictionary()
 
 
-def shared_poller(conn_id: str, endpoint: Callable[[], Awaitable[Endpoint]],
-                  transport: httpx.AsyncBaseTransport | None = None) -> StatesPoller:
+def shared_poller(
+    conn_id: str, endpoint: Callable[[], Awaitable[Endpoint]], transport: httpx.AsyncBaseTransport | None = None
+) -> StatesPoller:
     """The running loop's poller for ``conn_id``, created on first use."""
     per_loop = _POLLERS.setdefault(asyncio.get_running_loop(), {})
     poller = per_loop.get(conn_id)

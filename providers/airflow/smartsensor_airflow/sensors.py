@@ -16,8 +16,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar, Sequence
 
-from smartsensor_airflow._compat import (AirflowException, AirflowFailException, AirflowSkipException,
-                                         BaseHook, BaseSensorOperator)
+from smartsensor_airflow._compat import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSkipException,
+    BaseHook,
+    BaseSensorOperator,
+)
 from smartsensor_airflow.client import TERMINAL, ApiError, endpoint_from_connection, register_try
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter, parse_partition_filter
 from smartsensor_airflow.triggers import SmartSensorTrigger
@@ -36,8 +41,14 @@ class SmartSensorOperator(BaseSensorOperator):
 
     smartsensor_class: ClassVar[str]  # the class name smartsensor knows this check by
 
-    def __init__(self, *, smartsensor_conn_id: str = DEFAULT_CONN_ID,
-                 smartsensor_poll_interval: float | None = None, deferrable: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        smartsensor_conn_id: str = DEFAULT_CONN_ID,
+        smartsensor_poll_interval: float | None = None,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.smartsensor_conn_id = smartsensor_conn_id
         interval = DEFAULT_POLL_INTERVAL if smartsensor_poll_interval is None else smartsensor_poll_interval
@@ -49,9 +60,12 @@ class SmartSensorOperator(BaseSensorOperator):
 
     def exec_values(self) -> dict[str, Any]:
         """How the service runs the wait (its exec fields)."""
-        values: dict[str, Any] = {"poke_interval": float(self.poke_interval), "timeout": float(self.timeout),
-                                  "soft_fail": bool(self.soft_fail),
-                                  "exponential_backoff": bool(self.exponential_backoff)}
+        values: dict[str, Any] = {
+            "poke_interval": float(self.poke_interval),
+            "timeout": float(self.timeout),
+            "soft_fail": bool(self.soft_fail),
+            "exponential_backoff": bool(self.exponential_backoff),
+        }
         max_wait = getattr(self, "max_wait", None)
         if max_wait is not None:
             values["max_wait"] = max_wait.total_seconds() if isinstance(max_wait, timedelta) else float(max_wait)
@@ -62,29 +76,46 @@ class SmartSensorOperator(BaseSensorOperator):
 
     def execute(self, context: Any) -> Any:
         ti = context["ti"]
-        key = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
-               "map_index": ti.map_index if ti.map_index is not None else -1, "try_number": ti.try_number}
+        key = {
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": ti.map_index if ti.map_index is not None else -1,
+            "try_number": ti.try_number,
+        }
         try:
             persist = self.persist_values()
         except (UnsupportedPartitionFilter, TypeError) as exc:
             raise AirflowFailException(str(exc)) from None
         try:
-            endpoint = endpoint_from_connection(BaseHook.get_connection(self.smartsensor_conn_id),
-                                                self.smartsensor_conn_id)
-            answer = register_try(endpoint, key, self.smartsensor_class, persist, self.exec_values(),
-                                  context.get("logical_date"))
+            endpoint = endpoint_from_connection(
+                BaseHook.get_connection(self.smartsensor_conn_id), self.smartsensor_conn_id
+            )
+            answer = register_try(
+                endpoint, key, self.smartsensor_class, persist, self.exec_values(), context.get("logical_date")
+            )
         except ApiError as exc:
             if exc.transient:
                 raise AirflowException(str(exc)) from None  # Airflow's retries apply
             raise AirflowFailException(str(exc)) from None  # a definition or auth problem: retrying cannot help
-        self.log.info("smartsensor: registered %s try %s as hash %s (%s)", self.smartsensor_class,
-                      key["try_number"], answer["hashcode"], answer["state"])
+        self.log.info(
+            "smartsensor: registered %s try %s as hash %s (%s)",
+            self.smartsensor_class,
+            key["try_number"],
+            answer["hashcode"],
+            answer["state"],
+        )
         if answer["state"] in TERMINAL:
-            return self.execute_complete(context, {"state": answer["state"], "error": answer["error"],
-                                                   "hashcode": answer["hashcode"], "key": key})
+            return self.execute_complete(
+                context,
+                {"state": answer["state"], "error": answer["error"], "hashcode": answer["hashcode"], "key": key},
+            )
         backstop = timedelta(seconds=float(self.timeout) + max(60.0, 3 * self.smartsensor_poll_interval))
-        self.defer(trigger=SmartSensorTrigger(key, self.smartsensor_conn_id, self.smartsensor_poll_interval),
-                   method_name="execute_complete", timeout=backstop)
+        self.defer(
+            trigger=SmartSensorTrigger(key, self.smartsensor_conn_id, self.smartsensor_poll_interval),
+            method_name="execute_complete",
+            timeout=backstop,
+        )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
         """Success ends the task; skipped raises AirflowSkipException; anything else fails with the reason."""
@@ -94,8 +125,10 @@ class SmartSensorOperator(BaseSensorOperator):
             return None
         if state == "skipped":
             raise AirflowSkipException(f"smartsensor: skipped: {error or 'no reason given'}")
-        reasons = {"superseded": "a newer try of this task was registered", "unknown": "the service has no record "
-                   "of this try (was its database reset?)"}
+        reasons = {
+            "superseded": "a newer try of this task was registered",
+            "unknown": "the service has no record of this try (was its database reset?)",
+        }
         raise AirflowException(f"smartsensor: the wait ended {state}: {error or reasons.get(state, 'no reason given')}")
 
 
@@ -107,8 +140,15 @@ class NamedHivePartitionSensor(SmartSensorOperator):
     template_fields: Sequence[str] = ("partition_names",)
     ui_color = "#8d99ae"
 
-    def __init__(self, *, partition_names: list[str], metastore_conn_id: str = "metastore_default",
-                 poke_interval: float = 60 * 3, hook: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        partition_names: list[str],
+        metastore_conn_id: str = "metastore_default",
+        poke_interval: float = 60 * 3,
+        hook: Any = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
         if isinstance(partition_names, str):
             raise TypeError("partition_names must be an array of strings")
@@ -127,9 +167,16 @@ class HivePartitionSensor(SmartSensorOperator):
     template_fields: Sequence[str] = ("schema", "table", "partition")
     ui_color = "#C5CAE9"
 
-    def __init__(self, *, table: str, partition: str | None = "ds='{{ ds }}'",
-                 metastore_conn_id: str = "metastore_default", schema: str = "default",
-                 poke_interval: float = 60 * 3, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        table: str,
+        partition: str | None = "ds='{{ ds }}'",
+        metastore_conn_id: str = "metastore_default",
+        schema: str = "default",
+        poke_interval: float = 60 * 3,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.table = table
         self.partition = partition or ""

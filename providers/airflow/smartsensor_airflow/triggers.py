@@ -47,5 +47,11 @@ class SmartSensorTrigger(BaseTrigger):
         except ApiError as exc:
             yield TriggerEvent({"state": "error", "error": str(exc), "hashcode": None, "key": self.key})
             return
-        yield TriggerEvent({"state": answer["state"], "error": answer.get("error"),
-                            "hashcode": answer.get("hashcode"), "key": self.key})
+        yield TriggerEvent(
+            {
+                "state": answer["state"],
+                "error": answer.get("error"),
+                "hashcode": answer.get("hashcode"),
+                "key": self.key,
+            }
+        )

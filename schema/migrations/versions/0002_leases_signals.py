@@ -4,8 +4,9 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-22
 """
-from alembic import op
+
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0002"
 down_revision = "0001"

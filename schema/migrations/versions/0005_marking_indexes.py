@@ -12,8 +12,9 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-24
 """
-from alembic import op
+
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0005"
 down_revision = "0004"
@@ -28,12 +29,13 @@ CLASSIC = sa.text("state IN ('scheduled', 'running', 'up_for_retry')")
 def upgrade() -> None:
     op.drop_index("ti_state_shardcode", table_name="task_instance")
     op.drop_index("ti_shardcode", table_name="task_instance")
-    op.create_index("ti_pending_shardcode", "task_instance", ["shardcode"], postgresql_where=PENDING,
-                    sqlite_where=PENDING)
-    op.create_index("ti_waiting_shardcode", "task_instance", ["shardcode"], postgresql_where=WAITING,
-                    sqlite_where=WAITING)
-    op.create_index("ti_classic_state", "task_instance", ["state"], postgresql_where=CLASSIC,
-                    sqlite_where=CLASSIC)
+    op.create_index(
+        "ti_pending_shardcode", "task_instance", ["shardcode"], postgresql_where=PENDING, sqlite_where=PENDING
+    )
+    op.create_index(
+        "ti_waiting_shardcode", "task_instance", ["shardcode"], postgresql_where=WAITING, sqlite_where=WAITING
+    )
+    op.create_index("ti_classic_state", "task_instance", ["state"], postgresql_where=CLASSIC, sqlite_where=CLASSIC)
 
 
 def downgrade() -> None:

@@ -25,6 +25,7 @@ from smartsensor.sensors.partitions import unescape_partition_value
 
 log = logging.getLogger(__name__)
 
+
 def parse_listing_row(row: str) -> dict[str, str]:
     """``ds=2024-01-01 10%3A00/hr=a%2Fb`` → {'ds': '2024-01-01 10:00', 'hr': 'a/b'} (keys lower-cased)."""
     out: dict[str, str] = {}
@@ -34,8 +35,9 @@ def parse_listing_row(row: str) -> dict[str, str]:
     return out
 
 
-def answer_checks(db: str, table: str, listing: list[dict[str, str]],
-                  checks: list[PartitionCheck]) -> dict[Check, bool | CheckError]:
+def answer_checks(
+    db: str, table: str, listing: list[dict[str, str]], checks: list[PartitionCheck]
+) -> dict[Check, bool | CheckError]:
     """Answer checks on one table from its partition listing (pure; no catalog call).
 
     The listing is indexed once: exact checks are set lookups, partial ones intersect per-pair
@@ -53,11 +55,13 @@ def answer_checks(db: str, table: str, listing: list[dict[str, str]],
         if columns is not None and not set(spec) <= columns:
             unknown = sorted(set(spec) - columns)
             results[check] = PermanentCheckError(
-                f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})")
+                f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})"
+            )
         elif check.exact and columns is not None and set(spec) != columns:
             results[check] = PermanentCheckError(
                 f"{db}.{table}: a partition name must give every partition column {sorted(columns)}, "
-                f"got {sorted(spec)} (HivePartitionSensor waits on a partial spec)")
+                f"got {sorted(spec)} (HivePartitionSensor waits on a partial spec)"
+            )
         elif check.exact:
             results[check] = frozenset(check.spec) in exact_index
         elif not check.spec:
@@ -70,7 +74,7 @@ def answer_checks(db: str, table: str, listing: list[dict[str, str]],
 
 def local_path(uri: str) -> str:
     """``file:///a/b`` (or ``file://host/a/b``) → ``/a/b``, taken literally as Hadoop's Path takes it."""
-    rest = uri[len("file://"):]
+    rest = uri[len("file://") :]
     return rest if rest.startswith("/") else "/" + rest.partition("/")[2]
 
 
@@ -97,8 +101,9 @@ class _LazySparkLister:
 class BatchChecker:
     """Answers checks through one catalog backend; one instance per round keeps the counters per round."""
 
-    def __init__(self, spark: Any = None, lister: PartitionLister | None = None,
-                 spark_provider: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, spark: Any = None, lister: PartitionLister | None = None, spark_provider: Callable[[], Any] | None = None
+    ) -> None:
         """Partitions through ``lister`` (default: the external catalog of ``spark``); Spark itself, for paths
         that are not file:// and for user sensors, is ``spark`` or made by ``spark_provider`` on first use.
 
@@ -191,8 +196,9 @@ class BatchChecker:
             results[check] = answers[as_stored]
         return results
 
-    def _normalize(self, db: str, table: str, checks: list[PartitionCheck]
-                   ) -> list[tuple[tuple[str, str], ...] | CheckError] | None:
+    def _normalize(
+        self, db: str, table: str, checks: list[PartitionCheck]
+    ) -> list[tuple[tuple[str, str], ...] | CheckError] | None:
         """Each check's spec with values as Spark stores them in this table's typed partition columns."""
         started = time.perf_counter()
         try:
@@ -201,10 +207,11 @@ class BatchChecker:
                 return None
             try:
                 return self.types.normalize(db, table, types, [c.spec for c in checks])
-            except Exception as exc:  # noqa: BLE001 - a local Spark query; classified below
+            except Exception as exc:  # a local Spark query; classified below
                 if classify_error(exc) == "transient":
-                    raise TransientCheckError(f"Spark unavailable normalizing values of {db}.{table}: "
-                                              f"{first_line(exc)}") from exc
+                    raise TransientCheckError(
+                        f"Spark unavailable normalizing values of {db}.{table}: {first_line(exc)}"
+                    ) from exc
                 raise PermanentCheckError(f"normalizing values of {db}.{table} failed: {first_line(exc)}") from exc
         finally:
             self.catalog_seconds += time.perf_counter() - started

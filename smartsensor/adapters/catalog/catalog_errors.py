@@ -7,11 +7,22 @@ from __future__ import annotations
 
 # Messages that mean "the metastore / file system could not be reached", not "the check is wrong".
 _TRANSIENT_MARKERS = (
-    "TTransportException", "Connection refused", "Could not connect to meta store",
-    "Unable to instantiate", "SocketTimeoutException", "ConnectException", "Failed to connect",
-    "Broken pipe", "Connection reset", "UnknownHostException", "No route to host",
-    "Py4JNetworkError", "Answer from Java side is empty", "SparkContext was shut down",
-    "Cannot call methods on a stopped SparkContext", "Read timed out",
+    "TTransportException",
+    "Connection refused",
+    "Could not connect to meta store",
+    "Unable to instantiate",
+    "SocketTimeoutException",
+    "ConnectException",
+    "Failed to connect",
+    "Broken pipe",
+    "Connection reset",
+    "UnknownHostException",
+    "No route to host",
+    "Py4JNetworkError",
+    "Answer from Java side is empty",
+    "SparkContext was shut down",
+    "Cannot call methods on a stopped SparkContext",
+    "Read timed out",
 )
 _NOT_FOUND_CLASSES = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND")
 _NOT_FOUND_MARKERS = (*_NOT_FOUND_CLASSES, "NoSuchTableException", "NoSuchDatabaseException")
@@ -23,6 +34,7 @@ def classify_error(exc: BaseException) -> str:
     if any(marker in text for marker in _TRANSIENT_MARKERS):
         return "transient"
     from py4j.protocol import Py4JError, Py4JJavaError
+
     # A py4j error that is not a Java exception means the JVM gateway itself is gone or broken.
     if isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError):
         return "transient"

@@ -48,11 +48,15 @@ def narrowing_spec(spec: dict[str, str], columns: dict[str, str]) -> dict[str, s
 class PartitionTypes:
     """Per-process cache of partition column types and of normalized partition values."""
 
-    def __init__(self, spark: Any, ttl: float = TYPES_TTL_SECONDS,
-                 clock: Callable[[], float] = time.monotonic,
-                 read_schema: Callable[[str, str], dict[str, str] | None] | None = None,
-                 cast: Callable[[set[tuple[str, str]]], dict[tuple[str, str], str | None]] | None = None,
-                 castable: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        ttl: float = TYPES_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        read_schema: Callable[[str, str], dict[str, str] | None] | None = None,
+        cast: Callable[[set[tuple[str, str]]], dict[tuple[str, str], str | None]] | None = None,
+        castable: Callable[[str], bool] | None = None,
+    ) -> None:
         """Spark reads the column types and casts by default; another catalog passes ``read_schema``
         ({column: type} in partition order, None if the table is missing; may raise a CheckError),
         ``cast`` ({(type, value): cast value or None}) and ``castable`` (types ``cast`` knows)."""
@@ -82,7 +86,7 @@ class PartitionTypes:
             types = self._read(db, table)
         except CheckError:
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             kind = classify_error(exc)
             if kind == "not_found":
                 self.forget(db, table)
@@ -108,15 +112,22 @@ class PartitionTypes:
         """Drop a table's cached types (it went missing, or its listing was rejected)."""
         self._types.pop((db, table), None)
 
-    def normalize(self, db: str, table: str, types: dict[str, str],
-                  specs: list[tuple[tuple[str, str], ...]]) -> list[tuple[tuple[str, str], ...] | PermanentCheckError]:
+    def normalize(
+        self, db: str, table: str, types: dict[str, str], specs: list[tuple[tuple[str, str], ...]]
+    ) -> list[tuple[tuple[str, str], ...] | PermanentCheckError]:
         """Each spec with its values cast as Spark stores them, or an error naming a value its column rejects.
 
         Keys that are not partition columns are kept as they are (the caller reports them).
         """
-        wanted = {(types[k], v) for spec in specs for k, v in spec
-                  if k in types and not _STRING_TYPE.fullmatch(types[k]) and v != DEFAULT_PARTITION_NAME
-                  and (types[k], v) not in self._values}
+        wanted = {
+            (types[k], v)
+            for spec in specs
+            for k, v in spec
+            if k in types
+            and not _STRING_TYPE.fullmatch(types[k])
+            and v != DEFAULT_PARTITION_NAME
+            and (types[k], v) not in self._values
+        }
         self._cast({pair for pair in wanted if self._castable(pair[0])})
         out: list[tuple[tuple[str, str], ...] | PermanentCheckError] = []
         for spec in specs:
@@ -131,7 +142,8 @@ class PartitionTypes:
                     break
                 elif self._values.get((typ, v)) is None:
                     error = PermanentCheckError(
-                        f"{db}.{table}: value {v!r} is not a valid {typ} for partition column {k!r}")
+                        f"{db}.{table}: value {v!r} is not a valid {typ} for partition column {k!r}"
+                    )
                     break
                 else:
                     pairs.append((k, self._values[(typ, v)]))  # type: ignore[arg-type]
@@ -150,7 +162,7 @@ class PartitionTypes:
         out: dict[tuple[str, str], str | None] = {}
         ordered = sorted(pairs)
         for start in range(0, len(ordered), _CAST_BATCH):
-            chunk = ordered[start:start + _CAST_BATCH]
+            chunk = ordered[start : start + _CAST_BATCH]
             # Values travel as named parameters, never as SQL text; the type was matched by _SAFE_TYPE.
             sql = "SELECT " + ", ".join(f"CAST(TRY_CAST(:v{i} AS {typ}) AS STRING)" for i, (typ, _) in enumerate(chunk))
             self.cast_queries += 1

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from smartsensor.adapters.catalog.catalog_errors import classify_error
-from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
 from smartsensor.adapters.catalog.partition_types import PartitionTypes, narrowing_spec, partition_types_for
+from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
 
 CHUNK = 2_600  # characters per py4j reply: under ~8 KB even when every character takes 3 bytes
 
@@ -30,7 +30,7 @@ class SparkLister:
         the column types."""
         try:
             return self._names(db.lower(), table.lower(), narrowing_spec(spec, columns))
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             kind = classify_error(exc)
             if kind == "not_found":
                 self.types.forget(db, table)
@@ -43,8 +43,11 @@ class SparkLister:
     def _names(self, db: str, table: str, narrowing: dict[str, str]) -> list[str]:
         jvm = self.spark._jvm
         catalog = self.spark._jsparkSession.sharedState().externalCatalog()
-        partial = (jvm.scala.Option.apply(jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(narrowing))
-                   if narrowing else jvm.scala.Option.empty())
+        partial = (
+            jvm.scala.Option.apply(jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(narrowing))
+            if narrowing
+            else jvm.scala.Option.empty()
+        )
         names = catalog.listPartitionNames(db, table, partial)
         joined = names.addString(jvm.scala.collection.mutable.StringBuilder(), "", "\n", "")  # stays in the JVM
         size = joined.length()

@@ -20,10 +20,10 @@ from thrift.Thrift import TApplicationException
 from thrift.transport.TSocket import TSocket
 from thrift.transport.TTransport import TBufferedTransport, TTransportException
 
-from smartsensor.config import Config
-from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
 from smartsensor.adapters.catalog.partition_types import PartitionTypes, narrowing_spec
 from smartsensor.adapters.catalog.python_casts import python_cast_all, python_castable
+from smartsensor.config import Config
+from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
 
 POOL_SIZE = 2
 # Errors after which the server answered in full: the connection stays usable.
@@ -53,8 +53,7 @@ class ThriftCatalog:
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(pool_size)
-        self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all,
-                                    castable=python_castable)
+        self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all, castable=python_castable)
 
     @classmethod
     def from_config(cls, cfg: Config) -> "ThriftCatalog":
@@ -93,13 +92,14 @@ class ThriftCatalog:
                 except _ANSWERED:
                     self._give_back(conn)
                     raise
-                except Exception as exc:  # noqa: BLE001 - transport/protocol: the stream is unusable
+                except Exception as exc:  # transport/protocol: the stream is unusable
                     conn.close()
                     timed_out = isinstance(exc, TimeoutError) or any(w in str(exc) for w in ("timeout", "timed out"))
                     if reused and attempt == 1 and not timed_out:
                         continue  # the server closed an idle connection: try once on a fresh one
-                    raise TransientCheckError(f"metastore {conn.uri} unreachable {what}: "
-                                              f"{type(exc).__name__}: {first_line(exc)}") from exc
+                    raise TransientCheckError(
+                        f"metastore {conn.uri} unreachable {what}: {type(exc).__name__}: {first_line(exc)}"
+                    ) from exc
                 self._give_back(conn)
                 return result
             raise AssertionError("unreachable")
@@ -136,8 +136,9 @@ class ThriftCatalog:
         what = f"listing {db}.{table}"
         try:
             if narrowing:
-                return list(self.call(what, "get_partition_names_ps", db, table,
-                                      [narrowing.get(k, "") for k in columns], -1))
+                return list(
+                    self.call(what, "get_partition_names_ps", db, table, [narrowing.get(k, "") for k in columns], -1)
+                )
             return list(self.call(what, "get_partition_names", db, table, -1))
         except NoSuchObjectException:
             self.types.forget(db, table)

@@ -19,8 +19,11 @@ def delete_all_tasks_for_benchmark(conn: Connection) -> int:
 
 def reset_to_waiting_for_benchmark(conn: Connection, now: datetime) -> int:
     """Every task waiting in its first try since ``now`` (scripts/bench.py only: the same state for each strategy)."""
-    return conn.execute(update(TI).values(state=State.SMART_RUNNING, try_number=1, start_date=now, end_date=None,
-                                          hostname=None, error=None)).rowcount
+    return conn.execute(
+        update(TI).values(
+            state=State.SMART_RUNNING, try_number=1, start_date=now, end_date=None, hostname=None, error=None
+        )
+    ).rowcount
 
 
 def landed_hashcodes_for_benchmark(conn: Connection) -> list[int]:
@@ -35,9 +38,10 @@ def raw_mark_for_benchmark(conn: Connection, hashcodes: list[int], now: datetime
     if conn.dialect.name == "postgresql":
         from sqlalchemy import BigInteger
         from sqlalchemy.dialects.postgresql import ARRAY
+
         stmt = update(TI).where(TI.c.hashcode == bindparam("h", type_=ARRAY(BigInteger)).any_()).values(**values)
         return conn.execute(stmt, {"h": hashcodes}).rowcount
     total = 0
     for i in range(0, len(hashcodes), 5000):
-        total += conn.execute(update(TI).where(TI.c.hashcode.in_(hashcodes[i:i + 5000])).values(**values)).rowcount
+        total += conn.execute(update(TI).where(TI.c.hashcode.in_(hashcodes[i : i + 5000])).values(**values)).rowcount
     return total

@@ -42,8 +42,10 @@ def normalize_url(url: str) -> URL:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
-        raise DatabaseUrlError(f"[core] sql_alchemy_conn {url[:80]!r} is not a database URL "
-                               f"(e.g. sqlite:////abs/path.db or postgresql://user:pw@host:5432/db): {exc}") from None
+        raise DatabaseUrlError(
+            f"[core] sql_alchemy_conn {url[:80]!r} is not a database URL "
+            f"(e.g. sqlite:////abs/path.db or postgresql://user:pw@host:5432/db): {exc}"
+        ) from None
     driver = _POSTGRES_SCHEMES.get(parsed.drivername)
     return parsed.set(drivername=driver) if driver else parsed
 
@@ -79,8 +81,13 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
             cur.close()
     else:
         is_pg = parsed.get_backend_name() == "postgresql"
-        engine = _create(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2,
-                         connect_args={"connect_timeout": 5} if is_pg else {})
+        engine = _create(
+            parsed,
+            pool_pre_ping=True,
+            pool_size=2,
+            max_overflow=2,
+            connect_args={"connect_timeout": 5} if is_pg else {},
+        )
         if is_pg and idle_in_transaction_timeout:
             ms = max(1, round(idle_in_transaction_timeout * 1000))
 
@@ -92,6 +99,7 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
                 cur.execute("SET idle_in_transaction_session_timeout = %s", (ms,))
                 cur.close()
                 dbapi_conn.commit()
+
     counter = StatementCounter()
     event.listen(engine, "before_cursor_execute", counter)
     engine.statement_counter = counter  # type: ignore[attr-defined]
@@ -105,7 +113,8 @@ def _create(url: URL, **kwargs: object) -> Engine:
         raise DatabaseUrlError(
             f"[core] sql_alchemy_conn: the driver for {url.drivername!r} is not installed ({exc}); smartsensor "
             f"ships SQLite and PostgreSQL through psycopg2: use sqlite:////abs/path.db or "
-            f"postgresql://user:pw@host:5432/db") from None
+            f"postgresql://user:pw@host:5432/db"
+        ) from None
 
 
 def _sqlite_folder(path: Path, home: Path | None) -> None:
@@ -116,9 +125,11 @@ def _sqlite_folder(path: Path, home: Path | None) -> None:
     if home is not None and folder.resolve().is_relative_to(home.expanduser().resolve()):
         folder.mkdir(parents=True, exist_ok=True)
         return
-    raise DatabaseUrlError(f"[core] sql_alchemy_conn: folder {folder} of the SQLite database does not exist "
-                           f"(smartsensor creates folders only under its home {home or '$SMARTSENSOR_HOME'}); "
-                           f"create it first")
+    raise DatabaseUrlError(
+        f"[core] sql_alchemy_conn: folder {folder} of the SQLite database does not exist "
+        f"(smartsensor creates folders only under its home {home or '$SMARTSENSOR_HOME'}); "
+        f"create it first"
+    )
 
 
 def statement_count(engine: Engine) -> int:

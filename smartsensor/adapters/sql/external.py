@@ -17,28 +17,67 @@ TI = TaskInstance.__table__
 
 def get_external(conn: Connection, key: ExternalKey, for_update: bool = False) -> dict[str, Any] | None:
     """The mapping row of ``key`` (1 statement; on Postgres ``for_update`` locks it until commit)."""
-    query = select(EX).where(EX.c.dag_id == key.dag_id, EX.c.task_id == key.task_id, EX.c.run_id == key.run_id,
-                             EX.c.map_index == key.map_index)
+    query = select(EX).where(
+        EX.c.dag_id == key.dag_id,
+        EX.c.task_id == key.task_id,
+        EX.c.run_id == key.run_id,
+        EX.c.map_index == key.map_index,
+    )
     row = conn.execute(query.with_for_update() if for_update else query).mappings().first()
     return dict(row) if row else None
 
 
-def insert_external(conn: Connection, key: ExternalKey, try_number: int, logical_date: datetime | None,
-                    ti_task_id: str, ti_execution_date: datetime, now: datetime) -> None:
+def insert_external(
+    conn: Connection,
+    key: ExternalKey,
+    try_number: int,
+    logical_date: datetime | None,
+    ti_task_id: str,
+    ti_execution_date: datetime,
+    now: datetime,
+) -> None:
     """Map a new key to its first task instance (1 statement; IntegrityError if another request did it first)."""
-    conn.execute(insert(EX).values(dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index,
-                                   try_number=try_number, logical_date=logical_date, ti_task_id=ti_task_id,
-                                   ti_execution_date=ti_execution_date, registered_at=now))
+    conn.execute(
+        insert(EX).values(
+            dag_id=key.dag_id,
+            task_id=key.task_id,
+            run_id=key.run_id,
+            map_index=key.map_index,
+            try_number=try_number,
+            logical_date=logical_date,
+            ti_task_id=ti_task_id,
+            ti_execution_date=ti_execution_date,
+            registered_at=now,
+        )
+    )
 
 
-def move_external(conn: Connection, key: ExternalKey, seen_try: int, try_number: int, ti_task_id: str,
-                  ti_execution_date: datetime, now: datetime) -> bool:
+def move_external(
+    conn: Connection,
+    key: ExternalKey,
+    seen_try: int,
+    try_number: int,
+    ti_task_id: str,
+    ti_execution_date: datetime,
+    now: datetime,
+) -> bool:
     """Point ``key`` at the task instance of a new try, if nobody moved it since ``seen_try`` was read (1 statement)."""
-    return conn.execute(update(EX).where(
-        EX.c.dag_id == key.dag_id, EX.c.task_id == key.task_id, EX.c.run_id == key.run_id,
-        EX.c.map_index == key.map_index, EX.c.try_number == seen_try,
-    ).values(try_number=try_number, ti_task_id=ti_task_id, ti_execution_date=ti_execution_date,
-             registered_at=now)).rowcount == 1
+    return (
+        conn.execute(
+            update(EX)
+            .where(
+                EX.c.dag_id == key.dag_id,
+                EX.c.task_id == key.task_id,
+                EX.c.run_id == key.run_id,
+                EX.c.map_index == key.map_index,
+                EX.c.try_number == seen_try,
+            )
+            .values(
+                try_number=try_number, ti_task_id=ti_task_id, ti_execution_date=ti_execution_date, registered_at=now
+            )
+        ).rowcount
+        == 1
+    )
 
 
 # The keys go in as arrays (PostgreSQL) or one JSON document (SQLite) and are joined against the primary key:
@@ -67,9 +106,18 @@ def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[Exter
     if not unique:
         return {}
     if conn.dialect.name == "postgresql":
-        rows = conn.execute(STATES_PG, {"dags": [k.dag_id for k in unique], "tasks": [k.task_id for k in unique],
-                                        "runs": [k.run_id for k in unique], "maps": [k.map_index for k in unique]})
+        rows = conn.execute(
+            STATES_PG,
+            {
+                "dags": [k.dag_id for k in unique],
+                "tasks": [k.task_id for k in unique],
+                "runs": [k.run_id for k in unique],
+                "maps": [k.map_index for k in unique],
+            },
+        )
     else:
         rows = conn.execute(STATES_SQLITE, {"keys": json.dumps([list(k) for k in unique])})
-    return {ExternalKey(d, t, r, m): {"try_number": n, "state": state, "error": error, "hashcode": hashcode}
-            for d, t, r, m, n, state, error, hashcode in rows}
+    return {
+        ExternalKey(d, t, r, m): {"try_number": n, "state": state, "error": error, "hashcode": hashcode}
+        for d, t, r, m, n, state, error, hashcode in rows
+    }

@@ -20,8 +20,9 @@ def bucket_written(conn: Connection, bucket_at: datetime) -> bool:
 def insert_sample(conn: Connection, bucket_at: datetime, counts: Mapping[str, int]) -> None:
     """One row per state for ``bucket_at`` (1 statement; IntegrityError if another server wrote the bucket)."""
     if counts:
-        conn.execute(insert(SS), [{"bucket_at": bucket_at, "state": state, "count": n}
-                                  for state, n in sorted(counts.items())])
+        conn.execute(
+            insert(SS), [{"bucket_at": bucket_at, "state": state, "count": n} for state, n in sorted(counts.items())]
+        )
 
 
 def prune_samples(conn: Connection, before: datetime) -> int:
@@ -31,6 +32,11 @@ def prune_samples(conn: Connection, before: datetime) -> int:
 
 def load_samples(conn: Connection, since: datetime) -> list[tuple[datetime, str, int]]:
     """(bucket_at, state, count) of every bucket from ``since`` on, oldest first (1 statement)."""
-    return [(b, s, n) for b, s, n in conn.execute(
-        select(SS.c.bucket_at, SS.c.state, SS.c.count).where(SS.c.bucket_at >= since)
-        .order_by(SS.c.bucket_at, SS.c.state))]
+    return [
+        (b, s, n)
+        for b, s, n in conn.execute(
+            select(SS.c.bucket_at, SS.c.state, SS.c.count)
+            .where(SS.c.bucket_at >= since)
+            .order_by(SS.c.bucket_at, SS.c.state)
+        )
+    ]

@@ -24,16 +24,20 @@ def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:
         if r.lo not in have:
             try:
                 with conn.begin_nested():
-                    conn.execute(insert(SL).values(shard_min=r.lo, shard_max=r.hi, owner=None, epoch=0,
-                                                   expires_at=None))
+                    conn.execute(
+                        insert(SL).values(shard_min=r.lo, shard_max=r.hi, owner=None, epoch=0, expires_at=None)
+                    )
             except IntegrityError:  # another worker created it first
                 pass
 
 
 def _free_or_expired(shard_min: int, seen_epoch: int, now: datetime) -> tuple[Any, ...]:
     """WHERE clauses: this lease row, still at the epoch read, with no owner or an expired one."""
-    return (SL.c.shard_min == shard_min, SL.c.epoch == seen_epoch,
-            or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now))
+    return (
+        SL.c.shard_min == shard_min,
+        SL.c.epoch == seen_epoch,
+        or_(SL.c.owner.is_(None), SL.c.expires_at.is_(None), SL.c.expires_at <= now),
+    )
 
 
 def reshape_lease(conn: Connection, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
@@ -45,16 +49,22 @@ def reshape_lease(conn: Connection, shard_min: int, seen_epoch: int, shard_max: 
     claimable = _free_or_expired(shard_min, seen_epoch, now)
     if shard_max is None:
         return conn.execute(delete(SL).where(*claimable)).rowcount == 1
-    return conn.execute(update(SL).where(*claimable).values(
-        shard_max=shard_max, owner=None, epoch=SL.c.epoch + 1, expires_at=None)).rowcount == 1
+    return (
+        conn.execute(
+            update(SL).where(*claimable).values(shard_max=shard_max, owner=None, epoch=SL.c.epoch + 1, expires_at=None)
+        ).rowcount
+        == 1
+    )
 
 
-def upsert_worker(conn: Connection, worker_id: str, hostname: str, pid: int, started_at: datetime,
-                  now: datetime) -> None:
+def upsert_worker(
+    conn: Connection, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime
+) -> None:
     """Record this worker's heartbeat (1-2 statements)."""
     if conn.execute(update(WK).where(WK.c.worker_id == worker_id).values(heartbeat_at=now)).rowcount == 0:
-        conn.execute(insert(WK).values(worker_id=worker_id, hostname=hostname, pid=pid, started_at=started_at,
-                                       heartbeat_at=now))
+        conn.execute(
+            insert(WK).values(worker_id=worker_id, hostname=hostname, pid=pid, started_at=started_at, heartbeat_at=now)
+        )
 
 
 def delete_worker(conn: Connection, worker_id: str) -> None:
@@ -74,12 +84,14 @@ def load_leases(conn: Connection) -> list[dict[str, Any]]:
 
 def renew_leases(conn: Connection, owner: str, now: datetime, expires_at: datetime) -> int:
     """Extend every lease ``owner`` still holds unexpired. A lapsed lease is not renewed (1 statement)."""
-    return conn.execute(update(SL).where(SL.c.owner == owner, SL.c.expires_at > now).values(
-        expires_at=expires_at)).rowcount
+    return conn.execute(
+        update(SL).where(SL.c.owner == owner, SL.c.expires_at > now).values(expires_at=expires_at)
+    ).rowcount
 
 
-def claim_lease(conn: Connection, shard_min: int, seen_epoch: int, owner: str, now: datetime,
-                expires_at: datetime) -> bool:
+def claim_lease(
+    conn: Connection, shard_min: int, seen_epoch: int, owner: str, now: datetime, expires_at: datetime
+) -> bool:
     """Take a free or expired range: compare-and-set on the epoch read, bumping it. 1 statement.
 
     On Postgres a row locked by another transaction (its owner mid-write, or paused there) is
@@ -87,14 +99,26 @@ def claim_lease(conn: Connection, shard_min: int, seen_epoch: int, owner: str, n
     """
     claimable = _free_or_expired(shard_min, seen_epoch, now)
     unlocked = select(SL.c.shard_min).where(*claimable).with_for_update(skip_locked=True)
-    return conn.execute(update(SL).where(*claimable, SL.c.shard_min.in_(unlocked)).values(
-        owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)).rowcount == 1
+    return (
+        conn.execute(
+            update(SL)
+            .where(*claimable, SL.c.shard_min.in_(unlocked))
+            .values(owner=owner, epoch=SL.c.epoch + 1, expires_at=expires_at)
+        ).rowcount
+        == 1
+    )
 
 
 def release_lease(conn: Connection, shard_min: int, owner: str, epoch: int) -> bool:
     """Give one range back at once (rebalance). 1 statement."""
-    return conn.execute(update(SL).where(SL.c.shard_min == shard_min, SL.c.owner == owner, SL.c.epoch == epoch)
-                        .values(owner=None, expires_at=None)).rowcount == 1
+    return (
+        conn.execute(
+            update(SL)
+            .where(SL.c.shard_min == shard_min, SL.c.owner == owner, SL.c.epoch == epoch)
+            .values(owner=None, expires_at=None)
+        ).rowcount
+        == 1
+    )
 
 
 def release_all_leases(conn: Connection, owner: str) -> int:

@@ -7,10 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from smartsensor.adapters.sql import leases as lease_sql
-from smartsensor.adapters.sql import signals as signal_sql
-from smartsensor.adapters.sql import status as status_sql
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import leases as lease_sql, signals as signal_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import statement_count
 from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
 from smartsensor.domain.leases import lease_held
@@ -24,8 +21,9 @@ class SqlRoundStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def load_range(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                   fence: Fence | None) -> tuple[list[WaitingTask], int]:
+    def load_range(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> tuple[list[WaitingTask], int]:
         """1 statement, 2 when some task is pending (one transaction)."""
         with self.engine.begin() as conn:
             tasks = task_sql.load_waiting(conn, shard_min, shard_max)
@@ -34,56 +32,79 @@ class SqlRoundStore:
                 started = task_sql.start_pending(conn, shard_min, shard_max, now, hostname, fence=fence)
         return tasks, started
 
-    def load_cohorts(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                     fence: Fence | None) -> tuple[CohortRows, int]:
+    def load_cohorts(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> tuple[CohortRows, int]:
         """Start the pending tasks, then count every waiting one per cohort. 2 statements, one transaction."""
         with self.engine.begin() as conn:
             started = task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
             return task_sql.load_waiting_cohorts(conn, shard_min, shard_max), sum(n for _, _, n in started)
 
-    def start_new(self, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                  fence: Fence | None) -> CohortRows:
+    def start_new(
+        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
+    ) -> CohortRows:
         """Start the pending tasks and return them per cohort. 1 statement."""
         with self.engine.begin() as conn:
             return task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
 
-    def write_round(self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime,
-                    fence: Fence | None) -> dict[str, int]:
+    def write_round(
+        self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
+    ) -> dict[str, int]:
         """All of a round's state changes in one transaction, each a guarded (and fenced) update."""
         marked: dict[str, int] = defaultdict(int)
         if writes.empty():
             return {}
         with self.engine.begin() as conn:
             if writes.landed_hashes:
-                marked[State.SUCCESS] += task_sql.mark_hashes(conn, writes.landed_hashes, shard_min, shard_max,
-                                                              State.SUCCESS, now, fence=fence)
+                marked[State.SUCCESS] += task_sql.mark_hashes(
+                    conn, writes.landed_hashes, shard_min, shard_max, State.SUCCESS, now, fence=fence
+                )
             for hashcode, classpath, attr_dict in writes.landed_checks:
-                marked[State.SUCCESS] += task_sql.mark_check(conn, hashcode, classpath, attr_dict, State.SUCCESS,
-                                                             now, fence=fence)
+                marked[State.SUCCESS] += task_sql.mark_check(
+                    conn, hashcode, classpath, attr_dict, State.SUCCESS, now, fence=fence
+                )
             for (hashcode, classpath, attr_dict), collided, error in writes.failed:
                 if collided:
-                    marked[State.FAILED] += task_sql.mark_check(conn, hashcode, classpath, attr_dict, State.FAILED,
-                                                                now, error=error, fence=fence)
+                    marked[State.FAILED] += task_sql.mark_check(
+                        conn, hashcode, classpath, attr_dict, State.FAILED, now, error=error, fence=fence
+                    )
                 else:
-                    marked[State.FAILED] += task_sql.mark_hashes(conn, [hashcode], shard_min, shard_max,
-                                                                 State.FAILED, now, error=error, fence=fence)
+                    marked[State.FAILED] += task_sql.mark_hashes(
+                        conn, [hashcode], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
+                    )
             for (state, error), cohorts in writes.ended.items():
-                marked[state] += task_sql.end_cohorts(conn, cohorts, shard_min, shard_max, state, now, error=error,
-                                                      fence=fence)
+                marked[state] += task_sql.end_cohorts(
+                    conn, cohorts, shard_min, shard_max, state, now, error=error, fence=fence
+                )
             for key, cohort, why in writes.bad:
-                marked[State.FAILED] += task_sql.end_cohorts(conn, [(key, cohort)], shard_min, shard_max,
-                                                             State.FAILED, now, error=why, fence=fence)
+                marked[State.FAILED] += task_sql.end_cohorts(
+                    conn, [(key, cohort)], shard_min, shard_max, State.FAILED, now, error=why, fence=fence
+                )
             if any(marked.values()):
                 signal_sql.notify_ended(conn, writes.hashcodes())  # wakes the held states requests waiting on them
         return {k: v for k, v in marked.items() if v}
 
     def holds(self, fence: Fence, now: datetime) -> bool:
         with self.engine.connect() as conn:
-            return any(r["shard_min"] == fence.shard_min and r["owner"] == fence.owner and r["epoch"] == fence.epoch
-                       and lease_held(r, now) for r in lease_sql.load_leases(conn))
+            return any(
+                r["shard_min"] == fence.shard_min
+                and r["owner"] == fence.owner
+                and r["epoch"] == fence.epoch
+                and lease_held(r, now)
+                for r in lease_sql.load_leases(conn)
+            )
 
-    def record_round(self, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
-                     now: datetime, seconds: float, summary_json: str) -> None:
+    def record_round(
+        self,
+        worker_id: str,
+        hostname: str,
+        pid: int,
+        shard_min: int,
+        shard_max: int,
+        now: datetime,
+        seconds: float,
+        summary_json: str,
+    ) -> None:
         with self.engine.begin() as conn:
             status_sql.record_round(conn, worker_id, hostname, pid, shard_min, shard_max, now, seconds, summary_json)
 

@@ -15,11 +15,27 @@ WR = WorkerRound.__table__
 WK = Worker.__table__
 
 
-def record_round(conn: Connection, worker_id: str, hostname: str, pid: int, shard_min: int, shard_max: int,
-                 now: datetime, seconds: float, summary_json: str) -> None:
+def record_round(
+    conn: Connection,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    shard_min: int,
+    shard_max: int,
+    now: datetime,
+    seconds: float,
+    summary_json: str,
+) -> None:
     """Upsert the worker's last round for `smartsensor status` (2 statements at most)."""
-    values = dict(hostname=hostname, pid=pid, shard_min=shard_min, shard_max=shard_max, last_round_at=now,
-                  last_round_seconds=seconds, last_round_json=summary_json)
+    values = dict(
+        hostname=hostname,
+        pid=pid,
+        shard_min=shard_min,
+        shard_max=shard_max,
+        last_round_at=now,
+        last_round_seconds=seconds,
+        last_round_json=summary_json,
+    )
     if conn.execute(update(WR).where(WR.c.worker_id == worker_id).values(**values)).rowcount == 0:
         conn.execute(insert(WR).values(worker_id=worker_id, **values))
 
@@ -31,8 +47,9 @@ def count_by_state(conn: Connection) -> dict[str, int]:
 
 def waiting_by_shard(conn: Connection) -> list[tuple[int, int]]:
     """(shardcode, hashcode) of every waiting smart task (1 statement)."""
-    return [tuple(r) for r in conn.execute(select(TI.c.shardcode, TI.c.hashcode).where(
-        TI.c.state.in_(State.SMART_WAITING)))]  # type: ignore[misc]
+    return [
+        tuple(r) for r in conn.execute(select(TI.c.shardcode, TI.c.hashcode).where(TI.c.state.in_(State.SMART_WAITING)))
+    ]  # type: ignore[misc]
 
 
 def worker_rounds(conn: Connection) -> list[dict[str, Any]]:
@@ -43,9 +60,14 @@ def worker_rounds(conn: Connection) -> list[dict[str, Any]]:
 def stranded_count(conn: Connection, limit: int) -> int:
     """Waiting or retrying smart tasks whose shardcode no worker serves: outside [0, limit), left by a
     smaller shard_code_upper_limit (``smartsensor db reshard`` fixes them). 1 statement."""
-    return conn.execute(select(func.count()).select_from(TI).where(
-        TI.c.state.in_([*State.SMART_WAITING, State.UP_FOR_RETRY]),
-        or_(TI.c.shardcode.is_(None), TI.c.shardcode < 0, TI.c.shardcode >= limit))).scalar_one()
+    return conn.execute(
+        select(func.count())
+        .select_from(TI)
+        .where(
+            TI.c.state.in_([*State.SMART_WAITING, State.UP_FOR_RETRY]),
+            or_(TI.c.shardcode.is_(None), TI.c.shardcode < 0, TI.c.shardcode >= limit),
+        )
+    ).scalar_one()
 
 
 def forget_worker(conn: Connection, worker_id: str) -> None:

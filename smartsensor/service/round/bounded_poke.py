@@ -13,8 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable, Hashable
 
 from smartsensor.sensors.errors import CheckError, TransientCheckError
@@ -55,7 +54,8 @@ class BoundedPoker:
                 if not earlier[0].done():
                     return TransientCheckError(
                         f"poke() still running after {time.monotonic() - earlier[1]:.0f} s (limit {self.limit:g} s): "
-                        f"not poked again until it returns")
+                        f"not poked again until it returns"
+                    )
                 del self._overrun[key]
             if self._helper is None:
                 self._helper = _Helper()
@@ -69,8 +69,9 @@ class BoundedPoker:
                 helper.retired = True  # its thread finishes this poke, if ever, then ends
                 self._helper = None
                 self._overrun[key] = (future, started)
-                return TransientCheckError(f"poke() did not return within {self.limit:g} s "
-                                           f"([smart_sensor] poke_timeout); treated as an outage")
+                return TransientCheckError(
+                    f"poke() did not return within {self.limit:g} s ([smart_sensor] poke_timeout); treated as an outage"
+                )
             except CheckError as exc:
                 return exc
             except BaseException as exc:  # noqa: BLE001 - a user's poke() may raise anything

@@ -8,9 +8,9 @@ import threading
 from typing import Any, Callable
 
 from smartsensor.config import Config
+from smartsensor.domain.transitions import combine
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors.errors import TransientCheckError
-from smartsensor.domain.transitions import combine
 from smartsensor.service.round.bounded_poke import poker_for
 from smartsensor.service.round.plan import RoundPlan
 
@@ -35,17 +35,21 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
         if spark_provider is not None:
             return spark_provider()
         from smartsensor.adapters.spark import get_spark
+
         return get_spark(cfg)
 
     def make() -> CheckAnswerer:
         from smartsensor.adapters.catalog.batch import BatchChecker
+
         if backend == "spark":
             return BatchChecker(spark_provider=spark)
         with lock:
             if not catalogs:
                 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+
                 catalogs.append(ThriftCatalog.from_config(cfg))
         return BatchChecker(lister=catalogs[0], spark_provider=spark)
+
     return make
 
 
@@ -67,8 +71,7 @@ class PokeContext(dict):  # type: ignore[type-arg]
 
 def poke_plans(plans: list[RoundPlan], answerer: Callable[[], CheckAnswerer], poke_timeout: float) -> Counters:
     """Answer the due checks of every plan; outcomes go into the plans' groups. Returns the call counters."""
-    counters: Counters = {"catalog_calls": 0, "schema_calls": 0, "fs_calls": 0, "poke_calls": 0,
-                          "catalog_seconds": 0.0}
+    counters: Counters = {"catalog_calls": 0, "schema_calls": 0, "fs_calls": 0, "poke_calls": 0, "catalog_seconds": 0.0}
     if not any(p.batched or p.sensors for p in plans):
         return counters
     try:
@@ -95,6 +98,10 @@ def poke_plans(plans: list[RoundPlan], answerer: Callable[[], CheckAnswerer], po
             g.outcome = poker.poke(g.key, lambda sensor=sensor: sensor.poke(context))  # type: ignore[misc]
             if isinstance(g.outcome, TransientCheckError):
                 log.warning("poke of %s: %s (treated as transient)", g.key[1], g.outcome)
-    counters.update(catalog_calls=checker.catalog_calls, schema_calls=checker.schema_calls, fs_calls=checker.fs_calls,
-                    catalog_seconds=round(checker.catalog_seconds, 4))
+    counters.update(
+        catalog_calls=checker.catalog_calls,
+        schema_calls=checker.schema_calls,
+        fs_calls=checker.fs_calls,
+        catalog_seconds=round(checker.catalog_seconds, 4),
+    )
     return counters

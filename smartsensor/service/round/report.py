@@ -46,8 +46,22 @@ class RoundResult:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-_SUMMED = ("loaded", "started", "distinct_hashes", "distinct_checks", "collisions", "groups_due", "groups_poked",
-           "transient_errors", "permanent_errors", "woken", "bad_rows", "module_waiting", "rebuilt", "write_seconds")
+_SUMMED = (
+    "loaded",
+    "started",
+    "distinct_hashes",
+    "distinct_checks",
+    "collisions",
+    "groups_due",
+    "groups_poked",
+    "transient_errors",
+    "permanent_errors",
+    "woken",
+    "bad_rows",
+    "module_waiting",
+    "rebuilt",
+    "write_seconds",
+)
 
 
 def combine_results(results: list[RoundResult], ranges: list[list[int]]) -> RoundResult:

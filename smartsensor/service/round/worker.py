@@ -24,11 +24,18 @@ from smartsensor.domain.transitions import CheckGroup, RoundWrites, decide
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.sensors.base import BaseSensor, resolve_smart_class
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
-from smartsensor.sensors.errors import (PermanentCheckError, SensorDefinitionError, SensorModuleUnavailable,
-                                        SensorRebuildError, TransientCheckError, UnknownSensorClass, first_line)
-from smartsensor.service.round.poke import poke_plans
+from smartsensor.sensors.errors import (
+    PermanentCheckError,
+    SensorDefinitionError,
+    SensorModuleUnavailable,
+    SensorRebuildError,
+    TransientCheckError,
+    UnknownSensorClass,
+    first_line,
+)
 from smartsensor.service.round.index import BadCohort, CheckIndex, WaitingCheck
 from smartsensor.service.round.plan import RoundPlan
+from smartsensor.service.round.poke import poke_plans
 from smartsensor.service.round.report import RoundResult, combine_results
 
 log = logging.getLogger(__name__)
@@ -56,9 +63,17 @@ class ShardWorker:
     under a lock, and the writes are guarded, so the later of two writes for one check changes nothing.
     """
 
-    def __init__(self, store: RoundStore, cfg: Config, shard_min: int, shard_max: int,
-                 clock: Callable[[], datetime] = utcnow, worker_id: str | None = None,
-                 record_rounds: bool = True, incremental: bool = True) -> None:
+    def __init__(
+        self,
+        store: RoundStore,
+        cfg: Config,
+        shard_min: int,
+        shard_max: int,
+        clock: Callable[[], datetime] = utcnow,
+        worker_id: str | None = None,
+        record_rounds: bool = True,
+        incremental: bool = True,
+    ) -> None:
         if not 0 <= shard_min < shard_max:
             raise ValueError(f"shard range [{shard_min}, {shard_max}) is empty or negative")
         self.store = store
@@ -121,8 +136,9 @@ class ShardWorker:
                 due = list({c.key: c for c in self.index.on_tables(focus) + new}.values())
             for check in due:
                 check.attention = None  # a round has it: its heap entries are stale until it is rescheduled
-            plan = RoundPlan(result, set(self.index.collided), now, [CheckGroup(c.key, c.cohorts) for c in due],
-                             bad=bad)
+            plan = RoundPlan(
+                result, set(self.index.collided), now, [CheckGroup(c.key, c.cohorts) for c in due], bad=bad
+            )
             result.woken, result.groups_due, result.bad_rows = len(woken), len(due), len(bad)
             result.loaded, result.distinct_checks = self.index.tasks, len(self.index)
             result.distinct_hashes = self.index.hashes
@@ -133,18 +149,21 @@ class ShardWorker:
     def _refresh(self, now: datetime, result: RoundResult, bad: list[BadCohort]) -> list[WaitingCheck]:
         """Bring the index up to date: rebuild it, or count in the tasks that arrived. Returns the new checks."""
         if self.incremental and not self._stale(now):
-            new, unplannable = self.index.add(self.store.start_new(self.shard_min, self.shard_max, now,
-                                                                   self.hostname, self.fence))
+            new, unplannable = self.index.add(
+                self.store.start_new(self.shard_min, self.shard_max, now, self.hostname, self.fence)
+            )
             result.started = sum(sum(c.cohorts.values()) for c in new)
             bad.extend(unplannable)
             return new
         known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
         if self.incremental:
-            rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.hostname,
-                                                           self.fence)
+            rows, result.started = self.store.load_cohorts(
+                self.shard_min, self.shard_max, now, self.hostname, self.fence
+            )
         else:  # the full-reload round: every task row, every round
-            tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.hostname,
-                                                          self.fence)
+            tasks, result.started = self.store.load_range(
+                self.shard_min, self.shard_max, now, self.hostname, self.fence
+            )
             rows = _cohorts_of(tasks, now)
         self.index = CheckIndex()
         new, unplannable = self.index.add(rows)
@@ -160,8 +179,12 @@ class ShardWorker:
         return []
 
     def _stale(self, now: datetime) -> bool:
-        return (self._built_at is None or self.fence != self._built_under
-                or now - self._built_at >= self.rebuild_interval or now < self._built_at)
+        return (
+            self._built_at is None
+            or self.fence != self._built_under
+            or now - self._built_at >= self.rebuild_interval
+            or now < self._built_at
+        )
 
     def _build_checks(self, plan: RoundPlan) -> None:
         """Rebuild each due check's sensor from attr_dict (allow-listed classes only) and ask it for its checks.
@@ -183,10 +206,13 @@ class ShardWorker:
             except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's checks() may raise
                 g.outcome = TransientCheckError(f"{g.key[1]}.checks() raised {type(exc).__name__}: {first_line(exc)}")
                 continue
-            if checks is not None and (not isinstance(checks, list) or
-                                       not all(isinstance(c, (PartitionCheck, PathCheck)) for c in checks)):
-                g.outcome = PermanentCheckError(f"{g.key[1]}.checks() must return a list of PartitionCheck/PathCheck "
-                                                f"or None, got {type(checks).__name__}")
+            if checks is not None and (
+                not isinstance(checks, list) or not all(isinstance(c, (PartitionCheck, PathCheck)) for c in checks)
+            ):
+                g.outcome = PermanentCheckError(
+                    f"{g.key[1]}.checks() must return a list of PartitionCheck/PathCheck "
+                    f"or None, got {type(checks).__name__}"
+                )
                 continue
             check = self.index.checks.get(g.key)
             if check is not None and not check.tables and checks:
@@ -225,11 +251,17 @@ class ShardWorker:
         result.transient_errors = decision.transient_errors
         result.transient_example = decision.transient_example
         if decision.transient_example:
-            log.warning("transient errors on %d check(s), e.g. %s", decision.transient_errors,
-                        decision.transient_example)
+            log.warning(
+                "transient errors on %d check(s), e.g. %s", decision.transient_errors, decision.transient_example
+            )
         for key, cohort, why in plan.bad:
-            log.warning("tasks of %s (try %d, started %s) cannot be planned, failing them alone: %s",
-                        key[1], cohort.try_number, cohort.start_date, why)
+            log.warning(
+                "tasks of %s (try %d, started %s) cannot be planned, failing them alone: %s",
+                key[1],
+                cohort.try_number,
+                cohort.start_date,
+                why,
+            )
         writes = decision.writes
         if not writes.empty():
             now = self.clock()  # the fence is checked against the time of the write, not of the round's start
@@ -248,8 +280,16 @@ class ShardWorker:
     def record(self, result: RoundResult) -> None:
         """Store this round's result for `smartsensor status` (failures to do so are only logged)."""
         try:
-            self.store.record_round(self.worker_id, self.hostname, os.getpid(), self.shard_min, self.shard_max,
-                                    self.clock(), result.seconds, result.to_json())
+            self.store.record_round(
+                self.worker_id,
+                self.hostname,
+                os.getpid(),
+                self.shard_min,
+                self.shard_max,
+                self.clock(),
+                result.seconds,
+                result.to_json(),
+            )
         except Exception as exc:  # noqa: BLE001 - status bookkeeping must not fail a round
             log.warning("could not record round: %s", exc)
 
@@ -294,13 +334,15 @@ def _cohorts_of(tasks: list[WaitingTask], now: datetime) -> CohortRows:
     """The full-reload round's rows (one per task) counted per check and cohort; pending ones start now."""
     counts: dict[tuple[CheckKey, Cohort], int] = defaultdict(int)
     for t in tasks:
-        counts[((t.hashcode, t.classpath, t.attr_dict),
-                Cohort(t.exec_dict or "", t.start_date or now, t.try_number))] += 1
+        counts[
+            ((t.hashcode, t.classpath, t.attr_dict), Cohort(t.exec_dict or "", t.start_date or now, t.try_number))
+        ] += 1
     return [(key, cohort, n) for (key, cohort), n in counts.items()]
 
 
-def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer],
-              focus: set[tuple[str, str]] | None = None) -> RoundResult:
+def run_round(
+    workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer], focus: set[tuple[str, str]] | None = None
+) -> RoundResult:
     """One round over the ranges one process owns, reported as one result (``ranges`` lists them).
 
     Loads and writes stay per range (each write fenced by its own lease); the checks of all ranges
@@ -321,12 +363,14 @@ def run_round(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer],
             setattr(total, name, int(counters[name]))
         total.catalog_seconds = counters["catalog_seconds"]
         total.db_statements = store.statements() - statements_before
-    except Exception as exc:  # noqa: BLE001 - the worker must keep going through outages
+    except Exception as exc:  # the worker must keep going through outages
         for w in workers:  # what the index knew may be half-applied: the next round rebuilds it
             w.invalidate()
         log.warning("round failed (will retry next round): %s", first_line(exc))
         log.debug("round failure", exc_info=True)
-        total = RoundResult(ranges[0][0], ranges[-1][1], ranges=ranges, error=f"{type(exc).__name__}: {first_line(exc)}")
+        total = RoundResult(
+            ranges[0][0], ranges[-1][1], ranges=ranges, error=f"{type(exc).__name__}: {first_line(exc)}"
+        )
     total.seconds = round(time.perf_counter() - started_at, 4)
     for w in workers:  # `status` shows the round, a failed one too (recording fails quietly while the DB is down)
         if w.record_rounds and focus is None:

@@ -14,15 +14,21 @@ from smartsensor_airflow.triggers import SmartSensorTrigger
 
 out: dict = {"airflow": airflow.__version__}
 
-trigger = SmartSensorTrigger({"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 2},
-                             "smartsensor_default", 3)
+trigger = SmartSensorTrigger(
+    {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 2}, "smartsensor_default", 3
+)
 classpath, kwargs = trigger.serialize()
 rebuilt = import_string(classpath)(**kwargs)  # what the triggerer does with a trigger row
-out["serialize"] = {"classpath": classpath, "kwargs": kwargs, "round_trip_equal": rebuilt.serialize() == (classpath, kwargs)}
+out["serialize"] = {
+    "classpath": classpath,
+    "kwargs": kwargs,
+    "round_trip_equal": rebuilt.serialize() == (classpath, kwargs),
+}
 out["json_kwargs"] = json.loads(json.dumps(kwargs)) == kwargs
 
-named = sensors.NamedHivePartitionSensor(task_id="n", partition_names=["db.t/ds={{ ds }}"], poke_interval=30,
-                                         timeout=600, soft_fail=True)
+named = sensors.NamedHivePartitionSensor(
+    task_id="n", partition_names=["db.t/ds={{ ds }}"], poke_interval=30, timeout=600, soft_fail=True
+)
 hive = sensors.HivePartitionSensor(task_id="h", table="events", partition="ds='{{ ds }}' AND hr='00'", schema="db")
 out["template_fields"] = {"named": list(named.template_fields), "hive": list(hive.template_fields)}
 out["named_exec"] = named.exec_values()
