@@ -12,9 +12,10 @@ class Base(DeclarativeBase):
     pass
 
 
-_PENDING = "state = 'smart_pending'"
-_WAITING = "state IN ('smart_pending', 'smart_running')"
-_CLASSIC = "state IN ('scheduled', 'running', 'up_for_retry')"
+# The partial indexes' predicates. A query that should use one repeats its predicate word for word (SQLite's rule).
+PENDING_PREDICATE = "state = 'smart_pending'"
+WAITING_PREDICATE = "state IN ('smart_pending', 'smart_running')"
+CLASSIC_PREDICATE = "state IN ('scheduled', 'running', 'up_for_retry')"
 
 
 class TaskInstance(Base):
@@ -45,9 +46,9 @@ class TaskInstance(Base):
     # states they serve (migration 0005 says why).
     __table_args__ = (
         Index("ti_hashcode", "hashcode"),
-        Index("ti_pending_shardcode", "shardcode", postgresql_where=text(_PENDING), sqlite_where=text(_PENDING)),
-        Index("ti_waiting_shardcode", "shardcode", postgresql_where=text(_WAITING), sqlite_where=text(_WAITING)),
-        Index("ti_classic_state", "state", postgresql_where=text(_CLASSIC), sqlite_where=text(_CLASSIC)),
+        Index("ti_pending_shardcode", "shardcode", postgresql_where=text(PENDING_PREDICATE), sqlite_where=text(PENDING_PREDICATE)),
+        Index("ti_waiting_shardcode", "shardcode", postgresql_where=text(WAITING_PREDICATE), sqlite_where=text(WAITING_PREDICATE)),
+        Index("ti_classic_state", "state", postgresql_where=text(CLASSIC_PREDICATE), sqlite_where=text(CLASSIC_PREDICATE)),
     )
 
 

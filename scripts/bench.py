@@ -78,7 +78,7 @@ class Measure:
     marked: int = 0
     extrapolated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-    schema_calls: float = 0  # partition-type look-ups, cached per process (smartsensor.sensors.partition_types)
+    schema_calls: float = 0  # partition-type look-ups, cached per process (smartsensor.adapters.catalog.partition_types)
 
     @property
     def wall_excl_catalog(self) -> float:

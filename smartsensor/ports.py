@@ -6,7 +6,7 @@
 - ``LeaseStore``: the shard_lease and worker rows the lease manager claims, renews and releases, one
   transaction at a time (``LeaseOps``). ``adapters.sql.lease_store`` and ``adapters.memory`` again.
 - ``CheckAnswerer``: answers batched partition/path checks (one catalog call per table).
-  ``smartsensor.sensors.batch.BatchChecker`` answers them through Spark or the metastore's thrift
+  ``smartsensor.adapters.catalog.batch.BatchChecker`` answers them through Spark or the metastore's thrift
   API (``[smart_sensor] catalog_backend``); a unit test answers them from a dict.
 """
 
