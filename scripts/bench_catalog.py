@@ -198,7 +198,10 @@ def run_sampled_many(
             (stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
             for _ in cmds
         ]
-        procs = [subprocess.Popen(cmd, env=env, stdout=o, stderr=e, text=True) for cmd, (o, e) in zip(cmds, files)]
+        procs = [
+            subprocess.Popen(cmd, env=env, stdout=o, stderr=e, text=True)
+            for cmd, (o, e) in zip(cmds, files, strict=False)
+        ]
         peak, java, ended = [0.0] * len(procs), [False] * len(procs), [0.0] * len(procs)
         try:
             while any(p.poll() is None for p in procs):
@@ -217,7 +220,7 @@ def run_sampled_many(
                     p.wait()
         wall = time.perf_counter() - started
         runs = []
-        for p, (o, e), pk, jv, sec in zip(procs, files, peak, java, ended):
+        for p, (o, e), pk, jv, sec in zip(procs, files, peak, java, ended, strict=False):
             o.seek(0)
             e.seek(0)
             if p.returncode != 0:

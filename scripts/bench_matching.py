@@ -1,4 +1,5 @@
-"""Answering checks from one table's listing: the index in smartsensor.adapters.catalog.batch.answer_checks vs a scan per check.
+"""Answering checks from one table's listing: the index in smartsensor.adapters.catalog.batch.answer_checks vs a scan
+per check.
 
 Pure Python, no catalog: it times only the matching step that follows the one listing per table.
     python scripts/bench_matching.py --partitions 10000 --checks 10000
@@ -13,9 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from smartsensor.sensors.checks import PartitionCheck
-
 from smartsensor.adapters.catalog.batch import answer_checks
+from smartsensor.sensors.checks import PartitionCheck
 
 
 def scan(listing: list[dict[str, str]], checks: list[PartitionCheck]) -> dict[PartitionCheck, bool]:

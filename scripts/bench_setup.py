@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from hmsclient.genthrift.hive_metastore.ttypes import AddPartitionsRequest, AlreadyExistsException, Partition
-from smartsensor.sensors import NamedHivePartitionSensor
 
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.registration import build_row
 
 INSERT_CHUNK = 20_000

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
+
 from smartsensor.sensors.templating import render_value, template_context
 
 TEMPLATES = ("demo.events/ds={{ ds }}/hr=00", "{{ macros.ds_add(ds, -1) }}", "/data/{{ ds_nodash }}/_SUCCESS")

@@ -16,6 +16,7 @@ from jinja2 import Environment, StrictUndefined, TemplateError
 from jinja2.nodes import EvalContext
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
+
 from smartsensor.sensors.errors import SensorDefinitionError
 
 MAX_RENDERED = 10_000

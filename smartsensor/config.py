@@ -165,7 +165,7 @@ class Config:
             )
         resolved = ("thrift" if uris else "spark") if backend == "auto" else backend
         if resolved == "thrift":
-            self.metastore_uris  # raises ConfigError naming a URI that is not thrift://host:port
+            self.metastore_uris  # noqa: B018 - read to validate: raises ConfigError naming a URI that is not thrift://host:port
         return resolved
 
     @property
@@ -277,7 +277,7 @@ def _validate(cfg: Config) -> None:
         value = cfg.get(section, name)
         if not low <= value <= high:
             raise ConfigError(f"[{section}] {name} must be between {low:.10g} and {high:.10g}, got {_shown(value)}")
-    cfg.shard_ranges  # raises ConfigError naming the offending range
+    cfg.shard_ranges  # noqa: B018 - read to validate: raises ConfigError naming the offending range
     hb, lease = cfg.get("smart_sensor", "heartbeat_interval"), cfg.get("smart_sensor", "lease_timeout")
     if hb <= 0 or lease <= hb:
         raise ConfigError(f"[smart_sensor] lease_timeout ({lease}) must be greater than heartbeat_interval ({hb}) > 0")
@@ -290,4 +290,4 @@ def _validate(cfg: Config) -> None:
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()
-    cfg.catalog_backend  # raises ConfigError for an unknown backend, or thrift without metastore_uris
+    cfg.catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from alembic import context
-from smartsensor.schema.models import Base
 from sqlalchemy import create_engine
+
+from smartsensor.schema.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -197,10 +197,10 @@ def strip_segments(leases: Sequence[dict[str, Any]], limit: int, width: float) -
     """The strip 0…``limit`` as segments left to right: each lease row's range (clamped to the strip), and the
     gaps no row covers. Together they cover the whole strip exactly once (overlaps go to the earlier row)."""
     x = linear(0, limit, 0, width)
-    colours = owner_colours(l["owner"] for l in leases)
+    colours = owner_colours(row["owner"] for row in leases)
     out: list[Segment] = []
     edge = 0
-    for lease in sorted(leases, key=lambda l: (l["shard_min"], l["shard_max"])):
+    for lease in sorted(leases, key=lambda row: (row["shard_min"], row["shard_max"])):
         lo, hi = max(lease["shard_min"], edge, 0), min(lease["shard_max"], limit)
         if hi <= lo:
             continue

@@ -92,7 +92,8 @@ def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> Non
         error = (r["error"] or "").splitlines()[0][:60] if r["error"] else ""
         click.echo(
             f"{r['dag_id']:<24} {r['task_id']:<28} {r['execution_date']:%Y-%m-%d %H:%M:%S} "
-            f"{r['state'] or '':<13} {r['try_number']:>3} {r['shardcode'] if r['shardcode'] is not None else '':>5}  {error}"
+            f"{r['state'] or '':<13} {r['try_number']:>3} "
+            f"{r['shardcode'] if r['shardcode'] is not None else '':>5}  {error}"
         )
 
 

@@ -62,15 +62,15 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     lease_timeout = cfg.get("smart_sensor", "lease_timeout")
     lease_rows = [
         {
-            "shard_min": l["shard_min"],
-            "shard_max": l["shard_max"],
-            "owner": l["owner"],
-            "epoch": l["epoch"],
-            "expires_at": l["expires_at"].isoformat() if l["expires_at"] else None,
-            "expires_in": round((l["expires_at"] - now).total_seconds(), 1) if l["expires_at"] else None,
-            "expired": bool(l["owner"]) and not lease_held(l, now),
+            "shard_min": row["shard_min"],
+            "shard_max": row["shard_max"],
+            "owner": row["owner"],
+            "epoch": row["epoch"],
+            "expires_at": row["expires_at"].isoformat() if row["expires_at"] else None,
+            "expires_in": round((row["expires_at"] - now).total_seconds(), 1) if row["expires_at"] else None,
+            "expired": bool(row["owner"]) and not lease_held(row, now),
         }
-        for l in leases
+        for row in leases
     ]
     worker_rows = [
         {
@@ -79,7 +79,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
             "pid": w["pid"],
             "heartbeat_age": round((now - w["heartbeat_at"]).total_seconds(), 1) if w["heartbeat_at"] else None,
             "stale": w["heartbeat_at"] is None or (now - w["heartbeat_at"]).total_seconds() > lease_timeout,
-            "ranges": [l["shard_min"] for l in leases if l["owner"] == w["worker_id"]],
+            "ranges": [row["shard_min"] for row in leases if row["owner"] == w["worker_id"]],
         }
         for w in live
     ]

@@ -66,7 +66,7 @@ def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
-        raise AssertionError(f"the demo ran past {TIMEOUT} s:\n{out.read_text(errors='replace')[-6000:]}")
+        raise AssertionError(f"the demo ran past {TIMEOUT} s:\n{out.read_text(errors='replace')[-6000:]}") from None
     finally:
         if (home / "smartsensor" / "metastore_service" / "metastore.pid").exists():  # a demo killed outright
             run_cli(["metastore", "stop"], dict(os.environ, SMARTSENSOR_HOME=str(home / "smartsensor")))

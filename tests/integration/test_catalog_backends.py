@@ -14,13 +14,13 @@ import time
 from typing import Any, Iterator
 
 import pytest
-from smartsensor.sensors.checks import PathCheck
-from smartsensor.sensors.errors import TransientCheckError
 
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.config import Config
+from smartsensor.sensors.checks import PathCheck
+from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.service.round.poke import catalog_answerer
 from tests.support.catalog_cases import CASES, DB
 from tests.support.common import ROOT
@@ -73,7 +73,7 @@ def test_both_backends_answer_the_same(backend: str, service: Config, spark_answ
         got = [outcome(answers[c]) for c, _ in CASES]
         tables = len({c.table_key for c, _ in CASES})
         assert checker.catalog_calls <= tables and checker.schema_calls <= tables
-    wrong = [(c, want, answer) for (c, want), answer in zip(CASES, got) if answer != want]
+    wrong = [(c, want, answer) for (c, want), answer in zip(CASES, got, strict=False) if answer != want]
     assert not wrong, wrong
 
 

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from smartsensor.sensors import NamedHivePartitionSensor
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
+from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.classic import TaskRunError, run_task
 from smartsensor.service.registration import register
 from tests.support.common import DAY, wait_until

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from smartsensor.sensors.errors import SensorDefinitionError
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
+from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.external import ExternalConflict, external_states, register_external
 from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import DictCatalog

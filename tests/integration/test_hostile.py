@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
-from smartsensor.sensors.checks import PartitionCheck
-from smartsensor.sensors.partitions import escape_partition_value
 
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
+from smartsensor.sensors.checks import PartitionCheck
+from smartsensor.sensors.partitions import escape_partition_value
 from smartsensor.service.registration import register
 from tests.support.common import DAY, new_db
 from tests.support.hive_helpers import create_table, land

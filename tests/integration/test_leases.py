@@ -7,11 +7,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from smartsensor.sensors import SuccessFileSensor
 
 from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.domain.states import State
+from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.registration import register
 from tests.support.common import DAY, lease_owners as owners, make_cfg
@@ -95,7 +95,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
     for f in flags:
         f.write_text("")
     # "a" resumes and runs a round with its old fence: its writes match nothing
-    for lo, lease in old.items():
+    for lease in old.values():
         w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later, record_rounds=False)
         w.fence = lease.fence
         result = w.run_round()
@@ -109,7 +109,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
     assert a.owned == {}
     # the new owner's writes go through
     marked = 0
-    for lo, lease in b.owned.items():
+    for lease in b.owned.values():
         w = spark_range(engine, cfg, spark, lease.shard_min, lease.shard_max, clock=lambda: later, record_rounds=False)
         w.fence = lease.fence
         marked += w.run_round().marked.get("success", 0)
@@ -120,7 +120,7 @@ def test_lapsed_lease_is_reclaimed_not_renewed(engine, cfg) -> None:
     t0 = datetime.utcnow()
     a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
-    epochs = {lo: l.epoch for lo, l in a.owned.items()}
+    epochs = {lo: lease.epoch for lo, lease in a.owned.items()}
     changes = a.heartbeat(now=t0 + timedelta(seconds=10))  # paused past expiry, nobody else around
     assert sorted(changes["lost"]) == sorted(epochs) and sorted(changes["claimed"]) == sorted(epochs)
     assert all(a.owned[lo].epoch == epochs[lo] + 1 for lo in epochs)
@@ -155,7 +155,7 @@ def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg,
         assert _beat_in_thread(b, later, timeout=5)["claimed"] == []  # locked rows are skipped, not waited on
         threading.Event().wait(2.0)  # the server ends a's session after 1 s idle in its transaction
         assert sorted(_beat_in_thread(b, later, timeout=5)["claimed"]) == [0, 2000, 4000, 6000, 8000]
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for a session the server ended
             paused.commit()  # "a" resumes: its session is gone, nothing it did lands
     finally:
         paused.invalidate()
@@ -178,7 +178,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
     t0 = datetime.utcnow()
     a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
-    lease = next(l for l in a.owned.values() if l.shard_min <= shard < l.shard_max)
+    lease = next(lease for lease in a.owned.values() if lease.shard_min <= shard < lease.shard_max)
     from smartsensor.adapters.sql.engine import make_engine
 
     a_engine = make_engine(cfg.sql_alchemy_conn)  # no idle timeout: "a" resumes on its own

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from smartsensor.schema.models import TaskInstance
-from smartsensor.sensors import SuccessFileSensor
 from sqlalchemy import event, text, update
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.domain.states import State
+from smartsensor.schema.models import TaskInstance
+from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.classic import run_task
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
@@ -229,9 +229,8 @@ def test_registration_failing_half_way_leaves_nothing(engine, cfg, tmp_path: Pat
 
 @pytest.mark.spark
 def test_waiting_on_a_missing_table_logs_nothing(spark, hive_db: str, capfd: pytest.CaptureFixture[str]) -> None:
-    from smartsensor.sensors.checks import PartitionCheck
-
     from smartsensor.adapters.catalog.batch import BatchChecker
+    from smartsensor.sensors.checks import PartitionCheck
 
     checker = BatchChecker(spark)
     check = PartitionCheck(hive_db, "not_there_yet", (("ds", "2026-11-22"),), exact=True)

@@ -11,15 +11,15 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from smartsensor.schema.models import ShardLease, TaskInstance
-from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.sensors.errors import PermanentCheckError
 from sqlalchemy import insert, select, update
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.domain.keys import Fence
+from smartsensor.schema.models import ShardLease, TaskInstance
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog

@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+
+from smartsensor.adapters.catalog.batch import BatchChecker, parse_listing_row
+from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.sensors import (
     HivePartitionSensor,
     NamedHivePartitionSensor,
@@ -16,9 +19,6 @@ from smartsensor.sensors import (
     SuccessFileSensor,
 )
 from smartsensor.sensors.partitions import escape_partition_value, unescape_partition_value
-
-from smartsensor.adapters.catalog.batch import BatchChecker, parse_listing_row
-from smartsensor.adapters.catalog.catalog_errors import classify_error
 from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark

@@ -7,13 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from smartsensor.schema.models import TaskInstance
-from smartsensor.sensors import HivePartitionSensor
 from sqlalchemy import event, update
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.domain.states import State
+from smartsensor.schema.models import TaskInstance
+from smartsensor.sensors import HivePartitionSensor
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import requeue_retries
 from tests.support import custom_sensors

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from smartsensor.sensors import SuccessFileSensor
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
+from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.registration import register
 from smartsensor.service.scheduler import end_zombies
 from tests.support.common import DAY, ROOT, new_db, override_env, wait_until

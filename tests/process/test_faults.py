@@ -134,7 +134,6 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
     import threading
 
     from smartsensor.sensors import SuccessFileSensor
-
     from smartsensor.service.classic import run_task
     from smartsensor.service.registration import register
 

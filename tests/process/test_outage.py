@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from smartsensor.sensors import NamedHivePartitionSensor
 
 from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.registration import register
 from tests.support.common import DAY, ROOT, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env

@@ -199,7 +199,7 @@ def test_workers_of_a_supervisor_killed_outright_stop_and_release_their_leases(t
     sup = CliProcess(["workers", "-n", "1", "--interval", "0.5"], env)
     child = None
     try:
-        line = sup.wait_for(lambda l: l.startswith("started 1 workers"), timeout=120)
+        line = sup.wait_for(lambda ln: ln.startswith("started 1 workers"), timeout=120)
         child = int(line.split("leased pid ")[1])
         engine = make_engine(db_url)
 

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor
 
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor
 from smartsensor.service.registration import register
 from tests.support.catalog_cases import DB, SETUP
 from tests.support.common import DAY, ROOT, make_cfg

@@ -10,10 +10,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from smartsensor.sensors import SuccessFileSensor
 
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
+from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.registration import register
 from tests.support.common import DAY, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
@@ -91,16 +91,16 @@ def test_supervisor_restarts_crashed_worker_and_stops_all(tmp_path: Path) -> Non
     new_db(home, db_url)[1].dispose()
     sup = CliProcess(["workers", "-n", "2", "--interval", "0.5"], cli_env(home, db_url))
     try:
-        line = sup.wait_for(lambda l: l.startswith("started 2 workers"))
+        line = sup.wait_for(lambda ln: ln.startswith("started 2 workers"))
         assert line.count("leased pid") == 2
         pid = int(line.split("leased pid ")[1].split(",")[0])
         time.sleep(1)
         subprocess.run(["kill", "-9", str(pid)], check=True)
-        sup.wait_for(lambda l: "worker #0 leased exited with -9; restart #1" in l, timeout=120)
+        sup.wait_for(lambda ln: "worker #0 leased exited with -9; restart #1" in ln, timeout=120)
     finally:
         code = sup.stop(timeout=120)  # it gives its workers up to 30 s, then kills them; a loaded machine is slow
     assert code == 0
-    sup.wait_for(lambda l: l == "all workers stopped", timeout=5)  # raises if the supervisor never said so
+    sup.wait_for(lambda ln: ln == "all workers stopped", timeout=5)  # raises if the supervisor never said so
 
 
 def test_pinned_supervisor_splits_the_ranges(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_pinned_supervisor_splits_the_ranges(tmp_path: Path) -> None:
     new_db(home, db_url)[1].dispose()
     sup = CliProcess(["workers", "-n", "2", "--pinned", "--interval", "0.5"], cli_env(home, db_url))
     try:
-        line = sup.wait_for(lambda l: l.startswith("started 2 workers"))
+        line = sup.wait_for(lambda ln: ln.startswith("started 2 workers"))
         assert "[0,4000) pid" in line and "[4000,10000) pid" in line
     finally:
         assert sup.stop() == 0
@@ -173,12 +173,12 @@ def test_worker_whose_spark_jvm_died_is_restarted_and_loses_nothing(tmp_path: Pa
     register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.5))], DAY, cfg)
     sup = CliProcess(["workers", "-n", "1", "--interval", "0.5", "--json"], cli_env(home, db_url))
     try:
-        pid = int(sup.wait_for(lambda l: l.startswith("started 1 workers")).split("leased pid ")[1])
+        pid = int(sup.wait_for(lambda ln: ln.startswith("started 1 workers")).split("leased pid ")[1])
         sup.wait_round(lambda r: r["fs_calls"] == 1)  # the JVM is up and has checked the flag
         java = subprocess.run(["pgrep", "-P", str(pid), "java"], capture_output=True, text=True).stdout.split()
         assert len(java) == 1, java
         subprocess.run(["kill", "-9", java[0]], check=True)
-        sup.wait_for(lambda l: "worker #0 leased exited with 3; restart #1" in l, timeout=60)
+        sup.wait_for(lambda ln: "worker #0 leased exited with 3; restart #1" in ln, timeout=60)
         flag.parent.mkdir()
         flag.write_text("")
         sup.wait_round(lambda r: r["marked"].get("success") == 1, timeout=90)

@@ -8,11 +8,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from smartsensor.sensors import NamedHivePartitionSensor
-
 from smartsensor.adapters.sql import leases as lease_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
+from smartsensor.sensors import NamedHivePartitionSensor
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 DAY = datetime(2026, 11, 22)  # the execution date tasks are registered for

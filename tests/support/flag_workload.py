@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from smartsensor.sensors import SuccessFileSensor
-
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
+from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.registration import register
 from tests.support.common import DAY, lease_owners, new_db, override_env, wait_until
 from tests.support.proc_helpers import cli_env

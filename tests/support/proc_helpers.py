@@ -90,7 +90,7 @@ class CliProcess:
             except Empty:
                 if self.proc.poll() is not None:
                     self._stderr_done.wait(5)
-                    raise AssertionError(f"process exited {self.proc.returncode}: {self.stderr_tail()}")
+                    raise AssertionError(f"process exited {self.proc.returncode}: {self.stderr_tail()}") from None
                 continue
             self.seen.append(line)
             if predicate(line):

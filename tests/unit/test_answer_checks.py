@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 from hypothesis import given, settings, strategies as st
-from smartsensor.sensors.checks import PartitionCheck
-from smartsensor.sensors.errors import PermanentCheckError
 
 from smartsensor.adapters.catalog.batch import answer_checks
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
+from smartsensor.sensors.checks import PartitionCheck
+from smartsensor.sensors.errors import PermanentCheckError
 
 VALUES = st.sampled_from(["a", "b", "c", "a/b", "%", "é"])
 PARTITION = st.fixed_dictionaries({"ds": VALUES, "hr": VALUES})

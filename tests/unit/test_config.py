@@ -139,7 +139,7 @@ def test_even_split_covers_everything() -> None:
     for shards, limit in [(1, 1), (3, 10), (7, 10000), (10000, 10000)]:
         ranges = even_shard_ranges(shards, limit)
         assert ranges[0].lo == 0 and ranges[-1].hi == limit
-        assert all(a.hi == b.lo for a, b in zip(ranges, ranges[1:]))
+        assert all(a.hi == b.lo for a, b in zip(ranges, ranges[1:], strict=False))
         assert all(r.lo < r.hi for r in ranges)
     with pytest.raises(ConfigError):
         even_shard_ranges(0, 10)

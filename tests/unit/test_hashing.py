@@ -10,9 +10,9 @@ import sys
 from datetime import datetime
 
 from hypothesis import given, settings, strategies as st
-from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 
 from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 from smartsensor.service.registration import build_row
 from tests.support.common import make_cfg
 

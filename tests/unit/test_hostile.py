@@ -4,17 +4,23 @@ or Spark; the rows stored and the partitions matched in the metastore are in tes
 
 from __future__ import annotations
 
-from datetime import datetime
+import json as _json
+import math as _math
+import time as _time
+from datetime import datetime, timedelta as _td
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
-from smartsensor.sensors.partitions import IDENTIFIER
 
 from smartsensor.config import ConfigError, load_config
-from smartsensor.service.registration import build_row
+from smartsensor.config_keys import BOUNDS
+from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
+from smartsensor.sensors.exec_fields import MAX_DURATION
+from smartsensor.sensors.partitions import IDENTIFIER
+from smartsensor.service.registration import build_row, validate_execution_date
 from tests.support.common import DAY, make_cfg
 
 NASTY = st.sampled_from(
@@ -195,17 +201,6 @@ def test_hostile_config_values(section: str, key: str, value: str) -> None:
 
 
 # -- part 2: every value validated where it enters ------------------------------------------------
-
-import json as _json
-import math as _math
-import time as _time
-from datetime import timedelta as _td
-
-from smartsensor.sensors.exec_fields import MAX_DURATION
-
-from smartsensor.config_keys import BOUNDS
-from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed_out
-from smartsensor.service.registration import validate_execution_date
 
 EXEC_FIELDS = [
     "poke_interval",

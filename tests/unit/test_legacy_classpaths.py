@@ -7,11 +7,11 @@ from __future__ import annotations
 import sys
 
 import pytest
+
+import smartsensor
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor
 from smartsensor.sensors.base import current_classpath, resolve_any_class, resolve_smart_class
 from smartsensor.sensors.errors import UnknownSensorClass
-
-import smartsensor
 
 
 def test_stored_class_paths_of_the_old_form_map_to_the_new_one() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from smartsensor.sensors import BaseSensor, SuccessFileSensor
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.states import State
+from smartsensor.sensors import BaseSensor, SuccessFileSensor
 from smartsensor.service.registration import build_row
 from smartsensor.service.round.poke import catalog_answerer
 from smartsensor.service.round.worker import ShardWorker, run_round

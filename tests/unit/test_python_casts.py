@@ -4,10 +4,10 @@ tests/integration/test_catalog_backends.py compares the same values with Spark's
 from __future__ import annotations
 
 import pytest
-from smartsensor.sensors.errors import PermanentCheckError
 
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
 from smartsensor.adapters.catalog.python_casts import python_cast, python_cast_all, python_castable
+from smartsensor.sensors.errors import PermanentCheckError
 
 CASES = [
     ("int", "00", "0"),

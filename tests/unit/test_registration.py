@@ -8,6 +8,8 @@ import logging
 from typing import Any
 
 import pytest
+
+from smartsensor.domain.states import State
 from smartsensor.sensors import (
     BaseSensor,
     HivePartitionSensor,
@@ -15,8 +17,6 @@ from smartsensor.sensors import (
     SensorDefinitionError,
     smart_eligible,
 )
-
-from smartsensor.domain.states import State
 from smartsensor.service.registration import build_row
 from tests.support.common import DAY, make_cfg, named
 

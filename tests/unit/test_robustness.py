@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from smartsensor.sensors import SensorDefinitionError, SuccessFileSensor, TransientCheckError
 
 from smartsensor.adapters.sql.engine import DatabaseUrlError, make_engine, normalize_url
+from smartsensor.sensors import SensorDefinitionError, SuccessFileSensor, TransientCheckError
 
 # -- exec fields are bounded where they enter ---------------------------------------------------
 

@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.states import State
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round.worker import ShardWorker, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
@@ -281,11 +281,10 @@ def test_checks_are_built_once_per_waiting_check_and_a_raising_one_is_tried_agai
 
 def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     """What the round's NOTIFY names: landed, failed (collided or not), timed-out and unplannable tries."""
-    from smartsensor.sensors.errors import PermanentCheckError
-
     from smartsensor.adapters.sql.signals import ended_hashcodes
     from smartsensor.domain.keys import Cohort
     from smartsensor.domain.transitions import CheckGroup, decide
+    from smartsensor.sensors.errors import PermanentCheckError
 
     start = datetime(2026, 11, 22)
 

@@ -3,7 +3,8 @@
 For each table the checker lists partitions once through its PartitionLister (the SparkSession's
 external catalog, or the metastore's thrift API), narrowed inside the metastore by the plain string values
 common to every check on that table (a superset), then answers each check by set membership on the
-unescaped listing, its values first cast as Spark stores them for typed partition columns (``hr=00`` is listed as ``hr=0`` on an int column; see smartsensor.adapters.catalog.partition_types).
+unescaped listing, its values first cast as Spark stores them for typed partition columns (``hr=00`` is listed
+as ``hr=0`` on an int column; see smartsensor.adapters.catalog.partition_types).
 Calls are counted in code (``catalog_calls``, ``fs_calls``, and ``schema_calls`` for the cached
 column-type look-ups).
 """
@@ -186,7 +187,7 @@ class BatchChecker:
             return {c: False for c in checks}
         results: dict[Check, bool | CheckError] = {}
         ready: list[tuple[PartitionCheck, PartitionCheck]] = []
-        for check, spec in zip(checks, normalized):
+        for check, spec in zip(checks, normalized, strict=False):
             if isinstance(spec, CheckError):
                 results[check] = spec
             else:

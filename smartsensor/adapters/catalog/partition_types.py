@@ -5,8 +5,8 @@ Spark casts a partition value to its column's type before it stores it: on an ``
 on a ``boolean`` column ``TRUE`` as ``true``. Listings show the stored form, so before a check is
 compared with a listing its values are put through the same casts. String columns need nothing.
 
-Types are looked up once per table (one metastore ``getTable``) and cached per process (``TYPES_TTL_SECONDS``); a missing
-table or a rejected listing drops the entry. Normalized values are cached too: a worker asks the
+Types are looked up once per table (one metastore ``getTable``) and cached per process (``TYPES_TTL_SECONDS``); a
+missing table or a rejected listing drops the entry. Normalized values are cached too: a worker asks the
 same questions every round.
 """
 

@@ -179,5 +179,10 @@ def schema_problem(revision: str | None) -> str | None:
     if revision is None:
         return "is not initialised: run `smartsensor db init`"
     if revision in known:
-        return f"is at schema revision {revision}, this smartsensor needs {known[0]}: run `smartsensor db init` to upgrade it"
-    return f"is at schema revision {revision}, newer than this smartsensor knows ({known[0]}): upgrade smartsensor on this host"
+        return (
+            f"is at schema revision {revision}, this smartsensor needs {known[0]}: run `smartsensor db init` to upgrade it"
+        )
+    return (
+        f"is at schema revision {revision}, newer than this smartsensor knows ({known[0]}): "
+        "upgrade smartsensor on this host"
+    )

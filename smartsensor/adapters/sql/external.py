@@ -94,7 +94,8 @@ _STATES_FROM_SQLITE = """
 _STATES_SELECT = """
     SELECT e.dag_id, e.task_id, e.run_id, e.map_index, e.try_number, t.state, t.error, t.hashcode
     FROM {keys}
-    JOIN task_instance t ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"""
+    JOIN task_instance t
+      ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"""
 STATES_PG = text(_STATES_SELECT.format(keys=_STATES_FROM_PG))
 STATES_SQLITE = text(_STATES_SELECT.format(keys=_STATES_FROM_SQLITE))
 

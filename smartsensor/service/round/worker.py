@@ -358,7 +358,7 @@ def run_round(
     try:
         plans = [w.plan_round(focus) for w in workers]
         counters = poke_plans(plans, answerer, workers[0].cfg.get("smart_sensor", "poke_timeout"))
-        total = combine_results([w.finish_round(p) for w, p in zip(workers, plans)], ranges)
+        total = combine_results([w.finish_round(p) for w, p in zip(workers, plans, strict=False)], ranges)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
             setattr(total, name, int(counters[name]))
         total.catalog_seconds = counters["catalog_seconds"]
