@@ -146,6 +146,15 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "smart_sensor",
+        "write_threads",
+        "2",
+        parse_int,
+        "PostgreSQL: how many of a worker's shard ranges write their round at once, each in its own transaction "
+        "(a landing round that marks many tasks uses that many database cores). SQLite writes one at a time.",
+        bounds=(1, 64),
+    ),
+    Key(
+        "smart_sensor",
         "poke_timeout",
         "60",
         parse_float,

@@ -80,6 +80,10 @@ class RoundStore(Protocol):
         """Statements sent to the store so far (a counter that never wobbles, for benchmarks)."""
         ...
 
+    def write_concurrency(self) -> int:
+        """How many ranges' ``write_round`` may run at once (1 where writers serialise anyway, as on SQLite)."""
+        ...
+
 
 class LeaseOps(Protocol):
     """Lease and worker-row operations inside one transaction. Claims and reshapes are compare-and-set
@@ -131,11 +135,15 @@ class LeaseStore(Protocol):
 class CheckAnswerer(Protocol):
     """Answers checks in batches and counts what that cost."""
 
-    spark: Any  # handed to user sensors' poke(context) as context["spark"]; None without Spark
     catalog_calls: int
     schema_calls: int
     fs_calls: int
     catalog_seconds: float
+
+    @property
+    def spark(self) -> Any:
+        """Handed to user sensors' poke(context) as context["spark"]; None without Spark."""
+        ...
 
     def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
         """Each distinct check's answer: True (landed), False (not yet) or the error it raised."""
@@ -160,7 +168,7 @@ class PartitionTypeCache(Protocol):
 
     def normalize(
         self, db: str, table: str, types: dict[str, str], specs: list[tuple[tuple[str, str], ...]]
-    ) -> list[tuple[tuple[str, str], ...] | CheckError]:
+    ) -> Sequence[tuple[tuple[str, str], ...] | CheckError]:
         """Each spec with its values cast as the catalog stores them, or the error naming a value its column
         rejects."""
         ...

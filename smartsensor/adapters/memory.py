@@ -190,8 +190,8 @@ class InMemoryStore:
                     now,
                     error,
                 )
-        for (state, error), cohorts in writes.ended.items():
-            marked[state] += self._end_cohorts(set(cohorts), shard_min, shard_max, state, now, error)
+        for (state, ended_error), cohorts in writes.ended.items():
+            marked[state] += self._end_cohorts(set(cohorts), shard_min, shard_max, state, now, ended_error)
         for key, cohort, why in writes.bad:
             marked[State.FAILED] += self._end_cohorts({(key, cohort)}, shard_min, shard_max, State.FAILED, now, why)
         return {k: v for k, v in marked.items() if v}
@@ -229,6 +229,9 @@ class InMemoryStore:
 
     def statements(self) -> int:
         return self._statements
+
+    def write_concurrency(self) -> int:
+        return 2  # serialised by the store's lock anyway; 2 exercises the round's concurrent writes in unit tests
 
     # -- LeaseStore (``adapters.sql.leases``) ----------------------------------------------------
     @contextmanager

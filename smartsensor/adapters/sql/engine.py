@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -23,9 +26,11 @@ class StatementCounter:
 
     def __init__(self) -> None:
         self.count = 0
+        self._lock = threading.Lock()  # a worker writes its ranges from several threads
 
     def __call__(self, *args: object, **kwargs: object) -> None:
-        self.count += 1
+        with self._lock:
+            self.count += 1
 
 
 class DatabaseUrlError(ValueError):
@@ -74,7 +79,7 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
         engine = _create(parsed, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
@@ -85,7 +90,7 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
             parsed,
             pool_pre_ping=True,
             pool_size=2,
-            max_overflow=2,
+            max_overflow=4,  # a worker: signal listener, heartbeat, wake-up round, write threads
             connect_args={"connect_timeout": 5} if is_pg else {},
         )
         if is_pg and idle_in_transaction_timeout:
@@ -94,7 +99,7 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
             # A SET on each new connection rather than a startup `options` parameter: it keeps any
             # options in the user's URL and works behind poolers that reject startup options.
             @event.listens_for(engine, "connect")
-            def _idle_timeout(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            def _idle_timeout(dbapi_conn: Any, _record: Any) -> None:
                 cur = dbapi_conn.cursor()
                 cur.execute("SET idle_in_transaction_session_timeout = %s", (ms,))
                 cur.close()
@@ -102,13 +107,13 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
 
     counter = StatementCounter()
     event.listen(engine, "before_cursor_execute", counter)
-    engine.statement_counter = counter  # type: ignore[attr-defined]
+    engine.statement_counter = counter  # type: ignore[attr-defined]  # rides on the engine, for statement_count()
     return engine
 
 
 def _create(url: URL, **kwargs: object) -> Engine:
     try:
-        return create_engine(url, **kwargs)  # type: ignore[arg-type]
+        return create_engine(url, **kwargs)
     except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
         raise DatabaseUrlError(
             f"[core] sql_alchemy_conn: the driver for {url.drivername!r} is not installed ({exc}); smartsensor "
@@ -134,7 +139,7 @@ def _sqlite_folder(path: Path, home: Path | None) -> None:
 
 def statement_count(engine: Engine) -> int:
     """Statements sent on this engine so far."""
-    return engine.statement_counter.count  # type: ignore[attr-defined]
+    return engine.statement_counter.count  # type: ignore[attr-defined]  # set by make_engine
 
 
 def alembic_config(engine: Engine) -> AlembicConfig:

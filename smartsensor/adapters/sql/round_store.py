@@ -18,8 +18,9 @@ from smartsensor.domain.transitions import RoundWrites
 class SqlRoundStore:
     """``smartsensor.ports.RoundStore`` over an SQLAlchemy engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, write_threads: int = 2) -> None:
         self.engine = engine
+        self.write_threads = write_threads
 
     def load_range(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
@@ -72,9 +73,9 @@ class SqlRoundStore:
                     marked[State.FAILED] += task_sql.mark_hashes(
                         conn, [hashcode], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
                     )
-            for (state, error), cohorts in writes.ended.items():
+            for (state, ended_error), cohorts in writes.ended.items():
                 marked[state] += task_sql.end_cohorts(
-                    conn, cohorts, shard_min, shard_max, state, now, error=error, fence=fence
+                    conn, cohorts, shard_min, shard_max, state, now, error=ended_error, fence=fence
                 )
             for key, cohort, why in writes.bad:
                 marked[State.FAILED] += task_sql.end_cohorts(
@@ -114,3 +115,9 @@ class SqlRoundStore:
 
     def statements(self) -> int:
         return statement_count(self.engine)
+
+    def write_concurrency(self) -> int:
+        """PostgreSQL: ``write_threads`` (each range's transaction on its own connection, so a landing round marks
+        on several server cores). SQLite: 1, since it has one writer at a time and a long write would make the
+        others time out on its lock."""
+        return self.write_threads if self.engine.dialect.name == "postgresql" else 1

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Callable
@@ -191,7 +192,7 @@ class ShardWorker:
         A sensor that cannot be built gets its outcome here: permanent or transient, by the reason."""
         for g in plan.due:
             try:
-                sensor, checks = _rebuilt_with_checks(self._sensor_class(g.key[1]), g.key[2])
+                sensor, checks = _rebuilt_with_checks(self._sensor_class(g.key[1]), g.key[2])  # type: ignore[arg-type]  # a class is hashable
             except SensorModuleUnavailable as exc:
                 g.outcome = TransientCheckError(str(exc))
                 plan.result.module_errors[exc.module] = str(exc)
@@ -330,6 +331,15 @@ def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time:
     return late_bad
 
 
+def _finish_all(workers: list[ShardWorker], plans: list[RoundPlan], concurrency: int) -> list[RoundResult]:
+    """Each range's finish (decide, write, update the index), up to ``concurrency`` ranges at once: each is its own
+    transaction under its own lease, so a landing round that marks many ranges uses several database cores."""
+    if concurrency <= 1 or len(workers) <= 1:
+        return [w.finish_round(p) for w, p in zip(workers, plans, strict=True)]
+    with ThreadPoolExecutor(min(concurrency, len(workers)), thread_name_prefix="round-write") as pool:
+        return list(pool.map(lambda wp: wp[0].finish_round(wp[1]), zip(workers, plans, strict=True)))
+
+
 def _cohorts_of(tasks: list[WaitingTask], now: datetime) -> CohortRows:
     """The full-reload round's rows (one per task) counted per check and cohort; pending ones start now."""
     counts: dict[tuple[CheckKey, Cohort], int] = defaultdict(int)
@@ -358,7 +368,7 @@ def run_round(
     try:
         plans = [w.plan_round(focus) for w in workers]
         counters = poke_plans(plans, answerer, workers[0].cfg.get("smart_sensor", "poke_timeout"))
-        total = combine_results([w.finish_round(p) for w, p in zip(workers, plans, strict=False)], ranges)
+        total = combine_results(_finish_all(workers, plans, store.write_concurrency()), ranges)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
             setattr(total, name, int(counters[name]))
         total.catalog_seconds = counters["catalog_seconds"]
