@@ -163,62 +163,13 @@ def run_task(
             raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not running")
         row = task_sql.get_task(conn, dag_id, task_id, execution_date)
     assert row is not None
-    start = row["start_date"] or datetime.utcnow()
-    began = time.perf_counter()
-
-    patience = cfg.get("scheduler", "zombie_threshold")
-
-    def finish(state: str, error: str | None = None, checker: BatchChecker | None = None, pokes: int = 0) -> RunResult:
-        def write() -> bool:
-            with engine.begin() as conn:
-                return task_sql.set_state(
-                    conn, key, state, from_states=[State.RUNNING], error=error, try_number=row["try_number"]
-                )
-
-        changed = _retry_while_db_down(write, f"{dag_id}.{task_id} -> {state}", patience, sleep)
-        if not changed:
-            log.warning("%s.%s was changed by someone else; leaving it as it is", dag_id, task_id)
-            with engine.connect() as conn:
-                current = task_sql.get_task(conn, dag_id, task_id, execution_date)
-            state = current["state"] if current else state
-        return RunResult(
-            state,
-            pokes,
-            checker.catalog_calls if checker else 0,
-            checker.fs_calls if checker else 0,
-            round(time.perf_counter() - began, 3),
-            error,
-        )
-
+    run = ClassicRun(engine, cfg, row, spark_provider, sleep, stop)
     try:
         settings = parse_exec(row["exec_dict"])
     except BadExecSettings as exc:  # a row written by hand or an older version: it fails alone, clearly
-        return finish(State.FAILED, error=str(exc))
-
-    def build() -> BaseSensor:
-        """The task's sensor from its row (SensorModuleUnavailable, SensorRebuildError: try again later)."""
-        return load_sensor_class(row, cfg).from_stored(
-            row["attr_dict"], row["exec_dict"], task_id=task_id, dag_id=dag_id
-        )
-
-    if spark_provider is None:
-        from smartsensor.adapters.spark import get_spark
-
-        spark_provider = lambda: get_spark(cfg)  # noqa: E731
+        return run.finish(State.FAILED, error=str(exc))
     with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
-        return _poke_until_done(
-            engine,
-            build,
-            row,
-            settings,
-            start,
-            began,
-            spark_provider,
-            finish,
-            sleep,
-            stop,
-            BoundedPoker(cfg.get("smart_sensor", "poke_timeout")),
-        )
+        return run.poke_until_done(settings)
 
 
 def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
@@ -237,108 +188,138 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
     return current["state"] if current else "deleted"
 
 
-def _poke_until_done(  # noqa: C901 - 18 branches; becomes an object with named steps in issue 26, item 3
-    engine: Engine,
-    build: Callable[[], BaseSensor],
-    row: dict[str, Any],
-    settings: ExecSettings,
-    start: datetime,
-    began: float,
-    spark_provider: Callable[[], Any],
-    finish: Callable[..., RunResult],
-    sleep: Callable[[float], None],
-    stop: threading.Event | None,
-    poker: BoundedPoker,
-) -> RunResult:
-    """The classic poke loop: poke, check the task is still ours, sleep; until success, failure, timeout or stop.
+class ClassicRun:
+    """One classic run of a claimed task instance, as named steps: poke, check the task is still ours, pause;
+    until success, failure, timeout or a stop. ``result`` is the one place a RunResult is made.
 
-    The sensor is built at the first poke that can build it: while its sensor module cannot be
-    imported on this host (a deploy skew) the task waits, within its own timeout, like a transient error.
+    The sensor is built at the first poke that can build it: while its sensor module cannot be imported on this
+    host (a deploy skew) the task waits, within its own timeout, like a transient error. Spark starts only when
+    the sensor's poke needs it.
     """
-    dag_id, task_id, execution_date = row["dag_id"], row["task_id"], row["execution_date"]
-    key = (dag_id, task_id, execution_date)
-    last_error: str | None = None  # the last transient error, named in the timeout's error
-    attempted = False
-    checker: BatchChecker | None = None
-    sensor: BaseSensor | None = None
-    pokes = 0
 
-    def stopped() -> RunResult:
-        # the DB patience is short: the stopping process should exit soon; a failed hand-back is a zombie later
-        return RunResult(
-            _hand_back(engine, row, 10.0, sleep),
-            pokes,
-            checker.catalog_calls if checker else 0,
-            checker.fs_calls if checker else 0,
-            round(time.perf_counter() - began, 3),
-        )
+    def __init__(self, engine: Engine, cfg: Config, row: dict[str, Any],
+                 spark_provider: Callable[[], Any] | None = None, sleep: Callable[[float], None] = time.sleep,
+                 stop: threading.Event | None = None) -> None:
+        self.engine, self.cfg, self.row, self.sleep, self.stop = engine, cfg, row, sleep, stop
+        self.key: TaskKey = (row["dag_id"], row["task_id"], row["execution_date"])
+        self.start = row["start_date"] or datetime.utcnow()
+        self.began = time.perf_counter()
+        self.spark_provider = spark_provider or self._own_spark
+        self.poker = BoundedPoker(cfg.get("smart_sensor", "poke_timeout"))
+        self.checker: BatchChecker | None = None
+        self.sensor: BaseSensor | None = None
+        self.pokes = 0
+        self.last_error: str | None = None  # the last transient error, named in the timeout's error
 
-    while True:
-        if stop is not None and stop.is_set():
-            return stopped()
-        now = datetime.utcnow()
-        # at least one attempt per run, however late it starts (a slow start must not cost the try its poke)
-        if attempted and (now - start).total_seconds() >= settings.time_limit:
-            state = timeout_state(row["try_number"], settings)
-            return finish(
-                state,
-                error=None if state == State.UP_FOR_RETRY else timeout_error(last_error),
-                checker=checker,
-                pokes=pokes,
-            )
-        attempted = True
+    def poke_until_done(self, settings: ExecSettings) -> RunResult:
+        """The loop. At least one poke per run, however late it starts (a slow start must not cost the try its
+        poke); a stop request hands the task back after the poke under way."""
+        attempted = False
+        while True:
+            if self.stop is not None and self.stop.is_set():
+                return self.stopped()
+            if attempted and (datetime.utcnow() - self.start).total_seconds() >= settings.time_limit:
+                return self.timed_out(settings)
+            attempted = True
+            ended = self.poke_once()
+            if ended is not None:
+                return ended
+            lost = self.lost()
+            if lost is not None:
+                return lost
+            self.pause(settings)
+
+    def poke_once(self) -> RunResult | None:
+        """Build what is missing (sensor, checker) and poke once; a result when that ends the run."""
         try:
-            if sensor is None:
-                sensor = build()
+            if self.sensor is None:
+                self.sensor = self._build()
         except (SensorModuleUnavailable, SensorRebuildError) as exc:  # a deploy skew on this host: wait
-            last_error = str(exc)
+            self.last_error = str(exc)
             log.warning("%s (poking again later)", exc)
+            return None
         except (TaskRunError, UnknownSensorClass, SensorDefinitionError) as exc:
-            return finish(State.FAILED, error=str(exc), checker=checker, pokes=pokes)
-        if sensor is not None:
-            try:
-                if checker is None:
-                    checker = BatchChecker(spark_provider())
-            except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage: keep waiting
-                log.warning("cannot start Spark, poking again later: %s", exc)
-            else:
-                pokes += 1
-                context = {"checker": checker, "spark": checker.spark, "execution_date": execution_date}
-                outcome = poker.poke(key, lambda: sensor.poke(context))  # noqa: B023 - called within this iteration, bounded by [smart_sensor] poke_timeout
-                if outcome is True:
-                    return finish(State.SUCCESS, checker=checker, pokes=pokes)
-                if isinstance(outcome, PermanentCheckError):
-                    return finish(State.FAILED, error=str(outcome), checker=checker, pokes=pokes)
-                if isinstance(outcome, CheckError):
-                    last_error = str(outcome)
-                    log.warning("transient error, poking again later: %s", outcome)
-                else:
-                    last_error = None
+            return self.finish(State.FAILED, error=str(exc))
         try:
-            with engine.connect() as conn:
-                current = task_sql.get_task(conn, dag_id, task_id, execution_date)
+            if self.checker is None:
+                self.checker = BatchChecker(self.spark_provider())
+        except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage: keep waiting
+            log.warning("cannot start Spark, poking again later: %s", exc)
+            return None
+        self.pokes += 1
+        sensor, context = self.sensor, {"checker": self.checker, "spark": self.checker.spark,
+                                        "execution_date": self.key[2]}
+        outcome = self.poker.poke(self.key, lambda: sensor.poke(context))
+        if outcome is True:
+            return self.finish(State.SUCCESS)
+        if isinstance(outcome, PermanentCheckError):
+            return self.finish(State.FAILED, error=str(outcome))
+        if isinstance(outcome, CheckError):
+            self.last_error = str(outcome)
+            log.warning("transient error, poking again later: %s", outcome)
+        else:
+            self.last_error = None
+        return None
+
+    def lost(self) -> RunResult | None:
+        """A result when the task is no longer this run's (someone changed it, or a later try runs elsewhere)."""
+        try:
+            with self.engine.connect() as conn:
+                current = task_sql.get_task(conn, *self.key)
         except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
             log.warning("metadata DB unavailable, poking on: %s", first_line(exc))
-            current = row
-        if current is None or current["state"] != State.RUNNING or current["try_number"] != row["try_number"]:
-            # a later try running elsewhere is not ours either (this run was given up for dead meanwhile)
-            log.warning(
-                "%s.%s is now %s, try %s (changed by someone else): stopping",
-                dag_id,
-                task_id,
-                current["state"] if current else "deleted",
-                current["try_number"] if current else "-",
-            )
-            return RunResult(
-                current["state"] if current else "deleted",
-                pokes,
-                checker.catalog_calls if checker else 0,
-                checker.fs_calls if checker else 0,
-                round(time.perf_counter() - began, 3),
-            )
-        remaining = settings.time_limit - (datetime.utcnow() - start).total_seconds()
-        pause = max(0.0, min(settings.interval(pokes - 1), remaining))
-        if stop is not None:
-            stop.wait(pause)
+            return None
+        if current is not None and current["state"] == State.RUNNING and current["try_number"] == self.row["try_number"]:
+            return None
+        log.warning("%s.%s is now %s, try %s (changed by someone else): stopping", self.key[0], self.key[1],
+                    current["state"] if current else "deleted", current["try_number"] if current else "-")
+        return self.result(current["state"] if current else "deleted")
+
+    def pause(self, settings: ExecSettings) -> None:
+        """Wait for the next poke (its interval, never past the time limit); a stop request cuts it short."""
+        remaining = settings.time_limit - (datetime.utcnow() - self.start).total_seconds()
+        pause = max(0.0, min(settings.interval(self.pokes - 1), remaining))
+        if self.stop is not None:
+            self.stop.wait(pause)
         else:
-            sleep(pause)
+            self.sleep(pause)
+
+    def timed_out(self, settings: ExecSettings) -> RunResult:
+        state = timeout_state(self.row["try_number"], settings)
+        return self.finish(state, error=None if state == State.UP_FOR_RETRY else timeout_error(self.last_error))
+
+    def stopped(self) -> RunResult:
+        """Hand the task back (same try); the DB patience is short: the stopping process should exit soon, and a
+        failed hand-back is a zombie later."""
+        return self.result(_hand_back(self.engine, self.row, 10.0, self.sleep))
+
+    def finish(self, state: str, error: str | None = None) -> RunResult:
+        """End the try: a guarded write from `running` in this try, retried while the DB is down (up to
+        zombie_threshold). Someone else's change wins, and is what the result says."""
+        def write() -> bool:
+            with self.engine.begin() as conn:
+                return task_sql.set_state(conn, self.key, state, from_states=[State.RUNNING], error=error,
+                                          try_number=self.row["try_number"])
+
+        patience = self.cfg.get("scheduler", "zombie_threshold")
+        if not _retry_while_db_down(write, f"{self.key[0]}.{self.key[1]} -> {state}", patience, self.sleep):
+            log.warning("%s.%s was changed by someone else; leaving it as it is", self.key[0], self.key[1])
+            with self.engine.connect() as conn:
+                current = task_sql.get_task(conn, *self.key)
+            state = current["state"] if current else state
+        return self.result(state, error)
+
+    def result(self, state: str, error: str | None = None) -> RunResult:
+        checker = self.checker
+        return RunResult(state, self.pokes, checker.catalog_calls if checker else 0,
+                         checker.fs_calls if checker else 0, round(time.perf_counter() - self.began, 3), error)
+
+    def _build(self) -> BaseSensor:
+        """The task's sensor from its row (SensorModuleUnavailable, SensorRebuildError: try again later)."""
+        return load_sensor_class(self.row, self.cfg).from_stored(self.row["attr_dict"], self.row["exec_dict"],
+                                                                 task_id=self.key[1], dag_id=self.key[0])
+
+    def _own_spark(self) -> Any:
+        from smartsensor.adapters.spark import get_spark
+
+        return get_spark(self.cfg)
