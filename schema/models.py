@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
-from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text, text
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Table, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
-    pass
+    # Every model here is mapped to a Table (DeclarativeBase types __table__ as any FromClause), so that
+    # insert(Model.__table__) and Model.__table__.c type-check in adapters/sql.
+    __table__: ClassVar[Table]
 
 
 # The partial indexes' predicates. A query that should use one repeats its predicate word for word (SQLite's rule).
@@ -46,9 +49,21 @@ class TaskInstance(Base):
     # states they serve (migration 0005 says why).
     __table_args__ = (
         Index("ti_hashcode", "hashcode"),
-        Index("ti_pending_shardcode", "shardcode", postgresql_where=text(PENDING_PREDICATE), sqlite_where=text(PENDING_PREDICATE)),
-        Index("ti_waiting_shardcode", "shardcode", postgresql_where=text(WAITING_PREDICATE), sqlite_where=text(WAITING_PREDICATE)),
-        Index("ti_classic_state", "state", postgresql_where=text(CLASSIC_PREDICATE), sqlite_where=text(CLASSIC_PREDICATE)),
+        Index(
+            "ti_pending_shardcode",
+            "shardcode",
+            postgresql_where=text(PENDING_PREDICATE),
+            sqlite_where=text(PENDING_PREDICATE),
+        ),
+        Index(
+            "ti_waiting_shardcode",
+            "shardcode",
+            postgresql_where=text(WAITING_PREDICATE),
+            sqlite_where=text(WAITING_PREDICATE),
+        ),
+        Index(
+            "ti_classic_state", "state", postgresql_where=text(CLASSIC_PREDICATE), sqlite_where=text(CLASSIC_PREDICATE)
+        ),
     )
 
 

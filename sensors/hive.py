@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from smartsensor.sensors.base import BaseSensor, smart_eligible
 from smartsensor.sensors.checks import Check, PartitionCheck
@@ -73,4 +73,5 @@ class HivePartitionSensor(BaseSensor):
 
     def checks(self) -> list[Check]:
         db, table = self.table.split(".")
-        return [PartitionCheck(db, table, tuple(self.partition.items()), exact=False)]
+        spec = cast(dict[str, str], self.partition)  # validate_fields made it a dict before checks() runs
+        return [PartitionCheck(db, table, tuple(spec.items()), exact=False)]

@@ -10,7 +10,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable, cast
 
 from jinja2 import Environment, StrictUndefined, TemplateError
 from jinja2.nodes import EvalContext
@@ -98,7 +98,7 @@ def _bounded_lipsum(n: Any = 5, html: Any = True, min: Any = 20, max: Any = 100)
 
 # The other globals are bounded already: range by the sandbox (MAX_RANGE), dict/cycler/joiner/namespace
 # build small objects.
-_LIPSUM = _ENV.globals["lipsum"]
+_LIPSUM = cast(Callable[..., Any], _ENV.globals["lipsum"])
 _ENV.globals["lipsum"] = _bounded_lipsum
 _local = threading.local()
 

@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from smartsensor.config_keys import (
@@ -196,7 +196,7 @@ class Config:
         return out
 
 
-def config_location(cli_path: str | None = None, environ: dict[str, str] | None = None) -> tuple[Path, Path]:
+def config_location(cli_path: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[Path, Path]:
     """(home folder, config file) by the lookup order: ``--config``, ``$SMARTSENSOR_CONFIG``, then
     ``$SMARTSENSOR_HOME/airflow.cfg`` (home defaults to ``~/smartsensor``)."""
     env = os.environ if environ is None else environ
@@ -208,7 +208,7 @@ def config_location(cli_path: str | None = None, environ: dict[str, str] | None 
     return home, home / "airflow.cfg"
 
 
-def load_config(cli_path: str | None = None, environ: dict[str, str] | None = None) -> Config:
+def load_config(cli_path: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """Load, override from env, type-check and validate the configuration."""
     env = os.environ if environ is None else environ
     home, path = config_location(cli_path, env)
@@ -251,7 +251,12 @@ def load_config(cli_path: str | None = None, environ: dict[str, str] | None = No
         try:
             values[key] = spec.parse(text)
         except ValueError:
-            kind = {parse_int: "an integer", parse_float: "a number", parse_bool: "a boolean"}.get(spec.parse, "valid")
+            kinds: dict[Callable[[str], Any], str] = {
+                parse_int: "an integer",
+                parse_float: "a number",
+                parse_bool: "a boolean",
+            }
+            kind = kinds.get(spec.parse, "valid")
             raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {_shown(text)}") from None
     cfg = Config(values=values, home=home, path=path, file_found=file_found, warnings=warnings)
     _validate(cfg)

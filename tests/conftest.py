@@ -46,8 +46,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
             continue
         item.add_marker(layer)
-        if layer == "unit" and NOT_IN_UNIT & set(item.fixturenames):
-            uses = ", ".join(sorted(NOT_IN_UNIT & set(item.fixturenames)))
+        fixtures = set(item.fixturenames)  # type: ignore[attr-defined]  # pytest.Function, the only items here
+        if layer == "unit" and NOT_IN_UNIT & fixtures:
+            uses = ", ".join(sorted(NOT_IN_UNIT & fixtures))
             wrong.append(
                 f"{item.nodeid}: a unit test uses no database or Spark (it asks for {uses}); "
                 f"move it to tests/integration"

@@ -216,7 +216,7 @@ def stop(cfg: Config, timeout: float = 20) -> bool:
     """Stop the recorded JVM (SIGTERM, then SIGKILL after ``timeout`` s); True if one was running."""
     pid = read_pid(cfg)
     running = pid is not None and is_our_jvm(pid)
-    if running:
+    if pid is not None and running:
         terminate(pid, timeout)
     remove_pid_file(cfg)
     return running

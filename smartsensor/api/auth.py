@@ -12,7 +12,7 @@ import ipaddress
 import secrets
 import time
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Any, Callable, Coroutine
 
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -102,7 +102,7 @@ def token_route(token: str | None) -> type[APIRoute]:
     gets a 401, never a parse error). ``token`` None: no check (the server listens on 127.0.0.1 only)."""
 
     class TokenRoute(APIRoute):
-        def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             handler = super().get_route_handler()
             if token is None:
                 return handler

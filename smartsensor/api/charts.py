@@ -121,9 +121,9 @@ def stacked_chart(
     below = [0] * len(xs)
     areas = []
     for state in ordered_states(s for c in rows for s in c):
-        above = [b + c.get(state, 0) for b, c in zip(below, rows)]
-        upper = [f"{px:.1f},{y(v):.1f}" for px, v in zip(xs, above)]
-        lower = [f"{px:.1f},{y(v):.1f}" for px, v in zip(reversed(xs), reversed(below))]
+        above = [b + c.get(state, 0) for b, c in zip(below, rows, strict=False)]
+        upper = [f"{px:.1f},{y(v):.1f}" for px, v in zip(xs, above, strict=False)]
+        lower = [f"{px:.1f},{y(v):.1f}" for px, v in zip(reversed(xs), reversed(below), strict=False)]
         areas.append(Area(state, state_colour(state), " ".join(upper + lower)))
         below = above
     return StackedChart(

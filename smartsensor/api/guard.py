@@ -1,6 +1,6 @@
 """The ASGI middleware around every request of `smartsensor serve`: a request id, a body limit that holds
-whatever the framing (Content-Length or chunked), security headers, one log line for an unexpected error (its traceback at debug level) answered as a JSON 500,
-and the per-route request counter that /metrics shows."""
+whatever the framing (Content-Length or chunked), security headers, one log line for an unexpected error
+(its traceback at debug level) answered as a JSON 500, and the per-route request counter that /metrics shows."""
 
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def register_model(class_names: list[str]) -> type[BaseModel]:
         "Sensor",
         __config__=ConfigDict(extra="forbid", populate_by_name=True),
         __doc__="One sensor, by class name (an enabled @smart_eligible class) and its field values.",
-        class_name=(Literal[names], Field(alias="class")),  # type: ignore[valid-type] # built from the config
+        class_name=(Literal[names], Field(alias="class")),  # type: ignore[arg-type]  # a Literal built from the config
         persist=(dict[str, Any], Field(default_factory=dict)),
         exec=(dict[str, Any], Field(default_factory=dict)),
     )
@@ -120,11 +120,11 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
     """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests;
     ``route_class`` asks for the token (``auth.token_route``)."""
     router = APIRouter(route_class=route_class)
-    Register = register_model(cfg.sensors_enabled)  # a model class, built per config
+    Register: Any = register_model(cfg.sensors_enabled)  # a model class, built per config
     ended = TerminalAnswers()
 
     @router.post("/tasks", responses=error_responses(400, 401, 409, 413, 422, 503))
-    def register(body: Register) -> dict[str, Any]:  # type: ignore[valid-type]
+    def register(body: Register) -> dict[str, Any]:
         """Register one try (idempotent for the same try; a newer try starts afresh). 409: an older try, or one
         that kept meeting concurrent registrations of the same task (ask again)."""
         try:

@@ -7,6 +7,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from smartsensor.adapters.sql.engine import init_db, normalize_url
 from smartsensor.cli.app import App, UserError
 from smartsensor.config import ConfigError, config_location, load_config
 from smartsensor.config_keys import CATALOG_BACKENDS, render_config
+
+if TYPE_CHECKING:  # imported where used: the metastore commands only
+    from smartsensor.adapters.metastore import MetastoreStatus
 
 
 @click.group()
@@ -192,7 +196,7 @@ def metastore() -> None:
     """A local Hive metastore service shared by the pipeline and N worker processes."""
 
 
-def _print_metastore(st, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _print_metastore(st: MetastoreStatus, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"running": st.running, "pid": st.pid, "uri": st.uri, "log": str(st.log)}))
     elif st.running:

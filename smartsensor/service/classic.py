@@ -197,9 +197,15 @@ class ClassicRun:
     the sensor's poke needs it.
     """
 
-    def __init__(self, engine: Engine, cfg: Config, row: dict[str, Any],
-                 spark_provider: Callable[[], Any] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        cfg: Config,
+        row: dict[str, Any],
+        spark_provider: Callable[[], Any] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.engine, self.cfg, self.row, self.sleep, self.stop = engine, cfg, row, sleep, stop
         self.key: TaskKey = (row["dag_id"], row["task_id"], row["execution_date"])
         self.start = row["start_date"] or datetime.utcnow()
@@ -247,8 +253,10 @@ class ClassicRun:
             log.warning("cannot start Spark, poking again later: %s", exc)
             return None
         self.pokes += 1
-        sensor, context = self.sensor, {"checker": self.checker, "spark": self.checker.spark,
-                                        "execution_date": self.key[2]}
+        sensor, context = (
+            self.sensor,
+            {"checker": self.checker, "spark": self.checker.spark, "execution_date": self.key[2]},
+        )
         outcome = self.poker.poke(self.key, lambda: sensor.poke(context))
         if outcome is True:
             return self.finish(State.SUCCESS)
@@ -269,10 +277,19 @@ class ClassicRun:
         except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
             log.warning("metadata DB unavailable, poking on: %s", first_line(exc))
             return None
-        if current is not None and current["state"] == State.RUNNING and current["try_number"] == self.row["try_number"]:
+        if (
+            current is not None
+            and current["state"] == State.RUNNING
+            and current["try_number"] == self.row["try_number"]
+        ):
             return None
-        log.warning("%s.%s is now %s, try %s (changed by someone else): stopping", self.key[0], self.key[1],
-                    current["state"] if current else "deleted", current["try_number"] if current else "-")
+        log.warning(
+            "%s.%s is now %s, try %s (changed by someone else): stopping",
+            self.key[0],
+            self.key[1],
+            current["state"] if current else "deleted",
+            current["try_number"] if current else "-",
+        )
         return self.result(current["state"] if current else "deleted")
 
     def pause(self, settings: ExecSettings) -> None:
@@ -296,10 +313,12 @@ class ClassicRun:
     def finish(self, state: str, error: str | None = None) -> RunResult:
         """End the try: a guarded write from `running` in this try, retried while the DB is down (up to
         zombie_threshold). Someone else's change wins, and is what the result says."""
+
         def write() -> bool:
             with self.engine.begin() as conn:
-                return task_sql.set_state(conn, self.key, state, from_states=[State.RUNNING], error=error,
-                                          try_number=self.row["try_number"])
+                return task_sql.set_state(
+                    conn, self.key, state, from_states=[State.RUNNING], error=error, try_number=self.row["try_number"]
+                )
 
         patience = self.cfg.get("scheduler", "zombie_threshold")
         if not _retry_while_db_down(write, f"{self.key[0]}.{self.key[1]} -> {state}", patience, self.sleep):
@@ -311,13 +330,20 @@ class ClassicRun:
 
     def result(self, state: str, error: str | None = None) -> RunResult:
         checker = self.checker
-        return RunResult(state, self.pokes, checker.catalog_calls if checker else 0,
-                         checker.fs_calls if checker else 0, round(time.perf_counter() - self.began, 3), error)
+        return RunResult(
+            state,
+            self.pokes,
+            checker.catalog_calls if checker else 0,
+            checker.fs_calls if checker else 0,
+            round(time.perf_counter() - self.began, 3),
+            error,
+        )
 
     def _build(self) -> BaseSensor:
         """The task's sensor from its row (SensorModuleUnavailable, SensorRebuildError: try again later)."""
-        return load_sensor_class(self.row, self.cfg).from_stored(self.row["attr_dict"], self.row["exec_dict"],
-                                                                 task_id=self.key[1], dag_id=self.key[0])
+        return load_sensor_class(self.row, self.cfg).from_stored(
+            self.row["attr_dict"], self.row["exec_dict"], task_id=self.key[1], dag_id=self.key[0]
+        )
 
     def _own_spark(self) -> Any:
         from smartsensor.adapters.spark import get_spark

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.errors import SensorDefinitionError, first_line
@@ -109,8 +109,8 @@ class _OsExitCalled(BaseException):
         self.code = code
 
 
-def _refuse_os_exit(code: int = 0) -> None:
-    raise _OsExitCalled(code)
+def _refuse_os_exit(status: int = 0) -> NoReturn:
+    raise _OsExitCalled(status)
 
 
 def collect_sensors(module: ModuleType, default_dag_id: str) -> list[tuple[str, BaseSensor]]:

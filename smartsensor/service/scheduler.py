@@ -158,12 +158,13 @@ class Scheduler:
             with self.engine.begin() as conn:
                 if not task_sql.claim_scheduled(conn, key, datetime.utcnow(), self.claimant):
                     continue
-                try_number = task_sql.get_task(conn, *key)["try_number"]
+                try_number = task_sql.get_task(conn, *key)["try_number"]  # type: ignore[index]  # claimed just above
             cmd = self.command(
                 *self.cli_args, "run-task", key[0], key[1], key[2].strftime("%Y-%m-%dT%H:%M:%S"), "--claimed"
             )
             try:
                 proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                assert proc.stderr is not None  # stderr=PIPE
                 self.children[key] = Child(proc, try_number, StderrTail(proc.stderr, sys.stderr))
                 started += 1
             except OSError as exc:
@@ -201,7 +202,7 @@ class Scheduler:
         signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
         while not stopping:
             try:
-                summary = self.loop_once()
+                summary: dict[str, Any] = self.loop_once()
             except (OperationalError, InterfaceError) as exc:  # the DB is down or restarting: keep the children
                 if once:
                     raise

@@ -12,7 +12,7 @@ import select
 import threading
 import time
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable
 
 from sqlalchemy import Engine
 
@@ -51,7 +51,7 @@ class SignalListener:
     ) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
-        self._pg = None
+        self._pg: Any = None  # psycopg2's connection, as LISTEN needs it (SQLAlchemy types it as any DB-API one)
         self._last_id = 0
         if engine.dialect.name != "postgresql":
             with engine.connect() as conn:

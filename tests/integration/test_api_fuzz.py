@@ -163,7 +163,7 @@ KEY = {
 }
 # Requests the server accepts, for the examples phase and as the coverage phase's starting point: without them
 # nearly every generated registration names an unknown class and stops at that 422, before reaching the rest.
-EXAMPLES = {
+EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     ("/api/v1/tasks", "post"): {
         "named": {
             "key": KEY,
@@ -290,6 +290,7 @@ def call_and_validate(case: Any, *checks: Any) -> Response | None:
 
 def record(case: Any, response: Any, exc: FailureGroup) -> None:
     body = response.content.decode("utf-8", "replace")
+    assert FINDINGS  # record() runs only when findings are collected
     with open(FINDINGS, "a", encoding="utf-8") as out:
         for failure in exc.exceptions:
             out.write(

@@ -28,7 +28,7 @@ def registration(**changes: Any) -> dict[str, Any]:
         "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": ["db.events/ds=2026-11-22"]}},
     }
     for path, value in changes.items():
-        where = body
+        where: Any = body
         *parents, last = path.split("__")
         for p in parents:
             where = where[p]

@@ -154,9 +154,9 @@ def test_the_answerer_uses_thrift_and_no_spark_for_partitions_and_local_paths(
     assert service.catalog_backend == "thrift"
     make = catalog_answerer(service, spark_provider=lambda: pytest.fail("Spark was started"))
     checker = make()
-    assert isinstance(checker.lister, ThriftCatalog)
+    assert isinstance(checker.lister, ThriftCatalog)  # type: ignore[attr-defined]  # a BatchChecker
     (tmp_path / "_SUCCESS").write_text("")
     here, gone = PathCheck((tmp_path / "_SUCCESS").as_uri()), PathCheck(f"file://{tmp_path}/nope")
     answers = checker.check_all([here, gone, CASES[0][0]])
     assert answers == {here: True, gone: False, CASES[0][0]: True}
-    assert make().lister is checker.lister  # one catalog (and pool) per process
+    assert make().lister is checker.lister  # type: ignore[attr-defined]  # one catalog (and pool) per process

@@ -197,7 +197,7 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
         cfg,
     )
     key = ("d", "w", DAY)
-    stalls = []
+    stalls: list[float] = []
 
     def stall(seconds: float) -> None:  # the old run's first pause is where it stalls
         if not stalls:

@@ -56,7 +56,7 @@ def test_simultaneous_start_never_two_owners_and_converges(engine, cfg) -> None:
     assert sorted(lo for m in managers for lo in m.owned) == [0, 2000, 4000, 6000, 8000]
     assert max(len(m.owned) for m in managers) <= 2
     for m in managers:
-        m.store.engine.dispose()
+        m.store.engine.dispose()  # type: ignore[attr-defined]  # an SqlLeaseStore
 
 
 def test_join_rebalances_and_clean_stop_releases_at_once(engine, cfg) -> None:

@@ -97,11 +97,11 @@ def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(t
 
             def unrelated_then_a() -> None:
                 time.sleep(1.0)
-                before = engine.statement_counter.count
+                before = engine.statement_counter.count  # type: ignore[attr-defined]  # set by make_engine
                 with notifier.begin() as conn:
                     signal_sql.notify_ended(conn, [hash_a + 1])  # another check ended
                 time.sleep(1.5)
-                reads.append(engine.statement_counter.count - before)
+                reads.append(engine.statement_counter.count - before)  # type: ignore[attr-defined]  # set by make_engine
                 with notifier.begin() as conn:
                     task_sql.set_state(conn, ti_a, State.SUCCESS, from_states=list(State.SMART_WAITING))
                     signal_sql.notify_ended(conn, [hash_a])

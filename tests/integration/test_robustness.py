@@ -205,7 +205,7 @@ def test_registration_failing_half_way_leaves_nothing(engine, cfg, tmp_path: Pat
     sensors = [(f"d{i}", SuccessFileSensor(task_id="s", path=f"/data/{i}/_SUCCESS")) for i in range(12_000)]
     inserts = []
 
-    def fail_second_insert(conn, cursor, statement, params, context, executemany) -> None:  # type: ignore[no-untyped-def]
+    def fail_second_insert(conn, cursor, statement, params, context, executemany) -> None:
         if statement.lstrip().upper().startswith("INSERT INTO TASK_INSTANCE"):
             inserts.append(1)
             if len(inserts) == 2:

@@ -7,10 +7,10 @@ from typing import Any
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from smartsensor.schema.models import Base
 from sqlalchemy import inspect
 
 from smartsensor.adapters.sql.engine import current_revision, init_db, make_engine
+from smartsensor.schema.models import Base
 from tests.support.pg import postgres_only
 
 
@@ -69,6 +69,7 @@ def test_the_round_reads_through_the_partial_indexes(db_url: str) -> None:
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
         seen.append((statement, params))
+
     event.listen(engine, "before_cursor_execute", record)
     with engine.begin() as conn:
         task_sql.start_pending_cohorts(conn, 0, 10, datetime(2026, 11, 22), "h")
@@ -79,8 +80,14 @@ def test_the_round_reads_through_the_partial_indexes(db_url: str) -> None:
         if engine.dialect.name == "postgresql":
             conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # an empty table: make the planner show its index
         for stmt, params in seen[-2:]:
-            plans.append(" ".join(str(r) for r in conn.exec_driver_sql("EXPLAIN " + (
-                "QUERY PLAN " if engine.dialect.name == "sqlite" else "") + stmt, params).fetchall()))
+            plans.append(
+                " ".join(
+                    str(r)
+                    for r in conn.exec_driver_sql(
+                        "EXPLAIN " + ("QUERY PLAN " if engine.dialect.name == "sqlite" else "") + stmt, params
+                    ).fetchall()
+                )
+            )
     assert "ti_pending_shardcode" in plans[0] or "ti_waiting_shardcode" in plans[0], plans[0]  # PG may pick either
     assert "ti_waiting_shardcode" in plans[1], plans[1]
     engine.dispose()

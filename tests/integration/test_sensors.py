@@ -120,7 +120,7 @@ def test_typed_partition_columns_match_as_spark_stores_them(spark: Any, hive_db:
     """On an int column Spark stores hr=00 as hr=0 (a date 2026-1-5 as 2026-01-05): checks match anyway."""
     spark.sql(f"CREATE TABLE {hive_db}.typed (x INT) PARTITIONED BY (ds DATE, HR INT, Region STRING) STORED AS PARQUET")
     named = NamedHivePartitionSensor(task_id="n", partition_names=[f"{hive_db}.typed/ds=2026-1-5/hr=00/region=00"])
-    by_hour = HivePartitionSensor(task_id="h", table=f"{hive_db}.typed", partition={"hr": 7})
+    by_hour = HivePartitionSensor(task_id="h", table=f"{hive_db}.typed", partition={"hr": 7})  # type: ignore[dict-item]  # an int, as users write it
     string_kept = HivePartitionSensor(task_id="s", table=f"{hive_db}.typed", partition={"region": "0"})
     before = BatchChecker(spark)
     assert not named.poke({"checker": before}) and not by_hour.poke({"checker": before})
@@ -246,7 +246,7 @@ def test_templated_fields_validate_after_rendering() -> None:
     from datetime import datetime
 
     s = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ ds }}"})
-    assert s.rendered(datetime(2026, 11, 22)).partition == {"ds": "2026-11-22"}
+    assert s.rendered(datetime(2026, 11, 22)).partition == {"ds": "2026-11-22"}  # type: ignore[attr-defined]  # same class
     bad = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ ds }}\n"})
     with pytest.raises(SensorDefinitionError):
         bad.rendered(datetime(2026, 11, 22))

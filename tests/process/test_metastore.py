@@ -256,6 +256,7 @@ def load_pipeline():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("pipeline_script", ROOT / "scripts" / "pipeline.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

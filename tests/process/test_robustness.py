@@ -82,7 +82,8 @@ def test_submit_accepts_exactly_a_day(tmp_path: Path, dag_file: Path, date: str,
         ("raise KeyboardInterrupt\n", "raised KeyboardInterrupt"),
         ("def f():\n    return f()\nf()\n", "RecursionError"),
         (
-            "from smartsensor.sensors import SuccessFileSensor\nDAG_ID = ['a']\nw = SuccessFileSensor(task_id='w', path='/x')\n",
+            "from smartsensor.sensors import SuccessFileSensor\nDAG_ID = ['a']\n"
+            "w = SuccessFileSensor(task_id='w', path='/x')\n",
             "DAG_ID must be a string",
         ),
     ],

@@ -47,11 +47,12 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     for line in rows.splitlines():
         child, parent, comm = line.split(None, 2)
         children.setdefault(int(parent), []).append((int(child), comm.strip()))
-    out, todo = [], [pid]
+    out: list[tuple[int, str]] = []
+    todo = [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child[0])
+        for entry in children.get(todo.pop(), []):
+            out.append(entry)
+            todo.append(entry[0])
     return out
 
 

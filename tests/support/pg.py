@@ -15,7 +15,7 @@ PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
 def new_pg_database() -> tuple[str, str]:
     """A new, empty database on the test server: its name and URL."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
@@ -23,7 +23,7 @@ def new_pg_database() -> tuple[str, str]:
 
 
 def drop_pg_database(name: str) -> None:
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()

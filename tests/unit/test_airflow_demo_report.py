@@ -53,7 +53,7 @@ def test_expected_states_follow_landings_timeouts_and_dependencies() -> None:
         ("d", "soft"): row("soft", ["demo.events/ds=2026-11-22/hr=01"], soft_fail=True),
         ("d", "hard"): row("hard", ["demo.events/ds=2026-11-22/hr=01"]),
     }
-    got = {
+    got: dict[str, str | None] = {
         "ok": "success",
         "after_ok": "success",
         "soft": "skipped",

@@ -11,7 +11,7 @@ from smartsensor.config import ConfigError
 from tests.support.common import make_cfg
 
 
-def cfg(tmp_path: Path, **overrides: str):  # type: ignore[no-untyped-def]
+def cfg(tmp_path: Path, **overrides: str):
     return make_cfg(tmp_path, f"sqlite:///{tmp_path / 'unused.db'}", **overrides)
 
 

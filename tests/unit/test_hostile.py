@@ -325,7 +325,7 @@ def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_
     from tests.support.custom_sensors import KeySensor
 
     cfg = make_cfg(tmp_path_factory.getbasetemp(), "sqlite://")
-    sensor = KeySensor(task_id="t", key=value)  # type: ignore[arg-type]
+    sensor = KeySensor(task_id="t", key=value)
     try:
         row, _ = build_row(sensor, "d", DAY, cfg)
     except SensorDefinitionError as exc:

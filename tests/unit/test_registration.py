@@ -199,6 +199,6 @@ def test_bad_sensor_fields_are_clear_errors() -> None:
     with pytest.raises(SensorDefinitionError, match="poke_interval"):
         named().__class__(task_id="x", partition_names=["a.b/c=d"], poke_interval=-1)
     with pytest.raises(SensorDefinitionError, match="retries"):
-        named().__class__(task_id="x", partition_names=["a.b/c=d"], retries=1.5)  # type: ignore[arg-type]
+        named().__class__(task_id="x", partition_names=["a.b/c=d"], retries=1.5)
     with pytest.raises(SensorDefinitionError, match="task_id"):
         NamedHivePartitionSensor(task_id="", partition_names=["a.b/c=d"])

@@ -301,4 +301,8 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     unplannable = ((6, "c", "{}"), Cohort("{", start, 1), "bad exec")
     writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[unplannable]).writes
     assert writes.hashcodes() == {1, 2, 3, 4, 6}  # 5 still waits
-    assert ended_hashcodes("1,2,-3") == {1, 2, -3} and ended_hashcodes("*") is None and ended_hashcodes("x") is None
+    assert (
+        ended_hashcodes("1,2,-3") == frozenset({1, 2, -3})
+        and ended_hashcodes("*") is None
+        and ended_hashcodes("x") is None
+    )

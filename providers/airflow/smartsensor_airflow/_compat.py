@@ -5,8 +5,8 @@ from __future__ import annotations
 try:  # Airflow 3: the Task SDK
     from airflow.sdk import BaseHook, BaseSensorOperator
 except ImportError:  # Airflow 2.10
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
-    from airflow.sensors.base import BaseSensorOperator  # type: ignore[no-redef]
+    from airflow.hooks.base import BaseHook
+    from airflow.sensors.base import BaseSensorOperator
 
 from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from airflow.triggers.base import BaseTrigger, TriggerEvent

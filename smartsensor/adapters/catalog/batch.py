@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.adapters.catalog.spark_catalog import SparkLister
@@ -199,7 +199,7 @@ class BatchChecker:
 
     def _normalize(
         self, db: str, table: str, checks: list[PartitionCheck]
-    ) -> list[tuple[tuple[str, str], ...] | CheckError] | None:
+    ) -> Sequence[tuple[tuple[str, str], ...] | CheckError] | None:
         """Each check's spec with values as Spark stores them in this table's typed partition columns."""
         started = time.perf_counter()
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -185,7 +184,8 @@ def schema_problem(revision: str | None) -> str | None:
         return "is not initialised: run `smartsensor db init`"
     if revision in known:
         return (
-            f"is at schema revision {revision}, this smartsensor needs {known[0]}: run `smartsensor db init` to upgrade it"
+            f"is at schema revision {revision}, this smartsensor needs {known[0]}: "
+            "run `smartsensor db init` to upgrade it"
         )
     return (
         f"is at schema revision {revision}, newer than this smartsensor knows ({known[0]}): "

@@ -49,7 +49,7 @@ def waiting_by_shard(conn: Connection) -> list[tuple[int, int]]:
     """(shardcode, hashcode) of every waiting smart task (1 statement)."""
     return [
         tuple(r) for r in conn.execute(select(TI.c.shardcode, TI.c.hashcode).where(TI.c.state.in_(State.SMART_WAITING)))
-    ]  # type: ignore[misc]
+    ]
 
 
 def worker_rounds(conn: Connection) -> list[dict[str, Any]]:

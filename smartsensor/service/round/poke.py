@@ -53,7 +53,7 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
     return make
 
 
-class PokeContext(dict):  # type: ignore[type-arg]
+class PokeContext(dict[str, Any]):
     """A user sensor's poke context: ``context['spark']`` starts Spark only when a sensor asks for it."""
 
     def __init__(self, checker: CheckAnswerer) -> None:
@@ -65,7 +65,7 @@ class PokeContext(dict):  # type: ignore[type-arg]
             return self._checker.spark
         raise KeyError(key)
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key == "spark" or key in self else default
 
 

@@ -36,7 +36,7 @@ out["named_poll_interval"] = named.smartsensor_poll_interval
 hive.partition = "ds='2026-11-22' AND hr='00'"
 out["hive_persist"] = hive.persist_values()
 try:
-    sensors.NamedHivePartitionSensor(task_id="bad", partition_names="db.t/ds=1")
+    sensors.NamedHivePartitionSensor(task_id="bad", partition_names="db.t/ds=1")  # type: ignore[arg-type]  # on purpose
     out["str_partition_names"] = "accepted"
 except TypeError as exc:
     out["str_partition_names"] = f"TypeError: {exc}"
