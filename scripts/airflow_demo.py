@@ -29,13 +29,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from rich.console import Console  # noqa: E402
-from rich.live import Live  # noqa: E402
-from rich.table import Table  # noqa: E402
-from sqlalchemy import text  # noqa: E402
-from sqlalchemy.exc import OperationalError  # noqa: E402
+from rich.console import Console  # noqa: E402 - after the sys.path set-up above
+from rich.live import Live  # noqa: E402 - after the sys.path set-up above
+from rich.table import Table  # noqa: E402 - after the sys.path set-up above
+from sqlalchemy import text  # noqa: E402 - after the sys.path set-up above
+from sqlalchemy.exc import OperationalError  # noqa: E402 - after the sys.path set-up above
 
-from airflow_demo_report import (  # noqa: E402
+from airflow_demo_report import (  # noqa: E402 - after the sys.path set-up above
     MODEL,
     SENSOR_OPERATORS,
     TERMINAL,
@@ -46,13 +46,13 @@ from airflow_demo_report import (  # noqa: E402
     state_counts,
     summary_json,
 )
-from demo import worker_rounds  # noqa: E402
-from scripts.airflow_stack import USER, AirflowStack, Processes, StackError, states_requests  # noqa: E402
-from smartsensor.adapters.metastore_process import free_port  # noqa: E402
-from smartsensor.adapters.process import smartsensor_command  # noqa: E402
-from smartsensor.adapters.sql.engine import make_engine  # noqa: E402
-from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402
-from smartsensor.config_keys import render_config  # noqa: E402
+from demo import worker_rounds  # noqa: E402 - after the sys.path set-up above
+from scripts.airflow_stack import USER, AirflowStack, Processes, StackError, states_requests  # noqa: E402 - after the sys.path set-up above
+from smartsensor.adapters.metastore_process import free_port  # noqa: E402 - after the sys.path set-up above
+from smartsensor.adapters.process import smartsensor_command  # noqa: E402 - after the sys.path set-up above
+from smartsensor.adapters.sql.engine import make_engine  # noqa: E402 - after the sys.path set-up above
+from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402 - after the sys.path set-up above
+from smartsensor.config_keys import render_config  # noqa: E402 - after the sys.path set-up above
 
 DAGS = ROOT / "scripts" / "airflow_demo_dags"
 DS = "2026-11-22"  # the day the teams wait for

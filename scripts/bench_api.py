@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smartsensor.adapters.process import pdeathsig_preexec  # noqa: E402
+from smartsensor.adapters.process import pdeathsig_preexec  # noqa: E402 - after the sys.path set-up above
 
 HOST = "127.0.0.1"
 DAY = "2026-11-22"

@@ -68,7 +68,7 @@ def smart_eligible(cls: S) -> S:
     """
     if not (isinstance(cls, type) and issubclass(cls, BaseSensor)):
         raise TypeError("@smart_eligible applies to BaseSensor subclasses")
-    cls._smart_eligible_mark = cls  # type: ignore[attr-defined]
+    cls._smart_eligible_mark = cls  # type: ignore[attr-defined]  # the mark lives on the class only
     _SMART_ELIGIBLE[classpath_of(cls)] = cls
     return cls
 

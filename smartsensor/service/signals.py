@@ -139,7 +139,7 @@ def listen_for_signals(
         pending = [payload for channel, payload in notes if channel == signal_sql.PENDING_CHANNEL]
         if pending and on_pending is not None:
             shards = [signal_sql.pending_shardcodes(p) for p in pending]
-            on_pending(None if any(s is None for s in shards) else set().union(*shards))  # type: ignore[arg-type]
+            on_pending(None if any(s is None for s in shards) else set().union(*shards))  # type: ignore[arg-type]  # no None left when none is None
         for name in names:
             try:
                 tables.add(canonical_signal(name)[1])

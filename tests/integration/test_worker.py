@@ -67,7 +67,7 @@ def test_one_partition_1000_tasks_one_catalog_call_one_update(engine, cfg, spark
     land(spark, hive_db, "big", ds="2026-11-22", hr="00")
     clock.advance(60)
     statements: list[str] = []
-    listener = lambda *args: statements.append(args[2])  # noqa: E731
+    listener = lambda *args: statements.append(args[2])  # noqa: E731 - a one-line event listener
     event.listen(engine, "before_cursor_execute", listener)
     try:
         result = w.run_round()

@@ -182,7 +182,7 @@ def test_not_json_serialisable_names_the_field(tmp_path) -> None:
     with pytest.raises(
         SensorDefinitionError, match="field .name.: values must be text, numbers, booleans, None, lists or dicts"
     ):
-        build_row(Odd(task_id="o", name=object()), "d", DAY, cfg)  # type: ignore[arg-type]
+        build_row(Odd(task_id="o", name=object()), "d", DAY, cfg)  # type: ignore[arg-type]  # an object on purpose
 
 
 def test_template_errors_name_the_field(tmp_path) -> None:

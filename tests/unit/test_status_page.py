@@ -14,7 +14,7 @@ T = datetime(2026, 11, 23, 6, 0)
 
 
 def polygon(area: charts.Area) -> list[tuple[float, float]]:
-    return [tuple(map(float, p.split(","))) for p in area.points.split()]  # type: ignore[misc]
+    return [tuple(map(float, p.split(","))) for p in area.points.split()]  # type: ignore[misc]  # two numbers per point
 
 
 def test_a_linear_scale_and_its_empty_domain() -> None:

@@ -146,7 +146,7 @@ class PartitionTypes:
                     )
                     break
                 else:
-                    pairs.append((k, self._values[(typ, v)]))  # type: ignore[arg-type]
+                    pairs.append((k, self._values[(typ, v)]))  # type: ignore[arg-type]  # errors were handled above
             out.append(error if error is not None else tuple(pairs))
         return out
 

@@ -95,7 +95,7 @@ def poke_plans(plans: list[RoundPlan], answerer: Callable[[], CheckAnswerer], po
             if sensor is None:
                 continue
             counters["poke_calls"] += 1
-            g.outcome = poker.poke(g.key, lambda sensor=sensor: sensor.poke(context))  # type: ignore[misc]
+            g.outcome = poker.poke(g.key, lambda sensor=sensor: sensor.poke(context))  # type: ignore[misc]  # bound per iteration
             if isinstance(g.outcome, TransientCheckError):
                 log.warning("poke of %s: %s (treated as transient)", g.key[1], g.outcome)
     counters.update(

@@ -43,7 +43,7 @@ except TypeError as exc:
 
 # The provider never imports smartsensor itself (it could not: Airflow 2.10 pins SQLAlchemy < 2).
 out["smartsensor_imported"] = sorted(m for m in sys.modules if m == "smartsensor" or m.startswith("smartsensor."))
-from airflow.providers_manager import ProvidersManager  # noqa: E402
+from airflow.providers_manager import ProvidersManager  # noqa: E402 - after the sys.modules snapshot above, which it would change
 
 out["provider_listed"] = "smartsensor-airflow" in ProvidersManager().providers
 print(json.dumps(out))
