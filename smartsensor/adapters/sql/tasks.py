@@ -217,7 +217,7 @@ def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> Co
     return _cohort_rows(conn.execute(select(*_COHORT_COLUMNS, func.count()).where(
         text(WAITING_PREDICATE), TI.c.state == State.SMART_RUNNING,
         TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-        TI.c.start_date.is_not(None)).group_by(*_COHORT_COLUMNS)))
+        TI.c.start_date.is_not(None)).group_by(*_COHORT_COLUMNS).execution_options(yield_per=LOAD_BATCH)))
 
 
 def start_pending_cohorts(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str,
