@@ -44,23 +44,22 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from smartsensor.domain.states import State  # noqa: E402
-from smartsensor.sensors import NamedHivePartitionSensor  # noqa: E402
-from smartsensor.adapters.catalog.batch import BatchChecker  # noqa: E402
-from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  # noqa: E402
-from smartsensor.config import load_config  # noqa: E402
-from smartsensor.adapters.sql.engine import init_db, make_engine  # noqa: E402
-from smartsensor.adapters.metastore_process import free_port  # noqa: E402
-from smartsensor.adapters.process import smartsensor_command  # noqa: E402
-from smartsensor.service.registration import build_row  # noqa: E402
-from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
-from smartsensor.service.round.worker import ShardWorker, run_round  # noqa: E402
-from smartsensor.service.round.report import RoundResult  # noqa: E402
-from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog  # noqa: E402
-
 import bench_catalog  # noqa: E402  (scripts/, beside this file)
 import bench_setup  # noqa: E402
 from bench_setup import partition_of  # noqa: E402
+from smartsensor.adapters.catalog.batch import BatchChecker  # noqa: E402
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog  # noqa: E402
+from smartsensor.adapters.metastore_process import free_port  # noqa: E402
+from smartsensor.adapters.process import smartsensor_command  # noqa: E402
+from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  # noqa: E402
+from smartsensor.adapters.sql.engine import init_db, make_engine  # noqa: E402
+from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
+from smartsensor.config import load_config  # noqa: E402
+from smartsensor.domain.states import State  # noqa: E402
+from smartsensor.sensors import NamedHivePartitionSensor  # noqa: E402
+from smartsensor.service.registration import build_row  # noqa: E402
+from smartsensor.service.round.report import RoundResult  # noqa: E402
+from smartsensor.service.round.worker import ShardWorker, run_round  # noqa: E402
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -78,7 +77,9 @@ class Measure:
     marked: int = 0
     extrapolated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-    schema_calls: float = 0  # partition-type look-ups, cached per process (smartsensor.adapters.catalog.partition_types)
+    schema_calls: float = (
+        0  # partition-type look-ups, cached per process (smartsensor.adapters.catalog.partition_types)
+    )
 
     @property
     def wall_excl_catalog(self) -> float:
@@ -87,11 +88,10 @@ class Measure:
 
 def sizes(name: str, scale: float) -> tuple[int, int, int]:
     tasks, parts, tables = WORKLOADS[name]
-    tables = max(2, round(tables * scale ** 0.5))
+    tables = max(2, round(tables * scale**0.5))
     parts = max(tables, round(parts * scale))
     tasks = max(parts, round(tasks * scale))
     return tasks, parts, tables
-
 
 
 def db_name(workload: str) -> str:
@@ -104,8 +104,10 @@ def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int, incremental: b
     limit = cfg.shard_code_upper_limit
     bounds = [i * limit // shards for i in range(shards + 1)]
     store = SqlRoundStore(engine)
-    return [ShardWorker(store, cfg, bounds[i], bounds[i + 1], record_rounds=False, incremental=incremental)
-            for i in range(shards)]
+    return [
+        ShardWorker(store, cfg, bounds[i], bounds[i + 1], record_rounds=False, incremental=incremental)
+        for i in range(shards)
+    ]
 
 
 def incremental_round(engine: Any, cfg: Any, catalog: ThriftCatalog, shards: int) -> Measure:
@@ -118,11 +120,22 @@ def incremental_round(engine: Any, cfg: Any, catalog: ThriftCatalog, shards: int
     build_s = time.perf_counter() - started
     r = run_round(workers, lambda: BatchChecker(lister=catalog))
     quiet = run_round(workers, lambda: BatchChecker(lister=catalog))
-    return Measure(r.catalog_calls, r.db_statements, r.seconds, r.catalog_seconds, sum(r.marked.values()),
-                   schema_calls=r.schema_calls,
-                   extra={"index_build_seconds": round(build_s, 3), "write_seconds": r.write_seconds,
-                          "checks": r.distinct_checks, "quiet_round_seconds": quiet.seconds,
-                          "quiet_round_statements": quiet.db_statements, "quiet_round_due": quiet.groups_due})
+    return Measure(
+        r.catalog_calls,
+        r.db_statements,
+        r.seconds,
+        r.catalog_seconds,
+        sum(r.marked.values()),
+        schema_calls=r.schema_calls,
+        extra={
+            "index_build_seconds": round(build_s, 3),
+            "write_seconds": r.write_seconds,
+            "checks": r.distinct_checks,
+            "quiet_round_seconds": quiet.seconds,
+            "quiet_round_statements": quiet.db_statements,
+            "quiet_round_due": quiet.groups_due,
+        },
+    )
 
 
 def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
@@ -138,14 +151,23 @@ def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
             rows = bench_sql.raw_mark_for_benchmark(conn, hashes, datetime.utcnow())
         took = time.perf_counter() - started
         best = took if best is None else min(best, took)
-    return {"seconds": round(best or 0.0, 3), "rows": rows,
-            "us_per_row": round(1e6 * (best or 0.0) / rows, 1) if rows else None}
+    return {
+        "seconds": round(best or 0.0, 3),
+        "rows": rows,
+        "us_per_row": round(1e6 * (best or 0.0) / rows, 1) if rows else None,
+    }
 
 
 def batched_round(workers: list[ShardWorker], spark: Any) -> Measure:
     r: RoundResult = run_round(workers, lambda: BatchChecker(spark))
-    return Measure(r.catalog_calls, r.db_statements, r.seconds, r.catalog_seconds, sum(r.marked.values()),
-                   schema_calls=r.schema_calls)
+    return Measure(
+        r.catalog_calls,
+        r.db_statements,
+        r.seconds,
+        r.catalog_seconds,
+        sum(r.marked.values()),
+        schema_calls=r.schema_calls,
+    )
 
 
 def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
@@ -166,9 +188,15 @@ def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
             calls += checker.catalog_calls
             schema_calls += checker.schema_calls
             catalog_seconds += checker.catalog_seconds
-    marked = sum(sum(w.finish_round(p).marked.values()) for w, p in zip(workers, plans))
-    return Measure(calls, store.statements() - stmt0, time.perf_counter() - started, catalog_seconds, marked,
-                   schema_calls=schema_calls)
+    marked = sum(sum(w.finish_round(p).marked.values()) for w, p in zip(workers, plans, strict=True))
+    return Measure(
+        calls,
+        store.statements() - stmt0,
+        time.perf_counter() - started,
+        catalog_seconds,
+        marked,
+        schema_calls=schema_calls,
+    )
 
 
 def reset(engine: Any) -> None:
@@ -179,17 +207,31 @@ def reset(engine: Any) -> None:
 ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "incremental", "fleet", "triggerer")
 
 
-def strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, catalog: ThriftCatalog, env: dict[str, str],
-               args: argparse.Namespace) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
+def strategies(
+    engine: Any,
+    cfg: Any,
+    cfg_path: Path,
+    spark: Any,
+    catalog: ThriftCatalog,
+    env: dict[str, str],
+    args: argparse.Namespace,
+) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
     """Each strategy as one round over fresh workers (classic is sampled separately)."""
-    timeout, triggerer_sample, limit = cfg.get("smart_sensor", "metastore_timeout"), args.triggerer_sample, \
-        cfg.shard_code_upper_limit
-    return {"per-hash": lambda w: per_hash_round(w, spark), "batched": lambda w: batched_round(w, spark),
-            "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
-            "incremental": lambda w: incremental_round(engine, cfg, catalog, len(w)),
-            "fleet": lambda w: Measure(**bench_catalog.fleet_round(cfg_path, env, args.fleet_processes, limit)),
-            "triggerer": lambda w: Measure(**bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout,
-                                                                           triggerer_sample, env))}
+    timeout, triggerer_sample, limit = (
+        cfg.get("smart_sensor", "metastore_timeout"),
+        args.triggerer_sample,
+        cfg.shard_code_upper_limit,
+    )
+    return {
+        "per-hash": lambda w: per_hash_round(w, spark),
+        "batched": lambda w: batched_round(w, spark),
+        "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
+        "incremental": lambda w: incremental_round(engine, cfg, catalog, len(w)),
+        "fleet": lambda w: Measure(**bench_catalog.fleet_round(cfg_path, env, args.fleet_processes, limit)),
+        "triggerer": lambda w: Measure(
+            **bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout, triggerer_sample, env)
+        ),
+    }
 
 
 def warm_types(spark: Any, catalog: ThriftCatalog, db: str, tables: int) -> None:
@@ -200,14 +242,26 @@ def warm_types(spark: Any, catalog: ThriftCatalog, db: str, tables: int) -> None
             checker.types.fetch(db, partition_of(t, tables)[0])
 
 
-def measure_strategies(engine: Any, cfg: Any, cfg_path: Path, spark: Any, db: str, shards: int, landed: list[int],
-                       tables: int, catalog: ThriftCatalog, env: dict[str, str],
-                       args: argparse.Namespace) -> dict[str, tuple[Measure, Measure]]:
+def measure_strategies(
+    engine: Any,
+    cfg: Any,
+    cfg_path: Path,
+    spark: Any,
+    db: str,
+    shards: int,
+    landed: list[int],
+    tables: int,
+    catalog: ThriftCatalog,
+    env: dict[str, str],
+    args: argparse.Namespace,
+) -> dict[str, tuple[Measure, Measure]]:
     """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due).
     One planning pass first warms the per-process cache of rebuilt sensors, as any round after a worker's
     first finds it, so no strategy pays for it alone."""
     waiting = {}
-    chosen = {n: fn for n, fn in strategies(engine, cfg, cfg_path, spark, catalog, env, args).items() if n in args.strategies}
+    chosen = {
+        n: fn for n, fn in strategies(engine, cfg, cfg_path, spark, catalog, env, args).items() if n in args.strategies
+    }
     reset(engine)
     for w in shard_workers(engine, cfg, spark, shards):
         w.plan_round()
@@ -237,14 +291,26 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
             task_sql.set_state(conn, key, State.SCHEDULED)
     walls, rss, calls = [], [], []
     for key in keys:
-        run = bench_catalog.run_sampled(smartsensor_command("--config", str(cfg_path), "run-task", key[0], key[1],
-                                                            key[2].strftime("%Y-%m-%d"), "--json"),
-                                        env, "run-task", 300)
+        run = bench_catalog.run_sampled(
+            smartsensor_command(
+                "--config", str(cfg_path), "run-task", key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"
+            ),
+            env,
+            "run-task",
+            300,
+        )
         walls.append(run.seconds)
         calls.append(json.loads(run.stdout.strip().splitlines()[-1])["catalog_calls"])
         rss.append(run.peak_rss_mb)
-    return Measure(statistics.mean(calls), 2, statistics.mean(walls), 0.0, len(keys), True,
-                   {"process_peak_rss_mb": max(rss), "sample": len(keys)})
+    return Measure(
+        statistics.mean(calls),
+        2,
+        statistics.mean(walls),
+        0.0,
+        len(keys),
+        True,
+        {"process_peak_rss_mb": max(rss), "sample": len(keys)},
+    )
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -259,30 +325,38 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     landing signal makes them fast; "poll" ones poke every ``poll_interval`` s and get no signal.
     """
     import threading
-    from smartsensor.service.signals import send_signal
+
     from smartsensor.service.runner import LeasedWorker
+    from smartsensor.service.signals import send_signal
     from smartsensor.service.worker_loop import run_worker
+
     rows = []
     for kind, interval in (("sig", 600.0), ("poll", poll_interval)):
         for i in range(samples):
-            sensor = NamedHivePartitionSensor(task_id=f"{kind}{i}", partition_names=[f"{db}.t000/ds={kind}{i}"],
-                                              poke_interval=interval, timeout=3600)
+            sensor = NamedHivePartitionSensor(
+                task_id=f"{kind}{i}", partition_names=[f"{db}.t000/ds={kind}{i}"], poke_interval=interval, timeout=3600
+            )
             rows.append(build_row(sensor, "latency_probe", DAY, cfg)[0])
     with engine.begin() as conn:
         task_sql.insert_tasks_bulk(conn, rows)
     rounds: list[RoundResult] = []
     stop = threading.Event()
     runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
-    thread = threading.Thread(target=run_worker, args=(runner, engine, cfg, 1.0, False, rounds.append),
-                              kwargs={"signals": True, "stop_event": stop}, daemon=True)
+    thread = threading.Thread(
+        target=run_worker,
+        args=(runner, engine, cfg, 1.0, False, rounds.append),
+        kwargs={"signals": True, "stop_event": stop},
+        daemon=True,
+    )
     thread.start()
 
     def wait_success(task_id: str, timeout: float = 600) -> float:
         started = time.perf_counter()
         while time.perf_counter() - started < timeout:
             with engine.connect() as conn:
-                if task_sql.get_task(conn, "latency_probe", task_id, DAY)["state"] == State.SUCCESS:
-                    return time.perf_counter() - started
+                row = task_sql.get_task(conn, "latency_probe", task_id, DAY)
+            if row is not None and row["state"] == State.SUCCESS:
+                return time.perf_counter() - started
             time.sleep(0.01)
         raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")
 
@@ -298,8 +372,10 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
                     send_signal(engine, f"{db}.t000/ds={kind}{i}")
                 lat.append(wait_success(f"{kind}{i}"))
             out["signal" if kind == "sig" else "no_signal"] = {
-                "p50": round(statistics.median(lat), 3), "p95": round(_percentile(lat, 0.95), 3),
-                "samples": [round(x, 3) for x in lat]}
+                "p50": round(statistics.median(lat), 3),
+                "p95": round(_percentile(lat, 0.95), 3),
+                "samples": [round(x, 3) for x in lat],
+            }
         busy = [r.seconds for r in rounds if r.loaded]
         out["round_seconds_median"] = round(statistics.median(busy), 3) if busy else None
     finally:
@@ -308,8 +384,16 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     return out
 
 
-def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, cfg: Any, cfg_path: Path,
-                 env: dict[str, str], catalog: ThriftCatalog) -> dict[str, Any]:
+def run_workload(
+    name: str,
+    args: argparse.Namespace,
+    spark: Any,
+    engine: Any,
+    cfg: Any,
+    cfg_path: Path,
+    env: dict[str, str],
+    catalog: ThriftCatalog,
+) -> dict[str, Any]:
     tasks, parts, tables = sizes(name, args.scale)
     console.print(f"[bold]{name}[/bold]: {tasks:,} tasks over {parts:,} partitions in {tables} tables")
     with engine.begin() as conn:
@@ -326,24 +410,50 @@ def run_workload(name: str, args: argparse.Namespace, spark: Any, engine: Any, c
     for backend in ("spark", "thrift"):
         reset(engine)
         workers_rss[backend] = bench_catalog.worker_peak_rss(cfg_path, env, backend, cfg.shard_code_upper_limit)
-    latency = (measure_latency(engine, cfg, spark, db, args.latency_samples, args.latency_poll_interval)
-               if args.latency_samples else {})
-    common = {"workload": name, "tasks": tasks, "partitions": parts, "tables": tables,
-              "landed_partitions": len(landed), "setup_seconds": round(setup_s, 2), "shards": shards,
-              "latency": latency, "metastore_floor_seconds": round(floor, 5), "worker_rss": workers_rss}
+    latency = (
+        measure_latency(engine, cfg, spark, db, args.latency_samples, args.latency_poll_interval)
+        if args.latency_samples
+        else {}
+    )
+    common = {
+        "workload": name,
+        "tasks": tasks,
+        "partitions": parts,
+        "tables": tables,
+        "landed_partitions": len(landed),
+        "setup_seconds": round(setup_s, 2),
+        "shards": shards,
+        "latency": latency,
+        "metastore_floor_seconds": round(floor, 5),
+        "worker_rss": workers_rss,
+    }
     if "classic" not in args.strategies:
-        return {**common, "classic_sample": {},
-                "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()}, "_measures": results}
+        return {
+            **common,
+            "classic_sample": {},
+            "results": {k: [vars(w), vars(ld)] for k, (w, ld) in results.items()},
+            "_measures": results,
+        }
     classic = classic_sample(engine, cfg_path, env, args.classic_sample)
     # Classic, per poke interval: every waiting task pokes (1 catalog call: one table each) and reads its
     # own state (1 statement); a landing task also writes its end state (1 more). Its liveness heartbeat
     # (1 write per [scheduler] task_heartbeat_interval) is left out: the comparison favours classic.
     classic_wait = Measure(tasks * classic.catalog_calls, tasks * 1, classic.wall, 0, 0, True)
-    classic_land = Measure(len(landed) * (tasks // parts) * classic.catalog_calls,
-                           len(landed) * (tasks // parts) * 2, classic.wall, 0, len(landed) * (tasks // parts), True)
+    classic_land = Measure(
+        len(landed) * (tasks // parts) * classic.catalog_calls,
+        len(landed) * (tasks // parts) * 2,
+        classic.wall,
+        0,
+        len(landed) * (tasks // parts),
+        True,
+    )
     results["classic"] = (classic_wait, classic_land)
-    return {**common, "classic_sample": classic.extra,
-            "results": {k: [vars(w), vars(l)] for k, (w, l) in results.items()}, "_measures": results}
+    return {
+        **common,
+        "classic_sample": classic.extra,
+        "results": {k: [vars(w), vars(ld)] for k, (w, ld) in results.items()},
+        "_measures": results,
+    }
 
 
 def _calls(m: Measure) -> str:
@@ -358,59 +468,114 @@ def print_table(report: dict[str, Any]) -> None:
     res: dict[str, tuple[Measure, Measure]] = report["_measures"]
     ours_w, ours_l = res["batched"]
     floor_ms = 1000 * report["metastore_floor_seconds"]
-    t = Table(title=f"{report['workload']}: {report['tasks']:,} tasks / {report['partitions']:,} partitions / "
-                    f"{report['tables']} tables, {report['shards']} shards, {report['landed_partitions']:,} landed")
-    for col in ("strategy", "catalog calls/round", "DB stmts/round", "round s", "excl. catalog s", "ms/call",
-                "landing: calls", "stmts", "s", "ms/call", "vs floor", "marked", "peak RSS MB", "calls vs ours",
-                "round vs thrift"):
+    t = Table(
+        title=f"{report['workload']}: {report['tasks']:,} tasks / {report['partitions']:,} partitions / "
+        f"{report['tables']} tables, {report['shards']} shards, {report['landed_partitions']:,} landed"
+    )
+    for col in (
+        "strategy",
+        "catalog calls/round",
+        "DB stmts/round",
+        "round s",
+        "excl. catalog s",
+        "ms/call",
+        "landing: calls",
+        "stmts",
+        "s",
+        "ms/call",
+        "vs floor",
+        "marked",
+        "peak RSS MB",
+        "calls vs ours",
+        "round vs thrift",
+    ):
         t.add_column(col, justify="right" if col != "strategy" else "left")
     sample, rss_of = report["classic_sample"], report["worker_rss"]
     fastest = res["thrift"][0].wall if "thrift" in res else None
     for name in ALL_STRATEGIES:
         if name not in res:
             continue
-        w, l = res[name]
-        ext = (" (extrap.)" if name == "classic" else f" ({w.extra['processes']} proc.)" if name == "fleet" else
-               f" (sim., {w.extra['sample']:,} real)" if name == "triggerer" and w.extrapolated else
-               " (sim.)" if name == "triggerer" else "")
-        rss = {"classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
-               "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}", "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
-               "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
-               "incremental": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
-               "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
-               "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)"}[name]
+        w, ld = res[name]
+        ext = (
+            " (extrap.)"
+            if name == "classic"
+            else f" ({w.extra['processes']} proc.)"
+            if name == "fleet"
+            else f" (sim., {w.extra['sample']:,} real)"
+            if name == "triggerer" and w.extrapolated
+            else " (sim.)"
+            if name == "triggerer"
+            else ""
+        )
+        rss = {
+            "classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
+            "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
+            "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
+            "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+            "incremental": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+            "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
+            "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)",
+        }[name]
         wall = f"{w.wall:.1f}/task" if name == "classic" else f"{w.wall:.2f}"
         excl = "-" if name in ("classic", "triggerer") else f"{w.wall_excl_catalog:.2f}"
-        per_call, lper_call = (None, None) if name in ("classic", "fleet") else (_per_call_ms(w), _per_call_ms(l))
-        lwall = "-" if name == "classic" else f"{l.wall:.2f}"
+        per_call, lper_call = (None, None) if name in ("classic", "fleet") else (_per_call_ms(w), _per_call_ms(ld))
+        lwall = "-" if name == "classic" else f"{ld.wall:.2f}"
         ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.0f}x" if ours_w.catalog_calls else "-"
         vs = "-" if name == "classic" or not fastest else f"{w.wall / fastest:.1f}x"
-        t.add_row(name + ext, _calls(w), f"{w.db_statements:,.0f}", wall, excl,
-                  "-" if per_call is None else f"{per_call:.1f}", _calls(l), f"{l.db_statements:,.0f}", lwall,
-                  "-" if lper_call is None else f"{lper_call:.1f}",
-                  "-" if lper_call is None or name == "triggerer" else f"{lper_call / floor_ms:.1f}x",
-                  f"{l.marked:,}", rss, ratio, vs)
-    t.caption = ("Steady-state rounds: sensors rebuilt and partition types read once before (a worker's first "
-                 "round does this; +N types would count look-ups inside a round). peak RSS: a real `worker --once` over "
-                 f"every shard on that backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
-                 f"{rss_of['thrift']['jvm']}); classic: per process x tasks; triggerer: the simulation's own process "
-                 f"(Airflow's imports not included). Metastore floor per full listing (fastest of 3 on one warm "
-                 f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
-                 "fleet: real `worker --once` processes (thrift) owning equal shares of the shards, started together; "
-                 "round s = the slowest process's first round (cold: sensors rebuilt, types read), calls summed. "
-                 "triggerer: simulated, DB writes not counted"
-                 + (f"; rounds extrapolated from {w.extra['sample']:,} real pokes"
-                    if "triggerer" in res and res["triggerer"][0].extrapolated else "") + ".")
+        t.add_row(
+            name + ext,
+            _calls(w),
+            f"{w.db_statements:,.0f}",
+            wall,
+            excl,
+            "-" if per_call is None else f"{per_call:.1f}",
+            _calls(ld),
+            f"{ld.db_statements:,.0f}",
+            lwall,
+            "-" if lper_call is None else f"{lper_call:.1f}",
+            "-" if lper_call is None or name == "triggerer" else f"{lper_call / floor_ms:.1f}x",
+            f"{ld.marked:,}",
+            rss,
+            ratio,
+            vs,
+        )
+    t.caption = (
+        "Steady-state rounds: sensors rebuilt and partition types read once before (a worker's first "
+        "round does this; +N types would count look-ups inside a round). peak RSS: a real `worker --once` over "
+        f"every shard on that backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
+        f"{rss_of['thrift']['jvm']}); classic: per process x tasks; triggerer: the simulation's own process "
+        f"(Airflow's imports not included). Metastore floor per full listing (fastest of 3 on one warm "
+        f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
+        "fleet: real `worker --once` processes (thrift) owning equal shares of the shards, started together; "
+        "round s = the slowest process's first round (cold: sensors rebuilt, types read), calls summed. "
+        "triggerer: simulated, DB writes not counted"
+        + (
+            f"; rounds extrapolated from {w.extra['sample']:,} real pokes"
+            if "triggerer" in res and res["triggerer"][0].extrapolated
+            else ""
+        )
+        + "."
+    )
     console.print(t)
     lat = report.get("latency")
     if lat:
-        lt = Table(title=f"batched, leased worker loop: landing → success ({len(lat['signal']['samples'])} samples each)")
+        lt = Table(
+            title=f"batched, leased worker loop: landing → success ({len(lat['signal']['samples'])} samples each)"
+        )
         for col in ("", "p50 s", "p95 s", "samples s"):
             lt.add_column(col, justify="right" if col else "left")
-        lt.add_row("with a landing signal (task poke_interval 600 s)", f"{lat['signal']['p50']:.3f}",
-                   f"{lat['signal']['p95']:.3f}", ", ".join(f"{x:.2f}" for x in lat["signal"]["samples"]))
-        lt.add_row(f"without (task poke_interval {lat['poll_interval']:g} s)", f"{lat['no_signal']['p50']:.3f}",
-                   f"{lat['no_signal']['p95']:.3f}", ", ".join(f"{x:.2f}" for x in lat["no_signal"]["samples"]))
+        lt.add_row(
+            "with a landing signal (task poke_interval 600 s)",
+            f"{lat['signal']['p50']:.3f}",
+            f"{lat['signal']['p95']:.3f}",
+            ", ".join(f"{x:.2f}" for x in lat["signal"]["samples"]),
+        )
+        lt.add_row(
+            f"without (task poke_interval {lat['poll_interval']:g} s)",
+            f"{lat['no_signal']['p50']:.3f}",
+            f"{lat['no_signal']['p95']:.3f}",
+            ", ".join(f"{x:.2f}" for x in lat["no_signal"]["samples"]),
+        )
         console.print(lt)
         console.print(f"median busy round of that loop: {lat['round_seconds_median']} s")
 
@@ -420,29 +585,52 @@ def print_incremental(report: dict[str, Any]) -> None:
     res: dict[str, tuple[Measure, Measure]] = report["_measures"]
     if "incremental" not in res or "thrift" not in res:
         return
-    t = Table(title=f"{report['workload']}: the incremental round vs the full-reload round (thrift, one process, "
-                    f"{report['shards']} ranges)")
-    for col in ("round", "waiting round s (all due)", "excl. catalog s", "catalog s", "µs/check excl. catalog",
-                "quiet round s (none due)", "quiet stmts", "index build s", "landing round s", "marked",
-                "marking s", "marking µs/row", "raw UPDATE floor µs/row"):
+    t = Table(
+        title=f"{report['workload']}: the incremental round vs the full-reload round (thrift, one process, "
+        f"{report['shards']} ranges)"
+    )
+    for col in (
+        "round",
+        "waiting round s (all due)",
+        "excl. catalog s",
+        "catalog s",
+        "µs/check excl. catalog",
+        "quiet round s (none due)",
+        "quiet stmts",
+        "index build s",
+        "landing round s",
+        "marked",
+        "marking s",
+        "marking µs/row",
+        "raw UPDATE floor µs/row",
+    ):
         t.add_column(col, justify="right" if col != "round" else "left")
     full_w, full_l = res["thrift"]
     inc_w, inc_l = res["incremental"]
     checks = inc_w.extra["checks"] or 1
     floor = inc_l.extra.get("raw_floor", {})
-    for name, w, l in (("full reload (before)", full_w, full_l), ("incremental (now)", inc_w, inc_l)):
+    for name, w, ld in (("full reload (before)", full_w, full_l), ("incremental (now)", inc_w, inc_l)):
         inc = name.startswith("incremental")
-        write_s = l.extra.get("write_seconds") if inc else None
-        t.add_row(name, f"{w.wall:.2f}", f"{w.wall_excl_catalog:.2f}", f"{w.catalog_seconds:.2f}",
-                  f"{1e6 * w.wall_excl_catalog / checks:.1f}",
-                  f"{w.extra['quiet_round_seconds']:.3f}" if inc else "-",
-                  f"{w.extra['quiet_round_statements']}" if inc else "-",
-                  f"{w.extra['index_build_seconds']:.2f}" if inc else "-", f"{l.wall:.2f}", f"{l.marked:,}",
-                  f"{write_s:.2f}" if write_s is not None else "-",
-                  f"{1e6 * write_s / l.marked:.1f}" if write_s and l.marked else "-",
-                  f"{floor['us_per_row']}" if inc and floor.get("us_per_row") else "-")
-    t.caption = (f"Raw floor: UPDATE … SET state, end_date, updated_at WHERE hashcode = ANY(…) of the same "
-                 f"{floor.get('rows', 0):,} rows, no range, guard or fence, fastest of 2: {floor.get('seconds')} s.")
+        write_s = ld.extra.get("write_seconds") if inc else None
+        t.add_row(
+            name,
+            f"{w.wall:.2f}",
+            f"{w.wall_excl_catalog:.2f}",
+            f"{w.catalog_seconds:.2f}",
+            f"{1e6 * w.wall_excl_catalog / checks:.1f}",
+            f"{w.extra['quiet_round_seconds']:.3f}" if inc else "-",
+            f"{w.extra['quiet_round_statements']}" if inc else "-",
+            f"{w.extra['index_build_seconds']:.2f}" if inc else "-",
+            f"{ld.wall:.2f}",
+            f"{ld.marked:,}",
+            f"{write_s:.2f}" if write_s is not None else "-",
+            f"{1e6 * write_s / ld.marked:.1f}" if write_s and ld.marked else "-",
+            f"{floor['us_per_row']}" if inc and floor.get("us_per_row") else "-",
+        )
+    t.caption = (
+        f"Raw floor: UPDATE … SET state, end_date, updated_at WHERE hashcode = ANY(…) of the same "
+        f"{floor.get('rows', 0):,} rows, no range, guard or fence, fastest of 2: {floor.get('seconds')} s."
+    )
     console.print(t)
 
 
@@ -452,40 +640,79 @@ def print_growth(reports: list[dict[str, Any]]) -> None:
     names = [n for n in ("thrift", "incremental") if all(n in r["_measures"] for r in reports)] or ["batched"]
     for name in names:
         g = Table(title=f"{name}: growth over the workloads (waiting round; linear = flat per-unit columns)")
-        for col in ("workload", "tasks", "checks", "tables", "round s", "excl. catalog s", "µs/task excl. catalog",
-                    "µs/check excl. catalog", "catalog s", "ms/table", "excl. catalog vs first", "checks vs first"):
+        for col in (
+            "workload",
+            "tasks",
+            "checks",
+            "tables",
+            "round s",
+            "excl. catalog s",
+            "µs/task excl. catalog",
+            "µs/check excl. catalog",
+            "catalog s",
+            "ms/table",
+            "excl. catalog vs first",
+            "checks vs first",
+        ):
             g.add_column(col, justify="right")
         first = reports[0]["_measures"][name][0]
         for r in reports:
             m = r["_measures"][name][0]
-            g.add_row(r["workload"], f"{r['tasks']:,}", f"{r['partitions']:,}", f"{r['tables']:,}", f"{m.wall:.2f}",
-                      f"{m.wall_excl_catalog:.2f}", f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}",
-                      f"{1e6 * m.wall_excl_catalog / r['partitions']:.1f}", f"{m.catalog_seconds:.2f}",
-                      f"{1000 * m.catalog_seconds / r['tables']:.1f}",
-                      f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
-                      f"{r['partitions'] / reports[0]['partitions']:.1f}x")
+            g.add_row(
+                r["workload"],
+                f"{r['tasks']:,}",
+                f"{r['partitions']:,}",
+                f"{r['tables']:,}",
+                f"{m.wall:.2f}",
+                f"{m.wall_excl_catalog:.2f}",
+                f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}",
+                f"{1e6 * m.wall_excl_catalog / r['partitions']:.1f}",
+                f"{m.catalog_seconds:.2f}",
+                f"{1000 * m.catalog_seconds / r['tables']:.1f}",
+                f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
+                f"{r['partitions'] / reports[0]['partitions']:.1f}x",
+            )
         console.print(g)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="W1,W2", type=lambda v: [x.strip().upper() for x in v.split(",")],
-                        help="Comma list of W1, W2, W3 (default W1,W2; 'both' = W1,W2).")
+    parser.add_argument(
+        "--workload",
+        default="W1,W2",
+        type=lambda v: [x.strip().upper() for x in v.split(",")],
+        help="Comma list of W1, W2, W3 (default W1,W2; 'both' = W1,W2).",
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="Shrink the workloads (e.g. 0.01).")
     parser.add_argument("--shards", type=int, default=None, help="Shard ranges (default 4; 8 for W3).")
     parser.add_argument("--land-share", type=float, default=0.5, help="Share of partitions landed mid-run.")
     parser.add_argument("--classic-sample", type=int, default=3, help="Real run-task processes to time.")
-    parser.add_argument("--strategies", default=",".join(ALL_STRATEGIES),
-                        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
-                        help=f"Comma list of {', '.join(ALL_STRATEGIES)} (batched is always included).")
-    parser.add_argument("--triggerer-sample", type=int, default=5_000,
-                        help="Most tasks the simulated triggerer really pokes per round; beyond, extrapolated.")
-    parser.add_argument("--fleet-processes", type=int, default=os.cpu_count() or 2,
-                        help="Worker processes of the fleet strategy, each owning an equal share of the shards "
-                             "(default: this machine's cores).")
+    parser.add_argument(
+        "--strategies",
+        default=",".join(ALL_STRATEGIES),
+        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+        help=f"Comma list of {', '.join(ALL_STRATEGIES)} (batched is always included).",
+    )
+    parser.add_argument(
+        "--triggerer-sample",
+        type=int,
+        default=5_000,
+        help="Most tasks the simulated triggerer really pokes per round; beyond, extrapolated.",
+    )
+    parser.add_argument(
+        "--fleet-processes",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="Worker processes of the fleet strategy, each owning an equal share of the shards "
+        "(default: this machine's cores).",
+    )
     parser.add_argument("--latency-samples", type=int, default=5, help="Landings timed per latency row (0: skip).")
-    parser.add_argument("--latency-poll-interval", type=float, default=5.0,
-                        help="poke_interval of the probe tasks timed without a signal.")
+    parser.add_argument(
+        "--latency-poll-interval",
+        type=float,
+        default=5.0,
+        help="poke_interval of the probe tasks timed without a signal.",
+    )
     parser.add_argument("--db-url", default=None, help="Metadata DB (default: SQLite in the bench home).")
     parser.add_argument("--home", default=None, help="Working folder (default: a temp folder).")
     parser.add_argument("--json", dest="json_out", default=None, help="Write the results here.")
@@ -494,8 +721,12 @@ def main() -> int:
         args.workload = ["W1", "W2"]
     if not set(args.workload) <= set(WORKLOADS):
         parser.error(f"--workload: a comma list of {', '.join(WORKLOADS)}")
-    if not 0 < args.land_share <= 1 or args.scale <= 0 or (args.shards is not None and args.shards < 1) \
-            or args.triggerer_sample < 1:
+    if (
+        not 0 < args.land_share <= 1
+        or args.scale <= 0
+        or (args.shards is not None and args.shards < 1)
+        or args.triggerer_sample < 1
+    ):
         parser.error("--land-share in (0, 1], --scale > 0, --shards >= 1, --triggerer-sample >= 1")
     unknown = set(args.strategies) - set(ALL_STRATEGIES)
     if unknown:
@@ -508,14 +739,17 @@ def main() -> int:
     port = free_port()
     db_url = args.db_url or f"sqlite:///{home}/bench.db"
     cfg_path = home / "airflow.cfg"
-    cfg_path.write_text(f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
-                        f"metastore_uris = thrift://127.0.0.1:{port}\n[metastore]\nport = {port}\n")
+    cfg_path.write_text(
+        f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
+        f"metastore_uris = thrift://127.0.0.1:{port}\n[metastore]\nport = {port}\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     env.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     os.environ.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     cfg = load_config(str(cfg_path))
     from smartsensor.adapters import metastore
     from smartsensor.adapters.spark import get_spark
+
     metastore_pid = metastore.start(cfg).pid
     reports = []
     try:
@@ -525,13 +759,16 @@ def main() -> int:
         catalog = ThriftCatalog.from_config(cfg)
         for name in args.workload:
             reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, catalog))
-            reports[-1]["metastore_peak_rss_mb"] = round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) \
-                if metastore_pid else None
+            reports[-1]["metastore_peak_rss_mb"] = (
+                round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
+            )
             print_table(reports[-1])
             print_incremental(reports[-1])
-            console.print(f"metastore service (JVM) peak RSS so far: {reports[-1]['metastore_peak_rss_mb']} MB; "
-                          f"this bench process: {bench_catalog.tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
-                          f"its children included)")
+            console.print(
+                f"metastore service (JVM) peak RSS so far: {reports[-1]['metastore_peak_rss_mb']} MB; "
+                f"this bench process: {bench_catalog.tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
+                f"its children included)"
+            )
         catalog.close()
     finally:
         metastore.stop(cfg)
@@ -540,8 +777,9 @@ def main() -> int:
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps({"db": make_engine(db_url).dialect.name, "scale": args.scale,
-                                                   "workloads": out}, indent=2))
+        Path(args.json_out).write_text(
+            json.dumps({"db": make_engine(db_url).dialect.name, "scale": args.scale, "workloads": out}, indent=2)
+        )
         console.print(f"results written to {args.json_out}")
     return 0
 

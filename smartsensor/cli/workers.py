@@ -15,27 +15,49 @@ EXIT_NOTHING_WRITTEN = 4  # worker --once: the round lost its lease, or claimed 
 
 
 @click.command()
-@click.option("--shard-min", type=click.IntRange(min=0), default=None,
-              help="Pin: first shardcode owned (inclusive). Default: claim leases.")
+@click.option(
+    "--shard-min",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Pin: first shardcode owned (inclusive). Default: claim leases.",
+)
 @click.option("--shard-max", type=click.IntRange(min=1), default=None, help="Pin: end of the range (exclusive).")
-@click.option("--once", is_flag=True, help="Run one round and exit (leased: claim, round, release). Exit status 1: "
-              "the round failed; 4: it claimed no range or lost its lease, so it wrote nothing.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run one round and exit (leased: claim, round, release). Exit status 1: "
+    "the round failed; 4: it claimed no range or lost its lease, so it wrote nothing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per round.")
-@click.option("--interval", type=INTERVAL, default=None,
-              help="Seconds between rounds, 0.05-86400 (default [smart_sensor] poke_interval).")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
-              help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option(
+    "--interval",
+    type=INTERVAL,
+    default=None,
+    help="Seconds between rounds, 0.05-86400 (default [smart_sensor] poke_interval).",
+)
+@click.option(
+    "--metrics-port", type=click.IntRange(1, 65535), default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT."
+)
 @click.option("--no-signals", is_flag=True, help="Do not listen for landing signals.")
 @click.pass_obj
-def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, as_json: bool,
-           interval: float | None, metrics_port: int | None, no_signals: bool) -> None:
+def worker(
+    app: App,
+    shard_min: int | None,
+    shard_max: int | None,
+    once: bool,
+    as_json: bool,
+    interval: float | None,
+    metrics_port: int | None,
+    no_signals: bool,
+) -> None:
     """Run a shard worker until SIGTERM: leased ranges (default, with failover) or a pinned range."""
-    from smartsensor.sensors.base import import_sensor_modules, smart_class_names
     from smartsensor.adapters.sql.round_store import SqlRoundStore
+    from smartsensor.sensors.base import import_sensor_modules, smart_class_names
     from smartsensor.service.round.poke import catalog_answerer
     from smartsensor.service.round.worker import ShardWorker
     from smartsensor.service.runner import LeasedWorker, PinnedWorker, RoundMetrics, Runner
     from smartsensor.service.worker_loop import WorkerLoop
+
     limit = app.cfg.shard_code_upper_limit
     engine = app.engine(worker=True)
     if (shard_min is None) != (shard_max is None):
@@ -43,20 +65,29 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
     if shard_min is not None and shard_max is not None:
         if not 0 <= shard_min < shard_max <= limit:
             raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
-        runner: Runner = PinnedWorker(ShardWorker(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
-                                   catalog_answerer(app.cfg), catalog_answerer(app.cfg))
+        runner: Runner = PinnedWorker(
+            ShardWorker(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
+            catalog_answerer(app.cfg),
+            catalog_answerer(app.cfg),
+        )
     else:
         runner = LeasedWorker(engine, app.cfg)
     failures = import_sensor_modules(app.cfg.sensor_modules)
     for module, why in failures.items():
-        click.echo(f"WARNING: [smart_sensor] sensor_modules: {module!r} cannot be imported on this host ({why}); "
-                   f"tasks of its classes wait (within their own timeouts) until it can, every other task is "
-                   f"served", err=True)
+        click.echo(
+            f"WARNING: [smart_sensor] sensor_modules: {module!r} cannot be imported on this host ({why}); "
+            f"tasks of its classes wait (within their own timeouts) until it can, every other task is "
+            f"served",
+            err=True,
+        )
     unknown = sorted(set(app.cfg.sensors_enabled) - smart_class_names())
     if unknown:
-        click.echo(f"WARNING: [smart_sensor] sensors_enabled names {', '.join(unknown)}, which no built-in or "
-                   f"configured sensor module defines as a @smart_eligible class"
-                   + (" (perhaps the module that fails to import)" if failures else ""), err=True)
+        click.echo(
+            f"WARNING: [smart_sensor] sensors_enabled names {', '.join(unknown)}, which no built-in or "
+            f"configured sensor module defines as a @smart_eligible class"
+            + (" (perhaps the module that fails to import)" if failures else ""),
+            err=True,
+        )
     metrics = RoundMetrics(metrics_port) if metrics_port else None
     results = []
 
@@ -67,17 +98,23 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
             click.echo(result.to_json())
         else:
             marked = ", ".join(f"{k} {v}" for k, v in sorted(result.marked.items())) or "nothing"
-            click.echo(f"[{result.shard_min},{result.shard_max}) loaded {result.loaded}, "
-                       f"{result.distinct_hashes} distinct, poked {result.groups_poked}, catalog calls "
-                       f"{result.catalog_calls}, marked {marked}, {result.seconds:.2f} s"
-                       + (f" ERROR {result.error}" if result.error else ""))
+            click.echo(
+                f"[{result.shard_min},{result.shard_max}) loaded {result.loaded}, "
+                f"{result.distinct_hashes} distinct, poked {result.groups_poked}, catalog calls "
+                f"{result.catalog_calls}, marked {marked}, {result.seconds:.2f} s"
+                + (f" ERROR {result.error}" if result.error else "")
+            )
         sys.stdout.flush()
 
-    status = WorkerLoop(runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics,
-                        signals=not no_signals).start()
+    status = WorkerLoop(
+        runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics, signals=not no_signals
+    ).start()
     if status:
-        click.echo("Error: the Spark driver JVM died; the worker stopped and released its leases "
-                   "(restart it, or run it under `smartsensor workers`, which does)", err=True)
+        click.echo(
+            "Error: the Spark driver JVM died; the worker stopped and released its leases "
+            "(restart it, or run it under `smartsensor workers`, which does)",
+            err=True,
+        )
         sys.exit(status)
     if once:
         _report_once(results)
@@ -86,8 +123,11 @@ def worker(app: App, shard_min: int | None, shard_max: int | None, once: bool, a
 def _report_once(results: list[Any]) -> None:
     """`worker --once` says what its round did when that was not a normal round, with a distinct exit status."""
     if not results:
-        click.echo("Error: this worker claimed no shard range: every range is leased by a live worker (they check "
-                   "those tasks); nothing was checked or written", err=True)
+        click.echo(
+            "Error: this worker claimed no shard range: every range is leased by a live worker (they check "
+            "those tasks); nothing was checked or written",
+            err=True,
+        )
         sys.exit(EXIT_NOTHING_WRITTEN)
     failed = [r for r in results if r.error]
     if failed:
@@ -95,15 +135,19 @@ def _report_once(results: list[Any]) -> None:
         sys.exit(EXIT_ROUND_FAILED)
     fenced = [r for r in results if r.fenced_out]
     if fenced:
-        click.echo("Error: this worker lost its lease during the round (another worker took the range over, e.g. "
-                   "after a pause past lease_timeout): its results were not written; the new owner checks these "
-                   "tasks", err=True)
+        click.echo(
+            "Error: this worker lost its lease during the round (another worker took the range over, e.g. "
+            "after a pause past lease_timeout): its results were not written; the new owner checks these "
+            "tasks",
+            err=True,
+        )
         sys.exit(EXIT_NOTHING_WRITTEN)
 
 
 @click.command()
-@click.option("-n", "count", type=click.IntRange(1, 1000), default=None,
-              help="Worker processes (default: one per shard range).")
+@click.option(
+    "-n", "count", type=click.IntRange(1, 1000), default=None, help="Worker processes (default: one per shard range)."
+)
 @click.option("--interval", type=INTERVAL, default=None, help="Seconds between rounds (0.05-86400).")
 @click.option("--json", "as_json", is_flag=True, help="Workers print one JSON object per round.")
 @click.option("--pinned", is_flag=True, help="Fixed contiguous blocks of the ranges instead of leases.")
@@ -111,6 +155,7 @@ def _report_once(results: list[Any]) -> None:
 def workers(app: App, count: int | None, interval: float | None, as_json: bool, pinned: bool) -> None:
     """Start N shard workers (leases: extras stand by); restart crashed ones; stop all on SIGTERM."""
     from smartsensor.service.supervisor import supervise_workers
+
     app.engine()  # fail fast with a clear message if the DB is not ready
     if count is not None and count < 1:
         raise UserError("-n must be at least 1")
@@ -130,10 +175,21 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
     def emit(summary: dict[str, Any]) -> None:
         if as_json:
             click.echo(json.dumps(summary))
-        elif any(summary.get(k) for k in ("requeued_smart", "requeued_classic", "failed_bad_rows", "zombies",
-                                          "launched", "finished", "error")):
+        elif any(
+            summary.get(k)
+            for k in (
+                "requeued_smart",
+                "requeued_classic",
+                "failed_bad_rows",
+                "zombies",
+                "launched",
+                "finished",
+                "error",
+            )
+        ):
             click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
         sys.stdout.flush()
+
     Scheduler(app.engine(), app.cfg, global_args(app)).run(once, emit)
 
 
@@ -143,6 +199,7 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
 def status(app: App, as_json: bool) -> None:
     """Tasks per state and shard range, dedup ratio, workers' last rounds."""
     from smartsensor.service.status import collect_status, status_lines
+
     data = collect_status(app.engine(), app.cfg)
     if as_json:
         click.echo(json.dumps(data))

@@ -8,7 +8,6 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any, Callable, Protocol
 
-
 from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
@@ -16,8 +15,8 @@ from smartsensor.config import Config
 from smartsensor.ports import CheckAnswerer
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.round.poke import catalog_answerer
-from smartsensor.service.round.worker import ShardWorker, run_round
 from smartsensor.service.round.report import RoundResult
+from smartsensor.service.round.worker import ShardWorker, run_round
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +48,21 @@ class RoundMetrics:
 
     def __init__(self, port: int) -> None:
         from prometheus_client import Counter, Gauge, start_http_server
+
         labels = ["shard_min", "shard_max"]
-        self.gauges = {name: Gauge(f"smartsensor_round_{name}", f"{name} in the last round", labels)
-                       for name in ("loaded", "distinct_hashes", "groups_poked", "catalog_calls", "schema_calls",
-                                    "db_statements", "seconds", "transient_errors")}
+        self.gauges = {
+            name: Gauge(f"smartsensor_round_{name}", f"{name} in the last round", labels)
+            for name in (
+                "loaded",
+                "distinct_hashes",
+                "groups_poked",
+                "catalog_calls",
+                "schema_calls",
+                "db_statements",
+                "seconds",
+                "transient_errors",
+            )
+        }
         self.marked = Counter("smartsensor_marked_total", "task instances marked, by new state", labels + ["state"])
         self.rounds = Counter("smartsensor_rounds_total", "rounds run", labels + ["outcome"])
         start_http_server(port, addr="127.0.0.1")
@@ -69,8 +79,9 @@ class RoundMetrics:
 class LeasedWorker:
     """A worker without a fixed range: holds whatever shard leases it claims, one ShardWorker per lease."""
 
-    def __init__(self, engine: Any, cfg: Config, spark_provider: Callable[[], Any] | None = None,
-                 worker_id: str | None = None) -> None:
+    def __init__(
+        self, engine: Any, cfg: Config, spark_provider: Callable[[], Any] | None = None, worker_id: str | None = None
+    ) -> None:
         self.engine = engine
         self.cfg = cfg
         self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
@@ -96,8 +107,13 @@ class LeasedWorker:
             for lo, lease in self.leases.owned.items():
                 w = self.workers.get(lo)
                 if w is None:
-                    w = ShardWorker(self.store, self.cfg, lease.shard_min, lease.shard_max,
-                                    worker_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}")
+                    w = ShardWorker(
+                        self.store,
+                        self.cfg,
+                        lease.shard_min,
+                        lease.shard_max,
+                        worker_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}",
+                    )
                     self.workers[lo] = w
                 w.fence = lease.fence
         return changes
@@ -144,8 +160,12 @@ class LeasedWorker:
 class PinnedWorker:
     """A worker over a fixed range (``--shard-min/--shard-max``): no lease, no fence."""
 
-    def __init__(self, worker: ShardWorker, answerer: Callable[[], CheckAnswerer],
-                 wake_answerer: Callable[[], CheckAnswerer] | None = None) -> None:
+    def __init__(
+        self,
+        worker: ShardWorker,
+        answerer: Callable[[], CheckAnswerer],
+        wake_answerer: Callable[[], CheckAnswerer] | None = None,
+    ) -> None:
         self.worker = worker
         self.answerer = answerer
         self.wake_answerer = wake_answerer or answerer
@@ -168,8 +188,12 @@ class PinnedWorker:
             pass
 
 
-def _wake_rounds(workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer], tables: set[tuple[str, str]],
-                 shardcodes: set[int] | None) -> list[RoundResult]:
+def _wake_rounds(
+    workers: list[ShardWorker],
+    answerer: Callable[[], CheckAnswerer],
+    tables: set[tuple[str, str]],
+    shardcodes: set[int] | None,
+) -> list[RoundResult]:
     if tables:  # every range: the checks on these tables, and whatever arrived
         return [run_round(workers, answerer, focus=tables)] if workers else []
     concerned = [w for w in workers if shardcodes is None or any(w.shard_min <= c < w.shard_max for c in shardcodes)]

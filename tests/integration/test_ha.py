@@ -7,15 +7,16 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
 
-from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.registration import register
-from smartsensor.service.signals import send_signal
 from smartsensor.service.runner import LeasedWorker
+from smartsensor.service.signals import send_signal
 from smartsensor.service.worker_loop import run_worker
 from tests.support.common import DAY, new_db, wait_until
 from tests.support.flag_workload import LEASE
@@ -29,9 +30,12 @@ class _Runner:
         self.stop = threading.Event()
         self.results: list[Any] = []
         self.runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
-        self.thread = threading.Thread(target=run_worker, args=(self.runner, engine, cfg, interval, False,
-                                                                self.results.append),
-                                       kwargs={"signals": signals, "stop_event": self.stop}, daemon=True)
+        self.thread = threading.Thread(
+            target=run_worker,
+            args=(self.runner, engine, cfg, interval, False, self.results.append),
+            kwargs={"signals": signals, "stop_event": self.stop},
+            daemon=True,
+        )
 
     def __enter__(self) -> "_Runner":
         self.thread.start()
@@ -40,6 +44,10 @@ class _Runner:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(timeout=60)
+
+
+def _succeeded(engine: Any, dag_id: str) -> bool:
+    return _state(engine, dag_id) == "success"
 
 
 def _state(engine: Any, dag_id: str) -> str:
@@ -54,10 +62,27 @@ def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, sp
     create_table(spark, hive_db, "t")
     n = 10
     # signalled tasks poke only every 10 minutes: without the signal they would wait that long
-    register(engine, [(f"sig{i}", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=s{i}/hr=00"],
-                                                           poke_interval=600)) for i in range(n)]
-             + [(f"poll{i}", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=p{i}/hr=00"],
-                                                      poke_interval=2)) for i in range(3)], DAY, cfg)
+    register(
+        engine,
+        [
+            (
+                f"sig{i}",
+                NamedHivePartitionSensor(
+                    task_id="w", partition_names=[f"{hive_db}.t/ds=s{i}/hr=00"], poke_interval=600
+                ),
+            )
+            for i in range(n)
+        ]
+        + [
+            (
+                f"poll{i}",
+                NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=p{i}/hr=00"], poke_interval=2),
+            )
+            for i in range(3)
+        ],
+        DAY,
+        cfg,
+    )
     signalled, polled = [], []
     with _Runner(engine, cfg, spark, signals=True, interval=1.0) as r:
         wait_until(lambda: any(x.loaded for x in r.results), timeout=60)
@@ -66,18 +91,20 @@ def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, sp
             land(spark, hive_db, "t", ds=f"s{i}", hr="00")
             t0 = time.monotonic()
             send_signal(engine, f"{hive_db}.t/ds=s{i}/hr=00")
-            wait_until(lambda: _state(engine, f"sig{i}") == "success", timeout=30, step=0.01)
+            wait_until(partial(_succeeded, engine, f"sig{i}"), timeout=30, step=0.01)
             signalled.append(time.monotonic() - t0)
             time.sleep(0.3)
         for i in range(3):
             land(spark, hive_db, "t", ds=f"p{i}", hr="00")  # timed from the landing's commit
-            polled.append(wait_until(lambda: _state(engine, f"poll{i}") == "success", timeout=30, step=0.01))
+            polled.append(wait_until(partial(_succeeded, engine, f"poll{i}"), timeout=30, step=0.01))
         rounds = [x.seconds for x in r.results if x.loaded]
     p95 = sorted(signalled)[int(0.95 * (n - 1))]
     worst_round = max(rounds)
-    print(f"[{engine.dialect.name}] with signal: p50 {statistics.median(signalled):.3f} s, p95 {p95:.3f} s; "
-          f"without: {[round(x, 2) for x in polled]} s (poke_interval 2 s, rounds every 1 s, slowest round "
-          f"{worst_round:.2f} s)")
+    print(
+        f"[{engine.dialect.name}] with signal: p50 {statistics.median(signalled):.3f} s, p95 {p95:.3f} s; "
+        f"without: {[round(x, 2) for x in polled]} s (poke_interval 2 s, rounds every 1 s, slowest round "
+        f"{worst_round:.2f} s)"
+    )
     assert p95 <= (1.0 if engine.dialect.name == "postgresql" else 1.5)
     assert max(polled) <= 2 + 1.0 + worst_round + 0.5  # poke interval + one round interval + one round
     engine.dispose()
@@ -88,12 +115,27 @@ def test_a_signal_is_served_while_a_timer_round_is_under_way(tmp_path, db_url, s
     """A wake-up round runs in its own thread: a landing signal is answered while a slow user sensor holds the
     timer round (one that takes 12 s), not after it."""
     from tests.support.custom_sensors import SlowSensor
-    cfg, engine = new_db(tmp_path / "home", db_url, smart_sensor__sensor_modules="tests.support.custom_sensors",
-                         smart_sensor__sensors_enabled="NamedHivePartitionSensor, SlowSensor", **LEASE)
+
+    cfg, engine = new_db(
+        tmp_path / "home",
+        db_url,
+        smart_sensor__sensor_modules="tests.support.custom_sensors",
+        smart_sensor__sensors_enabled="NamedHivePartitionSensor, SlowSensor",
+        **LEASE,
+    )
     create_table(spark, hive_db, "t")
-    register(engine, [("slow", SlowSensor(task_id="w", seconds=12)),
-                      ("sig", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=1/hr=00"],
-                                                       poke_interval=600))], DAY, cfg)
+    register(
+        engine,
+        [
+            ("slow", SlowSensor(task_id="w", seconds=12)),
+            (
+                "sig",
+                NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=1/hr=00"], poke_interval=600),
+            ),
+        ],
+        DAY,
+        cfg,
+    )
     with _Runner(engine, cfg, spark, signals=True, interval=1.0):
         wait_until(lambda: _state(engine, "sig") == "smart_running", timeout=60)
         time.sleep(1.0)  # the timer round is in the slow sensor's poke now
@@ -109,19 +151,28 @@ def test_a_signal_is_served_while_a_timer_round_is_under_way(tmp_path, db_url, s
 
 @pytest.mark.spark
 def test_a_check_registered_on_a_landed_partition_succeeds_without_waiting_for_a_round(
-        tmp_path, db_url, spark, hive_db) -> None:
+    tmp_path, db_url, spark, hive_db
+) -> None:
     """On PostgreSQL a registration NOTIFYs the owning worker, whose wake-up round starts and pokes the new check
     at once; rounds here run every 60 s, so only the wake-up can be this fast. (SQLite waits for the round.)"""
     cfg, engine = new_db(tmp_path / "home", db_url, **LEASE)
     create_table(spark, hive_db, "t")
     land(spark, hive_db, "t", ds="1", hr="00")
-    register(engine, [("first", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=0/hr=00"]))],
-             DAY, cfg)
+    register(
+        engine,
+        [("first", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=0/hr=00"]))],
+        DAY,
+        cfg,
+    )
     with _Runner(engine, cfg, spark, signals=True, interval=60.0) as r:
         wait_until(lambda: any(x.loaded for x in r.results), timeout=60)
         t0 = time.monotonic()
-        register(engine, [("late", NamedHivePartitionSensor(task_id="w",
-                                                            partition_names=[f"{hive_db}.t/ds=1/hr=00"]))], DAY, cfg)
+        register(
+            engine,
+            [("late", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=1/hr=00"]))],
+            DAY,
+            cfg,
+        )
         if engine.dialect.name == "postgresql":
             wait_until(lambda: _state(engine, "late") == "success", timeout=20, step=0.02)
             print(f"registered on a landed partition → success: {time.monotonic() - t0:.2f} s")

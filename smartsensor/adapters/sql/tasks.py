@@ -36,9 +36,18 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
     """
     if fence is None:
         return stmt
-    return stmt.where(exists(select(SL.c.shard_min).where(
-        SL.c.shard_min == fence.shard_min, SL.c.owner == fence.owner, SL.c.epoch == fence.epoch,
-        SL.c.expires_at > now).with_for_update(read=True)))
+    return stmt.where(
+        exists(
+            select(SL.c.shard_min)
+            .where(
+                SL.c.shard_min == fence.shard_min,
+                SL.c.owner == fence.owner,
+                SL.c.epoch == fence.epoch,
+                SL.c.expires_at > now,
+            )
+            .with_for_update(read=True)
+        )
+    )
 
 
 def _ended(new_state: str, now: datetime, error: str | None) -> dict[str, Any]:
@@ -51,13 +60,18 @@ def _ended(new_state: str, now: datetime, error: str | None) -> dict[str, Any]:
 
 def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> dict[str, Any] | None:
     """One task instance by primary key (1 statement)."""
-    row = conn.execute(select(TI).where(
-        TI.c.dag_id == dag_id, TI.c.task_id == task_id, TI.c.execution_date == execution_date)).mappings().first()
+    row = (
+        conn.execute(
+            select(TI).where(TI.c.dag_id == dag_id, TI.c.task_id == task_id, TI.c.execution_date == execution_date)
+        )
+        .mappings()
+        .first()
+    )
     return dict(row) if row else None
 
 
@@ -66,8 +80,11 @@ def existing_states(conn: Connection, execution_date: datetime, dag_ids: Iterabl
     1 statement per IN_CHUNK dag_ids."""
     out: dict[tuple[str, str], str] = {}
     for chunk in _chunks(sorted(set(dag_ids))):
-        for dag_id, task_id, state in conn.execute(select(TI.c.dag_id, TI.c.task_id, TI.c.state).where(
-                TI.c.execution_date == execution_date, TI.c.dag_id.in_(list(chunk)))):
+        for dag_id, task_id, state in conn.execute(
+            select(TI.c.dag_id, TI.c.task_id, TI.c.state).where(
+                TI.c.execution_date == execution_date, TI.c.dag_id.in_(list(chunk))
+            )
+        ):
             out[(dag_id, task_id)] = state
     return out
 
@@ -81,9 +98,13 @@ def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
 def reset_task(conn: Connection, row: dict[str, Any]) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
     values = {k: v for k, v in row.items() if k not in ("dag_id", "task_id", "execution_date")}
-    conn.execute(update(TI).where(
-        TI.c.dag_id == row["dag_id"], TI.c.task_id == row["task_id"],
-        TI.c.execution_date == row["execution_date"]).values(**values))
+    conn.execute(
+        update(TI)
+        .where(
+            TI.c.dag_id == row["dag_id"], TI.c.task_id == row["task_id"], TI.c.execution_date == row["execution_date"]
+        )
+        .values(**values)
+    )
 
 
 def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
@@ -96,8 +117,15 @@ def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = 
     return [dict(r) for r in conn.execute(query).mappings()]
 
 
-def set_state(conn: Connection, key: TaskKey, new_state: str, from_states: Sequence[str] | None = None,
-              now: datetime | None = None, error: str | None = None, try_number: int | None = None) -> bool:
+def set_state(
+    conn: Connection,
+    key: TaskKey,
+    new_state: str,
+    from_states: Sequence[str] | None = None,
+    now: datetime | None = None,
+    error: str | None = None,
+    try_number: int | None = None,
+) -> bool:
     """Set one task's state (a user's manual change when ``from_states`` is None). 1 statement.
 
     ``try_number``: only while the task is still in that try (a run ending its own try never ends a
@@ -125,27 +153,53 @@ LOAD_BATCH = 10_000  # rows per fetch when loading a shard range's waiting tasks
 def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[WaitingTask]:
     """Task instances in smart_pending/smart_running with shardcode in [shard_min, shard_max). 1 statement."""
     cols = [TI.c[name] for name in WaitingTask._fields]
-    rows = conn.execute(select(*cols).where(
-        TI.c.state.in_(State.SMART_WAITING), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-    ).execution_options(yield_per=LOAD_BATCH))  # on the statement: a connection's options outlive the query
+    rows = conn.execute(
+        select(*cols)
+        .where(
+            TI.c.state.in_(State.SMART_WAITING),
+            TI.c.shardcode >= shard_min,
+            TI.c.shardcode < shard_max,
+        )
+        .execution_options(yield_per=LOAD_BATCH)
+    )  # on the statement: a connection's options outlive the query
     # Streamed in batches (a server-side cursor on PostgreSQL), so the driver never holds every row beside
     # the tasks; the strings many tasks share (state, class, check, exec settings) are kept once.
     keep = sys.intern
-    return [WaitingTask(d, t, e, keep(st), tn, mt, sd, keep(cp), keep(ad), keep(ed), h, sc)
-            for d, t, e, st, tn, mt, sd, cp, ad, ed, h, sc in rows]
+    return [
+        WaitingTask(d, t, e, keep(st), tn, mt, sd, keep(cp), keep(ad), keep(ed), h, sc)
+        for d, t, e, st, tn, mt, sd, cp, ad, ed, h, sc in rows
+    ]
 
 
-def start_pending(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                  fence: Fence | None = None) -> int:
+def start_pending(
+    conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None = None
+) -> int:
     """smart_pending → smart_running for the range, stamping the start of this try. 1 statement."""
-    return conn.execute(_fenced(update(TI).where(
-        TI.c.state == State.SMART_PENDING, TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-    ), fence, now).values(state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now),
-                          hostname=hostname, updated_at=now)).rowcount
+    return conn.execute(
+        _fenced(
+            update(TI).where(
+                TI.c.state == State.SMART_PENDING,
+                TI.c.shardcode >= shard_min,
+                TI.c.shardcode < shard_max,
+            ),
+            fence,
+            now,
+        ).values(
+            state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now), hostname=hostname, updated_at=now
+        )
+    ).rowcount
 
 
-def mark_hashes(conn: Connection, hashcodes: Sequence[int], shard_min: int, shard_max: int, new_state: str,
-                now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
+def mark_hashes(
+    conn: Connection,
+    hashcodes: Sequence[int],
+    shard_min: int,
+    shard_max: int,
+    new_state: str,
+    now: datetime,
+    error: str | None = None,
+    fence: Fence | None = None,
+) -> int:
     """Every waiting task with one of ``hashcodes`` in the range → ``new_state``.
 
     Only for hashes whose tasks all share one check (no collision). 1 statement per IN_CHUNK hashes.
@@ -153,30 +207,64 @@ def mark_hashes(conn: Connection, hashcodes: Sequence[int], shard_min: int, shar
     total = 0
     values = _ended(new_state, now, error)
     for chunk in _chunks(list(hashcodes)):
-        total += conn.execute(_fenced(update(TI).where(
-            TI.c.hashcode.in_(list(chunk)), TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-            TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
+        total += conn.execute(
+            _fenced(
+                update(TI).where(
+                    TI.c.hashcode.in_(list(chunk)),
+                    TI.c.shardcode >= shard_min,
+                    TI.c.shardcode < shard_max,
+                    TI.c.state.in_(State.SMART_WAITING),
+                ),
+                fence,
+                now,
+            ).values(**values)
+        ).rowcount
     return total
 
 
-def mark_check(conn: Connection, hashcode: int, classpath: str, attr_dict: str, new_state: str,
-               now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
+def mark_check(
+    conn: Connection,
+    hashcode: int,
+    classpath: str,
+    attr_dict: str,
+    new_state: str,
+    now: datetime,
+    error: str | None = None,
+    fence: Fence | None = None,
+) -> int:
     """Waiting tasks of one exact check (hash AND classpath AND attr_dict) → ``new_state``.
 
     Used when two different checks collide on a hash, so that they are never marked together.
     1 statement.
     """
     values = _ended(new_state, now, error)
-    return conn.execute(_fenced(update(TI).where(
-        TI.c.hashcode == hashcode, TI.c.classpath == classpath, TI.c.attr_dict == attr_dict,
-        TI.c.state.in_(State.SMART_WAITING)), fence, now).values(**values)).rowcount
+    return conn.execute(
+        _fenced(
+            update(TI).where(
+                TI.c.hashcode == hashcode,
+                TI.c.classpath == classpath,
+                TI.c.attr_dict == attr_dict,
+                TI.c.state.in_(State.SMART_WAITING),
+            ),
+            fence,
+            now,
+        ).values(**values)
+    ).rowcount
 
 
 COHORT_CHUNK = 1000  # cohorts per statement: 6 bound values each
 
 
-def end_cohorts(conn: Connection, cohorts: Sequence[tuple[CheckKey, Cohort]], shard_min: int, shard_max: int,
-                new_state: str, now: datetime, error: str | None = None, fence: Fence | None = None) -> int:
+def end_cohorts(
+    conn: Connection,
+    cohorts: Sequence[tuple[CheckKey, Cohort]],
+    shard_min: int,
+    shard_max: int,
+    new_state: str,
+    now: datetime,
+    error: str | None = None,
+    fence: Fence | None = None,
+) -> int:
     """End the tries of these cohorts → ``new_state``: a timeout (up_for_retry, failed or skipped), or a cohort
     that cannot be planned (failed, with the reason).
 
@@ -188,12 +276,21 @@ def end_cohorts(conn: Connection, cohorts: Sequence[tuple[CheckKey, Cohort]], sh
     values = _ended(new_state, now, error)
     rows = [(key[0], key[1], key[2], c.exec_dict, c.start_date, c.try_number) for key, c in cohorts]
     for chunk in _chunks(rows, COHORT_CHUNK):
-        total += conn.execute(_fenced(update(TI).where(
-            TI.c.hashcode.in_({r[0] for r in chunk}),  # lets the planner use the hashcode index
-            tuple_(TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, TI.c.exec_dict, TI.c.start_date,
-                   TI.c.try_number).in_(list(chunk)),
-            TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-            TI.c.state == State.SMART_RUNNING), fence, now).values(**values)).rowcount
+        total += conn.execute(
+            _fenced(
+                update(TI).where(
+                    TI.c.hashcode.in_({r[0] for r in chunk}),  # lets the planner use the hashcode index
+                    tuple_(
+                        TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, TI.c.exec_dict, TI.c.start_date, TI.c.try_number
+                    ).in_(list(chunk)),
+                    TI.c.shardcode >= shard_min,
+                    TI.c.shardcode < shard_max,
+                    TI.c.state == State.SMART_RUNNING,
+                ),
+                fence,
+                now,
+            ).values(**values)
+        ).rowcount
     return total
 
 
@@ -214,36 +311,90 @@ def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> Co
     """The started (smart_running) tasks of [shard_min, shard_max), counted per check and cohort by the database:
     one row per cohort reaches Python, not one per task. 1 statement."""
     # The first term repeats ti_waiting_shardcode's predicate word for word: SQLite uses a partial index only then.
-    return _cohort_rows(conn.execute(select(*_COHORT_COLUMNS, func.count()).where(
-        text(WAITING_PREDICATE), TI.c.state == State.SMART_RUNNING,
-        TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-        TI.c.start_date.is_not(None)).group_by(*_COHORT_COLUMNS).execution_options(yield_per=LOAD_BATCH)))
+    return _cohort_rows(
+        conn.execute(
+            select(*_COHORT_COLUMNS, func.count())
+            .where(
+                text(WAITING_PREDICATE),
+                TI.c.state == State.SMART_RUNNING,
+                TI.c.shardcode >= shard_min,
+                TI.c.shardcode < shard_max,
+                TI.c.start_date.is_not(None),
+            )
+            .group_by(*_COHORT_COLUMNS)
+            .execution_options(yield_per=LOAD_BATCH)
+        )
+    )
 
 
-def start_pending_cohorts(conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str,
-                          fence: Fence | None = None) -> CohortRows:
+def start_pending_cohorts(
+    conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None = None
+) -> CohortRows:
     """smart_pending → smart_running for the range (as ``start_pending``), returning what it started, per cohort:
     the tasks that arrived since the last round. 1 statement (an index probe when nothing is pending)."""
-    return _cohort_rows(conn.execute(_fenced(update(TI).where(
-        TI.c.state == State.SMART_PENDING, TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max,
-    ), fence, now).values(state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now),
-                          hostname=hostname, updated_at=now).returning(*_COHORT_COLUMNS)))
+    return _cohort_rows(
+        conn.execute(
+            _fenced(
+                update(TI).where(
+                    TI.c.state == State.SMART_PENDING,
+                    TI.c.shardcode >= shard_min,
+                    TI.c.shardcode < shard_max,
+                ),
+                fence,
+                now,
+            )
+            .values(
+                state=State.SMART_RUNNING,
+                start_date=func.coalesce(TI.c.start_date, now),
+                hostname=hostname,
+                updated_at=now,
+            )
+            .returning(*_COHORT_COLUMNS)
+        )
+    )
 
 
 def load_up_for_retry(conn: Connection) -> list[dict[str, Any]]:
     """Task instances waiting to be retried (1 statement)."""
-    return [dict(r) for r in conn.execute(select(
-        TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.end_date, TI.c.exec_dict, TI.c.classpath,
-        TI.c.try_number).where(TI.c.state == State.UP_FOR_RETRY)).mappings()]
+    return [
+        dict(r)
+        for r in conn.execute(
+            select(
+                TI.c.dag_id,
+                TI.c.task_id,
+                TI.c.execution_date,
+                TI.c.end_date,
+                TI.c.exec_dict,
+                TI.c.classpath,
+                TI.c.try_number,
+            ).where(TI.c.state == State.UP_FOR_RETRY)
+        ).mappings()
+    ]
 
 
 def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: str, now: datetime) -> bool:
     """up_for_retry → new_state for the next try, if nobody changed it meanwhile. 1 statement."""
-    return conn.execute(update(TI).where(
-        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
-        TI.c.state == State.UP_FOR_RETRY, TI.c.try_number == try_number,
-    ).values(state=new_state, try_number=try_number + 1, start_date=None, end_date=None, hostname=None,
-             updated_at=now)).rowcount == 1
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                TI.c.dag_id == key[0],
+                TI.c.task_id == key[1],
+                TI.c.execution_date == key[2],
+                TI.c.state == State.UP_FOR_RETRY,
+                TI.c.try_number == try_number,
+            )
+            .values(
+                state=new_state,
+                try_number=try_number + 1,
+                start_date=None,
+                end_date=None,
+                hostname=None,
+                updated_at=now,
+            )
+        ).rowcount
+        == 1
+    )
 
 
 def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str) -> bool:
@@ -251,11 +402,25 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
 
     start_date is kept when set: a run handed back on SIGTERM continues its try, not a new one.
     """
-    return conn.execute(update(TI).where(
-        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
-        TI.c.state == State.SCHEDULED,
-    ).values(state=State.RUNNING, start_date=func.coalesce(TI.c.start_date, now), end_date=None, hostname=hostname,
-             updated_at=now)).rowcount == 1
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                TI.c.dag_id == key[0],
+                TI.c.task_id == key[1],
+                TI.c.execution_date == key[2],
+                TI.c.state == State.SCHEDULED,
+            )
+            .values(
+                state=State.RUNNING,
+                start_date=func.coalesce(TI.c.start_date, now),
+                end_date=None,
+                hostname=hostname,
+                updated_at=now,
+            )
+        ).rowcount
+        == 1
+    )
 
 
 def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
@@ -264,53 +429,109 @@ def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
     The try goes on in the next run: try_number and start_date are kept, so its timeout still counts
     from the first start. False if the task left `running` meanwhile. 1 statement.
     """
-    return conn.execute(update(TI).where(
-        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
-        TI.c.state == State.RUNNING,
-    ).values(state=State.SCHEDULED, hostname=None, updated_at=now)).rowcount == 1
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                TI.c.dag_id == key[0],
+                TI.c.task_id == key[1],
+                TI.c.execution_date == key[2],
+                TI.c.state == State.RUNNING,
+            )
+            .values(state=State.SCHEDULED, hostname=None, updated_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
     """A classic run says it is alive; False once its task left `running` (1 statement)."""
-    return conn.execute(update(TI).where(
-        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
-        TI.c.state == State.RUNNING).values(updated_at=now)).rowcount == 1
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                TI.c.dag_id == key[0],
+                TI.c.task_id == key[1],
+                TI.c.execution_date == key[2],
+                TI.c.state == State.RUNNING,
+            )
+            .values(updated_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 def load_zombies(conn: Connection, cutoff: datetime) -> list[dict[str, Any]]:
     """`running` task instances whose run last heartbeated before ``cutoff`` (1 statement)."""
-    return [dict(r) for r in conn.execute(select(
-        TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.try_number, TI.c.exec_dict, TI.c.updated_at,
-        TI.c.hostname).where(TI.c.state == State.RUNNING, TI.c.updated_at < cutoff)).mappings()]
+    return [
+        dict(r)
+        for r in conn.execute(
+            select(
+                TI.c.dag_id,
+                TI.c.task_id,
+                TI.c.execution_date,
+                TI.c.try_number,
+                TI.c.exec_dict,
+                TI.c.updated_at,
+                TI.c.hostname,
+            ).where(TI.c.state == State.RUNNING, TI.c.updated_at < cutoff)
+        ).mappings()
+    ]
 
 
-def end_zombie(conn: Connection, key: TaskKey, seen_updated_at: datetime, new_state: str, now: datetime,
-               error: str) -> bool:
+def end_zombie(
+    conn: Connection, key: TaskKey, seen_updated_at: datetime, new_state: str, now: datetime, error: str
+) -> bool:
     """End a dead run's task, unless it heartbeated or changed since it was read (1 statement)."""
-    return conn.execute(update(TI).where(
-        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2],
-        TI.c.state == State.RUNNING, TI.c.updated_at == seen_updated_at,
-    ).values(state=new_state, end_date=now, updated_at=now, error=error)).rowcount == 1
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                TI.c.dag_id == key[0],
+                TI.c.task_id == key[1],
+                TI.c.execution_date == key[2],
+                TI.c.state == State.RUNNING,
+                TI.c.updated_at == seen_updated_at,
+            )
+            .values(state=new_state, end_date=now, updated_at=now, error=error)
+        ).rowcount
+        == 1
+    )
 
 
-def end_exited_run(conn: Connection, key: TaskKey, try_number: int, claimant: str, new_state: str, now: datetime,
-                   error: str) -> bool:
+def end_exited_run(
+    conn: Connection, key: TaskKey, try_number: int, claimant: str, new_state: str, now: datetime, error: str
+) -> bool:
     """End the try of a classic run whose process exited without ending it, while the task is still `running` in
     that try under that claim (``hostname``): a run that ended, a hand-back, another claim or a user's change
     wins. 1 statement."""
-    return conn.execute(update(TI).where(
-        TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2], TI.c.state == State.RUNNING,
-        TI.c.try_number == try_number, TI.c.hostname == claimant,
-    ).values(state=new_state, end_date=now, updated_at=now, error=error)).rowcount == 1
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                TI.c.dag_id == key[0],
+                TI.c.task_id == key[1],
+                TI.c.execution_date == key[2],
+                TI.c.state == State.RUNNING,
+                TI.c.try_number == try_number,
+                TI.c.hostname == claimant,
+            )
+            .values(state=new_state, end_date=now, updated_at=now, error=error)
+        ).rowcount
+        == 1
+    )
 
 
 def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> list[TaskKey]:
     """Keys of task instances in ``state``, oldest execution date first (1 statement)."""
-    query = select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date).where(TI.c.state == state).order_by(
-        TI.c.execution_date, TI.c.dag_id, TI.c.task_id)
+    query = (
+        select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date)
+        .where(TI.c.state == state)
+        .order_by(TI.c.execution_date, TI.c.dag_id, TI.c.task_id)
+    )
     if limit is not None:
         query = query.limit(limit)
-    return [tuple(r) for r in conn.execute(query)]  # type: ignore[misc]
+    return [tuple(r) for r in conn.execute(query)]
 
 
 def reshard(conn: Connection, limit: int) -> int:
@@ -322,5 +543,8 @@ def reshard(conn: Connection, limit: int) -> int:
     """
     # ((h % n) + n) % n: SQL's % keeps the dividend's sign, Python's (used at registration) does not.
     wanted = ((TI.c.hashcode % limit) + limit) % limit
-    return conn.execute(update(TI).where(TI.c.hashcode.is_not(None), or_(
-        TI.c.shardcode.is_(None), TI.c.shardcode != wanted)).values(shardcode=wanted)).rowcount
+    return conn.execute(
+        update(TI)
+        .where(TI.c.hashcode.is_not(None), or_(TI.c.shardcode.is_(None), TI.c.shardcode != wanted))
+        .values(shardcode=wanted)
+    ).rowcount
