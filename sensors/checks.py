@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionCheck:
     """A partition in ``db.table`` matching ``spec``.
 
@@ -23,7 +23,7 @@ class PartitionCheck:
         return (self.db, self.table)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PathCheck:
     """A path exists in the Hadoop FileSystem of the Spark JVM (file://, hdfs://, s3a://...)."""
 

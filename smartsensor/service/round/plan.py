@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -20,6 +21,6 @@ class RoundPlan:
     collided: set[int]
     now: datetime
     due: list[CheckGroup]
-    batched: dict[CheckKey, list[Check]] = field(default_factory=dict)  # answered by the catalog in one batch
+    batched: dict[CheckKey, Sequence[Check]] = field(default_factory=dict)  # answered by the catalog in one batch
     sensors: dict[CheckKey, BaseSensor] = field(default_factory=dict)  # user sensors: their own poke()
     bad: list[tuple[CheckKey, Cohort, str]] = field(default_factory=list)  # cohorts that fail alone, with the reason

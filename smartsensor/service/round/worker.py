@@ -192,7 +192,7 @@ class ShardWorker:
         A sensor that cannot be built gets its outcome here: permanent or transient, by the reason."""
         for g in plan.due:
             try:
-                sensor, checks = _rebuilt_with_checks(self._sensor_class(g.key[1]), g.key[2])  # type: ignore[arg-type]  # a class is hashable
+                sensor, checks, tables = _rebuilt_with_checks(self._sensor_class(g.key[1]), g.key[2])  # type: ignore[arg-type]  # a class is hashable
             except SensorModuleUnavailable as exc:
                 g.outcome = TransientCheckError(str(exc))
                 plan.result.module_errors[exc.module] = str(exc)
@@ -207,19 +207,11 @@ class ShardWorker:
             except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's checks() may raise
                 g.outcome = TransientCheckError(f"{g.key[1]}.checks() raised {type(exc).__name__}: {first_line(exc)}")
                 continue
-            if checks is not None and (
-                not isinstance(checks, list) or not all(isinstance(c, (PartitionCheck, PathCheck)) for c in checks)
-            ):
-                g.outcome = PermanentCheckError(
-                    f"{g.key[1]}.checks() must return a list of PartitionCheck/PathCheck "
-                    f"or None, got {type(checks).__name__}"
-                )
-                continue
             check = self.index.checks.get(g.key)
-            if check is not None and not check.tables and checks:
-                self.index.set_tables(check, frozenset(c.table_key for c in checks if isinstance(c, PartitionCheck)))
+            if check is not None and check.tables is not tables:
+                self.index.set_tables(check, tables)
             if checks is None:
-                plan.sensors[g.key] = sensor
+                plan.sensors[g.key] = sensor  # type: ignore[assignment]  # a sensor is kept exactly when checks is None
             else:
                 plan.batched[g.key] = checks
 
@@ -300,13 +292,31 @@ class ShardWorker:
 
 
 @lru_cache(maxsize=200_000)
-def _rebuilt_with_checks(cls: type[BaseSensor], attr_dict: str) -> tuple[BaseSensor, list[Check] | None]:
-    """A sensor rebuilt from attr_dict and its checks(), cached per (class, attr_dict): a check waiting for
-    hours is parsed and validated once per process, not every round (on W3, 100,000 distinct checks a
-    round). checks() depends only on the persisted fields (BaseSensor.checks); one that raises is not
-    cached, so it is tried again next round."""
+def _rebuilt_with_checks(
+    cls: type[BaseSensor], attr_dict: str
+) -> tuple[BaseSensor | None, tuple[Check, ...] | None, frozenset[tuple[str, str]]]:
+    """A sensor rebuilt from attr_dict, its checks() validated, and the tables they read, cached per (class,
+    attr_dict): a check waiting for hours is parsed and validated once per process, not every round (on W3,
+    100,000 distinct checks a round). checks() depends only on the persisted fields (BaseSensor.checks); one
+    that raises is not cached, so it is tried again next round. The sensor itself is kept only when it pokes
+    on its own (checks() is None): a batched check needs only its checks, which is most of the cache's memory.
+    """
     sensor = cls.from_stored(attr_dict)
-    return sensor, sensor.checks()
+    checks = sensor.checks()
+    if checks is None:
+        return sensor, None, frozenset()
+    if not isinstance(checks, list) or not all(isinstance(c, (PartitionCheck, PathCheck)) for c in checks):
+        raise SensorDefinitionError(
+            f"{cls.__module__}.{cls.__qualname__}.checks() must return a list of PartitionCheck/PathCheck or None, "
+            f"got {type(checks).__name__}"
+        )
+    tables = frozenset(c.table_key for c in checks if isinstance(c, PartitionCheck))
+    if len(_TABLE_SETS) > 200_000:  # bounded like the cache above: a long-lived worker sees checks come and go
+        _TABLE_SETS.clear()
+    return None, tuple(checks), _TABLE_SETS.setdefault(tables, tables)
+
+
+_TABLE_SETS: dict[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] = {}  # one object per distinct set
 
 
 def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time: datetime) -> list[BadCohort]:
