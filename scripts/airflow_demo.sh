@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One command to a running Airflow 3 + smartsensor stack: a throwaway PostgreSQL (smartsensor's metadata DB), a
 # Hive metastore service, `smartsensor serve` and leased workers, a real Airflow 3.1.8 (api-server, dag-processor,
-# scheduler, triggerer) with the provider installed, the DAGs of scripts/airflow_demo_dags and the landing
+# scheduler, triggerer) with the provider installed, the DAGs of scripts/airflow/dags and the landing
 # pipeline; prints Airflow's task states against the expected ones and the figures, then stops everything.
 # First run builds .venv and the Airflow venv (~/.cache/smartsensor, a few minutes). Arguments go to
-# scripts/airflow_demo.py: --sensors N, --partitions P, --every S, --keep, --deadline S, --home DIR (see --help).
+# scripts/airflow/demo.py: --sensors N, --partitions P, --every S, --keep, --deadline S, --home DIR (see --help).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export SMARTSENSOR_AIRFLOW_VERSIONS="${SMARTSENSOR_DEMO_AIRFLOW_VERSION:-3.1.8}"  # build only the demo's version
@@ -21,4 +21,4 @@ trap 'exit 143' TERM
 start_pg
 cd "$ROOT"
 # Not exec: this shell stays to stop PostgreSQL when the driver ends, however it ends (the driver stops the rest).
-python "$HERE/airflow_demo.py" --db-url "$SMARTSENSOR_TEST_PG_URL" "$@"
+python -m scripts.airflow.demo --db-url "$SMARTSENSOR_TEST_PG_URL" "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run scripts/bench.py in the project venv. With --postgres first, a throwaway PostgreSQL 15 is
-# started for the metadata DB (stopped on exit). Other arguments go to bench.py, e.g.
+# Run the benchmark, scripts/bench/bench.py (as the module scripts.bench.bench, from the repository root), in the
+# project venv. With --postgres first, a throwaway PostgreSQL 15 is started for the metadata DB (stopped on exit).
+# Other arguments go to the benchmark, e.g.
 #   ./scripts/bench.sh --postgres --workload W1 --json bench-results/w1.json
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,4 +17,4 @@ if [ "${1:-}" = "--postgres" ]; then
   extra=(--db-url "$SMARTSENSOR_TEST_PG_URL")
 fi
 cd "$ROOT"
-python "$HERE/bench.py" "${extra[@]}" "$@"
+python -m scripts.bench.bench "${extra[@]}" "$@"

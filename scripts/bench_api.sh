@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run scripts/bench_api.py (load on `smartsensor serve`) in the project venv, on a throwaway PostgreSQL 15 that is
-# started here and stopped on exit. With --sqlite first, or with --db-url, no PostgreSQL is started. Other
-# arguments go to bench_api.py, e.g.
+# Run scripts/bench/api.py (load on `smartsensor serve`; as the module scripts.bench.api, from the repository root)
+# in the project venv, on a throwaway PostgreSQL 15 that is started here and stopped on exit. With --sqlite first,
+# or with --db-url, no PostgreSQL is started. Other arguments go to it, e.g.
 #   ./scripts/bench_api.sh --json bench-results/api.json
 #   ./scripts/bench_api.sh --sqlite --tasks 2000 --poll-seconds 10
 set -euo pipefail
@@ -18,4 +18,4 @@ elif [[ " $* " != *" --db-url "* && " $* " != *" --db-url="* ]]; then
   extra=(--db-url "$SMARTSENSOR_TEST_PG_URL")
 fi
 cd "$ROOT"
-python "$HERE/bench_api.py" "${extra[@]}" "$@"
+python -m scripts.bench.api "${extra[@]}" "$@"

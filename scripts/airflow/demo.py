@@ -3,9 +3,9 @@ PostgreSQL and the Airflow venv ready).
 
 It starts smartsensor (a Hive metastore service, ``serve`` with a token, leased workers on the thrift backend)
 and a real Airflow (api-server, dag-processor, scheduler, triggerer; LocalExecutor on SQLite), with the provider
-installed and the DAGs of scripts/airflow_demo_dags: several teams' sensor tasks, written for Airflow's Hive
+installed and the DAGs of scripts/airflow/dags: several teams' sensor tasks, written for Airflow's Hive
 provider with only their import lines changed, many waiting on the same partitions. It triggers every DAG for
-one day; once every sensor has registered and deferred, the pipeline (scripts/pipeline.py) lands the day's
+one day; once every sensor has registered and deferred, the pipeline (scripts/demo/pipeline.py) lands the day's
 partitions. At the end it prints Airflow's task states against the expected ones, the figures, and the URLs.
 
 Exit status: 0 when every task ended as expected; 1 when some did not (listed); 2 when the deadline passed (the
@@ -26,16 +26,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
-from rich.console import Console  # noqa: E402 - after the sys.path set-up above
-from rich.live import Live  # noqa: E402 - after the sys.path set-up above
-from rich.table import Table  # noqa: E402 - after the sys.path set-up above
-from sqlalchemy import text  # noqa: E402 - after the sys.path set-up above
-from sqlalchemy.exc import OperationalError  # noqa: E402 - after the sys.path set-up above
-
-from airflow_demo_report import (  # noqa: E402 - after the sys.path set-up above
+from scripts.airflow.report import (
     MODEL,
     SENSOR_OPERATORS,
     TERMINAL,
@@ -46,15 +43,16 @@ from airflow_demo_report import (  # noqa: E402 - after the sys.path set-up abov
     state_counts,
     summary_json,
 )
-from demo import worker_rounds  # noqa: E402 - after the sys.path set-up above
-from scripts.airflow_stack import USER, AirflowStack, Processes, StackError, states_requests  # noqa: E402 - after the sys.path set-up above
-from smartsensor.adapters.metastore_process import free_port  # noqa: E402 - after the sys.path set-up above
-from smartsensor.adapters.process import smartsensor_command  # noqa: E402 - after the sys.path set-up above
-from smartsensor.adapters.sql.engine import make_engine  # noqa: E402 - after the sys.path set-up above
-from smartsensor.adapters.sql.tasks import list_tasks  # noqa: E402 - after the sys.path set-up above
-from smartsensor.config_keys import render_config  # noqa: E402 - after the sys.path set-up above
+from scripts.airflow.stack import USER, AirflowStack, Processes, StackError, states_requests
+from scripts.demo.demo import worker_rounds
+from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.process import smartsensor_command
+from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.adapters.sql.tasks import list_tasks
+from smartsensor.config_keys import render_config
 
-DAGS = ROOT / "scripts" / "airflow_demo_dags"
+ROOT = Path(__file__).resolve().parents[2]
+DAGS = ROOT / "scripts" / "airflow" / "dags"
 DS = "2026-11-22"  # the day the teams wait for
 YESTERDAY = "2026-11-21"
 console = Console(width=None if sys.stdout.isatty() else 110)
@@ -183,12 +181,13 @@ class Demo:
         self.processes.start(name, smartsensor_command(*args), self.env, service=service)
 
     def pipeline(self, name: str, tables: str, ds: str, hours: str, every: float) -> Any:
-        """scripts/pipeline.py landing ``hours`` of ``ds`` in ``tables`` (a landing signal after each)."""
+        """scripts/demo/pipeline.py landing ``hours`` of ``ds`` in ``tables`` (a landing signal after each)."""
         return self.processes.start(
             name,
             [
                 sys.executable,
-                str(ROOT / "scripts" / "pipeline.py"),
+                "-m",
+                "scripts.demo.pipeline",
                 "--table",
                 tables,
                 "--ds",

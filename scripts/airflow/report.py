@@ -1,4 +1,4 @@
-"""What scripts/airflow_demo.py prints at the end, from what Airflow and smartsensor recorded: each Airflow task's
+"""What scripts/airflow/demo.py prints at the end, from what Airflow and smartsensor recorded: each Airflow task's
 state against the state it should have (from what the pipeline landed and each sensor's own rules), and the
 figures (registrations and distinct checks, metastore calls against Airflow's own sensors, states requests).
 
@@ -15,7 +15,8 @@ from typing import Any, Iterable
 
 from rich.table import Table
 
-from demo import check_landed, classic_calls  # the non-Airflow demo's rules: what landed, classic poke cost
+# The non-Airflow demo's rules: what landed, classic poke cost.
+from scripts.demo.demo import check_landed, classic_calls
 
 SENSOR_OPERATORS = {"NamedHivePartitionSensor", "HivePartitionSensor", "SuccessFileSensor"}
 TERMINAL = {"success", "failed", "skipped", "upstream_failed", "removed"}

@@ -1,4 +1,4 @@
-"""A real Airflow running in the background, for tests/airflow and scripts/airflow_demo.py: its components as
+"""A real Airflow running in the background, for tests/airflow and scripts/airflow/demo.py: its components as
 processes, started in their own sessions and stopped with their children whatever happens.
 
 - 3.x: api-server, dag-processor, scheduler and triggerer (LocalExecutor), on SQLite under AIRFLOW_HOME. The

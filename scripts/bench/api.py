@@ -21,7 +21,7 @@ Only loopback traffic: the server listens on 127.0.0.1. Every loop is bounded (t
 per request and per phase); the server is stopped on exit, on an error and on Ctrl-C, and gets SIGTERM if this
 script dies without stopping it (Linux).
 
-    .venv/bin/python scripts/bench_api.py [--db-url URL] [--tasks 10000] [--partitions 500] [--concurrency 50]
+    .venv/bin/python -m scripts.bench.api [--db-url URL] [--tasks 10000] [--partitions 500] [--concurrency 50]
         [--pollers 50] [--keys-per-poller 200] [--poll-interval 1] [--poll-seconds 20] [--wait 0] [--json FILE]
 
 Without --db-url: SQLite in a temporary folder. ./scripts/bench_api.sh starts a throwaway PostgreSQL for it.
@@ -45,10 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from smartsensor.adapters.process import pdeathsig_preexec  # noqa: E402 - after the sys.path set-up above
+from smartsensor.adapters.process import pdeathsig_preexec
 
 HOST = "127.0.0.1"
 DAY = "2026-11-22"

@@ -14,7 +14,7 @@ Strategies:
   fleet     ours as deployed: --fleet-processes real `worker --once` processes (thrift), each owning an equal
             share of the shard ranges, started together; the slowest one's (cold, first) round.
   triggerer what Airflow users run today, SIMULATED: one asyncio coroutine per task, each its own metastore
-            call per poke (Airflow's triggerer does not deduplicate). See scripts/bench_catalog.py.
+            call per poke (Airflow's triggerer does not deduplicate). See scripts/bench/catalog.py.
 Also: the peak RSS of a real `worker --once` process on each backend (its JVM included), the metastore's own
 floor per listing, measured in the same run, and with several workloads a growth table (time per task and
 per table).
@@ -38,28 +38,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from rich.console import Console
+from rich.table import Table
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-import bench_catalog  # noqa: E402  (scripts/, beside this file)
-import bench_setup  # noqa: E402
-from bench_setup import partition_of  # noqa: E402
-from smartsensor.adapters.catalog.batch import BatchChecker  # noqa: E402
-from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog  # noqa: E402
-from smartsensor.adapters.metastore_process import free_port  # noqa: E402
-from smartsensor.adapters.process import smartsensor_command  # noqa: E402
-from smartsensor.adapters.sql import benchmark as bench_sql, tasks as task_sql  # noqa: E402
-from smartsensor.adapters.sql.engine import init_db, make_engine  # noqa: E402
-from smartsensor.adapters.sql.round_store import SqlRoundStore  # noqa: E402
-from smartsensor.config import load_config  # noqa: E402
-from smartsensor.domain.states import State  # noqa: E402
-from smartsensor.sensors import NamedHivePartitionSensor  # noqa: E402
-from smartsensor.service.registration import build_row  # noqa: E402
-from smartsensor.service.round.report import RoundResult  # noqa: E402
-from smartsensor.service.round.worker import ShardWorker, run_round  # noqa: E402
+from scripts.bench import catalog as bench_catalog, sql as bench_sql, workload as bench_workload
+from scripts.bench.workload import partition_of
+from smartsensor.adapters.catalog.batch import BatchChecker
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.process import smartsensor_command
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.round_store import SqlRoundStore
+from smartsensor.config import load_config
+from smartsensor.domain.states import State
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.service.registration import build_row
+from smartsensor.service.round.report import RoundResult
+from smartsensor.service.round.worker import ShardWorker, run_round
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -270,7 +266,7 @@ def measure_strategies(
         reset(engine)
         waiting[name] = fn(shard_workers(engine, cfg, spark, shards))
         console.print(f"  {name}: waiting round {waiting[name].wall:.2f} s, {waiting[name].catalog_calls:,.0f} calls")
-    landing_s = bench_setup.land(catalog, db, landed, tables)
+    landing_s = bench_workload.land(catalog, db, landed, tables)
     console.print(f"  landed {len(landed):,} partitions in {landing_s:.1f} s")
     warm_types(spark, catalog, db, tables)
     out = {}
@@ -400,7 +396,7 @@ def run_workload(
         bench_sql.delete_all_tasks_for_benchmark(conn)
     db = db_name(name)
     shards = args.shards or (8 if name == "W3" else 4)
-    setup_s = bench_setup.create_workload(spark, catalog, engine, cfg, db, tasks, parts, tables, DAY)
+    setup_s = bench_workload.create_workload(spark, catalog, engine, cfg, db, tasks, parts, tables, DAY)
     console.print(f"  set up in {setup_s:.1f} s")
     every = max(1, round(1 / args.land_share))  # by date, so that every table gets its share of landings
     landed = [p for p in range(parts) if (p // tables) % every == 0]

@@ -1,4 +1,4 @@
-"""The catalog side of scripts/bench.py: our round on the thrift backend, a simulation of Airflow's triggerer
+"""The catalog side of scripts/bench/bench.py: our round on the thrift backend, a simulation of Airflow's triggerer
 (one coroutine per task, each its own metastore call per poke), the metastore's own floor per listing, and
 the peak RSS of a real worker process (JVM included) on each backend."""
 
@@ -66,7 +66,7 @@ def triggerer_round(
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump({"uris": uris, "timeout": timeout, "partitions": chosen}, f)
         f.flush()
-        run = run_sampled([sys.executable, __file__, f.name], env, "the simulated triggerer", 3600)
+        run = run_sampled([sys.executable, "-m", "scripts.bench.catalog", f.name], env, "the simulated triggerer", 3600)
     got = json.loads(run.stdout.strip().splitlines()[-1])
     scale = len(partitions) / max(1, len(chosen))
     return {
@@ -284,7 +284,7 @@ def tree_peak_rss_mb(pid: int) -> float:
     return total / 1024
 
 
-if __name__ == "__main__":  # the simulated triggerer's own process: python bench_catalog.py SPEC.json
+if __name__ == "__main__":  # the simulated triggerer's own process: python -m scripts.bench.catalog SPEC.json
     spec = json.loads(Path(sys.argv[1]).read_text())
     print(
         json.dumps(

@@ -1,7 +1,7 @@
 """What each install costs: time and size of a fresh venv per distribution and extra, side by side in one run.
 
-    .venv/bin/python scripts/bench_install.py            # pip cache as it is (warm after ./scripts/test.sh)
-    .venv/bin/python scripts/bench_install.py --cold     # --no-cache-dir: every package downloaded (and pyspark built)
+    .venv/bin/python -m scripts.bench.install            # pip cache as it is (warm after ./scripts/test.sh)
+    .venv/bin/python -m scripts.bench.install --cold     # --no-cache-dir: every package downloaded (and pyspark built)
 
 Rows: an empty venv (the baseline every size is measured against), `smartsensor` (a service host on the thrift
 backend), `smartsensor[spark]` (Spark backend, classic runs, `metastore start`, the demo), and the provider wheel
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tree_bytes(path: Path) -> int:

@@ -2,7 +2,7 @@
 per check.
 
 Pure Python, no catalog: it times only the matching step that follows the one listing per table.
-    python scripts/bench_matching.py --partitions 10000 --checks 10000
+    python -m scripts.bench.matching --partitions 10000 --checks 10000
 """
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from smartsensor.adapters.catalog.batch import answer_checks
 from smartsensor.sensors.checks import PartitionCheck

@@ -1,4 +1,5 @@
-"""Queries only ``scripts/bench.py`` sends, on its own throwaway database."""
+"""Queries only the benchmark (``scripts/bench/bench.py``) sends, on its own throwaway database. They live beside it,
+not in the installed package."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ TI = TaskInstance.__table__
 
 
 def delete_all_tasks_for_benchmark(conn: Connection) -> int:
-    """Empty task_instance (scripts/bench.py only, on its own throwaway database). 1 statement."""
+    """Empty task_instance (bench.py only, on its own throwaway database). 1 statement."""
     return conn.execute(delete(TI)).rowcount
 
 
 def reset_to_waiting_for_benchmark(conn: Connection, now: datetime) -> int:
-    """Every task waiting in its first try since ``now`` (scripts/bench.py only: the same state for each strategy)."""
+    """Every task waiting in its first try since ``now`` (bench.py only: the same state for each strategy)."""
     return conn.execute(
         update(TI).values(
             state=State.SMART_RUNNING, try_number=1, start_date=now, end_date=None, hostname=None, error=None
@@ -27,13 +28,13 @@ def reset_to_waiting_for_benchmark(conn: Connection, now: datetime) -> int:
 
 
 def landed_hashcodes_for_benchmark(conn: Connection) -> list[int]:
-    """Hashcodes of the tasks a landing round marked success (scripts/bench.py only). 1 statement."""
+    """Hashcodes of the tasks a landing round marked success (bench.py only). 1 statement."""
     return [h for (h,) in conn.execute(select(TI.c.hashcode).where(TI.c.state == State.SUCCESS).distinct())]
 
 
 def raw_mark_for_benchmark(conn: Connection, hashcodes: list[int], now: datetime) -> int:
     """PostgreSQL's (or SQLite's) floor for marking these tasks: the plainest UPDATE of the same rows to the same
-    values, without range, state guard or fence (scripts/bench.py only). 1 statement on PostgreSQL."""
+    values, without range, state guard or fence (bench.py only). 1 statement on PostgreSQL."""
     values = {"state": State.SUCCESS, "end_date": now, "updated_at": now}
     if conn.dialect.name == "postgresql":
         from sqlalchemy import BigInteger

@@ -2,7 +2,7 @@
 
 Pure Python. Each value is rendered N times, as a file registering N tasks with the same template does;
 both strategies run in the same process, one after the other, and give the same strings.
-    python scripts/bench_templates.py --renders 20000
+    python -m scripts.bench.templates --renders 20000
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ import argparse
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment

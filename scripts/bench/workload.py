@@ -1,4 +1,4 @@
-"""Workload set-up for scripts/bench.py, fast enough for W3 (1,000 tables, 100,000 partitions, 1,000,000 tasks).
+"""Workload set-up for the benchmark (bench.py), fast enough for W3 (1,000 tables, 100,000 partitions, 1,000,000 tasks).
 
 Tables: the first one is created by Spark SQL (a real Parquet table, the shape a pipeline makes); the others
 are copies of its metastore definition made through the thrift API (``create_table``), ~100x faster than

@@ -1,6 +1,6 @@
 """The main job, end to end on the embedded defaults: SQLite + a local Hive metastore service + local Spark.
 
-Submits the DAG files in scripts/demo_dags (a few hundred sensor tasks over a few dozen partitions),
+Submits the DAG files in scripts/demo/dags (a few hundred sensor tasks over a few dozen partitions),
 starts the landing pipeline, N shard workers and the scheduler, shows live progress, and ends with a
 summary: tasks by final state, distinct partitions checked, catalog calls made vs what classic poke
 mode would have made for the same waits. Exit 0 only if every task whose partition landed succeeded
@@ -30,8 +30,8 @@ from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.config_keys import render_config
 
-ROOT = Path(__file__).resolve().parents[1]
-DAGS = ROOT / "scripts" / "demo_dags"
+ROOT = Path(__file__).resolve().parents[2]
+DAGS = ROOT / "scripts" / "demo" / "dags"
 DS = "2026-11-22"
 WAITING = ("smart_pending", "smart_running", "up_for_retry", "scheduled", "running")
 console = Console()
@@ -269,7 +269,8 @@ def main() -> int:
             "pipeline",
             [
                 sys.executable,
-                str(ROOT / "scripts" / "pipeline.py"),
+                "-m",
+                "scripts.demo.pipeline",
                 "--table",
                 "demo.events,demo.clicks,demo.orders",
                 "--ds",

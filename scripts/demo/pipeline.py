@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The landing pipeline: a real PySpark job that lands one Hive partition per hour, then a _SUCCESS file.
 
-    python scripts/pipeline.py --table demo.events --ds 2026-11-22 --hours 0-23 --every 2 --rows 10
+    python -m scripts.demo.pipeline --table demo.events --ds 2026-11-22 --hours 0-23 --every 2 --rows 10
 
 For each hour it overwrites ``PARTITION (ds='<ds>', hr='HH')`` of every table given (``--table`` also
 takes a comma list, landed hour by hour across the tables), prints ``landed db.t/ds=<ds>/hr=HH``,
@@ -19,10 +19,7 @@ import re
 import sys
 import time
 from datetime import date
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from smartsensor.adapters.spark import get_spark
 from smartsensor.config import ConfigError, load_config

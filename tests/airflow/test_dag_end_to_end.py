@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 from sqlalchemy import text
 
-from scripts.airflow_stack import airflow_env, run_airflow, states_requests, task_end_times, task_states, version_of
+from scripts.airflow.stack import airflow_env, run_airflow, states_requests, task_end_times, task_states, version_of
 from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
@@ -121,7 +121,8 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
         pipeline = subprocess.run(
             [
                 sys.executable,
-                str(ROOT / "scripts" / "pipeline.py"),
+                "-m",
+                "scripts.demo.pipeline",
                 "--table",
                 f"{db}.events",
                 "--ds",
@@ -134,6 +135,7 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
                 "1",
             ],
             env=env,
+            cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=300,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.airflow_stack import airflow_env, version_of
+from scripts.airflow.stack import airflow_env, version_of
 from tests.support.airflow_helpers import INSIDE, airflow_venvs
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from scripts.airflow_stack import AirflowStack, Processes, states_requests, version_of
+from scripts.airflow.stack import AirflowStack, Processes, states_requests, version_of
 from smartsensor.adapters.metastore_process import free_port
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT

@@ -26,7 +26,8 @@ def test_bench_smoke(tmp_path: Path) -> None:
         proc = subprocess.run(
             [
                 sys.executable,
-                str(ROOT / "scripts" / "bench.py"),
+                "-m",
+                "scripts.bench.bench",
                 "--workload",
                 "W1,W2,W3",
                 "--scale",
@@ -47,6 +48,7 @@ def test_bench_smoke(tmp_path: Path) -> None:
                 str(out),
             ],
             env=env,
+            cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=1700,

@@ -1,4 +1,4 @@
-"""scripts/bench_api.py with tiny numbers, on SQLite and PostgreSQL: it starts a real `smartsensor serve`, registers
+"""scripts/bench/api.py with tiny numbers, on SQLite and PostgreSQL: it starts a real `smartsensor serve`, registers
 and polls through it without an error or a wrong answer, prints its table with every field, and stops the server."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def test_bench_api_smoke(tmp_path: Path, db_url: str) -> None:
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "bench_api.py"),
+            "-m",
+            "scripts.bench.api",
             "--db-url",
             db_url,
             "--tasks",
@@ -49,6 +50,7 @@ def test_bench_api_smoke(tmp_path: Path, db_url: str) -> None:
             str(out),
         ],
         env=env,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=280,

@@ -221,7 +221,8 @@ def test_pipeline_lands_partitions_and_success_file(service: Config, procs: Proc
     pipeline = procs.spawn(
         [
             sys.executable,
-            str(ROOT / "scripts" / "pipeline.py"),
+            "-m",
+            "scripts.demo.pipeline",
             "--table",
             f"{db}.events",
             "--ds",
@@ -252,18 +253,9 @@ def test_pipeline_lands_partitions_and_success_file(service: Config, procs: Proc
     assert last_json(checker_out) == {"partitions": [f"ds={DS}/hr=00", f"ds={DS}/hr=01"], "rows": 6}
 
 
-def load_pipeline():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pipeline_script", ROOT / "scripts" / "pipeline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_pipeline_validates_everything_that_reaches_sql() -> None:
-    pipeline = load_pipeline()
+    from scripts.demo import pipeline
+
     assert pipeline.parse_hours("0-3,7,2") == [0, 1, 2, 3, 7]
     assert pipeline.parse_hours("5") == [5]
     assert pipeline.parse_table("demo.events") == ("demo", "events")

@@ -60,7 +60,8 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
         land = subprocess.run(
             [
                 sys.executable,
-                str(ROOT / "scripts" / "pipeline.py"),
+                "-m",
+                "scripts.demo.pipeline",
                 "--table",
                 "demo.t",
                 "--ds",
@@ -74,6 +75,7 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
                 "--no-success-file",
             ],
             env=env,
+            cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=180,

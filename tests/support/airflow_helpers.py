@@ -1,5 +1,5 @@
 """Real Airflow installs for tests/airflow: the cached venvs scripts/airflow_env.sh builds, as test parameters.
-Running Airflow itself (its environment, commands, components, states) is scripts/airflow_stack.py, which the
+Running Airflow itself (its environment, commands, components, states) is scripts/airflow/stack.py, which the
 demo uses too."""
 
 from __future__ import annotations

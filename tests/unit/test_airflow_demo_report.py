@@ -1,15 +1,11 @@
-"""The Airflow demo's verdicts (scripts/airflow_demo_report.py): what each task must end as, from what landed,
+"""The Airflow demo's verdicts (scripts/airflow/report.py): what each task must end as, from what landed,
 each sensor's own rules and the DAG's dependencies; and the computed figures."""
 
 from __future__ import annotations
 
 import json
-import sys
 
-from tests.support.common import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-from airflow_demo_report import check_dag, figures
+from scripts.airflow.report import check_dag, figures
 
 LANDED = {"demo.events/ds=2026-11-22/hr=00"}
 

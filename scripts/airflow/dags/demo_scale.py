@@ -1,4 +1,4 @@
-"""How big the demo is. scripts/airflow_demo.py sets DEMO_SENSORS and DEMO_PARTITIONS from its --sensors and
+"""How big the demo is. scripts/airflow/demo.py sets DEMO_SENSORS and DEMO_PARTITIONS from its --sensors and
 --partitions; the partitions are hourly, half in demo.events and half in demo.clicks, so the teams below wait
 on hours 00 .. HOURS-1 of the same day, many of them on the very same partitions.
 
