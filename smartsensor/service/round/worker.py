@@ -55,7 +55,7 @@ class ShardWorker:
     ``[smart_sensor] index_rebuild_interval``, after a failed round) and then kept current from the change feed:
     each round starts the range's pending tasks and counts them in (``RoundStore.start_new``). A round's work
     then follows the due checks, not the waiting tasks. With ``incremental=False`` the index is rebuilt from
-    every task row each round: the full-reload round, kept to be measured beside it (``scripts/bench.py``).
+    every task row each round: the full-reload round, kept to be measured beside it (``scripts/bench/bench.py``).
 
     Poke times per check are kept in memory; the schedule itself derives from each task's start of try, so
     after a restart every waiting check is simply poked once at once, and nothing is lost.
