@@ -324,7 +324,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
 
     from smartsensor.service.runner import LeasedWorker
     from smartsensor.service.signals import send_signal
-    from smartsensor.service.worker_loop import run_worker
+    from smartsensor.service.worker_loop import WorkerLoop
 
     rows = []
     for kind, interval in (("sig", 600.0), ("poll", poll_interval)):
@@ -339,9 +339,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     stop = threading.Event()
     runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
     thread = threading.Thread(
-        target=run_worker,
-        args=(runner, engine, cfg, 1.0, False, rounds.append),
-        kwargs={"signals": True, "stop_event": stop},
+        target=WorkerLoop(runner, engine, cfg, 1.0, False, rounds.append, signals=True, stop_event=stop).start,
         daemon=True,
     )
     thread.start()

@@ -235,22 +235,6 @@ class WorkerLoop:
         self.stop()
 
 
-def run_worker(
-    runner: Runner,
-    engine: Any,
-    cfg: Config,
-    interval: float,
-    once: bool,
-    emit: Callable[[RoundResult], None],
-    metrics: RoundMetrics | None = None,
-    signals: bool = True,
-    stop_event: threading.Event | None = None,
-    jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code,
-) -> int:
-    """``WorkerLoop(...).start()``: run rounds until stopped; returns the exit status (see ``WorkerLoop``)."""
-    return WorkerLoop(runner, engine, cfg, interval, once, emit, metrics, signals, stop_event, jvm_exit_code).start()
-
-
 def _beat_until(beat: Callable[[], None], interval: float, done: threading.Event) -> None:
     """Call ``beat`` every ``interval`` seconds until ``done`` (`worker --once`'s heartbeat during its round)."""
     while not done.wait(interval):

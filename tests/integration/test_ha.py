@@ -17,7 +17,7 @@ from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.registration import register
 from smartsensor.service.runner import LeasedWorker
 from smartsensor.service.signals import send_signal
-from smartsensor.service.worker_loop import run_worker
+from smartsensor.service.worker_loop import WorkerLoop
 from tests.support.common import DAY, new_db, wait_until
 from tests.support.flag_workload import LEASE
 from tests.support.hive_helpers import create_table, land
@@ -31,9 +31,9 @@ class _Runner:
         self.results: list[Any] = []
         self.runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
         self.thread = threading.Thread(
-            target=run_worker,
-            args=(self.runner, engine, cfg, interval, False, self.results.append),
-            kwargs={"signals": signals, "stop_event": self.stop},
+            target=WorkerLoop(
+                self.runner, engine, cfg, interval, False, self.results.append, signals=signals, stop_event=self.stop
+            ).start,
             daemon=True,
         )
 

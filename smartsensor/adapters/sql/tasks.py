@@ -50,6 +50,11 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
     )
 
 
+def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
+    """The WHERE terms of one task instance, by primary key."""
+    return TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2]
+
+
 def _ended(new_state: str, now: datetime, error: str | None) -> dict[str, Any]:
     """The values a round writes to end a task's wait: the state, when, and the error if there is one."""
     values: dict[str, Any] = {"state": new_state, "end_date": now, "updated_at": now}
@@ -131,7 +136,7 @@ def set_state(
     ``try_number``: only while the task is still in that try (a run ending its own try never ends a
     later one that another process started after this one was given up for dead).
     """
-    query = update(TI).where(TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2])
+    query = update(TI).where(*_is_task(key))
     if from_states is not None:
         query = query.where(TI.c.state.in_(list(from_states)))
     if try_number is not None:
@@ -379,9 +384,7 @@ def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: st
         conn.execute(
             update(TI)
             .where(
-                TI.c.dag_id == key[0],
-                TI.c.task_id == key[1],
-                TI.c.execution_date == key[2],
+                *_is_task(key),
                 TI.c.state == State.UP_FOR_RETRY,
                 TI.c.try_number == try_number,
             )
@@ -407,9 +410,7 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
         conn.execute(
             update(TI)
             .where(
-                TI.c.dag_id == key[0],
-                TI.c.task_id == key[1],
-                TI.c.execution_date == key[2],
+                *_is_task(key),
                 TI.c.state == State.SCHEDULED,
             )
             .values(
@@ -434,9 +435,7 @@ def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
         conn.execute(
             update(TI)
             .where(
-                TI.c.dag_id == key[0],
-                TI.c.task_id == key[1],
-                TI.c.execution_date == key[2],
+                *_is_task(key),
                 TI.c.state == State.RUNNING,
             )
             .values(state=State.SCHEDULED, hostname=None, updated_at=now)
@@ -451,9 +450,7 @@ def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
         conn.execute(
             update(TI)
             .where(
-                TI.c.dag_id == key[0],
-                TI.c.task_id == key[1],
-                TI.c.execution_date == key[2],
+                *_is_task(key),
                 TI.c.state == State.RUNNING,
             )
             .values(updated_at=now)
@@ -488,9 +485,7 @@ def end_zombie(
         conn.execute(
             update(TI)
             .where(
-                TI.c.dag_id == key[0],
-                TI.c.task_id == key[1],
-                TI.c.execution_date == key[2],
+                *_is_task(key),
                 TI.c.state == State.RUNNING,
                 TI.c.updated_at == seen_updated_at,
             )
@@ -510,9 +505,7 @@ def end_exited_run(
         conn.execute(
             update(TI)
             .where(
-                TI.c.dag_id == key[0],
-                TI.c.task_id == key[1],
-                TI.c.execution_date == key[2],
+                *_is_task(key),
                 TI.c.state == State.RUNNING,
                 TI.c.try_number == try_number,
                 TI.c.hostname == claimant,
