@@ -176,23 +176,26 @@ def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[Waiti
     ]
 
 
+def _start_pending(shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None) -> Any:
+    """The UPDATE that starts a range's pending tasks (smart_pending → smart_running, start of this try stamped)."""
+    return _fenced(
+        update(TI).where(
+            TI.c.state == State.SMART_PENDING,
+            TI.c.shardcode >= shard_min,
+            TI.c.shardcode < shard_max,
+        ),
+        fence,
+        now,
+    ).values(
+        state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now), hostname=hostname, updated_at=now
+    )
+
+
 def start_pending(
     conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None = None
 ) -> int:
     """smart_pending → smart_running for the range, stamping the start of this try. 1 statement."""
-    return conn.execute(
-        _fenced(
-            update(TI).where(
-                TI.c.state == State.SMART_PENDING,
-                TI.c.shardcode >= shard_min,
-                TI.c.shardcode < shard_max,
-            ),
-            fence,
-            now,
-        ).values(
-            state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now), hostname=hostname, updated_at=now
-        )
-    ).rowcount
+    return conn.execute(_start_pending(shard_min, shard_max, now, hostname, fence)).rowcount
 
 
 def mark_hashes(
@@ -339,24 +342,7 @@ def start_pending_cohorts(
     """smart_pending → smart_running for the range (as ``start_pending``), returning what it started, per cohort:
     the tasks that arrived since the last round. 1 statement (an index probe when nothing is pending)."""
     return _cohort_rows(
-        conn.execute(
-            _fenced(
-                update(TI).where(
-                    TI.c.state == State.SMART_PENDING,
-                    TI.c.shardcode >= shard_min,
-                    TI.c.shardcode < shard_max,
-                ),
-                fence,
-                now,
-            )
-            .values(
-                state=State.SMART_RUNNING,
-                start_date=func.coalesce(TI.c.start_date, now),
-                hostname=hostname,
-                updated_at=now,
-            )
-            .returning(*_COHORT_COLUMNS)
-        )
+        conn.execute(_start_pending(shard_min, shard_max, now, hostname, fence).returning(*_COHORT_COLUMNS))
     )
 
 
