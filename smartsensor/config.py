@@ -141,6 +141,12 @@ class Config:
         return self.get("smart_sensor", "poke_interval")
 
     @property
+    def convergence_bound(self) -> float:
+        """Seconds within which a worker's index holds every waiting task of its ranges, whoever made it wait:
+        one reconciliation plus one round. `status` calls a task stuck past this bound."""
+        return self.get("smart_sensor", "reconcile_interval") + self.poke_interval
+
+    @property
     def shard_ranges(self) -> list[ShardRange]:
         raw = self.get("smart_sensor", "shard_ranges")
         limit = self.shard_code_upper_limit

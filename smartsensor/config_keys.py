@@ -139,10 +139,31 @@ KEYS: tuple[Key, ...] = (
         "index_rebuild_interval",
         "600",
         parse_float,
-        "Seconds between rebuilds of a worker's in-memory index of waiting checks from the database. Between "
-        "rebuilds a round reads only the tasks that arrived; a rebuild also picks up rows moved by hand "
-        "(`db reshard`, set-state smart_running) and forgets tasks another process ended.",
+        "Seconds between full rebuilds of a worker's in-memory index of waiting checks from the database. Between "
+        "rebuilds a round reads the tasks that arrived (the change feed) and, every reconcile_interval, the "
+        "waiting tasks changed recently by anyone (reconciliation); a rebuild also forgets tasks another process "
+        "ended and adopts rows written straight into the database.",
         bounds=(1, 7 * DAY),
+    ),
+    Key(
+        "smart_sensor",
+        "reconcile_interval",
+        "5",
+        parse_float,
+        "Seconds between a worker's reconciliations: one indexed query per shard range for the waiting tasks "
+        "changed since the last one (a set-state by hand, another process, `db reshard`), added to the index if "
+        "it lacks them. A waiting task is in the index within reconcile_interval + poke_interval (the bound that "
+        "`status` reports stuck tasks against).",
+        bounds=(0.05, DAY),
+    ),
+    Key(
+        "smart_sensor",
+        "reconcile_lookback",
+        "60",
+        parse_float,
+        "Seconds a reconciliation looks back before the previous one: covers clocks that differ between hosts "
+        "and transactions that commit after the time they stamped. Larger costs only rows read again.",
+        bounds=(0, DAY),
     ),
     Key(
         "smart_sensor",
