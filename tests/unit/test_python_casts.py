@@ -3,8 +3,11 @@ tests/integration/test_catalog_backends.py compares the same values with Spark's
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from smartsensor.adapters.catalog import partition_types
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
 from smartsensor.adapters.catalog.python_casts import python_cast, python_cast_all, python_castable
 from smartsensor.sensors.errors import PermanentCheckError
@@ -67,3 +70,44 @@ def test_partition_types_cast_in_python_without_spark() -> None:
     assert types.cast_queries == 0
     missing = PartitionTypes(None, read_schema=lambda db, t: None)
     assert missing.fetch("db", "gone") is None and missing.cached("db", "gone") is None
+
+
+def _python_types() -> PartitionTypes:
+    return PartitionTypes(
+        None, read_schema=lambda db, t: {"hr": "int"}, cast=python_cast_all, castable=python_castable
+    )
+
+
+def test_a_full_value_cache_never_fails_a_valid_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30, defect 4: a lookup that fills the cache must not evict the values it already found there."""
+    monkeypatch.setattr(partition_types, "_MAX_CACHED_VALUES", 4)
+    types = _python_types()
+    cols = {"hr": "int"}
+    assert types.normalize("db", "t", cols, [(("hr", "01"),), (("hr", "02"),), (("hr", "03"),)]) == [
+        (("hr", "1"),),
+        (("hr", "2"),),
+        (("hr", "3"),),
+    ]
+    # 01 and 02 are cached; 04 and 05 overflow the cache, which is emptied before they are added
+    out = types.normalize("db", "t", cols, [(("hr", "01"),), (("hr", "02"),), (("hr", "04"),), (("hr", "05"),)])
+    assert out == [(("hr", "1"),), (("hr", "2"),), (("hr", "4"),), (("hr", "5"),)]
+
+
+def test_threads_sharing_a_small_value_cache_never_fail_a_valid_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer and wake-up threads share one cache on the Spark backend: one thread's eviction must not fail the
+    other's valid values."""
+    monkeypatch.setattr(partition_types, "_MAX_CACHED_VALUES", 8)
+    types = _python_types()
+    errors: list[object] = []
+
+    def ask(offset: int) -> None:
+        for i in range(300):
+            specs = [(("hr", f"0{(i + offset + j) % 20}"),) for j in range(5)]
+            errors.extend(o for o in types.normalize("db", "t", {"hr": "int"}, specs) if isinstance(o, Exception))
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

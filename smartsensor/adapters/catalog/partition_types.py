@@ -28,6 +28,7 @@ _SAFE_TYPE = re.compile(r"[a-z_]+(\(\d+(,\s*\d+)?\))?")
 DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 _MAX_CACHED_VALUES = 100_000
 _CAST_BATCH = 500
+_MISSING = object()  # not in the cache (a cached None means: the value is not valid for its type)
 
 
 def is_string_type(typ: str) -> bool:
@@ -119,16 +120,20 @@ class PartitionTypes:
 
         Keys that are not partition columns are kept as they are (the caller reports them).
         """
-        wanted = {
+        # Every value this call needs is resolved into a local dict first: the shared cache may be cleared by
+        # another thread, or by this call when it is full, without losing an answer this call relies on.
+        needed = {
             (types[k], v)
             for spec in specs
             for k, v in spec
-            if k in types
-            and not _STRING_TYPE.fullmatch(types[k])
-            and v != DEFAULT_PARTITION_NAME
-            and (types[k], v) not in self._values
+            if k in types and not _STRING_TYPE.fullmatch(types[k]) and v != DEFAULT_PARTITION_NAME
         }
-        self._cast({pair for pair in wanted if self._castable(pair[0])})
+        known: dict[tuple[str, str], str | None] = {}
+        for pair in needed:
+            value = self._values.get(pair, _MISSING)
+            if value is not _MISSING:
+                known[pair] = value  # type: ignore[assignment]  # _MISSING was ruled out
+        known.update(self._cast({pair for pair in needed - known.keys() if self._castable(pair[0])}))
         out: list[tuple[tuple[str, str], ...] | PermanentCheckError] = []
         for spec in specs:
             pairs: list[tuple[str, str]] = []
@@ -137,25 +142,29 @@ class PartitionTypes:
                 typ = types.get(k)
                 if typ is None or _STRING_TYPE.fullmatch(typ) or v == DEFAULT_PARTITION_NAME:
                     pairs.append((k, v))
-                elif not self._castable(typ):
+                    continue
+                cast = known.get((typ, v))
+                if not self._castable(typ):
                     error = PermanentCheckError(f"{db}.{table}: partition column {k!r} has unsupported type {typ!r}")
                     break
-                elif self._values.get((typ, v)) is None:
+                if cast is None:
                     error = PermanentCheckError(
                         f"{db}.{table}: value {v!r} is not a valid {typ} for partition column {k!r}"
                     )
                     break
-                else:
-                    pairs.append((k, self._values[(typ, v)]))  # type: ignore[arg-type]  # errors were handled above
+                pairs.append((k, cast))
             out.append(error if error is not None else tuple(pairs))
         return out
 
-    def _cast(self, pairs: set[tuple[str, str]]) -> None:
+    def _cast(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+        """Cast these values, remember them (the cache is emptied first when it would overflow), return them."""
         if not pairs:
-            return
-        if len(self._values) + len(pairs) > _MAX_CACHED_VALUES:
+            return {}
+        cast = self._cast_values(pairs)
+        if len(self._values) + len(cast) > _MAX_CACHED_VALUES:
             self._values.clear()
-        self._values.update(self._cast_values(pairs))
+        self._values.update(cast)
+        return cast
 
     def _spark_cast(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
         """Cast values to their types and back to text in Spark (local work, no catalog call)."""
