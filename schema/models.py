@@ -18,6 +18,7 @@ class Base(DeclarativeBase):
 # The partial indexes' predicates. A query that should use one repeats its predicate word for word (SQLite's rule).
 PENDING_PREDICATE = "state = 'smart_pending'"
 WAITING_PREDICATE = "state IN ('smart_pending', 'smart_running')"
+RUNNING_PREDICATE = "state = 'smart_running'"
 CLASSIC_PREDICATE = "state IN ('scheduled', 'running', 'up_for_retry')"
 
 
@@ -60,6 +61,12 @@ class TaskInstance(Base):
             "shardcode",
             postgresql_where=text(WAITING_PREDICATE),
             sqlite_where=text(WAITING_PREDICATE),
+        ),
+        Index(
+            "ti_running_updated",
+            "updated_at",
+            postgresql_where=text(RUNNING_PREDICATE),
+            sqlite_where=text(RUNNING_PREDICATE),
         ),
         Index(
             "ti_classic_state", "state", postgresql_where=text(CLASSIC_PREDICATE), sqlite_where=text(CLASSIC_PREDICATE)

@@ -37,8 +37,9 @@ class RoundStore(Protocol):
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
     ) -> tuple[CohortRows, int]:
-        """Start the pending tasks of the range, then return every waiting one counted per (check, cohort), and
-        how many were started: what an incremental worker rebuilds its index from (first round, takeover)."""
+        """Start the pending tasks of the range, give a start to started ones that have none, then return every
+        waiting one counted per (check, cohort), and how many were started: what an incremental worker rebuilds
+        its index from (first round, takeover, every index_rebuild_interval)."""
         ...
 
     def start_new(
@@ -46,6 +47,11 @@ class RoundStore(Protocol):
     ) -> CohortRows:
         """Start the range's pending tasks (those that arrived since the last call) and return them per
         (check, cohort): an incremental round's change feed. Nothing under a fence no longer held."""
+        ...
+
+    def changed_since(self, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
+        """The started (smart_running) tasks of the range whose row changed at or after ``since``, per (check,
+        cohort): what a reconciliation compares with the index. Read-only."""
         ...
 
     def write_round(

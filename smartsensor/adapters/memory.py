@@ -54,9 +54,18 @@ class InMemoryStore:
         }
         self.tasks[(full["dag_id"], full["task_id"], full["execution_date"])] = full
 
-    def set_state(self, key: TaskKey, state: str) -> None:
-        """A user's manual change (``smartsensor set-state``)."""
-        self.tasks[key]["state"] = state
+    def set_state(self, key: TaskKey, state: str, now: datetime | None = None) -> None:
+        """A user's manual change: ``tasks.set_state`` with no ``from_states`` (``smartsensor set-state``)."""
+        now = now or datetime.utcnow()
+        with self._lock:
+            row = self.tasks[key]
+            row.update(state=state, updated_at=now)
+            if state in State.FINISHED or state == State.UP_FOR_RETRY:
+                row["end_date"] = now
+            if state in (State.SCHEDULED, State.SMART_PENDING):
+                row.update(start_date=None, end_date=None, hostname=None, error=None)
+            if state == State.SMART_RUNNING:
+                row.update(start_date=row["start_date"] or now, end_date=None)
 
     def set_lease(
         self, shard_min: int, shard_max: int, owner: str | None, epoch: int, expires_at: datetime | None
@@ -106,10 +115,18 @@ class InMemoryStore:
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
     ) -> tuple[CohortRows, int]:
-        """``tasks.start_pending_cohorts`` then ``tasks.load_waiting_cohorts``."""
+        """``tasks.start_pending_cohorts``, ``tasks.adopt_unstarted`` then ``tasks.load_waiting_cohorts``."""
         with self._lock:
             started = self._start_new(shard_min, shard_max, now, hostname, fence)
-            self._statements += 1
+            self._statements += 2
+            if self._fence_ok(fence, now):
+                for r in self.tasks.values():
+                    if (
+                        r["state"] == State.SMART_RUNNING
+                        and shard_min <= r["shardcode"] < shard_max
+                        and r["start_date"] is None
+                    ):
+                        r.update(start_date=now, updated_at=now)
             rows = [
                 r
                 for r in self.tasks.values()
@@ -140,6 +157,20 @@ class InMemoryStore:
         for r in started:
             r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname, updated_at=now)
         return _per_cohort(started)
+
+    def changed_since(self, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
+        """``tasks.changed_cohorts``."""
+        with self._lock:
+            self._statements += 1
+            return _per_cohort(
+                r
+                for r in self.tasks.values()
+                if r["state"] == State.SMART_RUNNING
+                and shard_min <= r["shardcode"] < shard_max
+                and r["start_date"] is not None
+                and r["updated_at"] is not None
+                and r["updated_at"] >= since
+            )
 
     def write_round(
         self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
@@ -175,10 +206,14 @@ class InMemoryStore:
             now,
         )
         for check in writes.landed_checks:
-            marked[State.SUCCESS] += self._update(lambda r, c=check: _is_check(r, c), State.SUCCESS, now)
+            marked[State.SUCCESS] += self._update(
+                lambda r, c=check: _is_check(r, c, shard_min, shard_max), State.SUCCESS, now
+            )
         for check, collided, error in writes.failed:
             if collided:
-                marked[State.FAILED] += self._update(lambda r, c=check: _is_check(r, c), State.FAILED, now, error)
+                marked[State.FAILED] += self._update(
+                    lambda r, c=check: _is_check(r, c, shard_min, shard_max), State.FAILED, now, error
+                )
             else:
                 marked[State.FAILED] += self._update(
                     lambda r, h=check[0]: (
@@ -357,5 +392,9 @@ def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
     return [(key, cohort, n) for (key, cohort), n in counts.items()]
 
 
-def _is_check(row: dict[str, Any], check: tuple[int, str, str]) -> bool:
-    return (row["hashcode"], row["classpath"], row["attr_dict"]) == check and row["state"] in State.SMART_WAITING
+def _is_check(row: dict[str, Any], check: tuple[int, str, str], shard_min: int, shard_max: int) -> bool:
+    return (
+        (row["hashcode"], row["classpath"], row["attr_dict"]) == check
+        and shard_min <= row["shardcode"] < shard_max
+        and row["state"] in State.SMART_WAITING
+    )

@@ -73,9 +73,7 @@ def test_partition_types_cast_in_python_without_spark() -> None:
 
 
 def _python_types() -> PartitionTypes:
-    return PartitionTypes(
-        None, read_schema=lambda db, t: {"hr": "int"}, cast=python_cast_all, castable=python_castable
-    )
+    return PartitionTypes(None, read_schema=lambda db, t: {"hr": "int"}, cast=python_cast_all, castable=python_castable)
 
 
 def test_a_full_value_cache_never_fails_a_valid_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +100,7 @@ def test_threads_sharing_a_small_value_cache_never_fail_a_valid_check(monkeypatc
 
     def ask(offset: int) -> None:
         for i in range(300):
-            specs = [(("hr", f"0{(i + offset + j) % 20}"),) for j in range(5)]
+            specs: list[tuple[tuple[str, str], ...]] = [(("hr", f"0{(i + offset + j) % 20}"),) for j in range(5)]
             errors.extend(o for o in types.normalize("db", "t", {"hr": "int"}, specs) if isinstance(o, Exception))
 
     threads = [threading.Thread(target=ask, args=(n,)) for n in range(4)]

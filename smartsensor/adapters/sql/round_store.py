@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from datetime import datetime
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from smartsensor.adapters.sql import leases as lease_sql, signals as signal_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import statement_count
@@ -13,6 +15,17 @@ from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
 from smartsensor.domain.leases import lease_held
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
+from smartsensor.sensors.errors import first_line
+
+log = logging.getLogger(__name__)
+
+WRITE_ATTEMPTS = 3
+_LOCK_RACES = {"40P01", "40001"}  # PostgreSQL: deadlock_detected, serialization_failure
+
+
+def _lost_a_lock_race(exc: DBAPIError) -> bool:
+    """Whether PostgreSQL rolled the transaction back to break a deadlock (or a serialization conflict)."""
+    return getattr(exc.orig, "sqlstate", None) in _LOCK_RACES or getattr(exc.orig, "pgcode", None) in _LOCK_RACES
 
 
 class SqlRoundStore:
@@ -36,9 +49,11 @@ class SqlRoundStore:
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
     ) -> tuple[CohortRows, int]:
-        """Start the pending tasks, then count every waiting one per cohort. 2 statements, one transaction."""
+        """Start the pending tasks, give a start to started ones without one, then count every waiting one per cohort.
+        3 statements, one transaction."""
         with self.engine.begin() as conn:
             started = task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
+            task_sql.adopt_unstarted(conn, shard_min, shard_max, now, fence=fence)
             return task_sql.load_waiting_cohorts(conn, shard_min, shard_max), sum(n for _, _, n in started)
 
     def start_new(
@@ -48,30 +63,49 @@ class SqlRoundStore:
         with self.engine.begin() as conn:
             return task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
 
+    def changed_since(self, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
+        """The started tasks of the range changed since ``since``, per cohort. 1 statement."""
+        with self.engine.connect() as conn:
+            return task_sql.changed_cohorts(conn, shard_min, shard_max, since)
+
     def write_round(
         self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
     ) -> dict[str, int]:
-        """All of a round's state changes in one transaction, each a guarded (and fenced) update."""
-        marked: dict[str, int] = defaultdict(int)
+        """All of a round's state changes in one transaction, each a guarded (and fenced) update. A transaction that
+        PostgreSQL ends as a deadlock victim (two writers locking overlapping rows in different orders: another
+        process over a range being reshaped) is run again: its updates are guarded, so a rerun is idempotent."""
         if writes.empty():
             return {}
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                return self._write_once(shard_min, shard_max, writes, now, fence)
+            except DBAPIError as exc:
+                if attempt == WRITE_ATTEMPTS or not _lost_a_lock_race(exc):
+                    raise
+                log.info("round write lost a lock race (%s); writing again", first_line(exc))
+        raise AssertionError("unreachable")
+
+    def _write_once(
+        self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
+    ) -> dict[str, int]:
+        marked: dict[str, int] = defaultdict(int)
         with self.engine.begin() as conn:
             if writes.landed_hashes:
                 marked[State.SUCCESS] += task_sql.mark_hashes(
                     conn, writes.landed_hashes, shard_min, shard_max, State.SUCCESS, now, fence=fence
                 )
-            for hashcode, classpath, attr_dict in writes.landed_checks:
+            for check in writes.landed_checks:
                 marked[State.SUCCESS] += task_sql.mark_check(
-                    conn, hashcode, classpath, attr_dict, State.SUCCESS, now, fence=fence
+                    conn, check, shard_min, shard_max, State.SUCCESS, now, fence=fence
                 )
-            for (hashcode, classpath, attr_dict), collided, error in writes.failed:
+            for check, collided, error in writes.failed:
                 if collided:
                     marked[State.FAILED] += task_sql.mark_check(
-                        conn, hashcode, classpath, attr_dict, State.FAILED, now, error=error, fence=fence
+                        conn, check, shard_min, shard_max, State.FAILED, now, error=error, fence=fence
                     )
                 else:
                     marked[State.FAILED] += task_sql.mark_hashes(
-                        conn, [hashcode], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
+                        conn, [check[0]], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
                     )
             for (state, ended_error), cohorts in writes.ended.items():
                 marked[state] += task_sql.end_cohorts(

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, exists, func, insert, or_, select, text, tupl
 
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, WaitingTask
 from smartsensor.domain.states import State
-from smartsensor.schema.models import WAITING_PREDICATE, ShardLease, TaskInstance
+from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance
 
 TI = TaskInstance.__table__
 SL = ShardLease.__table__
@@ -53,6 +53,11 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
 def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
     """The WHERE terms of one task instance, by primary key."""
     return TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2]
+
+
+def _in_range(shard_min: int, shard_max: int) -> tuple[Any, Any]:
+    """The WHERE terms of a shard range [shard_min, shard_max)."""
+    return TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max
 
 
 def _ended(new_state: str, now: datetime, error: str | None) -> dict[str, Any]:
@@ -147,6 +152,10 @@ def set_state(
     if from_states is None and new_state in (State.SCHEDULED, State.SMART_PENDING):
         # a user sending a task back to wait starts a fresh try: timeouts count from the next start
         values.update(start_date=None, end_date=None, hostname=None, error=None)
+    if from_states is None and new_state == State.SMART_RUNNING:
+        # a try that waits by hand has a start: its timeout and poke schedule count from it, and the workers'
+        # index (which keys tasks by their start) picks it up at its next reconciliation
+        values.update(start_date=func.coalesce(TI.c.start_date, values["updated_at"]), end_date=None)
     if error is not None:
         values["error"] = error
     return conn.execute(query.values(**values)).rowcount == 1
@@ -232,15 +241,15 @@ def mark_hashes(
 
 def mark_check(
     conn: Connection,
-    hashcode: int,
-    classpath: str,
-    attr_dict: str,
+    check: CheckKey,
+    shard_min: int,
+    shard_max: int,
     new_state: str,
     now: datetime,
     error: str | None = None,
     fence: Fence | None = None,
 ) -> int:
-    """Waiting tasks of one exact check (hash AND classpath AND attr_dict) → ``new_state``.
+    """Waiting tasks of one exact check (hash AND classpath AND attr_dict) in the range → ``new_state``.
 
     Used when two different checks collide on a hash, so that they are never marked together.
     1 statement.
@@ -249,9 +258,10 @@ def mark_check(
     return conn.execute(
         _fenced(
             update(TI).where(
-                TI.c.hashcode == hashcode,
-                TI.c.classpath == classpath,
-                TI.c.attr_dict == attr_dict,
+                TI.c.hashcode == check[0],
+                TI.c.classpath == check[1],
+                TI.c.attr_dict == check[2],
+                *_in_range(shard_min, shard_max),
                 TI.c.state.in_(State.SMART_WAITING),
             ),
             fence,
@@ -283,13 +293,15 @@ def end_cohorts(
     total = 0
     values = _ended(new_state, now, error)
     rows = [(key[0], key[1], key[2], c.exec_dict, c.start_date, c.try_number) for key, c in cohorts]
+    # A cohort's exec_dict is '' for a NULL one (older versions, hand-written rows): compare it the same way.
+    exec_dict = func.coalesce(TI.c.exec_dict, "")
     for chunk in _chunks(rows, COHORT_CHUNK):
         total += conn.execute(
             _fenced(
                 update(TI).where(
                     TI.c.hashcode.in_({r[0] for r in chunk}),  # lets the planner use the hashcode index
                     tuple_(
-                        TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, TI.c.exec_dict, TI.c.start_date, TI.c.try_number
+                        TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, exec_dict, TI.c.start_date, TI.c.try_number
                     ).in_(list(chunk)),
                     TI.c.shardcode >= shard_min,
                     TI.c.shardcode < shard_max,
@@ -329,6 +341,42 @@ def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> Co
                 TI.c.state == State.SMART_RUNNING,
                 TI.c.shardcode >= shard_min,
                 TI.c.shardcode < shard_max,
+                TI.c.start_date.is_not(None),
+            )
+            .group_by(*_COHORT_COLUMNS)
+        )
+    )
+
+
+def adopt_unstarted(conn: Connection, shard_min: int, shard_max: int, now: datetime, fence: Fence | None = None) -> int:
+    """Give a start to the range's smart_running tasks that have none (rows of older versions, or written by hand
+    straight into the database), so that they have a try to count from and a place in the index. 1 statement."""
+    return conn.execute(
+        _fenced(
+            update(TI).where(
+                text(WAITING_PREDICATE),
+                TI.c.state == State.SMART_RUNNING,
+                *_in_range(shard_min, shard_max),
+                TI.c.start_date.is_(None),
+            ),
+            fence,
+            now,
+        ).values(start_date=now, updated_at=now)
+    ).rowcount
+
+
+def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
+    """The range's started (smart_running) tasks whose row changed at or after ``since``, per check and cohort: what
+    a worker's reconciliation compares with its index (a set-state by hand, another process, `db reshard`). An index
+    range scan of ti_running_updated: its cost follows the rows changed, not the rows waiting. 1 statement."""
+    # The first term repeats ti_running_updated's predicate word for word: SQLite uses a partial index only then.
+    return _cohort_rows(
+        conn.execute(
+            select(*_COHORT_COLUMNS, func.count())
+            .where(
+                text(RUNNING_PREDICATE),
+                TI.c.updated_at >= since,
+                *_in_range(shard_min, shard_max),
                 TI.c.start_date.is_not(None),
             )
             .group_by(*_COHORT_COLUMNS)
@@ -514,17 +562,17 @@ def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> lis
     return [tuple(r) for r in conn.execute(query)]
 
 
-def reshard(conn: Connection, limit: int) -> int:
+def reshard(conn: Connection, limit: int, now: datetime | None = None) -> int:
     """Recompute every row's shardcode as hashcode mod ``limit`` (after shard_code_upper_limit changed).
 
     Not a state change, so safe while workers run: their writes stay guarded by state (and try), a
     range-guarded success mark of a moved row simply misses it, and the new owner picks it up next
-    round. 1 statement.
+    round: its reconciliation reads rows by ``updated_at``, which is stamped here. 1 statement.
     """
     # ((h % n) + n) % n: SQL's % keeps the dividend's sign, Python's (used at registration) does not.
     wanted = ((TI.c.hashcode % limit) + limit) % limit
     return conn.execute(
         update(TI)
         .where(TI.c.hashcode.is_not(None), or_(TI.c.shardcode.is_(None), TI.c.shardcode != wanted))
-        .values(shardcode=wanted)
+        .values(shardcode=wanted, updated_at=now or datetime.utcnow())  # the new range's reconciliation sees it
     ).rowcount

@@ -4,6 +4,11 @@ next needs a round, and the tables it reads. No row per task: memory and a round
 A check needs a round at its *attention* time: the earliest point, over its cohorts, of the next poke on the
 cohort's own schedule or of the cohort's time limit (so a try times out on time even when its check is not due).
 A heap orders the checks by it, so finding the due ones costs O(due · log checks), not O(tasks).
+
+Rounds *hold* the checks they planned (``hold``) and *release* them after their write (``release``). Tasks may
+join a held check meanwhile (the other thread's feed, a reconciliation): each join is stamped with the index's
+sequence number, and a release removes only the cohorts its round planned that did not join again after its plan.
+So a landing never takes along the tasks that arrived while it was being written; they stay, due at once.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import Iterable
 
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows
 from smartsensor.domain.timing import BadExecSettings, next_poke_at, parse_exec
@@ -32,6 +38,9 @@ class WaitingCheck:
     last_poke: datetime | None = None
     attention: datetime | None = None
     tables: frozenset[Table] = frozenset()
+    holders: int = 0  # rounds that planned it and have not released it yet
+    joined: dict[Cohort, int] | None = None  # cohorts counted in while held: the index's sequence number then
+    urgent: bool = False  # a round saw it end with tasks left that joined meanwhile: due at the next round
 
 
 @lru_cache(maxsize=65_536)
@@ -51,7 +60,8 @@ def _cohort_attention(cohort: Cohort, last_poke: datetime | None) -> datetime:
 class CheckIndex:
     """The waiting checks of a range, kept between rounds. Not thread-safe: its ShardWorker holds a lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, seq: int = 0) -> None:
+        self.seq = seq  # one more at every ``add``: orders joins against the rounds' plans
         self.checks: dict[CheckKey, WaitingCheck] = {}
         self.tasks = 0  # waiting tasks counted in the cohorts
         self._heap: list[tuple[datetime, int, CheckKey]] = []
@@ -68,10 +78,14 @@ class CheckIndex:
         """Distinct hashcodes (fewer than checks only when checks collide)."""
         return len(self._keys_of_hash)
 
-    def add(self, rows: CohortRows) -> tuple[list[WaitingCheck], list[BadCohort]]:
+    def add(self, rows: CohortRows, ensure: bool = False) -> tuple[list[WaitingCheck], list[BadCohort]]:
         """Count these (check, cohort, n) in; returns the checks that are new to the index and the cohorts that
-        cannot be planned (settings out of bounds, dates that overflow), which are left out."""
+        cannot be planned (settings out of bounds, dates that overflow), which are left out.
+
+        ``ensure`` (a reconciliation): the rows are what the database holds, not arrivals; a cohort is counted up
+        to ``n``, never twice. A cohort new to its check makes the check due at the cohort's first poke."""
         new, bad = [], []
+        self.seq += 1
         for key, cohort, n in rows:
             try:
                 parse_exec(cohort.exec_dict)
@@ -90,12 +104,52 @@ class CheckIndex:
                 self._keys_of_hash[key[0]] += 1
                 if self._keys_of_hash[key[0]] > 1:
                     self.collided.add(key[0])
-            check.cohorts[cohort] = check.cohorts.get(cohort, 0) + n
-            self.tasks += n
-            # A check a round has (attention None) is rescheduled by that round, with this cohort.
-            if is_new or (check.attention is not None and when < check.attention):
+            have = check.cohorts.get(cohort, 0)
+            more = max(0, n - have) if ensure else n
+            if more:
+                check.cohorts[cohort] = have + more
+                self.tasks += more
+            if check.holders:  # the rounds that hold it keep this cohort, and the last one reschedules it
+                if check.joined is None:
+                    check.joined = {}
+                check.joined[cohort] = self.seq
+            elif is_new or (not have and (check.attention is None or when < check.attention)):
                 self._push(check, when)
         return new, bad
+
+    def hold(self, check: WaitingCheck) -> dict[Cohort, int]:
+        """A round takes this check: it leaves the heap until released. Returns its cohorts as planned (a copy: the
+        round decides on these, whatever joins meanwhile)."""
+        check.holders += 1
+        check.attention = None
+        return dict(check.cohorts)
+
+    def release(
+        self,
+        check: WaitingCheck,
+        plan_seq: int,
+        ended: Iterable[Cohort],
+        poked_at: datetime | None,
+        urgent: bool,
+        now: datetime,
+    ) -> list[BadCohort]:
+        """A round that held this check since sequence number ``plan_seq`` is done with it: the cohorts it ended
+        leave, unless they joined again after its plan; the last holder reschedules what is left (at once when
+        ``urgent``: the check ended with tasks left). Returns cohorts whose next poke cannot be computed."""
+        check.holders = max(0, check.holders - 1)
+        joined = check.joined or {}
+        for cohort in ended:
+            if joined.get(cohort, -1) <= plan_seq:
+                self.remove_cohort(check.key, cohort)
+        if check.key not in self.checks:
+            return []
+        if poked_at is not None and (check.last_poke is None or poked_at > check.last_poke):
+            check.last_poke = poked_at
+        check.urgent = check.urgent or urgent
+        if check.holders:
+            return []
+        check.joined = None
+        return self.done(check, None, now)
 
     def due(self, now: datetime) -> list[WaitingCheck]:
         """Checks whose attention time has come. They leave the heap until ``done`` reschedules them."""
@@ -121,9 +175,9 @@ class CheckIndex:
             self._by_table[t].add(check.key)
         check.tables = tables
 
-    def done(self, check: WaitingCheck, poked_at: datetime | None) -> list[BadCohort]:
-        """A round is done with this check (still waiting): remember its poke, schedule its next attention.
-        Returns cohorts whose dates cannot be planned any more (they are dropped from the index)."""
+    def done(self, check: WaitingCheck, poked_at: datetime | None, now: datetime | None = None) -> list[BadCohort]:
+        """A round is done with this check (still waiting): remember its poke, schedule its next attention (``now``
+        if it is urgent). Returns cohorts whose dates cannot be planned any more (they are dropped from the index)."""
         if check.key not in self.checks:
             return []
         if poked_at is not None:
@@ -137,6 +191,9 @@ class CheckIndex:
                 self.remove_cohort(check.key, cohort)
                 continue
             when = at if when is None else min(when, at)
+        if when is not None and check.urgent and now is not None:
+            when = min(when, now)
+        check.urgent = False
         if when is not None and check.key in self.checks:
             self._push(check, when)
         return bad

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from smartsensor.domain.keys import CheckKey, Cohort
+from smartsensor.domain.keys import CheckKey, Cohort, Fence
 from smartsensor.domain.transitions import CheckGroup
 from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.checks import Check
+from smartsensor.service.round.index import CheckIndex
 from smartsensor.service.round.report import RoundResult
 
 
@@ -24,3 +25,6 @@ class RoundPlan:
     batched: dict[CheckKey, Sequence[Check]] = field(default_factory=dict)  # answered by the catalog in one batch
     sensors: dict[CheckKey, BaseSensor] = field(default_factory=dict)  # user sensors: their own poke()
     bad: list[tuple[CheckKey, Cohort, str]] = field(default_factory=list)  # cohorts that fail alone, with the reason
+    fence: Fence | None = None  # the lease epoch the round was planned under: its write applies only under it
+    index: CheckIndex | None = None  # the index it planned from (a rebuild meanwhile replaces it)
+    seq: int = 0  # the index's sequence number at the plan: tasks joining its checks later are newer

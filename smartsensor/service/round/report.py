@@ -35,6 +35,7 @@ class RoundResult:
     transient_example: str | None = None  # the first transient error of the round, for `status`
     ranges: list[list[int]] = field(default_factory=list)
     fenced_out: bool = False
+    reconciled: int = 0  # waiting tasks a reconciliation found missing from the index (set-state by hand, …)
     rebuilt: int = 0  # ranges whose index was rebuilt from the database this round (first round, takeover, …)
     partial: bool = False  # a wake-up round: only the checks of the tables a signal named, and new checks
     seconds: float = 0.0
@@ -58,6 +59,7 @@ _SUMMED = (
     "permanent_errors",
     "woken",
     "bad_rows",
+    "reconciled",
     "module_waiting",
     "rebuilt",
     "write_seconds",

@@ -1,9 +1,10 @@
 """A shard round, as named steps.
 
-Per range (``ShardWorker``): load → group by check → pick the due checks → build their checks.
-For all ranges of a process at once: poke (``service.poke``: one catalog call per table).
-Per range again: decide (``domain.transitions``) → write (one transaction of guarded, fenced updates).
-``run_round`` is the one entry point that runs these steps; the runner calls it on its timer.
+Per range (``ShardWorker.plan_round``): refresh the index (change feed, reconciliation or rebuild) → pick the due
+checks and hold them → build their checks. For all ranges of a process at once: poke (``round.poke``: one catalog
+call per table). Per range again (``finish_round``): ``decide`` (``domain.transitions``) → ``write`` (one
+transaction of guarded, fenced updates) → ``apply`` (release the held checks in the index).
+``run_round`` is the one entry point that runs these steps; the runner calls it on its timer and on wake-ups.
 """
 
 from __future__ import annotations
@@ -87,13 +88,17 @@ class ShardWorker:
         self.record_rounds = record_rounds
         self.incremental = incremental
         self.rebuild_interval = timedelta(seconds=cfg.get("smart_sensor", "index_rebuild_interval"))
+        self.reconcile_interval = timedelta(seconds=cfg.get("smart_sensor", "reconcile_interval"))
+        self.reconcile_lookback = timedelta(seconds=cfg.get("smart_sensor", "reconcile_lookback"))
         self.fence: Fence | None = None
         self.index = CheckIndex()
         self._built_at: datetime | None = None  # None: rebuild the index at the next round
         self._built_under: Fence | None = None
+        self._reconciled_at = datetime.min  # rows changed from (this - reconcile_lookback) on are read next time
         self._late_bad: list[BadCohort] = []  # cohorts found unplannable after a round: failed by the next one
         self._classes: dict[str, type[BaseSensor] | UnknownSensorClass | tuple[SensorModuleUnavailable, float]] = {}
         self._lock = threading.RLock()
+        self._write_lock = threading.Lock()  # one write of this range at a time: two can deadlock on PostgreSQL
         self._wake_lock = threading.Lock()
         self._wake_tables: set[tuple[str, str]] = set()
 
@@ -112,7 +117,7 @@ class ShardWorker:
         result = RoundResult(self.shard_min, self.shard_max)
         with self._lock:
             self._built_at = None
-            self._refresh(self.clock(), result, self._late_bad)
+            self._refresh(self.clock(), self.fence, result, self._late_bad)
         result.loaded, result.distinct_checks = self.index.tasks, len(self.index)
         return result
 
@@ -122,10 +127,11 @@ class ShardWorker:
         on these tables and the checks new to the index this round, whatever their schedule. A cohort that
         cannot be planned (exec settings out of bounds, dates that overflow) is set aside to fail alone."""
         now = self.clock()
+        fence = self.fence  # read once: a heartbeat may change it meanwhile, and the whole step is under this one
         result = RoundResult(self.shard_min, self.shard_max, partial=focus is not None)
         with self._lock:
             bad, self._late_bad = self._late_bad, []
-            new = self._refresh(now, result, bad)
+            new = self._refresh(now, fence, result, bad, reconcile=focus is None)
             if focus is None:
                 with self._wake_lock:
                     woken, self._wake_tables = self._wake_tables, set()
@@ -135,10 +141,15 @@ class ShardWorker:
             else:
                 woken = focus
                 due = list({c.key: c for c in self.index.on_tables(focus) + new}.values())
-            for check in due:
-                check.attention = None  # a round has it: its heap entries are stale until it is rescheduled
             plan = RoundPlan(
-                result, set(self.index.collided), now, [CheckGroup(c.key, c.cohorts) for c in due], bad=bad
+                result,
+                set(self.index.collided),
+                now,
+                [CheckGroup(c.key, self.index.hold(c)) for c in due],
+                bad=bad,
+                fence=fence,
+                index=self.index,
+                seq=self.index.seq,
             )
             result.woken, result.groups_due, result.bad_rows = len(woken), len(due), len(bad)
             result.loaded, result.distinct_checks = self.index.tasks, len(self.index)
@@ -147,26 +158,26 @@ class ShardWorker:
             self._build_checks(plan)
         return plan
 
-    def _refresh(self, now: datetime, result: RoundResult, bad: list[BadCohort]) -> list[WaitingCheck]:
-        """Bring the index up to date: rebuild it, or count in the tasks that arrived. Returns the new checks."""
-        if self.incremental and not self._stale(now):
-            new, unplannable = self.index.add(
-                self.store.start_new(self.shard_min, self.shard_max, now, self.hostname, self.fence)
-            )
-            result.started = sum(sum(c.cohorts.values()) for c in new)
+    def _refresh(
+        self, now: datetime, fence: Fence | None, result: RoundResult, bad: list[BadCohort], reconcile: bool = False
+    ) -> list[WaitingCheck]:
+        """Bring the index up to date: rebuild it, or count in the tasks that arrived (and, every
+        reconcile_interval, the waiting tasks anyone changed). Returns the checks new to the index this round."""
+        if self.incremental and not self._stale(now, fence):
+            rows = self.store.start_new(self.shard_min, self.shard_max, now, self.hostname, fence)
+            new, unplannable = self.index.add(rows)
+            result.started = sum(n for _, _, n in rows)
             bad.extend(unplannable)
+            if reconcile and now - self._reconciled_at >= self.reconcile_interval:
+                self._reconcile(now, result, bad)
             return new
         known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
         if self.incremental:
-            rows, result.started = self.store.load_cohorts(
-                self.shard_min, self.shard_max, now, self.hostname, self.fence
-            )
+            rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.hostname, fence)
         else:  # the full-reload round: every task row, every round
-            tasks, result.started = self.store.load_range(
-                self.shard_min, self.shard_max, now, self.hostname, self.fence
-            )
+            tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.hostname, fence)
             rows = _cohorts_of(tasks, now)
-        self.index = CheckIndex()
+        self.index = CheckIndex(self.index.seq)
         new, unplannable = self.index.add(rows)
         bad.extend(unplannable)
         for check in new:  # a rebuilt index keeps the poke times and tables it knew: no poke storm every rebuild
@@ -175,14 +186,31 @@ class ShardWorker:
                 self.index.set_tables(check, old.tables)
                 if old.last_poke is not None:
                     bad.extend(self.index.done(check, old.last_poke))
-        self._built_at, self._built_under = now, self.fence
+        self._built_at, self._built_under, self._reconciled_at = now, fence, now
         result.rebuilt = 1
         return []
 
-    def _stale(self, now: datetime) -> bool:
+    def _reconcile(self, now: datetime, result: RoundResult, bad: list[BadCohort]) -> None:
+        """Count in the waiting tasks changed since the last reconciliation (less the lookback) that the index
+        lacks: those no feed of this worker brought (a set-state by hand, another process, `db reshard`)."""
+        since = self._reconciled_at - self.reconcile_lookback
+        self._reconciled_at = now
+        before = self.index.tasks
+        _, unplannable = self.index.add(self.store.changed_since(self.shard_min, self.shard_max, since), ensure=True)
+        bad.extend(unplannable)
+        result.reconciled = self.index.tasks - before
+        if result.reconciled:
+            log.info(
+                "range %d-%d: %d waiting task(s) were missing from the index (changed outside this worker's feed)",
+                self.shard_min,
+                self.shard_max,
+                result.reconciled,
+            )
+
+    def _stale(self, now: datetime, fence: Fence | None) -> bool:
         return (
             self._built_at is None
-            or self.fence != self._built_under
+            or fence != self._built_under
             or now - self._built_at >= self.rebuild_interval
             or now < self._built_at
         )
@@ -235,8 +263,14 @@ class ShardWorker:
     def finish_round(self, plan: RoundPlan) -> RoundResult:
         """Decide every due check's transitions, write them in one transaction, then update the index: ended
         checks and cohorts leave it, the others are rescheduled from this poke."""
+        writes = self.decide(plan)
+        self.write(plan, writes)
+        self.apply(plan, writes)
+        return plan.result
+
+    def decide(self, plan: RoundPlan) -> RoundWrites:
+        """The state changes of a poked plan (``domain.transitions.decide``), counted into its result."""
         result = plan.result
-        poke_time = self.clock()
         result.groups_poked = sum(1 for g in plan.due if g.outcome is not None)
         with self._lock:
             decision = decide(plan.due, plan.collided, plan.now, plan.bad)
@@ -255,20 +289,33 @@ class ShardWorker:
                 cohort.start_date,
                 why,
             )
-        writes = decision.writes
-        if not writes.empty():
+        return decision.writes
+
+    def write(self, plan: RoundPlan, writes: RoundWrites) -> None:
+        """One transaction of guarded updates, fenced by the lease the round was planned under. One write of this
+        range at a time (a timer and a wake-up round): two transactions locking overlapping rows in different
+        orders would deadlock on PostgreSQL."""
+        if writes.empty():
+            return
+        result = plan.result
+        with self._write_lock:
             now = self.clock()  # the fence is checked against the time of the write, not of the round's start
             started = time.perf_counter()
-            result.marked = self.store.write_round(self.shard_min, self.shard_max, writes, now, self.fence)
+            result.marked = self.store.write_round(self.shard_min, self.shard_max, writes, now, plan.fence)
             result.write_seconds = round(time.perf_counter() - started, 4)
-            if self.fence is not None and not result.marked:
-                result.fenced_out = not self.store.holds(self.fence, now)
+            if plan.fence is not None and not result.marked:
+                result.fenced_out = not self.store.holds(plan.fence, now)
+
+    def apply(self, plan: RoundPlan, writes: RoundWrites) -> None:
+        """Release the round's checks in the index after its write (``_applied``). Poke times are those of the plan,
+        taken before the catalog was asked: a task that joined after it is poked on its own schedule."""
         with self._lock:
-            if result.fenced_out:
+            if plan.result.fenced_out:
                 self._built_at = None  # the range is no longer ours under this epoch: start over if it comes back
+            elif plan.index is not None and plan.index is not self.index:
+                _after_rebuild(self.index, plan, writes)  # the rebuilt index was read after this plan
             else:
-                self._late_bad.extend(_applied(self.index, plan, writes, poke_time))
-        return result
+                self._late_bad.extend(_applied(self.index, plan, writes, plan.now))
 
     def record(self, result: RoundResult) -> None:
         """Store this round's result for `smartsensor status` (failures to do so are only logged)."""
@@ -320,25 +367,52 @@ _TABLE_SETS: dict[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] = {}  
 
 
 def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time: datetime) -> list[BadCohort]:
-    """Update the index after a round's writes: checks that landed or failed leave it, cohorts that timed out or
-    failed alone leave their check, every other due check is rescheduled (from this poke if it was poked).
+    """Release a round's checks after its writes: the cohorts it planned of the checks that landed or failed leave
+    the index, as do the cohorts that timed out or failed alone; cohorts that joined after the plan stay (a landed
+    check with some left is due at once). Every other due check is rescheduled (from this poke if it was poked).
     Returns cohorts whose next poke can no longer be computed (failed by the next round)."""
+    ending: dict[CheckKey, list[Cohort]] = defaultdict(list)
     for cohorts in writes.ended.values():
         for key, cohort in cohorts:
-            index.remove_cohort(key, cohort)
+            ending[key].append(cohort)
     for key, cohort, _ in writes.bad:
-        index.remove_cohort(key, cohort)
-    ended = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
+        check = index.checks.get(key)
+        if check is None or not check.holders:
+            index.remove_cohort(key, cohort)
+        else:
+            ending[key].append(cohort)
+    whole = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
     landed = set(writes.landed_hashes)
     late_bad: list[BadCohort] = []
     for g in plan.due:
-        if g.key in ended or g.key[0] in landed:
-            index.remove(g.key)
-            continue
         check = index.checks.get(g.key)
-        if check is not None:
-            late_bad.extend(index.done(check, poke_time if g.outcome is not None else None))
+        if check is None:
+            continue
+        ended = g.key in whole or g.key[0] in landed
+        late_bad.extend(
+            index.release(
+                check,
+                plan.seq,
+                g.cohorts if ended else ending.get(g.key, ()),
+                poke_time if g.outcome is not None else None,
+                urgent=ended,
+                now=plan.now,
+            )
+        )
     return late_bad
+
+
+def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> None:
+    """A round whose index was rebuilt during its write: the new index was read from the database after the plan,
+    so it is left as read, except that the checks the round saw end are due at once: their tasks in it either were
+    marked by this write (a no-op poke) or started after it."""
+    landed = set(writes.landed_hashes)
+    whole = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
+    for g in plan.due:
+        check = index.checks.get(g.key)
+        if check is not None and (g.key in whole or g.key[0] in landed) and not check.holders:
+            check.urgent = True
+            index.done(check, None, plan.now)
 
 
 def _finish_all(workers: list[ShardWorker], plans: list[RoundPlan], concurrency: int) -> list[RoundResult]:
