@@ -44,4 +44,25 @@ def render_metrics(status: dict[str, Any], requests: Counter[tuple[str, str, int
         sum(1 for w in status["lease_workers"] if not w["stale"])
     )
     Gauge("smartsensor_problems", "WARNINGs `status` prints", registry=registry).set(len(status["problems"]))
+    _stuck_gauges(registry, status["stuck"])
     return generate_latest(registry)
+
+
+def _stuck_gauges(registry: CollectorRegistry, stuck: dict[str, Any]) -> None:
+    """``smartsensor_stuck_tasks{kind}`` and ``smartsensor_stuck_oldest_seconds{kind}`` (0 when none), for the
+    kinds of ``service.status.collect_stuck``: after_landing, past_time_limit."""
+    tasks = Gauge(
+        "smartsensor_stuck_tasks",
+        "Smart tasks still waiting past the convergence bound: after their check landed, or past their time limit",
+        ["kind"],
+        registry=registry,
+    )
+    late = Gauge(
+        "smartsensor_stuck_oldest_seconds",
+        "Seconds the most overdue stuck task of a kind is past its due time plus the convergence bound (0: none)",
+        ["kind"],
+        registry=registry,
+    )
+    for kind in ("after_landing", "past_time_limit"):
+        tasks.labels(kind).set(stuck[kind]["count"])
+        late.labels(kind).set(stuck[kind]["oldest"]["late_seconds"] if stuck[kind]["oldest"] else 0)

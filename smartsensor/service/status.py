@@ -1,5 +1,5 @@
-"""`smartsensor status`: tasks per state, per shard range, dedup ratio, workers' last rounds, leases, and
-classic runs that stopped heartbeating."""
+"""`smartsensor status`: tasks per state, per shard range, dedup ratio, workers' last rounds, leases, classic
+runs that stopped heartbeating, and smart tasks stuck past the convergence bound (``collect_stuck``)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.leases import lease_held
+from smartsensor.domain.timing import BadExecSettings, parse_exec
 
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:
-    """Everything `status` shows, as plain data (7 statements)."""
+    """Everything `status` shows, as plain data: 9 statements, 11 while a task waits past its time limit
+    (``collect_stuck``: 2, or 4)."""
     now = now or datetime.utcnow()
     with engine.connect() as conn:
+        stuck = collect_stuck(conn, cfg.convergence_bound, now)
         by_state = status_sql.count_by_state(conn)
         waiting = status_sql.waiting_by_shard(conn)
         rounds = status_sql.worker_rounds(conn)
@@ -58,7 +61,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
                 "last_round": last,
             }
         )
-    problems = round_problems(workers)
+    problems = round_problems(workers) + stuck_problems(stuck)
     lease_timeout = cfg.get("smart_sensor", "lease_timeout")
     lease_rows = [
         {
@@ -94,6 +97,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         "workers": workers,
         "stranded": stranded,
         "problems": problems,
+        "stuck": stuck,
         "zombies": [
             {
                 "dag_id": z["dag_id"],
@@ -105,6 +109,95 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
             for z in zombies
         ],
     }
+
+
+def collect_stuck(conn: Connection, bound: float, now: datetime) -> dict[str, Any]:
+    """Smart tasks that still wait (``smart_pending`` or ``smart_running``) although a worker should have ended
+    them ``bound`` seconds ago (``[smart_sensor] reconcile_interval`` + ``poke_interval``, ``cfg.convergence_bound``:
+    within that a worker's index holds every waiting task of its ranges). Two kinds, each counted with its most
+    overdue task (key, and ``late_seconds`` past its due time + the bound), by aggregate SQL only:
+
+    - **after_landing**, waiting after its check landed: a waiting task w such that another task of the same check
+      (hashcode, classpath, attr_dict) is in ``success`` with ``end_date <= now - bound``, and w has waited since
+      before that (``coalesce(start_date, updated_at) <= now - bound``). A round marks every waiting task of a
+      check's hash in its range at once, and a task registered later is poked at its start, so such a w was
+      missed. Due: the later of the first such landing and w's wait's start. A partition dropped after its check
+      landed (w waits for it again, rightly) or a success set by hand (``set-state``) also shows here.
+    - **past_time_limit**: a started waiting task with ``start_date + time_limit + bound <= now``, its time limit
+      from its exec_dict (``domain.timing.parse_exec``: min(timeout, execution_timeout); NULL: the defaults, 7
+      days). An exec_dict that cannot be parsed is left out: the worker fails its tasks alone. Due: start + time
+      limit. A ``smart_pending`` task that no worker started has no start and no time limit running yet.
+
+    2 statements (``waiting_after_landing``; ``waiting_start_by_exec``, one row per distinct exec_dict), then,
+    only when some exec_dict's earliest start is past its cutoff, 2 more: the count over those exec_dicts
+    (one OR'ed term each) and the most overdue task's key."""
+    cutoff = now - timedelta(seconds=bound)
+    count, oldest = status_sql.waiting_after_landing(conn, cutoff)
+    return {
+        "bound_seconds": bound,
+        "after_landing": {"count": count, "oldest": _overdue(oldest, now, bound)},
+        "past_time_limit": _past_time_limit(conn, bound, now),
+    }
+
+
+def _past_time_limit(conn: Connection, bound: float, now: datetime) -> dict[str, Any]:
+    """``collect_stuck``'s past_time_limit: per exec_dict, its cutoff (now - time limit - bound); the exec_dicts
+    whose earliest start is at or before theirs are counted, and the one furthest past it gives the oldest task."""
+    cutoffs: list[tuple[str | None, datetime]] = []
+    worst: tuple[float, str | None, datetime, float] | None = None  # (seconds late, exec_dict, cutoff, time limit)
+    for exec_dict, first_start in status_sql.waiting_start_by_exec(conn):
+        try:
+            limit = parse_exec(exec_dict).time_limit
+        except BadExecSettings:
+            continue
+        cutoff = now - timedelta(seconds=limit + bound)
+        if first_start <= cutoff:
+            cutoffs.append((exec_dict, cutoff))
+            late = (cutoff - first_start).total_seconds()
+            if worst is None or late > worst[0]:
+                worst = (late, exec_dict, cutoff, limit)
+    if worst is None:
+        return {"count": 0, "oldest": None}
+    count = status_sql.count_started_before(conn, cutoffs)
+    row = status_sql.oldest_started_before(conn, worst[1], worst[2])
+    due = None if row is None else (*row[:3], row[3] + timedelta(seconds=worst[3]))
+    return {"count": count, "oldest": _overdue(due, now, bound)}
+
+
+def _overdue(task: status_sql.OverdueTask | None, now: datetime, bound: float) -> dict[str, Any] | None:
+    """A stuck kind's oldest task as plain data: its key and how many seconds it is past its due time + bound."""
+    if task is None:
+        return None
+    dag_id, task_id, execution_date, due = task
+    late = (now - due).total_seconds() - bound
+    return {
+        "dag_id": dag_id,
+        "task_id": task_id,
+        "execution_date": execution_date.isoformat(),
+        "late_seconds": round(late, 1),
+    }
+
+
+def stuck_problems(stuck: dict[str, Any]) -> list[str]:
+    """``collect_stuck``'s non-zero counts, one line each (shown loudly by `status`, in ``problems``)."""
+    bound = f"{stuck['bound_seconds']:g} s"
+    what = {
+        "after_landing": f"still wait although their check landed more than {bound} ago",
+        "past_time_limit": f"still wait more than {bound} past their time limit",
+    }
+    out = []
+    for kind, text in what.items():
+        n, oldest = stuck[kind]["count"], stuck[kind]["oldest"]
+        if not n:
+            continue
+        where = (
+            f" (oldest: {oldest['dag_id']}.{oldest['task_id']} @ {oldest['execution_date']}, "
+            f"{oldest['late_seconds']:g} s late)"
+            if oldest
+            else ""
+        )
+        out.append(f"{n} task(s) {text}{where}")
+    return out
 
 
 def round_problems(workers: list[dict[str, Any]]) -> list[str]:

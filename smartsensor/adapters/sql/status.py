@@ -1,14 +1,18 @@
-"""What ``smartsensor status`` reads, and the per-round rows workers write for it."""
+"""What ``smartsensor status`` reads, and the per-round rows workers write for it.
+
+The stuck-task queries (``waiting_after_landing``, ``waiting_start_by_exec``, ``count_started_before``,
+``oldest_started_before``) are aggregates: one row per distinct exec_dict at most reaches Python, never one per
+waiting task. ``service.status.collect_stuck`` defines what they count."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 
-from sqlalchemy import Connection, delete, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, case, delete, func, insert, or_, select, text, update
 
 from smartsensor.domain.states import State
-from smartsensor.schema.models import TaskInstance, Worker, WorkerRound
+from smartsensor.schema.models import WAITING_PREDICATE, TaskInstance, Worker, WorkerRound
 
 TI = TaskInstance.__table__
 WR = WorkerRound.__table__
@@ -78,3 +82,89 @@ def forget_worker(conn: Connection, worker_id: str) -> None:
 def list_workers(conn: Connection) -> list[dict[str, Any]]:
     """Every worker row (1 statement)."""
     return [dict(r) for r in conn.execute(select(WK).order_by(WK.c.started_at)).mappings()]
+
+
+# (dag_id, task_id, execution_date, when it became due): the most overdue waiting task of a kind.
+OverdueTask = tuple[str, str, datetime, datetime]
+
+
+def waiting_after_landing(conn: Connection, cutoff: datetime) -> tuple[int, OverdueTask | None]:
+    """Waiting tasks whose check landed at or before ``cutoff`` and that have waited since at or before it: their
+    number, and the one due longest (due: the later of its check's first such landing and its wait's start). A
+    task of the same check (hashcode, classpath, attr_dict) in ``success`` with ``end_date <= cutoff`` is a
+    landing. 1 statement: a scan of ti_waiting_shardcode, a probe of ti_hashcode per waiting task started before
+    the cutoff, the count as a window over the rows, one row back."""
+    s = TI.alias("s")
+    since = func.coalesce(TI.c.start_date, TI.c.updated_at)
+    landed = (
+        select(func.min(s.c.end_date))
+        .where(
+            s.c.hashcode == TI.c.hashcode,
+            s.c.classpath == TI.c.classpath,
+            s.c.attr_dict == TI.c.attr_dict,
+            s.c.state == State.SUCCESS,
+            s.c.end_date <= cutoff,
+        )
+        .scalar_subquery()
+    )
+    # The first term repeats ti_waiting_shardcode's predicate word for word: SQLite uses a partial index only then.
+    w = (
+        select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date, since.label("since"), landed.label("landed"))
+        .where(text(WAITING_PREDICATE), since <= cutoff)
+        .subquery("w")
+    )
+    due = case((w.c.landed > w.c.since, w.c.landed), else_=w.c.since)
+    row = conn.execute(
+        select(w.c.dag_id, w.c.task_id, w.c.execution_date, due, func.count().over())
+        .where(w.c.landed.is_not(None))
+        .order_by(due, w.c.dag_id, w.c.task_id, w.c.execution_date)
+        .limit(1)
+    ).first()
+    if row is None:
+        return 0, None
+    return row[4], (row[0], row[1], row[2], row[3])
+
+
+def waiting_start_by_exec(conn: Connection) -> list[tuple[str | None, datetime]]:
+    """(exec_dict, earliest start) of the started waiting tasks, per distinct exec_dict: one row per set of exec
+    settings, not per task. 1 statement (a scan of ti_waiting_shardcode)."""
+    # The first term repeats ti_waiting_shardcode's predicate word for word: SQLite uses a partial index only then.
+    return [
+        (exec_dict, start)
+        for exec_dict, start in conn.execute(
+            select(TI.c.exec_dict, func.min(TI.c.start_date))
+            .where(text(WAITING_PREDICATE), TI.c.start_date.is_not(None))
+            .group_by(TI.c.exec_dict)
+        )
+    ]
+
+
+def _started_before(exec_dict: str | None, cutoff: datetime) -> ColumnElement[bool]:
+    same = TI.c.exec_dict.is_(None) if exec_dict is None else TI.c.exec_dict == exec_dict
+    return and_(same, TI.c.start_date <= cutoff)
+
+
+def count_started_before(conn: Connection, cutoffs: Sequence[tuple[str | None, datetime]]) -> int:
+    """Waiting tasks that started at or before the cutoff of their exec_dict, over every (exec_dict, cutoff)
+    given (one OR'ed term each; an exec_dict not given counts nothing). 1 statement, none for no cutoff."""
+    if not cutoffs:
+        return 0
+    return conn.execute(
+        select(func.count())
+        .select_from(TI)
+        .where(text(WAITING_PREDICATE), or_(*(_started_before(e, c) for e, c in cutoffs)))
+    ).scalar_one()
+
+
+def oldest_started_before(
+    conn: Connection, exec_dict: str | None, cutoff: datetime
+) -> tuple[str, str, datetime, datetime] | None:
+    """(dag_id, task_id, execution_date, start_date) of the waiting task of ``exec_dict`` that started first, at
+    or before ``cutoff`` (ties: the first key). 1 statement."""
+    row = conn.execute(
+        select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date, TI.c.start_date)
+        .where(text(WAITING_PREDICATE), _started_before(exec_dict, cutoff))
+        .order_by(TI.c.start_date, TI.c.dag_id, TI.c.task_id, TI.c.execution_date)
+        .limit(1)
+    ).first()
+    return None if row is None else (row[0], row[1], row[2], row[3])
