@@ -1,7 +1,7 @@
 """The round's index agrees with the database (issue 30): the defects a reviewer found, one test each, on the
 in-memory store. Each interleaving is forced at the point where the real threads could meet: a store that runs
 the other thread's step right after a round's write (before the round updates its index), or a catalog that runs
-it while the round waits for its answer. tests/unit/test_index_model.py explores every interleaving."""
+it while the round waits for its answer. tests/integration/test_index_model.py explores every interleaving."""
 
 from __future__ import annotations
 

@@ -112,6 +112,11 @@ class ShardWorker:
         with self._lock:
             self._built_at = None
 
+    def index_current(self) -> bool:
+        """Whether the index is built under the worker's lease epoch (else the next round rebuilds it)."""
+        with self._lock:
+            return self._built_at is not None and self.fence == self._built_under
+
     def load_index(self) -> RoundResult:
         """Rebuild the index from the database now, without poking (a round does this when it must)."""
         result = RoundResult(self.shard_min, self.shard_max)
