@@ -221,7 +221,9 @@ class BaseSensor:
         return f"<{type(self).__name__} {self.dag_id}.{self.task_id}>"
 
 
-def _json_object(name: str, text: str) -> dict[str, Any]:
+def _json_object(name: str, text: str | None) -> dict[str, Any]:
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise SensorDefinitionError(f"{name} is missing (a row written by hand or by an older version)")
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -317,12 +317,16 @@ def end_cohorts(
 _COHORT_COLUMNS = (TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, TI.c.exec_dict, TI.c.start_date, TI.c.try_number)
 
 
+def _keep(text: str | None) -> str:
+    """One copy of a string many tasks share; a NULL (a hand-written row) stays None, and fails its check alone."""
+    return sys.intern(text) if isinstance(text, str) else text  # type: ignore[return-value]  # None kept on purpose
+
+
 def _cohort_rows(rows: Iterable[Any]) -> CohortRows:
     """(check, cohort, count) from (hashcode, classpath, attr_dict, exec_dict, start_date, try_number[, count])."""
-    keep = sys.intern  # many tasks share these strings: keep each once
     counts: dict[tuple[CheckKey, Cohort], int] = {}
     for h, cp, ad, ed, sd, tn, *n in rows:
-        k = ((h, keep(cp), keep(ad)), Cohort(keep(ed or ""), sd, tn))
+        k = ((h, _keep(cp), _keep(ad)), Cohort(_keep(ed or ""), sd, tn))
         counts[k] = counts.get(k, 0) + (n[0] if n else 1)
     return [(key, cohort, n) for (key, cohort), n in counts.items()]
 
