@@ -49,9 +49,10 @@ class RoundStore(Protocol):
         (check, cohort): an incremental round's change feed. Nothing under a fence no longer held."""
         ...
 
-    def changed_since(self, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
+    def changed_since(self, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
         """The started (smart_running) tasks of the range whose row changed at or after ``since``, per (check,
-        cohort): what a reconciliation compares with the index. Read-only."""
+        cohort), except those ``starter`` started and nobody changed since (its own feed already counted them):
+        what a reconciliation compares with the index. Read-only."""
         ...
 
     def write_round(

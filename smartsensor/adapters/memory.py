@@ -158,7 +158,7 @@ class InMemoryStore:
             r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname, updated_at=now)
         return _per_cohort(started)
 
-    def changed_since(self, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
+    def changed_since(self, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
         """``tasks.changed_cohorts``."""
         with self._lock:
             self._statements += 1
@@ -170,6 +170,7 @@ class InMemoryStore:
                 and r["start_date"] is not None
                 and r["updated_at"] is not None
                 and r["updated_at"] >= since
+                and (r["hostname"] != starter or r["updated_at"] != r["start_date"])
             )
 
     def write_round(

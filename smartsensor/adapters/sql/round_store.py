@@ -63,10 +63,10 @@ class SqlRoundStore:
         with self.engine.begin() as conn:
             return task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
 
-    def changed_since(self, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
-        """The started tasks of the range changed since ``since``, per cohort. 1 statement."""
+    def changed_since(self, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
+        """The started tasks of the range changed since ``since`` but by ``starter``'s feed, per cohort. 1 statement."""
         with self.engine.connect() as conn:
-            return task_sql.changed_cohorts(conn, shard_min, shard_max, since)
+            return task_sql.changed_cohorts(conn, shard_min, shard_max, since, starter)
 
     def write_round(
         self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None

@@ -369,10 +369,12 @@ def adopt_unstarted(conn: Connection, shard_min: int, shard_max: int, now: datet
     ).rowcount
 
 
-def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime) -> CohortRows:
+def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
     """The range's started (smart_running) tasks whose row changed at or after ``since``, per check and cohort: what
-    a worker's reconciliation compares with its index (a set-state by hand, another process, `db reshard`). An index
-    range scan of ti_running_updated: its cost follows the rows changed, not the rows waiting. 1 statement."""
+    a worker's reconciliation compares with its index (a set-state by hand, another process, `db reshard`). Rows
+    ``starter`` started (its feed stamps ``hostname``, and start_date = updated_at) and nobody changed since are
+    left out: that worker counted them as it started them, and a burst of a million starts is not read again. An
+    index range scan of ti_running_updated: its cost follows the rows changed, not the rows waiting. 1 statement."""
     # The first term repeats ti_running_updated's predicate word for word: SQLite uses a partial index only then.
     return _cohort_rows(
         conn.execute(
@@ -382,6 +384,7 @@ def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: dat
                 TI.c.updated_at >= since,
                 *_in_range(shard_min, shard_max),
                 TI.c.start_date.is_not(None),
+                or_(TI.c.hostname.is_(None), TI.c.hostname != starter, TI.c.updated_at != TI.c.start_date),
             )
             .group_by(*_COHORT_COLUMNS)
         )

@@ -9,6 +9,7 @@ transaction of guarded, fenced updates) → ``apply`` (release the held checks i
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -42,7 +43,8 @@ from smartsensor.service.round.report import RoundResult, combine_results
 
 log = logging.getLogger(__name__)
 
-MODULE_RETRY_SECONDS = 30.0  # a sensor module that failed to import is tried again after this long
+MODULE_RETRY_SECONDS = 30.0
+_STARTERS = itertools.count(1)  # tells apart the ShardWorkers of one process (a range lost and claimed again)  # a sensor module that failed to import is tried again after this long
 
 
 def utcnow() -> datetime:
@@ -84,6 +86,8 @@ class ShardWorker:
         self.shard_max = shard_max
         self.clock = clock
         self.hostname = socket.gethostname()
+        # Who started a task, stamped in its row's hostname: this worker's own starts need no reconciliation.
+        self.starter = f"{self.hostname}:{os.getpid()}.{next(_STARTERS)}"
         self.worker_id = worker_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
         self.record_rounds = record_rounds
         self.incremental = incremental
@@ -169,7 +173,7 @@ class ShardWorker:
         """Bring the index up to date: rebuild it, or count in the tasks that arrived (and, every
         reconcile_interval, the waiting tasks anyone changed). Returns the checks new to the index this round."""
         if self.incremental and not self._stale(now, fence):
-            rows = self.store.start_new(self.shard_min, self.shard_max, now, self.hostname, fence)
+            rows = self.store.start_new(self.shard_min, self.shard_max, now, self.starter, fence)
             new, unplannable = self.index.add(rows)
             result.started = sum(n for _, _, n in rows)
             bad.extend(unplannable)
@@ -178,9 +182,9 @@ class ShardWorker:
             return new
         known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
         if self.incremental:
-            rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.hostname, fence)
+            rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.starter, fence)
         else:  # the full-reload round: every task row, every round
-            tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.hostname, fence)
+            tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.starter, fence)
             rows = _cohorts_of(tasks, now)
         self.index = CheckIndex(self.index.seq)
         new, unplannable = self.index.add(rows)
@@ -201,7 +205,8 @@ class ShardWorker:
         since = self._reconciled_at - self.reconcile_lookback
         self._reconciled_at = now
         before = self.index.tasks
-        _, unplannable = self.index.add(self.store.changed_since(self.shard_min, self.shard_max, since), ensure=True)
+        rows = self.store.changed_since(self.shard_min, self.shard_max, since, self.starter)
+        _, unplannable = self.index.add(rows, ensure=True)
         bad.extend(unplannable)
         result.reconciled = self.index.tasks - before
         if result.reconciled:
