@@ -101,7 +101,7 @@ def test_set_state_smart_running_by_hand_reaches_the_index_on_sql(cfg, engine, c
     run_round([w], lambda: catalog)
     with engine.begin() as conn:
         task_sql.set_state(conn, ("hand", "w", DAY), State.SMART_RUNNING, now=clock())
-        assert task_sql.get_task(conn, "hand", "w", DAY)["start_date"] == clock()  # type: ignore[index]
+        assert task_sql.get_task(conn, "hand", "w", DAY)["start_date"] == clock()
     catalog.land("db.t/ds=1")
     clock.advance(cfg.get("smart_sensor", "reconcile_interval"))
     result = run_round([w], lambda: catalog)
