@@ -116,6 +116,10 @@ def incremental_round(engine: Any, cfg: Any, catalog: ThriftCatalog, shards: int
     build_s = time.perf_counter() - started
     r = run_round(workers, lambda: BatchChecker(lister=catalog))
     quiet = run_round(workers, lambda: BatchChecker(lister=catalog))
+    statements, started = store_statements(workers), time.perf_counter()
+    for w in workers:  # what a quiet round adds every reconcile_interval: the rows changed since the last one
+        w.reconcile()
+    reconcile_s, reconcile_stmts = time.perf_counter() - started, store_statements(workers) - statements
     return Measure(
         r.catalog_calls,
         r.db_statements,
@@ -130,8 +134,14 @@ def incremental_round(engine: Any, cfg: Any, catalog: ThriftCatalog, shards: int
             "quiet_round_seconds": quiet.seconds,
             "quiet_round_statements": quiet.db_statements,
             "quiet_round_due": quiet.groups_due,
+            "reconcile_seconds": round(reconcile_s, 4),
+            "reconcile_statements": reconcile_stmts,
         },
     )
+
+
+def store_statements(workers: list[ShardWorker]) -> int:
+    return workers[0].store.statements() if workers else 0
 
 
 def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
@@ -591,6 +601,7 @@ def print_incremental(report: dict[str, Any]) -> None:
         "µs/check excl. catalog",
         "quiet round s (none due)",
         "quiet stmts",
+        "reconcile s (stmts)",
         "index build s",
         "landing round s",
         "marked",
@@ -614,6 +625,7 @@ def print_incremental(report: dict[str, Any]) -> None:
             f"{1e6 * w.wall_excl_catalog / checks:.1f}",
             f"{w.extra['quiet_round_seconds']:.3f}" if inc else "-",
             f"{w.extra['quiet_round_statements']}" if inc else "-",
+            f"{w.extra['reconcile_seconds']:.3f} ({w.extra['reconcile_statements']})" if inc else "-",
             f"{w.extra['index_build_seconds']:.2f}" if inc else "-",
             f"{ld.wall:.2f}",
             f"{ld.marked:,}",

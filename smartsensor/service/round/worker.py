@@ -44,7 +44,9 @@ from smartsensor.service.round.report import RoundResult, combine_results
 log = logging.getLogger(__name__)
 
 MODULE_RETRY_SECONDS = 30.0
-_STARTERS = itertools.count(1)  # tells apart the ShardWorkers of one process (a range lost and claimed again)  # a sensor module that failed to import is tried again after this long
+_STARTERS = itertools.count(
+    1
+)  # tells apart the ShardWorkers of one process (a range lost and claimed again)  # a sensor module that failed to import is tried again after this long
 
 
 def utcnow() -> datetime:
@@ -198,6 +200,16 @@ class ShardWorker:
         self._built_at, self._built_under, self._reconciled_at = now, fence, now
         result.rebuilt = 1
         return []
+
+    def reconcile(self) -> RoundResult:
+        """Reconcile the index with the database now (a round does this every reconcile_interval), without poking.
+        Tasks that cannot be planned are failed by the next round."""
+        result = RoundResult(self.shard_min, self.shard_max)
+        with self._lock:
+            if self._stale(self.clock(), self.fence):
+                return result
+            self._reconcile(self.clock(), result, self._late_bad)
+        return result
 
     def _reconcile(self, now: datetime, result: RoundResult, bad: list[BadCohort]) -> None:
         """Count in the waiting tasks changed since the last reconciliation (less the lookback) that the index
