@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sqlalchemy import Engine, delete, insert, select, update
@@ -511,6 +512,7 @@ def run_machine(engine: Engine, cfg: Config, examples: int, steps: int) -> None:
     print(f"{machine.__name__}: {machine.steps} steps")
 
 
+@pytest.mark.slow
 def test_the_index_agrees_with_sqlite_and_memory_in_every_interleaving(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'model.db'}"
     engine = make_engine(url)
@@ -520,6 +522,7 @@ def test_the_index_agrees_with_sqlite_and_memory_in_every_interleaving(tmp_path:
         engine.dispose()
 
 
+@pytest.mark.slow
 @needs_test_pg
 def test_the_index_agrees_with_postgresql_and_memory_in_every_interleaving(tmp_path: Any) -> None:
     name, url = new_pg_database()
