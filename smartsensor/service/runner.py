@@ -61,6 +61,7 @@ class RoundMetrics:
                 "db_statements",
                 "seconds",
                 "transient_errors",
+                "reconciled",  # waiting tasks a reconciliation found missing from the index: changes from outside
             )
         }
         self.marked = Counter("smartsensor_marked_total", "task instances marked, by new state", labels + ["state"])
