@@ -159,7 +159,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "smart_sensor",
         "reconcile_lookback",
-        "60",
+        "15",
         parse_float,
         "Seconds a reconciliation looks back before the previous one: covers clocks that differ between hosts "
         "and transactions that commit after the time they stamped. Larger costs only rows read again.",

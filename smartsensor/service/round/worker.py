@@ -140,9 +140,10 @@ class ShardWorker:
         now = self.clock()
         fence = self.fence  # read once: a heartbeat may change it meanwhile, and the whole step is under this one
         result = RoundResult(self.shard_min, self.shard_max, partial=focus is not None)
+        changed = self._changes_to_reconcile(now) if focus is None else None  # read outside the lock: may be long
         with self._lock:
             bad, self._late_bad = self._late_bad, []
-            new = self._refresh(now, fence, result, bad, reconcile=focus is None)
+            new = self._refresh(now, fence, result, bad, changed)
             if focus is None:
                 with self._wake_lock:
                     woken, self._wake_tables = self._wake_tables, set()
@@ -170,17 +171,22 @@ class ShardWorker:
         return plan
 
     def _refresh(
-        self, now: datetime, fence: Fence | None, result: RoundResult, bad: list[BadCohort], reconcile: bool = False
+        self,
+        now: datetime,
+        fence: Fence | None,
+        result: RoundResult,
+        bad: list[BadCohort],
+        changed: CohortRows | None = None,
     ) -> list[WaitingCheck]:
-        """Bring the index up to date: rebuild it, or count in the tasks that arrived (and, every
-        reconcile_interval, the waiting tasks anyone changed). Returns the checks new to the index this round."""
+        """Bring the index up to date: rebuild it, or count in the tasks that arrived (and ``changed``, what a
+        reconciliation read). Returns the checks new to the index this round."""
         if self.incremental and not self._stale(now, fence):
             rows = self.store.start_new(self.shard_min, self.shard_max, now, self.starter, fence)
             new, unplannable = self.index.add(rows)
             result.started = sum(n for _, _, n in rows)
             bad.extend(unplannable)
-            if reconcile and now - self._reconciled_at >= self.reconcile_interval:
-                self._reconcile(now, result, bad)
+            if changed is not None:
+                self._reconcile(now, changed, result, bad)
             return new
         known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
         if self.incremental:
@@ -205,20 +211,31 @@ class ShardWorker:
         """Reconcile the index with the database now (a round does this every reconcile_interval), without poking.
         Tasks that cannot be planned are failed by the next round."""
         result = RoundResult(self.shard_min, self.shard_max)
+        now = self.clock()
+        changed = self._changes_to_reconcile(now, due_only=False)
         with self._lock:
-            if self._stale(self.clock(), self.fence):
-                return result
-            self._reconcile(self.clock(), result, self._late_bad)
+            if changed is not None and not self._stale(now, self.fence):
+                self._reconcile(now, changed, result, self._late_bad)
         return result
 
-    def _reconcile(self, now: datetime, result: RoundResult, bad: list[BadCohort]) -> None:
-        """Count in the waiting tasks changed since the last reconciliation (less the lookback) that the index
-        lacks: those no feed of this worker brought (a set-state by hand, another process, `db reshard`)."""
+    def _changes_to_reconcile(self, now: datetime, due_only: bool = True) -> CohortRows | None:
+        """The started tasks changed since the last reconciliation (less the lookback) by anyone but this worker's
+        feed, when a reconciliation is due (every reconcile_interval, on a built index); else None. Read without
+        the worker's lock: a round of the other thread is not held up by it, and what it reads is only counted in
+        (a task that ended meanwhile costs at most a guarded write that changes nothing)."""
+        if not self.incremental or self._built_at is None:
+            return None
+        if due_only and now - self._reconciled_at < self.reconcile_interval:
+            return None
         since = self._reconciled_at - self.reconcile_lookback
+        return self.store.changed_since(self.shard_min, self.shard_max, since, self.starter)
+
+    def _reconcile(self, now: datetime, changed: CohortRows, result: RoundResult, bad: list[BadCohort]) -> None:
+        """Count in the reconciliation's tasks that the index lacks: those no feed of this worker brought (a
+        set-state by hand, another process, `db reshard`)."""
         self._reconciled_at = now
         before = self.index.tasks
-        rows = self.store.changed_since(self.shard_min, self.shard_max, since, self.starter)
-        _, unplannable = self.index.add(rows, ensure=True)
+        _, unplannable = self.index.add(changed, ensure=True)
         bad.extend(unplannable)
         result.reconciled = self.index.tasks - before
         if result.reconciled:
