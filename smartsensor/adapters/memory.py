@@ -65,7 +65,7 @@ class InMemoryStore:
             if state in (State.SCHEDULED, State.SMART_PENDING):
                 row.update(start_date=None, end_date=None, hostname=None, error=None)
             if state == State.SMART_RUNNING:
-                row.update(start_date=row["start_date"] or now, end_date=None)
+                row.update(start_date=row["start_date"] or now, end_date=None, hostname=None)
 
     def set_lease(
         self, shard_min: int, shard_max: int, owner: str | None, epoch: int, expires_at: datetime | None

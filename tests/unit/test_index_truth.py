@@ -208,3 +208,17 @@ def test_a_heartbeat_during_a_rebuild_does_not_mark_it_built_under_the_new_epoch
     assert run_round([w], DictCatalog).rebuilt == 1
     store.load_cohorts = loads  # type: ignore[method-assign]
     assert run_round([w], DictCatalog).rebuilt == 1, "the index read under epoch 1 was taken as built under 2"
+
+
+def test_a_task_set_waiting_by_hand_in_the_instant_its_worker_started_it_is_not_taken_for_its_feeds(cfg, clock) -> None:
+    """Found by the model test: set-state smart_running by hand on a task the worker started, with the same clock
+    reading (start = updated_at, hostname = the worker): the reconciliation skips its own feed's starts, so a
+    change by hand clears the hostname."""
+    store, catalog = InMemoryStore(), DictCatalog()
+    add(store, cfg, "d", named("w", PARTITION, poke_interval=1, timeout=3600))
+    catalog.land(PARTITION)
+    w = whole(store, cfg, clock)
+    assert run_round([w], lambda: catalog).marked == {State.SUCCESS: 1}
+    store.set_state(("d", "w", DAY), State.SMART_RUNNING, now=clock())  # the same instant as its start
+    clock.advance(cfg.get("smart_sensor", "reconcile_interval"))
+    assert run_round([w], lambda: catalog).marked == {State.SUCCESS: 1}

@@ -154,8 +154,9 @@ def set_state(
         values.update(start_date=None, end_date=None, hostname=None, error=None)
     if from_states is None and new_state == State.SMART_RUNNING:
         # a try that waits by hand has a start: its timeout and poke schedule count from it, and the workers'
-        # index (which keys tasks by their start) picks it up at its next reconciliation
-        values.update(start_date=func.coalesce(TI.c.start_date, values["updated_at"]), end_date=None)
+        # index (which keys tasks by their start) picks it up at its next reconciliation. No worker started it
+        # now: hostname is cleared, so that no reconciliation takes it for its own feed's start.
+        values.update(start_date=func.coalesce(TI.c.start_date, values["updated_at"]), end_date=None, hostname=None)
     if error is not None:
         values["error"] = error
     return conn.execute(query.values(**values)).rowcount == 1
