@@ -1,0 +1,257 @@
+"""The process-level liveness test's workload (tests/process/test_liveness.py): Hive tables made and partitions
+landed through the metastore's thrift API (no Spark, no JVM but the metastore service's), a stream of
+registrations and landings planned in time, and the ready → success table it prints.
+
+A *check* is one partition; several tasks (Airflow tries registered through the API) wait on it. Half of the
+checks are on ``live.sig`` and get a landing signal right after they land; the other half, on ``live.poll``, get
+none (pure polling). They are on different tables because a signal wakes every check on its table.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from hmsclient.genthrift.hive_metastore.ttypes import (
+    AddPartitionsRequest,
+    Database,
+    FieldSchema,
+    Partition,
+    SerDeInfo,
+    StorageDescriptor,
+    Table,
+)
+
+from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+from smartsensor.config import Config
+
+DB = "live"
+SIGNALLED, POLLED = "sig", "poll"  # the two tables
+PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
+
+
+class Metastore:
+    """The metastore service as a pipeline sees it: a database, tables partitioned by ``ds``, and landings
+    (``add_partitions``, what a pipeline's commit does), all over thrift."""
+
+    def __init__(self, service: Config) -> None:
+        self.catalog = ThriftCatalog.from_config(service)
+        self.warehouse = service.get("spark", "warehouse_dir")
+
+    def create_tables(self, tables: Iterable[str]) -> None:
+        """``live`` and ``live.<table>`` (x INT) PARTITIONED BY (ds STRING), stored as Parquet."""
+        location = f"file://{self.warehouse}/{DB}.db"
+        self.catalog.call(
+            "creating the database",
+            "create_database",
+            Database(name=DB, description="", locationUri=location, parameters={}),
+        )
+        for name in tables:
+            sd = StorageDescriptor(
+                cols=[FieldSchema("x", "int", None)],
+                location=f"{location}/{name}",
+                inputFormat=f"{PARQUET}.MapredParquetInputFormat",
+                outputFormat=f"{PARQUET}.MapredParquetOutputFormat",
+                compressed=False,
+                numBuckets=-1,
+                serdeInfo=SerDeInfo(None, f"{PARQUET}.serde.ParquetHiveSerDe", {"serialization.format": "1"}),
+                bucketCols=[],
+                sortCols=[],
+                parameters={},
+            )
+            table = Table(
+                tableName=name,
+                dbName=DB,
+                owner="test",
+                createTime=int(time.time()),
+                lastAccessTime=0,
+                retention=0,
+                sd=sd,
+                partitionKeys=[FieldSchema("ds", "string", None)],
+                parameters={},
+                tableType="MANAGED_TABLE",
+            )
+            self.catalog.call(f"creating {DB}.{name}", "create_table", table)
+
+    def land(self, table: str, ds: str) -> None:
+        """Add partition ds=``ds`` to ``live.<table>``; it is visible to every reader once this returns."""
+        sd = self.catalog.call(f"reading {DB}.{table}", "get_table", DB, table).sd
+        part_sd = copy.deepcopy(sd)
+        part_sd.location = f"{sd.location}/ds={ds}"
+        part = Partition(values=[ds], dbName=DB, tableName=table, sd=part_sd, parameters={})
+        request = AddPartitionsRequest(dbName=DB, tblName=table, parts=[part], ifNotExists=True, needResult=False)
+        self.catalog.call(f"landing on {DB}.{table}", "add_partitions_req", request)
+
+    def close(self) -> None:
+        self.catalog.close()
+
+
+@dataclass
+class Check:
+    """One partition the tasks wait on, and when (seconds into the stream) it lands."""
+
+    ds: str
+    signal: bool
+    poke_interval: float  # the exec poke_interval of every task on it
+    land_at: float
+    landing: datetime | None = None  # naive UTC, just before the partition was added: it cannot be seen earlier
+    landed: datetime | None = None  # naive UTC, just after the metastore committed it: ready from then on
+
+    @property
+    def table(self) -> str:
+        return SIGNALLED if self.signal else POLLED
+
+    @property
+    def partition(self) -> str:
+        return f"{DB}.{self.table}/ds={self.ds}"
+
+
+@dataclass
+class Task:
+    """One Airflow try registered through ``POST /api/v1/tasks``, and the task instance the service made of it."""
+
+    check: Check
+    task_id: str
+    register_at: float  # seconds into the stream
+    ti: tuple[str, datetime] | None = None  # (task_id, execution_date) of the task instance; naive UTC
+
+    @property
+    def key(self) -> dict[str, Any]:
+        return {"dag_id": DB, "task_id": self.task_id, "run_id": "run1", "map_index": -1, "try_number": 1}
+
+
+def plan_stream(
+    checks_per_kind: int,
+    tasks_per_check: int,
+    first_landing: float,
+    last_landing: float,
+    offsets: tuple[tuple[float, ...], ...],
+    signalled_poke: float,
+    polled_poke: float,
+    seed: int = 30,
+) -> tuple[list[Check], list[Task]]:
+    """Checks landing evenly between ``first_landing`` and ``last_landing`` (signalled and polled alternate), each
+    with ``tasks_per_check`` tasks registering at its landing + an offset (with ±0.3 s of jitter). The checks of each
+    kind take turns over the ``offsets`` patterns, whose offsets are cycled through their tasks: e.g. one pattern
+    with tasks registering before, while and after it lands, one with all of them before it. Times are seconds
+    into the stream, never negative."""
+    rng = random.Random(seed)
+    n = 2 * checks_per_kind
+    checks, tasks = [], []
+    for i in range(n):
+        signal = i % 2 == 0
+        land_at = first_landing + i * (last_landing - first_landing) / max(1, n - 1)
+        check = Check(f"c{i:02d}", signal, signalled_poke if signal else polled_poke, land_at)
+        checks.append(check)
+        pattern = offsets[(i // 2) % len(offsets)]
+        for j in range(tasks_per_check):
+            at = max(0.0, land_at + pattern[j % len(pattern)] + rng.uniform(-0.3, 0.3))
+            tasks.append(Task(check, f"{check.ds}_t{j}", at))
+    return checks, tasks
+
+
+Event = tuple[float, int, Callable[[], None]]
+
+
+def run_events(events: list[Event], started: float, threads: int = 8) -> float:
+    """Start each event's action at its time (seconds after the monotonic ``started``), in order, on a pool of
+    ``threads``: a slow call (a registration on a loaded machine) delays no other event, as independent clients do.
+    Waits for them all and raises the first error. Returns how late the latest action started, in seconds."""
+    lateness: list[float] = []
+
+    def timed(at: float, action: Callable[[], None]) -> None:
+        lateness.append(time.monotonic() - started - at)
+        action()
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = []
+        for at, _, action in sorted(events, key=lambda e: (e[0], e[1])):
+            delay = started + at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(timed, at, action))
+        for f in futures:
+            f.result()
+    return max(lateness, default=0.0)
+
+
+@dataclass
+class Measured:
+    """A task's ready → success time and what it is counted under."""
+
+    task: Task
+    ready: datetime
+    end: datetime | None
+    state: str | None
+    shardcode: int
+    killed_range: bool  # the killed worker's: on its ranges, registered before the takeover, not ended at the kill
+    before_takeover: bool  # ready before another worker held all the killed worker's ranges
+    bound: float  # the seconds it may take
+
+    @property
+    def by_landing(self) -> bool:
+        """Ready when its check landed (it had registered before), not when it registered."""
+        return self.task.check.landed == self.ready
+
+    @property
+    def seconds(self) -> float | None:
+        """ready → end; a landing seen before this test's clock read it after the commit counts as 0."""
+        return None if self.end is None else max(0.0, (self.end - self.ready).total_seconds())
+
+
+@dataclass
+class Row:
+    """One line of the latency table."""
+
+    label: str
+    seconds: list[float] = field(default_factory=list)
+    waiting: int = 0
+
+    def line(self) -> str:
+        s = sorted(self.seconds)
+        cells = f"{len(s):>5} " + (
+            f"{statistics.median(s):>7.3f} {percentile(s, 95):>7.3f} {s[-1]:>7.3f}" if s else f"{'-':>7} " * 3
+        )
+        return f"{self.label:<44} {cells}" + (f"   ({self.waiting} not ended)" if self.waiting else "")
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile of an ascending list."""
+    return sorted_values[max(0, math.ceil(p / 100 * len(sorted_values)) - 1)]
+
+
+def table(measured: list[Measured]) -> str:
+    """count, p50, p95, max of ready → success: with and without a signal (each also by what made the task ready),
+    the killed worker's tasks apart (those ready before the takeover also on their own), and all."""
+    rows = {
+        "sig": Row("with signal (not the killed worker's)"),
+        "sig-land": Row("  ready at its landing"),
+        "sig-reg": Row("  ready at its registration (landed before)"),
+        "poll": Row("without signal (not the killed worker's)"),
+        "poll-land": Row("  ready at its landing"),
+        "poll-reg": Row("  ready at its registration (landed before)"),
+        "ksig": Row("killed worker's ranges, with signal"),
+        "kpoll": Row("killed worker's ranges, without signal"),
+        "kgap": Row("  ready before the takeover (both kinds)"),
+        "all": Row("all tasks"),
+    }
+    for m in measured:
+        kind = "sig" if m.task.check.signal else "poll"
+        if m.killed_range:
+            keys = [f"k{kind}"] + (["kgap"] if m.before_takeover else [])
+        else:
+            keys = [kind, f"{kind}-{'land' if m.by_landing else 'reg'}"]
+        for row in [rows[k] for k in keys] + [rows["all"]]:
+            if m.seconds is None:
+                row.waiting += 1
+            else:
+                row.seconds.append(m.seconds)
+    head = f"{'ready -> success, seconds':<44} {'count':>5} {'p50':>7} {'p95':>7} {'max':>7}"
+    return "\n".join([head, *(r.line() for r in rows.values())])
