@@ -43,10 +43,8 @@ from smartsensor.service.round.report import RoundResult, combine_results
 
 log = logging.getLogger(__name__)
 
-MODULE_RETRY_SECONDS = 30.0
-_STARTERS = itertools.count(
-    1
-)  # tells apart the ShardWorkers of one process (a range lost and claimed again)  # a sensor module that failed to import is tried again after this long
+MODULE_RETRY_SECONDS = 30.0  # a sensor module that failed to import is tried again after this long
+_STARTERS = itertools.count(1)  # tells apart the ShardWorkers of one process (a range lost and claimed again)
 
 
 def utcnow() -> datetime:
