@@ -115,26 +115,23 @@ class InMemoryStore:
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
     ) -> tuple[CohortRows, int]:
-        """``tasks.start_pending_cohorts``, ``tasks.adopt_unstarted`` then ``tasks.load_waiting_cohorts``."""
+        """``tasks.start_pending_cohorts``, ``tasks.load_waiting_cohorts``, then ``tasks.adopt_unstarted`` if some
+        started task has no start."""
         with self._lock:
             started = self._start_new(shard_min, shard_max, now, hostname, fence)
-            self._statements += 2
-            if self._fence_ok(fence, now):
-                for r in self.tasks.values():
-                    if (
-                        r["state"] == State.SMART_RUNNING
-                        and shard_min <= r["shardcode"] < shard_max
-                        and r["start_date"] is None
-                    ):
-                        r.update(start_date=now, updated_at=now)
-            rows = [
+            self._statements += 1
+            running = [
                 r
                 for r in self.tasks.values()
-                if r["state"] == State.SMART_RUNNING
-                and shard_min <= r["shardcode"] < shard_max
-                and r["start_date"] is not None
+                if r["state"] == State.SMART_RUNNING and shard_min <= r["shardcode"] < shard_max
             ]
-            return _per_cohort(rows), sum(n for _, _, n in started)
+            unstarted = [r for r in running if r["start_date"] is None]
+            if unstarted:
+                self._statements += 1
+                if self._fence_ok(fence, now):
+                    for r in unstarted:
+                        r.update(start_date=now, updated_at=now)
+            return _per_cohort(r for r in running if r["start_date"] is not None), sum(n for _, _, n in started)
 
     def start_new(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None

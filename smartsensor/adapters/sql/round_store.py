@@ -49,12 +49,15 @@ class SqlRoundStore:
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
     ) -> tuple[CohortRows, int]:
-        """Start the pending tasks, give a start to started ones without one, then count every waiting one per cohort.
-        3 statements, one transaction."""
+        """Start the pending tasks, then count every waiting one per cohort (and give a start to started ones
+        without one, if there are any). 2 statements, 3 with tasks to adopt; one transaction."""
         with self.engine.begin() as conn:
             started = task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
-            task_sql.adopt_unstarted(conn, shard_min, shard_max, now, fence=fence)
-            return task_sql.load_waiting_cohorts(conn, shard_min, shard_max), sum(n for _, _, n in started)
+            rows = task_sql.load_waiting_cohorts(conn, shard_min, shard_max)
+            if any(cohort.start_date is None for _, cohort, _ in rows):
+                rows = [r for r in rows if r[1].start_date is not None]
+                rows += task_sql.adopt_unstarted(conn, shard_min, shard_max, now, fence=fence)
+            return rows, sum(n for _, _, n in started)
 
     def start_new(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None

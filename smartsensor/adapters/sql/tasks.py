@@ -334,7 +334,9 @@ def _cohort_rows(rows: Iterable[Any]) -> CohortRows:
 
 def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> CohortRows:
     """The started (smart_running) tasks of [shard_min, shard_max), counted per check and cohort by the database:
-    one row per cohort reaches Python, not one per task. 1 statement. Fetched at once, not through a server-side
+    one row per cohort reaches Python, not one per task. Tasks without a start (rows of older versions or written
+    by hand) come as cohorts whose start_date is None: ``adopt_unstarted`` gives them one. 1 statement. Fetched at
+    once, not through a server-side
     cursor: a cursor makes PostgreSQL plan for its first rows (cursor_tuple_fraction), which made a W3 rebuild
     47-61 s instead of 6-8 s."""
     # The first term repeats ti_waiting_shardcode's predicate word for word: SQLite uses a partial index only then.
@@ -346,28 +348,34 @@ def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> Co
                 TI.c.state == State.SMART_RUNNING,
                 TI.c.shardcode >= shard_min,
                 TI.c.shardcode < shard_max,
-                TI.c.start_date.is_not(None),
             )
             .group_by(*_COHORT_COLUMNS)
         )
     )
 
 
-def adopt_unstarted(conn: Connection, shard_min: int, shard_max: int, now: datetime, fence: Fence | None = None) -> int:
+def adopt_unstarted(
+    conn: Connection, shard_min: int, shard_max: int, now: datetime, fence: Fence | None = None
+) -> CohortRows:
     """Give a start to the range's smart_running tasks that have none (rows of older versions, or written by hand
-    straight into the database), so that they have a try to count from and a place in the index. 1 statement."""
-    return conn.execute(
-        _fenced(
-            update(TI).where(
-                text(WAITING_PREDICATE),
-                TI.c.state == State.SMART_RUNNING,
-                *_in_range(shard_min, shard_max),
-                TI.c.start_date.is_(None),
-            ),
-            fence,
-            now,
-        ).values(start_date=now, updated_at=now)
-    ).rowcount
+    straight into the database), so that they have a try to count from and a place in the index; returns them
+    per cohort. Sent only when a rebuild found such tasks. 1 statement."""
+    return _cohort_rows(
+        conn.execute(
+            _fenced(
+                update(TI).where(
+                    text(WAITING_PREDICATE),
+                    TI.c.state == State.SMART_RUNNING,
+                    *_in_range(shard_min, shard_max),
+                    TI.c.start_date.is_(None),
+                ),
+                fence,
+                now,
+            )
+            .values(start_date=now, updated_at=now)
+            .returning(*_COHORT_COLUMNS)
+        )
+    )
 
 
 def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
