@@ -95,43 +95,27 @@ def test_a_task_joining_a_check_while_the_timer_round_writes_it_is_kept(cfg, clo
     assert state_of(store, "joined", "w") == want
 
 
-def test_a_task_joining_a_check_while_the_wake_up_round_writes_it_is_kept(cfg, clock) -> None:
-    """Defect 1, the threads the other way round: a landing signal's round writes C while the timer round feeds."""
+@pytest.mark.parametrize("meanwhile", ["the timer round feeds", "a rebuild"])
+def test_a_task_joining_a_check_while_the_wake_up_round_writes_it_is_kept(cfg, clock, meanwhile) -> None:
+    """Defect 1, the threads the other way round: a landing signal's round writes C while the timer round feeds a
+    new task of C in, or while a rebuild (another thread's failed round invalidated the index) reads it."""
     store, catalog = AfterWrite(), DictCatalog()
     add(store, cfg, "first", named("w", PARTITION, poke_interval=3600))
     w = whole(store, cfg, clock)
     run_round([w], lambda: catalog)
     catalog.land(PARTITION)
 
-    def timer_round_feeds() -> None:
+    def join() -> None:
         clock.advance(1)
         add(store, cfg, "joined", named("w", PARTITION, poke_interval=3600))
-        run_round([w], lambda: catalog)
+        if meanwhile == "a rebuild":
+            w.load_index()
+        else:
+            run_round([w], lambda: catalog)
 
-    store.then = timer_round_feeds
+    store.then = join
     run_round([w], lambda: catalog, focus={("db", "t")})
     assert state_of(store, "first", "w") == State.SUCCESS and waiting_in_index(w, store, "joined")
-    clock.advance(1)
-    run_round([w], lambda: catalog)
-    assert state_of(store, "joined", "w") == State.SUCCESS
-
-
-def test_a_rebuild_during_a_landing_write_keeps_the_tasks_it_read(cfg, clock) -> None:
-    """Defect 1, with a rebuild (another thread's failed round invalidated the index) during the write."""
-    store, catalog = AfterWrite(), DictCatalog()
-    add(store, cfg, "first", named("w", PARTITION, poke_interval=3600))
-    w = whole(store, cfg, clock)
-    run_round([w], lambda: catalog)
-    catalog.land(PARTITION)
-
-    def rebuild_with_a_new_task() -> None:
-        clock.advance(1)
-        add(store, cfg, "joined", named("w", PARTITION, poke_interval=3600))
-        w.load_index()
-
-    store.then = rebuild_with_a_new_task
-    run_round([w], lambda: catalog, focus={("db", "t")})
-    assert waiting_in_index(w, store, "joined")
     clock.advance(1)
     run_round([w], lambda: catalog)
     assert state_of(store, "joined", "w") == State.SUCCESS

@@ -79,14 +79,14 @@ class SqlRoundStore:
         process over a range being reshaped) is run again: its updates are guarded, so a rerun is idempotent."""
         if writes.empty():
             return {}
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
+        for _ in range(WRITE_ATTEMPTS - 1):
             try:
                 return self._write_once(shard_min, shard_max, writes, now, fence)
             except DBAPIError as exc:
-                if attempt == WRITE_ATTEMPTS or not _lost_a_lock_race(exc):
+                if not _lost_a_lock_race(exc):
                     raise
                 log.info("round write lost a lock race (%s); writing again", first_line(exc))
-        raise AssertionError("unreachable")
+        return self._write_once(shard_min, shard_max, writes, now, fence)
 
     def _write_once(
         self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None

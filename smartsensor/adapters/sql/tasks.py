@@ -172,8 +172,7 @@ def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[Waiti
         select(*cols)
         .where(
             TI.c.state.in_(State.SMART_WAITING),
-            TI.c.shardcode >= shard_min,
-            TI.c.shardcode < shard_max,
+            *_in_range(shard_min, shard_max),
         )
         .execution_options(yield_per=LOAD_BATCH)
     )  # on the statement: a connection's options outlive the query
@@ -191,8 +190,7 @@ def _start_pending(shard_min: int, shard_max: int, now: datetime, hostname: str,
     return _fenced(
         update(TI).where(
             TI.c.state == State.SMART_PENDING,
-            TI.c.shardcode >= shard_min,
-            TI.c.shardcode < shard_max,
+            *_in_range(shard_min, shard_max),
         ),
         fence,
         now,
@@ -229,8 +227,7 @@ def mark_hashes(
             _fenced(
                 update(TI).where(
                     TI.c.hashcode.in_(list(chunk)),
-                    TI.c.shardcode >= shard_min,
-                    TI.c.shardcode < shard_max,
+                    *_in_range(shard_min, shard_max),
                     TI.c.state.in_(State.SMART_WAITING),
                 ),
                 fence,
@@ -304,8 +301,7 @@ def end_cohorts(
                     tuple_(
                         TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, exec_dict, TI.c.start_date, TI.c.try_number
                     ).in_(list(chunk)),
-                    TI.c.shardcode >= shard_min,
-                    TI.c.shardcode < shard_max,
+                    *_in_range(shard_min, shard_max),
                     TI.c.state == State.SMART_RUNNING,
                 ),
                 fence,
@@ -336,9 +332,8 @@ def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> Co
     """The started (smart_running) tasks of [shard_min, shard_max), counted per check and cohort by the database:
     one row per cohort reaches Python, not one per task. Tasks without a start (rows of older versions or written
     by hand) come as cohorts whose start_date is None: ``adopt_unstarted`` gives them one. 1 statement. Fetched at
-    once, not through a server-side
-    cursor: a cursor makes PostgreSQL plan for its first rows (cursor_tuple_fraction), which made a W3 rebuild
-    47-61 s instead of 6-8 s."""
+    once, not through a server-side cursor: a cursor makes PostgreSQL plan for its first rows
+    (cursor_tuple_fraction), which made a W3 rebuild 47-61 s instead of 6-8 s."""
     # The first term repeats ti_waiting_shardcode's predicate word for word: SQLite uses a partial index only then.
     return _cohort_rows(
         conn.execute(
@@ -346,8 +341,7 @@ def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> Co
             .where(
                 text(WAITING_PREDICATE),
                 TI.c.state == State.SMART_RUNNING,
-                TI.c.shardcode >= shard_min,
-                TI.c.shardcode < shard_max,
+                *_in_range(shard_min, shard_max),
             )
             .group_by(*_COHORT_COLUMNS)
         )

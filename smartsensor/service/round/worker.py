@@ -350,7 +350,7 @@ class ShardWorker:
             if plan.result.fenced_out:
                 self._built_at = None  # the range is no longer ours under this epoch: start over if it comes back
             elif plan.index is not None and plan.index is not self.index:
-                _after_rebuild(self.index, plan, writes)  # the rebuilt index was read after this plan
+                self._late_bad.extend(_after_rebuild(self.index, plan, writes))  # read after this plan
             else:
                 self._late_bad.extend(_applied(self.index, plan, writes, plan.now))
 
@@ -408,24 +408,18 @@ def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time:
     the index, as do the cohorts that timed out or failed alone; cohorts that joined after the plan stay (a landed
     check with some left is due at once). Every other due check is rescheduled (from this poke if it was poked).
     Returns cohorts whose next poke can no longer be computed (failed by the next round)."""
+    # Cohorts that cannot be planned (writes.bad) never enter the index, or left it when found: nothing to release.
     ending: dict[CheckKey, list[Cohort]] = defaultdict(list)
     for cohorts in writes.ended.values():
         for key, cohort in cohorts:
             ending[key].append(cohort)
-    for key, cohort, _ in writes.bad:
-        check = index.checks.get(key)
-        if check is None or not check.holders:
-            index.remove_cohort(key, cohort)
-        else:
-            ending[key].append(cohort)
-    whole = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
-    landed = set(writes.landed_hashes)
+    ends_whole = _ends_whole_check(writes)
     late_bad: list[BadCohort] = []
     for g in plan.due:
         check = index.checks.get(g.key)
         if check is None:
             continue
-        ended = g.key in whole or g.key[0] in landed
+        ended = ends_whole(g.key)
         late_bad.extend(
             index.release(
                 check,
@@ -439,17 +433,24 @@ def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time:
     return late_bad
 
 
-def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> None:
-    """A round whose index was rebuilt during its write: the new index was read from the database after the plan,
-    so it is left as read, except that the checks the round saw end are due at once: their tasks in it either were
-    marked by this write (a no-op poke) or started after it."""
+def _ends_whole_check(writes: RoundWrites) -> Callable[[CheckKey], bool]:
+    """Whether these writes end every waiting task of a check: it landed (by hash or by exact check) or failed."""
     landed = set(writes.landed_hashes)
     whole = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
+    return lambda key: key in whole or key[0] in landed
+
+
+def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> list[BadCohort]:
+    """A round whose index was rebuilt during its write: the new index was read from the database after the plan,
+    so it is left as read, except that the checks the round saw end are due at once: their tasks in it either were
+    marked by this write (a no-op poke) or started after it. Returns cohorts whose next poke cannot be computed."""
+    ends_whole, late_bad = _ends_whole_check(writes), []
     for g in plan.due:
         check = index.checks.get(g.key)
-        if check is not None and (g.key in whole or g.key[0] in landed) and not check.holders:
+        if check is not None and ends_whole(g.key) and not check.holders:
             check.urgent = True
-            index.done(check, None, plan.now)
+            late_bad.extend(index.done(check, None, plan.now))
+    return late_bad
 
 
 def _finish_all(workers: list[ShardWorker], plans: list[RoundPlan], concurrency: int) -> list[RoundResult]:
