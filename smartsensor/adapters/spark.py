@@ -54,8 +54,13 @@ QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 SPARK_EXTRA_HINT = (
     "PySpark is not installed: pip install 'smartsensor[spark]' (the Spark catalog backend, "
-    "classic runs and `smartsensor metastore start` need it, and Java 17+)"
+    "classic runs of sensors that need Spark and `smartsensor metastore start` need it, and Java 17+)"
 )
+
+
+class SparkNotInstalled(ImportError):
+    """PySpark cannot be imported in this environment (the ``spark`` extra is missing): unlike a JVM that fails to
+    start, nothing a later try on this host changes. The message is SPARK_EXTRA_HINT and the import's error."""
 
 
 def quiet_query_context_loggers() -> None:
@@ -74,7 +79,7 @@ def quiet_query_context_loggers() -> None:
 
 
 def get_spark(cfg: Config) -> Any:
-    """The process's SparkSession with Hive support, created on first use."""
+    """The process's SparkSession with Hive support, created on first use (SparkNotInstalled without PySpark)."""
     global _session
     with _lock:
         if _session is not None:
@@ -85,7 +90,7 @@ def get_spark(cfg: Config) -> Any:
         try:
             from pyspark.sql import SparkSession
         except ImportError as exc:
-            raise ImportError(f"{SPARK_EXTRA_HINT} ({exc})") from None
+            raise SparkNotInstalled(f"{SPARK_EXTRA_HINT} ({exc})") from None
 
         builder = SparkSession.builder.master(cfg.get("spark", "master")).appName(cfg.get("spark", "app_name"))
         for key, value in spark_builder_conf(cfg).items():

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from smartsensor.adapters.catalog.batch import BatchChecker
+from smartsensor.adapters.spark import SparkNotInstalled, get_spark
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.keys import TaskKey
@@ -35,6 +36,7 @@ from smartsensor.sensors.errors import (
 )
 from smartsensor.service.dagfile import DagFileError, import_file
 from smartsensor.service.round.bounded_poke import BoundedPoker
+from smartsensor.service.round.poke import PokeContext
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +196,10 @@ class ClassicRun:
 
     The sensor is built at the first poke that can build it: while its sensor module cannot be imported on this
     host (a deploy skew) the task waits, within its own timeout, like a transient error. Spark starts only when
-    the sensor's poke needs it.
+    the sensor's poke needs it, as in a round (the same lazy BatchChecker and PokeContext): a partition, a path
+    that is not file://, a user sensor reading ``context['spark']``. Where it is needed and PySpark is not
+    installed the try fails at that poke, with the install hint; a Spark that fails to start (no Java, the JVM)
+    is an outage, a transient error of that poke, tried again at the next.
     """
 
     def __init__(
@@ -216,6 +221,7 @@ class ClassicRun:
         self.sensor: BaseSensor | None = None
         self.pokes = 0
         self.last_error: str | None = None  # the last transient error, named in the timeout's error
+        self.spark_missing: str | None = None  # set when the sensor needed Spark and PySpark is not installed
 
     def poke_until_done(self, settings: ExecSettings) -> RunResult:
         """The loop. At least one poke per run, however late it starts (a slow start must not cost the try its
@@ -246,20 +252,18 @@ class ClassicRun:
             return None
         except (TaskRunError, UnknownSensorClass, SensorDefinitionError) as exc:
             return self.finish(State.FAILED, error=str(exc))
-        try:
-            if self.checker is None:
-                self.checker = BatchChecker(self.spark_provider())
-        except Exception as exc:  # noqa: BLE001 - Spark failing to start is an outage: keep waiting
-            log.warning("cannot start Spark, poking again later: %s", exc)
-            return None
+        if self.checker is None:
+            self.checker = BatchChecker(spark_provider=self._start_spark)  # Spark starts when a check needs it
+        else:
+            self.checker.retry_spark()  # a failed start is tried again, once per poke
         self.pokes += 1
-        sensor, context = (
-            self.sensor,
-            {"checker": self.checker, "spark": self.checker.spark, "execution_date": self.key[2]},
-        )
+        sensor, context = self.sensor, PokeContext(self.checker)
+        context["execution_date"] = self.key[2]
         outcome = self.poker.poke(self.key, lambda: sensor.poke(context))
         if outcome is True:
             return self.finish(State.SUCCESS)
+        if self.spark_missing is not None:  # however the poke took it: this host cannot answer this sensor
+            return self.finish(State.FAILED, error=f"this sensor needs Spark: {self.spark_missing}")
         if isinstance(outcome, PermanentCheckError):
             return self.finish(State.FAILED, error=str(outcome))
         if isinstance(outcome, CheckError):
@@ -345,7 +349,13 @@ class ClassicRun:
             self.row["attr_dict"], self.row["exec_dict"], task_id=self.key[1], dag_id=self.key[0]
         )
 
-    def _own_spark(self) -> Any:
-        from smartsensor.adapters.spark import get_spark
+    def _start_spark(self) -> Any:
+        """The checker's Spark provider: PySpark missing is noted, to end the try after this poke."""
+        try:
+            return self.spark_provider()
+        except SparkNotInstalled as exc:
+            self.spark_missing = first_line(exc)
+            raise
 
+    def _own_spark(self) -> Any:
         return get_spark(self.cfg)

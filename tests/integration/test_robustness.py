@@ -256,6 +256,49 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
     engine.dispose()
 
 
+# -- Spark in a classic run: started at the poke that needs it --------------------------------
+
+
+class SparkAtStart:
+    """A Spark provider whose first ``failures`` starts fail as where the JVM cannot start; then a stand-in session."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls = failures, 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("Java gateway process exited before sending its port number")
+        return object()
+
+
+@pytest.mark.parametrize("failures,state,pokes", [(1, State.SUCCESS, 2), (10**6, State.FAILED, None)])
+def test_classic_run_tries_a_failed_spark_start_again_at_each_poke(
+    tmp_path: Path, db_url: str, failures: int, state: str, pokes: int | None
+) -> None:
+    """A Spark that cannot start is an outage of that poke, not of the run: the next poke starts it again; one that
+    never starts ends the try by its timeout, which names it."""
+    from tests.support.custom_sensors import SparkSensor
+
+    cfg, engine = new_db(
+        tmp_path / "home",
+        db_url,
+        smart_sensor__sensor_modules="tests.support.custom_sensors",
+        smart_sensor__use_smart_sensor="False",
+    )
+    register(engine, [("d", SparkSensor(task_id="s", key="k", poke_interval=0.1, timeout=1))], DAY, cfg)
+    spark = SparkAtStart(failures)
+    result = run_task(engine, cfg, "d", "s", DAY, spark_provider=spark)
+    assert result.state == state, result
+    assert spark.calls == result.pokes and (pokes is None or result.pokes == pokes), result
+    if state == State.FAILED:
+        assert result.pokes >= 2 and result.error == (
+            "timed out waiting; last check error: Spark unavailable: "
+            "Java gateway process exited before sending its port number"
+        )
+    engine.dispose()
+
+
 # -- a user's poke() that hangs or exits ------------------------------------------------------
 
 

@@ -146,6 +146,11 @@ class BatchChecker:
                 raise self._spark_error
         return self._spark
 
+    def retry_spark(self) -> None:
+        """Let the next use of ``spark`` ask the provider again after a failed start: a checker that outlives a
+        round (a classic run keeps one for all its pokes) tries once per poke, as each round's checker does."""
+        self._spark_error = None
+
     def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
         """Answer every check: True/False, or a TransientCheckError / PermanentCheckError."""
         by_table: dict[tuple[str, str], list[PartitionCheck]] = defaultdict(list)
