@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One command to a running Airflow 3 + smartsensor stack: a throwaway PostgreSQL (smartsensor's metadata DB), a
-# Hive metastore service, `smartsensor serve` and leased workers, a real Airflow 3.1.8 (api-server, dag-processor,
+# Hive metastore service, `smartsensor serve` and leased workers, a real Airflow 3.3.2 (api-server, dag-processor,
 # scheduler, triggerer) with the provider installed, the DAGs of scripts/airflow/dags and the landing
 # pipeline; prints Airflow's task states against the expected ones and the figures, then stops everything.
 # First run builds .venv and the Airflow venv (~/.cache/smartsensor, a few minutes). Arguments go to
 # scripts/airflow/demo.py: --sensors N, --partitions P, --every S, --keep, --deadline S, --home DIR (see --help).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-export SMARTSENSOR_AIRFLOW_VERSIONS="${SMARTSENSOR_DEMO_AIRFLOW_VERSION:-3.1.8}"  # build only the demo's version
+export SMARTSENSOR_AIRFLOW_VERSIONS="${SMARTSENSOR_DEMO_AIRFLOW_VERSION:-3.3.2}"  # build only the demo's version
 source "$HERE/env.sh"
 source "$HERE/pg.sh"
 source "$HERE/airflow_env.sh"

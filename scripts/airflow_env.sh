@@ -3,10 +3,12 @@
 # (providers/airflow) installed, for the end-to-end tests in tests/airflow. Airflow cannot share .venv:
 # 2.10 pins SQLAlchemy < 2, smartsensor needs 2. The venvs live outside the checkout, so every clone reuses
 # them: ${SMARTSENSOR_CACHE:-~/.cache/smartsensor}/airflow-<version>. First build ~20-120 s per version
-# (pip cache warm or cold); afterwards only a changed provider is re-installed (~3 s).
+# (pip cache warm or cold); afterwards only a changed provider is re-installed (~3 s). Each venv also gets the
+# drivers for an Airflow database on PostgreSQL, as production runs it (psycopg2; asyncpg for 3.x's api-server).
 
-AIRFLOW_VERSIONS="${SMARTSENSOR_AIRFLOW_VERSIONS:-2.10.5 3.1.8}"
+AIRFLOW_VERSIONS="${SMARTSENSOR_AIRFLOW_VERSIONS:-2.10.5 3.3.2}"
 AIRFLOW_CACHE="${SMARTSENSOR_CACHE:-$HOME/.cache/smartsensor}"
+AIRFLOW_DRIVERS="psycopg2-binary>=2.9,<3 asyncpg>=0.29,<1"
 
 ensure_airflow_venvs() {
   local version venv want
@@ -21,6 +23,11 @@ ensure_airflow_venvs() {
       "$venv/bin/python" -m pip install -q "apache-airflow==$version" 2>&1 | grep -v '^WARNING: Location' >&2 || true
       "$venv/bin/python" -c "import airflow" || { log "installing apache-airflow==$version failed"; exit 1; }
       touch "$venv/.airflow-installed"
+    fi
+    if [ "$(cat "$venv/.drivers-installed" 2>/dev/null)" != "$AIRFLOW_DRIVERS" ]; then
+      "$venv/bin/python" -m pip install -q $AIRFLOW_DRIVERS 2>&1 | grep -v '^WARNING: Location' >&2 || true
+      "$venv/bin/python" -c "import psycopg2, asyncpg" || { log "installing $AIRFLOW_DRIVERS into $venv failed"; exit 1; }
+      echo "$AIRFLOW_DRIVERS" > "$venv/.drivers-installed"
     fi
     if [ "$(cat "$venv/.provider-installed" 2>/dev/null)" != "$want" ]; then
       # Not editable: the cached venv is shared by every checkout, so it holds a copy of this one's provider.

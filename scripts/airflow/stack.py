@@ -1,10 +1,12 @@
 """A real Airflow running in the background, for tests/airflow and scripts/airflow/demo.py: its components as
 processes, started in their own sessions and stopped with their children whatever happens.
 
-- 3.x: api-server, dag-processor, scheduler and triggerer (LocalExecutor), on SQLite under AIRFLOW_HOME. The
-  UI and the REST API are on the api-server (``url``); the simple auth manager's user ``admin`` gets a password
-  written before the api-server starts (``password``), the REST calls log in with it.
+- 3.x: api-server, dag-processor, scheduler and triggerer (LocalExecutor). The UI and the REST API are on the
+  api-server (``url``); the simple auth manager's user ``admin`` gets a password written before the api-server
+  starts (``password``), the REST calls log in with it.
 - 2.x: scheduler (which also parses the DAG files) and triggerer; DAG runs are triggered with the CLI.
+- Airflow's database: SQLite under AIRFLOW_HOME by default (2.x then runs the SequentialExecutor: SQLite allows
+  no other), or PostgreSQL (``db_url``), as production runs it: LocalExecutor on every version.
 
 Each component runs in its own session through ``Processes`` (a log ``logs/airflow-<component>.log`` each, stopped
 as a process group whatever happens). Reads of task and run states go straight to
@@ -26,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import bindparam, create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from smartsensor.adapters.metastore_process import free_port
@@ -171,7 +173,14 @@ class AirflowStack:
     """One Airflow installation (a venv with the provider installed, one AIRFLOW_HOME) and its processes."""
 
     def __init__(
-        self, venv: Path, home: Path, processes: Processes, parallelism: int = 8, port: int = 0, **extra_env: str
+        self,
+        venv: Path,
+        home: Path,
+        processes: Processes,
+        parallelism: int = 8,
+        port: int = 0,
+        db_url: str | None = None,
+        **extra_env: str,
     ) -> None:
         self.venv, self.home, self.processes = venv, home, processes
         self.version = version_of(venv)
@@ -179,11 +188,12 @@ class AirflowStack:
         self.port = (port or free_port()) if self.major >= 3 else 0
         self.url = f"http://127.0.0.1:{self.port}" if self.port else ""
         self.password = secrets.token_urlsafe(12)
-        self.db_url = f"sqlite:///{home / 'airflow.db'}"
+        self.db_url = db_url or f"sqlite:///{home / 'airflow.db'}"
+        self.sqlite = self.db_url.startswith("sqlite")
         self._token: str | None = None
         self._engine: Any = None
         env = {
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor" if self.major >= 3 else "SequentialExecutor",
+            "AIRFLOW__CORE__EXECUTOR": "SequentialExecutor" if self.major < 3 and self.sqlite else "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(parallelism),
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(parallelism),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -306,12 +316,46 @@ class AirflowStack:
             ]
         return _call(method, f"{self.url}{path}", body, {"Authorization": f"Bearer {self._token}"})
 
-    def rows(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
-        """Rows of a query on Airflow's own database."""
+    def trigger_many(self, dag_ids: Iterable[str], logical_date: str) -> list[str]:
+        """Create a run of each DAG for ``logical_date``, at about the same moment: the REST API on 3.x, the CLI
+        on 2.x (one process per DAG, started together). Returns their run_ids."""
+        dag_ids = list(dag_ids)
+        if self.major >= 3:
+            return [self.trigger(dag_id, logical_date) for dag_id in dag_ids]
+        airflow = str(self.venv / "bin" / "airflow")
+        procs = [
+            subprocess.Popen(
+                [airflow, "dags", "trigger", "-e", logical_date, dag_id],
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for dag_id in dag_ids
+        ]
+        for dag_id, proc in zip(dag_ids, procs, strict=True):
+            output, _ = proc.communicate(timeout=300)
+            if proc.returncode != 0:
+                raise StackError(f"airflow dags trigger {dag_id} exited {proc.returncode}: {output[-3000:]}")
+        return [
+            r[0]
+            for r in self.rows(
+                "SELECT run_id FROM dag_run WHERE dag_id IN :dags AND "
+                + ("execution_date" if self.major < 3 else "logical_date")
+                + " = :when",
+                expanding=["dags"],
+                dags=dag_ids,
+                when=datetime.fromisoformat(logical_date).replace(tzinfo=timezone.utc),
+            )
+        ]
+
+    def rows(self, sql: str, expanding: Iterable[str] = (), **params: Any) -> list[tuple[Any, ...]]:
+        """Rows of a query on Airflow's own database (``expanding``: parameters that are lists, for ``IN``)."""
         if self._engine is None:
-            self._engine = create_engine(self.db_url, connect_args={"timeout": 30})
+            self._engine = create_engine(self.db_url, connect_args={"timeout": 30} if self.sqlite else {})
+        statement = text(sql).bindparams(*(bindparam(name, expanding=True) for name in expanding))
         with self._engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params).fetchall()]
+            return [tuple(r) for r in conn.execute(statement, params).fetchall()]
 
     def task_states(self, dag_ids: Iterable[str] | None = None) -> dict[tuple[str, str], str | None]:
         """(dag_id, task_id) → state, for every task instance (one run per DAG) of ``dag_ids`` (default all)."""

@@ -33,11 +33,16 @@ def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
             "key": {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 2},
             "conn_id": "smartsensor_default",
             "poll_interval": 3.0,
+            "end_from_trigger": False,
+            "settle": 5.0,
         },
         "round_trip_equal": True,
     }
     assert seen["json_kwargs"] is True
-    assert seen["template_fields"] == {"named": ["partition_names"], "hive": ["schema", "table", "partition"]}
+    assert seen["template_fields"] == {
+        "named": ["partition_names"],
+        "hive": ["schema", "table", "partition", "metastore_conn_id"],
+    }
     assert seen["named_exec"] == {
         "poke_interval": 30.0,
         "timeout": 600.0,
@@ -47,5 +52,10 @@ def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
     assert seen["named_poll_interval"] == 10.0
     assert seen["hive_persist"] == {"table": "db.events", "partition": {"ds": "2026-11-22", "hr": "00"}}
     assert seen["str_partition_names"] == "TypeError: partition_names must be an array of strings"
+    # The Hive provider's own expectations of parse_partition_name.
+    assert seen["parse_partition_name"] == [["db", "t", "ds=1/hr=2"], ["default", "t", "ds=1"], ["a", "b.c", "x=1"]]
+    assert seen["parse_bad"].startswith("ValueError: Could not parse db.t")
+    assert seen["default_partition"] == "ds='{{ ds }}'"
+    assert seen["end_from_trigger"] is True  # no listener plugins here
     assert seen["smartsensor_imported"] == []
     assert seen["provider_listed"] is True

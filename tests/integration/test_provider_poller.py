@@ -199,3 +199,61 @@ def test_against_a_service_that_answers_at_once_it_polls_once_per_interval() -> 
     asyncio.run(scenario())
     gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
     assert min(gaps) >= interval * 0.8, gaps  # paced by the interval, as the old poller was
+
+
+def test_a_trigger_that_joins_while_a_request_is_held_hears_at_once(cfg, engine) -> None:
+    """A triggerer starts its triggers a few at a time: one that joins while the request for the others is held,
+    on a try that already ended, is answered within a second or so, not at the next interval; and one that
+    joins and then lands is heard at its landing."""
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    interval = 10.0
+
+    async def scenario() -> tuple[float, float, dict[str, Any], int]:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(
+                transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as client:
+                for i in (1, 2, 3):
+                    assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
+            poller = shared_poller("joins", endpoint(), transport)
+            first = asyncio.ensure_future(poller.wait(key(1), interval))
+            while poller.requests < 1:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # the request for key 1 is held now
+            await asyncio.to_thread(end_one, engine, "t2", State.SUCCESS)
+            joined = time.monotonic()
+            answered = await asyncio.wait_for(poller.wait(key(2), interval), timeout=60)
+            heard_answered = time.monotonic() - joined
+            third = asyncio.ensure_future(poller.wait(key(3), interval))
+            await asyncio.sleep(1.5)  # asked again, with key 3, and held
+            assert not third.done() and not first.done()
+            await asyncio.to_thread(end_one, engine, "t3", State.SUCCESS)
+            landed = time.monotonic()
+            await asyncio.wait_for(third, timeout=60)
+            heard_landing = time.monotonic() - landed
+            first.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            return heard_answered, heard_landing, answered, poller.requests
+
+    heard_answered, heard_landing, answered, requests = asyncio.run(scenario())
+    print(f"answered try heard in {heard_answered:.2f} s, landing in {heard_landing:.2f} s, {requests} requests")
+    assert answered["state"] == "success"
+    assert heard_answered < interval / 4, heard_answered
+    assert heard_landing < interval / 4, heard_landing
+    assert requests <= 6  # a restart per join and an answer each, not a busy loop
+
+
+def end_one(engine: Any, task_id: str, state: str) -> None:
+    """A round ending one task (its hashcode shared with no other waiting task here), guarded and notified."""
+    with engine.begin() as conn:
+        (t,) = [t for t in task_sql.list_tasks(conn) if t["task_id"] == task_id]
+        task_sql.set_state(
+            conn,
+            (t["dag_id"], t["task_id"], t["execution_date"]),
+            state,
+            from_states=list(State.SMART_WAITING),
+            now=t["execution_date"],
+        )
+        signal_sql.notify_ended(conn)

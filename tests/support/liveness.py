@@ -41,17 +41,18 @@ class Metastore:
     """The metastore service as a pipeline sees it: a database, tables partitioned by ``ds``, and landings
     (``add_partitions``, what a pipeline's commit does), all over thrift."""
 
-    def __init__(self, service: Config) -> None:
+    def __init__(self, service: Config, db: str = DB) -> None:
         self.catalog = ThriftCatalog.from_config(service)
         self.warehouse = service.get("spark", "warehouse_dir")
+        self.db = db
 
     def create_tables(self, tables: Iterable[str]) -> None:
-        """``live`` and ``live.<table>`` (x INT) PARTITIONED BY (ds STRING), stored as Parquet."""
-        location = f"file://{self.warehouse}/{DB}.db"
+        """The database ``db`` (``live``) and ``<db>.<table>`` (x INT) PARTITIONED BY (ds STRING), as Parquet."""
+        location = f"file://{self.warehouse}/{self.db}.db"
         self.catalog.call(
             "creating the database",
             "create_database",
-            Database(name=DB, description="", locationUri=location, parameters={}),
+            Database(name=self.db, description="", locationUri=location, parameters={}),
         )
         for name in tables:
             sd = StorageDescriptor(
@@ -68,7 +69,7 @@ class Metastore:
             )
             table = Table(
                 tableName=name,
-                dbName=DB,
+                dbName=self.db,
                 owner="test",
                 createTime=int(time.time()),
                 lastAccessTime=0,
@@ -78,16 +79,17 @@ class Metastore:
                 parameters={},
                 tableType="MANAGED_TABLE",
             )
-            self.catalog.call(f"creating {DB}.{name}", "create_table", table)
+            self.catalog.call(f"creating {self.db}.{name}", "create_table", table)
 
     def land(self, table: str, ds: str) -> None:
-        """Add partition ds=``ds`` to ``live.<table>``; it is visible to every reader once this returns."""
-        sd = self.catalog.call(f"reading {DB}.{table}", "get_table", DB, table).sd
+        """Add partition ds=``ds`` to ``<db>.<table>``; it is visible to every reader once this returns."""
+        db = self.db
+        sd = self.catalog.call(f"reading {db}.{table}", "get_table", db, table).sd
         part_sd = copy.deepcopy(sd)
         part_sd.location = f"{sd.location}/ds={ds}"
-        part = Partition(values=[ds], dbName=DB, tableName=table, sd=part_sd, parameters={})
-        request = AddPartitionsRequest(dbName=DB, tblName=table, parts=[part], ifNotExists=True, needResult=False)
-        self.catalog.call(f"landing on {DB}.{table}", "add_partitions_req", request)
+        part = Partition(values=[ds], dbName=db, tableName=table, sd=part_sd, parameters={})
+        request = AddPartitionsRequest(dbName=db, tblName=table, parts=[part], ifNotExists=True, needResult=False)
+        self.catalog.call(f"landing on {db}.{table}", "add_partitions_req", request)
 
     def close(self) -> None:
         self.catalog.close()

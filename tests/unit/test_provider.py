@@ -110,3 +110,16 @@ def test_only_sensors_triggers_and_compat_import_airflow() -> None:
     for path in PROVIDER.glob("*.py"):
         uses_airflow = any(m == "airflow" or m.startswith("airflow.") for m in imported_modules(path))
         assert uses_airflow == (path.name in {"_compat.py"}), path.name
+
+
+def test_the_provider_knows_a_timeout_by_the_services_own_words() -> None:
+    """A ``failed`` try that reached its timeout ends a drop-in for good (AirflowSensorTimeout); the provider cannot
+    import the service, so it matches the start of the error the service writes, pinned here to the source."""
+    from smartsensor.domain.timing import timeout_error
+    from smartsensor_airflow.client import is_timeout
+
+    assert is_timeout({"state": "failed", "error": timeout_error(None)})
+    assert is_timeout({"state": "failed", "error": timeout_error("metastore unreachable")})
+    assert not is_timeout({"state": "failed", "error": "attr_dict is missing"})
+    assert not is_timeout({"state": "skipped", "error": timeout_error(None)})
+    assert not is_timeout({"state": "failed", "error": None})

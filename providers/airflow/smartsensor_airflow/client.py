@@ -19,6 +19,9 @@ API = "/api/v1"
 # States after which the service never changes a try again; everything else is still waiting.
 TERMINAL = frozenset({"success", "failed", "skipped", "upstream_failed", "removed", "superseded", "unknown"})
 TRANSIENT_STATUS = frozenset({502, 503, 504})
+# The start of the ``error`` the service gives a try that reached its ``timeout`` (smartsensor.domain.timing
+# .timeout_error; a test pins the two together). A timeout ends a sensor for good, as AirflowSensorTimeout does.
+TIMEOUT_ERROR_PREFIX = "timed out waiting"
 REGISTER_ATTEMPTS = 5  # 1 + 2 + 4 + 8 s of back-off: a restarting service or a failover behind the balancer
 
 
@@ -112,3 +115,26 @@ def register_try(
             log.warning("%s (attempt %d of %d)", last, attempt + 1, attempts)
     assert last is not None
     raise last
+
+
+def held_state(endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: float = 30.0) -> dict[str, Any] | None:
+    """``POST /tasks/states?wait=…`` for one try: the service holds the request until the try ends or ``wait``
+    seconds pass. Returns the answer (terminal or not), or None when the service could not be asked (the caller
+    defers and its trigger asks again): this is an optimisation, never a reason to fail a task."""
+    url = f"{endpoint.base_url}{API}/tasks/states"
+    try:
+        with httpx.Client(timeout=timeout + wait, headers=endpoint.headers()) as client:
+            response = client.post(url, json={"keys": [key]}, params={"wait": f"{wait:g}"})
+    except httpx.TransportError as exc:
+        log.warning("smartsensor at %s unreachable for the held states request: %s", endpoint.base_url, exc)
+        return None
+    if response.status_code != 200:
+        log.warning("smartsensor refused the held states request: %s", error_message(response))
+        return None
+    states = response.json().get("states") or []
+    return states[0] if states else None
+
+
+def is_timeout(answer: dict[str, Any]) -> bool:
+    """Whether a ``failed`` answer means the try reached its timeout (not a check error)."""
+    return answer.get("state") == "failed" and str(answer.get("error") or "").startswith(TIMEOUT_ERROR_PREFIX)

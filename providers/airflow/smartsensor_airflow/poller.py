@@ -10,12 +10,19 @@ The service holds that request until one of the tries ends (it is woken by the c
 landing is heard at once instead of at the next poll. Requests are paced by a ``RequestBudget``: one per
 interval on average, as when it polled, up to ``BURST`` back to back after answers that came early. A service
 that does not hold requests (an older one) answers at once, and the budget then makes this the plain poll
-every interval that it was. A new key joins at the next request, within one interval.
+every interval that it was.
+
+A key that joins does not wait for the next request of the budget: ``FIRST_POLL_DELAY`` later (which gathers the
+triggers that start together) every key is asked again, the new ones included, without spending the budget (a
+request held at that moment is dropped). A triggerer starts its triggers a few at a time (Airflow 2.10: a batch
+a second), and a try that is already answered, or lands while the old request is held, is heard at once instead
+of after an interval. These extra requests come only while triggers join, at most one per ``FIRST_POLL_DELAY``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import weakref
@@ -54,6 +61,10 @@ class RequestBudget:
                 return
             await asyncio.sleep((1 - self.tokens) * interval)
 
+    def refund(self) -> None:
+        """Give back the request just spent (it was dropped to ask again with keys that joined)."""
+        self.tokens = min(float(self.burst), self.tokens + 1)
+
 
 def key_of(fields: dict[str, Any]) -> Key:
     """The hashable key of one try from its dict form."""
@@ -70,6 +81,7 @@ class StatesPoller:
         self._transport = transport
         self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._joined = asyncio.Event()  # a key joined since the request in flight was sent
         self.requests = 0  # states requests sent (logged, and asserted by tests)
 
     @property
@@ -83,6 +95,7 @@ class StatesPoller:
         entry = (future, max(0.1, float(interval)))
         k = key_of(key)
         self._waiters.setdefault(k, []).append(entry)
+        self._joined.set()
         self._ensure_running()
         try:
             return await future
@@ -105,18 +118,55 @@ class StatesPoller:
             endpoint = await self._endpoint()
             async with httpx.AsyncClient(timeout=MAX_WAIT + 30.0, transport=self._transport) as client:
                 await asyncio.sleep(FIRST_POLL_DELAY)
+                self._joined.clear()  # those keys are gathered: the first request asks them
                 budget = RequestBudget()
                 while self._waiters:
-                    await budget.take(self._interval())
+                    await self._next_turn(budget)
                     if not self._waiters:
                         break
-                    endpoint = await self._poll(client, endpoint)
+                    endpoint = await self._poll_until_joined(client, endpoint, budget)
         except Exception as exc:  # noqa: BLE001 - never leave a waiter hanging on a dead poller
             self._fail_all(ApiError(f"smartsensor states poller stopped: {exc}"))
         finally:
             # A trigger that arrived while this task was closing its client still needs a poller.
             if any(not f.done() for entries in self._waiters.values() for f, _ in entries):
                 self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
+
+    async def _next_turn(self, budget: RequestBudget) -> None:
+        """Wait for the budget's next request, or, if a key joined since the last request was sent, for
+        ``FIRST_POLL_DELAY`` (gathering the triggers that start together) without spending it."""
+        take = asyncio.ensure_future(budget.take(self._interval()))
+        joined = asyncio.ensure_future(self._joined.wait())
+        try:
+            await asyncio.wait({take, joined}, return_when=asyncio.FIRST_COMPLETED)
+            if not take.done():
+                take.cancel()
+                await asyncio.sleep(FIRST_POLL_DELAY)
+        finally:
+            take.cancel()
+            joined.cancel()
+
+    async def _poll_until_joined(
+        self, client: httpx.AsyncClient, endpoint: Endpoint, budget: RequestBudget
+    ) -> Endpoint:
+        """One ``_poll``; if a key joins while it is held, it is dropped ``FIRST_POLL_DELAY`` later (unless it
+        ended by then) and its request given back, so that the next one asks with the new keys."""
+        self._joined.clear()
+        request = asyncio.ensure_future(self._poll(client, endpoint))
+        joined = asyncio.ensure_future(self._joined.wait())
+        try:
+            await asyncio.wait({request, joined}, return_when=asyncio.FIRST_COMPLETED)
+            if not request.done():
+                await asyncio.wait({request}, timeout=FIRST_POLL_DELAY)
+            if request.done():
+                return request.result()
+            request.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await request
+            budget.refund()
+            return endpoint
+        finally:
+            joined.cancel()
 
     async def _poll(self, client: httpx.AsyncClient, endpoint: Endpoint) -> Endpoint:
         """One round: every waiting key, in requests of at most MAX_KEYS_PER_REQUEST, held by the service for up

@@ -35,11 +35,23 @@ out["named_exec"] = named.exec_values()
 out["named_poll_interval"] = named.smartsensor_poll_interval
 hive.partition = "ds='2026-11-22' AND hr='00'"
 out["hive_persist"] = hive.persist_values()
+# A string is a whole-list template until rendered (Hive provider 9.6.1+): refused only once rendered.
+text_names = sensors.NamedHivePartitionSensor(task_id="bad", partition_names="db.t/ds=1")  # type: ignore[arg-type]
 try:
-    sensors.NamedHivePartitionSensor(task_id="bad", partition_names="db.t/ds=1")  # type: ignore[arg-type]  # on purpose
+    text_names.persist_values()
     out["str_partition_names"] = "accepted"
 except TypeError as exc:
     out["str_partition_names"] = f"TypeError: {exc}"
+out["parse_partition_name"] = [
+    list(sensors.NamedHivePartitionSensor.parse_partition_name(n)) for n in ("db.t/ds=1/hr=2", "t/ds=1", "a.b.c/x=1")
+]
+try:
+    sensors.NamedHivePartitionSensor.parse_partition_name("db.t")
+    out["parse_bad"] = "accepted"
+except ValueError as exc:
+    out["parse_bad"] = f"ValueError: {exc}"
+out["default_partition"] = sensors.HivePartitionSensor(task_id="d", table="t", partition=None).partition
+out["end_from_trigger"] = named.end_from_trigger
 
 # The provider never imports smartsensor itself (it could not: Airflow 2.10 pins SQLAlchemy < 2).
 out["smartsensor_imported"] = sorted(m for m in sys.modules if m == "smartsensor" or m.startswith("smartsensor."))

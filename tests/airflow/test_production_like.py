@@ -1,0 +1,188 @@
+"""Airflow as a platform team runs it, with smartsensor as the README sets it up: no sensor task is failed by a
+race, whenever its partition lands; and the drop-ins end as Airflow's own sensors do.
+
+Airflow: the real scheduler and triggerer (3.x: also the dag-processor and the api-server), LocalExecutor, its
+database on the suite's PostgreSQL, runs triggered through the REST API (3.x) or the CLI (2.x). smartsensor:
+PostgreSQL, a Hive metastore service, ``serve`` with a token, ``workers -n 2`` on the thrift backend, landing
+signals from the pipeline. One such deployment per Airflow version serves every test of this module.
+
+The race: three teams × SENSORS Hive sensors (tests/support/airflow_race.py), each run playing the three cases of
+airflow_race.CASES for a new day. Airflow 3.3.2 (apache/airflow#67287, #72716) failed 2-13 of 60 such tasks per
+run when the sensors resumed on a worker right after deferring; the drop-ins now end in ``execute`` when the
+answer is already there, and from the triggerer otherwise. ``SMARTSENSOR_RACE_RUNS`` (default 1) repeats the
+cases, ``SMARTSENSOR_RACE_SENSORS`` (default 20) sets the sensors per DAG, ``SMARTSENSOR_RACE_OPTION`` how they end
+(airflow_race.OPTIONS; the others are measured, not asserted on, in the closing notes). The slow variant:
+``SMARTSENSOR_RACE_RUNS=3 ./scripts/test.sh tests/airflow/test_production_like.py -s``.
+
+The semantics: one DAG (airflow_race.SEMANTICS) puts each drop-in rule beside Airflow's own sensor
+(``PythonSensor``, the same BaseSensorOperator rules as the Hive provider's sensors) with the same arguments; each
+test compares how the two ended (state, tries).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.request
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from scripts.airflow.stack import AirflowStack, Processes, version_of
+from smartsensor.adapters.metastore_process import free_port
+from smartsensor.config import Config
+from tests.support.airflow_helpers import airflow_venvs
+from tests.support.airflow_race import (
+    CASES,
+    TABLES,
+    Landing,
+    Outcome,
+    dag_file,
+    run_case,
+    run_semantics,
+    semantics_file,
+    table,
+)
+from tests.support.common import ROOT, new_db, override_env, wait_until
+from tests.support.liveness import Metastore
+from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
+from tests.support.pg import drop_pg_database, new_pg_database
+from tests.support.proc_helpers import cli_env
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "race-token"
+TEAMS = 3
+SENSORS = int(os.environ.get("SMARTSENSOR_RACE_SENSORS", "20"))
+RUNS = int(os.environ.get("SMARTSENSOR_RACE_RUNS", "1"))
+OPTION = os.environ.get("SMARTSENSOR_RACE_OPTION", "drop-in")
+FIRST_DAY = date(2026, 10, 1)
+SEMANTICS_DAY = "2026-09-01"
+
+
+@dataclass
+class Deployment:
+    """One Airflow version and smartsensor, running, with the DAGs of this module parsed."""
+
+    stack: AirflowStack
+    landing: Landing
+    engine: Any  # smartsensor's database
+    logs: Path
+
+
+@pytest.fixture(scope="module", params=airflow_venvs(), ids=version_of)
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, service: Config
+) -> Iterator[Deployment]:
+    """smartsensor and Airflow (request.param's venv) as a platform team deploys them; every process stopped and
+    both databases dropped at the end, whatever happened."""
+    venv: Path = request.param
+    tmp = tmp_path_factory.mktemp(f"airflow-{version_of(venv)}")
+    (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), new_pg_database()
+    settings = {
+        "smart_sensor__catalog_backend": "thrift",
+        "spark__metastore_uris": service.get("spark", "metastore_uris"),
+        "api__token": TOKEN,
+    }
+    home = tmp / "smartsensor"
+    _, engine = new_db(home, smartsensor_url, **settings)
+    env = cli_env(home, smartsensor_url, PYTHONPATH=str(ROOT), **override_env(settings))
+    db = "race_" + version_of(venv).replace(".", "_")  # one metastore service for the module: a database each
+    metastore = Metastore(service, db)
+    processes = Processes(tmp / "logs")
+    port = free_port()
+    stack = AirflowStack(
+        venv,
+        tmp / "airflow",
+        processes,
+        parallelism=8,
+        db_url=airflow_url,
+        AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}",
+    )
+    (stack.dags / "teams.py").write_text(dag_file(TEAMS, SENSORS, OPTION, db))
+    (stack.dags / "semantics.py").write_text(semantics_file(db))
+    smartsensor = [sys.executable, "-m", "smartsensor.cli"]
+    try:
+        metastore.create_tables(TABLES)
+        stack.migrate()
+        processes.start("serve", [*smartsensor, "serve", "--port", str(port)], env)
+        processes.start("workers", [*smartsensor, "workers", "-n", "2"], env)
+        stack.start()
+        stack.wait_healthy(timeout=300)
+        stack.wait_parsed([*(f"team_{t}" for t in range(TEAMS)), "semantics"], timeout=300)
+        wait_until(lambda: _serving(port), timeout=120, step=0.5)
+        yield Deployment(stack, Landing(metastore, engine), engine, tmp / "logs")
+    finally:
+        stack.stop()
+        metastore.close()
+        engine.dispose()
+        drop_pg_database(airflow_db)
+        drop_pg_database(smartsensor_db)
+
+
+@pytest.mark.timeout(1800 + 900 * RUNS)
+def test_no_sensor_task_fails_whenever_its_partition_lands(deployment: Deployment) -> None:
+    dag_ids = [f"team_{t}" for t in range(TEAMS)]
+    outcomes: list[Outcome] = []
+    day = FIRST_DAY
+    for _ in range(RUNS):
+        for case in CASES:
+            outcomes.append(
+                run_case(
+                    deployment.stack, deployment.landing, deployment.engine, case, day.isoformat(), dag_ids, SENSORS
+                )
+            )
+            day += timedelta(days=1)
+    print("\n" + table(deployment.stack.version, OPTION, outcomes))
+    assert all(o.tasks == TEAMS * SENSORS for o in outcomes), [(o.case, o.states) for o in outcomes]
+    failed = {f"{o.case} ({o.ds})": o.failures for o in outcomes if o.failures}
+    assert failed == {}, f"{failed}\n(logs in {deployment.logs})"
+
+
+@pytest.fixture(scope="module")
+def semantics(deployment: Deployment) -> dict[str, tuple[str, int, dict[str, Any]]]:
+    """The semantics DAG's run, ended: task_id → (state, try_number, rendered template fields)."""
+    return run_semantics(deployment.stack, deployment.landing, SEMANTICS_DAY)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        pytest.param("timeout", id="timeout fails the task without retries"),
+        pytest.param("soft_fail", id="soft_fail skips"),
+        pytest.param("execution_timeout", id="execution_timeout is retried"),
+        pytest.param("error", id="an error is retried"),
+    ],
+)
+@pytest.mark.timeout(900)
+def test_a_drop_in_ends_as_airflows_own_sensor(
+    semantics: dict[str, tuple[str, int, dict[str, Any]]], rule: str
+) -> None:
+    ours, airflows = semantics[rule], semantics[f"airflow_{rule}"]
+    assert ours[:2] == airflows[:2], (rule, ours, airflows)
+
+
+@pytest.mark.timeout(900)
+def test_whole_list_templates_modes_and_templated_connections(
+    semantics: dict[str, tuple[str, int, dict[str, Any]]],
+) -> None:
+    state, tries, rendered = semantics["whole_list"]  # mode="reschedule", deferrable=False
+    assert (state, tries) == ("success", 1)
+    (partition,) = rendered["partition_names"]  # rendered as a list (render_template_as_native_obj)
+    assert partition.endswith(f".events/ds={SEMANTICS_DAY}")
+    state, tries, rendered = semantics["templated_conn"]  # partition=None: the run's day, as the Hive provider's
+    assert (state, tries) == ("success", 1)
+    assert rendered["metastore_conn_id"] == "metastore_race"
+    assert rendered["partition"] == f"ds='{SEMANTICS_DAY}'"
+
+
+def _serving(port: int) -> bool:
+    """Whether ``serve`` answers its health check."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
