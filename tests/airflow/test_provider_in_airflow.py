@@ -35,6 +35,7 @@ def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
             "poll_interval": 3.0,
             "end_from_trigger": False,
             "settle": 5.0,
+            "deadline": None,
         },
         "round_trip_equal": True,
     }

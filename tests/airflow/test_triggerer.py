@@ -101,6 +101,27 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(
         to_defer = time.monotonic() - started
         triggers = stack.rows("SELECT count(*) FROM trigger")[0][0]
         stack.wait("the triggerer polling", lambda: states_requests(base, TOKEN) > 0, timeout=60, step=0.5)
+        # A trigger that joins is asked about at once (a request of its own): measure once every trigger has been
+        # taken by the triggerer and the poller has asked a few times since, so that none is still joining.
+        stack.wait(
+            "the two sensors that never land deferred (or ended)",
+            lambda: (
+                stack.rows(
+                    "SELECT count(*) FROM task_instance WHERE task_id LIKE 'never%' "
+                    "AND state IN ('deferred', 'skipped', 'failed')"
+                )[0][0]
+                == 2
+            ),
+            timeout=600,
+        )
+        stack.wait(
+            "every trigger taken by the triggerer",
+            lambda: stack.rows("SELECT count(*) FROM trigger WHERE triggerer_id IS NULL")[0][0] == 0,
+            timeout=120,
+            step=0.5,
+        )
+        settled = states_requests(base, TOKEN) + 3
+        stack.wait("the poller asking with every trigger", lambda: states_requests(base, TOKEN) >= settled, 120, 0.5)
         before, start = states_requests(base, TOKEN), time.monotonic()
         time.sleep(WINDOW)  # a measuring window: nothing is asserted until it is over
         during, window = states_requests(base, TOKEN) - before, time.monotonic() - start

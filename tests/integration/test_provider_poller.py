@@ -43,15 +43,20 @@ def finish_all(engine: Any, state: str) -> int:
     with engine.begin() as conn:
         tasks = task_sql.list_tasks(conn)
         for t in tasks:
-            task_sql.set_state(
-                conn,
-                (t["dag_id"], t["task_id"], t["execution_date"]),
-                state,
-                from_states=list(State.SMART_WAITING),
-                now=t["execution_date"],
-            )
+            end_task(conn, t, state)
         signal_sql.notify_ended(conn)  # as the round's commit does
     return len(tasks)
+
+
+def end_task(conn: Any, task: dict[str, Any], state: str) -> None:
+    """One waiting task marked ``state``, guarded as a round marks it."""
+    task_sql.set_state(
+        conn,
+        (task["dag_id"], task["task_id"], task["execution_date"]),
+        state,
+        from_states=list(State.SMART_WAITING),
+        now=task["execution_date"],
+    )
 
 
 def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> None:
@@ -249,11 +254,5 @@ def end_one(engine: Any, task_id: str, state: str) -> None:
     """A round ending one task (its hashcode shared with no other waiting task here), guarded and notified."""
     with engine.begin() as conn:
         (t,) = [t for t in task_sql.list_tasks(conn) if t["task_id"] == task_id]
-        task_sql.set_state(
-            conn,
-            (t["dag_id"], t["task_id"], t["execution_date"]),
-            state,
-            from_states=list(State.SMART_WAITING),
-            now=t["execution_date"],
-        )
+        end_task(conn, t, state)
         signal_sql.notify_ended(conn)

@@ -3,11 +3,11 @@ JSON line with what it saw, for tests/airflow/test_provider_in_airflow.py to ass
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
 import airflow
-from airflow.utils.module_loading import import_string
 
 from smartsensor_airflow import sensors
 from smartsensor_airflow.triggers import SmartSensorTrigger
@@ -18,7 +18,8 @@ trigger = SmartSensorTrigger(
     {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 2}, "smartsensor_default", 3
 )
 classpath, kwargs = trigger.serialize()
-rebuilt = import_string(classpath)(**kwargs)  # what the triggerer does with a trigger row
+module, _, name = classpath.rpartition(".")
+rebuilt = getattr(importlib.import_module(module), name)(**kwargs)  # what the triggerer does with a trigger row
 out["serialize"] = {
     "classpath": classpath,
     "kwargs": kwargs,
