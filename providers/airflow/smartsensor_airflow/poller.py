@@ -12,17 +12,18 @@ interval on average, as when it polled, up to ``BURST`` back to back after answe
 that does not hold requests (an older one) answers at once, and the budget then makes this the plain poll
 every interval that it was.
 
-A key that joins does not wait for the next request of the budget: ``FIRST_POLL_DELAY`` later (which gathers the
-triggers that start together) every key is asked again, the new ones included, without spending the budget (a
-request held at that moment is dropped). A triggerer starts its triggers a few at a time (Airflow 2.10: a batch
-a second), and a try that is already answered, or lands while the old request is held, is heard at once instead
-of after an interval. These extra requests come only while triggers join, at most one per ``FIRST_POLL_DELAY``.
+A key that joins while a request is in flight is asked by the next one, which then goes at once when the one in
+flight is answered early (that request is given back to the budget): when a landing wakes a held request, the
+triggers that joined after it was sent hear of it at once too, instead of an interval later. A triggerer starts
+its triggers a few at a time (Airflow 2.10: a batch a second), so many join while a request is held. This costs
+at most one more request per early answer while triggers join. A trigger whose try is already answered when it
+joins hears at the next request (within an interval; a drop-in only defers when its held request in ``execute``
+did not get the answer).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import weakref
@@ -81,7 +82,7 @@ class StatesPoller:
         self._transport = transport
         self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float]]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._joined = asyncio.Event()  # a key joined since the request in flight was sent
+        self._joined = asyncio.Event()  # a key joined while the request in flight was sent
         self.requests = 0  # states requests sent (logged, and asserted by tests)
 
     @property
@@ -121,10 +122,10 @@ class StatesPoller:
                 self._joined.clear()  # those keys are gathered: the first request asks them
                 budget = RequestBudget()
                 while self._waiters:
-                    await self._next_turn(budget)
+                    await budget.take(self._interval())
                     if not self._waiters:
                         break
-                    endpoint = await self._poll_until_joined(client, endpoint, budget)
+                    endpoint = await self._poll_asking_joiners(client, endpoint, budget)
         except Exception as exc:  # noqa: BLE001 - never leave a waiter hanging on a dead poller
             self._fail_all(ApiError(f"smartsensor states poller stopped: {exc}"))
         finally:
@@ -132,41 +133,17 @@ class StatesPoller:
             if any(not f.done() for entries in self._waiters.values() for f, _ in entries):
                 self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
 
-    async def _next_turn(self, budget: RequestBudget) -> None:
-        """Wait for the budget's next request, or, if a key joined since the last request was sent, for
-        ``FIRST_POLL_DELAY`` (gathering the triggers that start together) without spending it."""
-        take = asyncio.ensure_future(budget.take(self._interval()))
-        joined = asyncio.ensure_future(self._joined.wait())
-        try:
-            await asyncio.wait({take, joined}, return_when=asyncio.FIRST_COMPLETED)
-            if not take.done():
-                take.cancel()
-                await asyncio.sleep(FIRST_POLL_DELAY)
-        finally:
-            take.cancel()
-            joined.cancel()
-
-    async def _poll_until_joined(
+    async def _poll_asking_joiners(
         self, client: httpx.AsyncClient, endpoint: Endpoint, budget: RequestBudget
     ) -> Endpoint:
-        """One ``_poll``; if a key joins while it is held, it is dropped ``FIRST_POLL_DELAY`` later (unless it
-        ended by then) and its request given back, so that the next one asks with the new keys."""
+        """One ``_poll``; if keys joined while it was in flight and it was answered early, its request is given
+        back, so that the next one (which asks them) goes at once."""
         self._joined.clear()
-        request = asyncio.ensure_future(self._poll(client, endpoint))
-        joined = asyncio.ensure_future(self._joined.wait())
-        try:
-            await asyncio.wait({request, joined}, return_when=asyncio.FIRST_COMPLETED)
-            if not request.done():
-                await asyncio.wait({request}, timeout=FIRST_POLL_DELAY)
-            if request.done():
-                return request.result()
-            request.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await request
+        started = time.monotonic()
+        endpoint = await self._poll(client, endpoint)
+        if self._joined.is_set() and time.monotonic() - started < self._interval():
             budget.refund()
-            return endpoint
-        finally:
-            joined.cancel()
+        return endpoint
 
     async def _poll(self, client: httpx.AsyncClient, endpoint: Endpoint) -> Endpoint:
         """One round: every waiting key, in requests of at most MAX_KEYS_PER_REQUEST, held by the service for up
