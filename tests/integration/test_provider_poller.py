@@ -239,3 +239,42 @@ def test_triggers_that_join_while_a_request_is_held_hear_a_landing_at_once(cfg, 
     assert [a["state"] for a in answers] == ["success"] * 3
     assert heard < interval / 4, heard
     assert requests == 2  # the held one, woken; then one asking the two that joined
+
+
+def test_tries_that_end_in_the_next_commit_are_heard_at_once_too(cfg, engine) -> None:
+    """Two tables landing together end their checks in two rounds: the second end, a moment after the first woke
+    the held request, is heard at once (the answer that ended tries gives its request back), not an interval
+    later."""
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    interval = 10.0
+
+    def end(task_id: str) -> None:
+        with engine.begin() as conn:
+            (task,) = [t for t in task_sql.list_tasks(conn) if t["task_id"] == task_id]
+            end_task(conn, task, State.SUCCESS)
+            signal_sql.notify_ended(conn)
+
+    async def scenario() -> tuple[float, int]:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(
+                transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as client:
+                for i in (1, 2):  # two partitions: two checks
+                    assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
+            poller = shared_poller("two-commits", endpoint(), transport)
+            first, second = (asyncio.ensure_future(poller.wait(key(i), interval)) for i in (1, 2))
+            while poller.requests < 1:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # held now, with a budget of well under one request
+            await asyncio.to_thread(end, "t1")
+            await asyncio.wait_for(first, timeout=60)
+            await asyncio.to_thread(end, "t2")
+            ended = time.monotonic()
+            await asyncio.wait_for(second, timeout=60)
+            return time.monotonic() - ended, poller.requests
+
+    heard, requests = asyncio.run(scenario())
+    print(f"the second end heard in {heard:.2f} s, {requests} states requests, interval {interval:g} s")
+    assert heard < interval / 4, heard
+    assert requests <= 3

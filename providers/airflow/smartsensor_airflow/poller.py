@@ -12,11 +12,11 @@ interval on average, as when it polled, up to ``BURST`` back to back after answe
 that does not hold requests (an older one) answers at once, and the budget then makes this the plain poll
 every interval that it was.
 
-A key that joins while a request is in flight is asked by the next one, which then goes at once when the one in
-flight is answered early (that request is given back to the budget): when a landing wakes a held request, the
-triggers that joined after it was sent hear of it at once too, instead of an interval later. A triggerer starts
-its triggers a few at a time (Airflow 2.10: a batch a second), so many join while a request is held. This costs
-at most one more request per early answer while triggers join. A trigger whose try is already answered when it
+An answer that ended some tries is given back to the budget: the next request goes at once, so tries that end in
+the next commit (two tables landing together end in two rounds) are heard at once too. So is an early answer
+while keys joined: a key that joins while a request is in flight is asked by the next one, and a triggerer
+starts its triggers a few at a time (Airflow 2.10: a batch a second). Each such extra request follows an answer
+that ended a try or a join, so they are bounded by the tasks. A trigger whose try is already answered when it
 joins hears at the next request (within an interval; a drop-in only defers when its held request in ``execute``
 did not get the answer).
 """
@@ -84,6 +84,7 @@ class StatesPoller:
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()  # a key joined while the request in flight was sent
         self.requests = 0  # states requests sent (logged, and asserted by tests)
+        self.ended = 0  # waiters given an answer or an error
 
     @property
     def waiting(self) -> int:
@@ -136,12 +137,13 @@ class StatesPoller:
     async def _poll_asking_joiners(
         self, client: httpx.AsyncClient, endpoint: Endpoint, budget: RequestBudget
     ) -> Endpoint:
-        """One ``_poll``; if keys joined while it was in flight and it was answered early, its request is given
-        back, so that the next one (which asks them) goes at once."""
+        """One ``_poll``; its request is given back to the budget, so that the next one goes at once, when it
+        ended some tries (the others may end in the next commit: two tables landing together are two rounds),
+        or when it was answered early while keys joined (the next one asks them)."""
         self._joined.clear()
-        started = time.monotonic()
+        started, ended = time.monotonic(), self.ended
         endpoint = await self._poll(client, endpoint)
-        if self._joined.is_set() and time.monotonic() - started < self._interval():
+        if self.ended > ended or (self._joined.is_set() and time.monotonic() - started < self._interval()):
             budget.refund()
         return endpoint
 
@@ -191,6 +193,7 @@ class StatesPoller:
     def _resolve(self, key: Key, outcome: dict[str, Any] | Exception) -> None:
         for future, _ in self._waiters.get(key, []):
             if not future.done():
+                self.ended += 1
                 if isinstance(outcome, Exception):
                     future.set_exception(outcome)
                 else:
