@@ -128,6 +128,12 @@ class Figures:
     def metastore_calls(self) -> int:
         return self.listings + self.schema_reads
 
+    @property
+    def triggerer_requests(self) -> int:
+        """The states requests left to the triggerer: a task's ``execute`` sends at most one (its held request,
+        before deferring), and serve counts both alike."""
+        return max(0, self.states_requests - self.registrations)
+
 
 def figures(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], states_requests: int) -> Figures:
     """The summary's numbers from smartsensor's task instances (one per registered sensor try), the workers'
@@ -205,9 +211,10 @@ def figures_table(f: Figures, landed: int, partitions: int) -> Table:
         ),
         ("Airflow's own Hive sensors, same waits (computed)", f"{f.classic_calls} ({fewer})"),
         (
-            "states requests, 1 triggerer",
-            f"{f.states_requests} in {f.deferred_window:.0f} s, each for every "
-            f"deferred sensor (poll interval {f.shortest_poll:g} s)",
+            "states requests (execute's held ones + 1 triggerer)",
+            f"{f.states_requests} in {f.deferred_window:.0f} s: up to {f.registrations} held in execute (one per "
+            f"task), {f.triggerer_requests} or more by the triggerer, each for every deferred sensor (poll "
+            f"interval {f.shortest_poll:g} s)",
         ),
         ("if each trigger polled alone (computed)", str(f.per_task_requests)),
     ):
