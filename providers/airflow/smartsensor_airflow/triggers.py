@@ -1,7 +1,7 @@
 """The trigger a smartsensor sensor defers to: it waits, through the process's shared poller, until the
 service says this try of the task reached a terminal state.
 
-How it ends the task (see README "Use with Airflow", "No task failed by a race"):
+How it ends the task (README: "Airflow versions, and no task failed by a race"):
 
 - ``success`` and ``skipped`` end the task from the triggerer (``TaskSuccessEvent`` / ``TaskSkippedEvent``,
   Airflow 2.10+), unless ``end_from_trigger`` is off. The task is never queued again, so Airflow's deferral race
@@ -88,6 +88,7 @@ class SmartSensorTrigger(BaseTrigger):
             else:
                 answer = await asyncio.wait_for(waiting, max(0.0, self.deadline - time.time()))
         except asyncio.TimeoutError:
+            await self._settle(started)
             yield TriggerEvent(
                 {"state": "execution_timeout", "error": "execution_timeout reached", "hashcode": None, "key": self.key}
             )
