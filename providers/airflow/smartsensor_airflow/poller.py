@@ -63,7 +63,7 @@ class RequestBudget:
             await asyncio.sleep((1 - self.tokens) * interval)
 
     def refund(self) -> None:
-        """Give back the request just spent (it was dropped to ask again with keys that joined)."""
+        """Give back the request just spent (its answer ended tries, or came early while keys joined)."""
         self.tokens = min(float(self.burst), self.tokens + 1)
 
 
@@ -82,7 +82,7 @@ class StatesPoller:
         self._transport = transport
         self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float]]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._joined = asyncio.Event()  # a key joined while the request in flight was sent
+        self._joined = asyncio.Event()  # a key joined since the request in flight was sent
         self.requests = 0  # states requests sent (logged, and asserted by tests)
         self.ended = 0  # waiters given an answer or an error
 
