@@ -9,6 +9,10 @@
 AIRFLOW_VERSIONS="${SMARTSENSOR_AIRFLOW_VERSIONS:-2.10.5 3.3.2}"
 AIRFLOW_CACHE="${SMARTSENSOR_CACHE:-$HOME/.cache/smartsensor}"
 AIRFLOW_DRIVERS="psycopg2-binary>=2.9,<3 asyncpg>=0.29,<1"
+# Airflow's own Hive sensors, for the cluster policy's tests (DAG files that import them unchanged) and the
+# safety valve (a sensor that checks through the Hive hook when the service is out of reach). pip picks the
+# newest release that the pinned Airflow admits.
+AIRFLOW_PROVIDERS="apache-airflow-providers-apache-hive"
 
 ensure_airflow_venvs() {
   local version venv want
@@ -28,6 +32,12 @@ ensure_airflow_venvs() {
       "$venv/bin/python" -m pip install -q $AIRFLOW_DRIVERS 2>&1 | grep -v '^WARNING: Location' >&2 || true
       "$venv/bin/python" -c "import psycopg2, asyncpg" || { log "installing $AIRFLOW_DRIVERS into $venv failed"; exit 1; }
       echo "$AIRFLOW_DRIVERS" > "$venv/.drivers-installed"
+    fi
+    if [ "$(cat "$venv/.providers-installed" 2>/dev/null)" != "$AIRFLOW_PROVIDERS" ]; then
+      "$venv/bin/python" -m pip install -q "apache-airflow==$version" $AIRFLOW_PROVIDERS 2>&1 | grep -v '^WARNING: Location' >&2 || true
+      "$venv/bin/python" -c "import airflow.providers.apache.hive.sensors.named_hive_partition" \
+        || { log "installing $AIRFLOW_PROVIDERS into $venv failed"; exit 1; }
+      echo "$AIRFLOW_PROVIDERS" > "$venv/.providers-installed"
     fi
     if [ "$(cat "$venv/.provider-installed" 2>/dev/null)" != "$want" ]; then
       # Not editable: the cached venv is shared by every checkout, so it holds a copy of this one's provider.

@@ -36,6 +36,7 @@ def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
             "end_from_trigger": False,
             "settle": 5.0,
             "deadline": None,
+            "fallback_grace": None,
         },
         "round_trip_equal": True,
     }

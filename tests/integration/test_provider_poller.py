@@ -9,12 +9,14 @@ import time
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 
 from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import ApiError, Endpoint
-from smartsensor_airflow.poller import shared_poller
+from smartsensor_airflow.poller import ServiceUnreachable, shared_poller
 
 TOKEN = "poller-token"
 BASE = "http://smartsensor.test"
@@ -145,6 +147,56 @@ def test_an_unreachable_service_keeps_the_triggers_waiting() -> None:
     done, waiting = asyncio.run(scenario())
     assert waiting == 0  # a cancelled trigger (moved to another triggerer, timed out) leaves the poller
     assert done is False  # a transport error is transient: the task keeps waiting (Airflow's timeout is the backstop)
+
+
+def test_past_its_grace_an_unreachable_service_ends_only_the_waiters_that_asked_for_one() -> None:
+    """The safety valve's trigger side: a waiter with a grace hears ServiceUnreachable once the outage has lasted
+    that long (its task then checks on its own); one without keeps waiting."""
+
+    async def scenario() -> tuple[str, float, bool]:
+        async def nowhere() -> Endpoint:
+            return Endpoint("http://127.0.0.1:9", None)  # discard port: connection refused
+
+        poller = shared_poller("down-grace", nowhere)
+        started = time.monotonic()
+        patient = asyncio.ensure_future(poller.wait(key(1), 0.1))
+        valve = asyncio.ensure_future(poller.wait(key(2), 0.1, grace=0.5))
+        with contextlib.suppress(ServiceUnreachable):
+            await asyncio.wait_for(valve, 30)
+        waited = time.monotonic() - started
+        error = valve.exception()
+        still = not patient.done()
+        patient.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await patient
+        return str(error), waited, still
+
+    error, waited, still_waiting = asyncio.run(scenario())
+    assert "unreachable" in error and "grace 0.5 s" in error, error
+    assert waited >= 0.5  # not before the grace
+    assert still_waiting
+
+
+def test_a_service_without_its_database_counts_as_out_of_reach(cfg, tmp_path) -> None:
+    """503 (the metadata database is unavailable) is an outage too, as a refused connection is."""
+    down = make_engine(f"sqlite:///{tmp_path / 'home' / 'gone.db'}", home=tmp_path / "home")
+    with down.begin() as conn:  # a database without our schema: every query fails, as test_api's outage
+        conn.execute(text("CREATE TABLE unrelated (x INTEGER)"))
+    transport = httpx.ASGITransport(app=create_app(cfg, down, TOKEN))
+
+    async def scenario() -> tuple[str, float | None]:
+        poller = shared_poller("db-down", endpoint(), transport)
+        waiter = asyncio.ensure_future(poller.wait(key(1), 0.1, grace=0.3))
+        with contextlib.suppress(ServiceUnreachable):
+            await asyncio.wait_for(waiter, 30)
+        return str(waiter.exception()), poller.unreachable_since
+
+    try:
+        error, since = asyncio.run(scenario())
+    finally:
+        down.dispose()
+    assert "metadata database unavailable" in error and "grace 0.3 s" in error, error
+    assert since is not None
 
 
 def test_a_held_request_brings_the_answer_at_once_with_no_more_requests_than_polling(cfg, engine) -> None:

@@ -22,7 +22,10 @@ TRANSIENT_STATUS = frozenset({502, 503, 504})
 # The start of the ``error`` the service gives a try that reached its ``timeout`` (smartsensor.domain.timing
 # .timeout_error; a test pins the two together). A timeout ends a sensor for good, as AirflowSensorTimeout does.
 TIMEOUT_ERROR_PREFIX = "timed out waiting"
-REGISTER_ATTEMPTS = 5  # 1 + 2 + 4 + 8 s of back-off: a restarting service or a failover behind the balancer
+# Seconds of transient failures a registration rides out by default (back-off 1, 2, 4, 8 s...): a restarting
+# service or a failover behind the balancer. A sensor with a safety valve asks for its grace period instead.
+REGISTER_PATIENCE = 15.0
+MAX_BACKOFF = 15.0
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,11 @@ def register_try(
     exec_values: dict[str, Any],
     logical_date: datetime | None,
     timeout: float = 30.0,
-    attempts: int = REGISTER_ATTEMPTS,
+    patience: float = REGISTER_PATIENCE,
 ) -> dict[str, Any]:
     """POST /tasks: register this try (the same try again gets its task back). Retries transient failures
-    (connection errors, 502/503/504) with back-off; raises ApiError otherwise or when they run out."""
+    (connection errors, 502/503/504) with back-off for ``patience`` seconds; raises ApiError otherwise or when
+    they last longer (``transient`` then tells the two apart)."""
     body = {
         "key": key,
         "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
@@ -94,10 +98,13 @@ def register_try(
     }
     url = f"{endpoint.base_url}{API}/tasks"
     last: ApiError | None = None
+    give_up = time.monotonic() + patience
+    attempt = 0
     with httpx.Client(timeout=timeout, headers=endpoint.headers()) as client:
-        for attempt in range(attempts):
+        while attempt == 0 or time.monotonic() < give_up:
             if attempt:
-                time.sleep(2 ** (attempt - 1))
+                time.sleep(max(0.0, min(2.0 ** (attempt - 1), MAX_BACKOFF, give_up - time.monotonic())))
+            attempt += 1
             try:
                 response = client.post(url, json=body)
             except httpx.TransportError as exc:
@@ -112,7 +119,7 @@ def register_try(
                 )
                 if not last.transient:
                     raise last
-            log.warning("%s (attempt %d of %d)", last, attempt + 1, attempts)
+            log.warning("%s (attempt %d; retrying for up to %.0f s in all)", last, attempt, patience)
     assert last is not None
     raise last
 

@@ -19,6 +19,10 @@ starts its triggers a few at a time (Airflow 2.10: a batch a second). Each such 
 that ended a try or a join, so they are bounded by the tasks. A trigger whose try is already answered when it
 joins hears at the next request (within an interval; a drop-in only defers when its held request in ``execute``
 did not get the answer).
+
+While the service is out of reach (no answer, or 502/503/504), the poller keeps asking every interval; a waiter
+that asked for a ``grace`` gets ``ServiceUnreachable`` once the outage has lasted that long (its trigger then
+resumes the task, which checks on its own).
 """
 
 from __future__ import annotations
@@ -41,6 +45,13 @@ FIRST_POLL_DELAY = 0.5  # gathers triggers that start together (a triggerer pick
 MAX_WAIT = 30.0  # the most a service holds a states request (its own limit)
 BURST = 3  # requests the budget allows back to back, after answers that came early
 Key = tuple[Any, ...]
+
+
+class ServiceUnreachable(ApiError):
+    """The service has been out of reach for longer than the waiter's grace period."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=True)
 
 
 class RequestBudget:
@@ -80,21 +91,25 @@ class StatesPoller:
     ) -> None:
         self._endpoint = endpoint
         self._transport = transport
-        self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float]]] = {}
+        # key → (future, interval, grace or None) per waiting trigger
+        self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float, float | None]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()  # a key joined since the request in flight was sent
         self.requests = 0  # states requests sent (logged, and asserted by tests)
         self.ended = 0  # waiters given an answer or an error
+        self.unreachable_since: float | None = None  # monotonic time of the first failure of the current outage
+        self.last_failure = ""
 
     @property
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    async def wait(self, key: dict[str, Any], interval: float) -> dict[str, Any]:
+    async def wait(self, key: dict[str, Any], interval: float, grace: float | None = None) -> dict[str, Any]:
         """The service's answer for this try once it is terminal. Raises ApiError when the service rejects
-        the request for good (a wrong token, an invalid key)."""
+        the request for good (a wrong token, an invalid key), ServiceUnreachable when it has been out of reach
+        for ``grace`` seconds (None: wait however long)."""
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        entry = (future, max(0.1, float(interval)))
+        entry = (future, max(0.1, float(interval)), grace)
         k = key_of(key)
         self._waiters.setdefault(k, []).append(entry)
         self._joined.set()
@@ -113,7 +128,7 @@ class StatesPoller:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
 
     def _interval(self) -> float:
-        return min((i for entries in self._waiters.values() for _, i in entries), default=1.0)
+        return min((i for entries in self._waiters.values() for _, i, _ in entries), default=1.0)
 
     async def _run(self) -> None:
         try:
@@ -131,7 +146,7 @@ class StatesPoller:
             self._fail_all(ApiError(f"smartsensor states poller stopped: {exc}"))
         finally:
             # A trigger that arrived while this task was closing its client still needs a poller.
-            if any(not f.done() for entries in self._waiters.values() for f, _ in entries):
+            if any(not f.done() for entries in self._waiters.values() for f, _, _ in entries):
                 self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
 
     async def _poll_asking_joiners(
@@ -151,7 +166,7 @@ class StatesPoller:
         """One round: every waiting key, in requests of at most MAX_KEYS_PER_REQUEST, held by the service for up
         to an interval (when they fit in one request). Returns the endpoint to use next (looked up again after a
         401, in case the connection's token was changed)."""
-        keys = [k for k, entries in self._waiters.items() if any(not f.done() for f, _ in entries)]
+        keys = [k for k, entries in self._waiters.items() if any(not f.done() for f, _, _ in entries)]
         if not keys:  # every waiter has its answer and is leaving
             return endpoint
         wait = min(self._interval(), MAX_WAIT) if len(keys) <= MAX_KEYS_PER_REQUEST else 0.0
@@ -167,13 +182,12 @@ class StatesPoller:
                     headers=endpoint.headers(),
                 )
             except httpx.TransportError as exc:
-                log.warning(
-                    "smartsensor at %s unreachable (%s); %d task(s) keep waiting", endpoint.base_url, exc, self.waiting
-                )
+                self._out_of_reach(f"smartsensor at {endpoint.base_url} unreachable ({exc})")
                 return endpoint
             if response.status_code in (502, 503, 504):
-                log.warning("smartsensor answered %s; %d task(s) keep waiting", error_message(response), self.waiting)
+                self._out_of_reach(f"smartsensor answered {error_message(response)}")
                 return endpoint
+            self.unreachable_since = None
             if response.status_code == 401:
                 fresh = await self._endpoint()
                 if fresh != endpoint:
@@ -190,8 +204,24 @@ class StatesPoller:
                     self._resolve(key_of(answer), answer)
         return endpoint
 
+    def _out_of_reach(self, why: str) -> None:
+        """Note a failed request; give ServiceUnreachable to the waiters whose grace the outage has outlasted."""
+        now = time.monotonic()
+        if self.unreachable_since is None:
+            self.unreachable_since = now
+        self.last_failure = why
+        away = now - self.unreachable_since
+        log.warning("%s for %.0f s; %d task(s) keep waiting", why, away, self.waiting)
+        for entries in self._waiters.values():
+            for future, _, grace in entries:
+                if grace is not None and away >= grace and not future.done():
+                    self.ended += 1
+                    future.set_exception(
+                        ServiceUnreachable(f"{why}, out of reach for {away:.0f} s (grace {grace:g} s)")
+                    )
+
     def _resolve(self, key: Key, outcome: dict[str, Any] | Exception) -> None:
-        for future, _ in self._waiters.get(key, []):
+        for future, _, _ in self._waiters.get(key, []):
             if not future.done():
                 self.ended += 1
                 if isinstance(outcome, Exception):

@@ -1,9 +1,12 @@
 """Drop-in sensors: the constructor arguments of Airflow's Hive provider sensors, but each task registers its
 wait with smartsensor and defers, so identical waits are checked once per partition by the service.
 
-Change the import line and nothing else::
+Change the import line and nothing else (or change nothing: the cluster policy, ``smartsensor_airflow.policy``,
+makes Airflow's own Hive sensors behave as these)::
 
-    from smartsensor_airflow.sensors import NamedHivePartitionSensor, HivePartitionSensor, SuccessFileSensor
+    from smartsensor_airflow.sensors import (
+        HivePartitionSensor, MetastorePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor,
+    )
 
 Extra arguments:
 
@@ -16,15 +19,19 @@ Extra arguments:
   listener plugins, which Airflow does not let hear such an end).
 - ``smartsensor_resume_settle``: seconds a task resumed on a worker waits after its trigger started (default 5;
   the guard against Airflow's deferral race where the task does not end from the triggerer).
+- ``smartsensor_fallback_grace``: seconds the service may be out of reach (no answer, or 502/503/504) before the
+  try checks on its own, as Airflow's sensor would (default 120; below 0: never, the try fails instead).
 
-The service checks with its own metastore: ``metastore_conn_id`` is accepted (and templated) for compatibility
-and not used. ``mode`` and ``deferrable`` are accepted and ignored: these sensors always defer. Sensor semantics
-are Airflow's: ``timeout`` fails the task for good (``AirflowSensorTimeout``, no retries), ``soft_fail`` skips it,
+The service checks with its own metastore: ``metastore_conn_id`` (and ``mysql_conn_id``) are accepted, templated
+as Airflow's, and used only by the safety valve, which checks through Airflow's own sensor of the same class.
+``mode`` and ``deferrable`` are accepted and ignored: these sensors always defer. Sensor semantics are Airflow's:
+``timeout`` fails the task for good (``AirflowSensorTimeout``, no retries), ``soft_fail`` skips it,
 ``execution_timeout`` and errors leave it to Airflow's retries.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import timedelta
 from typing import Any, ClassVar, Sequence
@@ -37,8 +44,11 @@ from smartsensor_airflow._compat import (
     BaseHook,
     BaseSensorOperator,
     has_listeners,
+    hive_sensor_class,
 )
+from smartsensor_airflow.checks import check_of
 from smartsensor_airflow.client import (
+    REGISTER_PATIENCE,
     TERMINAL,
     ApiError,
     endpoint_from_connection,
@@ -46,27 +56,48 @@ from smartsensor_airflow.client import (
     is_timeout,
     register_try,
 )
-from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter, parse_partition_filter
-from smartsensor_airflow.triggers import RESUME_SETTLE, SmartSensorTrigger
+from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, wait_classically
+from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter
+from smartsensor_airflow.triggers import RESUME_SETTLE, UNREACHABLE, SmartSensorTrigger
 
 DEFAULT_CONN_ID = "smartsensor_default"
 DEFAULT_POLL_INTERVAL = 10.0
 DEFAULT_EXECUTE_WAIT = 2.0
 
 
-class SmartSensorOperator(BaseSensorOperator):
-    """Registers this try with smartsensor, then defers until the service reports a terminal state.
+class SmartSensorMixin:
+    """The smartsensor behaviour of a sensor task: ``execute`` registers this try with the service and ends or
+    defers; ``execute_complete`` ends the task as Airflow's own sensor would. Mixed into the drop-ins below and
+    into the classes the cluster policy routes (``smartsensor_airflow.policy``); both read the check from the
+    task's own attributes (``checks.check_of``).
 
     Airflow owns retries (the service registers each try with retries=0) and its own timeout is passed to
     ``defer`` as a backstop, a little after the service's timeout, so the service's verdict (failed, or
     skipped with soft_fail) normally arrives first with its reason. Before deferring, ``execute`` holds one
     states request for up to ``smartsensor_execute_wait`` seconds: a check that is already answered ends the task
-    there, without a deferral (the commonest case: reruns, backfills, late DAGs).
+    there, without a deferral (the commonest case: reruns, backfills, late DAGs). When the service is out of reach
+    for longer than ``smartsensor_fallback_grace``, the try checks on its own (``poke``, the safety valve).
     """
 
-    smartsensor_class: ClassVar[str]  # the class name smartsensor knows this check by
+    smartsensor_class: ClassVar[str]  # Airflow's sensor class whose check this is (a key of checks.CHECKS)
+    # How the task came to run through smartsensor: "drop-in" (its DAG imports it) or "cluster policy".
+    smartsensor_route: ClassVar[str] = "drop-in"
 
-    def __init__(
+    # Set by smartsensor_setup (annotated for type checkers; BaseSensorOperator provides the rest).
+    smartsensor_conn_id: str
+    smartsensor_poll_interval: float
+    smartsensor_execute_wait: float
+    end_from_trigger: bool
+    smartsensor_resume_settle: float
+    smartsensor_fallback_grace: float
+    poke_interval: Any
+    timeout: Any
+    soft_fail: bool
+    exponential_backoff: bool
+    execution_timeout: timedelta | None
+    log: Any
+
+    def smartsensor_setup(
         self,
         *,
         smartsensor_conn_id: str = DEFAULT_CONN_ID,
@@ -74,20 +105,20 @@ class SmartSensorOperator(BaseSensorOperator):
         smartsensor_execute_wait: float = DEFAULT_EXECUTE_WAIT,
         end_from_trigger: bool | None = None,
         smartsensor_resume_settle: float = RESUME_SETTLE,
-        deferrable: bool = True,
-        **kwargs: Any,
+        smartsensor_fallback_grace: float = DEFAULT_GRACE,
     ) -> None:
-        super().__init__(**kwargs)
+        """Set the smartsensor arguments (the drop-ins' extra constructor arguments; the policy's settings)."""
         self.smartsensor_conn_id = smartsensor_conn_id
         interval = DEFAULT_POLL_INTERVAL if smartsensor_poll_interval is None else smartsensor_poll_interval
-        self.smartsensor_poll_interval = float(min(interval, float(self.poke_interval)))
+        self.smartsensor_poll_interval = float(min(float(interval), float(self.poke_interval)))
         self.smartsensor_execute_wait = max(0.0, float(smartsensor_execute_wait))
         self.end_from_trigger = (not has_listeners()) if end_from_trigger is None else bool(end_from_trigger)
         self.smartsensor_resume_settle = max(0.0, float(smartsensor_resume_settle))
+        self.smartsensor_fallback_grace = float(smartsensor_fallback_grace)
 
     def persist_values(self) -> dict[str, Any]:
-        """The rendered arguments smartsensor's sensor class of the same name stores."""
-        raise NotImplementedError
+        """The rendered arguments smartsensor's sensor class stores."""
+        return check_of(self.smartsensor_class, self)[1]
 
     def exec_values(self) -> dict[str, Any]:
         """How the service runs the wait (its exec fields)."""
@@ -102,9 +133,6 @@ class SmartSensorOperator(BaseSensorOperator):
             values["max_wait"] = max_wait.total_seconds() if isinstance(max_wait, timedelta) else float(max_wait)
         return values
 
-    def poke(self, context: Any) -> bool:
-        raise AirflowException(f"{type(self).__name__} does not poke: it defers to smartsensor (execute)")
-
     def execute(self, context: Any) -> Any:
         started = time.time()
         ti = context["ti"]
@@ -115,28 +143,40 @@ class SmartSensorOperator(BaseSensorOperator):
             "map_index": ti.map_index if ti.map_index is not None else -1,
             "try_number": ti.try_number,
         }
-        # Errors leave the task to Airflow's retries, as an error in the poke of Airflow's own sensor does (a bad
-        # partition name there is a ValueError at each try).
         try:
-            persist = self.persist_values()
+            registered_as, persist = check_of(self.smartsensor_class, self)
         except (UnsupportedPartitionFilter, TypeError) as exc:
-            raise AirflowException(str(exc)) from None
+            return self.cannot_check(context, exc)
+        self.log.info(
+            "smartsensor: this %s runs through smartsensor (%s; connection %r)",
+            self.smartsensor_class,
+            self.smartsensor_route,
+            self.smartsensor_conn_id,
+        )
         try:
             endpoint = endpoint_from_connection(
                 BaseHook.get_connection(self.smartsensor_conn_id), self.smartsensor_conn_id
             )
             answer = register_try(
-                endpoint, key, self.smartsensor_class, persist, self.exec_values(), context.get("logical_date")
+                endpoint,
+                key,
+                registered_as,
+                persist,
+                self.exec_values(),
+                context.get("logical_date"),
+                patience=max(REGISTER_PATIENCE, self.smartsensor_fallback_grace),
             )
             if answer["state"] not in TERMINAL and self.smartsensor_execute_wait > 0:
                 held = held_state(endpoint, key, self.smartsensor_execute_wait)
                 if held is not None:
                     answer = {**answer, "state": held["state"], "error": held.get("error")}
         except ApiError as exc:
+            if exc.transient and self.smartsensor_fallback_grace >= 0:
+                return self.fall_back(context, str(exc))
             raise AirflowException(str(exc)) from None
         self.log.info(
             "smartsensor: registered %s try %s as hash %s (%s)",
-            self.smartsensor_class,
+            registered_as,
             key["try_number"],
             answer["hashcode"],
             answer["state"],
@@ -147,7 +187,7 @@ class SmartSensorOperator(BaseSensorOperator):
                 {"state": answer["state"], "error": answer["error"], "hashcode": answer["hashcode"], "key": key},
             )
         backstop = timedelta(seconds=float(self.timeout) + max(60.0, 3 * self.smartsensor_poll_interval))
-        self.defer(
+        self.defer(  # type: ignore[attr-defined]
             trigger=SmartSensorTrigger(
                 key,
                 self.smartsensor_conn_id,
@@ -155,14 +195,32 @@ class SmartSensorOperator(BaseSensorOperator):
                 end_from_trigger=self.end_from_trigger,
                 settle=self.smartsensor_resume_settle,
                 deadline=None if self.execution_timeout is None else started + self.execution_timeout.total_seconds(),
+                fallback_grace=self.smartsensor_fallback_grace,
             ),
             method_name="execute_complete",
             timeout=backstop,
         )
 
+    def cannot_check(self, context: Any, exc: Exception) -> Any:
+        """Rendered arguments smartsensor cannot check (a filter with OR or ranges, a string for a list): a
+        drop-in fails the try (Airflow's retries apply, as an error in the poke of Airflow's own sensor does)."""
+        raise AirflowException(str(exc))
+
+    def fall_back(self, context: Any, why: str) -> None:
+        """The safety valve: check on our own (``poke``) until the partition is there or the timeout passes."""
+        wait_classically(
+            lambda: bool(self.poke(context)),  # type: ignore[attr-defined]
+            poke_interval=float(self.poke_interval),
+            left=seconds_left(float(self.timeout), getattr(context["ti"], "start_date", None)),
+            soft_fail=bool(self.soft_fail),
+            why=why,
+            task=f"{context['ti'].task_id} ({self.smartsensor_class})",
+        )
+
     def execute_complete(self, context: Any, event: dict[str, Any] | str) -> None:
         """Success ends the task; skipped raises AirflowSkipException; a timeout AirflowSensorTimeout (no retries,
-        as Airflow's sensors); anything else AirflowException with the reason (Airflow's retries apply)."""
+        as Airflow's sensors); an unreachable service the safety valve; anything else AirflowException with the
+        reason (Airflow's retries apply)."""
         if isinstance(event, str):  # `airflow dags test` resumes a task-end event with its state instead of ending
             event = {"state": str(getattr(event, "value", event))}
         state, error = event["state"], event.get("error")
@@ -175,6 +233,8 @@ class SmartSensorOperator(BaseSensorOperator):
             raise AirflowSensorTimeout(f"smartsensor: {error}")
         if state == "execution_timeout":
             raise AirflowTaskTimeout(f"smartsensor: the try reached its execution_timeout ({self.execution_timeout})")
+        if state == UNREACHABLE:
+            return self.fall_back(context, str(error))
         reasons = {
             "superseded": "a newer try of this task was registered",
             "unknown": "the service has no record of this try (was its database reset?)",
@@ -182,11 +242,58 @@ class SmartSensorOperator(BaseSensorOperator):
         raise AirflowException(f"smartsensor: the wait ended {state}: {error or reasons.get(state, 'no reason given')}")
 
 
+class SmartSensorOperator(SmartSensorMixin, BaseSensorOperator):
+    """A drop-in: Airflow's constructor arguments plus smartsensor's own (see the module's docstring)."""
+
+    def __init__(
+        self,
+        *,
+        smartsensor_conn_id: str = DEFAULT_CONN_ID,
+        smartsensor_poll_interval: float | None = None,
+        smartsensor_execute_wait: float = DEFAULT_EXECUTE_WAIT,
+        end_from_trigger: bool | None = None,
+        smartsensor_resume_settle: float = RESUME_SETTLE,
+        smartsensor_fallback_grace: float = DEFAULT_GRACE,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.smartsensor_setup(
+            smartsensor_conn_id=smartsensor_conn_id,
+            smartsensor_poll_interval=smartsensor_poll_interval,
+            smartsensor_execute_wait=smartsensor_execute_wait,
+            end_from_trigger=end_from_trigger,
+            smartsensor_resume_settle=smartsensor_resume_settle,
+            smartsensor_fallback_grace=smartsensor_fallback_grace,
+        )
+
+    def poke(self, context: Any) -> bool:
+        """One check the way Airflow's own sensor of this class does it (the safety valve's): needs Airflow's Hive
+        provider installed where the task runs."""
+        return bool(airflows_sensor(self).poke(context))
+
+    def airflow_extra_args(self, cls: type) -> dict[str, Any]:
+        """Arguments Airflow's class ``cls`` needs beyond the drop-in's own (none but for one provider's bug)."""
+        return {}
+
+
+def airflows_sensor(task: Any) -> Any:
+    """Airflow's own Hive sensor with a drop-in's arguments (built once per task, on the first fallback poke)."""
+    built = getattr(task, "_airflows_sensor", None)
+    if built is None:
+        cls = hive_sensor_class(task.smartsensor_class)
+        args = {name: getattr(task, name) for name in task.airflow_args}
+        built = cls(task_id=task.task_id, poke_interval=task.poke_interval, **args, **task.airflow_extra_args(cls))
+        task._airflows_sensor = built
+    return built
+
+
 class NamedHivePartitionSensor(SmartSensorOperator):
     """Waits for every partition in ``partition_names`` (``"db.table/ds=2026-11-22"``; no ``db.`` means
     ``default``), like ``airflow.providers.apache.hive.sensors.named_hive_partition.NamedHivePartitionSensor``."""
 
     smartsensor_class = "NamedHivePartitionSensor"
+    airflow_args: ClassVar[tuple[str, ...]] = ("partition_names", "metastore_conn_id", "hook")
     template_fields: Sequence[str] = ("partition_names",)
     ui_color = "#8d99ae"
 
@@ -204,6 +311,7 @@ class NamedHivePartitionSensor(SmartSensorOperator):
         # render_template_as_native_obj) is a string until then (Hive provider 9.6.1+).
         self.partition_names = partition_names
         self.metastore_conn_id = metastore_conn_id
+        self.next_index_to_poke = 0
         self.hook = hook
 
     @staticmethod
@@ -216,10 +324,9 @@ class NamedHivePartitionSensor(SmartSensorOperator):
             raise ValueError(f"Could not parse {partition} into table, partition")
         return schema, table, spec
 
-    def persist_values(self) -> dict[str, Any]:
-        if isinstance(self.partition_names, str):
-            raise TypeError("partition_names must be an array of strings")
-        return {"partition_names": list(self.partition_names)}
+    def poke_partition(self, partition: str) -> Any:
+        """Whether one named partition is there, asked the way the Hive provider's sensor asks (its hook)."""
+        return airflows_sensor(self).poke_partition(partition)
 
 
 class HivePartitionSensor(SmartSensorOperator):
@@ -227,6 +334,7 @@ class HivePartitionSensor(SmartSensorOperator):
     ``"ds='{{ ds }}'"``), like ``airflow.providers.apache.hive.sensors.hive_partition.HivePartitionSensor``."""
 
     smartsensor_class = "HivePartitionSensor"
+    airflow_args: ClassVar[tuple[str, ...]] = ("table", "partition", "schema", "metastore_conn_id")
     template_fields: Sequence[str] = ("schema", "table", "partition", "metastore_conn_id")
     ui_color = "#C5CAE9"
 
@@ -246,15 +354,49 @@ class HivePartitionSensor(SmartSensorOperator):
         self.schema = schema
         self.metastore_conn_id = metastore_conn_id
 
-    def persist_values(self) -> dict[str, Any]:
-        table = self.table if "." in self.table else f"{self.schema}.{self.table}"
-        return {"table": table, "partition": parse_partition_filter(self.partition)}
+
+class MetastorePartitionSensor(SmartSensorOperator):
+    """Waits for the partition named ``partition_name`` (its full name, ``"ds=2026-11-22"`` or
+    ``"ds=2026-11-22/hr=00"``) of ``schema.table``, like
+    ``airflow.providers.apache.hive.sensors.metastore_partition.MetastorePartitionSensor``. Airflow's reads the
+    metastore's database through ``mysql_conn_id``; smartsensor checks through its own catalog, and registers the
+    wait as a one-partition NamedHivePartitionSensor (the same wait of either class shares one check).
+    ``mysql_conn_id`` is kept for the safety valve, which checks the way Airflow's sensor does."""
+
+    smartsensor_class = "MetastorePartitionSensor"
+    airflow_args: ClassVar[tuple[str, ...]] = ("table", "partition_name", "schema", "mysql_conn_id")
+    template_fields: Sequence[str] = ("partition_name", "table", "schema")
+    ui_color = "#8da7be"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        partition_name: str,
+        schema: str = "default",
+        mysql_conn_id: str = "metastore_mysql",
+        poke_interval: float = 60 * 3,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        self.table = table
+        self.partition_name = partition_name
+        self.schema = schema
+        self.mysql_conn_id = mysql_conn_id
+
+    def airflow_extra_args(self, cls: type) -> dict[str, Any]:
+        # Older Hive providers (9.1.4, what pip installs beside Airflow 2.10.5) do not pass its SqlSensor's
+        # required conn_id and sql on: the constructor fails without them, and the first poke sets the SQL.
+        if hasattr(sys.modules[cls.__module__], "_METASTORE_PARTITION_SQL"):
+            return {}
+        return {"conn_id": self.mysql_conn_id, "sql": "SELECT 1"}
 
 
 class SuccessFileSensor(SmartSensorOperator):
     """Waits until ``path`` exists (``file://``, ``hdfs://``, ``s3a://``… as the service's Spark resolves it)."""
 
     smartsensor_class = "SuccessFileSensor"
+    airflow_args: ClassVar[tuple[str, ...]] = ()
     template_fields: Sequence[str] = ("path",)
     ui_color = "#e0d6b8"
 
@@ -262,5 +404,8 @@ class SuccessFileSensor(SmartSensorOperator):
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.path = path
 
-    def persist_values(self) -> dict[str, Any]:
-        return {"path": self.path}
+    def poke(self, context: Any) -> bool:
+        raise AirflowException(
+            "SuccessFileSensor has no Airflow counterpart to check on its own: it waits for smartsensor "
+            "(set smartsensor_fallback_grace=-1 to make that explicit)"
+        )

@@ -12,6 +12,8 @@ How it ends the task (README: "Airflow versions, and no task failed by a race"):
   timeout: no retries; ``AirflowTaskTimeout`` for execution_timeout: retries apply). Such an event is not fired
   before ``RESUME_SETTLE`` seconds after the trigger started, so that the scheduler has taken the deferral in
   first.
+- A service out of reach (no answer, or 502/503/504) for longer than ``fallback_grace`` seconds resumes the task
+  with ``unreachable``: its ``execute_complete`` checks on its own (the safety valve, ``fallback.py``).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from typing import Any, AsyncIterator
 
 from smartsensor_airflow._compat import BaseHook, BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 from smartsensor_airflow.client import ApiError, Endpoint, endpoint_from_connection
-from smartsensor_airflow.poller import KEY_FIELDS, shared_poller
+from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
 
 CLASSPATH = "smartsensor_airflow.triggers.SmartSensorTrigger"
 # Seconds a resume event waits after the trigger started: the scheduler processes the executor's report of the
 # deferring try within a loop or two (1 s heartbeats), and a resume before that is what the race needs.
 RESUME_SETTLE = 5.0
+UNREACHABLE = "unreachable"  # the event state of a try whose service was out of reach past its grace
 
 
 async def connection_endpoint(conn_id: str) -> Endpoint:
@@ -45,8 +48,9 @@ async def connection_endpoint(conn_id: str) -> Endpoint:
 class SmartSensorTrigger(BaseTrigger):
     """Fires once when the try ``key`` is terminal in smartsensor: a task-end event for success or skipped (with
     ``end_from_trigger``), else ``{"state", "error", "hashcode", "key"}`` for the task's ``execute_complete``
-    (``state`` ``"error"`` when the service rejects the request for good). Triggers serialized before
-    ``end_from_trigger`` existed resume on a worker, as they did."""
+    (``state`` ``"error"`` when the service rejects the request for good, ``"unreachable"`` when it was out of
+    reach for longer than ``fallback_grace`` seconds). Triggers serialized before ``end_from_trigger`` or
+    ``fallback_grace`` existed resume on a worker and never fall back, as they did."""
 
     def __init__(
         self,
@@ -56,6 +60,7 @@ class SmartSensorTrigger(BaseTrigger):
         end_from_trigger: bool = False,
         settle: float = RESUME_SETTLE,
         deadline: float | None = None,
+        fallback_grace: float | None = None,
     ) -> None:
         super().__init__()
         missing = [f for f in KEY_FIELDS if f not in key]
@@ -67,6 +72,8 @@ class SmartSensorTrigger(BaseTrigger):
         self.end_from_trigger = bool(end_from_trigger)
         self.settle = float(settle)
         self.deadline = None if deadline is None else float(deadline)  # epoch seconds: the try's execution_timeout
+        # None or below 0: wait for the service however long it is away.
+        self.fallback_grace = None if fallback_grace is None or fallback_grace < 0 else float(fallback_grace)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return CLASSPATH, {
@@ -76,13 +83,14 @@ class SmartSensorTrigger(BaseTrigger):
             "end_from_trigger": self.end_from_trigger,
             "settle": self.settle,
             "deadline": self.deadline,
+            "fallback_grace": self.fallback_grace,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         started = time.monotonic()
         poller = shared_poller(self.conn_id, lambda: connection_endpoint(self.conn_id))
         try:
-            waiting = poller.wait(self.key, self.poll_interval)
+            waiting = poller.wait(self.key, self.poll_interval, self.fallback_grace)
             if self.deadline is None:
                 answer = await waiting
             else:
@@ -92,6 +100,11 @@ class SmartSensorTrigger(BaseTrigger):
             yield TriggerEvent(
                 {"state": "execution_timeout", "error": "execution_timeout reached", "hashcode": None, "key": self.key}
             )
+            return
+        except ServiceUnreachable as exc:
+            await self._settle(started)
+            self.log.warning("smartsensor: %s; the task resumes to check on its own", exc)
+            yield TriggerEvent({"state": UNREACHABLE, "error": str(exc), "hashcode": None, "key": self.key})
             return
         except ApiError as exc:
             await self._settle(started)
