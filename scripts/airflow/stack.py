@@ -151,15 +151,17 @@ class Processes:
                     f"{name} exited ({proc.returncode}); end of {self.logs / (name + '.log')}:\n{self.log_tail(name)}"
                 )
 
-    def stop(self, grace: float = STOP_GRACE) -> None:
-        """SIGTERM to every process group at once, then SIGKILL to the groups of those still running after
-        ``grace`` seconds (and to any child left behind by one that exited)."""
-        self.services.clear()
-        for proc in self.procs.values():
+    def stop(self, grace: float = STOP_GRACE, names: Iterable[str] | None = None) -> None:
+        """SIGTERM to every process group at once (or to those of ``names``), then SIGKILL to the groups of those
+        still running after ``grace`` seconds (and to any child left behind by one that exited)."""
+        chosen = list(self.procs) if names is None else [n for n in names if n in self.procs]
+        self.services.difference_update(chosen)
+        procs = [self.procs[name] for name in chosen]
+        for proc in procs:
             if proc.poll() is None:
                 _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        for proc in self.procs.values():
+        for proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -167,6 +169,9 @@ class Processes:
             _signal_group(proc.pid, signal.SIGKILL)
             if proc.poll() is None:
                 proc.wait()
+        if names is not None:
+            for name in chosen:
+                del self.procs[name]
 
 
 class AirflowStack:

@@ -22,23 +22,19 @@ test compares how the two ended (state, tries).
 from __future__ import annotations
 
 import os
-import sys
-import urllib.request
-from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from scripts.airflow.stack import AirflowStack, Processes, version_of
-from smartsensor.adapters.metastore_process import free_port
+from scripts.airflow.stack import version_of
 from smartsensor.config import Config
+from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.airflow_race import (
     CASES,
     TABLES,
-    Landing,
     Outcome,
     dag_file,
     run_case,
@@ -46,15 +42,10 @@ from tests.support.airflow_race import (
     semantics_file,
     table,
 )
-from tests.support.common import ROOT, new_db, override_env, wait_until
-from tests.support.liveness import Metastore
 from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
-from tests.support.pg import drop_pg_database, new_pg_database
-from tests.support.proc_helpers import cli_env
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "race-token"
 TEAMS = 3
 SENSORS = int(os.environ.get("SMARTSENSOR_RACE_SENSORS", "20"))
 RUNS = int(os.environ.get("SMARTSENSOR_RACE_RUNS", "1"))
@@ -63,64 +54,23 @@ FIRST_DAY = date(2026, 10, 1)
 SEMANTICS_DAY = "2026-09-01"
 
 
-@dataclass
-class Deployment:
-    """One Airflow version and smartsensor, running, with the DAGs of this module parsed."""
-
-    stack: AirflowStack
-    landing: Landing
-    engine: Any  # smartsensor's database
-    logs: Path
-
-
 @pytest.fixture(scope="module", params=airflow_venvs(), ids=version_of)
 def deployment(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, service: Config
 ) -> Iterator[Deployment]:
-    """smartsensor and Airflow (request.param's venv) as a platform team deploys them; every process stopped and
-    both databases dropped at the end, whatever happened."""
+    """smartsensor and Airflow (request.param's venv) as a platform team deploys them (airflow_deployment)."""
     venv: Path = request.param
-    tmp = tmp_path_factory.mktemp(f"airflow-{version_of(venv)}")
-    (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), new_pg_database()
-    settings = {
-        "smart_sensor__catalog_backend": "thrift",
-        "spark__metastore_uris": service.get("spark", "metastore_uris"),
-        "api__token": TOKEN,
-    }
-    home = tmp / "smartsensor"
-    _, engine = new_db(home, smartsensor_url, **settings)
-    env = cli_env(home, smartsensor_url, PYTHONPATH=str(ROOT), **override_env(settings))
     db = "race_" + version_of(venv).replace(".", "_")  # one metastore service for the module: a database each
-    metastore = Metastore(service, db)
-    processes = Processes(tmp / "logs")
-    port = free_port()
-    stack = AirflowStack(
+    with deployed(
         venv,
-        tmp / "airflow",
-        processes,
-        parallelism=8,
-        db_url=airflow_url,
-        AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}",
-    )
-    (stack.dags / "teams.py").write_text(dag_file(TEAMS, SENSORS, OPTION, db))
-    (stack.dags / "semantics.py").write_text(semantics_file(db))
-    smartsensor = [sys.executable, "-m", "smartsensor.cli"]
-    try:
-        metastore.create_tables(TABLES)
-        stack.migrate()
-        processes.start("serve", [*smartsensor, "serve", "--port", str(port)], env)
-        processes.start("workers", [*smartsensor, "workers", "-n", "2"], env)
-        stack.start()
-        stack.wait_healthy(timeout=300)
-        stack.wait_parsed([*(f"team_{t}" for t in range(TEAMS)), "semantics"], timeout=300)
-        wait_until(lambda: _serving(port), timeout=120, step=0.5)
-        yield Deployment(stack, Landing(metastore, engine), engine, tmp / "logs")
-    finally:
-        stack.stop()
-        metastore.close()
-        engine.dispose()
-        drop_pg_database(airflow_db)
-        drop_pg_database(smartsensor_db)
+        tmp_for(tmp_path_factory, venv),
+        service,
+        db,
+        TABLES,
+        {"teams.py": dag_file(TEAMS, SENSORS, OPTION, db), "semantics.py": semantics_file(db)},
+        [*(f"team_{t}" for t in range(TEAMS)), "semantics"],
+    ) as running:
+        yield running
 
 
 @pytest.mark.timeout(1800 + 900 * RUNS)
@@ -177,12 +127,3 @@ def test_whole_list_templates_modes_and_templated_connections(
     assert (state, tries) == ("success", 1)
     assert rendered["metastore_conn_id"] == "metastore_race"
     assert rendered["partition"] == f"ds='{SEMANTICS_DAY}'"
-
-
-def _serving(port: int) -> bool:
-    """Whether ``serve`` answers its health check."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False

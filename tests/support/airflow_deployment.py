@@ -1,0 +1,126 @@
+"""Airflow and smartsensor deployed as a platform team runs them, for the production-like tests in tests/airflow:
+Airflow's components (LocalExecutor, its database on the suite's PostgreSQL), and smartsensor's ``serve`` (with a
+token) and ``workers -n 2`` on PostgreSQL with the thrift backend on the module's metastore service. Every process
+is stopped and both databases dropped at the end, whatever happened."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from scripts.airflow.stack import AirflowStack, Processes, version_of
+from smartsensor.adapters.metastore_process import free_port
+from smartsensor.config import Config
+from tests.support.airflow_race import Landing
+from tests.support.common import ROOT, new_db, override_env, wait_until
+from tests.support.liveness import Metastore
+from tests.support.pg import drop_pg_database, new_pg_database
+from tests.support.proc_helpers import cli_env
+
+TOKEN = "race-token"
+SMARTSENSOR = [sys.executable, "-m", "smartsensor.cli"]
+
+
+@dataclass
+class Deployment:
+    """One Airflow version and smartsensor, running, with the DAGs of the module parsed."""
+
+    stack: AirflowStack
+    landing: Landing
+    engine: Any  # smartsensor's database
+    logs: Path
+    port: int  # serve's
+    env: dict[str, str] = field(default_factory=dict)  # smartsensor's processes'
+
+    def start_serve(self) -> None:
+        """Start ``serve`` (again) and wait until it answers its health check."""
+        self.stack.processes.start("serve", [*SMARTSENSOR, "serve", "--port", str(self.port)], self.env)
+        wait_until(lambda: serving(self.port), timeout=120, step=0.5)
+
+    def stop_serve(self) -> None:
+        """Stop every ``serve`` process: the service is out of reach, its workers and database go on."""
+        self.stack.processes.stop(names=["serve"])
+
+    def restart_airflow(self, **env: str) -> None:
+        """Stop Airflow's components, then start them again with ``env`` added to theirs."""
+        self.stack.processes.stop(names=[f"airflow-{name}" for name in self.stack.components()])
+        self.stack.env.update(env)
+        self.stack.start()
+        self.stack.wait_healthy(timeout=300)
+
+
+@contextlib.contextmanager
+def deployed(
+    venv: Path,
+    tmp: Path,
+    service: Config,
+    db: str,
+    tables: tuple[str, ...],
+    dags: dict[str, str],
+    dag_ids: list[str],
+    local_settings: str | None = None,
+    **airflow_env: str,
+) -> Iterator[Deployment]:
+    """smartsensor and Airflow (``venv``) with the DAG files ``dags`` (file name → source), ``local_settings`` as
+    ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and ``airflow_env`` added to Airflow's environment; the Hive
+    tables ``db``.``tables`` created on the metastore service. Waits until ``dag_ids`` are parsed."""
+    (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), new_pg_database()
+    settings = {
+        "smart_sensor__catalog_backend": "thrift",
+        "spark__metastore_uris": service.get("spark", "metastore_uris"),
+        "api__token": TOKEN,
+    }
+    home = tmp / "smartsensor"
+    _, engine = new_db(home, smartsensor_url, **settings)
+    env = cli_env(home, smartsensor_url, PYTHONPATH=str(ROOT), **override_env(settings))
+    metastore = Metastore(service, db)
+    processes = Processes(tmp / "logs")
+    port = free_port()
+    stack = AirflowStack(
+        venv,
+        tmp / "airflow",
+        processes,
+        parallelism=8,
+        db_url=airflow_url,
+        AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}",
+        **airflow_env,
+    )
+    for name, source in dags.items():
+        (stack.dags / name).write_text(source)
+    if local_settings is not None:
+        (stack.home / "config").mkdir(parents=True, exist_ok=True)
+        (stack.home / "config" / "airflow_local_settings.py").write_text(local_settings)
+    deployment = Deployment(stack, Landing(metastore, engine), engine, tmp / "logs", port, env)
+    try:
+        metastore.create_tables(tables)
+        stack.migrate()
+        deployment.start_serve()
+        processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], env)
+        stack.start()
+        stack.wait_healthy(timeout=300)
+        stack.wait_parsed(dag_ids, timeout=300)
+        yield deployment
+    finally:
+        stack.stop()
+        metastore.close()
+        engine.dispose()
+        drop_pg_database(airflow_db)
+        drop_pg_database(smartsensor_db)
+
+
+def serving(port: int) -> bool:
+    """Whether ``serve`` answers its health check."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def tmp_for(tmp_path_factory: Any, venv: Path) -> Path:
+    """A fresh directory for one version's deployment."""
+    return Path(tmp_path_factory.mktemp(f"airflow-{version_of(venv)}"))
