@@ -80,15 +80,8 @@ def deployed(
     metastore = Metastore(service, db)
     processes = Processes(tmp / "logs")
     port = free_port()
-    stack = AirflowStack(
-        venv,
-        tmp / "airflow",
-        processes,
-        parallelism=8,
-        db_url=airflow_url,
-        AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}",
-        **airflow_env,
-    )
+    extra: dict[str, Any] = {"AIRFLOW_CONN_SMARTSENSOR_DEFAULT": f"http://:{TOKEN}@127.0.0.1:{port}", **airflow_env}
+    stack = AirflowStack(venv, tmp / "airflow", processes, parallelism=8, db_url=airflow_url, **extra)
     for name, source in dags.items():
         (stack.dags / name).write_text(source)
     if local_settings is not None:
