@@ -61,3 +61,56 @@ def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
     assert seen["end_from_trigger"] is True  # no listener plugins here
     assert seen["smartsensor_imported"] == []
     assert seen["provider_listed"] is True
+
+
+@pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
+def test_the_policy_routes_only_airflows_own_enabled_sensors(venv: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(INSIDE / "policy_checks.py")],
+        env=airflow_env(venv, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "enabled=False" in seen["defaults"] and "fallback_grace=120.0" in seen["defaults"]
+    assert seen["enabled"] is True
+    assert seen["errors"] == {
+        "use_smart_sensor": "[smartsensor] use_smart_sensor = 'maybe': expected True or False",
+        "sensors_enabled": "[smartsensor] sensors_enabled names S3KeySensor: the policy routes "
+        "NamedHivePartitionSensor, HivePartitionSensor, MetastorePartitionSensor",
+        "poll_interval": "[smartsensor] poll_interval = 'soon': expected a number of seconds",
+        "zero_interval": "[smartsensor] poll_interval must be above 0 seconds",
+    }
+    plain = {
+        "named": "NamedHivePartitionSensor",
+        "filter": "HivePartitionSensor",
+        "param_off": "NamedHivePartitionSensor",
+        "subclass": "MySensor",
+        "drop_in": "NamedHivePartitionSensor",
+    }
+    assert seen["disabled"] == plain
+    assert seen["tagged_off"] == plain
+    assert seen["bad_setting"] == plain  # a setting it cannot read leaves every task as Airflow's own
+    assert seen["enabled_routes"] == {
+        **plain,
+        "named": "NamedHivePartitionSensor via smartsensor",
+        "filter": "HivePartitionSensor via smartsensor",
+    }
+    assert seen["routed_named"] == {
+        "is_airflows": True,
+        "class": "airflow.providers.apache.hive.sensors.named_hive_partition.NamedHivePartitionSensor",
+        "template_fields": ["partition_names"],
+        "parse": ["db", "t", "ds=1"],
+        "settings": ["smartsensor_default", 4.0, 30.0],
+        "persist": {"partition_names": ["db.t/ds={{ ds }}"]},
+        "again": False,
+    }
+    assert seen["routed_filter_persist"] == {"table": "db.t", "partition": {"ds": "1"}}
+    assert seen["valve"] == {
+        "found": "found at 20 s",
+        "timeout": "AirflowSensorTimeout at 25 s",
+        "soft_fail": "AirflowSkipException at 25 s",
+    }
+    assert seen["seconds_left"] == [500.0, 0.0, 600.0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from smartsensor_airflow._compat import AirflowSensorTimeout, AirflowSkipException
 
@@ -26,7 +26,7 @@ def seconds_left(timeout: float, started: datetime | None, now: datetime | None 
     """What is left of a sensor's ``timeout`` counted from the try's start (``ti.start_date``; a deferred try keeps
     its start), never below zero. No start known: the whole timeout."""
     if started is None:
-        return max(0.0, timeout)
+        return max(0.0, float(timeout))
     now = now or datetime.now(timezone.utc)
     if started.tzinfo is None:
         started = started.replace(tzinfo=timezone.utc)
@@ -41,19 +41,20 @@ def wait_classically(
     soft_fail: bool,
     why: str,
     task: str,
+    logger: Any = log,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Call ``poke`` every ``poke_interval`` seconds until it says yes. After ``left`` seconds raise
     AirflowSensorTimeout, or AirflowSkipException with ``soft_fail``, as Airflow's sensors do. Errors of ``poke``
     propagate (Airflow's retries apply)."""
-    log.warning("smartsensor: %s; %s checks on its own as Airflow's sensor would, for up to %.0f s", why, task, left)
+    logger.warning("smartsensor: %s; %s checks on its own as Airflow's sensor would, for up to %.0f s", why, task, left)
     end = clock() + left
     pokes = 0
     while True:
         pokes += 1
         if poke():
-            log.info("smartsensor: %s found its partition on its own (poke %d)", task, pokes)
+            logger.info("smartsensor: %s found its partition on its own (poke %d)", task, pokes)
             return
         remaining = end - clock()
         if remaining <= 0:

@@ -44,6 +44,7 @@ MAX_KEYS_PER_REQUEST = 10_000  # the API's own limit
 FIRST_POLL_DELAY = 0.5  # gathers triggers that start together (a triggerer picking up many) into one request
 MAX_WAIT = 30.0  # the most a service holds a states request (its own limit)
 BURST = 3  # requests the budget allows back to back, after answers that came early
+OUTAGE_LOG_EVERY = 30.0  # seconds between log lines about the same outage
 Key = tuple[Any, ...]
 
 
@@ -98,7 +99,7 @@ class StatesPoller:
         self.requests = 0  # states requests sent (logged, and asserted by tests)
         self.ended = 0  # waiters given an answer or an error
         self.unreachable_since: float | None = None  # monotonic time of the first failure of the current outage
-        self.last_failure = ""
+        self._logged_at = 0.0  # when the current outage was last logged
 
     @property
     def waiting(self) -> int:
@@ -208,10 +209,12 @@ class StatesPoller:
         """Note a failed request; give ServiceUnreachable to the waiters whose grace the outage has outlasted."""
         now = time.monotonic()
         if self.unreachable_since is None:
-            self.unreachable_since = now
-        self.last_failure = why
+            self.unreachable_since = self._logged_at = now
+            log.warning("%s; %d task(s) keep waiting", why, self.waiting)
         away = now - self.unreachable_since
-        log.warning("%s for %.0f s; %d task(s) keep waiting", why, away, self.waiting)
+        if now - self._logged_at >= OUTAGE_LOG_EVERY:
+            self._logged_at = now
+            log.warning("%s for %.0f s; %d task(s) keep waiting", why, away, self.waiting)
         for entries in self._waiters.values():
             for future, _, grace in entries:
                 if grace is not None and away >= grace and not future.done():

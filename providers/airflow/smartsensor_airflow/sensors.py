@@ -215,6 +215,7 @@ class SmartSensorMixin:
             soft_fail=bool(self.soft_fail),
             why=why,
             task=f"{context['ti'].task_id} ({self.smartsensor_class})",
+            logger=self.log,
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any] | str) -> None:
