@@ -138,38 +138,6 @@ NEWER_PROVIDER: dict[str, str] = {
     "metastore.template_fields": "9.1.4's templates its own three fields only, not SqlSensor's",
 }
 
-# Defects of the drop-ins found by these checks (fix in providers/airflow/smartsensor_airflow/sensors.py; see the
-# report of issue 32 item 3), with the wrong value the drop-in gives today. A check giving exactly that value is an
-# expected failure; any other difference fails. Remove an entry with its fix.
-REFUSED = (  # Airflow 2 raises AirflowException, 3 TypeError
-    "Invalid arguments were passed to MetastorePartitionSensor (task_id: hive_partition_check). Invalid arguments were:"
-)
-KNOWN_DEFECTS: dict[str, tuple[str, list[Any]]] = {
-    "named.parse_incorrect": (
-        "the ValueError's message has a space Airflow's has not ('incorrect.name into'); the upstream test matches it",
-        [parsed("ValueError: Could not parse incorrect.name into table, partition")],
-    ),
-    "metastore.conn_id": (
-        "no conn_id attribute (Airflow's sensor is a SqlSensor: conn_id is mysql_conn_id)",
-        ["AttributeError: 'MetastorePartitionSensor' object has no attribute 'conn_id'"],
-    ),
-    "metastore.defaults": (
-        "poke_interval defaults to 180 s; Airflow's to BaseSensorOperator's 60 s",
-        [{"schema": "default", "poke_interval": 180.0}],
-    ),
-    "metastore.sql_args": (
-        "SqlSensor's conn_id and sql are refused (9.1.4 requires them: DAGs on Airflow 2.10.5 pass them)",
-        [
-            f"AirflowException: {REFUSED}",
-            f"TypeError: {REFUSED}",
-        ],
-    ),
-    "metastore.template_fields": (
-        "SqlSensor's template fields (sql, hook_params, parameters, conn_id) are missing",
-        [["partition_name", "table", "schema"]],
-    ),
-}
-
 _seen: dict[Path, dict[str, Any]] = {}
 
 
@@ -234,6 +202,4 @@ def test_dropin_keeps_it(venv: Path, expectation: str, tmp_path_factory: pytest.
     allowed = [own]
     if expectation in NEWER_PROVIDER and older_provider(seen):
         allowed.append(EXPECTED[expectation])  # deliberate: the newest provider's behaviour (see NEWER_PROVIDER)
-    if dropin not in allowed and expectation in KNOWN_DEFECTS and dropin in KNOWN_DEFECTS[expectation][1]:
-        pytest.xfail(f"known defect of the drop-in: {KNOWN_DEFECTS[expectation][0]}")
     assert dropin in allowed, f"drop-in: {dropin!r}; Airflow's own: {own!r}"

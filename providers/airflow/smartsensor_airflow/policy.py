@@ -133,6 +133,7 @@ def routed_class(cls: type) -> type:
                 "__qualname__": cls.__qualname__,
                 "__doc__": cls.__doc__,
                 "smartsensor_class": cls.__name__,
+                "execute": SmartSensorMixin.execute,  # in the namespace: wrapped by Airflow's metaclass (sensors.py)
                 "custom_operator_name": f"{cls.__name__} via smartsensor",
             },
         )

@@ -246,6 +246,10 @@ class SmartSensorMixin:
 class SmartSensorOperator(SmartSensorMixin, BaseSensorOperator):
     """A drop-in: Airflow's constructor arguments plus smartsensor's own (see the module's docstring)."""
 
+    # In the class's own namespace, so that Airflow's operator metaclass wraps it as every operator's execute
+    # (Airflow 2.10 passes the wrapper a `<Class>__sentinel` argument that only the wrapper accepts).
+    execute = SmartSensorMixin.execute
+
     def __init__(
         self,
         *,
@@ -321,8 +325,8 @@ class NamedHivePartitionSensor(SmartSensorOperator):
         first = partition.split(".", 1)
         schema, table_partition = ("default", first[0]) if len(first) == 1 else (first[0], first[1])
         table, sep, spec = table_partition.partition("/")
-        if not sep:
-            raise ValueError(f"Could not parse {partition} into table, partition")
+        if not sep:  # Airflow's message, its missing space included (the Hive provider's tests match it)
+            raise ValueError(f"Could not parse {partition}into table, partition")
         return schema, table, spec
 
     def poke_partition(self, partition: str) -> Any:
@@ -362,11 +366,21 @@ class MetastorePartitionSensor(SmartSensorOperator):
     ``airflow.providers.apache.hive.sensors.metastore_partition.MetastorePartitionSensor``. Airflow's reads the
     metastore's database through ``mysql_conn_id``; smartsensor checks through its own catalog, and registers the
     wait as a one-partition NamedHivePartitionSensor (the same wait of either class shares one check).
-    ``mysql_conn_id`` is kept for the safety valve, which checks the way Airflow's sensor does."""
+    Airflow's is a ``SqlSensor``: its ``conn_id`` (``mysql_conn_id`` unless given), ``sql``, ``parameters`` and
+    ``hook_params`` are accepted and templated as there; ``conn_id`` and ``hook_params`` are kept for the safety
+    valve, which checks the way Airflow's sensor does (with its own SQL)."""
 
     smartsensor_class = "MetastorePartitionSensor"
-    airflow_args: ClassVar[tuple[str, ...]] = ("table", "partition_name", "schema", "mysql_conn_id")
-    template_fields: Sequence[str] = ("partition_name", "table", "schema")
+    airflow_args: ClassVar[tuple[str, ...]] = ("table", "partition_name", "schema", "conn_id", "hook_params")
+    template_fields: Sequence[str] = (
+        "sql",
+        "hook_params",
+        "parameters",
+        "conn_id",
+        "partition_name",
+        "table",
+        "schema",
+    )
     ui_color = "#8da7be"
 
     def __init__(
@@ -376,21 +390,28 @@ class MetastorePartitionSensor(SmartSensorOperator):
         partition_name: str,
         schema: str = "default",
         mysql_conn_id: str = "metastore_mysql",
-        poke_interval: float = 60 * 3,
+        conn_id: str | None = None,
+        sql: str = "",
+        parameters: Any = None,
+        hook_params: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(poke_interval=poke_interval, **kwargs)
+        super().__init__(**kwargs)  # poke_interval: BaseSensorOperator's default (60 s), as Airflow's
         self.table = table
         self.partition_name = partition_name
         self.schema = schema
         self.mysql_conn_id = mysql_conn_id
+        self.conn_id = mysql_conn_id if conn_id is None else conn_id  # a given conn_id wins, as in the Hive provider
+        self.sql = sql
+        self.parameters = parameters
+        self.hook_params = hook_params
 
     def airflow_extra_args(self, cls: type) -> dict[str, Any]:
         # Older Hive providers (9.1.4, what pip installs beside Airflow 2.10.5) do not pass its SqlSensor's
-        # required conn_id and sql on: the constructor fails without them, and the first poke sets the SQL.
+        # required sql on: the constructor fails without it, and the first poke sets the SQL.
         if hasattr(sys.modules[cls.__module__], "_METASTORE_PARTITION_SQL"):
             return {}
-        return {"conn_id": self.mysql_conn_id, "sql": "SELECT 1"}
+        return {"sql": "SELECT 1"}
 
 
 class SuccessFileSensor(SmartSensorOperator):
