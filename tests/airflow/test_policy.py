@@ -237,9 +237,11 @@ def test_with_the_policy_off_the_same_dags_run_as_plain_airflow(deployment: Depl
 
 
 def _class_of(task_id: str) -> str:
-    return {"filter": "HivePartitionSensor", "metastore": "MetastorePartitionSensor"}.get(
-        task_id, "NamedHivePartitionSensor"
-    )
+    return {
+        "filter": "HivePartitionSensor",
+        "range": "HivePartitionSensor",
+        "metastore": "MetastorePartitionSensor",
+    }.get(task_id, "NamedHivePartitionSensor")
 
 
 def _serialized_since(deployment: Deployment, dag_id: str, since: datetime) -> bool:
