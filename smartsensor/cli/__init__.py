@@ -1,12 +1,12 @@
 """The `smartsensor` command line: thin commands that parse arguments, call the service, and print.
 
 ``main`` (console script ``smartsensor``) is the group from ``cli.app``; the commands live by subject in
-``cli.admin``, ``cli.tasks`` and ``cli.workers``.
+``cli.admin``, ``cli.tasks``, ``cli.workers``, ``cli.serve`` and ``cli.airflow_report``.
 """
 
 from __future__ import annotations
 
-from smartsensor.cli import admin, serve, tasks, workers
+from smartsensor.cli import admin, airflow_report, serve, tasks, workers
 from smartsensor.cli.app import main
 
 for _command in (
@@ -23,6 +23,7 @@ for _command in (
     workers.scheduler,
     workers.status,
     serve.serve,
+    airflow_report.airflow,
 ):
     main.add_command(_command)
 

@@ -1,0 +1,134 @@
+"""What an Airflow Hive sensor task waited for, from its rendered template fields
+(``rendered_task_instance_fields.rendered_fields``), as partitions that compare equal when they are the same wait.
+
+- ``NamedHivePartitionSensor``: ``partition_names``, each ``db.table/k=v[/k=v…]`` (no ``db.``: ``default``), a list
+  or one name (a list that Airflow stored as its text is read back);
+- ``HivePartitionSensor``: ``schema``, ``table``, ``partition``, a metastore filter such as ``ds='2026-11-22' AND
+  hr='00'``; ``table`` may be ``db.table`` (as in the Hive provider, the dot wins over ``schema``; no dot:
+  ``schema``, default ``default``);
+- ``MetastorePartitionSensor``: ``table``, ``schema``, ``partition_name`` (``ds=2026-11-22/hr=00``).
+
+Database and table names are lower-cased and specs put in key order, as smartsensor's own hashing does. A filter
+made of ``key = 'value'`` terms joined by AND becomes a spec; any other filter is kept as its text (spaces
+collapsed). A filter never equals an exact partition: it matches any partition with those values.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from smartsensor.sensors.errors import SensorDefinitionError
+from smartsensor.sensors.partitions import (
+    escape_partition_value,
+    parse_partition_name,
+    parse_spec_path,
+)
+
+NAMED, FILTER, METASTORE = "NamedHivePartitionSensor", "HivePartitionSensor", "MetastorePartitionSensor"
+_TERM = re.compile(r"""\s*`?([A-Za-z0-9_]+)`?\s*=\s*(?:'([^']*)'|"([^"]*)"|(-?\d+(?:\.\d+)?))\s*""")
+_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
+
+
+@dataclass(frozen=True, order=True)
+class Partition:
+    """One partition a task waited for: ``spec`` is canonical ``k=v/k2=v2`` (values escaped as Hive does), or a
+    filter's own text when it is not made of equalities; ``exact``: the partition itself, not any that matches."""
+
+    db: str
+    table: str
+    spec: str
+    exact: bool
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.db}.{self.table}"
+
+
+def partitions_of(operator: str, rendered: Any) -> frozenset[Partition] | None:
+    """The partitions a task instance of ``operator`` waited for, or None when its rendered fields do not say
+    (Airflow keeps them for the last ``[core] max_num_rendered_ti_fields_per_task`` runs of a task, 30)."""
+    if not isinstance(rendered, dict):
+        return None
+    if operator == NAMED:
+        names = _names(rendered.get("partition_names"))
+        found = {_named(n) for n in names}
+        return frozenset(p for p in found if p is not None) or None
+    if operator == FILTER:
+        db, table = _table(rendered.get("table"), rendered.get("schema"))
+        expression = rendered.get("partition")
+        if db is None or table is None or not isinstance(expression, str):
+            return None
+        return frozenset({Partition(db, table, *_filter_spec(expression))})
+    if operator == METASTORE:
+        db, table = _table(rendered.get("table"), rendered.get("schema"))
+        name = rendered.get("partition_name")
+        if db is None or table is None or not isinstance(name, str) or not name:
+            return None
+        return frozenset({Partition(db, table, _canonical_path(name), True)})
+    return None
+
+
+def _names(value: Any) -> list[str]:
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = ast.literal_eval(value)  # a list Airflow stored as its text
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def _named(name: str) -> Partition | None:
+    try:
+        db, table, spec = parse_partition_name("partition_names", name.strip())
+    except SensorDefinitionError:
+        return _named_as_airflow(name)
+    return Partition(db, table, _format(spec), True)
+
+
+def _named_as_airflow(name: str) -> Partition | None:
+    """A name smartsensor would refuse (odd characters), split as the Hive provider's parse_partition_name does."""
+    if "/" not in name:
+        return None
+    table_part, spec = name.split("/", 1)
+    db, _, table = table_part.rpartition(".") if "." in table_part else ("default", "", table_part)
+    return Partition(db.lower(), table.lower(), spec, True)
+
+
+def _table(table: Any, schema: Any) -> tuple[str | None, str | None]:
+    if not isinstance(table, str) or not table:
+        return None, None
+    if "." in table:
+        db, name = table.split(".", 1)
+        return db.lower(), name.lower()
+    return (schema if isinstance(schema, str) and schema else "default").lower(), table.lower()
+
+
+def _filter_spec(expression: str) -> tuple[str, bool]:
+    """(canonical spec, False): a filter of ``key = 'value'`` terms joined by AND as a spec, else its text."""
+    text = " ".join(expression.split())
+    spec: dict[str, str] = {}
+    for term in _AND.split(text) if text else []:
+        match = _TERM.fullmatch(term)
+        if match is None or match.group(1).lower() in spec:
+            return text, False
+        value = next(v for v in match.groups()[1:] if v is not None)
+        spec[match.group(1).lower()] = value
+    return (_format(dict(sorted(spec.items()))) if spec else text), False
+
+
+def _canonical_path(name: str) -> str:
+    try:
+        return _format(dict(sorted(parse_spec_path("partition_name", name.strip()).items())))
+    except SensorDefinitionError:
+        return name.strip()
+
+
+def _format(spec: dict[str, str]) -> str:
+    return "/".join(f"{k}={escape_partition_value(v)}" for k, v in spec.items())
