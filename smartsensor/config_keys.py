@@ -237,10 +237,30 @@ KEYS: tuple[Key, ...] = (
         "folder, usable by ONE process only.",
     ),
     Key("spark", "conf", "", parse_list, "Extra Spark settings passed through, comma separated key=value pairs."),
+    Key(
+        "catalog",
+        "parallelism",
+        "1",
+        parse_int,
+        "Tables the thrift catalog backend lists at once in a round, each on its own metastore connection "
+        "(1: one after another). More shortens a round over many tables and adds that many concurrent calls "
+        "to the metastore's load.",
+        bounds=(1, 64),
+    ),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
     Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.", bounds=(1, 65535)),
     Key("metastore", "java_opts", "-Xmx512m", parse_str, "JVM options of the metastore service."),
     Key("metastore", "start_timeout", "60", parse_float, "Seconds to wait for the service's port.", bounds=(1, 3600)),
+    Key(
+        "metastore",
+        "database_url",
+        "",
+        parse_str,
+        "Where `smartsensor metastore start` keeps the metastore's own tables. Empty: embedded Derby under the "
+        "home folder. postgresql://user:password@host:port/db: that PostgreSQL database, through the JDBC driver "
+        "at /usr/share/java/postgresql.jar (Debian: libpostgresql-jdbc-java); the schema is created on the first "
+        "start against an empty database. MySQL is not wired yet.",
+    ),
     Key(
         "scheduler", "parallelism", "8", parse_int, "Classic-mode task processes at most at once.", bounds=(1, 1000)
     ),  # each classic run is a process with its own JVM

@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Protocol, Sequence
 
 from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
 from smartsensor.domain.transitions import RoundWrites
-from smartsensor.sensors.checks import Check
+from smartsensor.sensors.checks import Check, PartitionCheck
 from smartsensor.sensors.errors import CheckError
 
 
@@ -194,4 +195,35 @@ class PartitionLister(Protocol):
         """Escaped partition names (``ds=a%2Fb/hr=00``) of db.table, at least those matching ``spec`` (whose
         keys are all among ``columns``, the table's partition column types); None if the table or database
         is missing. Raises Transient/PermanentCheckError."""
+        ...
+
+
+@dataclass(frozen=True)
+class ListingRequest:
+    """One table's part of a round's listing: its partition column types (in partition order), its checks with
+    values as the catalog stores them, and ``narrowing``, the plain values common to all of them (a listing may
+    be narrowed by them)."""
+
+    db: str
+    table: str
+    columns: dict[str, str]
+    checks: tuple[PartitionCheck, ...]
+    narrowing: dict[str, str]
+
+
+class BatchLister(PartitionLister, Protocol):
+    """A backend that lists many tables in one go (several connections at once, or one statement)."""
+
+    def fetch_types(
+        self, tables: Sequence[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], dict[str, str] | None | CheckError], int]:
+        """The partition column types of ``tables`` (None: missing; a CheckError: could not be read), also put
+        into ``types``' cache; and the catalog calls made."""
+        ...
+
+    def list_tables(
+        self, requests: Sequence[ListingRequest]
+    ) -> tuple[dict[tuple[str, str], list[str] | None | CheckError], int]:
+        """For each request's table: escaped partition names, at least those its checks match (None: the table
+        or its database is missing; a CheckError: that table could not be listed). Also the catalog calls made."""
         ...

@@ -57,18 +57,19 @@ def spark_answers(service: Config) -> list[Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def thrift(service: Config, timeout: float = 5.0) -> ThriftCatalog:
-    return ThriftCatalog(service.metastore_uris, timeout)
+def thrift(service: Config, timeout: float = 5.0, parallelism: int = 1) -> ThriftCatalog:
+    return ThriftCatalog(service.metastore_uris, timeout, parallelism=parallelism)
 
 
-@pytest.mark.parametrize("backend", ["spark", "thrift"])
+@pytest.mark.parametrize("backend", ["spark", "thrift", "thrift, 3 at once"])
 def test_both_backends_answer_the_same(backend: str, service: Config, spark_answers: list[Any]) -> None:
     from tests.support.catalog_cases import outcome
 
     if backend == "spark":
         got = spark_answers
     else:
-        checker = BatchChecker(lister=thrift(service), spark_provider=lambda: pytest.fail("no Spark here"))
+        catalog = thrift(service, parallelism=3 if "at once" in backend else 1)
+        checker = BatchChecker(lister=catalog, spark_provider=lambda: pytest.fail("no Spark here"))
         answers = checker.check_all(c for c, _ in CASES)
         got = [outcome(answers[c]) for c, _ in CASES]
         tables = len({c.table_key for c, _ in CASES})

@@ -18,8 +18,9 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable, Sequence
 
 from smartsensor.adapters.catalog.catalog_errors import classify_error
+from smartsensor.adapters.catalog.partition_types import narrowing_spec
 from smartsensor.adapters.catalog.spark_catalog import SparkLister
-from smartsensor.ports import PartitionLister, PartitionTypeCache
+from smartsensor.ports import BatchLister, ListingRequest, PartitionLister, PartitionTypeCache
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 from smartsensor.sensors.partitions import unescape_partition_value
@@ -37,14 +38,21 @@ def parse_listing_row(row: str) -> dict[str, str]:
 
 
 def answer_checks(
-    db: str, table: str, listing: list[dict[str, str]], checks: list[PartitionCheck]
+    db: str,
+    table: str,
+    listing: list[dict[str, str]],
+    checks: list[PartitionCheck],
+    columns: set[str] | None = None,
 ) -> dict[Check, bool | CheckError]:
     """Answer checks on one table from its partition listing (pure; no catalog call).
 
     The listing is indexed once: exact checks are set lookups, partial ones intersect per-pair
-    sets, so answering stays linear in checks + partitions instead of checks x partitions.
+    sets, so answering stays linear in checks + partitions instead of checks x partitions. The table's
+    partition ``columns`` are those of the listing's rows unless given (a listing narrowed to the checks'
+    own partitions may be empty).
     """
-    columns = set(listing[0]) if listing else None
+    if columns is None:
+        columns = set(listing[0]) if listing else None
     exact_index = {frozenset(p.items()) for p in listing}
     pair_index: dict[tuple[str, str], set[int]] = defaultdict(set)
     for i, p in enumerate(listing):
@@ -163,8 +171,11 @@ class BatchChecker:
             else:
                 raise TypeError(f"unknown check {check!r}")
         results: dict[Check, bool | CheckError] = {}
-        for (db, table), table_checks in by_table.items():
-            results.update(self._check_table(db, table, table_checks))
+        if by_table and hasattr(self.lister, "list_tables"):
+            results.update(self._check_tables_at_once(by_table))
+        else:
+            for (db, table), table_checks in by_table.items():
+                results.update(self._check_table(db, table, table_checks))
         for path_check in paths:
             results[path_check] = self._check_path(path_check)
         return results
@@ -201,6 +212,97 @@ class BatchChecker:
         for check, as_stored in ready:
             results[check] = answers[as_stored]
         return results
+
+    def _check_tables_at_once(
+        self, by_table: dict[tuple[str, str], list[PartitionCheck]]
+    ) -> dict[Check, bool | CheckError]:
+        """A BatchLister's round: the column types of uncached tables in one go, every check normalized, then
+        every table listed in one go (narrowed to what the checks need), and each check answered."""
+        lister: BatchLister = self.lister  # type: ignore[assignment]
+        results: dict[Check, bool | CheckError] = {}
+        requests: list[ListingRequest] = []
+        ready: dict[tuple[str, str], list[tuple[PartitionCheck, PartitionCheck]]] = {}
+        uncached = [key for key in by_table if self.types.cached(*key) is None]
+        fetched: dict[tuple[str, str], dict[str, str] | None | CheckError] = {}
+        if uncached:
+            started = time.perf_counter()
+            fetched, calls = lister.fetch_types(uncached)
+            self.schema_calls += calls
+            self.catalog_seconds += time.perf_counter() - started
+        for (db, table), checks in by_table.items():
+            prepared = self._prepare(db, table, checks, results, fetched)
+            if prepared is not None:
+                requests.append(prepared[0])
+                ready[(db, table)] = prepared[1]
+        started = time.perf_counter()
+        listings, calls = lister.list_tables(requests) if requests else ({}, 0)
+        self.catalog_calls += calls
+        self.catalog_seconds += time.perf_counter() - started
+        for request in requests:
+            key = (request.db, request.table)
+            pairs = ready[key]
+            listing = listings.get(key)
+            if isinstance(listing, CheckError):
+                if isinstance(listing, PermanentCheckError):
+                    self.types.forget(*key)
+                results.update({check: listing for check, _ in pairs})
+            elif listing is None:  # dropped since its types were read: not landed
+                self.types.forget(*key)
+                results.update({check: False for check, _ in pairs})
+            else:
+                rows = [parse_listing_row(row) for row in listing]
+                answers = answer_checks(*key, rows, [stored for _, stored in pairs], set(request.columns))
+                results.update({check: answers[stored] for check, stored in pairs})
+        return results
+
+    def _prepare(
+        self,
+        db: str,
+        table: str,
+        checks: list[PartitionCheck],
+        results: dict[Check, bool | CheckError],
+        fetched: dict[tuple[str, str], dict[str, str] | None | CheckError],
+    ) -> tuple[ListingRequest, list[tuple[PartitionCheck, PartitionCheck]]] | None:
+        """One table's listing request and its checks as stored; checks answered without a listing (a missing
+        or unpartitioned table, a value its column rejects, an unknown column) go into ``results``. The table's
+        column types are in ``fetched`` when this round read them, else in the cache."""
+        try:
+            columns = fetched[(db, table)] if (db, table) in fetched else self._columns(db, table)
+            if isinstance(columns, CheckError):
+                raise columns
+            if columns is None:
+                self.types.forget(db, table)
+                results.update({c: False for c in checks})
+                return None
+            if not columns:
+                raise PermanentCheckError(f"listing partitions of {db}.{table} failed: the table is not partitioned")
+            normalized = self._normalize(db, table, checks)
+        except CheckError as exc:
+            if isinstance(exc, PermanentCheckError):
+                self.types.forget(db, table)
+            results.update({c: exc for c in checks})
+            return None
+        if normalized is None:
+            results.update({c: False for c in checks})
+            return None
+        pairs: list[tuple[PartitionCheck, PartitionCheck]] = []
+        for check, spec in zip(checks, normalized, strict=False):
+            unknown = sorted({k for k, _ in check.spec} - set(columns))
+            if isinstance(spec, CheckError):
+                results[check] = spec
+            elif unknown:
+                results[check] = PermanentCheckError(
+                    f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})"
+                )
+            else:
+                pairs.append((check, PartitionCheck(db, table, spec, check.exact)))
+        if not pairs:
+            return None
+        common = set(pairs[0][1].spec)
+        for _, stored in pairs[1:]:
+            common &= set(stored.spec)
+        narrowing = narrowing_spec(dict(sorted(common)), columns)
+        return ListingRequest(db, table, columns, tuple(stored for _, stored in pairs), narrowing), pairs
 
     def _normalize(
         self, db: str, table: str, checks: list[PartitionCheck]

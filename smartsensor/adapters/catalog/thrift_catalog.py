@@ -1,7 +1,8 @@
 """The thrift catalog backend: partition names straight from the Hive metastore's thrift API, no JVM.
 
-One ``ThriftCatalog`` per worker process holds a pool of at most ``POOL_SIZE`` connections (a thrift
-client is not thread-safe: a thread takes one for each call), tries ``[spark] metastore_uris`` in
+One ``ThriftCatalog`` per worker process holds a pool of at most ``POOL_SIZE`` connections, or
+``[catalog] parallelism`` if more (a thrift client is not thread-safe: a thread takes one for each call); a round
+lists its tables on ``parallelism`` connections at once (``list_tables``), tries ``[spark] metastore_uris`` in
 order when it connects, and drops a connection on any transport error (the table's checks are then
 transient errors; a pooled connection the server closed is retried once on a fresh one). Column types
 come from one cached ``get_table`` per table; check values are cast in Python as Spark would cast them
@@ -11,7 +12,8 @@ come from one cached ``get_table`` per table; check values are cast in Python as
 from __future__ import annotations
 
 import threading
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
 
 from hmsclient.genthrift.hive_metastore import ThriftHiveMetastore
 from hmsclient.genthrift.hive_metastore.ttypes import MetaException, NoSuchObjectException
@@ -23,7 +25,8 @@ from thrift.transport.TTransport import TBufferedTransport, TTransportException
 from smartsensor.adapters.catalog.partition_types import PartitionTypes, narrowing_spec
 from smartsensor.adapters.catalog.python_casts import python_cast_all, python_castable
 from smartsensor.config import Config
-from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError, first_line
+from smartsensor.ports import ListingRequest
+from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 
 POOL_SIZE = 2
 # Errors after which the server answered in full: the connection stays usable.
@@ -46,9 +49,13 @@ class _Connection:
 class ThriftCatalog:
     """A PartitionLister over the metastore's thrift API, shared by every round of one process."""
 
-    def __init__(self, uris: list[tuple[str, int]], timeout: float, pool_size: int = POOL_SIZE) -> None:
+    def __init__(
+        self, uris: list[tuple[str, int]], timeout: float, pool_size: int = POOL_SIZE, parallelism: int = 1
+    ) -> None:
         self.uris = uris
         self.timeout = timeout
+        self.parallelism = max(1, parallelism)
+        pool_size = max(pool_size, self.parallelism)
         self.connects = 0  # connections opened so far
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
@@ -57,7 +64,11 @@ class ThriftCatalog:
 
     @classmethod
     def from_config(cls, cfg: Config) -> "ThriftCatalog":
-        return cls(cfg.metastore_uris, cfg.get("smart_sensor", "metastore_timeout"))
+        return cls(
+            cfg.metastore_uris,
+            cfg.get("smart_sensor", "metastore_timeout"),
+            parallelism=cfg.get("catalog", "parallelism"),
+        )
 
     # -- connections ---------------------------------------------------------------------------------
 
@@ -148,3 +159,40 @@ class ThriftCatalog:
             if self._read_schema(db, table) is None:
                 return None
             raise PermanentCheckError(f"listing partitions of {db}.{table} failed: {first_line(exc)}") from exc
+
+    # -- the BatchLister: several tables at once ------------------------------------------------------
+
+    def _each(self, work: Any, items: Sequence[Any]) -> list[Any]:
+        """``work(item)`` for every item, on ``parallelism`` threads (one connection each) when there are several."""
+        if self.parallelism == 1 or len(items) < 2:
+            return [work(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(items)), thread_name_prefix="thrift") as pool:
+            return list(pool.map(work, items))
+
+    def fetch_types(
+        self, tables: Sequence[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], dict[str, str] | None | CheckError], int]:
+        """One ``get_table`` per table, ``parallelism`` at a time, into the types cache."""
+
+        def fetch(key: tuple[str, str]) -> dict[str, str] | None | CheckError:
+            try:
+                return self.types.fetch(*key)
+            except CheckError as exc:
+                return exc
+
+        found = self._each(fetch, list(tables))
+        return dict(zip(tables, found, strict=True)), len(tables)
+
+    def list_tables(
+        self, requests: Sequence[ListingRequest]
+    ) -> tuple[dict[tuple[str, str], list[str] | None | CheckError], int]:
+        """One listing call per table (as ``list_rows``), ``parallelism`` at a time."""
+
+        def listing(request: ListingRequest) -> list[str] | None | CheckError:
+            try:
+                return self.list_rows(request.db, request.table, request.narrowing, request.columns)
+            except CheckError as exc:
+                return exc
+
+        rows = self._each(listing, list(requests))
+        return {(r.db, r.table): out for r, out in zip(requests, rows, strict=True)}, len(requests)
