@@ -5,6 +5,8 @@
 # pipeline; prints Airflow's task states against the expected ones and the figures, then stops everything.
 # First run builds .venv and the Airflow venv (~/.cache/smartsensor, a few minutes). Arguments go to
 # scripts/airflow/demo.py: --sensors N, --partitions P, --every S, --keep, --deadline S, --home DIR (see --help).
+# --policy runs the same demo with the DAG files left as Airflow's own (its Hive sensors' imports) and the cluster
+# policy (smartsensor_airflow.policy.task_policy in AIRFLOW_HOME/config/airflow_local_settings.py) routing them.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export SMARTSENSOR_AIRFLOW_VERSIONS="${SMARTSENSOR_DEMO_AIRFLOW_VERSION:-3.3.2}"  # build only the demo's version

@@ -8,6 +8,12 @@ provider with only their import lines changed, many waiting on the same partitio
 one day; once every sensor has registered and deferred, the pipeline (scripts/demo/pipeline.py) lands the day's
 partitions. At the end it prints Airflow's task states against the expected ones, the figures, and the URLs.
 
+Two modes, the same DAGs, states and figures: "import swap" (the default: the DAG files import smartsensor's
+drop-ins) and "cluster policy" (--policy: the DAG files get their import lines back, Airflow's own Hive sensors,
+and ``$AIRFLOW_HOME/config/airflow_local_settings.py`` re-exports ``smartsensor_airflow.policy.task_policy``,
+enabled with ``AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR``; the summary then also checks that every Hive sensor task
+instance shows ``… via smartsensor`` as its operator in Airflow's database).
+
 Exit status: 0 when every task ended as expected; 1 when some did not (listed); 2 when the deadline passed (the
 phase it was in is named); 3 when a process of the stack failed (its log is shown).
 """
@@ -36,10 +42,12 @@ from scripts.airflow.report import (
     MODEL,
     SENSOR_OPERATORS,
     TERMINAL,
+    PolicyCheck,
     check_dag,
     dag_table,
     figures,
     figures_table,
+    policy_check,
     state_counts,
     summary_json,
 )
@@ -56,6 +64,46 @@ DAGS = ROOT / "scripts" / "airflow" / "dags"
 DS = "2026-11-22"  # the day the teams wait for
 YESTERDAY = "2026-11-21"
 console = Console(width=None if sys.stdout.isatty() else 110)
+
+# Where Airflow's Hive provider defines the drop-ins' counterparts (smartsensor_airflow._compat has the same map;
+# this driver runs outside Airflow's venv). With --policy each DAG file imports these instead of the drop-ins.
+AIRFLOW_HIVE_SENSORS = {
+    "NamedHivePartitionSensor": "airflow.providers.apache.hive.sensors.named_hive_partition",
+    "HivePartitionSensor": "airflow.providers.apache.hive.sensors.hive_partition",
+    "MetastorePartitionSensor": "airflow.providers.apache.hive.sensors.metastore_partition",
+}
+DROP_IN_IMPORT = "from smartsensor_airflow.sensors import "
+LOCAL_SETTINGS = (
+    '"""Written by scripts/airflow/demo.py --policy: Airflow runs its own Hive sensors through smartsensor."""\n\n'
+    "from smartsensor_airflow.policy import task_policy  # noqa: F401 - Airflow's task_policy hook\n"
+)
+
+
+def mode_name(policy: bool) -> str:
+    return "cluster policy" if policy else "import swap"
+
+
+def airflow_own(source: str) -> str:
+    """A DAG file of scripts/airflow/dags as its team wrote it for Airflow's Hive provider: each drop-in that has a
+    counterpart there imported from there instead (SuccessFileSensor, smartsensor's own, stays the drop-in), the
+    commented original above it, if any, giving way to it; nothing else changed. ValueError on a drop-in import
+    it cannot swap (one line, plain names only)."""
+    out: list[str] = []
+    for line in source.splitlines(keepends=True):
+        if not line.startswith(DROP_IN_IMPORT):
+            out.append(line)
+            continue
+        names = [n.strip() for n in line[len(DROP_IN_IMPORT) :].split(",")]
+        if not all(n.isidentifier() for n in names):
+            raise ValueError(f"--policy swaps one-line imports of plain names only, not: {line.strip()}")
+        own = [f"from {AIRFLOW_HIVE_SENSORS[n]} import {n}\n" for n in names if n in AIRFLOW_HIVE_SENSORS]
+        if out and out[-1].startswith("# ") and out[-1][2:] in own:
+            out.pop()
+        out += own
+        rest = [n for n in names if n not in AIRFLOW_HIVE_SENSORS]
+        if rest:
+            out.append(DROP_IN_IMPORT + ", ".join(rest) + "\n")
+    return "".join(out)
 
 
 class Deadline(Exception):
@@ -99,6 +147,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deadline", type=float, default=900, help="seconds before the demo gives up (default 900)")
     p.add_argument("--keep", action="store_true", help="keep the stack running after the summary until Ctrl-C")
     p.add_argument("--summary-json", default=None, help="also write the summary to this file as JSON")
+    p.add_argument(
+        "--policy",
+        action="store_true",
+        help="the DAG files keep Airflow's own Hive sensors and the cluster policy (airflow_local_settings.py, "
+        "[smartsensor] use_smart_sensor) routes them through smartsensor (default: they import the drop-ins)",
+    )
     args = p.parse_args(argv)
     if args.sensors < 5 or args.partitions < 2 or args.partitions > 48 or args.partitions % 2:
         p.error("--sensors must be at least 5 and --partitions even, 2-48")
@@ -149,6 +203,8 @@ class Demo:
         self.ss_url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
         self.env.update(SMARTSENSOR_HOME=str(self.ss_home), SPARK_LOCAL_IP="127.0.0.1")
+        self.mode = mode_name(args.policy)
+        policy = {"AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR": "True"} if args.policy else {}
         self.stack = AirflowStack(
             Path(args.airflow_venv),
             self.home / "airflow",
@@ -158,9 +214,14 @@ class Demo:
             AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{self.token}@127.0.0.1:{self.port}",
             DEMO_SENSORS=str(args.sensors),
             DEMO_PARTITIONS=str(args.partitions),
+            **policy,
         )
         for dag in sorted(DAGS.glob("*.py")):
-            shutil.copy(dag, self.stack.dags / dag.name)
+            source = dag.read_text()
+            (self.stack.dags / dag.name).write_text(airflow_own(source) if args.policy else source)
+        if args.policy:
+            (self.stack.home / "config").mkdir(parents=True, exist_ok=True)
+            (self.stack.home / "config" / "airflow_local_settings.py").write_text(LOCAL_SETTINGS)
         self.dag_ids = sorted(p.stem for p in DAGS.glob("*.py") if p.stem != "demo_scale")
         self.engine: Any = None
         self.started = time.monotonic()
@@ -220,6 +281,12 @@ class Demo:
     def states_requests(self) -> int:
         """``POST /api/v1/tasks/states`` requests serve answered (its /metrics)."""
         return states_requests(self.ss_url, self.token)
+
+    def policy_check(self) -> PolicyCheck:
+        """Airflow's Hive sensor task instances of the demo's DAGs, by their operator name (``… via smartsensor``
+        when the cluster policy routed them)."""
+        rows = self.stack.rows("SELECT dag_id, task_id, operator, custom_operator_name FROM task_instance")
+        return policy_check((d, t, op, name) for d, t, op, name in rows if d in self.dag_ids)
 
     def serve_healthy(self) -> bool:
         with urllib.request.urlopen(f"{self.ss_url}/api/v1/health", timeout=5) as r:
@@ -286,8 +353,11 @@ class Demo:
         return len(sensors) >= self.args.sensors * 0.9 and all(s == "deferred" or s in TERMINAL for s in sensors)
 
     def landed_and_finished(self) -> bool:
-        if self.processes.procs["pipeline"].poll() is None:
+        pipeline = self.processes.procs["pipeline"]
+        if pipeline.poll() is None:
             return False
+        if pipeline.returncode != 0:  # nothing more will land: no use waiting for the deadline
+            raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline')}")
         if "pipeline done" not in self.marks:
             self.mark("pipeline done")
         return self.runs_finished()
@@ -297,7 +367,9 @@ class Demo:
         return len(runs) == len(self.dag_ids) and all(s in ("success", "failed") for s in runs.values())
 
     def run(self) -> None:
-        console.print(f"[bold]home[/bold] {self.home}   Airflow {self.stack.version}   logs {self.logs}")
+        console.print(
+            f"[bold]home[/bold] {self.home}   Airflow {self.stack.version}   mode {self.mode}   logs {self.logs}"
+        )
         migrate = self.processes.start(
             "airflow-db-migrate",
             [str(self.stack.venv / "bin" / "airflow"), "db", "migrate"],
@@ -335,8 +407,6 @@ class Demo:
         self.pipeline("pipeline", "demo.events,demo.clicks", DS, f"0-{self.args.partitions // 2 - 1}", self.args.every)
         self.wait("the pipeline landing and every DAG run finishing", self.landed_and_finished)
         self.mark("runs finished")
-        if self.processes.procs["pipeline"].returncode != 0:
-            raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline')}")
 
     def mark(self, name: str) -> None:
         self.marks[name] = round(time.monotonic() - self.started, 1)
@@ -378,6 +448,25 @@ def summary(demo: Demo, finished: bool) -> list[str]:
     console.print(figures_table(f, len(landed), demo.args.partitions))
     console.print(f"[dim]{MODEL}[/dim]")
     console.print("timeline: " + ", ".join(f"{name} at {at:.0f} s" for name, at in demo.marks.items()))
+    extra: dict[str, Any] = {"mode": demo.mode}
+    if demo.args.policy:
+        routing = demo.policy_check()
+        problems += routing.not_routed
+        colour = "green" if routing.hive_sensors and not routing.not_routed else "red"
+        console.print(
+            f"mode: cluster policy (the DAG files import Airflow's own Hive sensors) — [{colour}]{routing.routed} of "
+            f"{routing.hive_sensors} Hive sensor task instances ran through smartsensor[/{colour}] (operator "
+            f"'… via smartsensor' in Airflow's task_instance.custom_operator_name)"
+        )
+        if not routing.hive_sensors:
+            problems.append("no Hive sensor task instance in Airflow's database: nothing for the policy to route")
+        extra["policy"] = {
+            "hive_sensors": routing.hive_sensors,
+            "routed": routing.routed,
+            "not_routed": routing.not_routed,
+        }
+    else:
+        console.print("mode: import swap (the DAG files import smartsensor's drop-ins)")
     if demo.args.summary_json:
         data = summary_json(
             checks,
@@ -388,6 +477,7 @@ def summary(demo: Demo, finished: bool) -> list[str]:
             airflow_ui=demo.stack.url,
             status_page=f"{demo.ss_url}/",
             logs=str(demo.logs),
+            **extra,
         )
         Path(demo.args.summary_json).write_text(json.dumps(data, indent=2) + "\n")
     return problems
@@ -420,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = summary(demo, finished)
         elapsed = time.monotonic() - demo.started
         if problems:
-            console.print(f"[red]{len(problems)} task(s) not in the expected state:[/red]")
+            console.print(f"[red]{len(problems)} task(s) not as expected:[/red]")
             for p in problems[:30]:
                 console.print(f"  {p}")
             status = status or 1

@@ -19,6 +19,10 @@ from rich.table import Table
 from scripts.demo.demo import check_landed, classic_calls
 
 SENSOR_OPERATORS = {"NamedHivePartitionSensor", "HivePartitionSensor", "SuccessFileSensor"}
+# The classes of Airflow's Hive provider the cluster policy routes (smartsensor_airflow.policy, every one enabled
+# by default), and what it appends to their operator name (the UI's, Airflow's task_instance.custom_operator_name).
+HIVE_SENSORS = {"NamedHivePartitionSensor", "HivePartitionSensor", "MetastorePartitionSensor"}
+VIA_SMARTSENSOR = " via smartsensor"
 TERMINAL = {"success", "failed", "skipped", "upstream_failed", "removed"}
 DEFAULT_POLL = 10.0  # the provider's smartsensor_poll_interval when a DAG gives none: min(poke_interval, 10 s)
 
@@ -63,6 +67,38 @@ def downstream_expectation(upstream: Iterable[str]) -> str:
     return "skipped"
 
 
+def is_sensor(operator_name: str | None) -> bool:
+    """A smartsensor-checked sensor by its operator name: a drop-in's (``NamedHivePartitionSensor``) or one of
+    Airflow's routed by the cluster policy (``NamedHivePartitionSensor via smartsensor``)."""
+    return (operator_name or "").removesuffix(VIA_SMARTSENSOR) in SENSOR_OPERATORS
+
+
+@dataclass
+class PolicyCheck:
+    """With the cluster policy: Airflow's task instances of its Hive sensor classes, and those among them whose
+    operator name does not say ``via smartsensor`` (each one ran, or will run, as Airflow's own sensor)."""
+
+    hive_sensors: int
+    not_routed: list[str]
+
+    @property
+    def routed(self) -> int:
+        return self.hive_sensors - len(self.not_routed)
+
+
+def policy_check(task_instances: Iterable[tuple[str, str, str | None, str | None]]) -> PolicyCheck:
+    """``task_instances``: Airflow's (dag_id, task_id, operator, custom_operator_name)."""
+    hive = [(d, t, name) for d, t, op, name in task_instances if op in HIVE_SENSORS]
+    return PolicyCheck(
+        hive_sensors=len(hive),
+        not_routed=[
+            f"{d}.{t}: operator {name!r}, not via smartsensor (the cluster policy left it as Airflow's own)"
+            for d, t, name in sorted(hive)
+            if not (name or "").endswith(VIA_SMARTSENSOR)
+        ],
+    )
+
+
 def check_dag(
     dag_id: str,
     tasks: list[dict[str, Any]],
@@ -86,7 +122,7 @@ def check_dag(
                 continue
             pending.remove(task_id)
             task = by_id[task_id]
-            if task["operator_name"] in SENSOR_OPERATORS:
+            if is_sensor(task["operator_name"]):
                 check.sensors += 1
                 check.expected[task_id] = sensor_expectation(rows.get((dag_id, task_id)), partitions, files)
             elif task.get("trigger_rule", "all_success") == "all_success":

@@ -1,5 +1,6 @@
 """./scripts/airflow_demo.sh, small: from nothing to a running Airflow 3 + smartsensor stack and back, with every
-task in its expected state, the summary printed, and nothing of the stack left running afterwards."""
+task in its expected state, the summary printed, and nothing of the stack left running afterwards; once with the
+DAG files importing the drop-ins, once with Airflow's own sensors and the cluster policy (--policy)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,8 +38,9 @@ def leftovers(marker: str) -> list[str]:
     return found
 
 
-@pytest.mark.timeout(TIMEOUT + 150)
-def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
+def run_demo(tmp_path: Path, *extra: str) -> tuple[str, dict[str, Any]]:
+    """./scripts/airflow_demo.sh with 20 sensors, 4 partitions and ``extra`` arguments: every task in its expected
+    state, the figures and the summary, nothing of the stack left running afterwards. Its output and summary."""
     home = tmp_path / "demo"
     out = tmp_path / "demo.out"
     args = [
@@ -52,6 +55,7 @@ def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
         str(DEADLINE),
         "--summary-json",
         str(tmp_path / "summary.json"),
+        *extra,
     ]
     # Its own session: on our timeout, SIGTERM reaches the script and the driver (which stop what they started),
     # then SIGKILL whatever is left of the group.
@@ -104,3 +108,22 @@ def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
     ):
         assert line in text, line
     assert leftovers(str(home)) == []
+    return " ".join(text.split()), summary  # lines as rich wrapped them, joined
+
+
+@pytest.mark.timeout(TIMEOUT + 150)
+def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
+    text, summary = run_demo(tmp_path)
+    assert summary["mode"] == "import swap"
+    assert "mode: import swap" in text
+
+
+@pytest.mark.timeout(TIMEOUT + 150)
+def test_the_airflow_demo_runs_with_the_cluster_policy(tmp_path: Path) -> None:
+    """--policy: the same DAG files with Airflow's own Hive sensors; the cluster policy sends each through
+    smartsensor (every one registered there, its operator shown as '… via smartsensor'), same states and figures."""
+    text, summary = run_demo(tmp_path, "--policy")
+    assert summary["mode"] == "cluster policy"
+    assert summary["policy"] == {"hive_sensors": 20, "routed": 20, "not_routed": []}
+    assert "mode: cluster policy" in text
+    assert "20 of 20 Hive sensor task instances ran through smartsensor" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from scripts.airflow.report import check_dag, figures
+from scripts.airflow.report import check_dag, figures, policy_check
 
 LANDED = {"demo.events/ds=2026-11-22/hr=00"}
 
@@ -91,3 +91,25 @@ def test_figures_count_classic_pokes_and_per_trigger_polls_from_the_recorded_wai
     assert f.classic_calls == 5 + 5 + 2 * 2  # (20 // 5 + 1) per sensor, x2 tables for c
     assert f.per_task_requests == 5 + 5 + 2  # one per 5 s poll while waiting, plus one
     assert (f.shortest_poll, f.deferred_window, f.states_requests) == (5.0, 20.0, 4)
+
+
+def test_the_cluster_policys_sensors_count_as_sensors_and_each_hive_one_must_say_via_smartsensor() -> None:
+    tasks = [
+        task("routed", "NamedHivePartitionSensor via smartsensor", ["after"]),
+        task("after", "EmptyOperator", []),
+    ]
+    rows = {("d", "routed"): row("routed", ["demo.events/ds=2026-11-22/hr=00"])}
+    check = check_dag("d", tasks, {"routed": "success", "after": "success"}, rows, LANDED, set())
+    assert (check.sensors, check.expected) == (1, {"routed": "success", "after": "success"})
+    routing = policy_check(
+        [
+            ("d", "routed", "NamedHivePartitionSensor", "NamedHivePartitionSensor via smartsensor"),
+            ("d", "own", "HivePartitionSensor", "HivePartitionSensor"),
+            ("d", "file", "SuccessFileSensor", "SuccessFileSensor"),  # smartsensor's own: not the policy's
+            ("d", "after", "EmptyOperator", "EmptyOperator"),
+        ]
+    )
+    assert (routing.hive_sensors, routing.routed) == (2, 1)
+    assert routing.not_routed == [
+        "d.own: operator 'HivePartitionSensor', not via smartsensor (the cluster policy left it as Airflow's own)"
+    ]
