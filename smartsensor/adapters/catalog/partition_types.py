@@ -109,6 +109,10 @@ class PartitionTypes:
         schema = self.spark._jsparkSession.sessionState().catalog().getTableMetadata(ident).partitionSchema()
         return {f.name().lower(): f.dataType().catalogString().lower() for f in schema.fields()}
 
+    def store(self, db: str, table: str, types: dict[str, str]) -> None:
+        """Cache a table's column types read by a backend in bulk (``MetastoreDbCatalog.fetch_types``)."""
+        self._types[(db, table)] = (self.clock(), types)
+
     def forget(self, db: str, table: str) -> None:
         """Drop a table's cached types (it went missing, or its listing was rejected)."""
         self._types.pop((db, table), None)

@@ -23,7 +23,7 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
     """The production answerer factory: a BatchChecker per round over ``[smart_sensor] catalog_backend``.
 
     spark: the external catalog of this process's SparkSession (or the provider's). thrift: the process's
-    ThriftCatalog. On both, Spark starts only when a check needs it (a partition on the spark backend, a path
+    ThriftCatalog. metastore_db: the process's MetastoreDbCatalog. On both, Spark starts only when a check needs it (a partition on the spark backend, a path
     that is not file://, a user sensor reading ``context['spark']``), so file:// and ``poke()`` checks work
     on a host without Java.
     """
@@ -44,7 +44,12 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
         if backend == "spark":
             return BatchChecker(spark_provider=spark)
         with lock:
-            if not catalogs:
+            if not catalogs and backend == "metastore_db":
+                from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
+
+                url = cfg.get("catalog", "metastore_db_url")
+                catalogs.append(MetastoreDbCatalog.from_url(url, cfg.get("smart_sensor", "metastore_timeout")))
+            elif not catalogs:
                 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 
                 catalogs.append(ThriftCatalog.from_config(cfg))
