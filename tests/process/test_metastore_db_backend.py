@@ -4,8 +4,10 @@ own tables exactly as the thrift backend answers it over the same service, in on
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +15,15 @@ import pytest
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config
+from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 from smartsensor.sensors.errors import TransientCheckError
+from smartsensor.service.registration import register
 from tests.support.catalog_cases import CASES, DB, outcome
-from tests.support.common import ROOT
+from tests.support.common import DAY, ROOT, make_cfg
 from tests.support.metastore_service import pg_service_fixture, spark_env  # noqa: F401 - fixture
+from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -94,3 +100,32 @@ def test_an_unreachable_or_foreign_database_is_an_error_per_check_not_a_crash(la
     assert {type(v).__name__ for v in got.values()} == {"PermanentCheckError"}, got
     assert "is it a Hive metastore" in str(next(iter(got.values())))
     foreign.close()
+
+
+def test_a_worker_on_the_database_backend_marks_its_tasks(landed: tuple[Config, str], tmp_path: Path) -> None:
+    """`smartsensor worker --once` with catalog_backend = metastore_db: typed, escaped and partial checks on two
+    tables answered by one listing statement, the tasks marked success."""
+    _, url = landed
+    home, db_url = tmp_path / "home", f"sqlite:///{tmp_path}/w.db"
+    cfg = make_cfg(home, db_url, smart_sensor__catalog_backend="metastore_db", catalog__metastore_db_url=url)
+    engine = make_engine(db_url)
+    init_db(engine)
+    sensors = [
+        NamedHivePartitionSensor(task_id="typed", partition_names=[f"{DB}.typed/ds=2026-1-5/hr=00"]),
+        NamedHivePartitionSensor(task_id="escaped", partition_names=[f"{DB}.esc/ds=a%2Fb/hr=00"]),
+        HivePartitionSensor(task_id="partial", table=f"{DB}.esc", partition={"ds": "ü日本"}),
+    ]
+    register(engine, [(f"dag_{s.task_id}", s) for s in sensors], DAY, cfg)
+    engine.dispose()
+    env = cli_env(
+        home,
+        db_url,
+        SMARTSENSOR__SMART_SENSOR__CATALOG_BACKEND="metastore_db",
+        SMARTSENSOR__CATALOG__METASTORE_DB_URL=url,
+        PYTHONPATH=str(ROOT),
+    )
+    run = run_cli(["worker", "--once", "--json", "--shard-min", "0", "--shard-max", "10000"], env, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rounds = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert sum(r.get("marked", {}).get("success", 0) for r in rounds) == len(sensors), rounds
+    assert sum(r["catalog_calls"] for r in rounds) == 1, rounds  # two tables, one statement
