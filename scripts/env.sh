@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shared set-up, sourced by test.sh, demo.sh and bench.sh: make sure Java 17+ exists (and, for test.sh,
-# Chromium), then create or reuse .venv with the package, its Spark extra and its test extras installed (re-installed when
-# setup.cfg changes).
+# Chromium; for test.sh and bench.sh --postgres, the PostgreSQL JDBC driver), then create or reuse .venv with
+# the package, its Spark extra and its test extras installed (re-installed when setup.cfg changes).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,6 +27,17 @@ ensure_chromium() {
   { as_root apt-get install -y -qq chromium >/dev/null 2>&1 \
       || { as_root apt-get update -qq && as_root apt-get install -y -qq chromium >/dev/null; }; } \
     || log "cannot install chromium: tests/process/test_status_page.py will fail until it is installed"
+}
+
+# The PostgreSQL JDBC driver, for the metastore service on PostgreSQL ([metastore] database_url): the tests'
+# pg_service and the bench with --postgres. Not fatal here: without it `metastore start` on PostgreSQL says so.
+PG_JDBC_JAR=/usr/share/java/postgresql.jar
+ensure_pg_jdbc() {
+  if [ -f "$PG_JDBC_JAR" ]; then return 0; fi
+  log "$PG_JDBC_JAR not found: installing libpostgresql-jdbc-java (the metastore service on PostgreSQL needs it)"
+  { as_root apt-get install -y -qq libpostgresql-jdbc-java >/dev/null 2>&1 \
+      || { as_root apt-get update -qq && as_root apt-get install -y -qq libpostgresql-jdbc-java >/dev/null; }; } \
+    || log "cannot install libpostgresql-jdbc-java: the metastore service cannot run on PostgreSQL until it is installed"
 }
 
 ensure_venv() {

@@ -9,6 +9,7 @@ source "$HERE/airflow_env.sh"
 
 ensure_java
 ensure_chromium
+ensure_pg_jdbc
 ensure_venv
 ensure_airflow_venvs
 trap stop_pg EXIT INT TERM

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from smartsensor.config_keys import (
     BOUNDS,
@@ -30,10 +30,12 @@ __all__ = [
     "Config",
     "ConfigError",
     "ENV_PREFIX",
+    "MetastoreDatabase",
     "ShardRange",
     "config_location",
     "even_shard_ranges",
     "load_config",
+    "parse_metastore_database",
     "parse_shard_ranges",
 ]
 
@@ -100,6 +102,62 @@ def even_shard_ranges(shards: int, limit: int) -> list[ShardRange]:
         raise ConfigError(f"[smart_sensor] shards must be between 1 and shard_code_upper_limit ({limit}), got {shards}")
     bounds = [i * limit // shards for i in range(shards + 1)]
     return [ShardRange(bounds[i], bounds[i + 1]) for i in range(shards)]
+
+
+@dataclass(frozen=True)
+class MetastoreDatabase:
+    """``[metastore] database_url`` parsed: the PostgreSQL database the metastore service keeps its tables in."""
+
+    host: str
+    port: int
+    database: str
+    user: str
+    password: str = field(repr=False)
+
+    @property
+    def jdbc_url(self) -> str:
+        """``jdbc:postgresql://host:port/db``; user and password go to the driver separately, never in the URL."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"jdbc:postgresql://{host}:{self.port}/{quote(self.database, safe='')}"
+
+    @property
+    def shown(self) -> str:
+        """The URL without its password, for messages and logs."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"postgresql://{quote(self.user, safe='')}@{host}:{self.port}/{quote(self.database, safe='')}"
+
+
+def parse_metastore_database(raw: str) -> MetastoreDatabase | None:
+    """``[metastore] database_url``: None when empty (embedded Derby), else the PostgreSQL database it names.
+
+    Accepts ``postgresql://``, ``postgres://`` and ``postgresql+<driver>://`` (the forms ``sql_alchemy_conn``
+    takes; the driver part is ignored: the service connects through JDBC). Raises ConfigError, never naming
+    the password, for another scheme (MySQL is refused as not wired yet), a missing host, user or database,
+    or ``?parameters``.
+    """
+    if not raw:
+        return None
+    what, form = "[metastore] database_url", "postgresql://user:password@host:port/db"
+    try:
+        parts = urlsplit(raw)
+        port = parts.port or 5432
+    except ValueError:
+        parts, port = None, 0
+    if parts is None or not parts.scheme:
+        raise ConfigError(f"{what} is not a URL of the form {form}")
+    scheme = parts.scheme.lower().split("+", 1)[0]
+    if scheme in ("mysql", "mariadb"):
+        raise ConfigError(f"{what}: MySQL is not wired yet; use {form}, or leave it empty for embedded Derby")
+    if scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"{what} must be {form} (or empty for embedded Derby), got a {_shown(parts.scheme)} URL")
+    database = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+    host, user = parts.hostname or "", unquote(parts.username or "")
+    missing = [name for name, value in (("host", host), ("user", user), ("database", database)) if not value]
+    if missing:
+        raise ConfigError(f"{what} names no {' and no '.join(missing)}: {form}")
+    if "/" in database or parts.query or parts.fragment:
+        raise ConfigError(f"{what} must name one database and take no ?parameters: {form}")
+    return MetastoreDatabase(host=host, port=port, database=database, user=user, password=unquote(parts.password or ""))
 
 
 @dataclass
@@ -190,6 +248,11 @@ class Config:
                 raise ConfigError(f"[spark] metastore_uris: {_shown(item)} is not of the form thrift://host:port")
             out.append((parts.hostname, port))
         return out
+
+    @property
+    def metastore_database(self) -> MetastoreDatabase | None:
+        """``[metastore] database_url`` parsed; None means embedded Derby under the home folder."""
+        return parse_metastore_database(self.get("metastore", "database_url"))
 
     def spark_conf(self) -> dict[str, str]:
         """Extra ``[spark] conf`` pairs as a dict."""
@@ -301,4 +364,5 @@ def _validate(cfg: Config) -> None:
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()
+    cfg.metastore_database  # noqa: B018 - read to validate: raises ConfigError for a URL that is not postgresql://
     cfg.catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris

@@ -1,15 +1,22 @@
-"""A standalone Hive metastore service (thrift) run from the jars pyspark ships, Derby behind it.
+"""A standalone Hive metastore service (thrift) run from the jars pyspark ships, on embedded Derby or PostgreSQL.
 
 Embedded Derby admits one JVM only; with this service running, any number of Spark processes share
 one catalog through ``[spark] metastore_uris = thrift://host:port``. Everything lives under
-``<home>/metastore_service``: the Derby database, ``metastore.log`` (all of the JVM's output) and
-``metastore.pid``. The JVM runs in its own session, so it outlives the process that started it.
+``<home>/metastore_service``: the Derby database, ``metastore.log`` (all of the JVM's output, SchemaTool's
+too) and ``metastore.pid``. The JVM runs in its own session, so it outlives the process that started it.
+
+With ``[metastore] database_url = postgresql://user:password@host:port/db`` the service keeps the metastore's
+tables in that PostgreSQL database instead (as production metastores do), so its thrift API and its tables can
+be read side by side. ``smartsensor.adapters.metastore_pg`` creates the schema on the first start and documents
+its table and column names (upper case, double-quoted: ``"DBS"``, ``"TBLS"``, ``"PARTITIONS"``,
+``"PARTITION_KEYS"``, ``"PARTITION_KEY_VALS"``) for code that reads them directly.
 """
 
 from __future__ import annotations
 
 import fcntl
 import importlib.util
+import logging
 import shlex
 import shutil
 import time
@@ -19,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from smartsensor.adapters import metastore_pg
 from smartsensor.adapters.metastore_process import (
     MAIN_CLASS,
+    MetastoreError,
     is_our_jvm,
     log_path,
     port_answers,
@@ -32,15 +41,12 @@ from smartsensor.adapters.metastore_process import (
     terminate,
 )
 from smartsensor.adapters.spark import SPARK_EXTRA_HINT
-from smartsensor.config import Config
+from smartsensor.config import Config, MetastoreDatabase
 
 __all__ = ["MetastoreError", "MetastoreStatus", "start", "status", "stop", "thrift_uri"]
 
 LOG_TAIL_LINES = 5
-
-
-class MetastoreError(Exception):
-    """The metastore service cannot be started or reached; the message says why."""
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class MetastoreStatus:
     port: int
     uri: str
     log: Path
+    database: str  # where the service keeps its tables: "derby:<folder>" or the PostgreSQL URL without password
 
 
 # -- addresses and status --------------------------------------------------------------------------
@@ -61,6 +68,11 @@ class MetastoreStatus:
 def thrift_uri(cfg: Config) -> str:
     """``thrift://host:port`` of the service, the value for ``[spark] metastore_uris``."""
     return f"thrift://{cfg.get('metastore', 'host')}:{cfg.get('metastore', 'port')}"
+
+
+def _database(cfg: Config) -> str:
+    db = cfg.metastore_database
+    return db.shown if db is not None else f"derby:{service_dir(cfg) / 'metastore_db'}"
 
 
 def _address(cfg: Config) -> tuple[str, int]:
@@ -91,6 +103,7 @@ def status(cfg: Config) -> MetastoreStatus:
         port=port,
         uri=thrift_uri(cfg),
         log=log_path(cfg),
+        database=_database(cfg),
     )
 
 
@@ -117,32 +130,56 @@ def _pyspark_jars() -> Path:
     return jars
 
 
-def _command(cfg: Config, java: str) -> list[str]:
+def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -> list[str]:
+    """The service's command line. On PostgreSQL the connection settings (password included) are not on it:
+    they are in the hive-site.xml of the folder put first on the classpath (``metastore_pg.write_hive_site``)."""
     home = service_dir(cfg)
-    derby = home / "metastore_db"
-    if ";" in str(derby):
-        raise MetastoreError(f"the metastore path {derby} contains ';', which Derby's JDBC URL cannot hold")
     warehouse = Path(cfg.get("spark", "warehouse_dir")).expanduser()
     hiveconf = {
         # Without this, Hive's async logging needs LMAX disruptor, which pyspark does not ship.
         "hive.async.log.enabled": "false",
-        "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={derby};create=true",
-        "datanucleus.schema.autoCreateAll": "true",
         "hive.metastore.schema.verification": "false",
         "hive.metastore.warehouse.dir": str(warehouse),
     }
     jvm = [
         *shlex.split(cfg.get("metastore", "java_opts")),
-        f"-Dderby.system.home={home}",
-        "-Dderby.stream.error.field=java.lang.System.err",  # into our log, not a derby.log in the cwd
         # Hive's log4j2 file otherwise writes ${java.io.tmpdir}/${user.name}/hive.log.
         "-Dhive.root.logger=console",
         f"-Dhive.log.dir={home}",
     ]
+    classpath = [str(jars / "*")]
+    if db is None:
+        derby = home / "metastore_db"
+        if ";" in str(derby):
+            raise MetastoreError(f"the metastore path {derby} contains ';', which Derby's JDBC URL cannot hold")
+        hiveconf["javax.jdo.option.ConnectionURL"] = f"jdbc:derby:;databaseName={derby};create=true"
+        hiveconf["datanucleus.schema.autoCreateAll"] = "true"
+        jvm += [
+            f"-Dderby.system.home={home}",
+            "-Dderby.stream.error.field=java.lang.System.err",  # into our log, not a derby.log in the cwd
+        ]
+    else:
+        # The schema exists (metastore_pg.ensure_schema): creating it here deadlocks on an empty database.
+        hiveconf["datanucleus.schema.autoCreateAll"] = "false"
+        classpath = [str(metastore_pg.write_hive_site(cfg, db)), *classpath, str(metastore_pg.jdbc_jar())]
     args = ["-p", str(cfg.get("metastore", "port"))]
     for key, value in hiveconf.items():
         args += ["--hiveconf", f"{key}={value}"]
-    return [java, *jvm, "-cp", str(_pyspark_jars() / "*"), MAIN_CLASS, *args]
+    return [java, *jvm, "-cp", ":".join(classpath), MAIN_CLASS, *args]
+
+
+def _prepare_database(cfg: Config, java: str, jars: Path) -> MetastoreDatabase | None:
+    """PostgreSQL: check the JDBC driver, then create the schema if the database lacks it. Derby: nothing to do
+    but forget a previous PostgreSQL start's hive-site.xml."""
+    db = cfg.metastore_database
+    if db is None:
+        metastore_pg.remove_hive_site(cfg)
+        return None
+    metastore_pg.jdbc_jar()
+    took = metastore_pg.ensure_schema(cfg, db, java, jars, cfg.get("metastore", "start_timeout"))
+    if took is not None:
+        log.info("created the metastore schema in %s in %.1f s", db.shown, took)
+    return db
 
 
 @contextmanager
@@ -182,7 +219,11 @@ def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
     ``die_with_parent`` (tests, Linux): the JVM gets SIGTERM when the calling process dies, however it
     dies, instead of outliving it as `smartsensor metastore start` wants.
 
-    Raises MetastoreError when Java is missing, the port is taken by another process, or the JVM
+    On PostgreSQL (``[metastore] database_url``) the first start against an empty database creates the schema
+    first (``metastore_pg.ensure_schema``); later starts find it and skip that.
+
+    Raises MetastoreError when Java is missing, the port is taken by another process, the PostgreSQL JDBC
+    driver is missing, the PostgreSQL database cannot be reached or its schema not created, or the JVM
     exits or stays silent for ``[metastore] start_timeout`` seconds (the message carries the log tail).
     """
     service_dir(cfg).mkdir(parents=True, exist_ok=True)
@@ -199,7 +240,9 @@ def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
                 f"port {host}:{port} is already in use by another process; stop it or set "
                 f"[metastore] port (and [spark] metastore_uris) to a free port"
             )
-        pid, log_offset = spawn(cfg, _command(cfg, _java()), die_with_parent)
+        java, jars = _java(), _pyspark_jars()
+        db = _prepare_database(cfg, java, jars)
+        pid, log_offset = spawn(cfg, _command(cfg, java, jars, db), die_with_parent)
         try:
             _wait_for_port(cfg, pid, timeout, log_offset)
         except BaseException:  # also Ctrl-C or a test timeout mid-start: never leave a half-started JVM behind

@@ -20,6 +20,11 @@ from smartsensor.config import Config
 
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 
+
+class MetastoreError(Exception):
+    """The metastore service cannot be started or reached; the message says why."""
+
+
 # JVMs started by this process. stop()/status() find any JVM through the pid file; this is only
 # so that their Popen objects are not garbage-collected while the JVM runs.
 _children: dict[int, subprocess.Popen[bytes]] = {}
@@ -135,6 +140,36 @@ def spawn(cfg: Config, cmd: list[str], die_with_parent: bool = False) -> tuple[i
     tmp.write_text(f"{proc.pid}\n")
     tmp.replace(pid_path(cfg))
     return proc.pid, offset
+
+
+def run_to_log(cfg: Config, name: str, cmd: list[str], timeout: float) -> tuple[int, int]:
+    """Run a short-lived tool called ``name`` (a JVM: the schema tool) to its end, its output appended to the
+    service's log.
+
+    Returns (exit status, log offset where its output begins). The tool dies with this process (Linux) and is
+    killed with its process group after ``timeout`` s; then MetastoreError says so.
+    """
+    with open(log_path(cfg), "ab") as log:
+        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} running: {shlex.join(cmd)}\n".encode())
+        log.flush()
+        offset = log.tell()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=service_dir(cfg),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=pdeathsig_preexec(),
+        )
+    try:
+        return proc.wait(timeout), offset
+    except subprocess.TimeoutExpired:
+        raise MetastoreError(f"{name} did not finish within {timeout:g} s; see {log_path(cfg)}") from None
+    finally:
+        if proc.poll() is None:  # timed out, or Ctrl-C while waiting
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:

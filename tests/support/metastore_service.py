@@ -1,5 +1,6 @@
-"""A Hive metastore service for tests: its Config, the environment of a Spark process that uses it, and a
-module-scoped ``service`` fixture (import it into a test module to use it there)."""
+"""A Hive metastore service for tests: its Config, the environment of a Spark process that uses it, and
+module-scoped fixtures (import one into a test module to use it there): ``service`` on embedded Derby, and
+``pg_service`` on its own database of ./scripts/test.sh's throwaway PostgreSQL, as production metastores run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.config import Config
 from tests.support.common import ROOT, make_cfg
+from tests.support.pg import PG_ADMIN_URL, drop_pg_database, new_pg_database
 
 
 def service_cfg(home: Path, port: int, **overrides: str) -> Config:
@@ -45,3 +47,22 @@ def service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config
         yield cfg
     finally:
         metastore.stop(cfg)
+
+
+@pytest.fixture(scope="module", name="pg_service")
+def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
+    """One running metastore service for the module on a new, empty PostgreSQL database (the first start creates
+    the schema): its Config and the database's SQLAlchemy URL. The service is stopped and the database dropped at
+    teardown whatever happened. Skipped without ./scripts/test.sh's PostgreSQL."""
+    if not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:  # as tests.support.pg.needs_test_pg
+        pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
+    name, url = new_pg_database()
+    cfg = service_cfg(tmp_path_factory.mktemp("metastore-pg-home"), free_port(), metastore__database_url=url)
+    try:
+        metastore.start(cfg)
+        yield cfg, url
+    finally:
+        try:
+            metastore.stop(cfg)
+        finally:
+            drop_pg_database(name)

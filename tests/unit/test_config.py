@@ -198,6 +198,42 @@ def test_catalog_backend_errors_at_load_time(tmp_path: Path, body: str, message:
         load_config(str(write(tmp_path / "a.cfg", body)), environ={})
 
 
+def test_metastore_database_url_empty_is_derby_and_postgresql_is_parsed_for_jdbc(tmp_path: Path) -> None:
+    assert load_config(environ={"SMARTSENSOR_HOME": str(tmp_path)}).metastore_database is None
+    body = "[metastore]\ndatabase_url = postgresql+psycopg2://hive:p%40ss%3Aw@db.example:5433/meta store\n"
+    db = load_config(str(write(tmp_path / "a.cfg", body)), environ={}).metastore_database
+    assert db is not None
+    assert (db.host, db.port, db.database, db.user, db.password) == ("db.example", 5433, "meta store", "hive", "p@ss:w")
+    assert db.jdbc_url == "jdbc:postgresql://db.example:5433/meta%20store"  # no credentials in the URL
+    assert db.shown == "postgresql://hive@db.example:5433/meta%20store" and "p@ss" not in repr(db)
+    bare = write(tmp_path / "b.cfg", "[metastore]\ndatabase_url = postgres://hive@[::1]/hive\n")
+    assert load_config(str(bare), environ={}).metastore_database.jdbc_url == "jdbc:postgresql://[::1]:5432/hive"
+
+
+@pytest.mark.parametrize(
+    "url,message",
+    [
+        ("mysql://hive:pw@h/hive", "database_url: MySQL is not wired yet; use postgresql://"),
+        ("mysql+pymysql://hive:pw@h/hive", "MySQL is not wired yet"),
+        (
+            "sqlite:///x.db",
+            "database_url must be postgresql://user:password@host:port/db (or empty for embedded Derby)",
+        ),
+        ("hive@h/hive", "database_url is not a URL of the form postgresql://"),
+        ("postgresql://:pw@h/hive", "database_url names no user"),
+        ("postgresql://hive:pw@h", "database_url names no database"),
+        ("postgresql://hive:pw@h:99999/hive", "database_url is not a URL of the form"),
+        ("postgresql://hive:pw@h/hive?sslmode=require", "must name one database and take no ?parameters"),
+    ],
+)
+def test_metastore_database_url_errors_at_load_time_without_the_password(
+    tmp_path: Path, url: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        load_config(str(write(tmp_path / "a.cfg", f"[metastore]\ndatabase_url = {url}\n")), environ={})
+    assert "pw" not in str(err.value)
+
+
 def test_metastore_uris_parse_in_order_and_a_bad_one_is_named(tmp_path: Path) -> None:
     good = write(tmp_path / "a.cfg", "[spark]\nmetastore_uris = thrift://h1:9083, thrift://h2:9084\n")
     assert load_config(str(good), environ={}).metastore_uris == [("h1", 9083), ("h2", 9084)]
