@@ -20,7 +20,9 @@ floor per listing, measured in the same run, and with several workloads a growth
 per table).
 
 Everything runs against a real Hive metastore service (thrift, started here) and a real metadata
-DB (SQLite by default, ``--db-url`` for Postgres). Counters (catalog calls, DB statements) come from
+DB (SQLite by default, ``--db-url`` for Postgres). The service keeps its own tables in a database of the metadata
+DB's PostgreSQL server when there is one, else in embedded Derby (``--metastore``; scripts/bench/metastore_db.py).
+Counters (catalog calls, DB statements) come from
 the code; times are wall-clock on a shared machine, so compare ratios within one run.
 """
 
@@ -41,7 +43,12 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from scripts.bench import catalog as bench_catalog, sql as bench_sql, workload as bench_workload
+from scripts.bench import (
+    catalog as bench_catalog,
+    metastore_db as bench_metastore,
+    sql as bench_sql,
+    workload as bench_workload,
+)
 from scripts.bench.workload import partition_of
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
@@ -720,6 +727,13 @@ def main() -> int:
         help="poke_interval of the probe tasks timed without a signal.",
     )
     parser.add_argument("--db-url", default=None, help="Metadata DB (default: SQLite in the bench home).")
+    parser.add_argument(
+        "--metastore",
+        default="auto",
+        choices=bench_metastore.CHOICES,
+        help="Where the metastore service keeps its tables: postgresql (a database of its own on the --db-url "
+        "server), derby, or auto (default): postgresql when --db-url is PostgreSQL.",
+    )
     parser.add_argument("--home", default=None, help="Working folder (default: a temp folder).")
     parser.add_argument("--json", dest="json_out", default=None, help="Write the results here.")
     args = parser.parse_args()
@@ -744,10 +758,16 @@ def main() -> int:
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     db_url = args.db_url or f"sqlite:///{home}/bench.db"
+    try:
+        metastore_kind, metastore_why = bench_metastore.choose(args.metastore, db_url)
+    except ValueError as exc:
+        parser.error(str(exc))
+    metastore_db = bench_metastore.create_database(db_url) if metastore_kind == "postgresql" else None
     cfg_path = home / "airflow.cfg"
     cfg_path.write_text(
         f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
         f"metastore_uris = thrift://127.0.0.1:{port}\n[metastore]\nport = {port}\n"
+        + (f"database_url = {metastore_db[1]}\n" if metastore_db else "")
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     env.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
@@ -756,9 +776,15 @@ def main() -> int:
     from smartsensor.adapters import metastore
     from smartsensor.adapters.spark import get_spark
 
-    metastore_pid = metastore.start(cfg).pid
     reports = []
     try:
+        started = time.perf_counter()
+        metastore_st = metastore.start(cfg)
+        metastore_pid = metastore_st.pid
+        console.print(
+            f"metastore service: {metastore_kind} ({metastore_why}), {metastore_st.database}; started in "
+            f"{time.perf_counter() - started:.1f} s" + (", its schema created first" if metastore_db else "")
+        )
         engine = make_engine(cfg.sql_alchemy_conn)
         init_db(engine)
         spark = get_spark(cfg)
@@ -778,13 +804,23 @@ def main() -> int:
         catalog.close()
     finally:
         metastore.stop(cfg)
+        if metastore_db:
+            bench_metastore.drop_database(db_url, metastore_db[0])
     if len(reports) > 1:
         print_growth(reports)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(
-            json.dumps({"db": make_engine(db_url).dialect.name, "scale": args.scale, "workloads": out}, indent=2)
+            json.dumps(
+                {
+                    "db": make_engine(db_url).dialect.name,
+                    "metastore": metastore_kind,
+                    "scale": args.scale,
+                    "workloads": out,
+                },
+                indent=2,
+            )
         )
         console.print(f"results written to {args.json_out}")
     return 0
