@@ -214,7 +214,7 @@ class Config:
 
     @property
     def catalog_backend(self) -> str:
-        """'thrift' or 'spark': ``[smart_sensor] catalog_backend`` with auto resolved."""
+        """'thrift', 'spark' or 'metastore_db': ``[smart_sensor] catalog_backend`` with auto resolved."""
         backend = self.get("smart_sensor", "catalog_backend").lower()
         uris = self.get("spark", "metastore_uris")
         if backend not in CATALOG_BACKENDS:
@@ -227,6 +227,14 @@ class Config:
                 "(thrift://host:port of a Hive metastore service); the embedded Derby "
                 "catalog is reachable through Spark only (catalog_backend = spark or auto)"
             )
+        if backend == "metastore_db":
+            url = self.get("catalog", "metastore_db_url")
+            if not url.startswith(("postgresql://", "postgresql+psycopg2://")):
+                raise ConfigError(
+                    "[smart_sensor] catalog_backend = metastore_db needs [catalog] metastore_db_url, the metastore's "
+                    "PostgreSQL database (postgresql://user:password@host:port/db)"
+                    + (f", got {_shown(url.split('://')[0] + '://…')}" if url else "")
+                )
         resolved = ("thrift" if uris else "spark") if backend == "auto" else backend
         if resolved == "thrift":
             self.metastore_uris  # noqa: B018 - read to validate: raises ConfigError naming a URI that is not thrift://host:port

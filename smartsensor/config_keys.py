@@ -59,7 +59,7 @@ class Key:
 
 
 DAY = 24 * 3600.0
-CATALOG_BACKENDS = ("auto", "thrift", "spark")
+CATALOG_BACKENDS = ("auto", "thrift", "spark", "metastore_db")
 
 KEYS: tuple[Key, ...] = (
     Key(
@@ -213,8 +213,9 @@ KEYS: tuple[Key, ...] = (
         "auto",
         parse_str,
         "How workers list partitions: thrift (straight to [spark] metastore_uris over the metastore's thrift "
-        "API, no JVM), spark (the SparkSession's external catalog), or auto: thrift when metastore_uris "
-        "is set, else spark.",
+        "API, no JVM), spark (the SparkSession's external catalog), metastore_db (the metastore's own "
+        "PostgreSQL database, [catalog] metastore_db_url: one statement per round), or auto: thrift when "
+        "metastore_uris is set, else spark.",
     ),
     Key(
         "smart_sensor",
@@ -246,6 +247,15 @@ KEYS: tuple[Key, ...] = (
         "(1: one after another). More shortens a round over many tables and adds that many concurrent calls "
         "to the metastore's load.",
         bounds=(1, 64),
+    ),
+    Key(
+        "catalog",
+        "metastore_db_url",
+        "",
+        parse_str,
+        "The Hive metastore's own database, for catalog_backend = metastore_db: a SQLAlchemy URL such as "
+        "postgresql://reader:secret@metastore-db:5432/hive. Give it read-only credentials: the backend reads "
+        "DBS, TBLS, PARTITION_KEYS and PARTITIONS and needs SELECT on those four tables only.",
     ),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
     Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.", bounds=(1, 65535)),

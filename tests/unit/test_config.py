@@ -189,7 +189,18 @@ def test_catalog_backend_auto_resolves_by_metastore_uris(tmp_path: Path, body: s
     "body,message",
     [
         ("[smart_sensor]\ncatalog_backend = thrift\n", "catalog_backend = thrift needs [spark] metastore_uris"),
-        ("[smart_sensor]\ncatalog_backend = jdbc\n", "catalog_backend must be one of auto, thrift, spark, got 'jdbc'"),
+        (
+            "[smart_sensor]\ncatalog_backend = jdbc\n",
+            "catalog_backend must be one of auto, thrift, spark, metastore_db, got 'jdbc'",
+        ),
+        (
+            "[smart_sensor]\ncatalog_backend = metastore_db\n",
+            "catalog_backend = metastore_db needs [catalog] metastore_db_url, the metastore's PostgreSQL database",
+        ),
+        (
+            "[smart_sensor]\ncatalog_backend = metastore_db\n[catalog]\nmetastore_db_url = mysql://u:secret@h/hive\n",
+            "got 'mysql://…'",
+        ),
         ("[smart_sensor]\nmetastore_timeout = 0\n", "metastore_timeout must be between 0.1 and 3600, got 0"),
     ],
 )

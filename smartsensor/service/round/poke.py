@@ -23,9 +23,9 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
     """The production answerer factory: a BatchChecker per round over ``[smart_sensor] catalog_backend``.
 
     spark: the external catalog of this process's SparkSession (or the provider's). thrift: the process's
-    ThriftCatalog. metastore_db: the process's MetastoreDbCatalog. On both, Spark starts only when a check needs it (a partition on the spark backend, a path
-    that is not file://, a user sensor reading ``context['spark']``), so file:// and ``poke()`` checks work
-    on a host without Java.
+    ThriftCatalog. metastore_db: the process's MetastoreDbCatalog. On each, Spark starts only when a check needs
+    it (a partition on the spark backend, a path that is not file://, a user sensor reading ``context['spark']``),
+    so file:// and ``poke()`` checks work on a host without Java.
     """
     backend = cfg.catalog_backend
     catalogs: list[Any] = []
