@@ -127,3 +127,40 @@ def test_whole_list_templates_modes_and_templated_connections(
     assert (state, tries) == ("success", 1)
     assert rendered["metastore_conn_id"] == "metastore_race"
     assert rendered["partition"] == f"ds='{SEMANTICS_DAY}'"
+
+
+@pytest.mark.timeout(900)
+def test_the_savings_report_reads_this_airflow_database(deployment: Deployment) -> None:
+    """``smartsensor airflow report`` on this Airflow's own database (PostgreSQL), after the race test's runs: it finds
+    every Hive sensor task instance that ran, and 3 teams waiting on the same partitions dedup."""
+    import json
+    import subprocess
+    import sys
+
+    from smartsensor.adapters.sql.airflow_history import SENSOR_OPERATORS
+    from smartsensor.cli.airflow_report import COMPARE_HEADING, TASKS_HEADING
+
+    def ran(where: str = "") -> int:
+        sql = f"SELECT count(*) FROM task_instance WHERE operator IN :ops AND start_date IS NOT NULL {where}"
+        return int(deployment.stack.rows(sql, expanding=["ops"], ops=list(SENSOR_OPERATORS))[0][0])
+
+    if ran("AND dag_id LIKE 'team%'") == 0:
+        pytest.skip("reads the race test's runs: run it with -k 'savings or no_sensor_task'")
+    assert ran("AND dag_id LIKE 'team%'") == TEAMS * SENSORS * len(CASES) * RUNS
+    command = [sys.executable, "-m", "smartsensor.cli", "airflow", "report", "--airflow-db", deployment.stack.db_url]
+
+    def report(*extra: str) -> str:
+        proc = subprocess.run([*command, *extra], env=deployment.env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    figures = json.loads(report("--json"))
+    human = report()
+    print(f"\nAirflow {deployment.stack.version}:\n{human}\n{json.dumps(figures)}")
+    assert figures["airflow_schema"] == deployment.stack.major
+    assert figures["sensor_tasks"] == ran()
+    assert figures["tries"] >= figures["sensor_tasks"]
+    assert figures["tasks_without_fields"] == 0
+    assert figures["dedup_ratio"] > 1  # three teams wait for the same partitions
+    assert figures["airflow_metastore_calls"] >= figures["tries"]  # Airflow's own sensors poke at least once a try
+    assert TASKS_HEADING in human and COMPARE_HEADING in human and "Assumptions" in human
