@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the whole suite: venv, a throwaway PostgreSQL 15 and MariaDB (for MySQL), one local SparkSession, Chromium for the status page, pytest.
+# Run the whole suite: venv, a throwaway PostgreSQL 15 and MariaDB (standing in for MySQL), one local SparkSession,
+# Chromium for the status page, pytest.
 # Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

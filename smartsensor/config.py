@@ -106,49 +106,55 @@ def even_shard_ranges(shards: int, limit: int) -> list[ShardRange]:
 
 @dataclass(frozen=True)
 class MetastoreDatabase:
-    """``[metastore] database_url`` parsed: the PostgreSQL database the metastore service keeps its tables in."""
+    """``[metastore] database_url`` parsed: the PostgreSQL or MySQL/MariaDB database the metastore service keeps
+    its tables in (``kind``: ``postgresql`` or ``mysql``)."""
 
     host: str
     port: int
     database: str
     user: str
     password: str = field(repr=False)
+    kind: str = "postgresql"
 
     @property
     def jdbc_url(self) -> str:
-        """``jdbc:postgresql://host:port/db``; user and password go to the driver separately, never in the URL."""
+        """``jdbc:postgresql://host:port/db`` or ``jdbc:mariadb://host:port/db?useMysqlMetadata=true`` (the MariaDB
+        driver then reports the server as MySQL, the product Hive's DataNucleus and direct SQL know); user and
+        password go to the driver separately, never in the URL."""
         host = f"[{self.host}]" if ":" in self.host else self.host
+        if self.kind == "mysql":
+            return f"jdbc:mariadb://{host}:{self.port}/{quote(self.database, safe='')}?useMysqlMetadata=true"
         return f"jdbc:postgresql://{host}:{self.port}/{quote(self.database, safe='')}"
 
     @property
     def shown(self) -> str:
         """The URL without its password, for messages and logs."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"postgresql://{quote(self.user, safe='')}@{host}:{self.port}/{quote(self.database, safe='')}"
+        return f"{self.kind}://{quote(self.user, safe='')}@{host}:{self.port}/{quote(self.database, safe='')}"
 
 
 def parse_metastore_database(raw: str) -> MetastoreDatabase | None:
-    """``[metastore] database_url``: None when empty (embedded Derby), else the PostgreSQL database it names.
+    """``[metastore] database_url``: None when empty (embedded Derby), else the PostgreSQL or MySQL database it
+    names.
 
-    Accepts ``postgresql://``, ``postgres://`` and ``postgresql+<driver>://`` (the forms ``sql_alchemy_conn``
-    takes; the driver part is ignored: the service connects through JDBC). Raises ConfigError, never naming
-    the password, for another scheme (MySQL is refused as not wired yet), a missing host, user or database,
-    or ``?parameters``.
+    Accepts ``postgresql://``, ``postgres://``, ``postgresql+<driver>://``, ``mysql://``, ``mariadb://`` and
+    ``mysql+<driver>://`` (the forms ``sql_alchemy_conn`` takes; the driver part is ignored: the service connects
+    through JDBC). Raises ConfigError, never naming the password, for another scheme, a missing host, user or
+    database (or password, on MySQL), or ``?parameters``.
     """
     if not raw:
         return None
-    what, form = "[metastore] database_url", "postgresql://user:password@host:port/db"
+    what = "[metastore] database_url"
+    form = "postgresql://user:password@host:port/db or mysql://user:password@host:port/db"
     try:
         parts = urlsplit(raw)
-        port = parts.port or 5432
+        scheme = parts.scheme.lower().split("+", 1)[0]
+        port = parts.port or (3306 if scheme in ("mysql", "mariadb") else 5432)
     except ValueError:
-        parts, port = None, 0
+        parts, scheme, port = None, "", 0
     if parts is None or not parts.scheme:
         raise ConfigError(f"{what} is not a URL of the form {form}")
-    scheme = parts.scheme.lower().split("+", 1)[0]
-    if scheme in ("mysql", "mariadb"):
-        raise ConfigError(f"{what}: MySQL is not wired yet; use {form}, or leave it empty for embedded Derby")
-    if scheme not in ("postgresql", "postgres"):
+    if scheme not in ("postgresql", "postgres", "mysql", "mariadb"):
         raise ConfigError(f"{what} must be {form} (or empty for embedded Derby), got a {_shown(parts.scheme)} URL")
     database = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     host, user = parts.hostname or "", unquote(parts.username or "")
@@ -157,7 +163,11 @@ def parse_metastore_database(raw: str) -> MetastoreDatabase | None:
         raise ConfigError(f"{what} names no {' and no '.join(missing)}: {form}")
     if "/" in database or parts.query or parts.fragment:
         raise ConfigError(f"{what} must name one database and take no ?parameters: {form}")
-    return MetastoreDatabase(host=host, port=port, database=database, user=user, password=unquote(parts.password or ""))
+    kind = "mysql" if scheme in ("mysql", "mariadb") else "postgresql"
+    password = unquote(parts.password or "")
+    if kind == "mysql" and not password:  # Hive's metastore sends its default password ("mine") for an empty one
+        raise ConfigError(f"{what} names no password: on MySQL the metastore service needs one: {form}")
+    return MetastoreDatabase(host=host, port=port, database=database, user=user, password=password, kind=kind)
 
 
 @dataclass
@@ -229,10 +239,11 @@ class Config:
             )
         if backend == "metastore_db":
             url = self.get("catalog", "metastore_db_url")
-            if not url.startswith(("postgresql://", "postgresql+psycopg2://")):
+            if not url.startswith(("postgresql://", "postgresql+psycopg2://", "mysql://", "mysql+pymysql://")):
                 raise ConfigError(
                     "[smart_sensor] catalog_backend = metastore_db needs [catalog] metastore_db_url, the metastore's "
-                    "PostgreSQL database (postgresql://user:password@host:port/db)"
+                    "PostgreSQL or MySQL database (postgresql://user:password@host:port/db or "
+                    "mysql://user:password@host:port/db)"
                     + (f", got {_shown(url.split('://')[0] + '://…')}" if url else "")
                 )
         resolved = ("thrift" if uris else "spark") if backend == "auto" else backend
@@ -372,5 +383,5 @@ def _validate(cfg: Config) -> None:
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()
-    cfg.metastore_database  # noqa: B018 - read to validate: raises ConfigError for a URL that is not postgresql://
+    cfg.metastore_database  # noqa: B018 - read to validate: raises ConfigError for a URL that is not postgresql:// or mysql://
     cfg.catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris

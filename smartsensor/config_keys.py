@@ -214,7 +214,7 @@ KEYS: tuple[Key, ...] = (
         parse_str,
         "How workers list partitions: thrift (straight to [spark] metastore_uris over the metastore's thrift "
         "API, no JVM), spark (the SparkSession's external catalog), metastore_db (the metastore's own "
-        "PostgreSQL database, [catalog] metastore_db_url: one statement per round), or auto: thrift when "
+        "PostgreSQL or MySQL database, [catalog] metastore_db_url: one statement per round), or auto: thrift when "
         "metastore_uris is set, else spark.",
     ),
     Key(
@@ -254,7 +254,8 @@ KEYS: tuple[Key, ...] = (
         "",
         parse_str,
         "The Hive metastore's own database, for catalog_backend = metastore_db: a SQLAlchemy URL such as "
-        "postgresql://reader:secret@metastore-db:5432/hive. Give it read-only credentials: the backend reads "
+        "postgresql://reader:secret@metastore-db:5432/hive, or mysql://reader:secret@metastore-db:3306/hive "
+        "(MySQL 8 or MariaDB 10.6+, through PyMySQL). Give it read-only credentials: the backend reads "
         "DBS, TBLS, PARTITION_KEYS and PARTITIONS and needs SELECT on those four tables only.",
     ),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
@@ -269,7 +270,9 @@ KEYS: tuple[Key, ...] = (
         "Where `smartsensor metastore start` keeps the metastore's own tables. Empty: embedded Derby under the "
         "home folder. postgresql://user:password@host:port/db: that PostgreSQL database, through the JDBC driver "
         "at /usr/share/java/postgresql.jar (Debian: libpostgresql-jdbc-java); the schema is created on the first "
-        "start against an empty database. MySQL is not wired yet.",
+        "start against an empty database. mysql://user:password@host:port/db: that MySQL or MariaDB database, "
+        "through the MariaDB JDBC driver at /usr/share/java/mariadb-java-client.jar (Debian: libmariadb-java), "
+        "the schema likewise created on the first start (the user needs a non-empty password).",
     ),
     Key(
         "scheduler", "parallelism", "8", parse_int, "Classic-mode task processes at most at once.", bounds=(1, 1000)

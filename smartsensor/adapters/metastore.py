@@ -1,4 +1,5 @@
-"""A standalone Hive metastore service (thrift) run from the jars pyspark ships, on embedded Derby or PostgreSQL.
+"""A standalone Hive metastore service (thrift) run from the jars pyspark ships, on embedded Derby, PostgreSQL or
+MySQL.
 
 Embedded Derby admits one JVM only; with this service running, any number of Spark processes share
 one catalog through ``[spark] metastore_uris = thrift://host:port``. Everything lives under
@@ -7,7 +8,8 @@ too) and ``metastore.pid``. The JVM runs in its own session, so it outlives the 
 
 With ``[metastore] database_url = postgresql://user:password@host:port/db`` the service keeps the metastore's
 tables in that PostgreSQL database instead (as production metastores do), so its thrift API and its tables can
-be read side by side. ``smartsensor.adapters.metastore_pg`` creates the schema on the first start and documents
+be read side by side (``mysql://user:password@host:port/db``: MySQL or MariaDB, likewise).
+``smartsensor.adapters.metastore_pg`` creates the schema on the first start and documents
 its table and column names (upper case, double-quoted: ``"DBS"``, ``"TBLS"``, ``"PARTITIONS"``,
 ``"PARTITION_KEYS"``, ``"PARTITION_KEY_VALS"``) for code that reads them directly.
 """
@@ -161,7 +163,7 @@ def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -
     else:
         # The schema exists (metastore_pg.ensure_schema): creating it here deadlocks on an empty database.
         hiveconf["datanucleus.schema.autoCreateAll"] = "false"
-        classpath = [str(metastore_pg.write_hive_site(cfg, db)), *classpath, str(metastore_pg.jdbc_jar())]
+        classpath = [str(metastore_pg.write_hive_site(cfg, db)), *classpath, str(metastore_pg.jdbc_jar(db.kind))]
     args = ["-p", str(cfg.get("metastore", "port"))]
     for key, value in hiveconf.items():
         args += ["--hiveconf", f"{key}={value}"]
@@ -169,13 +171,13 @@ def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -
 
 
 def _prepare_database(cfg: Config, java: str, jars: Path) -> MetastoreDatabase | None:
-    """PostgreSQL: check the JDBC driver, then create the schema if the database lacks it. Derby: nothing to do
-    but forget a previous PostgreSQL start's hive-site.xml."""
+    """PostgreSQL or MySQL: check the JDBC driver, then create the schema if the database lacks it. Derby: nothing
+    to do but forget a previous start's hive-site.xml."""
     db = cfg.metastore_database
     if db is None:
         metastore_pg.remove_hive_site(cfg)
         return None
-    metastore_pg.jdbc_jar()
+    metastore_pg.jdbc_jar(db.kind)
     took = metastore_pg.ensure_schema(cfg, db, java, jars, cfg.get("metastore", "start_timeout"))
     if took is not None:
         log.info("created the metastore schema in %s in %.1f s", db.shown, took)

@@ -1,5 +1,16 @@
-"""The metastore service on PostgreSQL (``[metastore] database_url``): the JDBC driver, the service's
+"""The metastore service on PostgreSQL or MySQL (``[metastore] database_url``): the JDBC driver, the service's
 ``hive-site.xml`` and the metastore's schema, created once with the DataNucleus SchemaTool that pyspark ships.
+
+**MySQL and MariaDB** (``mysql://``; verified on MariaDB 10.11) go through the MariaDB driver (``MYSQL_JDBC_JAR``)
+with ``jdbc:mariadb://host:port/db?useMysqlMetadata=true``: the driver then names the server MySQL, the product
+Hive 2.3's DataNucleus adapter and direct SQL know. SchemaTool creates the same 44 tables with the same columns,
+named in plain upper case (``DBS``, ``PART_NAME``; no quotes needed, case-sensitive on Linux), as latin1 tables with
+a binary collation (``MYSQL_DATANUCLEUS``, as Hive's own MySQL scripts: in utf8mb4 or utf8mb3 some privilege
+tables' keys exceed InnoDB's 3072 bytes), package.jdo's VARCHAR(32672) columns as TEXT (too long a row otherwise);
+then ``UNICODE_COLUMNS`` (PART_NAME, PART_KEY_VAL, LOCATION, parameter values) become utf8mb3 with a binary
+collation, so unicode partition values are stored (outside the BMP they are not: PART_NAME's unique key would
+be too long in utf8mb4). A MySQL named lock (``GET_LOCK``) stands in for PostgreSQL's advisory lock. Hive sends
+its default password when given an empty one: the MySQL user needs a password.
 
 **Creating the schema.** ``datanucleus.schema.autoCreateAll`` deadlocks on an empty PostgreSQL database (the
 service's first CREATE TABLE waits on itself), so the service runs with it off, and the first start against a
@@ -70,12 +81,30 @@ __all__ = [
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian/Ubuntu: libpostgresql-jdbc-java
 DRIVER = "org.postgresql.Driver"
+# MySQL and MariaDB: the MariaDB driver (LGPL; Connector/J is GPL), with jdbc:mariadb:// URLs.
+MYSQL_JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")  # Debian/Ubuntu: libmariadb-java
+MYSQL_DRIVER = "org.mariadb.jdbc.Driver"
 SCHEMA_TOOL = "org.datanucleus.store.schema.SchemaTool"
 # Hive 2.3's HiveConf defaults that shape the schema; SchemaTool must create it with the same ones.
 HIVE_DATANUCLEUS = {
     "datanucleus.identifierFactory": "datanucleus1",
     "datanucleus.rdbms.useLegacyNativeValueStrategy": "true",
 }
+# MySQL: the tables in latin1 with a binary collation, as Hive's own MySQL scripts make them (in utf8mb4 or utf8mb3
+# some of the privilege tables' keys exceed InnoDB's 3072 bytes); the binary collation compares names exactly, as
+# PostgreSQL does. Then the columns that hold partition values (UNICODE_COLUMNS) become utf8mb3, binary too:
+# latin1 cannot hold unicode values, and utf8mb4 makes the unique key (PART_NAME, TBL_ID) too long.
+MYSQL_DATANUCLEUS = {
+    "datanucleus.rdbms.mysql.characterSet": "latin1",
+    "datanucleus.rdbms.mysql.collation": "latin1_bin",
+}
+UNICODE_COLUMNS = (
+    ("PARTITIONS", "PART_NAME"),
+    ("PARTITION_KEY_VALS", "PART_KEY_VAL"),
+    ("SDS", "LOCATION"),
+    ("PARTITION_PARAMS", "PARAM_VALUE"),
+    ("TABLE_PARAMS", "PARAM_VALUE"),
+)
 # The 44 tables SchemaTool creates from Hive 2.3.10's package.jdo.
 TABLES = (
     *("BUCKETING_COLS", "CDS", "COLUMNS_V2", "DATABASE_PARAMS", "DBS", "DB_PRIVS", "DELEGATION_TOKENS", "FUNCS"),
@@ -97,6 +126,8 @@ READER_COLUMNS = {
     "PARTITIONS": ("PART_ID", "CREATE_TIME", "LAST_ACCESS_TIME", "PART_NAME", "SD_ID", "TBL_ID"),
     "PARTITION_KEY_VALS": ("PART_ID", "PART_KEY_VAL", "INTEGER_IDX"),
 }
+# package.jdo's longest columns (PARAM_VALUE, FTYPE, ...), created as TEXT on MySQL.
+_LONG_VARCHAR = 'length="32672" jdbc-type="VARCHAR"'
 # pg_advisory_lock key of "the metastore schema is being created" (any constant; ours spells "smsensor").
 _SCHEMA_LOCK = 0x736D73656E736F72
 
@@ -106,8 +137,17 @@ def conf_dir(cfg: Config) -> Path:
     return service_dir(cfg) / "conf"
 
 
-def jdbc_jar() -> Path:
-    """The PostgreSQL JDBC driver; MetastoreError naming the package when it is not installed."""
+def jdbc_jar(kind: str = "postgresql") -> Path:
+    """The JDBC driver for ``kind`` (postgresql, mysql); MetastoreError naming the package when it is not
+    installed."""
+    if kind == "mysql":
+        if not MYSQL_JDBC_JAR.is_file():
+            raise MetastoreError(
+                f"the metastore service on MySQL needs the MariaDB JDBC driver at {MYSQL_JDBC_JAR}, which is missing: "
+                "install it (Debian/Ubuntu: apt-get install -y libmariadb-java; ./scripts/test.sh does), or leave "
+                "[metastore] database_url empty for embedded Derby"
+            )
+        return MYSQL_JDBC_JAR
     if not JDBC_JAR.is_file():
         raise MetastoreError(
             f"the metastore service on PostgreSQL needs the PostgreSQL JDBC driver at {JDBC_JAR}, which is missing: "
@@ -129,7 +169,7 @@ def _write_private(path: Path, content: str) -> None:
 def _connection_settings(db: MetastoreDatabase) -> dict[str, str]:
     return {
         "javax.jdo.option.ConnectionURL": db.jdbc_url,
-        "javax.jdo.option.ConnectionDriverName": DRIVER,
+        "javax.jdo.option.ConnectionDriverName": MYSQL_DRIVER if db.kind == "mysql" else DRIVER,
         "javax.jdo.option.ConnectionUserName": db.user,
         "javax.jdo.option.ConnectionPassword": db.password,
     }
@@ -165,7 +205,7 @@ def _properties_value(value: str) -> str:
 
 def _engine_url(db: MetastoreDatabase) -> URL:
     return URL.create(
-        "postgresql+psycopg2",
+        "mysql+pymysql" if db.kind == "mysql" else "postgresql+psycopg2",
         username=db.user,
         password=db.password or None,
         host=db.host,
@@ -175,6 +215,9 @@ def _engine_url(db: MetastoreDatabase) -> URL:
 
 
 def _present(conn: Connection) -> set[str]:
+    if conn.dialect.name == "mysql":
+        rows = conn.execute(text("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"))
+        return {row[0] for row in rows} & set(TABLES)
     rows = conn.execute(
         text(
             "SELECT table_name FROM information_schema.tables "
@@ -185,9 +228,31 @@ def _present(conn: Connection) -> set[str]:
     return {row[0] for row in rows}
 
 
+def _unicode_columns(conn: Connection) -> None:
+    """MySQL: make UNICODE_COLUMNS utf8mb3 (binary collation), keeping their types and nullability."""
+    for table, column in UNICODE_COLUMNS:
+        kind, nullable = conn.execute(
+            text(
+                "SELECT column_type, is_nullable FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() AND table_name = :t AND column_name = :c"
+            ),
+            {"t": table, "c": column},
+        ).one()
+        null = "NULL" if nullable == "YES" else "NOT NULL"
+        conn.execute(
+            text(f"ALTER TABLE `{table}` MODIFY `{column}` {kind} CHARACTER SET utf8mb3 COLLATE utf8mb3_bin {null}")
+        )
+
+
+def _try_lock(conn: Connection) -> bool:
+    if conn.dialect.name == "mysql":  # a named lock, per server: the database's name in it
+        return bool(conn.execute(text("SELECT GET_LOCK(CONCAT('smartsensor-schema-', DATABASE()), 0)")).scalar())
+    return bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _SCHEMA_LOCK}).scalar())
+
+
 def _lock(conn: Connection, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while not conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _SCHEMA_LOCK}).scalar():
+    while not _try_lock(conn):
         if time.monotonic() >= deadline:
             raise MetastoreError(f"another process kept creating the metastore schema for more than {timeout:g} s")
         time.sleep(0.2)
@@ -200,16 +265,20 @@ def _run_schema_tool(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, 
     if not found:
         raise MetastoreError(f"no hive-metastore jar in {jars}: cannot create the metastore schema")
     with zipfile.ZipFile(found[-1]) as jar:
-        (folder / "package.jdo").write_bytes(jar.read("package.jdo"))
+        jdo = jar.read("package.jdo").decode("utf-8")
+    if db.kind == "mysql":  # VARCHAR(32672) exceeds MySQL's row size in utf8mb4: TEXT, as Hive's MySQL schema has
+        jdo = jdo.replace(_LONG_VARCHAR, 'jdbc-type="CLOB"')
+    (folder / "package.jdo").write_text(jdo, encoding="utf-8")
     settings = {
         **{
             name.replace("javax.jdo.option.", "datanucleus."): value for name, value in _connection_settings(db).items()
         },
         **HIVE_DATANUCLEUS,
+        **(MYSQL_DATANUCLEUS if db.kind == "mysql" else {}),
     }
     props = folder / "schematool.properties"
     _write_private(props, "".join(f"{name}={_properties_value(value)}\n" for name, value in settings.items()))
-    cmd = [java, "-Xmx256m", "-cp", f"{jars / '*'}:{jdbc_jar()}", SCHEMA_TOOL, "-create", "-api", "JDO"]
+    cmd = [java, "-Xmx256m", "-cp", f"{jars / '*'}:{jdbc_jar(db.kind)}", SCHEMA_TOOL, "-create", "-api", "JDO"]
     try:
         status, _ = run_to_log(
             cfg, "the metastore's SchemaTool", [*cmd, "-props", str(props), str(folder / "package.jdo")], timeout
@@ -225,7 +294,7 @@ def ensure_schema(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, tim
     when it was not needed. Raises MetastoreError when the database cannot be reached or SchemaTool fails."""
     engine = create_engine(
         _engine_url(db), poolclass=NullPool, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 10}
-    )
+    )  # connect_timeout: psycopg2 and pymysql both take it
     try:
         with engine.connect() as conn:  # closed at the end (NullPool), which releases the advisory lock
             _lock(conn, timeout)
@@ -239,6 +308,8 @@ def ensure_schema(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, tim
                     f"the metastore's SchemaTool left {len(missing)} tables uncreated in {db.shown} "
                     f"({', '.join(missing[:4])}, ...); see {log_path(cfg)}"
                 )
+            if db.kind == "mysql":
+                _unicode_columns(conn)
             return time.monotonic() - started
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

@@ -1,6 +1,7 @@
-"""The metastore-database backend on a real PostgreSQL-backed metastore service: the shared catalog matrix
-(escaping, unicode, typed columns, partial specs, missing and unpartitioned tables) answered from the metastore's
-own tables exactly as the thrift backend answers it over the same service, in one statement per round."""
+"""The metastore-database backend on a real metastore service on PostgreSQL, then on MySQL (./scripts/test.sh's
+MariaDB): the shared catalog matrix (escaping, unicode, typed columns, partial specs, missing and unpartitioned
+tables) answered from the metastore's own tables exactly as the thrift backend answers it over the same service, in
+one statement per round."""
 
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
+from smartsensor.adapters import metastore, metastore_pg
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
-from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.engine import init_db, make_engine, normalize_url
 from smartsensor.config import Config
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.service.registration import register
 from tests.support.catalog_cases import CASES, DB, outcome
 from tests.support.common import DAY, ROOT, make_cfg
-from tests.support.metastore_service import pg_service_fixture, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture, spark_env  # noqa: F401
 from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -37,15 +40,23 @@ for sql in SETUP:
 """
 
 
-@pytest.fixture(scope="module")
-def landed(pg_service: tuple[Config, str]) -> tuple[Config, str]:
-    """The matrix's tables and partitions, landed through Spark on the PostgreSQL-backed service."""
-    service, _ = pg_service
+# Per database: its service fixture, a URL that reaches no server, and a database of the same server without DBS.
+DATABASES = {
+    "postgresql": ("pg_service", "postgresql://nobody:x@127.0.0.1:9/hive", "postgres"),
+    "mysql": ("mysql_service", "mysql://nobody:x@127.0.0.1:9/hive", "mysql"),
+}
+
+
+@pytest.fixture(scope="module", params=list(DATABASES))
+def landed(request: pytest.FixtureRequest) -> tuple[Config, str]:
+    """The matrix's tables and partitions, landed through Spark on the service on PostgreSQL, then MySQL."""
+    started: tuple[Config, str] = request.getfixturevalue(DATABASES[request.param][0])
+    service, _ = started
     proc = subprocess.run(
         [sys.executable, "-c", LAND], env=spark_env(service), cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return pg_service
+    return started
 
 
 def answers(checker: BatchChecker) -> list[Any]:
@@ -91,11 +102,12 @@ def test_names_are_looked_up_and_partial_specs_listed_by_their_leading_columns(l
 
 def test_an_unreachable_or_foreign_database_is_an_error_per_check_not_a_crash(landed: tuple[Config, str]) -> None:
     _, url = landed
-    dead = MetastoreDbCatalog.from_url("postgresql://nobody:x@127.0.0.1:9/hive", 2.0)
+    _, dead_url, other = DATABASES["mysql" if url.startswith("mysql") else "postgresql"]
+    dead = MetastoreDbCatalog.from_url(dead_url, 2.0)
     got = BatchChecker(lister=dead).check_all([c for c, _ in CASES[:3]])
     assert all(isinstance(v, TransientCheckError) for v in got.values()), got
     dead.close()
-    foreign = MetastoreDbCatalog.from_url(url.rsplit("/", 1)[0] + "/postgres", 5.0)  # a database without DBS
+    foreign = MetastoreDbCatalog.from_url(url.rsplit("/", 1)[0] + "/" + other, 5.0)  # a database without DBS
     got = BatchChecker(lister=foreign).check_all([c for c, _ in CASES[:3]])
     assert {type(v).__name__ for v in got.values()} == {"PermanentCheckError"}, got
     assert "is it a Hive metastore" in str(next(iter(got.values())))
@@ -129,3 +141,48 @@ def test_a_worker_on_the_database_backend_marks_its_tasks(landed: tuple[Config, 
     rounds = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert sum(r.get("marked", {}).get("success", 0) for r in rounds) == len(sensors), rounds
     assert sum(r["catalog_calls"] for r in rounds) == 1, rounds  # two tables, one statement
+
+
+def test_on_mysql_the_schema_has_hive_names_and_unicode_partition_columns(
+    mysql_service: tuple[Config, str],
+) -> None:
+    """SchemaTool made Hive's tables on MariaDB: the plain upper-case names and the columns metastore_pg lists,
+    latin1 binary tables with the partition-value columns in utf8mb3; a restart finds them and skips SchemaTool."""
+    cfg, url = mysql_service
+    assert metastore.status(cfg).database == cfg.metastore_database.shown
+    engine = create_engine(normalize_url(url))
+    try:
+        with engine.connect() as conn:
+            tables = {
+                name
+                for (name,) in conn.execute(
+                    text("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()")
+                )
+            }
+            assert set(metastore_pg.TABLES) <= tables, set(metastore_pg.TABLES) - tables
+            for table, columns in metastore_pg.READER_COLUMNS.items():
+                got = conn.execute(
+                    text(
+                        "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+                        "AND table_name = :t ORDER BY ordinal_position"
+                    ),
+                    {"t": table},
+                )
+                assert tuple(name for (name,) in got) == columns, table
+            charsets: dict[str, str] = dict(
+                conn.execute(
+                    text(
+                        "SELECT CONCAT(table_name, '.', column_name), collation_name FROM information_schema.columns "
+                        "WHERE table_schema = DATABASE() AND table_name IN ('PARTITIONS', 'DBS')"
+                        " AND column_name IN ('PART_NAME', 'NAME')"
+                    )
+                ).all()
+            )
+            assert charsets == {"PARTITIONS.PART_NAME": "utf8mb3_bin", "DBS.NAME": "latin1_bin"}
+    finally:
+        engine.dispose()
+    log = cfg.home / "metastore_service" / "metastore.log"
+    assert log.read_text().count(f" {metastore_pg.SCHEMA_TOOL} ") == 1
+    metastore.stop(cfg)
+    metastore.start(cfg)
+    assert log.read_text().count(f" {metastore_pg.SCHEMA_TOOL} ") == 1  # found the tables, skipped SchemaTool

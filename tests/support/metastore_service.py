@@ -1,6 +1,7 @@
 """A Hive metastore service for tests: its Config, the environment of a Spark process that uses it, and
 module-scoped fixtures (import one into a test module to use it there): ``service`` on embedded Derby, and
-``pg_service`` on its own database of ./scripts/test.sh's throwaway PostgreSQL, as production metastores run."""
+``pg_service`` and ``mysql_service`` on their own database of ./scripts/test.sh's throwaway PostgreSQL and MariaDB
+(standing in for MySQL), as production metastores run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.config import Config
 from tests.support.common import ROOT, make_cfg
+from tests.support.mysql import MYSQL_URL, drop_mysql_database, new_mysql_database
 from tests.support.pg import PG_ADMIN_URL, drop_pg_database, new_pg_database
 
 
@@ -66,3 +68,21 @@ def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
             metastore.stop(cfg)
         finally:
             drop_pg_database(name)
+
+
+@pytest.fixture(scope="module", name="mysql_service")
+def mysql_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
+    """As ``pg_service``, on a new, empty database of ./scripts/test.sh's throwaway MariaDB: its Config and the
+    database's ``mysql://`` URL. Skipped without that server."""
+    if not MYSQL_URL:
+        pytest.skip("needs the throwaway MariaDB of ./scripts/test.sh")
+    name, url = new_mysql_database()
+    cfg = service_cfg(tmp_path_factory.mktemp("metastore-mysql-home"), free_port(), metastore__database_url=url)
+    try:
+        metastore.start(cfg)
+        yield cfg, url
+    finally:
+        try:
+            metastore.stop(cfg)
+        finally:
+            drop_mysql_database(name)

@@ -195,11 +195,11 @@ def test_catalog_backend_auto_resolves_by_metastore_uris(tmp_path: Path, body: s
         ),
         (
             "[smart_sensor]\ncatalog_backend = metastore_db\n",
-            "catalog_backend = metastore_db needs [catalog] metastore_db_url, the metastore's PostgreSQL database",
+            "catalog_backend = metastore_db needs [catalog] metastore_db_url, the metastore's PostgreSQL or MySQL",
         ),
         (
-            "[smart_sensor]\ncatalog_backend = metastore_db\n[catalog]\nmetastore_db_url = mysql://u:secret@h/hive\n",
-            "got 'mysql://…'",
+            "[smart_sensor]\ncatalog_backend = metastore_db\n[catalog]\nmetastore_db_url = oracle://u:secret@h/hive\n",
+            "got 'oracle://…'",
         ),
         ("[smart_sensor]\nmetastore_timeout = 0\n", "metastore_timeout must be between 0.1 and 3600, got 0"),
     ],
@@ -221,15 +221,29 @@ def test_metastore_database_url_empty_is_derby_and_postgresql_is_parsed_for_jdbc
     assert load_config(str(bare), environ={}).metastore_database.jdbc_url == "jdbc:postgresql://[::1]:5432/hive"
 
 
+@pytest.mark.parametrize("scheme", ["mysql", "mysql+pymysql", "mariadb"])
+def test_metastore_database_url_mysql_is_parsed_for_the_mariadb_jdbc_driver(tmp_path: Path, scheme: str) -> None:
+    body = f"[metastore]\ndatabase_url = {scheme}://hive:p%40ss@db.example/meta\n"
+    db = load_config(str(write(tmp_path / "a.cfg", body)), environ={}).metastore_database
+    assert db is not None
+    assert (db.kind, db.host, db.port, db.database, db.user, db.password) == (
+        *("mysql", "db.example", 3306, "meta", "hive", "p@ss"),
+    )
+    assert db.jdbc_url == "jdbc:mariadb://db.example:3306/meta?useMysqlMetadata=true"  # no credentials in it
+    assert db.shown == "mysql://hive@db.example:3306/meta" and "p@ss" not in repr(db)
+
+
 @pytest.mark.parametrize(
     "url,message",
     [
-        ("mysql://hive:pw@h/hive", "database_url: MySQL is not wired yet; use postgresql://"),
-        ("mysql+pymysql://hive:pw@h/hive", "MySQL is not wired yet"),
         (
             "sqlite:///x.db",
-            "database_url must be postgresql://user:password@host:port/db (or empty for embedded Derby)",
+            "database_url must be postgresql://user:password@host:port/db or mysql://user:password@host:port/db "
+            "(or empty for embedded Derby)",
         ),
+        ("mysql://:pw@h/hive", "database_url names no user"),
+        ("mysql://hive@h/hive", "database_url names no password: on MySQL the metastore service needs one"),
+        ("mysql://hive:pw@h/hive?useSSL=true", "must name one database and take no ?parameters"),
         ("hive@h/hive", "database_url is not a URL of the form postgresql://"),
         ("postgresql://:pw@h/hive", "database_url names no user"),
         ("postgresql://hive:pw@h", "database_url names no database"),

@@ -66,6 +66,7 @@ def test_bare_postgres_schemes_mean_the_installed_driver() -> None:
     assert normalize_url("postgresql://u:p@h:5432/d").drivername == "postgresql+psycopg2"
     assert normalize_url("postgres://u@h/d").drivername == "postgresql+psycopg2"
     assert normalize_url("postgresql+psycopg2://u@h/d").drivername == "postgresql+psycopg2"
+    assert normalize_url("mysql://u:p@h:3306/d").drivername == "mysql+pymysql"  # the metastore_db backend on MySQL
     with pytest.raises(DatabaseUrlError, match="not a database URL"):
         normalize_url("not a url at all")
     with pytest.raises(DatabaseUrlError, match="driver .* is not installed"):

@@ -15,11 +15,17 @@ A round makes at most two statements: the column types of tables it has not cach
 cast as Spark stores them, then escaped as Hive does) and a partial one lists the partitions whose name starts
 with the leading columns it gives (all of the table's when it gives none of them). Tables and names go in as
 array parameters: no user text is ever part of the SQL. The grant it needs: SELECT on those four tables.
-Only PostgreSQL is wired (MySQL metastores: the thrift backend).
+
+On MySQL and MariaDB (``mysql://`` URLs, PyMySQL) the same two statements take one JSON parameter per list,
+unpacked by ``JSON_TABLE`` (MySQL 8, MariaDB 10.6+), with the identifiers unquoted upper case (``DBS``,
+``PART_NAME``). Names are compared byte for byte (``CAST(... AS BINARY)``) whatever the columns' collation (Hive's
+MySQL scripts make them latin1_bin; ``smartsensor metastore start`` makes PART_NAME utf8mb3_bin), so a name
+matches exactly as on PostgreSQL; the sessions are read-only (``SET SESSION TRANSACTION READ ONLY``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from sqlalchemy import create_engine, text
@@ -63,6 +69,44 @@ _LISTING = text(
     """
 )
 
+# MySQL/MariaDB: the same statements over JSON_TABLE rows, one JSON array parameter of [db, table, value] per list.
+_MYSQL_ROWS = (
+    "JSON_TABLE({param}, '$[*]' COLUMNS (db VARCHAR(128) CHARACTER SET utf8mb4 PATH '$[0]', "
+    "tbl VARCHAR(256) CHARACTER SET utf8mb4 PATH '$[1]', {value} VARCHAR(767) {charset} PATH '$[2]')) AS w"
+)
+_MYSQL_TABLE = (
+    "JOIN `DBS` d ON d.`NAME` = w.db AND CAST(d.`NAME` AS BINARY) = CAST(w.db AS BINARY) "
+    "JOIN `TBLS` t ON t.`DB_ID` = d.`DB_ID` AND t.`TBL_NAME` = w.tbl "
+    "AND CAST(t.`TBL_NAME` AS BINARY) = CAST(w.tbl AS BINARY)"
+)
+_MYSQL_TYPES = text(
+    f"""
+    SELECT w.db, w.tbl, k.`PKEY_NAME`, k.`PKEY_TYPE`
+    FROM {_MYSQL_ROWS.format(param=":tables", value="unused", charset="CHARACTER SET utf8mb4")}
+    {_MYSQL_TABLE}
+    LEFT JOIN `PARTITION_KEYS` k ON k.`TBL_ID` = t.`TBL_ID`
+    ORDER BY w.db, w.tbl, k.`INTEGER_IDX`
+    """
+)
+# The exact names' column is utf8mb3_bin, as `metastore start` makes PART_NAME, so the unique index can serve it.
+_MYSQL_LISTING = text(
+    f"""
+    SELECT w.db, w.tbl, p.`PART_NAME`
+    FROM {_MYSQL_ROWS.format(param=":names", value="name", charset="CHARACTER SET utf8mb3 COLLATE utf8mb3_bin")}
+    {_MYSQL_TABLE}
+    JOIN `PARTITIONS` p ON p.`TBL_ID` = t.`TBL_ID` AND p.`PART_NAME` = w.name
+        AND CAST(p.`PART_NAME` AS BINARY) = CAST(w.name AS BINARY)
+    UNION ALL
+    SELECT w.db, w.tbl, p.`PART_NAME`
+    FROM {_MYSQL_ROWS.format(param=":prefixes", value="prefix", charset="CHARACTER SET utf8mb4")}
+    {_MYSQL_TABLE}
+    JOIN `PARTITIONS` p ON p.`TBL_ID` = t.`TBL_ID`
+        AND CAST(LEFT(p.`PART_NAME`, CHAR_LENGTH(w.prefix)) AS BINARY) = CAST(w.prefix AS BINARY)
+    """
+)
+# MySQL error numbers that mean the server could not be reached or went away (2000+: the client's own).
+_MYSQL_OUTAGES = (1040, 1053)
+
 
 def partition_name(columns: Sequence[str], spec: dict[str, str]) -> str:
     """The stored name of the partition ``spec`` gives every column of (``ds=10%3A00/hr=0``)."""
@@ -81,23 +125,39 @@ def leading_prefix(columns: Sequence[str], spec: dict[str, str]) -> str:
 
 
 class MetastoreDbCatalog:
-    """A BatchLister over a Hive metastore's PostgreSQL database, shared by every round of one process."""
+    """A BatchLister over a Hive metastore's PostgreSQL or MySQL database, shared by every round of one process."""
 
     def __init__(self, engine: Engine) -> None:
-        if engine.dialect.name != "postgresql":
+        if engine.dialect.name not in ("postgresql", "mysql"):
             raise ValueError(
-                f"the metastore_db catalog backend reads PostgreSQL metastores, not {engine.dialect.name} "
+                f"the metastore_db catalog backend reads PostgreSQL and MySQL metastores, not {engine.dialect.name} "
                 "(use catalog_backend = thrift)"
             )
         self.engine = engine
+        self.mysql = engine.dialect.name == "mysql"
         self.statements = 0  # statements sent so far (the bench and the tests count them)
         self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all, castable=python_castable)
 
     @classmethod
     def from_url(cls, url: str, timeout: float) -> MetastoreDbCatalog:
         """A read-only pool of two connections to the metastore database at ``url``."""
+        parsed = normalize_url(url)
+        if parsed.get_backend_name() == "mysql":
+            engine = create_engine(
+                parsed,
+                pool_size=2,
+                max_overflow=0,
+                pool_pre_ping=True,
+                connect_args={
+                    "connect_timeout": max(1, int(timeout)),
+                    "read_timeout": max(1, int(timeout)),  # no server-side statement timeout MySQL and MariaDB share
+                    "charset": "utf8mb4",
+                    "init_command": "SET SESSION TRANSACTION READ ONLY",
+                },
+            )
+            return cls(engine)
         engine = create_engine(
-            normalize_url(url),
+            parsed,
             pool_size=2,
             max_overflow=0,
             pool_pre_ping=True,
@@ -134,9 +194,13 @@ class MetastoreDbCatalog:
 
     def _types_of(self, tables: Sequence[Key]) -> dict[Key, dict[str, str] | None]:
         found: dict[Key, dict[str, str] | None] = {key: None for key in tables}
-        rows = self._rows(
-            _TYPES, "reading partition columns", dbs=[db for db, _ in tables], tbls=[t for _, t in tables]
-        )
+        if self.mysql:
+            tables_json = json.dumps([[db, t, ""] for db, t in tables], ensure_ascii=False)
+            rows = self._rows(_MYSQL_TYPES, "reading partition columns", tables=tables_json)
+        else:
+            rows = self._rows(
+                _TYPES, "reading partition columns", dbs=[db for db, _ in tables], tbls=[t for _, t in tables]
+            )
         for db, table, column, kind in rows:
             columns = found.get((db, table))
             if columns is None:
@@ -189,16 +253,7 @@ class MetastoreDbCatalog:
                     prefixes.append((request.db, request.table, leading_prefix(order, spec)))
         listings: dict[Key, list[str] | None | CheckError] = {(r.db, r.table): [] for r in requests}
         try:
-            rows = self._rows(
-                _LISTING,
-                f"listing {len(requests)} table(s)",
-                names_db=[n[0] for n in names],
-                names_tbl=[n[1] for n in names],
-                names=[n[2] for n in names],
-                prefix_db=[p[0] for p in prefixes],
-                prefix_tbl=[p[1] for p in prefixes],
-                prefixes=[p[2] for p in prefixes],
-            )
+            rows = self._listing(names, prefixes, len(requests))
         except CheckError as exc:
             return {key: exc for key in listings}, 1
         seen: dict[Key, set[str]] = {key: set() for key in listings}
@@ -210,8 +265,33 @@ class MetastoreDbCatalog:
                 listing.append(name)
         return listings, 1
 
+    def _listing(
+        self, names: list[tuple[str, str, str]], prefixes: list[tuple[str, str, str]], count: int
+    ) -> list[Any]:
+        what = f"listing {count} table(s)"
+        if self.mysql:
+            return self._rows(
+                _MYSQL_LISTING,
+                what,
+                names=json.dumps([list(n) for n in names], ensure_ascii=False),
+                prefixes=json.dumps([list(p) for p in prefixes], ensure_ascii=False),
+            )
+        return self._rows(
+            _LISTING,
+            what,
+            names_db=[n[0] for n in names],
+            names_tbl=[n[1] for n in names],
+            names=[n[2] for n in names],
+            prefix_db=[p[0] for p in prefixes],
+            prefix_tbl=[p[1] for p in prefixes],
+            prefixes=[p[2] for p in prefixes],
+        )
+
 
 def _is_outage(exc: DBAPIError) -> bool:
     """Whether the database could not be reached or went away (not a refusal of the statement)."""
+    if exc.orig is not None and type(exc.orig).__module__.startswith("pymysql"):
+        number = exc.orig.args[0] if exc.orig.args and isinstance(exc.orig.args[0], int) else None
+        return number is None or number >= 2000 or number in _MYSQL_OUTAGES
     code = getattr(exc.orig, "pgcode", None)
     return code is None or code.startswith(("08", "57P"))  # connection exceptions; admin shutdown

@@ -38,11 +38,18 @@ class DatabaseUrlError(ValueError):
 
 # The bare PostgreSQL schemes mean the driver smartsensor installs (psycopg2), whatever SQLAlchemy's own
 # default is (2.1 switched it to psycopg 3, which is not installed); an explicit +driver is kept.
-_POSTGRES_SCHEMES = {"postgresql": "postgresql+psycopg2", "postgres": "postgresql+psycopg2"}
+# Likewise ``mysql://`` means PyMySQL (the metastore_db catalog backend's MySQL driver; SQLAlchemy's default is
+# mysqlclient, which needs a C library).
+_POSTGRES_SCHEMES = {
+    "postgresql": "postgresql+psycopg2",
+    "postgres": "postgresql+psycopg2",
+    "mysql": "mysql+pymysql",
+}
 
 
 def normalize_url(url: str) -> URL:
-    """The URL to connect with: ``postgresql://`` and ``postgres://`` mean psycopg2. Clear errors otherwise."""
+    """The URL to connect with: ``postgresql://`` and ``postgres://`` mean psycopg2, ``mysql://`` PyMySQL. Clear
+    errors otherwise."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
