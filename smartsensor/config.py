@@ -119,8 +119,9 @@ class MetastoreDatabase:
     @property
     def jdbc_url(self) -> str:
         """``jdbc:postgresql://host:port/db`` or ``jdbc:mariadb://host:port/db?useMysqlMetadata=true`` (the MariaDB
-        driver then reports the server as MySQL, the product Hive's DataNucleus and direct SQL know); user and
-        password go to the driver separately, never in the URL."""
+        driver then reports the server as MySQL, the product Hive's DataNucleus and direct SQL know: without it
+        DataNucleus falls back to its generic adapter and SchemaTool fails); user and password go to the driver
+        separately, never in the URL."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         if self.kind == "mysql":
             return f"jdbc:mariadb://{host}:{self.port}/{quote(self.database, safe='')}?useMysqlMetadata=true"
