@@ -196,8 +196,8 @@ def test_with_the_service_out_of_reach_the_tasks_still_succeed(deployment: Deplo
         for day in (ds, "2026-10-12"):
             for table in TABLES:  # no landing signal: nobody would hear it
                 deployment.landing.metastore.land(table, day)
-        wait_ended(deployment, [run_id, late_run], f"the valve's sensors ended (grace {GRACE} s)")
-        for run in (run_id, late_run):
+        for run in (run_id, late_run):  # one run at a time: tasks_of keys by (dag_id, task_id)
+            wait_ended(deployment, [run], f"the valve's sensors of {run} ended (grace {GRACE} s)")
             seen = tasks_of(deployment, [run])
             assert {k: (s, tries) for k, (s, _, tries) in seen.items()} == {k: ("success", 1) for k in valve}, seen
             log = _task_logs(deployment, "policy_valve", run)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,17 +16,22 @@ from tests.support.airflow_helpers import INSIDE, airflow_venvs
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
-def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
+def seen_inside(venv: Path, tmp_path: Path, script: str) -> dict[str, Any]:
+    """Run ``tests/airflow/inside/<script>`` with the venv's python; the JSON line it printed last."""
     proc = subprocess.run(
-        [str(venv / "bin" / "python"), str(INSIDE / "provider_checks.py")],
+        [str(venv / "bin" / "python"), str(INSIDE / script)],
         env=airflow_env(venv, tmp_path),
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
+def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
+    seen = seen_inside(venv, tmp_path, "provider_checks.py")
     assert seen["airflow"] == version_of(venv)
     assert seen["serialize"] == {
         "classpath": "smartsensor_airflow.triggers.SmartSensorTrigger",
@@ -65,15 +71,7 @@ def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
 def test_the_policy_routes_only_airflows_own_enabled_sensors(venv: Path, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), str(INSIDE / "policy_checks.py")],
-        env=airflow_env(venv, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = seen_inside(venv, tmp_path, "policy_checks.py")
     assert "enabled=False" in seen["defaults"] and "fallback_grace=120.0" in seen["defaults"]
     assert seen["enabled"] is True
     assert seen["errors"] == {

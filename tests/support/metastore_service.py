@@ -18,10 +18,18 @@ from tests.support.common import ROOT, make_cfg
 from tests.support.mysql import MYSQL_URL, drop_mysql_database, new_mysql_database
 from tests.support.pg import PG_ADMIN_URL, drop_pg_database, new_pg_database
 
+# A loaded CI machine has taken up to ~60 s for a first start on MySQL (schema included): the default deadline.
+START_TIMEOUT = "300"
+
 
 def service_cfg(home: Path, port: int, **overrides: str) -> Config:
     return make_cfg(
-        home, "sqlite://", metastore__port=str(port), spark__metastore_uris=f"thrift://127.0.0.1:{port}", **overrides
+        home,
+        "sqlite://",
+        metastore__port=str(port),
+        metastore__start_timeout=START_TIMEOUT,
+        spark__metastore_uris=f"thrift://127.0.0.1:{port}",
+        **overrides,
     )
 
 

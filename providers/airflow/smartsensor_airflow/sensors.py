@@ -65,6 +65,17 @@ DEFAULT_POLL_INTERVAL = 10.0
 DEFAULT_EXECUTE_WAIT = 2.0
 
 
+# The drop-ins' own constructor arguments, as smartsensor_setup takes them.
+SMARTSENSOR_ARGUMENTS = (
+    "smartsensor_conn_id",
+    "smartsensor_poll_interval",
+    "smartsensor_execute_wait",
+    "end_from_trigger",
+    "smartsensor_resume_settle",
+    "smartsensor_fallback_grace",
+)
+
+
 class SmartSensorMixin:
     """The smartsensor behaviour of a sensor task: ``execute`` registers this try with the service and ends or
     defers; ``execute_complete`` ends the task as Airflow's own sensor would. Mixed into the drop-ins below and
@@ -250,27 +261,11 @@ class SmartSensorOperator(SmartSensorMixin, BaseSensorOperator):
     # (Airflow 2.10 passes the wrapper a `<Class>__sentinel` argument that only the wrapper accepts).
     execute = SmartSensorMixin.execute
 
-    def __init__(
-        self,
-        *,
-        smartsensor_conn_id: str = DEFAULT_CONN_ID,
-        smartsensor_poll_interval: float | None = None,
-        smartsensor_execute_wait: float = DEFAULT_EXECUTE_WAIT,
-        end_from_trigger: bool | None = None,
-        smartsensor_resume_settle: float = RESUME_SETTLE,
-        smartsensor_fallback_grace: float = DEFAULT_GRACE,
-        deferrable: bool = True,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, deferrable: bool = True, **kwargs: Any) -> None:
+        """Airflow's arguments, and smartsensor's own (``SMARTSENSOR_ARGUMENTS``: see ``smartsensor_setup``)."""
+        ours = {name: kwargs.pop(name) for name in SMARTSENSOR_ARGUMENTS if name in kwargs}
         super().__init__(**kwargs)
-        self.smartsensor_setup(
-            smartsensor_conn_id=smartsensor_conn_id,
-            smartsensor_poll_interval=smartsensor_poll_interval,
-            smartsensor_execute_wait=smartsensor_execute_wait,
-            end_from_trigger=end_from_trigger,
-            smartsensor_resume_settle=smartsensor_resume_settle,
-            smartsensor_fallback_grace=smartsensor_fallback_grace,
-        )
+        self.smartsensor_setup(**ours)
 
     def poke(self, context: Any) -> bool:
         """One check the way Airflow's own sensor of this class does it (the safety valve's): needs Airflow's Hive
