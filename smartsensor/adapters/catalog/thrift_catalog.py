@@ -49,6 +49,8 @@ class _Connection:
 class ThriftCatalog:
     """A PartitionLister over the metastore's thrift API, shared by every round of one process."""
 
+    calls_per_table = True  # one listing call per table (BatchChecker counts one per table asked about)
+
     def __init__(
         self, uris: list[tuple[str, int]], timeout: float, pool_size: int = POOL_SIZE, parallelism: int = 1
     ) -> None:
