@@ -5,9 +5,10 @@ module-scoped fixtures (import one into a test module to use it there): ``servic
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -59,15 +60,12 @@ def service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config
         metastore.stop(cfg)
 
 
-@pytest.fixture(scope="module", name="pg_service")
-def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
-    """One running metastore service for the module on a new, empty PostgreSQL database (the first start creates
-    the schema): its Config and the database's SQLAlchemy URL. The service is stopped and the database dropped at
-    teardown whatever happened. Skipped without ./scripts/test.sh's PostgreSQL."""
-    if not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:  # as tests.support.pg.needs_test_pg
-        pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
-    name, url = new_pg_database()
-    cfg = service_cfg(tmp_path_factory.mktemp("metastore-pg-home"), free_port(), metastore__database_url=url)
+@contextlib.contextmanager
+def service_on(home: Path, database: tuple[str, str], drop: Callable[[str], None]) -> Iterator[tuple[Config, str]]:
+    """A running metastore service keeping its tables in ``database`` (name, URL; new and empty: the first start
+    creates the schema); stopped, and the database dropped with ``drop``, whatever happened."""
+    name, url = database
+    cfg = service_cfg(home, free_port(), metastore__database_url=url)
     try:
         metastore.start(cfg)
         yield cfg, url
@@ -75,7 +73,18 @@ def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
         try:
             metastore.stop(cfg)
         finally:
-            drop_pg_database(name)
+            drop(name)
+
+
+@pytest.fixture(scope="module", name="pg_service")
+def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
+    """One running metastore service for the module on a new, empty PostgreSQL database (the first start creates
+    the schema): its Config and the database's SQLAlchemy URL. The service is stopped and the database dropped at
+    teardown whatever happened. Skipped without ./scripts/test.sh's PostgreSQL."""
+    if not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:  # as tests.support.pg.needs_test_pg
+        pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
+    with service_on(tmp_path_factory.mktemp("metastore-pg-home"), new_pg_database(), drop_pg_database) as running:
+        yield running
 
 
 @pytest.fixture(scope="module", name="mysql_service")
@@ -84,13 +93,6 @@ def mysql_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     database's ``mysql://`` URL. Skipped without that server."""
     if not MYSQL_URL:
         pytest.skip("needs the throwaway MariaDB of ./scripts/test.sh")
-    name, url = new_mysql_database()
-    cfg = service_cfg(tmp_path_factory.mktemp("metastore-mysql-home"), free_port(), metastore__database_url=url)
-    try:
-        metastore.start(cfg)
-        yield cfg, url
-    finally:
-        try:
-            metastore.stop(cfg)
-        finally:
-            drop_mysql_database(name)
+    home = tmp_path_factory.mktemp("metastore-mysql-home")
+    with service_on(home, new_mysql_database(), drop_mysql_database) as running:
+        yield running

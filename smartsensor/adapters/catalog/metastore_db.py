@@ -142,30 +142,19 @@ class MetastoreDbCatalog:
     def from_url(cls, url: str, timeout: float) -> MetastoreDbCatalog:
         """A read-only pool of two connections to the metastore database at ``url``."""
         parsed = normalize_url(url)
+        connect: dict[str, Any] = {"connect_timeout": max(1, int(timeout))}
+        options: dict[str, Any] = {}
         if parsed.get_backend_name() == "mysql":
-            engine = create_engine(
-                parsed,
-                pool_size=2,
-                max_overflow=0,
-                pool_pre_ping=True,
-                connect_args={
-                    "connect_timeout": max(1, int(timeout)),
-                    "read_timeout": max(1, int(timeout)),  # no server-side statement timeout MySQL and MariaDB share
-                    "charset": "utf8mb4",
-                    "init_command": "SET SESSION TRANSACTION READ ONLY",
-                },
+            connect.update(
+                read_timeout=max(1, int(timeout)),  # no server-side statement timeout MySQL and MariaDB share
+                charset="utf8mb4",
+                init_command="SET SESSION TRANSACTION READ ONLY",
             )
-            return cls(engine)
+        else:
+            connect["options"] = f"-c statement_timeout={int(timeout * 1000)}"
+            options["postgresql_readonly"] = True
         engine = create_engine(
-            parsed,
-            pool_size=2,
-            max_overflow=0,
-            pool_pre_ping=True,
-            connect_args={
-                "connect_timeout": max(1, int(timeout)),
-                "options": f"-c statement_timeout={int(timeout * 1000)}",
-            },
-            execution_options={"postgresql_readonly": True},
+            parsed, pool_size=2, max_overflow=0, pool_pre_ping=True, connect_args=connect, execution_options=options
         )
         return cls(engine)
 
