@@ -11,13 +11,18 @@ Strategies:
   per-hash  Airflow's smart-sensor algorithm: one check per distinct hash per round (Spark catalog).
   batched   ours: one catalog call per table per round, through Spark (SHOW PARTITIONS).
   thrift    ours: the same round through the metastore's thrift API (no JVM; catalog_backend = thrift).
+  incremental      the round as it runs now (thrift): its index built once, then one round with every check due.
+  thrift-parallel  that round with [catalog] parallelism tables listed at once (--catalog-parallelism, default 4).
+  metastore-db     that round reading the metastore's own PostgreSQL tables, one statement per round
+            (catalog_backend = metastore_db); only when the metastore service keeps its tables on PostgreSQL.
   fleet     ours as deployed: --fleet-processes real `worker --once` processes (thrift), each owning an equal
             share of the shard ranges, started together; the slowest one's (cold, first) round.
   triggerer what Airflow users run today, SIMULATED: one asyncio coroutine per task, each its own metastore
             call per poke (Airflow's triggerer does not deduplicate). See scripts/bench/catalog.py.
 Also: the peak RSS of a real `worker --once` process on each backend (its JVM included), the metastore's own
-floor per listing, measured in the same run, and with several workloads a growth table (time per task and
-per table).
+floor per listing, measured in the same run, the metastore's load per round (its calls or statements, and with
+PostgreSQL the time its database spent, from pg_stat_statements: scripts/bench/metastore_load.py), and with several
+workloads growth tables (time per task and per table; the catalog term per strategy).
 
 Everything runs against a real Hive metastore service (thrift, started here) and a real metadata
 DB (SQLite by default, ``--db-url`` for Postgres). The service keeps its own tables in a database of the metadata
@@ -49,8 +54,10 @@ from scripts.bench import (
     sql as bench_sql,
     workload as bench_workload,
 )
+from scripts.bench.metastore_load import MetastoreLoad, RecordingMetastoreDbCatalog
 from scripts.bench.workload import partition_of
 from smartsensor.adapters.catalog.batch import BatchChecker
+from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.process import smartsensor_command
@@ -61,6 +68,7 @@ from smartsensor.config import load_config
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.registration import build_row
+from smartsensor.service.round import worker as round_worker
 from smartsensor.service.round.report import RoundResult
 from smartsensor.service.round.worker import ShardWorker, run_round
 
@@ -113,20 +121,41 @@ def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int, incremental: b
     ]
 
 
-def incremental_round(engine: Any, cfg: Any, catalog: ThriftCatalog, shards: int) -> Measure:
-    """Ours as it runs now (thrift): the index built once (timed apart, as a worker does at its first round or a
-    takeover), then one round with every check due, then a quiet round (nothing due: most of a worker's rounds)."""
+def incremental_round(
+    engine: Any, cfg: Any, lister: ThriftCatalog | MetastoreDbCatalog, shards: int, quiet: bool = True
+) -> Measure:
+    """Ours as it runs now, on ``lister`` (thrift, with its parallelism, or the metastore's database): the index
+    built once (timed apart, as a worker does at its first round or a takeover), then one round with every check
+    due, then a quiet round (nothing due: most of a worker's rounds) and a reconciliation (``quiet``)."""
     workers = shard_workers(engine, cfg, None, shards, incremental=True)
     started = time.perf_counter()
     for w in workers:
         w.load_index()
     build_s = time.perf_counter() - started
-    r = run_round(workers, lambda: BatchChecker(lister=catalog))
-    quiet = run_round(workers, lambda: BatchChecker(lister=catalog))
-    statements, started = store_statements(workers), time.perf_counter()
-    for w in workers:  # what a quiet round adds every reconcile_interval: the rows changed since the last one
-        w.reconcile()
-    reconcile_s, reconcile_stmts = time.perf_counter() - started, store_statements(workers) - statements
+    sent = getattr(lister, "statements", 0)
+    r = run_round(workers, lambda: BatchChecker(lister=lister))
+    extra: dict[str, Any] = {
+        "index_build_seconds": round(build_s, 3),
+        "write_seconds": r.write_seconds,
+        "checks": r.distinct_checks,
+        "due": r.groups_due,
+    }
+    if isinstance(lister, MetastoreDbCatalog):  # its own count of what it sent, beside the checker's
+        extra["metastore_statements"] = lister.statements - sent
+    else:
+        extra["parallelism"] = lister.parallelism
+    if quiet:
+        quiet_round = run_round(workers, lambda: BatchChecker(lister=lister))
+        statements, started = store_statements(workers), time.perf_counter()
+        for w in workers:  # what a quiet round adds every reconcile_interval: the rows changed since the last one
+            w.reconcile()
+        extra.update(
+            quiet_round_seconds=quiet_round.seconds,
+            quiet_round_statements=quiet_round.db_statements,
+            quiet_round_due=quiet_round.groups_due,
+            reconcile_seconds=round(time.perf_counter() - started, 4),
+            reconcile_statements=store_statements(workers) - statements,
+        )
     return Measure(
         r.catalog_calls,
         r.db_statements,
@@ -134,17 +163,33 @@ def incremental_round(engine: Any, cfg: Any, catalog: ThriftCatalog, shards: int
         r.catalog_seconds,
         sum(r.marked.values()),
         schema_calls=r.schema_calls,
-        extra={
-            "index_build_seconds": round(build_s, 3),
-            "write_seconds": r.write_seconds,
-            "checks": r.distinct_checks,
-            "quiet_round_seconds": quiet.seconds,
-            "quiet_round_statements": quiet.db_statements,
-            "quiet_round_due": quiet.groups_due,
-            "reconcile_seconds": round(reconcile_s, 4),
-            "reconcile_statements": reconcile_stmts,
-        },
+        extra=extra,
     )
+
+
+def profile_round(engine: Any, cfg: Any, lister: ThriftCatalog | MetastoreDbCatalog, shards: int) -> dict[str, Any]:
+    """The same all-due round again under cProfile (from the same reset state and a fresh index), its top functions
+    by cumulative and own time, and EXPLAIN ANALYZE of the metastore-db statement it sent (``--profile``)."""
+    import cProfile
+    import io
+    import pstats
+
+    reset(engine)
+    workers = shard_workers(engine, cfg, None, shards, incremental=True)
+    for w in workers:
+        w.load_index()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    r = run_round(workers, lambda: BatchChecker(lister=lister))
+    profiler.disable()
+    out: dict[str, Any] = {"seconds": r.seconds, "catalog_seconds": r.catalog_seconds, "marked": sum(r.marked.values())}
+    for key in ("cumulative", "tottime"):
+        buf = io.StringIO()
+        pstats.Stats(profiler, stream=buf).strip_dirs().sort_stats(key).print_stats(22)
+        out[key] = "ncalls" + buf.getvalue().split("ncalls", 1)[-1].rstrip()
+    if isinstance(lister, RecordingMetastoreDbCatalog):
+        out["explain"] = lister.explain_last()
+    return out
 
 
 def store_statements(workers: list[ShardWorker]) -> int:
@@ -180,6 +225,7 @@ def batched_round(workers: list[ShardWorker], spark: Any) -> Measure:
         r.catalog_seconds,
         sum(r.marked.values()),
         schema_calls=r.schema_calls,
+        extra={"write_seconds": r.write_seconds},
     )
 
 
@@ -213,11 +259,46 @@ def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
 
 
 def reset(engine: Any) -> None:
+    """Every task waiting again, and (PostgreSQL) the planner's statistics brought up to date: after a reset of every
+    row they still describe the rows before it (e.g. all pending, after the insert), which no steady state has."""
     with engine.begin() as conn:
         bench_sql.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
+        bench_sql.analyze_for_benchmark(conn)
 
 
-ALL_STRATEGIES = ("classic", "per-hash", "batched", "thrift", "incremental", "fleet", "triggerer")
+ALL_STRATEGIES = (
+    "classic",
+    "per-hash",
+    "batched",
+    "thrift",
+    "incremental",
+    "thrift-parallel",
+    "metastore-db",
+    "fleet",
+    "triggerer",
+)
+# The incremental round (index built once, then a round with every check due), on each catalog backend.
+INCREMENTAL = ("incremental", "thrift-parallel", "metastore-db")
+# The strategies whose round is one process's catalog term, in the metastore-load and catalog-growth tables.
+CATALOG_ROUNDS = ("batched", "thrift", "incremental", "thrift-parallel", "metastore-db")
+
+
+@dataclass
+class Listers:
+    """The catalog clients of one bench run, shared by every workload: thrift (one connection at a time, the
+    process's default), thrift with --catalog-parallelism, and the metastore's database when it is PostgreSQL;
+    and the probe of that database's own load."""
+
+    thrift: ThriftCatalog
+    parallel: ThriftCatalog
+    db: RecordingMetastoreDbCatalog | None
+    load: MetastoreLoad
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for lister in (self.thrift, self.parallel, self.db, self.load):
+            if lister is not None:
+                lister.close()
 
 
 def strategies(
@@ -225,7 +306,7 @@ def strategies(
     cfg: Any,
     cfg_path: Path,
     spark: Any,
-    catalog: ThriftCatalog,
+    listers: Listers,
     env: dict[str, str],
     args: argparse.Namespace,
 ) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
@@ -235,24 +316,38 @@ def strategies(
         args.triggerer_sample,
         cfg.shard_code_upper_limit,
     )
-    return {
+    catalog = listers.thrift
+    out: dict[str, Callable[[list[ShardWorker]], Measure]] = {
         "per-hash": lambda w: per_hash_round(w, spark),
         "batched": lambda w: batched_round(w, spark),
         "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
         "incremental": lambda w: incremental_round(engine, cfg, catalog, len(w)),
+        "thrift-parallel": lambda w: incremental_round(engine, cfg, listers.parallel, len(w), quiet=False),
         "fleet": lambda w: Measure(**bench_catalog.fleet_round(cfg_path, env, args.fleet_processes, limit)),
         "triggerer": lambda w: Measure(
             **bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout, triggerer_sample, env)
         ),
     }
+    if listers.db is not None:
+        db_lister = listers.db
+        out["metastore-db"] = lambda w: incremental_round(engine, cfg, db_lister, len(w), quiet=False)
+    return out
 
 
-def warm_types(spark: Any, catalog: ThriftCatalog, db: str, tables: int) -> None:
-    """Read every table's partition column types into both backends' per-process caches: a worker does this
-    once per table (then every TYPES_TTL_SECONDS), so the measured rounds are steady-state rounds."""
-    for checker in (BatchChecker(spark), BatchChecker(lister=catalog)):
-        for t in range(tables):
-            checker.types.fetch(db, partition_of(t, tables)[0])
+def warm_types(spark: Any, listers: Listers, db: str, tables: int) -> None:
+    """Read the partition column types of every table a backend's per-process cache lacks (never read, or past
+    TYPES_TTL_SECONDS): a worker does this once per table and then every TYPES_TTL_SECONDS, so the measured rounds
+    are steady-state rounds. Called before each strategy's round, as a W3 strategy can outlast the TTL."""
+    keys = [(db, partition_of(t, tables)[0]) for t in range(tables)]
+    for checker in (BatchChecker(spark), BatchChecker(lister=listers.thrift)):
+        for key in keys:
+            if checker.types.cached(*key) is None:
+                checker.types.fetch(*key)
+    for lister in (listers.parallel, listers.db):
+        if lister is not None:  # a BatchLister: every missing table in one go
+            missing = [key for key in keys if lister.types.cached(*key) is None]
+            if missing:
+                lister.fetch_types(missing)
 
 
 def measure_strategies(
@@ -264,36 +359,80 @@ def measure_strategies(
     shards: int,
     landed: list[int],
     tables: int,
-    catalog: ThriftCatalog,
+    listers: Listers,
     env: dict[str, str],
     args: argparse.Namespace,
 ) -> dict[str, tuple[Measure, Measure]]:
-    """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due).
-    One planning pass first warms the per-process cache of rebuilt sensors, as any round after a worker's
-    first finds it, so no strategy pays for it alone."""
+    """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due), with the
+    metastore database's own load over each (``extra['metastore_db']``). One planning pass first warms the
+    per-process cache of rebuilt sensors, as any round after a worker's first finds it, so no strategy pays for it
+    alone. Right after the first incremental landing round, the same rows are marked again the plainest way:
+    PostgreSQL's floor for that marking (``extra['raw_floor']`` of every incremental strategy's landing round)."""
     waiting = {}
-    chosen = {
-        n: fn for n, fn in strategies(engine, cfg, cfg_path, spark, catalog, env, args).items() if n in args.strategies
-    }
+    every = strategies(engine, cfg, cfg_path, spark, listers, env, args)
+    chosen = {n: every[n] for n in ALL_STRATEGIES if n in every and n in args.strategies}
     reset(engine)
     for w in shard_workers(engine, cfg, spark, shards):
         w.plan_round()
-    warm_types(spark, catalog, db, tables)
+    warm_types(spark, listers, db, tables)
     for name, fn in chosen.items():
         reset(engine)
-        waiting[name] = fn(shard_workers(engine, cfg, spark, shards))
+        warm_types(spark, listers, db, tables)
+        waiting[name] = with_load(listers.load, fn, shard_workers(engine, cfg, spark, shards))
         console.print(f"  {name}: waiting round {waiting[name].wall:.2f} s, {waiting[name].catalog_calls:,.0f} calls")
-    landing_s = bench_workload.land(catalog, db, landed, tables)
-    console.print(f"  landed {len(landed):,} partitions in {landing_s:.1f} s")
-    warm_types(spark, catalog, db, tables)
-    out = {}
+        if args.profile and name == "metastore-db":
+            warm_types(spark, listers, db, tables)
+            waiting[name].extra["profile"] = profile_round(engine, cfg, listers.db, shards)  # type: ignore[arg-type]
+    # set-up, not measured: several tables at once (thrift-parallel's connections), as several pipelines commit
+    landing_s = bench_workload.land(listers.parallel, db, landed, tables, threads=listers.parallel.parallelism)
+    console.print(f"  landed {len(landed):,} partitions in {landing_s:.1f} s ({listers.parallel.parallelism} at once)")
+    warm_types(spark, listers, db, tables)
+    out, floor = {}, None
     for name, fn in chosen.items():
         reset(engine)
-        out[name] = (waiting[name], fn(shard_workers(engine, cfg, spark, shards)))
+        warm_types(spark, listers, db, tables)
+        out[name] = (waiting[name], with_load(listers.load, fn, shard_workers(engine, cfg, spark, shards)))
         console.print(f"  {name}: landing round {out[name][1].wall:.2f} s, {out[name][1].marked:,} marked")
-        if name == "incremental":  # the same rows again, the plainest way, right after
-            out[name][1].extra["raw_floor"] = raw_update_floor(engine)
+        if name in INCREMENTAL:  # the same rows again, the plainest way, right after
+            floor = floor or raw_update_floor(engine)
+            out[name][1].extra["raw_floor"] = floor
+        if args.profile and name == "metastore-db":
+            warm_types(spark, listers, db, tables)
+            out[name][1].extra["profile"] = profile_round(engine, cfg, listers.db, shards)  # type: ignore[arg-type]
     return out
+
+
+def with_load(load: MetastoreLoad, fn: Callable[[list[ShardWorker]], Measure], workers: list[ShardWorker]) -> Measure:
+    """``fn``'s round, with the metastore's own work meanwhile (nothing else asks it then) and the wall time of its
+    rounds' finish step."""
+    before, FINISH.seconds = load.snapshot(), 0.0
+    m = fn(workers)
+    m.extra["metastore_db"] = load.delta(before, load.snapshot())
+    m.extra["finish_wall_seconds"] = round(FINISH.seconds, 3)
+    return m
+
+
+class _FinishClock:
+    """The wall time of the rounds' finish step (``worker._finish_all``: each range decided, written and its index
+    updated, ``[smart_sensor] write_threads`` ranges at once), timed around it in this process. A round's
+    ``write_seconds`` sums the ranges' writes, which overlap, so it is not the landing round's marking part."""
+
+    seconds = 0.0
+
+    def install(self) -> None:
+        original = round_worker._finish_all
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        round_worker._finish_all = timed  # run_round calls it by its module name
+
+
+FINISH = _FinishClock()
 
 
 def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int) -> Measure:
@@ -403,7 +542,7 @@ def run_workload(
     cfg: Any,
     cfg_path: Path,
     env: dict[str, str],
-    catalog: ThriftCatalog,
+    listers: Listers,
 ) -> dict[str, Any]:
     tasks, parts, tables = sizes(name, args.scale)
     console.print(f"[bold]{name}[/bold]: {tasks:,} tasks over {parts:,} partitions in {tables} tables")
@@ -411,11 +550,11 @@ def run_workload(
         bench_sql.delete_all_tasks_for_benchmark(conn)
     db = db_name(name)
     shards = args.shards or (8 if name == "W3" else 4)
-    setup_s = bench_workload.create_workload(spark, catalog, engine, cfg, db, tasks, parts, tables, DAY)
+    setup_s = bench_workload.create_workload(spark, listers.thrift, engine, cfg, db, tasks, parts, tables, DAY)
     console.print(f"  set up in {setup_s:.1f} s")
     every = max(1, round(1 / args.land_share))  # by date, so that every table gets its share of landings
     landed = [p for p in range(parts) if (p // tables) % every == 0]
-    results = measure_strategies(engine, cfg, cfg_path, spark, db, shards, landed, tables, catalog, env, args)
+    results = measure_strategies(engine, cfg, cfg_path, spark, db, shards, landed, tables, listers, env, args)
     floor = bench_catalog.metastore_floor(cfg.metastore_uris, db, [partition_of(t, tables)[0] for t in range(tables)])
     workers_rss = {}
     for backend in ("spark", "thrift"):
@@ -516,6 +655,8 @@ def print_table(report: dict[str, Any]) -> None:
             if name == "triggerer" and w.extrapolated
             else " (sim.)"
             if name == "triggerer"
+            else f" (x{w.extra.get('parallelism', '?')})"
+            if name == "thrift-parallel"
             else ""
         )
         rss = {
@@ -524,6 +665,8 @@ def print_table(report: dict[str, Any]) -> None:
             "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
             "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
             "incremental": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+            "thrift-parallel": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+            "metastore-db": "-",
             "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
             "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)",
         }[name]
@@ -531,7 +674,7 @@ def print_table(report: dict[str, Any]) -> None:
         excl = "-" if name in ("classic", "triggerer") else f"{w.wall_excl_catalog:.2f}"
         per_call, lper_call = (None, None) if name in ("classic", "fleet") else (_per_call_ms(w), _per_call_ms(ld))
         lwall = "-" if name == "classic" else f"{ld.wall:.2f}"
-        ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.0f}x" if ours_w.catalog_calls else "-"
+        ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.3g}x" if ours_w.catalog_calls else "-"
         vs = "-" if name == "classic" or not fastest else f"{w.wall / fastest:.1f}x"
         t.add_row(
             name + ext,
@@ -544,7 +687,7 @@ def print_table(report: dict[str, Any]) -> None:
             f"{ld.db_statements:,.0f}",
             lwall,
             "-" if lper_call is None else f"{lper_call:.1f}",
-            "-" if lper_call is None or name == "triggerer" else f"{lper_call / floor_ms:.1f}x",
+            "-" if lper_call is None or name in ("triggerer", "metastore-db") else f"{lper_call / floor_ms:.1f}x",
             f"{ld.marked:,}",
             rss,
             ratio,
@@ -559,9 +702,11 @@ def print_table(report: dict[str, Any]) -> None:
         f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
         "fleet: real `worker --once` processes (thrift) owning equal shares of the shards, started together; "
         "round s = the slowest process's first round (cold: sensors rebuilt, types read), calls summed. "
+        "incremental, thrift-parallel, metastore-db: the round as it runs now, its index built before (timed "
+        "apart); metastore-db: one statement per round, so 'ms/call' is its whole catalog term. "
         "triggerer: simulated, DB writes not counted"
         + (
-            f"; rounds extrapolated from {w.extra['sample']:,} real pokes"
+            f"; rounds extrapolated from {res['triggerer'][0].extra['sample']:,} real pokes"
             if "triggerer" in res and res["triggerer"][0].extrapolated
             else ""
         )
@@ -647,6 +792,178 @@ def print_incremental(report: dict[str, Any]) -> None:
     console.print(t)
 
 
+def _work(name: str, m: Measure) -> str:
+    """The metastore's own work in a round: thrift calls (listings + column-type reads), or our statements."""
+    if name == "metastore-db":
+        return f"{m.extra.get('metastore_statements', m.catalog_calls + m.schema_calls):,} stmt"
+    return f"{m.catalog_calls + m.schema_calls:,.0f} calls"
+
+
+def _db(m: Measure, key: str, fmt: str = "{:,.1f}") -> str:
+    load = m.extra.get("metastore_db")
+    return "-" if not load or load.get(key) is None else fmt.format(load[key])
+
+
+def _thrift_base(res: dict[str, tuple[Measure, Measure]]) -> str | None:
+    """The thrift strategy metastore-db is compared with: the same (incremental) round, else the full reload."""
+    return next((n for n in ("incremental", "thrift") if n in res), None)
+
+
+def _vs(m: Measure, base: Measure | None, key: str = "exec_ms") -> str:
+    load, base_load = m.extra.get("metastore_db"), base.extra.get("metastore_db") if base else None
+    if not load or not base_load or load.get(key) is None or not base_load.get(key):
+        return "-"
+    return f"{load[key] / base_load[key]:.3f}x"
+
+
+def _floor(res: dict[str, tuple[Measure, Measure]]) -> dict[str, Any]:
+    return next((res[n][1].extra["raw_floor"] for n in INCREMENTAL if n in res and "raw_floor" in res[n][1].extra), {})
+
+
+def print_metastore_load(report: dict[str, Any], listers: Listers) -> None:
+    """Per catalog strategy and round: the round beside its catalog term, the metastore's own work (calls or
+    statements) and its database's time (pg_stat_statements), and on the landing round the marking beside
+    PostgreSQL's raw-UPDATE floor."""
+    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
+    names = [n for n in CATALOG_ROUNDS if n in res]
+    base_name = _thrift_base(res)
+    floor = _floor(res)
+    for kind, title in ((0, "waiting round, every check due"), (1, "landing round")):
+        t = Table(
+            title=f"{report['workload']}: {title}: the catalog term and the metastore's load "
+            f"({report['tables']:,} tables, {report['partitions']:,} checks, one process)"
+        )
+        cols = ["strategy", "round s", "catalog s", "round / catalog", "metastore work", "metastore DB stmts"]
+        cols += ["DB exec ms", "DB plan ms", "DB CPU ms", "service CPU ms", f"DB exec vs {base_name or 'thrift'}"]
+        cols += ["DB CPU vs it"]
+        if kind == 1:
+            cols += ["marked", "finish s", "finish µs/row", "raw UPDATE floor µs/row", "finish vs floor"]
+        for col in cols:
+            t.add_column(col, justify="left" if col == "strategy" else "right")
+        base = res[base_name][kind] if base_name else None
+        for name in names:
+            m = res[name][kind]
+            row = [
+                name + (" (full reload)" if name in ("batched", "thrift") else ""),
+                f"{m.wall:.3f}",
+                f"{m.catalog_seconds:.3f}",
+                f"{m.wall / m.catalog_seconds:.2f}x" if m.catalog_seconds else "-",
+                _work(name, m),
+                _db(m, "statements", "{:,}"),
+                _db(m, "exec_ms"),
+                _db(m, "plan_ms"),
+                _db(m, "backend_cpu_ms", "{:,.0f}"),
+                _db(m, "service_cpu_ms", "{:,.0f}"),
+                _vs(m, base),
+                _vs(m, base, "backend_cpu_ms"),
+            ]
+            if kind == 1:
+                finish_s = m.extra.get("finish_wall_seconds")
+                us = 1e6 * finish_s / m.marked if finish_s and m.marked else None
+                fus = floor.get("us_per_row")
+                row += [
+                    f"{m.marked:,}",
+                    "-" if finish_s is None else f"{finish_s:.2f}",
+                    "-" if us is None else f"{us:.1f}",
+                    "-" if not fus else f"{fus}",
+                    "-" if us is None or not fus else f"{us / fus:.2f}x",
+                ]
+            t.add_row(*row)
+        t.caption = (
+            "metastore work: thrift calls (listings + column-type reads) or our statements (metastore-db). "
+            "metastore DB: what the metastore's own PostgreSQL database executed during the round "
+            "(pg_stat_statements: statements incl. BEGIN/ROLLBACK, SET and pings; executor and planner ms, wall time "
+            "there, so CPU plus any wait for a core, parsing not included; on thrift the service's JDBC queries, on "
+            "metastore-db ours). DB CPU: user + system CPU of that database's server processes over the round (/proc, "
+            "10 ms ticks); service CPU: the metastore service's JVM's. 'vs' columns: against the thrift round of the "
+            "same kind. finish: the wall time of the round's finish step (decide, mark, update the index; "
+            "write_threads ranges at once), the landing round's marking part. "
+            + (f"Not measured: {listers.load.unavailable}. " if listers.load.unavailable else "")
+            + "".join(f"{n}: skipped: {why}. " for n, why in listers.skipped.items())
+            + (
+                f"Raw UPDATE floor: the same {floor.get('rows', 0):,} rows marked by a plain UPDATE … WHERE hashcode "
+                f"= ANY(…), fastest of 2: {floor.get('seconds')} s."
+                if kind == 1 and floor
+                else ""
+            )
+        )
+        console.print(t)
+
+
+def print_profiles(report: dict[str, Any]) -> None:
+    """``--profile``: metastore-db's rounds again under cProfile, and its statement under EXPLAIN ANALYZE."""
+    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
+    if "metastore-db" not in res:
+        return
+    for kind, m in zip(("waiting round, every check due", "landing round"), res["metastore-db"], strict=True):
+        prof = m.extra.get("profile")
+        if not prof:
+            continue
+        console.print(
+            f"[bold]{report['workload']}: metastore-db {kind}, again under cProfile[/bold]: {prof['seconds']:.2f} s "
+            f"(catalog {prof['catalog_seconds']:.2f} s, {prof['marked']:,} marked; cProfile slows Python ~2x)"
+        )
+        for key in ("cumulative", "tottime"):
+            console.print(f"top functions by {key}:", markup=False)
+            console.print(prof[key], markup=False, highlight=False, soft_wrap=True)
+        if "explain" in prof:
+            console.print("its statement, EXPLAIN (ANALYZE, BUFFERS):", markup=False)
+            console.print(prof["explain"], markup=False, highlight=False, soft_wrap=True)
+
+
+def print_catalog_growth(reports: list[dict[str, Any]]) -> None:
+    """The catalog term per strategy over the workloads: flat in tables or not (catalog s, the metastore's work and
+    its database's time per round)."""
+    names = [n for n in CATALOG_ROUNDS if all(n in r["_measures"] for r in reports)]
+    g = Table(title="the catalog term over the workloads (one process; flat in tables = the same figure per row)")
+    for col in (
+        "strategy",
+        "workload",
+        "tables",
+        "checks due",
+        "waiting: catalog s",
+        "ms/table",
+        "landing: catalog s",
+        "metastore work/round",
+        "metastore DB stmts",
+        "DB exec ms waiting",
+        "DB exec ms landing",
+        "DB CPU ms waiting",
+        "DB CPU ms landing",
+        "service CPU ms waiting",
+        "DB exec µs/table",
+        "catalog s vs first",
+        "tables vs first",
+    ):
+        g.add_column(col, justify="left" if col in ("strategy", "workload") else "right")
+    for name in names:
+        first = reports[0]["_measures"][name][0]
+        for r in reports:
+            w, ld = r["_measures"][name]
+            load = w.extra.get("metastore_db")
+            g.add_row(
+                name,
+                r["workload"],
+                f"{r['tables']:,}",
+                f"{r['partitions']:,}",
+                f"{w.catalog_seconds:.3f}",
+                f"{1000 * w.catalog_seconds / r['tables']:.2f}",
+                f"{ld.catalog_seconds:.3f}",
+                _work(name, w),
+                _db(w, "statements", "{:,}"),
+                _db(w, "exec_ms"),
+                _db(ld, "exec_ms"),
+                _db(w, "backend_cpu_ms", "{:,.0f}"),
+                _db(ld, "backend_cpu_ms", "{:,.0f}"),
+                _db(w, "service_cpu_ms", "{:,.0f}"),
+                "-" if not load or load["exec_ms"] is None else f"{1000 * load['exec_ms'] / r['tables']:,.1f}",
+                f"{w.catalog_seconds / max(first.catalog_seconds, 1e-9):.1f}x",
+                f"{r['tables'] / reports[0]['tables']:.1f}x",
+            )
+        g.add_section()
+    console.print(g)
+
+
 def print_growth(reports: list[dict[str, Any]]) -> None:
     """How our round grows from one workload to the next: time per task, per check and per table should stay flat.
     One table per round kind measured in every workload (the full reload, the incremental round)."""
@@ -688,7 +1005,7 @@ def print_growth(reports: list[dict[str, Any]]) -> None:
         console.print(g)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--workload",
@@ -704,7 +1021,19 @@ def main() -> int:
         "--strategies",
         default=",".join(ALL_STRATEGIES),
         type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
-        help=f"Comma list of {', '.join(ALL_STRATEGIES)} (batched is always included).",
+        help=f"Comma list of {', '.join(ALL_STRATEGIES)} (batched is always included; metastore-db only when "
+        "the metastore service keeps its tables on PostgreSQL).",
+    )
+    parser.add_argument(
+        "--catalog-parallelism",
+        type=int,
+        default=4,
+        help="Tables the thrift-parallel strategy lists at once, each on its own connection ([catalog] parallelism).",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="Also run metastore-db's rounds once more under cProfile, and EXPLAIN ANALYZE its statement; printed.",
     )
     parser.add_argument(
         "--triggerer-sample",
@@ -746,23 +1075,56 @@ def main() -> int:
         or args.scale <= 0
         or (args.shards is not None and args.shards < 1)
         or args.triggerer_sample < 1
+        or args.catalog_parallelism < 1
     ):
-        parser.error("--land-share in (0, 1], --scale > 0, --shards >= 1, --triggerer-sample >= 1")
+        parser.error(
+            "--land-share in (0, 1], --scale > 0, --shards >= 1, --triggerer-sample >= 1, --catalog-parallelism >= 1"
+        )
     unknown = set(args.strategies) - set(ALL_STRATEGIES)
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}")
     if "batched" not in args.strategies:
         args.strategies.append("batched")
+    try:
+        args.metastore_kind, args.metastore_why = bench_metastore.choose(
+            args.metastore, args.db_url or "sqlite:///bench.db"
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
 
+
+def make_listers(
+    cfg: Any, metastore_db: tuple[str, str] | None, service_pid: int | None, args: argparse.Namespace
+) -> Listers:
+    """The run's catalog clients; metastore-db and the metastore database's load only on PostgreSQL (skips said)."""
+    timeout = cfg.get("smart_sensor", "metastore_timeout")
+    listers = Listers(
+        thrift=ThriftCatalog(cfg.metastore_uris, timeout),
+        parallel=ThriftCatalog(cfg.metastore_uris, timeout, parallelism=args.catalog_parallelism),
+        db=RecordingMetastoreDbCatalog.open(metastore_db[1], 30) if metastore_db else None,
+        load=MetastoreLoad(metastore_db[1] if metastore_db else None, service_pid),
+    )
+    if metastore_db is None and "metastore-db" in args.strategies:
+        listers.skipped["metastore-db"] = (
+            f"the metastore service keeps its tables in Derby ({args.metastore_why}); metastore-db reads them on "
+            "PostgreSQL only: ./scripts/bench.sh --postgres, or --db-url postgresql://… --metastore postgresql"
+        )
+    for name, why in listers.skipped.items():
+        console.print(f"[bold]{name}: skipped[/bold]: {why}")
+    if listers.load.unavailable:
+        console.print(f"metastore database load: not measured: {listers.load.unavailable}")
+    return listers
+
+
+def main() -> int:
+    args = parse_args()
+    FINISH.install()
     home = Path(args.home or tempfile.mkdtemp(prefix="smartsensor-bench-"))
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     db_url = args.db_url or f"sqlite:///{home}/bench.db"
-    try:
-        metastore_kind, metastore_why = bench_metastore.choose(args.metastore, db_url)
-    except ValueError as exc:
-        parser.error(str(exc))
-    metastore_db = bench_metastore.create_database(db_url) if metastore_kind == "postgresql" else None
+    metastore_db = bench_metastore.create_database(db_url) if args.metastore_kind == "postgresql" else None
     cfg_path = home / "airflow.cfg"
     cfg_path.write_text(
         f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
@@ -776,38 +1138,43 @@ def main() -> int:
     from smartsensor.adapters import metastore
     from smartsensor.adapters.spark import get_spark
 
-    reports = []
+    reports: list[dict[str, Any]] = []
+    listers: Listers | None = None
     try:
         started = time.perf_counter()
         metastore_st = metastore.start(cfg)
         metastore_pid = metastore_st.pid
         console.print(
-            f"metastore service: {metastore_kind} ({metastore_why}), {metastore_st.database}; started in "
+            f"metastore service: {args.metastore_kind} ({args.metastore_why}), {metastore_st.database}; started in "
             f"{time.perf_counter() - started:.1f} s" + (", its schema created first" if metastore_db else "")
         )
         engine = make_engine(cfg.sql_alchemy_conn)
         init_db(engine)
         spark = get_spark(cfg)
-        catalog = ThriftCatalog.from_config(cfg)
+        listers = make_listers(cfg, metastore_db, metastore_pid, args)
         for name in args.workload:
-            reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, catalog))
+            reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, listers))
             reports[-1]["metastore_peak_rss_mb"] = (
                 round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
             )
             print_table(reports[-1])
             print_incremental(reports[-1])
+            print_metastore_load(reports[-1], listers)
+            print_profiles(reports[-1])
             console.print(
                 f"metastore service (JVM) peak RSS so far: {reports[-1]['metastore_peak_rss_mb']} MB; "
                 f"this bench process: {bench_catalog.tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
                 f"its children included)"
             )
-        catalog.close()
     finally:
+        if listers is not None:
+            listers.close()
         metastore.stop(cfg)
         if metastore_db:
             bench_metastore.drop_database(db_url, metastore_db[0])
     if len(reports) > 1:
         print_growth(reports)
+        print_catalog_growth(reports)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
@@ -815,8 +1182,11 @@ def main() -> int:
             json.dumps(
                 {
                     "db": make_engine(db_url).dialect.name,
-                    "metastore": metastore_kind,
+                    "metastore": args.metastore_kind,
                     "scale": args.scale,
+                    "catalog_parallelism": args.catalog_parallelism,
+                    "skipped": listers.skipped if listers else {},
+                    "metastore_db_load_unmeasured": None if listers is None else listers.load.unavailable,
                     "workloads": out,
                 },
                 indent=2,

@@ -38,6 +38,7 @@ def thrift_round(workers: list[ShardWorker], catalog: ThriftCatalog) -> dict[str
         "catalog_seconds": r.catalog_seconds,
         "marked": sum(r.marked.values()),
         "schema_calls": r.schema_calls,
+        "extra": {"write_seconds": r.write_seconds},
     }
 
 

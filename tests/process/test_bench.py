@@ -13,6 +13,7 @@ import pytest
 from smartsensor.adapters import metastore
 from smartsensor.config import load_config
 from tests.support.common import ROOT
+from tests.support.pg import needs_test_pg
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +58,11 @@ def test_bench_smoke(tmp_path: Path) -> None:
         if (home / "airflow.cfg").exists():
             metastore.stop(load_config(str(home / "airflow.cfg"), environ={"SMARTSENSOR_HOME": str(home)}))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "growth over the workloads" in proc.stdout
+    assert "growth over the workloads" in proc.stdout and "the catalog term over the workloads" in proc.stdout
+    assert "metastore-db: skipped" in proc.stdout  # the metastore service is on Derby here: said, not silent
     data = json.loads(out.read_text())
+    assert data["metastore"] == "derby" and "Derby" in data["skipped"]["metastore-db"]
+    assert data["metastore_db_load_unmeasured"]  # no PostgreSQL under the metastore: no DB time, and why
     assert [w["workload"] for w in data["workloads"]] == ["W1", "W2", "W3"]
     assert [w["shards"] for w in data["workloads"]] == [4, 4, 8]
     for w in data["workloads"]:
@@ -75,6 +79,12 @@ def test_bench_smoke(tmp_path: Path) -> None:
             assert landing["thrift"]["marked"] == landing["triggerer"]["marked"]
         assert landing["thrift"]["marked"] == landing["batched"]["marked"]
         assert waiting["thrift"]["schema_calls"] == landing["thrift"]["schema_calls"] == 0  # warmed: steady state
+        par_w, par_l = waiting["thrift-parallel"], landing["thrift-parallel"]  # 4 tables listed at once
+        assert par_w["catalog_calls"] == par_l["catalog_calls"] == w["tables"] and par_w["extra"]["parallelism"] == 4
+        assert par_w["schema_calls"] == 0 and par_l["marked"] == landing["thrift"]["marked"]
+        assert "metastore-db" not in res and par_w["extra"]["metastore_db"]["statements"] is None  # Derby: no figure
+        assert par_w["extra"]["metastore_db"]["service_cpu_ms"] is not None  # the service's own CPU, on any database
+        assert par_l["extra"]["finish_wall_seconds"] > 0  # the landing round's marking part
         fleet = landing["fleet"]  # real workers owning equal shares of the shards, started together
         assert fleet["extra"]["processes"] == 2 and fleet["extra"]["jvm"] is False
         assert fleet["extra"]["loaded"] == w["tasks"] and fleet["marked"] == landing["thrift"]["marked"]
@@ -97,8 +107,69 @@ def test_bench_smoke(tmp_path: Path) -> None:
         assert inc_w["extra"]["quiet_round_statements"] in (w["shards"], 2 * w["shards"])  # the feed (+ reconcile)
         assert inc_w["extra"]["reconcile_statements"] == w["shards"]  # one indexed query per range
         floor = inc_l["extra"]["raw_floor"]
-        assert floor["rows"] == inc_l["marked"] and floor["us_per_row"] > 0
+        assert floor["rows"] == inc_l["marked"] and floor["us_per_row"] > 0 and par_l["extra"]["raw_floor"] == floor
         lat = w["latency"]
         assert len(lat["signal"]["samples"]) == 2 and len(lat["no_signal"]["samples"]) == 2
         assert lat["signal"]["p95"] < 5  # the signal wakes the worker; the probe's own interval is 600 s
         assert lat["no_signal"]["p95"] < 2 + 1 + 5  # poke interval + round interval + a round (loose: shared CPU)
+
+
+@needs_test_pg  # PostgreSQL's binaries (bench.sh --postgres starts a server of its own, with pg_stat_statements)
+@pytest.mark.timeout(900)  # ~1-2 min here
+def test_bench_metastore_db_and_load(tmp_path: Path) -> None:
+    """bench.sh --postgres: the metastore service on PostgreSQL, the metastore-db strategy beside thrift and
+    thrift-parallel, and the metastore database's own load per round from pg_stat_statements."""
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR") or k == "SMARTSENSOR_VENV"}
+    proc = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "bench.sh"),
+            "--postgres",
+            "--workload",
+            "W1,W2",
+            "--scale",
+            "0.005",
+            "--strategies",
+            "incremental,thrift-parallel,metastore-db",
+            "--latency-samples",
+            "0",
+            "--profile",
+            "--home",
+            str(tmp_path / "home"),
+            "--json",
+            str(out),
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=850,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "the catalog term over the workloads" in proc.stdout and "metastore-db: skipped" not in proc.stdout
+    assert "EXPLAIN (ANALYZE, BUFFERS)" in proc.stdout  # --profile printed
+    data = json.loads(out.read_text())
+    assert data["db"] == "postgresql" and data["metastore"] == "postgresql"
+    assert data["skipped"] == {} and data["metastore_db_load_unmeasured"] is None
+    for w in data["workloads"]:
+        res = w["results"]
+        inc_w, inc_l = res["incremental"]
+        for kind, (md, par) in enumerate(zip(res["metastore-db"], res["thrift-parallel"], strict=True)):
+            inc = (inc_w, inc_l)[kind]
+            # one statement per round for every due check, whatever the tables; thrift: one listing per table
+            assert md["catalog_calls"] == md["extra"]["metastore_statements"] == 1 and md["schema_calls"] == 0
+            assert inc["catalog_calls"] == par["catalog_calls"] == w["tables"] and par["extra"]["parallelism"] == 4
+            assert md["marked"] == inc["marked"] == par["marked"]
+            # what the metastore's database executed in the round: the service's JDBC queries (several per
+            # listing) on thrift, ours (with the pool's ping and the transaction's BEGIN/ROLLBACK) on metastore-db
+            md_db, inc_db, par_db = (m["extra"]["metastore_db"] for m in (md, inc, par))
+            assert 1 <= md_db["statements"] <= 6 and md_db["exec_ms"] >= 0
+            assert inc_db["statements"] >= w["tables"] and par_db["statements"] >= w["tables"]
+            assert inc_db["exec_ms"] > 0 and par_db["exec_ms"] > 0
+            assert all(d["backend_cpu_ms"] is not None and d["service_cpu_ms"] is not None for d in (md_db, inc_db))
+        assert inc_l["marked"] > 0 and res["metastore-db"][1]["extra"]["raw_floor"] == inc_l["extra"]["raw_floor"]
+        assert res["metastore-db"][1]["extra"]["finish_wall_seconds"] > 0
+        for m in res["metastore-db"]:
+            prof = m["extra"]["profile"]
+            assert "run_round" in prof["cumulative"] and "Execution Time" in prof["explain"]
