@@ -4,7 +4,6 @@ runs that stopped heartbeating, and smart tasks stuck past the convergence bound
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,10 +19,11 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     """Everything `status` shows, as plain data: 9 statements, 11 while a task waits past its time limit
     (``collect_stuck``: 2, or 4)."""
     now = now or datetime.utcnow()
+    ranges = cfg.shard_ranges
     with engine.connect() as conn:
         stuck = collect_stuck(conn, cfg.convergence_bound, now)
         by_state = status_sql.count_by_state(conn)
-        waiting = status_sql.waiting_by_shard(conn)
+        waiting = status_sql.waiting_by_range(conn, [(r.lo, r.hi) for r in ranges])
         rounds = status_sql.worker_rounds(conn)
         leases = lease_sql.load_leases(conn)
         live = status_sql.list_workers(conn)
@@ -31,20 +31,10 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         zombies = task_sql.load_zombies(conn, now - timedelta(seconds=zombie_threshold))
         stranded = status_sql.stranded_count(conn, cfg.shard_code_upper_limit)
     shards = []
-    per_range_tasks: dict[int, int] = defaultdict(int)
-    per_range_hashes: dict[int, set[int]] = defaultdict(set)
-    ranges = cfg.shard_ranges
-    for shardcode, hashcode in waiting:
-        for i, r in enumerate(ranges):
-            if r.contains(shardcode):
-                per_range_tasks[i] += 1
-                per_range_hashes[i].add(hashcode)
-                break
     for i, r in enumerate(ranges):
-        shards.append(
-            {"min": r.lo, "max": r.hi, "waiting": per_range_tasks[i], "distinct_hashes": len(per_range_hashes[i])}
-        )
-    distinct = len({h for _, h in waiting})
+        tasks, hashes = waiting.per_range.get(i, (0, 0))
+        shards.append({"min": r.lo, "max": r.hi, "waiting": tasks, "distinct_hashes": hashes})
+    distinct = waiting.hashes
     workers = []
     for w in rounds:
         last = json.loads(w["last_round_json"]) if w["last_round_json"] else {}
@@ -90,9 +80,9 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         "leases": lease_rows,
         "lease_workers": worker_rows,
         "tasks_by_state": dict(sorted(by_state.items())),
-        "waiting": len(waiting),
+        "waiting": waiting.tasks,
         "distinct_hashes": distinct,
-        "dedup_ratio": round(len(waiting) / distinct, 2) if distinct else None,
+        "dedup_ratio": round(waiting.tasks / distinct, 2) if distinct else None,
         "shards": shards,
         "workers": workers,
         "stranded": stranded,

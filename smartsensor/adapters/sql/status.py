@@ -2,14 +2,30 @@
 
 The stuck-task queries (``waiting_after_landing``, ``waiting_start_by_exec``, ``count_started_before``,
 ``oldest_started_before``) are aggregates: one row per distinct exec_dict at most reaches Python, never one per
-waiting task. ``service.status.collect_stuck`` defines what they count."""
+waiting task. ``service.status.collect_stuck`` defines what they count. ``waiting_by_range`` (the waiting
+tasks and distinct checks per shard range) is one too: one row per range."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
-from sqlalchemy import ColumnElement, Connection, and_, case, delete, func, insert, or_, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Integer,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    text,
+    union_all,
+    update,
+)
 
 from smartsensor.domain.states import State
 from smartsensor.schema.models import WAITING_PREDICATE, TaskInstance, Worker, WorkerRound
@@ -49,11 +65,50 @@ def count_by_state(conn: Connection) -> dict[str, int]:
     return {s or "none": n for s, n in conn.execute(select(TI.c.state, func.count()).group_by(TI.c.state))}
 
 
-def waiting_by_shard(conn: Connection) -> list[tuple[int, int]]:
-    """(shardcode, hashcode) of every waiting smart task (1 statement)."""
-    return [
-        tuple(r) for r in conn.execute(select(TI.c.shardcode, TI.c.hashcode).where(TI.c.state.in_(State.SMART_WAITING)))
+class WaitingCounts(NamedTuple):
+    """``waiting_by_range``'s figures: waiting smart tasks and their distinct hashcodes (NULL counts as one), in
+    all and per range (``per_range[i]``: the i-th range given, a range without waiting tasks left out)."""
+
+    tasks: int
+    hashes: int
+    per_range: dict[int, tuple[int, int]]
+
+
+_TOTAL = -2  # the row of all waiting tasks; -1 groups the tasks in no range given
+
+
+def _int(value: int) -> ColumnElement[int]:
+    """An integer written into the statement: the same SQL text for every call with the same ranges, and no bind
+    parameter per range (SQLite caps them)."""
+    return literal_column(str(int(value)), Integer)
+
+
+def waiting_by_range(conn: Connection, ranges: Sequence[tuple[int, int]]) -> WaitingCounts:
+    """Waiting smart tasks and their distinct hashcodes, in all and per ``(lo, hi)`` range of shardcodes (a task
+    counts in the first range with lo <= shardcode < hi; one in none, stranded or NULL, counts in all only).
+    Aggregated in the database, never a row per task: len(ranges) + 2 rows at most. 1 statement, one scan: the
+    waiting tasks grouped by (range, hashcode), a CASE over the ranges giving the range (``p``, one row per
+    distinct check of a range), then ``p`` grouped by range UNION ALL ``p`` as a whole."""
+    whens = [
+        (and_(TI.c.shardcode >= _int(lo), TI.c.shardcode < _int(hi)), _int(i)) for i, (lo, hi) in enumerate(ranges)
     ]
+    rng = case(*whens, else_=_int(-1)) if whens else None  # GROUP BY -1 would name a column: no range, no key
+    p = (
+        select((_int(-1) if rng is None else rng).label("rng"), TI.c.hashcode, func.count().label("n"))
+        .where(TI.c.state.in_(State.SMART_WAITING))
+        .group_by(*([] if rng is None else [rng]), TI.c.hashcode)
+        .cte("p")
+    )
+    null_hash = func.max(case((p.c.hashcode.is_(None), 1), else_=0))  # COUNT(DISTINCT) skips NULL; a set does not
+    rows = conn.execute(
+        union_all(
+            select(p.c.rng, func.sum(p.c.n), func.count()).group_by(p.c.rng),
+            select(_int(_TOTAL), func.sum(p.c.n), func.count(p.c.hashcode.distinct()) + null_hash),
+        )
+    ).all()
+    per_range = {int(i): (int(n), int(h)) for i, n, h in rows if i >= 0}
+    tasks, distinct = next(((int(n or 0), int(h or 0)) for i, n, h in rows if i == _TOTAL), (0, 0))
+    return WaitingCounts(tasks, distinct, per_range)
 
 
 def worker_rounds(conn: Connection) -> list[dict[str, Any]]:
