@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +18,17 @@ class PartitionCheck:
     table: str
     spec: tuple[tuple[str, str], ...]
     exact: bool
+    # A round hashes each of its 100,000 checks several times (sets, dicts, caches): computed once.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.db, self.table, self.spec, self.exact)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:  # str hashes differ per process: never carry the cached one over
+        return (PartitionCheck, (self.db, self.table, self.spec, self.exact))
 
     @property
     def table_key(self) -> tuple[str, str]:

@@ -258,6 +258,34 @@ KEYS: tuple[Key, ...] = (
         "(MySQL 8 or MariaDB 10.6+, through PyMySQL). Give it read-only credentials: the backend reads "
         "DBS, TBLS, PARTITION_KEYS and PARTITIONS and needs SELECT on those four tables only.",
     ),
+    Key(
+        "catalog",
+        "metastore_db_feed",
+        "true",
+        parse_bool,
+        "catalog_backend = metastore_db: follow the metastore's PARTITIONS by id (a partition is looked up once, "
+        "then the round reads only the partitions added since the last one) instead of looking every due "
+        "partition up in every round. false: every round looks every due partition up.",
+    ),
+    Key(
+        "catalog",
+        "metastore_db_verify_seconds",
+        "600",
+        parse_float,
+        "Following the feed: seconds between full look-ups of every due partition, which also see partitions "
+        "dropped and tables re-created since (until then a dropped partition still counts as present).",
+        bounds=(1, 7 * 24 * 3600),
+    ),
+    Key(
+        "catalog",
+        "metastore_db_gap_seconds",
+        "600",
+        parse_float,
+        "Following the feed: seconds an id below the highest one read is asked for again before it is given up "
+        "(the metastore hands out ids in blocks and commits concurrent additions out of order). Longer than "
+        "the metastore's longest partition-adding transaction; a later one is seen at the next full look-up.",
+        bounds=(1, 7 * 24 * 3600),
+    ),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
     Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.", bounds=(1, 65535)),
     Key("metastore", "java_opts", "-Xmx512m", parse_str, "JVM options of the metastore service."),

@@ -181,6 +181,10 @@ class PartitionTypeCache(Protocol):
         rejects."""
         ...
 
+    def prepared(self, db: str, table: str) -> dict[Any, Any]:
+        """The table's memo of checks made ready for a listing under its cached types (dropped with them)."""
+        ...
+
 
 class PartitionLister(Protocol):
     """One catalog backend's partition listing (Spark's external catalog, or the metastore's thrift API):
@@ -211,6 +215,16 @@ class ListingRequest:
     narrowing: dict[str, str]
 
 
+@dataclass(frozen=True)
+class AnsweredListing:
+    """A table's listing from a backend that decides some of the request's checks itself (the metastore-database
+    backend following its feed knows which exact names are present): their ``answers``, and the escaped partition
+    ``names`` the other checks are answered from (at least those they match)."""
+
+    answers: dict[PartitionCheck, bool]
+    names: list[str]
+
+
 class BatchLister(PartitionLister, Protocol):
     """A backend that lists many tables in one go (several connections at once, or one statement)."""
 
@@ -223,7 +237,8 @@ class BatchLister(PartitionLister, Protocol):
 
     def list_tables(
         self, requests: Sequence[ListingRequest]
-    ) -> tuple[dict[tuple[str, str], list[str] | None | CheckError], int]:
-        """For each request's table: escaped partition names, at least those its checks match (None: the table
-        or its database is missing; a CheckError: that table could not be listed). Also the catalog calls made."""
+    ) -> tuple[dict[tuple[str, str], list[str] | AnsweredListing | None | CheckError], int]:
+        """For each request's table: escaped partition names, at least those its checks match, or an
+        AnsweredListing (None: the table or its database is missing; a CheckError: that table could not be
+        listed). Also the catalog calls made."""
         ...

@@ -13,8 +13,11 @@ Strategies:
   thrift    ours: the same round through the metastore's thrift API (no JVM; catalog_backend = thrift).
   incremental      the round as it runs now (thrift): its index built once, then one round with every check due.
   thrift-parallel  that round with [catalog] parallelism tables listed at once (--catalog-parallelism, default 4).
-  metastore-db     that round reading the metastore's own PostgreSQL tables, one statement per round
-            (catalog_backend = metastore_db); only when the metastore service keeps its tables on PostgreSQL.
+  metastore-db     that round reading the metastore's own PostgreSQL tables (catalog_backend = metastore_db), one
+                   statement per round, following its feed (the default: partitions looked up once, then the ones
+                   added since read); its cold round (a process's first, or a verify) timed apart. Only when the
+                   metastore service keeps its tables on PostgreSQL.
+  metastore-db-lookup  the same with [catalog] metastore_db_feed = false: every due partition looked up each round.
   fleet     ours as deployed: --fleet-processes real `worker --once` processes (thrift), each owning an equal
             share of the shard ranges, started together; the slowest one's (cold, first) round.
   triggerer what Airflow users run today, SIMULATED: one asyncio coroutine per task, each its own metastore
@@ -58,6 +61,7 @@ from scripts.bench.metastore_load import MetastoreLoad, RecordingMetastoreDbCata
 from scripts.bench.workload import partition_of
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
+from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.process import smartsensor_command
@@ -274,13 +278,14 @@ ALL_STRATEGIES = (
     "incremental",
     "thrift-parallel",
     "metastore-db",
+    "metastore-db-lookup",
     "fleet",
     "triggerer",
 )
 # The incremental round (index built once, then a round with every check due), on each catalog backend.
-INCREMENTAL = ("incremental", "thrift-parallel", "metastore-db")
+INCREMENTAL = ("incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
 # The strategies whose round is one process's catalog term, in the metastore-load and catalog-growth tables.
-CATALOG_ROUNDS = ("batched", "thrift", "incremental", "thrift-parallel", "metastore-db")
+CATALOG_ROUNDS = ("batched", "thrift", "incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
 
 
 @dataclass
@@ -291,12 +296,13 @@ class Listers:
 
     thrift: ThriftCatalog
     parallel: ThriftCatalog
-    db: RecordingMetastoreDbCatalog | None
+    db: RecordingMetastoreDbCatalog | None  # following the feed, as the product does by default
+    db_lookup: RecordingMetastoreDbCatalog | None  # [catalog] metastore_db_feed = false
     load: MetastoreLoad
     skipped: dict[str, str] = field(default_factory=dict)
 
     def close(self) -> None:
-        for lister in (self.thrift, self.parallel, self.db, self.load):
+        for lister in (self.thrift, self.parallel, self.db, self.db_lookup, self.load):
             if lister is not None:
                 lister.close()
 
@@ -330,8 +336,30 @@ def strategies(
     }
     if listers.db is not None:
         db_lister = listers.db
-        out["metastore-db"] = lambda w: incremental_round(engine, cfg, db_lister, len(w), quiet=False)
+        out["metastore-db"] = lambda w: feed_round(engine, cfg, db_lister, len(w))
+    if listers.db_lookup is not None:
+        lookup_lister = listers.db_lookup
+        out["metastore-db-lookup"] = lambda w: incremental_round(engine, cfg, lookup_lister, len(w), quiet=False)
     return out
+
+
+def feed_round(engine: Any, cfg: Any, lister: MetastoreDbCatalog, shards: int) -> Measure:
+    """metastore-db following its feed: a steady-state round (its cold round ran before: ``cold_round``)."""
+    m = incremental_round(engine, cfg, lister, shards, quiet=False)
+    if lister.feed is not None:
+        m.extra["feed"] = {"high_water": lister.feed.high_water, "gaps": len(lister.feed.gaps)}
+    return m
+
+
+def cold_round(engine: Any, cfg: Any, lister: MetastoreDbCatalog, shards: int) -> dict[str, Any]:
+    """The first round of a process following the feed over this workload (and what each verify costs): every due
+    check looked up, on fresh workers. Timed apart, not a strategy; the caller resets the tasks after it."""
+    workers = shard_workers(engine, cfg, None, shards, incremental=True)
+    for w in workers:
+        w.load_index()
+    sent = lister.statements
+    r = run_round(workers, lambda: BatchChecker(lister=lister))
+    return {"seconds": r.seconds, "catalog_seconds": r.catalog_seconds, "statements": lister.statements - sent}
 
 
 def warm_types(spark: Any, listers: Listers, db: str, tables: int) -> None:
@@ -343,7 +371,7 @@ def warm_types(spark: Any, listers: Listers, db: str, tables: int) -> None:
         for key in keys:
             if checker.types.cached(*key) is None:
                 checker.types.fetch(*key)
-    for lister in (listers.parallel, listers.db):
+    for lister in (listers.parallel, listers.db, listers.db_lookup):
         if lister is not None:  # a BatchLister: every missing table in one go
             missing = [key for key in keys if lister.types.cached(*key) is None]
             if missing:
@@ -375,10 +403,17 @@ def measure_strategies(
     for w in shard_workers(engine, cfg, spark, shards):
         w.plan_round()
     warm_types(spark, listers, db, tables)
+    cold = None
+    if "metastore-db" in chosen and listers.db is not None:  # the feed's first look at this workload, timed apart
+        reset(engine)
+        cold = cold_round(engine, cfg, listers.db, shards)
+        console.print(f"  metastore-db: cold round (a process's first, or a verify) {cold['seconds']:.2f} s")
     for name, fn in chosen.items():
         reset(engine)
         warm_types(spark, listers, db, tables)
         waiting[name] = with_load(listers.load, fn, shard_workers(engine, cfg, spark, shards))
+        if name == "metastore-db" and cold is not None:
+            waiting[name].extra["cold_round"] = cold
         console.print(f"  {name}: waiting round {waiting[name].wall:.2f} s, {waiting[name].catalog_calls:,.0f} calls")
         if args.profile and name == "metastore-db":
             warm_types(spark, listers, db, tables)
@@ -667,6 +702,7 @@ def print_table(report: dict[str, Any]) -> None:
             "incremental": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
             "thrift-parallel": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
             "metastore-db": "-",
+            "metastore-db-lookup": "-",
             "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
             "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)",
         }[name]
@@ -687,7 +723,9 @@ def print_table(report: dict[str, Any]) -> None:
             f"{ld.db_statements:,.0f}",
             lwall,
             "-" if lper_call is None else f"{lper_call:.1f}",
-            "-" if lper_call is None or name in ("triggerer", "metastore-db") else f"{lper_call / floor_ms:.1f}x",
+            "-"
+            if lper_call is None or name in ("triggerer", "metastore-db", "metastore-db-lookup")
+            else f"{lper_call / floor_ms:.1f}x",
             f"{ld.marked:,}",
             rss,
             ratio,
@@ -794,7 +832,7 @@ def print_incremental(report: dict[str, Any]) -> None:
 
 def _work(name: str, m: Measure) -> str:
     """The metastore's own work in a round: thrift calls (listings + column-type reads), or our statements."""
-    if name == "metastore-db":
+    if name.startswith("metastore-db"):
         return f"{m.extra.get('metastore_statements', m.catalog_calls + m.schema_calls):,} stmt"
     return f"{m.catalog_calls + m.schema_calls:,.0f} calls"
 
@@ -880,6 +918,7 @@ def print_metastore_load(report: dict[str, Any], listers: Listers) -> None:
             "write_threads ranges at once), the landing round's marking part. "
             + (f"Not measured: {listers.load.unavailable}. " if listers.load.unavailable else "")
             + "".join(f"{n}: skipped: {why}. " for n, why in listers.skipped.items())
+            + _cold(res, kind)
             + (
                 f"Raw UPDATE floor: the same {floor.get('rows', 0):,} rows marked by a plain UPDATE … WHERE hashcode "
                 f"= ANY(…), fastest of 2: {floor.get('seconds')} s."
@@ -888,6 +927,18 @@ def print_metastore_load(report: dict[str, Any], listers: Listers) -> None:
             )
         )
         console.print(t)
+
+
+def _cold(res: dict[str, tuple[Measure, Measure]], kind: int) -> str:
+    """The caption's note of metastore-db's cold round (every due check looked up), timed before its waiting round."""
+    cold = res["metastore-db"][0].extra.get("cold_round") if kind == 0 and "metastore-db" in res else None
+    if not cold:
+        return ""
+    return (
+        f"metastore-db follows its feed; its cold round (a process's first over these checks, and each verify, "
+        f"every metastore_db_verify_seconds) took {cold['seconds']:.3f} s, catalog {cold['catalog_seconds']:.3f} s, "
+        f"{cold['statements']} statement(s). "
+    )
 
 
 def print_profiles(report: dict[str, Any]) -> None:
@@ -1102,14 +1153,19 @@ def make_listers(
     listers = Listers(
         thrift=ThriftCatalog(cfg.metastore_uris, timeout),
         parallel=ThriftCatalog(cfg.metastore_uris, timeout, parallelism=args.catalog_parallelism),
-        db=RecordingMetastoreDbCatalog.open(metastore_db[1], 30) if metastore_db else None,
+        # verify never falls due inside a run: the cold round, timed apart, is what a verify costs
+        db=RecordingMetastoreDbCatalog.open(metastore_db[1], 30, PartitionFeed(verify_seconds=1e9))
+        if metastore_db
+        else None,
+        db_lookup=RecordingMetastoreDbCatalog.open(metastore_db[1], 30) if metastore_db else None,
         load=MetastoreLoad(metastore_db[1] if metastore_db else None, service_pid),
     )
-    if metastore_db is None and "metastore-db" in args.strategies:
-        listers.skipped["metastore-db"] = (
-            f"the metastore service keeps its tables in Derby ({args.metastore_why}); metastore-db reads them on "
-            "PostgreSQL only: ./scripts/bench.sh --postgres, or --db-url postgresql://… --metastore postgresql"
-        )
+    for name in ("metastore-db", "metastore-db-lookup"):
+        if metastore_db is None and name in args.strategies:
+            listers.skipped[name] = (
+                f"the metastore service keeps its tables in Derby ({args.metastore_why}); {name} reads them on "
+                "PostgreSQL only: ./scripts/bench.sh --postgres, or --db-url postgresql://… --metastore postgresql"
+            )
     for name, why in listers.skipped.items():
         console.print(f"[bold]{name}: skipped[/bold]: {why}")
     if listers.load.unavailable:

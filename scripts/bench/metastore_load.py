@@ -30,6 +30,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
+from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.sql.engine import normalize_url
 
 # One statement: the sums over the database's statements (this one left out: its text names the view), and the
@@ -135,9 +136,9 @@ class RecordingMetastoreDbCatalog(MetastoreDbCatalog):
     last: tuple[Any, dict[str, Any]] | None = None
 
     @classmethod
-    def open(cls, url: str, timeout: float) -> RecordingMetastoreDbCatalog:
+    def open(cls, url: str, timeout: float, feed: PartitionFeed | None = None) -> RecordingMetastoreDbCatalog:
         """As ``MetastoreDbCatalog.from_url`` (the product's engine settings), recording."""
-        return cls(MetastoreDbCatalog.from_url(url, timeout).engine)
+        return cls(MetastoreDbCatalog.from_url(url, timeout).engine, feed)
 
     def _rows(self, statement: Any, what: str, **params: Any) -> list[Any]:
         self.last = (statement, params)

@@ -131,7 +131,7 @@ def test_bench_metastore_db_and_load(tmp_path: Path) -> None:
             "--scale",
             "0.005",
             "--strategies",
-            "incremental,thrift-parallel,metastore-db",
+            "incremental,thrift-parallel,metastore-db,metastore-db-lookup",
             "--latency-samples",
             "0",
             "--profile",
@@ -168,6 +168,11 @@ def test_bench_metastore_db_and_load(tmp_path: Path) -> None:
             assert inc_db["statements"] >= w["tables"] and par_db["statements"] >= w["tables"]
             assert inc_db["exec_ms"] > 0 and par_db["exec_ms"] > 0
             assert all(d["backend_cpu_ms"] is not None and d["service_cpu_ms"] is not None for d in (md_db, inc_db))
+        for md, lookup in zip(res["metastore-db"], res["metastore-db-lookup"], strict=True):  # feed or look-ups
+            assert md["marked"] == lookup["marked"] and lookup["extra"]["metastore_statements"] == 1
+        cold = res["metastore-db"][0]["extra"]["cold_round"]  # the feed's first look at the workload, timed apart
+        assert cold["statements"] == 1 and cold["seconds"] > 0
+        assert res["metastore-db"][1]["extra"]["feed"]["high_water"] > 0
         assert inc_l["marked"] > 0 and res["metastore-db"][1]["extra"]["raw_floor"] == inc_l["extra"]["raw_floor"]
         assert res["metastore-db"][1]["extra"]["finish_wall_seconds"] > 0
         for m in res["metastore-db"]:

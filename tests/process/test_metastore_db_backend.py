@@ -17,10 +17,12 @@ from sqlalchemy import create_engine, text
 from smartsensor.adapters import metastore, metastore_pg
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
+from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.sql.engine import init_db, make_engine, normalize_url
 from smartsensor.config import Config
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
+from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.service.registration import register
 from tests.support.catalog_cases import CASES, DB, outcome
@@ -37,6 +39,11 @@ from tests.support.catalog_cases import SETUP
 spark = get_spark(load_config())
 for sql in SETUP:
     spark.sql(sql)
+"""
+ADD = """
+from smartsensor.config import load_config
+from smartsensor.adapters.spark import get_spark
+get_spark(load_config()).sql("{sql}")
 """
 
 
@@ -85,6 +92,38 @@ def test_the_database_backend_answers_the_matrix_as_thrift_does(landed: tuple[Co
     wrong = [(c, want, got) for (c, want), got in zip(CASES, from_db, strict=True) if got != want]
     assert not wrong, wrong
     assert from_db == over_thrift == expected
+
+
+def test_following_the_feed_answers_the_matrix_and_sees_what_the_service_adds(landed: tuple[Config, str]) -> None:
+    """With ``[catalog] metastore_db_feed`` (the default): the matrix answered as by look-ups, then a partition
+    added through the real metastore service (its own PART_ID) is read by the next round's one statement."""
+    service, url = landed
+    expected = [want for _, want in CASES]
+    catalog = MetastoreDbCatalog.from_url(url, 10.0, PartitionFeed())
+    arrives = PartitionCheck(DB, "empty", (("ds", "arrives"),), True)
+    try:
+        first = BatchChecker(lister=catalog)
+        assert answers(first) == expected
+        assert first.check_all([arrives]) == {arrives: False}
+        assert (first.schema_calls, catalog.statements) == (1, 3)  # the types, then a statement per check_all
+        assert answers(BatchChecker(lister=catalog)) == expected
+        assert catalog.statements == 5  # the feed, and the two missing tables' types again
+        add = ADD.format(sql=f"ALTER TABLE {DB}.empty ADD PARTITION (ds='arrives')")
+        proc = subprocess.run(
+            [sys.executable, "-c", add],
+            env=spark_env(service),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        after = BatchChecker(lister=catalog)
+        assert after.check_all([arrives]) == {arrives: True}
+        assert (after.schema_calls, after.catalog_calls, catalog.statements) == (0, 1, 6)
+        assert catalog.feed is not None and catalog.feed.covered(DB, "empty")[0] == {"ds=arrives"}
+    finally:
+        catalog.close()
 
 
 def test_names_are_looked_up_and_partial_specs_listed_by_their_leading_columns(landed: tuple[Config, str]) -> None:

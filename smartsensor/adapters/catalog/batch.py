@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.adapters.catalog.partition_types import narrowing_spec
 from smartsensor.adapters.catalog.spark_catalog import SparkLister
-from smartsensor.ports import BatchLister, ListingRequest, PartitionLister, PartitionTypeCache
+from smartsensor.ports import AnsweredListing, BatchLister, ListingRequest, PartitionLister, PartitionTypeCache
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 from smartsensor.sensors.partitions import unescape_partition_value
@@ -251,6 +251,14 @@ class BatchChecker:
             elif listing is None:  # dropped since its types were read: not landed
                 self.types.forget(*key)
                 results.update({check: False for check, _ in pairs})
+            elif isinstance(listing, AnsweredListing):  # the backend decided its exact checks
+                decided = listing.answers
+                rest = [(check, stored) for check, stored in pairs if stored not in decided]
+                results.update({check: decided[stored] for check, stored in pairs if stored in decided})
+                if rest:
+                    rows = [parse_listing_row(row) for row in listing.names]
+                    answers = answer_checks(*key, rows, [stored for _, stored in rest], set(request.columns))
+                    results.update({check: answers[stored] for check, stored in rest})
             else:
                 rows = [parse_listing_row(row) for row in listing]
                 answers = answer_checks(*key, rows, [stored for _, stored in pairs], set(request.columns))
@@ -278,33 +286,56 @@ class BatchChecker:
                 return None
             if not columns:
                 raise PermanentCheckError(f"listing partitions of {db}.{table} failed: the table is not partitioned")
-            normalized = self._normalize(db, table, checks)
+            memo = self.types.prepared(db, table)
+            ready = self._ready(db, table, columns, [c for c in checks if c not in memo])
         except CheckError as exc:
             if isinstance(exc, PermanentCheckError):
                 self.types.forget(db, table)
             results.update({c: exc for c in checks})
             return None
-        if normalized is None:
+        if ready is None:  # dropped since its types were read
             results.update({c: False for c in checks})
             return None
+        memo.update(ready)
         pairs: list[tuple[PartitionCheck, PartitionCheck]] = []
-        for check, spec in zip(checks, normalized, strict=False):
-            unknown = sorted({k for k, _ in check.spec} - set(columns))
+        common: set[tuple[str, str]] | None = None
+        for check in checks:
+            stored = ready[check] if check in ready else memo[check]
+            if isinstance(stored, CheckError):
+                results[check] = stored
+                continue
+            pairs.append((check, stored))
+            if common is None:
+                common = set(stored.spec)
+            elif common:
+                common.intersection_update(stored.spec)
+        if not pairs:
+            return None
+        narrowing = narrowing_spec(dict(sorted(common or ())), columns)
+        return ListingRequest(db, table, columns, tuple(stored for _, stored in pairs), narrowing), pairs
+
+    def _ready(
+        self, db: str, table: str, columns: dict[str, str], checks: list[PartitionCheck]
+    ) -> dict[PartitionCheck, PartitionCheck | CheckError] | None:
+        """Each check as the catalog stores it (values cast for typed columns), or the PermanentCheckError it gets
+        (a value its column rejects, a column the table does not have). None if the table went missing."""
+        if not checks:
+            return {}
+        normalized = self._normalize(db, table, checks)
+        if normalized is None:
+            return None
+        out: dict[PartitionCheck, PartitionCheck | CheckError] = {}
+        for check, spec in zip(checks, normalized, strict=True):
             if isinstance(spec, CheckError):
-                results[check] = spec
-            elif unknown:
-                results[check] = PermanentCheckError(
+                out[check] = spec
+            elif any(k not in columns for k, _ in check.spec):
+                unknown = sorted(k for k, _ in check.spec if k not in columns)
+                out[check] = PermanentCheckError(
                     f"{db}.{table}: {unknown} not partition column(s) (columns: {sorted(columns)})"
                 )
             else:
-                pairs.append((check, PartitionCheck(db, table, spec, check.exact)))
-        if not pairs:
-            return None
-        common = set(pairs[0][1].spec)
-        for _, stored in pairs[1:]:
-            common &= set(stored.spec)
-        narrowing = narrowing_spec(dict(sorted(common)), columns)
-        return ListingRequest(db, table, columns, tuple(stored for _, stored in pairs), narrowing), pairs
+                out[check] = PartitionCheck(db, table, spec, check.exact)
+        return out
 
     def _normalize(
         self, db: str, table: str, checks: list[PartitionCheck]

@@ -26,19 +26,19 @@ matches exactly as on PostgreSQL; the sessions are read-only (``SET SESSION TRAN
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Sequence
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from smartsensor.adapters.catalog.partition_feed import FeedRead, PartitionFeed
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
 from smartsensor.adapters.catalog.python_casts import python_cast_all, python_castable
 from smartsensor.adapters.sql.engine import normalize_url
-from smartsensor.ports import ListingRequest
-from smartsensor.sensors.checks import PartitionCheck
+from smartsensor.ports import AnsweredListing, ListingRequest
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partitions import escape_partition_value
 
 Key = tuple[str, str]
 
@@ -52,22 +52,36 @@ _TYPES = text(
     ORDER BY w.db, w.tbl, k."INTEGER_IDX"
     """
 )
-_LISTING = text(
-    """
-    SELECT w.db, w.tbl, p."PART_NAME"
-    FROM unnest(CAST(:names_db AS text[]), CAST(:names_tbl AS text[]), CAST(:names AS text[])) AS w(db, tbl, name)
-    JOIN "DBS" d ON d."NAME" = w.db
-    JOIN "TBLS" t ON t."DB_ID" = d."DB_ID" AND t."TBL_NAME" = w.tbl
+# The look-ups and the feed travel as one text parameter each, records split by chr(30) and fields by chr(31)
+# (control characters a partition value, an escaped name or an identifier never holds): a single literal that
+# PostgreSQL parses in no time, where an array parameter reached it as ~3 MB of element literals to parse and plan.
+_PG_RECORDS = (
+    "(SELECT split_part(r, chr(31), 1) AS db, split_part(r, chr(31), 2) AS tbl, split_part(r, chr(31), 3) AS {value} "
+    "FROM unnest(string_to_array(CAST(:{param} AS text), chr(30))) AS r) AS w"
+)
+_PG_TABLE = 'JOIN "DBS" d ON d."NAME" = w.db JOIN "TBLS" t ON t."DB_ID" = d."DB_ID" AND t."TBL_NAME" = w.tbl'
+_PG_LOOKUPS = f"""
+    SELECT 1 AS kind, CAST(NULL AS bigint) AS part_id, w.db, w.tbl, p."PART_NAME"
+    FROM {_PG_RECORDS.format(param="names", value="name")}
+    {_PG_TABLE}
     JOIN "PARTITIONS" p ON p."TBL_ID" = t."TBL_ID" AND p."PART_NAME" = w.name
     UNION ALL
-    SELECT w.db, w.tbl, p."PART_NAME"
-    FROM unnest(CAST(:prefix_db AS text[]), CAST(:prefix_tbl AS text[]), CAST(:prefixes AS text[]))
-        AS w(db, tbl, prefix)
-    JOIN "DBS" d ON d."NAME" = w.db
-    JOIN "TBLS" t ON t."DB_ID" = d."DB_ID" AND t."TBL_NAME" = w.tbl
+    SELECT 1, NULL, w.db, w.tbl, p."PART_NAME"
+    FROM {_PG_RECORDS.format(param="prefixes", value="prefix")}
+    {_PG_TABLE}
     JOIN "PARTITIONS" p ON p."TBL_ID" = t."TBL_ID" AND starts_with(p."PART_NAME", w.prefix)
-    """
-)
+"""
+# The feed: partitions above the high-water mark, and the gaps below it (index reads of the primary key). At the
+# first statement there is no mark yet: it starts :span ids below the highest, and a row of kind 2 says where.
+_PG_START = 'COALESCE(CAST(:after AS bigint), (SELECT COALESCE(max("PART_ID"), 0) FROM "PARTITIONS") - :span)'
+_PG_DELIVERED = f"""
+    SELECT 0, p."PART_ID", d."NAME", t."TBL_NAME", p."PART_NAME"
+    FROM "PARTITIONS" p JOIN "TBLS" t ON t."TBL_ID" = p."TBL_ID" JOIN "DBS" d ON d."DB_ID" = t."DB_ID"
+    WHERE p."PART_ID" > {_PG_START}
+        OR p."PART_ID" = ANY(CAST(string_to_array(CAST(:gaps AS text), ',') AS bigint[]))
+    UNION ALL
+    SELECT 2, {_PG_START}, NULL, NULL, NULL
+"""
 
 # MySQL/MariaDB: the same statements over JSON_TABLE rows, one JSON array parameter of [db, table, value] per list.
 _MYSQL_ROWS = (
@@ -89,45 +103,48 @@ _MYSQL_TYPES = text(
     """
 )
 # The exact names' column is utf8mb3_bin, as `metastore start` makes PART_NAME, so the unique index can serve it.
-_MYSQL_LISTING = text(
-    f"""
-    SELECT w.db, w.tbl, p.`PART_NAME`
+_MYSQL_LOOKUPS = f"""
+    SELECT 1 AS kind, CAST(NULL AS SIGNED) AS part_id, w.db, w.tbl, p.`PART_NAME`
     FROM {_MYSQL_ROWS.format(param=":names", value="name", charset="CHARACTER SET utf8mb3 COLLATE utf8mb3_bin")}
     {_MYSQL_TABLE}
     JOIN `PARTITIONS` p ON p.`TBL_ID` = t.`TBL_ID` AND p.`PART_NAME` = w.name
         AND CAST(p.`PART_NAME` AS BINARY) = CAST(w.name AS BINARY)
     UNION ALL
-    SELECT w.db, w.tbl, p.`PART_NAME`
+    SELECT 1, NULL, w.db, w.tbl, p.`PART_NAME`
     FROM {_MYSQL_ROWS.format(param=":prefixes", value="prefix", charset="CHARACTER SET utf8mb4")}
     {_MYSQL_TABLE}
     JOIN `PARTITIONS` p ON p.`TBL_ID` = t.`TBL_ID`
         AND CAST(LEFT(p.`PART_NAME`, CHAR_LENGTH(w.prefix)) AS BINARY) = CAST(w.prefix AS BINARY)
-    """
-)
+"""
+_MYSQL_START = "COALESCE(:after, (SELECT COALESCE(max(`PART_ID`), 0) FROM `PARTITIONS`) - :span)"
+_MYSQL_DELIVERED = f"""
+    SELECT 0, p.`PART_ID`, d.`NAME`, t.`TBL_NAME`, p.`PART_NAME`
+    FROM `PARTITIONS` p JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`
+    WHERE p.`PART_ID` > {_MYSQL_START}
+    UNION ALL
+    SELECT 0, p.`PART_ID`, d.`NAME`, t.`TBL_NAME`, p.`PART_NAME`
+    FROM JSON_TABLE(:gaps, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+    JOIN `PARTITIONS` p ON p.`PART_ID` = g.id
+    JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`
+    UNION ALL
+    SELECT 2, {_MYSQL_START}, NULL, NULL, NULL
+"""
+# The statements per dialect and whether the round follows the feed: (look-ups only, look-ups and the feed).
+_STATEMENTS = {
+    "postgresql": (text(_PG_LOOKUPS), text(_PG_LOOKUPS + " UNION ALL " + _PG_DELIVERED)),
+    "mysql": (text(_MYSQL_LOOKUPS), text(_MYSQL_LOOKUPS + " UNION ALL " + _MYSQL_DELIVERED)),
+}
+_RS, _US = chr(30), chr(31)
 # MySQL error numbers that mean the server could not be reached or went away (2000+: the client's own).
 _MYSQL_OUTAGES = (1040, 1053)
-
-
-def partition_name(columns: Sequence[str], spec: dict[str, str]) -> str:
-    """The stored name of the partition ``spec`` gives every column of (``ds=10%3A00/hr=0``)."""
-    return "/".join(f"{escape_partition_value(c)}={escape_partition_value(spec[c])}" for c in columns)
-
-
-def leading_prefix(columns: Sequence[str], spec: dict[str, str]) -> str:
-    """The start every matching partition's name has: the leading columns ``spec`` gives, each followed by
-    ``/`` ("" when it does not give the first column: every partition of the table)."""
-    parts = []
-    for column in columns:
-        if column not in spec:
-            break
-        parts.append(f"{escape_partition_value(column)}={escape_partition_value(spec[column])}/")
-    return "".join(parts)
 
 
 class MetastoreDbCatalog:
     """A BatchLister over a Hive metastore's PostgreSQL or MySQL database, shared by every round of one process."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, feed: PartitionFeed | None = None) -> None:
+        """Over ``engine``; following ``feed`` (see smartsensor.adapters.catalog.partition_feed) when given,
+        else looking every due partition up in every round."""
         if engine.dialect.name not in ("postgresql", "mysql"):
             raise ValueError(
                 f"the metastore_db catalog backend reads PostgreSQL and MySQL metastores, not {engine.dialect.name} "
@@ -136,11 +153,13 @@ class MetastoreDbCatalog:
         self.engine = engine
         self.mysql = engine.dialect.name == "mysql"
         self.statements = 0  # statements sent so far (the bench and the tests count them)
+        self.feed = feed
+        self._lock = threading.Lock()  # one round's plan, statement and absorb at a time
         self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all, castable=python_castable)
 
     @classmethod
-    def from_url(cls, url: str, timeout: float) -> MetastoreDbCatalog:
-        """A read-only pool of two connections to the metastore database at ``url``."""
+    def from_url(cls, url: str, timeout: float, feed: PartitionFeed | None = None) -> MetastoreDbCatalog:
+        """A read-only pool of two connections to the metastore database at ``url``, following ``feed``."""
         parsed = normalize_url(url)
         connect: dict[str, Any] = {"connect_timeout": max(1, int(timeout))}
         options: dict[str, Any] = {}
@@ -156,7 +175,7 @@ class MetastoreDbCatalog:
         engine = create_engine(
             parsed, pool_size=2, max_overflow=0, pool_pre_ping=True, connect_args=connect, execution_options=options
         )
-        return cls(engine)
+        return cls(engine, feed)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -209,7 +228,7 @@ class MetastoreDbCatalog:
         listing = listings[(db, table)]
         if isinstance(listing, CheckError):
             raise listing
-        return listing
+        return listing.names if isinstance(listing, AnsweredListing) else listing
 
     # -- the BatchLister -------------------------------------------------------------------------------
 
@@ -222,59 +241,55 @@ class MetastoreDbCatalog:
         for (db, table), columns in found.items():
             if columns is not None:
                 self.types.store(db, table, columns)
+            elif self.feed is not None:
+                with self._lock:
+                    self.feed.forget(db, table)
         return dict(found), 1
 
-    def list_tables(self, requests: Sequence[ListingRequest]) -> tuple[dict[Key, list[str] | None | CheckError], int]:
+    def list_tables(
+        self, requests: Sequence[ListingRequest]
+    ) -> tuple[dict[Key, list[str] | AnsweredListing | None | CheckError], int]:
         """Every request's names in one statement: exact checks by name, partial ones (and a request without
-        checks: its ``narrowing``) by the start of the name."""
-        names: list[tuple[str, str, str]] = []
-        prefixes: list[tuple[str, str, str]] = []
-        for request in requests:
-            order = list(request.columns)
-            checks: Sequence[PartitionCheck] = request.checks
-            if not checks:
-                prefixes.append((request.db, request.table, leading_prefix(order, request.narrowing)))
-            for check in checks:
-                spec = dict(check.spec)
-                if check.exact and set(spec) == set(order):
-                    names.append((request.db, request.table, partition_name(order, spec)))
-                else:
-                    prefixes.append((request.db, request.table, leading_prefix(order, spec)))
-        listings: dict[Key, list[str] | None | CheckError] = {(r.db, r.table): [] for r in requests}
-        try:
-            rows = self._listing(names, prefixes, len(requests))
-        except CheckError as exc:
-            return {key: exc for key in listings}, 1
-        seen: dict[Key, set[str]] = {key: set() for key in listings}
-        for db, table, name in rows:
-            if name not in seen[(db, table)]:  # a name may match both an exact and a partial check
-                seen[(db, table)].add(name)
-                listing = listings[(db, table)]
-                assert isinstance(listing, list)
-                listing.append(name)
+        checks: its ``narrowing``) by the start of the name. Following the feed, only what is not covered yet is
+        looked up, and the statement also reads the partitions added since the last one."""
+        listings: dict[Key, list[str] | AnsweredListing | None | CheckError] = {(r.db, r.table): [] for r in requests}
+        with self._lock:
+            feed = self.feed if self.feed is not None else PartitionFeed()  # without the feed: a fresh memory
+            read = feed.plan(requests)
+            if self.feed is None:
+                read = FeedRead(read.names, read.prefixes)
+            try:
+                rows = self._statement(read, len(requests))
+            except CheckError as exc:
+                return {key: exc for key in listings}, 1
+            start = next((part_id for kind, part_id, *_ in rows if kind == 2), None)
+            feed.absorb(
+                read,
+                ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 0),
+                ((db, table, name) for kind, _, db, table, name in rows if kind == 1),
+                start,
+            )
+            for request in requests:
+                listings[(request.db, request.table)] = feed.listing(request)
         return listings, 1
 
-    def _listing(
-        self, names: list[tuple[str, str, str]], prefixes: list[tuple[str, str, str]], count: int
-    ) -> list[Any]:
+    def _statement(self, read: FeedRead, count: int) -> list[Any]:
+        """The round's one statement: ``read``'s look-ups, and the feed when it follows it."""
         what = f"listing {count} table(s)"
+        lookups, with_feed = _STATEMENTS[self.engine.dialect.name]
+        statement = with_feed if read.follow else lookups
+        params: dict[str, Any] = {}
+        if read.follow:
+            params["after"] = read.after
+            params["span"] = read.span
+            params["gaps"] = json.dumps(list(read.gaps)) if self.mysql else ",".join(map(str, read.gaps))
         if self.mysql:
-            return self._rows(
-                _MYSQL_LISTING,
-                what,
-                names=json.dumps([list(n) for n in names], ensure_ascii=False),
-                prefixes=json.dumps([list(p) for p in prefixes], ensure_ascii=False),
-            )
-        return self._rows(
-            _LISTING,
-            what,
-            names_db=[n[0] for n in names],
-            names_tbl=[n[1] for n in names],
-            names=[n[2] for n in names],
-            prefix_db=[p[0] for p in prefixes],
-            prefix_tbl=[p[1] for p in prefixes],
-            prefixes=[p[2] for p in prefixes],
-        )
+            params["names"] = json.dumps([list(n) for n in read.names], ensure_ascii=False)
+            params["prefixes"] = json.dumps([list(p) for p in read.prefixes], ensure_ascii=False)
+        else:
+            params["names"] = _RS.join(_US.join(n) for n in read.names)
+            params["prefixes"] = _RS.join(_US.join(p) for p in read.prefixes)
+        return self._rows(statement, what, **params)
 
 
 def _is_outage(exc: DBAPIError) -> bool:

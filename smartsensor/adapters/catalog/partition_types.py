@@ -69,6 +69,7 @@ class PartitionTypes:
         self.clock = clock
         self._types: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
         self._values: dict[tuple[str, str], str | None] = {}
+        self._prepared: dict[tuple[str, str], dict[Any, Any]] = {}
         self.cast_queries = 0
 
     def cached(self, db: str, table: str) -> dict[str, str] | None:
@@ -98,7 +99,7 @@ class PartitionTypes:
         if types is None:
             self.forget(db, table)
             return None
-        self._types[(db, table)] = (self.clock(), types)
+        self.store(db, table, types)
         return types
 
     def _read_partition_schema(self, db: str, table: str) -> dict[str, str]:
@@ -110,12 +111,23 @@ class PartitionTypes:
         return {f.name().lower(): f.dataType().catalogString().lower() for f in schema.fields()}
 
     def store(self, db: str, table: str, types: dict[str, str]) -> None:
-        """Cache a table's column types read by a backend in bulk (``MetastoreDbCatalog.fetch_types``)."""
+        """Cache a table's column types read by a backend (in bulk: ``MetastoreDbCatalog.fetch_types``)."""
         self._types[(db, table)] = (self.clock(), types)
+        self._prepared.pop((db, table), None)
 
     def forget(self, db: str, table: str) -> None:
         """Drop a table's cached types (it went missing, or its listing was rejected)."""
         self._types.pop((db, table), None)
+        self._prepared.pop((db, table), None)
+
+    def prepared(self, db: str, table: str) -> dict[Any, Any]:
+        """The table's memo of checks already made ready for a listing under its cached types (each check as
+        stored, or the error it gets), kept until the types are read again or forgotten: a worker asks the same
+        questions every round."""
+        memo = self._prepared.get((db, table))
+        if memo is None:
+            memo = self._prepared[(db, table)] = {}
+        return memo
 
     def normalize(
         self, db: str, table: str, types: dict[str, str], specs: list[tuple[tuple[str, str], ...]]

@@ -1,0 +1,92 @@
+"""The four tables of a Hive metastore's database that the metastore-database backend reads (``DBS``, ``TBLS``,
+``PARTITION_KEYS``, ``PARTITIONS``, with Hive's names, keys and unique index), on the test PostgreSQL or MariaDB
+server, written to directly: partitions added with the ids a test chooses (out of order, as the metastore commits
+them), and dropped. The real metastore service writes the same rows in the process tier's tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+_PG = [
+    'CREATE TABLE "DBS" ("DB_ID" bigint PRIMARY KEY, "NAME" varchar(128) UNIQUE)',
+    'CREATE TABLE "TBLS" ("TBL_ID" bigint PRIMARY KEY, "DB_ID" bigint REFERENCES "DBS", "TBL_NAME" varchar(256),'
+    ' UNIQUE ("TBL_NAME", "DB_ID"))',
+    'CREATE TABLE "PARTITION_KEYS" ("TBL_ID" bigint REFERENCES "TBLS", "PKEY_NAME" varchar(128),'
+    ' "PKEY_TYPE" varchar(767), "INTEGER_IDX" bigint, PRIMARY KEY ("TBL_ID", "PKEY_NAME"))',
+    'CREATE TABLE "PARTITIONS" ("PART_ID" bigint PRIMARY KEY, "TBL_ID" bigint REFERENCES "TBLS",'
+    ' "PART_NAME" varchar(767), "CREATE_TIME" bigint, CONSTRAINT "UNIQUEPARTITION" UNIQUE ("PART_NAME", "TBL_ID"))',
+]
+_MYSQL = [
+    "CREATE TABLE DBS (DB_ID bigint PRIMARY KEY, NAME varchar(128) UNIQUE) CHARACTER SET latin1 COLLATE latin1_bin",
+    "CREATE TABLE TBLS (TBL_ID bigint PRIMARY KEY, DB_ID bigint, TBL_NAME varchar(256), UNIQUE (TBL_NAME, DB_ID))"
+    " CHARACTER SET latin1 COLLATE latin1_bin",
+    "CREATE TABLE PARTITION_KEYS (TBL_ID bigint, PKEY_NAME varchar(128), PKEY_TYPE varchar(767), INTEGER_IDX bigint,"
+    " PRIMARY KEY (TBL_ID, PKEY_NAME)) CHARACTER SET latin1 COLLATE latin1_bin",
+    "CREATE TABLE PARTITIONS (PART_ID bigint PRIMARY KEY, TBL_ID bigint,"
+    " PART_NAME varchar(767) CHARACTER SET utf8mb3 COLLATE utf8mb3_bin, CREATE_TIME bigint,"
+    " UNIQUE KEY UNIQUEPARTITION (PART_NAME, TBL_ID)) CHARACTER SET latin1 COLLATE latin1_bin",
+]
+
+
+class HiveSchema:
+    """A Hive-shaped metastore database a test writes to: tables and partitions with chosen ids."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.mysql = engine.dialect.name == "mysql"
+        with engine.begin() as conn:
+            for ddl in _MYSQL if self.mysql else _PG:
+                conn.execute(text(ddl))
+        self._tables: dict[tuple[str, str], int] = {}
+        self._dbs: dict[str, int] = {}
+
+    def _sql(self, statement: str) -> Any:
+        return text(statement.replace('"', "`") if self.mysql else statement)
+
+    def create_table(self, db: str, table: str, columns: dict[str, str]) -> None:
+        """A table with these partition columns (in order), its database created on first use."""
+        with self.engine.begin() as conn:
+            if db not in self._dbs:
+                self._dbs[db] = len(self._dbs) + 1
+                conn.execute(
+                    self._sql('INSERT INTO "DBS" ("DB_ID", "NAME") VALUES (:i, :n)'), {"i": self._dbs[db], "n": db}
+                )
+            tbl_id = self._tables[(db, table)] = len(self._tables) + 1
+            conn.execute(
+                self._sql('INSERT INTO "TBLS" ("TBL_ID", "DB_ID", "TBL_NAME") VALUES (:i, :d, :n)'),
+                {"i": tbl_id, "d": self._dbs[db], "n": table},
+            )
+            for idx, (name, kind) in enumerate(columns.items()):
+                conn.execute(
+                    self._sql(
+                        'INSERT INTO "PARTITION_KEYS" ("TBL_ID", "PKEY_NAME", "PKEY_TYPE", "INTEGER_IDX") '
+                        "VALUES (:t, :n, :k, :i)"
+                    ),
+                    {"t": tbl_id, "n": name, "k": kind, "i": idx},
+                )
+
+    def add(self, db: str, table: str, name: str, part_id: int) -> None:
+        """Commit partition ``name`` (escaped, as Hive stores it) of db.table with id ``part_id``."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                self._sql(
+                    'INSERT INTO "PARTITIONS" ("PART_ID", "TBL_ID", "PART_NAME", "CREATE_TIME") VALUES (:i, :t, :n, 0)'
+                ),
+                {"i": part_id, "t": self._tables[(db, table)], "n": name},
+            )
+
+    def drop(self, db: str, table: str, name: str) -> None:
+        """Drop partition ``name`` of db.table."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                self._sql('DELETE FROM "PARTITIONS" WHERE "TBL_ID" = :t AND "PART_NAME" = :n'),
+                {"t": self._tables[(db, table)], "n": name},
+            )
+
+    def clear_partitions(self) -> None:
+        """Drop every partition (a fresh start for the next example)."""
+        with self.engine.begin() as conn:
+            conn.execute(self._sql('DELETE FROM "PARTITIONS"'))
