@@ -110,6 +110,8 @@ class PartitionFeed:
         self.gaps: dict[int, float] = {}  # id not seen yet, at or below high_water → when it was first missed
         self.verified_at = clock()
         self.verifies = 0  # coverage dropped so far (the tests and the bench read it)
+        self._verify_next = False  # at the next plan: the feed skipped more ids than it follows (this round's
+        # answers, read in the same statement as the look-ups, still hold)
         self._tables: dict[Key, _Table] = {}
         # This round's requests: each check's text, and the exact names and prefixes asked (plan → listing).
         self._asked: dict[Key, tuple[dict[PartitionCheck, tuple[bool, str]], set[str], set[str]]] = {}
@@ -120,7 +122,7 @@ class PartitionFeed:
         """What this round's statement must read for ``requests``: the feed, and what they ask that is not covered.
         Drops the coverage first when a verify is due."""
         now = self.clock()
-        if now - self.verified_at >= self.verify_seconds:
+        if self._verify_next or now - self.verified_at >= self.verify_seconds:
             self.verify(now)
         names: list[tuple[str, str, str]] = []
         prefixes: list[tuple[str, str, str]] = []
@@ -173,7 +175,7 @@ class PartitionFeed:
         base = self.high_water if self.high_water is not None else after
         if top > base:
             if top - base - len(seen) > self.max_gaps:
-                self.verify(now)  # too many ids skipped to follow one by one: look everything up again
+                self._verify_next = True  # too many ids skipped to follow one by one: look everything up again
             else:
                 for part_id in range(base + 1, top):
                     if part_id not in seen:
@@ -182,7 +184,7 @@ class PartitionFeed:
         self.gaps = {i: t for i, t in self.gaps.items() if now - t < self.gap_seconds}
         if len(self.gaps) > self.max_gaps:
             self.gaps.clear()
-            self.verify(now)
+            self._verify_next = True
 
     def listing(self, request: ListingRequest) -> AnsweredListing:
         """``request``'s exact checks answered from the names known present, and the present names its partial
@@ -203,6 +205,7 @@ class PartitionFeed:
     def verify(self, now: float | None = None) -> None:
         """Drop every table's coverage: the next round looks every due name up again."""
         self._tables.clear()
+        self._verify_next = False
         self.verified_at = self.clock() if now is None else now
         self.verifies += 1
 
