@@ -34,16 +34,9 @@ __all__ = [
 
 S = TypeVar("S", bound=type)
 
-DEFAULT_EXEC_FIELDS: tuple[str, ...] = (
-    "poke_interval",
-    "timeout",
-    "execution_timeout",
-    "retries",
-    "retry_delay",
-    "soft_fail",
-    "exponential_backoff",
-    "max_wait",
-)
+# The exec fields' names, defaults and bounds are declared once, in exec_fields.FIELDS.
+DEFAULT_EXEC_FIELDS: tuple[str, ...] = exec_fields.NAMES
+_DEFAULT = exec_fields.DEFAULTS
 
 # Every BaseSensor subclass by class path, and those marked @smart_eligible.
 _ALL_CLASSES: dict[str, type["BaseSensor"]] = {}
@@ -89,6 +82,16 @@ class BaseSensor:
     persist_fields: ClassVar[tuple[str, ...]] = ()
     exec_fields: ClassVar[tuple[str, ...]] = DEFAULT_EXEC_FIELDS
 
+    # The exec fields as the constructor checked them (a duration in seconds), declared in exec_fields.FIELDS.
+    poke_interval: float
+    timeout: float
+    execution_timeout: float | None
+    retries: int
+    retry_delay: float
+    soft_fail: bool
+    exponential_backoff: bool
+    max_wait: float | None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _ALL_CLASSES[classpath_of(cls)] = cls
@@ -97,26 +100,21 @@ class BaseSensor:
         self,
         task_id: str,
         dag_id: str | None = None,
-        poke_interval: float | timedelta = 60,
-        timeout: float | timedelta = 7 * 24 * 3600,
-        execution_timeout: float | timedelta | None = None,
-        retries: int = 0,
-        retry_delay: float | timedelta = 300,
-        soft_fail: bool = False,
-        exponential_backoff: bool = False,
-        max_wait: float | timedelta | None = None,
+        poke_interval: float | timedelta = _DEFAULT["poke_interval"],
+        timeout: float | timedelta = _DEFAULT["timeout"],
+        execution_timeout: float | timedelta | None = _DEFAULT["execution_timeout"],
+        retries: int = _DEFAULT["retries"],
+        retry_delay: float | timedelta = _DEFAULT["retry_delay"],
+        soft_fail: bool = _DEFAULT["soft_fail"],
+        exponential_backoff: bool = _DEFAULT["exponential_backoff"],
+        max_wait: float | timedelta | None = _DEFAULT["max_wait"],
     ) -> None:
+        given = locals()  # the arguments by name, before any other local: each exec field is read from it below
         self.task_id = validate_id("task_id", task_id)
         self.dag_id = None if dag_id is None else validate_id("dag_id", dag_id)
         # Bounded (exec_fields.MAX_DURATION etc.) so no stored value can overflow a worker's dates or timers.
-        self.poke_interval = exec_fields.duration("poke_interval", poke_interval)
-        self.timeout = exec_fields.duration("timeout", timeout)
-        self.execution_timeout = exec_fields.duration("execution_timeout", execution_timeout)
-        self.retries = exec_fields.retries(retries)
-        self.retry_delay = exec_fields.duration("retry_delay", retry_delay)
-        self.soft_fail = exec_fields.flag("soft_fail", soft_fail)
-        self.exponential_backoff = exec_fields.flag("exponential_backoff", exponential_backoff)
-        self.max_wait = exec_fields.duration("max_wait", max_wait)
+        for field in exec_fields.FIELDS:
+            setattr(self, field.name, field.check(given[field.name]))
 
     # -- the check -----------------------------------------------------------------------------
     def validate_fields(self, partial: bool = False) -> None:

@@ -1,4 +1,9 @@
-"""Bounds of the exec fields (how a sensor task runs), checked where a value enters and where it is read back.
+"""The exec fields (how a sensor task runs): each one's name, default and bounds, declared once in ``FIELDS``.
+
+Everything else derives from that declaration: ``BaseSensor``'s exec keyword arguments and their defaults and
+``BaseSensor.exec_fields`` (``sensors/base.py``), ``ExecSettings`` and what ``parse_exec`` fills in for a missing
+key (``smartsensor/domain/timing.py``), and the checks below, run where a value enters (a sensor's constructor)
+and where it is read back (``parse_exec``).
 
 Every duration is bounded so that no stored value can overflow a date, a timer or a sleep in a
 worker, the scheduler or a classic run: a sensor cannot be registered with one, and a row that
@@ -8,8 +13,9 @@ still holds one (written by hand or by an older version) fails alone with this m
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from smartsensor.sensors.errors import SensorDefinitionError
 
@@ -17,15 +23,48 @@ MAX_DURATION = 365 * 24 * 3600.0  # one year: longer waits are a mistake, and st
 MIN_POKE_INTERVAL = 0.1  # below this a classic run would hammer the metastore / file system
 MAX_RETRIES = 1000
 
-# field -> (lowest allowed, None allowed)
-DURATION_FIELDS: dict[str, tuple[float, bool]] = {
-    "poke_interval": (MIN_POKE_INTERVAL, False),
-    "timeout": (0.0, False),
-    "execution_timeout": (0.0, True),
-    "retry_delay": (0.0, False),
-    "max_wait": (MIN_POKE_INTERVAL, True),
-}
-FLAG_FIELDS = ("soft_fail", "exponential_backoff")
+
+@dataclass(frozen=True)
+class ExecField:
+    """One exec field: its name, its default (what a sensor given no value stores in exec_dict, and what
+    ``parse_exec`` takes for a missing key) and its kind: a ``duration`` in seconds between ``low`` and
+    MAX_DURATION (None allowed when ``nullable``), the ``retries`` count (0..MAX_RETRIES) or a True/False
+    ``flag``."""
+
+    name: str
+    default: Any
+    kind: Literal["duration", "retries", "flag"]
+    low: float = 0.0
+    nullable: bool = False
+
+    def check(self, value: Any) -> Any:
+        """``value`` within this field's bounds (a duration as seconds), or SensorDefinitionError naming it."""
+        if self.kind == "duration":
+            return duration(self.name, value)
+        if self.kind == "retries":
+            return retries(value)
+        return flag(self.name, value)
+
+
+# The one declaration, in BaseSensor's keyword order. Defaults are written as a DAG file would give them (int
+# seconds): they are stored as given, so changing one's type would change the stored exec_dict text.
+FIELDS: tuple[ExecField, ...] = (
+    ExecField("poke_interval", 60, "duration", low=MIN_POKE_INTERVAL),
+    ExecField("timeout", 7 * 24 * 3600, "duration"),
+    ExecField("execution_timeout", None, "duration", nullable=True),
+    ExecField("retries", 0, "retries"),
+    ExecField("retry_delay", 300, "duration"),
+    ExecField("soft_fail", False, "flag"),
+    ExecField("exponential_backoff", False, "flag"),
+    ExecField("max_wait", None, "duration", low=MIN_POKE_INTERVAL, nullable=True),
+)
+BY_NAME: dict[str, ExecField] = {f.name: f for f in FIELDS}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+
+# Derived views, by kind. field -> (lowest allowed, None allowed)
+DURATION_FIELDS: dict[str, tuple[float, bool]] = {f.name: (f.low, f.nullable) for f in FIELDS if f.kind == "duration"}
+FLAG_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind == "flag")
 
 
 def duration(name: str, value: Any) -> float | None:
@@ -63,13 +102,8 @@ def flag(name: str, value: Any) -> bool:
 
 def exec_value(name: str, value: Any) -> Any:
     """Validate one stored or given exec field value by its name (unknown names pass unchanged)."""
-    if name in DURATION_FIELDS:
-        return duration(name, value)
-    if name == "retries":
-        return retries(value)
-    if name in FLAG_FIELDS:
-        return flag(name, value)
-    return value
+    field = BY_NAME.get(name)
+    return value if field is None else field.check(value)
 
 
 def _short(value: Any) -> str:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import Any
 
 from smartsensor.domain.states import State
 from smartsensor.sensors import exec_fields
@@ -15,18 +16,25 @@ from smartsensor.sensors.errors import SensorDefinitionError
 DEFAULT_MAX_WAIT = 3600.0
 
 
+def _default(name: str) -> Any:
+    """An exec field's declared default (smartsensor.sensors.exec_fields.FIELDS); a duration as float seconds."""
+    field = exec_fields.BY_NAME[name]
+    return float(field.default) if field.kind == "duration" and field.default is not None else field.default
+
+
 @dataclass(frozen=True)
 class ExecSettings:
-    """How a sensor task runs, as stored in exec_dict."""
+    """How a sensor task runs, as stored in exec_dict: one attribute per exec field, each with the default its
+    declaration gives it (smartsensor.sensors.exec_fields.FIELDS, the same names in the same order)."""
 
-    poke_interval: float = 60.0
-    timeout: float = 7 * 24 * 3600.0
-    execution_timeout: float | None = None
-    retries: int = 0
-    retry_delay: float = 300.0
-    soft_fail: bool = False
-    exponential_backoff: bool = False
-    max_wait: float | None = None
+    poke_interval: float = _default("poke_interval")
+    timeout: float = _default("timeout")
+    execution_timeout: float | None = _default("execution_timeout")
+    retries: int = _default("retries")
+    retry_delay: float = _default("retry_delay")
+    soft_fail: bool = _default("soft_fail")
+    exponential_backoff: bool = _default("exponential_backoff")
+    max_wait: float | None = _default("max_wait")
 
     @property
     def time_limit(self) -> float:
@@ -65,7 +73,7 @@ def parse_exec(exec_dict: str | None) -> ExecSettings:
         raise BadExecSettings("exec_dict is not a JSON object")
     known = {}
     for name, value in data.items():
-        if name in ExecSettings.__dataclass_fields__:
+        if name in exec_fields.BY_NAME:
             try:
                 known[name] = exec_fields.exec_value(name, value)
             except SensorDefinitionError as exc:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    not_,
     or_,
     select,
     text,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     update,
 )
 
+from smartsensor.adapters.sql.tasks import in_range
 from smartsensor.domain.states import State
 from smartsensor.schema.models import WAITING_PREDICATE, TaskInstance, Worker, WorkerRound
 
@@ -89,9 +91,7 @@ def waiting_by_range(conn: Connection, ranges: Sequence[tuple[int, int]]) -> Wai
     Aggregated in the database, never a row per task: len(ranges) + 2 rows at most. 1 statement, one scan: the
     waiting tasks grouped by (range, hashcode), a CASE over the ranges giving the range (``p``, one row per
     distinct check of a range), then ``p`` grouped by range UNION ALL ``p`` as a whole."""
-    whens = [
-        (and_(TI.c.shardcode >= _int(lo), TI.c.shardcode < _int(hi)), _int(i)) for i, (lo, hi) in enumerate(ranges)
-    ]
+    whens = [(and_(*in_range(_int(lo), _int(hi))), _int(i)) for i, (lo, hi) in enumerate(ranges)]
     rng = case(*whens, else_=_int(-1)) if whens else None  # GROUP BY -1 would name a column: no range, no key
     p = (
         select((_int(-1) if rng is None else rng).label("rng"), TI.c.hashcode, func.count().label("n"))
@@ -124,7 +124,7 @@ def stranded_count(conn: Connection, limit: int) -> int:
         .select_from(TI)
         .where(
             TI.c.state.in_([*State.SMART_WAITING, State.UP_FOR_RETRY]),
-            or_(TI.c.shardcode.is_(None), TI.c.shardcode < 0, TI.c.shardcode >= limit),
+            or_(TI.c.shardcode.is_(None), not_(and_(*in_range(0, limit)))),
         )
     ).scalar_one()
 

@@ -55,8 +55,10 @@ def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
     return TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2]
 
 
-def _in_range(shard_min: int, shard_max: int) -> tuple[Any, Any]:
-    """The WHERE terms of a shard range [shard_min, shard_max)."""
+def in_range(shard_min: Any, shard_max: Any) -> tuple[Any, Any]:
+    """The WHERE terms of a shard range [shard_min, shard_max): lower bound inclusive, upper exclusive; a NULL
+    shardcode is in no range. The one spelling of the range predicate (``status`` uses it too); the bounds are
+    ints (bound parameters) or SQL expressions."""
     return TI.c.shardcode >= shard_min, TI.c.shardcode < shard_max
 
 
@@ -75,13 +77,7 @@ def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any
 
 def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> dict[str, Any] | None:
     """One task instance by primary key (1 statement)."""
-    row = (
-        conn.execute(
-            select(TI).where(TI.c.dag_id == dag_id, TI.c.task_id == task_id, TI.c.execution_date == execution_date)
-        )
-        .mappings()
-        .first()
-    )
+    row = conn.execute(select(TI).where(*_is_task((dag_id, task_id, execution_date)))).mappings().first()
     return dict(row) if row else None
 
 
@@ -108,13 +104,7 @@ def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
 def reset_task(conn: Connection, row: dict[str, Any]) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
     values = {k: v for k, v in row.items() if k not in ("dag_id", "task_id", "execution_date")}
-    conn.execute(
-        update(TI)
-        .where(
-            TI.c.dag_id == row["dag_id"], TI.c.task_id == row["task_id"], TI.c.execution_date == row["execution_date"]
-        )
-        .values(**values)
-    )
+    conn.execute(update(TI).where(*_is_task((row["dag_id"], row["task_id"], row["execution_date"]))).values(**values))
 
 
 def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
@@ -172,7 +162,7 @@ def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[Waiti
         select(*cols)
         .where(
             TI.c.state.in_(State.SMART_WAITING),
-            *_in_range(shard_min, shard_max),
+            *in_range(shard_min, shard_max),
         )
         .execution_options(yield_per=LOAD_BATCH)
     )  # on the statement: a connection's options outlive the query
@@ -190,7 +180,7 @@ def _start_pending(shard_min: int, shard_max: int, now: datetime, hostname: str,
     return _fenced(
         update(TI).where(
             TI.c.state == State.SMART_PENDING,
-            *_in_range(shard_min, shard_max),
+            *in_range(shard_min, shard_max),
         ),
         fence,
         now,
@@ -227,7 +217,7 @@ def mark_hashes(
             _fenced(
                 update(TI).where(
                     TI.c.hashcode.in_(list(chunk)),
-                    *_in_range(shard_min, shard_max),
+                    *in_range(shard_min, shard_max),
                     TI.c.state.in_(State.SMART_WAITING),
                 ),
                 fence,
@@ -259,7 +249,7 @@ def mark_check(
                 TI.c.hashcode == check[0],
                 TI.c.classpath == check[1],
                 TI.c.attr_dict == check[2],
-                *_in_range(shard_min, shard_max),
+                *in_range(shard_min, shard_max),
                 TI.c.state.in_(State.SMART_WAITING),
             ),
             fence,
@@ -301,7 +291,7 @@ def end_cohorts(
                     tuple_(
                         TI.c.hashcode, TI.c.classpath, TI.c.attr_dict, exec_dict, TI.c.start_date, TI.c.try_number
                     ).in_(list(chunk)),
-                    *_in_range(shard_min, shard_max),
+                    *in_range(shard_min, shard_max),
                     TI.c.state == State.SMART_RUNNING,
                 ),
                 fence,
@@ -341,7 +331,7 @@ def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> Co
             .where(
                 text(WAITING_PREDICATE),
                 TI.c.state == State.SMART_RUNNING,
-                *_in_range(shard_min, shard_max),
+                *in_range(shard_min, shard_max),
             )
             .group_by(*_COHORT_COLUMNS)
         )
@@ -360,7 +350,7 @@ def adopt_unstarted(
                 update(TI).where(
                     text(WAITING_PREDICATE),
                     TI.c.state == State.SMART_RUNNING,
-                    *_in_range(shard_min, shard_max),
+                    *in_range(shard_min, shard_max),
                     TI.c.start_date.is_(None),
                 ),
                 fence,
@@ -385,7 +375,7 @@ def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: dat
             .where(
                 text(RUNNING_PREDICATE),
                 TI.c.updated_at >= since,
-                *_in_range(shard_min, shard_max),
+                *in_range(shard_min, shard_max),
                 TI.c.start_date.is_not(None),
                 or_(TI.c.hostname.is_(None), TI.c.hostname != starter, TI.c.updated_at != TI.c.start_date),
             )
