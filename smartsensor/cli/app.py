@@ -168,7 +168,7 @@ def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
         stream=sys.stderr,
     )
     if not verbose:
-        for noisy in ("py4j", "apscheduler", "alembic"):
+        for noisy in ("py4j", "alembic"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     ctx.obj = App(config_path, verbose)
 

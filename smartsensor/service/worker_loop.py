@@ -1,5 +1,5 @@
-"""A worker process's loop over a ``runner.Runner``: timer rounds (APScheduler), lease heartbeats, wake-up rounds
-for landing signals and new tasks, and a clean stop on SIGTERM/SIGINT or a dead Spark JVM.
+"""A worker process's loop over a ``runner.Runner``: timer rounds, lease heartbeats, wake-up rounds for landing
+signals and new tasks, and a clean stop on SIGTERM/SIGINT or a dead Spark JVM.
 
 N worker processes are started and restarted by ``service.supervisor``.
 """
@@ -9,17 +9,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from datetime import datetime
+import time
 from typing import Any, Callable
-
-from apscheduler.schedulers import SchedulerNotRunningError
-from apscheduler.schedulers.blocking import BlockingScheduler
 
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.round.report import RoundResult
-from smartsensor.service.runner import LeasedWorker, RoundMetrics, Runner
+from smartsensor.service.runner import RoundMetrics, Runner
 from smartsensor.service.signals import listen_for_signals
 
 log = logging.getLogger(__name__)
@@ -72,10 +69,11 @@ class WorkerLoop:
     """Rounds every ``interval`` seconds until a stop is requested (or one round with ``once``).
 
     ``start`` runs the loop and returns its exit status; ``tick`` is one timer round; ``beat`` one lease heartbeat;
-    ``stop`` ends the loop after the round under way. Leases are renewed every ``heartbeat_interval`` by their own
-    job (with ``once``, by a thread during the round). APScheduler's max_instances=1 means an overrunning round
-    makes the next one wait, never overlap. A landing signal, or new pending tasks (PostgreSQL), run a wake-up
-    round at once in their own thread (``WakeUps``): neither waits for a timer round.
+    ``stop`` ends the loop after the round under way. The loop is a plain wait between rounds, no scheduler: a
+    round that overruns its interval is followed by the next at once, never overlapped. Leases are renewed every
+    ``heartbeat_interval`` by a thread of their own, during a round too (a round longer than lease_timeout keeps
+    them). A landing signal, or new pending tasks (PostgreSQL), run a wake-up round at once in their own thread
+    (``WakeUps``): neither waits for a timer round. ``once`` is one pass of the same loop, without the wake-ups.
 
     The exit status is 0 after a requested stop, or EXIT_SPARK_DIED when the Spark driver JVM died: the worker
     then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM, instead of
@@ -98,12 +96,11 @@ class WorkerLoop:
         self.runner, self.engine, self.cfg, self.interval, self.once = runner, engine, cfg, interval, once
         self.emit, self.metrics, self.signals, self.jvm_exit_code = emit, metrics, signals, jvm_exit_code
         self.status = 0
-        # A signal handler only raises this flag; a thread does the stopping. The handler runs in the main thread
-        # between two bytecodes, possibly inside APScheduler's submit() while it holds the executor's lock, which
-        # shutdown() takes again: stopping from the handler itself deadlocked a worker killed mid-submit.
+        # A signal handler only raises this flag, which no lock of the main thread guards (a handler runs in the
+        # main thread between two bytecodes: setting an Event the main thread waits on could deadlock on that
+        # Event's own lock); the stop-watch thread turns it into ``stop``.
         self.stop_requested = stop_event or threading.Event()
-        self.stopping = threading.Event()  # set once the loop is ending: the helper threads end with it
-        self.scheduler = BlockingScheduler()
+        self.stopping = threading.Event()  # the loop is ending: no next round; the helper threads end with it
 
     def beat(self) -> None:
         """One lease heartbeat; a failure (a DB outage) is logged: leases lapse, writes are fenced, we retry."""
@@ -114,9 +111,6 @@ class WorkerLoop:
 
     def tick(self) -> None:
         """One timer round: report it; stop the worker if it shows that the Spark JVM died."""
-        if self.stopping.is_set():  # a stop that came between the last check and the scheduler's start
-            self._shutdown()
-            return
         results = self.runner.rounds()
         for result in results:
             if self.metrics is not None:
@@ -128,69 +122,46 @@ class WorkerLoop:
 
     def stop(self) -> None:
         """End the loop after the round under way (idempotent)."""
-        if self.stopping.is_set():
-            return
         self.stopping.set()
-        self._shutdown()
 
     def start(self) -> int:
-        """Run until stopped; returns the exit status."""
-        if self.once:
-            return self._once()
-        # An overrunning round makes the next tick skip (max_instances=1): expected, not worth a warning each time.
-        logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
-        logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
-        threading.Thread(target=self._watch_stop_requests, name="stop-watch", daemon=True).start()
-        # Handlers before the first lease claim: a SIGTERM right after it must still release the leases.
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal_to_stop)
-            signal.signal(signal.SIGINT, self._on_signal_to_stop)
+        """Run until stopped (one round with ``once``); returns the exit status."""
+        if not self.once:
+            threading.Thread(target=self._watch_stop_requests, name="stop-watch", daemon=True).start()
+            # Handlers before the first lease claim: a SIGTERM right after it must still release the leases.
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self._on_signal_to_stop)
+                signal.signal(signal.SIGINT, self._on_signal_to_stop)
         self.beat()
-        self.scheduler.add_job(
-            self.tick,
-            "interval",
-            id="round",
-            seconds=self.interval,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=max(1, int(self.interval)),
-            next_run_time=_now(),
-        )
-        if isinstance(self.runner, LeasedWorker):
-            hb = self.cfg.get("smart_sensor", "heartbeat_interval")
-            self.scheduler.add_job(
-                self.beat,
-                "interval",
-                id="heartbeat",
-                seconds=hb,
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=max(1, int(hb)),
-            )
-        if self.signals:
-            self._start_wake_ups()
-        if not self.stopping.is_set():
-            self.scheduler.start()
-        self.stopping.set()
-        self.runner.stop()
-        return self.status
-
-    def _once(self) -> int:
-        """One round, renewing the leases during it too: a round longer than lease_timeout keeps them."""
-        self.beat()
-        round_over = threading.Event()
         interval = self.cfg.get("smart_sensor", "heartbeat_interval")
         beating = threading.Thread(
-            target=_beat_until, args=(self.beat, interval, round_over), name="heartbeat", daemon=True
+            target=_beat_until, args=(self.beat, interval, self.stopping), name="heartbeat", daemon=True
         )
         beating.start()
+        if self.signals and not self.once:
+            self._start_wake_ups()
+        try:
+            while not self.stopping.is_set():
+                started = time.monotonic()
+                self._round()
+                if self.once:
+                    break
+                self.stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            self.stopping.set()
+            beating.join()
+            self.runner.stop(keep_rounds=self.once)
+        return self.status
+
+    def _round(self) -> None:
+        """One timer round; in the loop a failure is logged and the next round comes (``once``: it is raised)."""
+        if self.once:
+            self.tick()
+            return
         try:
             self.tick()
-        finally:
-            round_over.set()
-            beating.join()
-            self.runner.stop(keep_rounds=True)
-        return self.status
+        except Exception:
+            log.exception("round failed")
 
     def _start_wake_ups(self) -> None:
         wake_ups = WakeUps(self.runner, self.emit)
@@ -220,27 +191,18 @@ class WorkerLoop:
         self.status = EXIT_SPARK_DIED
         return True
 
-    def _shutdown(self) -> None:
-        try:
-            self.scheduler.shutdown(wait=False)
-        except SchedulerNotRunningError:  # not started yet: the start is skipped, or its first tick stops it
-            pass
-
     def _on_signal_to_stop(self, signum: int, _frame: object) -> None:
         self.stop_requested.set()
 
     def _watch_stop_requests(self) -> None:
-        self.stop_requested.wait()
+        while not self.stop_requested.wait(1.0):
+            if self.stopping.is_set():
+                return
         log.info("stop requested: stopping after the current round")
         self.stop()
 
 
 def _beat_until(beat: Callable[[], None], interval: float, done: threading.Event) -> None:
-    """Call ``beat`` every ``interval`` seconds until ``done`` (`worker --once`'s heartbeat during its round)."""
+    """Call ``beat`` every ``interval`` seconds until ``done``."""
     while not done.wait(interval):
         beat()
-
-
-def _now() -> datetime:
-    """Aware local time, as APScheduler wants for next_run_time."""
-    return datetime.now().astimezone()
