@@ -10,7 +10,7 @@ from smartsensor.domain.keys import Fence
 
 
 def lease_held(row: dict[str, Any], now: datetime) -> bool:
-    """The one lease-expiry rule (the SQL twin is ``adapters.sql.leases.free_or_expired``): a lease row is held while
+    """The one lease-expiry rule (the SQL twin is ``adapters.sql.leases._free_or_expired``): a lease row is held while
     it has an owner and an expiry still in the future; otherwise anyone may claim it."""
     return row["owner"] is not None and row["expires_at"] is not None and row["expires_at"] > now
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -23,8 +21,7 @@ from smartsensor.sensors.checks import PathCheck
 from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.service.round.poke import catalog_answerer
 from tests.support.catalog_cases import CASES, DB
-from tests.support.common import ROOT
-from tests.support.metastore_service import service_fixture, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import run_spark, service_fixture, spark_env  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -45,16 +42,7 @@ print(json.dumps([outcome(answers[c]) for c, _ in CASES]), flush=True)
 @pytest.fixture(scope="module")
 def spark_answers(service: Config) -> list[Any]:
     """Land the tables through Spark on the service and answer every case with the spark backend."""
-    proc = subprocess.run(
-        [sys.executable, "-c", SPARK_SIDE],
-        env=spark_env(service),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(run_spark(service, SPARK_SIDE).strip().splitlines()[-1])
 
 
 def thrift(service: Config, timeout: float = 5.0, parallelism: int = 1) -> ThriftCatalog:

@@ -6,8 +6,6 @@ one statement per round."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.service.registration import register
 from tests.support.catalog_cases import CASES, DB, outcome
 from tests.support.common import DAY, ROOT, make_cfg
-from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture, spark_env  # noqa: F401
+from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture, run_spark, spark_env  # noqa: F401
 from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -59,10 +57,7 @@ def landed(request: pytest.FixtureRequest) -> tuple[Config, str]:
     """The matrix's tables and partitions, landed through Spark on the service on PostgreSQL, then MySQL."""
     started: tuple[Config, str] = request.getfixturevalue(DATABASES[request.param][0])
     service, _ = started
-    proc = subprocess.run(
-        [sys.executable, "-c", LAND], env=spark_env(service), cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_spark(service, LAND)
     return started
 
 
@@ -108,16 +103,7 @@ def test_following_the_feed_answers_the_matrix_and_sees_what_the_service_adds(la
         assert (first.schema_calls, catalog.statements) == (1, 3)  # the types, then a statement per check_all
         assert answers(BatchChecker(lister=catalog)) == expected
         assert catalog.statements == 5  # the feed, and the two missing tables' types again
-        add = ADD.format(sql=f"ALTER TABLE {DB}.empty ADD PARTITION (ds='arrives')")
-        proc = subprocess.run(
-            [sys.executable, "-c", add],
-            env=spark_env(service),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        run_spark(service, ADD.format(sql=f"ALTER TABLE {DB}.empty ADD PARTITION (ds='arrives')"))
         after = BatchChecker(lister=catalog)
         assert after.check_all([arrives]) == {arrives: True}
         assert (after.schema_calls, after.catalog_calls, catalog.statements) == (0, 1, 6)

@@ -9,8 +9,6 @@ run and one Spark subprocess (~8 s). The driver and database errors need no JVM.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,7 @@ from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.config import Config
 from tests.support.catalog_cases import CASES, DB, ODD_VALUES, outcome
-from tests.support.common import ROOT
-from tests.support.metastore_service import pg_service_fixture, service_cfg, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import pg_service_fixture, run_spark, service_cfg, spark_env  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -68,10 +65,7 @@ def sql(url: str, statement: str, **params: Any) -> list[tuple[Any, ...]]:
 def landed(pg_service: tuple[Config, str]) -> tuple[Config, str]:
     """The shared catalog cases' tables and partitions, created through Spark on the PostgreSQL-backed service."""
     cfg, _ = pg_service
-    proc = subprocess.run(
-        [sys.executable, "-c", LAND], env=spark_env(cfg), cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_spark(cfg, LAND)
     return pg_service
 
 

@@ -17,7 +17,7 @@ from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, S
 from smartsensor.service.registration import register
 from tests.support.catalog_cases import DB, SETUP
 from tests.support.common import DAY, ROOT, make_cfg
-from tests.support.metastore_service import service_fixture, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import run_spark, service_fixture, spark_env  # noqa: F401 - fixture
 from tests.support.proc_helpers import cli_env
 
 pytestmark = pytest.mark.slow
@@ -58,10 +58,7 @@ def descendants(pid: int) -> list[tuple[int, str]]:
 
 def test_worker_on_thrift_backend_starts_no_jvm(service: Config, tmp_path: Path) -> None:
     assert SETUP  # tables, partitions (typed int/date, escaped values) landed through Spark, elsewhere
-    land = subprocess.run(
-        [sys.executable, "-c", LAND], env=spark_env(service), cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert land.returncode == 0, land.stderr[-3000:]
+    run_spark(service, LAND)
 
     home, db_url = tmp_path / "home", f"sqlite:///{tmp_path}/w.db"
     uris = service.get("spark", "metastore_uris")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -47,6 +49,16 @@ def spark_env(cfg: Config) -> dict[str, str]:
         SMARTSENSOR__SPARK__CONF="spark.driver.memory=512m",
     )
     return env
+
+
+def run_spark(cfg: Config, code: str) -> str:
+    """Run ``code`` in a Python subprocess with Spark's environment for the service of ``cfg`` (``spark_env``);
+    assert it succeeded and return its standard output."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=spark_env(cfg), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 @pytest.fixture(scope="module", name="service")
