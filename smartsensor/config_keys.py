@@ -273,7 +273,7 @@ KEYS: tuple[Key, ...] = (
         "600",
         parse_float,
         "Following the feed: seconds between full look-ups of every due partition, which also see partitions "
-        "dropped and tables re-created since (until then a dropped partition still counts as present).",
+        "dropped or renamed and tables re-created since (until then a dropped partition still counts as present).",
         bounds=(1, 7 * 24 * 3600),
     ),
     Key(
