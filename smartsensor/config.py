@@ -12,6 +12,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 from urllib.parse import quote, unquote, urlsplit
 
@@ -25,12 +26,14 @@ from smartsensor.config_keys import (
     parse_int,
     parse_list,
 )
+from smartsensor.config_settings import Settings
 
 __all__ = [
     "Config",
     "ConfigError",
     "ENV_PREFIX",
     "MetastoreDatabase",
+    "Settings",
     "ShardRange",
     "config_location",
     "even_shard_ranges",
@@ -171,15 +174,25 @@ def parse_metastore_database(raw: str) -> MetastoreDatabase | None:
     return MetastoreDatabase(host=host, port=port, database=database, user=user, password=password, kind=kind)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
-    """Effective configuration: typed values plus where they came from."""
+    """Effective configuration: typed values plus where they came from.
 
-    values: dict[tuple[str, str], Any]
+    Code reads a setting as an attribute of ``settings`` (``cfg.settings.smart_sensor.poke_interval``), typed and
+    checked by mypy; ``get(section, name)`` is the same value by name. Both are built once, by ``load_config``,
+    from one store: the Config is frozen and ``values`` is read-only, so they cannot disagree."""
+
+    values: Mapping[tuple[str, str], Any]
     home: Path
     path: Path
     file_found: bool
     warnings: list[str] = field(default_factory=list)
+    settings: Settings = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        values = MappingProxyType(dict(self.values))
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "settings", Settings.build(values))
 
     def get(self, section: str, name: str) -> Any:
         return self.values[(section, name)]
@@ -187,47 +200,47 @@ class Config:
     # Short names for the keys used everywhere.
     @property
     def sql_alchemy_conn(self) -> str:
-        return self.get("core", "sql_alchemy_conn")
+        return self.settings.core.sql_alchemy_conn
 
     @property
     def use_smart_sensor(self) -> bool:
-        return self.get("smart_sensor", "use_smart_sensor")
+        return self.settings.smart_sensor.use_smart_sensor
 
     @property
     def shard_code_upper_limit(self) -> int:
-        return self.get("smart_sensor", "shard_code_upper_limit")
+        return self.settings.smart_sensor.shard_code_upper_limit
 
     @property
     def sensors_enabled(self) -> list[str]:
-        return self.get("smart_sensor", "sensors_enabled")
+        return self.settings.smart_sensor.sensors_enabled
 
     @property
     def sensor_modules(self) -> list[str]:
-        return self.get("smart_sensor", "sensor_modules")
+        return self.settings.smart_sensor.sensor_modules
 
     @property
     def poke_interval(self) -> float:
-        return self.get("smart_sensor", "poke_interval")
+        return self.settings.smart_sensor.poke_interval
 
     @property
     def convergence_bound(self) -> float:
         """Seconds within which a worker's index holds every waiting task of its ranges, whoever made it wait:
         one reconciliation plus one round. `status` calls a task stuck past this bound."""
-        return self.get("smart_sensor", "reconcile_interval") + self.poke_interval
+        return self.settings.smart_sensor.reconcile_interval + self.poke_interval
 
     @property
     def shard_ranges(self) -> list[ShardRange]:
-        raw = self.get("smart_sensor", "shard_ranges")
+        raw = self.settings.smart_sensor.shard_ranges
         limit = self.shard_code_upper_limit
         if raw:
             return parse_shard_ranges(raw, limit)
-        return even_shard_ranges(self.get("smart_sensor", "shards"), limit)
+        return even_shard_ranges(self.settings.smart_sensor.shards, limit)
 
     @property
     def catalog_backend(self) -> str:
         """'thrift', 'spark' or 'metastore_db': ``[smart_sensor] catalog_backend`` with auto resolved."""
-        backend = self.get("smart_sensor", "catalog_backend").lower()
-        uris = self.get("spark", "metastore_uris")
+        backend = self.settings.smart_sensor.catalog_backend.lower()
+        uris = self.settings.spark.metastore_uris
         if backend not in CATALOG_BACKENDS:
             raise ConfigError(
                 f"[smart_sensor] catalog_backend must be one of {', '.join(CATALOG_BACKENDS)}, got {_shown(backend)}"
@@ -239,7 +252,7 @@ class Config:
                 "catalog is reachable through Spark only (catalog_backend = spark or auto)"
             )
         if backend == "metastore_db":
-            url = self.get("catalog", "metastore_db_url")
+            url = self.settings.catalog.metastore_db_url
             if not url.startswith(("postgresql://", "postgresql+psycopg2://", "mysql://", "mysql+pymysql://")):
                 raise ConfigError(
                     "[smart_sensor] catalog_backend = metastore_db needs [catalog] metastore_db_url, the metastore's "
@@ -256,7 +269,7 @@ class Config:
     def metastore_uris(self) -> list[tuple[str, int]]:
         """``[spark] metastore_uris`` as (host, port) pairs, in order."""
         out = []
-        for item in (i.strip() for i in self.get("spark", "metastore_uris").split(",")):
+        for item in (i.strip() for i in self.settings.spark.metastore_uris.split(",")):
             if not item:
                 continue
             try:
@@ -272,12 +285,12 @@ class Config:
     @property
     def metastore_database(self) -> MetastoreDatabase | None:
         """``[metastore] database_url`` parsed; None means embedded Derby under the home folder."""
-        return parse_metastore_database(self.get("metastore", "database_url"))
+        return parse_metastore_database(self.settings.metastore.database_url)
 
     def spark_conf(self) -> dict[str, str]:
         """Extra ``[spark] conf`` pairs as a dict."""
         out: dict[str, str] = {}
-        for item in self.get("spark", "conf"):
+        for item in self.settings.spark.conf:
             if "=" not in item:
                 raise ConfigError(f"[spark] conf: {item!r} is not key=value")
             k, v = item.split("=", 1)
@@ -372,15 +385,15 @@ def _validate(cfg: Config) -> None:
         if not low <= value <= high:
             raise ConfigError(f"[{section}] {name} must be between {low:.10g} and {high:.10g}, got {_shown(value)}")
     cfg.shard_ranges  # noqa: B018 - read to validate: raises ConfigError naming the offending range
-    hb, lease = cfg.get("smart_sensor", "heartbeat_interval"), cfg.get("smart_sensor", "lease_timeout")
+    hb, lease = cfg.settings.smart_sensor.heartbeat_interval, cfg.settings.smart_sensor.lease_timeout
     if hb <= 0 or lease <= hb:
         raise ConfigError(f"[smart_sensor] lease_timeout ({lease}) must be greater than heartbeat_interval ({hb}) > 0")
-    beat, zombie = cfg.get("scheduler", "task_heartbeat_interval"), cfg.get("scheduler", "zombie_threshold")
+    beat, zombie = cfg.settings.scheduler.task_heartbeat_interval, cfg.settings.scheduler.zombie_threshold
     if beat <= 0 or zombie < 2 * beat:
         raise ConfigError(
             f"[scheduler] zombie_threshold ({zombie}) must be at least twice task_heartbeat_interval ({beat}) > 0"
         )
-    interval, retention = cfg.get("api", "history_interval"), cfg.get("api", "history_retention")
+    interval, retention = cfg.settings.api.history_interval, cfg.settings.api.history_retention
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()

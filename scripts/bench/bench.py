@@ -318,7 +318,7 @@ def strategies(
 ) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
     """Each strategy as one round over fresh workers (classic is sampled separately)."""
     timeout, triggerer_sample, limit = (
-        cfg.get("smart_sensor", "metastore_timeout"),
+        cfg.settings.smart_sensor.metastore_timeout,
         args.triggerer_sample,
         cfg.shard_code_upper_limit,
     )
@@ -1149,7 +1149,7 @@ def make_listers(
     cfg: Any, metastore_db: tuple[str, str] | None, service_pid: int | None, args: argparse.Namespace
 ) -> Listers:
     """The run's catalog clients; metastore-db and the metastore database's load only on PostgreSQL (skips said)."""
-    timeout = cfg.get("smart_sensor", "metastore_timeout")
+    timeout = cfg.settings.smart_sensor.metastore_timeout
     listers = Listers(
         thrift=ThriftCatalog(cfg.metastore_uris, timeout),
         parallel=ThriftCatalog(cfg.metastore_uris, timeout, parallelism=args.catalog_parallelism),

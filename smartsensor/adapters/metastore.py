@@ -69,7 +69,7 @@ class MetastoreStatus:
 
 def thrift_uri(cfg: Config) -> str:
     """``thrift://host:port`` of the service, the value for ``[spark] metastore_uris``."""
-    return f"thrift://{cfg.get('metastore', 'host')}:{cfg.get('metastore', 'port')}"
+    return f"thrift://{cfg.settings.metastore.host}:{cfg.settings.metastore.port}"
 
 
 def _database(cfg: Config) -> str:
@@ -78,7 +78,7 @@ def _database(cfg: Config) -> str:
 
 
 def _address(cfg: Config) -> tuple[str, int]:
-    return cfg.get("metastore", "host"), cfg.get("metastore", "port")
+    return cfg.settings.metastore.host, cfg.settings.metastore.port
 
 
 def _log_tail(cfg: Config, offset: int = 0, lines: int = LOG_TAIL_LINES) -> str:
@@ -136,7 +136,7 @@ def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -
     """The service's command line. On PostgreSQL the connection settings (password included) are not on it:
     they are in the hive-site.xml of the folder put first on the classpath (``metastore_pg.write_hive_site``)."""
     home = service_dir(cfg)
-    warehouse = Path(cfg.get("spark", "warehouse_dir")).expanduser()
+    warehouse = Path(cfg.settings.spark.warehouse_dir).expanduser()
     hiveconf = {
         # Without this, Hive's async logging needs LMAX disruptor, which pyspark does not ship.
         "hive.async.log.enabled": "false",
@@ -144,7 +144,7 @@ def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -
         "hive.metastore.warehouse.dir": str(warehouse),
     }
     jvm = [
-        *shlex.split(cfg.get("metastore", "java_opts")),
+        *shlex.split(cfg.settings.metastore.java_opts),
         # Hive's log4j2 file otherwise writes ${java.io.tmpdir}/${user.name}/hive.log.
         "-Dhive.root.logger=console",
         f"-Dhive.log.dir={home}",
@@ -164,7 +164,7 @@ def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -
         # The schema exists (metastore_pg.ensure_schema): creating it here deadlocks on an empty database.
         hiveconf["datanucleus.schema.autoCreateAll"] = "false"
         classpath = [str(metastore_pg.write_hive_site(cfg, db)), *classpath, str(metastore_pg.jdbc_jar(db.kind))]
-    args = ["-p", str(cfg.get("metastore", "port"))]
+    args = ["-p", str(cfg.settings.metastore.port)]
     for key, value in hiveconf.items():
         args += ["--hiveconf", f"{key}={value}"]
     return [java, *jvm, "-cp", ":".join(classpath), MAIN_CLASS, *args]
@@ -178,7 +178,7 @@ def _prepare_database(cfg: Config, java: str, jars: Path) -> MetastoreDatabase |
         metastore_pg.remove_hive_site(cfg)
         return None
     metastore_pg.jdbc_jar(db.kind)
-    took = metastore_pg.ensure_schema(cfg, db, java, jars, cfg.get("metastore", "start_timeout"))
+    took = metastore_pg.ensure_schema(cfg, db, java, jars, cfg.settings.metastore.start_timeout)
     if took is not None:
         log.info("created the metastore schema in %s in %.1f s", db.shown, took)
     return db
@@ -230,7 +230,7 @@ def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
     """
     service_dir(cfg).mkdir(parents=True, exist_ok=True)
     host, port = _address(cfg)
-    timeout = cfg.get("metastore", "start_timeout")
+    timeout = cfg.settings.metastore.start_timeout
     with _start_lock(cfg):
         pid = read_pid(cfg)
         if pid is not None and is_our_jvm(pid):

@@ -22,7 +22,7 @@ def spark_builder_conf(cfg: Config) -> dict[str, str]:
     """The Spark settings we apply: warehouse, metastore, quiet UI, then the user's ``[spark] conf``."""
     home = cfg.home
     conf = {
-        "spark.sql.warehouse.dir": str(Path(cfg.get("spark", "warehouse_dir")).expanduser()),
+        "spark.sql.warehouse.dir": str(Path(cfg.settings.spark.warehouse_dir).expanduser()),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "1",
@@ -34,7 +34,7 @@ def spark_builder_conf(cfg: Config) -> dict[str, str]:
         "spark.hadoop.hive.metastore.client.socket.timeout": "20s",
     }
     java_opts = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
-    uris = cfg.get("spark", "metastore_uris")
+    uris = cfg.settings.spark.metastore_uris
     if uris:
         conf["spark.hadoop.hive.metastore.uris"] = uris
     else:
@@ -92,7 +92,7 @@ def get_spark(cfg: Config) -> Any:
         except ImportError as exc:
             raise SparkNotInstalled(f"{SPARK_EXTRA_HINT} ({exc})") from None
 
-        builder = SparkSession.builder.master(cfg.get("spark", "master")).appName(cfg.get("spark", "app_name"))
+        builder = SparkSession.builder.master(cfg.settings.spark.master).appName(cfg.settings.spark.app_name)
         for key, value in spark_builder_conf(cfg).items():
             builder = builder.config(key, value)
         session = builder.enableHiveSupport().getOrCreate()

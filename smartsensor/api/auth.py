@@ -27,7 +27,7 @@ SESSION_SECONDS = 12 * 3600  # how long the status page's login cookie opens the
 
 def configured_token(cfg: Config) -> str | None:
     """The API token, or None when none is configured. A token file that cannot be read is a ConfigError."""
-    path = cfg.get("api", "token_file")
+    path = cfg.settings.api.token_file
     if path:
         try:
             lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
@@ -37,7 +37,7 @@ def configured_token(cfg: Config) -> str | None:
         if not token:
             raise ConfigError(f"[api] token_file {path} is empty: write the token on its first line")
         return token
-    token = cfg.get("api", "token").strip()
+    token = cfg.settings.api.token.strip()
     return token or None
 
 

@@ -47,7 +47,7 @@ def history_lifespan(cfg: Config, engine: Engine) -> Callable[[FastAPI], Any]:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        sampler = HistorySampler(engine, cfg.get("api", "history_interval"), cfg.get("api", "history_retention"))
+        sampler = HistorySampler(engine, cfg.settings.api.history_interval, cfg.settings.api.history_retention)
         sampler.start()
         try:
             yield

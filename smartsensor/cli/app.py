@@ -57,7 +57,7 @@ class App:
         """The metadata DB engine. ``worker``: Postgres ends this process's sessions that sit idle inside
         a transaction for lease_timeout, so a paused worker cannot hold the locks survivors need."""
         if self._engine is None:
-            idle = self.cfg.get("smart_sensor", "lease_timeout") if worker else None
+            idle = self.cfg.settings.smart_sensor.lease_timeout if worker else None
             self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home)
         if require_schema:
             problem = schema_problem(current_revision(self._engine))

@@ -22,10 +22,10 @@ def serve(app: App, host: str | None, port: int | None) -> None:
     from smartsensor.api.errors import JsonErrorH11Protocol
 
     token = configured_token(app.cfg)
-    listen, warning = bind_host(host or app.cfg.get("api", "host"), token)
+    listen, warning = bind_host(host or app.cfg.settings.api.host, token)
     if warning:
         click.echo(f"WARNING: {warning}", err=True)
-    port = port or app.cfg.get("api", "port")
+    port = port or app.cfg.settings.api.port
     api = create_app(app.cfg, app.engine(), token)
     click.echo(
         f"serving http://{listen}:{port}/api/v1 and the status page at / "

@@ -25,7 +25,7 @@ def submit(app: App, file: str, execution_date: str, clear: bool, as_json: bool)
     """Register every module-level sensor in FILE for one execution date."""
     when = parse_day(execution_date)
     check_utf8("sensor file path", file)
-    sensors = load_sensor_file(file, timeout=app.cfg.get("core", "dag_file_import_timeout"))
+    sensors = load_sensor_file(file, timeout=app.cfg.settings.core.dag_file_import_timeout)
     results = register(app.engine(), sensors, when, app.cfg, clear=clear, fileloc=str(Path(file).resolve()))
     if as_json:
         click.echo(

@@ -120,7 +120,7 @@ def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
     cls = resolve_any_class(classpath, cfg.sensor_modules)
     if cls is None and row.get("fileloc"):
         try:
-            import_file(Path(row["fileloc"]), timeout=cfg.get("core", "dag_file_import_timeout"))
+            import_file(Path(row["fileloc"]), timeout=cfg.settings.core.dag_file_import_timeout)
         except DagFileError as exc:
             raise TaskRunError(f"cannot load {classpath}: {exc}") from None
         cls = resolve_any_class(classpath, cfg.sensor_modules)
@@ -170,7 +170,7 @@ def run_task(
         settings = parse_exec(row["exec_dict"])
     except BadExecSettings as exc:  # a row written by hand or an older version: it fails alone, clearly
         return run.finish(State.FAILED, error=str(exc))
-    with RunHeartbeat(engine, key, cfg.get("scheduler", "task_heartbeat_interval")):
+    with RunHeartbeat(engine, key, cfg.settings.scheduler.task_heartbeat_interval):
         return run.poke_until_done(settings)
 
 
@@ -216,7 +216,7 @@ class ClassicRun:
         self.start = row["start_date"] or datetime.utcnow()
         self.began = time.perf_counter()
         self.spark_provider = spark_provider or self._own_spark
-        self.poker = BoundedPoker(cfg.get("smart_sensor", "poke_timeout"))
+        self.poker = BoundedPoker(cfg.settings.smart_sensor.poke_timeout)
         self.checker: BatchChecker | None = None
         self.sensor: BaseSensor | None = None
         self.pokes = 0
@@ -324,7 +324,7 @@ class ClassicRun:
                     conn, self.key, state, from_states=[State.RUNNING], error=error, try_number=self.row["try_number"]
                 )
 
-        patience = self.cfg.get("scheduler", "zombie_threshold")
+        patience = self.cfg.settings.scheduler.zombie_threshold
         if not _retry_while_db_down(write, f"{self.key[0]}.{self.key[1]} -> {state}", patience, self.sleep):
             log.warning("%s.%s was changed by someone else; leaving it as it is", self.key[0], self.key[1])
             with self.engine.connect() as conn:

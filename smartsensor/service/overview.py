@@ -25,7 +25,7 @@ def collect_overview(engine: Engine, cfg: Config, now: datetime | None = None) -
     ``landings`` and the history settings (7 + 3 statements)."""
     now = now or datetime.utcnow()
     status = collect_status(engine, cfg, now)
-    interval, retention = cfg.get("api", "history_interval"), cfg.get("api", "history_retention")
+    interval, retention = cfg.settings.api.history_interval, cfg.settings.api.history_retention
     since = now - timedelta(seconds=min(retention, MAX_BUCKETS * interval))
     with engine.connect() as conn:
         samples = history_sql.load_samples(conn, since)

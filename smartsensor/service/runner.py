@@ -86,7 +86,7 @@ class LeasedWorker:
         self.engine = engine
         self.cfg = cfg
         self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
-        self.store = SqlRoundStore(engine, cfg.get("smart_sensor", "write_threads"))
+        self.store = SqlRoundStore(engine, cfg.settings.smart_sensor.write_threads)
         self.answerer = catalog_answerer(cfg, spark_provider)
         self.wake_answerer = catalog_answerer(cfg, spark_provider)  # its own metastore client: clients are not shared
         self.workers: dict[int, ShardWorker] = {}

@@ -68,7 +68,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     compare-and-set on the heartbeat read, so a run that beats in the meantime is left alone.
     """
     now = now or datetime.utcnow()
-    threshold = cfg.get("scheduler", "zombie_threshold")
+    threshold = cfg.settings.scheduler.zombie_threshold
     counts: dict[str, int] = {}
     with engine.begin() as conn:
         for row in task_sql.load_zombies(conn, now - timedelta(seconds=threshold)):
@@ -148,7 +148,7 @@ class Scheduler:
 
     def launch(self) -> int:
         """Claim and start scheduled task instances up to the parallelism limit."""
-        free = self.cfg.get("scheduler", "parallelism") - len(self.children)
+        free = self.cfg.settings.scheduler.parallelism - len(self.children)
         if free <= 0:
             return 0
         started = 0
@@ -217,8 +217,8 @@ class Scheduler:
             if once:
                 self.wait_children()
                 return
-            time.sleep(self.cfg.get("scheduler", "loop_interval"))
-        self.stop_children(grace=self.cfg.get("scheduler", "stop_grace"))
+            time.sleep(self.cfg.settings.scheduler.loop_interval)
+        self.stop_children(grace=self.cfg.settings.scheduler.stop_grace)
 
     def wait_children(self, timeout: float | None = None) -> None:
         """Wait for every launched child (``scheduler --once``)."""

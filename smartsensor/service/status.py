@@ -27,7 +27,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         rounds = status_sql.worker_rounds(conn)
         leases = lease_sql.load_leases(conn)
         live = status_sql.list_workers(conn)
-        zombie_threshold = cfg.get("scheduler", "zombie_threshold")
+        zombie_threshold = cfg.settings.scheduler.zombie_threshold
         zombies = task_sql.load_zombies(conn, now - timedelta(seconds=zombie_threshold))
         stranded = status_sql.stranded_count(conn, cfg.shard_code_upper_limit)
     shards = []
@@ -52,7 +52,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
             }
         )
     problems = round_problems(workers) + stuck_problems(stuck)
-    lease_timeout = cfg.get("smart_sensor", "lease_timeout")
+    lease_timeout = cfg.settings.smart_sensor.lease_timeout
     lease_rows = [
         {
             "shard_min": row["shard_min"],

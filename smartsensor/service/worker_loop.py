@@ -133,7 +133,7 @@ class WorkerLoop:
                 signal.signal(signal.SIGTERM, self._on_signal_to_stop)
                 signal.signal(signal.SIGINT, self._on_signal_to_stop)
         self.beat()
-        interval = self.cfg.get("smart_sensor", "heartbeat_interval")
+        interval = self.cfg.settings.smart_sensor.heartbeat_interval
         beating = threading.Thread(
             target=_beat_until, args=(self.beat, interval, self.stopping), name="heartbeat", daemon=True
         )
@@ -170,7 +170,7 @@ class WorkerLoop:
             target=listen_for_signals,
             args=(
                 self.engine,
-                self.cfg.get("smart_sensor", "signal_poll_interval"),
+                self.cfg.settings.smart_sensor.signal_poll_interval,
                 wake_ups.landed,
                 self.stopping,
                 wake_ups.pending,

@@ -68,8 +68,8 @@ class ThriftCatalog:
     def from_config(cls, cfg: Config) -> "ThriftCatalog":
         return cls(
             cfg.metastore_uris,
-            cfg.get("smart_sensor", "metastore_timeout"),
-            parallelism=cfg.get("catalog", "parallelism"),
+            cfg.settings.smart_sensor.metastore_timeout,
+            parallelism=cfg.settings.catalog.parallelism,
         )
 
     # -- connections ---------------------------------------------------------------------------------

@@ -48,14 +48,14 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
                 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
                 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 
-                url = cfg.get("catalog", "metastore_db_url")
+                url = cfg.settings.catalog.metastore_db_url
                 feed = None
-                if cfg.get("catalog", "metastore_db_feed"):
+                if cfg.settings.catalog.metastore_db_feed:
                     feed = PartitionFeed(
-                        gap_seconds=cfg.get("catalog", "metastore_db_gap_seconds"),
-                        verify_seconds=cfg.get("catalog", "metastore_db_verify_seconds"),
+                        gap_seconds=cfg.settings.catalog.metastore_db_gap_seconds,
+                        verify_seconds=cfg.settings.catalog.metastore_db_verify_seconds,
                     )
-                timeout = cfg.get("smart_sensor", "metastore_timeout")
+                timeout = cfg.settings.smart_sensor.metastore_timeout
                 catalogs.append(MetastoreDbCatalog.from_url(url, timeout, feed))
             elif not catalogs:
                 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog

@@ -91,9 +91,9 @@ class ShardWorker:
         self.worker_id = worker_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
         self.record_rounds = record_rounds
         self.incremental = incremental
-        self.rebuild_interval = timedelta(seconds=cfg.get("smart_sensor", "index_rebuild_interval"))
-        self.reconcile_interval = timedelta(seconds=cfg.get("smart_sensor", "reconcile_interval"))
-        self.reconcile_lookback = timedelta(seconds=cfg.get("smart_sensor", "reconcile_lookback"))
+        self.rebuild_interval = timedelta(seconds=cfg.settings.smart_sensor.index_rebuild_interval)
+        self.reconcile_interval = timedelta(seconds=cfg.settings.smart_sensor.reconcile_interval)
+        self.reconcile_lookback = timedelta(seconds=cfg.settings.smart_sensor.reconcile_lookback)
         self.fence: Fence | None = None
         self.index = CheckIndex()
         self._built_at: datetime | None = None  # None: rebuild the index at the next round
@@ -489,7 +489,7 @@ def run_round(
     statements_before = store.statements()
     try:
         plans = [w.plan_round(focus) for w in workers]
-        counters = poke_plans(plans, answerer, workers[0].cfg.get("smart_sensor", "poke_timeout"))
+        counters = poke_plans(plans, answerer, workers[0].cfg.settings.smart_sensor.poke_timeout)
         total = combine_results(_finish_all(workers, plans, store.write_concurrency()), ranges)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
             setattr(total, name, int(counters[name]))
