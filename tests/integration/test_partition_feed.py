@@ -19,16 +19,15 @@ from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.sql.engine import normalize_url
 from smartsensor.sensors.checks import PartitionCheck
 from tests.support.hive_schema import HiveSchema
-from tests.support.mysql import MYSQL_URL, drop_mysql_database, new_mysql_database
+from tests.support.mysql import drop_mysql_database, needs_test_mysql, new_mysql_database
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
 
-needs_mysql = pytest.mark.skipif(not MYSQL_URL, reason="needs the throwaway MariaDB of ./scripts/test.sh")
 DB = "feed_db"
 DAYS = ("2026-11-22", "2026-11-23", "2026-11-24")
 HOURS = ("0", "1", "10")
 
 
-@pytest.fixture(params=[pytest.param("postgresql", marks=needs_test_pg), pytest.param("mysql", marks=needs_mysql)])
+@pytest.fixture(params=[pytest.param("postgresql", marks=needs_test_pg), pytest.param("mysql", marks=needs_test_mysql)])
 def hive(request: pytest.FixtureRequest) -> Iterator[HiveSchema]:
     """An empty Hive-shaped metastore database with two tables: events(ds string, hr int), logs(ds string)."""
     if request.param == "mysql":

@@ -26,6 +26,8 @@ from smartsensor.service.registration import register
 from tests.support.catalog_cases import CASES, DB, outcome
 from tests.support.common import DAY, ROOT, make_cfg
 from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture, run_spark, spark_env  # noqa: F401
+from tests.support.mysql import needs_test_mysql
+from tests.support.pg import needs_test_pg
 from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -52,7 +54,10 @@ DATABASES = {
 }
 
 
-@pytest.fixture(scope="module", params=list(DATABASES))
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param("postgresql", marks=needs_test_pg), pytest.param("mysql", marks=needs_test_mysql)],
+)
 def landed(request: pytest.FixtureRequest) -> tuple[Config, str]:
     """The matrix's tables and partitions, landed through Spark on the service on PostgreSQL, then MySQL."""
     started: tuple[Config, str] = request.getfixturevalue(DATABASES[request.param][0])
@@ -168,6 +173,7 @@ def test_a_worker_on_the_database_backend_marks_its_tasks(landed: tuple[Config, 
     assert sum(r["catalog_calls"] for r in rounds) == 1, rounds  # two tables, one statement
 
 
+@needs_test_mysql
 def test_on_mysql_the_schema_has_hive_names_and_unicode_partition_columns(
     mysql_service: tuple[Config, str],
 ) -> None:

@@ -23,6 +23,7 @@ from smartsensor.adapters.metastore_process import free_port
 from smartsensor.config import Config
 from tests.support.catalog_cases import CASES, DB, ODD_VALUES, outcome
 from tests.support.metastore_service import pg_service_fixture, run_spark, service_cfg, spark_env  # noqa: F401 - fixture
+from tests.support.pg import needs_test_pg
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +70,7 @@ def landed(pg_service: tuple[Config, str]) -> tuple[Config, str]:
     return pg_service
 
 
+@needs_test_pg
 def test_the_first_start_creates_the_schema_hive_expects(pg_service: tuple[Config, str]) -> None:
     cfg, url = pg_service
     st = metastore.status(cfg)
@@ -97,6 +99,7 @@ def test_the_first_start_creates_the_schema_hive_expects(pg_service: tuple[Confi
     assert sql(url, "SELECT to_regclass('partitions'), to_regclass('\"PARTITIONS\"') IS NOT NULL") == [(None, True)]
 
 
+@needs_test_pg
 def test_the_catalog_matrix_answers_through_thrift_and_the_rows_are_in_postgres(landed: tuple[Config, str]) -> None:
     cfg, url = landed
     checker = BatchChecker(lister=ThriftCatalog(cfg.metastore_uris, 5.0), spark_provider=lambda: pytest.fail("Spark"))
@@ -120,6 +123,7 @@ def test_the_catalog_matrix_answers_through_thrift_and_the_rows_are_in_postgres(
     ]
 
 
+@needs_test_pg
 def test_a_restart_on_the_same_database_keeps_the_catalog_without_schema_tool(landed: tuple[Config, str]) -> None:
     cfg, _ = landed
     first = metastore.status(cfg).pid

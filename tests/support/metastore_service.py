@@ -92,9 +92,9 @@ def service_on(home: Path, database: tuple[str, str], drop: Callable[[str], None
 def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
     """One running metastore service for the module on a new, empty PostgreSQL database (the first start creates
     the schema): its Config and the database's SQLAlchemy URL. The service is stopped and the database dropped at
-    teardown whatever happened. Skipped without ./scripts/test.sh's PostgreSQL."""
-    if not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:  # as tests.support.pg.needs_test_pg
-        pytest.skip("needs the throwaway PostgreSQL of ./scripts/test.sh")
+    teardown whatever happened. A test using it carries ``tests.support.pg.needs_test_pg``."""
+    if not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:
+        raise RuntimeError("no throwaway PostgreSQL: mark the test with tests.support.pg.needs_test_pg")
     with service_on(tmp_path_factory.mktemp("metastore-pg-home"), new_pg_database(), drop_pg_database) as running:
         yield running
 
@@ -102,9 +102,9 @@ def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
 @pytest.fixture(scope="module", name="mysql_service")
 def mysql_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
     """As ``pg_service``, on a new, empty database of ./scripts/test.sh's throwaway MariaDB: its Config and the
-    database's ``mysql://`` URL. Skipped without that server."""
+    database's ``mysql://`` URL. A test using it carries ``tests.support.mysql.needs_test_mysql``."""
     if not MYSQL_URL:
-        pytest.skip("needs the throwaway MariaDB of ./scripts/test.sh")
+        raise RuntimeError("no throwaway MariaDB: mark the test with tests.support.mysql.needs_test_mysql")
     home = tmp_path_factory.mktemp("metastore-mysql-home")
     with service_on(home, new_mysql_database(), drop_mysql_database) as running:
         yield running

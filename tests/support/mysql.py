@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import uuid
 
+import pytest
 from sqlalchemy import create_engine, text
 
 MYSQL_URL = os.environ.get("SMARTSENSOR_TEST_MYSQL_URL")
+# Without ./scripts/test.sh (plain `pytest`) there is no throwaway MariaDB server: its cases are skipped.
+needs_test_mysql = pytest.mark.skipif(not MYSQL_URL, reason="needs the throwaway MariaDB of ./scripts/test.sh")
 
 
 def new_mysql_database() -> tuple[str, str]:
