@@ -14,6 +14,9 @@ from smartsensor.sensors.validation import check_utf8
 from smartsensor.service.dagfile import load_sensor_file
 from smartsensor.service.registration import register
 
+# The states as the plain strings a user types: click (8.2+) would match an Enum member by its name (SUCCESS).
+STATE_VALUES = [s.value for s in State.ALL]
+
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
@@ -76,7 +79,7 @@ TASK_FIELDS = (
 
 
 @click.command()
-@click.option("--state", type=click.Choice(State.ALL), default=None, help="Only this state.")
+@click.option("--state", type=click.Choice(STATE_VALUES), default=None, help="Only this state.")
 @click.option("--dag-id", default=None, help="Only this DAG.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.pass_obj
@@ -101,7 +104,7 @@ def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> Non
 @click.argument("dag_id")
 @click.argument("task_id")
 @click.argument("execution_date")
-@click.argument("state", type=click.Choice(State.ALL))
+@click.argument("state", type=click.Choice(STATE_VALUES))
 @click.pass_obj
 def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, state: str) -> None:
     """Set a task instance's state by hand (workers never overwrite it)."""

@@ -14,7 +14,7 @@ def worker_can_load(cls: type, cfg: Config) -> bool:
     return module in BUILTIN_MODULES or module in cfg.sensor_modules
 
 
-def class_route(cls: type, cfg: Config) -> tuple[str, str]:
+def class_route(cls: type, cfg: Config) -> tuple[State, str]:
     """The routing rule for a class (registration and retries): (smart_pending, "smart") only if smart
     sensors are on, the class is marked @smart_eligible in code, enabled in config and loadable by
     workers; otherwise (scheduled, why)."""
@@ -29,7 +29,7 @@ def class_route(cls: type, cfg: Config) -> tuple[str, str]:
     return State.SMART_PENDING, "smart"
 
 
-def smart_route_for(classpath: str, cfg: Config) -> str:
+def smart_route_for(classpath: str, cfg: Config) -> State:
     """smart_pending if the class may still run in the shard workers, else scheduled."""
     if not cfg.use_smart_sensor:
         return State.SCHEDULED

@@ -114,12 +114,12 @@ def timed_out(start: datetime, settings: ExecSettings, now: datetime) -> bool:
     return (now - start).total_seconds() >= settings.time_limit
 
 
-def retry_or(try_number: int, retries: int, final_state: str) -> str:
+def retry_or(try_number: int, retries: int, final_state: State) -> State:
     """The one retry rule: up_for_retry while try_number <= retries (try 1 is the first), else ``final_state``."""
     return State.UP_FOR_RETRY if try_number <= retries else final_state
 
 
-def timeout_state(try_number: int, settings: ExecSettings) -> str:
+def timeout_state(try_number: int, settings: ExecSettings) -> State:
     """State after a timeout: up_for_retry while tries remain, else skipped (soft_fail) or failed."""
     return retry_or(try_number, settings.retries, State.SKIPPED if settings.soft_fail else State.FAILED)
 

@@ -86,7 +86,7 @@ def serialise(sensor: BaseSensor) -> tuple[str, str]:
     return canonical_json(persist), canonical_json(exec_values)
 
 
-def route(sensor: BaseSensor, cfg: Config) -> tuple[str, str]:
+def route(sensor: BaseSensor, cfg: Config) -> tuple[State, str]:
     """(state, reason): the class's route (``class_route``), and the instance's own check must pass too."""
     state, reason = class_route(type(sensor), cfg)
     if state != State.SMART_PENDING:

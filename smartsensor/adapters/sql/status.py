@@ -147,31 +147,34 @@ def waiting_after_landing(conn: Connection, cutoff: datetime) -> tuple[int, Over
     """Waiting tasks whose check landed at or before ``cutoff`` and that have waited since at or before it: their
     number, and the one due longest (due: the later of its check's first such landing and its wait's start). A
     task of the same check (hashcode, classpath, attr_dict) in ``success`` with ``end_date <= cutoff`` is a
-    landing. 1 statement: a scan of ti_waiting_shardcode, a probe of ti_hashcode per waiting task started before
-    the cutoff, the count as a window over the rows, one row back."""
+    landing. 1 statement, set-wise: ``l``, the landings per check, only of the hashcodes that wait (the waiting
+    tasks' distinct hashcodes, a semi-join the database drives from the smaller side: each hash probed once, not
+    once per task); then the waiting tasks joined to ``l`` (few rows: only checks that landed), the count as a
+    window over the rows, one row back."""
     s = TI.alias("s")
     since = func.coalesce(TI.c.start_date, TI.c.updated_at)
-    landed = (
-        select(func.min(s.c.end_date))
-        .where(
-            s.c.hashcode == TI.c.hashcode,
-            s.c.classpath == TI.c.classpath,
-            s.c.attr_dict == TI.c.attr_dict,
-            s.c.state == State.SUCCESS,
-            s.c.end_date <= cutoff,
-        )
-        .scalar_subquery()
-    )
     # The first term repeats ti_waiting_shardcode's predicate word for word: SQLite uses a partial index only then.
+    waits = (text(WAITING_PREDICATE), since <= cutoff)
+    landed = (
+        select(s.c.hashcode, s.c.classpath, s.c.attr_dict, func.min(s.c.end_date).label("landed"))
+        .where(
+            s.c.state == State.SUCCESS, s.c.end_date <= cutoff, s.c.hashcode.in_(select(TI.c.hashcode).where(*waits))
+        )
+        .group_by(s.c.hashcode, s.c.classpath, s.c.attr_dict)
+        .subquery("l")
+    )
+    same_check = and_(
+        TI.c.hashcode == landed.c.hashcode, TI.c.classpath == landed.c.classpath, TI.c.attr_dict == landed.c.attr_dict
+    )
     w = (
-        select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date, since.label("since"), landed.label("landed"))
-        .where(text(WAITING_PREDICATE), since <= cutoff)
+        select(TI.c.dag_id, TI.c.task_id, TI.c.execution_date, since.label("since"), landed.c.landed)
+        .select_from(TI.join(landed, same_check))
+        .where(*waits)
         .subquery("w")
     )
     due = case((w.c.landed > w.c.since, w.c.landed), else_=w.c.since)
     row = conn.execute(
         select(w.c.dag_id, w.c.task_id, w.c.execution_date, due, func.count().over())
-        .where(w.c.landed.is_not(None))
         .order_by(due, w.c.dag_id, w.c.task_id, w.c.execution_date)
         .limit(1)
     ).first()
