@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Protocol, Sequence
 
-from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
+from smartsensor.domain.keys import CohortRows, Fence
+from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check, PartitionCheck
 from smartsensor.sensors.errors import CheckError
@@ -26,14 +27,6 @@ from smartsensor.sensors.errors import CheckError
 class RoundStore(Protocol):
     """Reads and guarded writes of one shard range's round. Every write is idempotent and, with a
     ``fence``, applies only while that lease epoch is still held at the time of the write."""
-
-    def load_range(
-        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
-    ) -> tuple[list[WaitingTask], int]:
-        """The waiting tasks of [shard_min, shard_max), after starting the pending ones
-        (smart_pending → smart_running, start_date stamped). Returns (tasks as read, how many started).
-        A row per task: the full-reload round (kept as a benchmark strategy) reads this every round."""
-        ...
 
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
@@ -85,7 +78,8 @@ class RoundStore(Protocol):
         ...
 
     def statements(self) -> int:
-        """Statements sent to the store so far (a counter that never wobbles, for benchmarks)."""
+        """Statements sent to the store so far: a counter that never wobbles, read before and after a round for its
+        ``db_statements``."""
         ...
 
     def write_concurrency(self) -> int:
@@ -107,8 +101,8 @@ class LeaseOps(Protocol):
         """Workers that heartbeated after ``since``."""
         ...
 
-    def load_leases(self) -> list[dict[str, Any]]:
-        """Every lease row (shard_min, shard_max, owner, epoch, expires_at) in range order."""
+    def load_leases(self) -> list[LeaseRow]:
+        """Every lease row in range order."""
         ...
 
     def ensure_leases(self, ranges: Sequence[Any]) -> None:

@@ -5,13 +5,14 @@ Workloads (``--scale`` shrinks them):
   W2 100,000 task instances over 10,000 distinct partitions in 100 tables
   W3 1,000,000 task instances over 100,000 distinct partitions in 1,000 tables, 8 shards (meant for --postgres)
 
-Strategies:
+Strategies (every one but classic, fleet and triggerer runs the product's round in this process: each range's index
+built once, timed apart as at a worker's first round or a takeover, then one round with every check due):
   classic   one process per task poking on its own. A sample of real `run-task` processes is run;
             per-task cost is EXTRAPOLATED to the workload (marked "extrap." in the table).
   per-hash  Airflow's smart-sensor algorithm: one check per distinct hash per round (Spark catalog).
   batched   ours: one catalog call per table per round, through Spark (SHOW PARTITIONS).
-  thrift    ours: the same round through the metastore's thrift API (no JVM; catalog_backend = thrift).
-  incremental      the round as it runs now (thrift): its index built once, then one round with every check due.
+  incremental      ours through the metastore's thrift API (no JVM; catalog_backend = thrift), then a quiet round
+                   (nothing due) and a reconciliation.
   thrift-parallel  that round with [catalog] parallelism tables listed at once (--catalog-parallelism, default 4).
   metastore-db     that round reading the metastore's own PostgreSQL tables (catalog_backend = metastore_db), one
                    statement per round, following its feed (the default: partitions looked up once, then the ones
@@ -70,11 +71,12 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
 from smartsensor.domain.states import State
+from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.registration import build_row
-from smartsensor.service.round import worker as round_worker
+from smartsensor.service.round import range_rounds
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
-from smartsensor.service.round.worker import ShardWorker, run_round
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -113,43 +115,47 @@ def db_name(workload: str) -> str:
     return f"bench_{workload.lower()}"
 
 
-def shard_workers(engine: Any, cfg: Any, spark: Any, shards: int, incremental: bool = False) -> list[ShardWorker]:
-    """Fresh workers over ``shards`` equal ranges. The strategies before ``incremental`` run the full-reload round
-    (every task row read every round), as the product did before its index."""
+def shard_workers(engine: Any, cfg: Any, shards: int) -> list[RangeRounds]:
+    """Fresh workers over ``shards`` equal ranges, their indexes not built yet."""
     limit = cfg.shard_code_upper_limit
     bounds = [i * limit // shards for i in range(shards + 1)]
     store = SqlRoundStore(engine)
-    return [
-        ShardWorker(store, cfg, bounds[i], bounds[i + 1], record_rounds=False, incremental=incremental)
-        for i in range(shards)
-    ]
+    return [RangeRounds(store, cfg, bounds[i], bounds[i + 1], record_rounds=False) for i in range(shards)]
 
 
-def incremental_round(
-    engine: Any, cfg: Any, lister: ThriftCatalog | MetastoreDbCatalog, shards: int, quiet: bool = True
-) -> Measure:
-    """Ours as it runs now, on ``lister`` (thrift, with its parallelism, or the metastore's database): the index
-    built once (timed apart, as a worker does at its first round or a takeover), then one round with every check
-    due, then a quiet round (nothing due: most of a worker's rounds) and a reconciliation (``quiet``)."""
-    workers = shard_workers(engine, cfg, None, shards, incremental=True)
+def build_index(workers: list[RangeRounds]) -> float:
+    """Build each range's index from the database, as a worker does at its first round or a takeover; the seconds
+    it took, timed apart from the round that follows."""
     started = time.perf_counter()
     for w in workers:
         w.load_index()
-    build_s = time.perf_counter() - started
+    return round(time.perf_counter() - started, 4)
+
+
+def indexed_round(
+    workers: list[RangeRounds],
+    answerer: Callable[[], CheckAnswerer],
+    lister: ThriftCatalog | MetastoreDbCatalog | None = None,
+    quiet: bool = False,
+) -> Measure:
+    """Ours as it runs now, answered by ``answerer`` (through ``lister``, if given: thrift, with its parallelism,
+    or the metastore's database): the index built (``build_index``), then one round with every check due, then
+    (``quiet``) a quiet round (nothing due: most of a worker's rounds) and a reconciliation."""
+    build_s = build_index(workers)
     sent = getattr(lister, "statements", 0)
-    r = run_round(workers, lambda: BatchChecker(lister=lister))
+    r = run_round(workers, answerer)
     extra: dict[str, Any] = {
-        "index_build_seconds": round(build_s, 3),
+        "index_build_seconds": build_s,
         "write_seconds": r.write_seconds,
         "checks": r.distinct_checks,
         "due": r.groups_due,
     }
     if isinstance(lister, MetastoreDbCatalog):  # its own count of what it sent, beside the checker's
         extra["metastore_statements"] = lister.statements - sent
-    else:
+    elif lister is not None:
         extra["parallelism"] = lister.parallelism
     if quiet:
-        quiet_round = run_round(workers, lambda: BatchChecker(lister=lister))
+        quiet_round = run_round(workers, answerer)
         statements, started = store_statements(workers), time.perf_counter()
         for w in workers:  # what a quiet round adds every reconcile_interval: the rows changed since the last one
             w.reconcile()
@@ -171,6 +177,13 @@ def incremental_round(
     )
 
 
+def lister_round(
+    workers: list[RangeRounds], lister: ThriftCatalog | MetastoreDbCatalog, quiet: bool = False
+) -> Measure:
+    """``indexed_round`` with every check answered through ``lister``."""
+    return indexed_round(workers, lambda: BatchChecker(lister=lister), lister, quiet)
+
+
 def profile_round(engine: Any, cfg: Any, lister: ThriftCatalog | MetastoreDbCatalog, shards: int) -> dict[str, Any]:
     """The same all-due round again under cProfile (from the same reset state and a fresh index), its top functions
     by cumulative and own time, and EXPLAIN ANALYZE of the metastore-db statement it sent (``--profile``)."""
@@ -179,9 +192,8 @@ def profile_round(engine: Any, cfg: Any, lister: ThriftCatalog | MetastoreDbCata
     import pstats
 
     reset(engine)
-    workers = shard_workers(engine, cfg, None, shards, incremental=True)
-    for w in workers:
-        w.load_index()
+    workers = shard_workers(engine, cfg, shards)
+    build_index(workers)
     profiler = cProfile.Profile()
     profiler.enable()
     r = run_round(workers, lambda: BatchChecker(lister=lister))
@@ -196,7 +208,7 @@ def profile_round(engine: Any, cfg: Any, lister: ThriftCatalog | MetastoreDbCata
     return out
 
 
-def store_statements(workers: list[ShardWorker]) -> int:
+def store_statements(workers: list[RangeRounds]) -> int:
     return workers[0].store.statements() if workers else 0
 
 
@@ -220,21 +232,10 @@ def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
     }
 
 
-def batched_round(workers: list[ShardWorker], spark: Any) -> Measure:
-    r: RoundResult = run_round(workers, lambda: BatchChecker(spark))
-    return Measure(
-        r.catalog_calls,
-        r.db_statements,
-        r.seconds,
-        r.catalog_seconds,
-        sum(r.marked.values()),
-        schema_calls=r.schema_calls,
-        extra={"write_seconds": r.write_seconds},
-    )
-
-
-def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
-    """Airflow's algorithm on the same phases: each distinct hash checked on its own."""
+def per_hash_round(workers: list[RangeRounds], spark: Any) -> Measure:
+    """Airflow's algorithm on the same phases (the index built first, timed apart): each distinct hash checked on
+    its own."""
+    build_s = build_index(workers)
     store = workers[0].store
     stmt0 = store.statements()
     started = time.perf_counter()
@@ -259,6 +260,7 @@ def per_hash_round(workers: list[ShardWorker], spark: Any) -> Measure:
         catalog_seconds,
         marked,
         schema_calls=schema_calls,
+        extra={"index_build_seconds": build_s},
     )
 
 
@@ -274,7 +276,6 @@ ALL_STRATEGIES = (
     "classic",
     "per-hash",
     "batched",
-    "thrift",
     "incremental",
     "thrift-parallel",
     "metastore-db",
@@ -282,10 +283,11 @@ ALL_STRATEGIES = (
     "fleet",
     "triggerer",
 )
-# The incremental round (index built once, then a round with every check due), on each catalog backend.
-INCREMENTAL = ("incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
+# The product's round in this process (each range's index built once, timed apart, then a round with every check
+# due): on each catalog backend, and Airflow's one check per hash.
+IN_PROCESS = ("per-hash", "batched", "incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
 # The strategies whose round is one process's catalog term, in the metastore-load and catalog-growth tables.
-CATALOG_ROUNDS = ("batched", "thrift", "incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
+CATALOG_ROUNDS = ("batched", "incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
 
 
 @dataclass
@@ -315,7 +317,7 @@ def strategies(
     listers: Listers,
     env: dict[str, str],
     args: argparse.Namespace,
-) -> dict[str, Callable[[list[ShardWorker]], Measure]]:
+) -> dict[str, Callable[[list[RangeRounds]], Measure]]:
     """Each strategy as one round over fresh workers (classic is sampled separately)."""
     timeout, triggerer_sample, limit = (
         cfg.settings.smart_sensor.metastore_timeout,
@@ -323,12 +325,11 @@ def strategies(
         cfg.shard_code_upper_limit,
     )
     catalog = listers.thrift
-    out: dict[str, Callable[[list[ShardWorker]], Measure]] = {
+    out: dict[str, Callable[[list[RangeRounds]], Measure]] = {
         "per-hash": lambda w: per_hash_round(w, spark),
-        "batched": lambda w: batched_round(w, spark),
-        "thrift": lambda w: Measure(**bench_catalog.thrift_round(w, catalog)),
-        "incremental": lambda w: incremental_round(engine, cfg, catalog, len(w)),
-        "thrift-parallel": lambda w: incremental_round(engine, cfg, listers.parallel, len(w), quiet=False),
+        "batched": lambda w: indexed_round(w, lambda: BatchChecker(spark)),
+        "incremental": lambda w: lister_round(w, catalog, quiet=True),
+        "thrift-parallel": lambda w: lister_round(w, listers.parallel),
         "fleet": lambda w: Measure(**bench_catalog.fleet_round(cfg_path, env, args.fleet_processes, limit)),
         "triggerer": lambda w: Measure(
             **bench_catalog.triggerer_round(engine, cfg.metastore_uris, timeout, triggerer_sample, env)
@@ -336,16 +337,16 @@ def strategies(
     }
     if listers.db is not None:
         db_lister = listers.db
-        out["metastore-db"] = lambda w: feed_round(engine, cfg, db_lister, len(w))
+        out["metastore-db"] = lambda w: feed_round(w, db_lister)
     if listers.db_lookup is not None:
         lookup_lister = listers.db_lookup
-        out["metastore-db-lookup"] = lambda w: incremental_round(engine, cfg, lookup_lister, len(w), quiet=False)
+        out["metastore-db-lookup"] = lambda w: lister_round(w, lookup_lister)
     return out
 
 
-def feed_round(engine: Any, cfg: Any, lister: MetastoreDbCatalog, shards: int) -> Measure:
+def feed_round(workers: list[RangeRounds], lister: MetastoreDbCatalog) -> Measure:
     """metastore-db following its feed: a steady-state round (its cold round ran before: ``cold_round``)."""
-    m = incremental_round(engine, cfg, lister, shards, quiet=False)
+    m = lister_round(workers, lister)
     if lister.feed is not None:
         m.extra["feed"] = {"high_water": lister.feed.high_water, "gaps": len(lister.feed.gaps)}
     return m
@@ -354,9 +355,8 @@ def feed_round(engine: Any, cfg: Any, lister: MetastoreDbCatalog, shards: int) -
 def cold_round(engine: Any, cfg: Any, lister: MetastoreDbCatalog, shards: int) -> dict[str, Any]:
     """The first round of a process following the feed over this workload (and what each verify costs): every due
     check looked up, on fresh workers. Timed apart, not a strategy; the caller resets the tasks after it."""
-    workers = shard_workers(engine, cfg, None, shards, incremental=True)
-    for w in workers:
-        w.load_index()
+    workers = shard_workers(engine, cfg, shards)
+    build_index(workers)
     sent = lister.statements
     r = run_round(workers, lambda: BatchChecker(lister=lister))
     return {"seconds": r.seconds, "catalog_seconds": r.catalog_seconds, "statements": lister.statements - sent}
@@ -394,13 +394,13 @@ def measure_strategies(
     """(waiting round, landing round) per strategy, each from the same DB state, fresh workers (all due), with the
     metastore database's own load over each (``extra['metastore_db']``). One planning pass first warms the
     per-process cache of rebuilt sensors, as any round after a worker's first finds it, so no strategy pays for it
-    alone. Right after the first incremental landing round, the same rows are marked again the plainest way:
-    PostgreSQL's floor for that marking (``extra['raw_floor']`` of every incremental strategy's landing round)."""
+    alone. Right after the first in-process landing round, the same rows are marked again the plainest way:
+    PostgreSQL's floor for that marking (``extra['raw_floor']`` of every in-process strategy's landing round)."""
     waiting = {}
     every = strategies(engine, cfg, cfg_path, spark, listers, env, args)
     chosen = {n: every[n] for n in ALL_STRATEGIES if n in every and n in args.strategies}
     reset(engine)
-    for w in shard_workers(engine, cfg, spark, shards):
+    for w in shard_workers(engine, cfg, shards):
         w.plan_round()
     warm_types(spark, listers, db, tables)
     cold = None
@@ -411,7 +411,7 @@ def measure_strategies(
     for name, fn in chosen.items():
         reset(engine)
         warm_types(spark, listers, db, tables)
-        waiting[name] = with_load(listers.load, fn, shard_workers(engine, cfg, spark, shards))
+        waiting[name] = with_load(listers.load, fn, shard_workers(engine, cfg, shards))
         if name == "metastore-db" and cold is not None:
             waiting[name].extra["cold_round"] = cold
         console.print(f"  {name}: waiting round {waiting[name].wall:.2f} s, {waiting[name].catalog_calls:,.0f} calls")
@@ -426,9 +426,9 @@ def measure_strategies(
     for name, fn in chosen.items():
         reset(engine)
         warm_types(spark, listers, db, tables)
-        out[name] = (waiting[name], with_load(listers.load, fn, shard_workers(engine, cfg, spark, shards)))
+        out[name] = (waiting[name], with_load(listers.load, fn, shard_workers(engine, cfg, shards)))
         console.print(f"  {name}: landing round {out[name][1].wall:.2f} s, {out[name][1].marked:,} marked")
-        if name in INCREMENTAL:  # the same rows again, the plainest way, right after
+        if name in IN_PROCESS:  # the same rows again, the plainest way, right after
             floor = floor or raw_update_floor(engine)
             out[name][1].extra["raw_floor"] = floor
         if args.profile and name == "metastore-db":
@@ -437,7 +437,7 @@ def measure_strategies(
     return out
 
 
-def with_load(load: MetastoreLoad, fn: Callable[[list[ShardWorker]], Measure], workers: list[ShardWorker]) -> Measure:
+def with_load(load: MetastoreLoad, fn: Callable[[list[RangeRounds]], Measure], workers: list[RangeRounds]) -> Measure:
     """``fn``'s round, with the metastore's own work meanwhile (nothing else asks it then) and the wall time of its
     rounds' finish step."""
     before, FINISH.seconds = load.snapshot(), 0.0
@@ -455,7 +455,7 @@ class _FinishClock:
     seconds = 0.0
 
     def install(self) -> None:
-        original = round_worker._finish_all
+        original = range_rounds._finish_all
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -464,7 +464,7 @@ class _FinishClock:
             finally:
                 self.seconds += time.perf_counter() - started
 
-        round_worker._finish_all = timed  # run_round calls it by its module name
+        range_rounds._finish_all = timed  # run_round calls it by its module name
 
 
 FINISH = _FinishClock()
@@ -513,7 +513,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     """
     import threading
 
-    from smartsensor.service.runner import LeasedWorker
+    from smartsensor.service.served_ranges import LeasedRanges
     from smartsensor.service.signals import send_signal
     from smartsensor.service.worker_loop import WorkerLoop
 
@@ -528,9 +528,9 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
         task_sql.insert_tasks_bulk(conn, rows)
     rounds: list[RoundResult] = []
     stop = threading.Event()
-    runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
+    served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
     thread = threading.Thread(
-        target=WorkerLoop(runner, engine, cfg, 1.0, False, rounds.append, signals=True, stop_event=stop).start,
+        target=WorkerLoop(served, engine, cfg, 1.0, False, rounds.append, wake_ups=True, stop_event=stop).start,
         daemon=True,
     )
     thread.start()
@@ -672,11 +672,11 @@ def print_table(report: dict[str, Any]) -> None:
         "marked",
         "peak RSS MB",
         "calls vs ours",
-        "round vs thrift",
+        "round vs incremental",
     ):
         t.add_column(col, justify="right" if col != "strategy" else "left")
     sample, rss_of = report["classic_sample"], report["worker_rss"]
-    fastest = res["thrift"][0].wall if "thrift" in res else None
+    fastest = res["incremental"][0].wall if "incremental" in res else None
     for name in ALL_STRATEGIES:
         if name not in res:
             continue
@@ -698,7 +698,6 @@ def print_table(report: dict[str, Any]) -> None:
             "classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
             "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
             "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
-            "thrift": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
             "incremental": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
             "thrift-parallel": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
             "metastore-db": "-",
@@ -740,8 +739,8 @@ def print_table(report: dict[str, Any]) -> None:
         f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
         "fleet: real `worker --once` processes (thrift) owning equal shares of the shards, started together; "
         "round s = the slowest process's first round (cold: sensors rebuilt, types read), calls summed. "
-        "incremental, thrift-parallel, metastore-db: the round as it runs now, its index built before (timed "
-        "apart); metastore-db: one statement per round, so 'ms/call' is its whole catalog term. "
+        "per-hash, batched, incremental, thrift-parallel, metastore-db: the round as it runs now, its index built "
+        "before (timed apart); metastore-db: one statement per round, so 'ms/call' is its whole catalog term. "
         "triggerer: simulated, DB writes not counted"
         + (
             f"; rounds extrapolated from {res['triggerer'][0].extra['sample']:,} real pokes"
@@ -774,17 +773,17 @@ def print_table(report: dict[str, Any]) -> None:
         console.print(f"median busy round of that loop: {lat['round_seconds_median']} s")
 
 
-def print_incremental(report: dict[str, Any]) -> None:
-    """The incremental round beside the full-reload round it replaced (both thrift), and marking vs the floor."""
+def print_index(report: dict[str, Any]) -> None:
+    """Per in-process strategy: its index build, its all-due round per check, incremental's quiet round and
+    reconciliation, and the landing round's marking beside PostgreSQL's raw-UPDATE floor."""
     res: dict[str, tuple[Measure, Measure]] = report["_measures"]
-    if "incremental" not in res or "thrift" not in res:
+    names = [n for n in IN_PROCESS if n in res]
+    if not names:
         return
-    t = Table(
-        title=f"{report['workload']}: the incremental round vs the full-reload round (thrift, one process, "
-        f"{report['shards']} ranges)"
-    )
+    t = Table(title=f"{report['workload']}: the round as it runs now (one process, {report['shards']} ranges)")
     for col in (
-        "round",
+        "strategy",
+        "index build s",
         "waiting round s (all due)",
         "excl. catalog s",
         "catalog s",
@@ -792,38 +791,39 @@ def print_incremental(report: dict[str, Any]) -> None:
         "quiet round s (none due)",
         "quiet stmts",
         "reconcile s (stmts)",
-        "index build s",
         "landing round s",
         "marked",
         "marking s",
         "marking µs/row",
         "raw UPDATE floor µs/row",
     ):
-        t.add_column(col, justify="right" if col != "round" else "left")
-    full_w, full_l = res["thrift"]
-    inc_w, inc_l = res["incremental"]
-    checks = inc_w.extra["checks"] or 1
-    floor = inc_l.extra.get("raw_floor", {})
-    for name, w, ld in (("full reload (before)", full_w, full_l), ("incremental (now)", inc_w, inc_l)):
-        inc = name.startswith("incremental")
-        write_s = ld.extra.get("write_seconds") if inc else None
+        t.add_column(col, justify="right" if col != "strategy" else "left")
+    floor = _floor(res)
+    for name in names:
+        w, ld = res[name]
+        checks = w.extra.get("checks") or report["partitions"] or 1
+        quiet = "quiet_round_seconds" in w.extra
+        write_s = ld.extra.get("write_seconds")
+        build_s = w.extra.get("index_build_seconds")
         t.add_row(
             name,
+            "-" if build_s is None else f"{build_s:.2f}",
             f"{w.wall:.2f}",
             f"{w.wall_excl_catalog:.2f}",
             f"{w.catalog_seconds:.2f}",
             f"{1e6 * w.wall_excl_catalog / checks:.1f}",
-            f"{w.extra['quiet_round_seconds']:.3f}" if inc else "-",
-            f"{w.extra['quiet_round_statements']}" if inc else "-",
-            f"{w.extra['reconcile_seconds']:.3f} ({w.extra['reconcile_statements']})" if inc else "-",
-            f"{w.extra['index_build_seconds']:.2f}" if inc else "-",
+            f"{w.extra['quiet_round_seconds']:.3f}" if quiet else "-",
+            f"{w.extra['quiet_round_statements']}" if quiet else "-",
+            f"{w.extra['reconcile_seconds']:.3f} ({w.extra['reconcile_statements']})" if quiet else "-",
             f"{ld.wall:.2f}",
             f"{ld.marked:,}",
             f"{write_s:.2f}" if write_s is not None else "-",
             f"{1e6 * write_s / ld.marked:.1f}" if write_s and ld.marked else "-",
-            f"{floor['us_per_row']}" if inc and floor.get("us_per_row") else "-",
+            f"{floor['us_per_row']}" if floor.get("us_per_row") else "-",
         )
     t.caption = (
+        "index build: each range's index read from the database before the round (a worker's first round, a "
+        "takeover), timed apart. marking s: the landing round's writes summed over its ranges. "
         f"Raw floor: UPDATE … SET state, end_date, updated_at WHERE hashcode = ANY(…) of the same "
         f"{floor.get('rows', 0):,} rows, no range, guard or fence, fastest of 2: {floor.get('seconds')} s."
     )
@@ -842,11 +842,6 @@ def _db(m: Measure, key: str, fmt: str = "{:,.1f}") -> str:
     return "-" if not load or load.get(key) is None else fmt.format(load[key])
 
 
-def _thrift_base(res: dict[str, tuple[Measure, Measure]]) -> str | None:
-    """The thrift strategy metastore-db is compared with: the same (incremental) round, else the full reload."""
-    return next((n for n in ("incremental", "thrift") if n in res), None)
-
-
 def _vs(m: Measure, base: Measure | None, key: str = "exec_ms") -> str:
     load, base_load = m.extra.get("metastore_db"), base.extra.get("metastore_db") if base else None
     if not load or not base_load or load.get(key) is None or not base_load.get(key):
@@ -855,7 +850,7 @@ def _vs(m: Measure, base: Measure | None, key: str = "exec_ms") -> str:
 
 
 def _floor(res: dict[str, tuple[Measure, Measure]]) -> dict[str, Any]:
-    return next((res[n][1].extra["raw_floor"] for n in INCREMENTAL if n in res and "raw_floor" in res[n][1].extra), {})
+    return next((res[n][1].extra["raw_floor"] for n in IN_PROCESS if n in res and "raw_floor" in res[n][1].extra), {})
 
 
 def print_metastore_load(report: dict[str, Any], listers: Listers) -> None:
@@ -864,7 +859,7 @@ def print_metastore_load(report: dict[str, Any], listers: Listers) -> None:
     PostgreSQL's raw-UPDATE floor."""
     res: dict[str, tuple[Measure, Measure]] = report["_measures"]
     names = [n for n in CATALOG_ROUNDS if n in res]
-    base_name = _thrift_base(res)
+    base_name = "incremental" if "incremental" in res else None  # the thrift round the others are compared with
     floor = _floor(res)
     for kind, title in ((0, "waiting round, every check due"), (1, "landing round")):
         t = Table(
@@ -882,7 +877,7 @@ def print_metastore_load(report: dict[str, Any], listers: Listers) -> None:
         for name in names:
             m = res[name][kind]
             row = [
-                name + (" (full reload)" if name in ("batched", "thrift") else ""),
+                name,
                 f"{m.wall:.3f}",
                 f"{m.catalog_seconds:.3f}",
                 f"{m.wall / m.catalog_seconds:.2f}x" if m.catalog_seconds else "-",
@@ -1017,43 +1012,42 @@ def print_catalog_growth(reports: list[dict[str, Any]]) -> None:
 
 def print_growth(reports: list[dict[str, Any]]) -> None:
     """How our round grows from one workload to the next: time per task, per check and per table should stay flat.
-    One table per round kind measured in every workload (the full reload, the incremental round)."""
-    names = [n for n in ("thrift", "incremental") if all(n in r["_measures"] for r in reports)] or ["batched"]
-    for name in names:
-        g = Table(title=f"{name}: growth over the workloads (waiting round; linear = flat per-unit columns)")
-        for col in (
-            "workload",
-            "tasks",
-            "checks",
-            "tables",
-            "round s",
-            "excl. catalog s",
-            "µs/task excl. catalog",
-            "µs/check excl. catalog",
-            "catalog s",
-            "ms/table",
-            "excl. catalog vs first",
-            "checks vs first",
-        ):
-            g.add_column(col, justify="right")
-        first = reports[0]["_measures"][name][0]
-        for r in reports:
-            m = r["_measures"][name][0]
-            g.add_row(
-                r["workload"],
-                f"{r['tasks']:,}",
-                f"{r['partitions']:,}",
-                f"{r['tables']:,}",
-                f"{m.wall:.2f}",
-                f"{m.wall_excl_catalog:.2f}",
-                f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}",
-                f"{1e6 * m.wall_excl_catalog / r['partitions']:.1f}",
-                f"{m.catalog_seconds:.2f}",
-                f"{1000 * m.catalog_seconds / r['tables']:.1f}",
-                f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
-                f"{r['partitions'] / reports[0]['partitions']:.1f}x",
-            )
-        console.print(g)
+    Of the incremental round (thrift) if every workload measured it, else of batched (Spark)."""
+    name = "incremental" if all("incremental" in r["_measures"] for r in reports) else "batched"
+    g = Table(title=f"{name}: growth over the workloads (waiting round; linear = flat per-unit columns)")
+    for col in (
+        "workload",
+        "tasks",
+        "checks",
+        "tables",
+        "round s",
+        "excl. catalog s",
+        "µs/task excl. catalog",
+        "µs/check excl. catalog",
+        "catalog s",
+        "ms/table",
+        "excl. catalog vs first",
+        "checks vs first",
+    ):
+        g.add_column(col, justify="right")
+    first = reports[0]["_measures"][name][0]
+    for r in reports:
+        m = r["_measures"][name][0]
+        g.add_row(
+            r["workload"],
+            f"{r['tasks']:,}",
+            f"{r['partitions']:,}",
+            f"{r['tables']:,}",
+            f"{m.wall:.2f}",
+            f"{m.wall_excl_catalog:.2f}",
+            f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}",
+            f"{1e6 * m.wall_excl_catalog / r['partitions']:.1f}",
+            f"{m.catalog_seconds:.2f}",
+            f"{1000 * m.catalog_seconds / r['tables']:.1f}",
+            f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
+            f"{r['partitions'] / reports[0]['partitions']:.1f}x",
+        )
+    console.print(g)
 
 
 def parse_args() -> argparse.Namespace:
@@ -1214,7 +1208,7 @@ def main() -> int:
                 round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
             )
             print_table(reports[-1])
-            print_incremental(reports[-1])
+            print_index(reports[-1])
             print_metastore_load(reports[-1], listers)
             print_profiles(reports[-1])
             console.print(

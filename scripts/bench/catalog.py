@@ -1,4 +1,4 @@
-"""The catalog side of scripts/bench/bench.py: our round on the thrift backend, a simulation of Airflow's triggerer
+"""The catalog side of scripts/bench/bench.py: a simulation of Airflow's triggerer
 (one coroutine per task, each its own metastore call per poke), the metastore's own floor per listing, and
 the peak RSS of a real worker process (JVM included) on each backend."""
 
@@ -18,28 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
-from smartsensor.service.round.worker import ShardWorker, run_round
 
 TRIGGERER_THREADS = 6  # asyncio's default executor on 2 cores: min(32, cpus + 4); Airflow's sync hooks run there
-
-
-def thrift_round(workers: list[ShardWorker], catalog: ThriftCatalog) -> dict[str, Any]:
-    """Ours, partitions through the process's ThriftCatalog (pool of 2, column types cached)."""
-    r = run_round(workers, lambda: BatchChecker(lister=catalog))
-    return {
-        "catalog_calls": r.catalog_calls,
-        "db_statements": r.db_statements,
-        "wall": r.seconds,
-        "catalog_seconds": r.catalog_seconds,
-        "marked": sum(r.marked.values()),
-        "schema_calls": r.schema_calls,
-        "extra": {"write_seconds": r.write_seconds},
-    }
 
 
 def waiting_partitions(engine: Any) -> list[tuple[str, str, str]]:

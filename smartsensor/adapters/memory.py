@@ -14,14 +14,12 @@ import threading
 from collections import defaultdict
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, WaitingTask
-from smartsensor.domain.leases import lease_held
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
-
-_WAITING_FIELDS = list(WaitingTask._fields)
 
 
 class InMemoryStore:
@@ -80,38 +78,6 @@ class InMemoryStore:
         }
 
     # -- the port ------------------------------------------------------------------------------
-    def load_range(
-        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
-    ) -> tuple[list[WaitingTask], int]:
-        """``tasks.load_waiting`` then ``tasks.start_pending``."""
-        with self._lock:
-            return self._load_range(shard_min, shard_max, now, hostname, fence)
-
-    def _load_range(
-        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
-    ) -> tuple[list[WaitingTask], int]:
-        self._statements += 1
-        rows = [
-            r
-            for r in self.tasks.values()
-            if r["state"] in State.SMART_WAITING and shard_min <= r["shardcode"] < shard_max
-        ]
-        loaded = [WaitingTask(*(r[name] for name in _WAITING_FIELDS)) for r in rows]
-        started = 0
-        if any(r["state"] == State.SMART_PENDING for r in rows):
-            self._statements += 1
-            if self._fence_ok(fence, now):
-                for r in rows:
-                    if r["state"] == State.SMART_PENDING:
-                        r.update(
-                            state=State.SMART_RUNNING,
-                            start_date=r["start_date"] or now,
-                            hostname=hostname,
-                            updated_at=now,
-                        )
-                        started += 1
-        return loaded, started
-
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
     ) -> tuple[CohortRows, int]:
@@ -120,11 +86,7 @@ class InMemoryStore:
         with self._lock:
             started = self._start_new(shard_min, shard_max, now, hostname, fence)
             self._statements += 1
-            running = [
-                r
-                for r in self.tasks.values()
-                if r["state"] == State.SMART_RUNNING and shard_min <= r["shardcode"] < shard_max
-            ]
+            running = self._rows_in(shard_min, shard_max, _RUNNING)
             unstarted = [r for r in running if r["start_date"] is None]
             if unstarted:
                 self._statements += 1
@@ -146,11 +108,7 @@ class InMemoryStore:
         self._statements += 1
         if not self._fence_ok(fence, now):
             return []
-        started = [
-            r
-            for r in self.tasks.values()
-            if r["state"] == State.SMART_PENDING and shard_min <= r["shardcode"] < shard_max
-        ]
+        started = self._rows_in(shard_min, shard_max, _PENDING)
         for r in started:
             r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname, updated_at=now)
         return _per_cohort(started)
@@ -161,10 +119,8 @@ class InMemoryStore:
             self._statements += 1
             return _per_cohort(
                 r
-                for r in self.tasks.values()
-                if r["state"] == State.SMART_RUNNING
-                and shard_min <= r["shardcode"] < shard_max
-                and r["start_date"] is not None
+                for r in self._rows_in(shard_min, shard_max, _RUNNING)
+                if r["start_date"] is not None
                 and r["updated_at"] is not None
                 and r["updated_at"] >= since
                 and (r["hostname"] != starter or r["updated_at"] != r["start_date"])
@@ -195,11 +151,7 @@ class InMemoryStore:
             return {}
         hashes = set(writes.landed_hashes)
         marked[State.SUCCESS] += self._update(
-            lambda r: (
-                r["hashcode"] in hashes
-                and shard_min <= r["shardcode"] < shard_max
-                and r["state"] in State.SMART_WAITING
-            ),
+            lambda r: r["hashcode"] in hashes and _in_range(r, shard_min, shard_max),
             State.SUCCESS,
             now,
         )
@@ -214,11 +166,7 @@ class InMemoryStore:
                 )
             else:
                 marked[State.FAILED] += self._update(
-                    lambda r, h=check[0]: (
-                        r["hashcode"] == h
-                        and shard_min <= r["shardcode"] < shard_max
-                        and r["state"] in State.SMART_WAITING
-                    ),
+                    lambda r, h=check[0]: r["hashcode"] == h and _in_range(r, shard_min, shard_max),
                     State.FAILED,
                     now,
                     error,
@@ -290,8 +238,8 @@ class InMemoryStore:
     def live_workers(self, since: datetime) -> int:
         return sum(1 for w in self.workers.values() if w["heartbeat_at"] > since)
 
-    def load_leases(self) -> list[dict[str, Any]]:
-        return [dict(self.leases[lo]) for lo in sorted(self.leases)]
+    def load_leases(self) -> list[LeaseRow]:
+        return [LeaseRow(**self.leases[lo]) for lo in sorted(self.leases)]
 
     def ensure_leases(self, ranges: Sequence[Any]) -> None:
         for r in ranges:
@@ -299,7 +247,7 @@ class InMemoryStore:
                 self.set_lease(r.lo, r.hi, None, 0, None)
 
     def renew_leases(self, owner: str, now: datetime, expires_at: datetime) -> int:
-        held = [row for row in self.leases.values() if row["owner"] == owner and lease_held(row, now)]
+        held = [row for row in self.leases.values() if row["owner"] == owner and LeaseRow(**row).held(now)]
         for row in held:
             row["expires_at"] = expires_at
         return len(held)
@@ -335,15 +283,19 @@ class InMemoryStore:
     def _claimable(self, shard_min: int, seen_epoch: int, now: datetime) -> bool:
         """``leases._free_or_expired``: still at the epoch read, and not held."""
         row = self.leases.get(shard_min)
-        return row is not None and row["epoch"] == seen_epoch and not lease_held(row, now)
+        return row is not None and row["epoch"] == seen_epoch and not LeaseRow(**row).held(now)
 
     # -- helpers -------------------------------------------------------------------------------
+    def _rows_in(self, shard_min: int, shard_max: int, states: Collection[str]) -> list[dict[str, Any]]:
+        """The rows of the range in one of ``states`` (``_in_range``)."""
+        return [r for r in self.tasks.values() if _in_range(r, shard_min, shard_max, states)]
+
     def _fence_ok(self, fence: Fence | None, now: datetime) -> bool:
         """The SQL store's ``_fenced`` clause: the lease row still has this owner and epoch, unexpired."""
         if fence is None:
             return True
         row = self.leases.get(fence.shard_min)
-        return row is not None and row["owner"] == fence.owner and row["epoch"] == fence.epoch and lease_held(row, now)
+        return row is not None and LeaseRow(**row).held_under(fence, now)
 
     def _update(self, where: Any, state: str, now: datetime, error: str | None = None) -> int:
         n = 0
@@ -365,15 +317,24 @@ class InMemoryStore:
         error: str | None,
     ) -> int:
         return self._update(
-            lambda r: (
-                r["state"] == State.SMART_RUNNING
-                and shard_min <= r["shardcode"] < shard_max
-                and _cohort_of(r) in cohorts
-            ),
+            lambda r: _in_range(r, shard_min, shard_max, _RUNNING) and _cohort_of(r) in cohorts,
             state,
             now,
             error,
         )
+
+
+_PENDING = (State.SMART_PENDING,)
+_RUNNING = (State.SMART_RUNNING,)
+
+
+def _in_range(
+    row: dict[str, Any], shard_min: int, shard_max: int, states: Collection[str] = State.SMART_WAITING
+) -> bool:
+    """The one spelling here of a round's row predicate: a task in one of ``states`` (waiting, by default) whose
+    shardcode is in [shard_min, shard_max) (``tasks.in_range``: a NULL shardcode is in no range)."""
+    code = row["shardcode"]
+    return row["state"] in states and code is not None and shard_min <= code < shard_max
 
 
 def _cohort_of(row: dict[str, Any]) -> tuple[CheckKey, Cohort]:
@@ -391,8 +352,4 @@ def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
 
 
 def _is_check(row: dict[str, Any], check: tuple[int, str, str], shard_min: int, shard_max: int) -> bool:
-    return (
-        (row["hashcode"], row["classpath"], row["attr_dict"]) == check
-        and shard_min <= row["shardcode"] < shard_max
-        and row["state"] in State.SMART_WAITING
-    )
+    return (row["hashcode"], row["classpath"], row["attr_dict"]) == check and _in_range(row, shard_min, shard_max)

@@ -88,7 +88,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     @app.get(f"{API}/status", responses=error_responses(401, 503))
     def status() -> dict[str, Any]:
         """What `smartsensor status --json` prints."""
-        return collect_status(engine, cfg)
+        return collect_status(engine, cfg).as_json()
 
     @app.get("/metrics", response_class=PlainTextResponse, responses=error_responses(401, 503, json_content=True))
     def metrics() -> Response:

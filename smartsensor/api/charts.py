@@ -7,9 +7,10 @@ import math
 import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from smartsensor.domain.states import State
+from smartsensor.service.status_report import LeaseStatus
 
 # Colour-blind-friendly enough, distinct on white; owners get them in order, so two owners on a page differ.
 PALETTE = (
@@ -28,7 +29,7 @@ PALETTE = (
 )
 FREE = "#e4e4e4"  # a lease row without owner
 NO_LEASE = "#f6f6f6"  # a part of 0…limit no lease row covers (pinned workers, or none started yet)
-STATE_COLOURS = {
+STATE_COLOURS: dict[str, str] = {
     State.SUCCESS: "#59a14f",
     State.FAILED: "#e15759",
     State.SKIPPED: "#bab0ac",
@@ -193,20 +194,20 @@ def owner_colours(owners: Iterable[str | None]) -> dict[str, str]:
     }
 
 
-def strip_segments(leases: Sequence[dict[str, Any]], limit: int, width: float) -> list[Segment]:
+def strip_segments(leases: Sequence[LeaseStatus], limit: int, width: float) -> list[Segment]:
     """The strip 0…``limit`` as segments left to right: each lease row's range (clamped to the strip), and the
     gaps no row covers. Together they cover the whole strip exactly once (overlaps go to the earlier row)."""
     x = linear(0, limit, 0, width)
-    colours = owner_colours(row["owner"] for row in leases)
+    colours = owner_colours(row.owner for row in leases)
     out: list[Segment] = []
     edge = 0
-    for lease in sorted(leases, key=lambda row: (row["shard_min"], row["shard_max"])):
-        lo, hi = max(lease["shard_min"], edge, 0), min(lease["shard_max"], limit)
+    for lease in sorted(leases, key=lambda row: (row.shard_min, row.shard_max)):
+        lo, hi = max(lease.shard_min, edge, 0), min(lease.shard_max, limit)
         if hi <= lo:
             continue
         if lo > edge:
             out.append(Segment(edge, lo, x(edge), x(lo) - x(edge), NO_LEASE, lease=False))
-        owner = lease["owner"]
+        owner = lease.owner
         out.append(
             Segment(
                 lo,
@@ -215,8 +216,8 @@ def strip_segments(leases: Sequence[dict[str, Any]], limit: int, width: float) -
                 x(hi) - x(lo),
                 colours[owner] if owner else FREE,
                 owner=owner,
-                epoch=lease["epoch"],
-                expired=bool(lease.get("expired")),
+                epoch=lease.epoch,
+                expired=lease.expired,
             )
         )
         edge = hi

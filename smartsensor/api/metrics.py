@@ -4,12 +4,13 @@ own request counts (the only state a server keeps)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from smartsensor.service.status_report import StatusReport, Stuck
 
-def render_metrics(status: dict[str, Any], requests: Counter[tuple[str, str, int]] | None = None) -> bytes:
+
+def render_metrics(status: StatusReport, requests: Counter[tuple[str, str, int]] | None = None) -> bytes:
     """Prometheus text for one status snapshot (``service.status.collect_status``) and this process's requests
     by (method, route, status code)."""
     registry = CollectorRegistry()
@@ -23,32 +24,32 @@ def render_metrics(status: dict[str, Any], requests: Counter[tuple[str, str, int
         for (method, route, code), n in requests.items():
             served.labels(method, route, str(code)).set(n)
     tasks = Gauge("smartsensor_tasks", "Task instances by state", ["state"], registry=registry)
-    for state, n in status["tasks_by_state"].items():
+    for state, n in status.tasks_by_state.items():
         tasks.labels(state).set(n)
     Gauge("smartsensor_waiting_distinct_checks", "Distinct checks the waiting tasks share", registry=registry).set(
-        status["distinct_hashes"]
+        status.distinct_hashes
     )
     Gauge("smartsensor_dedup_ratio", "Waiting tasks per distinct check (0: nothing waits)", registry=registry).set(
-        status["dedup_ratio"] or 0
+        status.dedup_ratio or 0
     )
     Gauge("smartsensor_stranded_tasks", "Waiting tasks whose shardcode no range serves", registry=registry).set(
-        status["stranded"]
+        status.stranded
     )
     Gauge("smartsensor_zombie_runs", "Classic runs that stopped heartbeating", registry=registry).set(
-        len(status["zombies"])
+        len(status.zombies)
     )
     held = Gauge("smartsensor_shard_leases", "Shard leases by holder state", ["held"], registry=registry)
-    held.labels("yes").set(sum(1 for lease in status["leases"] if lease["owner"] and not lease["expired"]))
-    held.labels("no").set(sum(1 for lease in status["leases"] if not lease["owner"] or lease["expired"]))
+    held.labels("yes").set(sum(1 for lease in status.leases if lease.owner and not lease.expired))
+    held.labels("no").set(sum(1 for lease in status.leases if not lease.owner or lease.expired))
     Gauge("smartsensor_live_workers", "Leased worker processes whose heartbeat is fresh", registry=registry).set(
-        sum(1 for w in status["lease_workers"] if not w["stale"])
+        sum(1 for w in status.lease_workers if not w.stale)
     )
-    Gauge("smartsensor_problems", "WARNINGs `status` prints", registry=registry).set(len(status["problems"]))
-    _stuck_gauges(registry, status["stuck"])
+    Gauge("smartsensor_problems", "WARNINGs `status` prints", registry=registry).set(len(status.problems))
+    _stuck_gauges(registry, status.stuck)
     return generate_latest(registry)
 
 
-def _stuck_gauges(registry: CollectorRegistry, stuck: dict[str, Any]) -> None:
+def _stuck_gauges(registry: CollectorRegistry, stuck: Stuck) -> None:
     """``smartsensor_stuck_tasks{kind}`` and ``smartsensor_stuck_oldest_seconds{kind}`` (0 when none), for the
     kinds of ``service.status.collect_stuck``: after_landing, past_time_limit."""
     tasks = Gauge(
@@ -63,6 +64,6 @@ def _stuck_gauges(registry: CollectorRegistry, stuck: dict[str, Any]) -> None:
         ["kind"],
         registry=registry,
     )
-    for kind in ("after_landing", "past_time_limit"):
-        tasks.labels(kind).set(stuck[kind]["count"])
-        late.labels(kind).set(stuck[kind]["oldest"]["late_seconds"] if stuck[kind]["oldest"] else 0)
+    for kind, counted in stuck.kinds():
+        tasks.labels(kind).set(counted.count)
+        late.labels(kind).set(counted.oldest.late_seconds if counted.oldest else 0)

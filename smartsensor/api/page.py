@@ -26,6 +26,7 @@ from smartsensor.api.auth import SESSION_SECONDS, session_valid, session_value, 
 from smartsensor.config import Config
 from smartsensor.service.history import HistorySampler
 from smartsensor.service.overview import collect_overview
+from smartsensor.service.status_report import StatusReport
 
 COOKIE = "smartsensor_session"
 REFRESH_SECONDS = 30
@@ -106,11 +107,11 @@ def render_login(message: str | None) -> str:
 
 def render_page(data: dict[str, Any], cfg: Config) -> str:
     """The status page's HTML for ``collect_overview``'s data."""
-    status = data["status"]
+    status: StatusReport = data["status"]
     limit = cfg.shard_code_upper_limit
-    segments = charts.strip_segments(status["leases"], limit, CHART_WIDTH)
-    owners = charts.owner_colours(lease["owner"] for lease in status["leases"])
-    states = charts.ordered_states({*status["tasks_by_state"], *(s for _, counts in data["history"] for s in counts)})
+    segments = charts.strip_segments(status.leases, limit, CHART_WIDTH)
+    owners = charts.owner_colours(lease.owner for lease in status.leases)
+    states = charts.ordered_states({*status.tasks_by_state, *(s for _, counts in data["history"] for s in counts)})
     return _env.get_template("status.html").render(
         s=status,
         d=data,
@@ -120,17 +121,17 @@ def render_page(data: dict[str, Any], cfg: Config) -> str:
         chart=charts.stacked_chart(data["history"], CHART_WIDTH, CHART_HEIGHT),
         chart_w=CHART_WIDTH,
         chart_h=CHART_HEIGHT,
-        legend=[(s, charts.state_colour(s), status["tasks_by_state"].get(s, 0)) for s in states],
+        legend=[(s, charts.state_colour(s), status.tasks_by_state.get(s, 0)) for s in states],
         bars=charts.hbars(data["tables"], BAR_WIDTH),
         bar_w=BAR_WIDTH,
         ratio_bars=charts.hbars(
-            [("waiting tasks", status["waiting"]), ("distinct checks", status["distinct_hashes"])], BAR_WIDTH
+            [("waiting tasks", status.waiting), ("distinct checks", status.distinct_hashes)], BAR_WIDTH
         ),
         segments=segments,
         owners=sorted(owners.items()),
         when=_when,
         ago=_ago,
-        lease_max={lease["shard_min"]: lease["shard_max"] for lease in status["leases"]},
+        lease_max={lease.shard_min: lease.shard_max for lease in status.leases},
     )
 
 

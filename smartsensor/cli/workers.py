@@ -50,12 +50,13 @@ def worker(
     metrics_port: int | None,
     no_signals: bool,
 ) -> None:
-    """Run a shard worker until SIGTERM: leased ranges (default, with failover) or a pinned range."""
+    """Run a worker until SIGTERM: the ranges whose leases it claims (default, with failover), or a pinned range."""
     from smartsensor.adapters.sql.round_store import SqlRoundStore
     from smartsensor.sensors.base import import_sensor_modules, smart_class_names
     from smartsensor.service.round.poke import catalog_answerer
-    from smartsensor.service.round.worker import ShardWorker
-    from smartsensor.service.runner import LeasedWorker, PinnedWorker, RoundMetrics, Runner
+    from smartsensor.service.round.range_rounds import RangeRounds
+    from smartsensor.service.round_metrics import RoundMetrics
+    from smartsensor.service.served_ranges import LeasedRanges, PinnedRange, ServedRanges
     from smartsensor.service.worker_loop import WorkerLoop
 
     limit = app.cfg.shard_code_upper_limit
@@ -65,13 +66,13 @@ def worker(
     if shard_min is not None and shard_max is not None:
         if not 0 <= shard_min < shard_max <= limit:
             raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
-        runner: Runner = PinnedWorker(
-            ShardWorker(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
+        served: ServedRanges = PinnedRange(
+            RangeRounds(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
             catalog_answerer(app.cfg),
             catalog_answerer(app.cfg),
         )
     else:
-        runner = LeasedWorker(engine, app.cfg)
+        served = LeasedRanges(engine, app.cfg)
     failures = import_sensor_modules(app.cfg.sensor_modules)
     for module, why in failures.items():
         click.echo(
@@ -107,7 +108,7 @@ def worker(
         sys.stdout.flush()
 
     status = WorkerLoop(
-        runner, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics, signals=not no_signals
+        served, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics, wake_ups=not no_signals
     ).start()
     if status:
         click.echo(
@@ -202,7 +203,7 @@ def status(app: App, as_json: bool) -> None:
 
     data = collect_status(app.engine(), app.cfg)
     if as_json:
-        click.echo(json.dumps(data))
+        click.echo(json.dumps(data.as_json()))
         return
     for line in status_lines(data, app.cfg.shard_code_upper_limit):
         click.echo(line)

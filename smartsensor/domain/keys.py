@@ -1,4 +1,4 @@
-"""The keys and records the layers pass each other: a task, one try of it, one distinct check, a lease fence."""
+"""The keys and records the layers pass each other: a task, one distinct check and its cohorts, a lease fence."""
 
 from __future__ import annotations
 
@@ -7,35 +7,6 @@ from datetime import datetime
 from typing import NamedTuple
 
 TaskKey = tuple[str, str, datetime]
-TryKey = tuple[str, str, datetime, int, datetime]  # a task key plus the try it is in: try_number, start_date
-
-
-class WaitingTask(NamedTuple):
-    """A task instance a shard worker is responsible for, as loaded at the start of a round. A named tuple,
-    not a frozen dataclass: a round builds one per waiting task (a million on W3), ~5x cheaper this way."""
-
-    dag_id: str
-    task_id: str
-    execution_date: datetime
-    state: str
-    try_number: int
-    max_tries: int
-    start_date: datetime | None
-    classpath: str
-    attr_dict: str
-    exec_dict: str
-    hashcode: int
-    shardcode: int
-
-    @property
-    def key(self) -> TaskKey:
-        return (self.dag_id, self.task_id, self.execution_date)
-
-    @property
-    def try_key(self) -> TryKey:
-        """The key of this try: a later try or a reset (new start_date) has another one."""
-        assert self.start_date is not None
-        return (self.dag_id, self.task_id, self.execution_date, self.try_number, self.start_date)
 
 
 CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check

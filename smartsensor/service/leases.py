@@ -14,10 +14,9 @@ import os
 import socket
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
 
 from smartsensor.config import Config, ShardRange
-from smartsensor.domain.leases import Lease, lease_held
+from smartsensor.domain.leases import Lease, LeaseRow
 from smartsensor.ports import LeaseOps, LeaseStore
 
 log = logging.getLogger(__name__)
@@ -54,30 +53,28 @@ class LeaseManager:
             rows = tx.load_leases()
             if self._reshape(tx, rows, now):  # shard_ranges changed since the rows were made
                 rows = tx.load_leases()
-            if {r.lo for r in self.ranges} - {row["shard_min"] for row in rows}:
+            if {r.lo for r in self.ranges} - {row.shard_min for row in rows}:
                 tx.ensure_leases(self.ranges)  # first start, or new ranges in the config
                 rows = tx.load_leases()
             live = tx.live_workers(now - self.lease_timeout)
         configured = {r.lo: r for r in self.ranges}
-        rows = [r for r in rows if r["shard_min"] in configured and r["shard_max"] == configured[r["shard_min"]].hi]
-        mine = {r["shard_min"]: r for r in rows if r["owner"] == self.worker_id and lease_held(r, now)}
+        rows = [r for r in rows if r.shard_min in configured and r.shard_max == configured[r.shard_min].hi]
+        held = [lease for lease in (r.held_lease(now) for r in rows) if lease is not None]
+        mine = {lease.shard_min: lease for lease in held if lease.owner == self.worker_id}
         for lo in list(self.owned):
-            if lo not in mine or mine[lo]["epoch"] != self.owned[lo].epoch:
+            if lo not in mine or mine[lo].epoch != self.owned[lo].epoch:
                 changes["lost"].append(lo)
                 del self.owned[lo]
-        for lo, r in mine.items():
-            self.owned[lo] = Lease(lo, r["shard_max"], self.worker_id, r["epoch"], r["expires_at"])
+        self.owned.update(mine)
         target = math.ceil(len(self.ranges) / max(1, live))
-        free = [r for r in rows if not lease_held(r, now)]
+        free = [r for r in rows if not r.held(now)]
         with self.store.transaction() as tx:
             for r in free:
                 if len(self.owned) >= target:
                     break
-                if tx.claim_lease(r["shard_min"], r["epoch"], self.worker_id, now, expires):
-                    self.owned[r["shard_min"]] = Lease(
-                        r["shard_min"], r["shard_max"], self.worker_id, r["epoch"] + 1, expires
-                    )
-                    changes["claimed"].append(r["shard_min"])
+                if tx.claim_lease(r.shard_min, r.epoch, self.worker_id, now, expires):
+                    self.owned[r.shard_min] = Lease(r.shard_min, r.shard_max, self.worker_id, r.epoch + 1, expires)
+                    changes["claimed"].append(r.shard_min)
             # More than our share while others wait with nothing: give back the extras (highest first).
             if len(self.owned) > target:
                 for lo in sorted(self.owned, reverse=True)[: len(self.owned) - target]:
@@ -89,7 +86,7 @@ class LeaseManager:
                 log.info("worker %s %s ranges %s", self.worker_id, kind, los)
         return changes
 
-    def _reshape(self, tx: LeaseOps, rows: list[dict[str, Any]], now: datetime) -> bool:
+    def _reshape(self, tx: LeaseOps, rows: list[LeaseRow], now: datetime) -> bool:
         """Fit lease rows left by another ``shard_ranges`` to this one once nobody holds them.
 
         Without this a configured range whose old row has another upper bound would never be claimed,
@@ -100,15 +97,15 @@ class LeaseManager:
         configured = {r.lo: r.hi for r in self.ranges}
         changed = False
         for row in rows:
-            want = configured.get(row["shard_min"])
-            if want == row["shard_max"]:
+            want = configured.get(row.shard_min)
+            if want == row.shard_max:
                 continue
-            if tx.reshape_lease(row["shard_min"], row["epoch"], want, now):
+            if tx.reshape_lease(row.shard_min, row.epoch, want, now):
                 log.info(
                     "lease row %s-%s reshaped to %s",
-                    row["shard_min"],
-                    row["shard_max"],
-                    f"{row['shard_min']}-{want}" if want is not None else "nothing (range no longer configured)",
+                    row.shard_min,
+                    row.shard_max,
+                    f"{row.shard_min}-{want}" if want is not None else "nothing (range no longer configured)",
                 )
                 changed = True
         return changed

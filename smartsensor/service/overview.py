@@ -20,7 +20,7 @@ LANDINGS = 20
 
 
 def collect_overview(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:
-    """Everything the page shows, as plain data: ``status`` (exactly ``collect_status``), ``history``
+    """Everything the page shows: ``status`` (exactly ``collect_status``'s ``StatusReport``), ``history``
     [(time, {state: n})…] ending with the current counts, ``tables`` [(label, waiting)…] (top 20),
     ``landings`` and the history settings (7 + 3 statements)."""
     now = now or datetime.utcnow()
@@ -32,7 +32,7 @@ def collect_overview(engine: Engine, cfg: Config, now: datetime | None = None) -
         checks = overview_sql.waiting_checks(conn)
         landings = overview_sql.recent_landings(conn, LANDINGS)
     history = series(samples)
-    history.append((now, dict(status["tasks_by_state"])))
+    history.append((now, dict(status.tasks_by_state)))
     tables = waiting_per_table(checks)
     return {
         "status": status,

@@ -11,7 +11,7 @@ import logging
 import select
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from sqlalchemy import Engine
@@ -23,6 +23,7 @@ from smartsensor.sensors.partitions import format_partition_name, parse_partitio
 log = logging.getLogger(__name__)
 
 CHANNEL = "smartsensor_signal"
+SIGNAL_RETENTION = timedelta(hours=1)  # signals are hints for the next second; older ones are pruned
 
 
 def canonical_signal(name: str) -> tuple[str, tuple[str, str]]:
@@ -39,6 +40,12 @@ def send_signal(engine: Engine, name: str) -> str:
         if conn.dialect.name == "postgresql":
             signal_sql.notify(conn, CHANNEL, canonical)
     return canonical
+
+
+def prune_old_signals(engine: Engine, now: datetime) -> None:
+    """Drop the landing signals older than ``SIGNAL_RETENTION`` (1 statement)."""
+    with engine.begin() as conn:
+        signal_sql.prune_signals(conn, now - SIGNAL_RETENTION)
 
 
 class SignalListener:

@@ -1,23 +1,35 @@
 """`smartsensor status`: tasks per state, per shard range, dedup ratio, workers' last rounds, leases, classic
-runs that stopped heartbeating, and smart tasks stuck past the convergence bound (``collect_stuck``)."""
+runs that stopped heartbeating, and smart tasks stuck past the convergence bound (``collect_stuck``), as a
+``service.status_report.StatusReport``; ``status_lines`` is its text."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import Connection, Engine
 
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.leases import lease_held
+from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.timing import BadExecSettings, parse_exec
+from smartsensor.service.status_report import (
+    LeaseStatus,
+    LiveWorker,
+    ShardRow,
+    StatusReport,
+    Stuck,
+    StuckCount,
+    StuckTask,
+    WorkerRoundRow,
+    Zombie,
+)
 
 
-def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:
-    """Everything `status` shows, as plain data: 9 statements, 11 while a task waits past its time limit
-    (``collect_stuck``: 2, or 4)."""
+def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> StatusReport:
+    """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
+    task waits past its time limit (``collect_stuck``: 2, or 4)."""
     now = now or datetime.utcnow()
     ranges = cfg.shard_ranges
     with engine.connect() as conn:
@@ -30,78 +42,74 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         zombie_threshold = cfg.settings.scheduler.zombie_threshold
         zombies = task_sql.load_zombies(conn, now - timedelta(seconds=zombie_threshold))
         stranded = status_sql.stranded_count(conn, cfg.shard_code_upper_limit)
-    shards = []
-    for i, r in enumerate(ranges):
-        tasks, hashes = waiting.per_range.get(i, (0, 0))
-        shards.append({"min": r.lo, "max": r.hi, "waiting": tasks, "distinct_hashes": hashes})
+    shards = tuple(ShardRow(r.lo, r.hi, *waiting.per_range.get(i, (0, 0))) for i, r in enumerate(ranges))
+    workers = tuple(_worker_round(w, now) for w in rounds)
     distinct = waiting.hashes
-    workers = []
-    for w in rounds:
-        last = json.loads(w["last_round_json"]) if w["last_round_json"] else {}
-        age = (now - w["last_round_at"]).total_seconds() if w["last_round_at"] else None
-        workers.append(
-            {
-                "worker_id": w["worker_id"],
-                "pid": w["pid"],
-                "shard_min": w["shard_min"],
-                "shard_max": w["shard_max"],
-                "last_round_at": w["last_round_at"].isoformat() if w["last_round_at"] else None,
-                "age_seconds": round(age, 1) if age is not None else None,
-                "last_round_seconds": w["last_round_seconds"],
-                "last_round": last,
-            }
-        )
-    problems = round_problems(workers) + stuck_problems(stuck)
-    lease_timeout = cfg.settings.smart_sensor.lease_timeout
-    lease_rows = [
-        {
-            "shard_min": row["shard_min"],
-            "shard_max": row["shard_max"],
-            "owner": row["owner"],
-            "epoch": row["epoch"],
-            "expires_at": row["expires_at"].isoformat() if row["expires_at"] else None,
-            "expires_in": round((row["expires_at"] - now).total_seconds(), 1) if row["expires_at"] else None,
-            "expired": bool(row["owner"]) and not lease_held(row, now),
-        }
-        for row in leases
-    ]
-    worker_rows = [
-        {
-            "worker_id": w["worker_id"],
-            "hostname": w["hostname"],
-            "pid": w["pid"],
-            "heartbeat_age": round((now - w["heartbeat_at"]).total_seconds(), 1) if w["heartbeat_at"] else None,
-            "stale": w["heartbeat_at"] is None or (now - w["heartbeat_at"]).total_seconds() > lease_timeout,
-            "ranges": [row["shard_min"] for row in leases if row["owner"] == w["worker_id"]],
-        }
-        for w in live
-    ]
-    return {
-        "leases": lease_rows,
-        "lease_workers": worker_rows,
-        "tasks_by_state": dict(sorted(by_state.items())),
-        "waiting": waiting.tasks,
-        "distinct_hashes": distinct,
-        "dedup_ratio": round(waiting.tasks / distinct, 2) if distinct else None,
-        "shards": shards,
-        "workers": workers,
-        "stranded": stranded,
-        "problems": problems,
-        "stuck": stuck,
-        "zombies": [
-            {
-                "dag_id": z["dag_id"],
-                "task_id": z["task_id"],
-                "execution_date": z["execution_date"].isoformat(),
-                "hostname": z["hostname"],
-                "heartbeat_age": round((now - z["updated_at"]).total_seconds(), 1),
-            }
+    return StatusReport(
+        leases=tuple(_lease_status(row, now) for row in leases),
+        lease_workers=tuple(_live_worker(w, leases, now, cfg.settings.smart_sensor.lease_timeout) for w in live),
+        tasks_by_state=dict(sorted(by_state.items())),
+        waiting=waiting.tasks,
+        distinct_hashes=distinct,
+        dedup_ratio=round(waiting.tasks / distinct, 2) if distinct else None,
+        shards=shards,
+        workers=workers,
+        stranded=stranded,
+        problems=tuple(round_problems(workers) + stuck_problems(stuck)),
+        stuck=stuck,
+        zombies=tuple(
+            Zombie(z["dag_id"], z["task_id"], z["execution_date"], z["hostname"], _age(now, z["updated_at"]))
             for z in zombies
-        ],
-    }
+        ),
+    )
 
 
-def collect_stuck(conn: Connection, bound: float, now: datetime) -> dict[str, Any]:
+def _age(now: datetime, then: datetime) -> float:
+    return round((now - then).total_seconds(), 1)
+
+
+def _worker_round(w: dict[str, Any], now: datetime) -> WorkerRoundRow:
+    """A worker_round row as `status` shows it."""
+    at = w["last_round_at"]
+    return WorkerRoundRow(
+        worker_id=w["worker_id"],
+        pid=w["pid"],
+        shard_min=w["shard_min"],
+        shard_max=w["shard_max"],
+        last_round_at=at,
+        age_seconds=_age(now, at) if at else None,
+        last_round_seconds=w["last_round_seconds"],
+        last_round=json.loads(w["last_round_json"]) if w["last_round_json"] else {},
+    )
+
+
+def _lease_status(row: LeaseRow, now: datetime) -> LeaseStatus:
+    """A lease row with its countdown; ``expired``: it has an owner that no longer holds it."""
+    return LeaseStatus(
+        shard_min=row.shard_min,
+        shard_max=row.shard_max,
+        owner=row.owner,
+        epoch=row.epoch,
+        expires_at=row.expires_at,
+        expires_in=_age(row.expires_at, now) if row.expires_at else None,
+        expired=bool(row.owner) and not row.held(now),
+    )
+
+
+def _live_worker(w: dict[str, Any], leases: Sequence[LeaseRow], now: datetime, lease_timeout: float) -> LiveWorker:
+    """A worker row: its heartbeat's age, stale past the lease timeout, and the ranges it owns."""
+    beat = w["heartbeat_at"]
+    return LiveWorker(
+        worker_id=w["worker_id"],
+        hostname=w["hostname"],
+        pid=w["pid"],
+        heartbeat_age=_age(now, beat) if beat else None,
+        stale=beat is None or (now - beat).total_seconds() > lease_timeout,
+        ranges=tuple(row.shard_min for row in leases if row.owner == w["worker_id"]),
+    )
+
+
+def collect_stuck(conn: Connection, bound: float, now: datetime) -> Stuck:
     """Smart tasks that still wait (``smart_pending`` or ``smart_running``) although a worker should have ended
     them ``bound`` seconds ago (``[smart_sensor] reconcile_interval`` + ``poke_interval``, ``cfg.convergence_bound``:
     within that a worker's index holds every waiting task of its ranges). Two kinds, each counted with its most
@@ -123,14 +131,10 @@ def collect_stuck(conn: Connection, bound: float, now: datetime) -> dict[str, An
     (one OR'ed term each) and the most overdue task's key."""
     cutoff = now - timedelta(seconds=bound)
     count, oldest = status_sql.waiting_after_landing(conn, cutoff)
-    return {
-        "bound_seconds": bound,
-        "after_landing": {"count": count, "oldest": _overdue(oldest, now, bound)},
-        "past_time_limit": _past_time_limit(conn, bound, now),
-    }
+    return Stuck(bound, StuckCount(count, _overdue(oldest, now, bound)), _past_time_limit(conn, bound, now))
 
 
-def _past_time_limit(conn: Connection, bound: float, now: datetime) -> dict[str, Any]:
+def _past_time_limit(conn: Connection, bound: float, now: datetime) -> StuckCount:
     """``collect_stuck``'s past_time_limit: per exec_dict, its cutoff (now - time limit - bound); the exec_dicts
     whose earliest start is at or before theirs are counted, and the one furthest past it gives the oldest task."""
     cutoffs: list[tuple[str | None, datetime]] = []
@@ -147,58 +151,52 @@ def _past_time_limit(conn: Connection, bound: float, now: datetime) -> dict[str,
             if worst is None or late > worst[0]:
                 worst = (late, exec_dict, cutoff, limit)
     if worst is None:
-        return {"count": 0, "oldest": None}
+        return StuckCount(0, None)
     count = status_sql.count_started_before(conn, cutoffs)
     row = status_sql.oldest_started_before(conn, worst[1], worst[2])
     due = None if row is None else (*row[:3], row[3] + timedelta(seconds=worst[3]))
-    return {"count": count, "oldest": _overdue(due, now, bound)}
+    return StuckCount(count, _overdue(due, now, bound))
 
 
-def _overdue(task: status_sql.OverdueTask | None, now: datetime, bound: float) -> dict[str, Any] | None:
-    """A stuck kind's oldest task as plain data: its key and how many seconds it is past its due time + bound."""
+def _overdue(task: status_sql.OverdueTask | None, now: datetime, bound: float) -> StuckTask | None:
+    """A stuck kind's oldest task: its key and how many seconds it is past its due time + bound."""
     if task is None:
         return None
     dag_id, task_id, execution_date, due = task
-    late = (now - due).total_seconds() - bound
-    return {
-        "dag_id": dag_id,
-        "task_id": task_id,
-        "execution_date": execution_date.isoformat(),
-        "late_seconds": round(late, 1),
-    }
+    return StuckTask(dag_id, task_id, execution_date, round((now - due).total_seconds() - bound, 1))
 
 
-def stuck_problems(stuck: dict[str, Any]) -> list[str]:
+def stuck_problems(stuck: Stuck) -> list[str]:
     """``collect_stuck``'s non-zero counts, one line each (shown loudly by `status`, in ``problems``)."""
-    bound = f"{stuck['bound_seconds']:g} s"
+    bound = f"{stuck.bound_seconds:g} s"
     what = {
         "after_landing": f"still wait although their check landed more than {bound} ago",
         "past_time_limit": f"still wait more than {bound} past their time limit",
     }
     out = []
-    for kind, text in what.items():
-        n, oldest = stuck[kind]["count"], stuck[kind]["oldest"]
-        if not n:
+    for kind, counted in stuck.kinds():
+        if not counted.count:
             continue
+        oldest = counted.oldest
         where = (
-            f" (oldest: {oldest['dag_id']}.{oldest['task_id']} @ {oldest['execution_date']}, "
-            f"{oldest['late_seconds']:g} s late)"
+            f" (oldest: {oldest.dag_id}.{oldest.task_id} @ {oldest.execution_date.isoformat()}, "
+            f"{oldest.late_seconds:g} s late)"
             if oldest
             else ""
         )
-        out.append(f"{n} task(s) {text}{where}")
+        out.append(f"{counted.count} task(s) {what[kind]}{where}")
     return out
 
 
-def round_problems(workers: list[dict[str, Any]]) -> list[str]:
+def round_problems(workers: Sequence[WorkerRoundRow]) -> list[str]:
     """What the workers' last rounds report going wrong, one line each (shown loudly by `status`)."""
     out: list[str] = []
-    seen: set[tuple[Any, Any]] = set()
+    seen: set[tuple[int | None, datetime | None]] = set()
     for w in workers:
-        if (w["pid"], w["last_round_at"]) in seen:  # one process's ranges share one round: report it once
+        if (w.pid, w.last_round_at) in seen:  # one process's ranges share one round: report it once
             continue
-        seen.add((w["pid"], w["last_round_at"]))
-        last, who = w["last_round"], w["worker_id"]
+        seen.add((w.pid, w.last_round_at))
+        last, who = w.last_round, w.worker_id
         if last.get("error"):
             out.append(f"worker {who}: its last round failed: {last['error']}")
         for module, why in sorted((last.get("module_errors") or {}).items()):
@@ -224,46 +222,43 @@ def round_problems(workers: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def status_lines(data: dict[str, Any], shard_code_upper_limit: int) -> list[str]:
-    """`smartsensor status` as text, from ``collect_status``'s data."""
-    out = ["tasks by state: " + (", ".join(f"{k} {v}" for k, v in data["tasks_by_state"].items()) or "none")]
-    ratio = data["dedup_ratio"]
+def status_lines(report: StatusReport, shard_code_upper_limit: int) -> list[str]:
+    """`smartsensor status` as text, from ``collect_status``'s report."""
+    out = ["tasks by state: " + (", ".join(f"{k} {v}" for k, v in report.tasks_by_state.items()) or "none")]
+    ratio = report.dedup_ratio
     out.append(
-        f"waiting smart tasks {data['waiting']} over {data['distinct_hashes']} distinct checks"
+        f"waiting smart tasks {report.waiting} over {report.distinct_hashes} distinct checks"
         + (f" (dedup ratio {ratio}x)" if ratio else "")
     )
     out.append(f"{'range':>13}  {'waiting':>7}  {'distinct':>8}")
-    out += [f"{s['min']:>6}-{s['max']:<6}  {s['waiting']:>7}  {s['distinct_hashes']:>8}" for s in data["shards"]]
-    if data["stranded"]:
+    out += [f"{s.min:>6}-{s.max:<6}  {s.waiting:>7}  {s.distinct_hashes:>8}" for s in report.shards]
+    if report.stranded:
         out.append(
-            f"WARNING: {data['stranded']} waiting task(s) have a shardcode outside [0, {shard_code_upper_limit}) "
+            f"WARNING: {report.stranded} waiting task(s) have a shardcode outside [0, {shard_code_upper_limit}) "
             f"and no worker serves them: run `smartsensor db reshard`"
         )
-    if data["workers"]:
+    if report.workers:
         out.append(f"{'worker':<40} {'range':>13} {'last round':>10} {'age s':>7}")
-        for w in data["workers"]:
-            age = w["age_seconds"] if w["age_seconds"] is not None else "-"
+        for w in report.workers:
+            age = w.age_seconds if w.age_seconds is not None else "-"
             out.append(
-                f"{w['worker_id']:<40} {w['shard_min']:>6}-{w['shard_max']:<6} "
-                f"{(w['last_round_seconds'] or 0):>9.2f}s {age:>7}"
+                f"{w.worker_id:<40} {w.shard_min:>6}-{w.shard_max:<6} {(w.last_round_seconds or 0):>9.2f}s {age:>7}"
             )
     else:
         out.append("no worker has reported a round")
-    out += [f"WARNING: {problem}" for problem in data["problems"]]
-    if data["leases"]:
+    out += [f"WARNING: {problem}" for problem in report.problems]
+    if report.leases:
         out.append(f"{'lease':>13}  {'epoch':>5}  {'expires in':>10}  owner")
-        for lease in data["leases"]:
-            left = "-" if lease["expires_in"] is None else f"{lease['expires_in']:.1f}s"
-            owner = (lease["owner"] or "(free)") + ("  EXPIRED" if lease["expired"] else "")
-            out.append(f"{lease['shard_min']:>6}-{lease['shard_max']:<6}  {lease['epoch']:>5}  {left:>10}  {owner}")
+        for lease in report.leases:
+            left = "-" if lease.expires_in is None else f"{lease.expires_in:.1f}s"
+            owner = (lease.owner or "(free)") + ("  EXPIRED" if lease.expired else "")
+            out.append(f"{lease.shard_min:>6}-{lease.shard_max:<6}  {lease.epoch:>5}  {left:>10}  {owner}")
     out += [
-        f"worker {w['worker_id']} stopped heartbeating {w['heartbeat_age']} s ago"
-        for w in data["lease_workers"]
-        if w["stale"]
+        f"worker {w.worker_id} stopped heartbeating {w.heartbeat_age} s ago" for w in report.lease_workers if w.stale
     ]
     out += [
-        f"classic run of {z['dag_id']}.{z['task_id']} {z['execution_date'][:10]} on {z['hostname']} "
-        f"stopped heartbeating {z['heartbeat_age']} s ago (the scheduler ends it)"
-        for z in data["zombies"]
+        f"classic run of {z.dag_id}.{z.task_id} {z.execution_date.date().isoformat()} on {z.hostname} "
+        f"stopped heartbeating {z.heartbeat_age} s ago (the scheduler ends it)"
+        for z in report.zombies
     ]
     return out

@@ -1,5 +1,5 @@
-"""A worker process's loop over a ``runner.Runner``: timer rounds, lease heartbeats, wake-up rounds for landing
-signals and new tasks, and a clean stop on SIGTERM/SIGINT or a dead Spark JVM.
+"""A worker process's loop over its ``served_ranges.ServedRanges``: timer rounds, the lease heartbeat, wake-up rounds
+for landing signals and new tasks, and a clean stop on a stop request (SIGTERM/SIGINT) or a dead Spark JVM.
 
 N worker processes are started and restarted by ``service.supervisor``.
 """
@@ -10,14 +10,16 @@ import logging
 import signal
 import threading
 import time
+from datetime import datetime
 from typing import Any, Callable
 
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.round.report import RoundResult
-from smartsensor.service.runner import RoundMetrics, Runner
-from smartsensor.service.signals import listen_for_signals
+from smartsensor.service.round_metrics import RoundMetrics
+from smartsensor.service.served_ranges import ServedRanges
+from smartsensor.service.signals import SIGNAL_RETENTION, listen_for_signals, prune_old_signals
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,8 @@ class WakeUps:
     """The wake-up thread of a worker: landing signals and newly pending tasks, gathered while a wake-up round
     runs, each start one more at once. It never waits for a timer round; its writes are fenced like theirs."""
 
-    def __init__(self, runner: Runner, emit: Callable[[RoundResult], None]) -> None:
-        self.runner = runner
+    def __init__(self, served: ServedRanges, emit: Callable[[RoundResult], None]) -> None:
+        self.served = served
         self.emit = emit
         self._lock = threading.Lock()
         self._tables: set[tuple[str, str]] = set()
@@ -59,7 +61,7 @@ class WakeUps:
             if not tables and shards == set():
                 continue
             try:
-                for result in self.runner.wake_rounds(tables, shards):
+                for result in self.served.wake_rounds(tables, shards):
                     self.emit(result)
             except Exception as exc:  # noqa: BLE001 - the timer rounds still run; a DB outage is reported there
                 log.warning("wake-up round failed: %s", first_line(exc))
@@ -68,12 +70,13 @@ class WakeUps:
 class WorkerLoop:
     """Rounds every ``interval`` seconds until a stop is requested (or one round with ``once``).
 
-    ``start`` runs the loop and returns its exit status; ``tick`` is one timer round; ``beat`` one lease heartbeat;
-    ``stop`` ends the loop after the round under way. The loop is a plain wait between rounds, no scheduler: a
-    round that overruns its interval is followed by the next at once, never overlapped. Leases are renewed every
-    ``heartbeat_interval`` by a thread of their own, during a round too (a round longer than lease_timeout keeps
-    them). A landing signal, or new pending tasks (PostgreSQL), run a wake-up round at once in their own thread
-    (``WakeUps``): neither waits for a timer round. ``once`` is one pass of the same loop, without the wake-ups.
+    ``start`` runs the loop and returns its exit status; ``tick`` is one timer round; ``keep_leases`` one lease
+    heartbeat (and the pruning of old landing signals); ``stop`` ends the loop after the round under way. The loop
+    is a plain wait between rounds, no scheduler: a round that overruns its interval is followed by the next at
+    once, never overlapped. Leases are kept every ``heartbeat_interval`` by a thread of their own, during a round
+    too (a round longer than lease_timeout keeps them). A landing signal, or new pending tasks (PostgreSQL), run a
+    wake-up round at once in their own thread (``WakeUps``; ``wake_ups=False``: none): neither waits for a timer
+    round. ``once`` is one pass of the same loop, without the wake-ups.
 
     The exit status is 0 after a requested stop, or EXIT_SPARK_DIED when the Spark driver JVM died: the worker
     then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM, instead of
@@ -82,36 +85,46 @@ class WorkerLoop:
 
     def __init__(
         self,
-        runner: Runner,
+        served: ServedRanges,
         engine: Any,
         cfg: Config,
         interval: float,
         once: bool,
         emit: Callable[[RoundResult], None],
         metrics: RoundMetrics | None = None,
-        signals: bool = True,
+        wake_ups: bool = True,
         stop_event: threading.Event | None = None,
         jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code,
     ) -> None:
-        self.runner, self.engine, self.cfg, self.interval, self.once = runner, engine, cfg, interval, once
-        self.emit, self.metrics, self.signals, self.jvm_exit_code = emit, metrics, signals, jvm_exit_code
+        self.served, self.engine, self.cfg, self.interval, self.once = served, engine, cfg, interval, once
+        self.emit, self.metrics, self.wake_ups, self.jvm_exit_code = emit, metrics, wake_ups, jvm_exit_code
         self.status = 0
-        # A signal handler only raises this flag, which no lock of the main thread guards (a handler runs in the
-        # main thread between two bytecodes: setting an Event the main thread waits on could deadlock on that
-        # Event's own lock); the stop-watch thread turns it into ``stop``.
+        # A stop request (SIGTERM/SIGINT) only raises this flag, which no lock of the main thread guards (a handler
+        # runs in the main thread between two bytecodes: setting an Event the main thread waits on could deadlock on
+        # that Event's own lock); the stop-watch thread turns it into ``stop``.
         self.stop_requested = stop_event or threading.Event()
         self.stopping = threading.Event()  # the loop is ending: no next round; the helper threads end with it
+        self._pruned_at = datetime.min
 
-    def beat(self) -> None:
-        """One lease heartbeat; a failure (a DB outage) is logged: leases lapse, writes are fenced, we retry."""
+    def keep_leases(self) -> None:
+        """One lease heartbeat, then old landing signals pruned (at most once a minute). A failure (a DB outage)
+        is logged: leases lapse, writes are fenced, the next heartbeat retries."""
         try:
-            self.runner.heartbeat()
+            self.served.follow_leases()
         except Exception as exc:  # noqa: BLE001 - DB outage: leases lapse, writes are fenced, we retry
-            log.warning("heartbeat failed: %s", first_line(exc))
+            log.warning("lease heartbeat failed: %s", first_line(exc))
+        now = datetime.utcnow()
+        if now - self._pruned_at < SIGNAL_RETENTION / 60:
+            return
+        try:
+            prune_old_signals(self.engine, now)
+            self._pruned_at = now
+        except Exception as exc:  # noqa: BLE001 - a DB outage: pruned at a later heartbeat
+            log.warning("pruning landing signals failed: %s", first_line(exc))
 
     def tick(self) -> None:
         """One timer round: report it; stop the worker if it shows that the Spark JVM died."""
-        results = self.runner.rounds()
+        results = self.served.timer_rounds()
         for result in results:
             if self.metrics is not None:
                 self.metrics.observe(result)
@@ -130,15 +143,15 @@ class WorkerLoop:
             threading.Thread(target=self._watch_stop_requests, name="stop-watch", daemon=True).start()
             # Handlers before the first lease claim: a SIGTERM right after it must still release the leases.
             if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, self._on_signal_to_stop)
-                signal.signal(signal.SIGINT, self._on_signal_to_stop)
-        self.beat()
+                signal.signal(signal.SIGTERM, self._on_stop_request)
+                signal.signal(signal.SIGINT, self._on_stop_request)
+        self.keep_leases()
         interval = self.cfg.settings.smart_sensor.heartbeat_interval
         beating = threading.Thread(
-            target=_beat_until, args=(self.beat, interval, self.stopping), name="heartbeat", daemon=True
+            target=_every, args=(self.keep_leases, interval, self.stopping), name="leases", daemon=True
         )
         beating.start()
-        if self.signals and not self.once:
+        if self.wake_ups and not self.once:
             self._start_wake_ups()
         try:
             while not self.stopping.is_set():
@@ -150,7 +163,7 @@ class WorkerLoop:
         finally:
             self.stopping.set()
             beating.join()
-            self.runner.stop(keep_rounds=self.once)
+            self.served.stop(keep_rounds=self.once)
         return self.status
 
     def _round(self) -> None:
@@ -164,7 +177,7 @@ class WorkerLoop:
             log.exception("round failed")
 
     def _start_wake_ups(self) -> None:
-        wake_ups = WakeUps(self.runner, self.emit)
+        wake_ups = WakeUps(self.served, self.emit)
         threading.Thread(target=wake_ups.run, args=(self.stopping,), name="wake-ups", daemon=True).start()
         threading.Thread(
             target=listen_for_signals,
@@ -175,7 +188,7 @@ class WorkerLoop:
                 self.stopping,
                 wake_ups.pending,
             ),
-            name="signals",
+            name="landing-signals",
             daemon=True,
         ).start()
 
@@ -191,7 +204,7 @@ class WorkerLoop:
         self.status = EXIT_SPARK_DIED
         return True
 
-    def _on_signal_to_stop(self, signum: int, _frame: object) -> None:
+    def _on_stop_request(self, signum: int, _frame: object) -> None:
         self.stop_requested.set()
 
     def _watch_stop_requests(self) -> None:
@@ -202,7 +215,7 @@ class WorkerLoop:
         self.stop()
 
 
-def _beat_until(beat: Callable[[], None], interval: float, done: threading.Event) -> None:
-    """Call ``beat`` every ``interval`` seconds until ``done``."""
+def _every(step: Callable[[], None], interval: float, done: threading.Event) -> None:
+    """Call ``step`` every ``interval`` seconds until ``done``."""
     while not done.wait(interval):
-        beat()
+        step()

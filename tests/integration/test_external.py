@@ -18,7 +18,7 @@ from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.external import ExternalConflict, external_states, register_external
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import DictCatalog
 
 KEY = ExternalKey("etl", "wait_events", "scheduled__2026-11-22T00:00:00+00:00")
@@ -115,7 +115,7 @@ def test_a_round_serves_external_tasks_with_one_check_for_identical_waits(cfg, e
     tries = [reg(engine, cfg, ExternalKey("etl", f"t{i}", "r1")) for i in range(3)]
     catalog = DictCatalog()
     catalog.land("db.events/ds=2026-11-22")
-    worker = ShardWorker(SqlRoundStore(engine), cfg, 0, cfg.shard_code_upper_limit)
+    worker = RangeRounds(SqlRoundStore(engine), cfg, 0, cfg.shard_code_upper_limit)
     result = run_round([worker], lambda: catalog)
     assert result.distinct_checks == 1 and result.marked == {State.SUCCESS: 3}
     states = external_states(engine, [(ExternalKey("etl", f"t{i}", "r1"), 1) for i in range(3)])

@@ -15,7 +15,7 @@ import pytest
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.registration import register
-from smartsensor.service.runner import LeasedWorker
+from smartsensor.service.served_ranges import LeasedRanges
 from smartsensor.service.signals import send_signal
 from smartsensor.service.worker_loop import WorkerLoop
 from tests.support.common import DAY, new_db, wait_until
@@ -23,21 +23,21 @@ from tests.support.flag_workload import LEASE
 from tests.support.hive_helpers import create_table, land
 
 
-class _Runner:
+class _LoopInThread:
     """A leased worker loop in a thread of this process (the session's SparkSession)."""
 
     def __init__(self, engine: Any, cfg: Any, spark: Any, signals: bool, interval: float) -> None:
         self.stop = threading.Event()
         self.results: list[Any] = []
-        self.runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
+        self.served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
         self.thread = threading.Thread(
             target=WorkerLoop(
-                self.runner, engine, cfg, interval, False, self.results.append, signals=signals, stop_event=self.stop
+                self.served, engine, cfg, interval, False, self.results.append, wake_ups=signals, stop_event=self.stop
             ).start,
             daemon=True,
         )
 
-    def __enter__(self) -> "_Runner":
+    def __enter__(self) -> "_LoopInThread":
         self.thread.start()
         return self
 
@@ -84,7 +84,7 @@ def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, sp
         cfg,
     )
     signalled, polled = [], []
-    with _Runner(engine, cfg, spark, signals=True, interval=1.0) as r:
+    with _LoopInThread(engine, cfg, spark, signals=True, interval=1.0) as r:
         wait_until(lambda: any(x.loaded for x in r.results), timeout=60)
         time.sleep(1.5)
         for i in range(n):
@@ -136,7 +136,7 @@ def test_a_signal_is_served_while_a_timer_round_is_under_way(tmp_path, db_url, s
         DAY,
         cfg,
     )
-    with _Runner(engine, cfg, spark, signals=True, interval=1.0):
+    with _LoopInThread(engine, cfg, spark, signals=True, interval=1.0):
         wait_until(lambda: _state(engine, "sig") == "smart_running", timeout=60)
         time.sleep(1.0)  # the timer round is in the slow sensor's poke now
         land(spark, hive_db, "t", ds="1", hr="00")
@@ -164,7 +164,7 @@ def test_a_check_registered_on_a_landed_partition_succeeds_without_waiting_for_a
         DAY,
         cfg,
     )
-    with _Runner(engine, cfg, spark, signals=True, interval=60.0) as r:
+    with _LoopInThread(engine, cfg, spark, signals=True, interval=60.0) as r:
         wait_until(lambda: any(x.loaded for x in r.results), timeout=60)
         t0 = time.monotonic()
         register(

@@ -1,4 +1,4 @@
-"""A stateful model test of the round's index (issue 30): hypothesis drives the real ``ShardWorker`` over the
+"""A stateful model test of the round's index (issue 30): hypothesis drives the real ``RangeRounds`` over the
 in-memory store and over SQL (SQLite here, PostgreSQL in a shorter run) through every interleaving of what
 changes waiting tasks, and checks after each step that the index agrees with the database.
 
@@ -44,7 +44,7 @@ from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.registration import build_row
 from smartsensor.service.round.plan import RoundPlan
 from smartsensor.service.round.poke import poke_plans
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
@@ -105,8 +105,8 @@ class System:
         self.epoch = 1
         self.worker = self.new_worker()
 
-    def new_worker(self) -> ShardWorker:
-        w = ShardWorker(self.store, self.cfg, 0, self.cfg.shard_code_upper_limit, clock=self.clock, record_rounds=False)
+    def new_worker(self) -> RangeRounds:
+        w = RangeRounds(self.store, self.cfg, 0, self.cfg.shard_code_upper_limit, clock=self.clock, record_rounds=False)
         w.fence = Fence(0, "me", self.epoch)
         return w
 

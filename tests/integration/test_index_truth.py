@@ -19,7 +19,7 @@ from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.schema.models import TaskInstance
 from smartsensor.service.registration import build_row
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg, named
 
@@ -37,8 +37,8 @@ def sql_rows(engine: Any) -> dict[str, tuple[Any, ...]]:
         return {r.dag_id: (r.state, r.error) for r in conn.execute(select(TI.c.dag_id, TI.c.state, TI.c.error))}
 
 
-def worker(store: Any, cfg: Any, clock: Clock) -> ShardWorker:
-    return ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock, record_rounds=False)
+def worker(store: Any, cfg: Any, clock: Clock) -> RangeRounds:
+    return RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock, record_rounds=False)
 
 
 def odd_rows(cfg: Any) -> list[dict[str, Any]]:

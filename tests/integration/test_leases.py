@@ -187,7 +187,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
         a_conn.begin()
         marked = task_sql.mark_hashes(
             a_conn,
-            [r.hashcode for r in task_sql.load_waiting(a_conn, lease.shard_min, lease.shard_max)],
+            [r["hashcode"] for r in task_sql.list_tasks(a_conn) if lease.shard_min <= r["shardcode"] < lease.shard_max],
             lease.shard_min,
             lease.shard_max,
             State.SUCCESS,
@@ -219,12 +219,12 @@ def test_changed_shard_ranges_reshape_free_lease_rows(engine, cfg, tmp_path, db_
     # old and new both serve 5000-10000 until "old" stops (state guards keep each task marked once)
     assert new.heartbeat(now=t0 + timedelta(seconds=1))["claimed"] == [5000]
     with engine.connect() as conn:
-        assert [(r["shard_min"], r["shard_max"]) for r in lease_sql.load_leases(conn)][:2] == [(0, 2000), (2000, 4000)]
+        assert [(r.shard_min, r.shard_max) for r in lease_sql.load_leases(conn)][:2] == [(0, 2000), (2000, 4000)]
     epoch0 = old.owned[0].epoch
     old.release_all()  # the old-config worker stops
     assert new.heartbeat(now=t0 + timedelta(seconds=2))["claimed"] == [0]
     with engine.connect() as conn:
         rows = lease_sql.load_leases(conn)
-    assert [(r["shard_min"], r["shard_max"], r["owner"]) for r in rows] == [(0, 5000, "new"), (5000, 10000, "new")]
-    assert rows[0]["epoch"] > epoch0  # a fence taken under the old shape never passes again
+    assert [(r.shard_min, r.shard_max, r.owner) for r in rows] == [(0, 5000, "new"), (5000, 10000, "new")]
+    assert rows[0].epoch > epoch0  # a fence taken under the old shape never passes again
     assert new.owned[0].shard_max == 5000

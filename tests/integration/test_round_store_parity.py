@@ -21,7 +21,7 @@ from smartsensor.schema.models import ShardLease, TaskInstance
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.registration import build_row
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0
 
@@ -59,7 +59,7 @@ def script(
     clock = Clock(T0)
     catalog = DictCatalog()
     catalog.fail("db.gone/ds=1", PermanentCheckError("db.gone is not partitioned"))
-    worker = ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock, record_rounds=False)
+    worker = RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock, record_rounds=False)
     limit = cfg.shard_code_upper_limit
     set_lease("me", 1, T0 + timedelta(hours=1))
     worker.fence = Fence(0, "me", 1)

@@ -112,7 +112,7 @@ def test_status_fetches_a_row_per_range_not_per_waiting_task(cfg, engine) -> Non
 
     event.listen(engine, "after_cursor_execute", record)
     try:
-        data = collect_status(engine, cfg, T0)
+        data = collect_status(engine, cfg, T0).as_json()
     finally:
         event.remove(engine, "after_cursor_execute", record)
     fetched = count_rows(engine, sent)
@@ -134,4 +134,4 @@ def test_waiting_by_range_with_no_waiting_task_no_range_one_range_null_shardcode
     figures = python_figures(engine, cfg)
     assert (everything.tasks, everything.hashes) == (none.tasks, none.hashes) == (WAITING, figures["distinct_hashes"])
     assert none.per_range == {} and everything.per_range[0][0] == sum(s["waiting"] for s in figures["shards"])
-    assert collect_status(engine, cfg, T0)["shards"] == figures["shards"]
+    assert collect_status(engine, cfg, T0).as_json()["shards"] == figures["shards"]

@@ -36,7 +36,7 @@ def client(cfg: Any, engine: Any, token: str | None = None) -> TestClient:
 def test_the_page_states_the_numbers_of_status_json(cfg, engine) -> None:
     populate_page_db(cfg, engine)
     html = client(cfg, engine).get("/").text
-    expected = collect_status(engine, cfg)
+    expected = collect_status(engine, cfg).as_json()
     assert page_numbers(html) == status_numbers(expected)
     assert expected["stranded"] == 1 and expected["problems"] and len(expected["tasks_by_state"]) == 4
     assert any(lease["expired"] for lease in expected["leases"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from smartsensor.adapters.sql.engine import statement_count
 from smartsensor.api.app import create_app
@@ -45,7 +45,7 @@ def place(engine: Any, dag_id: str, state: str, **values: Any) -> None:
 
 
 def stuck_of(engine: Any, cfg: Any) -> dict[str, Any]:
-    return collect_status(engine, cfg, T0)["stuck"]
+    return collect_status(engine, cfg, T0).as_json()["stuck"]
 
 
 def test_a_task_waiting_after_its_check_landed_past_the_bound_is_stuck(cfg, engine) -> None:
@@ -90,6 +90,35 @@ def test_a_task_waiting_after_its_check_landed_past_the_bound_is_stuck(cfg, engi
     assert stuck_of(engine, cfg)["after_landing"] == {
         "count": 1,
         "oldest": {"dag_id": "b", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 40.0},
+    }
+
+
+def test_the_tasks_of_one_hashcode_are_stuck_by_their_own_check(cfg, engine) -> None:
+    # Eight waiting or landed tasks share one hashcode: five of check a (db.t/ds=1), three of check b (db.t/ds=2,
+    # given a's hashcode: a collision). a landed twice (its first landing counts), b only within the bound.
+    for dag_id in ("a1", "a2", "a3", "a4", "a5", "b1", "b2", "b3"):
+        add(engine, cfg, dag_id, "db.t/ds=1" if dag_id < "b" else "db.t/ds=2")
+    with engine.begin() as conn:
+        hashcode = conn.execute(select(TI.c.hashcode).where(TI.c.dag_id == "a1")).scalar_one()
+        conn.execute(update(TI).where(TI.c.dag_id.in_(["b1", "b2", "b3"])).values(hashcode=hashcode))
+    place(engine, "a1", State.SUCCESS, start_date=ago(900), end_date=ago(500))
+    place(engine, "a2", State.SUCCESS, start_date=ago(900), end_date=ago(200))
+    place(engine, "a3", State.SMART_RUNNING, start_date=ago(1000))  # due at the first landing: 440 s late
+    place(engine, "a4", State.SMART_PENDING, start_date=None, updated_at=ago(400))  # due at its start: 340 s late
+    place(engine, "a5", State.SMART_RUNNING, start_date=ago(30))  # within the bound
+    place(engine, "b1", State.SUCCESS, start_date=ago(900), end_date=ago(10))  # within the bound: not yet a landing
+    place(engine, "b2", State.SMART_RUNNING, start_date=ago(1000))
+    place(engine, "b3", State.SMART_PENDING, start_date=None, updated_at=ago(1000))
+
+    assert stuck_of(engine, cfg)["after_landing"] == {
+        "count": 2,
+        "oldest": {"dag_id": "a3", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 440.0},
+    }
+    place(engine, "b1", State.SUCCESS, end_date=ago(100))  # b's landing is past the bound now: b2 and b3 are stuck
+    place(engine, "a3", State.SUCCESS, end_date=ago(100))
+    assert stuck_of(engine, cfg)["after_landing"] == {
+        "count": 3,  # a4, b2, b3
+        "oldest": {"dag_id": "a4", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 340.0},
     }
 
 
@@ -139,7 +168,7 @@ def _one_of_each(engine: Any, cfg: Any) -> None:
 
 def test_stuck_tasks_are_loud_lines_and_problems(cfg, engine) -> None:
     quiet = collect_status(engine, cfg, T0)
-    assert quiet["problems"] == [] and not any("still wait" in line for line in status_lines(quiet, 10000))
+    assert quiet.problems == () and not any("still wait" in line for line in status_lines(quiet, 10000))
     _one_of_each(engine, cfg)
     data = collect_status(engine, cfg, T0)
     date = DAY.isoformat()
@@ -147,7 +176,7 @@ def test_stuck_tasks_are_loud_lines_and_problems(cfg, engine) -> None:
         f"1 task(s) still wait although their check landed more than 60 s ago (oldest: b.w @ {date}, 60 s late)",
         f"1 task(s) still wait more than 60 s past their time limit (oldest: p.w @ {date}, 40 s late)",
     ]
-    assert data["problems"] == expected
+    assert list(data.problems) == expected
     lines = status_lines(data, cfg.shard_code_upper_limit)
     assert [f"WARNING: {p}" for p in expected] == [line for line in lines if "still wait" in line]
 
@@ -161,7 +190,7 @@ def test_collect_status_sends_9_statements_11_with_a_task_past_its_time_limit(cf
     add(engine, cfg, "q", "db.u/ds=2", timeout=1200)  # a second exec_dict past its limit: still one count
     place(engine, "q", State.SMART_RUNNING, start_date=ago(1200 + BOUND + 1))
     before = statement_count(engine)
-    assert collect_status(engine, cfg, T0)["stuck"]["past_time_limit"]["count"] == 2
+    assert collect_status(engine, cfg, T0).stuck.past_time_limit.count == 2
     assert statement_count(engine) - before == 11
 
 

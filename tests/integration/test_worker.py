@@ -1,4 +1,4 @@
-"""One round of a shard worker against a real metastore and a real metadata DB (SQLite and Postgres)."""
+"""Rounds over a range against a real metastore and a real metadata DB (SQLite and Postgres)."""
 
 from __future__ import annotations
 
@@ -328,22 +328,22 @@ def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock
 
 
 def test_leased_worker_lists_each_table_once_for_all_its_ranges(engine, cfg, spark, hive_db, clock) -> None:
-    from smartsensor.service.runner import LeasedWorker
+    from smartsensor.service.served_ranges import LeasedRanges
 
     create_table(spark, hive_db, "t")
     register(engine, [(f"d{i}", named("w", f"{hive_db}.t/ds={i}/hr=00")) for i in range(40)], DAY, cfg)
-    runner = LeasedWorker(engine, cfg, spark_provider=lambda: spark)
-    runner.heartbeat()
-    assert len(runner.workers) == 5  # alone: it holds every range
-    [result] = runner.rounds()
+    served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
+    served.follow_leases()
+    assert len(served.ranges) == 5  # alone: it holds every range
+    [result] = served.timer_rounds()
     assert result.ranges == [[0, 2000], [2000, 4000], [4000, 6000], [6000, 8000], [8000, 10000]]
     assert result.loaded == 40 and result.distinct_hashes == 40
     assert result.catalog_calls == 1  # one listing of the table for all five ranges
     for i in range(40):
         land(spark, hive_db, "t", ds=str(i), hr="00")
-    runner.heartbeat()  # landing 40 partitions can outlast lease_timeout on a loaded machine
-    for w in runner.workers.values():
+    served.follow_leases()  # landing 40 partitions can outlast lease_timeout on a loaded machine
+    for w in served.ranges.values():
         w.wake({(hive_db, "t")})
-    [result] = runner.rounds()
+    [result] = served.timer_rounds()
     assert result.catalog_calls == 1 and result.marked == {"success": 40} and result.woken == 5
-    runner.stop()
+    served.stop()

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.common import ROOT
+from tests.support.proc_helpers import run_script
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +24,7 @@ HEADER = (
 def test_bench_api_smoke(tmp_path: Path, db_url: str) -> None:
     out = tmp_path / "results" / "api.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
-    proc = subprocess.run(
+    proc = run_script(
         [
             sys.executable,
             "-m",
@@ -49,13 +48,10 @@ def test_bench_api_smoke(tmp_path: Path, db_url: str) -> None:
             "--json",
             str(out),
         ],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+        env,
         timeout=280,
+        tail=3000,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert HEADER in lines
     rows = {

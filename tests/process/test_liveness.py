@@ -99,7 +99,7 @@ class Fleet:
 
     def ranges_of(self, owner: str) -> list[tuple[int, int]]:
         with self.engine.connect() as conn:
-            return [(r["shard_min"], r["shard_max"]) for r in lease_sql.load_leases(conn) if r["owner"] == owner]
+            return [(r.shard_min, r.shard_max) for r in lease_sql.load_leases(conn) if r.owner == owner]
 
     def rows(self) -> dict[tuple[str, datetime], dict[str, Any]]:
         """The task rows of the stream, by (task_id, execution_date)."""

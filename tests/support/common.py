@@ -50,7 +50,7 @@ def named(task_id: str = "t", partition: str = "demo.events/ds={{ ds }}", **kw: 
 def lease_owners(engine: Any) -> dict[int, str | None]:
     """Each shard range's lease owner (None: free), by the range's lower bound."""
     with engine.connect() as conn:
-        return {r["shard_min"]: r["owner"] for r in lease_sql.load_leases(conn)}
+        return {r.shard_min: r.owner for r in lease_sql.load_leases(conn)}
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> float:

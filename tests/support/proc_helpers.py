@@ -1,4 +1,4 @@
-"""Running `smartsensor` CLI processes in tests."""
+"""Running `smartsensor` CLI processes, and the repository's scripts, in tests."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from queue import Empty, Queue
 from typing import Any, Callable
 
 from smartsensor.adapters.process import pdeathsig_preexec
+from tests.support.common import ROOT
 
 
 def cli_env(home: Path, db_url: str, **extra: str) -> dict[str, str]:
@@ -34,6 +35,17 @@ def run_cli(
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_script(
+    args: list[str], env: dict[str, str], timeout: float, tail: int = 2000
+) -> subprocess.CompletedProcess[str]:
+    """A script of the repository (``[sys.executable, "-m", "scripts.…", …]`` or ``["bash", "scripts/….sh", …]``)
+    run to its end from the repository root; fails showing the last ``tail`` characters of its output unless it
+    exits 0."""
+    proc = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-tail:] + proc.stderr[-tail:]
     return proc
 
 

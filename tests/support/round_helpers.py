@@ -1,21 +1,23 @@
-"""A shard worker under test: one range, its answerer, and the one round entry point run on it alone."""
+"""A range under test: one range's RangeRounds, its answerer, and the one round entry point run on it alone."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Callable
 
+from sqlalchemy import Engine
+
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.ports import CheckAnswerer, RoundStore
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
-from smartsensor.service.round.worker import ShardWorker, run_round
 
 
 class RangeUnderTest:
     """``run_round()`` runs ``service.round.run_round`` on this one range; other attributes are the worker's."""
 
-    def __init__(self, worker: ShardWorker, answerer: Callable[[], CheckAnswerer]) -> None:
+    def __init__(self, worker: RangeRounds, answerer: Callable[[], CheckAnswerer]) -> None:
         self.worker = worker
         self.answerer = answerer
 
@@ -42,8 +44,8 @@ def spark_range(
     **kw: Any,
 ) -> RangeUnderTest:
     """A range on the SQL store (or the given store) whose checks are answered by a BatchChecker on ``spark``."""
-    store: RoundStore = engine_or_store if hasattr(engine_or_store, "load_range") else SqlRoundStore(engine_or_store)
+    store: RoundStore = SqlRoundStore(engine_or_store) if isinstance(engine_or_store, Engine) else engine_or_store
     if clock is not None:
         kw["clock"] = clock
-    worker = ShardWorker(store, cfg, lo, hi or cfg.shard_code_upper_limit, **kw)
+    worker = RangeRounds(store, cfg, lo, hi or cfg.shard_code_upper_limit, **kw)
     return RangeUnderTest(worker, lambda: BatchChecker(spark() if callable(spark) else spark))

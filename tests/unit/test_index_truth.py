@@ -16,7 +16,7 @@ from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check
 from smartsensor.sensors.errors import CheckError, PermanentCheckError
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, make_cfg, named
 from tests.unit.test_round import add, state_of
@@ -57,11 +57,11 @@ class DuringPoke(DictCatalog):
         return answers
 
 
-def whole(store: InMemoryStore, cfg: Any, clock: Clock) -> ShardWorker:
-    return ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
+def whole(store: InMemoryStore, cfg: Any, clock: Clock) -> RangeRounds:
+    return RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
 
 
-def waiting_in_index(w: ShardWorker, store: InMemoryStore, dag_id: str) -> bool:
+def waiting_in_index(w: RangeRounds, store: InMemoryStore, dag_id: str) -> bool:
     row = store.tasks[(dag_id, "w", DAY)]
     check = w.index.checks.get((row["hashcode"], row["classpath"], row["attr_dict"]))
     return check is not None and any(c.start_date == row["start_date"] for c in check.cohorts)

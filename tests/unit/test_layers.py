@@ -7,7 +7,7 @@ documents itself:
 - per function: ruff's C901 (``max-complexity`` in pyproject.toml, run by ``./scripts/lint.sh``) is the one gate;
   there is no second count here.
 - ``MAX_STATEMENTS`` per module: every statement, nested ones included; docstrings count one, comments and
-  blank or wrapped lines none. The largest module today has about 250 (``service/round/worker``); 350 leaves room
+  blank or wrapped lines none. The largest module today has about 250 (``service/round/range_rounds``); 350 leaves room
   for a concept to grow in its own file and still catches a module that has become two.
 """
 
@@ -141,11 +141,11 @@ def test_the_layer_rule_sees_real_violations() -> None:
     """The checker itself: an upward import is found."""
     assert (
         layer_of("smartsensor.domain.timing")
-        < layer_of("smartsensor.service.round.worker")
+        < layer_of("smartsensor.service.round.range_rounds")
         < layer_of("smartsensor.cli")
     )
     assert layer_of("smartsensor.adapters.catalog.batch") == ADAPTERS and layer_of("smartsensor.sensors.hive") == DOMAIN
     g = graph()
     assert "smartsensor.ports" in g["smartsensor.adapters.catalog.batch"]  # a backend lists through the port
-    assert "smartsensor.ports" in g["smartsensor.service.round.worker"]
+    assert "smartsensor.ports" in g["smartsensor.service.round.range_rounds"]
     assert "smartsensor.domain.transitions" in g["smartsensor.ports"]

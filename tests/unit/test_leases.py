@@ -29,7 +29,7 @@ def at(seconds: float) -> datetime:
 
 
 def owners(store: InMemoryStore) -> dict[int, str | None]:
-    return {r["shard_min"]: r["owner"] for r in store.load_leases()}
+    return {r.shard_min: r.owner for r in store.load_leases()}
 
 
 def test_workers_share_the_ranges_fairly_and_never_twice(cfg) -> None:
@@ -96,8 +96,8 @@ def test_changed_shard_ranges_reshape_rows_once_nobody_holds_them(cfg, tmp_path)
     old.release_all()
     assert new.heartbeat(now=at(2))["claimed"] == [0]
     rows = store.load_leases()
-    assert [(r["shard_min"], r["shard_max"], r["owner"]) for r in rows] == [(0, 5000, "new"), (5000, 10000, "new")]
-    assert rows[0]["epoch"] > epoch0
+    assert [(r.shard_min, r.shard_max, r.owner) for r in rows] == [(0, 5000, "new"), (5000, 10000, "new")]
+    assert rows[0].epoch > epoch0
 
 
 def test_a_failed_transaction_changes_nothing(cfg) -> None:

@@ -14,7 +14,7 @@ from smartsensor.domain.states import State
 from smartsensor.sensors import BaseSensor, SuccessFileSensor
 from smartsensor.service.registration import build_row
 from smartsensor.service.round.poke import catalog_answerer
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, make_cfg, named
 from tests.support.custom_sensors import READY, KeySensor, SparkSensor
@@ -50,7 +50,7 @@ def one_round(cfg: Any, clock: Clock, tasks: dict[str, BaseSensor], spark: NoJav
     for dag_id, sensor in tasks.items():
         store.add_task(build_row(sensor, dag_id, DAY, cfg)[0])
     result = run_round(
-        [ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)], catalog_answerer(cfg, spark)
+        [RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)], catalog_answerer(cfg, spark)
     )
     return result, {key[0]: row for key, row in store.tasks.items()}
 

@@ -18,7 +18,7 @@ from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 from smartsensor.service.registration import build_row
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg, named
 
@@ -39,7 +39,7 @@ class Fleet:
     """One worker over the whole range on the in-memory store, answered by ``catalog``."""
 
     def __init__(self, cfg: Any, store: InMemoryStore, catalog: DictCatalog, clock: Clock) -> None:
-        self.worker = ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
+        self.worker = RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
         self.catalog = catalog
 
     def round(self) -> Any:
@@ -211,9 +211,6 @@ def test_rows_stored_with_the_old_class_path_still_resolve(cfg, clock) -> None:
 
 def test_an_outage_is_reported_in_the_result_not_raised(cfg, clock) -> None:
     class Down(InMemoryStore):
-        def load_range(self, *args: Any) -> Any:
-            raise ConnectionError("database is down")
-
         def load_cohorts(self, *args: Any) -> Any:
             raise ConnectionError("database is down")
 
@@ -224,7 +221,7 @@ def test_an_outage_is_reported_in_the_result_not_raised(cfg, clock) -> None:
 def test_a_catalog_that_cannot_start_leaves_every_task_waiting(cfg, clock) -> None:
     store = InMemoryStore()
     add(store, cfg, "a", named("w", "db.t/ds=1", timeout=3600))
-    worker = ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
+    worker = RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)
 
     def no_java() -> Any:
         raise RuntimeError("Java gateway process exited")

@@ -1,5 +1,5 @@
 """The incremental round on the in-memory store: a round reads only what arrived, works on the due checks only,
-and keeps every guarantee of the full-reload round (which ``incremental=False`` still runs, for the benchmark)."""
+and ends tasks as a worker that rebuilds its index from the database every round would."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.keys import Cohort, Fence
 from smartsensor.domain.states import State
 from smartsensor.service.round.index import CheckIndex
-from smartsensor.service.round.worker import ShardWorker, run_round
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, make_cfg, named
 from tests.unit.test_round import add, state_of
@@ -26,8 +26,8 @@ def cfg(tmp_path: Any) -> Any:
     return make_cfg(tmp_path, f"sqlite:///{tmp_path / 'unused.db'}")
 
 
-def worker(store: InMemoryStore, cfg: Any, clock: Clock, **kw: Any) -> ShardWorker:
-    return ShardWorker(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock, **kw)
+def worker(store: InMemoryStore, cfg: Any, clock: Clock, **kw: Any) -> RangeRounds:
+    return RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock, **kw)
 
 
 def test_a_steady_round_reads_only_what_arrived_and_works_only_on_due_checks(cfg, clock) -> None:
@@ -135,25 +135,35 @@ def test_a_failed_write_rebuilds_the_index_and_loses_nothing(cfg, clock) -> None
     assert (again.rebuilt, again.marked) == (1, {State.SUCCESS: 1})
 
 
-@pytest.mark.parametrize("incremental", [True, False])
-def test_incremental_and_full_reload_rounds_end_in_the_same_states(cfg, clock, incremental) -> None:
-    """One script on both kinds of round: landings, timeouts with retries, a manual change, late arrivals."""
-    store, catalog = InMemoryStore(), DictCatalog()
-    for i in range(6):
-        add(store, cfg, f"d{i}", named("w", f"db.t/ds={i % 3}", poke_interval=10, timeout=40, retries=i % 2))
-    w = worker(store, cfg, clock, incremental=incremental)
-    states = []
+def test_a_kept_index_and_one_rebuilt_every_round_end_in_the_same_states(cfg, clock) -> None:
+    """One script on two stores: one worker keeps its index from the change feed, the other rebuilds its index from
+    the database before every round (``invalidate``: what a takeover or a failed round does), so it never relies on
+    what an earlier round left in memory. Landings, timeouts with retries, a manual change, late arrivals: the two
+    agree after every round, and end as the script says."""
+    catalog = DictCatalog()
+    kept, rebuilt = InMemoryStore(), InMemoryStore()
+    for store in (kept, rebuilt):
+        for i in range(6):
+            add(store, cfg, f"d{i}", named("w", f"db.t/ds={i % 3}", poke_interval=10, timeout=40, retries=i % 2))
+    workers = [(kept, worker(kept, cfg, clock)), (rebuilt, worker(rebuilt, cfg, clock))]
+
+    def states(store: InMemoryStore) -> list[tuple[str, str]]:
+        return sorted((k[0], r["state"]) for k, r in store.tasks.items())
+
     for step in range(8):
         if step == 2:
             catalog.land("db.t/ds=0")
-        if step == 3:
-            store.set_state(("d1", "w", DAY), State.SUCCESS)  # a user's change wins
-        if step == 4:
-            add(store, cfg, "late", named("w", "db.t/ds=2", poke_interval=10, timeout=40))
-        run_round([w], lambda: catalog)
-        states.append(sorted((k[0], r["state"]) for k, r in store.tasks.items()))
+        for store, w in workers:
+            if step == 3:
+                store.set_state(("d1", "w", DAY), State.SUCCESS)  # a user's change wins
+            if step == 4:
+                add(store, cfg, "late", named("w", "db.t/ds=2", poke_interval=10, timeout=40))
+            if store is rebuilt:
+                w.invalidate()
+            assert run_round([w], lambda: catalog).rebuilt == (1 if store is rebuilt or step == 0 else 0)
+        assert states(kept) == states(rebuilt), f"after round {step}"
         clock.advance(10)
-    assert states[-1] == [
+    assert states(kept) == [
         ("d0", State.SUCCESS),
         ("d1", State.SUCCESS),
         ("d2", State.FAILED),

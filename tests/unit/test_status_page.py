@@ -9,6 +9,16 @@ from datetime import datetime, timedelta
 from smartsensor.api import charts
 from smartsensor.service.history import bucket_of
 from smartsensor.service.overview import series, tables_of, waited_for, waiting_per_table
+from smartsensor.service.status_report import (
+    LeaseStatus,
+    LiveWorker,
+    ShardRow,
+    StatusReport,
+    Stuck,
+    StuckCount,
+    WorkerRoundRow,
+    Zombie,
+)
 
 T = datetime(2026, 11, 23, 6, 0)
 
@@ -107,8 +117,8 @@ def test_bars_scale_to_the_largest_and_never_vanish() -> None:
     assert charts.hbars([], 300) == [] and charts.hbars([("z", 0)], 300)[0].length == 0
 
 
-def lease(lo: int, hi: int, owner: str | None, epoch: int = 1, expired: bool = False) -> dict:
-    return {"shard_min": lo, "shard_max": hi, "owner": owner, "epoch": epoch, "expired": expired}
+def lease(lo: int, hi: int, owner: str | None, epoch: int = 1, expired: bool = False) -> LeaseStatus:
+    return LeaseStatus(lo, hi, owner, epoch, None, None, expired)
 
 
 def test_the_strip_covers_0_to_limit_once_with_gaps_shown() -> None:
@@ -192,50 +202,31 @@ def test_every_branch_of_the_page_renders_the_status_numbers(tmp_path) -> None:
     from tests.support.page_dom import external_references, page_numbers, status_numbers
 
     cfg = make_cfg(tmp_path, f"sqlite:///{tmp_path / 'none.db'}")
-    status = {
-        "tasks_by_state": {"running": 2, "none": 1},
-        "waiting": 0,
-        "distinct_hashes": 0,
-        "dedup_ratio": None,
-        "stranded": 0,
-        "problems": ["worker w: its last round failed: <boom>"],
-        "shards": [{"min": 0, "max": 10000, "waiting": 0, "distinct_hashes": 0}],
-        "leases": [
-            {
-                "shard_min": 0,
-                "shard_max": 10000,
-                "owner": "w",
-                "epoch": 7,
-                "expires_at": None,
-                "expires_in": None,
-                "expired": True,
-            }
-        ],
-        "lease_workers": [
-            {"worker_id": "w", "hostname": None, "pid": None, "heartbeat_age": None, "stale": True, "ranges": [0]}
-        ],
-        "workers": [
-            {
-                "worker_id": "w",
-                "pid": 3,
-                "shard_min": 0,
-                "shard_max": 10000,
-                "last_round_at": None,
-                "age_seconds": None,
-                "last_round_seconds": None,
-                "last_round": {"marked": {"success": 2}},
-            }
-        ],
-        "zombies": [
-            {
-                "dag_id": "d",
-                "task_id": "t",
-                "execution_date": "2026-11-22T00:00:00",
-                "hostname": None,
-                "heartbeat_age": 7300.0,
-            }
-        ],
-    }
+    status = StatusReport(
+        tasks_by_state={"running": 2, "none": 1},
+        waiting=0,
+        distinct_hashes=0,
+        dedup_ratio=None,
+        stranded=0,
+        problems=("worker w: its last round failed: <boom>",),
+        shards=(ShardRow(0, 10000, 0, 0),),
+        leases=(LeaseStatus(0, 10000, "w", 7, expires_at=None, expires_in=None, expired=True),),
+        lease_workers=(LiveWorker("w", hostname=None, pid=None, heartbeat_age=None, stale=True, ranges=(0,)),),
+        workers=(
+            WorkerRoundRow(
+                "w",
+                pid=3,
+                shard_min=0,
+                shard_max=10000,
+                last_round_at=None,
+                age_seconds=None,
+                last_round_seconds=None,
+                last_round={"marked": {"success": 2}},
+            ),
+        ),
+        stuck=Stuck(60.0, StuckCount(0, None), StuckCount(0, None)),
+        zombies=(Zombie("d", "t", datetime(2026, 11, 22), hostname=None, heartbeat_age=7300.0),),
+    )
     data = {
         "status": status,
         "history": [(T, {"running": 2, "none": 1})],
@@ -248,7 +239,7 @@ def test_every_branch_of_the_page_renders_the_status_numbers(tmp_path) -> None:
         "now": T,
     }
     html = render_page(data, cfg)
-    assert page_numbers(html) == status_numbers(status)
+    assert page_numbers(html) == status_numbers(status.as_json())
     assert external_references(html) == [] and "&lt;boom&gt;" in html and "2.0 h" in html
     assert 'data-zombie="d.t"' in html and "stopped heartbeating" in html and "no task has succeeded yet" in html
     assert 'role="alert"' not in render_login(None) and "wrong &amp; right" in render_login("wrong & right")

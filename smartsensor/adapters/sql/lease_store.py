@@ -9,6 +9,7 @@ from typing import Any, Iterator, Sequence
 from sqlalchemy import Connection, Engine
 
 from smartsensor.adapters.sql import leases as lease_sql
+from smartsensor.domain.leases import LeaseRow
 
 
 class SqlLeaseOps:
@@ -26,7 +27,7 @@ class SqlLeaseOps:
     def live_workers(self, since: datetime) -> int:
         return lease_sql.live_workers(self.conn, since)
 
-    def load_leases(self) -> list[dict[str, Any]]:
+    def load_leases(self) -> list[LeaseRow]:
         return lease_sql.load_leases(self.conn)
 
     def ensure_leases(self, ranges: Sequence[Any]) -> None:

@@ -1,6 +1,6 @@
 """Lease and worker-row queries (HA): claims are compare-and-set on the epoch read.
 
-The Python twin of the expiry rule in ``_free_or_expired`` is ``smartsensor.domain.leases.lease_held``.
+The Python twin of the expiry rule in ``_free_or_expired`` is ``smartsensor.domain.leases.LeaseRow.held_lease``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from smartsensor.domain.leases import LeaseRow
 from smartsensor.schema.models import ShardLease, Worker
 
 SL = ShardLease.__table__
@@ -77,9 +78,10 @@ def live_workers(conn: Connection, since: datetime) -> int:
     return conn.execute(select(func.count()).select_from(WK).where(WK.c.heartbeat_at > since)).scalar_one()
 
 
-def load_leases(conn: Connection) -> list[dict[str, Any]]:
+def load_leases(conn: Connection) -> list[LeaseRow]:
     """Every lease row in range order (1 statement)."""
-    return [dict(r) for r in conn.execute(select(SL).order_by(SL.c.shard_min)).mappings()]
+    query = select(SL.c.shard_min, SL.c.shard_max, SL.c.owner, SL.c.epoch, SL.c.expires_at).order_by(SL.c.shard_min)
+    return [LeaseRow(*r) for r in conn.execute(query)]
 
 
 def renew_leases(conn: Connection, owner: str, now: datetime, expires_at: datetime) -> int:

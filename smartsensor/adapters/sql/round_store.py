@@ -11,8 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from smartsensor.adapters.sql import leases as lease_sql, signals as signal_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import statement_count
-from smartsensor.domain.keys import CohortRows, Fence, WaitingTask
-from smartsensor.domain.leases import lease_held
+from smartsensor.domain.keys import CohortRows, Fence
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.errors import first_line
@@ -34,17 +33,6 @@ class SqlRoundStore:
     def __init__(self, engine: Engine, write_threads: int = 2) -> None:
         self.engine = engine
         self.write_threads = write_threads
-
-    def load_range(
-        self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
-    ) -> tuple[list[WaitingTask], int]:
-        """1 statement, 2 when some task is pending (one transaction)."""
-        with self.engine.begin() as conn:
-            tasks = task_sql.load_waiting(conn, shard_min, shard_max)
-            started = 0
-            if any(t.state == State.SMART_PENDING for t in tasks):
-                started = task_sql.start_pending(conn, shard_min, shard_max, now, hostname, fence=fence)
-        return tasks, started
 
     def load_cohorts(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
@@ -124,13 +112,7 @@ class SqlRoundStore:
 
     def holds(self, fence: Fence, now: datetime) -> bool:
         with self.engine.connect() as conn:
-            return any(
-                r["shard_min"] == fence.shard_min
-                and r["owner"] == fence.owner
-                and r["epoch"] == fence.epoch
-                and lease_held(r, now)
-                for r in lease_sql.load_leases(conn)
-            )
+            return any(row.held_under(fence, now) for row in lease_sql.load_leases(conn))
 
     def record_round(
         self,

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, exists, func, insert, or_, select, text, tuple_, update
 
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, WaitingTask
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance
 
@@ -150,50 +150,6 @@ def set_state(
     if error is not None:
         values["error"] = error
     return conn.execute(query.values(**values)).rowcount == 1
-
-
-LOAD_BATCH = 10_000  # rows per fetch when loading a shard range's waiting tasks
-
-
-def load_waiting(conn: Connection, shard_min: int, shard_max: int) -> list[WaitingTask]:
-    """Task instances in smart_pending/smart_running with shardcode in [shard_min, shard_max). 1 statement."""
-    cols = [TI.c[name] for name in WaitingTask._fields]
-    rows = conn.execute(
-        select(*cols)
-        .where(
-            TI.c.state.in_(State.SMART_WAITING),
-            *in_range(shard_min, shard_max),
-        )
-        .execution_options(yield_per=LOAD_BATCH)
-    )  # on the statement: a connection's options outlive the query
-    # Streamed in batches (a server-side cursor on PostgreSQL), so the driver never holds every row beside
-    # the tasks; the strings many tasks share (state, class, check, exec settings) are kept once.
-    keep = sys.intern
-    return [
-        WaitingTask(d, t, e, keep(st), tn, mt, sd, keep(cp), keep(ad), keep(ed), h, sc)
-        for d, t, e, st, tn, mt, sd, cp, ad, ed, h, sc in rows
-    ]
-
-
-def _start_pending(shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None) -> Any:
-    """The UPDATE that starts a range's pending tasks (smart_pending → smart_running, start of this try stamped)."""
-    return _fenced(
-        update(TI).where(
-            TI.c.state == State.SMART_PENDING,
-            *in_range(shard_min, shard_max),
-        ),
-        fence,
-        now,
-    ).values(
-        state=State.SMART_RUNNING, start_date=func.coalesce(TI.c.start_date, now), hostname=hostname, updated_at=now
-    )
-
-
-def start_pending(
-    conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None = None
-) -> int:
-    """smart_pending → smart_running for the range, stamping the start of this try. 1 statement."""
-    return conn.execute(_start_pending(shard_min, shard_max, now, hostname, fence)).rowcount
 
 
 def mark_hashes(
@@ -387,10 +343,18 @@ def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: dat
 def start_pending_cohorts(
     conn: Connection, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None = None
 ) -> CohortRows:
-    """smart_pending → smart_running for the range (as ``start_pending``), returning what it started, per cohort:
-    the tasks that arrived since the last round. 1 statement (an index probe when nothing is pending)."""
+    """smart_pending → smart_running for the range, stamping the start of this try, and returning what it started,
+    per cohort: the tasks that arrived since the last round. 1 statement (an index probe when nothing is pending)."""
+    started = _fenced(update(TI).where(TI.c.state == State.SMART_PENDING, *in_range(shard_min, shard_max)), fence, now)
     return _cohort_rows(
-        conn.execute(_start_pending(shard_min, shard_max, now, hostname, fence).returning(*_COHORT_COLUMNS))
+        conn.execute(
+            started.values(
+                state=State.SMART_RUNNING,
+                start_date=func.coalesce(TI.c.start_date, now),
+                hostname=hostname,
+                updated_at=now,
+            ).returning(*_COHORT_COLUMNS)
+        )
     )
 
 

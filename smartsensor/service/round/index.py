@@ -58,7 +58,7 @@ def _cohort_attention(cohort: Cohort, last_poke: datetime | None) -> datetime:
 
 
 class CheckIndex:
-    """The waiting checks of a range, kept between rounds. Not thread-safe: its ShardWorker holds a lock."""
+    """The waiting checks of a range, kept between rounds. Not thread-safe: its RangeRounds holds a lock."""
 
     def __init__(self, seq: int = 0) -> None:
         self.seq = seq  # one more at every ``add``: orders joins against the rounds' plans

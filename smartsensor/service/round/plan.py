@@ -16,7 +16,7 @@ from smartsensor.service.round.report import RoundResult
 
 @dataclass
 class RoundPlan:
-    """Filled by ``ShardWorker.plan_round``, answered by ``poke.poke_plans``, written by ``finish_round``."""
+    """Filled by ``RangeRounds.plan_round``, answered by ``poke.poke_plans``, written by ``finish_round``."""
 
     result: RoundResult
     collided: set[int]

@@ -1,6 +1,6 @@
 """A shard round, as named steps.
 
-Per range (``ShardWorker.plan_round``): refresh the index (change feed, reconciliation or rebuild) → pick the due
+Per range (``RangeRounds.plan_round``): refresh the index (change feed, reconciliation or rebuild) → pick the due
 checks and hold them → build their checks. For all ranges of a process at once: poke (``round.poke``: one catalog
 call per table). Per range again (``finish_round``): ``decide`` (``domain.transitions``) → ``write`` (one
 transaction of guarded, fenced updates) → ``apply`` (release the held checks in the index).
@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Callable
 
 from smartsensor.config import Config
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, WaitingTask
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence
 from smartsensor.domain.transitions import CheckGroup, RoundWrites, decide
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.sensors.base import BaseSensor, resolve_smart_class
@@ -44,25 +44,21 @@ from smartsensor.service.round.report import RoundResult, combine_results
 log = logging.getLogger(__name__)
 
 MODULE_RETRY_SECONDS = 30.0  # a sensor module that failed to import is tried again after this long
-_STARTERS = itertools.count(1)  # tells apart the ShardWorkers of one process (a range lost and claimed again)
+_STARTERS = itertools.count(1)  # tells apart the RangeRounds of one process (a range lost and claimed again)
 
 
 def utcnow() -> datetime:
     return datetime.utcnow()
 
 
-class ShardWorker:
-    """The round steps of shard range [shard_min, shard_max), over an index of its waiting checks.
-
-    Incremental (the default): the index is built from the database once (first round, a new lease epoch, every
-    ``[smart_sensor] index_rebuild_interval``, after a failed round) and then kept current from the change feed:
-    each round starts the range's pending tasks and counts them in (``RoundStore.start_new``). A round's work
-    then follows the due checks, not the waiting tasks. With ``incremental=False`` the index is rebuilt from
-    every task row each round: the full-reload round, kept to be measured beside it (``scripts/bench/bench.py``).
+class RangeRounds:
+    """The round steps of shard range [shard_min, shard_max), over an index of its waiting checks
+    (``round.index.CheckIndex``). How the index is built and kept true is described once, in ARCHITECTURE.md
+    ("The incremental round and the wake-up path").
 
     Poke times per check are kept in memory; the schedule itself derives from each task's start of try, so
     after a restart every waiting check is simply poked once at once, and nothing is lost.
-    ``fence`` is set by the lease runner (None for a pinned range): writes apply only under it.
+    ``fence`` is set by ``served_ranges.LeasedRanges`` (None for a pinned range): writes apply only under it.
     Two rounds may run at once on one worker (a timer round and a wake-up round): the index is changed only
     under a lock, and the writes are guarded, so the later of two writes for one check changes nothing.
     """
@@ -76,7 +72,6 @@ class ShardWorker:
         clock: Callable[[], datetime] = utcnow,
         worker_id: str | None = None,
         record_rounds: bool = True,
-        incremental: bool = True,
     ) -> None:
         if not 0 <= shard_min < shard_max:
             raise ValueError(f"shard range [{shard_min}, {shard_max}) is empty or negative")
@@ -90,7 +85,6 @@ class ShardWorker:
         self.starter = f"{self.hostname}:{os.getpid()}.{next(_STARTERS)}"
         self.worker_id = worker_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
         self.record_rounds = record_rounds
-        self.incremental = incremental
         self.rebuild_interval = timedelta(seconds=cfg.settings.smart_sensor.index_rebuild_interval)
         self.reconcile_interval = timedelta(seconds=cfg.settings.smart_sensor.reconcile_interval)
         self.reconcile_lookback = timedelta(seconds=cfg.settings.smart_sensor.reconcile_lookback)
@@ -178,7 +172,7 @@ class ShardWorker:
     ) -> list[WaitingCheck]:
         """Bring the index up to date: rebuild it, or count in the tasks that arrived (and ``changed``, what a
         reconciliation read). Returns the checks new to the index this round."""
-        if self.incremental and not self._stale(now, fence):
+        if not self._stale(now, fence):
             rows = self.store.start_new(self.shard_min, self.shard_max, now, self.starter, fence)
             new, unplannable = self.index.add(rows)
             result.started = sum(n for _, _, n in rows)
@@ -187,11 +181,7 @@ class ShardWorker:
                 self._reconcile(now, changed, result, bad)
             return new
         known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
-        if self.incremental:
-            rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.starter, fence)
-        else:  # the full-reload round: every task row, every round
-            tasks, result.started = self.store.load_range(self.shard_min, self.shard_max, now, self.starter, fence)
-            rows = _cohorts_of(tasks, now)
+        rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.starter, fence)
         self.index = CheckIndex(self.index.seq)
         new, unplannable = self.index.add(rows)
         bad.extend(unplannable)
@@ -221,7 +211,7 @@ class ShardWorker:
         feed, when a reconciliation is due (every reconcile_interval, on a built index); else None. Read without
         the worker's lock: a round of the other thread is not held up by it, and what it reads is only counted in
         (a task that ended meanwhile costs at most a guarded write that changes nothing)."""
-        if not self.incremental or self._built_at is None:
+        if self._built_at is None:
             return None
         if due_only and now - self._reconciled_at < self.reconcile_interval:
             return None
@@ -453,27 +443,17 @@ def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> l
     return late_bad
 
 
-def _finish_all(workers: list[ShardWorker], plans: list[RoundPlan], concurrency: int) -> list[RoundResult]:
+def _finish_all(served: list[RangeRounds], plans: list[RoundPlan], concurrency: int) -> list[RoundResult]:
     """Each range's finish (decide, write, update the index), up to ``concurrency`` ranges at once: each is its own
     transaction under its own lease, so a landing round that marks many ranges uses several database cores."""
-    if concurrency <= 1 or len(workers) <= 1:
-        return [w.finish_round(p) for w, p in zip(workers, plans, strict=True)]
-    with ThreadPoolExecutor(min(concurrency, len(workers)), thread_name_prefix="round-write") as pool:
-        return list(pool.map(lambda wp: wp[0].finish_round(wp[1]), zip(workers, plans, strict=True)))
-
-
-def _cohorts_of(tasks: list[WaitingTask], now: datetime) -> CohortRows:
-    """The full-reload round's rows (one per task) counted per check and cohort; pending ones start now."""
-    counts: dict[tuple[CheckKey, Cohort], int] = defaultdict(int)
-    for t in tasks:
-        counts[
-            ((t.hashcode, t.classpath, t.attr_dict), Cohort(t.exec_dict or "", t.start_date or now, t.try_number))
-        ] += 1
-    return [(key, cohort, n) for (key, cohort), n in counts.items()]
+    if concurrency <= 1 or len(served) <= 1:
+        return [r.finish_round(p) for r, p in zip(served, plans, strict=True)]
+    with ThreadPoolExecutor(min(concurrency, len(served)), thread_name_prefix="round-write") as pool:
+        return list(pool.map(lambda rp: rp[0].finish_round(rp[1]), zip(served, plans, strict=True)))
 
 
 def run_round(
-    workers: list[ShardWorker], answerer: Callable[[], CheckAnswerer], focus: set[tuple[str, str]] | None = None
+    served: list[RangeRounds], answerer: Callable[[], CheckAnswerer], focus: set[tuple[str, str]] | None = None
 ) -> RoundResult:
     """One round over the ranges one process owns, reported as one result (``ranges`` lists them).
 
@@ -481,30 +461,30 @@ def run_round(
     are answered together, so a table is listed once per round per process, not once per range.
     A failure (a database outage) is reported in ``error`` instead of raised: the next round retries.
     """
-    if not workers:
+    if not served:
         return RoundResult(0, 0)
-    ranges = [[w.shard_min, w.shard_max] for w in workers]
-    store = workers[0].store
+    ranges = [[r.shard_min, r.shard_max] for r in served]
+    store = served[0].store
     started_at = time.perf_counter()
     statements_before = store.statements()
     try:
-        plans = [w.plan_round(focus) for w in workers]
-        counters = poke_plans(plans, answerer, workers[0].cfg.settings.smart_sensor.poke_timeout)
-        total = combine_results(_finish_all(workers, plans, store.write_concurrency()), ranges)
+        plans = [r.plan_round(focus) for r in served]
+        counters = poke_plans(plans, answerer, served[0].cfg.settings.smart_sensor.poke_timeout)
+        total = combine_results(_finish_all(served, plans, store.write_concurrency()), ranges)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
             setattr(total, name, int(counters[name]))
         total.catalog_seconds = counters["catalog_seconds"]
         total.db_statements = store.statements() - statements_before
     except Exception as exc:  # the worker must keep going through outages
-        for w in workers:  # what the index knew may be half-applied: the next round rebuilds it
-            w.invalidate()
+        for r in served:  # what the index knew may be half-applied: the next round rebuilds it
+            r.invalidate()
         log.warning("round failed (will retry next round): %s", first_line(exc))
         log.debug("round failure", exc_info=True)
         total = RoundResult(
             ranges[0][0], ranges[-1][1], ranges=ranges, error=f"{type(exc).__name__}: {first_line(exc)}"
         )
     total.seconds = round(time.perf_counter() - started_at, 4)
-    for w in workers:  # `status` shows the round, a failed one too (recording fails quietly while the DB is down)
-        if w.record_rounds and focus is None:
-            w.record(total)
+    for r in served:  # `status` shows the round, a failed one too (recording fails quietly while the DB is down)
+        if r.record_rounds and focus is None:
+            r.record(total)
     return total

@@ -1,0 +1,152 @@
+"""The shard ranges one worker process serves (``ServedRanges``): those whose leases it holds (``LeasedRanges``), or
+one fixed range (``PinnedRange``). Each range's rounds are a ``RangeRounds``; ``service.worker_loop`` drives these.
+The names are in ARCHITECTURE.md ("Names")."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Protocol
+
+from smartsensor.adapters.sql.lease_store import SqlLeaseStore
+from smartsensor.adapters.sql.round_store import SqlRoundStore
+from smartsensor.config import Config
+from smartsensor.ports import CheckAnswerer
+from smartsensor.service.leases import LeaseManager
+from smartsensor.service.round.poke import catalog_answerer
+from smartsensor.service.round.range_rounds import RangeRounds, run_round
+from smartsensor.service.round.report import RoundResult
+
+
+class ServedRanges(Protocol):
+    """What a worker loop drives: the ranges one process serves."""
+
+    def follow_leases(self) -> dict[str, list[int]]:
+        """Send the lease heartbeat and serve exactly the ranges held (nothing for a pinned range); returns what
+        changed."""
+        ...
+
+    def timer_rounds(self) -> list[RoundResult]:
+        """One timer round over every range served."""
+        ...
+
+    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+        """A wake-up round at once: checks on ``tables``, new tasks of ranges holding ``shardcodes`` (None: all)."""
+        ...
+
+    def stop(self, keep_rounds: bool = False) -> None:
+        """Release what is held; ``keep_rounds``: leave the status rows of the last round."""
+        ...
+
+
+class LeasedRanges:
+    """The ranges whose leases this process holds, one ``RangeRounds`` (under the lease's fence) per lease."""
+
+    def __init__(
+        self, engine: Any, cfg: Config, spark_provider: Callable[[], Any] | None = None, worker_id: str | None = None
+    ) -> None:
+        self.engine = engine
+        self.cfg = cfg
+        self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
+        self.store = SqlRoundStore(engine, cfg.settings.smart_sensor.write_threads)
+        self.answerer = catalog_answerer(cfg, spark_provider)
+        self.wake_answerer = catalog_answerer(cfg, spark_provider)  # its own metastore client: clients are not shared
+        self.ranges: dict[int, RangeRounds] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def worker_id(self) -> str:
+        return self.leases.worker_id
+
+    def follow_leases(self) -> dict[str, list[int]]:
+        """The lease heartbeat (renew, claim, release), then one RangeRounds, with the lease's fence, per lease."""
+        changes = self.leases.heartbeat()
+        with self._lock:
+            for lo in list(self.ranges):
+                if lo not in self.leases.owned:
+                    del self.ranges[lo]
+            for lo, lease in self.leases.owned.items():
+                served = self.ranges.get(lo)
+                if served is None:
+                    served = RangeRounds(
+                        self.store,
+                        self.cfg,
+                        lease.shard_min,
+                        lease.shard_max,
+                        worker_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}",
+                    )
+                    self.ranges[lo] = served
+                served.fence = lease.fence
+        return changes
+
+    def _served(self) -> list[RangeRounds]:
+        with self._lock:
+            return [self.ranges[lo] for lo in sorted(self.ranges)]
+
+    def timer_rounds(self) -> list[RoundResult]:
+        """One round over every range held: one catalog call per table for all of them."""
+        served = self._served()
+        return [run_round(served, self.answerer)] if served else []
+
+    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+        """A wake-up round at once, beside any timer round under way: the checks on ``tables`` (landing
+        signals) in every range held, and the new tasks of the ranges holding ``shardcodes`` (None: all)."""
+        return _wake_rounds(self._served(), self.wake_answerer, tables, shardcodes)
+
+    def stop(self, keep_rounds: bool = False) -> None:
+        """Clean stop: release every lease at once so others take over without waiting for expiry.
+
+        ``keep_rounds``: leave the status rows of the last round (``worker --once``), so that
+        `smartsensor status` shows what the round did.
+        """
+        with self._lock:
+            served = list(self.ranges.values())
+            self.ranges.clear()
+        self.leases.release_all()
+        for r in served if not keep_rounds else ():
+            try:
+                r.forget()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+
+
+class PinnedRange:
+    """One fixed range (``worker --shard-min/--shard-max``): no lease, no fence."""
+
+    def __init__(
+        self,
+        served: RangeRounds,
+        answerer: Callable[[], CheckAnswerer],
+        wake_answerer: Callable[[], CheckAnswerer] | None = None,
+    ) -> None:
+        self.served = served
+        self.answerer = answerer
+        self.wake_answerer = wake_answerer or answerer
+
+    def follow_leases(self) -> dict[str, list[int]]:
+        return {}
+
+    def timer_rounds(self) -> list[RoundResult]:
+        return [run_round([self.served], self.answerer)]
+
+    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+        return _wake_rounds([self.served], self.wake_answerer, tables, shardcodes)
+
+    def stop(self, keep_rounds: bool = False) -> None:
+        if keep_rounds:
+            return
+        try:
+            self.served.forget()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+
+def _wake_rounds(
+    served: list[RangeRounds],
+    answerer: Callable[[], CheckAnswerer],
+    tables: set[tuple[str, str]],
+    shardcodes: set[int] | None,
+) -> list[RoundResult]:
+    if tables:  # every range: the checks on these tables, and whatever arrived
+        return [run_round(served, answerer, focus=tables)] if served else []
+    concerned = [r for r in served if shardcodes is None or any(r.shard_min <= c < r.shard_max for c in shardcodes)]
+    return [run_round(concerned, answerer, focus=set())] if concerned else []

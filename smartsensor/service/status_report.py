@@ -1,0 +1,142 @@
+"""What `smartsensor status` reports, typed: ``service.status.collect_status`` builds a ``StatusReport``; the status
+API, `status --json`, ``/metrics``, the status page and `status`'s text read its attributes. ``StatusReport.as_json``
+is the one conversion to the JSON the API serves (``GET /api/v1/status``): every field under its own name, in field
+order, datetimes as ISO 8601 strings, tuples as lists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """A shard_lease row as `status` shows it: ``expires_in`` seconds from now (negative: lapsed), ``expired``
+    when it has an owner that no longer holds it (``domain.leases.LeaseRow.held``)."""
+
+    shard_min: int
+    shard_max: int
+    owner: str | None
+    epoch: int
+    expires_at: datetime | None
+    expires_in: float | None
+    expired: bool
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    """A leased worker process's row: its heartbeat's age, ``stale`` past the lease timeout, the ranges it owns."""
+
+    worker_id: str
+    hostname: str | None
+    pid: int | None
+    heartbeat_age: float | None
+    stale: bool
+    ranges: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ShardRow:
+    """A configured shard range [min, max): its waiting tasks and their distinct checks."""
+
+    min: int
+    max: int
+    waiting: int
+    distinct_hashes: int
+
+
+@dataclass(frozen=True)
+class WorkerRoundRow:
+    """A worker's last round on one range (worker_round): when, how long it took, and its summary as the worker
+    wrote it (``service.round.report``'s JSON: loaded, marked, error, module_errors, fenced_out…)."""
+
+    worker_id: str
+    pid: int | None
+    shard_min: int
+    shard_max: int
+    last_round_at: datetime | None
+    age_seconds: float | None
+    last_round_seconds: float | None
+    last_round: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StuckTask:
+    """A stuck kind's most overdue task: its key, and seconds past its due time plus the convergence bound."""
+
+    dag_id: str
+    task_id: str
+    execution_date: datetime
+    late_seconds: float
+
+
+@dataclass(frozen=True)
+class StuckCount:
+    """How many tasks are stuck in one way, and the most overdue of them."""
+
+    count: int
+    oldest: StuckTask | None
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """``service.status.collect_stuck``: smart tasks still waiting ``bound_seconds`` after a worker should have
+    ended them, by kind."""
+
+    bound_seconds: float
+    after_landing: StuckCount
+    past_time_limit: StuckCount
+
+    def kinds(self) -> list[tuple[str, StuckCount]]:
+        """(kind, count) in report order; the kind is the JSON key and the metrics' label."""
+        return [("after_landing", self.after_landing), ("past_time_limit", self.past_time_limit)]
+
+
+@dataclass(frozen=True)
+class Zombie:
+    """A classic run that stopped heartbeating (the scheduler ends it)."""
+
+    dag_id: str
+    task_id: str
+    execution_date: datetime
+    hostname: str | None
+    heartbeat_age: float
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """Everything `status` shows. ``tasks_by_state`` is sorted by state; ``dedup_ratio`` is waiting tasks per
+    distinct check (None: nothing waits); ``stranded`` counts waiting tasks whose shardcode no range serves;
+    ``problems`` are the WARNING lines."""
+
+    leases: tuple[LeaseStatus, ...]
+    lease_workers: tuple[LiveWorker, ...]
+    tasks_by_state: Mapping[str, int]
+    waiting: int
+    distinct_hashes: int
+    dedup_ratio: float | None
+    shards: tuple[ShardRow, ...]
+    workers: tuple[WorkerRoundRow, ...]
+    stranded: int
+    problems: tuple[str, ...]
+    stuck: Stuck
+    zombies: tuple[Zombie, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object of ``GET /api/v1/status`` and `status --json`."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON data: a dataclass as an object of its fields, a tuple or list as a list, a mapping as an
+    object, a datetime as its ISO 8601 string; anything else as it is."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
