@@ -9,16 +9,7 @@ from datetime import datetime, timedelta
 from smartsensor.api import charts
 from smartsensor.service.history import bucket_of
 from smartsensor.service.overview import series, tables_of, waited_for, waiting_per_table
-from smartsensor.service.status_report import (
-    LeaseStatus,
-    LiveWorker,
-    ShardRow,
-    StatusReport,
-    Stuck,
-    StuckCount,
-    WorkerRoundRow,
-    Zombie,
-)
+from smartsensor.service import status_report as report
 
 T = datetime(2026, 11, 23, 6, 0)
 
@@ -117,8 +108,8 @@ def test_bars_scale_to_the_largest_and_never_vanish() -> None:
     assert charts.hbars([], 300) == [] and charts.hbars([("z", 0)], 300)[0].length == 0
 
 
-def lease(lo: int, hi: int, owner: str | None, epoch: int = 1, expired: bool = False) -> LeaseStatus:
-    return LeaseStatus(lo, hi, owner, epoch, None, None, expired)
+def lease(lo: int, hi: int, owner: str | None, epoch: int = 1, expired: bool = False) -> report.LeaseStatus:
+    return report.LeaseStatus(lo, hi, owner, epoch, None, None, expired)
 
 
 def test_the_strip_covers_0_to_limit_once_with_gaps_shown() -> None:
@@ -202,18 +193,18 @@ def test_every_branch_of_the_page_renders_the_status_numbers(tmp_path) -> None:
     from tests.support.page_dom import external_references, page_numbers, status_numbers
 
     cfg = make_cfg(tmp_path, f"sqlite:///{tmp_path / 'none.db'}")
-    status = StatusReport(
+    status = report.StatusReport(
         tasks_by_state={"running": 2, "none": 1},
         waiting=0,
         distinct_hashes=0,
         dedup_ratio=None,
         stranded=0,
         problems=("worker w: its last round failed: <boom>",),
-        shards=(ShardRow(0, 10000, 0, 0),),
-        leases=(LeaseStatus(0, 10000, "w", 7, expires_at=None, expires_in=None, expired=True),),
-        lease_workers=(LiveWorker("w", hostname=None, pid=None, heartbeat_age=None, stale=True, ranges=(0,)),),
+        shards=(report.ShardRow(0, 10000, 0, 0),),
+        leases=(report.LeaseStatus(0, 10000, "w", 7, expires_at=None, expires_in=None, expired=True),),
+        lease_workers=(report.LiveWorker("w", hostname=None, pid=None, heartbeat_age=None, stale=True, ranges=(0,)),),
         workers=(
-            WorkerRoundRow(
+            report.WorkerRoundRow(
                 "w",
                 pid=3,
                 shard_min=0,
@@ -224,8 +215,8 @@ def test_every_branch_of_the_page_renders_the_status_numbers(tmp_path) -> None:
                 last_round={"marked": {"success": 2}},
             ),
         ),
-        stuck=Stuck(60.0, StuckCount(0, None), StuckCount(0, None)),
-        zombies=(Zombie("d", "t", datetime(2026, 11, 22), hostname=None, heartbeat_age=7300.0),),
+        stuck=report.Stuck(60.0, report.StuckCount(0, None), report.StuckCount(0, None)),
+        zombies=(report.Zombie("d", "t", datetime(2026, 11, 22), hostname=None, heartbeat_age=7300.0),),
     )
     data = {
         "status": status,
