@@ -1,1 +1,2 @@
-"""Service: registration, the shard round, the worker runner and supervisor, scheduler, classic mode, leases, status."""
+"""Service: registration, the round, the worker loop and the ranges it serves, supervisor, scheduler, classic mode,
+leases, status."""

@@ -4,7 +4,8 @@ Per range (``RangeRounds.plan_round``): refresh the index (change feed, reconcil
 checks and hold them → build their checks. For all ranges of a process at once: poke (``round.poke``: one catalog
 call per table). Per range again (``finish_round``): ``decide`` (``domain.transitions``) → ``write`` (one
 transaction of guarded, fenced updates) → ``apply`` (release the held checks in the index).
-``run_round`` is the one entry point that runs these steps; the runner calls it on its timer and on wake-ups.
+``run_round`` is the one entry point that runs these steps; ``served_ranges`` calls it on the worker loop's timer
+and on wake-ups.
 """
 
 from __future__ import annotations
