@@ -11,6 +11,7 @@ source "$HERE/env.sh"
 ensure_venv  # mkdocs-material comes with the test extra
 cd "$ROOT"
 site="${1:-${TMPDIR:-/tmp}/smartsensor-site}"
+case "$site" in -*) echo "usage: $0 [SITE_DIR]  (always --strict; no options)" >&2; exit 2 ;; esac
 log "mkdocs build --strict into $site"
 python -m mkdocs build --strict --site-dir "$site"  # not --quiet: it hides the warnings strict counts
 log "site built: $site/index.html"
