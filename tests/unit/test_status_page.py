@@ -7,9 +7,9 @@ import json
 from datetime import datetime, timedelta
 
 from smartsensor.api import charts
+from smartsensor.service import status_report as report
 from smartsensor.service.history import bucket_of
 from smartsensor.service.overview import series, tables_of, waited_for, waiting_per_table
-from smartsensor.service import status_report as report
 
 T = datetime(2026, 11, 23, 6, 0)
 
