@@ -372,6 +372,17 @@ KEYS: tuple[Key, ...] = (
         "Seconds the status page's samples are kept; `serve` deletes older ones. At least history_interval.",
         bounds=(60, 366 * DAY),
     ),
+    Key(
+        "api",
+        "status_max_age",
+        "0",
+        parse_float,
+        "Seconds a `serve` process reuses one status snapshot for /api/v1/status, /metrics and the page; "
+        "requests meanwhile wait for the one computation under way instead of starting their own. 0: every "
+        "request reads the database (a status read scans the waiting tasks: ~3 s of database time at 1M "
+        "waiting tasks; set a few seconds when several scrapers poll).",
+        bounds=(0, 3600),
+    ),
 )
 
 KEY_INDEX: dict[tuple[str, str], Key] = {(k.section, k.name): k for k in KEYS}

@@ -111,6 +111,7 @@ class ApiSettings:
     token_file: str
     history_interval: float
     history_retention: float
+    status_max_age: float
 
 
 @dataclass(frozen=True)

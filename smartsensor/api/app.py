@@ -27,6 +27,7 @@ from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.ended_watch import EndedWatch
 from smartsensor.service.status import collect_status
+from smartsensor.service.status_snapshot import StatusSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
 
     requests: Counter[tuple[str, str, int]] = Counter()
     app.state.requests = requests
+    snapshot = StatusSnapshot(lambda: collect_status(engine, cfg), cfg.settings.api.status_max_age)
+    app.state.status_snapshot = snapshot
     app.add_middleware(ApiGuard, requests=requests, max_body=MAX_BODY_BYTES)
     app.router.route_class = token_route(token)  # every /api path but health, and /metrics, ask for the token
 
@@ -87,18 +90,16 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
 
     @app.get(f"{API}/status", responses=error_responses(401, 503))
     def status() -> dict[str, Any]:
-        """What `smartsensor status --json` prints."""
-        return collect_status(engine, cfg).as_json()
+        """What `smartsensor status --json` prints (reused for `[api] status_max_age` seconds)."""
+        return snapshot.get().as_json()
 
     @app.get("/metrics", response_class=PlainTextResponse, responses=error_responses(401, 503, json_content=True))
     def metrics() -> Response:
-        """Prometheus text format."""
-        return PlainTextResponse(
-            render_metrics(collect_status(engine, cfg), requests), media_type="text/plain; version=0.0.4"
-        )
+        """Prometheus text format (the status part reused for `[api] status_max_age` seconds)."""
+        return PlainTextResponse(render_metrics(snapshot.get(), requests), media_type="text/plain; version=0.0.4")
 
     app.include_router(tasks_router(cfg, engine, watch, app.router.route_class), prefix=API)
-    app.include_router(page_router(cfg, engine, token))
+    app.include_router(page_router(cfg, engine, token, snapshot))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

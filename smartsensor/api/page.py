@@ -27,6 +27,7 @@ from smartsensor.config import Config
 from smartsensor.service.history import HistorySampler
 from smartsensor.service.overview import collect_overview
 from smartsensor.service.status_report import StatusReport
+from smartsensor.service.status_snapshot import StatusSnapshot
 
 COOKIE = "smartsensor_session"
 REFRESH_SECONDS = 30
@@ -58,8 +59,9 @@ def history_lifespan(cfg: Config, engine: Engine) -> Callable[[FastAPI], Any]:
     return lifespan
 
 
-def page_router(cfg: Config, engine: Engine, token: str | None) -> APIRouter:
-    """``GET /`` (the page), ``GET /login`` and ``POST /login`` over one engine."""
+def page_router(cfg: Config, engine: Engine, token: str | None, snapshot: StatusSnapshot) -> APIRouter:
+    """``GET /`` (the page), ``GET /login`` and ``POST /login`` over one engine; the page's status numbers are
+    ``snapshot``'s, the same as /metrics and the status API."""
     router = APIRouter(include_in_schema=False)
 
     def signed_in(request: Request) -> bool:
@@ -72,7 +74,7 @@ def page_router(cfg: Config, engine: Engine, token: str | None) -> APIRouter:
         """The status page, or a redirect to the login form."""
         if not signed_in(request):
             return RedirectResponse("/login", status_code=303)
-        return HTMLResponse(render_page(collect_overview(engine, cfg), cfg))
+        return HTMLResponse(render_page(collect_overview(engine, cfg, status=snapshot.get()), cfg))
 
     @router.api_route("/login", methods=["GET", "POST"])
     async def login(request: Request) -> Response:

@@ -13,18 +13,21 @@ from sqlalchemy import Engine
 from smartsensor.adapters.sql import history as history_sql, overview as overview_sql
 from smartsensor.config import Config
 from smartsensor.service.status import collect_status
+from smartsensor.service.status_report import StatusReport
 
 MAX_BUCKETS = 1440  # the chart's window: at most this many history buckets (a day at the default 60 s)
 TOP_TABLES = 20
 LANDINGS = 20
 
 
-def collect_overview(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, Any]:
-    """Everything the page shows: ``status`` (exactly ``collect_status``'s ``StatusReport``), ``history``
-    [(time, {state: n})…] ending with the current counts, ``tables`` [(label, waiting)…] (top 20),
-    ``landings`` and the history settings (7 + 3 statements)."""
+def collect_overview(
+    engine: Engine, cfg: Config, now: datetime | None = None, status: StatusReport | None = None
+) -> dict[str, Any]:
+    """Everything the page shows: ``status`` (exactly ``collect_status``'s ``StatusReport``, or the one given: the
+    server's shared snapshot), ``history`` [(time, {state: n})…] ending with the current counts, ``tables``
+    [(label, waiting)…] (top 20), ``landings`` and the history settings (7 + 3 statements)."""
     now = now or datetime.utcnow()
-    status = collect_status(engine, cfg, now)
+    status = status or collect_status(engine, cfg, now)
     interval, retention = cfg.settings.api.history_interval, cfg.settings.api.history_retention
     since = now - timedelta(seconds=min(retention, MAX_BUCKETS * interval))
     with engine.connect() as conn:

@@ -13,7 +13,7 @@ from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
 from smartsensor.service.registration import register
 from smartsensor.service.status import collect_status
-from tests.support.common import DAY, named
+from tests.support.common import DAY, named, new_db
 
 TOKEN = "s3cret-token"
 
@@ -52,6 +52,23 @@ def test_metrics_are_prometheus_text_of_the_same_numbers(cfg, engine) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert 'smartsensor_tasks{state="smart_pending"} 4.0' in r.text
     assert "smartsensor_dedup_ratio 4.0" in r.text
+
+
+@pytest.mark.parametrize("max_age,reads", [("0", 3), ("60", 1)])
+def test_status_metrics_and_page_share_one_read_for_status_max_age(tmp_path, db_url, max_age, reads) -> None:
+    cfg, engine = new_db(tmp_path, db_url, api__status_max_age=max_age)
+    try:
+        register(engine, [(f"d{i}", named("w", "db.t/ds=1")) for i in range(2)], DAY, cfg)
+        app = create_app(cfg, engine, TOKEN)
+        with TestClient(app, raise_server_exceptions=False) as c:
+            for path in ("/api/v1/status", "/metrics", "/"):
+                assert c.get(path, headers=auth()).status_code == 200
+            assert app.state.status_snapshot.computed == reads
+            register(engine, [("late", named("w", "db.t/ds=2"))], DAY, cfg)
+            waiting = c.get("/api/v1/status", headers=auth()).json()["waiting"]
+            assert waiting == (3 if max_age == "0" else 2)  # within the max age: the shared snapshot
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize("path", ["/api/v1/status", "/metrics"])
