@@ -40,7 +40,7 @@ class ExecField:
     def check(self, value: Any) -> Any:
         """``value`` within this field's bounds (a duration as seconds), or SensorDefinitionError naming it."""
         if self.kind == "duration":
-            return duration(self.name, value)
+            return duration(self.name, value, self.low, self.nullable)
         if self.kind == "retries":
             return retries(value)
         return flag(self.name, value)
@@ -62,14 +62,10 @@ BY_NAME: dict[str, ExecField] = {f.name: f for f in FIELDS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
 
-# Derived views, by kind. field -> (lowest allowed, None allowed)
-DURATION_FIELDS: dict[str, tuple[float, bool]] = {f.name: (f.low, f.nullable) for f in FIELDS if f.kind == "duration"}
-FLAG_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind == "flag")
 
-
-def duration(name: str, value: Any) -> float | None:
-    """A duration in seconds (a number or a ``timedelta``, as Airflow DAG files write them), within bounds."""
-    low, nullable = DURATION_FIELDS[name]
+def duration(name: str, value: Any, low: float, nullable: bool) -> float | None:
+    """A duration in seconds (a number or a ``timedelta``, as Airflow DAG files write them) between ``low`` and
+    MAX_DURATION, or None when ``nullable``."""
     if value is None and nullable:
         return None
     if isinstance(value, timedelta):
@@ -98,12 +94,6 @@ def flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise SensorDefinitionError(f"{name} must be True or False, got {_short(value)}")
     return value
-
-
-def exec_value(name: str, value: Any) -> Any:
-    """Validate one stored or given exec field value by its name (unknown names pass unchanged)."""
-    field = BY_NAME.get(name)
-    return value if field is None else field.check(value)
 
 
 def _short(value: Any) -> str:

@@ -355,11 +355,8 @@ def feed_round(workers: list[RangeRounds], lister: MetastoreDbCatalog) -> Measur
 def cold_round(engine: Any, cfg: Any, lister: MetastoreDbCatalog, shards: int) -> dict[str, Any]:
     """The first round of a process following the feed over this workload (and what each verify costs): every due
     check looked up, on fresh workers. Timed apart, not a strategy; the caller resets the tasks after it."""
-    workers = shard_workers(engine, cfg, shards)
-    build_index(workers)
-    sent = lister.statements
-    r = run_round(workers, lambda: BatchChecker(lister=lister))
-    return {"seconds": r.seconds, "catalog_seconds": r.catalog_seconds, "statements": lister.statements - sent}
+    m = lister_round(shard_workers(engine, cfg, shards), lister)
+    return {"seconds": m.wall, "catalog_seconds": m.catalog_seconds, "statements": m.extra["metastore_statements"]}
 
 
 def warm_types(spark: Any, listers: Listers, db: str, tables: int) -> None:
@@ -1149,9 +1146,12 @@ def make_listers(
         parallel=ThriftCatalog(cfg.metastore_uris, timeout, parallelism=args.catalog_parallelism),
         # verify never falls due inside a run: the cold round, timed apart, is what a verify costs
         db=RecordingMetastoreDbCatalog.open(metastore_db[1], 30, PartitionFeed(verify_seconds=1e9))
-        if metastore_db
+        if metastore_db and "metastore-db" in args.strategies
         else None,
-        db_lookup=RecordingMetastoreDbCatalog.open(metastore_db[1], 30) if metastore_db else None,
+        # opened (and its types warmed) only when measured
+        db_lookup=RecordingMetastoreDbCatalog.open(metastore_db[1], 30)
+        if metastore_db and "metastore-db-lookup" in args.strategies
+        else None,
         load=MetastoreLoad(metastore_db[1] if metastore_db else None, service_pid),
     )
     for name in ("metastore-db", "metastore-db-lookup"):

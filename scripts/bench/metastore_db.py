@@ -44,11 +44,11 @@ def choose(choice: str, db_url: str) -> tuple[str, str]:
     return "postgresql", "auto: the metadata DB's server"
 
 
-def create_database(db_url: str) -> tuple[str, str]:
-    """A new, empty database for the metastore on the server of ``db_url`` (whose user may CREATE DATABASE):
-    its name and URL (the same user and password)."""
+def create_database(db_url: str, prefix: str = "bench_metastore") -> tuple[str, str]:
+    """A new, empty database (named ``prefix`` and a random suffix) on the server of ``db_url`` (whose user may
+    CREATE DATABASE): its name and URL (the same user and password)."""
     url = normalize_url(db_url)
-    name = f"bench_metastore_{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
@@ -59,7 +59,7 @@ def create_database(db_url: str) -> tuple[str, str]:
 
 
 def drop_database(db_url: str, name: str) -> None:
-    """Drop the metastore's database ``name`` (the service stopped) from the server of ``db_url``."""
+    """Drop the database ``name`` (nobody using it: a metastore service stopped) from the server of ``db_url``."""
     engine = create_engine(normalize_url(db_url), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:

@@ -24,13 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from sqlalchemy import Connection, Engine, create_engine, func, select, text
+from sqlalchemy import Connection, Engine, func, select, text
 
+from scripts.bench import metastore_db as bench_metastore
 from scripts.bench.sql import analyze_for_benchmark
 from scripts.bench.workload import task_rows
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
@@ -91,23 +91,6 @@ def under_throwaway_postgres(argv: list[str]) -> int:
         'scripts.bench.status_scrape "$@"'
     )
     return subprocess.run(["bash", "-c", script, sys.executable, *argv], cwd=ROOT).returncode
-
-
-def new_database(admin_url: str) -> tuple[str, str]:
-    """A new, empty database on the server of ``admin_url``: its name and URL."""
-    name = f"status_scrape_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return name, admin_url.rsplit("/", 1)[0] + "/" + name
-
-
-def drop_database(admin_url: str, name: str) -> None:
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def write_config(home: Path, db_url: str, shards: int) -> Config:
@@ -219,12 +202,11 @@ def run(db_url: str, args: argparse.Namespace) -> int:
         f"{by_state.get(State.SUCCESS, 0):,} ended, {args.shards} shard ranges; best of {args.repeats}"
     )
     print(f"{'statement':<24}{'best ms':>12}{'statements':>12}")
-    results: dict[str, object] = {}
+    results: dict[str, Any] = {}
     for name, fn in statements(cfg).items():
         seconds, sent, results[name] = measure(engine, fn, args.repeats)
         print(f"{name:<24}{seconds * 1000:>12,.1f}{sent:>12}")
-    with engine.connect() as conn:
-        stuck, _oldest = status_sql.waiting_after_landing(conn, NOW - timedelta(seconds=cfg.convergence_bound))
+    stuck, _oldest = results["waiting_after_landing"]
     expected = min(landed * args.per_check, waiting)
     print(f"stuck after landing: {stuck:,} (expected {expected:,})")
     engine.dispose()
@@ -241,14 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         return run(f"sqlite:///{tempfile.mkdtemp(prefix='smartsensor-status-scrape-')}/status.db", args)
     if not admin_url:
         return under_throwaway_postgres(argv)
-    name, url = new_database(admin_url)
+    name, url = bench_metastore.create_database(admin_url, prefix="status_scrape")
     try:
         return run(url, args)
     finally:
         if args.keep:
             print(f"kept: --db-url {url}")
         else:
-            drop_database(admin_url, name)
+            bench_metastore.drop_database(admin_url, name)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ to read them without building the site.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import posixpath
@@ -49,6 +50,7 @@ def cell(text: str) -> str:
 
 def config_reference() -> str:
     """Every configuration key, one table per section, from ``smartsensor.config_keys.KEYS``."""
+    from smartsensor.config import ENV_PREFIX
     from smartsensor.config_keys import KEYS
 
     lines: list[str] = []
@@ -59,7 +61,7 @@ def config_reference() -> str:
             lines += ["", f"### `[{section}]`", "", "| key | default | allowed | what it sets |", "|---|---|---|---|"]
         default = f"`{cell(key.default)}`" if key.default != "" else "(empty)"
         allowed = f"{key.bounds[0]:.10g} to {key.bounds[1]:.10g}" if key.bounds else ""
-        env = f"SMARTSENSOR__{key.section.upper()}__{key.name.upper()}"
+        env = f"{ENV_PREFIX}{key.section.upper()}__{key.name.upper()}"
         lines.append(f"| `{key.name}` | {default} | {allowed} | {prose(cell(key.help))} (env `{env}`) |")
     return "\n".join(lines).lstrip("\n") + "\n"
 
@@ -102,8 +104,10 @@ def cli_reference() -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
+@functools.cache
 def openapi_document() -> dict[str, Any]:
-    """The OpenAPI document of the app ``smartsensor serve`` runs, built over an unused in-memory database."""
+    """The OpenAPI document of the app ``smartsensor serve`` runs, built over an unused in-memory database (once per
+    build: the JSON page and the HTTP API page both use it; read-only)."""
     from sqlalchemy import create_engine
 
     from smartsensor.api.app import create_app

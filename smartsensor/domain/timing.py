@@ -73,9 +73,10 @@ def parse_exec(exec_dict: str | None) -> ExecSettings:
         raise BadExecSettings("exec_dict is not a JSON object")
     known = {}
     for name, value in data.items():
-        if name in exec_fields.BY_NAME:
+        field = exec_fields.BY_NAME.get(name)
+        if field is not None:
             try:
-                known[name] = exec_fields.exec_value(name, value)
+                known[name] = field.check(value)
             except SensorDefinitionError as exc:
                 raise BadExecSettings(f"exec_dict: {exc}") from None
     return ExecSettings(**known)

@@ -4,14 +4,13 @@ PostgreSQL, and its table has a row per statement of collect_status with the sta
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from scripts.bench.status_scrape import ROWS
-from tests.support.common import ROOT
 from tests.support.pg import needs_test_pg
+from tests.support.proc_helpers import run_script
 
 # Statements per row: collect_status's 9 (no task past its time limit here), collect_stuck's 2, one for each query.
 SENT = {"collect_status": 9, "collect_stuck": 2}
@@ -20,15 +19,8 @@ SENT = {"collect_status": 9, "collect_stuck": 2}
 @pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=needs_test_pg)])
 def test_status_scrape_prints_a_row_per_statement(db: str) -> None:
     args = ["--tasks", "2000", "--repeats", "2"] + (["--postgres"] if db == "postgres" else [])
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripts.bench.status_scrape", *args],
-        cwd=ROOT,
-        env=dict(os.environ),  # ./scripts/test.sh's PostgreSQL server: --postgres makes a database of its own there
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # ./scripts/test.sh's PostgreSQL server: --postgres makes a database of its own there
+    proc = run_script([sys.executable, "-m", "scripts.bench.status_scrape", *args], dict(os.environ), timeout=300)
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("statement"))
     assert (

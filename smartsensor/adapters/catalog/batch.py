@@ -251,18 +251,16 @@ class BatchChecker:
             elif listing is None:  # dropped since its types were read: not landed
                 self.types.forget(*key)
                 results.update({check: False for check, _ in pairs})
-            elif isinstance(listing, AnsweredListing):  # the backend decided its exact checks
-                decided = listing.answers
-                rest = [(check, stored) for check, stored in pairs if stored not in decided]
+            else:  # the names; an AnsweredListing also decides some checks itself (the feed's exact ones)
+                decided, names = (
+                    (listing.answers, listing.names) if isinstance(listing, AnsweredListing) else ({}, listing)
+                )
                 results.update({check: decided[stored] for check, stored in pairs if stored in decided})
+                rest = [(check, stored) for check, stored in pairs if stored not in decided]
                 if rest:
-                    rows = [parse_listing_row(row) for row in listing.names]
+                    rows = [parse_listing_row(row) for row in names]
                     answers = answer_checks(*key, rows, [stored for _, stored in rest], set(request.columns))
                     results.update({check: answers[stored] for check, stored in rest})
-            else:
-                rows = [parse_listing_row(row) for row in listing]
-                answers = answer_checks(*key, rows, [stored for _, stored in pairs], set(request.columns))
-                results.update({check: answers[stored] for check, stored in pairs})
         return results
 
     def _prepare(
@@ -300,7 +298,7 @@ class BatchChecker:
         pairs: list[tuple[PartitionCheck, PartitionCheck]] = []
         common: set[tuple[str, str]] | None = None
         for check in checks:
-            stored = ready[check] if check in ready else memo[check]
+            stored = memo[check]
             if isinstance(stored, CheckError):
                 results[check] = stored
                 continue

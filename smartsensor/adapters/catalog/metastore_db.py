@@ -228,7 +228,7 @@ class MetastoreDbCatalog:
         listing = listings[(db, table)]
         if isinstance(listing, CheckError):
             raise listing
-        return listing.names if isinstance(listing, AnsweredListing) else listing
+        return listing.names
 
     # -- the BatchLister -------------------------------------------------------------------------------
 
@@ -246,13 +246,11 @@ class MetastoreDbCatalog:
                     self.feed.forget(db, table)
         return dict(found), 1
 
-    def list_tables(
-        self, requests: Sequence[ListingRequest]
-    ) -> tuple[dict[Key, list[str] | AnsweredListing | None | CheckError], int]:
+    def list_tables(self, requests: Sequence[ListingRequest]) -> tuple[dict[Key, AnsweredListing | CheckError], int]:
         """Every request's names in one statement: exact checks by name, partial ones (and a request without
         checks: its ``narrowing``) by the start of the name. Following the feed, only what is not covered yet is
         looked up, and the statement also reads the partitions added since the last one."""
-        listings: dict[Key, list[str] | AnsweredListing | None | CheckError] = {(r.db, r.table): [] for r in requests}
+        listings: dict[Key, AnsweredListing | CheckError] = {}
         with self._lock:
             feed = self.feed if self.feed is not None else PartitionFeed()  # without the feed: a fresh memory
             read = feed.plan(requests)
@@ -261,7 +259,7 @@ class MetastoreDbCatalog:
             try:
                 rows = self._statement(read, len(requests))
             except CheckError as exc:
-                return {key: exc for key in listings}, 1
+                return {(r.db, r.table): exc for r in requests}, 1
             start = next((part_id for kind, part_id, *_ in rows if kind == 2), None)
             feed.absorb(
                 read,
