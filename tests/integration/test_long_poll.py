@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
@@ -15,10 +16,16 @@ from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
 from smartsensor.service.external import register_external
-from tests.support.common import make_cfg
+from tests.support.common import make_cfg, wait_until
 
 TOKEN = "lp"
 WAIT = 30  # the most a request may be held: an answer well before it came from a wake-up, not the clock
+
+
+def sampled(engine: Any) -> bool:
+    """Whether ``serve``'s history sampler has written its first sample (its start-up tick)."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM state_sample")).scalar_one() > 0
 
 
 def registered(engine: Any, cfg: Any, task_id: str) -> tuple[dict[str, Any], tuple[str, str, Any]]:
@@ -87,7 +94,9 @@ def test_without_a_change_the_request_is_answered_when_its_wait_is_over(cfg, eng
 def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(tmp_path, pg_url) -> None:
     """The round's NOTIFY names the hashcodes that ended: a held request on other checks is not woken (it runs
     no statement), the one waiting on them is."""
-    cfg = make_cfg(tmp_path / "home", pg_url)
+    # The page's history sampler writes on the same engine: once at start (waited for below), then at each
+    # history_interval boundary; a day apart, none falls inside the counted window.
+    cfg = make_cfg(tmp_path / "home", pg_url, api__history_interval="86400")
     engine, notifier = make_engine(pg_url), make_engine(pg_url)
     init_db(engine)
     try:
@@ -96,6 +105,7 @@ def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(t
         with TestClient(create_app(cfg, engine, TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}) as client:
 
             def unrelated_then_a() -> None:
+                wait_until(lambda: sampled(notifier), timeout=30)
                 time.sleep(1.0)
                 before = engine.statement_counter.count  # type: ignore[attr-defined]  # set by make_engine
                 with notifier.begin() as conn:
