@@ -178,22 +178,27 @@ def register_try(
 
 
 async def register_try_async(
-    endpoint: Endpoint, body: dict[str, Any], timeout: float = 30.0, patience: float = REGISTER_PATIENCE
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    timeout: float = 30.0,
+    patience: float = REGISTER_PATIENCE,
 ) -> dict[str, Any]:
-    """``register_try`` for an event loop (the triggerer, where a try that starts there registers itself), with a
-    body from ``registration_body``."""
+    """``register_try`` for an event loop (the triggerer, where a try that starts there registers itself) over the
+    loop's shared ``client``, with a body from ``registration_body``."""
     retries = _Retries(endpoint, patience)
-    async with httpx.AsyncClient(timeout=timeout, headers=endpoint.headers()) as client:
-        while (delay := retries.next_delay()) is not None:
-            await asyncio.sleep(delay)
-            try:
-                response = await client.post(f"{endpoint.base_url}{API}/tasks", json=body)
-            except httpx.TransportError as exc:
-                answer = retries.answer(None, exc)
-            else:
-                answer = retries.answer(response)
-            if answer is not None:
-                return answer
+    while (delay := retries.next_delay()) is not None:
+        await asyncio.sleep(delay)
+        try:
+            response = await client.post(
+                f"{endpoint.base_url}{API}/tasks", json=body, headers=endpoint.headers(), timeout=timeout
+            )
+        except httpx.TransportError as exc:
+            answer = retries.answer(None, exc)
+        else:
+            answer = retries.answer(response)
+        if answer is not None:
+            return answer
     raise retries.final()
 
 
@@ -212,14 +217,18 @@ def held_state(endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: fl
 
 
 async def held_state_async(
-    endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: float = 30.0
+    client: httpx.AsyncClient, endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: float = 30.0
 ) -> dict[str, Any] | None:
-    """``held_state`` for an event loop (a try that started in the triggerer, right after registering)."""
+    """``held_state`` for an event loop, over its shared ``client`` (a try that started in the triggerer, right
+    after registering)."""
     try:
-        async with httpx.AsyncClient(timeout=timeout + wait, headers=endpoint.headers()) as client:
-            response = await client.post(
-                f"{endpoint.base_url}{API}/tasks/states", json={"keys": [key]}, params={"wait": f"{wait:g}"}
-            )
+        response = await client.post(
+            f"{endpoint.base_url}{API}/tasks/states",
+            json={"keys": [key]},
+            params={"wait": f"{wait:g}"},
+            headers=endpoint.headers(),
+            timeout=timeout + wait,
+        )
     except httpx.TransportError as exc:
         return _held_answer(endpoint, None, exc)
     return _held_answer(endpoint, response)

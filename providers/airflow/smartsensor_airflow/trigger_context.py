@@ -3,6 +3,7 @@ and the fields rendered with it in the environment Airflow would use for the tas
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from smartsensor_airflow._compat import airflow_conf, airflow_version, template_environment
@@ -55,13 +56,23 @@ def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> di
     }
 
 
+@functools.lru_cache(maxsize=2048)
+def _compiled(text: str, native: bool) -> Any:
+    """A template compiled once per process: the triggers of one DAG's tasks share their few templates."""
+    return _environment(native).from_string(text)
+
+
+@functools.lru_cache(maxsize=2)
+def _environment(native: bool) -> Any:
+    return template_environment(native)
+
+
 def render_fields(fields: dict[str, Any], context: dict[str, Any], native: bool) -> dict[str, Any]:
     """``fields`` with every string rendered (inside lists and dicts too), as Airflow renders template fields."""
-    env = template_environment(native)
 
     def render(value: Any) -> Any:
         if isinstance(value, str):
-            return env.from_string(value).render(**context)
+            return _compiled(value, native).render(**context)
         if isinstance(value, (list, tuple)):
             return [render(item) for item in value]
         if isinstance(value, dict):

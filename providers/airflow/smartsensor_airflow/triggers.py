@@ -25,6 +25,8 @@ from datetime import timezone
 from types import SimpleNamespace
 from typing import Any, AsyncIterator
 
+import httpx
+
 from smartsensor_airflow._compat import BaseHook, BaseTrigger, TaskSkippedEvent, TriggerEvent, success_event
 from smartsensor_airflow.checks import check_of
 from smartsensor_airflow.client import (
@@ -68,6 +70,20 @@ _ENDPOINTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, tupl
     weakref.WeakKeyDictionary()
 )
 ENDPOINT_TTL = 60.0
+
+
+# Per event loop: one HTTP client for the registrations and held requests of the triggers that start there (a client
+# each would build an SSL context and a connection pool per trigger, on the triggerer's event loop).
+_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]" = weakref.WeakKeyDictionary()
+
+
+def shared_client() -> httpx.AsyncClient:
+    """The running loop's HTTP client for registrations, created on first use."""
+    loop = asyncio.get_running_loop()
+    client = _CLIENTS.get(loop)
+    if client is None or client.is_closed:
+        client = _CLIENTS[loop] = httpx.AsyncClient(timeout=30.0)
+    return client
 
 
 async def shared_endpoint(conn_id: str) -> Endpoint:
@@ -243,7 +259,8 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         try:
             endpoint = await shared_endpoint(self.conn_id)
             body = registration_body(self.key, registered_as, persist, self.exec_values, context.get("logical_date"))
-            answer = await register_try_async(endpoint, body, patience=max(REGISTER_PATIENCE, self.fallback_grace or 0))
+            patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
+            answer = await register_try_async(shared_client(), endpoint, body, patience=patience)
         except ApiError as exc:
             if exc.transient and self.fallback_grace is not None:
                 self.log.warning("smartsensor: %s; the task resumes to check on its own", exc)
@@ -265,7 +282,7 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             # As execute does: one request held until this try ends, for up to ``hold`` seconds. A partition that is
             # already there is answered in the service's next round, and heard here at once, not at the shared
             # poller's next request.
-            held = await held_state_async(endpoint, self.key, self.hold)
+            held = await held_state_async(shared_client(), endpoint, self.key, self.hold)
             if held is not None:
                 answer = {**answer, "state": held["state"], "error": held.get("error")}
         if answer.get("state") in TERMINAL:
