@@ -194,6 +194,10 @@ def test_where_each_try_runs(semantics: dict[str, TaskEnd]) -> None:
         "with_callback": 1,  # resumed on a worker to end there, so that its on_success_callback runs
         "mapped": 2,  # a mapped task takes the execute path, one try per map index
     }
+    started_there = {task_id: end.started_in_triggerer for task_id, end in semantics.items()}
+    assert started_there["execution_timeout"] == [1, 2]  # a retry starts in the triggerer again
+    assert started_there["soft_fail"] == started_there["with_callback"] == [1]
+    assert started_there["error"] == started_there["mapped"] == started_there["templated_conn_on_worker"] == []
 
 
 @pytest.mark.timeout(900)

@@ -285,6 +285,7 @@ def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: l
 
 
 HEARD = "the task ends from the triggerer"  # the trigger's log line when it ends the task (triggers.py)
+STARTED = "started in the triggerer"  # the trigger's log line when a try starts there (triggers.py)
 STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)?")
 
 
@@ -435,6 +436,7 @@ class TaskEnd:
     rendered: dict[str, Any]  # its rendered template fields, when a worker rendered them
     registered: dict[str, Any] | None  # the check smartsensor registered for its last try (attr_dict)
     worker_tries: int  # its tries that ran a task process on a worker (AirflowStack.worker_tries)
+    started_in_triggerer: list[int]  # the tries whose trigger logged that they started in the triggerer
 
 
 def run_semantics(stack: AirflowStack, landing: Landing, engine: Engine, ds: str) -> dict[str, TaskEnd]:
@@ -473,5 +475,15 @@ def run_semantics(stack: AirflowStack, landing: Landing, engine: Engine, ds: str
         if task_id in ends:  # another map index of the same task
             continue
         on_worker = stack.worker_tries("semantics", run_id, task_id)
-        ends[task_id] = TaskEnd(state, int(tries), rendered.get(task_id, {}), registered.get(task_id), on_worker)
+        folder = stack.home / "logs" / "dag_id=semantics" / f"run_id={run_id}" / f"task_id={task_id}"
+        started_there = sorted(
+            {
+                int(path.name.split("=", 1)[1].split(".", 1)[0])
+                for path in folder.rglob("attempt=*.log.trigger.*")
+                if STARTED in path.read_text(errors="replace")
+            }
+        )
+        ends[task_id] = TaskEnd(
+            state, int(tries), rendered.get(task_id, {}), registered.get(task_id), on_worker, started_there
+        )
     return ends

@@ -1,4 +1,6 @@
-"""The trigger a smartsensor sensor defers to: it waits, through the process's shared poller, until the
+"""The triggers of a smartsensor sensor: ``SmartSensorStartTrigger``, which a try starts with in the triggerer (no
+worker: ``start.py``) and which renders the check and registers the try before it waits; and ``SmartSensorTrigger``,
+which a try that ran ``execute`` on a worker defers to. Both wait, through the process's shared poller, until the
 service says this try of the task reached a terminal state.
 
 How it ends the task (README: "Airflow versions, and no task failed by a race"):
