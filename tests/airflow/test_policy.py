@@ -163,8 +163,11 @@ def test_airflows_own_sensors_run_through_smartsensor_and_share_checks(deploymen
     wait_ended(deployment, run_ids, f"every sensor of {ds} ended")
     seen = tasks_of(deployment, run_ids)
     assert {k: s for k, (s, _, _) in seen.items() if s != "success"} == {}, seen
-    for key in routed:
-        assert seen[key][1] == f"{_class_of(key[1])} via smartsensor", (key, seen[key])  # what the UI shows
+    for key in routed:  # what the UI shows; 2.10 names a try that no worker ran by its serialized class
+        names = {f"{_class_of(key[1])} via smartsensor"} | (
+            {_class_of(key[1])} if deployment.stack.major < 3 else set()
+        )
+        assert seen[key][1] in names, (key, seen[key])
     for key in [("policy_team_0", "opted_out"), ("policy_tagged_off", "named")]:
         assert seen[key][1] == "NamedHivePartitionSensor", (key, seen[key])
     hashes = registered(deployment, run_ids)

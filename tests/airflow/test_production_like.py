@@ -68,7 +68,7 @@ ON_WORKERS = "on_workers_"  # the same teams' DAGs, their tries on the execute p
 
 # The scale test: SCALE_DAGS DAGs of SCALE_SENSORS sensors per strategy (airflow_scale.STRATEGIES). CI runs the
 # tries that start in the triggerer at 300 sensors; the slow variant compares the strategies at 3,000:
-# SMARTSENSOR_SCALE_DAGS=30 SMARTSENSOR_SCALE_STRATEGIES="start in triggerer,execute path,Airflow's own, reschedule"
+# SMARTSENSOR_SCALE_DAGS=30 SMARTSENSOR_SCALE_STRATEGIES="start in triggerer,execute path,Airflow's own (reschedule)"
 SCALE_DAGS = int(os.environ.get("SMARTSENSOR_SCALE_DAGS", "3"))
 SCALE_SENSORS = int(os.environ.get("SMARTSENSOR_SCALE_SENSORS", "100"))
 SCALE_STRATEGIES = [

@@ -28,7 +28,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 STRATEGIES = {
     "start in triggerer": ("drop-in", "scale_start_"),
     "execute path": ("execute", "scale_execute_"),
-    "Airflow's own, reschedule": ("airflow reschedule", "scale_airflow_"),
+    "Airflow's own (reschedule)": ("airflow reschedule", "scale_airflow_"),
 }
 
 

@@ -21,6 +21,7 @@ A task starts in the triggerer when all of these hold, and takes today's ``execu
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +30,8 @@ from jinja2 import meta, nodes
 
 from smartsensor_airflow._compat import StartTriggerArgs, airflow_version, can_start_from_trigger, template_environment
 from smartsensor_airflow.checks import CHECK_FIELDS, check_of
+
+log = logging.getLogger(__name__)
 
 START_CLASSPATH = "smartsensor_airflow.triggers.SmartSensorStartTrigger"
 # The template variables the 2.10 trigger can give a check's templates: what it reads from the run's row.
@@ -66,9 +69,17 @@ def _templates(value: Any) -> list[str]:
     return []
 
 
+def dag_of(task: Any) -> Any:
+    """The task's DAG, or None while it has none (Airflow 3 raises then)."""
+    try:
+        return task.dag
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def template_problem(task: Any) -> str | None:
     """Why the triggerer cannot render ``task``'s check (a sentence for the log), or None when it can."""
-    dag = getattr(task, "dag", None)
+    dag = dag_of(task)
     macros = set(getattr(dag, "user_defined_macros", None) or ())
     filters = set(getattr(dag, "user_defined_filters", None) or ())
     env = template_environment(native=False)
@@ -98,7 +109,7 @@ def start_trigger_args(task: Any) -> StartTriggerArgs | None:
             return None
         if not _templates(list(fields.values())) and not _readable(task):
             return None  # a check smartsensor cannot read (OR, ranges): the execute path says so, or runs Airflow's
-        dag = getattr(task, "dag", None)
+        dag = dag_of(task)
         params = _params(task) if airflow_version()[0] == 2 else None
         poll = float(task.smartsensor_poll_interval)
         kwargs = {
@@ -118,6 +129,9 @@ def start_trigger_args(task: Any) -> StartTriggerArgs | None:
             "hold": float(task.smartsensor_execute_wait),
         }
     except AttributeError:  # read while the task is being built (Airflow validates after each __init__)
+        return None
+    except Exception:  # Airflow reads this while it parses a DAG file: never fail the file for it
+        log.warning("smartsensor: %s takes the execute path", getattr(task, "task_id", "?"), exc_info=True)
         return None
     # A fresh instance per task (apache/airflow#70888: a shared one leaks kwargs between tasks). The timeout is a
     # backstop a little after the service's own (the task's timeout), whose verdict carries the reason.

@@ -258,10 +258,12 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             yield await self.resume(started, EXECUTE_ON_WORKER, f"{type(exc).__name__}: {exc}")
             return
         self.log.info("smartsensor: started in the triggerer; check %s %s", registered_as, persist)
+        logical_date = context.get("logical_date")
+        del context, rendered  # a waiting trigger keeps neither (the context holds the run, the task, its DAG)
+        patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
         try:
-            endpoint = await shared_endpoint(self.conn_id)
-            body = registration_body(self.key, registered_as, persist, self.exec_values, context.get("logical_date"))
-            patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
+            endpoint = await self._endpoint(patience)
+            body = registration_body(self.key, registered_as, persist, self.exec_values, logical_date)
             answer = await register_try_async(shared_client(), endpoint, body, patience=patience)
         except ApiError as exc:
             if exc.transient and self.fallback_grace is not None:
@@ -269,9 +271,6 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
                 yield await self.resume(started, UNREACHABLE, str(exc))
             else:
                 yield await self.resume(started, "error", str(exc))
-            return
-        except Exception as exc:  # noqa: BLE001 - the connection's look-up: the task ends with why, retries apply
-            yield await self.resume(started, "error", f"connection {self.conn_id!r}: {type(exc).__name__}: {exc}")
             return
         self.log.info(
             "smartsensor: registered %s try %s as hash %s (%s)",
@@ -291,6 +290,28 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             yield await self.answered(started, answer)
         else:
             yield await self.wait(started)
+
+    async def _endpoint(self, patience: float) -> Endpoint:
+        """The service's endpoint from the connection. A look-up that fails (Airflow 3's ``aget_connection`` briefly
+        failing, a connection missing on this host) is asked again with back-off for ``patience`` seconds, then
+        counts as the service out of reach (a transient ApiError), as the shared poller counts it."""
+        give_up, delay = time.monotonic() + patience, 1.0
+        while True:
+            try:
+                return await shared_endpoint(self.conn_id)
+            except ApiError:
+                raise  # the connection has no host: nothing to wait for
+            except Exception as exc:  # noqa: BLE001 - whatever the look-up raised, the valve decides
+                if time.monotonic() + delay > give_up:
+                    raise ApiError(
+                        f"smartsensor connection {self.conn_id!r} cannot be looked up: {type(exc).__name__}: {exc}",
+                        transient=True,
+                    ) from None
+                self.log.warning(
+                    "smartsensor: looking up connection %r failed (%s); again in %g s", self.conn_id, exc, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 15.0)
 
 
 def _epoch(when: Any) -> float:
