@@ -188,7 +188,40 @@ def test_too_many_ids_skipped_at_once_means_a_verify_not_a_miss(hive: HiveSchema
         catalog.close()
 
 
-ALL_CHECKS = [event(ds, hr) for ds in DAYS for hr in HOURS] + [day(ds) for ds in DAYS] + [log(ds) for ds in DAYS]
+@pytest.mark.parametrize("following", [True, False], ids=["feed", "lookup"])
+def test_a_partial_check_naming_every_column_is_answered_by_the_partitions_name(
+    hive: HiveSchema, following: bool
+) -> None:
+    """Airflow's HivePartitionSensor with its filter ``ds='X'`` on a table partitioned by ``ds`` only is the partial
+    check {ds: X}: the partition it waits for is named ``ds=X``, with no ``/`` after the value."""
+    hive.add(DB, "logs", "ds=2026-11-22", 1)
+    hive.add(DB, "events", "ds=2026-11-22/hr=1", 2)
+    catalog = catalog_on(hive, PartitionFeed(clock=Clock()) if following else None)
+    partial_log = PartitionCheck(DB, "logs", (("ds", "2026-11-22"),), False)
+    arrives = PartitionCheck(DB, "logs", (("ds", "2026-11-23"),), False)
+    expected = {
+        partial_log: True,
+        arrives: False,
+        PartitionCheck(DB, "logs", (("ds", "2026-11-2"),), False): False,  # the start of a value is not the value
+        PartitionCheck(DB, "events", (("ds", "2026-11-22"), ("hr", "01")), False): True,  # stored as hr=1
+        PartitionCheck(DB, "events", (("ds", "2026-11-22"), ("hr", "10")), False): False,
+    }
+    try:
+        assert ask(catalog, list(expected)) == expected
+        hive.add(DB, "logs", "ds=2026-11-23", 3)
+        assert ask(catalog, [partial_log, arrives]) == {partial_log: True, arrives: True}  # the feed delivers it
+        listed = BatchChecker(lister=catalog).list_partitions(DB, "events", {"ds": "2026-11-22", "hr": "1"})
+        assert listed == [{"ds": "2026-11-22", "hr": "1"}]  # a narrowing that gives every column
+    finally:
+        catalog.close()
+
+
+ALL_CHECKS = (
+    [event(ds, hr) for ds in DAYS for hr in HOURS]
+    + [day(ds) for ds in DAYS]
+    + [log(ds) for ds in DAYS]
+    + [PartitionCheck(DB, "logs", (("ds", ds),), False) for ds in DAYS]  # partial, giving every column
+)
 PARTITIONS = [("events", f"ds={ds}/hr={hr}") for ds in DAYS for hr in HOURS] + [("logs", f"ds={ds}") for ds in DAYS]
 
 
