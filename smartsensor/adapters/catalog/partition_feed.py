@@ -145,13 +145,14 @@ class PartitionFeed:
     def absorb(
         self,
         read: FeedRead,
-        delivered: Iterable[tuple[int, str, str, str]],
+        delivered: Iterable[tuple[int, str | None, str, str]],
         found: Iterable[tuple[str, str, str]],
         start: int | None = None,
     ) -> None:
-        """Take what ``read``'s statement returned: the feed's rows (id, db, table, name), the look-ups'
-        (db, table, name), and where the feed started when ``read.after`` was None. The look-ups' names and
-        prefixes are covered from now on."""
+        """Take what ``read``'s statement returned: the feed's rows (id, db, table, name; db None for a partition
+        no check can ask for, in another catalog: its id is seen all the same), the look-ups' (db, table, name),
+        and where the feed started when ``read.after`` was None. The look-ups' names and prefixes are covered from
+        now on."""
         for db, table, name in found:
             state = self._tables.get((db, table))
             if state is not None:
@@ -166,9 +167,9 @@ class PartitionFeed:
             raise ValueError("the feed's first statement returns where it started")
         after = read.after if read.after is not None else max(start or 0, 0)  # ids start at 1
         seen: set[int] = set()
-        for part_id, db, table, name in delivered:
+        for part_id, of_db, table, name in delivered:
             seen.add(part_id)
-            state = self._tables.get((db, table))
+            state = self._tables.get((of_db, table)) if of_db is not None else None
             if state is not None:
                 state.present.add(name)
         self._advance(after, seen)
