@@ -47,6 +47,7 @@ from scripts.airflow.report import (
     dag_table,
     figures,
     figures_table,
+    is_sensor,
     policy_check,
     state_counts,
     summary_json,
@@ -282,6 +283,16 @@ class Demo:
         """``POST /api/v1/tasks/states`` requests serve answered (its /metrics)."""
         return states_requests(self.ss_url, self.token)
 
+    def sensor_worker_tries(self) -> int:
+        """Tries of the demo's sensor tasks that ran a task process on a worker (0 when each started and ended in
+        the triggerer)."""
+        rows = self.stack.rows("SELECT dag_id, run_id, task_id, operator, custom_operator_name FROM task_instance")
+        return sum(
+            self.stack.worker_tries(d, r, t)
+            for d, r, t, op, name in rows
+            if d in self.dag_ids and (is_sensor(name) or is_sensor(op))
+        )
+
     def policy_check(self) -> PolicyCheck:
         """Airflow's Hive sensor task instances of the demo's DAGs, by their operator name (``… via smartsensor``
         when the cluster policy routed them)."""
@@ -444,7 +455,7 @@ def summary(demo: Demo, finished: bool) -> list[str]:
     ]
     table, problems = dag_table(checks, finished)
     console.print(table)
-    f = figures(rows, demo.rounds(), demo.states_requests())
+    f = figures(rows, demo.rounds(), demo.states_requests(), demo.sensor_worker_tries())
     console.print(figures_table(f, len(landed), demo.args.partitions))
     console.print(f"[dim]{MODEL}[/dim]")
     console.print("timeline: " + ", ".join(f"{name} at {at:.0f} s" for name, at in demo.marks.items()))

@@ -159,6 +159,7 @@ class Figures:
     per_task_requests: int  # if each trigger polled alone (computed)
     shortest_poll: float
     deferred_window: float  # first registration → last sensor ended in smartsensor, seconds
+    sensor_worker_tries: int  # sensor tries that ran a task process on a worker (0: all started in the triggerer)
 
     @property
     def metastore_calls(self) -> int:
@@ -166,14 +167,16 @@ class Figures:
 
     @property
     def triggerer_requests(self) -> int:
-        """The states requests left to the triggerer: a task's ``execute`` sends at most one (its held request,
-        before deferring), and serve counts both alike."""
-        return max(0, self.states_requests - self.registrations)
+        """The states requests left to the triggerer: a try whose ``execute`` ran on a worker sends at most one (its
+        held request, before deferring), and serve counts both alike."""
+        return max(0, self.states_requests - min(self.registrations, self.sensor_worker_tries))
 
 
-def figures(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], states_requests: int) -> Figures:
+def figures(
+    rows: list[dict[str, Any]], rounds: list[dict[str, Any]], states_requests: int, sensor_worker_tries: int
+) -> Figures:
     """The summary's numbers from smartsensor's task instances (one per registered sensor try), the workers'
-    rounds (``worker --json``) and serve's count of states requests.
+    rounds (``worker --json``), serve's count of states requests and the sensor tries Airflow ran on a worker.
 
     Two of them are computed, not run (MODEL says so in the printout): what Airflow's own Hive sensors would have
     cost the metastore for the same waits, and the states requests if every trigger had polled on its own.
@@ -192,6 +195,7 @@ def figures(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], states_req
         per_task_requests=sum(int(seconds(r, "execution_date", "end_date") // poll_interval(r)) + 1 for r in rows),
         shortest_poll=min((poll_interval(r) for r in rows), default=DEFAULT_POLL),
         deferred_window=window,
+        sensor_worker_tries=sensor_worker_tries,
     )
 
 
@@ -239,6 +243,10 @@ def figures_table(f: Figures, landed: int, partitions: int) -> Table:
     for name, value in (
         ("partitions landed by the pipeline", f"{landed} of {partitions}"),
         ("sensor registrations (one per Airflow try)", str(f.registrations)),
+        (
+            "sensor tries that took an Airflow worker slot",
+            f"{f.sensor_worker_tries} of {f.registrations} (the others started and ended in the triggerer)",
+        ),
         ("distinct checks (hashes)", f"{f.distinct_checks} (dedup {ratio})"),
         (
             "metastore calls by smartsensor's workers",
@@ -248,9 +256,9 @@ def figures_table(f: Figures, landed: int, partitions: int) -> Table:
         ("Airflow's own Hive sensors, same waits (computed)", f"{f.classic_calls} ({fewer})"),
         (
             "states requests (execute's held ones + 1 triggerer)",
-            f"{f.states_requests} in {f.deferred_window:.0f} s: up to {f.registrations} held in execute (one per "
-            f"task), {f.triggerer_requests} or more by the triggerer, each for every deferred sensor (poll "
-            f"interval {f.shortest_poll:g} s)",
+            f"{f.states_requests} in {f.deferred_window:.0f} s: up to {min(f.registrations, f.sensor_worker_tries)} "
+            f"held in execute (one per try on a worker), {f.triggerer_requests} or more by the triggerer, each for "
+            f"every deferred sensor (poll interval {f.shortest_poll:g} s)",
         ),
         ("if each trigger polled alone (computed)", str(f.per_task_requests)),
     ):

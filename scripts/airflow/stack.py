@@ -368,6 +368,13 @@ class AirflowStack:
         wanted = None if dag_ids is None else set(dag_ids)
         return {(d, t): s for d, t, s in rows if wanted is None or d in wanted}
 
+    def worker_tries(self, dag_id: str, run_id: str, task_id: str) -> int:
+        """How many tries of this task (all its map indexes) ran a task process on a worker: each such try writes
+        ``attempt=N.log`` (a resume appends to it), while a trigger's lines go to ``attempt=N.log.trigger.<job>.log``
+        on 2.10 and 3.x alike. 0: no worker ever ran it (it started and ended in the triggerer)."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        return sum(1 for path in folder.rglob("attempt=*.log") if ".trigger." not in path.name)
+
     def run_states(self) -> dict[str, str]:
         """dag_id → state of its (latest) run."""
         return {d: s for d, s in self.rows("SELECT dag_id, state FROM dag_run ORDER BY id")}

@@ -93,8 +93,10 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[str, dict[str, Any]]:
     assert figures["registrations"] == 20
     assert figures["distinct_checks"] < 20  # teams share checks
     assert 0 < figures["metastore_calls"] < figures["classic_calls"]
-    # execute's held requests (one per task at most) and the triggerer's, fewer than polling per trigger
-    assert 0 < figures["states_requests"] - figures["registrations"] < figures["per_task_requests"]
+    # Every try starts in the triggerer: a worker runs only the one that must raise (the hard fail's timeout).
+    assert figures["sensor_worker_tries"] == late["failed"]
+    # execute's held requests (one per try on a worker at most) and the triggerer's, fewer than polling per trigger
+    assert 0 < figures["states_requests"] - figures["sensor_worker_tries"] < figures["per_task_requests"]
     assert summary["landed"] == 4
     for line in (
         "Airflow task states against the expected ones",
@@ -102,6 +104,7 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[str, dict[str, Any]]:
         "metastore calls by smartsensor's workers",
         "Airflow's own Hive sensors, same waits (computed)",
         "states requests (execute's held ones + 1 triggerer)",
+        "sensor tries that took an Airflow worker slot",
         "Airflow UI         http://127.0.0.1:",
         "smartsensor status http://127.0.0.1:",
         "stopped everything",

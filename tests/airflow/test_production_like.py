@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -36,11 +36,21 @@ from tests.support.airflow_race import (
     CASES,
     TABLES,
     Outcome,
+    TaskEnd,
     dag_file,
     run_case,
     run_semantics,
     semantics_file,
     table,
+)
+from tests.support.airflow_scale import (
+    STRATEGIES,
+    ScaleRun,
+    SlotSampler,
+    StatsdSink,
+    group_usage,
+    pickup_rate,
+    scale_table,
 )
 from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
 
@@ -52,23 +62,68 @@ RUNS = int(os.environ.get("SMARTSENSOR_RACE_RUNS", "1"))
 OPTION = os.environ.get("SMARTSENSOR_RACE_OPTION", "drop-in")
 FIRST_DAY = date(2026, 10, 1)
 SEMANTICS_DAY = "2026-09-01"
+CALLBACKS = {2: "callback_request", 3: "callback"}  # the table of callback requests, by Airflow major version
+ON_WORKERS = "on_workers_"  # the same teams' DAGs, their tries on the execute path (the savings report reads them)
+
+
+# The scale test: SCALE_DAGS DAGs of SCALE_SENSORS sensors per strategy (airflow_scale.STRATEGIES). CI runs the
+# tries that start in the triggerer at 300 sensors; the slow variant compares the strategies at 3,000:
+# SMARTSENSOR_SCALE_DAGS=30 SMARTSENSOR_SCALE_STRATEGIES="start in triggerer,execute path,Airflow's own, reschedule"
+SCALE_DAGS = int(os.environ.get("SMARTSENSOR_SCALE_DAGS", "3"))
+SCALE_SENSORS = int(os.environ.get("SMARTSENSOR_SCALE_SENSORS", "100"))
+SCALE_STRATEGIES = [
+    name.strip() for name in os.environ.get("SMARTSENSOR_SCALE_STRATEGIES", "start in triggerer").split(",")
+]
+SCALE_FIRST_DAY = date(2026, 8, 1)
+TRIGGERER_CAPACITY = 10_000  # one triggerer holds every waiting sensor of the slow variant
+
+
+@pytest.fixture(scope="module")
+def statsd() -> Iterator[StatsdSink]:
+    """Where Airflow sends its metrics (the scale test reads the scheduler's loop time)."""
+    sink = StatsdSink()
+    try:
+        yield sink
+    finally:
+        sink.close()
 
 
 @pytest.fixture(scope="module", params=airflow_venvs(), ids=version_of)
 def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, service: Config
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, service: Config, statsd: StatsdSink
 ) -> Iterator[Deployment]:
     """smartsensor and Airflow (request.param's venv) as a platform team deploys them (airflow_deployment)."""
     venv: Path = request.param
     db = "race_" + version_of(venv).replace(".", "_")  # one metastore service for the module: a database each
+    base = tmp_for(tmp_path_factory, venv)
+    marks = base / "marks"  # where the semantics DAG's success callback writes
+    marks.mkdir()
+    dags = {
+        "teams.py": dag_file(TEAMS, SENSORS, OPTION, db),
+        "teams_on_workers.py": dag_file(TEAMS, SENSORS, "execute", db, prefix=ON_WORKERS),
+        "semantics.py": semantics_file(db, marks, SEMANTICS_DAY),
+    }
+    dag_ids = [*(f"team_{t}" for t in range(TEAMS)), *(f"{ON_WORKERS}{t}" for t in range(TEAMS)), "semantics"]
+    for strategy in SCALE_STRATEGIES:
+        option, prefix = STRATEGIES[strategy]
+        dags[f"{prefix}dags.py"] = dag_file(SCALE_DAGS, SCALE_SENSORS, option, db, prefix=prefix)
+        dag_ids += [f"{prefix}{d}" for d in range(SCALE_DAGS)]
+    metastore_port = service.get("spark", "metastore_uris").rsplit(":", 1)[1]
     with deployed(
         venv,
-        tmp_for(tmp_path_factory, venv),
+        base,
         service,
         db,
         TABLES,
-        {"teams.py": dag_file(TEAMS, SENSORS, OPTION, db), "semantics.py": semantics_file(db)},
-        [*(f"team_{t}" for t in range(TEAMS)), "semantics"],
+        dags,
+        dag_ids,
+        AIRFLOW__TRIGGERER__CAPACITY=str(TRIGGERER_CAPACITY),  # 3.x
+        AIRFLOW__TRIGGERER__DEFAULT_CAPACITY=str(TRIGGERER_CAPACITY),  # 2.10
+        AIRFLOW__METRICS__STATSD_ON="True",
+        AIRFLOW__METRICS__STATSD_HOST="127.0.0.1",
+        AIRFLOW__METRICS__STATSD_PORT=str(statsd.port),
+        # Airflow's own Hive sensors (the scale test's reschedule strategy) ask the metastore service.
+        AIRFLOW_CONN_METASTORE_DEFAULT=f"hive-metastore://127.0.0.1:{metastore_port}",
     ) as running:
         yield running
 
@@ -87,15 +142,24 @@ def test_no_sensor_task_fails_whenever_its_partition_lands(deployment: Deploymen
             )
             day += timedelta(days=1)
     print("\n" + table(deployment.stack.version, OPTION, outcomes))
+    callbacks = deployment.stack.rows(f"SELECT count(*) FROM {CALLBACKS[deployment.stack.major]}")[0][0]
+    print(f"callback rows left after {len(outcomes) * TEAMS * SENSORS} sensor tasks: {callbacks}")
     assert all(o.tasks == TEAMS * SENSORS for o in outcomes), [(o.case, o.states) for o in outcomes]
     failed = {f"{o.case} ({o.ds})": o.failures for o in outcomes if o.failures}
     assert failed == {}, f"{failed}\n(logs in {deployment.logs})"
+    if OPTION == "drop-in":  # every try starts in the triggerer and ends there: no worker ever runs a sensor
+        assert {o.case: o.worker_tries for o in outcomes} == {o.case: 0 for o in outcomes}
+        assert {o.case: o.by_trigger for o in outcomes} == {o.case: o.tasks for o in outcomes}
+    # Airflow 2.10 writes a success-callback request for each task ended from a trigger that nothing fetches:
+    # the provider's success event sends none. 3.x's dag-processor takes its own (printed, not asserted).
+    if deployment.stack.major < 3:
+        assert callbacks == 0
 
 
 @pytest.fixture(scope="module")
-def semantics(deployment: Deployment) -> dict[str, tuple[str, int, dict[str, Any]]]:
-    """The semantics DAG's run, ended: task_id → (state, try_number, rendered template fields)."""
-    return run_semantics(deployment.stack, deployment.landing, SEMANTICS_DAY)
+def semantics(deployment: Deployment) -> dict[str, TaskEnd]:
+    """The semantics DAG's run, ended: task_id → how it ended."""
+    return run_semantics(deployment.stack, deployment.landing, deployment.engine, SEMANTICS_DAY)
 
 
 @pytest.mark.parametrize(
@@ -108,31 +172,70 @@ def semantics(deployment: Deployment) -> dict[str, tuple[str, int, dict[str, Any
     ],
 )
 @pytest.mark.timeout(900)
-def test_a_drop_in_ends_as_airflows_own_sensor(
-    semantics: dict[str, tuple[str, int, dict[str, Any]]], rule: str
-) -> None:
+def test_a_drop_in_ends_as_airflows_own_sensor(semantics: dict[str, TaskEnd], rule: str) -> None:
     ours, airflows = semantics[rule], semantics[f"airflow_{rule}"]
-    assert ours[:2] == airflows[:2], (rule, ours, airflows)
+    assert (ours.state, ours.tries) == (airflows.state, airflows.tries), (rule, ours, airflows)
 
 
 @pytest.mark.timeout(900)
-def test_whole_list_templates_modes_and_templated_connections(
-    semantics: dict[str, tuple[str, int, dict[str, Any]]],
-) -> None:
-    state, tries, rendered = semantics["whole_list"]  # mode="reschedule", deferrable=False
-    assert (state, tries) == ("success", 1)
-    (partition,) = rendered["partition_names"]  # rendered as a list (render_template_as_native_obj)
+def test_where_each_try_runs(semantics: dict[str, TaskEnd]) -> None:
+    """Tries start in the triggerer (no worker) and end there on success or skip; a worker runs only what must raise
+    Airflow's exception (a timeout, an error: one per try), a success callback, a mapped task and the opt-out."""
+    on_worker = {task_id: end.worker_tries for task_id, end in semantics.items() if not task_id.startswith("airflow_")}
+    assert on_worker == {
+        "timeout": 1,  # resumed to raise AirflowSensorTimeout: no retries
+        "soft_fail": 0,  # skipped from the triggerer
+        "execution_timeout": 2,  # each try resumed to raise its timeout, retried once
+        "error": 2,  # "ds > '1'" cannot be checked (and has no template): the execute path fails each try
+        "whole_list": 0,
+        "templated_conn": 0,
+        "templated_conn_on_worker": 1,  # smartsensor_start_from_trigger=False
+        "params_and_macros": 0,
+        "with_callback": 1,  # resumed on a worker to end there, so that its on_success_callback runs
+        "mapped": 2,  # a mapped task takes the execute path, one try per map index
+    }
+    started_there = {task_id: end.started_in_triggerer for task_id, end in semantics.items()}
+    assert started_there["execution_timeout"] == [1, 2]  # a retry starts in the triggerer again
+    assert started_there["soft_fail"] == started_there["with_callback"] == [1]
+    assert started_there["error"] == started_there["mapped"] == started_there["templated_conn_on_worker"] == []
+
+
+@pytest.mark.timeout(900)
+def test_a_success_callback_runs(semantics: dict[str, TaskEnd], deployment: Deployment) -> None:
+    end = semantics["with_callback"]
+    assert (end.state, end.tries) == ("success", 1)
+    mark = deployment.stack.home.parent / "marks" / "with_callback.done"
+    assert mark.is_file(), f"on_success_callback did not run (logs in {deployment.logs})"
+    assert semantics["mapped"].state == "success"
+
+
+@pytest.mark.timeout(900)
+def test_whole_list_templates_modes_and_templated_connections(semantics: dict[str, TaskEnd]) -> None:
+    """The check each task registered, rendered in the triggerer (a native template as a list; the Hive provider's
+    default partition); a templated connection as the worker renders it, for the safety valve."""
+    end = semantics["whole_list"]  # mode="reschedule", deferrable=False, render_template_as_native_obj
+    assert (end.state, end.tries) == ("success", 1)
+    assert end.registered is not None
+    (partition,) = end.registered["partition_names"]
     assert partition.endswith(f".events/ds={SEMANTICS_DAY}")
-    state, tries, rendered = semantics["templated_conn"]  # partition=None: the run's day, as the Hive provider's
-    assert (state, tries) == ("success", 1)
-    assert rendered["metastore_conn_id"] == "metastore_race"
-    assert rendered["partition"] == f"ds='{SEMANTICS_DAY}'"
+    end = semantics["templated_conn"]  # partition=None: the run's day, as the Hive provider's
+    assert (end.state, end.tries) == ("success", 1)
+    assert end.registered is not None and end.registered["partition"] == {"ds": SEMANTICS_DAY}
+    end = semantics["params_and_macros"]  # rendered by the trigger (on 2.10: from the run's row)
+    assert (end.state, end.tries) == ("success", 1)
+    assert end.registered is not None
+    names = sorted(name.split(".", 1)[1] for name in end.registered["partition_names"])  # the service sorts them
+    assert names == [f"clicks/ds={SEMANTICS_DAY}", f"events/ds={SEMANTICS_DAY}"]
+    end = semantics["templated_conn_on_worker"]
+    assert (end.state, end.tries) == ("success", 1)
+    assert end.rendered["metastore_conn_id"] == "metastore_race"
+    assert end.rendered["partition"] == f"ds='{SEMANTICS_DAY}'"
 
 
 @pytest.mark.timeout(900)
 def test_the_savings_report_reads_this_airflow_database(deployment: Deployment) -> None:
-    """``smartsensor airflow report`` on this Airflow's own database (PostgreSQL), after the race test's runs: it finds
-    every Hive sensor task instance that ran, and 3 teams waiting on the same partitions dedup."""
+    """``smartsensor airflow report`` on this Airflow's own database (PostgreSQL): it finds every Hive sensor task
+    instance that ran, and 3 teams waiting on the same partitions dedup."""
     import json
     import subprocess
     import sys
@@ -144,12 +247,23 @@ def test_the_savings_report_reads_this_airflow_database(deployment: Deployment) 
         sql = f"SELECT count(*) FROM task_instance WHERE operator IN :ops AND start_date IS NOT NULL {where}"
         return int(deployment.stack.rows(sql, expanding=["ops"], ops=list(SENSOR_OPERATORS))[0][0])
 
-    cases = len(CASES) * RUNS  # the race test's runs, read after it
-    if ran("AND dag_id LIKE 'team%'") == 0:  # run alone (-k savings): one case of its own
-        dag_ids = [f"team_{t}" for t in range(TEAMS)]
-        run_case(deployment.stack, deployment.landing, deployment.engine, CASES[0], "2026-09-15", dag_ids, SENSORS)
-        cases = 1
-    assert ran("AND dag_id LIKE 'team%'") == TEAMS * SENSORS * cases
+    # The report reads each task's rendered fields, which only a worker writes: the teams whose tries take the
+    # execute path run one case here (a try started in the triggerer has none, and the report counts it so).
+    dag_ids = [f"{ON_WORKERS}{t}" for t in range(TEAMS)]
+    on_workers = run_case(
+        deployment.stack, deployment.landing, deployment.engine, CASES[0], "2026-09-15", dag_ids, SENSORS
+    )
+    print("\n" + table(deployment.stack.version, "execute", [on_workers]))
+    assert ran(f"AND dag_id LIKE '{ON_WORKERS}%'") == TEAMS * SENSORS
+    no_fields = int(
+        deployment.stack.rows(
+            "SELECT count(*) FROM task_instance t WHERE t.operator IN :ops AND t.start_date IS NOT NULL AND NOT EXISTS "
+            "(SELECT 1 FROM rendered_task_instance_fields r WHERE r.dag_id = t.dag_id AND r.task_id = t.task_id "
+            "AND r.run_id = t.run_id AND r.map_index = t.map_index)",
+            expanding=["ops"],
+            ops=list(SENSOR_OPERATORS),
+        )[0][0]
+    )
     command = [sys.executable, "-m", "smartsensor.cli", "airflow", "report", "--airflow-db", deployment.stack.db_url]
 
     def report(*extra: str) -> str:
@@ -163,7 +277,61 @@ def test_the_savings_report_reads_this_airflow_database(deployment: Deployment) 
     assert figures["airflow_schema"] == deployment.stack.major
     assert figures["sensor_tasks"] == ran()
     assert figures["tries"] >= figures["sensor_tasks"]
-    assert figures["tasks_without_fields"] == 0
+    assert figures["tasks_without_fields"] == no_fields  # the tries that started in the triggerer
     assert figures["dedup_ratio"] > 1  # three teams wait for the same partitions
     assert figures["airflow_metastore_calls"] >= figures["tries"]  # Airflow's own sensors poke at least once a try
     assert TASKS_HEADING in human and COMPARE_HEADING in human and "Assumptions" in human
+
+
+@pytest.mark.timeout(3600 + 20 * SCALE_DAGS * SCALE_SENSORS)
+def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
+    """Many sensors in one Airflow, each strategy in turn through the three cases: what they cost Airflow (worker
+    tries and slot-seconds, the triggerer's CPU and memory, the scheduler's loop) beside how fast they end. Tries that
+    start in the triggerer take no worker at all while the service is up."""
+    stack = deployment.stack
+    triggerer = stack.processes.procs["airflow-triggerer"].pid
+    scheduler = stack.processes.procs["airflow-scheduler"].pid
+    runs: list[ScaleRun] = []
+    day = SCALE_FIRST_DAY
+    for strategy in SCALE_STRATEGIES:
+        option, prefix = STRATEGIES[strategy]
+        dag_ids = [f"{prefix}{d}" for d in range(SCALE_DAGS)]
+        run = ScaleRun(strategy, SCALE_DAGS * SCALE_SENSORS)
+        tri, sched = group_usage(triggerer), group_usage(scheduler)
+        run.triggerer_rss_idle = tri.rss_bytes
+        statsd.take("scheduler.scheduler_loop_duration")
+
+        def waiting(run: ScaleRun = run) -> None:
+            run.triggerer_rss_waiting = group_usage(triggerer).rss_bytes
+
+        with SlotSampler(stack, dag_ids) as slots:
+            for case in CASES:
+                smart = option != "airflow reschedule"
+                run.outcomes.append(
+                    run_case(
+                        stack,
+                        deployment.landing,
+                        deployment.engine,
+                        case,
+                        day.isoformat(),
+                        dag_ids,
+                        SCALE_SENSORS,
+                        smart=smart,
+                        before_landing=waiting,
+                    )
+                )
+                day += timedelta(days=1)
+        run.slot_seconds = slots.slot_seconds
+        run.triggerer_cpu = group_usage(triggerer).cpu_seconds - tri.cpu_seconds
+        run.airflow_cpu = group_usage(scheduler).cpu_seconds - sched.cpu_seconds
+        run.loop_ms = statsd.take("scheduler.scheduler_loop_duration")
+        run.pickup_rate = pickup_rate(run.case("while deferred"), run.sensors)
+        runs.append(run)
+    print("\n" + scale_table(stack.version, runs))
+    for run in runs:
+        print("\n" + table(stack.version, run.strategy, run.outcomes))
+    started = next((r for r in runs if r.strategy == "start in triggerer"), None)
+    if started is not None:
+        assert [o.failures for o in started.outcomes] == [[], [], []]
+        assert [o.worker_tries for o in started.outcomes] == [0, 0, 0]
+        assert [o.by_trigger for o in started.outcomes] == [o.tasks for o in started.outcomes]

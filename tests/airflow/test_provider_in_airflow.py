@@ -112,3 +112,46 @@ def test_the_policy_routes_only_airflows_own_enabled_sensors(venv: Path, tmp_pat
         "soft_fail": "AirflowSkipException at 25 s",
     }
     assert seen["seconds_left"] == [500.0, 0.0, 600.0]
+
+
+@pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
+def test_which_tasks_start_in_the_triggerer_as_airflow_serializes_them(venv: Path, tmp_path: Path) -> None:
+    """Every drop-in and policy-routed task starts in the triggerer, but for the ones the trigger could not render
+    (a 2.10 triggerer has no DAG: only the run's own variables), a mapped task, and the opt-outs; each task has
+    its own StartTriggerArgs, and the trigger renders a check as Airflow would."""
+    seen = seen_inside(venv, tmp_path, "start_checks.py")
+    two_ten = version_of(venv).startswith("2.")
+    assert seen["starts"] == {
+        "plain": True,
+        "params": True,
+        "macro": True,
+        "run_conf": not two_ten,  # dag_run: Airflow's own context on 3.3, not in the 2.10 trigger's
+        "user_macro": False,  # user_defined_macros are not serialized: no triggerer has them
+        "unreadable": False,  # a filter smartsensor cannot check: the execute path says so
+        "opted_out": False,
+        "limited": True,
+        "mapped": False,
+        "routed": True,
+        "kept": False,  # [smartsensor] start_from_trigger = False
+    }
+    assert seen["reasons"]["user_macro"] == "its partition uses the DAG's user-defined macros or filters"
+    if two_ten:
+        assert seen["reasons"]["run_conf"] == "its partition_names uses dag_run, which a 2.10 triggerer cannot give"
+    plain = seen["plain"]
+    assert plain["classpath"] == "smartsensor_airflow.triggers.SmartSensorStartTrigger"
+    assert plain["next_method"] == "execute_complete"
+    assert plain["timeout"] == 600 + 60  # the task's timeout and a margin: a backstop behind the service's verdict
+    assert plain["kwargs"]["fields"] == {"partition_names": ["db.t/ds={{ ds }}"]}
+    assert plain["kwargs"]["exec_values"] == {
+        "poke_interval": 30.0,
+        "timeout": 600.0,
+        "soft_fail": False,
+        "exponential_backoff": False,
+    }
+    assert seen["limited_execution_timeout"] == 30.0
+    assert seen["routed_class"] == "NamedHivePartitionSensor"
+    assert seen["per_instance"] is True
+    assert seen["round_trip"] is True
+    assert seen["rendered"] == seen["rendered_by_airflow"]
+    assert seen["rendered"] == {"partition_names": ["db.t/ds=2026-11-22", "db.t/ds=2026-11-21/x=2026-01-02"]}
+    assert seen["rendered_native"] == {"partition_names": ["db.t/ds=2026-11-22"]}

@@ -6,7 +6,7 @@ A *case* triggers every team's DAG for a new day and lands that day's partitions
 ``race.clicks``, both ``ds=<day>``) at one of three moments:
 
 - ``already there``: before the runs are triggered (reruns, backfills, late DAGs: the commonest case);
-- ``while deferred``: once every sensor has deferred;
+- ``while deferred``: once every sensor has deferred and smartsensor registered it;
 - ``just after``: 1.5 s after the runs were triggered, while the sensors start, register and defer.
 """
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Engine
@@ -42,16 +42,18 @@ from datetime import datetime
 
 from airflow import DAG
 
-from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionSensor
+@IMPORTS@
 
 for team in range(@TEAMS@):
-    with DAG(f"team_{team}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_tasks=64) as dag:
+    with DAG(
+        f"@PREFIX@{team}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_tasks=64
+    ) as dag:
         for i in range(@SENSORS@):
             options = @QUARTER@ if i % 4 == 0 else @REST@
             if i % 2:
                 NamedHivePartitionSensor(
                     task_id=f"named_{i}", partition_names=["@DB@.events/ds={{ ds }}"],
-                    poke_interval=30, timeout=900, retries=2, **options,
+                    poke_interval=30, timeout=900, retries=2, mode="reschedule", **options,
                 )
             else:
                 HivePartitionSensor(
@@ -61,24 +63,48 @@ for team in range(@TEAMS@):
     globals()[dag.dag_id] = dag
 """
 
-# How the sensors end, as (quarter, rest) constructor arguments. "drop-in" is what a user gets (the defaults), but
-# a quarter of the sensors skip the held request, so that they defer at once and their answer comes right after
-# the deferral: the race's exact timing, which only the end from the triggerer protects. The others are the
-# options measured for the closing note: "resume" is the provider before the fix (defer at once, resume on a
-# worker at once), "held + resume" a site with listener plugins (no end from the triggerer).
+# How the sensors end, as (quarter, rest) constructor arguments. "drop-in" is what a user gets (the defaults: each
+# try starts and ends in the triggerer); a quarter of the sensors skip the held request, which matters where a try
+# takes the execute path (it then defers at once and its answer comes right after the deferral: the race's exact
+# timing, which only the end from the triggerer protects). "execute" is that path for every try (the provider
+# before start_from_trigger, and where Airflow cannot start a task in the triggerer); "resume" the provider before
+# the race fix (defer at once, resume on a worker at once), "held + resume" a site with listener plugins (no end
+# from the triggerer) on the execute path; "airflow reschedule" the same DAGs on Airflow's own Hive sensors.
 OPTIONS = {
     "drop-in": ({"smartsensor_execute_wait": 0}, {}),
-    "resume": ({"smartsensor_execute_wait": 0, "end_from_trigger": False, "smartsensor_resume_settle": 0},) * 2,
-    "held + resume": ({"end_from_trigger": False},) * 2,
+    "resume": (
+        {
+            "smartsensor_execute_wait": 0,
+            "end_from_trigger": False,
+            "smartsensor_resume_settle": 0,
+            "smartsensor_start_from_trigger": False,
+        },
+    )
+    * 2,
+    "held + resume": ({"end_from_trigger": False, "smartsensor_start_from_trigger": False},) * 2,
+    "airflow reschedule": ({}, {}),
+    "execute": (
+        {"smartsensor_start_from_trigger": False, "smartsensor_execute_wait": 0},
+        {"smartsensor_start_from_trigger": False},
+    ),
 }
 
 
-def dag_file(teams: int, sensors: int, option: str = "drop-in", db: str = DB) -> str:
-    """The DAG file of ``teams`` DAGs (``team_0``…) with ``sensors`` sensor tasks each on Hive database ``db``,
-    ending as ``option``."""
+DROP_IN_IMPORTS = "from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionSensor"
+AIRFLOWS_IMPORTS = (
+    "from airflow.providers.apache.hive.sensors.hive_partition import HivePartitionSensor\n"
+    "from airflow.providers.apache.hive.sensors.named_hive_partition import NamedHivePartitionSensor"
+)
+
+
+def dag_file(teams: int, sensors: int, option: str = "drop-in", db: str = DB, prefix: str = "team_") -> str:
+    """The DAG file of ``teams`` DAGs (``team_0``… with ``prefix`` ``team_``) with ``sensors`` sensor tasks each on
+    Hive database ``db``, ending as ``option``."""
     quarter, rest = OPTIONS[option]
     return (
         DAG.replace("@TEAMS@", str(teams))
+        .replace("@PREFIX@", prefix)
+        .replace("@IMPORTS@", AIRFLOWS_IMPORTS if option == "airflow reschedule" else DROP_IN_IMPORTS)
         .replace("@SENSORS@", str(sensors))
         .replace("@DB@", db)
         .replace("@QUARTER@", repr(quarter))
@@ -113,12 +139,15 @@ class Outcome:
     states: dict[str, int] = field(default_factory=dict)  # Airflow state → tasks
     on_worker: int = 0  # tasks that ended on a worker: in execute, or resumed after their trigger fired
     by_trigger: int = 0  # tasks that their trigger ended (TaskSuccessEvent/TaskSkippedEvent): never resumed
-    to_end: list[float] = field(default_factory=list)  # landed (or triggered, if later) → Airflow end, seconds
+    to_end: list[float] = field(default_factory=list)  # landed (or the run queued, if later) → Airflow end, seconds
     service: list[float] = field(default_factory=list)  # that start → smartsensor's end of the try
     airflow: list[float] = field(default_factory=list)  # smartsensor's end → Airflow's end
     heard: list[float] = field(default_factory=list)  # smartsensor's end → the trigger heard it (its log line)
     triggerer: list[float] = field(default_factory=list)  # the trigger heard it → Airflow's end (the triggerer)
     failures: list[str] = field(default_factory=list)  # task ids that did not succeed, with their state
+    started: list[float] = field(default_factory=list)  # that start → the try started (deferred or running)
+    registered: list[float] = field(default_factory=list)  # that start → smartsensor registered the try
+    worker_tries: int = 0  # tries of these tasks that ran a task process on a worker (AirflowStack.worker_tries)
 
     @property
     def tasks(self) -> int:
@@ -126,23 +155,38 @@ class Outcome:
 
 
 def run_case(
-    stack: AirflowStack, landing: Landing, engine: Engine, case: str, ds: str, dag_ids: list[str], sensors: int
+    stack: AirflowStack,
+    landing: Landing,
+    engine: Engine,
+    case: str,
+    ds: str,
+    dag_ids: list[str],
+    sensors: int,
+    smart: bool = True,
+    before_landing: Callable[[], None] | None = None,
 ) -> Outcome:
     """Trigger ``dag_ids`` for day ``ds``, land the day's partitions at the case's moment, wait until every
-    sensor task ended, and gather what happened."""
+    sensor task ended, and gather what happened. ``smart``: the sensors wait through smartsensor (deferred and
+    registered); otherwise they are Airflow's own, waiting ``up_for_reschedule``. ``before_landing`` runs just
+    before the landing of the case where every sensor waits."""
     landed = landing.land(ds) if case == "already there" else None
-    triggered = datetime.now(timezone.utc)
     run_ids = stack.trigger_many(dag_ids, ds)
     if case == "just after":
         time.sleep(JUST_AFTER)
         landed = landing.land(ds)
     total = len(dag_ids) * sensors
-    if case == "while deferred":
+    if case == "while deferred":  # deferred, and registered: a try that starts in the triggerer registers there
+        waiting = "deferred" if smart else "up_for_reschedule"
         stack.wait(
-            f"{total} sensors deferred ({ds})",
-            lambda: _count(stack, run_ids, "state IN ('deferred', 'failed', 'up_for_retry')") == total,
+            f"{total} sensors {waiting}{' and registered' if smart else ''} ({ds})",
+            lambda: (
+                _count(stack, run_ids, f"state IN ('{waiting}', 'failed', 'up_for_retry')") == total
+                and (not smart or _registered(engine, run_ids) == total)
+            ),
             timeout=900,
         )
+        if before_landing is not None:
+            before_landing()
         landed = landing.land(ds)
     # Ended, or failed by the race and waiting for its retry (retry_delay is minutes: the try is what counts)
     stack.wait(
@@ -155,7 +199,7 @@ def run_case(
         step=0.5,
     )
     assert landed is not None
-    return _outcome(stack, engine, case, ds, run_ids, max(landed, triggered))
+    return _outcome(stack, engine, case, ds, run_ids, landed)
 
 
 def _count(stack: AirflowStack, run_ids: list[str], predicate: str) -> int:
@@ -168,19 +212,41 @@ def _count(stack: AirflowStack, run_ids: list[str], predicate: str) -> int:
     )
 
 
-def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: list[str], since: datetime) -> Outcome:
+def _registered(engine: Engine, run_ids: list[str]) -> int:
+    """Tries of these runs that smartsensor registered."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM external_task WHERE run_id IN :runs").bindparams(
+                    bindparam("runs", expanding=True)
+                ),
+                {"runs": run_ids},
+            ).scalar_one()
+        )
+
+
+def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: list[str], landed: datetime) -> Outcome:
+    """The case's figures, each task's measured from its run's creation (``queued_at``: the trigger as Airflow has
+    it, not the client's call, which on 2.x starts a CLI process) or the landing, whichever came later."""
+    queued = {
+        run_id: _aware(at)
+        for run_id, at in stack.rows(
+            "SELECT run_id, queued_at FROM dag_run WHERE run_id IN :runs", expanding=["runs"], runs=run_ids
+        )
+    }
     rows = stack.rows(
-        "SELECT dag_id, task_id, run_id, state, end_date, next_method, try_number "
+        "SELECT dag_id, task_id, run_id, state, end_date, next_method, try_number, start_date "
         "FROM task_instance WHERE run_id IN :runs",
         expanding=["runs"],
         runs=run_ids,
     )
     with engine.connect() as conn:
-        ended = {
-            (r[0], r[1], r[2]): r[3]
+        service_rows = {
+            (r[0], r[1], r[2]): (r[3], r[4])
             for r in conn.execute(
                 text(
-                    "SELECT e.dag_id, e.task_id, e.run_id, t.end_date FROM external_task e JOIN task_instance t "
+                    "SELECT e.dag_id, e.task_id, e.run_id, t.end_date, e.registered_at FROM external_task e "
+                    "JOIN task_instance t "
                     "ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date "
                     "WHERE e.run_id IN :runs"
                 ).bindparams(bindparam("runs", expanding=True)),
@@ -188,8 +254,15 @@ def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: l
             )
         }
     out = Outcome(case, ds)
-    for dag_id, task_id, run_id, state, end, next_method, try_number in rows:
+    for dag_id, task_id, run_id, state, end, next_method, try_number, start in rows:
+        since = max(landed, queued[run_id])
         out.states[state] = out.states.get(state, 0) + 1
+        out.worker_tries += stack.worker_tries(dag_id, run_id, task_id)
+        if start is not None:
+            out.started.append((_aware(start) - since).total_seconds())
+        service_end, registered = service_rows.get((dag_id, task_id, run_id), (None, None))
+        if registered is not None:
+            out.registered.append((_aware(registered) - since).total_seconds())
         if state != "success" or try_number != 1:  # a try failed by the race and retried is a failure too
             out.failures.append(f"{dag_id}.{task_id}: {state} (try {try_number})")
         if next_method is None:  # Airflow clears it when a task ends on a worker, a trigger's end leaves it
@@ -200,7 +273,6 @@ def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: l
             continue
         end = _aware(end)
         out.to_end.append((end - since).total_seconds())
-        service_end = ended.get((dag_id, task_id, run_id))
         if service_end is not None:
             service_end = _aware(service_end)
             out.service.append(max(0.0, (service_end - since).total_seconds()))
@@ -213,6 +285,7 @@ def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: l
 
 
 HEARD = "the task ends from the triggerer"  # the trigger's log line when it ends the task (triggers.py)
+STARTED = "started in the triggerer"  # the trigger's log line when a try starts there (triggers.py)
 STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)?")
 
 
@@ -246,44 +319,58 @@ def p(values: list[float], q: float) -> float:
 def table(version: str, option: str, outcomes: list[Outcome]) -> str:
     """The figures of every case, per case over its runs: failed tasks, how tasks ended, landed → end p50/p95 and
     its split (smartsensor's part, Airflow's part), as printed by the test."""
+    columns = [
+        ("tasks", 6, lambda m: str(sum(o.tasks for o in m))),
+        ("failed", 7, lambda m: str(sum(o.tasks - o.states.get("success", 0) for o in m))),
+        ("worker tries", 13, lambda m: str(sum(o.worker_tries for o in m))),
+        ("by trigger", 11, lambda m: str(sum(o.by_trigger for o in m))),
+        ("end p50", 9, lambda m: _seconds(m, "to_end", 0.5, 1)),
+        ("end p95", 9, lambda m: _seconds(m, "to_end", 0.95, 1)),
+        ("started p50", 12, lambda m: _seconds(m, "started", 0.5)),
+        ("registered p50", 15, lambda m: _seconds(m, "registered", 0.5)),
+        ("registered p95", 15, lambda m: _seconds(m, "registered", 0.95)),
+        ("service p50", 12, lambda m: _seconds(m, "service", 0.5)),
+        ("airflow p50", 12, lambda m: _seconds(m, "airflow", 0.5)),
+        ("airflow p95", 12, lambda m: _seconds(m, "airflow", 0.95)),
+        ("heard p50", 10, lambda m: _seconds(m, "heard", 0.5)),
+        ("triggerer p50", 14, lambda m: _seconds(m, "triggerer", 0.5)),
+    ]
     lines = [
         f"Airflow {version}, LocalExecutor, database on PostgreSQL, sensors {option!r}; per case over "
-        f"{len(outcomes) // len(CASES)} run(s)",
-        f"{'case':<16}{'tasks':>6}{'failed':>7}{'on worker':>11}{'by trigger':>11}"
-        f"{'end p50':>9}{'end p95':>9}{'service p50':>12}{'airflow p50':>12}{'airflow p95':>12}"
-        f"{'heard p50':>10}{'triggerer p50':>14}",
+        f"{max(sum(o.case == c for o in outcomes) for c in CASES)} run(s)",
+        f"{'case':<16}" + "".join(f"{name:>{width}}" for name, width, _ in columns),
     ]
     for case in CASES:
         mine = [o for o in outcomes if o.case == case]
-        to_end = [v for o in mine for v in o.to_end]
-        service = [v for o in mine for v in o.service]
-        airflow = [v for o in mine for v in o.airflow]
-        heard = [v for o in mine for v in o.heard]
-        triggerer = [v for o in mine for v in o.triggerer]
-        lines.append(
-            f"{case:<16}{sum(o.tasks for o in mine):>6}{sum(o.tasks - o.states.get('success', 0) for o in mine):>7}"
-            f"{sum(o.on_worker for o in mine):>11}{sum(o.by_trigger for o in mine):>11}"
-            f"{p(to_end, 0.5):>8.1f}s{p(to_end, 0.95):>8.1f}s{p(service, 0.5):>11.2f}s"
-            f"{p(airflow, 0.5):>11.2f}s{p(airflow, 0.95):>11.2f}s{p(heard, 0.5):>9.2f}s{p(triggerer, 0.5):>13.2f}s"
-        )
+        lines.append(f"{case:<16}" + "".join(f"{cell(mine):>{width}}" for _, width, cell in columns))
     lines.append(
         "end: from the landing (or the trigger, when the data was there first) to Airflow's end of the task; "
+        "worker tries: their tries that ran a task process on a worker; started: to the try's start (deferred by the "
+        "scheduler, or running on a worker); registered: to smartsensor's registration of the try; "
         "service: to smartsensor's end of the try; airflow: from that to Airflow's end; of which, for the tasks "
         "their trigger ended, heard: until the trigger had the answer, triggerer: from that to Airflow's end"
     )
     return "\n".join(lines)
 
 
-def semantics_file(db: str = DB) -> str:
-    """The semantics DAG file, on Hive database ``db``."""
-    return SEMANTICS.replace("@DB@", db)
+def _seconds(outcomes: list[Outcome], name: str, q: float, digits: int = 2) -> str:
+    """The ``q`` quantile of one figure over ``outcomes``, as ``1.23s``."""
+    return f"{p([v for o in outcomes for v in getattr(o, name)], q):.{digits}f}s"
+
+
+def semantics_file(db: str = DB, marks: Path | None = None, day: str = "2026-09-01") -> str:
+    """The semantics DAG file, on Hive database ``db``; its success callback writes a file into ``marks``; ``day``:
+    the run's day, which a param names too."""
+    return SEMANTICS.replace("@DB@", db).replace("@MARKS@", str(marks or Path("/nonexistent"))).replace("@DAY@", day)
 
 
 # Each drop-in rule beside Airflow's own sensor with the same arguments (PythonSensor: the BaseSensorOperator rules
 # the Hive provider's sensors follow), then what is Hive-provider specific: a whole-list template (9.6.1+), a
-# templated metastore_conn_id (9.7.0), the default partition, and mode/deferrable accepted.
+# templated metastore_conn_id (9.7.0), the default partition, and mode/deferrable accepted; then what decides where
+# a try runs: a success callback, a mapped task and the opt-out.
 SEMANTICS = """
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from airflow import DAG
 try:
@@ -305,6 +392,10 @@ def broken():
     raise ValueError("cannot parse the partition filter")
 
 
+def mark(context):
+    Path("@MARKS@", context["ti"].task_id + ".done").write_text(context["ti"].run_id)
+
+
 with DAG("semantics", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_tasks=16,
          render_template_as_native_obj=True, params={"conn": "metastore_race"}):
     NamedHivePartitionSensor(task_id="timeout", partition_names=NEVER, timeout=5, retries=2, **QUICK)
@@ -322,13 +413,35 @@ with DAG("semantics", start_date=datetime(2026, 1, 1), schedule=None, catchup=Fa
                              mode="reschedule", deferrable=False, **QUICK)
     HivePartitionSensor(task_id="templated_conn", table="events", schema="@DB@", partition=None,
                         metastore_conn_id="{{ params.conn }}", mode="poke", deferrable=True, **QUICK)
+    HivePartitionSensor(task_id="templated_conn_on_worker", table="events", schema="@DB@", partition=None,
+                        metastore_conn_id="{{ params.conn }}", smartsensor_start_from_trigger=False, **QUICK)
+    NamedHivePartitionSensor(task_id="params_and_macros", params={"day": "@DAY@"},
+                             partition_names=["@DB@.events/ds={{ params.day }}",
+                                              "@DB@.clicks/ds={{ macros.ds_add(ds, 0) }}"], **QUICK)
+    NamedHivePartitionSensor(task_id="with_callback", partition_names=["@DB@.events/ds={{ ds }}"],
+                             on_success_callback=mark, **QUICK)
+    NamedHivePartitionSensor.partial(task_id="mapped", **QUICK).expand(
+        partition_names=[["@DB@.events/ds={{ ds }}"], ["@DB@.clicks/ds={{ ds }}"]]
+    )
 """
 ENDED = ("success", "failed", "skipped", "upstream_failed")
 
 
-def run_semantics(stack: AirflowStack, landing: Landing, ds: str) -> dict[str, tuple[str, int, dict[str, Any]]]:
+@dataclass
+class TaskEnd:
+    """How one task of the semantics DAG ended (its map indexes together)."""
+
+    state: str
+    tries: int
+    rendered: dict[str, Any]  # its rendered template fields, when a worker rendered them
+    registered: dict[str, Any] | None  # the check smartsensor registered for its last try (attr_dict)
+    worker_tries: int  # its tries that ran a task process on a worker (AirflowStack.worker_tries)
+    started_in_triggerer: list[int]  # the tries whose trigger logged that they started in the triggerer
+
+
+def run_semantics(stack: AirflowStack, landing: Landing, engine: Engine, ds: str) -> dict[str, TaskEnd]:
     """Trigger the semantics DAG for ``ds``, land the day, wait until every task ended for good (no retry left);
-    task_id → (state, try_number, rendered template fields)."""
+    task_id → how it ended."""
     (run_id,) = stack.trigger_many(["semantics"], ds)
     landing.land(ds)
 
@@ -343,9 +456,34 @@ def run_semantics(stack: AirflowStack, landing: Landing, ds: str) -> dict[str, t
             "SELECT task_id, rendered_fields FROM rendered_task_instance_fields WHERE run_id = :r", r=run_id
         )
     }
-    return {
-        task_id: (state, int(tries), rendered.get(task_id, {}))
-        for task_id, state, tries in stack.rows(
-            "SELECT task_id, state, try_number FROM task_instance WHERE run_id = :r", r=run_id
+    with engine.connect() as conn:
+        registered = {
+            task_id: json.loads(attrs or "null")
+            for task_id, attrs in conn.execute(
+                text(
+                    "SELECT e.task_id, t.attr_dict FROM external_task e JOIN task_instance t "
+                    "ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date "
+                    "WHERE e.run_id = :r"
+                ),
+                {"r": run_id},
+            )
+        }
+    ends: dict[str, TaskEnd] = {}
+    for task_id, state, tries in stack.rows(
+        "SELECT task_id, state, try_number FROM task_instance WHERE run_id = :r ORDER BY map_index", r=run_id
+    ):
+        if task_id in ends:  # another map index of the same task
+            continue
+        on_worker = stack.worker_tries("semantics", run_id, task_id)
+        folder = stack.home / "logs" / "dag_id=semantics" / f"run_id={run_id}" / f"task_id={task_id}"
+        started_there = sorted(
+            {
+                int(path.name.split("=", 1)[1].split(".", 1)[0])
+                for path in folder.rglob("attempt=*.log.trigger.*")
+                if STARTED in path.read_text(errors="replace")
+            }
         )
-    }
+        ends[task_id] = TaskEnd(
+            state, int(tries), rendered.get(task_id, {}), registered.get(task_id), on_worker, started_there
+        )
+    return ends

@@ -85,12 +85,13 @@ def test_figures_count_classic_pokes_and_per_trigger_polls_from_the_recorded_wai
         row("c", ["demo.events/ds=2026-11-22/hr=00", "demo.clicks/ds=2026-11-22/hr=00"], waited=9),
     ]
     rounds = [{"catalog_calls": 2, "schema_calls": 1, "fs_calls": 0}, {"catalog_calls": 1, "schema_calls": 0}]
-    f = figures(rows, rounds, states_requests=4)
+    f = figures(rows, rounds, states_requests=4, sensor_worker_tries=1)
     assert (f.registrations, f.distinct_checks, f.worker_rounds) == (3, 2, 2)
     assert (f.listings, f.schema_reads, f.metastore_calls) == (3, 1, 4)
     assert f.classic_calls == 5 + 5 + 2 * 2  # (20 // 5 + 1) per sensor, x2 tables for c
     assert f.per_task_requests == 5 + 5 + 2  # one per 5 s poll while waiting, plus one
     assert (f.shortest_poll, f.deferred_window, f.states_requests) == (5.0, 20.0, 4)
+    assert (f.sensor_worker_tries, f.triggerer_requests) == (1, 3)  # one held request by the try on a worker
 
 
 def test_the_cluster_policys_sensors_count_as_sensors_and_each_hive_one_must_say_via_smartsensor() -> None:

@@ -17,7 +17,12 @@ from airflow.exceptions import (
     AirflowSkipException,
     AirflowTaskTimeout,
 )
-from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
+from airflow.triggers.base import BaseTrigger, StartTriggerArgs, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
+
+try:  # Airflow 3: the Task SDK's template environments
+    from airflow.sdk.definitions._internal.templater import NativeEnvironment, SandboxedEnvironment
+except ImportError:  # Airflow 2.10
+    from airflow.templates import NativeEnvironment, SandboxedEnvironment
 
 try:  # Airflow 3.x: the Task SDK's view of airflow.cfg (workers may not have airflow-core's)
     from airflow.sdk.configuration import conf as airflow_conf
@@ -47,6 +52,42 @@ def hive_sensor_class(name: str) -> Any:
         ) from None
 
 
+def airflow_version() -> tuple[int, int]:
+    """The running Airflow's (major, minor)."""
+    import airflow
+
+    major, minor = (int(part) for part in airflow.__version__.split(".")[:2])
+    return major, minor
+
+
+def can_start_from_trigger() -> bool:
+    """Whether this Airflow starts a task in the triggerer when it asks to (``start_from_trigger``): 2.10.x and 3.3+.
+    3.0-3.2 ignore the flag (disabled by apache/airflow#54646; #55068 and #66307 brought it back in 3.3)."""
+    version = airflow_version()
+    return version[0] == 2 and version[1] >= 10 or version >= (3, 3)
+
+
+def template_environment(native: bool) -> Any:
+    """The Jinja environment Airflow renders a task's templates with: sandboxed, with Airflow's filters (``ds``,
+    ``ts_nodash``…), native types when the DAG sets ``render_template_as_native_obj``."""
+    return NativeEnvironment() if native else SandboxedEnvironment()
+
+
+class EndedSuccessEvent(TaskSuccessEvent):
+    """The event a trigger ends its task with on success. On Airflow 2.10 it sends no success-callback request:
+    2.10 writes one per task ended from a trigger, with no DAG folder, that no dag-processor ever fetches, so the
+    rows pile up (a task with ``on_success_callback`` does not end from the trigger: it resumes on a worker, which
+    runs the callback). Airflow 3 hands events to another process by their base type; this class is for 2.10."""
+
+    def _submit_callback_if_necessary(self, *, task_instance: Any, session: Any) -> None:
+        return None
+
+
+def success_event() -> Any:
+    """The event that ends a task with success from its trigger, on this Airflow."""
+    return EndedSuccessEvent() if airflow_version()[0] == 2 else TaskSuccessEvent()
+
+
 def has_listeners() -> bool:
     """Whether this process has listener plugins (OpenLineage…): Airflow refuses a DAG whose task ends from the
     triggerer then, because listeners would not hear of that end."""
@@ -65,10 +106,15 @@ __all__ = [
     "BaseHook",
     "BaseSensorOperator",
     "BaseTrigger",
+    "StartTriggerArgs",
     "TaskSkippedEvent",
     "TaskSuccessEvent",
     "TriggerEvent",
     "airflow_conf",
+    "airflow_version",
+    "can_start_from_trigger",
+    "template_environment",
     "has_listeners",
+    "success_event",
     "hive_sensor_class",
 ]

@@ -44,6 +44,14 @@ def success_file_check(task: Any) -> Check:
     return "SuccessFileSensor", {"path": task.path}
 
 
+# The attributes each check reads: what a task that starts in the triggerer hands its trigger, to render there.
+CHECK_FIELDS: dict[str, tuple[str, ...]] = {
+    "NamedHivePartitionSensor": ("partition_names",),
+    "HivePartitionSensor": ("table", "schema", "partition"),
+    "MetastorePartitionSensor": ("table", "schema", "partition_name"),
+    "SuccessFileSensor": ("path",),
+}
+
 CHECKS: dict[str, Callable[[Any], Check]] = {
     "NamedHivePartitionSensor": named_check,
     "HivePartitionSensor": hive_check,

@@ -5,6 +5,7 @@ No Airflow import here: ``endpoint_from_connection`` takes any object with Airfl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -78,6 +79,75 @@ def error_message(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
+def registration_body(
+    key: dict[str, Any],
+    class_name: str,
+    persist: dict[str, Any],
+    exec_values: dict[str, Any],
+    logical_date: datetime | None,
+) -> dict[str, Any]:
+    """The body of ``POST /tasks`` for one try."""
+    return {
+        "key": key,
+        "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
+        "logical_date": logical_date.isoformat() if logical_date is not None else None,
+    }
+
+
+class _Retries:
+    """The retry rule of a registration: transient failures (connection errors, 502/503/504) are retried with
+    back-off (1, 2, 4, 8… s, at most MAX_BACKOFF) for ``patience`` seconds; anything else is final. The sync and
+    async loops below share it."""
+
+    def __init__(self, endpoint: Endpoint, patience: float) -> None:
+        self.endpoint = endpoint
+        self.patience = patience
+        self.give_up = time.monotonic() + patience
+        self.attempt = 0
+        self.last: ApiError | None = None
+
+    def next_delay(self) -> float | None:
+        """Seconds to wait before the next attempt (0 for the first), or None when patience ran out."""
+        if self.attempt and time.monotonic() >= self.give_up:
+            return None
+        delay = (
+            0.0 if not self.attempt else min(2.0 ** (self.attempt - 1), MAX_BACKOFF, self.give_up - time.monotonic())
+        )
+        self.attempt += 1
+        return max(0.0, delay)
+
+    def answer(self, response: httpx.Response | None, error: Exception | None = None) -> dict[str, Any] | None:
+        """The service's answer, None to try again (the failure logged), or ApiError when it is final."""
+        if response is None:
+            self.last = ApiError(f"smartsensor at {self.endpoint.base_url} unreachable: {error}", transient=True)
+        elif response.status_code == 200:
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+            if isinstance(body, dict):
+                return body
+            self.last = ApiError(
+                f"smartsensor answered the registration with a body that is not JSON: {response.text[:200]}",
+                200,
+                transient=True,
+            )
+        else:
+            self.last = ApiError(
+                f"smartsensor refused the registration: {error_message(response)}",
+                response.status_code,
+                response.status_code in TRANSIENT_STATUS,
+            )
+            if not self.last.transient:
+                raise self.last
+        log.warning("%s (attempt %d; retrying for up to %.0f s in all)", self.last, self.attempt, self.patience)
+        return None
+
+    def final(self) -> ApiError:
+        assert self.last is not None
+        return self.last
+
+
 def register_try(
     endpoint: Endpoint,
     key: dict[str, Any],
@@ -91,54 +161,93 @@ def register_try(
     """POST /tasks: register this try (the same try again gets its task back). Retries transient failures
     (connection errors, 502/503/504) with back-off for ``patience`` seconds; raises ApiError otherwise or when
     they last longer (``transient`` then tells the two apart)."""
-    body = {
-        "key": key,
-        "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
-        "logical_date": logical_date.isoformat() if logical_date is not None else None,
-    }
-    url = f"{endpoint.base_url}{API}/tasks"
-    last: ApiError | None = None
-    give_up = time.monotonic() + patience
-    attempt = 0
+    body = registration_body(key, class_name, persist, exec_values, logical_date)
+    retries = _Retries(endpoint, patience)
     with httpx.Client(timeout=timeout, headers=endpoint.headers()) as client:
-        while attempt == 0 or time.monotonic() < give_up:
-            if attempt:
-                time.sleep(max(0.0, min(2.0 ** (attempt - 1), MAX_BACKOFF, give_up - time.monotonic())))
-            attempt += 1
+        while (delay := retries.next_delay()) is not None:
+            time.sleep(delay)
             try:
-                response = client.post(url, json=body)
+                response = client.post(f"{endpoint.base_url}{API}/tasks", json=body)
             except httpx.TransportError as exc:
-                last = ApiError(f"smartsensor at {endpoint.base_url} unreachable: {exc}", transient=True)
+                answer = retries.answer(None, exc)
             else:
-                if response.status_code == 200:
-                    return response.json()
-                last = ApiError(
-                    f"smartsensor refused the registration: {error_message(response)}",
-                    response.status_code,
-                    response.status_code in TRANSIENT_STATUS,
-                )
-                if not last.transient:
-                    raise last
-            log.warning("%s (attempt %d; retrying for up to %.0f s in all)", last, attempt, patience)
-    assert last is not None
-    raise last
+                answer = retries.answer(response)
+            if answer is not None:
+                return answer
+    raise retries.final()
+
+
+async def register_try_async(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    timeout: float = 30.0,
+    patience: float = REGISTER_PATIENCE,
+) -> dict[str, Any]:
+    """``register_try`` for an event loop (the triggerer, where a try that starts there registers itself) over the
+    loop's shared ``client``, with a body from ``registration_body``."""
+    retries = _Retries(endpoint, patience)
+    while (delay := retries.next_delay()) is not None:
+        await asyncio.sleep(delay)
+        try:
+            response = await client.post(
+                f"{endpoint.base_url}{API}/tasks", json=body, headers=endpoint.headers(), timeout=timeout
+            )
+        except httpx.TransportError as exc:
+            answer = retries.answer(None, exc)
+        else:
+            answer = retries.answer(response)
+        if answer is not None:
+            return answer
+    raise retries.final()
 
 
 def held_state(endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: float = 30.0) -> dict[str, Any] | None:
     """``POST /tasks/states?wait=…`` for one try: the service holds the request until the try ends or ``wait``
     seconds pass. Returns the answer (terminal or not), or None when the service could not be asked (the caller
     defers and its trigger asks again): this is an optimisation, never a reason to fail a task."""
-    url = f"{endpoint.base_url}{API}/tasks/states"
     try:
         with httpx.Client(timeout=timeout + wait, headers=endpoint.headers()) as client:
-            response = client.post(url, json={"keys": [key]}, params={"wait": f"{wait:g}"})
+            response = client.post(
+                f"{endpoint.base_url}{API}/tasks/states", json={"keys": [key]}, params={"wait": f"{wait:g}"}
+            )
     except httpx.TransportError as exc:
-        log.warning("smartsensor at %s unreachable for the held states request: %s", endpoint.base_url, exc)
+        return _held_answer(endpoint, None, exc)
+    return _held_answer(endpoint, response)
+
+
+async def held_state_async(
+    client: httpx.AsyncClient, endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: float = 30.0
+) -> dict[str, Any] | None:
+    """``held_state`` for an event loop, over its shared ``client`` (a try that started in the triggerer, right
+    after registering)."""
+    try:
+        response = await client.post(
+            f"{endpoint.base_url}{API}/tasks/states",
+            json={"keys": [key]},
+            params={"wait": f"{wait:g}"},
+            headers=endpoint.headers(),
+            timeout=timeout + wait,
+        )
+    except httpx.TransportError as exc:
+        return _held_answer(endpoint, None, exc)
+    return _held_answer(endpoint, response)
+
+
+def _held_answer(
+    endpoint: Endpoint, response: httpx.Response | None, error: Exception | None = None
+) -> dict[str, Any] | None:
+    if response is None:
+        log.warning("smartsensor at %s unreachable for the held states request: %s", endpoint.base_url, error)
         return None
     if response.status_code != 200:
         log.warning("smartsensor refused the held states request: %s", error_message(response))
         return None
-    states = response.json().get("states") or []
+    try:
+        states = response.json().get("states") or []
+    except (ValueError, AttributeError):
+        log.warning("smartsensor answered the held states request with a body that is not JSON")
+        return None
     return states[0] if states else None
 
 

@@ -14,6 +14,7 @@ files: the scheduler or dag-processor, and the workers (Airflow runs the policy 
     poll_interval = 10
     execute_wait = 2
     fallback_grace = 120
+    start_from_trigger = True
 
 Each task of an enabled class of Airflow's Hive provider (the class itself, not a subclass) then behaves as its
 drop-in (``smartsensor_airflow.sensors``) with its own arguments, as rendered: it keeps its class, attributes,
@@ -65,6 +66,7 @@ class PolicySettings:
     execute_wait: float = DEFAULT_EXECUTE_WAIT
     fallback_grace: float = DEFAULT_GRACE
     resume_settle: float = RESUME_SETTLE
+    start_from_trigger: bool = True
 
     @classmethod
     def read(cls, conf: Any = None) -> PolicySettings:
@@ -75,9 +77,13 @@ class PolicySettings:
             value = conf.get(SECTION, name, fallback=None)
             return str(default) if value is None else str(value).strip()
 
-        enabled = get("use_smart_sensor", "False").lower()
-        if enabled not in _FALSE | {"true", "on", "yes", "1"}:
-            raise PolicySettingError(f"[{SECTION}] use_smart_sensor = {enabled!r}: expected True or False")
+        def flag(name: str, default: bool) -> bool:
+            value = get(name, default).lower()
+            if value not in _FALSE | {"true", "on", "yes", "1"}:
+                raise PolicySettingError(f"[{SECTION}] {name} = {value!r}: expected True or False")
+            return value not in _FALSE
+
+        enabled = flag("use_smart_sensor", False)
         names = frozenset(n.strip() for n in get("sensors_enabled", ", ".join(ROUTABLE)).split(",") if n.strip())
         unknown = sorted(names - set(ROUTABLE))
         if unknown:
@@ -99,9 +105,10 @@ class PolicySettings:
         if numbers["poll_interval"] <= 0:
             raise PolicySettingError(f"[{SECTION}] poll_interval must be above 0 seconds")
         return cls(
-            enabled=enabled not in _FALSE,
+            enabled=enabled,
             sensors_enabled=names,
             conn_id=get("conn_id", DEFAULT_CONN_ID) or DEFAULT_CONN_ID,
+            start_from_trigger=flag("start_from_trigger", True),
             **numbers,
         )
 
@@ -177,6 +184,7 @@ def route(task: Any, settings: PolicySettings) -> bool:
         smartsensor_execute_wait=settings.execute_wait,
         smartsensor_resume_settle=settings.resume_settle,
         smartsensor_fallback_grace=settings.fallback_grace,
+        smartsensor_start_from_trigger=settings.start_from_trigger,
     )
     return True
 

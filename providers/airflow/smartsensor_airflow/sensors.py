@@ -16,11 +16,15 @@ Extra arguments:
 - ``smartsensor_execute_wait``: seconds ``execute`` waits for the service's answer before deferring (default 2;
   0 defers at once). A partition that is already there ends the task in ``execute``: it never defers.
 - ``end_from_trigger``: end the task from the triggerer on success or skip (default: yes, unless the process has
-  listener plugins, which Airflow does not let hear such an end).
+  listener plugins, which Airflow does not let hear such an end, or the task has an ``on_success_callback``, which
+  Airflow does not run for such an end: the task then resumes on a worker to end, and the callback runs there).
 - ``smartsensor_resume_settle``: seconds a task resumed on a worker waits after its trigger started (default 5;
   the guard against Airflow's deferral race where the task does not end from the triggerer).
 - ``smartsensor_fallback_grace``: seconds the service may be out of reach (no answer, or 502/503/504) before the
   try checks on its own, as Airflow's sensor would (default 120; below 0: never, the try fails instead).
+- ``smartsensor_start_from_trigger``: start each try in the triggerer where Airflow can (default: yes; see
+  ``start.py`` for when it cannot), so that no worker runs the task; False keeps every try on the ``execute``
+  path below.
 
 The service checks with its own metastore: ``metastore_conn_id`` (and ``mysql_conn_id``) are accepted, templated
 as Airflow's, and used only by the safety valve, which checks through Airflow's own sensor of the same class.
@@ -58,7 +62,8 @@ from smartsensor_airflow.client import (
 )
 from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, wait_classically
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter
-from smartsensor_airflow.triggers import RESUME_SETTLE, UNREACHABLE, SmartSensorTrigger
+from smartsensor_airflow.start import StartsInTriggerer
+from smartsensor_airflow.triggers import EXECUTE_ON_WORKER, RESUME_SETTLE, UNREACHABLE, SmartSensorTrigger
 
 DEFAULT_CONN_ID = "smartsensor_default"
 DEFAULT_POLL_INTERVAL = 10.0
@@ -73,6 +78,7 @@ SMARTSENSOR_ARGUMENTS = (
     "end_from_trigger",
     "smartsensor_resume_settle",
     "smartsensor_fallback_grace",
+    "smartsensor_start_from_trigger",
 )
 
 
@@ -101,6 +107,10 @@ class SmartSensorMixin:
     end_from_trigger: bool
     smartsensor_resume_settle: float
     smartsensor_fallback_grace: float
+    smartsensor_start_from_trigger: bool
+    # What Airflow reads to start a try in the triggerer (start.py), computed from the task when read.
+    start_from_trigger = StartsInTriggerer()
+    start_trigger_args = StartsInTriggerer()
     poke_interval: Any
     timeout: Any
     soft_fail: bool
@@ -117,15 +127,19 @@ class SmartSensorMixin:
         end_from_trigger: bool | None = None,
         smartsensor_resume_settle: float = RESUME_SETTLE,
         smartsensor_fallback_grace: float = DEFAULT_GRACE,
+        smartsensor_start_from_trigger: bool = True,
     ) -> None:
         """Set the smartsensor arguments (the drop-ins' extra constructor arguments; the policy's settings)."""
         self.smartsensor_conn_id = smartsensor_conn_id
         interval = DEFAULT_POLL_INTERVAL if smartsensor_poll_interval is None else smartsensor_poll_interval
         self.smartsensor_poll_interval = float(min(float(interval), float(self.poke_interval)))
         self.smartsensor_execute_wait = max(0.0, float(smartsensor_execute_wait))
-        self.end_from_trigger = (not has_listeners()) if end_from_trigger is None else bool(end_from_trigger)
+        if end_from_trigger is None:  # Airflow runs neither listeners nor on_success_callback for such an end
+            end_from_trigger = not has_listeners() and not getattr(self, "on_success_callback", None)
+        self.end_from_trigger = bool(end_from_trigger)
         self.smartsensor_resume_settle = max(0.0, float(smartsensor_resume_settle))
         self.smartsensor_fallback_grace = float(smartsensor_fallback_grace)
+        self.smartsensor_start_from_trigger = bool(smartsensor_start_from_trigger)
 
     def persist_values(self) -> dict[str, Any]:
         """The rendered arguments smartsensor's sensor class stores."""
@@ -247,6 +261,9 @@ class SmartSensorMixin:
             raise AirflowTaskTimeout(f"smartsensor: the try reached its execution_timeout ({self.execution_timeout})")
         if state == UNREACHABLE:
             return self.fall_back(context, str(error))
+        if state == EXECUTE_ON_WORKER:  # started in the triggerer, which could not read the check
+            self.log.info("smartsensor: %s; this try runs its execute on the worker", error)
+            return SmartSensorMixin.execute(self, context)
         reasons = {
             "superseded": "a newer try of this task was registered",
             "unknown": "the service has no record of this try (was its database reset?)",

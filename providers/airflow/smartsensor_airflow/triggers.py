@@ -1,4 +1,6 @@
-"""The trigger a smartsensor sensor defers to: it waits, through the process's shared poller, until the
+"""The triggers of a smartsensor sensor: ``SmartSensorStartTrigger``, which a try starts with in the triggerer (no
+worker: ``start.py``) and which renders the check and registers the try before it waits; and ``SmartSensorTrigger``,
+which a try that ran ``execute`` on a worker defers to. Both wait, through the process's shared poller, until the
 service says this try of the task reached a terminal state.
 
 How it ends the task (README: "Airflow versions, and no task failed by a race"):
@@ -21,17 +23,36 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
+from datetime import timezone
+from types import SimpleNamespace
 from typing import Any, AsyncIterator
 
-from smartsensor_airflow._compat import BaseHook, BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
-from smartsensor_airflow.client import ApiError, Endpoint, endpoint_from_connection
+import httpx
+
+from smartsensor_airflow._compat import BaseHook, BaseTrigger, TaskSkippedEvent, TriggerEvent, success_event
+from smartsensor_airflow.checks import check_of
+from smartsensor_airflow.client import (
+    REGISTER_PATIENCE,
+    TERMINAL,
+    ApiError,
+    Endpoint,
+    endpoint_from_connection,
+    held_state_async,
+    register_try_async,
+    registration_body,
+)
 from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
+from smartsensor_airflow.start import START_CLASSPATH
+from smartsensor_airflow.trigger_context import render_fields, run_context
 
 CLASSPATH = "smartsensor_airflow.triggers.SmartSensorTrigger"
 # Seconds a resume event waits after the trigger started: the scheduler processes the executor's report of the
 # deferring try within a loop or two (1 s heartbeats), and a resume before that is what the race needs.
 RESUME_SETTLE = 5.0
 UNREACHABLE = "unreachable"  # the event state of a try whose service was out of reach past its grace
+# The event state of a try that started in the triggerer but must run its execute on a worker after all.
+EXECUTE_ON_WORKER = "execute"
 
 
 async def connection_endpoint(conn_id: str) -> Endpoint:
@@ -42,8 +63,40 @@ async def connection_endpoint(conn_id: str) -> Endpoint:
     else:
         from asgiref.sync import sync_to_async  # shipped with Airflow 2.x
 
-        conn = await sync_to_async(BaseHook.get_connection)(conn_id)
+        conn = await sync_to_async(BaseHook.get_connection, thread_sensitive=False)(conn_id)
     return endpoint_from_connection(conn, conn_id)
+
+
+# Per event loop and connection: the look-up in flight or done, and when it started. Triggers that start together
+# (a triggerer picks up dozens a loop) share one look-up; a failed one, or one older than ENDPOINT_TTL, is redone.
+_ENDPOINTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Task[Endpoint], float]]]" = (
+    weakref.WeakKeyDictionary()
+)
+ENDPOINT_TTL = 60.0
+
+
+# Per event loop: one HTTP client for the registrations and held requests of the triggers that start there (a client
+# each would build an SSL context and a connection pool per trigger, on the triggerer's event loop).
+_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]" = weakref.WeakKeyDictionary()
+
+
+def shared_client() -> httpx.AsyncClient:
+    """The running loop's HTTP client for registrations, created on first use."""
+    loop = asyncio.get_running_loop()
+    client = _CLIENTS.get(loop)
+    if client is None or client.is_closed:
+        client = _CLIENTS[loop] = httpx.AsyncClient(timeout=30.0)
+    return client
+
+
+async def shared_endpoint(conn_id: str) -> Endpoint:
+    """``connection_endpoint`` shared by the triggers of this event loop for ENDPOINT_TTL seconds."""
+    per_loop = _ENDPOINTS.setdefault(asyncio.get_running_loop(), {})
+    held = per_loop.get(conn_id)
+    now = time.monotonic()
+    if held is None or now - held[1] > ENDPOINT_TTL or (held[0].done() and held[0].exception() is not None):
+        held = per_loop[conn_id] = (asyncio.ensure_future(connection_endpoint(conn_id)), now)
+    return await asyncio.shield(held[0])
 
 
 class SmartSensorTrigger(BaseTrigger):
@@ -88,7 +141,10 @@ class SmartSensorTrigger(BaseTrigger):
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        started = time.monotonic()
+        yield await self.wait(time.monotonic())
+
+    async def wait(self, started: float) -> TriggerEvent:
+        """Wait through the process's shared poller until the try ``self.key`` ends; the event that ends it."""
         poller = shared_poller(self.conn_id, lambda: connection_endpoint(self.conn_id))
         try:
             waiting = poller.wait(self.key, self.poll_interval, self.fallback_grace)
@@ -97,20 +153,17 @@ class SmartSensorTrigger(BaseTrigger):
             else:
                 answer = await asyncio.wait_for(waiting, max(0.0, self.deadline - time.time()))
         except asyncio.TimeoutError:
-            await self._settle(started)
-            yield TriggerEvent(
-                {"state": "execution_timeout", "error": "execution_timeout reached", "hashcode": None, "key": self.key}
-            )
-            return
+            return await self.resume(started, "execution_timeout", "execution_timeout reached")
         except ServiceUnreachable as exc:
-            await self._settle(started)
             self.log.warning("smartsensor: %s; the task resumes to check on its own", exc)
-            yield TriggerEvent({"state": UNREACHABLE, "error": str(exc), "hashcode": None, "key": self.key})
-            return
+            return await self.resume(started, UNREACHABLE, str(exc))
         except ApiError as exc:
-            await self._settle(started)
-            yield TriggerEvent({"state": "error", "error": str(exc), "hashcode": None, "key": self.key})
-            return
+            return await self.resume(started, "error", str(exc))
+        return await self.answered(started, answer)
+
+    async def answered(self, started: float, answer: dict[str, Any]) -> TriggerEvent:
+        """The event for the service's terminal answer: the task ends here on success or skip (with
+        ``end_from_trigger``), or resumes on a worker with the answer."""
         state = answer["state"]
         if self.end_from_trigger and state in ("success", "skipped"):
             self.log.info(
@@ -119,20 +172,132 @@ class SmartSensorTrigger(BaseTrigger):
                 answer.get("hashcode"),
                 f": {answer['error']}" if answer.get("error") else "",
             )
-            yield TaskSuccessEvent() if state == "success" else TaskSkippedEvent()
-            return
+            return success_event() if state == "success" else TaskSkippedEvent()
+        self.log.info("smartsensor: %s (hash %s); the task resumes on a worker", state, answer.get("hashcode"))
+        return await self.resume(started, state, answer.get("error"), answer.get("hashcode"))
+
+    async def resume(self, started: float, state: str, error: str | None, hashcode: int | None = None) -> TriggerEvent:
+        """An event that resumes the task on a worker (its ``execute_complete``), not before the settle time."""
         await self._settle(started)
-        yield TriggerEvent(
-            {
-                "state": answer["state"],
-                "error": answer.get("error"),
-                "hashcode": answer.get("hashcode"),
-                "key": self.key,
-            }
-        )
+        return TriggerEvent({"state": state, "error": error, "hashcode": hashcode, "key": self.key})
 
     async def _settle(self, started: float) -> None:
         """Hold a resume event until ``settle`` seconds after the trigger started (the race guard)."""
         left = self.settle - (time.monotonic() - started)
         if left > 0:
             await asyncio.sleep(left)
+
+
+class SmartSensorStartTrigger(SmartSensorTrigger):
+    """The trigger a task starts with in the triggerer (``start.py``), without a worker: it renders the check with
+    the run's context, registers the try Airflow gave it (idempotent: a trigger run twice registers the same try
+    and gets the same task back), then waits as ``SmartSensorTrigger`` does. What it cannot do here (a check it
+    cannot render or read) resumes the task on a worker with ``EXECUTE_ON_WORKER``: the task's ``execute`` runs
+    there, as it would without start_from_trigger. A service out of reach for longer than ``fallback_grace``
+    resumes it with ``unreachable`` (the safety valve)."""
+
+    def __init__(
+        self,
+        sensor_class: str,
+        fields: dict[str, Any],
+        exec_values: dict[str, Any],
+        conn_id: str = "smartsensor_default",
+        poll_interval: float = 10.0,
+        end_from_trigger: bool = True,
+        settle: float = RESUME_SETTLE,
+        fallback_grace: float | None = None,
+        execution_timeout: float | None = None,
+        native: bool = False,
+        params: dict[str, Any] | None = None,
+        hold: float = 0.0,
+    ) -> None:
+        super().__init__(
+            {f: None for f in KEY_FIELDS}, conn_id, poll_interval, end_from_trigger, settle, None, fallback_grace
+        )
+        self.sensor_class = sensor_class
+        self.fields = dict(fields)
+        self.exec_values = dict(exec_values)
+        self.execution_timeout = None if execution_timeout is None else float(execution_timeout)
+        self.native = bool(native)
+        self.params = None if params is None else dict(params)
+        self.hold = max(0.0, float(hold))
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return START_CLASSPATH, {
+            "sensor_class": self.sensor_class,
+            "fields": dict(self.fields),
+            "exec_values": dict(self.exec_values),
+            "conn_id": self.conn_id,
+            "poll_interval": self.poll_interval,
+            "end_from_trigger": self.end_from_trigger,
+            "settle": self.settle,
+            "fallback_grace": self.fallback_grace,
+            "execution_timeout": self.execution_timeout,
+            "native": self.native,
+            "params": self.params,
+            "hold": self.hold,
+        }
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
+        ti = self.task_instance
+        self.key = {
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": ti.map_index if ti.map_index is not None else -1,
+            "try_number": ti.try_number,
+        }
+        if self.execution_timeout is not None:
+            self.deadline = _epoch(getattr(ti, "start_date", None)) + self.execution_timeout
+        try:
+            context = await run_context(ti, self.params)
+            rendered = render_fields(self.fields, context, self.native)
+            registered_as, persist = check_of(self.sensor_class, SimpleNamespace(**rendered))
+        except Exception as exc:  # noqa: BLE001 - whatever the triggerer cannot do, the worker's execute does
+            self.log.warning("smartsensor: the triggerer cannot read this check (%s); the task starts on a worker", exc)
+            yield await self.resume(started, EXECUTE_ON_WORKER, f"{type(exc).__name__}: {exc}")
+            return
+        self.log.info("smartsensor: started in the triggerer; check %s %s", registered_as, persist)
+        try:
+            endpoint = await shared_endpoint(self.conn_id)
+            body = registration_body(self.key, registered_as, persist, self.exec_values, context.get("logical_date"))
+            patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
+            answer = await register_try_async(shared_client(), endpoint, body, patience=patience)
+        except ApiError as exc:
+            if exc.transient and self.fallback_grace is not None:
+                self.log.warning("smartsensor: %s; the task resumes to check on its own", exc)
+                yield await self.resume(started, UNREACHABLE, str(exc))
+            else:
+                yield await self.resume(started, "error", str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - the connection's look-up: the task ends with why, retries apply
+            yield await self.resume(started, "error", f"connection {self.conn_id!r}: {type(exc).__name__}: {exc}")
+            return
+        self.log.info(
+            "smartsensor: registered %s try %s as hash %s (%s)",
+            registered_as,
+            self.key["try_number"],
+            answer.get("hashcode"),
+            answer.get("state"),
+        )
+        if answer.get("state") not in TERMINAL and self.hold > 0:
+            # As execute does: one request held until this try ends, for up to ``hold`` seconds. A partition that is
+            # already there is answered in the service's next round, and heard here at once, not at the shared
+            # poller's next request.
+            held = await held_state_async(shared_client(), endpoint, self.key, self.hold)
+            if held is not None:
+                answer = {**answer, "state": held["state"], "error": held.get("error")}
+        if answer.get("state") in TERMINAL:
+            yield await self.answered(started, answer)
+        else:
+            yield await self.wait(started)
+
+
+def _epoch(when: Any) -> float:
+    """``when`` (a datetime, naive meaning UTC) as epoch seconds; now when it is None."""
+    if when is None:
+        return time.time()
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return float(when.timestamp())

@@ -1,0 +1,168 @@
+"""Whether a smartsensor task starts in the triggerer, and with what.
+
+Airflow's ``start_from_trigger`` defers a task straight from the scheduler, with the trigger and kwargs of the
+task's ``start_trigger_args``: no worker runs the task's ``execute``, no slot is taken. With ``end_from_trigger``
+a try then goes scheduled → deferred → success without ever touching a worker. Airflow reads both attributes
+when it serializes the DAG (the dag-processor, at parse time), so they are computed from the task as it is then:
+after its constructor and the cluster policy, once its DAG is known (``StartsInTriggerer``).
+
+A task starts in the triggerer when all of these hold, and takes today's ``execute`` path otherwise:
+
+- the running Airflow starts tasks from the trigger (2.10.x, 3.3+; ``_compat.can_start_from_trigger``);
+- the task did not opt out (``smartsensor_start_from_trigger=False``, ``[smartsensor] start_from_trigger``);
+- smartsensor can read its check: a field without templates that it cannot (a filter with OR or ranges) takes the
+  execute path, which fails the try (a drop-in) or runs Airflow's own sensor (a task routed by the policy);
+- it is not mapped (a mapped task copies the class's attributes, Airflow's defaults);
+- the triggerer can render its check's templates (``template_problem``): the trigger renders them itself, with
+  the run's context, in the environment Airflow would use. On 3.3 that context is Airflow's own; on 2.10 the
+  triggerer has no DAG, so the trigger builds the context from the run's row and supports only ``CONTEXT_2_10``.
+  Neither has a DAG's ``user_defined_macros`` or ``user_defined_filters`` (they are not serialized).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import jinja2
+from jinja2 import meta, nodes
+
+from smartsensor_airflow._compat import StartTriggerArgs, airflow_version, can_start_from_trigger, template_environment
+from smartsensor_airflow.checks import CHECK_FIELDS, check_of
+
+START_CLASSPATH = "smartsensor_airflow.triggers.SmartSensorStartTrigger"
+# The template variables the 2.10 trigger can give a check's templates: what it reads from the run's row.
+CONTEXT_2_10 = frozenset(
+    {
+        "ds",
+        "ds_nodash",
+        "ts",
+        "ts_nodash",
+        "ts_nodash_with_tz",
+        "logical_date",
+        "execution_date",
+        "data_interval_start",
+        "data_interval_end",
+        "run_id",
+        "params",
+        "macros",
+    }
+)
+
+
+def check_fields(task: Any) -> dict[str, Any]:
+    """The attributes a task's check is made of (unrendered), by name."""
+    return {name: getattr(task, name) for name in CHECK_FIELDS[task.smartsensor_class]}
+
+
+def _templates(value: Any) -> list[str]:
+    """The strings inside a field's value that Jinja would render."""
+    if isinstance(value, str):
+        return [value] if ("{{" in value or "{%" in value or "{#" in value) else []
+    if isinstance(value, (list, tuple, set)):
+        return [t for item in value for t in _templates(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _templates(item)]
+    return []
+
+
+def template_problem(task: Any) -> str | None:
+    """Why the triggerer cannot render ``task``'s check (a sentence for the log), or None when it can."""
+    dag = getattr(task, "dag", None)
+    macros = set(getattr(dag, "user_defined_macros", None) or ())
+    filters = set(getattr(dag, "user_defined_filters", None) or ())
+    env = template_environment(native=False)
+    for name, value in check_fields(task).items():
+        for text in _templates(value):
+            try:
+                tree = env.parse(text)
+            except jinja2.TemplateSyntaxError as exc:
+                return f"its {name} is not a valid template: {exc}"
+            used = meta.find_undeclared_variables(tree)
+            if used & macros or {f.name for f in tree.find_all(nodes.Filter)} & filters:
+                return f"its {name} uses the DAG's user-defined macros or filters"
+            if airflow_version()[0] == 2 and not used <= CONTEXT_2_10:
+                return f"its {name} uses {', '.join(sorted(used - CONTEXT_2_10))}, which a 2.10 triggerer cannot give"
+            if any(isinstance(n, (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)) for n in tree.body):
+                return f"its {name} includes other templates"
+    return None
+
+
+def start_trigger_args(task: Any) -> StartTriggerArgs | None:
+    """What Airflow starts ``task`` with in the triggerer, or None when the task takes the ``execute`` path."""
+    if not can_start_from_trigger() or not getattr(task, "smartsensor_start_from_trigger", False):
+        return None
+    try:
+        fields = check_fields(task)
+        if template_problem(task) is not None:
+            return None
+        if not _templates(list(fields.values())) and not _readable(task):
+            return None  # a check smartsensor cannot read (OR, ranges): the execute path says so, or runs Airflow's
+        dag = getattr(task, "dag", None)
+        params = _params(task) if airflow_version()[0] == 2 else None
+        poll = float(task.smartsensor_poll_interval)
+        kwargs = {
+            "sensor_class": task.smartsensor_class,
+            "fields": fields,
+            "exec_values": task.exec_values(),
+            "conn_id": task.smartsensor_conn_id,
+            "poll_interval": poll,
+            "end_from_trigger": bool(task.end_from_trigger),
+            "settle": float(task.smartsensor_resume_settle),
+            "fallback_grace": float(task.smartsensor_fallback_grace),
+            "execution_timeout": None
+            if task.execution_timeout is None
+            else float(task.execution_timeout.total_seconds()),
+            "native": bool(getattr(dag, "render_template_as_native_obj", False)),
+            "params": params,
+            "hold": float(task.smartsensor_execute_wait),
+        }
+    except AttributeError:  # read while the task is being built (Airflow validates after each __init__)
+        return None
+    # A fresh instance per task (apache/airflow#70888: a shared one leaks kwargs between tasks). The timeout is a
+    # backstop a little after the service's own (the task's timeout), whose verdict carries the reason.
+    return StartTriggerArgs(
+        trigger_cls=START_CLASSPATH,
+        next_method="execute_complete",
+        trigger_kwargs=kwargs,
+        next_kwargs=None,
+        timeout=timedelta(seconds=float(task.timeout) + max(60.0, 3 * poll)),
+    )
+
+
+def _readable(task: Any) -> bool:
+    """Whether smartsensor can read the check of a task whose fields hold no template."""
+    try:
+        check_of(task.smartsensor_class, task)
+    except (ValueError, TypeError):  # UnsupportedPartitionFilter is a ValueError
+        return False
+    return True
+
+
+def _params(task: Any) -> dict[str, Any] | None:
+    """The task's params as values (2.10's trigger renders ``params`` itself), None when it has none."""
+    params = getattr(task, "params", None)
+    if not params:
+        return None
+    dump = params.dump() if hasattr(params, "dump") else dict(params)
+    return {str(k): v for k, v in dump.items()}
+
+
+class StartsInTriggerer:
+    """``start_from_trigger`` and ``start_trigger_args`` of a smartsensor task, computed from the task when Airflow
+    reads them (``start_trigger_args``); a value set on the task wins. Read on the class (as a mapped task copies
+    them), Airflow's defaults: a mapped task takes the ``execute`` path."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, task: Any, owner: type | None = None) -> Any:
+        if task is None:
+            return None if self.name == "start_trigger_args" else False
+        if self.name in task.__dict__:
+            return task.__dict__[self.name]
+        args = start_trigger_args(task)
+        return args if self.name == "start_trigger_args" else args is not None
+
+    def __set__(self, task: Any, value: Any) -> None:
+        task.__dict__[self.name] = value

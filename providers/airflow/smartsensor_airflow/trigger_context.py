@@ -1,0 +1,82 @@
+"""A check's templates rendered in the triggerer, for a task that starts there (``start.py``): the run's context,
+and the fields rendered with it in the environment Airflow would use for the task."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from smartsensor_airflow._compat import airflow_conf, airflow_version, template_environment
+
+
+async def run_context(ti: Any, params: dict[str, Any] | None) -> dict[str, Any]:
+    """The template context of ``ti``'s run. Airflow 3.3 gives the trigger a task instance that builds Airflow's
+    own context; 2.10's triggerer has no DAG, so the context is built from the run's row (``start.CONTEXT_2_10``,
+    with ``params`` the task's as parsed, overridden by the run's conf as Airflow does by default)."""
+    if airflow_version()[0] >= 3:
+        return dict(ti.get_template_context())
+    from asgiref.sync import sync_to_async  # shipped with Airflow 2.x
+
+    # Not thread_sensitive: the reads of triggers that start together run side by side, not one at a time.
+    return await sync_to_async(_context_2_10, thread_sensitive=False)(ti.dag_id, ti.run_id, params)
+
+
+def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    import pendulum
+    from airflow import macros
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        logical, start, end, conf = session.execute(
+            select(DagRun.execution_date, DagRun.data_interval_start, DagRun.data_interval_end, DagRun.conf).where(
+                DagRun.dag_id == dag_id, DagRun.run_id == run_id
+            )
+        ).one()
+    logical = pendulum.instance(logical)
+    ds = logical.strftime("%Y-%m-%d")
+    ts = logical.isoformat()
+    values = dict(params or {})
+    if conf and airflow_conf.getboolean("core", "dag_run_conf_overrides_params", fallback=True):
+        values.update(conf)
+    return {
+        "ds": ds,
+        "ds_nodash": ds.replace("-", ""),
+        "ts": ts,
+        "ts_nodash": logical.strftime("%Y%m%dT%H%M%S"),
+        "ts_nodash_with_tz": ts.replace("-", "").replace(":", ""),
+        "logical_date": logical,
+        "execution_date": logical,
+        "data_interval_start": pendulum.instance(start) if start is not None else None,
+        "data_interval_end": pendulum.instance(end) if end is not None else None,
+        "run_id": run_id,
+        "params": values,
+        "macros": macros,
+    }
+
+
+@functools.lru_cache(maxsize=2048)
+def _compiled(text: str, native: bool) -> Any:
+    """A template compiled once per process: the triggers of one DAG's tasks share their few templates."""
+    return _environment(native).from_string(text)
+
+
+@functools.lru_cache(maxsize=2)
+def _environment(native: bool) -> Any:
+    return template_environment(native)
+
+
+def render_fields(fields: dict[str, Any], context: dict[str, Any], native: bool) -> dict[str, Any]:
+    """``fields`` with every string rendered (inside lists and dicts too), as Airflow renders template fields."""
+
+    def render(value: Any) -> Any:
+        if isinstance(value, str):
+            return _compiled(value, native).render(**context)
+        if isinstance(value, (list, tuple)):
+            return [render(item) for item in value]
+        if isinstance(value, dict):
+            return {key: render(item) for key, item in value.items()}
+        return value
+
+    return {name: render(value) for name, value in fields.items()}
