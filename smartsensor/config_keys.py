@@ -377,10 +377,11 @@ KEYS: tuple[Key, ...] = (
         "status_max_age",
         "0",
         parse_float,
-        "Seconds a `serve` process reuses one status snapshot for /api/v1/status, /metrics and the page; "
-        "requests meanwhile wait for the one computation under way instead of starting their own. 0: every "
-        "request reads the database (a status read scans the waiting tasks: ~3 s of database time at 1M "
-        "waiting tasks; set a few seconds when several scrapers poll).",
+        "Seconds a `serve` process reuses one status snapshot for /api/v1/status, /metrics and the page, counted "
+        "from the start of its read. One read runs at a time: requests that arrive during it wait for it and "
+        "share its result, even when it takes longer than this. 0: every request reads the database (a status "
+        "read scans the waiting tasks: ~3 s of database time at 1M waiting tasks; set a few seconds when "
+        "several scrapers poll).",
         bounds=(0, 3600),
     ),
 )

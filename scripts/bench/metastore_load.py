@@ -133,22 +133,22 @@ class MetastoreLoad:
 class RecordingMetastoreDbCatalog(MetastoreDbCatalog):
     """The product's MetastoreDbCatalog, keeping the last statement it sent and its parameters (for EXPLAIN)."""
 
-    last: tuple[Any, dict[str, Any]] | None = None
+    last: tuple[str, dict[str, Any]] | None = None  # the kind of statement (MetastoreDbCatalog.statement), params
 
     @classmethod
     def open(cls, url: str, timeout: float, feed: PartitionFeed | None = None) -> RecordingMetastoreDbCatalog:
         """As ``MetastoreDbCatalog.from_url`` (the product's engine settings), recording."""
         return cls(MetastoreDbCatalog.from_url(url, timeout).engine, feed)
 
-    def _rows(self, statement: Any, what: str, **params: Any) -> list[Any]:
-        self.last = (statement, params)
-        return super()._rows(statement, what, **params)
+    def _rows(self, kind: str, what: str, **params: Any) -> list[Any]:
+        self.last = (kind, params)
+        return super()._rows(kind, what, **params)
 
     def explain_last(self) -> str:
         """``EXPLAIN (ANALYZE, BUFFERS)`` of the last statement, run again with the same parameters."""
         if self.last is None:
             return "(no statement yet)"
-        statement, params = self.last
+        kind, params = self.last
         with self.engine.connect() as conn:
-            rows = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + statement.text), params)
+            rows = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + self.statement(kind).text), params)
             return "\n".join(r[0] for r in rows)

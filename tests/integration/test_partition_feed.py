@@ -6,6 +6,7 @@ id blocks given up, rounds and the clock, and after each round compares every an
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Iterator
 
 import pytest
@@ -27,10 +28,14 @@ DAYS = ("2026-11-22", "2026-11-23", "2026-11-24")
 HOURS = ("0", "1", "10")
 
 
-@pytest.fixture(params=[pytest.param("postgresql", marks=needs_test_pg), pytest.param("mysql", marks=needs_test_mysql)])
-def hive(request: pytest.FixtureRequest) -> Iterator[HiveSchema]:
-    """An empty Hive-shaped metastore database with two tables: events(ds string, hr int), logs(ds string)."""
-    if request.param == "mysql":
+SERVERS = [pytest.param("postgresql", marks=needs_test_pg), pytest.param("mysql", marks=needs_test_mysql)]
+
+
+@contextlib.contextmanager
+def hive_database(server: str, catalogs: bool = False) -> Iterator[HiveSchema]:
+    """An empty Hive-shaped metastore database on a new database of the test ``server`` (Hive 3's DBS with
+    ``catalogs``), dropped afterwards."""
+    if server == "mysql":
         name, url = new_mysql_database()
         drop = drop_mysql_database
     else:
@@ -38,14 +43,21 @@ def hive(request: pytest.FixtureRequest) -> Iterator[HiveSchema]:
         drop = drop_pg_database
     engine = create_engine(normalize_url(url))
     try:
-        schema = HiveSchema(engine)
-        schema.create_table(DB, "events", {"ds": "string", "hr": "int"})
-        schema.create_table(DB, "logs", {"ds": "string"})
+        schema = HiveSchema(engine, catalogs)
         schema.url = url  # type: ignore[attr-defined]
         yield schema
     finally:
         engine.dispose()
         drop(name)
+
+
+@pytest.fixture(params=SERVERS)
+def hive(request: pytest.FixtureRequest) -> Iterator[HiveSchema]:
+    """An empty Hive-shaped metastore database with two tables: events(ds string, hr int), logs(ds string)."""
+    with hive_database(request.param) as schema:
+        schema.create_table(DB, "events", {"ds": "string", "hr": "int"})
+        schema.create_table(DB, "logs", {"ds": "string"})
+        yield schema
 
 
 class Clock:
@@ -97,6 +109,7 @@ def test_a_partition_is_looked_up_once_then_followed_in_one_statement_per_round(
         second = ask(catalog, checks)
         assert [second[c] for c in checks] == [True, True, True, True]
         assert catalog.statements - sent == 1  # the feed alone: nothing new to look up
+        assert catalog.catalogs is False  # Hive 2.3's DBS: no CTLG_NAME
         assert feed.covered(DB, "events") == ({"ds=2026-11-22/hr=0", "ds=2026-11-22/hr=1"}, {"ds=2026-11-23/"})
         assert feed.high_water == 4
     finally:
@@ -188,7 +201,77 @@ def test_too_many_ids_skipped_at_once_means_a_verify_not_a_miss(hive: HiveSchema
         catalog.close()
 
 
-ALL_CHECKS = [event(ds, hr) for ds in DAYS for hr in HOURS] + [day(ds) for ds in DAYS] + [log(ds) for ds in DAYS]
+@pytest.mark.parametrize("following", [True, False], ids=["feed", "lookup"])
+def test_a_partial_check_naming_every_column_is_answered_by_the_partitions_name(
+    hive: HiveSchema, following: bool
+) -> None:
+    """Airflow's HivePartitionSensor with its filter ``ds='X'`` on a table partitioned by ``ds`` only is the partial
+    check {ds: X}: the partition it waits for is named ``ds=X``, with no ``/`` after the value."""
+    hive.add(DB, "logs", "ds=2026-11-22", 1)
+    hive.add(DB, "events", "ds=2026-11-22/hr=1", 2)
+    catalog = catalog_on(hive, PartitionFeed(clock=Clock()) if following else None)
+    partial_log = PartitionCheck(DB, "logs", (("ds", "2026-11-22"),), False)
+    arrives = PartitionCheck(DB, "logs", (("ds", "2026-11-23"),), False)
+    expected = {
+        partial_log: True,
+        arrives: False,
+        PartitionCheck(DB, "logs", (("ds", "2026-11-2"),), False): False,  # the start of a value is not the value
+        PartitionCheck(DB, "events", (("ds", "2026-11-22"), ("hr", "01")), False): True,  # stored as hr=1
+        PartitionCheck(DB, "events", (("ds", "2026-11-22"), ("hr", "10")), False): False,
+    }
+    try:
+        assert ask(catalog, list(expected)) == expected
+        hive.add(DB, "logs", "ds=2026-11-23", 3)
+        assert ask(catalog, [partial_log, arrives]) == {partial_log: True, arrives: True}  # the feed delivers it
+        listed = BatchChecker(lister=catalog).list_partitions(DB, "events", {"ds": "2026-11-22", "hr": "1"})
+        assert listed == [{"ds": "2026-11-22", "hr": "1"}]  # a narrowing that gives every column
+    finally:
+        catalog.close()
+
+
+@pytest.mark.parametrize("following", [True, False], ids=["feed", "lookup"])
+@pytest.mark.parametrize("server", SERVERS)
+def test_on_hive_3_only_the_hive_catalogs_databases_answer(server: str, following: bool) -> None:
+    """Hive 3+ keys DBS by (NAME, CTLG_NAME), and HDP 3 has a ``hive`` and a ``spark`` catalog, each with a
+    ``default`` database: a partition of spark's default.t must not answer a check on default.t (the thrift
+    backend reads the hive catalog alone), nor spark's table lend default.t its columns."""
+    with hive_database(server, catalogs=True) as hive:
+        hive.create_table("default", "t", {"ds": "string"}, catalog="spark")
+        hive.create_table("default", "t", {"ds": "string"})
+        hive.create_table("default", "ev", {"ds": "string", "hr": "int"}, catalog="spark")
+        hive.create_table("default", "ev", {"ds": "string", "hr": "int"})
+        hive.create_table("default", "only_in_spark", {"ds": "string"}, catalog="spark")
+        hive.add("default", "t", "ds=2026-11-22", 1, catalog="spark")
+        hive.add("default", "ev", "ds=2026-11-22/hr=1", 2, catalog="spark")
+        hive.add("default", "only_in_spark", "ds=2026-11-22", 3, catalog="spark")
+        catalog = catalog_on(hive, PartitionFeed(clock=Clock()) if following else None)
+        on_t = PartitionCheck("default", "t", (("ds", "2026-11-22"),), True)
+        later = PartitionCheck("default", "t", (("ds", "2026-11-23"),), True)
+        checks = [
+            on_t,
+            later,
+            PartitionCheck("default", "ev", (("ds", "2026-11-22"),), False),  # listed by its prefix
+            PartitionCheck("default", "ev", (("ds", "2026-11-22"), ("hr", "1")), True),
+            PartitionCheck("default", "only_in_spark", (("ds", "2026-11-22"),), True),  # no such table in hive
+        ]
+        try:
+            assert ask(catalog, checks) == {c: False for c in checks}
+            hive.add("default", "t", "ds=2026-11-23", 4, catalog="spark")  # the feed reads it: not hive's
+            assert ask(catalog, [on_t, later]) == {on_t: False, later: False}
+            hive.add("default", "t", "ds=2026-11-23", 5)
+            assert ask(catalog, [on_t, later]) == {on_t: False, later: True}
+            assert catalog.types.cached("default", "only_in_spark") is None
+            assert catalog.catalogs is True
+        finally:
+            catalog.close()
+
+
+ALL_CHECKS = (
+    [event(ds, hr) for ds in DAYS for hr in HOURS]
+    + [day(ds) for ds in DAYS]
+    + [log(ds) for ds in DAYS]
+    + [PartitionCheck(DB, "logs", (("ds", ds),), False) for ds in DAYS]  # partial, giving every column
+)
 PARTITIONS = [("events", f"ds={ds}/hr={hr}") for ds in DAYS for hr in HOURS] + [("logs", f"ds={ds}") for ds in DAYS]
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import Any, Callable
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
@@ -175,6 +176,72 @@ def test_past_its_grace_an_unreachable_service_ends_only_the_waiters_that_asked_
     assert "unreachable" in error and "grace 0.5 s" in error, error
     assert waited >= 0.5  # not before the grace
     assert still_waiting
+
+
+class ProxyPage(httpx.AsyncBaseTransport):
+    """A proxy in front of the service that answers 200 with a page of its own (not JSON) while ``broken()``."""
+
+    def __init__(self, service: httpx.AsyncBaseTransport, broken: Callable[[], bool]) -> None:
+        self.service = service
+        self.broken = broken
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.broken():
+            return httpx.Response(
+                200, text="<html>Service is being upgraded</html>", headers={"content-type": "text/html"}
+            )
+        return await self.service.handle_async_request(request)
+
+
+@pytest.mark.parametrize(
+    "fault, said",
+    [
+        ("look-up fails", "looking up the connection failed"),
+        ("body not JSON", "not its JSON answer"),
+        ("re-look-up after a 401 fails", "looking up the connection failed"),
+    ],
+)
+def test_a_failing_connection_look_up_or_a_body_not_json_is_an_outage_not_an_error(
+    cfg, engine, fault: str, said: str
+) -> None:
+    """As the poller starts, Airflow 3's ``aget_connection`` may fail for a moment; a proxy may answer 200 with a
+    page that is not JSON; the look-up again after a 401 (the token changed) may fail. Each is an outage, counted
+    toward a waiter's grace as an unreachable service is (the safety valve), never an error that fails every
+    waiting task; once it is over the waiters hear their answers."""
+    service = httpx.ASGITransport(app=create_app(cfg, engine, TOKEN))
+    out, look_ups = True, 0
+
+    async def look_up() -> Endpoint:
+        nonlocal look_ups
+        look_ups += 1
+        if fault == "re-look-up after a 401 fails" and look_ups == 1:
+            return Endpoint(BASE, "the-old-token")
+        if out and fault != "body not JSON":
+            raise RuntimeError("the API server is restarting")
+        return Endpoint(BASE, TOKEN)
+
+    async def scenario() -> tuple[BaseException | None, bool, dict[str, Any]]:
+        nonlocal out
+        async with httpx.AsyncClient(
+            transport=service, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as client:
+            for i in (1, 2):
+                assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
+        proxy = ProxyPage(service, lambda: out and fault == "body not JSON")
+        poller = shared_poller(f"fault: {fault}", look_up, proxy)
+        patient = asyncio.ensure_future(poller.wait(key(1), 0.1))
+        valve = asyncio.ensure_future(poller.wait(key(2), 0.1, grace=0.3))
+        with contextlib.suppress(ServiceUnreachable):
+            await asyncio.wait_for(valve, 30)
+        still_waiting = not patient.done()
+        out = False
+        await asyncio.to_thread(finish_all, engine, State.SUCCESS)
+        return valve.exception(), still_waiting, await asyncio.wait_for(patient, 30)
+
+    error, still_waiting, answer = asyncio.run(scenario())
+    assert isinstance(error, ServiceUnreachable) and said in str(error) and "grace 0.3 s" in str(error), error
+    assert still_waiting  # a waiter without a grace keeps waiting through the outage
+    assert answer["state"] == "success"
 
 
 def test_a_service_without_its_database_counts_as_out_of_reach(cfg, tmp_path) -> None:

@@ -113,7 +113,7 @@ def test_the_catalog_matrix_answers_through_thrift_and_the_rows_are_in_postgres(
         'JOIN "DBS" d ON d."DB_ID" = t."DB_ID" WHERE d."NAME" = :db',
         db=DB,
     )
-    assert count == len(ODD_VALUES) + 1  # esc's partitions and typed's one
+    assert count == len(ODD_VALUES) + 2  # esc's partitions, typed's one and daily's one
     esc = sql(url, PARTITIONS_SQL, db=DB, table="esc")
     assert {value for _, value, key in esc if key == "ds"} == set(ODD_VALUES)  # raw values
     assert ("ds=a%2Fb/hr=00", "a/b", "ds") in esc  # the name escaped as SHOW PARTITIONS prints it

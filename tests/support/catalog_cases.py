@@ -28,6 +28,8 @@ SETUP = [
     f"ALTER TABLE {DB}.typed ADD PARTITION (ds='2026-01-05', hr='00')",
     f"CREATE TABLE {DB}.flat (x INT) STORED AS PARQUET",
     f"CREATE TABLE {DB}.empty (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET",
+    f"CREATE TABLE {DB}.daily (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET",
+    f"ALTER TABLE {DB}.daily ADD PARTITION (ds='2026-11-22')",
 ]
 
 
@@ -42,6 +44,12 @@ CASES: list[tuple[PartitionCheck, Any]] = [
     (_check("esc", False, ds="a_b"), False),  # the metastore's pattern for a.b also matches a_b: exact membership
     (_check("esc", False, ds="a%b"), False),
     (_check("esc", False, ds="a*"), False),
+    # A partial check that gives every column is that partition's name (no '/' after its last value).
+    *((_check("esc", False, ds=v, hr="00"), True) for v in ODD_VALUES),
+    (_check("esc", False, ds="10:00", hr="0"), False),
+    (_check("daily", False, ds="2026-11-22"), True),  # HivePartitionSensor's ds='…' on a table partitioned by ds
+    (_check("daily", False, ds="2026-11-2"), False),
+    (_check("typed", False, ds="2026-1-5", hr="00"), True),
     (_check("esc", False, hr="00"), True),
     (_check("esc", False, hr="01"), False),
     (_check("esc", False, nope="1"), "permanent"),

@@ -1,7 +1,11 @@
 """The four tables of a Hive metastore's database that the metastore-database backend reads (``DBS``, ``TBLS``,
 ``PARTITION_KEYS``, ``PARTITIONS``, with Hive's names, keys and unique index), on the test PostgreSQL or MariaDB
 server, written to directly: partitions added with the ids a test chooses (out of order, as the metastore commits
-them), and dropped. The real metastore service writes the same rows in the process tier's tests."""
+them), and dropped. The real metastore service writes the same rows in the process tier's tests.
+
+By default ``DBS`` is Hive 2.3's, keyed by ``NAME``; with ``catalogs`` it is Hive 3's and 4's, keyed by
+(``NAME``, ``CTLG_NAME``), so that two catalogs (HDP 3's ``hive`` and ``spark``) can each have a database of the
+same name."""
 
 from __future__ import annotations
 
@@ -31,33 +35,58 @@ _MYSQL = [
 ]
 
 
-class HiveSchema:
-    """A Hive-shaped metastore database a test writes to: tables and partitions with chosen ids."""
+# Hive 3's DBS (hive-schema-3.1.0.*.sql): the catalog's name beside the database's, the two unique together.
+_PG_DBS_3 = (
+    'CREATE TABLE "DBS" ("DB_ID" bigint PRIMARY KEY, "NAME" varchar(128), "CTLG_NAME" varchar(256) DEFAULT \'hive\''
+    ' NOT NULL, CONSTRAINT "UNIQUE_DATABASE" UNIQUE ("NAME", "CTLG_NAME"))'
+)
+_MYSQL_DBS_3 = (
+    "CREATE TABLE DBS (DB_ID bigint PRIMARY KEY, NAME varchar(128), CTLG_NAME varchar(256) NOT NULL DEFAULT 'hive',"
+    " UNIQUE KEY UNIQUE_DATABASE (NAME, CTLG_NAME)) CHARACTER SET latin1 COLLATE latin1_bin"
+)
+HIVE = "hive"  # the default catalog
 
-    def __init__(self, engine: Engine) -> None:
+
+class HiveSchema:
+    """A Hive-shaped metastore database a test writes to: tables and partitions with chosen ids (in the ``hive``
+    catalog unless told; another catalog only with ``catalogs``)."""
+
+    def __init__(self, engine: Engine, catalogs: bool = False) -> None:
         self.engine = engine
         self.mysql = engine.dialect.name == "mysql"
+        self.catalogs = catalogs
+        ddl = list(_MYSQL if self.mysql else _PG)
+        if catalogs:
+            ddl[0] = _MYSQL_DBS_3 if self.mysql else _PG_DBS_3
         with engine.begin() as conn:
-            for ddl in _MYSQL if self.mysql else _PG:
-                conn.execute(text(ddl))
-        self._tables: dict[tuple[str, str], int] = {}
-        self._dbs: dict[str, int] = {}
+            for statement in ddl:
+                conn.execute(text(statement))
+        self._tables: dict[tuple[str, str, str], int] = {}  # (catalog, db, table) → TBL_ID
+        self._dbs: dict[tuple[str, str], int] = {}  # (catalog, db) → DB_ID
 
     def _sql(self, statement: str) -> Any:
         return text(statement.replace('"', "`") if self.mysql else statement)
 
-    def create_table(self, db: str, table: str, columns: dict[str, str]) -> None:
+    def create_table(self, db: str, table: str, columns: dict[str, str], catalog: str = HIVE) -> None:
         """A table with these partition columns (in order), its database created on first use."""
+        if catalog != HIVE and not self.catalogs:
+            raise ValueError("a catalog other than hive needs HiveSchema(catalogs=True): Hive 2.3 has none")
         with self.engine.begin() as conn:
-            if db not in self._dbs:
-                self._dbs[db] = len(self._dbs) + 1
-                conn.execute(
-                    self._sql('INSERT INTO "DBS" ("DB_ID", "NAME") VALUES (:i, :n)'), {"i": self._dbs[db], "n": db}
-                )
-            tbl_id = self._tables[(db, table)] = len(self._tables) + 1
+            if (catalog, db) not in self._dbs:
+                db_id = self._dbs[(catalog, db)] = len(self._dbs) + 1
+                if self.catalogs:
+                    conn.execute(
+                        self._sql('INSERT INTO "DBS" ("DB_ID", "NAME", "CTLG_NAME") VALUES (:i, :n, :c)'),
+                        {"i": db_id, "n": db, "c": catalog},
+                    )
+                else:
+                    conn.execute(
+                        self._sql('INSERT INTO "DBS" ("DB_ID", "NAME") VALUES (:i, :n)'), {"i": db_id, "n": db}
+                    )
+            tbl_id = self._tables[(catalog, db, table)] = len(self._tables) + 1
             conn.execute(
                 self._sql('INSERT INTO "TBLS" ("TBL_ID", "DB_ID", "TBL_NAME") VALUES (:i, :d, :n)'),
-                {"i": tbl_id, "d": self._dbs[db], "n": table},
+                {"i": tbl_id, "d": self._dbs[(catalog, db)], "n": table},
             )
             for idx, (name, kind) in enumerate(columns.items()):
                 conn.execute(
@@ -68,22 +97,22 @@ class HiveSchema:
                     {"t": tbl_id, "n": name, "k": kind, "i": idx},
                 )
 
-    def add(self, db: str, table: str, name: str, part_id: int) -> None:
+    def add(self, db: str, table: str, name: str, part_id: int, catalog: str = HIVE) -> None:
         """Commit partition ``name`` (escaped, as Hive stores it) of db.table with id ``part_id``."""
         with self.engine.begin() as conn:
             conn.execute(
                 self._sql(
                     'INSERT INTO "PARTITIONS" ("PART_ID", "TBL_ID", "PART_NAME", "CREATE_TIME") VALUES (:i, :t, :n, 0)'
                 ),
-                {"i": part_id, "t": self._tables[(db, table)], "n": name},
+                {"i": part_id, "t": self._tables[(catalog, db, table)], "n": name},
             )
 
-    def drop(self, db: str, table: str, name: str) -> None:
+    def drop(self, db: str, table: str, name: str, catalog: str = HIVE) -> None:
         """Drop partition ``name`` of db.table."""
         with self.engine.begin() as conn:
             conn.execute(
                 self._sql('DELETE FROM "PARTITIONS" WHERE "TBL_ID" = :t AND "PART_NAME" = :n'),
-                {"t": self._tables[(db, table)], "n": name},
+                {"t": self._tables[(catalog, db, table)], "n": name},
             )
 
     def clear_partitions(self) -> None:

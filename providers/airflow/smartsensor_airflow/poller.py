@@ -20,9 +20,11 @@ that ended a try or a join, so they are bounded by the tasks. A trigger whose tr
 joins hears at the next request (within an interval; a drop-in only defers when its held request in ``execute``
 did not get the answer).
 
-While the service is out of reach (no answer, or 502/503/504), the poller keeps asking every interval; a waiter
-that asked for a ``grace`` gets ``ServiceUnreachable`` once the outage has lasted that long (its trigger then
-resumes the task, which checks on its own).
+While the service is out of reach, the poller keeps asking every interval; a waiter that asked for a ``grace``
+gets ``ServiceUnreachable`` once the outage has lasted that long (its trigger then resumes the task, which checks
+on its own). Out of reach means: no answer, 502/503/504, a 200 whose body is not the service's answer (a proxy's
+page), or the Airflow connection's look-up failing (Airflow 3's ``aget_connection`` asks the API server), as the
+poller starts or again after a 401. Only the service's own refusal (a wrong token, an invalid key) fails waiters.
 """
 
 from __future__ import annotations
@@ -84,6 +86,21 @@ def key_of(fields: dict[str, Any]) -> Key:
     return tuple(fields[f] for f in KEY_FIELDS)
 
 
+def states_of(response: httpx.Response) -> list[dict[str, Any]] | None:
+    """The answers of a 200 to a states request, or None when its body is not the service's JSON (a proxy's page,
+    a truncated body): each answer an object with the key's fields and a ``state``."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    states = body.get("states") if isinstance(body, dict) else None
+    if not isinstance(states, list):
+        return None
+    if not all(isinstance(a, dict) and "state" in a and all(f in a for f in KEY_FIELDS) for a in states):
+        return None
+    return states
+
+
 class StatesPoller:
     """Waiting keys of one event loop and one connection, polled together."""
 
@@ -133,7 +150,7 @@ class StatesPoller:
 
     async def _run(self) -> None:
         try:
-            endpoint = await self._endpoint()
+            endpoint: Endpoint | None = None
             async with httpx.AsyncClient(timeout=MAX_WAIT + 30.0, transport=self._transport) as client:
                 await asyncio.sleep(FIRST_POLL_DELAY)
                 self._joined.clear()  # those keys are gathered: the first request asks them
@@ -142,13 +159,24 @@ class StatesPoller:
                     await budget.take(self._interval())
                     if not self._waiters:
                         break
-                    endpoint = await self._poll_asking_joiners(client, endpoint, budget)
+                    endpoint = endpoint or await self._look_up()
+                    if endpoint is not None:
+                        endpoint = await self._poll_asking_joiners(client, endpoint, budget)
         except Exception as exc:  # noqa: BLE001 - never leave a waiter hanging on a dead poller
             self._fail_all(ApiError(f"smartsensor states poller stopped: {exc}"))
         finally:
             # A trigger that arrived while this task was closing its client still needs a poller.
             if any(not f.done() for entries in self._waiters.values() for f, _, _ in entries):
                 self._task = asyncio.get_running_loop().create_task(self._run(), name="smartsensor-states-poller")
+
+    async def _look_up(self) -> Endpoint | None:
+        """The connection's endpoint, or None when looking it up failed: an outage, as an unanswered request is
+        (Airflow 3 asks its API server, which may be restarting), asked again at the next interval."""
+        try:
+            return await self._endpoint()
+        except Exception as exc:  # noqa: BLE001 - whatever the look-up raises, the waiters keep waiting
+            self._out_of_reach(f"looking up the connection failed ({type(exc).__name__}: {exc})")
+            return None
 
     async def _poll_asking_joiners(
         self, client: httpx.AsyncClient, endpoint: Endpoint, budget: RequestBudget
@@ -166,7 +194,7 @@ class StatesPoller:
     async def _poll(self, client: httpx.AsyncClient, endpoint: Endpoint) -> Endpoint:
         """One round: every waiting key, in requests of at most MAX_KEYS_PER_REQUEST, held by the service for up
         to an interval (when they fit in one request). Returns the endpoint to use next (looked up again after a
-        401, in case the connection's token was changed)."""
+        401, in case the connection's token was changed; the same when that look-up failed)."""
         keys = [k for k, entries in self._waiters.items() if any(not f.done() for f, _, _ in entries)]
         if not keys:  # every waiter has its answer and is leaving
             return endpoint
@@ -188,11 +216,21 @@ class StatesPoller:
             if response.status_code in (502, 503, 504):
                 self._out_of_reach(f"smartsensor answered {error_message(response)}")
                 return endpoint
-            self.unreachable_since = None
+            states = states_of(response) if response.status_code == 200 else []
+            if states is None:
+                self._out_of_reach(
+                    f"smartsensor at {endpoint.base_url} answered 200 with a body that is not its JSON answer: "
+                    f"{response.text[:200]!r}"
+                )
+                return endpoint
             if response.status_code == 401:
-                fresh = await self._endpoint()
+                fresh = await self._look_up()
+                if fresh is None:
+                    return endpoint  # an outage until the look-up works: the token may have changed
                 if fresh != endpoint:
+                    self.unreachable_since = None
                     return fresh  # the token changed: try it next interval
+            self.unreachable_since = None
             if response.status_code != 200:
                 error = ApiError(
                     f"smartsensor refused the states request: {error_message(response)}", response.status_code
@@ -200,7 +238,7 @@ class StatesPoller:
                 for k in chunk:
                     self._resolve(k, error)
                 continue
-            for answer in response.json()["states"]:
+            for answer in states:
                 if answer["state"] in TERMINAL:
                     self._resolve(key_of(answer), answer)
         return endpoint

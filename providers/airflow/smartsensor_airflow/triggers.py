@@ -14,8 +14,9 @@ How it ends the task (README: "Airflow versions, and no task failed by a race"):
   timeout: no retries; ``AirflowTaskTimeout`` for execution_timeout: retries apply). Such an event is not fired
   before ``RESUME_SETTLE`` seconds after the trigger started, so that the scheduler has taken the deferral in
   first.
-- A service out of reach (no answer, or 502/503/504) for longer than ``fallback_grace`` seconds resumes the task
-  with ``unreachable``: its ``execute_complete`` checks on its own (the safety valve, ``fallback.py``).
+- A service out of reach (no answer, 502/503/504, a body that is not its JSON, or the connection's look-up failing:
+  ``poller.py``) for longer than ``fallback_grace`` seconds resumes the task with ``unreachable``: its
+  ``execute_complete`` checks on its own (the safety valve, ``fallback.py``).
 """
 
 from __future__ import annotations

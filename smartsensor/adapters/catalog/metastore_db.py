@@ -10,11 +10,20 @@ table per call. This backend reads the same rows directly, read-only, in the sch
 - ``"PARTITIONS"("PART_ID", "TBL_ID", "PART_NAME")``: each partition's name, escaped as ``SHOW PARTITIONS``
   prints it (``ds=10%3A00/hr=0``), unique per table (Hive's index ``UNIQUEPARTITION``).
 
+**Catalogs.** From Hive 3 on, ``DBS`` also has ``CTLG_NAME`` and is keyed by (``NAME``, ``CTLG_NAME``): HDP 3 ships
+a ``hive`` and a ``spark`` catalog, each with a ``default`` database. Only the databases of the ``hive`` catalog are
+read, as the thrift backend reads them (its calls name no catalog: the metastore's default, ``hive``), so a
+partition of ``spark.default.t`` never answers a check on ``default.t``. Whether ``DBS`` has the column is looked up
+once per process, with its first statement, in the database's own catalog (``pg_attribute``,
+``information_schema.COLUMNS``); a process that runs across an upgrade from Hive 2.3 reads every catalog until it
+restarts.
+
 A round makes at most two statements: the column types of tables it has not cached (``fetch_types``), then
-``list_tables``, where an exact check is its partition's name looked up through that unique index (the values
-cast as Spark stores them, then escaped as Hive does) and a partial one lists the partitions whose name starts
-with the leading columns it gives (all of the table's when it gives none of them). Tables and names go in as
-array parameters: no user text is ever part of the SQL. The grant it needs: SELECT on those four tables.
+``list_tables``, where an exact check, or a partial one that gives every column, is its partition's name looked
+up through that unique index (the values cast as Spark stores them, then escaped as Hive does) and another partial
+one lists the partitions whose name starts with the leading columns it gives (all of the table's when it gives
+none of them). Tables and names go in as array parameters: no user text is ever part of the SQL. The grant it
+needs: SELECT on those four tables.
 
 On MySQL and MariaDB (``mysql://`` URLs, PyMySQL) the same two statements take one JSON parameter per list,
 unpacked by ``JSON_TABLE`` (MySQL 8, MariaDB 10.6+), with the identifiers unquoted upper case (``DBS``,
@@ -32,6 +41,7 @@ from typing import Any, Sequence
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.sql.elements import TextClause
 
 from smartsensor.adapters.catalog.partition_feed import FeedRead, PartitionFeed
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
@@ -42,16 +52,17 @@ from smartsensor.sensors.errors import CheckError, PermanentCheckError, Transien
 
 Key = tuple[str, str]
 
-_TYPES = text(
-    """
+# The statements below are templates: where a database is found by its name, @IN_HIVE@ restricts it to the hive
+# catalog, and where the feed reads a partition's database, @DB_NAME@ is its name (NULL in another catalog); see
+# _catalog_variant.
+_TYPES = """
     SELECT w.db, w.tbl, k."PKEY_NAME", k."PKEY_TYPE"
     FROM unnest(CAST(:dbs AS text[]), CAST(:tbls AS text[])) AS w(db, tbl)
-    JOIN "DBS" d ON d."NAME" = w.db
+    JOIN "DBS" d ON d."NAME" = w.db@IN_HIVE@
     JOIN "TBLS" t ON t."DB_ID" = d."DB_ID" AND t."TBL_NAME" = w.tbl
     LEFT JOIN "PARTITION_KEYS" k ON k."TBL_ID" = t."TBL_ID"
     ORDER BY w.db, w.tbl, k."INTEGER_IDX"
-    """
-)
+"""
 # The look-ups and the feed travel as one text parameter each, records split by chr(30) and fields by chr(31)
 # (control characters a partition value, an escaped name or an identifier never holds): a single literal that
 # PostgreSQL parses in no time, where an array parameter reached it as ~3 MB of element literals to parse and plan.
@@ -59,7 +70,7 @@ _PG_RECORDS = (
     "(SELECT split_part(r, chr(31), 1) AS db, split_part(r, chr(31), 2) AS tbl, split_part(r, chr(31), 3) AS {value} "
     "FROM unnest(string_to_array(CAST(:{param} AS text), chr(30))) AS r) AS w"
 )
-_PG_TABLE = 'JOIN "DBS" d ON d."NAME" = w.db JOIN "TBLS" t ON t."DB_ID" = d."DB_ID" AND t."TBL_NAME" = w.tbl'
+_PG_TABLE = 'JOIN "DBS" d ON d."NAME" = w.db@IN_HIVE@ JOIN "TBLS" t ON t."DB_ID" = d."DB_ID" AND t."TBL_NAME" = w.tbl'
 _PG_LOOKUPS = f"""
     SELECT 1 AS kind, CAST(NULL AS bigint) AS part_id, w.db, w.tbl, p."PART_NAME"
     FROM {_PG_RECORDS.format(param="names", value="name")}
@@ -75,7 +86,7 @@ _PG_LOOKUPS = f"""
 # first statement there is no mark yet: it starts :span ids below the highest, and a row of kind 2 says where.
 _PG_START = 'COALESCE(CAST(:after AS bigint), (SELECT COALESCE(max("PART_ID"), 0) FROM "PARTITIONS") - :span)'
 _PG_DELIVERED = f"""
-    SELECT 0, p."PART_ID", d."NAME", t."TBL_NAME", p."PART_NAME"
+    SELECT 0, p."PART_ID", @DB_NAME@, t."TBL_NAME", p."PART_NAME"
     FROM "PARTITIONS" p JOIN "TBLS" t ON t."TBL_ID" = p."TBL_ID" JOIN "DBS" d ON d."DB_ID" = t."DB_ID"
     WHERE p."PART_ID" > {_PG_START}
         OR p."PART_ID" = ANY(CAST(string_to_array(CAST(:gaps AS text), ',') AS bigint[]))
@@ -89,19 +100,17 @@ _MYSQL_ROWS = (
     "tbl VARCHAR(256) CHARACTER SET utf8mb4 PATH '$[1]', {value} VARCHAR(767) {charset} PATH '$[2]')) AS w"
 )
 _MYSQL_TABLE = (
-    "JOIN `DBS` d ON d.`NAME` = w.db AND CAST(d.`NAME` AS BINARY) = CAST(w.db AS BINARY) "
+    "JOIN `DBS` d ON d.`NAME` = w.db AND CAST(d.`NAME` AS BINARY) = CAST(w.db AS BINARY)@IN_HIVE@ "
     "JOIN `TBLS` t ON t.`DB_ID` = d.`DB_ID` AND t.`TBL_NAME` = w.tbl "
     "AND CAST(t.`TBL_NAME` AS BINARY) = CAST(w.tbl AS BINARY)"
 )
-_MYSQL_TYPES = text(
-    f"""
+_MYSQL_TYPES = f"""
     SELECT w.db, w.tbl, k.`PKEY_NAME`, k.`PKEY_TYPE`
     FROM {_MYSQL_ROWS.format(param=":tables", value="unused", charset="CHARACTER SET utf8mb4")}
     {_MYSQL_TABLE}
     LEFT JOIN `PARTITION_KEYS` k ON k.`TBL_ID` = t.`TBL_ID`
     ORDER BY w.db, w.tbl, k.`INTEGER_IDX`
-    """
-)
+"""
 # The exact names' column is utf8mb3_bin, as `metastore start` makes PART_NAME, so the unique index can serve it.
 _MYSQL_LOOKUPS = f"""
     SELECT 1 AS kind, CAST(NULL AS SIGNED) AS part_id, w.db, w.tbl, p.`PART_NAME`
@@ -118,21 +127,56 @@ _MYSQL_LOOKUPS = f"""
 """
 _MYSQL_START = "COALESCE(:after, (SELECT COALESCE(max(`PART_ID`), 0) FROM `PARTITIONS`) - :span)"
 _MYSQL_DELIVERED = f"""
-    SELECT 0, p.`PART_ID`, d.`NAME`, t.`TBL_NAME`, p.`PART_NAME`
+    SELECT 0, p.`PART_ID`, @DB_NAME@, t.`TBL_NAME`, p.`PART_NAME`
     FROM `PARTITIONS` p JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`
     WHERE p.`PART_ID` > {_MYSQL_START}
     UNION ALL
-    SELECT 0, p.`PART_ID`, d.`NAME`, t.`TBL_NAME`, p.`PART_NAME`
+    SELECT 0, p.`PART_ID`, @DB_NAME@, t.`TBL_NAME`, p.`PART_NAME`
     FROM JSON_TABLE(:gaps, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
     JOIN `PARTITIONS` p ON p.`PART_ID` = g.id
     JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`
     UNION ALL
     SELECT 2, {_MYSQL_START}, NULL, NULL, NULL
 """
-# The statements per dialect and whether the round follows the feed: (look-ups only, look-ups and the feed).
+# Hive 3+ keys DBS by (NAME, CTLG_NAME) and may hold several catalogs (HDP 3: hive and spark, each with a `default`
+# database). Only the default catalog is read, as the thrift backend reads it; Hive 2.3's DBS has no CTLG_NAME.
+HIVE_CATALOG = "hive"
+# Whether DBS has CTLG_NAME: DBS resolved as the statements resolve it (search_path; the connection's database).
+_HAS_CATALOGS = {
+    "postgresql": text(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('\"DBS\"') "
+        "AND attname = 'CTLG_NAME' AND NOT attisdropped)"
+    ),
+    "mysql": text(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = 'DBS' AND COLUMN_NAME = 'CTLG_NAME')"
+    ),
+}
+
+
+def _catalog_variant(template: str, quote: str, catalogs: bool) -> TextClause:
+    """``template`` for a DBS with CTLG_NAME (``catalogs``: databases of the hive catalog only) or without."""
+    name = f"d.{quote}NAME{quote}"
+    in_hive = f"d.{quote}CTLG_NAME{quote} = '{HIVE_CATALOG}'"
+    return text(
+        template.replace("@IN_HIVE@", f" AND {in_hive}" if catalogs else "").replace(
+            "@DB_NAME@", f"CASE WHEN {in_hive} THEN {name} END" if catalogs else name
+        )
+    )
+
+
+# The statements per (dialect, whether DBS has CTLG_NAME): the column types, the look-ups only, the look-ups and
+# the feed.
 _STATEMENTS = {
-    "postgresql": (text(_PG_LOOKUPS), text(_PG_LOOKUPS + " UNION ALL " + _PG_DELIVERED)),
-    "mysql": (text(_MYSQL_LOOKUPS), text(_MYSQL_LOOKUPS + " UNION ALL " + _MYSQL_DELIVERED)),
+    (dialect, catalogs): {
+        kind: _catalog_variant(template, quote, catalogs)
+        for kind, template in (("types", types), ("lookups", lookups), ("feed", lookups + " UNION ALL " + feed))
+    }
+    for dialect, quote, types, lookups, feed in (
+        ("postgresql", '"', _TYPES, _PG_LOOKUPS, _PG_DELIVERED),
+        ("mysql", "`", _MYSQL_TYPES, _MYSQL_LOOKUPS, _MYSQL_DELIVERED),
+    )
+    for catalogs in (False, True)
 }
 _RS, _US = chr(30), chr(31)
 # MySQL error numbers that mean the server could not be reached or went away (2000+: the client's own).
@@ -152,7 +196,8 @@ class MetastoreDbCatalog:
             )
         self.engine = engine
         self.mysql = engine.dialect.name == "mysql"
-        self.statements = 0  # statements sent so far (the bench and the tests count them)
+        self.statements = 0  # statements sent so far, the probe for CTLG_NAME aside (the bench and tests count them)
+        self.catalogs: bool | None = None  # whether DBS has CTLG_NAME (Hive 3+), probed with the first statement
         self.feed = feed
         self._lock = threading.Lock()  # one round's plan, statement and absorb at a time
         self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all, castable=python_castable)
@@ -182,13 +227,15 @@ class MetastoreDbCatalog:
 
     # -- statements ------------------------------------------------------------------------------------
 
-    def _rows(self, statement: Any, what: str, **params: Any) -> list[Any]:
-        """One read-only statement. A lost connection is a TransientCheckError; anything else the database
-        refuses (not a metastore, a missing grant) a PermanentCheckError naming it."""
+    def _rows(self, kind: str, what: str, **params: Any) -> list[Any]:
+        """One read-only statement, of ``kind`` (see _STATEMENTS). A lost connection is a TransientCheckError;
+        anything else the database refuses (not a metastore, a missing grant) a PermanentCheckError naming it."""
         self.statements += 1
         try:
             with self.engine.connect() as conn:
-                return list(conn.execute(statement, params))
+                if self.catalogs is None:
+                    self.catalogs = bool(conn.execute(_HAS_CATALOGS[self.engine.dialect.name]).scalar())
+                return list(conn.execute(self.statement(kind), params))
         except DBAPIError as exc:
             reason = first_line(exc.orig if exc.orig is not None else exc)
             if exc.connection_invalidated or _is_outage(exc):
@@ -200,14 +247,19 @@ class MetastoreDbCatalog:
         except SQLAlchemyError as exc:
             raise TransientCheckError(f"metastore database unreachable {what}: {first_line(exc)}") from exc
 
+    def statement(self, kind: str) -> TextClause:
+        """The statement of ``kind`` ("types", "lookups" or "feed": the look-ups and the feed) for this metastore's
+        ``DBS``, with or without catalogs (without until the first statement has looked)."""
+        return _STATEMENTS[(self.engine.dialect.name, bool(self.catalogs))][kind]
+
     def _types_of(self, tables: Sequence[Key]) -> dict[Key, dict[str, str] | None]:
         found: dict[Key, dict[str, str] | None] = {key: None for key in tables}
         if self.mysql:
             tables_json = json.dumps([[db, t, ""] for db, t in tables], ensure_ascii=False)
-            rows = self._rows(_MYSQL_TYPES, "reading partition columns", tables=tables_json)
+            rows = self._rows("types", "reading partition columns", tables=tables_json)
         else:
             rows = self._rows(
-                _TYPES, "reading partition columns", dbs=[db for db, _ in tables], tbls=[t for _, t in tables]
+                "types", "reading partition columns", dbs=[db for db, _ in tables], tbls=[t for _, t in tables]
             )
         for db, table, column, kind in rows:
             columns = found.get((db, table))
@@ -274,8 +326,6 @@ class MetastoreDbCatalog:
     def _statement(self, read: FeedRead, count: int) -> list[Any]:
         """The round's one statement: ``read``'s look-ups, and the feed when it follows it."""
         what = f"listing {count} table(s)"
-        lookups, with_feed = _STATEMENTS[self.engine.dialect.name]
-        statement = with_feed if read.follow else lookups
         params: dict[str, Any] = {}
         if read.follow:
             params["after"] = read.after
@@ -287,7 +337,7 @@ class MetastoreDbCatalog:
         else:
             params["names"] = _RS.join(_US.join(n) for n in read.names)
             params["prefixes"] = _RS.join(_US.join(p) for p in read.prefixes)
-        return self._rows(statement, what, **params)
+        return self._rows("feed" if read.follow else "lookups", what, **params)
 
 
 def _is_outage(exc: DBAPIError) -> bool:

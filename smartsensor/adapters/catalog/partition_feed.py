@@ -5,9 +5,10 @@ partitions the metastore adds, by their ids, instead of asking again. This modul
 ``plan`` says what a round's statement must read, ``absorb`` takes what it read, ``listing`` answers a table's
 request from memory (its exact checks decided, the names its partial ones need).
 
-- **Coverage.** A partition name (an exact check) or a name prefix (a partial check) is *covered* once a statement
-  has looked it up. From then on it is answered from ``present``: the names found by look-ups plus every name the
-  feed has since delivered for that table.
+- **Coverage.** A partition name (an exact check, or a partial one that gives every column: ``ds='X'`` on a
+  table partitioned by ``ds`` alone waits for ``ds=X``) or a name prefix (another partial check) is *covered* once
+  a statement has looked it up. From then on it is answered from ``present``: the names found by look-ups plus
+  every name the feed has since delivered for that table.
 - **The feed.** Each statement also reads the partitions whose ``PART_ID`` is above the high-water mark, and the
   *gaps*: ids at or below it not seen yet. The metastore hands out ids in blocks (DataNucleus) and commits
   concurrent additions in any order, so an id below the mark may still commit; a gap is read again every round
@@ -43,11 +44,17 @@ def partition_name(columns: Sequence[str], spec: dict[str, str]) -> str:
     return "/".join(f"{escape_partition_value(c)}={escape_partition_value(spec[c])}" for c in columns)
 
 
+def gives_every_column(columns: Sequence[str], spec: dict[str, str]) -> bool:
+    """Whether ``spec`` gives every one of ``columns``: it matches one partition at most, by its full name."""
+    return len(spec) == len(columns) and all(c in spec for c in columns)
+
+
 def leading_prefix(columns: Sequence[str], spec: dict[str, str]) -> str:
-    """The start every matching partition's name has: the leading columns ``spec`` gives, each followed by
-    ``/`` ("" when it does not give the first column: every partition of the table)."""
+    """A start every matching partition's name has: the leading columns ``spec`` gives, each followed by ``/``
+    ("" when it does not give the first column: every partition of the table). The last column is never part of
+    it, since no ``/`` follows it in a name: a spec that gives every column is listed by the columns before it."""
     parts = []
-    for column in columns:
+    for column in columns[:-1]:
         if column not in spec:
             break
         parts.append(f"{escape_partition_value(column)}={escape_partition_value(spec[column])}/")
@@ -138,13 +145,14 @@ class PartitionFeed:
     def absorb(
         self,
         read: FeedRead,
-        delivered: Iterable[tuple[int, str, str, str]],
+        delivered: Iterable[tuple[int, str | None, str, str]],
         found: Iterable[tuple[str, str, str]],
         start: int | None = None,
     ) -> None:
-        """Take what ``read``'s statement returned: the feed's rows (id, db, table, name), the look-ups'
-        (db, table, name), and where the feed started when ``read.after`` was None. The look-ups' names and
-        prefixes are covered from now on."""
+        """Take what ``read``'s statement returned: the feed's rows (id, db, table, name; db None for a partition
+        no check can ask for, in another catalog: its id is seen all the same), the look-ups' (db, table, name),
+        and where the feed started when ``read.after`` was None. The look-ups' names and prefixes are covered from
+        now on."""
         for db, table, name in found:
             state = self._tables.get((db, table))
             if state is not None:
@@ -159,9 +167,9 @@ class PartitionFeed:
             raise ValueError("the feed's first statement returns where it started")
         after = read.after if read.after is not None else max(start or 0, 0)  # ids start at 1
         seen: set[int] = set()
-        for part_id, db, table, name in delivered:
+        for part_id, of_db, table, name in delivered:
             seen.add(part_id)
-            state = self._tables.get((db, table))
+            state = self._tables.get((of_db, table)) if of_db is not None else None
             if state is not None:
                 state.present.add(name)
         self._advance(after, seen)
@@ -237,7 +245,7 @@ class PartitionFeed:
             text = texts.get(check)
             if text is None:
                 spec = dict(check.spec)
-                if check.exact and len(spec) == len(state.columns) and all(c in spec for c in state.columns):
+                if gives_every_column(state.columns, spec):  # exact or not, it is that partition's name
                     text = texts[check] = (True, partition_name(state.columns, spec))
                 else:
                     text = texts[check] = (False, leading_prefix(state.columns, spec))
