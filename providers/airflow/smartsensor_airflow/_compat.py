@@ -73,6 +73,30 @@ def template_environment(native: bool) -> Any:
     return NativeEnvironment() if native else SandboxedEnvironment()
 
 
+def dag_run_row(dag_id: str, run_id: str) -> tuple[Any, Any, Any, Any]:
+    """Airflow 2.10 (a DB-connected triggerer): the run's logical date, data interval start and end, and conf."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.execute(
+            select(DagRun.execution_date, DagRun.data_interval_start, DagRun.data_interval_end, DagRun.conf).where(
+                DagRun.dag_id == dag_id, DagRun.run_id == run_id
+            )
+        ).one()
+    return tuple(row)
+
+
+def macros_module() -> Any:
+    """Airflow's ``macros`` (``ds_add``, ``ds_format``…), as templates see them."""
+    try:  # Airflow 3
+        from airflow.sdk.execution_time import macros
+    except ImportError:  # Airflow 2.10
+        from airflow import macros
+    return macros
+
+
 class EndedSuccessEvent(TaskSuccessEvent):
     """The event a trigger ends its task with on success. On Airflow 2.10 it sends no success-callback request:
     2.10 writes one per task ended from a trigger, with no DAG folder, that no dag-processor ever fetches, so the
@@ -112,6 +136,8 @@ __all__ = [
     "TriggerEvent",
     "airflow_conf",
     "airflow_version",
+    "dag_run_row",
+    "macros_module",
     "can_start_from_trigger",
     "template_environment",
     "has_listeners",

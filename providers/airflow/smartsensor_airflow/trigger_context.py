@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from smartsensor_airflow._compat import airflow_conf, airflow_version, template_environment
+from smartsensor_airflow._compat import airflow_conf, airflow_version, dag_run_row, macros_module, template_environment
 
 
 async def run_context(ti: Any, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -23,17 +23,8 @@ async def run_context(ti: Any, params: dict[str, Any] | None) -> dict[str, Any]:
 
 def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:
     import pendulum
-    from airflow import macros
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
 
-    with create_session() as session:
-        logical, start, end, conf = session.execute(
-            select(DagRun.execution_date, DagRun.data_interval_start, DagRun.data_interval_end, DagRun.conf).where(
-                DagRun.dag_id == dag_id, DagRun.run_id == run_id
-            )
-        ).one()
+    logical, start, end, conf = dag_run_row(dag_id, run_id)
     logical = pendulum.instance(logical)
     ds = logical.strftime("%Y-%m-%d")
     ts = logical.isoformat()
@@ -52,7 +43,7 @@ def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> di
         "data_interval_end": pendulum.instance(end) if end is not None else None,
         "run_id": run_id,
         "params": values,
-        "macros": macros,
+        "macros": macros_module(),
     }
 
 
