@@ -327,9 +327,8 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
         run.loop_ms = statsd.take("scheduler.scheduler_loop_duration")
         run.pickup_rate = pickup_rate(run.case("while deferred"), run.sensors)
         runs.append(run)
-    print("\n" + scale_table(stack.version, runs))
-    for run in runs:
-        print("\n" + table(stack.version, run.strategy, run.outcomes))
+        print("\n" + table(stack.version, run.strategy, run.outcomes))  # each as it ends: a later one may fail
+        print("\n" + scale_table(stack.version, runs))
     started = next((r for r in runs if r.strategy == "start in triggerer"), None)
     if started is not None:
         assert [o.failures for o in started.outcomes] == [[], [], []]

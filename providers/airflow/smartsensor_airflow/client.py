@@ -6,15 +6,17 @@ No Airflow import here: ``endpoint_from_connection`` takes any object with Airfl
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Coroutine, TypeVar
 
 import httpx
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 API = "/api/v1"
 # States after which the service never changes a try again; everything else is still waiting.
@@ -77,6 +79,17 @@ def error_message(response: httpx.Response) -> str:
     except ValueError:
         pass
     return f"HTTP {response.status_code}: {response.text[:200]}"
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end from synchronous code (a task's ``execute``): on a loop of its own, in a thread
+    of its own when this thread already runs one. One implementation of each request serves both sides."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def registration_body(
@@ -160,21 +173,14 @@ def register_try(
 ) -> dict[str, Any]:
     """POST /tasks: register this try (the same try again gets its task back). Retries transient failures
     (connection errors, 502/503/504) with back-off for ``patience`` seconds; raises ApiError otherwise or when
-    they last longer (``transient`` then tells the two apart)."""
+    they last longer (``transient`` then tells the two apart). For a task's ``execute`` (no event loop)."""
     body = registration_body(key, class_name, persist, exec_values, logical_date)
-    retries = _Retries(endpoint, patience)
-    with httpx.Client(timeout=timeout, headers=endpoint.headers()) as client:
-        while (delay := retries.next_delay()) is not None:
-            time.sleep(delay)
-            try:
-                response = client.post(f"{endpoint.base_url}{API}/tasks", json=body)
-            except httpx.TransportError as exc:
-                answer = retries.answer(None, exc)
-            else:
-                answer = retries.answer(response)
-            if answer is not None:
-                return answer
-    raise retries.final()
+
+    async def register() -> dict[str, Any]:
+        async with httpx.AsyncClient() as client:
+            return await register_try_async(client, endpoint, body, timeout, patience)
+
+    return run_blocking(register())
 
 
 async def register_try_async(
@@ -206,14 +212,12 @@ def held_state(endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: fl
     """``POST /tasks/states?wait=…`` for one try: the service holds the request until the try ends or ``wait``
     seconds pass. Returns the answer (terminal or not), or None when the service could not be asked (the caller
     defers and its trigger asks again): this is an optimisation, never a reason to fail a task."""
-    try:
-        with httpx.Client(timeout=timeout + wait, headers=endpoint.headers()) as client:
-            response = client.post(
-                f"{endpoint.base_url}{API}/tasks/states", json={"keys": [key]}, params={"wait": f"{wait:g}"}
-            )
-    except httpx.TransportError as exc:
-        return _held_answer(endpoint, None, exc)
-    return _held_answer(endpoint, response)
+
+    async def hold() -> dict[str, Any] | None:
+        async with httpx.AsyncClient() as client:
+            return await held_state_async(client, endpoint, key, wait, timeout)
+
+    return run_blocking(hold())
 
 
 async def held_state_async(

@@ -201,19 +201,15 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         sensor_class: str,
         fields: dict[str, Any],
         exec_values: dict[str, Any],
-        conn_id: str = "smartsensor_default",
-        poll_interval: float = 10.0,
-        end_from_trigger: bool = True,
-        settle: float = RESUME_SETTLE,
-        fallback_grace: float | None = None,
         execution_timeout: float | None = None,
         native: bool = False,
         params: dict[str, Any] | None = None,
         hold: float = 0.0,
+        **waiting: Any,
     ) -> None:
-        super().__init__(
-            {f: None for f in KEY_FIELDS}, conn_id, poll_interval, end_from_trigger, settle, None, fallback_grace
-        )
+        """``waiting``: how it waits once registered, as ``SmartSensorTrigger`` (``conn_id``, ``poll_interval``,
+        ``end_from_trigger``, ``settle``, ``fallback_grace``); its key comes from the task instance Airflow gives it."""
+        super().__init__({f: None for f in KEY_FIELDS}, **waiting)
         self.sensor_class = sensor_class
         self.fields = dict(fields)
         self.exec_values = dict(exec_values)
