@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -67,9 +68,11 @@ def can_start_from_trigger() -> bool:
     return version[0] == 2 and version[1] >= 10 or version >= (3, 3)
 
 
+@functools.lru_cache(maxsize=2)
 def template_environment(native: bool) -> Any:
     """The Jinja environment Airflow renders a task's templates with: sandboxed, with Airflow's filters (``ds``,
-    ``ts_nodash``…), native types when the DAG sets ``render_template_as_native_obj``."""
+    ``ts_nodash``…), native types when the DAG sets ``render_template_as_native_obj``. One per process and kind:
+    an environment holds no per-render state, and building one costs more than most renders."""
     return NativeEnvironment() if native else SandboxedEnvironment()
 
 

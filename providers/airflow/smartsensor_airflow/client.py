@@ -15,6 +15,8 @@ from typing import Any, Coroutine, TypeVar
 
 import httpx
 
+from smartsensor_airflow.off_loop_log import as_sync_caller, log_off_loop
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -87,9 +89,9 @@ def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        return asyncio.run(as_sync_caller(coroutine))
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(asyncio.run, as_sync_caller(coroutine)).result()
 
 
 def registration_body(
@@ -153,7 +155,9 @@ class _Retries:
             )
             if not self.last.transient:
                 raise self.last
-        log.warning("%s (attempt %d; retrying for up to %.0f s in all)", self.last, self.attempt, self.patience)
+        log_off_loop(
+            log, "warning", "%s (attempt %d; retrying for up to %.0f s in all)", self.last, self.attempt, self.patience
+        )
         return None
 
     def final(self) -> ApiError:
@@ -242,15 +246,17 @@ def _held_answer(
     endpoint: Endpoint, response: httpx.Response | None, error: Exception | None = None
 ) -> dict[str, Any] | None:
     if response is None:
-        log.warning("smartsensor at %s unreachable for the held states request: %s", endpoint.base_url, error)
+        log_off_loop(
+            log, "warning", "smartsensor at %s unreachable for the held states request: %s", endpoint.base_url, error
+        )
         return None
     if response.status_code != 200:
-        log.warning("smartsensor refused the held states request: %s", error_message(response))
+        log_off_loop(log, "warning", "smartsensor refused the held states request: %s", error_message(response))
         return None
     try:
         states = response.json().get("states") or []
     except (ValueError, AttributeError):
-        log.warning("smartsensor answered the held states request with a body that is not JSON")
+        log_off_loop(log, "warning", "smartsensor answered the held states request with a body that is not JSON")
         return None
     return states[0] if states else None
 

@@ -38,6 +38,7 @@ from typing import Any, Awaitable, Callable
 import httpx
 
 from smartsensor_airflow.client import API, TERMINAL, ApiError, Endpoint, error_message
+from smartsensor_airflow.off_loop_log import log_off_loop
 
 log = logging.getLogger(__name__)
 
@@ -248,11 +249,11 @@ class StatesPoller:
         now = time.monotonic()
         if self.unreachable_since is None:
             self.unreachable_since = self._logged_at = now
-            log.warning("%s; %d task(s) keep waiting", why, self.waiting)
+            log_off_loop(log, "warning", "%s; %d task(s) keep waiting", why, self.waiting)
         away = now - self.unreachable_since
         if now - self._logged_at >= OUTAGE_LOG_EVERY:
             self._logged_at = now
-            log.warning("%s for %.0f s; %d task(s) keep waiting", why, away, self.waiting)
+            log_off_loop(log, "warning", "%s for %.0f s; %d task(s) keep waiting", why, away, self.waiting)
         for entries in self._waiters.values():
             for future, _, grace in entries:
                 if grace is not None and away >= grace and not future.done():

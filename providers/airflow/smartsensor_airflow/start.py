@@ -21,9 +21,11 @@ A task starts in the triggerer when all of these hold, and takes today's ``execu
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NamedTuple
 
 import jinja2
 from jinja2 import meta, nodes
@@ -77,24 +79,46 @@ def dag_of(task: Any) -> Any:
         return None
 
 
+class _TemplateUse(NamedTuple):
+    """What one template text uses, read once per process (Airflow reads a task's start arguments about ten
+    times while it parses and serializes a DAG, and a DAG's tasks share a few texts)."""
+
+    error: str | None
+    variables: frozenset[str]
+    filters: frozenset[str]
+    includes: bool
+
+
+@functools.lru_cache(maxsize=4096)
+def _template_use(text: str) -> _TemplateUse:
+    try:
+        tree = template_environment(native=False).parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        return _TemplateUse(str(exc), frozenset(), frozenset(), False)
+    return _TemplateUse(
+        None,
+        frozenset(meta.find_undeclared_variables(tree)),
+        frozenset(f.name for f in tree.find_all(nodes.Filter)),
+        any(isinstance(n, (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)) for n in tree.body),
+    )
+
+
 def template_problem(task: Any) -> str | None:
     """Why the triggerer cannot render ``task``'s check (a sentence for the log), or None when it can."""
     dag = dag_of(task)
     macros = set(getattr(dag, "user_defined_macros", None) or ())
     filters = set(getattr(dag, "user_defined_filters", None) or ())
-    env = template_environment(native=False)
     for name, value in check_fields(task).items():
         for text in _templates(value):
-            try:
-                tree = env.parse(text)
-            except jinja2.TemplateSyntaxError as exc:
-                return f"its {name} is not a valid template: {exc}"
-            used = meta.find_undeclared_variables(tree)
-            if used & macros or {f.name for f in tree.find_all(nodes.Filter)} & filters:
+            use = _template_use(text)
+            if use.error is not None:
+                return f"its {name} is not a valid template: {use.error}"
+            if use.variables & macros or use.filters & filters:
                 return f"its {name} uses the DAG's user-defined macros or filters"
-            if airflow_version()[0] == 2 and not used <= CONTEXT_2_10:
-                return f"its {name} uses {', '.join(sorted(used - CONTEXT_2_10))}, which a 2.10 triggerer cannot give"
-            if any(isinstance(n, (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)) for n in tree.body):
+            if airflow_version()[0] == 2 and not use.variables <= CONTEXT_2_10:
+                unknown = ", ".join(sorted(use.variables - CONTEXT_2_10))
+                return f"its {name} uses {unknown}, which a 2.10 triggerer cannot give"
+            if use.includes:
                 return f"its {name} includes other templates"
     return None
 
@@ -145,12 +169,22 @@ def start_trigger_args(task: Any) -> StartTriggerArgs | None:
 
 
 def _readable(task: Any) -> bool:
-    """Whether smartsensor can read the check of a task whose fields hold no template."""
-    try:
-        check_of(task.smartsensor_class, task)
-    except (ValueError, TypeError):  # UnsupportedPartitionFilter is a ValueError
-        return False
-    return True
+    """Whether smartsensor can read the check of a task whose fields hold no template (once per distinct check)."""
+    fields = check_fields(task)
+    key = (task.smartsensor_class, repr(sorted(fields.items())))
+    if key not in _READABLE:
+        try:
+            check_of(task.smartsensor_class, SimpleNamespace(**fields))
+            readable = True
+        except (ValueError, TypeError):  # UnsupportedPartitionFilter is a ValueError
+            readable = False
+        if len(_READABLE) >= 4096:
+            _READABLE.clear()
+        _READABLE[key] = readable
+    return _READABLE[key]
+
+
+_READABLE: dict[tuple[str, str], bool] = {}
 
 
 def _params(task: Any) -> dict[str, Any] | None:

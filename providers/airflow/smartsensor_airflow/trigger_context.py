@@ -50,12 +50,7 @@ def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> di
 @functools.lru_cache(maxsize=2048)
 def _compiled(text: str, native: bool) -> Any:
     """A template compiled once per process: the triggers of one DAG's tasks share their few templates."""
-    return _environment(native).from_string(text)
-
-
-@functools.lru_cache(maxsize=2)
-def _environment(native: bool) -> Any:
-    return template_environment(native)
+    return template_environment(native).from_string(text)
 
 
 def render_fields(fields: dict[str, Any], context: dict[str, Any], native: bool) -> dict[str, Any]:

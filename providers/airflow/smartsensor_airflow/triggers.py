@@ -42,6 +42,7 @@ from smartsensor_airflow.client import (
     register_try_async,
     registration_body,
 )
+from smartsensor_airflow.off_loop_log import log_off_loop
 from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
 from smartsensor_airflow.start import START_CLASSPATH
 from smartsensor_airflow.trigger_context import render_fields, run_context
@@ -155,7 +156,7 @@ class SmartSensorTrigger(BaseTrigger):
         except asyncio.TimeoutError:
             return await self.resume(started, "execution_timeout", "execution_timeout reached")
         except ServiceUnreachable as exc:
-            self.log.warning("smartsensor: %s; the task resumes to check on its own", exc)
+            log_off_loop(self.log, "warning", "smartsensor: %s; the task resumes to check on its own", exc)
             return await self.resume(started, UNREACHABLE, str(exc))
         except ApiError as exc:
             return await self.resume(started, "error", str(exc))
@@ -166,14 +167,18 @@ class SmartSensorTrigger(BaseTrigger):
         ``end_from_trigger``), or resumes on a worker with the answer."""
         state = answer["state"]
         if self.end_from_trigger and state in ("success", "skipped"):
-            self.log.info(
+            log_off_loop(
+                self.log,
+                "info",
                 "smartsensor: %s (hash %s)%s; the task ends from the triggerer",
                 state,
                 answer.get("hashcode"),
                 f": {answer['error']}" if answer.get("error") else "",
             )
             return success_event() if state == "success" else TaskSkippedEvent()
-        self.log.info("smartsensor: %s (hash %s); the task resumes on a worker", state, answer.get("hashcode"))
+        log_off_loop(
+            self.log, "info", "smartsensor: %s (hash %s); the task resumes on a worker", state, answer.get("hashcode")
+        )
         return await self.resume(started, state, answer.get("error"), answer.get("hashcode"))
 
     async def resume(self, started: float, state: str, error: str | None, hashcode: int | None = None) -> TriggerEvent:
@@ -251,10 +256,15 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             rendered = render_fields(self.fields, context, self.native)
             registered_as, persist = check_of(self.sensor_class, SimpleNamespace(**rendered))
         except Exception as exc:  # noqa: BLE001 - whatever the triggerer cannot do, the worker's execute does
-            self.log.warning("smartsensor: the triggerer cannot read this check (%s); the task starts on a worker", exc)
+            log_off_loop(
+                self.log,
+                "warning",
+                "smartsensor: the triggerer cannot read this check (%s); the task starts on a worker",
+                exc,
+            )
             yield await self.resume(started, EXECUTE_ON_WORKER, f"{type(exc).__name__}: {exc}")
             return
-        self.log.info("smartsensor: started in the triggerer; check %s %s", registered_as, persist)
+        log_off_loop(self.log, "info", "smartsensor: started in the triggerer; check %s %s", registered_as, persist)
         logical_date = context.get("logical_date")
         del context, rendered  # a waiting trigger keeps neither (the context holds the run, the task, its DAG)
         patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
@@ -264,12 +274,14 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             answer = await register_try_async(shared_client(), endpoint, body, patience=patience)
         except ApiError as exc:
             if exc.transient and self.fallback_grace is not None:
-                self.log.warning("smartsensor: %s; the task resumes to check on its own", exc)
+                log_off_loop(self.log, "warning", "smartsensor: %s; the task resumes to check on its own", exc)
                 yield await self.resume(started, UNREACHABLE, str(exc))
             else:
                 yield await self.resume(started, "error", str(exc))
             return
-        self.log.info(
+        log_off_loop(
+            self.log,
+            "info",
             "smartsensor: registered %s try %s as hash %s (%s)",
             registered_as,
             self.key["try_number"],
@@ -304,8 +316,13 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
                         f"smartsensor connection {self.conn_id!r} cannot be looked up: {type(exc).__name__}: {exc}",
                         transient=True,
                     ) from None
-                self.log.warning(
-                    "smartsensor: looking up connection %r failed (%s); again in %g s", self.conn_id, exc, delay
+                log_off_loop(
+                    self.log,
+                    "warning",
+                    "smartsensor: looking up connection %r failed (%s); again in %g s",
+                    self.conn_id,
+                    exc,
+                    delay,
                 )
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 15.0)
