@@ -431,8 +431,11 @@ class FeedMachine(RuleBasedStateMachine):
     def answers_as_the_database(self) -> None:
         if not hasattr(self, "feed"):
             return
+        sent, resets, first = self.catalog.statements, self.feed.resets, self.feed.high_water is None
         answers = ask(self.catalog, ALL_CHECKS)
         FeedMachine.rounds += 1
+        # One statement a round (the column types too at the first), one more in a round that finds a reset.
+        assert self.catalog.statements - sent == 1 + first + (self.feed.resets - resets)
         if self.feed.verifies != self.verifies:
             self.verifies = self.feed.verifies
             self.dropped_since_verify.clear()
