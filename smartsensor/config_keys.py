@@ -161,8 +161,11 @@ KEYS: tuple[Key, ...] = (
         "reconcile_lookback",
         "15",
         parse_float,
-        "Seconds a reconciliation looks back before the previous one: covers clocks that differ between hosts "
-        "and transactions that commit after the time they stamped. Larger costs only rows read again.",
+        "Seconds a reconciliation looks back before the previous one: covers clocks that differ between hosts. "
+        "A transaction that commits after the time it stamped is covered on PostgreSQL by reading from when the "
+        "oldest transaction still open began (pg_stat_activity: the workers' role needs pg_read_all_stats to see "
+        "other roles' sessions), up to index_rebuild_interval back; on SQLite only this lookback covers it, and "
+        "a longer one is read at the next index rebuild. Larger costs only rows read again.",
         bounds=(0, DAY),
     ),
     Key(
