@@ -18,12 +18,12 @@ once per process, with its first statement, in the database's own catalog (``pg_
 ``information_schema.COLUMNS``); a process that runs across an upgrade from Hive 2.3 reads every catalog until it
 restarts.
 
-A round makes at most two statements (three in the round that finds the database went back: see partition_feed):
-the column types of tables it has not cached (``fetch_types``), then ``list_tables``, where an exact check, or a
-partial one that gives every column, is its partition's name looked up through that unique index (the values
-cast as Spark stores them, then escaped as Hive does) and another partial one lists the partitions whose name
-starts with the leading columns it gives (all of the table's when it gives none of them). Tables and names go in as array parameters: no user text is ever part of the SQL. The grant it
-needs: SELECT on those four tables.
+A round makes at most two statements (three in the round that finds the database went back: see partition_feed): the
+column types of tables it has not cached (``fetch_types``), then ``list_tables``, where an exact check, or a partial
+one that gives every column, is its partition's name looked up through that unique index (the values cast as Spark
+stores them, then escaped as Hive does) and another partial one lists the partitions whose name starts with the
+leading columns it gives (all of the table's when it gives none of them). Tables and names go in as array
+parameters: no user text is ever part of the SQL. The grant it needs: SELECT on those four tables.
 
 On MySQL and MariaDB (``mysql://`` URLs, PyMySQL) the same two statements take one JSON parameter per list,
 unpacked by ``JSON_TABLE`` (MySQL 8, MariaDB 10.6+), with the identifiers unquoted upper case (``DBS``,
