@@ -161,8 +161,11 @@ KEYS: tuple[Key, ...] = (
         "reconcile_lookback",
         "15",
         parse_float,
-        "Seconds a reconciliation looks back before the previous one: covers clocks that differ between hosts "
-        "and transactions that commit after the time they stamped. Larger costs only rows read again.",
+        "Seconds a reconciliation looks back before the previous one: covers clocks that differ between hosts. "
+        "A transaction that commits after the time it stamped is covered on PostgreSQL by reading from when the "
+        "oldest transaction still open began (pg_stat_activity: the workers' role needs pg_read_all_stats to see "
+        "other roles' sessions), up to index_rebuild_interval back; on SQLite only this lookback covers it, and "
+        "a longer one is read at the next index rebuild. Larger costs only rows read again.",
         bounds=(0, DAY),
     ),
     Key(
@@ -273,18 +276,23 @@ KEYS: tuple[Key, ...] = (
         "600",
         parse_float,
         "Following the feed: seconds between full look-ups of every due partition, which also see partitions "
-        "dropped or renamed and tables re-created since (until then a dropped partition still counts as present).",
+        "dropped or renamed and tables re-created since (until then a dropped partition still counts as present), "
+        "and ids given up by metastore_db_max_gaps.",
         bounds=(1, 7 * 24 * 3600),
     ),
     Key(
         "catalog",
-        "metastore_db_gap_seconds",
-        "600",
-        parse_float,
-        "Following the feed: seconds an id below the highest one read is asked for again before it is given up "
-        "(the metastore hands out ids in blocks and commits concurrent additions out of order). Longer than "
-        "the metastore's longest partition-adding transaction; a later one is seen at the next full look-up.",
-        bounds=(1, 7 * 24 * 3600),
+        "metastore_db_max_gaps",
+        "10000",
+        parse_int,
+        "Following the feed: unseen ids below the highest one read that every round asks for again, the highest "
+        "kept. The metastore hands out ids in blocks, one per instance, used for as long as the instance runs, "
+        "so an id can commit long after higher ones: it is seen the round after it commits, however late, while "
+        "it is among these. No time limit applies; ids never used (blocks thrown away by restarts, rolled-back "
+        "additions) fill the rest, and an id given up for its count is seen at the next full look-up. A database "
+        "that went back (failover, restore) is found by the next round whatever this is. Each costs one "
+        "primary-key probe per round.",
+        bounds=(100, 1_000_000),
     ),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
     Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.", bounds=(1, 65535)),

@@ -76,7 +76,7 @@ class CatalogSettings:
     metastore_db_url: str
     metastore_db_feed: bool
     metastore_db_verify_seconds: float
-    metastore_db_gap_seconds: float
+    metastore_db_max_gaps: int
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,12 @@ class RoundStore(Protocol):
         what a reconciliation compares with the index. Read-only."""
         ...
 
+    def oldest_open_write(self) -> datetime | None:
+        """When the oldest transaction another session holds open on the database began (naive UTC, the clock
+        ``updated_at`` is stamped in), or None when none is open or the store cannot tell: a row such a
+        transaction stamps commits later, with a time at or after that. Read-only."""
+        ...
+
     def write_round(
         self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
     ) -> dict[str, int]:

@@ -113,6 +113,10 @@ class InMemoryStore:
             r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname, updated_at=now)
         return _per_cohort(started)
 
+    def oldest_open_write(self) -> datetime | None:
+        """None: every change is applied at once, under the store's lock (no transaction stays open)."""
+        return None
+
     def changed_since(self, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
         """``tasks.changed_cohorts``."""
         with self._lock:

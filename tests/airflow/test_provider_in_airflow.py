@@ -4,13 +4,15 @@ constructor arguments and template fields, and its trigger survives ``serialize(
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scripts.airflow.stack import airflow_env, version_of
+from scripts.airflow.stack import airflow_env, run_airflow, version_of
 from tests.support.airflow_helpers import INSIDE, airflow_venvs
 
 pytestmark = pytest.mark.slow
@@ -43,6 +45,7 @@ def test_provider_checks_inside_airflow(venv: Path, tmp_path: Path) -> None:
             "settle": 5.0,
             "deadline": None,
             "fallback_grace": None,
+            "try_started": None,
         },
         "round_trip_equal": True,
     }
@@ -106,12 +109,24 @@ def test_the_policy_routes_only_airflows_own_enabled_sensors(venv: Path, tmp_pat
         "again": False,
     }
     assert seen["routed_filter_persist"] == {"table": "db.t", "partition": {"ds": "1"}}
+    assert seen["setup_raises"] == {  # risk: the class swapped before a setup that raised
+        "operator": "NamedHivePartitionSensor",
+        "routed": False,
+        "class": "airflow.providers.apache.hive.sensors.named_hive_partition.NamedHivePartitionSensor",
+        "set": [],
+    }
     assert seen["valve"] == {
         "found": "found at 20 s",
         "timeout": "AirflowSensorTimeout at 25 s",
         "soft_fail": "AirflowSkipException at 25 s",
     }
     assert seen["seconds_left"] == [500.0, 0.0, 600.0]
+    assert seen["valve_resume"] == {  # risk: a resume that resets ti.start_date must not restart the valve's clock
+        "carried": True,
+        "left_from_resume": 600,
+        "left_from_first": 100,
+        "left_when_start_date_kept": 100,
+    }
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
@@ -155,3 +170,61 @@ def test_which_tasks_start_in_the_triggerer_as_airflow_serializes_them(venv: Pat
     assert seen["rendered"] == seen["rendered_by_airflow"]
     assert seen["rendered"] == {"partition_names": ["db.t/ds=2026-11-22", "db.t/ds=2026-11-21/x=2026-01-02"]}
     assert seen["rendered_native"] == {"partition_names": ["db.t/ds=2026-11-22"]}
+
+
+# A sensor that defers once (Airflow's own time-delta trigger) and records the try's start_date as its execute and
+# its resumed method see it.
+RESUME_DAG = """
+import json
+import os
+from datetime import datetime, timedelta
+
+try:
+    from airflow.sdk import DAG, BaseSensorOperator
+    from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+except ImportError:  # Airflow 2
+    from airflow import DAG
+    from airflow.sensors.base import BaseSensorOperator
+    from airflow.triggers.temporal import TimeDeltaTrigger
+
+
+def record(**values):
+    with open(os.environ["RESUME_RECORD"], "a") as out:
+        out.write(json.dumps(values) + "\\n")
+
+
+class Resumes(BaseSensorOperator):
+    def execute(self, context):
+        record(execute=context["ti"].start_date.isoformat())
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=2)), method_name="resumed")
+
+    def resumed(self, context, event=None):
+        record(resumed=context["ti"].start_date.isoformat())
+
+
+with DAG("resume_start_date", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    Resumes(task_id="resumes")
+"""
+
+
+@pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
+def test_whether_a_resumed_try_keeps_its_start_date(venv: Path, tmp_path: Path) -> None:
+    """The safety valve counts a sensor's timeout from the try's start. Airflow's database keeps a resumed try's
+    start_date (3.3's execution API leaves it alone when the try resumes from a deferral), but the task that
+    `airflow dags test` resumes sees its resume time: the valve must not count from it, so the trigger carries
+    the first start (test_the_policy_routes_only_airflows_own_enabled_sensors: valve_resume)."""
+    record = tmp_path / "record.jsonl"
+    env = airflow_env(venv, tmp_path, RESUME_RECORD=str(record))
+    (tmp_path / "dags" / "resume_dag.py").write_text(RESUME_DAG)
+    run_airflow(venv, ["db", "migrate"], env, timeout=600)
+    run_airflow(venv, ["dags", "test", "resume_start_date", "2026-11-22"], env, timeout=300)
+    seen: dict[str, str] = {}
+    for line in record.read_text().splitlines():
+        seen.update(json.loads(line))
+    assert set(seen) == {"execute", "resumed"}, seen
+    first, resumed = (datetime.fromisoformat(seen[k]) for k in ("execute", "resumed"))
+    with sqlite3.connect(tmp_path / "airflow.db") as conn:
+        (kept,) = conn.execute("SELECT start_date FROM task_instance WHERE dag_id = 'resume_start_date'").fetchone()
+    kept_at = datetime.fromisoformat(kept).replace(tzinfo=timezone.utc)
+    assert abs((kept_at - first).total_seconds()) < 1  # the database: the first start, kept across the resume
+    assert (resumed - first).total_seconds() >= 2  # what `dags test` gives the resumed task: its resume time

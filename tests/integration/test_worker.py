@@ -79,8 +79,9 @@ def test_one_partition_1000_tasks_one_catalog_call_one_update(engine, cfg, spark
     updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE TASK_INSTANCE")]
     feed = [s for s in updates if "RETURNING" in s.upper()]  # the change feed: start what is pending
     assert len(feed) == 1 and len(updates) == 2, updates  # ... and the one UPDATE that marks all 1000
-    # the feed, the reconciliation (60 s passed: one indexed SELECT), the one UPDATE (+ BEGIN on some drivers)
-    assert result.db_statements <= 4
+    # the feed, the reconciliation (60 s passed: one indexed SELECT, after, on PostgreSQL, the oldest open
+    # transaction's start from pg_stat_activity), the one UPDATE (+ BEGIN on some drivers)
+    assert result.db_statements <= (5 if engine.dialect.name == "postgresql" else 4)
 
 
 def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) -> None:

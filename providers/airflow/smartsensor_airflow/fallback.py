@@ -22,9 +22,24 @@ NEVER = -1.0  # a grace below zero: never fall back (the try fails and Airflow's
 DEFAULT_GRACE = 120.0
 
 
+def try_start(start_date: datetime | None, try_started: float | None) -> datetime | None:
+    """When the try started: the earlier of ``ti.start_date`` as the resumed task sees it and ``try_started``, the
+    epoch seconds its trigger carried from the first start. Airflow 3.3's server keeps a resumed try's start_date,
+    but ``airflow dags test`` (3.x) gives the resumed task its resume time: the trigger's copy keeps the valve from
+    counting the timeout again from there."""
+    if try_started is None:
+        return start_date
+    carried = datetime.fromtimestamp(float(try_started), timezone.utc)
+    if start_date is None:
+        return carried
+    if start_date.tzinfo is None:
+        start_date = start_date.replace(tzinfo=timezone.utc)
+    return min(start_date, carried)
+
+
 def seconds_left(timeout: float, started: datetime | None, now: datetime | None = None) -> float:
-    """What is left of a sensor's ``timeout`` counted from the try's start (``ti.start_date``; a deferred try keeps
-    its start), never below zero. No start known: the whole timeout."""
+    """What is left of a sensor's ``timeout`` counted from the try's start (``try_start``), never below zero. No
+    start known: the whole timeout."""
     if started is None:
         return max(0.0, float(timeout))
     now = now or datetime.now(timezone.utc)

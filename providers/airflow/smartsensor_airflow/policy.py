@@ -23,7 +23,10 @@ operator shows as ``NamedHivePartitionSensor via smartsensor`` in the UI, and it
 ``HivePartitionSensor`` whose filter smartsensor cannot check (OR, ranges) runs as Airflow's own, with a log line.
 
 Opting out: a DAG tagged ``smartsensor:off``, or a task (or DAG) with the param ``smartsensor`` set to false.
-Disabled (the default), or with a setting it cannot read (logged as an error), the policy changes nothing.
+Disabled (the default), or with a setting it cannot read (logged as an error), the policy changes nothing. Nor
+does it change a task whose smartsensor arguments cannot be computed (a ``poke_interval`` that is not a number,
+say): every value is computed before the task's class is swapped, and the swap is undone if setting them fails, so
+no task is ever left half-configured (logged; the task runs as Airflow's own).
 """
 
 from __future__ import annotations
@@ -177,8 +180,9 @@ def route(task: Any, settings: PolicySettings) -> bool:
     if why is not None:
         log.info("smartsensor: %s.%s stays Airflow's own %s: %s", _dag_id(task), task.task_id, name, why)
         return False
-    task.__class__ = routed_class(cls)
-    task.smartsensor_setup(
+    # Every value first, from the task as it is: a setup that raises leaves it Airflow's own, untouched.
+    values = SmartSensorMixin.smartsensor_values(
+        task,
         smartsensor_conn_id=settings.conn_id,
         smartsensor_poll_interval=settings.poll_interval,
         smartsensor_execute_wait=settings.execute_wait,
@@ -186,6 +190,17 @@ def route(task: Any, settings: PolicySettings) -> bool:
         smartsensor_fallback_grace=settings.fallback_grace,
         smartsensor_start_from_trigger=settings.start_from_trigger,
     )
+    before = {name: task.__dict__[name] for name in values if name in task.__dict__}
+    task.__class__ = routed_class(cls)
+    try:
+        for name, value in values.items():
+            setattr(task, name, value)
+    except BaseException:  # put the task back as it was: its class, and only the attributes it had
+        task.__class__ = cls
+        for name in values:
+            task.__dict__.pop(name, None)
+        task.__dict__.update(before)
+        raise
     return True
 
 

@@ -60,7 +60,7 @@ from smartsensor_airflow.client import (
     is_timeout,
     register_try,
 )
-from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, wait_classically
+from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, try_start, wait_classically
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter
 from smartsensor_airflow.start import StartsInTriggerer
 from smartsensor_airflow.triggers import EXECUTE_ON_WORKER, RESUME_SETTLE, UNREACHABLE, SmartSensorTrigger
@@ -118,7 +118,7 @@ class SmartSensorMixin:
     execution_timeout: timedelta | None
     log: Any
 
-    def smartsensor_setup(
+    def smartsensor_values(
         self,
         *,
         smartsensor_conn_id: str = DEFAULT_CONN_ID,
@@ -128,18 +128,27 @@ class SmartSensorMixin:
         smartsensor_resume_settle: float = RESUME_SETTLE,
         smartsensor_fallback_grace: float = DEFAULT_GRACE,
         smartsensor_start_from_trigger: bool = True,
-    ) -> None:
-        """Set the smartsensor arguments (the drop-ins' extra constructor arguments; the policy's settings)."""
-        self.smartsensor_conn_id = smartsensor_conn_id
+    ) -> dict[str, Any]:
+        """The attributes ``smartsensor_setup`` sets, computed from the task without changing it: whatever raises
+        here (a ``poke_interval`` that is not a number, Airflow's listener look-up) raises before any change."""
         interval = DEFAULT_POLL_INTERVAL if smartsensor_poll_interval is None else smartsensor_poll_interval
-        self.smartsensor_poll_interval = float(min(float(interval), float(self.poke_interval)))
-        self.smartsensor_execute_wait = max(0.0, float(smartsensor_execute_wait))
         if end_from_trigger is None:  # Airflow runs neither listeners nor on_success_callback for such an end
             end_from_trigger = not has_listeners() and not getattr(self, "on_success_callback", None)
-        self.end_from_trigger = bool(end_from_trigger)
-        self.smartsensor_resume_settle = max(0.0, float(smartsensor_resume_settle))
-        self.smartsensor_fallback_grace = float(smartsensor_fallback_grace)
-        self.smartsensor_start_from_trigger = bool(smartsensor_start_from_trigger)
+        return {
+            "smartsensor_conn_id": smartsensor_conn_id,
+            "smartsensor_poll_interval": float(min(float(interval), float(self.poke_interval))),
+            "smartsensor_execute_wait": max(0.0, float(smartsensor_execute_wait)),
+            "end_from_trigger": bool(end_from_trigger),
+            "smartsensor_resume_settle": max(0.0, float(smartsensor_resume_settle)),
+            "smartsensor_fallback_grace": float(smartsensor_fallback_grace),
+            "smartsensor_start_from_trigger": bool(smartsensor_start_from_trigger),
+        }
+
+    def smartsensor_setup(self, **arguments: Any) -> None:
+        """Set the smartsensor arguments (the drop-ins' extra constructor arguments, ``SMARTSENSOR_ARGUMENTS``; the
+        policy's settings), all computed first (``smartsensor_values``), so that a bad one changes nothing."""
+        for name, value in self.smartsensor_values(**arguments).items():
+            setattr(self, name, value)
 
     def persist_values(self) -> dict[str, Any]:
         """The rendered arguments smartsensor's sensor class stores."""
@@ -221,6 +230,7 @@ class SmartSensorMixin:
                 settle=self.smartsensor_resume_settle,
                 deadline=None if self.execution_timeout is None else started + self.execution_timeout.total_seconds(),
                 fallback_grace=self.smartsensor_fallback_grace,
+                try_started=_try_started(ti, started),
             ),
             method_name="execute_complete",
             timeout=backstop,
@@ -231,17 +241,23 @@ class SmartSensorMixin:
         drop-in fails the try (Airflow's retries apply, as an error in the poke of Airflow's own sensor does)."""
         raise AirflowException(str(exc))
 
-    def fall_back(self, context: Any, why: str) -> None:
-        """The safety valve: check on our own (``poke``) until the partition is there or the timeout passes."""
+    def fall_back(self, context: Any, why: str, try_started: float | None = None) -> None:
+        """The safety valve: check on our own (``poke``) until the partition is there or the timeout passes,
+        counted from the try's start (``try_started``: epoch seconds a resuming trigger carried, see
+        ``fallback.try_start``)."""
         wait_classically(
             lambda: bool(self.poke(context)),  # type: ignore[attr-defined]
             poke_interval=float(self.poke_interval),
-            left=seconds_left(float(self.timeout), getattr(context["ti"], "start_date", None)),
+            left=self.valve_seconds_left(context, try_started),
             soft_fail=bool(self.soft_fail),
             why=why,
             task=f"{context['ti'].task_id} ({self.smartsensor_class})",
             logger=self.log,
         )
+
+    def valve_seconds_left(self, context: Any, try_started: float | None = None) -> float:
+        """What the safety valve has left of the sensor's ``timeout``, counted from the try's first start."""
+        return seconds_left(float(self.timeout), try_start(getattr(context["ti"], "start_date", None), try_started))
 
     def execute_complete(self, context: Any, event: dict[str, Any] | str) -> None:
         """Success ends the task; skipped raises AirflowSkipException; a timeout AirflowSensorTimeout (no retries,
@@ -260,7 +276,7 @@ class SmartSensorMixin:
         if state == "execution_timeout":
             raise AirflowTaskTimeout(f"smartsensor: the try reached its execution_timeout ({self.execution_timeout})")
         if state == UNREACHABLE:
-            return self.fall_back(context, str(error))
+            return self.fall_back(context, str(error), event.get("try_started"))
         if state == EXECUTE_ON_WORKER:  # started in the triggerer, which could not read the check
             self.log.info("smartsensor: %s; this try runs its execute on the worker", error)
             return SmartSensorMixin.execute(self, context)
@@ -443,3 +459,9 @@ class SuccessFileSensor(SmartSensorOperator):
             "SuccessFileSensor has no Airflow counterpart to check on its own: it waits for smartsensor "
             "(set smartsensor_fallback_grace=-1 to make that explicit)"
         )
+
+
+def _try_started(ti: Any, started: float) -> float:
+    """Epoch seconds this try started: the earlier of ``ti.start_date`` and when ``execute`` began."""
+    first = try_start(getattr(ti, "start_date", None), started)
+    return started if first is None else first.timestamp()

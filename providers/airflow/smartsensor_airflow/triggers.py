@@ -116,6 +116,7 @@ class SmartSensorTrigger(BaseTrigger):
         settle: float = RESUME_SETTLE,
         deadline: float | None = None,
         fallback_grace: float | None = None,
+        try_started: float | None = None,
     ) -> None:
         super().__init__()
         missing = [f for f in KEY_FIELDS if f not in key]
@@ -129,6 +130,9 @@ class SmartSensorTrigger(BaseTrigger):
         self.deadline = None if deadline is None else float(deadline)  # epoch seconds: the try's execution_timeout
         # None or below 0: wait for the service however long it is away.
         self.fallback_grace = None if fallback_grace is None or fallback_grace < 0 else float(fallback_grace)
+        # Epoch seconds the try started, as the deferring task saw it: the safety valve counts its timeout from
+        # there, whatever start_date the resumed task is given (fallback.try_start).
+        self.try_started = None if try_started is None else float(try_started)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return CLASSPATH, {
@@ -139,6 +143,7 @@ class SmartSensorTrigger(BaseTrigger):
             "settle": self.settle,
             "deadline": self.deadline,
             "fallback_grace": self.fallback_grace,
+            "try_started": self.try_started,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -184,7 +189,10 @@ class SmartSensorTrigger(BaseTrigger):
     async def resume(self, started: float, state: str, error: str | None, hashcode: int | None = None) -> TriggerEvent:
         """An event that resumes the task on a worker (its ``execute_complete``), not before the settle time."""
         await self._settle(started)
-        return TriggerEvent({"state": state, "error": error, "hashcode": hashcode, "key": self.key})
+        payload: dict[str, Any] = {"state": state, "error": error, "hashcode": hashcode, "key": self.key}
+        if state == UNREACHABLE and self.try_started is not None:
+            payload["try_started"] = self.try_started  # where the valve counts the timeout from
+        return TriggerEvent(payload)
 
     async def _settle(self, started: float) -> None:
         """Hold a resume event until ``settle`` seconds after the trigger started (the race guard)."""
@@ -249,8 +257,9 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             "map_index": ti.map_index if ti.map_index is not None else -1,
             "try_number": ti.try_number,
         }
+        self.try_started = _epoch(getattr(ti, "start_date", None))  # the scheduler's deferral stamped it
         if self.execution_timeout is not None:
-            self.deadline = _epoch(getattr(ti, "start_date", None)) + self.execution_timeout
+            self.deadline = self.try_started + self.execution_timeout
         try:
             context = await run_context(ti, self.params)
             rendered = render_fields(self.fields, context, self.native)

@@ -18,12 +18,12 @@ once per process, with its first statement, in the database's own catalog (``pg_
 ``information_schema.COLUMNS``); a process that runs across an upgrade from Hive 2.3 reads every catalog until it
 restarts.
 
-A round makes at most two statements: the column types of tables it has not cached (``fetch_types``), then
-``list_tables``, where an exact check, or a partial one that gives every column, is its partition's name looked
-up through that unique index (the values cast as Spark stores them, then escaped as Hive does) and another partial
-one lists the partitions whose name starts with the leading columns it gives (all of the table's when it gives
-none of them). Tables and names go in as array parameters: no user text is ever part of the SQL. The grant it
-needs: SELECT on those four tables.
+A round makes at most two statements (three in the round that finds the database went back: see partition_feed): the
+column types of tables it has not cached (``fetch_types``), then ``list_tables``, where an exact check, or a partial
+one that gives every column, is its partition's name looked up through that unique index (the values cast as Spark
+stores them, then escaped as Hive does) and another partial one lists the partitions whose name starts with the
+leading columns it gives (all of the table's when it gives none of them). Tables and names go in as array
+parameters: no user text is ever part of the SQL. The grant it needs: SELECT on those four tables.
 
 On MySQL and MariaDB (``mysql://`` URLs, PyMySQL) the same two statements take one JSON parameter per list,
 unpacked by ``JSON_TABLE`` (MySQL 8, MariaDB 10.6+), with the identifiers unquoted upper case (``DBS``,
@@ -84,6 +84,8 @@ _PG_LOOKUPS = f"""
 """
 # The feed: partitions above the high-water mark, and the gaps below it (index reads of the primary key). At the
 # first statement there is no mark yet: it starts :span ids below the highest, and a row of kind 2 says where.
+# Rows of kind 3 are the witnesses, ids read again as they are now (primary-key probes): one gone or changed means
+# the database went back (see partition_feed).
 _PG_START = 'COALESCE(CAST(:after AS bigint), (SELECT COALESCE(max("PART_ID"), 0) FROM "PARTITIONS") - :span)'
 _PG_DELIVERED = f"""
     SELECT 0, p."PART_ID", @DB_NAME@, t."TBL_NAME", p."PART_NAME"
@@ -92,6 +94,10 @@ _PG_DELIVERED = f"""
         OR p."PART_ID" = ANY(CAST(string_to_array(CAST(:gaps AS text), ',') AS bigint[]))
     UNION ALL
     SELECT 2, {_PG_START}, NULL, NULL, NULL
+    UNION ALL
+    SELECT 3, p."PART_ID", @DB_NAME@, t."TBL_NAME", p."PART_NAME"
+    FROM "PARTITIONS" p JOIN "TBLS" t ON t."TBL_ID" = p."TBL_ID" JOIN "DBS" d ON d."DB_ID" = t."DB_ID"
+    WHERE p."PART_ID" = ANY(CAST(string_to_array(CAST(:witnesses AS text), ',') AS bigint[]))
 """
 
 # MySQL/MariaDB: the same statements over JSON_TABLE rows, one JSON array parameter of [db, table, value] per list.
@@ -137,6 +143,11 @@ _MYSQL_DELIVERED = f"""
     JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`
     UNION ALL
     SELECT 2, {_MYSQL_START}, NULL, NULL, NULL
+    UNION ALL
+    SELECT 3, p.`PART_ID`, @DB_NAME@, t.`TBL_NAME`, p.`PART_NAME`
+    FROM JSON_TABLE(:witnesses, '$[*]' COLUMNS (id BIGINT PATH '$')) AS w
+    JOIN `PARTITIONS` p ON p.`PART_ID` = w.id
+    JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`
 """
 # Hive 3+ keys DBS by (NAME, CTLG_NAME) and may hold several catalogs (HDP 3: hive and spark, each with a `default`
 # database). Only the default catalog is read, as the thrift backend reads it; Hive 2.3's DBS has no CTLG_NAME.
@@ -301,27 +312,34 @@ class MetastoreDbCatalog:
     def list_tables(self, requests: Sequence[ListingRequest]) -> tuple[dict[Key, AnsweredListing | CheckError], int]:
         """Every request's names in one statement: exact checks by name, partial ones (and a request without
         checks: its ``narrowing``) by the start of the name. Following the feed, only what is not covered yet is
-        looked up, and the statement also reads the partitions added since the last one."""
+        looked up, and the statement also reads the partitions added since the last one; when it finds that the
+        database went back (the feed's reset), the round's statement runs once more, on a fresh coverage."""
         listings: dict[Key, AnsweredListing | CheckError] = {}
         with self._lock:
             feed = self.feed if self.feed is not None else PartitionFeed()  # without the feed: a fresh memory
-            read = feed.plan(requests)
-            if self.feed is None:
-                read = FeedRead(read.names, read.prefixes)
-            try:
-                rows = self._statement(read, len(requests))
-            except CheckError as exc:
-                return {(r.db, r.table): exc for r in requests}, 1
-            start = next((part_id for kind, part_id, *_ in rows if kind == 2), None)
-            feed.absorb(
-                read,
-                ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 0),
-                ((db, table, name) for kind, _, db, table, name in rows if kind == 1),
-                start,
-            )
+            made = 0
+            for _ in range(2):  # a second time only when the database went back (the feed's reset)
+                made += 1
+                read = feed.plan(requests)
+                if self.feed is None:
+                    read = FeedRead(read.names, read.prefixes)
+                try:
+                    rows = self._statement(read, len(requests))
+                except CheckError as exc:
+                    return {(r.db, r.table): exc for r in requests}, made
+                start = next((part_id for kind, part_id, *_ in rows if kind == 2), None)
+                feed.absorb(
+                    read,
+                    ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 0),
+                    ((db, table, name) for kind, _, db, table, name in rows if kind == 1),
+                    start,
+                    ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 3),
+                )
+                if not feed.reset_pending:
+                    break
             for request in requests:
                 listings[(request.db, request.table)] = feed.listing(request)
-        return listings, 1
+        return listings, made
 
     def _statement(self, read: FeedRead, count: int) -> list[Any]:
         """The round's one statement: ``read``'s look-ups, and the feed when it follows it."""
@@ -331,6 +349,7 @@ class MetastoreDbCatalog:
             params["after"] = read.after
             params["span"] = read.span
             params["gaps"] = json.dumps(list(read.gaps)) if self.mysql else ",".join(map(str, read.gaps))
+            params["witnesses"] = json.dumps(list(read.witnesses)) if self.mysql else ",".join(map(str, read.witnesses))
         if self.mysql:
             params["names"] = json.dumps([list(n) for n in read.names], ensure_ascii=False)
             params["prefixes"] = json.dumps([list(p) for p in read.prefixes], ensure_ascii=False)

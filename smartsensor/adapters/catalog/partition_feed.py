@@ -10,12 +10,25 @@ request from memory (its exact checks decided, the names its partial ones need).
   a statement has looked it up. From then on it is answered from ``present``: the names found by look-ups plus
   every name the feed has since delivered for that table.
 - **The feed.** Each statement also reads the partitions whose ``PART_ID`` is above the high-water mark, and the
-  *gaps*: ids at or below it not seen yet. The metastore hands out ids in blocks (DataNucleus) and commits
-  concurrent additions in any order, so an id below the mark may still commit; a gap is read again every round
-  for ``gap_seconds``, then given up.
-- **Verify.** Every ``verify_seconds`` (and when gaps overflow) the coverage is dropped, so every due name is
-  looked up again: a partition dropped, a table re-created, or an id that committed after its gap was given up
-  shows there, at the latest. The feed's position is kept.
+  *gaps*: ids at or below it not seen yet. The metastore hands out ids in blocks (DataNucleus: each instance takes
+  a block of ids and uses it for as long as it runs) and commits concurrent additions in any order, so an id far
+  below the mark may still commit, however late: an idle instance's block. A gap is therefore never given up for
+  its age, only for its count: the ``max_gaps`` highest are kept (ids handed out and never used, by a restart or
+  a rolled-back addition, are the rest), and giving the lowest up makes the next round a verify.
+- **Going back.** A failover to a lagging replica or a restore loses the last transactions, and the metastore
+  hands their ids out again. Every id the latest delivering round read (up to ``max_witnesses``) is a *witness*:
+  the next statement reads those ids back. Those rows committed after every partition the process read before
+  them, so losing any partition it read loses a witness too (the database keeps commits in order). A witness gone
+  or holding another partition is a *reset*: the coverage is dropped, the feed starts again below the highest id,
+  as at the first statement, and the catalog runs the round's statement again, so the round's answers hold
+  nothing the database lost.
+- **Verify.** Every ``verify_seconds`` (and after gaps were given up) the coverage is dropped, so every due name is
+  looked up again: a partition dropped, a table re-created, or an id given up by count shows there, at the latest.
+  The feed's position is kept.
+
+The bound: a partition added is seen by the round after it commits, however long after its id was handed out,
+as long as its id is above the mark or one of the ``max_gaps`` highest unseen ids below it; a database that went
+back is seen by the next round (2 statements in that round). Otherwise, and for a drop, by the next verify.
 
 The feed's first statement starts ``baseline_span`` ids below the metastore's highest id (and says where), so that
 ids handed out before the process started and committed just after are read too.
@@ -33,10 +46,11 @@ from smartsensor.sensors.partitions import escape_partition_value
 
 Key = tuple[str, str]
 
-GAP_SECONDS = 600.0
 VERIFY_SECONDS = 600.0
 BASELINE_SPAN = 1_000
 MAX_GAPS = 10_000
+MAX_WITNESSES = 100
+Row = tuple[str | None, str, str]  # a partition's (db, table, name): db None in a catalog other than hive
 
 
 def partition_name(columns: Sequence[str], spec: dict[str, str]) -> str:
@@ -75,7 +89,7 @@ def name_prefixes(name: str) -> list[str]:
 class FeedRead:
     """What one statement reads: the look-ups of names and prefixes not covered yet, as (db, table, text); and,
     when ``follow``, the feed: the ids above ``after`` (None: above ``span`` below the metastore's highest, the
-    statement returning that start) and the ``gaps``."""
+    statement returning that start), the ``gaps`` and the ``witnesses`` (ids read back as they are now)."""
 
     names: tuple[tuple[str, str, str], ...]
     prefixes: tuple[tuple[str, str, str], ...]
@@ -83,6 +97,7 @@ class FeedRead:
     after: int | None = None
     gaps: tuple[int, ...] = ()
     span: int = BASELINE_SPAN
+    witnesses: tuple[int, ...] = ()
 
 
 @dataclass
@@ -102,23 +117,27 @@ class PartitionFeed:
 
     def __init__(
         self,
-        gap_seconds: float = GAP_SECONDS,
         verify_seconds: float = VERIFY_SECONDS,
         baseline_span: int = BASELINE_SPAN,
         max_gaps: int = MAX_GAPS,
         clock: Callable[[], float] = time.monotonic,
+        max_witnesses: int = MAX_WITNESSES,
     ) -> None:
-        self.gap_seconds = gap_seconds
         self.verify_seconds = verify_seconds
         self.baseline_span = baseline_span
         self.max_gaps = max_gaps
+        self.max_witnesses = max_witnesses
         self.clock = clock
-        self.high_water: int | None = None  # the highest id read; None until the first statement
-        self.gaps: dict[int, float] = {}  # id not seen yet, at or below high_water → when it was first missed
+        self.high_water: int | None = None  # the highest id read; None until the first statement (and at a reset)
+        self.gaps: set[int] = set()  # ids at or below high_water not seen yet, the max_gaps highest
+        self.witnesses: dict[int, Row] = {}  # ids the latest delivering round read → what they held
         self.verified_at = clock()
         self.verifies = 0  # coverage dropped so far (the tests and the bench read it)
-        self._verify_next = False  # at the next plan: the feed skipped more ids than it follows (this round's
-        # answers, read in the same statement as the look-ups, still hold)
+        self.resets = 0  # times the database was found to have gone back
+        self.gaps_given_up = 0  # unseen ids given up for their count, so far
+        self.reset_pending = False  # absorb found a reset: the round's statement must run again (plan, absorb)
+        self._verify_next = False  # at the next plan: the feed gave ids up or went back (this round's answers,
+        # read in the same statement as the look-ups, still hold, except after a reset)
         self._tables: dict[Key, _Table] = {}
         # This round's requests: each check's text, and the exact names and prefixes asked (plan → listing).
         self._asked: dict[Key, tuple[dict[PartitionCheck, tuple[bool, str]], set[str], set[str]]] = {}
@@ -131,6 +150,7 @@ class PartitionFeed:
         now = self.clock()
         if self._verify_next or now - self.verified_at >= self.verify_seconds:
             self.verify(now)
+        self.reset_pending = False
         names: list[tuple[str, str, str]] = []
         prefixes: list[tuple[str, str, str]] = []
         self._asked = {}
@@ -139,8 +159,15 @@ class PartitionFeed:
             asked = self._asked[(request.db, request.table)] = self._texts(state, request)
             names.extend((request.db, request.table, n) for n in asked[1] - state.names)
             prefixes.extend((request.db, request.table, p) for p in asked[2] - state.prefixes)
-        gaps = tuple(sorted(self.gaps))
-        return FeedRead(tuple(names), tuple(prefixes), True, self.high_water, gaps, self.baseline_span)
+        return FeedRead(
+            tuple(names),
+            tuple(prefixes),
+            True,
+            self.high_water,
+            tuple(sorted(self.gaps)),
+            self.baseline_span,
+            tuple(sorted(self.witnesses)),
+        )
 
     def absorb(
         self,
@@ -148,11 +175,17 @@ class PartitionFeed:
         delivered: Iterable[tuple[int, str | None, str, str]],
         found: Iterable[tuple[str, str, str]],
         start: int | None = None,
+        witnessed: Iterable[tuple[int, str | None, str, str]] = (),
     ) -> None:
         """Take what ``read``'s statement returned: the feed's rows (id, db, table, name; db None for a partition
         no check can ask for, in another catalog: its id is seen all the same), the look-ups' (db, table, name),
-        and where the feed started when ``read.after`` was None. The look-ups' names and prefixes are covered from
-        now on."""
+        where the feed started when ``read.after`` was None, and the witnesses' rows as they are now. The look-ups'
+        names and prefixes are covered from now on. A witness missing or changed is a reset (``reset_pending``)."""
+        if read.follow and read.witnesses:
+            now = {part_id: (db, table, name) for part_id, db, table, name in witnessed}
+            if any(now.get(i) != self.witnesses.get(i) for i in read.witnesses):
+                self._reset()
+                return
         for db, table, name in found:
             state = self._tables.get((db, table))
             if state is not None:
@@ -166,32 +199,53 @@ class PartitionFeed:
         if read.after is None and start is None:
             raise ValueError("the feed's first statement returns where it started")
         after = read.after if read.after is not None else max(start or 0, 0)  # ids start at 1
-        seen: set[int] = set()
+        rows: dict[int, Row] = {}
         for part_id, of_db, table, name in delivered:
-            seen.add(part_id)
+            rows[part_id] = (of_db, table, name)
             state = self._tables.get((of_db, table)) if of_db is not None else None
             if state is not None:
                 state.present.add(name)
-        self._advance(after, seen)
+        if rows:
+            self.witnesses = {i: rows[i] for i in sorted(rows, reverse=True)[: self.max_witnesses]}
+        self._advance(after, set(rows))
+
+    def _reset(self) -> None:
+        """The database went back (a failover, a restore): forget what was read, and start the feed again below
+        the highest id, as at the first statement. The gaps stay: ids of blocks handed out before may still
+        commit."""
+        self.resets += 1
+        self.reset_pending = True
+        self._verify_next = True
+        self.high_water = None
+        self.witnesses = {}
 
     def _advance(self, after: int, seen: set[int]) -> None:
-        """Move the high-water mark to the highest id read; ids skipped below it become gaps, for a while."""
-        now = self.clock()
-        for part_id in seen:
-            self.gaps.pop(part_id, None)
+        """Move the high-water mark to the highest id read; ids skipped below it become gaps, the ``max_gaps``
+        highest kept."""
+        self.gaps -= seen
         top = max(seen, default=after)
         base = self.high_water if self.high_water is not None else after
         if top > base:
-            if top - base - len(seen) > self.max_gaps:
-                self._verify_next = True  # too many ids skipped to follow one by one: look everything up again
-            else:
-                for part_id in range(base + 1, top):
-                    if part_id not in seen:
-                        self.gaps.setdefault(part_id, now)
+            skipped = (top - 1 - base) - sum(1 for i in seen if base < i < top)
+            new: list[int] = []
+            part_id = top - 1
+            while part_id > base and len(new) < self.max_gaps:  # the highest first: lower ones are given up
+                if part_id not in seen:
+                    new.append(part_id)
+                part_id -= 1
+            self._give_up(skipped - len(new))
+            self.gaps.update(new)
         self.high_water = max(top, base)
-        self.gaps = {i: t for i, t in self.gaps.items() if now - t < self.gap_seconds}
+        self.gaps = {i for i in self.gaps if i <= self.high_water}
         if len(self.gaps) > self.max_gaps:
-            self.gaps.clear()
+            kept = sorted(self.gaps)[-self.max_gaps :]
+            self._give_up(len(self.gaps) - len(kept))
+            self.gaps = set(kept)
+
+    def _give_up(self, count: int) -> None:
+        """``count`` unseen ids are no longer followed: the next round looks every due name up again."""
+        if count > 0:
+            self.gaps_given_up += count
             self._verify_next = True
 
     def listing(self, request: ListingRequest) -> AnsweredListing:

@@ -54,6 +54,13 @@ class SqlRoundStore:
         with self.engine.begin() as conn:
             return task_sql.start_pending_cohorts(conn, shard_min, shard_max, now, hostname, fence=fence)
 
+    def oldest_open_write(self) -> datetime | None:
+        """``tasks.oldest_open_transaction`` on PostgreSQL (1 statement); None on SQLite, which cannot tell."""
+        if self.engine.dialect.name != "postgresql":
+            return None
+        with self.engine.connect() as conn:
+            return task_sql.oldest_open_transaction(conn)
+
     def changed_since(self, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
         """The started tasks of the range changed since ``since`` but by ``starter``'s feed, per cohort. 1 statement."""
         with self.engine.connect() as conn:

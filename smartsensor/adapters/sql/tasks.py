@@ -9,7 +9,7 @@ Lease, signal and status queries live next to this module (``leases``, ``signals
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, exists, func, insert, or_, select, text, tuple_, update
@@ -316,6 +316,25 @@ def adopt_unstarted(
             .returning(*_COHORT_COLUMNS)
         )
     )
+
+
+# Other sessions' open transactions on this database, client backends only (autovacuum and the like stamp no rows).
+# A role sees another role's xact_start only as a superuser or with pg_read_all_stats: give the workers' role that
+# (or run every writer under it), else such a transaction is not seen and the index rebuild is the bound.
+_OLDEST_OPEN = text(
+    "SELECT min(xact_start) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND backend_type = 'client backend' AND xact_start IS NOT NULL"
+)
+
+
+def oldest_open_transaction(conn: Connection) -> datetime | None:
+    """PostgreSQL: when the oldest transaction another session holds open began, naive UTC, or None. A
+    reconciliation reads rows changed from there on next time, so that a transaction that commits long after the
+    ``updated_at`` it stamped is still read. 1 statement (pg_stat_activity: a row per connection)."""
+    oldest = conn.execute(_OLDEST_OPEN).scalar()
+    if oldest is None:
+        return None
+    return oldest.astimezone(timezone.utc).replace(tzinfo=None) if oldest.tzinfo is not None else oldest
 
 
 def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:

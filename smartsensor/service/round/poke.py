@@ -52,8 +52,8 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
                 feed = None
                 if cfg.settings.catalog.metastore_db_feed:
                     feed = PartitionFeed(
-                        gap_seconds=cfg.settings.catalog.metastore_db_gap_seconds,
                         verify_seconds=cfg.settings.catalog.metastore_db_verify_seconds,
+                        max_gaps=cfg.settings.catalog.metastore_db_max_gaps,
                     )
                 timeout = cfg.settings.smart_sensor.metastore_timeout
                 catalogs.append(MetastoreDbCatalog.from_url(url, timeout, feed))

@@ -93,7 +93,10 @@ class RangeRounds:
         self.index = CheckIndex()
         self._built_at: datetime | None = None  # None: rebuild the index at the next round
         self._built_under: Fence | None = None
-        self._reconciled_at = datetime.min  # rows changed from (this - reconcile_lookback) on are read next time
+        self._reconciled_at = datetime.min  # when the last reconciliation (or build) read
+        # Rows changed from (this - reconcile_lookback) on are read next time: the last read's time, or when the
+        # oldest transaction then open began if earlier (see _read_from).
+        self._reconcile_from = datetime.min
         self._late_bad: list[BadCohort] = []  # cohorts found unplannable after a round: failed by the next one
         self._classes: dict[str, type[BaseSensor] | UnknownSensorClass | tuple[SensorModuleUnavailable, float]] = {}
         self._lock = threading.RLock()
@@ -169,7 +172,7 @@ class RangeRounds:
         fence: Fence | None,
         result: RoundResult,
         bad: list[BadCohort],
-        changed: CohortRows | None = None,
+        changed: tuple[CohortRows, datetime] | None = None,
     ) -> list[WaitingCheck]:
         """Bring the index up to date: rebuild it, or count in the tasks that arrived (and ``changed``, what a
         reconciliation read). Returns the checks new to the index this round."""
@@ -182,6 +185,7 @@ class RangeRounds:
                 self._reconcile(now, changed, result, bad)
             return new
         known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
+        read_from = self._read_from(now)  # before the build's read, as for a reconciliation
         rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.starter, fence)
         self.index = CheckIndex(self.index.seq)
         new, unplannable = self.index.add(rows)
@@ -193,6 +197,7 @@ class RangeRounds:
                 if old.last_poke is not None:
                     bad.extend(self.index.done(check, old.last_poke))
         self._built_at, self._built_under, self._reconciled_at = now, fence, now
+        self._reconcile_from = read_from
         result.rebuilt = 1
         return []
 
@@ -207,7 +212,16 @@ class RangeRounds:
                 self._reconcile(now, changed, result, self._late_bad)
         return result
 
-    def _changes_to_reconcile(self, now: datetime, due_only: bool = True) -> CohortRows | None:
+    def _read_from(self, now: datetime) -> datetime:
+        """Where the next reconciliation reads from (less the lookback), asked before this read: ``now``, or when
+        the oldest transaction still open began if earlier (it may commit rows it stamped then, after this read),
+        but never before ``now - index_rebuild_interval`` (the rebuild after its commit reads those)."""
+        oldest = self.store.oldest_open_write()
+        if oldest is None or oldest >= now:
+            return now
+        return max(oldest, now - self.rebuild_interval)
+
+    def _changes_to_reconcile(self, now: datetime, due_only: bool = True) -> tuple[CohortRows, datetime] | None:
         """The started tasks changed since the last reconciliation (less the lookback) by anyone but this worker's
         feed, when a reconciliation is due (every reconcile_interval, on a built index); else None. Read without
         the worker's lock: a round of the other thread is not held up by it, and what it reads is only counted in
@@ -216,15 +230,19 @@ class RangeRounds:
             return None
         if due_only and now - self._reconciled_at < self.reconcile_interval:
             return None
-        since = self._reconciled_at - self.reconcile_lookback
-        return self.store.changed_since(self.shard_min, self.shard_max, since, self.starter)
+        read_from = self._read_from(now)  # before the read: a transaction that commits after it began after this
+        since = self._reconcile_from - self.reconcile_lookback
+        return self.store.changed_since(self.shard_min, self.shard_max, since, self.starter), read_from
 
-    def _reconcile(self, now: datetime, changed: CohortRows, result: RoundResult, bad: list[BadCohort]) -> None:
+    def _reconcile(
+        self, now: datetime, changed: tuple[CohortRows, datetime], result: RoundResult, bad: list[BadCohort]
+    ) -> None:
         """Count in the reconciliation's tasks that the index lacks: those no feed of this worker brought (a
         set-state by hand, another process, `db reshard`)."""
+        rows, self._reconcile_from = changed
         self._reconciled_at = now
         before = self.index.tasks
-        _, unplannable = self.index.add(changed, ensure=True)
+        _, unplannable = self.index.add(rows, ensure=True)
         bad.extend(unplannable)
         result.reconciled = self.index.tasks - before
         if result.reconciled:

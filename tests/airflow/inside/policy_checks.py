@@ -3,10 +3,12 @@ wait, against the installed Airflow and Hive provider; prints one JSON line for 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import airflow
 
@@ -20,6 +22,7 @@ from airflow.providers.apache.hive.sensors.named_hive_partition import NamedHive
 
 from smartsensor_airflow import policy, sensors
 from smartsensor_airflow.fallback import seconds_left, wait_classically
+from smartsensor_airflow.triggers import UNREACHABLE, SmartSensorTrigger
 
 out: dict = {"airflow": airflow.__version__}
 
@@ -93,6 +96,19 @@ out["routed_named"] = {
     "again": policy.route(named, policy.PolicySettings.read()),  # a routed task is not routed twice
 }
 out["routed_filter_persist"] = dag.get_task("filter").persist_values()
+# A setup that raises (here a poke_interval set after construction to what no sensor can use) must leave the task
+# exactly as Airflow's own: its class, and none of smartsensor's attributes.
+broken = build("half").get_task("named")
+broken.poke_interval = "soon"
+logging.disable(logging.CRITICAL)  # the policy logs the failure; the import must not fail
+policy.task_policy(broken)
+logging.disable(logging.NOTSET)
+out["setup_raises"] = {
+    "operator": broken.operator_name,
+    "routed": isinstance(broken, sensors.SmartSensorMixin),
+    "class": f"{type(broken).__module__}.{type(broken).__name__}",
+    "set": sorted(n for n in vars(broken) if n.startswith("smartsensor_") or n == "end_from_trigger"),
+}
 os.environ["AIRFLOW__SMARTSENSOR__POLL_INTERVAL"] = "never"
 logging.disable(logging.CRITICAL)  # the policy logs the bad setting; the import must not fail
 out["bad_setting"] = routed(build("bad"))
@@ -130,4 +146,23 @@ out["seconds_left"] = [
     seconds_left(600, (now - timedelta(seconds=700)).replace(tzinfo=None), now),
     seconds_left(600, None, now),
 ]
+# The valve after a resume: a resumed task whose start_date is its resume time (as `airflow dags test` gives it on
+# 3.x) counts the timeout from the start its trigger carried, not from the resume.
+first = datetime.now(timezone.utc) - timedelta(seconds=500)
+resumed = SimpleNamespace(start_date=datetime.now(timezone.utc))
+drop_in = sensors.NamedHivePartitionSensor(task_id="valve_resume", partition_names=["db.t/ds=1"], timeout=600)
+trigger = SmartSensorTrigger(
+    {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1},
+    settle=0,
+    try_started=first.timestamp(),
+)
+event = asyncio.run(trigger.resume(0.0, UNREACHABLE, "out of reach")).payload
+out["valve_resume"] = {
+    "carried": event.get("try_started") == first.timestamp(),
+    "left_from_resume": round(drop_in.valve_seconds_left({"ti": resumed})),
+    "left_from_first": round(drop_in.valve_seconds_left({"ti": resumed}, event.get("try_started"))),
+    "left_when_start_date_kept": round(
+        drop_in.valve_seconds_left({"ti": SimpleNamespace(start_date=first)}, event.get("try_started"))
+    ),
+}
 print(json.dumps(out))
