@@ -2,11 +2,11 @@
 times while it builds and serializes a DAG, and each read checks the task's templates. Run with an Airflow venv's
 python from the repository root, the provider from this checkout:
 
-    PYTHONPATH=providers/airflow ~/.cache/smartsensor/airflow-3.3.2/bin/python -m scripts.airflow.parse_cost [--sizes 100,1000]
+    PYTHONPATH=providers/airflow ~/.cache/smartsensor/airflow-3.3.2/bin/python -m scripts.airflow.parse_cost
 
-For DAGs of N drop-in sensors (half by name, half by filter) it prints, side by side, the CPU per task to build the
-DAG and to serialize it, and the reads of the start arguments per task, with the templates parsed once per process
-(the provider) and parsed again on every read (no caches: how it was before).
+For DAGs of N drop-in sensors (``--sizes``, default 100,1000; half by name, half by filter) it prints, side by
+side, the CPU per task to build the DAG and to serialize it, and the reads of the start arguments per task, with
+the templates parsed once per process (the provider) and parsed again on every read (no caches: as before).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def strategy(name: str) -> Iterator[dict[str, int]]:
 
     start.start_trigger_args = counted
     if name == "every read":
-        start._template_use = start._template_use.__wrapped__
-        start.template_environment = _compat.template_environment.__wrapped__
+        start._template_use = start._template_use.__wrapped__  # type: ignore[assignment]
+        start.template_environment = _compat.template_environment.__wrapped__  # type: ignore[assignment]
     try:
         yield reads
     finally:

@@ -9,6 +9,7 @@ import contextvars
 import logging
 import threading
 import time
+from typing import Callable, Iterator
 
 import pytest
 
@@ -39,7 +40,7 @@ class BlockedSocket(logging.Handler):
 
 
 @pytest.fixture
-def blocked() -> "tuple[logging.Logger, BlockedSocket]":
+def blocked() -> Iterator[tuple[logging.Logger, BlockedSocket]]:
     logger = logging.getLogger("tests.provider_logging")
     handler = BlockedSocket()
     logger.addHandler(handler)
@@ -52,15 +53,15 @@ def blocked() -> "tuple[logging.Logger, BlockedSocket]":
         logger.removeHandler(handler)
 
 
-def wait_for(predicate: "object", timeout: float = 30.0) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     give_up = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         if time.monotonic() > give_up:
             raise AssertionError("condition not met in time")
         time.sleep(0.01)
 
 
-def test_lines_from_the_event_loop_do_not_block_it(blocked: "tuple[logging.Logger, BlockedSocket]") -> None:
+def test_lines_from_the_event_loop_do_not_block_it(blocked: tuple[logging.Logger, BlockedSocket]) -> None:
     logger, handler = blocked
 
     async def trigger(trigger_id: int) -> int:
@@ -87,7 +88,7 @@ def test_lines_from_the_event_loop_do_not_block_it(blocked: "tuple[logging.Logge
     assert {thread for _, thread, _ in handler.written} == {"smartsensor-log_0"}
 
 
-def test_a_synchronous_caller_writes_its_lines_at_once(blocked: "tuple[logging.Logger, BlockedSocket]") -> None:
+def test_a_synchronous_caller_writes_its_lines_at_once(blocked: tuple[logging.Logger, BlockedSocket]) -> None:
     logger, handler = blocked
     handler.released.set()
 
