@@ -212,7 +212,11 @@ def test_whether_a_resumed_try_keeps_its_start_date(venv: Path, tmp_path: Path) 
     """The safety valve counts a sensor's timeout from the try's start. Airflow's database keeps a resumed try's
     start_date (3.3's execution API leaves it alone when the try resumes from a deferral), but the task that
     `airflow dags test` resumes sees its resume time: the valve must not count from it, so the trigger carries
-    the first start (test_the_policy_routes_only_airflows_own_enabled_sensors: valve_resume)."""
+    the first start (test_the_policy_routes_only_airflows_own_enabled_sensors: valve_resume). Airflow 3's question:
+    2.10's `dags test` hands a running task no start_date at all, and the valve then counts from the first start
+    the trigger carries."""
+    if version_of(venv).startswith("2."):
+        pytest.skip("2.10's `airflow dags test` gives the running task no start_date (None)")
     record = tmp_path / "record.jsonl"
     env = airflow_env(venv, tmp_path, RESUME_RECORD=str(record))
     (tmp_path / "dags" / "resume_dag.py").write_text(RESUME_DAG)
