@@ -165,7 +165,8 @@ class WorkerLoop:
         try:
             self.keep_leases()
             jobs.start()
-            self._watch_stop_requests()  # a stop requested during the first claim: no round
+            if not self.once:
+                self._watch_stop_requests()  # a stop requested during the first claim: no round
             if self.wake_ups and not self.once:
                 self._start_wake_ups()
             while not self.stopping.is_set():

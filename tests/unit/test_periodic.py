@@ -25,7 +25,7 @@ class Runs:
         self.most: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def job(self, name: str, body: Callable[[], None] = lambda: None) -> Callable[[], None]:
+    def job(self, name: str, body: Callable[[], object] = lambda: None) -> Callable[[], None]:
         def run() -> None:
             with self._lock:
                 self.count[name] += 1
