@@ -16,12 +16,13 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql.engine import current_revision, schema_problem
 from smartsensor.api.auth import token_route
 from smartsensor.api.errors import ERROR_MEANINGS, error_responses
 from smartsensor.api.guard import ApiGuard
 from smartsensor.api.metrics import render_metrics
-from smartsensor.api.page import history_lifespan, page_router
+from smartsensor.api.page import history_sampler, page_router
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
@@ -48,17 +49,20 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     # The OpenAPI document is served below, behind the token like every route; no docs page (Swagger UI would
     # load its script from a CDN, which an offline host cannot reach and the page's policy forbids).
     watch = EndedWatch(engine)
-    history = history_lifespan(cfg, engine)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        """While the server runs: the page's history sampler, and the watch that wakes long-polling requests."""
-        async with history(app):
-            watch.start()
-            try:
-                yield
-            finally:
-                watch.stop()
+        """While the server runs, on the process's one ``PeriodicJobs``: the page's history sampler, and the watch
+        that wakes long-polling requests (its poll on SQLite; a listening thread on PostgreSQL)."""
+        jobs = PeriodicJobs("serve")
+        history_sampler(cfg, engine).schedule(jobs)
+        watch.start(jobs)
+        jobs.start()
+        try:
+            yield
+        finally:
+            jobs.stop(timeout=10)  # a sample in flight: waited for up to 10 s, then abandoned
+            watch.stop()
 
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)
 

@@ -4,19 +4,18 @@ each in an element with a ``data-metric`` (or ``data-lease``, ``data-shard``…)
 
 With a token configured, the page takes the API's bearer header or the ``smartsensor_session`` cookie that
 ``POST /login`` sets (signed, expiring, never the token itself: ``auth.session_value``); without either it
-redirects to ``/login``. Also here: the lifespan hook that runs the
-history sampler while the server runs."""
+redirects to ``/login``. Also here: the history sampler the page's chart reads, which the app's lifespan schedules
+while the server runs."""
 
 from __future__ import annotations
 
 import secrets
-from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from sqlalchemy import Engine
@@ -44,19 +43,10 @@ _env = Environment(
 )
 
 
-def history_lifespan(cfg: Config, engine: Engine) -> Callable[[FastAPI], Any]:
-    """A FastAPI lifespan that samples tasks by state (``service.history``) from startup to shutdown (SIGTERM)."""
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        sampler = HistorySampler(engine, cfg.settings.api.history_interval, cfg.settings.api.history_retention)
-        sampler.start()
-        try:
-            yield
-        finally:
-            sampler.stop()
-
-    return lifespan
+def history_sampler(cfg: Config, engine: Engine) -> HistorySampler:
+    """The sampler of tasks by state (``service.history``) that the page's chart reads; the app's lifespan
+    schedules it from startup to shutdown (SIGTERM)."""
+    return HistorySampler(engine, cfg.settings.api.history_interval, cfg.settings.api.history_retention)
 
 
 def page_router(cfg: Config, engine: Engine, token: str | None, snapshot: StatusSnapshot) -> APIRouter:

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from smartsensor.adapters.catalog.batch import BatchChecker
+from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import SparkNotInstalled, get_spark
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
@@ -58,38 +59,38 @@ class RunResult:
 
 
 class RunHeartbeat:
-    """Marks a classic run alive (task_instance.updated_at) every ``interval`` seconds from a thread.
+    """Marks a classic run alive (task_instance.updated_at) every ``interval`` seconds: a job of the run's
+    ``PeriodicJobs`` (``schedule``).
 
-    A thread, not the poke loop, so a long poke interval or a slow Spark start never looks like a
+    A side job, not the poke loop, so a long poke interval or a slow Spark start never looks like a
     dead process; when the process dies the beats stop and the scheduler ends the task (zombie).
-    ``lost`` is set once the task left `running` (someone else changed it).
+    ``lost`` is set once the task left `running` (someone else changed it); the beats stop then.
     """
+
+    JOB = "run-heartbeat"
 
     def __init__(self, engine: Engine, key: TaskKey, interval: float) -> None:
         self.engine, self.key, self.interval = engine, key, interval
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="run-heartbeat", daemon=True)
+        self._jobs: PeriodicJobs | None = None
 
-    def __enter__(self) -> "RunHeartbeat":
-        self._thread.start()
-        return self
+    def schedule(self, jobs: PeriodicJobs) -> None:
+        """Beat every ``interval`` seconds on ``jobs``, the first after one interval."""
+        self._jobs = jobs
+        jobs.every(self.JOB, self.interval, self.beat)
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval + 5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                with self.engine.begin() as conn:
-                    alive = task_sql.heartbeat_running(conn, self.key, datetime.utcnow())
-            except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
-                log.warning("heartbeat of %s.%s failed: %s", self.key[0], self.key[1], first_line(exc))
-                continue
-            if not alive:
-                self.lost.set()
-                return
+    def beat(self) -> None:
+        """One beat; a failure (a DB outage) is logged and the next beat tries again."""
+        try:
+            with self.engine.begin() as conn:
+                alive = task_sql.heartbeat_running(conn, self.key, datetime.utcnow())
+        except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
+            log.warning("heartbeat of %s.%s failed: %s", self.key[0], self.key[1], first_line(exc))
+            return
+        if not alive:
+            self.lost.set()
+            if self._jobs is not None:
+                self._jobs.remove(self.JOB)
 
 
 DB_DOWN = (OperationalError, InterfaceError)
@@ -170,7 +171,10 @@ def run_task(
         settings = parse_exec(row["exec_dict"])
     except BadExecSettings as exc:  # a row written by hand or an older version: it fails alone, clearly
         return run.finish(State.FAILED, error=str(exc))
-    with RunHeartbeat(engine, key, cfg.settings.scheduler.task_heartbeat_interval):
+    interval = cfg.settings.scheduler.task_heartbeat_interval
+    # The run's one scheduler of side jobs; a beat in flight at the end is waited for as long as one may take.
+    with PeriodicJobs("run-task", stop_timeout=interval + 5) as jobs:
+        RunHeartbeat(engine, key, interval).schedule(jobs)
         return run.poke_until_done(settings)
 
 

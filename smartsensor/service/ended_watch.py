@@ -2,11 +2,12 @@
 at once instead of on a timer.
 
 PostgreSQL: a thread LISTENs on ``ENDED_CHANNEL``, which every round that marks tasks (and `set-state`) NOTIFYs
-at commit, from any host, naming the hashcodes that ended: only the requests waiting on one of them wake.
-SQLite (one host): the thread polls ``PRAGMA data_version`` on one connection, which changes whenever another
-connection commits, and every request wakes. Either way a wake-up is only a hint: the request reads its keys
-again and answers only what the database says. A database outage wakes every waiter too (they read again and
-get the error or the answer), and the thread reconnects every second.
+at commit, from any host, naming the hashcodes that ended: only the requests waiting on one of them wake. It waits
+for notifications, not for a clock, so it stays a thread of its own.
+SQLite (one host): a periodic job of ``serve``'s ``PeriodicJobs`` polls ``PRAGMA data_version`` on one connection,
+which changes whenever another connection commits, and every request wakes. Either way a wake-up is only a hint:
+the request reads its keys again and answers only what the database says. A database outage wakes every waiter
+too (they read again and get the error or the answer), and the watch reconnects every second.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import deque
 from typing import AbstractSet, Any, Iterable
 
 from sqlalchemy import Engine
 
+from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql.signals import ENDED_CHANNEL, ended_hashcodes
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.signals import SignalListener
@@ -26,11 +29,14 @@ from smartsensor.service.signals import SignalListener
 log = logging.getLogger(__name__)
 
 RECENT = 10_000  # changes remembered for requests that read between two of them; an older one wakes everyone
+RECONNECT_AFTER = 1.0  # seconds between two tries to reach the database while it is down
 
 
 class EndedWatch:
-    """A background thread that bumps ``generation`` when tasks may have ended (remembering which hashcodes,
-    None for any); coroutines ``await changed``."""
+    """Bumps ``generation`` when tasks may have ended (remembering which hashcodes, None for any), from a thread
+    (PostgreSQL) or a periodic job (SQLite); coroutines ``await changed``."""
+
+    JOB = "ended-watch"
 
     def __init__(self, engine: Engine, poll_interval: float = 0.2) -> None:
         self.engine = engine
@@ -41,18 +47,29 @@ class EndedWatch:
         self._event: asyncio.Event | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing = False
+        self._raw: Any = None  # SQLite: the polled connection and its cursor, and the last data_version read
+        self._cursor: Any = None
+        self._version: Any = None
+        self._retry_at = 0.0
 
-    def start(self) -> None:
-        """Start watching; call from the event loop that will await ``changed``."""
+    def start(self, jobs: PeriodicJobs) -> None:
+        """Start watching: a thread on PostgreSQL, a job on ``jobs`` (started by the caller) on SQLite. Call from
+        the event loop that will await ``changed``."""
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
-        self._thread = threading.Thread(target=self._run, name="smartsensor-ended-watch", daemon=True)
-        self._thread.start()
+        if self.engine.dialect.name == "postgresql":
+            self._thread = threading.Thread(target=self._run, name="smartsensor-ended-watch", daemon=True)
+            self._thread.start()
+        else:
+            jobs.every(self.JOB, self.poll_interval, self.poll, at_once=True)
 
     def stop(self) -> None:
+        """Stop the thread (the job stops with its ``PeriodicJobs``, before this) and drop the polled connection."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._disconnect()
 
     async def changed(self, since: int, timeout: float, hashcodes: AbstractSet[int] | None = None) -> bool:
         """Wait until a change after generation ``since`` may concern ``hashcodes`` (None: any change), or
@@ -98,19 +115,19 @@ class EndedWatch:
             for hashcodes in ended:
                 self._loop.call_soon_threadsafe(self._bump, hashcodes)
 
-    def _run(self) -> None:
-        failing = False
+    def _run(self) -> None:  # PostgreSQL: the listening thread
         while not self._stopping.is_set():
             try:
-                if self.engine.dialect.name == "postgresql":
-                    self._listen()
-                else:
-                    self._poll_data_version()
+                self._listen()
             except Exception as exc:  # noqa: BLE001 - a database outage: wake the waiters, retry in a second
-                log.log(logging.DEBUG if failing else logging.WARNING, "ended-task watch: %s", first_line(exc))
-                failing = True
-                self._wake()
-                self._stopping.wait(1.0)
+                self._failed(exc)
+                self._stopping.wait(RECONNECT_AFTER)
+
+    def _failed(self, exc: Exception) -> None:
+        """One WARNING per outage (DEBUG after it), and every waiter woken to read again."""
+        log.log(logging.DEBUG if self._failing else logging.WARNING, "ended-task watch: %s", first_line(exc))
+        self._failing = True
+        self._wake()
 
     def _listen(self) -> None:
         listener = SignalListener(self.engine, channel=ENDED_CHANNEL)
@@ -122,15 +139,32 @@ class EndedWatch:
         finally:
             listener.close()
 
-    def _poll_data_version(self) -> None:
-        raw: Any = self.engine.raw_connection()
+    def poll(self) -> None:
+        """SQLite, the periodic job: read ``PRAGMA data_version`` on the watch's one connection and wake every
+        waiter when it changed. A database error is logged (``_failed``); the connection is made again a second
+        later."""
+        if self._stopping.is_set() or time.monotonic() < self._retry_at:
+            return
         try:
-            cursor = raw.cursor()
-            last = cursor.execute("PRAGMA data_version").fetchone()[0]
-            while not self._stopping.wait(self.poll_interval):
-                version = cursor.execute("PRAGMA data_version").fetchone()[0]
-                if version != last:
-                    last = version
-                    self._wake()
-        finally:
-            raw.invalidate()  # never hand a long-lived watcher's connection back to the pool
+            if self._cursor is None:
+                self._raw = self.engine.raw_connection()
+                self._cursor = self._raw.cursor()
+                self._version = self._cursor.execute("PRAGMA data_version").fetchone()[0]
+                return
+            version = self._cursor.execute("PRAGMA data_version").fetchone()[0]
+        except Exception as exc:  # noqa: BLE001 - a database outage: wake the waiters, retry in a second
+            self._disconnect()
+            self._failed(exc)
+            self._retry_at = time.monotonic() + RECONNECT_AFTER
+            return
+        if version != self._version:
+            self._version = version
+            self._wake()
+
+    def _disconnect(self) -> None:
+        raw, self._raw, self._cursor = self._raw, None, None
+        if raw is not None:
+            try:
+                raw.invalidate()  # never hand a long-lived watcher's connection back to the pool
+            except Exception as exc:  # noqa: BLE001 - the connection is gone either way
+                log.debug("ended-task watch: dropping its connection: %s", first_line(exc))

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from datetime import datetime, timedelta
 from typing import Callable
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
+from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import history as history_sql, status as status_sql
 from smartsensor.sensors.errors import first_line
 
@@ -51,14 +51,15 @@ def sample_once(engine: Engine, interval: float, retention: float, now: datetime
 
 
 class HistorySampler:
-    """A daemon thread that calls ``sample_once`` at the start of every bucket until ``stop``."""
+    """Calls ``sample_once`` at the start of every bucket (the first at once): a job of ``serve``'s
+    ``PeriodicJobs`` (``schedule``)."""
+
+    JOB = "history-sampler"
 
     def __init__(
         self, engine: Engine, interval: float, retention: float, clock: Callable[[], datetime] = datetime.utcnow
     ) -> None:
         self.engine, self.interval, self.retention, self.clock = engine, interval, retention, clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.last_outcome: str | None = None  # WRITTEN, TAKEN or FAILED, once a sample was tried
 
     def tick(self) -> str:
@@ -70,24 +71,7 @@ class HistorySampler:
             self.last_outcome = FAILED
         return self.last_outcome
 
-    def start(self) -> None:
-        """Start sampling (the first sample at once)."""
-        self._thread = threading.Thread(target=self._run, name="history-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10) -> None:
-        """Stop after the sample in progress, if any; wait up to ``timeout`` seconds for it."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        """Whether the sampling thread still runs."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.tick()
-            now = self.clock()
-            next_bucket = bucket_of(now, self.interval) + timedelta(seconds=self.interval)
-            self._stop.wait(max(0.05, (next_bucket - now).total_seconds()))
+    def schedule(self, jobs: PeriodicJobs) -> None:
+        """Sample on ``jobs``: at once, then at the start of every bucket (multiples of ``interval`` since the
+        epoch, as ``bucket_of`` counts them)."""
+        jobs.every(self.JOB, self.interval, self.tick, at_once=True, aligned=True)

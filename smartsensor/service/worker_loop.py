@@ -1,6 +1,10 @@
 """A worker process's loop over its ``served_ranges.ServedRanges``: timer rounds, the lease heartbeat, wake-up rounds
 for landing signals and new tasks, and a clean stop on a stop request (SIGTERM/SIGINT) or a dead Spark JVM.
 
+The rounds are the main thread's plain loop; the side jobs (the lease heartbeat, the pruning of landing signals, the
+stop-watch) are the process's ``adapters.periodic.PeriodicJobs``; the wake-ups and the signal listener are threads
+that wait for notifications, not for a clock.
+
 N worker processes are started and restarted by ``service.supervisor``.
 """
 
@@ -13,6 +17,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable
 
+from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
@@ -24,6 +29,8 @@ from smartsensor.service.signals import SIGNAL_RETENTION, listen_for_signals, pr
 log = logging.getLogger(__name__)
 
 EXIT_SPARK_DIED = 3  # exit status of a worker whose Spark driver JVM died; `workers` restarts it
+STOP_WATCH_INTERVAL = 0.2  # seconds between two looks at the stop-request flag
+PRUNE_INTERVAL = SIGNAL_RETENTION.total_seconds() / 60  # old landing signals are pruned once a minute
 
 
 class WakeUps:
@@ -71,12 +78,14 @@ class WorkerLoop:
     """Rounds every ``interval`` seconds until a stop is requested (or one round with ``once``).
 
     ``start`` runs the loop and returns its exit status; ``tick`` is one timer round; ``keep_leases`` one lease
-    heartbeat (and the pruning of old landing signals); ``stop`` ends the loop after the round under way. The loop
-    is a plain wait between rounds, no scheduler: a round that overruns its interval is followed by the next at
-    once, never overlapped. Leases are kept every ``heartbeat_interval`` by a thread of their own, during a round
-    too (a round longer than lease_timeout keeps them). A landing signal, or new pending tasks (PostgreSQL), run a
-    wake-up round at once in their own thread (``WakeUps``; ``wake_ups=False``: none): neither waits for a timer
-    round. ``once`` is one pass of the same loop, without the wake-ups.
+    heartbeat; ``prune_signals`` drops old landing signals; ``stop`` ends the loop after the round under way. The
+    loop is a plain wait between rounds, no scheduler: a round that overruns its interval is followed by the next
+    at once, never overlapped, and a stop ends the wait at once. The side jobs run on the process's
+    ``PeriodicJobs`` (``side_jobs``): leases kept every ``heartbeat_interval``, during a round too (a round longer
+    than lease_timeout keeps them), landing signals pruned once a minute, and the stop-watch. A landing signal, or
+    new pending tasks (PostgreSQL), run a wake-up round at once in their own thread (``WakeUps``;
+    ``wake_ups=False``: none): neither waits for a timer round. ``once`` is one pass of the same loop, without the
+    wake-ups and the stop-watch.
 
     The exit status is 0 after a requested stop, or EXIT_SPARK_DIED when the Spark driver JVM died: the worker
     then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM, instead of
@@ -101,26 +110,34 @@ class WorkerLoop:
         self.status = 0
         # A stop request (SIGTERM/SIGINT) only raises this flag, which no lock of the main thread guards (a handler
         # runs in the main thread between two bytecodes: setting an Event the main thread waits on could deadlock on
-        # that Event's own lock); the stop-watch thread turns it into ``stop``.
+        # that Event's own lock); the stop-watch job turns it into ``stop``.
         self.stop_requested = stop_event or threading.Event()
         self.stopping = threading.Event()  # the loop is ending: no next round; the helper threads end with it
-        self._pruned_at = datetime.min
 
     def keep_leases(self) -> None:
-        """One lease heartbeat, then old landing signals pruned (at most once a minute). A failure (a DB outage)
-        is logged: leases lapse, writes are fenced, the next heartbeat retries."""
+        """One lease heartbeat. A failure (a DB outage) is logged: leases lapse, writes are fenced, the next
+        heartbeat retries."""
         try:
             self.served.follow_leases()
         except Exception as exc:  # noqa: BLE001 - DB outage: leases lapse, writes are fenced, we retry
             log.warning("lease heartbeat failed: %s", first_line(exc))
-        now = datetime.utcnow()
-        if now - self._pruned_at < SIGNAL_RETENTION / 60:
-            return
+
+    def prune_signals(self) -> None:
+        """Drop the landing signals past their retention. A failure (a DB outage) is logged; the next run
+        (a minute later) prunes them."""
         try:
-            prune_old_signals(self.engine, now)
-            self._pruned_at = now
-        except Exception as exc:  # noqa: BLE001 - a DB outage: pruned at a later heartbeat
+            prune_old_signals(self.engine, datetime.utcnow())
+        except Exception as exc:  # noqa: BLE001 - a DB outage: pruned at the next run
             log.warning("pruning landing signals failed: %s", first_line(exc))
+
+    def side_jobs(self, jobs: PeriodicJobs) -> None:
+        """Add this worker's side jobs to ``jobs``: the lease heartbeat every ``heartbeat_interval`` (the first one
+        is ``start``'s own), the pruning of landing signals once a minute (the first at once) and, unless ``once``,
+        the stop-watch."""
+        jobs.every("leases", self.cfg.settings.smart_sensor.heartbeat_interval, self.keep_leases)
+        jobs.every("prune-signals", PRUNE_INTERVAL, self.prune_signals, at_once=True)
+        if not self.once:
+            jobs.every("stop-watch", STOP_WATCH_INTERVAL, self._watch_stop_requests)
 
     def tick(self) -> None:
         """One timer round: report it; stop the worker if it shows that the Spark JVM died."""
@@ -139,21 +156,19 @@ class WorkerLoop:
 
     def start(self) -> int:
         """Run until stopped (one round with ``once``); returns the exit status."""
-        if not self.once:
-            threading.Thread(target=self._watch_stop_requests, name="stop-watch", daemon=True).start()
-            # Handlers before the first lease claim: a SIGTERM right after it must still release the leases.
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, self._on_stop_request)
-                signal.signal(signal.SIGINT, self._on_stop_request)
-        self.keep_leases()
-        interval = self.cfg.settings.smart_sensor.heartbeat_interval
-        beating = threading.Thread(
-            target=_every, args=(self.keep_leases, interval, self.stopping), name="leases", daemon=True
-        )
-        beating.start()
-        if self.wake_ups and not self.once:
-            self._start_wake_ups()
+        jobs = PeriodicJobs("worker")  # the process's one scheduler of side jobs; stopped below, before the leases go
+        self.side_jobs(jobs)
+        # Handlers before the first lease claim: a SIGTERM right after it must still release the leases.
+        if not self.once and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_stop_request)
+            signal.signal(signal.SIGINT, self._on_stop_request)
         try:
+            self.keep_leases()
+            jobs.start()
+            if not self.once:
+                self._watch_stop_requests()  # a stop requested during the first claim: no round
+            if self.wake_ups and not self.once:
+                self._start_wake_ups()
             while not self.stopping.is_set():
                 started = time.monotonic()
                 self._round()
@@ -162,7 +177,7 @@ class WorkerLoop:
                 self.stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
         finally:
             self.stopping.set()
-            beating.join()
+            jobs.stop()  # waits for a heartbeat in flight: none may renew a lease after they are released
             self.served.stop(keep_rounds=self.once)
         return self.status
 
@@ -208,14 +223,7 @@ class WorkerLoop:
         self.stop_requested.set()
 
     def _watch_stop_requests(self) -> None:
-        while not self.stop_requested.wait(1.0):
-            if self.stopping.is_set():
-                return
-        log.info("stop requested: stopping after the current round")
-        self.stop()
-
-
-def _every(step: Callable[[], None], interval: float, done: threading.Event) -> None:
-    """Call ``step`` every ``interval`` seconds until ``done``."""
-    while not done.wait(interval):
-        step()
+        """The stop-watch job: a stop request raised since the last look becomes ``stop``."""
+        if self.stop_requested.is_set() and not self.stopping.is_set():
+            log.info("stop requested: stopping after the current round")
+            self.stop()

@@ -249,6 +249,7 @@ def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: i
 
 
 def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, cfg, tmp_path) -> None:
+    from smartsensor.adapters.periodic import PeriodicJobs
     from smartsensor.service.classic import RunHeartbeat
 
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
@@ -259,11 +260,14 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
         with engine.connect() as conn:
             return task_sql.get_task(conn, *key)["updated_at"] > before
 
-    with RunHeartbeat(engine, key, interval=0.1) as beat:
+    beat = RunHeartbeat(engine, key, interval=0.1)
+    with PeriodicJobs("test") as jobs:
+        beat.schedule(jobs)
         wait_until(beaten, timeout=60)
         with engine.begin() as conn:
             task_sql.set_state(conn, key, State.FAILED)  # by hand
         assert beat.lost.wait(60)
+        wait_until(lambda: RunHeartbeat.JOB not in jobs.jobs(), timeout=60)  # the beats stopped
     with engine.connect() as conn:
         assert task_sql.get_task(conn, *key)["state"] == State.FAILED  # the beat never resurrects it
 

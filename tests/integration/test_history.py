@@ -4,10 +4,12 @@ retention, and a sampler that outlives the database going away."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from sqlalchemy import text
 
+from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import history as history_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.service.history import FAILED, TAKEN, WRITTEN, HistorySampler, bucket_of, sample_once
@@ -63,24 +65,30 @@ def test_a_database_error_is_one_log_line_and_the_sampler_goes_on(cfg, tmp_path,
     home = tmp_path / "home"
     down = make_engine(f"sqlite:///{home / 'late.db'}", home=home)  # no schema yet: every query fails
     sampler = HistorySampler(down, 0.2, WEEK)
+    jobs = PeriodicJobs("test")
+    sampler.schedule(jobs)
     with caplog.at_level(logging.WARNING, logger="smartsensor.service.history"):
         assert sampler.tick() == FAILED
-        sampler.start()
+        jobs.start()
         try:
             wait_until(lambda: len(caplog.records) >= 3, timeout=30)
-            assert sampler.is_alive()
+            assert jobs.running() and HistorySampler.JOB in jobs.jobs()
             assert all("sampling failed" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)
             init_db(down)  # the database comes back
             wait_until(lambda: sampler.last_outcome == WRITTEN, timeout=30)
         finally:
-            sampler.stop()
-    assert not sampler.is_alive()
+            assert jobs.stop(timeout=10)
+    assert not jobs.running()
     down.dispose()
 
 
-def test_stop_ends_the_thread_at_once_between_samples(engine) -> None:
+def test_stop_ends_the_sampler_at_once_between_samples(engine) -> None:
     sampler = HistorySampler(engine, 3600, WEEK)
-    sampler.start()
-    wait_until(lambda: sampler.is_alive(), timeout=5)
-    sampler.stop(timeout=5)
-    assert not sampler.is_alive()
+    jobs = PeriodicJobs("test")
+    sampler.schedule(jobs)
+    jobs.start()
+    wait_until(lambda: sampler.last_outcome == WRITTEN, timeout=30)  # the first sample, at once
+    started = time.monotonic()
+    assert jobs.stop(timeout=5)
+    assert time.monotonic() - started < 5
+    assert not jobs.running() and jobs.in_flight() == 0

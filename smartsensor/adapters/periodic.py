@@ -1,0 +1,223 @@
+"""A process's periodic side jobs, on one APScheduler ``BackgroundScheduler``: the one place they are started and
+stopped.
+
+Each process that has side jobs makes one ``PeriodicJobs``: a worker (``service.worker_loop.WorkerLoop.start``:
+the lease heartbeat, the pruning of landing signals, the stop-watch), ``serve`` (the app's lifespan: the status
+page's history sampler, the ended watch's poll on SQLite) and a classic run (``service.classic.run_task``: the run's
+heartbeat). Every job runs with ``max_instances=1`` (a run that overruns its interval is never overlapped: the
+runs due meanwhile are skipped), coalescing (runs missed while the process was paused or busy become one) and a
+misfire grace of one interval (a run later than that is skipped; the next comes on schedule).
+
+Each run has a daemon thread of its own, as the hand-written loops had: ``stop`` ends the schedule at once and
+waits for the runs in flight up to a timeout; a run still going past it is abandoned, and never holds the
+process's exit. A job that raises is logged (``apscheduler.executors.periodic``, ERROR, with the traceback) and
+keeps its schedule; the jobs themselves log the failures they expect (a database outage) in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
+from apscheduler.executors.base import BaseExecutor, run_job
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+log = logging.getLogger(__name__)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EXECUTOR = "periodic"  # the executor's alias: its runs log as apscheduler.executors.periodic
+
+# APScheduler logs every run at INFO; only its warnings (a run missed past its grace) and errors (a job that raised)
+# are worth a line here. A logging configuration that sets its own level for it wins.
+if logging.getLogger("apscheduler").level == logging.NOTSET:
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+def _not_an_overrun(record: logging.LogRecord) -> bool:
+    """APScheduler warns at every run skipped because the previous one still runs (``max_instances``); a job that
+    overruns (a heartbeat through a database outage, which it logs itself) is a DEBUG line here, as the
+    hand-written loops, which simply started late, had none."""
+    return not str(record.msg).startswith("Execution of job")
+
+
+logging.getLogger("apscheduler.scheduler").addFilter(_not_an_overrun)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """A job added before ``start``."""
+
+    name: str
+    seconds: float
+    job: Callable[[], object]
+    at_once: bool
+    aligned: bool
+
+
+class _DaemonThreads(BaseExecutor):  # APScheduler 3.x has no type hints: its classes are Any here
+    """An APScheduler executor that runs each run in a daemon thread of its own, and knows the ones in flight."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.in_flight: set[threading.Thread] = set()
+        self._threads_lock = threading.Lock()
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        thread = threading.Thread(target=self._run, args=(job, run_times), name=f"{self.prefix}:{job.id}", daemon=True)
+        with self._threads_lock:
+            self.in_flight.add(thread)
+        thread.start()
+
+    def _run(self, job: Any, run_times: list[datetime]) -> None:
+        try:
+            events = run_job(job, job._jobstore_alias, run_times, self._logger.name)
+        except BaseException as exc:  # noqa: BLE001 - run_job catches the job's own; this is APScheduler's
+            self._run_job_error(job.id, exc, exc.__traceback__)
+        else:
+            self._run_job_success(job.id, events)
+        finally:
+            with self._threads_lock:
+                self.in_flight.discard(threading.current_thread())
+
+    def join(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: no limit) for the runs in flight, except the calling thread's own;
+        True when none is left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._threads_lock:
+                others = [t for t in self.in_flight if t is not threading.current_thread()]
+            if not others:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            others[0].join(left)
+
+
+class PeriodicJobs:
+    """The periodic side jobs of one process on one ``BackgroundScheduler``: add them with ``every``, then
+    ``start``; ``stop`` (or leaving the ``with`` block) ends them all.
+
+    ``stop_timeout`` is how long leaving the ``with`` block waits for the runs in flight (None: until they end).
+    """
+
+    def __init__(self, name: str, stop_timeout: float | None = None) -> None:
+        self.name = name
+        self.stop_timeout = stop_timeout
+        self._executor = _DaemonThreads(name)
+        self._scheduler = BackgroundScheduler(
+            executors={EXECUTOR: self._executor},
+            timezone=timezone.utc,
+            daemon=True,
+        )
+        self._scheduler.add_listener(self._overran, EVENT_JOB_MAX_INSTANCES)
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._pending: dict[str, _Spec] = {}
+
+    def every(
+        self,
+        name: str,
+        seconds: float,
+        job: Callable[[], object],
+        *,
+        at_once: bool = False,
+        aligned: bool = False,
+    ) -> None:
+        """Run ``job`` every ``seconds`` seconds, first after one interval (``at_once``: at once). ``aligned``: at
+        multiples of ``seconds`` since the Unix epoch (a sampler's time buckets). ``name`` names the job (unique in
+        this process) and its thread."""
+        if seconds <= 0:
+            raise ValueError(f"periodic job {name}: interval must be positive, not {seconds}")
+        with self._lock:
+            if self._scheduler.running:
+                self._add(_Spec(name, seconds, job, at_once, aligned))
+            else:  # added at ``start``: a first run "at once" is then at once, not late
+                self._pending[name] = _Spec(name, seconds, job, at_once, aligned)
+
+    def _add(self, spec: _Spec) -> None:
+        trigger = IntervalTrigger(
+            seconds=spec.seconds, start_date=EPOCH if spec.aligned else None, timezone=timezone.utc
+        )
+        now = datetime.now(timezone.utc)
+        self._scheduler.add_job(
+            spec.job,
+            trigger,
+            id=spec.name,
+            name=spec.name,
+            executor=EXECUTOR,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, math.ceil(spec.seconds)),  # whole seconds, as APScheduler 3 takes it
+            next_run_time=now if spec.at_once else trigger.get_next_fire_time(None, now),
+        )
+
+    def _overran(self, event: JobSubmissionEvent) -> None:
+        log.debug(
+            "%s: periodic job %s still runs; the run due at %s is skipped",
+            self.name,
+            event.job_id,
+            event.scheduled_run_times,
+        )
+
+    def remove(self, name: str) -> None:
+        """Stop scheduling the job ``name`` (a run in flight ends as it ends); nothing if it is not there. A job
+        may remove itself."""
+        with self._lock:
+            self._pending.pop(name, None)
+        if self._scheduler.get_job(name) is not None:
+            try:
+                self._scheduler.remove_job(name)
+            except LookupError:  # removed meanwhile (JobLookupError is a KeyError)
+                pass
+
+    def jobs(self) -> dict[str, float]:
+        """The jobs scheduled: name → interval in seconds."""
+        with self._lock:
+            pending = {spec.name: spec.seconds for spec in self._pending.values()}
+        return pending | {job.id: job.trigger.interval_length for job in self._scheduler.get_jobs()}
+
+    def start(self) -> None:
+        """Start running the jobs (a stopped ``PeriodicJobs`` does not start again)."""
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError(f"periodic jobs of {self.name} were stopped")
+            self._scheduler.start()
+            for spec in self._pending.values():
+                self._add(spec)
+            self._pending.clear()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """End every job: no run starts after this returns. Then wait up to ``timeout`` seconds (None: until they
+        end) for the runs in flight; one still going is abandoned (a daemon thread). True when none is left.
+        Idempotent; a job may call it (it does not wait for itself)."""
+        with self._lock:
+            if not self._stopped:
+                self._stopped = True
+                if self._scheduler.running:
+                    self._scheduler.shutdown(wait=False)  # its thread is joined: nothing is submitted after this
+        return self._executor.join(timeout)
+
+    def running(self) -> bool:
+        """Whether jobs are scheduled to run (started and not stopped)."""
+        return bool(self._scheduler.running) and not self._stopped
+
+    def in_flight(self) -> int:
+        """How many runs are under way."""
+        with self._executor._threads_lock:
+            return len(self._executor.in_flight)
+
+    def __enter__(self) -> PeriodicJobs:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(self.stop_timeout)
