@@ -16,7 +16,9 @@ from tests.support.common import ROOT
 README_MAX_LINES = 200
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 # A path-like name: folders separated by "/" (`service/round/`, `adapters/sql/tasks.in_range`), or a file `x.py`.
-PATH = re.compile(r"(?<![\w/.$-])(?:[a-z_][a-z0-9_.-]*/)+(?:[a-z_][A-Za-z0-9_.-]*)?|(?<![\w/.$-])[a-z_][a-z0-9_]*\.py\b")
+PATH = re.compile(
+    r"(?<![\w/.$-])(?:[a-z_][a-z0-9_.-]*/)+(?:[a-z_][A-Za-z0-9_.-]*)?|(?<![\w/.$-])[a-z_][a-z0-9_]*\.py\b"
+)
 # Pages the site adds at build time (scripts/docs/gen_reference.py): linked from docs/, never on disk.
 GENERATED = {*gen_reference.INCLUDED.values(), gen_reference.OPENAPI_PAGE}
 
