@@ -55,7 +55,7 @@ def test_anything_else_is_refused_with_the_reason(text: str, why: str) -> None:
 
 def test_a_filter_must_be_text() -> None:
     with pytest.raises(UnsupportedPartitionFilter, match="filter string"):
-        parse_partition_filter({"ds": "1"})  # type: ignore[arg-type]  # a dict on purpose
+        parse_partition_filter({"ds": "1"})  # a dict on purpose
 
 
 def conn(**fields: object) -> SimpleNamespace:
