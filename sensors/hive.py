@@ -52,8 +52,10 @@ class NamedHivePartitionSensor(BaseSensor):
 class HivePartitionSensor(BaseSensor):
     """Waits until at least one partition of ``table`` matches the (partial) ``partition`` spec.
 
-    ``partition`` is a dict ``{"ds": "{{ ds }}"}`` or text ``"ds={{ ds }}/hr=00"``; an empty spec
-    means "the table has any partition".
+    ``partition`` is a dict ``{"ds": "{{ ds }}"}``, text ``"ds={{ ds }}/hr=00"`` or, as Airflow's sensor takes it, a
+    Hive filter of equalities joined by AND, ``"ds='{{ ds }}' AND hr='00'"`` (text that quotes something is read as a
+    filter; one smartsensor cannot check is refused with the reason); an empty spec means "the table has any
+    partition".
     """
 
     persist_fields = ("table", "partition")

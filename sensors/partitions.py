@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from smartsensor.hive_filter import UnsupportedPartitionFilter, is_filter_text, parse_partition_filter, split_table
 from smartsensor.sensors.errors import SensorDefinitionError
 
 IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
@@ -50,12 +51,11 @@ def parse_table(field: str, name: object) -> tuple[str, str]:
     """``db.table`` or ``table`` (database ``default``) → (db, table), lower-cased and validated."""
     if not isinstance(name, str) or not name:
         raise SensorDefinitionError(f"field {field!r}: table must be a non-empty string 'db.table', got {name!r}")
-    parts = name.split(".")
-    if len(parts) == 1:
-        return "default", validate_identifier(field, "table", parts[0])
-    if len(parts) == 2:
-        return validate_identifier(field, "database", parts[0]), validate_identifier(field, "table", parts[1])
-    raise SensorDefinitionError(f"field {field!r}: table {name!r} must be 'db.table' or 'table'")
+    try:
+        db, table = split_table(name)
+    except UnsupportedPartitionFilter:
+        raise SensorDefinitionError(f"field {field!r}: table {name!r} must be 'db.table' or 'table'") from None
+    return validate_identifier(field, "database", db), validate_identifier(field, "table", table)
 
 
 def escape_partition_value(value: str) -> str:
@@ -83,7 +83,13 @@ def parse_spec_path(field: str, text: str) -> dict[str, str]:
 
 
 def canonical_spec(field: str, spec: object) -> dict[str, str]:
-    """A partition spec dict (or ``k=v/k2=v2`` text) validated, keys lower-cased, sorted by key."""
+    """A partition spec dict, ``k=v/k2=v2`` text or a Hive filter (``ds='2026-11-22' AND hr='00'``: text that quotes
+    something, read by ``smartsensor.hive_filter``) validated, keys lower-cased, sorted by key."""
+    if isinstance(spec, str) and is_filter_text(spec):
+        try:
+            spec = parse_partition_filter(spec)
+        except UnsupportedPartitionFilter as exc:
+            raise SensorDefinitionError(f"field {field!r}: {exc}") from None
     if isinstance(spec, str):
         parsed = parse_spec_path(field, spec) if spec else {}
     elif isinstance(spec, dict):

@@ -34,6 +34,7 @@ from smartsensor.service.ended_watch import EndedWatch
 from smartsensor.service.external import (
     ExternalConflict,
     TerminalAnswers,
+    end_reason,
     external_states,
     register_external,
     still_waiting,
@@ -94,6 +95,55 @@ class States(BaseModel):
     keys: list[Key] = Field(max_length=MAX_KEYS)
 
 
+# service/external.REASONS, as the schema states them (a unit test pins the two together).
+Reason = Literal["landed", "timeout", "error", "skipped", "superseded", "unknown"]
+REASON_HELP = (
+    "Why the try ended, as data: landed (success), timeout (its timeout: failed, or skipped with soft_fail), error "
+    "(failed for another reason; `error` says which), skipped (for another reason: by hand), superseded, unknown; "
+    "null while it waits. Services before 0.3.0 send no reason: only `error`, a timeout's starting 'timed out waiting'."
+)
+
+
+class TryState(BaseModel):
+    """The state of one try, as ``POST /tasks/states`` answers it (a documented answer: not validated)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+    try_number: int
+    state: str = Field(description="The task instance's state, or superseded, or unknown.")
+    error: str | None = Field(description="Why it ended, as text (a timeout's starts 'timed out waiting').")
+    reason: Reason | None = Field(description=REASON_HELP)
+    hashcode: int | None
+
+
+class StatesAnswer(BaseModel):
+    """The answer of ``POST /tasks/states``: one state per key asked about, in order."""
+
+    states: list[TryState]
+
+
+class TaskInstanceRef(BaseModel):
+    """The task instance a try is, here."""
+
+    dag_id: str
+    task_id: str
+    execution_date: str
+
+
+class Registered(BaseModel):
+    """The answer of ``POST /tasks`` (a documented answer: not validated)."""
+
+    key: Key
+    state: str
+    error: str | None
+    reason: Reason | None = Field(description=REASON_HELP)
+    hashcode: int
+    created: bool
+    task_instance: TaskInstanceRef
+
+
 def register_model(class_names: list[str]) -> type[BaseModel]:
     """The registration body's model, whose sensor ``class`` is one of ``class_names`` (``[smart_sensor]
     sensors_enabled``)."""
@@ -123,7 +173,14 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
     Register: Any = register_model(cfg.sensors_enabled)  # a model class, built per config
     ended = TerminalAnswers()
 
-    @router.post("/tasks", responses=error_responses(400, 401, 409, 413, 422, 503))
+    @router.post(
+        "/tasks",
+        response_model=None,
+        responses={
+            **error_responses(400, 401, 409, 413, 422, 503),
+            200: {"model": Registered, "description": "The try"},
+        },
+    )
     def register(body: Register) -> dict[str, Any]:
         """Register one try (idempotent for the same try; a newer try starts afresh). 409: an older try, or one
         that kept meeting concurrent registrations of the same task (ask again)."""
@@ -149,12 +206,19 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             "key": body.key.model_dump(),
             "state": done.state,
             "error": done.error,
+            "reason": end_reason(done.state, done.error),
             "hashcode": done.hashcode,
             "created": done.created,
             "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": ti_date.isoformat()},
         }
 
-    @router.post("/tasks/states", responses=error_responses(400, 401, 413, 422, 503))
+    @router.post(
+        "/tasks/states",
+        responses={
+            **error_responses(400, 401, 413, 422, 503),
+            200: {"model": StatesAnswer, "description": "The states"},
+        },
+    )
     async def states(body: States, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)) -> Response:
         """The state of each try asked about, in order, in one request; with ``wait``, held until one of them
         has ended (or is superseded or unknown) or ``wait`` seconds pass."""

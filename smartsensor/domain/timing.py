@@ -125,6 +125,15 @@ def timeout_state(try_number: int, settings: ExecSettings) -> State:
     return retry_or(try_number, settings.retries, State.SKIPPED if settings.soft_fail else State.FAILED)
 
 
+TIMED_OUT = "timed out waiting"
+_LAST_ERROR = "; last check error: "
+
+
 def timeout_error(last_error: object | None) -> str:
     """The ``error`` of a try that timed out: with the last check error it saw, if any (cut to 2,000 chars)."""
-    return ("timed out waiting" + (f"; last check error: {last_error}" if last_error else ""))[:2000]
+    return (TIMED_OUT + (f"{_LAST_ERROR}{last_error}" if last_error else ""))[:2000]
+
+
+def is_timeout_error(error: object) -> bool:
+    """Whether ``error`` is one ``timeout_error`` wrote (not a check error that happens to start alike)."""
+    return isinstance(error, str) and (error == TIMED_OUT or error.startswith(TIMED_OUT + _LAST_ERROR))

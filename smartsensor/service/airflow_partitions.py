@@ -8,18 +8,20 @@
   ``schema``, default ``default``);
 - ``MetastorePartitionSensor``: ``table``, ``schema``, ``partition_name`` (``ds=2026-11-22/hr=00``).
 
-Database and table names are lower-cased and specs put in key order, as smartsensor's own hashing does. A filter
-made of ``key = 'value'`` terms joined by AND becomes a spec; any other filter is kept as its text (spaces
-collapsed). A filter never equals an exact partition: it matches any partition with those values.
+Database and table names are lower-cased and specs put in key order, as smartsensor's own hashing does. Filters and
+``db.table`` are read by ``smartsensor.hive_filter``, the grammar the provider reads them with: a filter it turns into
+equalities becomes a spec; any other filter, one the provider runs as Airflow's own sensor, is kept as its text
+(its tokens one space apart). A filter never equals an exact partition: it matches any partition with those
+values.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from smartsensor.hive_filter import UnsupportedPartitionFilter, filter_text, parse_partition_filter, split_table
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.sensors.partitions import (
     escape_partition_value,
@@ -28,8 +30,6 @@ from smartsensor.sensors.partitions import (
 )
 
 NAMED, FILTER, METASTORE = "NamedHivePartitionSensor", "HivePartitionSensor", "MetastorePartitionSensor"
-_TERM = re.compile(r"""\s*`?([A-Za-z0-9_]+)`?\s*=\s*(?:'([^']*)'|"([^"]*)"|(-?\d+(?:\.\d+)?))\s*""")
-_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
 
 
 @dataclass(frozen=True, order=True)
@@ -97,30 +97,25 @@ def _named_as_airflow(name: str) -> Partition | None:
     if "/" not in name:
         return None
     table_part, spec = name.split("/", 1)
-    db, _, table = table_part.rpartition(".") if "." in table_part else ("default", "", table_part)
-    return Partition(db.lower(), table.lower(), spec, True)
+    db, table = _table(table_part, None)
+    return None if db is None or table is None else Partition(db, table, spec, True)
 
 
 def _table(table: Any, schema: Any) -> tuple[str | None, str | None]:
-    if not isinstance(table, str) or not table:
+    try:
+        db, name = split_table(table, schema)
+    except UnsupportedPartitionFilter:
         return None, None
-    if "." in table:
-        db, name = table.split(".", 1)
-        return db.lower(), name.lower()
-    return (schema if isinstance(schema, str) and schema else "default").lower(), table.lower()
+    return db.lower(), name.lower()
 
 
 def _filter_spec(expression: str) -> tuple[str, bool]:
-    """(canonical spec, False): a filter of ``key = 'value'`` terms joined by AND as a spec, else its text."""
-    text = " ".join(expression.split())
-    spec: dict[str, str] = {}
-    for term in _AND.split(text) if text else []:
-        match = _TERM.fullmatch(term)
-        if match is None or match.group(1).lower() in spec:
-            return text, False
-        value = next(v for v in match.groups()[1:] if v is not None)
-        spec[match.group(1).lower()] = value
-    return (_format(dict(sorted(spec.items()))) if spec else text), False
+    """(canonical spec, False): a filter the grammar turns into equalities as a spec, else its text."""
+    try:
+        spec = parse_partition_filter(expression)
+    except UnsupportedPartitionFilter:
+        return filter_text(expression), False
+    return (_format(dict(sorted(spec.items()))) if spec else ""), False
 
 
 def _canonical_path(name: str) -> str:

@@ -22,6 +22,7 @@ from smartsensor.adapters.sql import external as external_sql, signals as signal
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
+from smartsensor.domain.timing import is_timeout_error
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
@@ -33,6 +34,10 @@ SUPERSEDED = "superseded"  # a states answer: the key has moved on to a newer tr
 UNKNOWN = "unknown"  # a states answer: that try of the key was never registered
 # A try in one of these has not ended yet: a states request asked to wait is held while all its tries are here.
 WAITING_STATES = frozenset({*State.SMART_WAITING, State.UP_FOR_RETRY, State.SCHEDULED, State.RUNNING})
+# Why a try's answer says it ended, as data (``reason``; ``error`` keeps the text): ``landed`` (success),
+# ``timeout`` (its timeout: failed, or skipped with soft_fail), ``error`` (failed for another reason), ``skipped``
+# (skipped for another reason: by hand), ``superseded`` and ``unknown`` (as the state); None while it waits.
+REASONS = ("landed", "timeout", "error", "skipped", SUPERSEDED, UNKNOWN)
 RACE_ATTEMPTS = 20  # reads of a key that concurrent registrations keep moving, before answering "ask again"
 
 
@@ -231,6 +236,19 @@ def external_states(
     return out
 
 
+def end_reason(state: str, error: str | None) -> str | None:
+    """The ``reason`` of an answer in ``state`` with ``error`` (one of ``REASONS``), None while the try waits."""
+    if state in (SUPERSEDED, UNKNOWN):
+        return state
+    if state == State.SUCCESS:
+        return "landed"
+    if state in (State.FAILED, State.SKIPPED) and is_timeout_error(error):
+        return "timeout"
+    if state == State.FAILED:
+        return "error"
+    return "skipped" if state == State.SKIPPED else None
+
+
 def _answer(key: ExternalKey, try_number: int, row: dict[str, Any] | None) -> dict[str, Any]:
     if row is None or row["try_number"] < try_number:
         state, error, hashcode = UNKNOWN, None, None
@@ -246,5 +264,6 @@ def _answer(key: ExternalKey, try_number: int, row: dict[str, Any] | None) -> di
         "try_number": try_number,
         "state": state,
         "error": error,
+        "reason": end_reason(state, error),
         "hashcode": hashcode,
     }

@@ -16,8 +16,9 @@ from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
+from smartsensor.domain.timing import timeout_error
 from smartsensor.sensors.errors import SensorDefinitionError
-from smartsensor.service.external import ExternalConflict, external_states, register_external
+from smartsensor.service.external import REASONS, ExternalConflict, external_states, register_external
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import DictCatalog
 
@@ -62,9 +63,23 @@ def test_a_new_try_starts_fresh_and_ends_the_old_one(cfg, engine) -> None:
         old = task_sql.get_task(conn, *second.task_instance)
     assert old["state"] == State.SKIPPED and "superseded by try 3" in old["error"]
     assert external_states(engine, [(KEY, 1), (KEY, 3), (KEY, 4)]) == [
-        {**_key(KEY), "try_number": 1, "state": "superseded", "error": None, "hashcode": third.hashcode},
-        {**_key(KEY), "try_number": 3, "state": State.SMART_PENDING, "error": None, "hashcode": third.hashcode},
-        {**_key(KEY), "try_number": 4, "state": "unknown", "error": None, "hashcode": None},
+        {
+            **_key(KEY),
+            "try_number": 1,
+            "state": "superseded",
+            "error": None,
+            "reason": "superseded",
+            "hashcode": third.hashcode,
+        },
+        {
+            **_key(KEY),
+            "try_number": 3,
+            "state": State.SMART_PENDING,
+            "error": None,
+            "reason": None,
+            "hashcode": third.hashcode,
+        },
+        {**_key(KEY), "try_number": 4, "state": "unknown", "error": None, "reason": "unknown", "hashcode": None},
     ]
 
 
@@ -152,6 +167,40 @@ def test_register_and_read_states_over_http(cfg, engine) -> None:
     assert [s["state"] for s in states] == [State.SMART_PENDING]
     assert client.post("/api/v1/tasks", json=body(try_number=2)).json()["created"]
     assert client.post("/api/v1/tasks", json=body(try_number=1)).status_code == 409
+
+
+def test_an_ended_try_says_why_as_data_next_to_its_text(cfg, engine) -> None:
+    """``reason`` beside ``error``: a timeout is ``timeout`` whatever else its text says, a check error that only
+    reads like one is ``error`` (issue 42, "a timeout that travels as data"); register answers carry it too."""
+    ended = {
+        "timeout": (State.FAILED, timeout_error("metastore unreachable"), "timeout"),
+        "soft": (State.SKIPPED, timeout_error(None), "timeout"),
+        "error": (State.FAILED, "timed out waiting for the lock", "error"),
+        "landed": (State.SUCCESS, None, "landed"),
+        "by_hand": (State.SKIPPED, None, "skipped"),
+    }
+    client = api(cfg, engine)
+    keys = {name: ExternalKey("etl", name, "r1") for name in ended}
+    for name, (state, error, _) in ended.items():
+        done = reg(engine, cfg, keys[name])
+        with engine.begin() as conn:
+            task_sql.set_state(conn, done.task_instance, state, from_states=list(State.SMART_WAITING), error=error)
+    asked = [{**_key(k), "try_number": 1} for k in keys.values()]
+    states = client.post("/api/v1/tasks/states", json={"keys": asked}).json()["states"]
+    assert [(s["state"], s["error"], s["reason"]) for s in states] == list(ended.values())
+    again = client.post("/api/v1/tasks", json={**body(), "key": asked[0]}).json()
+    assert (again["created"], again["state"], again["reason"]) == (False, State.FAILED, "timeout")
+    waiting = client.post("/api/v1/tasks", json=body()).json()
+    assert (waiting["state"], waiting["reason"]) == (State.SMART_PENDING, None)
+
+
+def test_the_openapi_document_states_the_reason(cfg, engine) -> None:
+    schemas = api(cfg, engine).get("/api/v1/openapi.json").json()["components"]["schemas"]
+    for model in ("TryState", "Registered"):
+        reason = schemas[model]["properties"]["reason"]
+        assert {"enum": list(REASONS), "type": "string"} in reason["anyOf"], reason
+        assert "timeout" in reason["description"]
+    assert schemas["StatesAnswer"]["properties"]["states"]["items"] == {"$ref": "#/components/schemas/TryState"}
 
 
 def test_one_states_request_is_one_statement_for_ten_thousand_keys(cfg, engine) -> None:

@@ -16,7 +16,8 @@ from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
-from smartsensor_airflow.client import ApiError, Endpoint
+from smartsensor.domain.timing import timeout_error
+from smartsensor_airflow.client import ApiError, Endpoint, is_timeout, outcome
 from smartsensor_airflow.poller import ServiceUnreachable, shared_poller
 
 TOKEN = "poller-token"
@@ -113,6 +114,31 @@ def test_a_newer_try_ends_the_old_wait_as_superseded(cfg, engine) -> None:
             return await asyncio.wait_for(old, timeout=30)
 
     assert asyncio.run(scenario())["state"] == "superseded"
+
+
+def test_the_poller_hands_the_task_the_reason_a_try_ended(cfg, engine) -> None:
+    """A timeout is known by the service's ``reason``: a check error that reads like one is not a timeout."""
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    errors = {1: timeout_error("metastore unreachable"), 2: "timed out waiting for the lock"}
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(
+            transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as client:
+            for i in errors:
+                assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
+        with engine.begin() as conn:
+            for t in task_sql.list_tasks(conn):
+                ti = (t["dag_id"], t["task_id"], t["execution_date"])
+                error = errors[int(t["task_id"][1:])]
+                task_sql.set_state(conn, ti, State.FAILED, from_states=list(State.SMART_WAITING), error=error)
+        poller = shared_poller("reasons", endpoint(), transport)
+        return [await asyncio.wait_for(poller.wait(key(i), 0.1), timeout=30) for i in errors]
+
+    answers = asyncio.run(scenario())
+    assert [(a["state"], a["reason"]) for a in answers] == [("failed", "timeout"), ("failed", "error")]
+    assert [is_timeout(outcome(a)) for a in answers] == [True, False]
 
 
 def test_a_wrong_token_fails_the_waiters_with_the_reason(cfg, engine) -> None:

@@ -16,6 +16,8 @@ def source_copy(tmp_path: Path) -> Path:
     src = tmp_path / "src"
     for name in ("smartsensor", "sensors", "schema"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    grammar = Path("providers", "airflow", "smartsensor_airflow", "hive_filter")  # smartsensor.hive_filter
+    shutil.copytree(ROOT / grammar, src / grammar, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     return src

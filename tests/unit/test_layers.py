@@ -23,6 +23,7 @@ PACKAGES = {
     "smartsensor": ROOT / "smartsensor",
     "smartsensor.sensors": ROOT / "sensors",
     "smartsensor.schema": ROOT / "schema",
+    "smartsensor.hive_filter": ROOT / "providers" / "airflow" / "smartsensor_airflow" / "hive_filter",
 }
 
 # Lower number = lower layer. A module may import its own layer or lower ones, never a higher one.
@@ -39,7 +40,7 @@ def layer_of(module: str) -> int:
         return ADAPTERS
     if module == "smartsensor.ports":
         return PORTS
-    return DOMAIN  # smartsensor.domain, .config, the sensor library (smartsensor.sensors)
+    return DOMAIN  # smartsensor.domain, .config, the sensor library (smartsensor.sensors), .hive_filter
 
 
 def modules() -> dict[str, Path]:

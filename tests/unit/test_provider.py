@@ -55,7 +55,7 @@ def test_anything_else_is_refused_with_the_reason(text: str, why: str) -> None:
 
 def test_a_filter_must_be_text() -> None:
     with pytest.raises(UnsupportedPartitionFilter, match="filter string"):
-        parse_partition_filter({"ds": "1"})  # type: ignore[arg-type]  # a dict on purpose
+        parse_partition_filter({"ds": "1"})  # a dict on purpose
 
 
 def conn(**fields: object) -> SimpleNamespace:
@@ -98,7 +98,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_the_provider_never_imports_smartsensor_itself() -> None:
-    files = sorted(PROVIDER.glob("*.py"))
+    files = sorted(PROVIDER.rglob("*.py"))
     assert len(files) >= 6
     for path in files:
         bad = {m for m in imported_modules(path) if m == "smartsensor" or m.startswith("smartsensor.")}
@@ -107,14 +107,15 @@ def test_the_provider_never_imports_smartsensor_itself() -> None:
 
 def test_only_sensors_triggers_and_compat_import_airflow() -> None:
     """The parser, client and poller are plain Python + httpx, so they are tested here without Airflow."""
-    for path in PROVIDER.glob("*.py"):
+    for path in PROVIDER.rglob("*.py"):
         uses_airflow = any(m == "airflow" or m.startswith("airflow.") for m in imported_modules(path))
         assert uses_airflow == (path.name in {"_compat.py"}), path.name
 
 
 def test_the_provider_knows_a_timeout_by_the_services_own_words() -> None:
-    """A ``failed`` try that reached its timeout ends a drop-in for good (AirflowSensorTimeout); the provider cannot
-    import the service, so it matches the start of the error the service writes, pinned here to the source."""
+    """From a service before 0.3.0 (an answer with no ``reason``): a ``failed`` try that reached its timeout ends a
+    drop-in for good (AirflowSensorTimeout); the provider cannot import the service, so it matches the start of the
+    error the service writes, pinned here to the source."""
     from smartsensor.domain.timing import timeout_error
     from smartsensor_airflow.client import is_timeout
 
@@ -123,3 +124,36 @@ def test_the_provider_knows_a_timeout_by_the_services_own_words() -> None:
     assert not is_timeout({"state": "failed", "error": "attr_dict is missing"})
     assert not is_timeout({"state": "skipped", "error": timeout_error(None)})
     assert not is_timeout({"state": "failed", "error": None})
+
+
+def test_the_provider_knows_a_timeout_by_its_reason() -> None:
+    """From a service that says why a try ended (``reason``), the reason decides, whatever the text says; the
+    provider's name for it is the service's own (issue 42, "a timeout that travels as data")."""
+    from smartsensor.service.external import REASONS, end_reason
+    from smartsensor_airflow.client import TIMEOUT, is_timeout
+
+    assert TIMEOUT in REASONS and end_reason("failed", "timed out waiting") == TIMEOUT
+    assert end_reason("failed", "timed out waiting for the lock") == "error"  # a check error that reads alike
+    assert is_timeout({"state": "failed", "error": "the metastore went away", "reason": "timeout"})
+    assert not is_timeout({"state": "failed", "error": "timed out waiting for the lock", "reason": "error"})
+    assert not is_timeout({"state": "skipped", "error": "timed out waiting", "reason": "timeout"})  # soft_fail: a skip
+    assert not is_timeout({"state": "superseded", "error": None, "reason": "superseded"})
+
+
+def test_an_answer_carries_its_reason_to_the_task_or_none_from_an_older_service() -> None:
+    from smartsensor_airflow.client import is_timeout, outcome
+
+    new = {"state": "failed", "error": "x", "reason": "timeout", "hashcode": 1, "dag_id": "d"}
+    old = {"state": "failed", "error": "timed out waiting", "hashcode": 1}
+    assert outcome(new) == {"state": "failed", "error": "x", "reason": "timeout"}
+    assert outcome(old) == {"state": "failed", "error": "timed out waiting", "reason": None}
+    assert is_timeout(outcome(new)) and is_timeout(outcome(old))
+
+
+def test_the_schema_names_the_reasons_the_service_gives() -> None:
+    from typing import get_args
+
+    from smartsensor.api.tasks import Reason
+    from smartsensor.service.external import REASONS
+
+    assert get_args(Reason) == REASONS

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from smartsensor_airflow.hive_filter import parse_partition_filter
+from smartsensor_airflow.hive_filter import parse_partition_filter, split_table
 
 Check = tuple[str, dict[str, Any]]
 
@@ -26,13 +26,13 @@ def named_check(task: Any) -> Check:
 
 def hive_check(task: Any) -> Check:
     """``schema``, ``table`` (``db.table`` wins over ``schema``) and the ``partition`` filter's equalities."""
-    table = task.table if "." in task.table else f"{task.schema}.{task.table}"
+    table = ".".join(split_table(task.table, task.schema))
     return "HivePartitionSensor", {"table": table, "partition": parse_partition_filter(task.partition)}
 
 
 def metastore_check(task: Any) -> Check:
     """``schema``, ``table`` (``db.table`` wins, as the Hive provider splits it) and one full ``partition_name``."""
-    table = task.table if "." in task.table else f"{task.schema}.{task.table}"
+    table = ".".join(split_table(task.table, task.schema))
     name = task.partition_name
     if not isinstance(name, str) or "=" not in name:
         raise TypeError(f"partition_name must be a partition's full name such as 'ds=2026-11-22', got {name!r}")

@@ -24,8 +24,11 @@ API = "/api/v1"
 # States after which the service never changes a try again; everything else is still waiting.
 TERMINAL = frozenset({"success", "failed", "skipped", "upstream_failed", "removed", "superseded", "unknown"})
 TRANSIENT_STATUS = frozenset({502, 503, 504})
-# The start of the ``error`` the service gives a try that reached its ``timeout`` (smartsensor.domain.timing
-# .timeout_error; a test pins the two together). A timeout ends a sensor for good, as AirflowSensorTimeout does.
+# Why a try ended, as the service says it in an answer's ``reason`` (smartsensor.service.external.REASONS). A
+# timeout ends a sensor for good, as AirflowSensorTimeout does.
+TIMEOUT = "timeout"
+# Services before 0.3.0 send no ``reason``: there a timeout is known by the start of its ``error`` text
+# (smartsensor.domain.timing.timeout_error; a test pins the two together).
 TIMEOUT_ERROR_PREFIX = "timed out waiting"
 # Seconds of transient failures a registration rides out by default (back-off 1, 2, 4, 8 s...): a restarting
 # service or a failover behind the balancer. A sensor with a safety valve asks for its grace period instead.
@@ -262,5 +265,17 @@ def _held_answer(
 
 
 def is_timeout(answer: dict[str, Any]) -> bool:
-    """Whether a ``failed`` answer means the try reached its timeout (not a check error)."""
-    return answer.get("state") == "failed" and str(answer.get("error") or "").startswith(TIMEOUT_ERROR_PREFIX)
+    """Whether a ``failed`` answer (or an event made of one) means the try reached its timeout, not a check
+    error: its ``reason``; from a service (or an event) without one, the start of its ``error``."""
+    if answer.get("state") != "failed":
+        return False
+    reason = answer.get("reason")
+    if reason is not None:
+        return bool(reason == TIMEOUT)
+    return str(answer.get("error") or "").startswith(TIMEOUT_ERROR_PREFIX)
+
+
+def outcome(answer: dict[str, Any]) -> dict[str, Any]:
+    """What an answer says of how a try stands: its ``state``, ``error`` and ``reason`` (None from a service that
+    sends none), to carry over to the answer a task acts on."""
+    return {"state": answer["state"], "error": answer.get("error"), "reason": answer.get("reason")}

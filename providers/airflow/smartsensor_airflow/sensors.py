@@ -58,6 +58,7 @@ from smartsensor_airflow.client import (
     endpoint_from_connection,
     held_state,
     is_timeout,
+    outcome,
     register_try,
 )
 from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, try_start, wait_classically
@@ -203,7 +204,7 @@ class SmartSensorMixin:
             if answer["state"] not in TERMINAL and self.smartsensor_execute_wait > 0:
                 held = held_state(endpoint, key, self.smartsensor_execute_wait)
                 if held is not None:
-                    answer = {**answer, "state": held["state"], "error": held.get("error")}
+                    answer = {**answer, **outcome(held)}
         except ApiError as exc:
             if exc.transient and self.smartsensor_fallback_grace >= 0:
                 return self.fall_back(context, str(exc))
@@ -218,7 +219,7 @@ class SmartSensorMixin:
         if answer["state"] in TERMINAL:
             return self.execute_complete(
                 context,
-                {"state": answer["state"], "error": answer["error"], "hashcode": answer["hashcode"], "key": key},
+                {**outcome(answer), "hashcode": answer["hashcode"], "key": key},
             )
         backstop = timedelta(seconds=float(self.timeout) + max(60.0, 3 * self.smartsensor_poll_interval))
         self.defer(  # type: ignore[attr-defined]

@@ -39,6 +39,7 @@ from smartsensor_airflow.client import (
     Endpoint,
     endpoint_from_connection,
     held_state_async,
+    outcome,
     register_try_async,
     registration_body,
 )
@@ -184,12 +185,21 @@ class SmartSensorTrigger(BaseTrigger):
         log_off_loop(
             self.log, "info", "smartsensor: %s (hash %s); the task resumes on a worker", state, answer.get("hashcode")
         )
-        return await self.resume(started, state, answer.get("error"), answer.get("hashcode"))
+        return await self.resume(started, state, answer.get("error"), answer.get("hashcode"), answer.get("reason"))
 
-    async def resume(self, started: float, state: str, error: str | None, hashcode: int | None = None) -> TriggerEvent:
-        """An event that resumes the task on a worker (its ``execute_complete``), not before the settle time."""
+    async def resume(
+        self, started: float, state: str, error: str | None, hashcode: int | None = None, reason: str | None = None
+    ) -> TriggerEvent:
+        """An event that resumes the task on a worker (its ``execute_complete``), not before the settle time;
+        ``reason`` is the service's (None from a service that sends none, and for the provider's own states)."""
         await self._settle(started)
-        payload: dict[str, Any] = {"state": state, "error": error, "hashcode": hashcode, "key": self.key}
+        payload: dict[str, Any] = {
+            "state": state,
+            "error": error,
+            "reason": reason,
+            "hashcode": hashcode,
+            "key": self.key,
+        }
         if state == UNREACHABLE and self.try_started is not None:
             payload["try_started"] = self.try_started  # where the valve counts the timeout from
         return TriggerEvent(payload)
@@ -303,7 +313,7 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             # poller's next request.
             held = await held_state_async(shared_client(), endpoint, self.key, self.hold)
             if held is not None:
-                answer = {**answer, "state": held["state"], "error": held.get("error")}
+                answer = {**answer, **outcome(held)}
         if answer.get("state") in TERMINAL:
             yield await self.answered(started, answer)
         else:
