@@ -2,7 +2,14 @@
 # Run the whole suite: venv, a throwaway PostgreSQL 15 and MariaDB (standing in for MySQL), one local SparkSession,
 # Chromium for the status page, pytest.
 # Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
+# --fast: the inner loop while working (unit and the integration tests not marked slow; no Airflow venvs, no
+# process or Airflow tiers), e.g. ./scripts/test.sh --fast -x. CI runs everything.
 set -euo pipefail
+FAST=0
+if [ "${1:-}" = "--fast" ]; then
+  FAST=1
+  shift
+fi
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/env.sh"
 source "$HERE/pg.sh"
@@ -13,13 +20,17 @@ ensure_java
 ensure_chromium
 ensure_pg_jdbc
 ensure_venv
-ensure_airflow_venvs
+[ "$FAST" = 1 ] || ensure_airflow_venvs
 trap 'stop_pg; stop_mysql' EXIT INT TERM
 start_pg
 start_mysql
 cd "$ROOT"
 set +e
-python -m pytest -p no:cacheprovider "$@"
+if [ "$FAST" = 1 ]; then
+  python -m pytest -p no:cacheprovider -m "not slow" tests/unit tests/integration "$@"
+else
+  python -m pytest -p no:cacheprovider "$@"
+fi
 status=$?
 set -e
 exit $status

@@ -289,6 +289,8 @@ def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: l
 
 HEARD = "the task ends from the triggerer"  # the trigger's log line when it ends the task (triggers.py)
 STARTED = "started in the triggerer"  # the trigger's log line when a try starts there (triggers.py)
+# The time the trigger heard the answer, in its line (the line may be written later than that); else the line's own.
+HEARD_AT = re.compile(r"heard at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)")
 STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)?")
 
 
@@ -298,7 +300,7 @@ def trigger_heard_at(logs: Path, dag_id: str, run_id: str, task_id: str) -> date
     folder = logs / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
     for path in sorted(folder.glob("attempt=1.log*")):
         for line in path.read_text(errors="replace").splitlines():
-            if HEARD in line and (match := STAMP.search(line)):
+            if HEARD in line and (match := HEARD_AT.search(line) or STAMP.search(line)):
                 when = datetime.fromisoformat(match.group(1))
                 zone = (match.group(2) or "+00:00").replace("Z", "+00:00")
                 if len(zone) == 5:  # +0000

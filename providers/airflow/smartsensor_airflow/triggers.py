@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from datetime import timezone
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, AsyncIterator
 
@@ -173,13 +173,15 @@ class SmartSensorTrigger(BaseTrigger):
         ``end_from_trigger``), or resumes on a worker with the answer."""
         state = answer["state"]
         if self.end_from_trigger and state in ("success", "skipped"):
+            # The time it was heard is in the line: the line itself may be written later (``off_loop_log``).
             log_off_loop(
                 self.log,
                 "info",
-                "smartsensor: %s (hash %s)%s; the task ends from the triggerer",
+                "smartsensor: %s (hash %s)%s, heard at %s; the task ends from the triggerer",
                 state,
                 answer.get("hashcode"),
                 f": {answer['error']}" if answer.get("error") else "",
+                datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             )
             return success_event() if state == "success" else TaskSkippedEvent()
         log_off_loop(
