@@ -16,17 +16,17 @@ Generated values and what is left out:
 - string values are made of letters in mixed case, digits, spaces, ``/ = : % ' "``, ``.-_``, the words
   ``and``/``AND``, an escape look-alike (``%2F``) and unicode (``ü É 日本``); int values are 0..99999 and date
   values 1900..2100, written canonically (``7``, ``2026-01-05``), as Spark stores them;
-- no empty value (Hive stores it as ``__HIVE_DEFAULT_PARTITION__``), no control character and no backslash
-  (smartsensor refuses control characters; Hive's filter grammar has no escapes);
+- no empty value (Hive stores it as ``__HIVE_DEFAULT_PARTITION__``), no control character (smartsensor refuses
+  them) and no backslash (an escape in Spark SQL's literals; not tried in Hive's filter grammar);
 - a value with both quote characters cannot be written in Hive's filter grammar, so it appears in names only,
-  never in a spec or filter check; no negative int, which Hive's filter grammar does not read as a literal;
+  never in a spec or filter check; no negative int (a literal of Hive's filter grammar not tried here);
 - on MariaDB, no value ends with a space: the metastore's tables compare with PAD SPACE there, so its filter finds
   ``a`` for ``a `` and ``get_partition_by_name`` fails ("Expecting a partition with name ds=a , but metastore is
   returning ... ds=a"); it is no oracle for those values (smartsensor compares them exactly, as on PostgreSQL);
-- in a spec or filter, only the string columns go to ``get_partitions_by_filter``: on a column of type int or date
-  the metastore casts every partition value of the metastore in direct SQL, and when another table holds a value
-  that does not cast it falls back to JDO, which refuses the filter ("Filtering is supported only on partition keys
-  of type string"). The int and date terms are matched on the partitions it lists, as numbers and as dates.
+- in a spec or filter, only the string columns go to ``get_partitions_by_filter``: a filter on an int column was
+  refused now and then, depending on what other tables held ("Filtering is supported only on partition keys of
+  type string": the metastore's JDO fallback, taken when its direct SQL fails). The int and date terms are matched
+  on the partitions it lists, as numbers and as dates.
 
 ``SMARTSENSOR_ORACLE_EXAMPLES`` sets the examples per backend (CI: ``CI_EXAMPLES``, ``CI_SPARK_EXAMPLES`` on Spark;
 the slow run: 2000 or more). Examples are derandomized (the same ones in every CI run) and each has its own table.
@@ -248,6 +248,7 @@ class Oracle:
         )
 
     def answer(self, table: str, probe: Probe, types: dict[str, str], layout: list[tuple[str, str]]) -> bool:
+        """The metastore's answer: the partition named exists, or some partition matches the spec or filter."""
         if probe.kind == "name":
             name = hive_name(layout, tuple(v for _, v in probe.spec))
             try:
@@ -331,6 +332,7 @@ class SparkSide:
         self.spark.sql(f"ALTER TABLE {db}.{table} ADD {parts}")
 
     def close(self) -> None:
+        """Drop the databases made here (the session's SparkSession outlives this test)."""
         for db in self.dbs:
             self.spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
 
@@ -368,6 +370,8 @@ BACKENDS = [
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_every_backend_answers_as_the_metastore_does(backend: Backend, request: pytest.FixtureRequest) -> None:
+    """Each generated example, on its own table of one database per backend: smartsensor's answer to each check is
+    the metastore's (a shrunk counter-example names the check, the layout and the partitions)."""
     db = f"oracle_{uuid.uuid4().hex[:10]}"
     oracle = Oracle(backend.service, db)
     figures = Figures()
