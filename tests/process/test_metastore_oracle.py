@@ -30,7 +30,8 @@ Generated values and what is left out:
 
 ``SMARTSENSOR_ORACLE_EXAMPLES`` sets the examples per backend (CI: ``CI_EXAMPLES``, ``CI_SPARK_EXAMPLES`` on Spark;
 the slow run: 2000 or more). Examples are derandomized (the same ones in every CI run) and each has its own table.
-Each backend prints its figures (examples, checks, disagreements, false successes) on one ``oracle:`` line.
+Each backend prints its figures (examples, checks, disagreements, false successes) on one ``oracle:`` line; the
+test's timeout grows with the examples asked for.
 """
 
 from __future__ import annotations
@@ -369,6 +370,7 @@ BACKENDS = [
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.timeout(600 + 3 * (EXAMPLES or 0))  # the slow run: ~0.3 s an example (Spark: ~2 s), loaded machine
 def test_every_backend_answers_as_the_metastore_does(backend: Backend, request: pytest.FixtureRequest) -> None:
     """Each generated example, on its own table of one database per backend: smartsensor's answer to each check is
     the metastore's (a shrunk counter-example names the check, the layout and the partitions)."""
