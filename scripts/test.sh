@@ -2,8 +2,8 @@
 # Run the whole suite: venv, a throwaway PostgreSQL 15 and MariaDB (standing in for MySQL), one local SparkSession,
 # Chromium for the status page, pytest.
 # Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
-# --fast: the inner loop while working (unit and the integration tests not marked slow; no Airflow venvs, no
-# process or Airflow tiers), e.g. ./scripts/test.sh --fast -x. CI runs everything.
+# --fast: the inner loop while working (unit and the integration tests marked neither slow nor spark; no Airflow
+# venvs, no SparkSession, no process or Airflow tiers), e.g. ./scripts/test.sh --fast -x. CI runs everything.
 set -euo pipefail
 FAST=0
 if [ "${1:-}" = "--fast" ]; then
@@ -27,7 +27,7 @@ start_mysql
 cd "$ROOT"
 set +e
 if [ "$FAST" = 1 ]; then
-  python -m pytest -p no:cacheprovider -m "not slow" tests/unit tests/integration "$@"
+  python -m pytest -p no:cacheprovider -m "not slow and not spark" tests/unit tests/integration "$@"
 else
   python -m pytest -p no:cacheprovider "$@"
 fi
