@@ -16,7 +16,6 @@ import contextlib
 import os
 import tempfile
 import time
-from datetime import datetime
 from typing import Any, Iterator
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="parse-cost-"))
@@ -51,9 +50,7 @@ def strategy(name: str) -> Iterator[dict[str, int]]:
 
 def measure(size: int, name: str) -> tuple[float, float, float]:
     """(build ms per task, serialize ms per task, reads per task) for a DAG of ``size`` sensors."""
-    from airflow import DAG
-
-    from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionSensor
+    from scripts.airflow.dag_load import sensor_dag
 
     try:  # Airflow 3
         from airflow.serialization.serialized_objects import DagSerialization as Serializer
@@ -62,16 +59,7 @@ def measure(size: int, name: str) -> tuple[float, float, float]:
 
     with strategy(name) as reads:
         began = time.process_time()
-        with DAG(f"cost_{size}", start_date=datetime(2026, 1, 1), schedule=None) as dag:
-            for i in range(size):
-                if i % 2:
-                    NamedHivePartitionSensor(
-                        task_id=f"named_{i}", partition_names=["db.events/ds={{ ds }}"], poke_interval=30, timeout=900
-                    )
-                else:
-                    HivePartitionSensor(
-                        task_id=f"filter_{i}", table="db.events", partition="ds='{{ ds }}'", poke_interval=30
-                    )
+        dag = sensor_dag(size)
         built = time.process_time()
         Serializer.to_dict(dag)
         done = time.process_time()

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Iterator
 
-import pytest
 from sqlalchemy import update
 
 from smartsensor.adapters.sql import tasks as task_sql
@@ -23,19 +21,10 @@ from smartsensor.service.registration import build_row
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import DictCatalog
 from tests.support.common import DAY, make_cfg, named, wait_until
-from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.pg import needs_test_pg
 
 TI = TaskInstance.__table__
 LOOKBACK = 0.5  # seconds: [smart_sensor] reconcile_lookback, short so that the transaction outlasts it soon
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    name, url = new_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(name)
 
 
 def utcnow() -> datetime:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
@@ -52,9 +51,6 @@ from hmsclient.genthrift.hive_metastore.ttypes import (
     FieldSchema,
     NoSuchObjectException,
     Partition,
-    SerDeInfo,
-    StorageDescriptor,
-    Table,
 )
 from hmsclient.hmsclient import HMSClient
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -71,6 +67,7 @@ from smartsensor.sensors.partitions import quote_identifier, sql_string_literal
 from smartsensor_airflow.checks import check_of
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter, parse_partition_filter
 from tests.support.catalog_cases import outcome
+from tests.support.liveness import parquet_table
 from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture  # noqa: F401 - fixtures
 from tests.support.mysql import needs_test_mysql
 from tests.support.pg import needs_test_pg
@@ -212,33 +209,10 @@ class Oracle:
 
     def land(self, table: str, example: Example) -> None:
         """Create ``table`` with the example's layout and add its partitions (their locations made by Hive)."""
-        sd = StorageDescriptor(
-            cols=[FieldSchema("x", "int", None)],
-            location=f"file://{self.warehouse}/{self.db}.db/{table}",
-            inputFormat=f"{PARQUET}.MapredParquetInputFormat",
-            outputFormat=f"{PARQUET}.MapredParquetOutputFormat",
-            compressed=False,
-            numBuckets=-1,
-            serdeInfo=SerDeInfo(None, f"{PARQUET}.serde.ParquetHiveSerDe", {"serialization.format": "1"}),
-            bucketCols=[],
-            sortCols=[],
-            parameters={},
-        )
         keys = [FieldSchema(col, kind, None) for col, kind in example.layout]
-        self.client.create_table(
-            Table(
-                tableName=table,
-                dbName=self.db,
-                owner="test",
-                createTime=int(time.time()),
-                lastAccessTime=0,
-                retention=0,
-                sd=sd,
-                partitionKeys=keys,
-                parameters={},
-                tableType="MANAGED_TABLE",
-            )
-        )
+        created = parquet_table(self.db, table, f"file://{self.warehouse}/{self.db}.db/{table}", keys)
+        self.client.create_table(created)
+        sd = created.sd
         parts = []
         for row in example.rows:
             part_sd = copy.deepcopy(sd)

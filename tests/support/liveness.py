@@ -37,6 +37,35 @@ SIGNALLED, POLLED = "sig", "poll"  # the two tables
 PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
 
 
+def parquet_table(db: str, name: str, location: str, partition_keys: list[FieldSchema]) -> Table:
+    """A managed Parquet table ``db.name`` (x INT) at ``location``, partitioned by ``partition_keys``, as the
+    metastore's thrift API creates it (its ``sd`` is the partitions' template too)."""
+    sd = StorageDescriptor(
+        cols=[FieldSchema("x", "int", None)],
+        location=location,
+        inputFormat=f"{PARQUET}.MapredParquetInputFormat",
+        outputFormat=f"{PARQUET}.MapredParquetOutputFormat",
+        compressed=False,
+        numBuckets=-1,
+        serdeInfo=SerDeInfo(None, f"{PARQUET}.serde.ParquetHiveSerDe", {"serialization.format": "1"}),
+        bucketCols=[],
+        sortCols=[],
+        parameters={},
+    )
+    return Table(
+        tableName=name,
+        dbName=db,
+        owner="test",
+        createTime=int(time.time()),
+        lastAccessTime=0,
+        retention=0,
+        sd=sd,
+        partitionKeys=partition_keys,
+        parameters={},
+        tableType="MANAGED_TABLE",
+    )
+
+
 class Metastore:
     """The metastore service as a pipeline sees it: a database, tables partitioned by ``ds``, and landings
     (``add_partitions``, what a pipeline's commit does), all over thrift."""
@@ -55,30 +84,7 @@ class Metastore:
             Database(name=self.db, description="", locationUri=location, parameters={}),
         )
         for name in tables:
-            sd = StorageDescriptor(
-                cols=[FieldSchema("x", "int", None)],
-                location=f"{location}/{name}",
-                inputFormat=f"{PARQUET}.MapredParquetInputFormat",
-                outputFormat=f"{PARQUET}.MapredParquetOutputFormat",
-                compressed=False,
-                numBuckets=-1,
-                serdeInfo=SerDeInfo(None, f"{PARQUET}.serde.ParquetHiveSerDe", {"serialization.format": "1"}),
-                bucketCols=[],
-                sortCols=[],
-                parameters={},
-            )
-            table = Table(
-                tableName=name,
-                dbName=self.db,
-                owner="test",
-                createTime=int(time.time()),
-                lastAccessTime=0,
-                retention=0,
-                sd=sd,
-                partitionKeys=[FieldSchema("ds", "string", None)],
-                parameters={},
-                tableType="MANAGED_TABLE",
-            )
+            table = parquet_table(self.db, name, f"{location}/{name}", [FieldSchema("ds", "string", None)])
             self.catalog.call(f"creating {self.db}.{name}", "create_table", table)
 
     def land(self, table: str, ds: str) -> None:
