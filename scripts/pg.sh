@@ -29,7 +29,7 @@ start_pg() {
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   "${run_as[@]}" "$bin/initdb" -D "$PG_TMP/data" -U postgres --auth=trust --no-sync -E UTF8 >"$PG_TMP/initdb.log" 2>&1 \
     || { cat "$PG_TMP/initdb.log" >&2; return 1; }
-  local opts="-c listen_addresses=127.0.0.1 -p $port -k $PG_TMP -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+  local opts="-c listen_addresses=127.0.0.1 -p $port -k $PG_TMP -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=500"
   "${run_as[@]}" "$bin/pg_ctl" -D "$PG_TMP/data" -l "$PG_TMP/server.log" -w -t 30 start -o "$opts" >/dev/null \
     || { cat "$PG_TMP/server.log" >&2; return 1; }
   export SMARTSENSOR_TEST_PG_OPTS="$opts"

@@ -4,6 +4,9 @@
 # Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
 # --fast: the inner loop while working (unit and the integration tests marked neither slow nor spark; no Airflow
 # venvs, no SparkSession, no process or Airflow tiers), e.g. ./scripts/test.sh --fast -x. CI runs everything.
+# The tests run on SMARTSENSOR_TEST_WORKERS pytest-xdist workers (default 4: most of a test's time is waiting on the
+# processes it started); tests/conftest.py keeps the SparkSession's tests, and the tests sharing a module's metastore
+# service or Airflow deployment, in one worker each. SMARTSENSOR_TEST_WORKERS=0 runs them in this process (-x, pdb).
 set -euo pipefail
 FAST=0
 if [ "${1:-}" = "--fast" ]; then
@@ -25,11 +28,12 @@ trap 'stop_pg; stop_mysql' EXIT INT TERM
 start_pg
 start_mysql
 cd "$ROOT"
+workers=(-n "${SMARTSENSOR_TEST_WORKERS:-4}" --dist loadgroup)
 set +e
 if [ "$FAST" = 1 ]; then
-  python -m pytest -p no:cacheprovider -m "not slow and not spark" tests/unit tests/integration "$@"
+  python -m pytest -p no:cacheprovider "${workers[@]}" -m "not slow and not spark" tests/unit tests/integration "$@"
 else
-  python -m pytest -p no:cacheprovider "$@"
+  python -m pytest -p no:cacheprovider "${workers[@]}" "$@"
 fi
 status=$?
 set -e
