@@ -53,32 +53,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid}: a unit test uses no database or Spark (it asks for {uses}); "
                 f"move it to tests/integration"
             )
-        group = xdist_group(item)
+        group = xdist_group(item, layer)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     if wrong:
         raise pytest.UsageError("tests in the wrong layer:\n  " + "\n  ".join(wrong))
 
 
-def xdist_group(item: pytest.Item) -> str | None:
+def xdist_group(item: pytest.Item, layer: str) -> str | None:
     """The tests that must run in one worker process under ``--dist loadgroup`` (./scripts/test.sh runs several):
-    every test of the one SparkSession, and the tests that share a module-scoped fixture (a metastore service, an
-    Airflow deployment per version), so that each is set up once. Every other test goes wherever a worker is free."""
+    every test of the one SparkSession; every test of one Airflow version (an Airflow deployment takes most of the
+    machine's two cores while it starts: one per version at a time, and the deployment a module shares is set up
+    once); and the tests that share another module-scoped fixture (a metastore service). Every other test goes
+    wherever a worker is free."""
     if "spark" in item.fixturenames:  # type: ignore[attr-defined]
         return "spark"
-    info = item._fixtureinfo  # type: ignore[attr-defined]  # pytest.Function
-    shared = [
-        name for name, defs in info.name2fixturedefs.items() if defs and defs[-1].scope in ("module", "package")
-    ]
-    if not shared:
-        return None
     params = getattr(item, "callspec", None)
-    ids = [  # an Airflow venv's path by its folder's name: airflow-3.3.2
-        str(getattr(params.params[name], "name", params.params[name]))
-        for name in sorted(shared)
-        if params is not None and name in params.params
-    ]
-    return ":".join([item.module.__name__, *ids])  # type: ignore[attr-defined]
+    if layer == "airflow" and params is not None:
+        for value in params.params.values():
+            if isinstance(value, Path) and value.name.startswith("airflow-"):  # a venv: airflow-3.3.2
+                return value.name
+    info = item._fixtureinfo  # type: ignore[attr-defined]  # pytest.Function
+    if any(defs and defs[-1].scope in ("module", "package") for defs in info.name2fixturedefs.values()):
+        return item.module.__name__  # type: ignore[attr-defined]
+    return None
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_test_pg)])
