@@ -3,9 +3,7 @@ hashcode and shardcode, in state smart_pending (shard workers) or scheduled (cla
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
@@ -15,12 +13,11 @@ from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
-from smartsensor.domain.routing import class_route
 from smartsensor.domain.states import State
-from smartsensor.sensors.base import BaseSensor, classpath_of
+from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.sensors.validation import validate_id
+from smartsensor.service.task_rows import served_here, task_row
 
 log = logging.getLogger(__name__)
 
@@ -63,41 +60,11 @@ class Registered:
     reason: str
 
 
-def _json_field(owner: str, field: str, value: Any) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SensorDefinitionError(
-            f"{owner}: field {field!r} is not JSON serialisable ({type(value).__name__}): {exc}"
-        ) from None
-
-
-def serialise(sensor: BaseSensor) -> tuple[str, str]:
-    """Canonical (attr_dict, exec_dict) JSON of a rendered sensor; errors name the field."""
-    owner = f"task {sensor.task_id!r}"
-    persist = sensor.persist_values()
-    for field, value in persist.items():
-        _json_field(owner, field, value)
-    exec_values = sensor.exec_values()
-    for field, value in exec_values.items():
-        _json_field(owner, field, value)
-        if isinstance(value, float) and math.isinf(value):
-            raise SensorDefinitionError(f"{owner}: field {field!r} must be finite")
-    return canonical_json(persist), canonical_json(exec_values)
-
-
 def route(sensor: BaseSensor, cfg: Config) -> tuple[State, str]:
-    """(state, reason): the class's route (``class_route``), and the instance's own check must pass too."""
-    state, reason = class_route(type(sensor), cfg)
-    if state != State.SMART_PENDING:
-        return state, reason
-    try:
-        if not sensor.is_smart_sensor_compatible():
-            return State.SCHEDULED, "the sensor's is_smart_sensor_compatible() returned False"
-    except Exception as exc:  # noqa: BLE001 - any failure here means "run it the classic way"
-        log.warning("task %s: smart registration failed, falling back to classic mode: %s", sensor.task_id, exc)
-        return State.SCHEDULED, f"smart registration failed: {exc}"
-    return State.SMART_PENDING, "smart"
+    """(state, reason): smart_pending when the shard workers serve ``sensor`` (``task_rows.served_here``), else
+    scheduled, a classic run, with the reason why."""
+    served, reason = served_here(sensor, cfg)
+    return (State.SMART_PENDING if served else State.SCHEDULED), reason
 
 
 def build_row(
@@ -108,36 +75,12 @@ def build_row(
     fileloc: str | None = None,
     render: bool = True,
 ) -> tuple[dict[str, Any], str]:
-    """The task_instance row for ``sensor`` on ``execution_date`` and the routing reason. ``render``
-    False: the persist fields were rendered already (by Airflow) and are stored as they are."""
+    """The task_instance row for ``sensor`` on ``execution_date`` (its persist fields rendered for that day, as
+    templates, unless ``render`` is False) and the routing reason."""
     dag_id = validate_id("dag_id", dag_id)
     rendered = sensor.rendered(execution_date) if render else sensor
-    attr_dict, exec_dict = serialise(rendered)
-    classpath = classpath_of(type(sensor))
-    hashcode = check_hashcode(classpath, attr_dict)
     state, reason = route(rendered, cfg)
-    now = datetime.utcnow()
-    row = {
-        "dag_id": dag_id,
-        "task_id": sensor.task_id,
-        "execution_date": execution_date,
-        "state": state,
-        "try_number": 1,
-        "max_tries": sensor.retries,
-        "start_date": None,
-        "end_date": None,
-        "updated_at": now,
-        "operator": type(sensor).__name__,
-        "classpath": classpath,
-        "fileloc": fileloc,
-        "hostname": None,
-        "error": None,
-        "attr_dict": attr_dict,
-        "exec_dict": exec_dict,
-        "hashcode": hashcode,
-        "shardcode": shardcode_for(hashcode, cfg.shard_code_upper_limit),
-    }
-    return row, reason
+    return task_row(rendered, dag_id, execution_date, state, cfg, fileloc), reason
 
 
 def register(
