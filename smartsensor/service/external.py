@@ -26,7 +26,7 @@ from smartsensor.domain.timing import is_timeout_error
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
-from smartsensor.service.registration import build_row
+from smartsensor.service.task_rows import served_here, task_row
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,9 @@ def register_external(
     exec_values: dict[str, Any],
     logical_date: datetime | None = None,
 ) -> ExternalRegistered:
-    """Register one try of an external task: validated, hashed and routed as `submit` does (persist
-    fields already rendered by the caller). Only smart-routed classes: anything else is run by the caller."""
+    """Register one try of an external task: validated and hashed as `submit` does (persist fields already
+    rendered by the caller). Only sensors the shard workers here serve (``served_here``): the caller runs any
+    other itself."""
     validate_key(key, try_number)
     cls = smart_class(class_name, cfg)
     for name, values, allowed in (("persist", persist, cls.persist_fields), ("exec", exec_values, cls.exec_fields)):
@@ -117,12 +118,14 @@ def register_external(
         if unknown:
             raise SensorDefinitionError(f"{cls.__name__} has no {name} field(s) {unknown}; it takes {sorted(allowed)}")
     sensor = cls.rebuild(persist, {**exec_values, "retries": 0}, task_id=ti_task_id(key), dag_id=key.dag_id)
-    # A try's task instance is keyed by when it was registered (execution_date).
-    row, reason = build_row(sensor, key.dag_id, datetime.utcnow(), cfg, render=False)
-    if row["state"] != State.SMART_PENDING:
+    served, reason = served_here(sensor, cfg)
+    if not served:
         raise SensorDefinitionError(
             f"{cls.__name__} is not served by smartsensor here ({reason}): run it as a plain sensor"
         )
+    # A try's task instance here is keyed by its registration time: that is its execution_date. The persist
+    # fields were rendered by the caller and are stored as they are.
+    row = task_row(sensor, key.dag_id, datetime.utcnow(), State.SMART_PENDING, cfg)
     # Another request registered or moved this key at the same moment (on SQLite, whose reads take no lock,
     # that is how concurrent tries meet): read it again. Each lost race means another request committed, so
     # this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try.

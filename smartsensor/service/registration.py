@@ -73,12 +73,11 @@ def build_row(
     execution_date: datetime,
     cfg: Config,
     fileloc: str | None = None,
-    render: bool = True,
 ) -> tuple[dict[str, Any], str]:
     """The task_instance row for ``sensor`` on ``execution_date`` (its persist fields rendered for that day, as
-    templates, unless ``render`` is False) and the routing reason."""
+    templates) and the routing reason."""
     dag_id = validate_id("dag_id", dag_id)
-    rendered = sensor.rendered(execution_date) if render else sensor
+    rendered = sensor.rendered(execution_date)
     state, reason = route(rendered, cfg)
     return task_row(rendered, dag_id, execution_date, state, cfg, fileloc), reason
 
