@@ -73,10 +73,10 @@ from smartsensor.config import load_config
 from smartsensor.domain.states import State
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.service.registration import build_row
 from smartsensor.service.round import range_rounds
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
+from smartsensor.standalone.registration import build_row
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)

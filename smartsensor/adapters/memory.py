@@ -39,7 +39,7 @@ class InMemoryStore:
 
     # -- set-up and inspection (what registration, the lease manager or a user would do) ----------
     def add_task(self, row: dict[str, Any]) -> None:
-        """Insert a task_instance row (e.g. from ``service.registration.build_row``)."""
+        """Insert a task_instance row (e.g. from ``service.task_rows.task_row``)."""
         full = {
             "try_number": 1,
             "max_tries": 0,

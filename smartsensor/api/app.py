@@ -25,8 +25,8 @@ from smartsensor.api.metrics import render_metrics
 from smartsensor.api.page import history_sampler, page_router
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
+from smartsensor.external.ended_watch import EndedWatch
 from smartsensor.sensors.errors import first_line
-from smartsensor.service.ended_watch import EndedWatch
 from smartsensor.service.status import collect_status
 from smartsensor.service.status_snapshot import StatusSnapshot
 

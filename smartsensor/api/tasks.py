@@ -28,10 +28,8 @@ from starlette.concurrency import run_in_threadpool
 from smartsensor.api.errors import error_responses
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
-from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
-from smartsensor.sensors.validation import validate_id
-from smartsensor.service.ended_watch import EndedWatch
-from smartsensor.service.external import (
+from smartsensor.external.ended_watch import EndedWatch
+from smartsensor.external.registration import (
     ExternalConflict,
     TerminalAnswers,
     end_reason,
@@ -39,6 +37,8 @@ from smartsensor.service.external import (
     register_external,
     still_waiting,
 )
+from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
+from smartsensor.sensors.validation import validate_id
 
 MAX_KEYS = 10_000  # keys per states request: one triggerer's deferred tasks, with room to spare
 MAX_WAIT = 30.0  # seconds a states request may be held: under the idle timeouts of common load balancers
@@ -95,7 +95,7 @@ class States(BaseModel):
     keys: list[Key] = Field(max_length=MAX_KEYS)
 
 
-# service/external.REASONS, as the schema states them (a unit test pins the two together).
+# external/states.REASONS, as the schema states them (a unit test pins the two together).
 Reason = Literal["landed", "timeout", "error", "skipped", "superseded", "unknown"]
 REASON_HELP = (
     "Why the try ended, as data: landed (success), timeout (its timeout: failed, or skipped with soft_fail), error "

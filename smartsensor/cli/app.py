@@ -28,8 +28,8 @@ from smartsensor.sensors.errors import (
     UnknownSensorClass,
     first_line,
 )
-from smartsensor.service.dagfile import DagFileError
-from smartsensor.service.registration import validate_execution_date
+from smartsensor.standalone.dagfile import DagFileError
+from smartsensor.standalone.registration import validate_execution_date
 
 log = logging.getLogger("smartsensor")
 

@@ -11,8 +11,8 @@ from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
 from smartsensor.domain.states import State
 from smartsensor.sensors.validation import check_utf8
-from smartsensor.service.dagfile import load_sensor_file
-from smartsensor.service.registration import register
+from smartsensor.standalone.dagfile import load_sensor_file
+from smartsensor.standalone.registration import register
 
 # The states as the plain strings a user types: click (8.2+) would match an Enum member by its name (SUCCESS).
 STATE_VALUES = [s.value for s in State.ALL]
@@ -132,7 +132,7 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
     import signal
     import threading
 
-    from smartsensor.service.classic import TaskRunError, run_task
+    from smartsensor.standalone.classic import TaskRunError, run_task
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -171,7 +171,7 @@ def workers(app: App, count: int | None, interval: float | None, as_json: bool, 
 def scheduler(app: App, once: bool, as_json: bool) -> None:
     """Re-queue retries after retry_delay; run scheduled tasks in classic mode (at most [scheduler] parallelism);
     end classic runs that stopped heartbeating (zombies)."""
-    from smartsensor.service.scheduler import Scheduler
+    from smartsensor.standalone.scheduler import Scheduler
 
     def emit(summary: dict[str, Any]) -> None:
         if as_json:

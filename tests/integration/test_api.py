@@ -11,8 +11,8 @@ from sqlalchemy import text
 
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
-from smartsensor.service.registration import register
 from smartsensor.service.status import collect_status
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named, new_db
 
 TOKEN = "s3cret-token"

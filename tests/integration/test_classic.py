@@ -14,8 +14,8 @@ import pytest
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.service.classic import TaskRunError, run_task
-from smartsensor.service.registration import register
+from smartsensor.standalone.classic import TaskRunError, run_task
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, wait_until
 from tests.support.hive_helpers import create_table, land
 
@@ -175,7 +175,7 @@ def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engi
 def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_db) -> None:
     """A run stalls (swapped out, stuck) past zombie_threshold: the scheduler ends its try, re-queues the task
     and a new run starts try 2. When the old run wakes up it must stop and leave try 2 alone."""
-    from smartsensor.service.scheduler import end_zombies, requeue_retries
+    from smartsensor.standalone.scheduler import end_zombies, requeue_retries
 
     create_table(spark, hive_db, "t")
     register(
@@ -250,7 +250,7 @@ def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: i
 
 def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, cfg, tmp_path) -> None:
     from smartsensor.adapters.periodic import PeriodicJobs
-    from smartsensor.service.classic import RunHeartbeat
+    from smartsensor.standalone.classic import RunHeartbeat
 
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.connect() as conn:
@@ -275,7 +275,7 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
 def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) -> None:
     from datetime import timedelta
 
-    from smartsensor.service.scheduler import end_zombies
+    from smartsensor.standalone.scheduler import end_zombies
 
     _running_task(engine, cfg, tmp_path, "retry", retries=1)
     _running_task(engine, cfg, tmp_path, "last", retries=0)
@@ -338,7 +338,7 @@ def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(
 ) -> None:
     """issue 22, defect 1: such a task stayed `running` until zombie_threshold; now its try ends at once, by the
     retry rule, with the child's last error line."""
-    from smartsensor.service.scheduler import Scheduler
+    from smartsensor.standalone.scheduler import Scheduler
 
     key = _scheduled(engine, cfg, tmp_path, "w", retries)
     scheduler = Scheduler(engine, cfg, command=_child(stderr, code))
@@ -351,7 +351,7 @@ def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(
 
 
 def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine, cfg, tmp_path) -> None:
-    from smartsensor.service.scheduler import Scheduler
+    from smartsensor.standalone.scheduler import Scheduler
 
     by_hand = _scheduled(engine, cfg, tmp_path, "by_hand", retries=1)
     reclaimed = _scheduled(engine, cfg, tmp_path, "reclaimed", retries=1)

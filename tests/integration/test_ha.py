@@ -14,10 +14,10 @@ import pytest
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.service.registration import register
 from smartsensor.service.served_ranges import LeasedRanges
 from smartsensor.service.signals import send_signal
 from smartsensor.service.worker_loop import WorkerLoop
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db, wait_until
 from tests.support.flag_workload import LEASE
 from tests.support.hive_helpers import create_table, land

@@ -13,7 +13,7 @@ from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import history as history_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.service.history import FAILED, TAKEN, WRITTEN, HistorySampler, bucket_of, sample_once
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named, wait_until
 
 NOW = datetime(2026, 11, 23, 6, 0, 42, 500000)

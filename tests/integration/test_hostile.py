@@ -16,7 +16,7 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.partitions import escape_partition_value
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db
 from tests.support.hive_helpers import create_table, land
 

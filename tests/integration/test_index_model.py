@@ -41,10 +41,10 @@ from smartsensor.domain.transitions import RoundWrites
 from smartsensor.schema.models import ShardLease, TaskInstance, WorkerRound
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
-from smartsensor.service.registration import build_row
 from smartsensor.service.round.plan import RoundPlan
 from smartsensor.service.round.poke import poke_plans
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
+from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database

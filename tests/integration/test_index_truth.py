@@ -18,8 +18,8 @@ from smartsensor.domain.keys import Cohort
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.schema.models import TaskInstance
-from smartsensor.service.registration import build_row
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
+from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg, named
 

@@ -13,7 +13,7 @@ from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.leases import LeaseManager
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, lease_owners as owners, make_cfg
 from tests.support.pg import postgres_only
 from tests.support.round_helpers import spark_range

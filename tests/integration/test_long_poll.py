@@ -15,7 +15,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
-from smartsensor.service.external import register_external
+from smartsensor.external.registration import register_external
 from tests.support.common import make_cfg, wait_until
 
 TOKEN = "lp"

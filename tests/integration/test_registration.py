@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named
 
 

@@ -18,10 +18,10 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import SuccessFileSensor
-from smartsensor.service.classic import run_task
-from smartsensor.service.registration import register
-from smartsensor.service.scheduler import requeue_retries
 from smartsensor.service.status import collect_status
+from smartsensor.standalone.classic import run_task
+from smartsensor.standalone.registration import register
+from smartsensor.standalone.scheduler import requeue_retries
 from tests.support.common import DAY, make_cfg, new_db
 from tests.support.pg import PG_URL, postgres_only
 from tests.support.round_helpers import spark_range

@@ -20,8 +20,8 @@ from smartsensor.domain.keys import Fence
 from smartsensor.schema.models import ShardLease, TaskInstance
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
-from smartsensor.service.registration import build_row
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
+from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0
 

@@ -16,8 +16,8 @@ from sqlalchemy import text
 from smartsensor.adapters.sql import history as history_sql, leases as lease_sql
 from smartsensor.api.app import create_app
 from smartsensor.service.history import sample_once
-from smartsensor.service.registration import register
 from smartsensor.service.status import collect_status
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named, wait_until
 from tests.support.page_dom import external_references, page_numbers, populate_page_db, status_numbers
 

@@ -15,8 +15,8 @@ from smartsensor.adapters.sql.engine import statement_count
 from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
-from smartsensor.service.registration import register
 from smartsensor.service.status import collect_status, status_lines
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, T0, named
 
 TI = TaskInstance.__table__

@@ -14,8 +14,8 @@ from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import HivePartitionSensor
-from smartsensor.service.registration import register
-from smartsensor.service.scheduler import requeue_retries
+from smartsensor.standalone.registration import register
+from smartsensor.standalone.scheduler import requeue_retries
 from tests.support import custom_sensors
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, named, new_db

@@ -19,8 +19,8 @@ import pytest
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
-from smartsensor.service.registration import register
-from smartsensor.service.scheduler import end_zombies
+from smartsensor.standalone.registration import register
+from smartsensor.standalone.scheduler import end_zombies
 from tests.support.common import DAY, ROOT, new_db, override_env, wait_until
 from tests.support.packaging import build_wheel
 from tests.support.proc_helpers import cli_env, run_cli

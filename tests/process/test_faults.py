@@ -134,8 +134,8 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
     import threading
 
     from smartsensor.sensors import SuccessFileSensor
-    from smartsensor.service.classic import run_task
-    from smartsensor.service.registration import register
+    from smartsensor.standalone.classic import run_task
+    from smartsensor.standalone.registration import register
 
     name, url = new_pg_database()
     cfg, engine = new_db(

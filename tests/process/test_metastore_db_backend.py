@@ -22,7 +22,7 @@ from smartsensor.config import Config
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.sensors.errors import TransientCheckError
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.catalog_cases import CASES, DB, outcome
 from tests.support.common import DAY, ROOT, make_cfg
 from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture, run_spark, spark_env  # noqa: F401

@@ -12,7 +12,7 @@ from smartsensor.adapters import metastore
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, ROOT, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env
 

@@ -14,7 +14,7 @@ import pytest
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.catalog_cases import DB, SETUP
 from tests.support.common import DAY, ROOT, make_cfg
 from tests.support.metastore_service import run_spark, service_fixture, spark_env  # noqa: F401 - fixture

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db
 from tests.support.proc_helpers import cli_env, run_cli
 

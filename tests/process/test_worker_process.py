@@ -14,7 +14,7 @@ import pytest
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
 from smartsensor.sensors import SuccessFileSensor
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db, override_env
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.sensors import SuccessFileSensor
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, lease_owners, new_db, override_env, wait_until
 from tests.support.proc_helpers import cli_env
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import text
 
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql
-from smartsensor.service.registration import register
+from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named
 
 

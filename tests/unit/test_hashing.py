@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
-from smartsensor.service.registration import build_row
+from smartsensor.standalone.registration import build_row
 from tests.support.common import make_cfg
 
 SNIPPET = """
@@ -21,7 +21,7 @@ import json, sys
 from datetime import datetime
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.config import load_config
-from smartsensor.service.registration import build_row
+from smartsensor.standalone.registration import build_row
 cfg = load_config(environ={"SMARTSENSOR_HOME": sys.argv[1]})
 s = NamedHivePartitionSensor(task_id="t", partition_names=["Demo.Events/ds={{ ds }}/hr=00", "demo.users/ds={{ ds }}"])
 row, _ = build_row(s, "dag", datetime(2026, 11, 22), cfg)

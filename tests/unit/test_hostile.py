@@ -20,7 +20,7 @@ from smartsensor.domain.timing import BadExecSettings, is_due, parse_exec, timed
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
 from smartsensor.sensors.exec_fields import MAX_DURATION
 from smartsensor.sensors.partitions import IDENTIFIER
-from smartsensor.service.registration import build_row, validate_execution_date
+from smartsensor.standalone.registration import build_row, validate_execution_date
 from tests.support.common import DAY, make_cfg
 
 NASTY = st.sampled_from(

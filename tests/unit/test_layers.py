@@ -1,5 +1,6 @@
-"""The layout holds: imports run one way between layers, no module imports itself back through others,
-and no module grows past what a newcomer can follow (ARCHITECTURE.md draws the layers).
+"""The layout holds: imports run one way between layers (entry points → the two doors, standalone and external →
+the service core → adapters → ports → domain), the two doors never import each other, no module imports itself
+back through others, and no module grows past what a newcomer can follow (ARCHITECTURE.md draws the layers).
 
 What is measured is complexity, not length, so that one concept can stay in one file however much it
 documents itself:
@@ -27,13 +28,17 @@ PACKAGES = {
 }
 
 # Lower number = lower layer. A module may import its own layer or lower ones, never a higher one.
-ENTRY, SERVICE, ADAPTERS, PORTS, DOMAIN = 4, 3, 2, 1, 0
+ENTRY, DOORS, SERVICE, ADAPTERS, PORTS, DOMAIN = 5, 4, 3, 2, 1, 0
 MAX_STATEMENTS = 350
+# The two doors a task enters by: one layer, side by side; neither imports the other.
+DOOR_PACKAGES = ("smartsensor.standalone", "smartsensor.external")
 
 
 def layer_of(module: str) -> int:
     if module.startswith(("smartsensor.cli", "smartsensor.api")):
         return ENTRY
+    if door_of(module):
+        return DOORS
     if module.startswith("smartsensor.service"):
         return SERVICE
     if module.startswith(("smartsensor.adapters", "smartsensor.schema")):
@@ -41,6 +46,11 @@ def layer_of(module: str) -> int:
     if module == "smartsensor.ports":
         return PORTS
     return DOMAIN  # smartsensor.domain, .config, the sensor library (smartsensor.sensors), .hive_filter
+
+
+def door_of(module: str) -> str | None:
+    """The door package ``module`` is in (``smartsensor.standalone`` or ``smartsensor.external``), else None."""
+    return next((door for door in DOOR_PACKAGES if module == door or module.startswith(door + ".")), None)
 
 
 def modules() -> dict[str, Path]:
@@ -82,14 +92,61 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(path, name, known) for name, path in mods.items()}
 
 
-def test_every_import_runs_down_the_layers() -> None:
-    upward = [
+def upward_imports(g: dict[str, set[str]]) -> list[str]:
+    """Imports from a layer into a higher one (a package's own ``__init__`` and ``smartsensor`` itself aside)."""
+    return [
         f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-        for a, deps in graph().items()
+        for a, deps in g.items()
         for b in deps
         if layer_of(b) > layer_of(a) and not (a.startswith(b + ".") or b == "smartsensor")
     ]
-    assert upward == []
+
+
+def test_every_import_runs_down_the_layers() -> None:
+    assert upward_imports(graph()) == []
+
+
+def door_crossings(g: dict[str, set[str]]) -> list[str]:
+    """Imports from one door into the other."""
+    return [
+        f"{a} imports {b}"
+        for a, deps in g.items()
+        for b in deps
+        if door_of(a) and door_of(b) and door_of(a) != door_of(b)
+    ]
+
+
+def test_the_doors_never_import_each_other() -> None:
+    assert door_crossings(graph()) == []
+
+
+def test_the_doors_stand_between_the_entry_points_and_the_core() -> None:
+    g = graph()
+    assert layer_of("smartsensor.service.task_rows") < layer_of("smartsensor.standalone.registration") < ENTRY
+    assert layer_of("smartsensor.external.registration") == layer_of("smartsensor.standalone.registration") == DOORS
+    # both doors build their rows from the core's, and the entry points call the doors
+    assert "smartsensor.service.task_rows" in g["smartsensor.standalone.registration"]
+    assert "smartsensor.service.task_rows" in g["smartsensor.external.registration"]
+    assert "smartsensor.standalone.registration" in g["smartsensor.cli.tasks"]
+    assert "smartsensor.external.registration" in g["smartsensor.api.tasks"]
+
+
+def test_the_door_rules_see_real_violations() -> None:
+    """The checkers themselves, on a graph with the imports the layers forbid: a door into the other door (either
+    way) and the core into a door."""
+    g = {name: set(deps) for name, deps in graph().items()}
+    g["smartsensor.external.registration"].add("smartsensor.standalone.registration")
+    g["smartsensor.standalone.scheduler"].add("smartsensor.external.states")
+    g["smartsensor.service.task_rows"].add("smartsensor.external.registration")
+    g["smartsensor.service.round.range_rounds"].add("smartsensor.standalone.classic")
+    assert sorted(door_crossings(g)) == [
+        "smartsensor.external.registration imports smartsensor.standalone.registration",
+        "smartsensor.standalone.scheduler imports smartsensor.external.states",
+    ]
+    assert sorted(upward_imports(g)) == [
+        "smartsensor.service.round.range_rounds (layer 3) imports smartsensor.standalone.classic (layer 4)",
+        "smartsensor.service.task_rows (layer 3) imports smartsensor.external.registration (layer 4)",
+    ]
 
 
 def test_no_import_cycles() -> None:

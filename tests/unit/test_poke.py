@@ -12,9 +12,9 @@ import pytest
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import BaseSensor, SuccessFileSensor
-from smartsensor.service.registration import build_row
 from smartsensor.service.round.poke import catalog_answerer
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
+from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, make_cfg, named
 from tests.support.custom_sensors import READY, KeySensor, SparkSensor

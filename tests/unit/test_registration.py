@@ -17,7 +17,7 @@ from smartsensor.sensors import (
     SensorDefinitionError,
     smart_eligible,
 )
-from smartsensor.service.registration import build_row
+from smartsensor.standalone.registration import build_row
 from tests.support.common import DAY, make_cfg, named
 
 

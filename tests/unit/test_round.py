@@ -17,8 +17,8 @@ from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
-from smartsensor.service.registration import build_row
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
+from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg, named
 

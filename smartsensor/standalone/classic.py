@@ -35,9 +35,9 @@ from smartsensor.sensors.errors import (
     UnknownSensorClass,
     first_line,
 )
-from smartsensor.service.dagfile import DagFileError, import_file
 from smartsensor.service.round.bounded_poke import BoundedPoker
 from smartsensor.service.round.poke import PokeContext
+from smartsensor.standalone.dagfile import DagFileError, import_file
 
 log = logging.getLogger(__name__)
 
