@@ -29,14 +29,8 @@ from smartsensor.api.errors import error_responses
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.external.ended_watch import EndedWatch
-from smartsensor.external.registration import (
-    ExternalConflict,
-    TerminalAnswers,
-    end_reason,
-    external_states,
-    register_external,
-    still_waiting,
-)
+from smartsensor.external.registration import ExternalConflict, register_external
+from smartsensor.external.states import TerminalAnswers, end_reason, external_states, still_waiting
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
 

@@ -17,7 +17,8 @@ from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import timeout_error
-from smartsensor.external.registration import REASONS, ExternalConflict, external_states, register_external
+from smartsensor.external.registration import ExternalConflict, register_external
+from smartsensor.external.states import REASONS, external_states
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import DictCatalog
@@ -295,7 +296,7 @@ def test_concurrent_tries_of_one_key_end_on_the_newest_without_errors(cfg, engin
 
 
 def test_ended_answers_are_kept_and_waiting_or_unknown_ones_are_read_again(cfg, engine) -> None:
-    from smartsensor.external.registration import TerminalAnswers
+    from smartsensor.external.states import TerminalAnswers
 
     done = reg(engine, cfg, ExternalKey("etl", "done", "r1"))
     reg(engine, cfg, ExternalKey("etl", "w", "r1"))

@@ -129,7 +129,7 @@ def test_the_provider_knows_a_timeout_by_the_services_own_words() -> None:
 def test_the_provider_knows_a_timeout_by_its_reason() -> None:
     """From a service that says why a try ended (``reason``), the reason decides, whatever the text says; the
     provider's name for it is the service's own (issue 42, "a timeout that travels as data")."""
-    from smartsensor.external.registration import REASONS, end_reason
+    from smartsensor.external.states import REASONS, end_reason
     from smartsensor_airflow.client import TIMEOUT, is_timeout
 
     assert TIMEOUT in REASONS and end_reason("failed", "timed out waiting") == TIMEOUT
@@ -154,6 +154,6 @@ def test_the_schema_names_the_reasons_the_service_gives() -> None:
     from typing import get_args
 
     from smartsensor.api.tasks import Reason
-    from smartsensor.external.registration import REASONS
+    from smartsensor.external.states import REASONS
 
     assert get_args(Reason) == REASONS

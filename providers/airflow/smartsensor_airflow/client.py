@@ -24,7 +24,7 @@ API = "/api/v1"
 # States after which the service never changes a try again; everything else is still waiting.
 TERMINAL = frozenset({"success", "failed", "skipped", "upstream_failed", "removed", "superseded", "unknown"})
 TRANSIENT_STATUS = frozenset({502, 503, 504})
-# Why a try ended, as the service says it in an answer's ``reason`` (smartsensor.external.registration.REASONS). A
+# Why a try ended, as the service says it in an answer's ``reason`` (smartsensor.external.states.REASONS). A
 # timeout ends a sensor for good, as AirflowSensorTimeout does.
 TIMEOUT = "timeout"
 # Services before 0.3.0 send no ``reason``: there a timeout is known by the start of its ``error`` text
