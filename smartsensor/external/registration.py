@@ -115,7 +115,8 @@ def register_external(
         )
     # A try's task instance here is keyed by its registration time: that is its execution_date. The persist
     # fields were rendered by the caller and are stored as they are.
-    row = task_row(sensor, key.dag_id, datetime.utcnow(), State.SMART_PENDING, cfg)
+    registered_at = datetime.utcnow()
+    row = task_row(sensor, key.dag_id, registered_at, State.SMART_PENDING, cfg)
     # Another request registered or moved this key at the same moment (on SQLite, whose reads take no lock,
     # that is how concurrent tries meet): read it again. Each lost race means another request committed, so
     # this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try.

@@ -1,5 +1,6 @@
-"""Registration and routing: a sensor task becomes a task_instance row with attr_dict, exec_dict,
-hashcode and shardcode, in state smart_pending (shard workers) or scheduled (classic mode)."""
+"""`submit`'s registration (the standalone door): a DAG file's sensors, rendered for one execution date, become
+task_instance rows (``service/task_rows``: attr_dict, exec_dict, hashcode, shardcode), routed to smart_pending (shard
+workers) or scheduled (classic mode), all in one transaction."""
 
 from __future__ import annotations
 
