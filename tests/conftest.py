@@ -17,7 +17,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
-from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.pg import HAS_TEST_PG, NO_TEST_PG, drop_pg_database, needs_test_pg, new_pg_database
 
 TESTS = Path(__file__).resolve().parent
 LAYERS = ("unit", "integration", "process", "airflow")
@@ -94,7 +94,10 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A fresh database on the throwaway PostgreSQL server, dropped afterwards (tests that need PostgreSQL alone)."""
+    """A fresh database on the throwaway PostgreSQL server, dropped afterwards (tests that need PostgreSQL alone;
+    skipped, as ``needs_test_pg`` says, under a plain ``pytest`` with no server)."""
+    if not HAS_TEST_PG:
+        pytest.skip(NO_TEST_PG)
     name, url = new_pg_database()
     try:
         yield url

@@ -30,9 +30,8 @@ def drop_pg_database(name: str) -> None:
 
 
 # Without ./scripts/test.sh (plain `pytest`) there is no throwaway PostgreSQL server: its cases are skipped.
-needs_test_pg = pytest.mark.skipif(
-    not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ,
-    reason="needs the throwaway PostgreSQL of ./scripts/test.sh",
-)
+HAS_TEST_PG = bool(PG_ADMIN_URL) and "SMARTSENSOR_TEST_PG_OPTS" in os.environ
+NO_TEST_PG = "needs the throwaway PostgreSQL of ./scripts/test.sh"
+needs_test_pg = pytest.mark.skipif(not HAS_TEST_PG, reason=NO_TEST_PG)
 # For tests of a Postgres-only mechanism (row locks, session settings): db_url on Postgres alone.
 postgres_only = pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=needs_test_pg)], indirect=True)
