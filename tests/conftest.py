@@ -33,6 +33,7 @@ NOT_IN_UNIT = {
 }  # a database or Spark (conftest's cfg needs db_url)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wrong: list[str] = []
     for item in items:
@@ -58,6 +59,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
     if wrong:
         raise pytest.UsageError("tests in the wrong layer:\n  " + "\n  ".join(wrong))
+
+
+GROUPS_LOST = (
+    "pytest-xdist's --dist loadgroup loses its groups under pytest {version} (pytest-dev/pytest-xdist#1386): "
+    "the tests would run ungrouped, a SparkSession and an Airflow deployment per worker; install the pytest that "
+    "setup.cfg's test extra names (./scripts/test.sh does)"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("dist", "no") == "loadgroup" and tuple(map(int, pytest.__version__.split(".")[:2])) >= (9, 2):
+        raise pytest.UsageError(GROUPS_LOST.format(version=pytest.__version__))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` (in a worker), refuse to run with the groups lost however it happens: pytest-xdist
+    marks a grouped test by a suffix to its node id, which pytest 9.2 no longer lets it add."""
+    if session.config.getvalue("loadgroup") and any(
+        item.get_closest_marker("xdist_group") and "@" not in item.nodeid for item in session.items
+    ):
+        raise pytest.UsageError(GROUPS_LOST.format(version=pytest.__version__))
 
 
 def xdist_group(item: pytest.Item, layer: str) -> str | None:
