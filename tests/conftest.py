@@ -76,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under ``--dist loadgroup`` (in a worker), refuse to run with the groups lost however it happens: pytest-xdist
     marks a grouped test by a suffix to its node id, which pytest 9.2 no longer lets it add."""
-    if session.config.getvalue("loadgroup") and any(
+    if getattr(session.config.option, "loadgroup", False) and any(
         item.get_closest_marker("xdist_group") and "@" not in item.nodeid for item in session.items
     ):
         raise pytest.UsageError(GROUPS_LOST.format(version=pytest.__version__))
