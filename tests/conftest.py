@@ -17,7 +17,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
-from tests.support.pg import HAS_TEST_PG, NO_TEST_PG, drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.pg import HAS_TEST_PG, NO_TEST_PG, PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
 
 TESTS = Path(__file__).resolve().parent
 LAYERS = ("unit", "integration", "process", "airflow")
@@ -125,6 +125,19 @@ def pg_url() -> Iterator[str]:
         yield url
     finally:
         drop_pg_database(name)
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivateServer]:
+    """A PostgreSQL server of the test's own, for a test that stops and starts it: the shared one stays up for the
+    tests beside it. Stopped and deleted afterwards."""
+    if not HAS_TEST_PG:
+        pytest.skip(NO_TEST_PG)
+    server = PrivateServer()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from smartsensor.adapters.sql import tasks as task_sql
 from tests.support.common import DAY, new_db
 from tests.support.flag_workload import flag_workload
-from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.pg import PrivateServer
 from tests.support.proc_helpers import CliProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
@@ -83,36 +82,21 @@ def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Pat
         work.engine.dispose()
 
 
-def _pg_ctl(*args: str) -> None:
-    bin_dir, data = os.environ["SMARTSENSOR_TEST_PG_BIN"], os.environ["SMARTSENSOR_TEST_PG_DATA"]
-    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run(
-        [*prefix, f"{bin_dir}/pg_ctl", "-D", data, "-w", "-t", "60", *args], check=True, capture_output=True, timeout=90
-    )
-
-
-@needs_test_pg
-def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path) -> None:
-    name, url = new_pg_database()
+def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path, private_pg: PrivateServer) -> None:
+    url = private_pg.new_database()  # a server of its own: the one other tests share stays up
     work = flag_workload(tmp_path, url, 10)
     worker = CliProcess(WORKER, work.env)
     scheduler = CliProcess(["scheduler", "--json"], dict(work.env, SMARTSENSOR__SCHEDULER__LOOP_INTERVAL="0.5"))
     try:
         worker.wait_round(lambda r: r["loaded"] == 10 and r["groups_poked"] == 10, timeout=120)
         scheduler.wait_round(lambda r: "launched" in r, timeout=60)
-        _pg_ctl("stop", "-m", "fast")
+        private_pg.stop()
         worker.wait_round(lambda r: r.get("error") is not None, timeout=30)  # rounds fail, worker keeps going
         scheduler.wait_round(lambda r: r.get("error") is not None, timeout=30)  # and so do scheduler passes
         work.land(work.flags)
         time.sleep(2)
         assert worker.proc.poll() is None and scheduler.proc.poll() is None
-        _pg_ctl(
-            "start",
-            "-l",
-            str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
-            "-o",
-            os.environ["SMARTSENSOR_TEST_PG_OPTS"],
-        )
+        private_pg.start()
         worker.wait_round(lambda r: r["marked"].get("success", 0) > 0, timeout=60)
         scheduler.wait_round(lambda r: "launched" in r, timeout=60)  # back to normal passes
         work.engine.dispose()  # the test's own pooled connections died with the server
@@ -125,11 +109,9 @@ def test_postgres_restart_mid_run_workers_and_scheduler_reconnect(tmp_path: Path
         scheduler.stop()
         worker.stop()
         work.engine.dispose()
-        drop_pg_database(name)
 
 
-@needs_test_pg
-def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None:
+def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark, private_pg: PrivateServer) -> None:
     """A classic `run_task` polling while the metadata DB restarts keeps poking, then records success."""
     import threading
 
@@ -137,7 +119,7 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
     from smartsensor.standalone.classic import run_task
     from smartsensor.standalone.registration import register
 
-    name, url = new_pg_database()
+    url = private_pg.new_database()  # a server of its own: the one other tests share stays up
     cfg, engine = new_db(
         tmp_path / "home",
         url,
@@ -161,19 +143,13 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
         runner.start()
         assert poking.wait(30)
         time.sleep(0.5)
-        _pg_ctl("stop", "-m", "fast")
+        private_pg.stop()
         time.sleep(1.5)  # several state checks fail meanwhile
         flag.parent.mkdir(parents=True)
         flag.write_text("")
         time.sleep(1.5)  # the poke succeeds; recording it fails until the server is back
         assert runner.is_alive()
-        _pg_ctl(
-            "start",
-            "-l",
-            str(Path(os.environ["SMARTSENSOR_TEST_PG_DATA"]).parent / "server.log"),
-            "-o",
-            os.environ["SMARTSENSOR_TEST_PG_OPTS"],
-        )
+        private_pg.start()
         runner.join(60)
         assert results and results[0].state == "success"
         engine.dispose()
@@ -181,4 +157,3 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark) -> None
             assert task_sql.get_task(conn, "d", "s", DAY)["state"] == "success"
     finally:
         engine.dispose()
-        drop_pg_database(name)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+
+from smartsensor.adapters.metastore_process import free_port
 
 PG_URL = os.environ.get("SMARTSENSOR_TEST_PG_URL")
 PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
@@ -35,3 +42,53 @@ NO_TEST_PG = "needs the throwaway PostgreSQL of ./scripts/test.sh"
 needs_test_pg = pytest.mark.skipif(not HAS_TEST_PG, reason=NO_TEST_PG)
 # For tests of a Postgres-only mechanism (row locks, session settings): db_url on Postgres alone.
 postgres_only = pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=needs_test_pg)], indirect=True)
+
+
+class PrivateServer:
+    """A PostgreSQL server of one test's own, for a test that stops and starts it (an outage): the run's shared
+    server stays up for the tests running beside it on other workers. Built from the shared server's binaries and
+    options (``initdb`` on a fresh folder, its own port); ``close`` stops it and deletes its folder."""
+
+    def __init__(self) -> None:
+        self.bin = os.environ["SMARTSENSOR_TEST_PG_BIN"]
+        self.run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        # Not below pytest's tmp_path: as root the server runs as user postgres, who cannot enter root's folders.
+        self.folder = Path(tempfile.mkdtemp(prefix="smartsensor-pg-own."))
+        self.folder.chmod(0o755)
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres")
+        self.port = free_port()
+        shared = os.environ["SMARTSENSOR_TEST_PG_OPTS"]
+        self.opts = re.sub(r"-k \S+", f"-k {self.folder}", re.sub(r"-p \d+", f"-p {self.port}", shared))
+        self._pg("initdb", "-D", str(self.folder / "data"), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+        self.start()
+        self.admin_url = f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _pg(self, program: str, *args: str) -> None:
+        subprocess.run([*self.run_as, f"{self.bin}/{program}", *args], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        """Start the server (waits until it takes connections)."""
+        data, log = str(self.folder / "data"), str(self.folder / "server.log")
+        self._pg("pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "start", "-o", self.opts)
+
+    def stop(self) -> None:
+        """Stop the server as an operator would (fast: open sessions are ended)."""
+        self._pg("pg_ctl", "-D", str(self.folder / "data"), "-w", "-t", "60", "stop", "-m", "fast")
+
+    def new_database(self) -> str:
+        """A new, empty database on this server: its URL."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+        return self.admin_url.rsplit("/", 1)[0] + "/" + name
+
+    def close(self) -> None:
+        subprocess.run(
+            [*self.run_as, f"{self.bin}/pg_ctl", "-D", str(self.folder / "data"), "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+            timeout=120,
+        )
+        shutil.rmtree(self.folder, ignore_errors=True)
