@@ -1,0 +1,74 @@
+"""The suite on several pytest-xdist workers (./scripts/test.sh): tests/conftest.py gives one xdist group to the
+tests that must share a worker, read here from a real collection of a few modules (a pytest subprocess, collection
+only: nothing runs, no database, no Spark)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.common import ROOT
+
+# Prints each collected test's xdist group, or "-": loaded into the collecting pytest with -p.
+SHOW_GROUPS = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        print("GROUP", item.nodeid, mark.args[0] if mark else "-")
+"""
+
+
+def groups(tmp_path: Path, *paths: str) -> dict[str, str]:
+    """Node id → group of the tests in ``paths``, with two stand-in Airflow venvs named as test.sh names them."""
+    venvs = [tmp_path / f"airflow-{version}" for version in ("2.10.5", "3.3.2")]
+    for venv in venvs:
+        (venv / "bin").mkdir(parents=True)
+        (venv / "bin" / "airflow").touch()
+    (tmp_path / "show_groups.py").write_text(SHOW_GROUPS)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": f"{tmp_path}:{ROOT}",
+        "SMARTSENSOR_AIRFLOW_VENVS": " ".join(map(str, venvs)),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "show_groups", *paths],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    found = dict(  # node ids may hold spaces; a group does not
+        line.removeprefix("GROUP ").rsplit(" ", 1) for line in out.stdout.splitlines() if line.startswith("GROUP ")
+    )
+    assert found, out.stdout[-3000:]
+    return found
+
+
+def test_spark_each_airflow_version_and_each_shared_service_keep_one_worker(tmp_path: Path) -> None:
+    found = groups(
+        tmp_path,
+        "tests/integration/test_classic.py",
+        "tests/integration/test_catalog_backends.py",
+        "tests/airflow/test_policy.py",
+        "tests/unit/test_layers.py",
+    )
+    by_test = {node.split("::", 1)[1]: group for node, group in found.items()}
+    # the one SparkSession: every test that asks for it, whatever its module
+    assert by_test["test_run_task_success_after_landing[sqlite]"] == "spark"
+    # a module's metastore service, set up once
+    assert by_test["test_thrift_caches_columns_and_lists_once_per_table"] == "tests.integration.test_catalog_backends"
+    # one Airflow version's tests together, each version apart
+    policy = {test: group for test, group in by_test.items() if test.startswith("test_with_the_policy_off")}
+    assert sorted(policy.values()) == ["airflow-2.10.5", "airflow-3.3.2"], policy
+    # the rest go wherever a worker is free
+    assert {group for node, group in found.items() if node.startswith("tests/unit/")} == {"-"}
+    assert set(found.values()) == {
+        "spark",
+        "tests.integration.test_catalog_backends",
+        "airflow-2.10.5",
+        "airflow-3.3.2",
+        "-",
+    }
