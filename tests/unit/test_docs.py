@@ -5,6 +5,7 @@ errors by ``./scripts/docs.sh`` (``.ci/run``), which also checks the links betwe
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -118,3 +119,17 @@ def test_generated_reference_covers_the_code() -> None:
     assert "`[smart_sensor]`" in page
     link = gen_reference.rewrite_links("[a](../../ARCHITECTURE.md#x) [b](../cli.md)", "reference/http-api.md")
     assert link == "[a](../architecture.md#x) [b](../cli.md)"
+
+
+def test_architecture_draws_every_port() -> None:
+    """Each Protocol of smartsensor/ports.py is named on ARCHITECTURE.md's ports layer (and nothing else is)."""
+    tree = ast.parse((ROOT / "smartsensor" / "ports.py").read_text())
+    protocols = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and any(getattr(base, "id", None) == "Protocol" for base in node.bases)
+    }
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    layer = text[text.index(" ports          smartsensor/ports.py") : text.index(" domain         smartsensor/domain/")]
+    drawn = set(re.findall(r"\b[A-Z][A-Za-z]+\b", layer)) - {"Protocols"}
+    assert "RoundStore" in protocols and drawn == protocols, (sorted(protocols), sorted(drawn))
