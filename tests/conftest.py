@@ -17,7 +17,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
-from tests.support.pg import HAS_TEST_PG, NO_TEST_PG, PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
 
 TESTS = Path(__file__).resolve().parent
 LAYERS = ("unit", "integration", "process", "airflow")
@@ -54,6 +54,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid}: a unit test uses no database or Spark (it asks for {uses}); "
                 f"move it to tests/integration"
             )
+        if {"pg_url", "private_pg"} & fixtures:  # skipped under a plain pytest, with no throwaway server
+            item.add_marker(needs_test_pg)
         group = xdist_group(item, layer)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
@@ -117,9 +119,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh database on the throwaway PostgreSQL server, dropped afterwards (tests that need PostgreSQL alone;
-    skipped, as ``needs_test_pg`` says, under a plain ``pytest`` with no server)."""
-    if not HAS_TEST_PG:
-        pytest.skip(NO_TEST_PG)
+    marked ``needs_test_pg`` at collection)."""
     name, url = new_pg_database()
     try:
         yield url
@@ -130,9 +130,7 @@ def pg_url() -> Iterator[str]:
 @pytest.fixture
 def private_pg() -> Iterator[PrivateServer]:
     """A PostgreSQL server of the test's own, for a test that stops and starts it: the shared one stays up for the
-    tests beside it. Stopped and deleted afterwards."""
-    if not HAS_TEST_PG:
-        pytest.skip(NO_TEST_PG)
+    tests beside it. Stopped and deleted afterwards (marked ``needs_test_pg`` at collection)."""
     server = PrivateServer()
     try:
         yield server

@@ -19,14 +19,15 @@ PG_URL = os.environ.get("SMARTSENSOR_TEST_PG_URL")
 PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
 
 
-def new_pg_database() -> tuple[str, str]:
-    """A new, empty database on the test server: its name and URL."""
+def new_pg_database(admin_url: str | None = None) -> tuple[str, str]:
+    """A new, empty database on the test server (or on the server of ``admin_url``): its name and URL."""
+    admin_url = admin_url or PG_ADMIN_URL
     name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
-    return name, PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    return name, admin_url.rsplit("/", 1)[0] + "/" + name
 
 
 def drop_pg_database(name: str) -> None:
@@ -37,9 +38,11 @@ def drop_pg_database(name: str) -> None:
 
 
 # Without ./scripts/test.sh (plain `pytest`) there is no throwaway PostgreSQL server: its cases are skipped.
-HAS_TEST_PG = bool(PG_ADMIN_URL) and "SMARTSENSOR_TEST_PG_OPTS" in os.environ
-NO_TEST_PG = "needs the throwaway PostgreSQL of ./scripts/test.sh"
-needs_test_pg = pytest.mark.skipif(not HAS_TEST_PG, reason=NO_TEST_PG)
+# tests/conftest.py gives this mark to every test that asks for pg_url or private_pg too.
+needs_test_pg = pytest.mark.skipif(
+    not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ,
+    reason="needs the throwaway PostgreSQL of ./scripts/test.sh",
+)
 # For tests of a Postgres-only mechanism (row locks, session settings): db_url on Postgres alone.
 postgres_only = pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=needs_test_pg)], indirect=True)
 
@@ -64,8 +67,8 @@ class PrivateServer:
         self.start()
         self.admin_url = f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
 
-    def _pg(self, program: str, *args: str) -> None:
-        subprocess.run([*self.run_as, f"{self.bin}/{program}", *args], check=True, capture_output=True, timeout=120)
+    def _pg(self, program: str, *args: str, check: bool = True) -> None:
+        subprocess.run([*self.run_as, f"{self.bin}/{program}", *args], check=check, capture_output=True, timeout=120)
 
     def start(self) -> None:
         """Start the server (waits until it takes connections)."""
@@ -78,17 +81,8 @@ class PrivateServer:
 
     def new_database(self) -> str:
         """A new, empty database on this server: its URL."""
-        name = f"t_{uuid.uuid4().hex[:12]}"
-        admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        admin.dispose()
-        return self.admin_url.rsplit("/", 1)[0] + "/" + name
+        return new_pg_database(self.admin_url)[1]
 
     def close(self) -> None:
-        subprocess.run(
-            [*self.run_as, f"{self.bin}/pg_ctl", "-D", str(self.folder / "data"), "-m", "immediate", "-w", "stop"],
-            capture_output=True,
-            timeout=120,
-        )
+        self._pg("pg_ctl", "-D", str(self.folder / "data"), "-m", "immediate", "-w", "stop", check=False)
         shutil.rmtree(self.folder, ignore_errors=True)
