@@ -18,7 +18,8 @@ from tests.support.common import DAY, named
 
 
 def populate_page_db(cfg: Any, engine: Any) -> datetime:
-    """Tasks in several states (one stranded), two leases (one expired), a worker and its failed last round."""
+    """Tasks in several states (one stranded, some stuck after their check landed an hour ago), two leases (one
+    expired), a worker and its failed last round. Nothing in it changes with the clock for an hour."""
     register(
         engine,
         [(f"d{i}", named(f"w{j}", f"db{i % 2}.t{j}/ds={{{{ ds }}}}")) for i in range(6) for j in range(3)],
@@ -26,9 +27,14 @@ def populate_page_db(cfg: Any, engine: Any) -> datetime:
         cfg,
     )
     now = datetime.utcnow()
+    landed, waits_since = now - timedelta(hours=1), now - timedelta(hours=2)
     with engine.begin() as conn:
+        # The landing is an hour old and the other tasks of its checks wait since before it: they count as stuck
+        # after landing from the start, not only once the convergence bound has passed while a test runs.
+        conn.execute(text("UPDATE task_instance SET updated_at = :w"), {"w": waits_since})
         conn.execute(
-            text("UPDATE task_instance SET state = 'success', end_date = :e WHERE dag_id IN ('d0', 'd1')"), {"e": now}
+            text("UPDATE task_instance SET state = 'success', end_date = :e WHERE dag_id IN ('d0', 'd1')"),
+            {"e": landed},
         )
         conn.execute(text("UPDATE task_instance SET state = 'failed' WHERE dag_id = 'd2' AND task_id = 'w0'"))
         conn.execute(text("UPDATE task_instance SET state = 'scheduled' WHERE dag_id = 'd2' AND task_id = 'w1'"))

@@ -118,6 +118,12 @@ class CliProcess:
 
         return json.loads(self.wait_for(ok, timeout))
 
+    def settle(self, timeout: float = 120) -> None:
+        """Wait for two more rounds: the first may have been under way, the second began after this call, so every
+        round that committed before it has printed what it marked."""
+        for _ in range(2):
+            self.wait_round(lambda r: True, timeout)
+
     def json_rounds(self) -> list[dict[str, Any]]:
         """Every round object printed so far (``worker --json``), including lines not yet waited for."""
         while not self.lines.empty():
