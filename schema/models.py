@@ -75,11 +75,12 @@ class TaskInstance(Base):
 
 
 class WorkerRound(Base):
-    """Last round of each worker process, for `smartsensor status`."""
+    """The last round of each range rounds (one worker serving one range), for `smartsensor status`, under its
+    ``range_rounds_id`` (``"{worker}:{shard_min}-{shard_max}"``; the column was ``worker_id`` before migration 0007)."""
 
     __tablename__ = "worker_round"
 
-    worker_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    range_rounds_id: Mapped[str] = mapped_column(String(250), primary_key=True)
     hostname: Mapped[str | None] = mapped_column(String(250))
     pid: Mapped[int | None] = mapped_column(Integer)
     shard_min: Mapped[int] = mapped_column(Integer, nullable=False)

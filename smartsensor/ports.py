@@ -67,7 +67,7 @@ class RoundStore(Protocol):
 
     def record_round(
         self,
-        worker_id: str,
+        range_rounds_id: str,
         hostname: str,
         pid: int,
         shard_min: int,
@@ -76,11 +76,11 @@ class RoundStore(Protocol):
         seconds: float,
         summary_json: str,
     ) -> None:
-        """Keep this worker's last round for `smartsensor status`."""
+        """Keep this range rounds' last round for `smartsensor status`, under its ``range_rounds_id``."""
         ...
 
-    def forget_worker(self, worker_id: str) -> None:
-        """Remove a worker's round row (clean stop)."""
+    def forget_range_rounds(self, range_rounds_id: str) -> None:
+        """Remove a range rounds' round row (clean stop)."""
         ...
 
     def statements(self) -> int:

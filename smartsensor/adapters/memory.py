@@ -25,7 +25,7 @@ from smartsensor.domain.transitions import RoundWrites
 class InMemoryStore:
     """``smartsensor.ports.RoundStore`` and ``LeaseStore`` in dicts. ``tasks`` holds task_instance rows by
     (dag_id, task_id, execution_date); ``leases`` shard_lease rows by shard_min; ``workers`` worker rows
-    and ``rounds`` worker_round rows by worker_id. Operations are serialised, as SQLite does."""
+    and ``rounds`` worker_round rows by range_rounds_id. Operations are serialised, as SQLite does."""
 
     def __init__(self, rows: Iterable[dict[str, Any]] = ()) -> None:
         self.tasks: dict[TaskKey, dict[str, Any]] = {}
@@ -187,7 +187,7 @@ class InMemoryStore:
 
     def record_round(
         self,
-        worker_id: str,
+        range_rounds_id: str,
         hostname: str,
         pid: int,
         shard_min: int,
@@ -197,8 +197,8 @@ class InMemoryStore:
         summary_json: str,
     ) -> None:
         self._statements += 1
-        self.rounds[worker_id] = {
-            "worker_id": worker_id,
+        self.rounds[range_rounds_id] = {
+            "range_rounds_id": range_rounds_id,
             "hostname": hostname,
             "pid": pid,
             "shard_min": shard_min,
@@ -208,9 +208,9 @@ class InMemoryStore:
             "last_round_json": summary_json,
         }
 
-    def forget_worker(self, worker_id: str) -> None:
+    def forget_range_rounds(self, range_rounds_id: str) -> None:
         self._statements += 1
-        self.rounds.pop(worker_id, None)
+        self.rounds.pop(range_rounds_id, None)
 
     def statements(self) -> int:
         return self._statements

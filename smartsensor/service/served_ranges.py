@@ -72,7 +72,7 @@ class LeasedRanges:
                         self.cfg,
                         lease.shard_min,
                         lease.shard_max,
-                        worker_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}",
+                        range_rounds_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}",
                     )
                     self.ranges[lo] = served
                 served.fence = lease.fence

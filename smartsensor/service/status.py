@@ -72,7 +72,7 @@ def _worker_round(w: dict[str, Any], now: datetime) -> WorkerRoundRow:
     """A worker_round row as `status` shows it."""
     at = w["last_round_at"]
     return WorkerRoundRow(
-        worker_id=w["worker_id"],
+        range_rounds_id=w["range_rounds_id"],
         pid=w["pid"],
         shard_min=w["shard_min"],
         shard_max=w["shard_max"],
@@ -196,7 +196,7 @@ def round_problems(workers: Sequence[WorkerRoundRow]) -> list[str]:
         if (w.pid, w.last_round_at) in seen:  # one process's ranges share one round: report it once
             continue
         seen.add((w.pid, w.last_round_at))
-        last, who = w.last_round, w.worker_id
+        last, who = w.last_round, w.range_rounds_id
         if last.get("error"):
             out.append(f"worker {who}: its last round failed: {last['error']}")
         for module, why in sorted((last.get("module_errors") or {}).items()):
@@ -241,9 +241,8 @@ def status_lines(report: StatusReport, shard_code_upper_limit: int) -> list[str]
         out.append(f"{'worker':<40} {'range':>13} {'last round':>10} {'age s':>7}")
         for w in report.workers:
             age = w.age_seconds if w.age_seconds is not None else "-"
-            out.append(
-                f"{w.worker_id:<40} {w.shard_min:>6}-{w.shard_max:<6} {(w.last_round_seconds or 0):>9.2f}s {age:>7}"
-            )
+            took = w.last_round_seconds or 0
+            out.append(f"{w.range_rounds_id:<40} {w.shard_min:>6}-{w.shard_max:<6} {took:>9.2f}s {age:>7}")
     else:
         out.append("no worker has reported a round")
     out += [f"WARNING: {problem}" for problem in report.problems]

@@ -1,13 +1,14 @@
 """What `smartsensor status` reports, typed: ``service.status.collect_status`` builds a ``StatusReport``; the status
 API, `status --json`, ``/metrics``, the status page and `status`'s text read its attributes. ``StatusReport.as_json``
 is the one conversion to the JSON the API serves (``GET /api/v1/status``): every field under its own name, in field
-order, datetimes as ISO 8601 strings, tuples as lists."""
+order, datetimes as ISO 8601 strings, tuples as lists; a dataclass's ``JSON_ALIASES`` (deprecated old names) follow
+its fields."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,13 @@ class ShardRow:
 
 @dataclass(frozen=True)
 class WorkerRoundRow:
-    """A worker's last round on one range (worker_round): when, how long it took, and its summary as the worker
-    wrote it (``service.round.report``'s JSON: loaded, marked, error, module_errors, fenced_out…)."""
+    """A range rounds' last round (worker_round): ``range_rounds_id`` (``"{worker}:{shard_min}-{shard_max}"``), when,
+    how long it took, and its summary as the worker wrote it (``service.round.report``'s JSON: loaded, marked, error,
+    module_errors, fenced_out…). The JSON also carries it as ``worker_id``, deprecated (its name until 0.3.0)."""
 
-    worker_id: str
+    JSON_ALIASES: ClassVar[Mapping[str, str]] = {"worker_id": "range_rounds_id"}
+
+    range_rounds_id: str
     pid: int | None
     shard_min: int
     shard_max: int
@@ -132,7 +136,9 @@ def _plain(value: Any) -> Any:
     """``value`` as JSON data: a dataclass as an object of its fields, a tuple or list as a list, a mapping as an
     object, a datetime as its ISO 8601 string; anything else as it is."""
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        out = {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        out.update({old: out[new] for old, new in getattr(value, "JSON_ALIASES", {}).items()})
+        return out
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     if isinstance(value, Mapping):

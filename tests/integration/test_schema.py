@@ -95,3 +95,40 @@ def test_the_round_reads_through_the_partial_indexes(db_url: str) -> None:
     assert "ti_waiting_shardcode" in plans[1] or "ti_running_updated" in plans[1], plans[1]
     assert "ti_running_updated" in plans[2], plans[2]  # a reconciliation: an index range scan of what changed
     engine.dispose()
+
+
+def test_migration_0007_renames_the_range_rounds_key_and_keeps_the_rows(db_url: str) -> None:
+    """0007 renames worker_round.worker_id to range_rounds_id (a range rounds' id, not a worker's), rows kept, and
+    its downgrade gives the old name back, rows kept."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from smartsensor.adapters.sql.engine import alembic_config
+
+    engine = make_engine(db_url)
+
+    def migrate(step: Any, revision: str) -> None:
+        cfg = alembic_config(engine)
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            step(cfg, revision)
+
+    def columns() -> set[str]:
+        return {c["name"] for c in inspect(engine).get_columns("worker_round")}
+
+    migrate(command.upgrade, "0006")
+    assert "worker_id" in columns() and "range_rounds_id" not in columns()
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO worker_round (worker_id, shard_min, shard_max) VALUES ('h:1:0-10', 0, 10)"))
+    migrate(command.upgrade, "0007")
+    assert "range_rounds_id" in columns() and "worker_id" not in columns()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT range_rounds_id, shard_max FROM worker_round")).all() == [("h:1:0-10", 10)]
+    assert inspect(engine).get_pk_constraint("worker_round")["constrained_columns"] == ["range_rounds_id"]
+    migrate(command.downgrade, "0006")
+    assert "worker_id" in columns() and "range_rounds_id" not in columns()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT worker_id FROM worker_round")).scalars().all() == ["h:1:0-10"]
+    migrate(command.upgrade, "head")
+    assert current_revision(engine) == "0007"
+    engine.dispose()

@@ -135,3 +135,19 @@ def test_waiting_by_range_with_no_waiting_task_no_range_one_range_null_shardcode
     assert (everything.tasks, everything.hashes) == (none.tasks, none.hashes) == (WAITING, figures["distinct_hashes"])
     assert none.per_range == {} and everything.per_range[0][0] == sum(s["waiting"] for s in figures["shards"])
     assert collect_status(engine, cfg, T0).as_json()["shards"] == figures["shards"]
+
+
+def test_a_range_rounds_last_round_is_keyed_by_its_range_rounds_id_and_by_the_deprecated_worker_id(cfg, engine) -> None:
+    """worker_round's key is a range rounds' id (one worker serving one range); the JSON carries it under
+    ``range_rounds_id`` and, deprecated, ``worker_id`` (its name until 0.3.0)."""
+    from smartsensor.adapters.sql.round_store import SqlRoundStore
+    from smartsensor.service.round.range_rounds import RangeRounds
+    from smartsensor.service.round.report import RoundResult
+
+    served = RangeRounds(SqlRoundStore(engine), cfg, 0, 10, clock=lambda: T0, range_rounds_id="w1:0-10")
+    served.record(RoundResult(shard_min=0, shard_max=10, seconds=0.5))
+    (row,) = collect_status(engine, cfg, T0).as_json()["workers"]
+    assert row["range_rounds_id"] == row["worker_id"] == "w1:0-10"
+    assert (row["shard_min"], row["shard_max"], row["last_round_seconds"]) == (0, 10, 0.5)
+    served.forget()
+    assert collect_status(engine, cfg, T0).as_json()["workers"] == []

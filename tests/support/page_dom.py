@@ -103,7 +103,7 @@ def page_numbers(html: str) -> dict[str, Any]:
         ],
         "workers": [
             {
-                "worker_id": e["data-worker"],
+                "range_rounds_id": e["data-worker"],
                 "shard_min": int(e["data-shard-min"]),
                 "shard_max": int(e["data-shard-max"]),
                 "last_round_seconds": json.loads(e["data-last-round-seconds"]),
@@ -137,7 +137,8 @@ def status_numbers(status: dict[str, Any]) -> dict[str, Any]:
             {k: lease[k] for k in ("shard_min", "shard_max", "owner", "epoch", "expired")} for lease in status["leases"]
         ],
         "workers": [
-            {k: w[k] for k in ("worker_id", "shard_min", "shard_max", "last_round_seconds")} for w in status["workers"]
+            {k: w[k] for k in ("range_rounds_id", "shard_min", "shard_max", "last_round_seconds")}
+            for w in status["workers"]
         ],
         "lease_workers": [{k: w[k] for k in ("worker_id", "stale", "ranges")} for w in status["lease_workers"]],
         "problems": len(status["problems"]),

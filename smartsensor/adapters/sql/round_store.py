@@ -123,7 +123,7 @@ class SqlRoundStore:
 
     def record_round(
         self,
-        worker_id: str,
+        range_rounds_id: str,
         hostname: str,
         pid: int,
         shard_min: int,
@@ -133,11 +133,13 @@ class SqlRoundStore:
         summary_json: str,
     ) -> None:
         with self.engine.begin() as conn:
-            status_sql.record_round(conn, worker_id, hostname, pid, shard_min, shard_max, now, seconds, summary_json)
+            status_sql.record_round(
+                conn, range_rounds_id, hostname, pid, shard_min, shard_max, now, seconds, summary_json
+            )
 
-    def forget_worker(self, worker_id: str) -> None:
+    def forget_range_rounds(self, range_rounds_id: str) -> None:
         with self.engine.begin() as conn:
-            status_sql.forget_worker(conn, worker_id)
+            status_sql.forget_range_rounds(conn, range_rounds_id)
 
     def statements(self) -> int:
         return statement_count(self.engine)

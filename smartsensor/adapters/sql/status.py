@@ -39,7 +39,7 @@ WK = Worker.__table__
 
 def record_round(
     conn: Connection,
-    worker_id: str,
+    range_rounds_id: str,
     hostname: str,
     pid: int,
     shard_min: int,
@@ -48,7 +48,7 @@ def record_round(
     seconds: float,
     summary_json: str,
 ) -> None:
-    """Upsert the worker's last round for `smartsensor status` (2 statements at most)."""
+    """Upsert a range rounds' last round for `smartsensor status` (2 statements at most)."""
     values = dict(
         hostname=hostname,
         pid=pid,
@@ -58,8 +58,8 @@ def record_round(
         last_round_seconds=seconds,
         last_round_json=summary_json,
     )
-    if conn.execute(update(WR).where(WR.c.worker_id == worker_id).values(**values)).rowcount == 0:
-        conn.execute(insert(WR).values(worker_id=worker_id, **values))
+    if conn.execute(update(WR).where(WR.c.range_rounds_id == range_rounds_id).values(**values)).rowcount == 0:
+        conn.execute(insert(WR).values(range_rounds_id=range_rounds_id, **values))
 
 
 def count_by_state(conn: Connection) -> dict[str, int]:
@@ -112,8 +112,8 @@ def waiting_by_range(conn: Connection, ranges: Sequence[tuple[int, int]]) -> Wai
 
 
 def worker_rounds(conn: Connection) -> list[dict[str, Any]]:
-    """Every worker's last round (1 statement)."""
-    return [dict(r) for r in conn.execute(select(WR).order_by(WR.c.shard_min, WR.c.worker_id)).mappings()]
+    """Every range rounds' last round (1 statement)."""
+    return [dict(r) for r in conn.execute(select(WR).order_by(WR.c.shard_min, WR.c.range_rounds_id)).mappings()]
 
 
 def stranded_count(conn: Connection, limit: int) -> int:
@@ -129,9 +129,9 @@ def stranded_count(conn: Connection, limit: int) -> int:
     ).scalar_one()
 
 
-def forget_worker(conn: Connection, worker_id: str) -> None:
-    """Drop a worker's status row (clean stop). 1 statement."""
-    conn.execute(delete(WR).where(WR.c.worker_id == worker_id))
+def forget_range_rounds(conn: Connection, range_rounds_id: str) -> None:
+    """Drop a range rounds' status row (clean stop). 1 statement."""
+    conn.execute(delete(WR).where(WR.c.range_rounds_id == range_rounds_id))
 
 
 def list_workers(conn: Connection) -> list[dict[str, Any]]:

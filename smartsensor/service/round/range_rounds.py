@@ -71,7 +71,7 @@ class RangeRounds:
         shard_min: int,
         shard_max: int,
         clock: Callable[[], datetime] = utcnow,
-        worker_id: str | None = None,
+        range_rounds_id: str | None = None,
         record_rounds: bool = True,
     ) -> None:
         if not 0 <= shard_min < shard_max:
@@ -84,7 +84,8 @@ class RangeRounds:
         self.hostname = socket.gethostname()
         # Who started a task, stamped in its row's hostname: this worker's own starts need no reconciliation.
         self.starter = f"{self.hostname}:{os.getpid()}.{next(_STARTERS)}"
-        self.worker_id = worker_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
+        # This worker serving this range: "{worker}:{shard_min}-{shard_max}", the key of its worker_round row.
+        self.range_rounds_id = range_rounds_id or f"{self.hostname}:{os.getpid()}:{shard_min}-{shard_max}"
         self.record_rounds = record_rounds
         self.rebuild_interval = timedelta(seconds=cfg.settings.smart_sensor.index_rebuild_interval)
         self.reconcile_interval = timedelta(seconds=cfg.settings.smart_sensor.reconcile_interval)
@@ -367,7 +368,7 @@ class RangeRounds:
         """Store this round's result for `smartsensor status` (failures to do so are only logged)."""
         try:
             self.store.record_round(
-                self.worker_id,
+                self.range_rounds_id,
                 self.hostname,
                 os.getpid(),
                 self.shard_min,
@@ -380,8 +381,8 @@ class RangeRounds:
             log.warning("could not record round: %s", exc)
 
     def forget(self) -> None:
-        """Remove this worker's status row (clean stop)."""
-        self.store.forget_worker(self.worker_id)
+        """Remove this range rounds' status row (clean stop)."""
+        self.store.forget_range_rounds(self.range_rounds_id)
 
 
 @lru_cache(maxsize=200_000)
