@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
 from smartsensor.domain.states import State
 from smartsensor.sensors.validation import check_utf8
@@ -111,9 +111,9 @@ def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, stat
     with app.engine().begin() as conn:
         if not task_sql.set_state(conn, (dag_id, task_id, parse_task_date(execution_date)), state):
             raise UserError(f"no task instance {dag_id}.{task_id} on {execution_date}")
-        signal_sql.notify_ended(conn)
+        channel_sql.notify_ended(conn)
         if state == State.SMART_PENDING:
-            signal_sql.notify_pending(conn)
+            channel_sql.notify_pending(conn)
     click.echo(f"{dag_id}.{task_id} {execution_date} → {state}")
 
 

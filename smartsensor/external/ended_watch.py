@@ -22,9 +22,9 @@ from typing import AbstractSet, Any, Iterable
 from sqlalchemy import Engine
 
 from smartsensor.adapters.periodic import PeriodicJobs
-from smartsensor.adapters.sql.signals import ENDED_CHANNEL, ended_hashcodes
+from smartsensor.adapters.sql.channels import ENDED_CHANNEL, ended_hashcodes
 from smartsensor.sensors.errors import first_line
-from smartsensor.service.signals import SignalListener
+from smartsensor.service.signals import ChannelListener
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class EndedWatch:
         self._wake()
 
     def _listen(self) -> None:
-        listener = SignalListener(self.engine, channel=ENDED_CHANNEL)
+        listener = ChannelListener(self.engine, channel=ENDED_CHANNEL)
         try:
             while not self._stopping.is_set():
                 payloads = listener.wait(0.5)

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from smartsensor.adapters.sql import external as external_sql, signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql import channels as channel_sql, external as external_sql, tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.states import State
@@ -157,7 +157,7 @@ def _register(
         now = row["execution_date"]
         task_sql.insert_tasks_bulk(conn, [row])
         if row["state"] == State.SMART_PENDING:
-            signal_sql.notify_pending(conn, [row["shardcode"]])
+            channel_sql.notify_pending(conn, [row["shardcode"]])
         if mapped is None:
             external_sql.insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
         else:

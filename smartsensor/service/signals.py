@@ -1,8 +1,10 @@
 """Landing signals: a pipeline says "partition X just landed" and the owning worker checks at once.
 
 A signal is only a hint: the worker still verifies in the metastore before marking anything. It is
-recorded in ``partition_signal``; on Postgres a NOTIFY wakes listeners immediately, on SQLite
-listeners poll the table every ``poll_interval`` seconds.
+recorded in ``partition_signal``; on Postgres a NOTIFY on ``channels.SIGNAL_CHANNEL`` wakes listeners immediately, on
+SQLite listeners poll the table every ``poll_interval`` seconds. The worker's listener thread (``listen_for_signals``)
+also hears ``channels.PENDING_CHANNEL`` (new pending tasks) on PostgreSQL, and ``ChannelListener`` serves the ended
+watch's ``channels.ENDED_CHANNEL`` too.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ from typing import Any, Callable
 
 from sqlalchemy import Engine
 
-from smartsensor.adapters.sql import signals as signal_sql
+from smartsensor.adapters.sql import channels as channel_sql, signals as signal_sql
 from smartsensor.sensors.errors import first_line
 from smartsensor.sensors.partitions import format_partition_name, parse_partition_name
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "smartsensor_signal"
 SIGNAL_RETENTION = timedelta(hours=1)  # signals are hints for the next second; older ones are pruned
 
 
@@ -37,8 +38,7 @@ def send_signal(engine: Engine, name: str) -> str:
     canonical, _ = canonical_signal(name)
     with engine.begin() as conn:
         signal_sql.insert_signal(conn, canonical, datetime.utcnow())
-        if conn.dialect.name == "postgresql":
-            signal_sql.notify(conn, CHANNEL, canonical)
+        channel_sql.notify_signal(conn, canonical)
     return canonical
 
 
@@ -48,13 +48,18 @@ def prune_old_signals(engine: Engine, now: datetime) -> None:
         signal_sql.prune_signals(conn, now - SIGNAL_RETENTION)
 
 
-class SignalListener:
-    """Waits for signals: LISTEN/NOTIFY on Postgres, a short poll of partition_signal on SQLite.
-    ``channel`` (Postgres): the landing signals' by default, or ``signal_sql.ENDED_CHANNEL``; ``also``: more
-    channels (Postgres only), whose notifications ``wait_all`` returns with their channel."""
+class ChannelListener:
+    """Waits for notifications: LISTEN on PostgreSQL's channels (``adapters.sql.channels``); on SQLite, which has
+    none, a short poll of partition_signal for landing signals. ``channel`` (Postgres): the landing signals'
+    (``SIGNAL_CHANNEL``) by default, or ``ENDED_CHANNEL``; ``also``: more channels (Postgres only), whose
+    notifications ``wait_all`` returns with their channel."""
 
     def __init__(
-        self, engine: Engine, poll_interval: float = 0.1, channel: str = CHANNEL, also: tuple[str, ...] = ()
+        self,
+        engine: Engine,
+        poll_interval: float = 0.1,
+        channel: str = channel_sql.SIGNAL_CHANNEL,
+        also: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
@@ -74,7 +79,8 @@ class SignalListener:
         self.channel = channel
 
     def wait(self, timeout: float) -> list[str]:
-        """Signal names (payloads) received within ``timeout`` seconds on ``channel`` (possibly empty)."""
+        """Payloads (landing signals' names, by default) received within ``timeout`` seconds on ``channel``
+        (possibly empty)."""
         return [payload for channel, payload in self.wait_all(timeout) if channel == self.channel]
 
     def wait_all(self, timeout: float) -> list[tuple[str, str]]:
@@ -127,8 +133,8 @@ def listen_for_signals(
     while not stopping.is_set():
         try:
             if listener is None:
-                listener = SignalListener(
-                    engine, poll_interval, also=(signal_sql.PENDING_CHANNEL,) if on_pending is not None else ()
+                listener = ChannelListener(
+                    engine, poll_interval, also=(channel_sql.PENDING_CHANNEL,) if on_pending is not None else ()
                 )
                 if failing:
                     log.info("signal listener: listening again")
@@ -142,10 +148,10 @@ def listen_for_signals(
             listener = None
             stopping.wait(1.0)
             continue
-        tables, names = set(), [payload for channel, payload in notes if channel == CHANNEL]
-        pending = [payload for channel, payload in notes if channel == signal_sql.PENDING_CHANNEL]
+        tables, names = set(), [payload for channel, payload in notes if channel == channel_sql.SIGNAL_CHANNEL]
+        pending = [payload for channel, payload in notes if channel == channel_sql.PENDING_CHANNEL]
         if pending and on_pending is not None:
-            shards = [signal_sql.pending_shardcodes(p) for p in pending]
+            shards = [channel_sql.pending_shardcodes(p) for p in pending]
             on_pending(None if any(s is None for s in shards) else set().union(*shards))  # type: ignore[arg-type]  # no None left when none is None
         for name in names:
             try:

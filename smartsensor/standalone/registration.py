@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor
@@ -142,7 +142,7 @@ def _register_rows(
                 )
             )
         # their worker starts them and pokes their checks at once, not at its next round
-        signal_sql.notify_pending(
+        channel_sql.notify_pending(
             conn, [r.shardcode for r in out if r.state == State.SMART_PENDING and (r.created or clear)]
         )
     return out

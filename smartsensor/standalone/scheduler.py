@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from smartsensor.adapters.process import StderrTail, smartsensor_command
-from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.routing import smart_route_for
@@ -52,7 +52,7 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
             if task_sql.requeue_retry(conn, key, row["try_number"], state, now):
                 counts[state] = counts.get(state, 0) + 1
         if counts.get(State.SMART_PENDING):
-            signal_sql.notify_pending(conn)  # the workers start the next tries at once
+            channel_sql.notify_pending(conn)  # the workers start the next tries at once
     return counts
 
 

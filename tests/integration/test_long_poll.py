@@ -10,7 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey
@@ -43,7 +43,7 @@ def end_later(engine: Any, ti: tuple[str, str, Any], delay: float) -> threading.
         time.sleep(delay)
         with engine.begin() as conn:
             task_sql.set_state(conn, ti, State.SUCCESS, from_states=list(State.SMART_WAITING))
-            signal_sql.notify_ended(conn)
+            channel_sql.notify_ended(conn)
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -109,12 +109,12 @@ def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(t
                 time.sleep(1.0)
                 before = engine.statement_counter.count  # type: ignore[attr-defined]  # set by make_engine
                 with notifier.begin() as conn:
-                    signal_sql.notify_ended(conn, [hash_a + 1])  # another check ended
+                    channel_sql.notify_ended(conn, [hash_a + 1])  # another check ended
                 time.sleep(1.5)
                 reads.append(engine.statement_counter.count - before)  # type: ignore[attr-defined]  # set by make_engine
                 with notifier.begin() as conn:
                     task_sql.set_state(conn, ti_a, State.SUCCESS, from_states=list(State.SMART_WAITING))
-                    signal_sql.notify_ended(conn, [hash_a])
+                    channel_sql.notify_ended(conn, [hash_a])
 
             reads: list[int] = []
             thread = threading.Thread(target=unrelated_then_a)

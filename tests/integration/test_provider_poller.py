@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
@@ -48,7 +48,7 @@ def finish_all(engine: Any, state: str) -> int:
         tasks = task_sql.list_tasks(conn)
         for t in tasks:
             end_task(conn, t, state)
-        signal_sql.notify_ended(conn)  # as the round's commit does
+        channel_sql.notify_ended(conn)  # as the round's commit does
     return len(tasks)
 
 
@@ -398,7 +398,7 @@ def test_tries_that_end_in_the_next_commit_are_heard_at_once_too(cfg, engine) ->
         with engine.begin() as conn:
             (task,) = [t for t in task_sql.list_tasks(conn) if t["task_id"] == task_id]
             end_task(conn, task, State.SUCCESS)
-            signal_sql.notify_ended(conn)
+            channel_sql.notify_ended(conn)
 
     async def scenario() -> tuple[float, int]:
         async with app.router.lifespan_context(app):

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from smartsensor.adapters.metastore_process import free_port
-from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
+from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import Endpoint
@@ -82,7 +82,7 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
                         State.SUCCESS,
                         from_states=list(State.SMART_WAITING),
                     )
-                    signal_sql.notify_ended(conn)
+                    channel_sql.notify_ended(conn)
 
             await asyncio.to_thread(end)
             return await asyncio.wait_for(waiter, timeout=60), poller.requests

@@ -278,7 +278,7 @@ def test_checks_are_built_once_per_waiting_check_and_a_raising_one_is_tried_agai
 
 def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     """What the round's NOTIFY names: landed, failed (collided or not), timed-out and unplannable tries."""
-    from smartsensor.adapters.sql.signals import ended_hashcodes
+    from smartsensor.adapters.sql.channels import ended_hashcodes
     from smartsensor.domain.keys import Cohort
     from smartsensor.domain.transitions import CheckGroup, decide
     from smartsensor.sensors.errors import PermanentCheckError

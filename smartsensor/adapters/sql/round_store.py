@@ -9,7 +9,12 @@ from datetime import datetime
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from smartsensor.adapters.sql import leases as lease_sql, signals as signal_sql, status as status_sql, tasks as task_sql
+from smartsensor.adapters.sql import (
+    channels as channel_sql,
+    leases as lease_sql,
+    status as status_sql,
+    tasks as task_sql,
+)
 from smartsensor.adapters.sql.engine import statement_count
 from smartsensor.domain.keys import CohortRows, Fence
 from smartsensor.domain.states import State
@@ -114,7 +119,7 @@ class SqlRoundStore:
                     conn, [(key, cohort)], shard_min, shard_max, State.FAILED, now, error=why, fence=fence
                 )
             if any(marked.values()):
-                signal_sql.notify_ended(conn, writes.hashcodes())  # wakes the held states requests waiting on them
+                channel_sql.notify_ended(conn, writes.hashcodes())  # wakes the held states requests waiting on them
         return {k: v for k, v in marked.items() if v}
 
     def holds(self, fence: Fence, now: datetime) -> bool:
