@@ -36,10 +36,10 @@ from tests.support.liveness import (
     DB,
     POLLED,
     SIGNALLED,
-    Check,
     Event,
     Measured,
     Metastore,
+    StreamCheck,
     Task,
     percentile,
     plan_stream,
@@ -207,7 +207,9 @@ class Takeover:
         return any(lo <= shardcode < hi for lo, hi in self.ranges)
 
 
-def _events(fleet: Fleet, store: Metastore, checks: list[Check], tasks: list[Task], takeover: Takeover) -> list[Event]:
+def _events(
+    fleet: Fleet, store: Metastore, checks: list[StreamCheck], tasks: list[Task], takeover: Takeover
+) -> list[Event]:
     """The stream: each registration, each landing (its signal right after, for the signalled half), the kill."""
     endpoint = Endpoint(fleet.base, TOKEN)
 
@@ -218,7 +220,7 @@ def _events(fleet: Fleet, store: Metastore, checks: list[Check], tasks: list[Tas
         ti = done["task_instance"]
         task.ti = (ti["task_id"], datetime.fromisoformat(ti["execution_date"]))
 
-    def land(check: Check) -> None:
+    def land(check: StreamCheck) -> None:
         check.landing = utc_now()
         store.land(check.table, check.ds)
         check.landed = utc_now()

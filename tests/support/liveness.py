@@ -102,7 +102,7 @@ class Metastore:
 
 
 @dataclass
-class Check:
+class StreamCheck:
     """One partition the tasks wait on, and when (seconds into the stream) it lands."""
 
     ds: str
@@ -125,7 +125,7 @@ class Check:
 class Task:
     """One Airflow try registered through ``POST /api/v1/tasks``, and the task instance the service made of it."""
 
-    check: Check
+    check: StreamCheck
     task_id: str
     register_at: float  # seconds into the stream
     ti: tuple[str, datetime] | None = None  # (task_id, execution_date) of the task instance; naive UTC
@@ -144,7 +144,7 @@ def plan_stream(
     signalled_poke: float,
     polled_poke: float,
     seed: int = 30,
-) -> tuple[list[Check], list[Task]]:
+) -> tuple[list[StreamCheck], list[Task]]:
     """Checks landing evenly between ``first_landing`` and ``last_landing`` (signalled and polled alternate), each
     with ``tasks_per_check`` tasks registering at its landing + an offset (with ±0.3 s of jitter). The checks of each
     kind take turns over the ``offsets`` patterns, whose offsets are cycled through their tasks: e.g. one pattern
@@ -156,7 +156,7 @@ def plan_stream(
     for i in range(n):
         signal = i % 2 == 0
         land_at = first_landing + i * (last_landing - first_landing) / max(1, n - 1)
-        check = Check(f"c{i:02d}", signal, signalled_poke if signal else polled_poke, land_at)
+        check = StreamCheck(f"c{i:02d}", signal, signalled_poke if signal else polled_poke, land_at)
         checks.append(check)
         pattern = offsets[(i // 2) % len(offsets)]
         for j in range(tasks_per_check):

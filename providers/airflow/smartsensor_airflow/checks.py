@@ -1,10 +1,10 @@
 """What smartsensor checks for a task of each of Airflow's Hive sensor classes, read from the task's own
 attributes (the same names on Airflow's sensors, on the drop-ins and on tasks routed by the cluster policy).
 
-``check_of(class_name, task)`` → ``(smartsensor class, persist values)``: the sensor class the service knows the
-check by, and the rendered arguments it stores. A ``MetastorePartitionSensor`` waits for one partition by its
-full name, so it is registered as a one-partition ``NamedHivePartitionSensor``: identical waits of the two classes
-share one check.
+``check_of(class_name, task)`` → a ``RegisteredSensor``, ``(smartsensor class, persist values)``: the sensor class
+the service knows the check by, and the rendered arguments it stores. A ``MetastorePartitionSensor`` waits for one
+partition by its full name, so it is registered as a one-partition ``NamedHivePartitionSensor``: identical waits of
+the two classes share one check.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Any, Callable
 
 from smartsensor_airflow.hive_filter import parse_partition_filter, split_table
 
-Check = tuple[str, dict[str, Any]]
+# The sensor a task is registered as: (smartsensor class name, persist values), the ``sensor`` of a registration
+# (``POST /api/v1/tasks``). Not smartsensor's ``sensors.checks.Check`` (one partition or path a sensor waits for).
+RegisteredSensor = tuple[str, dict[str, Any]]
 
 
-def named_check(task: Any) -> Check:
+def named_check(task: Any) -> RegisteredSensor:
     """``partition_names`` (``"db.table/ds=1"``), a list once rendered."""
     names = task.partition_names
     if isinstance(names, str):
@@ -24,13 +26,13 @@ def named_check(task: Any) -> Check:
     return "NamedHivePartitionSensor", {"partition_names": list(names)}
 
 
-def hive_check(task: Any) -> Check:
+def hive_check(task: Any) -> RegisteredSensor:
     """``schema``, ``table`` (``db.table`` wins over ``schema``) and the ``partition`` filter's equalities."""
     table = ".".join(split_table(task.table, task.schema))
     return "HivePartitionSensor", {"table": table, "partition": parse_partition_filter(task.partition)}
 
 
-def metastore_check(task: Any) -> Check:
+def metastore_check(task: Any) -> RegisteredSensor:
     """``schema``, ``table`` (``db.table`` wins, as the Hive provider splits it) and one full ``partition_name``."""
     table = ".".join(split_table(task.table, task.schema))
     name = task.partition_name
@@ -39,7 +41,7 @@ def metastore_check(task: Any) -> Check:
     return "NamedHivePartitionSensor", {"partition_names": [f"{table}/{name}"]}
 
 
-def success_file_check(task: Any) -> Check:
+def success_file_check(task: Any) -> RegisteredSensor:
     """``path``: smartsensor's own success-file sensor (no Hive provider counterpart)."""
     return "SuccessFileSensor", {"path": task.path}
 
@@ -52,7 +54,7 @@ CHECK_FIELDS: dict[str, tuple[str, ...]] = {
     "SuccessFileSensor": ("path",),
 }
 
-CHECKS: dict[str, Callable[[Any], Check]] = {
+CHECKS: dict[str, Callable[[Any], RegisteredSensor]] = {
     "NamedHivePartitionSensor": named_check,
     "HivePartitionSensor": hive_check,
     "MetastorePartitionSensor": metastore_check,
@@ -60,7 +62,7 @@ CHECKS: dict[str, Callable[[Any], Check]] = {
 }
 
 
-def check_of(class_name: str, task: Any) -> Check:
+def check_of(class_name: str, task: Any) -> RegisteredSensor:
     """The check of ``task``, a sensor of Airflow's class ``class_name``. Raises TypeError or
     UnsupportedPartitionFilter (a ValueError) when its rendered arguments cannot be checked by smartsensor."""
     return CHECKS[class_name](task)
