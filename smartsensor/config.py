@@ -229,7 +229,10 @@ class Config:
         return self.settings.smart_sensor.reconcile_interval + self.poke_interval
 
     @property
-    def shard_ranges(self) -> list[ShardRange]:
+    def resolved_shard_ranges(self) -> list[ShardRange]:
+        """The shard ranges served, parsed and checked: ``[smart_sensor] shard_ranges`` (the raw text), or
+        ``shards`` even ranges of ``[0, shard_code_upper_limit)`` when it is empty. Raises ConfigError naming a bad
+        range."""
         raw = self.settings.smart_sensor.shard_ranges
         limit = self.shard_code_upper_limit
         if raw:
@@ -237,7 +240,7 @@ class Config:
         return even_shard_ranges(self.settings.smart_sensor.shards, limit)
 
     @property
-    def catalog_backend(self) -> str:
+    def resolved_catalog_backend(self) -> str:
         """'thrift', 'spark' or 'metastore_db': ``[smart_sensor] catalog_backend`` with auto resolved."""
         backend = self.settings.smart_sensor.catalog_backend.lower()
         uris = self.settings.spark.metastore_uris
@@ -384,7 +387,7 @@ def _validate(cfg: Config) -> None:
         value = cfg.get(section, name)
         if not low <= value <= high:
             raise ConfigError(f"[{section}] {name} must be between {low:.10g} and {high:.10g}, got {_shown(value)}")
-    cfg.shard_ranges  # noqa: B018 - read to validate: raises ConfigError naming the offending range
+    cfg.resolved_shard_ranges  # noqa: B018 - read to validate: raises ConfigError naming the offending range
     hb, lease = cfg.settings.smart_sensor.heartbeat_interval, cfg.settings.smart_sensor.lease_timeout
     if hb <= 0 or lease <= hb:
         raise ConfigError(f"[smart_sensor] lease_timeout ({lease}) must be greater than heartbeat_interval ({hb}) > 0")
@@ -398,4 +401,4 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()
     cfg.metastore_database  # noqa: B018 - read to validate: raises ConfigError for a URL that is not postgresql:// or mysql://
-    cfg.catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris
+    cfg.resolved_catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris

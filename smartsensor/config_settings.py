@@ -41,7 +41,7 @@ class SmartSensorSettings:
     use_smart_sensor: bool
     shard_code_upper_limit: int
     shards: int
-    shard_ranges: str  # the raw text; ``Config.shard_ranges`` parses and checks it
+    shard_ranges: str  # the raw text; ``Config.resolved_shard_ranges`` parses and checks it
     sensors_enabled: list[str]
     sensor_modules: list[str]
     poke_interval: float
@@ -53,7 +53,7 @@ class SmartSensorSettings:
     heartbeat_interval: float
     lease_timeout: float
     signal_poll_interval: float
-    catalog_backend: str  # as written, auto included; ``Config.catalog_backend`` resolves it
+    catalog_backend: str  # as written, auto included; ``Config.resolved_catalog_backend`` resolves it
     metastore_timeout: float
 
 

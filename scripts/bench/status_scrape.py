@@ -140,7 +140,7 @@ def statements(cfg: Config) -> dict[str, Callable[[Engine], object]]:
     """Each row's work, on a connection of its own, as collect_status sends it."""
     bound = cfg.convergence_bound
     cutoff = NOW - timedelta(seconds=bound)
-    ranges = [(r.lo, r.hi) for r in cfg.shard_ranges]
+    ranges = [(r.lo, r.hi) for r in cfg.resolved_shard_ranges]
     zombie_cutoff = NOW - timedelta(seconds=cfg.settings.scheduler.zombie_threshold)
 
     def on_conn(fn: Callable[[Connection], object]) -> Callable[[Engine], object]:

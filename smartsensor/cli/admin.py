@@ -128,7 +128,7 @@ def config_init(
     draft.replace(path)
     click.echo(f"wrote {path}")
     click.echo(f"  database: {normalize_url(cfg.sql_alchemy_conn).render_as_string(hide_password=True)}")
-    click.echo(f"  catalog:  {cfg.catalog_backend}" + (f" ({metastore_uris})" if metastore_uris else ""))
+    click.echo(f"  catalog:  {cfg.resolved_catalog_backend}" + (f" ({metastore_uris})" if metastore_uris else ""))
     click.echo(f"  token:    {token_path}" + (" (new random token)" if created else " (kept)"))
     if path != config_location(None)[1]:
         click.echo(f"the commands find it with --config {path} or SMARTSENSOR_CONFIG={path}")
@@ -159,7 +159,7 @@ def _ensure_token_file(path: Path) -> bool:
 @click.pass_obj
 def config_shards(app: App, as_json: bool) -> None:
     """Print the effective shard ranges."""
-    ranges = app.cfg.shard_ranges
+    ranges = app.cfg.resolved_shard_ranges
     limit = app.cfg.shard_code_upper_limit
     if as_json:
         click.echo(

@@ -35,7 +35,7 @@ class LeaseManager:
         self.cfg = cfg
         self.worker_id = worker_id or new_worker_id()
         self.lease_timeout = timedelta(seconds=cfg.settings.smart_sensor.lease_timeout)
-        self.ranges: list[ShardRange] = cfg.shard_ranges
+        self.ranges: list[ShardRange] = cfg.resolved_shard_ranges
         self.owned: dict[int, Lease] = {}
         self.started_at = datetime.utcnow()
 

@@ -31,7 +31,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
     task waits past its time limit (``collect_stuck``: 2, or 4)."""
     now = now or datetime.utcnow()
-    ranges = cfg.shard_ranges
+    ranges = cfg.resolved_shard_ranges
     with engine.connect() as conn:
         stuck = collect_stuck(conn, cfg.convergence_bound, now)
         by_state = status_sql.count_by_state(conn)

@@ -53,8 +53,8 @@ def supervise_workers(
     By default the workers claim shard leases (extras stand by and take over); with ``pinned`` each
     gets a fixed contiguous block of the configured ranges instead.
     """
-    count = n or len(cfg.shard_ranges)
-    slots: list[ShardRange | None] = list(assign_ranges(cfg.shard_ranges, count)) if pinned else [None] * count
+    count = n or len(cfg.resolved_shard_ranges)
+    slots: list[ShardRange | None] = list(assign_ranges(cfg.resolved_shard_ranges, count)) if pinned else [None] * count
     stopping = False
 
     def spawn(shard: ShardRange | None) -> subprocess.Popen:

@@ -140,7 +140,7 @@ def test_a_silent_metastore_times_out_as_configured(silent_server: tuple[str, in
 def test_the_answerer_uses_thrift_and_no_spark_for_partitions_and_local_paths(
     service: Config, spark_answers: list[Any], tmp_path: Any
 ) -> None:
-    assert service.catalog_backend == "thrift"
+    assert service.resolved_catalog_backend == "thrift"
     make = catalog_answerer(service, spark_provider=lambda: pytest.fail("Spark was started"))
     checker = make()
     assert isinstance(checker.lister, ThriftCatalog)  # type: ignore[attr-defined]  # a BatchChecker

@@ -68,7 +68,7 @@ def python_figures(engine: Any, cfg: Config) -> dict[str, Any]:
         waiting = conn.execute(select(TI.c.shardcode, TI.c.hashcode).where(TI.c.state.in_(State.SMART_WAITING))).all()
     tasks: dict[int, int] = defaultdict(int)
     hashes: dict[int, set[int | None]] = defaultdict(set)
-    ranges = cfg.shard_ranges
+    ranges = cfg.resolved_shard_ranges
     for shardcode, hashcode in waiting:
         for i, r in enumerate(ranges):
             if shardcode is not None and r.contains(shardcode):

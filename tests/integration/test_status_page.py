@@ -128,7 +128,7 @@ def test_hostile_values_are_escaped(cfg, engine) -> None:
     now = datetime.utcnow()
     evil = "<script>alert(1)</script>\"'"
     with engine.begin() as conn:
-        lease_sql.ensure_leases(conn, cfg.shard_ranges)
+        lease_sql.ensure_leases(conn, cfg.resolved_shard_ranges)
         lease_sql.claim_lease(conn, 0, 0, evil, now, now + timedelta(hours=1))
         conn.execute(
             text("UPDATE task_instance SET state = 'success', end_date = :e, attr_dict = :a"),

@@ -39,7 +39,7 @@ def populate_page_db(cfg: Any, engine: Any) -> datetime:
         conn.execute(text("UPDATE task_instance SET state = 'failed' WHERE dag_id = 'd2' AND task_id = 'w0'"))
         conn.execute(text("UPDATE task_instance SET state = 'scheduled' WHERE dag_id = 'd2' AND task_id = 'w1'"))
         conn.execute(text("UPDATE task_instance SET shardcode = 99999 WHERE dag_id = 'd3' AND task_id = 'w0'"))
-        lease_sql.ensure_leases(conn, cfg.shard_ranges)
+        lease_sql.ensure_leases(conn, cfg.resolved_shard_ranges)
         lease_sql.claim_lease(conn, 0, 0, "host-a:1:aa", now, now + timedelta(hours=1))
         lease_sql.claim_lease(conn, 5000, 0, "host-b:2:bb", now - timedelta(minutes=5), now - timedelta(minutes=1))
         lease_sql.upsert_worker(conn, "host-a:1:aa", "host-a", 1, now, now)

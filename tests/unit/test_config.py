@@ -24,7 +24,7 @@ def test_defaults_without_file(tmp_path: Path) -> None:
     assert cfg.sql_alchemy_conn == f"sqlite:///{tmp_path}/smartsensor.db"
     assert cfg.use_smart_sensor is True
     assert cfg.shard_code_upper_limit == 10000
-    assert cfg.shard_ranges == [
+    assert cfg.resolved_shard_ranges == [
         ShardRange(0, 2000),
         ShardRange(2000, 4000),
         ShardRange(4000, 6000),
@@ -39,10 +39,10 @@ def test_lookup_order(tmp_path: Path) -> None:
     env_cfg = write(tmp_path / "env.cfg", "[smart_sensor]\nshards = 3\n")
     cli_cfg = write(tmp_path / "cli.cfg", "[smart_sensor]\nshards = 4\n")
     env = {"SMARTSENSOR_HOME": str(home_cfg.parent)}
-    assert len(load_config(environ=env).shard_ranges) == 2
+    assert len(load_config(environ=env).resolved_shard_ranges) == 2
     env["SMARTSENSOR_CONFIG"] = str(env_cfg)
-    assert len(load_config(environ=env).shard_ranges) == 3
-    assert len(load_config(str(cli_cfg), environ=env).shard_ranges) == 4
+    assert len(load_config(environ=env).resolved_shard_ranges) == 3
+    assert len(load_config(str(cli_cfg), environ=env).resolved_shard_ranges) == 4
 
 
 def test_env_overrides_file_and_ignores_airflow_env(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_env_overrides_file_and_ignores_airflow_env(tmp_path: Path) -> None:
         "AIRFLOW__SMART_SENSOR__SHARDS": "7",
     }
     cfg = load_config(str(path), environ=env)
-    assert [str(r) for r in cfg.shard_ranges] == ["0-25", "25-50", "50-75", "75-100"]
+    assert [str(r) for r in cfg.resolved_shard_ranges] == ["0-25", "25-50", "50-75", "75-100"]
 
 
 def test_missing_cli_file_is_an_error(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_shard_range_errors_name_the_range(raw: str, message: str) -> None:
 def test_explicit_ranges_override_even_split(tmp_path: Path) -> None:
     path = write(tmp_path / "a.cfg", "[smart_sensor]\nshards = 9\nshard_ranges = 2000-7000, 0-2000,\n  7000-10000\n")
     cfg = load_config(str(path), environ={})
-    assert [str(r) for r in cfg.shard_ranges] == ["0-2000", "2000-7000", "7000-10000"]
+    assert [str(r) for r in cfg.resolved_shard_ranges] == ["0-2000", "2000-7000", "7000-10000"]
 
 
 def test_config_errors_at_load_time(tmp_path: Path) -> None:
@@ -182,7 +182,7 @@ def test_every_numeric_key_has_bounds() -> None:
     ],
 )
 def test_catalog_backend_auto_resolves_by_metastore_uris(tmp_path: Path, body: str, backend: str) -> None:
-    assert load_config(str(write(tmp_path / "a.cfg", body)), environ={}).catalog_backend == backend
+    assert load_config(str(write(tmp_path / "a.cfg", body)), environ={}).resolved_catalog_backend == backend
 
 
 @pytest.mark.parametrize(

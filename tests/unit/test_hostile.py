@@ -169,7 +169,7 @@ def test_random_config_files_load_or_fail_clearly(tmp_path_factory: Any, text: s
         cfg = load_config(str(path), environ={"SMARTSENSOR_HOME": "/tmp/x"})
     except ConfigError:
         return
-    assert cfg.shard_ranges[0].lo == 0 and cfg.shard_ranges[-1].hi == cfg.shard_code_upper_limit
+    assert cfg.resolved_shard_ranges[0].lo == 0 and cfg.resolved_shard_ranges[-1].hi == cfg.shard_code_upper_limit
 
 
 @settings(max_examples=60, deadline=None)

@@ -29,7 +29,7 @@ def cfg(tmp_path: Path) -> Any:
         smart_sensor__sensor_modules="tests.support.custom_sensors",
         smart_sensor__sensors_enabled="NamedHivePartitionSensor, SuccessFileSensor, KeySensor, SparkSensor",
     )
-    assert cfg.catalog_backend == "spark"
+    assert cfg.resolved_catalog_backend == "spark"
     return cfg
 
 

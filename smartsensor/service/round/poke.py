@@ -27,7 +27,7 @@ def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = Non
     it (a partition on the spark backend, a path that is not file://, a user sensor reading ``context['spark']``),
     so file:// and ``poke()`` checks work on a host without Java.
     """
-    backend = cfg.catalog_backend
+    backend = cfg.resolved_catalog_backend
     catalogs: list[Any] = []
     lock = threading.Lock()
 
