@@ -32,13 +32,13 @@ __all__ = [
     "Config",
     "ConfigError",
     "ENV_PREFIX",
-    "MetastoreDatabase",
+    "MetastoreDb",
     "Settings",
     "ShardRange",
     "config_location",
     "even_shard_ranges",
     "load_config",
-    "parse_metastore_database",
+    "parse_metastore_db",
     "parse_shard_ranges",
 ]
 
@@ -108,7 +108,7 @@ def even_shard_ranges(shards: int, limit: int) -> list[ShardRange]:
 
 
 @dataclass(frozen=True)
-class MetastoreDatabase:
+class MetastoreDb:
     """``[metastore] database_url`` parsed: the PostgreSQL or MySQL/MariaDB database the metastore service keeps
     its tables in (``kind``: ``postgresql`` or ``mysql``)."""
 
@@ -137,7 +137,7 @@ class MetastoreDatabase:
         return f"{self.kind}://{quote(self.user, safe='')}@{host}:{self.port}/{quote(self.database, safe='')}"
 
 
-def parse_metastore_database(raw: str) -> MetastoreDatabase | None:
+def parse_metastore_db(raw: str) -> MetastoreDb | None:
     """``[metastore] database_url``: None when empty (embedded Derby), else the PostgreSQL or MySQL database it
     names.
 
@@ -171,7 +171,7 @@ def parse_metastore_database(raw: str) -> MetastoreDatabase | None:
     password = unquote(parts.password or "")
     if kind == "mysql" and not password:  # Hive's metastore sends its default password ("mine") for an empty one
         raise ConfigError(f"{what} names no password: on MySQL the metastore service needs one: {form}")
-    return MetastoreDatabase(host=host, port=port, database=database, user=user, password=password, kind=kind)
+    return MetastoreDb(host=host, port=port, database=database, user=user, password=password, kind=kind)
 
 
 @dataclass(frozen=True)
@@ -286,9 +286,9 @@ class Config:
         return out
 
     @property
-    def metastore_database(self) -> MetastoreDatabase | None:
+    def metastore_service_db(self) -> MetastoreDb | None:
         """``[metastore] database_url`` parsed; None means embedded Derby under the home folder."""
-        return parse_metastore_database(self.settings.metastore.database_url)
+        return parse_metastore_db(self.settings.metastore.database_url)
 
     def spark_conf(self) -> dict[str, str]:
         """Extra ``[spark] conf`` pairs as a dict."""
@@ -400,5 +400,5 @@ def _validate(cfg: Config) -> None:
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
     cfg.spark_conf()
-    cfg.metastore_database  # noqa: B018 - read to validate: raises ConfigError for a URL that is not postgresql:// or mysql://
+    cfg.metastore_service_db  # noqa: B018 - read to validate: raises ConfigError for a URL that is not postgresql:// or mysql://
     cfg.resolved_catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris

@@ -215,17 +215,17 @@ KEYS: tuple[Key, ...] = (
         "catalog_backend",
         "auto",
         parse_str,
-        "How workers list partitions: thrift (straight to [spark] metastore_uris over the metastore's thrift "
-        "API, no JVM), spark (the SparkSession's external catalog), metastore_db (the metastore's own "
-        "PostgreSQL or MySQL database, [catalog] metastore_db_url: one statement per round), or auto: thrift when "
-        "metastore_uris is set, else spark.",
+        "How workers list partitions: thrift (straight to the metastore service at [spark] metastore_uris, over "
+        "its thrift API, no JVM), spark (the SparkSession's external catalog), metastore_db (the metastore "
+        "database, the service's own PostgreSQL or MySQL tables, [catalog] metastore_db_url: one statement per "
+        "round), or auto: thrift when metastore_uris is set, else spark.",
     ),
     Key(
         "smart_sensor",
         "metastore_timeout",
         "10",
         parse_float,
-        "Seconds the thrift catalog backend waits on a metastore socket (connect and each call) before "
+        "Seconds the thrift catalog backend waits on a metastore service socket (connect and each call) before "
         "the check is a transient error and the connection is dropped.",
         bounds=(0.1, 3600),
     ),
@@ -237,7 +237,7 @@ KEYS: tuple[Key, ...] = (
         "metastore_uris",
         "",
         parse_str,
-        "Thrift URIs of a Hive metastore (thrift://host:port). Empty: embedded Derby under the home "
+        "Thrift URIs of a Hive metastore service (thrift://host:port). Empty: embedded Derby under the home "
         "folder, usable by ONE process only.",
     ),
     Key("spark", "conf", "", parse_list, "Extra Spark settings passed through, comma separated key=value pairs."),
@@ -246,9 +246,9 @@ KEYS: tuple[Key, ...] = (
         "parallelism",
         "1",
         parse_int,
-        "Tables the thrift catalog backend lists at once in a round, each on its own metastore connection "
-        "(1: one after another). More shortens a round over many tables and adds that many concurrent calls "
-        "to the metastore's load.",
+        "Tables the thrift catalog backend lists at once in a round, each on its own metastore service "
+        "connection (1: one after another). More shortens a round over many tables and adds that many concurrent "
+        "calls to the metastore service's load.",
         bounds=(1, 64),
     ),
     Key(
@@ -256,7 +256,8 @@ KEYS: tuple[Key, ...] = (
         "metastore_db_url",
         "",
         parse_str,
-        "The Hive metastore's own database, for catalog_backend = metastore_db: a SQLAlchemy URL such as "
+        "The metastore database (the Hive metastore service's own tables), for catalog_backend = metastore_db: "
+        "a SQLAlchemy URL such as "
         "postgresql://reader:secret@metastore-db:5432/hive, or mysql://reader:secret@metastore-db:3306/hive "
         "(MySQL 8 or MariaDB 10.6+, through PyMySQL). Give it read-only credentials: the backend reads "
         "DBS, TBLS, PARTITION_KEYS and PARTITIONS and needs SELECT on those four tables only.",
@@ -266,7 +267,8 @@ KEYS: tuple[Key, ...] = (
         "metastore_db_feed",
         "true",
         parse_bool,
-        "catalog_backend = metastore_db: follow the metastore's PARTITIONS by id (a partition is looked up once, "
+        "catalog_backend = metastore_db: follow the metastore database's PARTITIONS by id (a partition is looked "
+        "up once, "
         "then the round reads only the partitions added since the last one) instead of looking every due "
         "partition up in every round. false: every round looks every due partition up.",
     ),
@@ -286,7 +288,7 @@ KEYS: tuple[Key, ...] = (
         "10000",
         parse_int,
         "Following the feed: unseen ids below the highest one read that every round asks for again, the highest "
-        "kept. The metastore hands out ids in blocks, one per instance, used for as long as the instance runs, "
+        "kept. The metastore service hands out ids in blocks, one per instance, used for as long as the instance runs, "
         "so an id can commit long after higher ones: it is seen the round after it commits, however late, while "
         "it is among these. No time limit applies; ids never used (blocks thrown away by restarts, rolled-back "
         "additions) fill the rest, and an id given up for its count is seen at the next full look-up. A database "
@@ -303,7 +305,8 @@ KEYS: tuple[Key, ...] = (
         "database_url",
         "",
         parse_str,
-        "Where `smartsensor metastore start` keeps the metastore's own tables. Empty: embedded Derby under the "
+        "The metastore database, where the metastore service `smartsensor metastore start` runs keeps its "
+        "tables. Empty: embedded Derby under the "
         "home folder. postgresql://user:password@host:port/db: that PostgreSQL database, through the JDBC driver "
         "at /usr/share/java/postgresql.jar (Debian: libpostgresql-jdbc-java); the schema is created on the first "
         "start against an empty database. mysql://user:password@host:port/db: that MySQL or MariaDB database, "

@@ -18,7 +18,7 @@ __all__ = [
     "ApiSettings",
     "CatalogSettings",
     "CoreSettings",
-    "MetastoreSettings",
+    "MetastoreServiceSettings",
     "SchedulerSettings",
     "Settings",
     "SmartSensorSettings",
@@ -80,14 +80,15 @@ class CatalogSettings:
 
 
 @dataclass(frozen=True)
-class MetastoreSettings:
-    """``[metastore]``."""
+class MetastoreServiceSettings:
+    """``[metastore]``: the metastore service `smartsensor metastore start` runs (its metastore database:
+    ``database_url``)."""
 
     host: str
     port: int
     java_opts: str
     start_timeout: float
-    database_url: str  # the raw text; ``Config.metastore_database`` parses it
+    database_url: str  # the raw text; ``Config.metastore_service_db`` parses it
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class Settings:
     smart_sensor: SmartSensorSettings
     spark: SparkSettings
     catalog: CatalogSettings
-    metastore: MetastoreSettings
+    metastore: MetastoreServiceSettings
     scheduler: SchedulerSettings
     api: ApiSettings
 

@@ -167,9 +167,9 @@ def clock() -> Clock:
 def no_orphaned_metastores() -> Iterator[None]:
     """Whatever a test did (or a timeout cut short), no metastore JVM started by this run outlives it."""
     yield
-    from smartsensor.adapters import metastore_process
+    from smartsensor.adapters import metastore_service_process
 
-    left = metastore_process.terminate_started_here()
+    left = metastore_service_process.terminate_started_here()
     if left:
         print(f"\nstopped {len(left)} metastore JVM(s) left running by tests: {left}")
 

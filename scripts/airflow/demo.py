@@ -54,7 +54,7 @@ from scripts.airflow.report import (
 )
 from scripts.airflow.stack import USER, AirflowStack, Processes, StackError, states_requests
 from scripts.demo.demo import worker_rounds
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.adapters.sql.tasks import list_tasks

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 from sqlalchemy import bindparam, create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import pdeathsig_preexec
 
 

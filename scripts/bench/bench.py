@@ -64,7 +64,7 @@ from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
@@ -1188,14 +1188,14 @@ def main() -> int:
     env.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     os.environ.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     cfg = load_config(str(cfg_path))
-    from smartsensor.adapters import metastore
+    from smartsensor.adapters import metastore_service
     from smartsensor.adapters.spark import get_spark
 
     reports: list[dict[str, Any]] = []
     listers: Listers | None = None
     try:
         started = time.perf_counter()
-        metastore_st = metastore.start(cfg)
+        metastore_st = metastore_service.start(cfg)
         metastore_pid = metastore_st.pid
         console.print(
             f"metastore service: {args.metastore_kind} ({args.metastore_why}), {metastore_st.database}; started in "
@@ -1222,7 +1222,7 @@ def main() -> int:
     finally:
         if listers is not None:
             listers.close()
-        metastore.stop(cfg)
+        metastore_service.stop(cfg)
         if metastore_db:
             bench_metastore.drop_database(db_url, metastore_db[0])
     if len(reports) > 1:

@@ -12,7 +12,7 @@ import uuid
 
 from sqlalchemy import create_engine, text
 
-from smartsensor.adapters import metastore_pg
+from smartsensor.adapters import metastore_db_setup
 from smartsensor.adapters.sql.engine import normalize_url
 
 CHOICES = ("auto", "derby", "postgresql")
@@ -26,13 +26,13 @@ def is_postgresql(db_url: str) -> bool:
 def choose(choice: str, db_url: str) -> tuple[str, str]:
     """("derby" | "postgresql", why) for ``--metastore choice`` with the metadata DB at ``db_url``; ValueError when
     postgresql is asked for and cannot be had."""
-    pg, driver = is_postgresql(db_url), metastore_pg.JDBC_JAR.is_file()
+    pg, driver = is_postgresql(db_url), metastore_db_setup.JDBC_JAR.is_file()
     if choice == "postgresql" and not pg:
         raise ValueError(
             "--metastore postgresql needs the metadata DB on PostgreSQL (--db-url, or bench.sh --postgres)"
         )
     if choice == "postgresql" and not driver:
-        raise ValueError(f"--metastore postgresql needs the PostgreSQL JDBC driver at {metastore_pg.JDBC_JAR}")
+        raise ValueError(f"--metastore postgresql needs the PostgreSQL JDBC driver at {metastore_db_setup.JDBC_JAR}")
     if choice == "derby":
         return "derby", "--metastore derby"
     if choice == "postgresql":
@@ -40,7 +40,7 @@ def choose(choice: str, db_url: str) -> tuple[str, str]:
     if not pg:
         return "derby", "auto: the metadata DB is not PostgreSQL"
     if not driver:
-        return "derby", f"auto: no PostgreSQL JDBC driver at {metastore_pg.JDBC_JAR}"
+        return "derby", f"auto: no PostgreSQL JDBC driver at {metastore_db_setup.JDBC_JAR}"
     return "postgresql", "auto: the metadata DB's server"
 
 

@@ -12,7 +12,7 @@ from smartsensor.cli.app import main
 for _command in (
     admin.db,
     admin.config,
-    admin.metastore,
+    admin.metastore_service,
     tasks.submit,
     tasks.tasks,
     tasks.set_state_cmd,

@@ -18,7 +18,7 @@ from smartsensor.config import ConfigError, config_location, load_config
 from smartsensor.config_keys import CATALOG_BACKENDS, render_config
 
 if TYPE_CHECKING:  # imported where used: the metastore commands only
-    from smartsensor.adapters.metastore import MetastoreStatus
+    from smartsensor.adapters.metastore_service import MetastoreServiceStatus
 
 
 @click.group()
@@ -191,12 +191,12 @@ def config_show(app: App) -> None:
         click.echo(f"{name} = {shown}")
 
 
-@click.group()
-def metastore() -> None:
+@click.group("metastore")
+def metastore_service() -> None:
     """A local Hive metastore service shared by the pipeline and N worker processes."""
 
 
-def _print_metastore(st: MetastoreStatus, as_json: bool) -> None:
+def _print_metastore_service(st: MetastoreServiceStatus, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"running": st.running, "pid": st.pid, "uri": st.uri, "log": str(st.log)}))
     elif st.running:
@@ -205,36 +205,36 @@ def _print_metastore(st: MetastoreStatus, as_json: bool) -> None:
         click.echo(f"metastore not running ({st.uri})")
 
 
-@metastore.command("start")
+@metastore_service.command("start")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def metastore_start(app: App, as_json: bool) -> None:
+def metastore_service_start(app: App, as_json: bool) -> None:
     """Start the service (idempotent). Point [spark] metastore_uris at the printed URI."""
-    from smartsensor.adapters.metastore import MetastoreError, start
+    from smartsensor.adapters.metastore_service import MetastoreServiceError, start
 
     try:
-        _print_metastore(start(app.cfg), as_json)
-    except MetastoreError as exc:
+        _print_metastore_service(start(app.cfg), as_json)
+    except MetastoreServiceError as exc:
         raise UserError(str(exc)) from None
 
 
-@metastore.command("stop")
+@metastore_service.command("stop")
 @click.pass_obj
-def metastore_stop(app: App) -> None:
+def metastore_service_stop(app: App) -> None:
     """Stop the service."""
-    from smartsensor.adapters.metastore import stop
+    from smartsensor.adapters.metastore_service import stop
 
     click.echo("metastore stopped" if stop(app.cfg) else "metastore was not running")
 
 
-@metastore.command("status")
+@metastore_service.command("status")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def metastore_status(app: App, as_json: bool) -> None:
+def metastore_service_status(app: App, as_json: bool) -> None:
     """Is the service running? Exit 1 if not."""
-    from smartsensor.adapters.metastore import status as ms_status
+    from smartsensor.adapters.metastore_service import status as ms_status
 
     st = ms_status(app.cfg)
-    _print_metastore(st, as_json)
+    _print_metastore_service(st, as_json)
     if not st.running:
         sys.exit(1)

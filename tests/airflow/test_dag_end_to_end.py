@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from scripts.airflow.stack import airflow_env, run_airflow, states_requests, task_end_times, task_states, version_of
-from smartsensor.adapters import metastore
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters import metastore_service
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.config import Config
 from tests.support.airflow_helpers import airflow_venvs
@@ -66,10 +66,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
         spark__metastore_uris=f"thrift://127.0.0.1:{port}",
     )
     try:
-        metastore.start(cfg)
+        metastore_service.start(cfg)
         yield cfg
     finally:
-        metastore.stop(cfg)
+        metastore_service.stop(cfg)
 
 
 def smartsensor_env(service: Config, home: Path, db_url: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 from scripts.airflow.stack import AirflowStack, Processes, states_requests, version_of
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT
 from tests.support.proc_helpers import cli_env, run_cli

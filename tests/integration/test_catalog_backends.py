@@ -15,7 +15,7 @@ import pytest
 
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from smartsensor.sensors.checks import PathCheck
 from smartsensor.sensors.errors import TransientCheckError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from smartsensor.adapters import metastore
+from smartsensor.adapters import metastore_service
 from smartsensor.config import load_config
 from tests.support.common import ROOT
 from tests.support.pg import needs_test_pg
@@ -53,7 +53,7 @@ def test_bench_smoke(tmp_path: Path) -> None:
         )
     finally:  # a bench killed by the timeout cannot stop its own metastore JVM: stop it through its pid file
         if (home / "airflow.cfg").exists():
-            metastore.stop(load_config(str(home / "airflow.cfg"), environ={"SMARTSENSOR_HOME": str(home)}))
+            metastore_service.stop(load_config(str(home / "airflow.cfg"), environ={"SMARTSENSOR_HOME": str(home)}))
     assert "growth over the workloads" in proc.stdout and "the catalog term over the workloads" in proc.stdout
     assert "metastore-db: skipped" in proc.stdout  # the metastore service is on Derby here: said, not silent
     data = json.loads(out.read_text())

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.service.signals import send_signal

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.domain.states import State

@@ -19,8 +19,8 @@ from typing import Iterator
 
 import pytest
 
-from smartsensor.adapters import metastore
-from smartsensor.adapters.metastore_process import free_port, port_answers
+from smartsensor.adapters import metastore_service
+from smartsensor.adapters.metastore_service_process import free_port, port_answers
 from smartsensor.config import Config
 from tests.support.common import ROOT
 from tests.support.metastore_service import service_cfg, service_fixture, spark_env  # noqa: F401 - fixture
@@ -124,37 +124,37 @@ def procs() -> Iterator[Procs]:
 
 
 def test_start_runs_service_and_is_idempotent(service: Config) -> None:
-    st = metastore.status(service)
+    st = metastore_service.status(service)
     port = service.get("metastore", "port")
     assert st.running and st.pid is not None
     assert (st.host, st.port, st.uri) == ("127.0.0.1", port, f"thrift://127.0.0.1:{port}")
-    assert metastore.thrift_uri(service) == st.uri
+    assert metastore_service.thrift_uri(service) == st.uri
     assert st.log == service.home / "metastore_service" / "metastore.log"
     assert (service.home / "metastore_service" / "metastore.pid").read_text().strip() == str(st.pid)
     assert (service.home / "metastore_service" / "metastore_db").is_dir()
     assert port_answers("127.0.0.1", port)
 
     started = time.monotonic()
-    again = metastore.start(service)
+    again = metastore_service.start(service)
     assert again.pid == st.pid and again.running
     assert time.monotonic() - started < 2  # no second JVM
 
 
 def test_stop_ends_the_service(tmp_path: Path) -> None:
     cfg = service_cfg(tmp_path / "home", free_port())
-    pid = metastore.start(cfg).pid
+    pid = metastore_service.start(cfg).pid
     assert pid is not None
     try:
-        assert metastore.stop(cfg) is True
-        st = metastore.status(cfg)
+        assert metastore_service.stop(cfg) is True
+        st = metastore_service.status(cfg)
         assert not st.running and st.pid is None
         assert not port_answers("127.0.0.1", cfg.get("metastore", "port"))
         assert not (cfg.home / "metastore_service" / "metastore.pid").exists()
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-        assert metastore.stop(cfg) is False
+        assert metastore_service.stop(cfg) is False
     finally:
-        metastore.stop(cfg)
+        metastore_service.stop(cfg)
 
 
 def test_stale_pid_file_means_not_running(tmp_path: Path) -> None:
@@ -163,9 +163,9 @@ def test_stale_pid_file_means_not_running(tmp_path: Path) -> None:
     dead.wait()
     (cfg.home / "metastore_service").mkdir(parents=True)
     (cfg.home / "metastore_service" / "metastore.pid").write_text(f"{dead.pid}\n")
-    st = metastore.status(cfg)
+    st = metastore_service.status(cfg)
     assert not st.running and st.pid is None
-    assert metastore.stop(cfg) is False
+    assert metastore_service.stop(cfg) is False
     assert not (cfg.home / "metastore_service" / "metastore.pid").exists()
 
 
@@ -178,25 +178,25 @@ def test_port_taken_is_a_clear_error(tmp_path: Path) -> None:
         sock.listen()
         port = sock.getsockname()[1]
         cfg = service_cfg(tmp_path / "home", port)
-        with pytest.raises(metastore.MetastoreError, match=f"127.0.0.1:{port}"):
-            metastore.start(cfg)
-    assert metastore.status(cfg).pid is None
+        with pytest.raises(metastore_service.MetastoreServiceError, match=f"127.0.0.1:{port}"):
+            metastore_service.start(cfg)
+    assert metastore_service.status(cfg).pid is None
 
 
 def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     cfg = service_cfg(tmp_path / "home", free_port())
-    with pytest.raises(metastore.MetastoreError, match=r"Java 17\+"):
-        metastore.start(cfg)
-    assert metastore.status(cfg).pid is None
+    with pytest.raises(metastore_service.MetastoreServiceError, match=r"Java 17\+"):
+        metastore_service.start(cfg)
+    assert metastore_service.status(cfg).pid is None
 
 
 def test_jvm_dying_at_startup_reports_the_log_tail(tmp_path: Path) -> None:
     cfg = service_cfg(tmp_path / "home", free_port(), metastore__java_opts="-Xmx1k")
-    with pytest.raises(metastore.MetastoreError, match="exited during startup") as err:
-        metastore.start(cfg)
+    with pytest.raises(metastore_service.MetastoreServiceError, match="exited during startup") as err:
+        metastore_service.start(cfg)
     assert "Too small maximum heap" in str(err.value)
-    assert metastore.status(cfg).pid is None
+    assert metastore_service.status(cfg).pid is None
 
 
 # -- several Spark processes on one catalog --------------------------------------------------------

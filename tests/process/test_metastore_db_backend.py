@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from smartsensor.adapters import metastore, metastore_pg
+from smartsensor.adapters import metastore_db_setup, metastore_service
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
@@ -178,10 +178,10 @@ def test_a_worker_on_the_database_backend_marks_its_tasks(landed: tuple[Config, 
 def test_on_mysql_the_schema_has_hive_names_and_unicode_partition_columns(
     mysql_service: tuple[Config, str],
 ) -> None:
-    """SchemaTool made Hive's tables on MariaDB: the plain upper-case names and the columns metastore_pg lists,
+    """SchemaTool made Hive's tables on MariaDB: the plain upper-case names and the columns metastore_db_setup lists,
     latin1 binary tables with the partition-value columns in utf8mb3; a restart finds them and skips SchemaTool."""
     cfg, url = mysql_service
-    assert metastore.status(cfg).database == cfg.metastore_database.shown
+    assert metastore_service.status(cfg).database == cfg.metastore_service_db.shown
     engine = create_engine(normalize_url(url))
     try:
         with engine.connect() as conn:
@@ -191,8 +191,8 @@ def test_on_mysql_the_schema_has_hive_names_and_unicode_partition_columns(
                     text("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()")
                 )
             }
-            assert set(metastore_pg.TABLES) <= tables, set(metastore_pg.TABLES) - tables
-            for table, columns in metastore_pg.READER_COLUMNS.items():
+            assert set(metastore_db_setup.TABLES) <= tables, set(metastore_db_setup.TABLES) - tables
+            for table, columns in metastore_db_setup.READER_COLUMNS.items():
                 got = conn.execute(
                     text(
                         "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
@@ -214,7 +214,7 @@ def test_on_mysql_the_schema_has_hive_names_and_unicode_partition_columns(
     finally:
         engine.dispose()
     log = cfg.home / "metastore_service" / "metastore.log"
-    assert log.read_text().count(f" {metastore_pg.SCHEMA_TOOL} ") == 1
-    metastore.stop(cfg)
-    metastore.start(cfg)
-    assert log.read_text().count(f" {metastore_pg.SCHEMA_TOOL} ") == 1  # found the tables, skipped SchemaTool
+    assert log.read_text().count(f" {metastore_db_setup.SCHEMA_TOOL} ") == 1
+    metastore_service.stop(cfg)
+    metastore_service.start(cfg)
+    assert log.read_text().count(f" {metastore_db_setup.SCHEMA_TOOL} ") == 1  # found the tables, skipped SchemaTool

@@ -1,7 +1,7 @@
 """The metastore service on PostgreSQL (``[metastore] database_url``), as production metastores run.
 
 The first start on an empty database creates the schema with SchemaTool (the upper-case, quoted tables and the
-columns ``metastore_pg`` documents for code that reads them directly); Spark lands the shared catalog cases
+columns ``metastore_db_setup`` documents for code that reads them directly); Spark lands the shared catalog cases
 through the service; the thrift backend answers the shared matrix as on Derby; the partitions are rows of
 PostgreSQL; a restart on the same database keeps them and skips SchemaTool. Cost: two JVM starts, one SchemaTool
 run and one Spark subprocess (~8 s). The driver and database errors need no JVM.
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from smartsensor.adapters import metastore, metastore_pg
+from smartsensor.adapters import metastore_db_setup, metastore_service
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from tests.support.catalog_cases import CASES, DB, ODD_VALUES, outcome
 from tests.support.metastore_service import pg_service_fixture, run_spark, service_cfg, spark_env  # noqa: F401 - fixture
@@ -50,7 +50,7 @@ WHERE d."NAME" = :db AND t."TBL_NAME" = :table
 
 def schema_tool_runs(cfg: Config) -> int:
     """How many times a start ran SchemaTool (each run is logged with its command line)."""
-    return (cfg.home / "metastore_service" / "metastore.log").read_text().count(f" {metastore_pg.SCHEMA_TOOL} ")
+    return (cfg.home / "metastore_service" / "metastore.log").read_text().count(f" {metastore_db_setup.SCHEMA_TOOL} ")
 
 
 def sql(url: str, statement: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -73,8 +73,8 @@ def landed(pg_service: tuple[Config, str]) -> tuple[Config, str]:
 @needs_test_pg
 def test_the_first_start_creates_the_schema_hive_expects(pg_service: tuple[Config, str]) -> None:
     cfg, url = pg_service
-    st = metastore.status(cfg)
-    assert st.running and st.database == cfg.metastore_database.shown
+    st = metastore_service.status(cfg)
+    assert st.running and st.database == cfg.metastore_service_db.shown
     assert st.database.startswith("postgresql://postgres@127.0.0.1:")
     assert schema_tool_runs(cfg) == 1
     service = cfg.home / "metastore_service"
@@ -85,9 +85,9 @@ def test_the_first_start_creates_the_schema_hive_expects(pg_service: tuple[Confi
     tables = {
         name for (name,) in sql(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
     }
-    assert set(metastore_pg.TABLES) <= tables, set(metastore_pg.TABLES) - tables
-    assert tables - set(metastore_pg.TABLES) <= {"SEQUENCE_TABLE"}  # DataNucleus's id counters, the service's own
-    for table, columns in metastore_pg.READER_COLUMNS.items():
+    assert set(metastore_db_setup.TABLES) <= tables, set(metastore_db_setup.TABLES) - tables
+    assert tables - set(metastore_db_setup.TABLES) <= {"SEQUENCE_TABLE"}  # DataNucleus's id counters, the service's own
+    for table, columns in metastore_db_setup.READER_COLUMNS.items():
         got = sql(
             url,
             "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = :t "
@@ -126,10 +126,10 @@ def test_the_catalog_matrix_answers_through_thrift_and_the_rows_are_in_postgres(
 @needs_test_pg
 def test_a_restart_on_the_same_database_keeps_the_catalog_without_schema_tool(landed: tuple[Config, str]) -> None:
     cfg, _ = landed
-    first = metastore.status(cfg).pid
-    assert metastore.stop(cfg)
+    first = metastore_service.status(cfg).pid
+    assert metastore_service.stop(cfg)
     started = time.monotonic()
-    st = metastore.start(cfg)
+    st = metastore_service.start(cfg)
     took = time.monotonic() - started
     assert st.running and st.pid != first
     assert schema_tool_runs(cfg) == 1, "the second start created the schema again"
@@ -142,25 +142,25 @@ def test_a_restart_on_the_same_database_keeps_the_catalog_without_schema_tool(la
 
 
 def test_a_missing_jdbc_driver_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metastore_pg, "JDBC_JAR", tmp_path / "nope" / "postgresql.jar")
+    monkeypatch.setattr(metastore_db_setup, "JDBC_JAR", tmp_path / "nope" / "postgresql.jar")
     cfg = service_cfg(tmp_path / "home", free_port(), metastore__database_url="postgresql://u:pw@127.0.0.1:1/db")
-    with pytest.raises(metastore.MetastoreError, match="libpostgresql-jdbc-java") as err:
-        metastore.start(cfg)
+    with pytest.raises(metastore_service.MetastoreServiceError, match="libpostgresql-jdbc-java") as err:
+        metastore_service.start(cfg)
     assert "database_url empty for embedded Derby" in str(err.value)
-    assert metastore.status(cfg).pid is None
+    assert metastore_service.status(cfg).pid is None
 
 
 def test_an_unreachable_database_is_a_clear_error_without_the_password(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metastore_pg, "JDBC_JAR", tmp_path / "postgresql.jar")  # present: the database is checked
-    metastore_pg.JDBC_JAR.write_bytes(b"")
+    monkeypatch.setattr(metastore_db_setup, "JDBC_JAR", tmp_path / "postgresql.jar")  # present: the database is checked
+    metastore_db_setup.JDBC_JAR.write_bytes(b"")
     dead = free_port()
     url = f"postgresql://someone:s3cret-pw@127.0.0.1:{dead}/hive"
     cfg = service_cfg(tmp_path / "home", free_port(), metastore__database_url=url)
-    with pytest.raises(metastore.MetastoreError) as err:
-        metastore.start(cfg)
+    with pytest.raises(metastore_service.MetastoreServiceError) as err:
+        metastore_service.start(cfg)
     message = str(err.value)
     assert message.startswith(f"cannot use the metastore database postgresql://someone@127.0.0.1:{dead}/hive: ")
     assert "s3cret" not in message
-    assert metastore.status(cfg).pid is None
+    assert metastore_service.status(cfg).pid is None

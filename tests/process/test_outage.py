@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from smartsensor.adapters import metastore
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters import metastore_service
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
@@ -46,17 +46,17 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
     env = cli_env(home, db_url, **override_env(overrides))
     worker = None
     try:  # everything that starts a process is inside: a timeout anywhere still stops them
-        metastore.start(cfg, die_with_parent=True)
+        metastore_service.start(cfg, die_with_parent=True)
         worker = CliProcess(["worker", "--shard-min", "0", "--shard-max", "10000", "--interval", "1", "--json"], env)
         worker.wait_round(
             lambda r: r["loaded"] == 5 and r["catalog_calls"] == 1 and not r["transient_errors"], timeout=120
         )
-        assert metastore.stop(cfg)
+        assert metastore_service.stop(cfg)
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         with engine.connect() as conn:
             assert {r["state"] for r in task_sql.list_tasks(conn)} == {"smart_running"}
-        metastore.start(cfg, die_with_parent=True)
+        metastore_service.start(cfg, die_with_parent=True)
         land = subprocess.run(
             [
                 sys.executable,
@@ -85,7 +85,7 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
     finally:
         if worker is not None:
             worker.stop()
-        metastore.stop(cfg)
+        metastore_service.stop(cfg)
     with engine.connect() as conn:
         assert {r["state"] for r in task_sql.list_tasks(conn)} == {"success"}
     engine.dispose()

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import known_revisions
 from tests.support.common import wait_until
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli

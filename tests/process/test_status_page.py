@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import history as history_sql
 from smartsensor.adapters.sql.engine import make_engine
 from tests.support.common import make_cfg, override_env, wait_until

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.standalone.registration import register

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from scripts.airflow.stack import AirflowStack, Processes, version_of
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from tests.support.airflow_race import Landing
 from tests.support.common import ROOT, new_db, override_env, wait_until

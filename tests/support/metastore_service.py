@@ -14,8 +14,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from smartsensor.adapters import metastore
-from smartsensor.adapters.metastore_process import free_port
+from smartsensor.adapters import metastore_service
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from tests.support.common import ROOT, make_cfg
 from tests.support.mysql import MYSQL_URL, drop_mysql_database, new_mysql_database
@@ -66,10 +66,10 @@ def service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config
     """One running metastore service for the module, stopped at teardown whatever happened."""
     cfg = service_cfg(tmp_path_factory.mktemp("metastore-home"), free_port())
     try:
-        metastore.start(cfg)
+        metastore_service.start(cfg)
         yield cfg
     finally:
-        metastore.stop(cfg)
+        metastore_service.stop(cfg)
 
 
 @contextlib.contextmanager
@@ -79,11 +79,11 @@ def service_on(home: Path, database: tuple[str, str], drop: Callable[[str], None
     name, url = database
     cfg = service_cfg(home, free_port(), metastore__database_url=url)
     try:
-        metastore.start(cfg)
+        metastore_service.start(cfg)
         yield cfg, url
     finally:
         try:
-            metastore.stop(cfg)
+            metastore_service.stop(cfg)
         finally:
             drop(name)
 

@@ -210,21 +210,21 @@ def test_catalog_backend_errors_at_load_time(tmp_path: Path, body: str, message:
 
 
 def test_metastore_database_url_empty_is_derby_and_postgresql_is_parsed_for_jdbc(tmp_path: Path) -> None:
-    assert load_config(environ={"SMARTSENSOR_HOME": str(tmp_path)}).metastore_database is None
+    assert load_config(environ={"SMARTSENSOR_HOME": str(tmp_path)}).metastore_service_db is None
     body = "[metastore]\ndatabase_url = postgresql+psycopg2://hive:p%40ss%3Aw@db.example:5433/meta store\n"
-    db = load_config(str(write(tmp_path / "a.cfg", body)), environ={}).metastore_database
+    db = load_config(str(write(tmp_path / "a.cfg", body)), environ={}).metastore_service_db
     assert db is not None
     assert (db.host, db.port, db.database, db.user, db.password) == ("db.example", 5433, "meta store", "hive", "p@ss:w")
     assert db.jdbc_url == "jdbc:postgresql://db.example:5433/meta%20store"  # no credentials in the URL
     assert db.shown == "postgresql://hive@db.example:5433/meta%20store" and "p@ss" not in repr(db)
     bare = write(tmp_path / "b.cfg", "[metastore]\ndatabase_url = postgres://hive@[::1]/hive\n")
-    assert load_config(str(bare), environ={}).metastore_database.jdbc_url == "jdbc:postgresql://[::1]:5432/hive"
+    assert load_config(str(bare), environ={}).metastore_service_db.jdbc_url == "jdbc:postgresql://[::1]:5432/hive"
 
 
 @pytest.mark.parametrize("scheme", ["mysql", "mysql+pymysql", "mariadb"])
 def test_metastore_database_url_mysql_is_parsed_for_the_mariadb_jdbc_driver(tmp_path: Path, scheme: str) -> None:
     body = f"[metastore]\ndatabase_url = {scheme}://hive:p%40ss@db.example/meta\n"
-    db = load_config(str(write(tmp_path / "a.cfg", body)), environ={}).metastore_database
+    db = load_config(str(write(tmp_path / "a.cfg", body)), environ={}).metastore_service_db
     assert db is not None
     assert (db.kind, db.host, db.port, db.database, db.user, db.password) == (
         *("mysql", "db.example", 3306, "meta", "hive", "p@ss"),

@@ -1,6 +1,6 @@
 """The metastore service's JVM as a process: its folder, pid file, port probes, spawning and terminating.
 
-``smartsensor.adapters.metastore`` builds the command and decides when to start or stop; this module
+``smartsensor.adapters.metastore_service`` builds the command and decides when to start or stop; this module
 only knows processes, files and sockets.
 """
 
@@ -21,7 +21,7 @@ from smartsensor.config import Config
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 
 
-class MetastoreError(Exception):
+class MetastoreServiceError(Exception):
     """The metastore service cannot be started or reached; the message says why."""
 
 
@@ -147,7 +147,7 @@ def run_to_log(cfg: Config, name: str, cmd: list[str], timeout: float) -> tuple[
     service's log.
 
     Returns (exit status, log offset where its output begins). The tool dies with this process (Linux) and is
-    killed with its process group after ``timeout`` s; then MetastoreError says so.
+    killed with its process group after ``timeout`` s; then MetastoreServiceError says so.
     """
     with open(log_path(cfg), "ab") as log:
         log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} running: {shlex.join(cmd)}\n".encode())
@@ -165,7 +165,7 @@ def run_to_log(cfg: Config, name: str, cmd: list[str], timeout: float) -> tuple[
     try:
         return proc.wait(timeout), offset
     except subprocess.TimeoutExpired:
-        raise MetastoreError(f"{name} did not finish within {timeout:g} s; see {log_path(cfg)}") from None
+        raise MetastoreServiceError(f"{name} did not finish within {timeout:g} s; see {log_path(cfg)}") from None
     finally:
         if proc.poll() is None:  # timed out, or Ctrl-C while waiting
             _signal_group(proc.pid, signal.SIGKILL)

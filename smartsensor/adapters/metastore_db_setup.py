@@ -1,5 +1,6 @@
-"""The metastore service on PostgreSQL or MySQL (``[metastore] database_url``): the JDBC driver, the service's
-``hive-site.xml`` and the metastore's schema, created once with the DataNucleus SchemaTool that pyspark ships.
+"""The metastore database of the metastore service smartsensor starts, on PostgreSQL or MySQL (``[metastore]
+database_url``): the JDBC driver, the service's ``hive-site.xml`` and the metastore's schema in that database,
+created once with the DataNucleus SchemaTool that pyspark ships.
 
 **MySQL and MariaDB** (``mysql://``; verified on MariaDB 10.11) go through the MariaDB driver (``MYSQL_JDBC_JAR``)
 with ``jdbc:mariadb://host:port/db?useMysqlMetadata=true``: the driver then names the server MySQL, the product
@@ -65,8 +66,8 @@ from sqlalchemy import URL, Connection, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from smartsensor.adapters.metastore_process import MetastoreError, log_path, run_to_log, service_dir
-from smartsensor.config import Config, MetastoreDatabase
+from smartsensor.adapters.metastore_service_process import MetastoreServiceError, log_path, run_to_log, service_dir
+from smartsensor.config import Config, MetastoreDb
 
 __all__ = [
     "HIVE_DATANUCLEUS",
@@ -138,18 +139,18 @@ def conf_dir(cfg: Config) -> Path:
 
 
 def jdbc_jar(kind: str = "postgresql") -> Path:
-    """The JDBC driver for ``kind`` (postgresql, mysql); MetastoreError naming the package when it is not
+    """The JDBC driver for ``kind`` (postgresql, mysql); MetastoreServiceError naming the package when it is not
     installed."""
     if kind == "mysql":
         if not MYSQL_JDBC_JAR.is_file():
-            raise MetastoreError(
+            raise MetastoreServiceError(
                 f"the metastore service on MySQL needs the MariaDB JDBC driver at {MYSQL_JDBC_JAR}, which is missing: "
                 "install it (Debian/Ubuntu: apt-get install -y libmariadb-java; ./scripts/test.sh does), or leave "
                 "[metastore] database_url empty for embedded Derby"
             )
         return MYSQL_JDBC_JAR
     if not JDBC_JAR.is_file():
-        raise MetastoreError(
+        raise MetastoreServiceError(
             f"the metastore service on PostgreSQL needs the PostgreSQL JDBC driver at {JDBC_JAR}, which is missing: "
             "install it (Debian/Ubuntu: apt-get install -y libpostgresql-jdbc-java; ./scripts/test.sh and "
             "./scripts/bench.sh --postgres do), or leave [metastore] database_url empty for embedded Derby"
@@ -166,7 +167,7 @@ def _write_private(path: Path, content: str) -> None:
         out.write(content)
 
 
-def _connection_settings(db: MetastoreDatabase) -> dict[str, str]:
+def _connection_settings(db: MetastoreDb) -> dict[str, str]:
     return {
         "javax.jdo.option.ConnectionURL": db.jdbc_url,
         "javax.jdo.option.ConnectionDriverName": MYSQL_DRIVER if db.kind == "mysql" else DRIVER,
@@ -175,7 +176,7 @@ def _connection_settings(db: MetastoreDatabase) -> dict[str, str]:
     }
 
 
-def write_hive_site(cfg: Config, db: MetastoreDatabase) -> Path:
+def write_hive_site(cfg: Config, db: MetastoreDb) -> Path:
     """Write the service's connection settings to ``conf/hive-site.xml`` (owner-only); return the folder, to go
     first on the service's classpath, where Hive looks for hive-site.xml."""
     rows = "".join(
@@ -203,7 +204,7 @@ def _properties_value(value: str) -> str:
     return "".join(out)
 
 
-def _engine_url(db: MetastoreDatabase) -> URL:
+def _engine_url(db: MetastoreDb) -> URL:
     return URL.create(
         "mysql+pymysql" if db.kind == "mysql" else "postgresql+psycopg2",
         username=db.user,
@@ -254,16 +255,18 @@ def _lock(conn: Connection, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not _try_lock(conn):
         if time.monotonic() >= deadline:
-            raise MetastoreError(f"another process kept creating the metastore schema for more than {timeout:g} s")
+            raise MetastoreServiceError(
+                f"another process kept creating the metastore schema for more than {timeout:g} s"
+            )
         time.sleep(0.2)
 
 
-def _run_schema_tool(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, timeout: float) -> None:
+def _run_schema_tool(cfg: Config, db: MetastoreDb, java: str, jars: Path, timeout: float) -> None:
     folder = conf_dir(cfg)
     folder.mkdir(parents=True, exist_ok=True)
     found = sorted(jars.glob("hive-metastore-*.jar"))
     if not found:
-        raise MetastoreError(f"no hive-metastore jar in {jars}: cannot create the metastore schema")
+        raise MetastoreServiceError(f"no hive-metastore jar in {jars}: cannot create the metastore schema")
     with zipfile.ZipFile(found[-1]) as jar:
         jdo = jar.read("package.jdo").decode("utf-8")
     if db.kind == "mysql":  # VARCHAR(32672) exceeds MySQL's row size in utf8mb4: TEXT, as Hive's MySQL schema has
@@ -286,12 +289,14 @@ def _run_schema_tool(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, 
     finally:
         props.unlink(missing_ok=True)
     if status != 0:
-        raise MetastoreError(f"creating the metastore schema in {db.shown} failed (exit {status}); see {log_path(cfg)}")
+        raise MetastoreServiceError(
+            f"creating the metastore schema in {db.shown} failed (exit {status}); see {log_path(cfg)}"
+        )
 
 
-def ensure_schema(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, timeout: float) -> float | None:
+def ensure_schema(cfg: Config, db: MetastoreDb, java: str, jars: Path, timeout: float) -> float | None:
     """Create the metastore's tables in ``db`` unless they are all there; return SchemaTool's seconds, or None
-    when it was not needed. Raises MetastoreError when the database cannot be reached or SchemaTool fails."""
+    when it was not needed. Raises MetastoreServiceError when the database cannot be reached or SchemaTool fails."""
     engine = create_engine(
         _engine_url(db), poolclass=NullPool, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 10}
     )  # connect_timeout: psycopg2 and pymysql both take it
@@ -304,7 +309,7 @@ def ensure_schema(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, tim
             _run_schema_tool(cfg, db, java, jars, timeout)
             missing = sorted(set(TABLES) - _present(conn))
             if missing:
-                raise MetastoreError(
+                raise MetastoreServiceError(
                     f"the metastore's SchemaTool left {len(missing)} tables uncreated in {db.shown} "
                     f"({', '.join(missing[:4])}, ...); see {log_path(cfg)}"
                 )
@@ -313,6 +318,6 @@ def ensure_schema(cfg: Config, db: MetastoreDatabase, java: str, jars: Path, tim
             return time.monotonic() - started
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise MetastoreError(f"cannot use the metastore database {db.shown}: {reason}") from None
+        raise MetastoreServiceError(f"cannot use the metastore database {db.shown}: {reason}") from None
     finally:
         engine.dispose()

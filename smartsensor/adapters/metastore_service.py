@@ -9,7 +9,7 @@ too) and ``metastore.pid``. The JVM runs in its own session, so it outlives the 
 With ``[metastore] database_url = postgresql://user:password@host:port/db`` the service keeps the metastore's
 tables in that PostgreSQL database instead (as production metastores do), so its thrift API and its tables can
 be read side by side (``mysql://user:password@host:port/db``: MySQL or MariaDB, likewise).
-``smartsensor.adapters.metastore_pg`` creates the schema on the first start and documents
+``smartsensor.adapters.metastore_db_setup`` creates the schema on the first start and documents
 its table and column names (upper case, double-quoted: ``"DBS"``, ``"TBLS"``, ``"PARTITIONS"``,
 ``"PARTITION_KEYS"``, ``"PARTITION_KEY_VALS"``) for code that reads them directly.
 """
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from smartsensor.adapters import metastore_pg
-from smartsensor.adapters.metastore_process import (
+from smartsensor.adapters import metastore_db_setup
+from smartsensor.adapters.metastore_service_process import (
     MAIN_CLASS,
-    MetastoreError,
+    MetastoreServiceError,
     is_our_jvm,
     log_path,
     port_answers,
@@ -43,16 +43,16 @@ from smartsensor.adapters.metastore_process import (
     terminate,
 )
 from smartsensor.adapters.spark import SPARK_EXTRA_HINT
-from smartsensor.config import Config, MetastoreDatabase
+from smartsensor.config import Config, MetastoreDb
 
-__all__ = ["MetastoreError", "MetastoreStatus", "start", "status", "stop", "thrift_uri"]
+__all__ = ["MetastoreServiceError", "MetastoreServiceStatus", "start", "status", "stop", "thrift_uri"]
 
 LOG_TAIL_LINES = 5
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class MetastoreStatus:
+class MetastoreServiceStatus:
     """What we know about the service of one home folder."""
 
     running: bool
@@ -73,7 +73,7 @@ def thrift_uri(cfg: Config) -> str:
 
 
 def _database(cfg: Config) -> str:
-    db = cfg.metastore_database
+    db = cfg.metastore_service_db
     return db.shown if db is not None else f"derby:{service_dir(cfg) / 'metastore_db'}"
 
 
@@ -93,12 +93,12 @@ def _log_tail(cfg: Config, offset: int = 0, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(tail) or "(nothing logged)"
 
 
-def status(cfg: Config) -> MetastoreStatus:
+def status(cfg: Config) -> MetastoreServiceStatus:
     """The service's state: running means our recorded JVM is alive AND its port answers."""
     host, port = _address(cfg)
     pid = read_pid(cfg)
     alive = pid is not None and is_our_jvm(pid)
-    return MetastoreStatus(
+    return MetastoreServiceStatus(
         running=alive and port_answers(host, port),
         pid=pid if alive else None,
         host=host,
@@ -115,7 +115,7 @@ def status(cfg: Config) -> MetastoreStatus:
 def _java() -> str:
     java = shutil.which("java")
     if java is None:
-        raise MetastoreError(
+        raise MetastoreServiceError(
             "Java not found on PATH: the Hive metastore service needs Java 17+ "
             "(e.g. apt-get install -y openjdk-17-jre-headless)"
         )
@@ -125,16 +125,16 @@ def _java() -> str:
 def _pyspark_jars() -> Path:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
-        raise MetastoreError(f"the metastore service runs from PySpark's jars. {SPARK_EXTRA_HINT}")
+        raise MetastoreServiceError(f"the metastore service runs from PySpark's jars. {SPARK_EXTRA_HINT}")
     jars = Path(spec.origin).parent / "jars"
     if not jars.is_dir():
-        raise MetastoreError(f"pyspark has no jars folder at {jars}")
+        raise MetastoreServiceError(f"pyspark has no jars folder at {jars}")
     return jars
 
 
-def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -> list[str]:
+def _command(cfg: Config, java: str, jars: Path, db: MetastoreDb | None) -> list[str]:
     """The service's command line. On PostgreSQL the connection settings (password included) are not on it:
-    they are in the hive-site.xml of the folder put first on the classpath (``metastore_pg.write_hive_site``)."""
+    they are in the hive-site.xml of the folder put first on the classpath (``metastore_db_setup.write_hive_site``)."""
     home = service_dir(cfg)
     warehouse = Path(cfg.settings.spark.warehouse_dir).expanduser()
     hiveconf = {
@@ -153,7 +153,7 @@ def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -
     if db is None:
         derby = home / "metastore_db"
         if ";" in str(derby):
-            raise MetastoreError(f"the metastore path {derby} contains ';', which Derby's JDBC URL cannot hold")
+            raise MetastoreServiceError(f"the metastore path {derby} contains ';', which Derby's JDBC URL cannot hold")
         hiveconf["javax.jdo.option.ConnectionURL"] = f"jdbc:derby:;databaseName={derby};create=true"
         hiveconf["datanucleus.schema.autoCreateAll"] = "true"
         jvm += [
@@ -161,24 +161,28 @@ def _command(cfg: Config, java: str, jars: Path, db: MetastoreDatabase | None) -
             "-Dderby.stream.error.field=java.lang.System.err",  # into our log, not a derby.log in the cwd
         ]
     else:
-        # The schema exists (metastore_pg.ensure_schema): creating it here deadlocks on an empty database.
+        # The schema exists (metastore_db_setup.ensure_schema): creating it here deadlocks on an empty database.
         hiveconf["datanucleus.schema.autoCreateAll"] = "false"
-        classpath = [str(metastore_pg.write_hive_site(cfg, db)), *classpath, str(metastore_pg.jdbc_jar(db.kind))]
+        classpath = [
+            str(metastore_db_setup.write_hive_site(cfg, db)),
+            *classpath,
+            str(metastore_db_setup.jdbc_jar(db.kind)),
+        ]
     args = ["-p", str(cfg.settings.metastore.port)]
     for key, value in hiveconf.items():
         args += ["--hiveconf", f"{key}={value}"]
     return [java, *jvm, "-cp", ":".join(classpath), MAIN_CLASS, *args]
 
 
-def _prepare_database(cfg: Config, java: str, jars: Path) -> MetastoreDatabase | None:
+def _prepare_database(cfg: Config, java: str, jars: Path) -> MetastoreDb | None:
     """PostgreSQL or MySQL: check the JDBC driver, then create the schema if the database lacks it. Derby: nothing
     to do but forget a previous start's hive-site.xml."""
-    db = cfg.metastore_database
+    db = cfg.metastore_service_db
     if db is None:
-        metastore_pg.remove_hive_site(cfg)
+        metastore_db_setup.remove_hive_site(cfg)
         return None
-    metastore_pg.jdbc_jar(db.kind)
-    took = metastore_pg.ensure_schema(cfg, db, java, jars, cfg.settings.metastore.start_timeout)
+    metastore_db_setup.jdbc_jar(db.kind)
+    took = metastore_db_setup.ensure_schema(cfg, db, java, jars, cfg.settings.metastore.start_timeout)
     if took is not None:
         log.info("created the metastore schema in %s in %.1f s", db.shown, took)
     return db
@@ -201,30 +205,30 @@ def _wait_for_port(cfg: Config, pid: int, timeout: float, log_offset: int = 0) -
     deadline = time.monotonic() + timeout
     while True:
         if not is_our_jvm(pid):
-            raise MetastoreError(
+            raise MetastoreServiceError(
                 f"the metastore service (pid {pid}) exited during startup; "
                 f"last lines of {log_path(cfg)}:\n{_log_tail(cfg, log_offset)}"
             )
         if port_answers(host, port):
             return
         if time.monotonic() >= deadline:
-            raise MetastoreError(
+            raise MetastoreServiceError(
                 f"the metastore service (pid {pid}) did not open {host}:{port} within "
                 f"{timeout:g} s; last lines of {log_path(cfg)}:\n{_log_tail(cfg, log_offset)}"
             )
         time.sleep(0.2)
 
 
-def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
+def start(cfg: Config, die_with_parent: bool = False) -> MetastoreServiceStatus:
     """Start the service unless our recorded JVM already runs; return once its port answers.
 
     ``die_with_parent`` (tests, Linux): the JVM gets SIGTERM when the calling process dies, however it
     dies, instead of outliving it as `smartsensor metastore start` wants.
 
     On PostgreSQL (``[metastore] database_url``) the first start against an empty database creates the schema
-    first (``metastore_pg.ensure_schema``); later starts find it and skip that.
+    first (``metastore_db_setup.ensure_schema``); later starts find it and skip that.
 
-    Raises MetastoreError when Java is missing, the port is taken by another process, the PostgreSQL JDBC
+    Raises MetastoreServiceError when Java is missing, the port is taken by another process, the PostgreSQL JDBC
     driver is missing, the PostgreSQL database cannot be reached or its schema not created, or the JVM
     exits or stays silent for ``[metastore] start_timeout`` seconds (the message carries the log tail).
     """
@@ -238,7 +242,7 @@ def start(cfg: Config, die_with_parent: bool = False) -> MetastoreStatus:
             return status(cfg)
         remove_pid_file(cfg)
         if port_answers(host, port) or not port_bindable(port):
-            raise MetastoreError(
+            raise MetastoreServiceError(
                 f"port {host}:{port} is already in use by another process; stop it or set "
                 f"[metastore] port (and [spark] metastore_uris) to a free port"
             )
