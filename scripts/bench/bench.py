@@ -475,10 +475,9 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
             task_sql.set_state(conn, key, State.SCHEDULED)
     walls, rss, calls, pokes = [], [], [], []
     for key in keys:
+        day = key.execution_date.strftime("%Y-%m-%d")
         run = bench_catalog.run_sampled(
-            smartsensor_command(
-                "--config", str(cfg_path), "run-task", key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"
-            ),
+            smartsensor_command("--config", str(cfg_path), "run-task", key.dag_id, key.task_id, day, "--json"),
             env,
             "run-task",
             300,

@@ -4,12 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
-
-TaskKey = tuple[str, str, datetime]
+from typing import Any, Mapping, NamedTuple
 
 
-CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check
+class TaskKey(NamedTuple):
+    """A task instance, by its primary key. A named tuple: it is still the plain tuple (dag_id, task_id,
+    execution_date) that SQL parameters, sorting and comparison see."""
+
+    dag_id: str
+    task_id: str
+    execution_date: datetime
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> TaskKey:
+        """The key of a task_instance row (any mapping with its columns)."""
+        return cls(row["dag_id"], row["task_id"], row["execution_date"])
+
+
+class CheckKey(NamedTuple):
+    """One distinct check: the hash of what is checked, the sensor's class and its canonical attributes (a hash may
+    collide; the three together never do). A named tuple: the index hashes, sorts and compares millions of them."""
+
+    hashcode: int
+    classpath: str
+    attr_dict: str
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> CheckKey:
+        """The check of a task_instance row (any mapping with its columns)."""
+        return cls(row["hashcode"], row["classpath"], row["attr_dict"])
 
 
 class Cohort(NamedTuple):

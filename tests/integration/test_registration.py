@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named
@@ -13,7 +14,7 @@ def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
     first = register(engine, sensors, DAY, cfg)
     assert [r.created for r in first] == [True, True]
     with engine.begin() as conn:
-        task_sql.set_state(conn, ("d1", "a", DAY), State.SUCCESS)
+        task_sql.set_state(conn, TaskKey("d1", "a", DAY), State.SUCCESS)
     again = register(engine, sensors, DAY, cfg)
     assert [r.created for r in again] == [False, False]
     assert again[0].state == State.SUCCESS

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
+from smartsensor.domain.keys import CheckKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
@@ -141,7 +142,7 @@ def test_a_users_manual_change_wins_over_a_round_in_flight(cfg, clock) -> None:
     add(store, cfg, "b", named("w", "db.t/ds=1"))
     fleet = Fleet(cfg, store, catalog, clock)
     plan = fleet.worker.plan_round()
-    store.set_state(("a", "w", DAY), State.FAILED)  # set by hand between the load and the write
+    store.set_state(TaskKey("a", "w", DAY), State.FAILED)  # set by hand between the load and the write
     for g in plan.due:
         g.outcome = True
     assert fleet.worker.finish_round(plan).marked == {State.SUCCESS: 1}
@@ -289,13 +290,13 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
         return {Cohort(json.dumps({"timeout": timeout, "poke_interval": 10}), start, 1): 3}
 
     groups = [
-        CheckGroup((1, "c", "{}"), cohort(), True),
-        CheckGroup((2, "c", "{}"), cohort(), True),
-        CheckGroup((3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
-        CheckGroup((4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
-        CheckGroup((5, "c", "{}"), cohort(), False),
+        CheckGroup(CheckKey(1, "c", "{}"), cohort(), True),
+        CheckGroup(CheckKey(2, "c", "{}"), cohort(), True),
+        CheckGroup(CheckKey(3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
+        CheckGroup(CheckKey(4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
+        CheckGroup(CheckKey(5, "c", "{}"), cohort(), False),
     ]
-    unplannable = ((6, "c", "{}"), Cohort("{", start, 1), "bad exec")
+    unplannable = (CheckKey(6, "c", "{}"), Cohort("{", start, 1), "bad exec")
     writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[unplannable]).writes
     assert writes.hashcodes() == {1, 2, 3, 4, 6}  # 5 still waits
     assert (
