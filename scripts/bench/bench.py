@@ -73,7 +73,6 @@ from smartsensor.config import load_config
 from smartsensor.domain.states import State
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.service.round import range_rounds
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
 from smartsensor.standalone.registration import build_row
@@ -149,6 +148,7 @@ def indexed_round(
         "write_seconds": r.write_seconds,
         "checks": r.distinct_checks,
         "due": r.groups_due,
+        "finish_wall_seconds": r.finish_seconds,  # with_load reports it, the quiet round's included
     }
     if isinstance(lister, MetastoreDbCatalog):  # its own count of what it sent, beside the checker's
         extra["metastore_statements"] = lister.statements - sent
@@ -159,6 +159,7 @@ def indexed_round(
         statements, started = store_statements(workers), time.perf_counter()
         for w in workers:  # what a quiet round adds every reconcile_interval: the rows changed since the last one
             w.reconcile()
+        extra["finish_wall_seconds"] += quiet_round.finish_seconds
         extra.update(
             quiet_round_seconds=quiet_round.seconds,
             quiet_round_statements=quiet_round.db_statements,
@@ -436,35 +437,15 @@ def measure_strategies(
 
 def with_load(load: MetastoreLoad, fn: Callable[[list[RangeRounds]], Measure], workers: list[RangeRounds]) -> Measure:
     """``fn``'s round, with the metastore's own work meanwhile (nothing else asks it then) and the wall time of its
-    rounds' finish step."""
-    before, FINISH.seconds = load.snapshot(), 0.0
+    rounds' finish step (``RoundResult.finish_seconds``: each range decided, written and its index updated,
+    ``[smart_sensor] write_threads`` ranges at once; 0 for a strategy that does not run the product's round). A
+    round's ``write_seconds`` sums the ranges' writes, which overlap, so it is not the landing round's marking part."""
+    before = load.snapshot()
     m = fn(workers)
+    finish = m.extra.pop("finish_wall_seconds", 0.0)
     m.extra["metastore_db"] = load.delta(before, load.snapshot())
-    m.extra["finish_wall_seconds"] = round(FINISH.seconds, 3)
+    m.extra["finish_wall_seconds"] = round(finish, 3)
     return m
-
-
-class _FinishClock:
-    """The wall time of the rounds' finish step (``worker._finish_all``: each range decided, written and its index
-    updated, ``[smart_sensor] write_threads`` ranges at once), timed around it in this process. A round's
-    ``write_seconds`` sums the ranges' writes, which overlap, so it is not the landing round's marking part."""
-
-    seconds = 0.0
-
-    def install(self) -> None:
-        original = range_rounds._finish_all
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - started
-
-        range_rounds._finish_all = timed  # run_round calls it by its module name
-
-
-FINISH = _FinishClock()
 
 
 def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int) -> Measure:
@@ -1171,7 +1152,6 @@ def make_listers(
 
 def main() -> int:
     args = parse_args()
-    FINISH.install()
     home = Path(args.home or tempfile.mkdtemp(prefix="smartsensor-bench-"))
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()

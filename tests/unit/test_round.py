@@ -8,6 +8,7 @@ stores end in the same states for the same round.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -240,6 +241,27 @@ def test_the_round_counts_store_statements(cfg, clock) -> None:
     result = Fleet(cfg, store, catalog, clock).round()
     # the rebuild (start + load), one write of all 50 hashes, the round's status row: constant in the number of tasks
     assert result.marked == {State.SUCCESS: 50} and result.db_statements == 3
+
+
+def test_the_round_times_its_finish_step_as_a_whole(cfg, clock, monkeypatch) -> None:
+    """``finish_seconds`` is the finish step's wall time: the ranges' writes run at once in it, so it is less than
+    their sum (``write_seconds``)."""
+    store, catalog = InMemoryStore(), DictCatalog()
+    for i in range(20):
+        add(store, cfg, f"d{i}", named("w", f"db.t/ds={i}"))
+        catalog.land(f"db.t/ds={i}")
+    write = store.write_round
+
+    def slow_write(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.2)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "write_round", slow_write)
+    half, limit = cfg.shard_code_upper_limit // 2, cfg.shard_code_upper_limit
+    ranges = [RangeRounds(store, cfg, 0, half, clock=clock), RangeRounds(store, cfg, half, limit, clock=clock)]
+    result = run_round(ranges, lambda: catalog)
+    assert result.marked == {State.SUCCESS: 20} and result.write_seconds >= 0.4  # both ranges wrote
+    assert 0.2 <= result.finish_seconds < result.write_seconds and result.finish_seconds <= result.seconds
 
 
 def _fence(shard_min: int, owner: str, epoch: int) -> Any:

@@ -491,7 +491,9 @@ def run_round(
     try:
         plans = [r.plan_round(focus) for r in served]
         counters = poke_plans(plans, answerer, served[0].cfg.settings.smart_sensor.poke_timeout)
+        finish_started = time.perf_counter()
         total = combine_results(_finish_all(served, plans, store.write_concurrency()), ranges)
+        total.finish_seconds = round(time.perf_counter() - finish_started, 4)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
             setattr(total, name, int(counters[name]))
         total.catalog_seconds = counters["catalog_seconds"]
