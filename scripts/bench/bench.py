@@ -66,16 +66,16 @@ from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_process import free_port
 from smartsensor.adapters.process import smartsensor_command
-from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
-from smartsensor.standalone.registration import build_row
+from smartsensor.standalone.registration import register, registered_states
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -449,16 +449,23 @@ def with_load(load: MetastoreLoad, fn: Callable[[list[RangeRounds]], Measure], w
 
 
 def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int) -> Measure:
-    """Run `sample` real run-task processes on landed tasks; return per-task averages (catalog calls per poke)."""
-    with engine.begin() as conn:
-        keys = task_sql.keys_in_state(conn, State.SUCCESS, limit=sample)
-        for key in keys:
-            task_sql.set_state(conn, key, State.SCHEDULED)
+    """Run `sample` real run-task processes on the first landed tasks (in key order), each given back to the
+    scheduler by hand first (`set-state … scheduled`, as a user would); return per-task averages (catalog calls
+    per poke)."""
+    keys: list[TaskKey] = []
+    for dag_id in bench_workload.DAG_IDS:
+        states = registered_states(engine, dag_id, DAY)
+        keys += [TaskKey(dag_id, t, DAY) for t in sorted(states) if states[t] == State.SUCCESS][: sample - len(keys)]
+        if len(keys) == sample:
+            break
+    for key in keys:
+        bench_catalog.run_sampled(
+            cli(cfg_path, "set-state", *key_args(key), State.SCHEDULED.value), env, "set-state", 300
+        )
     walls, rss, calls, pokes = [], [], [], []
     for key in keys:
-        day = key.execution_date.strftime("%Y-%m-%d")
         run = bench_catalog.run_sampled(
-            smartsensor_command("--config", str(cfg_path), "run-task", key.dag_id, key.task_id, day, "--json"),
+            cli(cfg_path, "run-task", *key_args(key), "--json"),
             env,
             "run-task",
             300,
@@ -480,6 +487,16 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
     )
 
 
+def cli(cfg_path: Path, *args: str) -> list[str]:
+    """A `smartsensor` command on the bench's configuration."""
+    return smartsensor_command("--config", str(cfg_path), *args)
+
+
+def key_args(key: TaskKey) -> tuple[str, str, str]:
+    """A task instance as the CLI names it: DAG_ID TASK_ID EXECUTION_DATE (a day)."""
+    return key.dag_id, key.task_id, key.execution_date.strftime("%Y-%m-%d")
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
@@ -497,15 +514,14 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     from smartsensor.service.signals import send_signal
     from smartsensor.service.worker_loop import WorkerLoop
 
-    rows = []
-    for kind, interval in (("sig", 600.0), ("poll", poll_interval)):
-        for i in range(samples):
-            sensor = NamedHivePartitionSensor(
-                task_id=f"{kind}{i}", partition_names=[f"{db}.t000/ds={kind}{i}"], poke_interval=interval, timeout=3600
-            )
-            rows.append(build_row(sensor, "latency_probe", DAY, cfg)[0])
-    with engine.begin() as conn:
-        task_sql.insert_tasks_bulk(conn, rows)
+    probes = [
+        NamedHivePartitionSensor(
+            task_id=f"{kind}{i}", partition_names=[f"{db}.t000/ds={kind}{i}"], poke_interval=interval, timeout=3600
+        )
+        for kind, interval in (("sig", 600.0), ("poll", poll_interval))
+        for i in range(samples)
+    ]
+    register(engine, [("latency_probe", sensor) for sensor in probes], DAY, cfg)  # as `submit` does
     rounds: list[RoundResult] = []
     stop = threading.Event()
     served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
@@ -518,9 +534,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     def wait_success(task_id: str, timeout: float = 600) -> float:
         started = time.perf_counter()
         while time.perf_counter() - started < timeout:
-            with engine.connect() as conn:
-                row = task_sql.get_task(conn, "latency_probe", task_id, DAY)
-            if row is not None and row["state"] == State.SUCCESS:
+            if registered_states(engine, "latency_probe", DAY).get(task_id) == State.SUCCESS:
                 return time.perf_counter() - started
             time.sleep(0.01)
         raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")
