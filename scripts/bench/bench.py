@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from rich.console import Console
 from rich.table import Table
@@ -73,6 +73,8 @@ from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.sensors.checks import Check
+from smartsensor.sensors.errors import CheckError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
 from smartsensor.standalone.registration import register, registered_states
@@ -233,34 +235,38 @@ def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
     }
 
 
+class PerHashChecker:
+    """Airflow's smart-sensor algorithm as a ``ports.CheckAnswerer``: each distinct check answered by a catalog call
+    of its own, through Spark (one per distinct hash: the workload's sensors wait for one partition each)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.catalog_calls, self.schema_calls, self.fs_calls, self.catalog_seconds = 0, 0, 0, 0.0
+
+    def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
+        answers: dict[Check, bool | CheckError] = {}
+        for check in dict.fromkeys(checks):
+            checker = BatchChecker(self.spark)
+            answers.update(checker.check_all([check]))
+            self.catalog_calls += checker.catalog_calls
+            self.schema_calls += checker.schema_calls
+            self.fs_calls += checker.fs_calls
+            self.catalog_seconds += checker.catalog_seconds
+        return answers
+
+
 def per_hash_round(workers: list[RangeRounds], spark: Any) -> Measure:
-    """Airflow's algorithm on the same phases (the index built first, timed apart): each distinct hash checked on
-    its own."""
+    """Airflow's algorithm on the same phases (the index built first, timed apart): the product's round, each
+    distinct hash checked on its own (``PerHashChecker``)."""
     build_s = build_index(workers)
-    store = workers[0].store
-    stmt0 = store.statements()
-    started = time.perf_counter()
-    plans = [w.plan_round() for w in workers]
-    calls, schema_calls, catalog_seconds = 0, 0, 0.0
-    for plan in plans:
-        for g in plan.due:
-            checks = plan.batched.get(g.key)
-            if checks is None:
-                continue
-            checker = BatchChecker(spark)
-            answers = checker.check_all(checks)
-            g.outcome = all(answers[c] is True for c in checks)
-            calls += checker.catalog_calls
-            schema_calls += checker.schema_calls
-            catalog_seconds += checker.catalog_seconds
-    marked = sum(sum(w.finish_round(p).marked.values()) for w, p in zip(workers, plans, strict=True))
+    r = run_round(workers, lambda: PerHashChecker(spark))
     return Measure(
-        calls,
-        store.statements() - stmt0,
-        time.perf_counter() - started,
-        catalog_seconds,
-        marked,
-        schema_calls=schema_calls,
+        r.catalog_calls,
+        r.db_statements,
+        r.seconds,
+        r.catalog_seconds,
+        sum(r.marked.values()),
+        schema_calls=r.schema_calls,
         extra={"index_build_seconds": build_s},
     )
 
