@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
@@ -50,7 +50,7 @@ class InMemoryStore:
             "updated_at": None,
             **row,
         }
-        self.tasks[TaskKey.of(full)] = full
+        self.tasks[key_of(TaskKey, full)] = full
 
     def set_state(self, key: TaskKey, state: str, now: datetime | None = None) -> None:
         """A user's manual change: ``tasks.set_state`` with no ``from_states`` (``smartsensor set-state``)."""
@@ -342,7 +342,7 @@ def _in_range(
 
 
 def _cohort_of(row: dict[str, Any]) -> tuple[CheckKey, Cohort]:
-    return CheckKey.of(row), Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"])
+    return key_of(CheckKey, row), Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"])
 
 
 def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
@@ -353,4 +353,4 @@ def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
 
 
 def _is_check(row: dict[str, Any], check: CheckKey, shard_min: int, shard_max: int) -> bool:
-    return CheckKey.of(row) == check and _in_range(row, shard_min, shard_max)
+    return key_of(CheckKey, row) == check and _in_range(row, shard_min, shard_max)

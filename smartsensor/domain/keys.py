@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, TypeVar
 
 
 class TaskKey(NamedTuple):
@@ -15,11 +15,6 @@ class TaskKey(NamedTuple):
     task_id: str
     execution_date: datetime
 
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> TaskKey:
-        """The key of a task_instance row (any mapping with its columns)."""
-        return cls(row["dag_id"], row["task_id"], row["execution_date"])
-
 
 class CheckKey(NamedTuple):
     """One distinct check: the hash of what is checked, the sensor's class and its canonical attributes (a hash may
@@ -29,10 +24,13 @@ class CheckKey(NamedTuple):
     classpath: str
     attr_dict: str
 
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> CheckKey:
-        """The check of a task_instance row (any mapping with its columns)."""
-        return cls(row["hashcode"], row["classpath"], row["attr_dict"])
+
+K = TypeVar("K", TaskKey, CheckKey)
+
+
+def key_of(kind: type[K], row: Mapping[str, Any]) -> K:
+    """The TaskKey or CheckKey of a task_instance row (any mapping with its columns): each field its column."""
+    return kind._make(row[name] for name in kind._fields)
 
 
 class Cohort(NamedTuple):

@@ -22,7 +22,7 @@ from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import SparkNotInstalled, get_spark
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.keys import TaskKey
+from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
 from smartsensor.sensors.base import BaseSensor, resolve_any_class
@@ -180,7 +180,7 @@ def run_task(
 
 def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
     """running → scheduled after a stop request; the state the task is in afterwards."""
-    key = TaskKey.of(row)
+    key = key_of(TaskKey, row)
 
     def write() -> bool:
         with engine.begin() as conn:
@@ -218,7 +218,7 @@ class ClassicRun:
         stop: threading.Event | None = None,
     ) -> None:
         self.engine, self.cfg, self.row, self.sleep, self.stop = engine, cfg, row, sleep, stop
-        self.key = TaskKey.of(row)
+        self.key = key_of(TaskKey, row)
         self.start = row["start_date"] or datetime.utcnow()
         self.began = time.perf_counter()
         self.spark_provider = spark_provider or self._own_spark

@@ -19,7 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from smartsensor.adapters.process import StderrTail, smartsensor_command
 from smartsensor.adapters.sql import signals as signal_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.keys import TaskKey
+from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.routing import smart_route_for
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, parse_exec, retry_or
@@ -38,7 +38,7 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
     counts: dict[str, int] = {}
     with engine.begin() as conn:
         for row in task_sql.load_up_for_retry(conn):
-            key = TaskKey.of(row)
+            key = key_of(TaskKey, row)
             try:
                 delay = parse_exec(row["exec_dict"]).retry_delay
                 due = row["end_date"] is None or row["end_date"] + timedelta(seconds=delay) <= now
@@ -72,7 +72,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     counts: dict[str, int] = {}
     with engine.begin() as conn:
         for row in task_sql.load_zombies(conn, now - timedelta(seconds=threshold)):
-            key = TaskKey.of(row)
+            key = key_of(TaskKey, row)
             try:
                 retries = parse_exec(row["exec_dict"]).retries
             except BadExecSettings:

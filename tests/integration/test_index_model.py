@@ -34,7 +34,7 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import Config
-from smartsensor.domain.keys import CheckKey, Cohort, Fence, TaskKey
+from smartsensor.domain.keys import CheckKey, Cohort, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec
 from smartsensor.domain.transitions import RoundWrites
@@ -457,7 +457,7 @@ class IndexModel(RuleBasedStateMachine):
         for (dag, _, _), row in self.memory_rows.store.tasks.items():
             if row["state"] != State.SMART_RUNNING or dag in self.unseen:
                 continue
-            check = w.index.checks.get(CheckKey.of(row))
+            check = w.index.checks.get(key_of(CheckKey, row))
             cohort = Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"])
             assert check is not None and cohort in check.cohorts, f"{dag} waits, missing from the index"
 

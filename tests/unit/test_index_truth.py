@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
-from smartsensor.domain.keys import CheckKey, Fence, TaskKey
+from smartsensor.domain.keys import CheckKey, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check
@@ -63,7 +63,7 @@ def whole(store: InMemoryStore, cfg: Any, clock: Clock) -> RangeRounds:
 
 def waiting_in_index(w: RangeRounds, store: InMemoryStore, dag_id: str) -> bool:
     row = store.tasks[(dag_id, "w", DAY)]
-    check = w.index.checks.get(CheckKey.of(row))
+    check = w.index.checks.get(key_of(CheckKey, row))
     return check is not None and any(c.start_date == row["start_date"] for c in check.cohorts)
 
 

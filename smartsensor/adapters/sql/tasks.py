@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, exists, func, insert, or_, select, text, tuple_, update
 
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance
 
@@ -104,7 +104,7 @@ def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
 def reset_task(conn: Connection, row: dict[str, Any]) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
     values = {k: v for k, v in row.items() if k not in ("dag_id", "task_id", "execution_date")}
-    conn.execute(update(TI).where(*_is_task(TaskKey.of(row))).values(**values))
+    conn.execute(update(TI).where(*_is_task(key_of(TaskKey, row))).values(**values))
 
 
 def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
