@@ -169,6 +169,11 @@ def indexed_round(
             reconcile_seconds=round(time.perf_counter() - started, 4),
             reconcile_statements=store_statements(workers) - statements,
         )
+    return round_measure(r, extra)
+
+
+def round_measure(r: RoundResult, extra: dict[str, Any]) -> Measure:
+    """A run_round's counters as the bench's Measure."""
     return Measure(
         r.catalog_calls,
         r.db_statements,
@@ -259,16 +264,7 @@ def per_hash_round(workers: list[RangeRounds], spark: Any) -> Measure:
     """Airflow's algorithm on the same phases (the index built first, timed apart): the product's round, each
     distinct hash checked on its own (``PerHashChecker``)."""
     build_s = build_index(workers)
-    r = run_round(workers, lambda: PerHashChecker(spark))
-    return Measure(
-        r.catalog_calls,
-        r.db_statements,
-        r.seconds,
-        r.catalog_seconds,
-        sum(r.marked.values()),
-        schema_calls=r.schema_calls,
-        extra={"index_build_seconds": build_s},
-    )
+    return round_measure(run_round(workers, lambda: PerHashChecker(spark)), {"index_build_seconds": build_s})
 
 
 def reset(engine: Any) -> None:
