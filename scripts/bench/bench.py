@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from rich.console import Console
 from rich.table import Table
@@ -66,17 +66,18 @@ from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
-from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.service.round import range_rounds
+from smartsensor.sensors.checks import Check
+from smartsensor.sensors.errors import CheckError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
-from smartsensor.standalone.registration import build_row
+from smartsensor.standalone.registration import register, registered_states
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22)
@@ -149,6 +150,7 @@ def indexed_round(
         "write_seconds": r.write_seconds,
         "checks": r.distinct_checks,
         "due": r.groups_due,
+        "finish_wall_seconds": r.finish_seconds,  # with_load reports it, the quiet round's included
     }
     if isinstance(lister, MetastoreDbCatalog):  # its own count of what it sent, beside the checker's
         extra["metastore_statements"] = lister.statements - sent
@@ -159,6 +161,7 @@ def indexed_round(
         statements, started = store_statements(workers), time.perf_counter()
         for w in workers:  # what a quiet round adds every reconcile_interval: the rows changed since the last one
             w.reconcile()
+        extra["finish_wall_seconds"] += quiet_round.finish_seconds
         extra.update(
             quiet_round_seconds=quiet_round.seconds,
             quiet_round_statements=quiet_round.db_statements,
@@ -166,6 +169,11 @@ def indexed_round(
             reconcile_seconds=round(time.perf_counter() - started, 4),
             reconcile_statements=store_statements(workers) - statements,
         )
+    return round_measure(r, extra)
+
+
+def round_measure(r: RoundResult, extra: dict[str, Any]) -> Measure:
+    """A run_round's counters as the bench's Measure."""
     return Measure(
         r.catalog_calls,
         r.db_statements,
@@ -232,36 +240,31 @@ def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
     }
 
 
+class PerHashChecker:
+    """Airflow's smart-sensor algorithm as a ``ports.CheckAnswerer``: each distinct check answered by a catalog call
+    of its own, through Spark (one per distinct hash: the workload's sensors wait for one partition each)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.catalog_calls, self.schema_calls, self.fs_calls, self.catalog_seconds = 0, 0, 0, 0.0
+
+    def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
+        answers: dict[Check, bool | CheckError] = {}
+        for check in dict.fromkeys(checks):
+            checker = BatchChecker(self.spark)
+            answers.update(checker.check_all([check]))
+            self.catalog_calls += checker.catalog_calls
+            self.schema_calls += checker.schema_calls
+            self.fs_calls += checker.fs_calls
+            self.catalog_seconds += checker.catalog_seconds
+        return answers
+
+
 def per_hash_round(workers: list[RangeRounds], spark: Any) -> Measure:
-    """Airflow's algorithm on the same phases (the index built first, timed apart): each distinct hash checked on
-    its own."""
+    """Airflow's algorithm on the same phases (the index built first, timed apart): the product's round, each
+    distinct hash checked on its own (``PerHashChecker``)."""
     build_s = build_index(workers)
-    store = workers[0].store
-    stmt0 = store.statements()
-    started = time.perf_counter()
-    plans = [w.plan_round() for w in workers]
-    calls, schema_calls, catalog_seconds = 0, 0, 0.0
-    for plan in plans:
-        for g in plan.due:
-            checks = plan.batched.get(g.key)
-            if checks is None:
-                continue
-            checker = BatchChecker(spark)
-            answers = checker.check_all(checks)
-            g.outcome = all(answers[c] is True for c in checks)
-            calls += checker.catalog_calls
-            schema_calls += checker.schema_calls
-            catalog_seconds += checker.catalog_seconds
-    marked = sum(sum(w.finish_round(p).marked.values()) for w, p in zip(workers, plans, strict=True))
-    return Measure(
-        calls,
-        store.statements() - stmt0,
-        time.perf_counter() - started,
-        catalog_seconds,
-        marked,
-        schema_calls=schema_calls,
-        extra={"index_build_seconds": build_s},
-    )
+    return round_measure(run_round(workers, lambda: PerHashChecker(spark)), {"index_build_seconds": build_s})
 
 
 def reset(engine: Any) -> None:
@@ -436,49 +439,35 @@ def measure_strategies(
 
 def with_load(load: MetastoreLoad, fn: Callable[[list[RangeRounds]], Measure], workers: list[RangeRounds]) -> Measure:
     """``fn``'s round, with the metastore's own work meanwhile (nothing else asks it then) and the wall time of its
-    rounds' finish step."""
-    before, FINISH.seconds = load.snapshot(), 0.0
+    rounds' finish step (``RoundResult.finish_seconds``: each range decided, written and its index updated,
+    ``[smart_sensor] write_threads`` ranges at once; 0 for a strategy that does not run the product's round). A
+    round's ``write_seconds`` sums the ranges' writes, which overlap, so it is not the landing round's marking part."""
+    before = load.snapshot()
     m = fn(workers)
+    finish = m.extra.pop("finish_wall_seconds", 0.0)
     m.extra["metastore_db"] = load.delta(before, load.snapshot())
-    m.extra["finish_wall_seconds"] = round(FINISH.seconds, 3)
+    m.extra["finish_wall_seconds"] = round(finish, 3)
     return m
 
 
-class _FinishClock:
-    """The wall time of the rounds' finish step (``worker._finish_all``: each range decided, written and its index
-    updated, ``[smart_sensor] write_threads`` ranges at once), timed around it in this process. A round's
-    ``write_seconds`` sums the ranges' writes, which overlap, so it is not the landing round's marking part."""
-
-    seconds = 0.0
-
-    def install(self) -> None:
-        original = range_rounds._finish_all
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - started
-
-        range_rounds._finish_all = timed  # run_round calls it by its module name
-
-
-FINISH = _FinishClock()
-
-
 def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int) -> Measure:
-    """Run `sample` real run-task processes on landed tasks; return per-task averages (catalog calls per poke)."""
-    with engine.begin() as conn:
-        keys = task_sql.keys_in_state(conn, State.SUCCESS, limit=sample)
-        for key in keys:
-            task_sql.set_state(conn, key, State.SCHEDULED)
+    """Run `sample` real run-task processes on the first landed tasks (in key order), each given back to the
+    scheduler by hand first (`set-state … scheduled`, as a user would); return per-task averages (catalog calls
+    per poke)."""
+    keys: list[TaskKey] = []
+    for dag_id in bench_workload.DAG_IDS:
+        states = registered_states(engine, dag_id, DAY)
+        keys += [TaskKey(dag_id, t, DAY) for t in sorted(states) if states[t] == State.SUCCESS][: sample - len(keys)]
+        if len(keys) == sample:
+            break
+    for key in keys:
+        bench_catalog.run_sampled(
+            cli(cfg_path, "set-state", *key_args(key), State.SCHEDULED.value), env, "set-state", 300
+        )
     walls, rss, calls, pokes = [], [], [], []
     for key in keys:
         run = bench_catalog.run_sampled(
-            smartsensor_command(
-                "--config", str(cfg_path), "run-task", key[0], key[1], key[2].strftime("%Y-%m-%d"), "--json"
-            ),
+            cli(cfg_path, "run-task", *key_args(key), "--json"),
             env,
             "run-task",
             300,
@@ -500,6 +489,16 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
     )
 
 
+def cli(cfg_path: Path, *args: str) -> list[str]:
+    """A `smartsensor` command on the bench's configuration."""
+    return smartsensor_command("--config", str(cfg_path), *args)
+
+
+def key_args(key: TaskKey) -> tuple[str, str, str]:
+    """A task instance as the CLI names it: DAG_ID TASK_ID EXECUTION_DATE (a day)."""
+    return key.dag_id, key.task_id, key.execution_date.strftime("%Y-%m-%d")
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
@@ -517,15 +516,14 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     from smartsensor.service.signals import send_signal
     from smartsensor.service.worker_loop import WorkerLoop
 
-    rows = []
-    for kind, interval in (("sig", 600.0), ("poll", poll_interval)):
-        for i in range(samples):
-            sensor = NamedHivePartitionSensor(
-                task_id=f"{kind}{i}", partition_names=[f"{db}.t000/ds={kind}{i}"], poke_interval=interval, timeout=3600
-            )
-            rows.append(build_row(sensor, "latency_probe", DAY, cfg)[0])
-    with engine.begin() as conn:
-        task_sql.insert_tasks_bulk(conn, rows)
+    probes = [
+        NamedHivePartitionSensor(
+            task_id=f"{kind}{i}", partition_names=[f"{db}.t000/ds={kind}{i}"], poke_interval=interval, timeout=3600
+        )
+        for kind, interval in (("sig", 600.0), ("poll", poll_interval))
+        for i in range(samples)
+    ]
+    register(engine, [("latency_probe", sensor) for sensor in probes], DAY, cfg)  # as `submit` does
     rounds: list[RoundResult] = []
     stop = threading.Event()
     served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
@@ -538,9 +536,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     def wait_success(task_id: str, timeout: float = 600) -> float:
         started = time.perf_counter()
         while time.perf_counter() - started < timeout:
-            with engine.connect() as conn:
-                row = task_sql.get_task(conn, "latency_probe", task_id, DAY)
-            if row is not None and row["state"] == State.SUCCESS:
+            if registered_states(engine, "latency_probe", DAY).get(task_id) == State.SUCCESS:
                 return time.perf_counter() - started
             time.sleep(0.01)
         raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")
@@ -1172,7 +1168,6 @@ def make_listers(
 
 def main() -> int:
     args = parse_args()
-    FINISH.install()
     home = Path(args.home or tempfile.mkdtemp(prefix="smartsensor-bench-"))
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()

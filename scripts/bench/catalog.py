@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.bench import sql as bench_sql
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.process import smartsensor_command
-from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.domain.states import State
 
 TRIGGERER_THREADS = 6  # asyncio's default executor on 2 cores: min(32, cpus + 4); Airflow's sync hooks run there
 
@@ -30,12 +29,11 @@ def waiting_partitions(engine: Any) -> list[tuple[str, str, str]]:
     """(db, table, ds) of every waiting task: what each deferred trigger would be polling for."""
     out = []
     with engine.connect() as conn:
-        for t in task_sql.list_tasks(conn):
-            if t["state"] in State.SMART_WAITING:
-                name = json.loads(t["attr_dict"])["partition_names"][0]
-                table, spec = name.split("/", 1)
-                db, tbl = table.split(".")
-                out.append((db, tbl, spec.split("=", 1)[1]))
+        for attr_dict in bench_sql.waiting_attr_dicts_for_benchmark(conn):
+            name = json.loads(attr_dict)["partition_names"][0]
+            table, spec = name.split("/", 1)
+            db, tbl = table.split(".")
+            out.append((db, tbl, spec.split("=", 1)[1]))
     return out
 
 

@@ -1,16 +1,34 @@
-"""Queries only the benchmark (``scripts/bench/bench.py``) sends, on its own throwaway database. They live beside it,
-not in the installed package."""
+"""Queries only the benchmark (``scripts/bench/bench.py``, ``status_scrape.py``) sends, on its own throwaway database:
+its set-up, on the tables the schema defines (``smartsensor.schema.models``). They live beside it, not in the
+installed package; the product itself is driven through its public seams (``tests/unit/test_bench_seams.py``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Sequence
 
-from sqlalchemy import Connection, bindparam, delete, select, text, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
 
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 
 TI = TaskInstance.__table__
+
+
+INSERT_CHUNK = 5000  # rows per executemany
+
+
+def insert_tasks_for_benchmark(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert a workload's task rows (copies of rows ``register``'s ``build_row`` built: a million tasks are not
+    registered one sensor at a time). 1 executemany per INSERT_CHUNK rows."""
+    for i in range(0, len(rows), INSERT_CHUNK):
+        conn.execute(insert(TI), list(rows[i : i + INSERT_CHUNK]))
+
+
+def waiting_attr_dicts_for_benchmark(conn: Connection) -> list[str]:
+    """The attr_dict of every waiting task, in key order (the simulated triggerer's pokes). 1 statement."""
+    query = select(TI.c.attr_dict).where(TI.c.state.in_(State.SMART_WAITING))
+    return [a for (a,) in conn.execute(query.order_by(TI.c.dag_id, TI.c.task_id, TI.c.execution_date))]
 
 
 def delete_all_tasks_for_benchmark(conn: Connection) -> int:

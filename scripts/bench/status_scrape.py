@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 from sqlalchemy import Connection, Engine, func, select, text
 
 from scripts.bench import metastore_db as bench_metastore
-from scripts.bench.sql import analyze_for_benchmark
+from scripts.bench.sql import analyze_for_benchmark, insert_tasks_for_benchmark
 from scripts.bench.workload import task_rows
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine, statement_count
@@ -127,7 +127,7 @@ def fill(engine: Engine, cfg: Config, args: argparse.Namespace) -> float:
     started = time.perf_counter()
     for chunk in workload_rows(cfg, args):
         with engine.begin() as conn:
-            task_sql.insert_tasks_bulk(conn, chunk)
+            insert_tasks_for_benchmark(conn, chunk)
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(text("VACUUM task_instance"))  # the visibility map, as autovacuum would leave it

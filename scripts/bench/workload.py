@@ -18,12 +18,13 @@ from typing import Any, Iterator
 
 from hmsclient.genthrift.hive_metastore.ttypes import AddPartitionsRequest, AlreadyExistsException, Partition
 
+from scripts.bench import sql as bench_sql
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
-from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import build_row
 
 INSERT_CHUNK = 20_000
+DAG_IDS = [f"dag{d:02d}" for d in range(50)]  # task i is in DAG_IDS[i % 50]
 LAND_CHUNK = 500
 
 
@@ -93,7 +94,7 @@ def task_rows(cfg: Any, db: str, tasks: int, parts: int, tables: int, day: datet
                 task_id="template", partition_names=[f"{db}.{table}/ds={ds}"], poke_interval=60, timeout=24 * 3600
             )
             row = by_partition[p] = build_row(sensor, "template", day, cfg)[0]
-        chunk.append(dict(row, dag_id=f"dag{i % 50:02d}", task_id=f"task{i:07d}"))
+        chunk.append(dict(row, dag_id=DAG_IDS[i % len(DAG_IDS)], task_id=f"task{i:07d}"))
         if len(chunk) == INSERT_CHUNK:
             yield chunk
             chunk = []
@@ -117,5 +118,5 @@ def create_workload(
     create_tables(spark, catalog, db, tables)
     for chunk in task_rows(cfg, db, tasks, parts, tables, day):
         with engine.begin() as conn:
-            task_sql.insert_tasks_bulk(conn, chunk)
+            bench_sql.insert_tasks_for_benchmark(conn, chunk)
     return time.perf_counter() - started

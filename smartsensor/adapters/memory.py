@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
@@ -50,7 +50,7 @@ class InMemoryStore:
             "updated_at": None,
             **row,
         }
-        self.tasks[(full["dag_id"], full["task_id"], full["execution_date"])] = full
+        self.tasks[key_of(TaskKey, full)] = full
 
     def set_state(self, key: TaskKey, state: str, now: datetime | None = None) -> None:
         """A user's manual change: ``tasks.set_state`` with no ``from_states`` (``smartsensor set-state``)."""
@@ -170,7 +170,7 @@ class InMemoryStore:
                 )
             else:
                 marked[State.FAILED] += self._update(
-                    lambda r, h=check[0]: r["hashcode"] == h and _in_range(r, shard_min, shard_max),
+                    lambda r, h=check.hashcode: r["hashcode"] == h and _in_range(r, shard_min, shard_max),
                     State.FAILED,
                     now,
                     error,
@@ -342,10 +342,7 @@ def _in_range(
 
 
 def _cohort_of(row: dict[str, Any]) -> tuple[CheckKey, Cohort]:
-    return (
-        (row["hashcode"], row["classpath"], row["attr_dict"]),
-        Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"]),
-    )
+    return key_of(CheckKey, row), Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"])
 
 
 def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
@@ -355,5 +352,5 @@ def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
     return [(key, cohort, n) for (key, cohort), n in counts.items()]
 
 
-def _is_check(row: dict[str, Any], check: tuple[int, str, str], shard_min: int, shard_max: int) -> bool:
-    return (row["hashcode"], row["classpath"], row["attr_dict"]) == check and _in_range(row, shard_min, shard_max)
+def _is_check(row: dict[str, Any], check: CheckKey, shard_min: int, shard_max: int) -> bool:
+    return key_of(CheckKey, row) == check and _in_range(row, shard_min, shard_max)

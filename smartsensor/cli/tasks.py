@@ -9,6 +9,7 @@ import click
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.sensors.validation import check_utf8
 from smartsensor.standalone.dagfile import load_sensor_file
@@ -109,7 +110,7 @@ def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> Non
 def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, state: str) -> None:
     """Set a task instance's state by hand (workers never overwrite it)."""
     with app.engine().begin() as conn:
-        if not task_sql.set_state(conn, (dag_id, task_id, parse_task_date(execution_date)), state):
+        if not task_sql.set_state(conn, TaskKey(dag_id, task_id, parse_task_date(execution_date)), state):
             raise UserError(f"no task instance {dag_id}.{task_id} on {execution_date}")
         channel_sql.notify_ended(conn)
         if state == State.SMART_PENDING:

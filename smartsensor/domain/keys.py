@@ -4,12 +4,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
-
-TaskKey = tuple[str, str, datetime]
+from typing import Any, Mapping, NamedTuple, TypeVar
 
 
-CheckKey = tuple[int, str, str]  # (hashcode, classpath, attr_dict): one distinct check
+class TaskKey(NamedTuple):
+    """A task instance, by its primary key. A named tuple: it is still the plain tuple (dag_id, task_id,
+    execution_date) that SQL parameters, sorting and comparison see."""
+
+    dag_id: str
+    task_id: str
+    execution_date: datetime
+
+
+class CheckKey(NamedTuple):
+    """One distinct check: the hash of what is checked, the sensor's class and its canonical attributes (a hash may
+    collide; the three together never do). A named tuple: the index hashes, sorts and compares millions of them."""
+
+    hashcode: int
+    classpath: str
+    attr_dict: str
+
+
+K = TypeVar("K", TaskKey, CheckKey)
+
+
+def key_of(kind: type[K], row: Mapping[str, Any]) -> K:
+    """The TaskKey or CheckKey of a task_instance row (any mapping with its columns): each field its column."""
+    return kind._make(row[name] for name in kind._fields)
 
 
 class Cohort(NamedTuple):

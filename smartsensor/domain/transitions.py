@@ -51,8 +51,8 @@ class RoundWrites:
         """Every hashcode these writes end tasks of (what a held states request waits on)."""
         return {
             *self.landed_hashes,
-            *(k[0] for k in self.landed_checks),
-            *(c[0][0] for c in self.failed),
+            *(k.hashcode for k in self.landed_checks),
+            *(check.hashcode for check, _, _ in self.failed),
             *self.ended_hashes,
         }
 
@@ -103,14 +103,14 @@ def decide(
     ending: dict[Cohort, str] = {}  # per cohort, its state after a timeout now ('' while it waits); checks share them
     for g in groups:
         if g.outcome is True:
-            if g.key[0] in collided:
+            if g.key.hashcode in collided:
                 writes.landed_checks.append(g.key)
             else:
-                writes.landed_hashes.append(g.key[0])
+                writes.landed_hashes.append(g.key.hashcode)
             continue
         if isinstance(g.outcome, PermanentCheckError):
             decision.permanent_errors += 1
-            writes.failed.append((g.key, g.key[0] in collided, str(g.outcome)))
+            writes.failed.append((g.key, g.key.hashcode in collided, str(g.outcome)))
             continue
         if isinstance(g.outcome, TransientCheckError):
             decision.transient_errors += 1
@@ -122,8 +122,8 @@ def decide(
                 state = ending[cohort] = _timeout(cohort, now)
             if state:
                 ended[(state, None if state == State.UP_FOR_RETRY else error)].append((g.key, cohort))
-                writes.ended_hashes.add(g.key[0])
+                writes.ended_hashes.add(g.key.hashcode)
     writes.ended = dict(ended)
     writes.bad = list(bad or ())
-    writes.ended_hashes.update(key[0] for key, _, _ in writes.bad)
+    writes.ended_hashes.update(key.hashcode for key, _, _ in writes.bad)
     return decision

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import channels as channel_sql, external as external_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.keys import ExternalKey
+from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
@@ -45,7 +45,7 @@ class ExternalRegistered:
     error: str | None
     hashcode: int
     created: bool
-    task_instance: tuple[str, str, datetime]  # (dag_id, task_id, execution_date) of the task instance here
+    task_instance: TaskKey  # the task instance here
 
 
 def smart_class(name: Any, cfg: Config) -> type[BaseSensor]:
@@ -152,7 +152,7 @@ def _register(
                 ti["error"],
                 ti["hashcode"],
                 False,
-                (key.dag_id, ti["task_id"], ti["execution_date"]),
+                TaskKey(key.dag_id, ti["task_id"], ti["execution_date"]),
             )
         now = row["execution_date"]
         task_sql.insert_tasks_bulk(conn, [row])
@@ -161,7 +161,7 @@ def _register(
         if mapped is None:
             external_sql.insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
         else:
-            old = (key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
+            old = TaskKey(key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
             task_sql.set_state(
                 conn,
                 old,
@@ -173,5 +173,5 @@ def _register(
             if not external_sql.move_external(conn, key, mapped["try_number"], try_number, row["task_id"], now, now):
                 raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
     return ExternalRegistered(
-        key, try_number, row["state"], None, row["hashcode"], True, (key.dag_id, row["task_id"], now)
+        key, try_number, row["state"], None, row["hashcode"], True, TaskKey(key.dag_id, row["task_id"], now)
     )

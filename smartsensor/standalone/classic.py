@@ -22,7 +22,7 @@ from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import SparkNotInstalled, get_spark
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.keys import TaskKey
+from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
 from smartsensor.sensors.base import BaseSensor, resolve_any_class
@@ -85,7 +85,7 @@ class RunHeartbeat:
             with self.engine.begin() as conn:
                 alive = task_sql.heartbeat_running(conn, self.key, datetime.utcnow())
         except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
-            log.warning("heartbeat of %s.%s failed: %s", self.key[0], self.key[1], first_line(exc))
+            log.warning("heartbeat of %s.%s failed: %s", self.key.dag_id, self.key.task_id, first_line(exc))
             return
         if not alive:
             self.lost.set()
@@ -150,7 +150,7 @@ def run_task(
     the task back to `scheduled` with its try and start kept, so stopping a scheduler for a deploy
     neither spends a try nor leaves a task `running` until it counts as a zombie.
     """
-    key = (dag_id, task_id, execution_date)
+    key = TaskKey(dag_id, task_id, execution_date)
     hostname = socket.gethostname()
     with engine.begin() as conn:
         row = task_sql.get_task(conn, dag_id, task_id, execution_date)
@@ -180,14 +180,16 @@ def run_task(
 
 def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
     """running → scheduled after a stop request; the state the task is in afterwards."""
-    key = (row["dag_id"], row["task_id"], row["execution_date"])
+    key = key_of(TaskKey, row)
 
     def write() -> bool:
         with engine.begin() as conn:
             return task_sql.hand_back_running(conn, key, datetime.utcnow())
 
-    if _retry_while_db_down(write, f"{key[0]}.{key[1]} -> scheduled", patience, sleep):
-        log.warning("%s.%s: stopped, handed back to the scheduler (try %s goes on)", key[0], key[1], row["try_number"])
+    if _retry_while_db_down(write, f"{key.dag_id}.{key.task_id} -> scheduled", patience, sleep):
+        log.warning(
+            "%s.%s: stopped, handed back to the scheduler (try %s goes on)", key.dag_id, key.task_id, row["try_number"]
+        )
         return State.SCHEDULED
     with engine.connect() as conn:
         current = task_sql.get_task(conn, *key)
@@ -216,7 +218,7 @@ class ClassicRun:
         stop: threading.Event | None = None,
     ) -> None:
         self.engine, self.cfg, self.row, self.sleep, self.stop = engine, cfg, row, sleep, stop
-        self.key: TaskKey = (row["dag_id"], row["task_id"], row["execution_date"])
+        self.key = key_of(TaskKey, row)
         self.start = row["start_date"] or datetime.utcnow()
         self.began = time.perf_counter()
         self.spark_provider = spark_provider or self._own_spark
@@ -262,7 +264,7 @@ class ClassicRun:
             self.checker.retry_spark()  # a failed start is tried again, once per poke
         self.pokes += 1
         sensor, context = self.sensor, PokeContext(self.checker)
-        context["execution_date"] = self.key[2]
+        context["execution_date"] = self.key.execution_date
         outcome = self.poker.poke(self.key, lambda: sensor.poke(context))
         if outcome is True:
             return self.finish(State.SUCCESS)
@@ -293,8 +295,8 @@ class ClassicRun:
             return None
         log.warning(
             "%s.%s is now %s, try %s (changed by someone else): stopping",
-            self.key[0],
-            self.key[1],
+            self.key.dag_id,
+            self.key.task_id,
             current["state"] if current else "deleted",
             current["try_number"] if current else "-",
         )
@@ -329,8 +331,8 @@ class ClassicRun:
                 )
 
         patience = self.cfg.settings.scheduler.zombie_threshold
-        if not _retry_while_db_down(write, f"{self.key[0]}.{self.key[1]} -> {state}", patience, self.sleep):
-            log.warning("%s.%s was changed by someone else; leaving it as it is", self.key[0], self.key[1])
+        if not _retry_while_db_down(write, f"{self.key.dag_id}.{self.key.task_id} -> {state}", patience, self.sleep):
+            log.warning("%s.%s was changed by someone else; leaving it as it is", self.key.dag_id, self.key.task_id)
             with self.engine.connect() as conn:
                 current = task_sql.get_task(conn, *self.key)
             state = current["state"] if current else state
@@ -350,7 +352,7 @@ class ClassicRun:
     def _build(self) -> BaseSensor:
         """The task's sensor from its row (SensorModuleUnavailable, SensorRebuildError: try again later)."""
         return load_sensor_class(self.row, self.cfg).from_stored(
-            self.row["attr_dict"], self.row["exec_dict"], task_id=self.key[1], dag_id=self.key[0]
+            self.row["attr_dict"], self.row["exec_dict"], task_id=self.key.task_id, dag_id=self.key.dag_id
         )
 
     def _start_spark(self) -> Any:

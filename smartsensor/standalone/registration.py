@@ -113,6 +113,14 @@ def register(
         return _register_rows(engine, built, execution_date, clear)
 
 
+def registered_states(engine: Engine, dag_id: str, execution_date: datetime) -> dict[str, str]:
+    """{task_id: state} of the task instances of ``dag_id`` on ``execution_date``: what ``register`` made of its
+    sensors, as it stands now (the benchmark waits on it for its probes' ends). 1 statement."""
+    with engine.connect() as conn:
+        found = task_sql.existing_states(conn, execution_date, [dag_id])
+    return {task_id: state for (_, task_id), state in found.items()}
+
+
 def _register_rows(
     engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime, clear: bool
 ) -> list[Registered]:

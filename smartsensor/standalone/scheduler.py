@@ -19,7 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from smartsensor.adapters.process import StderrTail, smartsensor_command
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.keys import TaskKey
+from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.routing import smart_route_for
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, parse_exec, retry_or
@@ -38,7 +38,7 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
     counts: dict[str, int] = {}
     with engine.begin() as conn:
         for row in task_sql.load_up_for_retry(conn):
-            key = (row["dag_id"], row["task_id"], row["execution_date"])
+            key = key_of(TaskKey, row)
             try:
                 delay = parse_exec(row["exec_dict"]).retry_delay
                 due = row["end_date"] is None or row["end_date"] + timedelta(seconds=delay) <= now
@@ -57,7 +57,7 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
 
 
 def _fail_bad_row(conn: Any, key: TaskKey, try_number: int, from_state: str, error: str, now: datetime) -> None:
-    log.warning("%s.%s %s: %s (failed alone)", key[0], key[1], key[2], error)
+    log.warning("%s.%s %s: %s (failed alone)", key.dag_id, key.task_id, key.execution_date, error)
     task_sql.set_state(conn, key, State.FAILED, from_states=[from_state], now=now, error=error, try_number=try_number)
 
 
@@ -72,7 +72,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     counts: dict[str, int] = {}
     with engine.begin() as conn:
         for row in task_sql.load_zombies(conn, now - timedelta(seconds=threshold)):
-            key = (row["dag_id"], row["task_id"], row["execution_date"])
+            key = key_of(TaskKey, row)
             try:
                 retries = parse_exec(row["exec_dict"]).retries
             except BadExecSettings:
@@ -83,7 +83,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
                 f"(no sign of life for {threshold:g} s): its process died or was killed"
             )
             if task_sql.end_zombie(conn, key, row["updated_at"], state, now, error):
-                log.warning("%s.%s: %s -> %s", key[0], key[1], error, state)
+                log.warning("%s.%s: %s -> %s", key.dag_id, key.task_id, error, state)
                 counts[state] = counts.get(state, 0) + 1
     return counts
 
@@ -130,7 +130,7 @@ class Scheduler:
         code, line = child.proc.returncode, child.stderr.last_line()
         error = f"run-task exited with code {code}" + (f": {line}" if line else "")
         if code != 0:
-            log.warning("%s.%s: %s", key[0], key[1], error)
+            log.warning("%s.%s: %s", key.dag_id, key.task_id, error)
         now = datetime.utcnow()
         with self.engine.begin() as conn:
             row = task_sql.get_task(conn, *key)
@@ -143,7 +143,11 @@ class Scheduler:
             state = retry_or(child.try_number, retries, State.FAILED)  # a dead run is no timeout: no soft_fail
             if task_sql.end_exited_run(conn, key, child.try_number, self.claimant, state, now, error):
                 log.warning(
-                    "%s.%s: its run-task exited without ending try %s -> %s", key[0], key[1], child.try_number, state
+                    "%s.%s: its run-task exited without ending try %s -> %s",
+                    key.dag_id,
+                    key.task_id,
+                    child.try_number,
+                    state,
                 )
 
     def launch(self) -> int:
@@ -160,7 +164,12 @@ class Scheduler:
                     continue
                 try_number = task_sql.get_task(conn, *key)["try_number"]  # type: ignore[index]  # claimed just above
             cmd = self.command(
-                *self.cli_args, "run-task", key[0], key[1], key[2].strftime("%Y-%m-%dT%H:%M:%S"), "--claimed"
+                *self.cli_args,
+                "run-task",
+                key.dag_id,
+                key.task_id,
+                key.execution_date.strftime("%Y-%m-%dT%H:%M:%S"),
+                "--claimed",
             )
             try:
                 proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -241,7 +250,7 @@ class Scheduler:
             try:
                 c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("run-task %s.%s did not stop within %.0f s: killing it", key[0], key[1], grace)
+                log.warning("run-task %s.%s did not stop within %.0f s: killing it", key.dag_id, key.task_id, grace)
                 c.proc.kill()
                 c.proc.wait()
         try:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.classic import TaskRunError, run_task
@@ -135,7 +136,7 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
 
     def mark_by_hand() -> None:
         with engine.begin() as conn:
-            task_sql.set_state(conn, ("d", "w", DAY), State.SUCCESS)
+            task_sql.set_state(conn, TaskKey("d", "w", DAY), State.SUCCESS)
 
     result = run(engine, cfg, spark, "w", sleep=after_first_poke(mark_by_hand))  # while it runs, never before
     assert result.state == State.SUCCESS and result.pokes == 2
@@ -196,7 +197,7 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
         DAY,
         cfg,
     )
-    key = ("d", "w", DAY)
+    key = TaskKey("d", "w", DAY)
     stalls: list[float] = []
 
     def stall(seconds: float) -> None:  # the old run's first pause is where it stalls
@@ -236,13 +237,13 @@ def test_sending_a_task_back_by_hand_starts_a_fresh_try(engine, cfg, tmp_path, s
     assert (row["start_date"], row["end_date"], row["hostname"], row["error"]) == (None, None, None, None)
 
 
-def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
+def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> TaskKey:
     from smartsensor.sensors import SuccessFileSensor
 
     register(
         engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))], DAY, cfg
     )
-    key = ("d", task_id, DAY)
+    key = TaskKey("d", task_id, DAY)
     with engine.begin() as conn:
         assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "host-a")
     return key
@@ -310,13 +311,13 @@ def _child(stderr: str, code: int, gate: Any = None) -> Any:
     return lambda *args: [sys.executable, "-c", script]
 
 
-def _scheduled(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> tuple[str, str, datetime]:
+def _scheduled(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> TaskKey:
     from smartsensor.sensors import SuccessFileSensor
 
     register(
         engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))], DAY, cfg
     )
-    return ("d", task_id, DAY)
+    return TaskKey("d", task_id, DAY)
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import Config
-from smartsensor.domain.keys import Cohort, Fence
+from smartsensor.domain.keys import CheckKey, Cohort, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec
 from smartsensor.domain.transitions import RoundWrites
@@ -277,7 +277,7 @@ class IndexModel(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.memory_rows.store.tasks))
     @rule(dag=st.sampled_from(DAGS), state=st.sampled_from(ALL_STATES))
     def set_state_by_hand(self, dag: str, state: str) -> None:
-        key = (dag, "w", DAY)
+        key = TaskKey(dag, "w", DAY)
         if key not in self.memory_rows.store.tasks:
             return
         now = self.clock()
@@ -291,7 +291,7 @@ class IndexModel(RuleBasedStateMachine):
     @rule(dag=st.sampled_from(DAGS))
     def retry(self, dag: str) -> None:
         """The scheduler's retry of a try that timed out: up_for_retry → smart_pending, next try."""
-        key = (dag, "w", DAY)
+        key = TaskKey(dag, "w", DAY)
         if self.memory_rows.store.tasks.get(key, {}).get("state") != State.UP_FOR_RETRY:
             return
         now = self.clock()
@@ -457,7 +457,7 @@ class IndexModel(RuleBasedStateMachine):
         for (dag, _, _), row in self.memory_rows.store.tasks.items():
             if row["state"] != State.SMART_RUNNING or dag in self.unseen:
                 continue
-            check = w.index.checks.get((row["hashcode"], row["classpath"], row["attr_dict"]))
+            check = w.index.checks.get(key_of(CheckKey, row))
             cohort = Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"])
             assert check is not None and cohort in check.cohorts, f"{dag} waits, missing from the index"
 

@@ -14,7 +14,7 @@ from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
-from smartsensor.domain.keys import Cohort
+from smartsensor.domain.keys import CheckKey, Cohort, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.schema.models import TaskInstance
@@ -96,11 +96,11 @@ def test_set_state_smart_running_by_hand_reaches_the_index_on_sql(cfg, engine, c
     catalog = DictCatalog()
     with engine.begin() as conn:
         task_sql.insert_tasks_bulk(conn, [row_for(cfg, "other", "db.t/ds=other"), row_for(cfg, "hand", "db.t/ds=1")])
-        task_sql.set_state(conn, ("hand", "w", DAY), State.FAILED)
+        task_sql.set_state(conn, TaskKey("hand", "w", DAY), State.FAILED)
     w = worker(SqlRoundStore(engine), cfg, clock)
     run_round([w], lambda: catalog)
     with engine.begin() as conn:
-        task_sql.set_state(conn, ("hand", "w", DAY), State.SMART_RUNNING, now=clock())
+        task_sql.set_state(conn, TaskKey("hand", "w", DAY), State.SMART_RUNNING, now=clock())
         assert task_sql.get_task(conn, "hand", "w", DAY)["start_date"] == clock()
     catalog.land("db.t/ds=1")
     clock.advance(cfg.get("smart_sensor", "reconcile_interval"))
@@ -114,7 +114,7 @@ def test_mark_check_stays_in_its_shard_range(cfg, engine) -> None:
     row = row_for(cfg, "moved", "db.t/ds=1") | {"state": State.SMART_RUNNING, "start_date": T0}
     with engine.begin() as conn:
         conn.execute(insert(TI).values(**row))
-        check = (row["hashcode"], row["classpath"], row["attr_dict"])
+        check = key_of(CheckKey, row)
         lo = row["shardcode"] + 1
         assert task_sql.mark_check(conn, check, lo, lo + 10, State.SUCCESS, T0) == 0
         assert task_sql.mark_check(conn, check, row["shardcode"], lo, State.SUCCESS, T0) == 1
@@ -134,7 +134,7 @@ def test_two_writers_locking_in_opposite_orders_both_land(tmp_path, pg_url) -> N
             task_sql.insert_tasks_bulk(conn, [a, b])
 
         def key(r: dict[str, Any]) -> Any:
-            return (r["hashcode"], r["classpath"], r["attr_dict"])
+            return key_of(CheckKey, r)
 
         def cohort(r: dict[str, Any]) -> Cohort:
             return Cohort(r["exec_dict"], r["start_date"], r["try_number"])

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.api.app import create_app
-from smartsensor.domain.keys import ExternalKey
+from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.external.registration import register_external
 from tests.support.common import make_cfg, wait_until
@@ -28,7 +28,7 @@ def sampled(engine: Any) -> bool:
         return conn.execute(text("SELECT count(*) FROM state_sample")).scalar_one() > 0
 
 
-def registered(engine: Any, cfg: Any, task_id: str) -> tuple[dict[str, Any], tuple[str, str, Any]]:
+def registered(engine: Any, cfg: Any, task_id: str) -> tuple[dict[str, Any], TaskKey]:
     key = ExternalKey("etl", task_id, "r1")
     done = register_external(
         engine, cfg, key, 1, "NamedHivePartitionSensor", {"partition_names": [f"db.t/ds={task_id}"]}, {"timeout": 600}
@@ -36,7 +36,7 @@ def registered(engine: Any, cfg: Any, task_id: str) -> tuple[dict[str, Any], tup
     return {"dag_id": "etl", "task_id": task_id, "run_id": "r1", "map_index": -1, "try_number": 1}, done.task_instance
 
 
-def end_later(engine: Any, ti: tuple[str, str, Any], delay: float) -> threading.Thread:
+def end_later(engine: Any, ti: TaskKey, delay: float) -> threading.Thread:
     """Mark ``ti`` success from another connection after ``delay`` s, as a worker's round would (with its NOTIFY)."""
 
     def run() -> None:
@@ -130,6 +130,6 @@ def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(t
         notifier.dispose()
 
 
-def task_hashcode(engine: Any, ti: tuple[str, str, Any]) -> int:
+def task_hashcode(engine: Any, ti: TaskKey) -> int:
     with engine.connect() as conn:
         return task_sql.get_task(conn, *ti)["hashcode"]

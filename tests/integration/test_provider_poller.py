@@ -15,6 +15,7 @@ from sqlalchemy import text
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
+from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import timeout_error
 from smartsensor_airflow.client import ApiError, Endpoint, is_timeout, outcome
@@ -56,7 +57,7 @@ def end_task(conn: Any, task: dict[str, Any], state: str) -> None:
     """One waiting task marked ``state``, guarded as a round marks it."""
     task_sql.set_state(
         conn,
-        (task["dag_id"], task["task_id"], task["execution_date"]),
+        key_of(TaskKey, task),
         state,
         from_states=list(State.SMART_WAITING),
         now=task["execution_date"],
@@ -130,7 +131,7 @@ def test_the_poller_hands_the_task_the_reason_a_try_ended(cfg, engine) -> None:
                 assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
         with engine.begin() as conn:
             for t in task_sql.list_tasks(conn):
-                ti = (t["dag_id"], t["task_id"], t["execution_date"])
+                ti = key_of(TaskKey, t)
                 error = errors[int(t["task_id"][1:])]
                 task_sql.set_state(conn, ti, State.FAILED, from_states=list(State.SMART_WAITING), error=error)
         poller = shared_poller("reasons", endpoint(), transport)

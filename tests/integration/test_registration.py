@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
-from smartsensor.standalone.registration import register
+from smartsensor.standalone.registration import register, registered_states
 from tests.support.common import DAY, named
 
 
@@ -13,7 +16,7 @@ def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
     first = register(engine, sensors, DAY, cfg)
     assert [r.created for r in first] == [True, True]
     with engine.begin() as conn:
-        task_sql.set_state(conn, ("d1", "a", DAY), State.SUCCESS)
+        task_sql.set_state(conn, TaskKey("d1", "a", DAY), State.SUCCESS)
     again = register(engine, sensors, DAY, cfg)
     assert [r.created for r in again] == [False, False]
     assert again[0].state == State.SUCCESS
@@ -24,3 +27,12 @@ def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d1", "a", DAY)
     assert row is not None and row["state"] == State.SMART_PENDING and row["end_date"] is None
+
+
+def test_registered_states_are_a_dags_tasks_on_one_day_as_they_stand(engine, cfg) -> None:
+    register(engine, [("d1", named("a")), ("d1", named("b")), ("d2", named("a"))], DAY, cfg)
+    with engine.begin() as conn:
+        task_sql.set_state(conn, TaskKey("d1", "b", DAY), State.SUCCESS)
+    assert registered_states(engine, "d1", DAY) == {"a": State.SMART_PENDING, "b": State.SUCCESS}
+    assert registered_states(engine, "d2", DAY) == {"a": State.SMART_PENDING}
+    assert registered_states(engine, "d1", DAY + timedelta(days=1)) == {} == registered_states(engine, "d3", DAY)

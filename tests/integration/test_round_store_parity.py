@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
-from smartsensor.domain.keys import Fence
+from smartsensor.domain.keys import Fence, TaskKey
 from smartsensor.schema.models import ShardLease, TaskInstance
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
@@ -91,7 +91,7 @@ def test_memory_and_sql_stores_end_in_the_same_states(cfg, engine) -> None:
     mem_trace = script(
         memory,
         cfg,
-        lambda dag, state: memory.set_state((dag, "w", DAY), state),
+        lambda dag, state: memory.set_state(TaskKey(dag, "w", DAY), state),
         lambda owner, epoch, expires: memory.set_lease(0, limit, owner, epoch, expires),
     )
 
@@ -101,7 +101,7 @@ def test_memory_and_sql_stores_end_in_the_same_states(cfg, engine) -> None:
 
     def sql_set_state(dag: str, state: str) -> None:
         with engine.begin() as conn:
-            task_sql.set_state(conn, (dag, "w", DAY), state)
+            task_sql.set_state(conn, TaskKey(dag, "w", DAY), state)
 
     def sql_set_lease(owner: str, epoch: int, expires: datetime) -> None:
         with engine.begin() as conn:

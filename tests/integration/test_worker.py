@@ -11,6 +11,7 @@ from sqlalchemy import event, update
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import HivePartitionSensor
@@ -197,7 +198,7 @@ def test_overlapping_workers_never_double_mark_or_resurrect(engine, cfg, spark, 
     [t.join() for t in threads]
     assert sum(r.marked.get("success", 0) for r in results) == 50
     with engine.begin() as conn:  # a user clears one task by hand afterwards
-        task_sql.set_state(conn, ("d0", "w", DAY), State.SCHEDULED)
+        task_sql.set_state(conn, TaskKey("d0", "w", DAY), State.SCHEDULED)
     clock.advance(120)
     assert a.run_round().marked == {} and b.run_round().marked == {}
     assert states(engine)[("d0", "w")] == "scheduled"
@@ -228,7 +229,7 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
     assert b.run_round().marked == {"up_for_retry": 1, "failed": 1}  # ... but B ends them first
     assert requeue_retries(engine, cfg, now=clock.now) == {"smart_pending": 1}
     with engine.begin() as conn:
-        task_sql.set_state(conn, ("d", "m", DAY), State.SMART_PENDING)  # a user gives m a fresh try
+        task_sql.set_state(conn, TaskKey("d", "m", DAY), State.SMART_PENDING)  # a user gives m a fresh try
     clock.advance(1)
     assert b.run_round().started == 2  # try 2 of r and the fresh try of m start
     assert a.finish_round(plan).marked == {}
@@ -244,8 +245,8 @@ def test_manual_override_wins(engine, cfg, spark, hive_db, clock) -> None:
     w = make_worker(engine, cfg, spark, clock)
     w.run_round()
     with engine.begin() as conn:
-        task_sql.set_state(conn, ("d", "t0", DAY), State.FAILED)
-        task_sql.set_state(conn, ("d", "t1", DAY), State.SUCCESS)
+        task_sql.set_state(conn, TaskKey("d", "t0", DAY), State.FAILED)
+        task_sql.set_state(conn, TaskKey("d", "t1", DAY), State.SUCCESS)
     land(spark, hive_db, "t", ds="1", hr="00")
     clock.advance(60)
     assert w.run_round().marked == {"success": 1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,7 @@ import httpx
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import Endpoint
 from smartsensor_airflow.poller import shared_poller
@@ -49,11 +51,8 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
             },
         )
         assert r.status_code == 200, r.text
-        ti = (
-            r.json()["task_instance"]["dag_id"],
-            r.json()["task_instance"]["task_id"],
-            r.json()["task_instance"]["execution_date"],
-        )
+        ref = r.json()["task_instance"]
+        ti = TaskKey(ref["dag_id"], ref["task_id"], datetime.fromisoformat(ref["execution_date"]))
 
         async def scenario() -> tuple[dict, int]:
             nonlocal replacement
@@ -73,15 +72,8 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
             assert not waiter.done()  # a dead server is no answer: the task keeps waiting
 
             def end() -> None:
-                from datetime import datetime
-
                 with engine.begin() as conn:
-                    task_sql.set_state(
-                        conn,
-                        (ti[0], ti[1], datetime.fromisoformat(ti[2])),
-                        State.SUCCESS,
-                        from_states=list(State.SMART_WAITING),
-                    )
+                    task_sql.set_state(conn, ti, State.SUCCESS, from_states=list(State.SMART_WAITING))
                     channel_sql.notify_ended(conn)
 
             await asyncio.to_thread(end)

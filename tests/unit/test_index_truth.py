@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
-from smartsensor.domain.keys import Fence
+from smartsensor.domain.keys import CheckKey, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check
@@ -63,7 +63,7 @@ def whole(store: InMemoryStore, cfg: Any, clock: Clock) -> RangeRounds:
 
 def waiting_in_index(w: RangeRounds, store: InMemoryStore, dag_id: str) -> bool:
     row = store.tasks[(dag_id, "w", DAY)]
-    check = w.index.checks.get((row["hashcode"], row["classpath"], row["attr_dict"]))
+    check = w.index.checks.get(key_of(CheckKey, row))
     return check is not None and any(c.start_date == row["start_date"] for c in check.cohorts)
 
 
@@ -128,7 +128,7 @@ def test_a_task_set_to_smart_running_by_hand_is_picked_up_by_the_next_reconcilia
     w = whole(store, cfg, clock)
     run_round([w], lambda: catalog)
     add(store, cfg, "by_hand", named("w", PARTITION, poke_interval=3600))
-    store.set_state(("by_hand", "w", DAY), State.SMART_RUNNING, now=clock())
+    store.set_state(TaskKey("by_hand", "w", DAY), State.SMART_RUNNING, now=clock())
     assert store.tasks[("by_hand", "w", DAY)]["start_date"] == clock()  # a try by hand starts now
     catalog.land(PARTITION)
     rounds: list[Any] = []
@@ -203,6 +203,6 @@ def test_a_task_set_waiting_by_hand_in_the_instant_its_worker_started_it_is_not_
     catalog.land(PARTITION)
     w = whole(store, cfg, clock)
     assert run_round([w], lambda: catalog).marked == {State.SUCCESS: 1}
-    store.set_state(("d", "w", DAY), State.SMART_RUNNING, now=clock())  # the same instant as its start
+    store.set_state(TaskKey("d", "w", DAY), State.SMART_RUNNING, now=clock())  # the same instant as its start
     clock.advance(cfg.get("smart_sensor", "reconcile_interval"))
     assert run_round([w], lambda: catalog).marked == {State.SUCCESS: 1}

@@ -52,7 +52,7 @@ def one_round(cfg: Any, clock: Clock, tasks: dict[str, BaseSensor], spark: NoJav
     result = run_round(
         [RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)], catalog_answerer(cfg, spark)
     )
-    return result, {key[0]: row for key, row in store.tasks.items()}
+    return result, {key.dag_id: row for key, row in store.tasks.items()}
 
 
 def test_file_paths_and_user_pokes_never_start_spark(cfg: Any, clock: Clock, tmp_path: Path) -> None:

@@ -8,12 +8,14 @@ stores end in the same states for the same round.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
+from smartsensor.domain.keys import CheckKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
@@ -141,7 +143,7 @@ def test_a_users_manual_change_wins_over_a_round_in_flight(cfg, clock) -> None:
     add(store, cfg, "b", named("w", "db.t/ds=1"))
     fleet = Fleet(cfg, store, catalog, clock)
     plan = fleet.worker.plan_round()
-    store.set_state(("a", "w", DAY), State.FAILED)  # set by hand between the load and the write
+    store.set_state(TaskKey("a", "w", DAY), State.FAILED)  # set by hand between the load and the write
     for g in plan.due:
         g.outcome = True
     assert fleet.worker.finish_round(plan).marked == {State.SUCCESS: 1}
@@ -241,6 +243,27 @@ def test_the_round_counts_store_statements(cfg, clock) -> None:
     assert result.marked == {State.SUCCESS: 50} and result.db_statements == 3
 
 
+def test_the_round_times_its_finish_step_as_a_whole(cfg, clock, monkeypatch) -> None:
+    """``finish_seconds`` is the finish step's wall time: the ranges' writes run at once in it, so it is less than
+    their sum (``write_seconds``)."""
+    store, catalog = InMemoryStore(), DictCatalog()
+    for i in range(20):
+        add(store, cfg, f"d{i}", named("w", f"db.t/ds={i}"))
+        catalog.land(f"db.t/ds={i}")
+    write = store.write_round
+
+    def slow_write(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.2)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "write_round", slow_write)
+    half, limit = cfg.shard_code_upper_limit // 2, cfg.shard_code_upper_limit
+    ranges = [RangeRounds(store, cfg, 0, half, clock=clock), RangeRounds(store, cfg, half, limit, clock=clock)]
+    result = run_round(ranges, lambda: catalog)
+    assert result.marked == {State.SUCCESS: 20} and result.write_seconds >= 0.4  # both ranges wrote
+    assert 0.2 <= result.finish_seconds < result.write_seconds and result.finish_seconds <= result.seconds
+
+
 def _fence(shard_min: int, owner: str, epoch: int) -> Any:
     from smartsensor.domain.keys import Fence
 
@@ -289,13 +312,13 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
         return {Cohort(json.dumps({"timeout": timeout, "poke_interval": 10}), start, 1): 3}
 
     groups = [
-        CheckGroup((1, "c", "{}"), cohort(), True),
-        CheckGroup((2, "c", "{}"), cohort(), True),
-        CheckGroup((3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
-        CheckGroup((4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
-        CheckGroup((5, "c", "{}"), cohort(), False),
+        CheckGroup(CheckKey(1, "c", "{}"), cohort(), True),
+        CheckGroup(CheckKey(2, "c", "{}"), cohort(), True),
+        CheckGroup(CheckKey(3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
+        CheckGroup(CheckKey(4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
+        CheckGroup(CheckKey(5, "c", "{}"), cohort(), False),
     ]
-    unplannable = ((6, "c", "{}"), Cohort("{", start, 1), "bad exec")
+    unplannable = (CheckKey(6, "c", "{}"), Cohort("{", start, 1), "bad exec")
     writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[unplannable]).writes
     assert writes.hashcodes() == {1, 2, 3, 4, 6}  # 5 still waits
     assert (

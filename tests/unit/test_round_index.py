@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
-from smartsensor.domain.keys import Cohort, Fence
+from smartsensor.domain.keys import CheckKey, Cohort, Fence, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.service.round.index import CheckIndex
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -148,14 +148,14 @@ def test_a_kept_index_and_one_rebuilt_every_round_end_in_the_same_states(cfg, cl
     workers = [(kept, worker(kept, cfg, clock)), (rebuilt, worker(rebuilt, cfg, clock))]
 
     def states(store: InMemoryStore) -> list[tuple[str, str]]:
-        return sorted((k[0], r["state"]) for k, r in store.tasks.items())
+        return sorted((k.dag_id, r["state"]) for k, r in store.tasks.items())
 
     for step in range(8):
         if step == 2:
             catalog.land("db.t/ds=0")
         for store, w in workers:
             if step == 3:
-                store.set_state(("d1", "w", DAY), State.SUCCESS)  # a user's change wins
+                store.set_state(TaskKey("d1", "w", DAY), State.SUCCESS)  # a user's change wins
             if step == 4:
                 add(store, cfg, "late", named("w", "db.t/ds=2", poke_interval=10, timeout=40))
             if store is rebuilt:
@@ -177,11 +177,13 @@ def test_a_kept_index_and_one_rebuilt_every_round_end_in_the_same_states(cfg, cl
 def test_the_index_counts_collisions_and_forgets_them_when_a_check_leaves() -> None:
     index = CheckIndex()
     cohort = Cohort('{"poke_interval": 10}', START, 1)
-    new, bad = index.add([((1, "a", "{}"), cohort, 2), ((1, "b", "{}"), cohort, 1), ((2, "a", "{}"), cohort, 1)])
+    new, bad = index.add(
+        [(CheckKey(1, "a", "{}"), cohort, 2), (CheckKey(1, "b", "{}"), cohort, 1), (CheckKey(2, "a", "{}"), cohort, 1)]
+    )
     assert (len(new), bad, index.collided, index.tasks, index.hashes) == (3, [], {1}, 4, 2)
-    index.remove((1, "b", "{}"))
+    index.remove(CheckKey(1, "b", "{}"))
     assert (index.collided, index.tasks) == (set(), 3)
-    _, bad = index.add([((3, "a", "{}"), Cohort('{"poke_interval": -1}', START, 1), 1)])
+    _, bad = index.add([(CheckKey(3, "a", "{}"), Cohort('{"poke_interval": -1}', START, 1), 1)])
     assert len(bad) == 1 and "poke_interval" in bad[0][2]
     due = index.due(START)
     assert {c.key for c in due} == {(1, "a", "{}"), (2, "a", "{}")} and index.due(START) == []

@@ -108,7 +108,7 @@ class SqlRoundStore:
                     )
                 else:
                     marked[State.FAILED] += task_sql.mark_hashes(
-                        conn, [check[0]], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
+                        conn, [check.hashcode], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
                     )
             for (state, ended_error), cohorts in writes.ended.items():
                 marked[state] += task_sql.end_cohorts(

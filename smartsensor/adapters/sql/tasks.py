@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, exists, func, insert, or_, select, text, tuple_, update
 
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance
 
@@ -52,7 +52,7 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
 
 def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
     """The WHERE terms of one task instance, by primary key."""
-    return TI.c.dag_id == key[0], TI.c.task_id == key[1], TI.c.execution_date == key[2]
+    return TI.c.dag_id == key.dag_id, TI.c.task_id == key.task_id, TI.c.execution_date == key.execution_date
 
 
 def in_range(shard_min: Any, shard_max: Any) -> tuple[Any, Any]:
@@ -77,7 +77,7 @@ def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any
 
 def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> dict[str, Any] | None:
     """One task instance by primary key (1 statement)."""
-    row = conn.execute(select(TI).where(*_is_task((dag_id, task_id, execution_date)))).mappings().first()
+    row = conn.execute(select(TI).where(*_is_task(TaskKey(dag_id, task_id, execution_date)))).mappings().first()
     return dict(row) if row else None
 
 
@@ -104,7 +104,7 @@ def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
 def reset_task(conn: Connection, row: dict[str, Any]) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
     values = {k: v for k, v in row.items() if k not in ("dag_id", "task_id", "execution_date")}
-    conn.execute(update(TI).where(*_is_task((row["dag_id"], row["task_id"], row["execution_date"]))).values(**values))
+    conn.execute(update(TI).where(*_is_task(key_of(TaskKey, row))).values(**values))
 
 
 def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
@@ -202,9 +202,9 @@ def mark_check(
     return conn.execute(
         _fenced(
             update(TI).where(
-                TI.c.hashcode == check[0],
-                TI.c.classpath == check[1],
-                TI.c.attr_dict == check[2],
+                TI.c.hashcode == check.hashcode,
+                TI.c.classpath == check.classpath,
+                TI.c.attr_dict == check.attr_dict,
                 *in_range(shard_min, shard_max),
                 TI.c.state.in_(State.SMART_WAITING),
             ),
@@ -236,7 +236,7 @@ def end_cohorts(
     """
     total = 0
     values = _ended(new_state, now, error)
-    rows = [(key[0], key[1], key[2], c.exec_dict, c.start_date, c.try_number) for key, c in cohorts]
+    rows = [(k.hashcode, k.classpath, k.attr_dict, c.exec_dict, c.start_date, c.try_number) for k, c in cohorts]
     # A cohort's exec_dict is '' for a NULL one (older versions, hand-written rows): compare it the same way.
     exec_dict = func.coalesce(TI.c.exec_dict, "")
     for chunk in _chunks(rows, COHORT_CHUNK):
@@ -267,11 +267,14 @@ def _keep(text: str | None) -> str:
 
 def _cohort_rows(rows: Iterable[Any]) -> CohortRows:
     """(check, cohort, count) from (hashcode, classpath, attr_dict, exec_dict, start_date, try_number[, count])."""
-    counts: dict[tuple[CheckKey, Cohort], int] = {}
+    counts: dict[tuple[Any, ...], int] = {}  # counted by the row's plain values; the keys are made once per cohort
     for h, cp, ad, ed, sd, tn, *n in rows:
-        k = ((h, _keep(cp), _keep(ad)), Cohort(_keep(ed or ""), sd, tn))
+        k = (h, cp, ad, ed or "", sd, tn)
         counts[k] = counts.get(k, 0) + (n[0] if n else 1)
-    return [(key, cohort, n) for (key, cohort), n in counts.items()]
+    return [
+        (CheckKey(h, _keep(cp), _keep(ad)), Cohort(_keep(ed), sd, tn), n)
+        for (h, cp, ad, ed, sd, tn), n in counts.items()
+    ]
 
 
 def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> CohortRows:
@@ -542,7 +545,7 @@ def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> lis
     )
     if limit is not None:
         query = query.limit(limit)
-    return [tuple(r) for r in conn.execute(query)]
+    return [TaskKey(*r) for r in conn.execute(query)]
 
 
 def reshard(conn: Connection, limit: int, now: datetime | None = None) -> int:

@@ -101,9 +101,9 @@ class CheckIndex:
             if check is None:
                 check = self.checks[key] = WaitingCheck(key)
                 new.append(check)
-                self._keys_of_hash[key[0]] += 1
-                if self._keys_of_hash[key[0]] > 1:
-                    self.collided.add(key[0])
+                self._keys_of_hash[key.hashcode] += 1
+                if self._keys_of_hash[key.hashcode] > 1:
+                    self.collided.add(key.hashcode)
             have = check.cohorts.get(cohort, 0)
             more = max(0, n - have) if ensure else n
             if more:
@@ -206,11 +206,11 @@ class CheckIndex:
         self.tasks -= sum(check.cohorts.values())
         for t in check.tables:
             self._by_table[t].discard(key)
-        self._keys_of_hash[key[0]] -= 1
-        if self._keys_of_hash[key[0]] <= 0:
-            del self._keys_of_hash[key[0]]
-        if self._keys_of_hash.get(key[0], 0) <= 1:
-            self.collided.discard(key[0])
+        self._keys_of_hash[key.hashcode] -= 1
+        if self._keys_of_hash[key.hashcode] <= 0:
+            del self._keys_of_hash[key.hashcode]
+        if self._keys_of_hash.get(key.hashcode, 0) <= 1:
+            self.collided.discard(key.hashcode)
 
     def remove_cohort(self, key: CheckKey, cohort: Cohort) -> None:
         """A cohort whose tries ended (timed out, failed alone); the check goes when its last cohort does."""

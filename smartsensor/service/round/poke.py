@@ -110,7 +110,7 @@ def poke_plans(plans: list[RoundPlan], answerer: Callable[[], CheckAnswerer], po
             counters["poke_calls"] += 1
             g.outcome = poker.poke(g.key, lambda sensor=sensor: sensor.poke(context))  # type: ignore[misc]  # bound per iteration
             if isinstance(g.outcome, TransientCheckError):
-                log.warning("poke of %s: %s (treated as transient)", g.key[1], g.outcome)
+                log.warning("poke of %s: %s (treated as transient)", g.key.classpath, g.outcome)
     counters.update(
         catalog_calls=checker.catalog_calls,
         schema_calls=checker.schema_calls,

@@ -267,7 +267,7 @@ class RangeRounds:
         A sensor that cannot be built gets its outcome here: permanent or transient, by the reason."""
         for g in plan.due:
             try:
-                sensor, checks, tables = _rebuilt_with_checks(self._sensor_class(g.key[1]), g.key[2])  # type: ignore[arg-type]  # a class is hashable
+                sensor, checks, tables = _rebuilt_with_checks(self._sensor_class(g.key.classpath), g.key.attr_dict)  # type: ignore[arg-type]  # a class is hashable
             except SensorModuleUnavailable as exc:
                 g.outcome = TransientCheckError(str(exc))
                 plan.result.module_errors[exc.module] = str(exc)
@@ -280,7 +280,9 @@ class RangeRounds:
                 g.outcome = exc
                 continue
             except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a user's checks() may raise
-                g.outcome = TransientCheckError(f"{g.key[1]}.checks() raised {type(exc).__name__}: {first_line(exc)}")
+                g.outcome = TransientCheckError(
+                    f"{g.key.classpath}.checks() raised {type(exc).__name__}: {first_line(exc)}"
+                )
                 continue
             check = self.index.checks.get(g.key)
             if check is not None and check.tables is not tables:
@@ -331,7 +333,7 @@ class RangeRounds:
         for key, cohort, why in plan.bad:
             log.warning(
                 "tasks of %s (try %d, started %s) cannot be planned, failing them alone: %s",
-                key[1],
+                key.classpath,
                 cohort.try_number,
                 cohort.start_date,
                 why,
@@ -447,7 +449,7 @@ def _ends_whole_check(writes: RoundWrites) -> Callable[[CheckKey], bool]:
     """Whether these writes end every waiting task of a check: it landed (by hash or by exact check) or failed."""
     landed = set(writes.landed_hashes)
     whole = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
-    return lambda key: key in whole or key[0] in landed
+    return lambda key: key in whole or key.hashcode in landed
 
 
 def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> list[BadCohort]:
@@ -490,7 +492,9 @@ def run_round(
     try:
         plans = [r.plan_round(focus) for r in served]
         counters = poke_plans(plans, answerer, served[0].cfg.settings.smart_sensor.poke_timeout)
+        finish_started = time.perf_counter()
         total = combine_results(_finish_all(served, plans, store.write_concurrency()), ranges)
+        total.finish_seconds = round(time.perf_counter() - finish_started, 4)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
             setattr(total, name, int(counters[name]))
         total.catalog_seconds = counters["catalog_seconds"]

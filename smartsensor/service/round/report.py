@@ -40,6 +40,9 @@ class RoundResult:
     partial: bool = False  # a wake-up round: only the checks of the tables a signal named, and new checks
     seconds: float = 0.0
     write_seconds: float = 0.0  # in the store's write of the round's state changes
+    # the wall time of the round's finish step (each range decided, written and its index updated, several ranges at
+    # once: [smart_sensor] write_threads); write_seconds sums the ranges' writes, which overlap
+    finish_seconds: float = 0.0
     catalog_seconds: float = 0.0
     error: str | None = None
 
