@@ -1,6 +1,11 @@
 """./scripts/airflow_demo.sh, small: from nothing to a running Airflow 3 + smartsensor stack and back, with every
-task in its expected state, the summary printed, and nothing of the stack left running afterwards; once with the
-DAG files importing the drop-ins, once with Airflow's own sensors and the cluster policy (--policy)."""
+task in its expected state, the summary printed, and nothing of the stack left running afterwards.
+
+The demo runs the same DAG files in two modes: as committed (the default, "import swap": they import the drop-ins)
+and with Airflow's own Hive sensors routed by the cluster policy (--policy). The whole run is made once, with
+--policy: it is the one that adds something to the stack (the policy, the swapped imports). The default mode's DAG
+files are loaded in Airflow here, beside their swapped form; the drop-ins they import run in a real Airflow in
+test_production_like.py."""
 
 from __future__ import annotations
 
@@ -13,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from scripts.airflow.demo import AIRFLOW_HIVE_SENSORS, DAGS, DROP_IN_IMPORT, airflow_own
+from scripts.airflow.stack import airflow_env, version_of
+from tests.support.airflow_helpers import INSIDE, airflow_venvs
 from tests.support.common import ROOT
 from tests.support.proc_helpers import run_cli
 
@@ -114,11 +122,59 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[str, dict[str, Any]]:
     return " ".join(text.split()), summary  # lines as rich wrapped them, joined
 
 
-@pytest.mark.timeout(TIMEOUT + 150)
-def test_the_airflow_demo_runs_small(tmp_path: Path) -> None:
-    text, summary = run_demo(tmp_path)
-    assert summary["mode"] == "import swap"
-    assert "mode: import swap" in text
+def loaded(venv: Path, home: Path) -> dict[str, Any]:
+    """What Airflow's DagBag makes of the DAG files in ``home``/dags (tests/airflow/inside/demo_dags.py)."""
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(INSIDE / "demo_dags.py")],
+        env=airflow_env(venv, home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+AIRFLOW_3 = [v for v in airflow_venvs() if not isinstance(v, Path) or version_of(v).startswith("3.")]
+
+
+@pytest.mark.parametrize("venv", AIRFLOW_3, ids=lambda v: version_of(v) if isinstance(v, Path) else "no-airflow")
+def test_the_demo_dag_files_load_in_both_modes(venv: Path, tmp_path: Path) -> None:
+    """The files as committed (import swap) and as --policy swaps them load with no import error, with the same DAGs
+    and tasks; each sensor is the drop-in in the first, Airflow's own Hive sensor in the second (SuccessFileSensor,
+    which has no counterpart there, stays the drop-in)."""
+    committed, swapped = tmp_path / "committed", tmp_path / "swapped"
+    for home, form in ((committed, lambda s: s), (swapped, airflow_own)):
+        (home / "dags").mkdir(parents=True)
+        for path in DAGS.glob("*.py"):
+            (home / "dags" / path.name).write_text(form(path.read_text()))
+    drop_ins, own = loaded(venv, committed), loaded(venv, swapped)
+    assert drop_ins["import_errors"] == {} and own["import_errors"] == {}
+    assert sum(DROP_IN_IMPORT in p.read_text() for p in DAGS.glob("*.py")) == 5  # every team file has drop-ins
+    assert (
+        set(drop_ins["dags"])
+        == set(own["dags"])
+        == {
+            "ads_attribution",
+            "data_quality",
+            "finance_hourly",
+            "late_partner_feed",
+            "marketing_reports",
+        }
+    )
+    sensors = 0
+    for dag_id, tasks in drop_ins["dags"].items():
+        assert set(tasks) == set(own["dags"][dag_id])
+        for task_id, classpath in tasks.items():
+            name = classpath.rsplit(".", 1)[1]
+            if not classpath.startswith("smartsensor_airflow."):
+                assert own["dags"][dag_id][task_id] == classpath  # the rest of the DAG is untouched
+                continue
+            sensors += 1
+            assert classpath == f"smartsensor_airflow.sensors.{name}"
+            expected = f"{AIRFLOW_HIVE_SENSORS[name]}.{name}" if name in AIRFLOW_HIVE_SENSORS else classpath
+            assert own["dags"][dag_id][task_id] == expected
+    assert sensors >= 20  # demo_scale's default sizes
 
 
 @pytest.mark.timeout(TIMEOUT + 150)
