@@ -103,8 +103,10 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     assert out.returncode == 0, out.stderr
     assert '"launched": 2' in out.stdout
     with engine.connect() as conn:
-        got = {r["task_id"]: r["state"] for r in task_sql.list_tasks(conn)}
-    assert got == {"ok": "success", "never": "failed"}
+        rows = task_sql.list_tasks(conn)
+    got = {r["task_id"]: r["state"] for r in rows}
+    why = {r["task_id"]: (r["error"], r["start_date"], r["end_date"]) for r in rows}
+    assert got == {"ok": "success", "never": "failed"}, f"{why}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     engine.dispose()
 
 

@@ -41,7 +41,7 @@ spark.sql(f"CREATE TABLE {db}.events (x INT) PARTITIONED BY (ds STRING, hr STRIN
 for hr in ("00", "01", "02"):
     spark.sql(f"ALTER TABLE {db}.events ADD PARTITION (ds='2026-11-22', hr='{hr}')")
 # Keep this session open until the reader has seen the partitions: both clients live at once.
-deadline = time.monotonic() + 90
+deadline = time.monotonic() + 300  # the reader's Spark may start late on a loaded machine
 while not reader_done.exists() and time.monotonic() < deadline:
     time.sleep(0.2)
 print(json.dumps({"reader_done": reader_done.exists()}), flush=True)
@@ -56,7 +56,7 @@ db, reader_done = sys.argv[1], Path(sys.argv[2])
 try:
     spark = get_spark(load_config())
     parts = []
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300
     while len(parts) < 3 and time.monotonic() < deadline:
         if spark.catalog.tableExists(f"{db}.events"):
             parts = sorted(r.partition for r in spark.sql(f"SHOW PARTITIONS {db}.events").collect())
@@ -102,7 +102,7 @@ class Procs:
                 proc.wait()
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[str, str]:
+def finish(proc: subprocess.Popen[str], timeout: float = 420) -> tuple[str, str]:
     """Wait for a subprocess; fail with its stderr tail if it does not exit 0."""
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr tail:\n{err[-3000:]}"
