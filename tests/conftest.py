@@ -17,6 +17,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
+from tests.support.metastore_service import derby_service
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
 
 TESTS = Path(__file__).resolve().parent
@@ -101,6 +102,14 @@ def xdist_group(item: pytest.Item, layer: str) -> str | None:
     if any(defs and defs[-1].scope in ("module", "package") for defs in info.name2fixturedefs.values()):
         return item.module.__name__  # type: ignore[attr-defined]
     return None
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
+    """A Hive metastore service on embedded Derby, started by the first test of this process that needs it and
+    shared by every module after it (each uses databases of its own names); stopped when the process ends."""
+    with derby_service(tmp_path_factory.mktemp("metastore-home")) as cfg:
+        yield cfg
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_test_pg)])

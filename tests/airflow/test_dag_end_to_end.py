@@ -11,18 +11,16 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from sqlalchemy import text
 
 from scripts.airflow.stack import airflow_env, run_airflow, states_requests, task_end_times, task_states, version_of
-from smartsensor.adapters import metastore_service
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.config import Config
 from tests.support.airflow_helpers import airflow_venvs
-from tests.support.common import ROOT, make_cfg, override_env, wait_until
+from tests.support.common import ROOT, override_env, wait_until
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -53,23 +51,6 @@ with DAG("landing", start_date=datetime(2026, 11, 1), schedule=None, catchup=Fal
     NamedHivePartitionSensor(task_id="never_soft", partition_names=never, poke_interval=1, timeout=3, soft_fail=True)
     NamedHivePartitionSensor(task_id="never_fail", partition_names=never, poke_interval=1, timeout=3)
 """
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
-    """A Hive metastore service shared by the worker and the pipeline, stopped whatever happens."""
-    port = free_port()
-    cfg = make_cfg(
-        tmp_path_factory.mktemp("metastore-home"),
-        "sqlite://",
-        metastore__port=str(port),
-        spark__metastore_uris=f"thrift://127.0.0.1:{port}",
-    )
-    try:
-        metastore_service.start(cfg)
-        yield cfg
-    finally:
-        metastore_service.stop(cfg)
 
 
 def smartsensor_env(service: Config, home: Path, db_url: str) -> dict[str, str]:

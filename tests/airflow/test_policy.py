@@ -23,7 +23,6 @@ from smartsensor.config import Config
 from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.airflow_race import TABLES
-from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 

@@ -52,7 +52,6 @@ from tests.support.airflow_scale import (
     pickup_rate,
     scale_table,
 )
-from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from smartsensor.sensors.checks import PathCheck
 from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.service.round.poke import catalog_answerer
 from tests.support.catalog_cases import CASES, DB
-from tests.support.metastore_service import run_spark, service_fixture, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import run_spark
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,6 @@ import pytest
 
 from smartsensor.config import Config
 from tests.support.common import ROOT
-from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
 from tests.support.packaging import build_wheel
 
 pytestmark = pytest.mark.slow

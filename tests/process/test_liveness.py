@@ -46,7 +46,6 @@ from tests.support.liveness import (
     run_events,
     table,
 )
-from tests.support.metastore_service import service_fixture  # noqa: F401 - fixture
 from tests.support.pg import needs_test_pg
 from tests.support.proc_helpers import CliProcess, cli_env
 

@@ -23,7 +23,7 @@ from smartsensor.adapters import metastore_service
 from smartsensor.adapters.metastore_service_process import free_port, port_answers
 from smartsensor.config import Config
 from tests.support.common import ROOT
-from tests.support.metastore_service import service_cfg, service_fixture, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import service_cfg, spark_env
 
 pytestmark = pytest.mark.slow
 

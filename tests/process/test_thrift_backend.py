@@ -17,7 +17,7 @@ from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, S
 from smartsensor.standalone.registration import register
 from tests.support.catalog_cases import DB, SETUP
 from tests.support.common import DAY, ROOT, make_cfg
-from tests.support.metastore_service import run_spark, service_fixture, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import run_spark
 from tests.support.proc_helpers import cli_env
 
 pytestmark = pytest.mark.slow

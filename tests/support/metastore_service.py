@@ -1,6 +1,7 @@
 """A Hive metastore service for tests: its Config, the environment of a Spark process that uses it, and
-module-scoped fixtures (import one into a test module to use it there): ``service`` on embedded Derby, and
-``pg_service`` and ``mysql_service`` on their own database of ./scripts/test.sh's throwaway PostgreSQL and MariaDB
+fixtures: ``service`` on embedded Derby (``derby_service``; session-scoped in tests/conftest.py, so every module of a
+test process shares one), and module-scoped ``pg_service`` and ``mysql_service`` (import one into a test module to
+use it there) on their own database of ./scripts/test.sh's throwaway PostgreSQL and MariaDB
 (standing in for MySQL), as production metastores run."""
 
 from __future__ import annotations
@@ -61,10 +62,11 @@ def run_spark(cfg: Config, code: str) -> str:
     return proc.stdout
 
 
-@pytest.fixture(scope="module", name="service")
-def service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
-    """One running metastore service for the module, stopped at teardown whatever happened."""
-    cfg = service_cfg(tmp_path_factory.mktemp("metastore-home"), free_port())
+@contextlib.contextmanager
+def derby_service(home: Path) -> Iterator[Config]:
+    """A running metastore service on embedded Derby under ``home``, stopped whatever happened (tests/conftest.py's
+    session-scoped ``service``: one per test process, for every module that uses it)."""
+    cfg = service_cfg(home, free_port())
     try:
         metastore_service.start(cfg)
         yield cfg
