@@ -15,6 +15,7 @@ import pytest
 
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
+from tests.support.airflow_databases import AirflowDatabases
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
 from tests.support.metastore_service import derby_service
@@ -110,6 +111,16 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
     shared by every module after it (each uses databases of its own names); stopped when the process ends."""
     with derby_service(tmp_path_factory.mktemp("metastore-home")) as cfg:
         yield cfg
+
+
+@pytest.fixture(scope="session")
+def airflow_databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDatabases]:
+    """Airflow's databases, migrated once per version in this test process and copied for each user."""
+    databases = AirflowDatabases(tmp_path_factory.mktemp("airflow-databases"))
+    try:
+        yield databases
+    finally:
+        databases.close()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=needs_test_pg)])

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from scripts.airflow.stack import airflow_env, run_airflow, states_requests, task_end_times, task_states, version_of
+from scripts.airflow.stack import airflow_env, states_requests, task_end_times, task_states, version_of
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.config import Config
+from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT, override_env, wait_until
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
@@ -71,7 +72,9 @@ def smartsensor_env(service: Config, home: Path, db_url: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
-def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str, tmp_path: Path) -> None:
+def test_dag_waits_through_smartsensor(
+    venv: Path, service: Config, pg_url: str, tmp_path: Path, airflow_databases: AirflowDatabases
+) -> None:
     db = f"e2e_{version_of(venv).replace('.', '_')}_{tmp_path.name[-6:]}".lower()
     env = smartsensor_env(service, tmp_path / "smartsensor", pg_url)
     run_cli(["db", "init"], env, check=True)
@@ -79,7 +82,7 @@ def test_dag_waits_through_smartsensor(venv: Path, service: Config, pg_url: str,
     af_home = tmp_path / "airflow"
     af_env = airflow_env(venv, af_home, AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{TOKEN}@127.0.0.1:{port}")
     (af_home / "dags" / "landing.py").write_text(DAG.format(db=db))
-    run_airflow(venv, ["db", "migrate"], af_env)
+    airflow_databases.new_sqlite(venv, af_home)
 
     engine = make_engine(pg_url)
     server = CliProcess(["serve", "--port", str(port)], env)

@@ -20,6 +20,7 @@ from sqlalchemy import bindparam, text
 
 from scripts.airflow.stack import version_of
 from smartsensor.config import Config
+from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.airflow_race import TABLES
@@ -84,13 +85,17 @@ def dag_source(db: str) -> str:
 
 @pytest.fixture(scope="module", params=airflow_venvs(), ids=version_of)
 def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, service: Config
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    service: Config,
+    airflow_databases: AirflowDatabases,
 ) -> Iterator[Deployment]:
     venv: Path = request.param
     db = "policy_" + version_of(venv).replace(".", "_")
     port = service.get("spark", "metastore_uris").rsplit(":", 1)[1]
     with deployed(
         venv,
+        airflow_databases,
         tmp_for(tmp_path_factory, venv),
         service,
         db,

@@ -30,6 +30,7 @@ import pytest
 
 from scripts.airflow.stack import version_of
 from smartsensor.config import Config
+from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.airflow_race import (
@@ -89,7 +90,11 @@ def statsd() -> Iterator[StatsdSink]:
 
 @pytest.fixture(scope="module", params=airflow_venvs(), ids=version_of)
 def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, service: Config, statsd: StatsdSink
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    service: Config,
+    airflow_databases: AirflowDatabases,
+    statsd: StatsdSink,
 ) -> Iterator[Deployment]:
     """smartsensor and Airflow (request.param's venv) as a platform team deploys them (airflow_deployment)."""
     venv: Path = request.param
@@ -110,6 +115,7 @@ def deployment(
     metastore_port = service.get("spark", "metastore_uris").rsplit(":", 1)[1]
     with deployed(
         venv,
+        airflow_databases,
         base,
         service,
         db,

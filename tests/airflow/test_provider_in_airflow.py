@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from scripts.airflow.stack import airflow_env, run_airflow, version_of
+from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import INSIDE, airflow_venvs
 
 pytestmark = pytest.mark.slow
@@ -212,7 +213,9 @@ with DAG("resume_start_date", start_date=datetime(2026, 1, 1), schedule=None, ca
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
-def test_whether_a_resumed_try_keeps_its_start_date(venv: Path, tmp_path: Path) -> None:
+def test_whether_a_resumed_try_keeps_its_start_date(
+    venv: Path, tmp_path: Path, airflow_databases: AirflowDatabases
+) -> None:
     """The safety valve counts a sensor's timeout from the try's start. Airflow's database keeps a resumed try's
     start_date (3.3's execution API leaves it alone when the try resumes from a deferral), but the task that
     `airflow dags test` resumes sees its resume time: the valve must not count from it, so the trigger carries
@@ -221,7 +224,7 @@ def test_whether_a_resumed_try_keeps_its_start_date(venv: Path, tmp_path: Path) 
     record = tmp_path / "record.jsonl"
     env = airflow_env(venv, tmp_path, RESUME_RECORD=str(record))
     (tmp_path / "dags" / "resume_dag.py").write_text(RESUME_DAG)
-    run_airflow(venv, ["db", "migrate"], env, timeout=600)
+    airflow_databases.new_sqlite(venv, tmp_path)
     run_airflow(venv, ["dags", "test", "resume_start_date", "2026-11-22"], env, timeout=300)
     seen: dict[str, str | None] = {}
     for line in record.read_text().splitlines():

@@ -18,6 +18,7 @@ import pytest
 
 from scripts.airflow.stack import AirflowStack, Processes, states_requests, version_of
 from smartsensor.adapters.metastore_service_process import free_port
+from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT
 from tests.support.proc_helpers import cli_env, run_cli
@@ -64,7 +65,7 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
 def test_one_states_request_per_interval_for_a_whole_triggerer(
-    venv: Path, tmp_path: Path, pg_url: str, processes: Processes
+    venv: Path, tmp_path: Path, pg_url: str, processes: Processes, airflow_databases: AirflowDatabases
 ) -> None:
     sensors = SENSORS[version_of(venv).split(".")[0]]
     env = cli_env(tmp_path / "smartsensor", pg_url, PYTHONPATH=str(ROOT), SMARTSENSOR__API__TOKEN=TOKEN)
@@ -84,7 +85,7 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(
     )
     smartsensor = [sys.executable, "-m", "smartsensor.cli"]
     try:
-        stack.migrate()
+        airflow_databases.new_sqlite(venv, stack.home)
         processes.start("serve", [*smartsensor, "serve", "--port", str(port)], env)
         processes.start("worker", [*smartsensor, "worker", "--interval", "0.5", "--json"], env)
         stack.start()

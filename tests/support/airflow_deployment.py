@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from scripts.airflow.stack import AirflowStack, Processes, version_of
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
+from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_race import Landing
 from tests.support.common import ROOT, new_db, override_env, wait_until
 from tests.support.liveness import Metastore
@@ -56,6 +57,7 @@ class Deployment:
 @contextlib.contextmanager
 def deployed(
     venv: Path,
+    databases: AirflowDatabases,
     tmp: Path,
     service: Config,
     db: str,
@@ -65,10 +67,11 @@ def deployed(
     local_settings: str | None = None,
     **airflow_env: str,
 ) -> Iterator[Deployment]:
-    """smartsensor and Airflow (``venv``) with the DAG files ``dags`` (file name → source), ``local_settings`` as
-    ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and ``airflow_env`` added to Airflow's environment; the Hive
-    tables ``db``.``tables`` created on the metastore service. Waits until ``dag_ids`` are parsed."""
-    (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), new_pg_database()
+    """smartsensor and Airflow (``venv``; its database a copy of one migrated by ``databases``) with the DAG files
+    ``dags`` (file name → source), ``local_settings`` as ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and
+    ``airflow_env`` added to Airflow's environment; the Hive tables ``db``.``tables`` created on the metastore
+    service. Waits until ``dag_ids`` are parsed."""
+    (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), databases.new_pg(venv)
     settings = {
         "smart_sensor__catalog_backend": "thrift",
         "spark__metastore_uris": service.get("spark", "metastore_uris"),
@@ -90,7 +93,6 @@ def deployed(
     deployment = Deployment(stack, Landing(metastore, engine), engine, tmp / "logs", port, env)
     try:
         metastore.create_tables(tables)
-        stack.migrate()
         deployment.start_serve()
         processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], env)
         stack.start()

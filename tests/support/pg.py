@@ -19,13 +19,15 @@ PG_URL = os.environ.get("SMARTSENSOR_TEST_PG_URL")
 PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
 
 
-def new_pg_database(admin_url: str | None = None) -> tuple[str, str]:
-    """A new, empty database on the test server (or on the server of ``admin_url``): its name and URL."""
+def new_pg_database(admin_url: str | None = None, template: str | None = None) -> tuple[str, str]:
+    """A new database on the test server (or on the server of ``admin_url``): its name and URL. Empty, or a copy of
+    the database named ``template`` (which nobody may be connected to meanwhile: PostgreSQL refuses the copy)."""
     admin_url = admin_url or PG_ADMIN_URL
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
+    copy = "" if template is None else f' TEMPLATE "{template}"'  # our own names only: t_<hex>
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"{copy}'))
     admin.dispose()
     return name, admin_url.rsplit("/", 1)[0] + "/" + name
 
