@@ -18,7 +18,7 @@ from tests.support.proc_helpers import run_script
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(1800)  # ~2-4 min here; a heavily loaded machine has taken past 600 s
+@pytest.mark.timeout(1800)  # ~1-2 min alone; a heavily loaded machine has taken 650 s for two workloads
 def test_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "results" / "bench.json"  # a folder that does not exist yet, as in the README
     home = tmp_path / "home"
@@ -30,7 +30,7 @@ def test_bench_smoke(tmp_path: Path) -> None:
                 "-m",
                 "scripts.bench.bench",
                 "--workload",
-                "W1,W3",  # the smallest and the one of 8 shards; W2 runs in test_bench_metastore_db_and_load
+                "W1",  # the smallest; test_bench_metastore_db_and_load runs W1,W2 (the growth from one to the next)
                 "--scale",
                 "0.005",
                 "--classic-sample",
@@ -59,8 +59,8 @@ def test_bench_smoke(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["metastore"] == "derby" and "Derby" in data["skipped"]["metastore-db"]
     assert data["metastore_db_load_unmeasured"]  # no PostgreSQL under the metastore: no DB time, and why
-    assert [w["workload"] for w in data["workloads"]] == ["W1", "W3"]
-    assert [w["shards"] for w in data["workloads"]] == [4, 8]
+    assert [w["workload"] for w in data["workloads"]] == ["W1"]
+    assert [w["shards"] for w in data["workloads"]] == [4]
     for w in data["workloads"]:
         res = w["results"]
         waiting = {k: v[0] for k, v in res.items()}
