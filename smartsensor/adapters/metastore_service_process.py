@@ -119,22 +119,28 @@ def port_bindable(port: int) -> bool:
 # -- spawn and terminate ---------------------------------------------------------------------------
 
 
-def spawn(cfg: Config, cmd: list[str], die_with_parent: bool = False) -> tuple[int, int]:
-    """Start the JVM detached, record its pid; return (pid, log offset where its output begins)."""
-    home = service_dir(cfg)
+def _start_logged(cfg: Config, verb: str, cmd: list[str], die_with_parent: bool) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``cmd`` in its own session in the service's folder, its output appended to the service's log after a
+    header line (``verb``: starting, running); return the process and the log offset where its output begins."""
     with open(log_path(cfg), "ab") as log:
-        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(cmd)}\n".encode())
+        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {verb}: {shlex.join(cmd)}\n".encode())
         log.flush()
         offset = log.tell()
         proc = subprocess.Popen(
             cmd,
-            cwd=home,
+            cwd=service_dir(cfg),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=pdeathsig_preexec() if die_with_parent else None,
         )
+    return proc, offset
+
+
+def spawn(cfg: Config, cmd: list[str], die_with_parent: bool = False) -> tuple[int, int]:
+    """Start the JVM detached, record its pid; return (pid, log offset where its output begins)."""
+    proc, offset = _start_logged(cfg, "starting", cmd, die_with_parent)
     _children[proc.pid] = proc  # keep it referenced: a collected running Popen warns (ResourceWarning)
     tmp = pid_path(cfg).with_suffix(".tmp")
     tmp.write_text(f"{proc.pid}\n")
@@ -149,19 +155,7 @@ def run_to_log(cfg: Config, name: str, cmd: list[str], timeout: float) -> tuple[
     Returns (exit status, log offset where its output begins). The tool dies with this process (Linux) and is
     killed with its process group after ``timeout`` s; then MetastoreServiceError says so.
     """
-    with open(log_path(cfg), "ab") as log:
-        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} running: {shlex.join(cmd)}\n".encode())
-        log.flush()
-        offset = log.tell()
-        proc = subprocess.Popen(
-            cmd,
-            cwd=service_dir(cfg),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=pdeathsig_preexec(),
-        )
+    proc, offset = _start_logged(cfg, "running", cmd, die_with_parent=True)
     try:
         return proc.wait(timeout), offset
     except subprocess.TimeoutExpired:
