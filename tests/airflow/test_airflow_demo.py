@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from scripts.airflow.demo import AIRFLOW_HIVE_SENSORS, DAGS, DROP_IN_IMPORT, airflow_own
-from scripts.airflow.stack import airflow_env, version_of
-from tests.support.airflow_helpers import INSIDE, airflow_venvs
+from scripts.airflow.stack import version_of
+from tests.support.airflow_helpers import airflow_venvs, seen_inside
 from tests.support.common import ROOT
 from tests.support.proc_helpers import run_cli
 
@@ -122,19 +122,6 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[str, dict[str, Any]]:
     return " ".join(text.split()), summary  # lines as rich wrapped them, joined
 
 
-def loaded(venv: Path, home: Path) -> dict[str, Any]:
-    """What Airflow's DagBag makes of the DAG files in ``home``/dags (tests/airflow/inside/demo_dags.py)."""
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), str(INSIDE / "demo_dags.py")],
-        env=airflow_env(venv, home),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
-
-
 AIRFLOW_3 = [v for v in airflow_venvs() if not isinstance(v, Path) or version_of(v).startswith("3.")]
 
 
@@ -148,7 +135,7 @@ def test_the_demo_dag_files_load_in_both_modes(venv: Path, tmp_path: Path) -> No
         (home / "dags").mkdir(parents=True)
         for path in DAGS.glob("*.py"):
             (home / "dags" / path.name).write_text(form(path.read_text()))
-    drop_ins, own = loaded(venv, committed), loaded(venv, swapped)
+    drop_ins, own = seen_inside(venv, committed, "demo_dags.py"), seen_inside(venv, swapped, "demo_dags.py")
     assert drop_ins["import_errors"] == {} and own["import_errors"] == {}
     assert sum(DROP_IN_IMPORT in p.read_text() for p in DAGS.glob("*.py")) == 5  # every team file has drop-ins
     assert (

@@ -5,31 +5,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from scripts.airflow.stack import airflow_env, run_airflow, version_of
 from tests.support.airflow_databases import AirflowDatabases
-from tests.support.airflow_helpers import INSIDE, airflow_venvs
+from tests.support.airflow_helpers import airflow_venvs, seen_inside
 
 pytestmark = pytest.mark.slow
-
-
-def seen_inside(venv: Path, tmp_path: Path, script: str) -> dict[str, Any]:
-    """Run ``tests/airflow/inside/<script>`` with the venv's python; the JSON line it printed last."""
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), str(INSIDE / script)],
-        env=airflow_env(venv, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)

@@ -4,12 +4,15 @@ demo uses too."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from scripts.airflow.stack import airflow_env
 from tests.support.common import ROOT
 
 INSIDE = ROOT / "tests" / "airflow" / "inside"  # scripts run by an Airflow venv's python, not by pytest
@@ -38,3 +41,17 @@ def airflow_venvs() -> list[Any]:
             f"SMARTSENSOR_AIRFLOW_VENVS names Airflow venvs that do not exist: {missing}; ./scripts/test.sh builds them"
         )
     return venvs
+
+
+def seen_inside(venv: Path, home: Path, script: str, timeout: float = 300) -> dict[str, Any]:
+    """Run ``tests/airflow/inside/<script>`` with the venv's python (Airflow's environment, ``home`` as
+    $AIRFLOW_HOME); the JSON line it printed last. Fails with its stderr unless it exits 0."""
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(INSIDE / script)],
+        env=airflow_env(venv, home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
