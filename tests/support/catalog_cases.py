@@ -20,16 +20,18 @@ def _literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# Idempotent: the modules that land it (test_catalog_backends, test_thrift_backend) share a test process's metastore
+# service, and the second one finds it there.
 SETUP = [
     f"CREATE DATABASE IF NOT EXISTS {DB}",
-    f"CREATE TABLE {DB}.esc (x INT) PARTITIONED BY (ds STRING, hr STRING) STORED AS PARQUET",
-    *(f"ALTER TABLE {DB}.esc ADD PARTITION (ds={_literal(v)}, hr='00')" for v in ODD_VALUES),
-    f"CREATE TABLE {DB}.typed (x INT) PARTITIONED BY (ds DATE, hr INT) STORED AS PARQUET",
-    f"ALTER TABLE {DB}.typed ADD PARTITION (ds='2026-01-05', hr='00')",
-    f"CREATE TABLE {DB}.flat (x INT) STORED AS PARQUET",
-    f"CREATE TABLE {DB}.empty (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET",
-    f"CREATE TABLE {DB}.daily (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET",
-    f"ALTER TABLE {DB}.daily ADD PARTITION (ds='2026-11-22')",
+    f"CREATE TABLE IF NOT EXISTS {DB}.esc (x INT) PARTITIONED BY (ds STRING, hr STRING) STORED AS PARQUET",
+    *(f"ALTER TABLE {DB}.esc ADD IF NOT EXISTS PARTITION (ds={_literal(v)}, hr='00')" for v in ODD_VALUES),
+    f"CREATE TABLE IF NOT EXISTS {DB}.typed (x INT) PARTITIONED BY (ds DATE, hr INT) STORED AS PARQUET",
+    f"ALTER TABLE {DB}.typed ADD IF NOT EXISTS PARTITION (ds='2026-01-05', hr='00')",
+    f"CREATE TABLE IF NOT EXISTS {DB}.flat (x INT) STORED AS PARQUET",
+    f"CREATE TABLE IF NOT EXISTS {DB}.empty (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET",
+    f"CREATE TABLE IF NOT EXISTS {DB}.daily (x INT) PARTITIONED BY (ds STRING) STORED AS PARQUET",
+    f"ALTER TABLE {DB}.daily ADD IF NOT EXISTS PARTITION (ds='2026-11-22')",
 ]
 
 
