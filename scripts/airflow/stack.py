@@ -246,6 +246,12 @@ class AirflowStack:
         run_airflow(self.venv, ["db", "migrate"], self.env, timeout=600)
         return time.monotonic() - started
 
+    def write_config(self) -> None:
+        """Let Airflow write ``$AIRFLOW_HOME/airflow.cfg`` (reading its config does, when there is none) before the
+        components start together: each would otherwise write it at once, and one may read another's half-written
+        file. ``migrate`` does it too; a home whose database was copied, not migrated, needs this."""
+        run_airflow(self.venv, ["config", "get-value", "core", "executor"], self.env, timeout=300)
+
     def start(self) -> None:
         """Start every component (``airflow-<component>`` in ``processes``)."""
         if self.major >= 3:
