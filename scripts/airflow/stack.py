@@ -246,14 +246,12 @@ class AirflowStack:
         run_airflow(self.venv, ["db", "migrate"], self.env, timeout=600)
         return time.monotonic() - started
 
-    def write_config(self) -> None:
-        """Let Airflow write ``$AIRFLOW_HOME/airflow.cfg`` (reading its config does, when there is none) before the
-        components start together: each would otherwise write it at once, and one may read another's half-written
-        file. ``migrate`` does it too; a home whose database was copied, not migrated, needs this."""
-        run_airflow(self.venv, ["config", "get-value", "core", "executor"], self.env, timeout=300)
-
     def start(self) -> None:
-        """Start every component (``airflow-<component>`` in ``processes``)."""
+        """Start every component (``airflow-<component>`` in ``processes``). A home with no ``airflow.cfg`` yet (its
+        database copied, not migrated here) gets it first, from one process reading its config: components that
+        start together would each write it, and one may read another's half-written file."""
+        if not (self.home / "airflow.cfg").exists():
+            run_airflow(self.venv, ["config", "get-value", "core", "executor"], self.env, timeout=300)
         if self.major >= 3:
             (self.home / "passwords.json").write_text(json.dumps({USER: self.password}) + "\n")
         for name, args in self.components().items():

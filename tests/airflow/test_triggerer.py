@@ -86,7 +86,6 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(
     smartsensor = [sys.executable, "-m", "smartsensor.cli"]
     try:
         airflow_databases.new_sqlite(venv, stack.home)
-        stack.write_config()
         processes.start("serve", [*smartsensor, "serve", "--port", str(port)], env)
         processes.start("worker", [*smartsensor, "worker", "--interval", "0.5", "--json"], env)
         stack.start()

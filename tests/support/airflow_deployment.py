@@ -93,7 +93,6 @@ def deployed(
     deployment = Deployment(stack, Landing(metastore, engine), engine, tmp / "logs", port, env)
     try:
         metastore.create_tables(tables)
-        stack.write_config()  # its database is a copy: nothing has written airflow.cfg yet
         deployment.start_serve()
         processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], env)
         stack.start()
