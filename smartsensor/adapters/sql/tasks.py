@@ -4,6 +4,9 @@ State changes are guarded, idempotent updates (``... WHERE state IN (...)``): a 
 retried round or a user's manual change is never overwritten. Each function documents how many
 statements it sends; callers count them through ``smartsensor.adapters.sql.engine.statement_count``.
 Lease, signal and status queries live next to this module (``leases``, ``signals``, ``status``).
+
+The functions that take an ``Engine`` (at the end, by caller) are the operations the entry points and the doors
+call: each opens its own connection or transaction and sends the statements above, so that no caller holds one.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Connection, exists, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import Connection, Engine, exists, func, insert, or_, select, text, tuple_, update
 
+from smartsensor.adapters.sql import channels as channel_sql
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance
@@ -562,3 +566,32 @@ def reshard(conn: Connection, limit: int, now: datetime | None = None) -> int:
         .where(TI.c.hashcode.is_not(None), or_(TI.c.shardcode.is_(None), TI.c.shardcode != wanted))
         .values(shardcode=wanted, updated_at=now or datetime.utcnow())  # the new range's reconciliation sees it
     ).rowcount
+
+
+# -- operations, each in a connection or transaction of its own -------------------------------------------------
+# The CLI's.
+
+
+def reshard_tasks(engine: Engine, limit: int) -> int:
+    """``reshard`` in a transaction of its own (`db reshard`); how many rows moved (1 statement)."""
+    with engine.begin() as conn:
+        return reshard(conn, limit)
+
+
+def read_tasks(engine: Engine, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
+    """``list_tasks`` on a connection of its own (1 statement)."""
+    with engine.connect() as conn:
+        return list_tasks(conn, state=state, dag_id=dag_id)
+
+
+def set_state_by_hand(engine: Engine, key: TaskKey, new_state: str) -> bool:
+    """A user's `set-state`, in one transaction: the state (``set_state`` without a guard), then, on PostgreSQL,
+    NOTIFY the ended channel (any task) and, for ``smart_pending``, the pending one. False, and nothing more sent,
+    when there is no such task. 1 statement on SQLite; 2 or 3 on PostgreSQL."""
+    with engine.begin() as conn:
+        if not set_state(conn, key, new_state):
+            return False
+        channel_sql.notify_ended(conn)
+        if new_state == State.SMART_PENDING:
+            channel_sql.notify_pending(conn)
+        return True
