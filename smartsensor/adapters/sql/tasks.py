@@ -595,3 +595,40 @@ def set_state_by_hand(engine: Engine, key: TaskKey, new_state: str) -> bool:
         if new_state == State.SMART_PENDING:
             channel_sql.notify_pending(conn)
         return True
+
+
+# The standalone door's registration (`submit`).
+
+
+def read_states(engine: Engine, execution_date: datetime, dag_ids: Iterable[str]) -> dict[tuple[str, str], str]:
+    """``existing_states`` on a connection of its own (1 statement per IN_CHUNK dag_ids)."""
+    with engine.connect() as conn:
+        return existing_states(conn, execution_date, dag_ids)
+
+
+def register_rows(
+    engine: Engine, rows: Sequence[dict[str, Any]], execution_date: datetime, clear: bool
+) -> dict[tuple[str, str], str]:
+    """Register task rows of one execution date in ONE transaction: read which exist (``existing_states``), insert
+    the others in bulk, overwrite the existing ones with their row when ``clear`` (``reset_task``), then, on
+    PostgreSQL, NOTIFY the pending channel with the shardcodes of the smart_pending rows inserted or overwritten.
+    Returns {(dag_id, task_id): state} of the rows that existed, as they were. IntegrityError (nothing written)
+    when another registration inserted some of them meanwhile. Statements: ``existing_states``' and
+    ``insert_tasks_bulk``'s, 1 per row overwritten, and the NOTIFY."""
+    with engine.begin() as conn:
+        existing = existing_states(conn, execution_date, {row["dag_id"] for row in rows})
+        insert_tasks_bulk(conn, [row for row in rows if (row["dag_id"], row["task_id"]) not in existing])
+        if clear:
+            for row in rows:
+                if (row["dag_id"], row["task_id"]) in existing:
+                    reset_task(conn, row)
+        # their worker starts them and pokes their checks at once, not at its next round
+        channel_sql.notify_pending(
+            conn,
+            [
+                row["shardcode"]
+                for row in rows
+                if row["state"] == State.SMART_PENDING and (clear or (row["dag_id"], row["task_id"]) not in existing)
+            ],
+        )
+    return existing
