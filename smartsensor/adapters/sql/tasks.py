@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy import Connection, Engine, exists, func, insert, or_, select, text, tuple_, update
 
@@ -632,3 +632,139 @@ def register_rows(
             ],
         )
     return existing
+
+
+# Classic runs (`run-task`).
+
+
+def read_task(engine: Engine, key: TaskKey) -> dict[str, Any] | None:
+    """``get_task`` on a connection of its own (1 statement)."""
+    with engine.connect() as conn:
+        return get_task(conn, *key)
+
+
+def claim_run(
+    engine: Engine, key: TaskKey, now: datetime, hostname: str, claimed: bool
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """In one transaction: read the task, claim it for a classic run (``claim_scheduled``, only when it is
+    scheduled) unless the scheduler ``claimed`` it already (then it must be running), and read it again. Returns
+    (the task as read first, None if there is none; the task as claimed, None when it was not this run's to claim).
+    1-3 statements."""
+    with engine.begin() as conn:
+        found = get_task(conn, *key)
+        if found is None:
+            return None, None
+        if claimed:
+            ours = found["state"] == State.RUNNING
+        else:
+            ours = found["state"] == State.SCHEDULED and claim_scheduled(conn, key, now, hostname)
+        return found, (get_task(conn, *key) if ours else None)
+
+
+def beat_run(engine: Engine, key: TaskKey, now: datetime) -> bool:
+    """``heartbeat_running`` in a transaction of its own; False once the task left `running` (1 statement)."""
+    with engine.begin() as conn:
+        return heartbeat_running(conn, key, now)
+
+
+def hand_back_run(engine: Engine, key: TaskKey, now: datetime) -> bool:
+    """``hand_back_running`` in a transaction of its own (1 statement)."""
+    with engine.begin() as conn:
+        return hand_back_running(conn, key, now)
+
+
+def end_try(
+    engine: Engine, key: TaskKey, new_state: str, error: str | None = None, try_number: int | None = None
+) -> bool:
+    """End a classic run's try, in a transaction of its own: running → ``new_state`` (``set_state`` guarded on
+    `running` and, given, on ``try_number``); False if the task left `running` (or that try) meanwhile.
+    1 statement."""
+    with engine.begin() as conn:
+        return set_state(conn, key, new_state, from_states=[State.RUNNING], error=error, try_number=try_number)
+
+
+# The standalone scheduler.
+
+# A retry's next step, from its up_for_retry row: None (not due yet), (state, None) to queue its next try in that
+# state, or (state, error) to end it so (a row that cannot be retried fails alone).
+RetryPlan = Callable[[dict[str, Any]], "tuple[str, str | None] | None"]
+
+
+def requeue_due_retries(engine: Engine, now: datetime, plan: RetryPlan) -> list[tuple[str, bool]]:
+    """In one transaction: every up_for_retry task (``load_up_for_retry``) as ``plan`` says: its next try queued
+    (``requeue_retry``) or the task ended (``set_state`` from up_for_retry in its try), then, on PostgreSQL, NOTIFY
+    pending if a next try went smart_pending. (state, whether the row changed) per task planned. 1 statement, 1 per
+    task planned, and the NOTIFY."""
+    done: list[tuple[str, bool]] = []
+    with engine.begin() as conn:
+        for row in load_up_for_retry(conn):
+            step = plan(row)
+            if step is None:
+                continue
+            key, (state, error) = key_of(TaskKey, row), step
+            if error is None:
+                changed = requeue_retry(conn, key, row["try_number"], state, now)
+            else:
+                changed = set_state(
+                    conn,
+                    key,
+                    state,
+                    from_states=[State.UP_FOR_RETRY],
+                    now=now,
+                    error=error,
+                    try_number=row["try_number"],
+                )
+            done.append((state, changed))
+        if any(changed and state == State.SMART_PENDING for state, changed in done):
+            channel_sql.notify_pending(conn)  # the workers start the next tries at once
+    return done
+
+
+def end_dead_runs(
+    engine: Engine, cutoff: datetime, now: datetime, plan: Callable[[dict[str, Any]], tuple[str, str]]
+) -> list[tuple[TaskKey, str, str]]:
+    """In one transaction: every `running` task whose run last heartbeated before ``cutoff`` (``load_zombies``)
+    ended as ``plan`` says, (state, error), unless it beat or changed since it was read (``end_zombie``). (key,
+    state, error) of those ended. 1 statement, and 1 per such task."""
+    ended: list[tuple[TaskKey, str, str]] = []
+    with engine.begin() as conn:
+        for row in load_zombies(conn, cutoff):
+            key, (state, error) = key_of(TaskKey, row), plan(row)
+            if end_zombie(conn, key, row["updated_at"], state, now, error):
+                ended.append((key, state, error))
+    return ended
+
+
+def end_exited_try(
+    engine: Engine,
+    key: TaskKey,
+    try_number: int,
+    claimant: str,
+    now: datetime,
+    error: str,
+    state_for: Callable[[dict[str, Any]], str],
+) -> str | None:
+    """In one transaction: if the task is still `running` in ``try_number``, end that try in the state
+    ``state_for`` gives its row (``end_exited_run``, under ``claimant``'s claim). The state it ended in, None when
+    nothing ended. 1 statement, 2 when it is still running."""
+    with engine.begin() as conn:
+        row = get_task(conn, *key)
+        if row is None or row["state"] != State.RUNNING or row["try_number"] != try_number:
+            return None  # ended by the run, handed back, or changed by someone: nothing to do
+        state = state_for(row)
+        return state if end_exited_run(conn, key, try_number, claimant, state, now, error) else None
+
+
+def read_keys_in_state(engine: Engine, state: str, limit: int | None = None) -> list[TaskKey]:
+    """``keys_in_state`` on a connection of its own (1 statement)."""
+    with engine.connect() as conn:
+        return keys_in_state(conn, state, limit=limit)
+
+
+def claim_scheduled_try(engine: Engine, key: TaskKey, now: datetime, claimant: str) -> int | None:
+    """In one transaction: claim a scheduled task for a run the scheduler starts (``claim_scheduled``) and read the
+    try it claimed; None if another process got there first. 1 statement, 2 when claimed."""
+    with engine.begin() as conn:
+        if not claim_scheduled(conn, key, now, claimant):
+            return None
+        return get_task(conn, *key)["try_number"]  # type: ignore[index]  # claimed just above
