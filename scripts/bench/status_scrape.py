@@ -152,7 +152,7 @@ def statements(cfg: Config) -> dict[str, Callable[[Engine], object]]:
 
     return {
         "collect_status": lambda engine: collect_status(engine, cfg, NOW),
-        "collect_stuck": on_conn(lambda conn: collect_stuck(conn, bound, NOW)),
+        "collect_stuck": lambda engine: collect_stuck(engine, bound, NOW),
         "waiting_after_landing": on_conn(lambda conn: status_sql.waiting_after_landing(conn, cutoff)),
         "waiting_start_by_exec": on_conn(status_sql.waiting_start_by_exec),
         "count_by_state": on_conn(status_sql.count_by_state),

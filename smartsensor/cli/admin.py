@@ -42,8 +42,7 @@ def db_init(app: App) -> None:
 def db_reshard(app: App) -> None:
     """Recompute shardcodes after shard_code_upper_limit changed (safe while workers run)."""
     limit = app.cfg.shard_code_upper_limit
-    with app.engine().begin() as conn:
-        moved = task_sql.reshard(conn, limit)
+    moved = task_sql.reshard_tasks(app.engine(), limit)
     click.echo(f"{moved} task instance(s) moved to shardcode = hashcode mod {limit}")
 
 

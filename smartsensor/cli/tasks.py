@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
@@ -86,8 +86,7 @@ TASK_FIELDS = (
 @click.pass_obj
 def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> None:
     """List task instances."""
-    with app.engine().connect() as conn:
-        rows = task_sql.list_tasks(conn, state=state, dag_id=dag_id)
+    rows = task_sql.read_tasks(app.engine(), state=state, dag_id=dag_id)
     if as_json:
         click.echo(json.dumps([jsonable({k: r[k] for k in TASK_FIELDS}) for r in rows]))
         return
@@ -109,12 +108,8 @@ def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> Non
 @click.pass_obj
 def set_state_cmd(app: App, dag_id: str, task_id: str, execution_date: str, state: str) -> None:
     """Set a task instance's state by hand (workers never overwrite it)."""
-    with app.engine().begin() as conn:
-        if not task_sql.set_state(conn, TaskKey(dag_id, task_id, parse_task_date(execution_date)), state):
-            raise UserError(f"no task instance {dag_id}.{task_id} on {execution_date}")
-        channel_sql.notify_ended(conn)
-        if state == State.SMART_PENDING:
-            channel_sql.notify_pending(conn)
+    if not task_sql.set_state_by_hand(app.engine(), TaskKey(dag_id, task_id, parse_task_date(execution_date)), state):
+        raise UserError(f"no task instance {dag_id}.{task_id} on {execution_date}")
     click.echo(f"{dag_id}.{task_id} {execution_date} → {state}")
 
 

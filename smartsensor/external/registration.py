@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from smartsensor.adapters.sql import channels as channel_sql, external as external_sql, tasks as task_sql
+from smartsensor.adapters.sql import external as external_sql
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
@@ -134,44 +134,27 @@ def register_external(
 def _register(
     engine: Engine, key: ExternalKey, try_number: int, row: dict[str, Any], logical_date: datetime | None
 ) -> ExternalRegistered:
-    """One transaction: the same try gets its task instance back; a first or newer try inserts ``row``."""
-    with engine.begin() as conn:
-        mapped = external_sql.get_external(conn, key, for_update=True)
-        if mapped is not None and mapped["try_number"] > try_number:
-            raise ExternalConflict(
-                f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "
-                f"the registered try {mapped['try_number']}"
-            )
-        if mapped is not None and mapped["try_number"] == try_number:
-            ti = task_sql.get_task(conn, key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
-            assert ti is not None, "an external_task row always names an existing task instance"
-            return ExternalRegistered(
-                key,
-                try_number,
-                ti["state"],
-                ti["error"],
-                ti["hashcode"],
-                False,
-                TaskKey(key.dag_id, ti["task_id"], ti["execution_date"]),
-            )
-        now = row["execution_date"]
-        task_sql.insert_tasks_bulk(conn, [row])
-        if row["state"] == State.SMART_PENDING:
-            channel_sql.notify_pending(conn, [row["shardcode"]])
-        if mapped is None:
-            external_sql.insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
-        else:
-            old = TaskKey(key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
-            task_sql.set_state(
-                conn,
-                old,
-                State.SKIPPED,
-                from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
-                now=now,
-                error=f"superseded by try {try_number} of the Airflow task",
-            )
-            if not external_sql.move_external(conn, key, mapped["try_number"], try_number, row["task_id"], now, now):
-                raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
+    """One transaction (``external.register_try``): the same try gets its task instance back; a first or newer try
+    inserts ``row``."""
+    registered_try, ti = external_sql.register_try(
+        engine, key, try_number, row, logical_date, f"superseded by try {try_number} of the Airflow task"
+    )
+    if registered_try is not None and registered_try > try_number:
+        raise ExternalConflict(
+            f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "
+            f"the registered try {registered_try}"
+        )
+    if ti is not None:
+        return ExternalRegistered(
+            key,
+            try_number,
+            ti["state"],
+            ti["error"],
+            ti["hashcode"],
+            False,
+            TaskKey(key.dag_id, ti["task_id"], ti["execution_date"]),
+        )
+    now = row["execution_date"]
     return ExternalRegistered(
         key, try_number, row["state"], None, row["hashcode"], True, TaskKey(key.dag_id, row["task_id"], now)
     )

@@ -66,8 +66,7 @@ def external_states(
     cached = {a: hit for a in asked if cache is not None and (hit := cache.get(a, now)) is not None}
     found: dict[ExternalKey, dict[str, Any]] = {}
     if len(cached) < len(asked):
-        with engine.connect() as conn:
-            found = external_sql.external_states(conn, [key for key, n in asked if (key, n) not in cached])
+        found = external_sql.read_external_states(engine, [key for key, n in asked if (key, n) not in cached])
     out = []
     for key, try_number in asked:
         answer = cached.get((key, try_number))

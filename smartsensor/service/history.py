@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.periodic import PeriodicJobs
-from smartsensor.adapters.sql import history as history_sql, status as status_sql
+from smartsensor.adapters.sql import history as history_sql
 from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger(__name__)
@@ -39,14 +39,11 @@ def sample_once(engine: Engine, interval: float, retention: float, now: datetime
     bucket = bucket_of(now, interval)
     outcome = TAKEN
     try:
-        with engine.begin() as conn:
-            if not history_sql.bucket_written(conn, bucket):
-                history_sql.insert_sample(conn, bucket, status_sql.count_by_state(conn))
-                outcome = WRITTEN
+        if history_sql.write_sample(engine, bucket):
+            outcome = WRITTEN
     except IntegrityError:  # another server wrote this bucket between our read and our insert
         outcome = TAKEN
-    with engine.begin() as conn:
-        history_sql.prune_samples(conn, now - timedelta(seconds=retention))
+    history_sql.delete_samples_before(engine, now - timedelta(seconds=retention))
     return outcome
 
 

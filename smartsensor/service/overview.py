@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import Engine
 
-from smartsensor.adapters.sql import history as history_sql, overview as overview_sql
+from smartsensor.adapters.sql import overview as overview_sql
 from smartsensor.config import Config
 from smartsensor.service.status import collect_status
 from smartsensor.service.status_report import StatusReport
@@ -30,10 +30,7 @@ def collect_overview(
     status = status or collect_status(engine, cfg, now)
     interval, retention = cfg.settings.api.history_interval, cfg.settings.api.history_retention
     since = now - timedelta(seconds=min(retention, MAX_BUCKETS * interval))
-    with engine.connect() as conn:
-        samples = history_sql.load_samples(conn, since)
-        checks = overview_sql.waiting_checks(conn)
-        landings = overview_sql.recent_landings(conn, LANDINGS)
+    samples, checks, landings = overview_sql.read_overview(engine, since, LANDINGS)
     history = series(samples)
     history.append((now, dict(status.tasks_by_state)))
     tables = waiting_per_table(checks)

@@ -36,16 +36,13 @@ def canonical_signal(name: str) -> tuple[str, tuple[str, str]]:
 def send_signal(engine: Engine, name: str) -> str:
     """Record a landing signal (and NOTIFY on Postgres, delivered at commit). Returns the canonical name."""
     canonical, _ = canonical_signal(name)
-    with engine.begin() as conn:
-        signal_sql.insert_signal(conn, canonical, datetime.utcnow())
-        channel_sql.notify_signal(conn, canonical)
+    signal_sql.record_signal(engine, canonical, datetime.utcnow())
     return canonical
 
 
 def prune_old_signals(engine: Engine, now: datetime) -> None:
     """Drop the landing signals older than ``SIGNAL_RETENTION`` (1 statement)."""
-    with engine.begin() as conn:
-        signal_sql.prune_signals(conn, now - SIGNAL_RETENTION)
+    signal_sql.delete_signals_before(engine, now - SIGNAL_RETENTION)
 
 
 class ChannelListener:
@@ -66,8 +63,7 @@ class ChannelListener:
         self._pg: Any = None  # psycopg2's connection, as LISTEN needs it (SQLAlchemy types it as any DB-API one)
         self._last_id = 0
         if engine.dialect.name != "postgresql":
-            with engine.connect() as conn:
-                self._last_id = signal_sql.last_signal_id(conn)
+            self._last_id = signal_sql.newest_signal_id(engine)
         else:
             raw = engine.raw_connection()
             self._raw = raw
@@ -95,8 +91,7 @@ class ChannelListener:
             return notes
         deadline = time.monotonic() + timeout
         while True:
-            with self.engine.connect() as conn:
-                rows = signal_sql.signals_after(conn, self._last_id)
+            rows = signal_sql.read_signals_after(self.engine, self._last_id)
             if rows:
                 self._last_id = rows[-1][0]
                 return [(self.channel, name) for _, name in rows]

@@ -8,9 +8,9 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
-from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
+from smartsensor.adapters.sql import status as status_sql
 from smartsensor.config import Config
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.timing import BadExecSettings, parse_exec
@@ -32,16 +32,17 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     task waits past its time limit (``collect_stuck``: 2, or 4)."""
     now = now or datetime.utcnow()
     ranges = cfg.resolved_shard_ranges
-    with engine.connect() as conn:
-        stuck = collect_stuck(conn, cfg.convergence_bound, now)
-        by_state = status_sql.count_by_state(conn)
-        waiting = status_sql.waiting_by_range(conn, [(r.lo, r.hi) for r in ranges])
-        rounds = status_sql.worker_rounds(conn)
-        leases = lease_sql.load_leases(conn)
-        live = status_sql.list_workers(conn)
-        zombie_threshold = cfg.settings.scheduler.zombie_threshold
-        zombies = task_sql.load_zombies(conn, now - timedelta(seconds=zombie_threshold))
-        stranded = status_sql.stranded_count(conn, cfg.shard_code_upper_limit)
+    rule = _StuckRule(cfg.convergence_bound, now)
+    zombie_cutoff = now - timedelta(seconds=cfg.settings.scheduler.zombie_threshold)
+    stuck_rows, by_state, waiting, rounds, leases, live, zombies, stranded = status_sql.read_status(
+        engine,
+        rule.landed_before,
+        rule.past_limits,
+        [(r.lo, r.hi) for r in ranges],
+        zombie_cutoff,
+        cfg.shard_code_upper_limit,
+    )
+    stuck = rule.stuck(stuck_rows)
     shards = tuple(ShardRow(r.lo, r.hi, *waiting.per_range.get(i, (0, 0))) for i, r in enumerate(ranges))
     workers = tuple(_worker_round(w, now) for w in rounds)
     distinct = waiting.hashes
@@ -109,7 +110,7 @@ def _live_worker(w: dict[str, Any], leases: Sequence[LeaseRow], now: datetime, l
     )
 
 
-def collect_stuck(conn: Connection, bound: float, now: datetime) -> Stuck:
+def collect_stuck(engine: Engine, bound: float, now: datetime) -> Stuck:
     """Smart tasks that still wait (``smart_pending`` or ``smart_running``) although a worker should have ended
     them ``bound`` seconds ago (``[smart_sensor] reconcile_interval`` + ``poke_interval``, ``cfg.convergence_bound``:
     within that a worker's index holds every waiting task of its ranges). Two kinds, each counted with its most
@@ -129,33 +130,53 @@ def collect_stuck(conn: Connection, bound: float, now: datetime) -> Stuck:
     2 statements (``waiting_after_landing``; ``waiting_start_by_exec``, one row per distinct exec_dict), then,
     only when some exec_dict's earliest start is past its cutoff, 2 more: the count over those exec_dicts
     (one OR'ed term each) and the most overdue task's key."""
-    cutoff = now - timedelta(seconds=bound)
-    count, oldest = status_sql.waiting_after_landing(conn, cutoff)
-    return Stuck(bound, StuckCount(count, _overdue(oldest, now, bound)), _past_time_limit(conn, bound, now))
+    rule = _StuckRule(bound, now)
+    return rule.stuck(status_sql.read_stuck(engine, rule.landed_before, rule.past_limits))
 
 
-def _past_time_limit(conn: Connection, bound: float, now: datetime) -> StuckCount:
-    """``collect_stuck``'s past_time_limit: per exec_dict, its cutoff (now - time limit - bound); the exec_dicts
-    whose earliest start is at or before theirs are counted, and the one furthest past it gives the oldest task."""
-    cutoffs: list[tuple[str | None, datetime]] = []
-    worst: tuple[float, str | None, datetime, float] | None = None  # (seconds late, exec_dict, cutoff, time limit)
-    for exec_dict, first_start in status_sql.waiting_start_by_exec(conn):
-        try:
-            limit = parse_exec(exec_dict).time_limit
-        except BadExecSettings:
-            continue
-        cutoff = now - timedelta(seconds=limit + bound)
-        if first_start <= cutoff:
-            cutoffs.append((exec_dict, cutoff))
-            late = (cutoff - first_start).total_seconds()
-            if worst is None or late > worst[0]:
-                worst = (late, exec_dict, cutoff, limit)
-    if worst is None:
-        return StuckCount(0, None)
-    count = status_sql.count_started_before(conn, cutoffs)
-    row = status_sql.oldest_started_before(conn, worst[1], worst[2])
-    due = None if row is None else (*row[:3], row[3] + timedelta(seconds=worst[3]))
-    return StuckCount(count, _overdue(due, now, bound))
+class _StuckRule:
+    """``collect_stuck``'s rule at ``now``: the cutoffs its queries take (``landed_before``; ``past_limits``, per
+    exec_dict), and the ``Stuck`` made of what they read (``stuck``)."""
+
+    def __init__(self, bound: float, now: datetime) -> None:
+        self.bound, self.now = bound, now
+        self.landed_before = now - timedelta(seconds=bound)
+        self._worst_limit = 0.0  # the time limit of the exec_dict furthest past its cutoff, once one is
+
+    def past_limits(
+        self, starts: list[tuple[str | None, datetime]]
+    ) -> tuple[status_sql.Cutoffs, tuple[str | None, datetime] | None]:
+        """past_time_limit's cutoffs: per exec_dict, its cutoff (now - time limit - bound); the exec_dicts whose
+        earliest start is at or before theirs are counted, and the one furthest past it gives the oldest task."""
+        cutoffs: status_sql.Cutoffs = []
+        worst: tuple[float, str | None, datetime, float] | None = None  # (seconds late, exec_dict, cutoff, limit)
+        for exec_dict, first_start in starts:
+            try:
+                limit = parse_exec(exec_dict).time_limit
+            except BadExecSettings:
+                continue
+            cutoff = self.now - timedelta(seconds=limit + self.bound)
+            if first_start <= cutoff:
+                cutoffs.append((exec_dict, cutoff))
+                late = (cutoff - first_start).total_seconds()
+                if worst is None or late > worst[0]:
+                    worst = (late, exec_dict, cutoff, limit)
+        if worst is None:
+            return cutoffs, None
+        self._worst_limit = worst[3]
+        return cutoffs, (worst[1], worst[2])
+
+    def stuck(self, rows: status_sql.StuckRows) -> Stuck:
+        """The two kinds' counts and most overdue tasks (the oldest past its time limit is due at its start + its
+        time limit)."""
+        count, oldest = rows.after_landing
+        past, started = rows.past_time_limit
+        due = None if started is None else (*started[:3], started[3] + timedelta(seconds=self._worst_limit))
+        return Stuck(
+            self.bound,
+            StuckCount(count, _overdue(oldest, self.now, self.bound)),
+            StuckCount(past, _overdue(due, self.now, self.bound)),
+        )
 
 
 def _overdue(task: status_sql.OverdueTask | None, now: datetime, bound: float) -> StuckTask | None:

@@ -82,8 +82,7 @@ class RunHeartbeat:
     def beat(self) -> None:
         """One beat; a failure (a DB outage) is logged and the next beat tries again."""
         try:
-            with self.engine.begin() as conn:
-                alive = task_sql.heartbeat_running(conn, self.key, datetime.utcnow())
+            alive = task_sql.beat_run(self.engine, self.key, datetime.utcnow())
         except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
             log.warning("heartbeat of %s.%s failed: %s", self.key.dag_id, self.key.task_id, first_line(exc))
             return
@@ -152,20 +151,16 @@ def run_task(
     """
     key = TaskKey(dag_id, task_id, execution_date)
     hostname = socket.gethostname()
-    with engine.begin() as conn:
-        row = task_sql.get_task(conn, dag_id, task_id, execution_date)
-        if row is None:
-            raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
-        if not claimed:
-            if row["state"] != State.SCHEDULED or not task_sql.claim_scheduled(conn, key, datetime.utcnow(), hostname):
-                raise TaskRunError(
-                    f"{dag_id}.{task_id} is {row['state']}, not scheduled; "
-                    f"use `submit --clear` or `set-state` to run it again"
-                )
-        elif row["state"] != State.RUNNING:
-            raise TaskRunError(f"{dag_id}.{task_id} is {row['state']}, not running")
-        row = task_sql.get_task(conn, dag_id, task_id, execution_date)
-    assert row is not None
+    found, row = task_sql.claim_run(engine, key, datetime.utcnow(), hostname, claimed)
+    if found is None:
+        raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
+    if row is None and claimed:
+        raise TaskRunError(f"{dag_id}.{task_id} is {found['state']}, not running")
+    if row is None:
+        raise TaskRunError(
+            f"{dag_id}.{task_id} is {found['state']}, not scheduled; "
+            f"use `submit --clear` or `set-state` to run it again"
+        )
     run = ClassicRun(engine, cfg, row, spark_provider, sleep, stop)
     try:
         settings = parse_exec(row["exec_dict"])
@@ -183,16 +178,14 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
     key = key_of(TaskKey, row)
 
     def write() -> bool:
-        with engine.begin() as conn:
-            return task_sql.hand_back_running(conn, key, datetime.utcnow())
+        return task_sql.hand_back_run(engine, key, datetime.utcnow())
 
     if _retry_while_db_down(write, f"{key.dag_id}.{key.task_id} -> scheduled", patience, sleep):
         log.warning(
             "%s.%s: stopped, handed back to the scheduler (try %s goes on)", key.dag_id, key.task_id, row["try_number"]
         )
         return State.SCHEDULED
-    with engine.connect() as conn:
-        current = task_sql.get_task(conn, *key)
+    current = task_sql.read_task(engine, key)
     return current["state"] if current else "deleted"
 
 
@@ -282,8 +275,7 @@ class ClassicRun:
     def lost(self) -> RunResult | None:
         """A result when the task is no longer this run's (someone changed it, or a later try runs elsewhere)."""
         try:
-            with self.engine.connect() as conn:
-                current = task_sql.get_task(conn, *self.key)
+            current = task_sql.read_task(self.engine, self.key)
         except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
             log.warning("metadata DB unavailable, poking on: %s", first_line(exc))
             return None
@@ -325,16 +317,12 @@ class ClassicRun:
         zombie_threshold). Someone else's change wins, and is what the result says."""
 
         def write() -> bool:
-            with self.engine.begin() as conn:
-                return task_sql.set_state(
-                    conn, self.key, state, from_states=[State.RUNNING], error=error, try_number=self.row["try_number"]
-                )
+            return task_sql.end_try(self.engine, self.key, state, error=error, try_number=self.row["try_number"])
 
         patience = self.cfg.settings.scheduler.zombie_threshold
         if not _retry_while_db_down(write, f"{self.key.dag_id}.{self.key.task_id} -> {state}", patience, self.sleep):
             log.warning("%s.%s was changed by someone else; leaving it as it is", self.key.dag_id, self.key.task_id)
-            with self.engine.connect() as conn:
-                current = task_sql.get_task(conn, *self.key)
+            current = task_sql.read_task(self.engine, self.key)
             state = current["state"] if current else state
         return self.result(state, error)
 

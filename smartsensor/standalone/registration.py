@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor
@@ -116,41 +116,34 @@ def register(
 def registered_states(engine: Engine, dag_id: str, execution_date: datetime) -> dict[str, str]:
     """{task_id: state} of the task instances of ``dag_id`` on ``execution_date``: what ``register`` made of its
     sensors, as it stands now (the benchmark waits on it for its probes' ends). 1 statement."""
-    with engine.connect() as conn:
-        found = task_sql.existing_states(conn, execution_date, [dag_id])
+    found = task_sql.read_states(engine, execution_date, [dag_id])
     return {task_id: state for (_, task_id), state in found.items()}
 
 
 def _register_rows(
     engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime, clear: bool
 ) -> list[Registered]:
+    """Register the built rows (``tasks.register_rows``, one transaction) and say what became of each."""
+    existing = task_sql.register_rows(engine, [row for row, _ in built], execution_date, clear)
     out: list[Registered] = []
-    with engine.begin() as conn:
-        existing = task_sql.existing_states(conn, execution_date, {row["dag_id"] for row, _ in built})
-        task_sql.insert_tasks_bulk(conn, [row for row, _ in built if (row["dag_id"], row["task_id"]) not in existing])
-        for row, reason in built:
-            key = (row["dag_id"], row["task_id"])
-            state, created = row["state"], key not in existing
-            if not created:
-                if clear:
-                    task_sql.reset_task(conn, row)
-                    reason = f"cleared; {reason}"
-                else:
-                    state, reason = existing[key], "already registered"
-            out.append(
-                Registered(
-                    row["dag_id"],
-                    row["task_id"],
-                    execution_date,
-                    state,
-                    row["hashcode"],
-                    row["shardcode"],
-                    created,
-                    reason,
-                )
+    for row, reason in built:
+        key = (row["dag_id"], row["task_id"])
+        state, created = row["state"], key not in existing
+        if not created:
+            if clear:
+                reason = f"cleared; {reason}"
+            else:
+                state, reason = existing[key], "already registered"
+        out.append(
+            Registered(
+                row["dag_id"],
+                row["task_id"],
+                execution_date,
+                state,
+                row["hashcode"],
+                row["shardcode"],
+                created,
+                reason,
             )
-        # their worker starts them and pokes their checks at once, not at its next round
-        channel_sql.notify_pending(
-            conn, [r.shardcode for r in out if r.state == State.SMART_PENDING and (r.created or clear)]
         )
     return out

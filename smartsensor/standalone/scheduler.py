@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from smartsensor.adapters.process import StderrTail, smartsensor_command
-from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.routing import smart_route_for
@@ -35,30 +35,26 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
     ``error``; the other retries go on.
     """
     now = now or datetime.utcnow()
+
+    def plan(row: dict[str, Any]) -> tuple[str, str | None] | None:
+        try:
+            delay = parse_exec(row["exec_dict"]).retry_delay
+            due = row["end_date"] is None or row["end_date"] + timedelta(seconds=delay) <= now
+        except (BadExecSettings, ArithmeticError) as exc:
+            return _fail_bad_row(key_of(TaskKey, row), f"cannot retry: {exc}")
+        return (smart_route_for(row["classpath"], cfg), None) if due else None
+
     counts: dict[str, int] = {}
-    with engine.begin() as conn:
-        for row in task_sql.load_up_for_retry(conn):
-            key = key_of(TaskKey, row)
-            try:
-                delay = parse_exec(row["exec_dict"]).retry_delay
-                due = row["end_date"] is None or row["end_date"] + timedelta(seconds=delay) <= now
-            except (BadExecSettings, ArithmeticError) as exc:
-                _fail_bad_row(conn, key, row["try_number"], State.UP_FOR_RETRY, f"cannot retry: {exc}", now)
-                counts[State.FAILED] = counts.get(State.FAILED, 0) + 1
-                continue
-            if not due:
-                continue
-            state = smart_route_for(row["classpath"], cfg)
-            if task_sql.requeue_retry(conn, key, row["try_number"], state, now):
-                counts[state] = counts.get(state, 0) + 1
-        if counts.get(State.SMART_PENDING):
-            channel_sql.notify_pending(conn)  # the workers start the next tries at once
+    for state, changed in task_sql.requeue_due_retries(engine, now, plan):
+        if changed or state == State.FAILED:  # a bad row counts as failed (alone) whatever its write found
+            counts[state] = counts.get(state, 0) + 1
     return counts
 
 
-def _fail_bad_row(conn: Any, key: TaskKey, try_number: int, from_state: str, error: str, now: datetime) -> None:
+def _fail_bad_row(key: TaskKey, error: str) -> tuple[str, str]:
+    """A retry that cannot be planned fails alone, with ``error``: logged, and the step that ends it so."""
     log.warning("%s.%s %s: %s (failed alone)", key.dag_id, key.task_id, key.execution_date, error)
-    task_sql.set_state(conn, key, State.FAILED, from_states=[from_state], now=now, error=error, try_number=try_number)
+    return State.FAILED, error
 
 
 def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
@@ -69,23 +65,29 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     """
     now = now or datetime.utcnow()
     threshold = cfg.settings.scheduler.zombie_threshold
+
+    def plan(row: dict[str, Any]) -> tuple[str, str]:
+        error = (
+            f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
+            f"(no sign of life for {threshold:g} s): its process died or was killed"
+        )
+        return _dead_run_state(row), error
+
     counts: dict[str, int] = {}
-    with engine.begin() as conn:
-        for row in task_sql.load_zombies(conn, now - timedelta(seconds=threshold)):
-            key = key_of(TaskKey, row)
-            try:
-                retries = parse_exec(row["exec_dict"]).retries
-            except BadExecSettings:
-                retries = 0  # its exec_dict is unreadable: no retry, it ends failed with the zombie reason
-            state = retry_or(row["try_number"], retries, State.FAILED)  # a dead run is no timeout: no soft_fail
-            error = (
-                f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
-                f"(no sign of life for {threshold:g} s): its process died or was killed"
-            )
-            if task_sql.end_zombie(conn, key, row["updated_at"], state, now, error):
-                log.warning("%s.%s: %s -> %s", key.dag_id, key.task_id, error, state)
-                counts[state] = counts.get(state, 0) + 1
+    for key, state, error in task_sql.end_dead_runs(engine, now - timedelta(seconds=threshold), now, plan):
+        log.warning("%s.%s: %s -> %s", key.dag_id, key.task_id, error, state)
+        counts[state] = counts.get(state, 0) + 1
     return counts
+
+
+def _dead_run_state(row: dict[str, Any]) -> str:
+    """The state a try whose run died ends in: up_for_retry while tries remain, else failed (a dead run is no
+    timeout: no soft_fail). An exec_dict that cannot be read allows no retry."""
+    try:
+        retries = parse_exec(row["exec_dict"]).retries
+    except BadExecSettings:
+        retries = 0  # its exec_dict is unreadable: no retry, it ends failed with the reason given
+    return retry_or(row["try_number"], retries, State.FAILED)
 
 
 @dataclass
@@ -132,23 +134,16 @@ class Scheduler:
         if code != 0:
             log.warning("%s.%s: %s", key.dag_id, key.task_id, error)
         now = datetime.utcnow()
-        with self.engine.begin() as conn:
-            row = task_sql.get_task(conn, *key)
-            if row is None or row["state"] != State.RUNNING or row["try_number"] != child.try_number:
-                return  # ended by the run, handed back, or changed by someone: nothing to do
-            try:
-                retries = parse_exec(row["exec_dict"]).retries
-            except BadExecSettings:
-                retries = 0
-            state = retry_or(child.try_number, retries, State.FAILED)  # a dead run is no timeout: no soft_fail
-            if task_sql.end_exited_run(conn, key, child.try_number, self.claimant, state, now, error):
-                log.warning(
-                    "%s.%s: its run-task exited without ending try %s -> %s",
-                    key.dag_id,
-                    key.task_id,
-                    child.try_number,
-                    state,
-                )
+        # ended by the run, handed back, or changed by someone: nothing ends (None)
+        state = task_sql.end_exited_try(self.engine, key, child.try_number, self.claimant, now, error, _dead_run_state)
+        if state is not None:
+            log.warning(
+                "%s.%s: its run-task exited without ending try %s -> %s",
+                key.dag_id,
+                key.task_id,
+                child.try_number,
+                state,
+            )
 
     def launch(self) -> int:
         """Claim and start scheduled task instances up to the parallelism limit."""
@@ -156,13 +151,10 @@ class Scheduler:
         if free <= 0:
             return 0
         started = 0
-        with self.engine.connect() as conn:
-            keys = task_sql.keys_in_state(conn, State.SCHEDULED, limit=free)
-        for key in keys:
-            with self.engine.begin() as conn:
-                if not task_sql.claim_scheduled(conn, key, datetime.utcnow(), self.claimant):
-                    continue
-                try_number = task_sql.get_task(conn, *key)["try_number"]  # type: ignore[index]  # claimed just above
+        for key in task_sql.read_keys_in_state(self.engine, State.SCHEDULED, limit=free):
+            try_number = task_sql.claim_scheduled_try(self.engine, key, datetime.utcnow(), self.claimant)
+            if try_number is None:
+                continue
             cmd = self.command(
                 *self.cli_args,
                 "run-task",
@@ -177,10 +169,7 @@ class Scheduler:
                 self.children[key] = Child(proc, try_number, StderrTail(proc.stderr, sys.stderr))
                 started += 1
             except OSError as exc:
-                with self.engine.begin() as conn:
-                    task_sql.set_state(
-                        conn, key, State.FAILED, from_states=[State.RUNNING], error=f"could not start run-task: {exc}"
-                    )
+                task_sql.end_try(self.engine, key, State.FAILED, error=f"could not start run-task: {exc}")
         return started
 
     def loop_once(self) -> dict[str, int]:

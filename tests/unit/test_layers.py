@@ -10,6 +10,11 @@ documents itself:
 - ``MAX_STATEMENTS`` per module: every statement, nested ones included; docstrings count one, comments and
   blank or wrapped lines none. The largest module today has about 250 (``service/round/range_rounds``); 350 leaves room
   for a concept to grow in its own file and still catches a module that has become two.
+
+SQL transactions live in the adapters: outside ``smartsensor.adapters`` and ``smartsensor.schema`` (the tables' DDL
+and the migrations) no module opens a connection or a transaction (``.begin()``, ``.connect()``), executes on an
+engine, makes an ORM ``Session`` or writes SQL text (``sqlalchemy.text``); it calls an adapter's operation, which does
+(``sql_outside_adapters``).
 """
 
 from __future__ import annotations
@@ -207,3 +212,109 @@ def test_the_layer_rule_sees_real_violations() -> None:
     assert "smartsensor.ports" in g["smartsensor.adapters.catalog.batch"]  # a backend lists through the port
     assert "smartsensor.ports" in g["smartsensor.service.round.range_rounds"]
     assert "smartsensor.domain.transitions" in g["smartsensor.ports"]
+
+
+# Where SQL may be opened and written: the adapters, and the schema (its tables' DDL, the migrations).
+SQL_PACKAGES = ("smartsensor.adapters", "smartsensor.schema")
+
+
+def _dotted(node: ast.expr) -> str:
+    """``a.b.c`` for a name or attribute chain, ``f()`` for a call's callee; '' for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return f"{_dotted(node.func)}()"
+    return ""
+
+
+def _sqlalchemy_names(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
+    """(names bound to sqlalchemy modules, {name: "text" or "Session"} for those two imported from sqlalchemy)."""
+    modules: set[str] = set()
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "sqlalchemy"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy" and not node.level:
+            imported |= {a.asname or a.name: a.name for a in node.names if a.name in ("text", "Session")}
+    return modules, imported
+
+
+def _sql_call(call: ast.Call, modules: set[str], imported: dict[str, str]) -> str | None:
+    """What SQL ``call`` opens or writes, if any."""
+    func, callee = call.func, _dotted(call.func)
+    if isinstance(func, ast.Attribute) and func.attr in ("begin", "connect") and not call.args and not call.keywords:
+        return f"{callee}(): a connection or transaction opened"
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "execute"
+        and _dotted(func.value).endswith(("engine", "engine()"))
+    ):
+        return f"{callee}(): a statement executed on an engine"
+    name = imported.get(callee) or (
+        func.attr if isinstance(func, ast.Attribute) and callee.split(".")[0] in modules else ""
+    )
+    if name in ("text", "Session"):
+        return f"{callee}(): sqlalchemy.{name}"
+    return None
+
+
+def sql_outside_adapters(sources: dict[str, tuple[str, str]]) -> list[str]:
+    """``path:line: what`` for every SQL connection, transaction, engine execute, ORM Session or SQL text in
+    ``sources`` ({module: (path, source)}) outside ``SQL_PACKAGES``."""
+    found: list[tuple[str, int, str]] = []
+    for module, (path, source) in sorted(sources.items()):
+        if module.startswith(tuple(f"{p}." for p in SQL_PACKAGES)) or module in SQL_PACKAGES:
+            continue
+        tree = ast.parse(source)
+        modules, imported = _sqlalchemy_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (what := _sql_call(node, modules, imported)):
+                found.append((path, node.lineno, what))
+    return [f"{path}:{line}: {what}" for path, line, what in sorted(found)]
+
+
+def _sources() -> dict[str, tuple[str, str]]:
+    return {name: (str(path.relative_to(ROOT)), path.read_text()) for name, path in modules().items()}
+
+
+def test_sql_transactions_only_in_the_adapters() -> None:
+    """The services, the doors and the entry points call an adapter's operation (``adapters/sql/*``, a port);
+    none opens a connection or a transaction, or writes SQL, itself."""
+    assert sql_outside_adapters(_sources()) == []
+
+
+def test_the_sql_rule_sees_real_violations() -> None:
+    """The checker itself, on a module of the service with each kind of violation, and an adapter with the same
+    (allowed there); a call that only looks alike (a socket's connect, a listener's own begin with arguments) is
+    not one."""
+    service = """
+import sqlalchemy as sa
+from sqlalchemy import text as sql_text
+from sqlalchemy.orm import Session
+
+def f(engine, app, sock):
+    with engine.begin() as conn:
+        conn.execute(sql_text("SELECT 1"))
+    with app.engine().connect() as conn:
+        pass
+    engine.execute("DELETE FROM task_instance")
+    Session(engine)
+    sa.text("SELECT 2")
+    sock.connect(("host", 1))
+    app.begin(42)
+"""
+    sources = {
+        "smartsensor.service.bad": ("smartsensor/service/bad.py", service),
+        "smartsensor.adapters.sql.fine": ("smartsensor/adapters/sql/fine.py", service),
+        "smartsensor.schema.migrations.env": ("schema/migrations/env.py", service),
+    }
+    assert sql_outside_adapters(sources) == [
+        "smartsensor/service/bad.py:7: engine.begin(): a connection or transaction opened",
+        "smartsensor/service/bad.py:8: sql_text(): sqlalchemy.text",
+        "smartsensor/service/bad.py:9: app.engine().connect(): a connection or transaction opened",
+        "smartsensor/service/bad.py:11: engine.execute(): a statement executed on an engine",
+        "smartsensor/service/bad.py:12: Session(): sqlalchemy.Session",
+        "smartsensor/service/bad.py:13: sa.text(): sqlalchemy.text",
+    ]

@@ -1,14 +1,19 @@
-"""Queries on the keys of another scheduler's tasks (``external_task``) and the task instances they map to."""
+"""Queries on the keys of another scheduler's tasks (``external_task``) and the task instances they map to.
+``register_try`` and ``read_external_states`` are the external door's operations, each in a transaction or
+connection of its own."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, Engine, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
 
-from smartsensor.domain.keys import ExternalKey
+from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
+from smartsensor.domain.keys import ExternalKey, TaskKey
+from smartsensor.domain.states import State
 from smartsensor.schema.models import ExternalTask, TaskInstance
 
 EX = ExternalTask.__table__
@@ -122,3 +127,60 @@ def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[Exter
         ExternalKey(d, t, r, m): {"try_number": n, "state": state, "error": error, "hashcode": hashcode}
         for d, t, r, m, n, state, error, hashcode in rows
     }
+
+
+def read_external_states(engine: Engine, keys: Sequence[ExternalKey]) -> dict[ExternalKey, dict[str, Any]]:
+    """``external_states`` on a connection of its own (1 statement)."""
+    with engine.connect() as conn:
+        return external_states(conn, keys)
+
+
+class TryRegistration(NamedTuple):
+    """What ``register_try`` found: the try the key was at before (None: a new key), and that try's task instance
+    when it is the try registered (then nothing was written)."""
+
+    registered_try: int | None
+    task: dict[str, Any] | None
+
+
+def register_try(
+    engine: Engine,
+    key: ExternalKey,
+    try_number: int,
+    row: dict[str, Any],
+    logical_date: datetime | None,
+    superseded_error: str,
+) -> TryRegistration:
+    """One transaction, on the key's mapping locked (``get_external(for_update=True)``): a try already registered,
+    or an older one than the key's, writes nothing; a first or newer try inserts ``row`` (NOTIFY pending for a
+    smart_pending one, on PostgreSQL) and maps the key to it, inserting the mapping, or moving it after ending the
+    previous try's task while it still waits (skipped, ``superseded_error``). IntegrityError (nothing written)
+    when another registration inserted or moved the key meanwhile. Statements: 1; 2 for the same try; 3-4 for a
+    new key, 4-5 for a newer try (the NOTIFY on PostgreSQL)."""
+    with engine.begin() as conn:
+        mapped = get_external(conn, key, for_update=True)
+        if mapped is not None and mapped["try_number"] > try_number:
+            return TryRegistration(mapped["try_number"], None)
+        if mapped is not None and mapped["try_number"] == try_number:
+            ti = task_sql.get_task(conn, key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
+            assert ti is not None, "an external_task row always names an existing task instance"
+            return TryRegistration(try_number, ti)
+        now = row["execution_date"]
+        task_sql.insert_tasks_bulk(conn, [row])
+        if row["state"] == State.SMART_PENDING:
+            channel_sql.notify_pending(conn, [row["shardcode"]])
+        if mapped is None:
+            insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
+            return TryRegistration(None, None)
+        old = TaskKey(key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
+        task_sql.set_state(
+            conn,
+            old,
+            State.SKIPPED,
+            from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
+            now=now,
+            error=superseded_error,
+        )
+        if not move_external(conn, key, mapped["try_number"], try_number, row["task_id"], now, now):
+            raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
+        return TryRegistration(mapped["try_number"], None)

@@ -1,12 +1,16 @@
-"""Samples of tasks by state over time (``state_sample``): written by ``smartsensor serve``, read by its page."""
+"""Samples of tasks by state over time (``state_sample``): written by ``smartsensor serve``, read by its page.
+
+``write_sample`` and ``delete_samples_before`` are the sampler's operations, each in a transaction of its own; the
+functions on a ``Connection`` are the statements they (and the page's ``overview.read_overview``) are made of."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Mapping
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Engine, delete, insert, select
 
+from smartsensor.adapters.sql import status as status_sql
 from smartsensor.schema.models import StateSample
 
 SS = StateSample.__table__
@@ -40,3 +44,21 @@ def load_samples(conn: Connection, since: datetime) -> list[tuple[datetime, str,
             .order_by(SS.c.bucket_at, SS.c.state)
         )
     ]
+
+
+def write_sample(engine: Engine, bucket_at: datetime) -> bool:
+    """In one transaction: unless a server already wrote the sample of ``bucket_at``, count the tasks by state and
+    write them as that sample. True when written here, False when it was there already. 1 statement when it was,
+    else 3 (2 with no task to count); IntegrityError if another server wrote the bucket between the read and the
+    insert."""
+    with engine.begin() as conn:
+        if bucket_written(conn, bucket_at):
+            return False
+        insert_sample(conn, bucket_at, status_sql.count_by_state(conn))
+        return True
+
+
+def delete_samples_before(engine: Engine, before: datetime) -> int:
+    """``prune_samples`` in a transaction of its own; how many rows went (1 statement)."""
+    with engine.begin() as conn:
+        return prune_samples(conn, before)

@@ -1,15 +1,26 @@
-"""What the status page reads beside ``status``: the waiting tasks per distinct check, and recent landings."""
+"""What the status page reads beside ``status``: the waiting tasks per distinct check, and recent landings;
+``read_overview`` reads them with the history's samples on one connection."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Engine, func, select
 
+from smartsensor.adapters.sql import history as history_sql
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 
 TI = TaskInstance.__table__
+
+
+class OverviewRows(NamedTuple):
+    """What ``read_overview`` read: ``history.load_samples``, ``waiting_checks`` and ``recent_landings``."""
+
+    samples: list[tuple[datetime, str, int]]
+    checks: list[tuple[str | None, str | None, int]]
+    landings: list[dict[str, Any]]
 
 
 def waiting_checks(conn: Connection) -> list[tuple[str | None, str | None, int]]:
@@ -32,3 +43,12 @@ def recent_landings(conn: Connection, limit: int) -> list[dict[str, Any]]:
         .limit(limit)
     )
     return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def read_overview(engine: Engine, since: datetime, landings: int) -> OverviewRows:
+    """The samples from ``since`` on, the waiting tasks per check and the ``landings`` last landings, on one
+    connection (3 statements)."""
+    with engine.connect() as conn:
+        return OverviewRows(
+            history_sql.load_samples(conn, since), waiting_checks(conn), recent_landings(conn, landings)
+        )

@@ -3,16 +3,18 @@
 The stuck-task queries (``waiting_after_landing``, ``waiting_start_by_exec``, ``count_started_before``,
 ``oldest_started_before``) are aggregates: one row per distinct exec_dict at most reaches Python, never one per
 waiting task. ``service.status.collect_stuck`` defines what they count. ``waiting_by_range`` (the waiting
-tasks and distinct checks per shard range) is one too: one row per range."""
+tasks and distinct checks per shard range) is one too: one row per range. ``read_status`` and ``read_stuck`` send
+them, and the rest of what `status` shows, on one connection."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Engine,
     Integer,
     and_,
     case,
@@ -28,7 +30,9 @@ from sqlalchemy import (
     update,
 )
 
+from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.tasks import in_range
+from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import WAITING_PREDICATE, TaskInstance, Worker, WorkerRound
 
@@ -226,3 +230,72 @@ def oldest_started_before(
         .limit(1)
     ).first()
     return None if row is None else (row[0], row[1], row[2], row[3])
+
+
+# (exec_dict, cutoff) pairs: the waiting tasks of that exec_dict that started at or before the cutoff are past it.
+Cutoffs = list[tuple[str | None, datetime]]
+# Given (exec_dict, earliest start) per exec_dict (``waiting_start_by_exec``): the cutoffs to count, and the
+# (exec_dict, cutoff) whose oldest task to name, None when no exec_dict is past its cutoff (nothing more is sent).
+PastLimits = Callable[[list[tuple[str | None, datetime]]], tuple[Cutoffs, "tuple[str | None, datetime] | None"]]
+
+
+class StuckRows(NamedTuple):
+    """What ``read_stuck`` read: ``waiting_after_landing``'s count and task; the count past their time limit
+    (``count_started_before``) and ``oldest_started_before``'s task, (0, None) when none is past it."""
+
+    after_landing: tuple[int, OverdueTask | None]
+    past_time_limit: tuple[int, "tuple[str, str, datetime, datetime] | None"]
+
+
+class StatusRows(NamedTuple):
+    """What ``read_status`` read, each part named for the query that read it."""
+
+    stuck: StuckRows
+    count_by_state: dict[str, int]
+    waiting_by_range: WaitingCounts
+    worker_rounds: list[dict[str, Any]]
+    load_leases: list[LeaseRow]
+    list_workers: list[dict[str, Any]]
+    load_zombies: list[dict[str, Any]]
+    stranded_count: int
+
+
+def _stuck_rows(conn: Connection, landed_before: datetime, past_limits: PastLimits) -> StuckRows:
+    """``waiting_after_landing`` and ``waiting_start_by_exec``; then, when ``past_limits`` names an exec_dict past
+    its cutoff, ``count_started_before`` and ``oldest_started_before``. 2 statements, or 4."""
+    after_landing = waiting_after_landing(conn, landed_before)
+    cutoffs, worst = past_limits(waiting_start_by_exec(conn))
+    if worst is None:
+        return StuckRows(after_landing, (0, None))
+    return StuckRows(after_landing, (count_started_before(conn, cutoffs), oldest_started_before(conn, *worst)))
+
+
+def read_stuck(engine: Engine, landed_before: datetime, past_limits: PastLimits) -> StuckRows:
+    """The stuck-task queries on one connection (2 statements, or 4: ``_stuck_rows``)."""
+    with engine.connect() as conn:
+        return _stuck_rows(conn, landed_before, past_limits)
+
+
+def read_status(
+    engine: Engine,
+    landed_before: datetime,
+    past_limits: PastLimits,
+    ranges: Sequence[tuple[int, int]],
+    zombie_cutoff: datetime,
+    shard_limit: int,
+) -> StatusRows:
+    """Everything `status` reads, on one connection, in this order: the stuck-task queries (``read_stuck``), the
+    tasks per state, the waiting tasks per range, the range rounds' last rounds, the leases, the workers, the
+    classic runs that last heartbeated before ``zombie_cutoff`` and the tasks stranded outside [0, shard_limit).
+    9 statements, 11 when a task waits past its time limit."""
+    with engine.connect() as conn:
+        return StatusRows(
+            _stuck_rows(conn, landed_before, past_limits),
+            count_by_state(conn),
+            waiting_by_range(conn, ranges),
+            worker_rounds(conn),
+            lease_sql.load_leases(conn),
+            list_workers(conn),
+            task_sql.load_zombies(conn, zombie_cutoff),
+            stranded_count(conn, shard_limit),
+        )
