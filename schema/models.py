@@ -152,3 +152,65 @@ class StateSample(Base):
     bucket_at: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
     state: Mapped[str] = mapped_column(String(20), primary_key=True)
     count: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class AssetWatch(Base):
+    """A table Airflow consumes as a ``hive://`` asset, whose landings the workers publish as asset events (migration
+    0008): its asset's id in Airflow, the shardcode that says which worker publishes it, and when it was first
+    watched (the partitions present then are the outbox's ``baseline``)."""
+
+    __tablename__ = "asset_watch"
+
+    uri: Mapped[str] = mapped_column(String(500), primary_key=True)
+    asset_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    db_name: Mapped[str] = mapped_column(String(128), nullable=False)
+    table_name: Mapped[str] = mapped_column(String(256), nullable=False)
+    shardcode: Mapped[int] = mapped_column(Integer, nullable=False)
+    watched_since: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    baselined_at: Mapped[datetime | None] = mapped_column(DateTime)
+    seen_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+
+    __table_args__ = (Index("asset_watch_shardcode", "shardcode"),)
+
+
+# The outbox's undelivered rows, the ones a publisher claims and `status` counts.
+UNDELIVERED_PREDICATE = "state IN ('pending', 'sending')"
+
+
+class LandingOutbox(Base):
+    """One landed partition of a watched table, to be published once as an asset event (migration 0008). Unique by
+    (uri, partition_name): a landing is enqueued once however many workers or cycles see it. A worker claims a row
+    under a token until ``claimed_until``; only that claim's holder can end it. ``posts`` counts the 2xx answers
+    Airflow gave for the row (more than one: a duplicate, visible), ``unknown_outcomes`` the attempts whose outcome
+    was never known (a timeout: a possible duplicate)."""
+
+    __tablename__ = "landing_outbox"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    uri: Mapped[str] = mapped_column(String(500), nullable=False)
+    partition_name: Mapped[str] = mapped_column(String(767), nullable=False)  # Hive: PART_NAME varchar(767)
+    partition_key: Mapped[str] = mapped_column(Text, nullable=False)
+    shardcode: Mapped[int] = mapped_column(Integer, nullable=False)
+    state: Mapped[str] = mapped_column(String(20), nullable=False)
+    landed_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    claim_token: Mapped[str | None] = mapped_column(String(64))
+    claimed_by: Mapped[str | None] = mapped_column(String(250))
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    posts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    unknown_outcomes: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime)
+    event_id: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (
+        Index("outbox_landing", "uri", "partition_name", unique=True),
+        Index(
+            "outbox_undelivered",
+            "shardcode",
+            "next_attempt_at",
+            postgresql_where=text(UNDELIVERED_PREDICATE),
+            sqlite_where=text(UNDELIVERED_PREDICATE),
+        ),
+    )

@@ -399,6 +399,30 @@ def _validate(cfg: Config) -> None:
     interval, retention = cfg.settings.api.history_interval, cfg.settings.api.history_retention
     if retention < interval:
         raise ConfigError(f"[api] history_retention ({retention:g}) must be at least history_interval ({interval:g})")
+    _validate_landings(cfg)
     cfg.spark_conf()
     cfg.metastore_service_db  # noqa: B018 - read to validate: raises ConfigError for a URL that is not postgresql:// or mysql://
     cfg.resolved_catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris
+
+
+def _validate_landings(cfg: Config) -> None:
+    """With ``[landings] publish`` on: where Airflow is, who posts, which assets, and retries that grow."""
+    from smartsensor.domain.landings import parse_hive_uri
+
+    landings = cfg.settings.landings
+    if not landings.publish:
+        return
+    for name in ("airflow_url", "airflow_username", "airflow_password_file", "asset_uri_prefix"):
+        if not getattr(landings, name).strip():
+            raise ConfigError(f"[landings] {name} is required when publish is on")
+    if not landings.airflow_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"[landings] airflow_url must start with http:// or https://, got {_shown(landings.airflow_url)}"
+        )
+    prefix = landings.asset_uri_prefix
+    if parse_hive_uri(prefix.rstrip("/") + "/db/table") is None or not prefix.endswith("/"):
+        raise ConfigError(f"[landings] asset_uri_prefix must be hive://host:port/ (ending in /), got {_shown(prefix)}")
+    if landings.retry_max < landings.retry_base:
+        raise ConfigError(
+            f"[landings] retry_max ({landings.retry_max:g}) must be at least retry_base ({landings.retry_base:g})"
+        )

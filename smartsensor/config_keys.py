@@ -296,6 +296,99 @@ KEYS: tuple[Key, ...] = (
         "primary-key probe per round.",
         bounds=(100, 1_000_000),
     ),
+    Key(
+        "landings",
+        "publish",
+        "false",
+        parse_bool,
+        'Publish landings to Airflow 3.3+ as asset events (docs/airflow.md, "Schedule on landings"): each worker '
+        "lists the tables of the hive:// assets that Airflow DAGs are scheduled on, among the tables its leases "
+        "cover, and posts one event per partition that landed since the table was first watched, with its "
+        "partition key, through an outbox in this database (at least once; a duplicate is counted).",
+    ),
+    Key(
+        "landings",
+        "airflow_url",
+        "",
+        parse_str,
+        "Airflow's api-server, e.g. http://airflow:8080 (required when publish is on).",
+    ),
+    Key("landings", "airflow_username", "", parse_str, "The Airflow user the events are posted as."),
+    Key(
+        "landings",
+        "airflow_password_file",
+        "",
+        parse_str,
+        "File whose first line is that user's password (read at start; required when publish is on).",
+    ),
+    Key(
+        "landings",
+        "asset_uri_prefix",
+        "",
+        parse_str,
+        "The hive:// assets watched: those whose URI starts with this, e.g. hive://metastore:10000/ (the "
+        "host:port your DAGs name this metastore by; Airflow's Hive provider uses 10000 by default). Required when "
+        "publish is on.",
+    ),
+    Key(
+        "landings",
+        "publish_existing",
+        "false",
+        parse_bool,
+        "When a table is first watched, publish the partitions already present too (false: they are the table's "
+        "baseline, kept in the outbox as such and never published; only later landings are).",
+    ),
+    Key(
+        "landings",
+        "interval",
+        "2",
+        parse_float,
+        "Seconds between two publishing cycles of a worker (list its watched tables, enqueue what landed, post "
+        "what is due).",
+        bounds=(0.1, 3600),
+    ),
+    Key(
+        "landings",
+        "assets_refresh_interval",
+        "60",
+        parse_float,
+        "Seconds between two reads of Airflow's assets (which tables are watched). A table Airflow has not listed "
+        "for three of these is no longer published.",
+        bounds=(1, DAY),
+    ),
+    Key(
+        "landings",
+        "request_timeout",
+        "10",
+        parse_float,
+        "Seconds each call to Airflow's API may take (connect, read, write). A post that times out is retried and "
+        "counted as a possible duplicate.",
+        bounds=(0.1, 600),
+    ),
+    Key(
+        "landings",
+        "retry_base",
+        "1",
+        parse_float,
+        "Seconds before the first retry of a failed post; doubled at each failure up to retry_max.",
+        bounds=(0.01, 3600),
+    ),
+    Key(
+        "landings",
+        "retry_max",
+        "300",
+        parse_float,
+        "Seconds between two retries of a failed post at most.",
+        bounds=(0.01, DAY),
+    ),
+    Key(
+        "landings",
+        "batch",
+        "200",
+        parse_int,
+        "Outbox rows a worker claims and posts per cycle at most.",
+        bounds=(1, 100_000),
+    ),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
     Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.", bounds=(1, 65535)),
     Key("metastore", "java_opts", "-Xmx512m", parse_str, "JVM options of the metastore service."),

@@ -18,6 +18,7 @@ __all__ = [
     "ApiSettings",
     "CatalogSettings",
     "CoreSettings",
+    "LandingsSettings",
     "MetastoreServiceSettings",
     "SchedulerSettings",
     "Settings",
@@ -80,6 +81,24 @@ class CatalogSettings:
 
 
 @dataclass(frozen=True)
+class LandingsSettings:
+    """``[landings]``: landings published to Airflow as asset events."""
+
+    publish: bool
+    airflow_url: str
+    airflow_username: str
+    airflow_password_file: str
+    asset_uri_prefix: str
+    publish_existing: bool
+    interval: float
+    assets_refresh_interval: float
+    request_timeout: float
+    retry_base: float
+    retry_max: float
+    batch: int
+
+
+@dataclass(frozen=True)
 class MetastoreServiceSettings:
     """``[metastore]``: the metastore service `smartsensor metastore start` runs (its metastore database:
     ``database_url``)."""
@@ -123,6 +142,7 @@ class Settings:
     smart_sensor: SmartSensorSettings
     spark: SparkSettings
     catalog: CatalogSettings
+    landings: LandingsSettings
     metastore: MetastoreServiceSettings
     scheduler: SchedulerSettings
     api: ApiSettings

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Iterable, Protocol, Sequence
 
 from smartsensor.domain.keys import CohortRows, Fence
+from smartsensor.domain.landings import HiveAsset, PostOutcome
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check, PartitionCheck
@@ -241,4 +242,16 @@ class BatchLister(PartitionLister, Protocol):
         """For each request's table: escaped partition names, at least those its checks match, or an
         AnsweredListing (None: the table or its database is missing; a CheckError: that table could not be
         listed). Also the catalog calls made."""
+        ...
+
+
+class AssetEvents(Protocol):
+    """Airflow's side of the landing publisher: the watched assets, and one event per landed partition."""
+
+    def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
+        """The ``hive://`` assets under ``uri_prefix`` that at least one DAG is scheduled on. Raises on failure."""
+        ...
+
+    def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
+        """Post one asset event; what it came to (never raises for a failure of Airflow or of the way to it)."""
         ...

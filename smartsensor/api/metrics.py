@@ -7,7 +7,7 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from smartsensor.service.status_report import StatusReport, Stuck
+from smartsensor.service.status_report import LandingsStatus, StatusReport, Stuck
 
 
 def render_metrics(status: StatusReport, requests: Counter[tuple[str, str, int]] | None = None) -> bytes:
@@ -46,7 +46,36 @@ def render_metrics(status: StatusReport, requests: Counter[tuple[str, str, int]]
     )
     Gauge("smartsensor_problems", "WARNINGs `status` prints", registry=registry).set(len(status.problems))
     _stuck_gauges(registry, status.stuck)
+    if status.landings is not None:
+        _landing_gauges(registry, status.landings)
     return generate_latest(registry)
+
+
+def _landing_gauges(registry: CollectorRegistry, landings: LandingsStatus) -> None:
+    """The landing publisher's outbox (``[landings] publish`` on): rows by state, the backlog's oldest landing's
+    age, the duplicates known and the attempts of unknown outcome."""
+    rows = Gauge("smartsensor_landings", "Landing outbox rows by state", ["state"], registry=registry)
+    for state, n in landings.by_state.items():
+        rows.labels(state).set(n)
+    Gauge("smartsensor_landings_backlog", "Landings not yet delivered to Airflow", registry=registry).set(
+        landings.backlog
+    )
+    Gauge(
+        "smartsensor_landings_oldest_undelivered_seconds",
+        "Seconds since the oldest landing not yet delivered to Airflow was seen (0: none)",
+        registry=registry,
+    ).set(landings.oldest_age or 0)
+    Gauge("smartsensor_landings_duplicates", "Asset events Airflow took more than once (known)", registry=registry).set(
+        landings.duplicates
+    )
+    Gauge(
+        "smartsensor_landings_unknown_outcomes",
+        "Posts whose outcome was never known (timeouts, lapsed claims): possible duplicates",
+        registry=registry,
+    ).set(landings.unknown_outcomes)
+    Gauge("smartsensor_landings_watched_tables", "Tables watched for landings", registry=registry).set(
+        landings.watched_tables
+    )
 
 
 def _stuck_gauges(registry: CollectorRegistry, stuck: Stuck) -> None:

@@ -53,6 +53,7 @@ def worker(
     """Run a worker until SIGTERM: the ranges whose leases it claims (default, with failover), or a pinned range."""
     from smartsensor.adapters.sql.round_store import SqlRoundStore
     from smartsensor.sensors.base import import_sensor_modules, smart_class_names
+    from smartsensor.service.leases import new_worker_id
     from smartsensor.service.round.poke import catalog_answerer
     from smartsensor.service.round.range_rounds import RangeRounds
     from smartsensor.service.round_metrics import RoundMetrics
@@ -107,8 +108,22 @@ def worker(
             )
         sys.stdout.flush()
 
+    landings = None
+    if app.cfg.settings.landings.publish and not once:
+        from smartsensor.service.landings import production_publisher
+
+        owner = served.worker_id if isinstance(served, LeasedRanges) else new_worker_id()
+        landings = production_publisher(engine, app.cfg, owner)
     status = WorkerLoop(
-        served, engine, app.cfg, interval or app.cfg.poke_interval, once, emit, metrics, wake_ups=not no_signals
+        served,
+        engine,
+        app.cfg,
+        interval or app.cfg.poke_interval,
+        once,
+        emit,
+        metrics,
+        wake_ups=not no_signals,
+        landings=landings,
     ).start()
     if status:
         click.echo(

@@ -37,6 +37,10 @@ class ServedRanges(Protocol):
         """Release what is held; ``keep_rounds``: leave the status rows of the last round."""
         ...
 
+    def held_ranges(self) -> list[tuple[int, int]]:
+        """The ranges served now, ``(shard_min, shard_max)``: the landing publisher publishes their tables."""
+        ...
+
 
 class LeasedRanges:
     """The ranges whose leases this process holds, one ``RangeRounds`` (under the lease's fence) per lease."""
@@ -77,6 +81,10 @@ class LeasedRanges:
                     self.ranges[lo] = served
                 served.fence = lease.fence
         return changes
+
+    def held_ranges(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return [(r.shard_min, r.shard_max) for _, r in sorted(self.ranges.items())]
 
     def _served(self) -> list[RangeRounds]:
         with self._lock:
@@ -124,6 +132,9 @@ class PinnedRange:
 
     def follow_leases(self) -> dict[str, list[int]]:
         return {}
+
+    def held_ranges(self) -> list[tuple[int, int]]:
+        return [(self.served.shard_min, self.served.shard_max)]
 
     def timer_rounds(self) -> list[RoundResult]:
         return [run_round([self.served], self.answerer)]

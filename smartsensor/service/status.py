@@ -1,5 +1,6 @@
 """`smartsensor status`: tasks per state, per shard range, dedup ratio, workers' last rounds, leases, classic
-runs that stopped heartbeating, and smart tasks stuck past the convergence bound (``collect_stuck``), as a
+runs that stopped heartbeating, smart tasks stuck past the convergence bound (``collect_stuck``), and the landing
+publisher's outbox (``collect_landings``), as a
 ``service.status_report.StatusReport``; ``status_lines`` is its text."""
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from typing import Any, Sequence
 
 from sqlalchemy import Engine
 
-from smartsensor.adapters.sql import status as status_sql
+from smartsensor.adapters.sql import landings as landing_sql, status as status_sql
 from smartsensor.config import Config
+from smartsensor.domain.landings import UNDELIVERED
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.timing import BadExecSettings, parse_exec
 from smartsensor.service.status_report import (
+    LandingsStatus,
     LeaseStatus,
     LiveWorker,
     ShardRow,
@@ -29,7 +32,8 @@ from smartsensor.service.status_report import (
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> StatusReport:
     """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
-    task waits past its time limit (``collect_stuck``: 2, or 4)."""
+    task waits past its time limit (``collect_stuck``: 2, or 4); 4 more with ``[landings] publish`` on (the
+    outbox: ``collect_landings``)."""
     now = now or datetime.utcnow()
     ranges = cfg.resolved_shard_ranges
     rule = _StuckRule(cfg.convergence_bound, now)
@@ -62,6 +66,22 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
             Zombie(z["dag_id"], z["task_id"], z["execution_date"], z["hostname"], _age(now, z["updated_at"]))
             for z in zombies
         ),
+        landings=collect_landings(engine, now) if cfg.settings.landings.publish else None,
+    )
+
+
+def collect_landings(engine: Engine, now: datetime) -> LandingsStatus:
+    """The landing publisher's outbox as `status` shows it (``adapters.sql.landings.read_outbox_summary``)."""
+    summary = landing_sql.read_outbox_summary(engine)
+    oldest = summary.oldest_undelivered
+    return LandingsStatus(
+        watched_tables=summary.watched_tables,
+        by_state=dict(sorted(summary.by_state.items())),
+        backlog=sum(summary.by_state.get(s, 0) for s in UNDELIVERED),
+        oldest_undelivered=oldest,
+        oldest_age=_age(now, oldest) if oldest else None,
+        duplicates=summary.duplicates,
+        unknown_outcomes=summary.unknown_outcomes,
     )
 
 
@@ -276,9 +296,28 @@ def status_lines(report: StatusReport, shard_code_upper_limit: int) -> list[str]
     out += [
         f"worker {w.worker_id} stopped heartbeating {w.heartbeat_age} s ago" for w in report.lease_workers if w.stale
     ]
+    if report.landings is not None:
+        out += landings_lines(report.landings)
     out += [
         f"classic run of {z.dag_id}.{z.task_id} {z.execution_date.date().isoformat()} on {z.hostname} "
         f"stopped heartbeating {z.heartbeat_age} s ago (the scheduler ends it)"
         for z in report.zombies
     ]
+    return out
+
+
+def landings_lines(landings: LandingsStatus) -> list[str]:
+    """The landing publisher's part of `status`'s text."""
+    states = ", ".join(f"{k} {v}" for k, v in landings.by_state.items()) or "none"
+    out = [f"landings to Airflow: {landings.watched_tables} tables watched; outbox: {states}"]
+    if landings.backlog:
+        out.append(
+            f"landings backlog {landings.backlog}, the oldest landed {landings.oldest_age:g} s ago "
+            f"({landings.oldest_undelivered.isoformat() if landings.oldest_undelivered else '-'})"
+        )
+    if landings.duplicates or landings.unknown_outcomes:
+        out.append(
+            f"landings published twice: {landings.duplicates} known; attempts of unknown outcome (possible "
+            f"duplicates): {landings.unknown_outcomes}"
+        )
     return out

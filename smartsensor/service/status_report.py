@@ -109,6 +109,21 @@ class Zombie:
 
 
 @dataclass(frozen=True)
+class LandingsStatus:
+    """The landing publisher's outbox (``[landings] publish``): the tables watched, its rows by state, the
+    ``backlog`` (pending + sending) and its oldest landing (``oldest_age`` seconds ago), the ``duplicates`` known
+    (2xx answers past a row's first) and the attempts whose outcome was never known (possible duplicates)."""
+
+    watched_tables: int
+    by_state: Mapping[str, int]
+    backlog: int
+    oldest_undelivered: datetime | None
+    oldest_age: float | None
+    duplicates: int
+    unknown_outcomes: int
+
+
+@dataclass(frozen=True)
 class StatusReport:
     """Everything `status` shows. ``tasks_by_state`` is sorted by state; ``dedup_ratio`` is waiting tasks per
     distinct check (None: nothing waits); ``stranded`` counts waiting tasks whose shardcode no range serves;
@@ -126,6 +141,7 @@ class StatusReport:
     problems: tuple[str, ...]
     stuck: Stuck
     zombies: tuple[Zombie, ...]
+    landings: LandingsStatus | None = None  # None: [landings] publish is off
 
     def as_json(self) -> dict[str, Any]:
         """The JSON object of ``GET /api/v1/status`` and `status --json`."""

@@ -21,6 +21,7 @@ from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.config import Config
 from smartsensor.sensors.errors import first_line
+from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.round.report import RoundResult
 from smartsensor.service.round_metrics import RoundMetrics
 from smartsensor.service.served_ranges import ServedRanges
@@ -104,9 +105,11 @@ class WorkerLoop:
         wake_ups: bool = True,
         stop_event: threading.Event | None = None,
         jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code,
+        landings: LandingPublisher | None = None,
     ) -> None:
         self.served, self.engine, self.cfg, self.interval, self.once = served, engine, cfg, interval, once
         self.emit, self.metrics, self.wake_ups, self.jvm_exit_code = emit, metrics, wake_ups, jvm_exit_code
+        self.landings = landings
         self.status = 0
         # A stop request (SIGTERM/SIGINT) only raises this flag, which no lock of the main thread guards (a handler
         # runs in the main thread between two bytecodes: setting an Event the main thread waits on could deadlock on
@@ -133,11 +136,18 @@ class WorkerLoop:
     def side_jobs(self, jobs: PeriodicJobs) -> None:
         """Add this worker's side jobs to ``jobs``: the lease heartbeat every ``heartbeat_interval`` (the first one
         is ``start``'s own), the pruning of landing signals once a minute (the first at once) and, unless ``once``,
-        the stop-watch."""
+        the stop-watch and, with a landing publisher, its cycle every ``[landings] interval``."""
         jobs.every("leases", self.cfg.settings.smart_sensor.heartbeat_interval, self.keep_leases)
         jobs.every("prune-signals", PRUNE_INTERVAL, self.prune_signals, at_once=True)
         if not self.once:
             jobs.every("stop-watch", STOP_WATCH_INTERVAL, self._watch_stop_requests)
+        if self.landings is not None and not self.once:
+            jobs.every("landings", self.cfg.settings.landings.interval, self.publish_landings)
+
+    def publish_landings(self) -> None:
+        """One cycle of the landing publisher over the ranges held now (it logs its own failures)."""
+        if self.landings is not None:
+            self.landings.cycle(self.served.held_ranges())
 
     def tick(self) -> None:
         """One timer round: report it; stop the worker if it shows that the Spark JVM died."""

@@ -1,0 +1,134 @@
+"""Airflow 3.3's REST API, as the landing publisher uses it (``service.landings``): the ``hive://`` assets DAGs are
+scheduled on, and one asset event per landed partition.
+
+- ``GET /api/v2/assets?uri_prefix_pattern=…`` (pages of 100): an asset's ``id``, ``uri`` and ``scheduled_dags``;
+- ``POST /api/v2/assets/events`` with ``{asset_id, partition_key, extra}``;
+- ``POST /auth/token`` with ``{username, password}`` for a bearer token (Airflow's auth managers answer it), taken
+  again once when a call is answered 401.
+
+Every call has ``timeout`` seconds (connect, read, write and pool alike). A failure is classified for the outbox
+(``domain.landings.PostOutcome``), never raised from ``post_event``; ``consumed_hive_assets`` raises
+``AirflowApiError`` with one line saying what failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import httpx
+
+from smartsensor.domain.landings import HiveAsset, PostOutcome, outcome_of_status, parse_hive_uri
+
+log = logging.getLogger(__name__)
+
+PAGE = 100  # assets per GET /api/v2/assets page
+DETAIL_LIMIT = 300  # characters of an error answer kept in a log line or an outbox row
+
+
+class AirflowApiError(Exception):
+    """A call to Airflow's API failed (one line: the call, and the status or the error)."""
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    return str(detail).replace("\n", " ")[:DETAIL_LIMIT]
+
+
+class AirflowAssets:
+    """One Airflow api-server, reached at ``url`` (``http://host:8080``) as ``username``. Thread-safe: one
+    ``httpx.Client`` (its pool) and one token for the process."""
+
+    def __init__(
+        self,
+        url: str,
+        username: str,
+        password: str,
+        timeout: float,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.username, self.password = username, password
+        self.client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout), transport=transport)
+        self._token: str | None = None
+        self._lock = threading.Lock()
+        self.calls = 0  # requests sent, the token's included (the tests and the bench read it)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _login(self) -> str:
+        self.calls += 1
+        try:
+            response = self.client.post("/auth/token", json={"username": self.username, "password": self.password})
+        except httpx.HTTPError as exc:
+            raise AirflowApiError(f"POST /auth/token: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 300:
+            raise AirflowApiError(f"POST /auth/token: HTTP {response.status_code}: {_detail(response)}")
+        token = response.json().get("access_token")
+        if not isinstance(token, str) or not token:
+            raise AirflowApiError("POST /auth/token: the answer holds no access_token")
+        return token
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call with the bearer token; answered 401, the token is taken again and the call sent once more."""
+        for fresh in (False, True):
+            with self._lock:
+                if self._token is None or fresh:
+                    self._token = self._login()
+                token = self._token
+            self.calls += 1
+            response = self.client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
+            if response.status_code != 401:
+                return response
+        return response
+
+    def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
+        """The active ``hive://`` assets whose URI starts with ``uri_prefix`` and that at least one DAG is scheduled
+        on. Raises AirflowApiError."""
+        found: list[HiveAsset] = []
+        offset = 0
+        while True:
+            params = {"uri_prefix_pattern": uri_prefix, "limit": PAGE, "offset": offset, "order_by": "id"}
+            try:
+                response = self._send("GET", "/api/v2/assets", params=params)
+            except httpx.HTTPError as exc:
+                raise AirflowApiError(f"GET /api/v2/assets: {type(exc).__name__}: {exc}") from exc
+            if response.status_code != 200:
+                raise AirflowApiError(f"GET /api/v2/assets: HTTP {response.status_code}: {_detail(response)}")
+            page = response.json()
+            assets = page.get("assets", [])
+            for asset in assets:
+                uri = asset.get("uri", "")
+                parsed = parse_hive_uri(uri)
+                if parsed is None or not uri.startswith(uri_prefix) or not asset.get("scheduled_dags"):
+                    continue
+                found.append(HiveAsset(int(asset["id"]), uri, parsed[1], parsed[2]))
+            offset += len(assets)
+            if not assets or offset >= int(page.get("total_entries", 0)):
+                return found
+
+    def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
+        """``POST /api/v2/assets/events``: one event for ``asset_id`` with ``partition_key``. What it came to;
+        never raises for a failure of Airflow or of the way to it."""
+        body = {"asset_id": asset_id, "partition_key": partition_key, "extra": extra}
+        try:
+            response = self._send("POST", "/api/v2/assets/events", json=body)
+        except AirflowApiError as exc:  # no token: nothing was posted
+            return PostOutcome("retry", str(exc))
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # never sent
+            return PostOutcome("retry", f"{type(exc).__name__}: {exc}")
+        except httpx.HTTPError as exc:  # sent, and maybe taken: a read timeout, a connection dropped mid-answer
+            return PostOutcome("unknown", f"{type(exc).__name__}: {exc}")
+        event_id = None
+        if 200 <= response.status_code < 300:
+            try:
+                event_id = int(response.json().get("id"))
+            except (ValueError, TypeError, AttributeError):
+                event_id = None
+        return outcome_of_status(response.status_code, _detail(response), event_id)

@@ -1,0 +1,118 @@
+"""The rules of publishing landings to Airflow as asset events (ARCHITECTURE.md, "Schedule on landings"): the
+asset a table is, the partition key a landed partition is sent with, the outbox's states and what one answer of
+Airflow's API does to a row.
+
+No I/O here: the outbox's SQL is ``adapters.sql.landings``, the HTTP calls ``adapters.airflow_assets``, the cycle
+that ties them ``service.landings``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from smartsensor.domain.hashing import check_hashcode, shardcode_for
+
+# An outbox row's states. ``baseline``: present when its table was first watched, never published (unless
+# ``[landings] publish_existing``); ``pending``: to publish (now, or after its backoff); ``sending``: claimed by one
+# worker until ``claimed_until``; ``delivered``: Airflow answered 2xx; ``rejected``: Airflow can never take it (the
+# key is too long, a 4xx other than 401/403/404/408/409/429).
+BASELINE, PENDING, SENDING, DELIVERED, REJECTED = "baseline", "pending", "sending", "delivered", "rejected"
+UNDELIVERED = (PENDING, SENDING)
+CLAIMABLE = (PENDING, SENDING)  # a sending row is claimable once its claim lapsed (its worker died or stalled)
+
+KEY_DELIMITER = "|"  # ProductMapper's default delimiter in Airflow 3.3
+MAX_KEY_LENGTH = 250  # Airflow 3.3's ID_LEN: CreateAssetEventsBody.partition_key's max_length
+HIVE_SCHEME = "hive"
+TABLE_HASH_CLASS = "smartsensor.landings.table"  # the "class path" a table's shardcode is hashed under
+
+
+@dataclass(frozen=True)
+class HiveAsset:
+    """A ``hive://host:port/db/table`` asset as Airflow knows it (its id in Airflow's database)."""
+
+    asset_id: int
+    uri: str
+    db: str
+    table: str
+
+
+def parse_hive_uri(uri: str) -> tuple[str, str, str] | None:
+    """(``host:port``, db, table) of a ``hive://host:port/db/table`` URI, lower-cased as Hive stores names; None
+    for any other URI (another scheme, no host, not exactly a database and a table)."""
+    parts = urlsplit(uri)
+    if parts.scheme != HIVE_SCHEME or not parts.netloc:
+        return None
+    path = parts.path.split("/")
+    if len(path) != 3 or path[0] != "" or not path[1] or not path[2] or parts.query or parts.fragment:
+        return None
+    return parts.netloc.lower(), path[1].lower(), path[2].lower()
+
+
+def table_shardcode(db: str, table: str, limit: int) -> int:
+    """The shardcode a watched table is published under: the worker holding the range that contains it publishes
+    the table's landings (one host per table)."""
+    return shardcode_for(check_hashcode(TABLE_HASH_CLASS, f"{db}.{table}"), limit)
+
+
+def partition_key(name: str) -> str:
+    """The partition key a landed partition is published with: its values, unescaped, in the table's partition
+    column order, joined by ``|`` (``ds=2026-11-27/hr=03`` → ``2026-11-27|03``; one column: the value alone).
+
+    A one-column date key suits ``IdentityMapper`` and the temporal mappers (``input_format="%Y-%m-%d"``); several
+    columns suit ``ProductMapper`` (one mapper per column, its default delimiter ``|``). The column names are in
+    the event's ``extra`` (``partition``: the Hive name as stored), not in the key."""
+    from smartsensor.sensors.partitions import unescape_partition_value
+
+    values = []
+    for part in name.split("/"):
+        column, sep, value = part.partition("=")
+        if not sep or not column:
+            raise ValueError(f"not a Hive partition name: {name!r}")
+        values.append(unescape_partition_value(value))
+    return KEY_DELIMITER.join(values)
+
+
+def key_problem(key: str) -> str | None:
+    """Why Airflow 3.3 would refuse ``key`` as a partition key (its API model: at least one non-blank character,
+    at most 250), or None."""
+    if not key.strip():
+        return "the partition key is blank"
+    if len(key) > MAX_KEY_LENGTH:
+        return f"the partition key is {len(key)} characters long; Airflow takes {MAX_KEY_LENGTH} at most"
+    return None
+
+
+def backoff(attempts: int, base: float, ceiling: float, rng: random.Random | None = None) -> float:
+    """Seconds before the next attempt after ``attempts`` failed ones: ``base`` doubled per failure, at most
+    ``ceiling``, with up to a quarter taken off at random (``rng``) so that many rows failed together do not all
+    come back in the same second."""
+    delay = min(ceiling, base * 2.0 ** max(0, attempts - 1))
+    if rng is None:
+        return delay
+    return delay * (1.0 - 0.25 * rng.random())
+
+
+@dataclass(frozen=True)
+class PostOutcome:
+    """What one ``POST /api/v2/assets/events`` came to. ``kind``: ``delivered`` (2xx), ``retry`` (Airflow or the
+    way to it failed, and it did not take the event: a refused connection, 401/403/404/408/409/429, a 5xx, bad
+    answers), ``unknown`` (the request may have reached Airflow: a timeout or a connection dropped after it was
+    sent; retried, and counted as a possible duplicate) or ``rejected`` (a 4xx Airflow will answer again)."""
+
+    kind: str
+    detail: str = ""
+    event_id: int | None = None
+
+
+RETRY_STATUSES = frozenset({401, 403, 404, 408, 409, 425, 429})
+
+
+def outcome_of_status(status: int, detail: str, event_id: int | None = None) -> PostOutcome:
+    """The outcome of an HTTP answer with ``status``."""
+    if 200 <= status < 300:
+        return PostOutcome("delivered", "", event_id)
+    if status in RETRY_STATUSES or status >= 500:
+        return PostOutcome("retry", f"HTTP {status}: {detail}")
+    return PostOutcome("rejected", f"HTTP {status}: {detail}")

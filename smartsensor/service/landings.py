@@ -1,0 +1,288 @@
+"""The landing publisher: partitions of the tables Airflow DAGs are scheduled on, published as asset events with
+their partition key, once each, by the worker whose leases cover the table (ARCHITECTURE.md, "Schedule on
+landings"; docs/airflow.md for users).
+
+A worker's cycle (``LandingPublisher.cycle``, its ``landings`` side job, every ``[landings] interval``):
+
+1. **Watch** (every ``assets_refresh_interval``): Airflow's active ``hive://`` assets under ``asset_uri_prefix``
+   that a DAG is scheduled on become ``asset_watch`` rows, each with the shardcode of its table.
+2. **Enqueue**: for each watched table in the ranges this worker holds, list its partitions through the worker's
+   catalog backend; the names the outbox lacks go in, once (a unique index; a name another worker put in first is
+   skipped). The first listing of a table is its baseline, never published unless ``publish_existing``.
+3. **Publish**: claim the due rows of those ranges (guarded, under a token, until a lease timeout from now), post
+   each to Airflow, and end it under the same claim: ``delivered``, ``pending`` again after a backoff, or
+   ``rejected``. The oldest landings go first.
+
+The guarantee is at least once: a row is ``delivered`` only after Airflow answered 2xx, and a claim that lapses
+(a worker killed or stalled mid-post) makes the row claimable again. A post that may have reached Airflow without
+the row saying so (a timeout, a lapsed claim) is counted on the row (``unknown_outcomes``), and a 2xx answer
+beyond the row's first (a stalled worker posting after another took over) too (``posts``): a duplicate is never
+silent. `status` shows both, with the backlog and its oldest landing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from sqlalchemy import Engine
+
+from smartsensor.adapters.sql import landings as landing_sql
+from smartsensor.config import Config, ConfigError
+from smartsensor.domain.landings import (
+    BASELINE,
+    HiveAsset,
+    backoff,
+    key_problem,
+    partition_key,
+    table_shardcode,
+)
+from smartsensor.ports import AssetEvents
+from smartsensor.sensors.errors import first_line
+
+log = logging.getLogger(__name__)
+
+STALE_REFRESHES = 3  # a watched table Airflow has not listed for this many refreshes is no longer published
+
+# A table's partition names through the worker's catalog backend (None: the table is missing).
+PartitionNames = Callable[[str, str], "list[str] | None"]
+
+
+def airflow_password(cfg: Config) -> str:
+    """The first line of ``[landings] airflow_password_file``. A file that cannot be read, or an empty one, is a
+    ConfigError."""
+    path = cfg.settings.landings.airflow_password_file
+    try:
+        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"[landings] airflow_password_file {path}: cannot be read ({type(exc).__name__})") from None
+    password = lines[0].strip() if lines else ""
+    if not password:
+        raise ConfigError(f"[landings] airflow_password_file {path} is empty: write the password on its first line")
+    return password
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (logged at DEBUG; the tests read it)."""
+
+    watched: int = 0
+    listed: int = 0
+    enqueued: int = 0
+    baseline: int = 0
+    claimed: int = 0
+    delivered: int = 0
+    retried: int = 0
+    rejected: int = 0
+    lost_claims: int = 0  # attempts ended after their claim lapsed: another worker owns the row now
+    errors: list[str] = field(default_factory=list)
+
+
+class LandingPublisher:
+    """One worker's landing publisher: ``cycle(ranges)`` with the shard ranges it holds."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        cfg: Config,
+        events: AssetEvents,
+        partitions: PartitionNames,
+        owner: str,
+        clock: Callable[[], datetime] = datetime.utcnow,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.engine, self.cfg, self.events, self.partitions, self.owner = engine, cfg, events, partitions, owner
+        self.settings = cfg.settings.landings
+        self.clock = clock
+        self.rng = rng if rng is not None else random.Random()
+        self.claim_seconds = cfg.settings.smart_sensor.lease_timeout  # a claim lapses as a lease does
+        self._refreshed_at: datetime | None = None
+        self._known: dict[str, set[str]] = {}  # uri → the partition names known to be in the outbox
+        self._failing: dict[str, str] = {}  # what failed last (its kind → the line logged), one WARNING per outage
+
+    # -- the steps ---------------------------------------------------------------------------------------
+
+    def refresh_watches(self, now: datetime) -> int:
+        """Read Airflow's watched assets into ``asset_watch``: how many tables are newly watched. Raises on an
+        Airflow or database failure."""
+        assets: list[HiveAsset] = self.events.consumed_hive_assets(self.settings.asset_uri_prefix)
+        limit = self.cfg.shard_code_upper_limit
+        rows = [
+            {
+                "uri": a.uri,
+                "asset_id": a.asset_id,
+                "db_name": a.db,
+                "table_name": a.table,
+                "shardcode": table_shardcode(a.db, a.table, limit),
+                "watched_since": now,
+                "seen_at": now,
+            }
+            for a in assets
+        ]
+        added = landing_sql.record_watches(self.engine, rows, now)
+        self._refreshed_at = now
+        if added:
+            log.info("landings: %d more tables watched (%d in all)", added, len(rows))
+        return added
+
+    def enqueue(self, ranges: Sequence[tuple[int, int]], now: datetime, report: CycleReport) -> None:
+        """Put the partitions that landed on the watched tables of ``ranges`` into the outbox, once each. A table
+        that cannot be listed is skipped this cycle (logged)."""
+        stale = timedelta(seconds=STALE_REFRESHES * self.settings.assets_refresh_interval)
+        watches = landing_sql.read_watches(self.engine, ranges, now - stale)
+        report.watched = len(watches)
+        for watch in watches:
+            try:
+                names = self.partitions(watch.db, watch.table)
+            except Exception as exc:  # noqa: BLE001 - one table's catalog failure must not stop the others
+                report.errors.append(f"listing {watch.db}.{watch.table}: {first_line(exc)}")
+                continue
+            report.listed += 1
+            if names is None:
+                continue  # the table is missing from the catalog: nothing landed
+            known = self._known.get(watch.uri)
+            if known is None:
+                known = self._known[watch.uri] = landing_sql.read_outbox_names(self.engine, watch.uri)
+            new = [n for n in names if n not in known]
+            if not new and watch.baselined:
+                continue
+            landings = [(n, _key_or_blank(n)) for n in new]
+            state, added = landing_sql.enqueue_landings(
+                self.engine, watch, landings, now, self.settings.publish_existing
+            )
+            known.update(new)
+            if state == BASELINE:
+                report.baseline += added
+                log.info("landings: %s watched from now on (%d partitions present are its baseline)", watch.uri, added)
+            else:
+                report.enqueued += added
+
+    def publish(self, ranges: Sequence[tuple[int, int]], now: datetime, report: CycleReport) -> None:
+        """Claim the due outbox rows of ``ranges`` and post each; every attempt ends under its claim."""
+        token = uuid.uuid4().hex
+        until = now + timedelta(seconds=self.claim_seconds)
+        claimed = landing_sql.claim_landings(self.engine, ranges, self.owner, token, now, until, self.settings.batch)
+        report.claimed = len(claimed)
+        if not claimed:
+            return
+        asset_ids = {w.uri: w.asset_id for w in landing_sql.read_watches(self.engine, ranges, datetime.min)}
+        for row in claimed:
+            self._attempt(row, asset_ids.get(row.uri), report)
+
+    def _attempt(self, row: landing_sql.ClaimedLanding, asset_id: int | None, report: CycleReport) -> None:
+        problem = key_problem(row.partition_key)
+        if problem is not None or asset_id is None:
+            why = problem or f"{row.uri} is no longer watched"
+            if landing_sql.end_rejected(self.engine, row.id, row.token, why):
+                report.rejected += 1
+                log.warning("landings: %s %s not published: %s", row.uri, row.partition_name, why)
+            else:
+                report.lost_claims += 1
+            return
+        extra: dict[str, Any] = {
+            "hive_partition": row.partition_name,
+            "landed_at": row.landed_at.isoformat() + "Z",
+            "smartsensor_landing_id": row.id,
+        }
+        outcome = self.events.post_event(asset_id, row.partition_key, extra)
+        if outcome.kind == "delivered":
+            if landing_sql.end_delivered(self.engine, row.id, row.token, self.clock(), outcome.event_id):
+                report.delivered += 1
+            else:
+                report.lost_claims += 1
+                log.warning(
+                    "landings: %s %s posted after this worker's claim lapsed: counted on the row (a duplicate if "
+                    "the worker that took it over posts it too)",
+                    row.uri,
+                    row.partition_name,
+                )
+            return
+        if outcome.kind == "rejected":
+            ended = landing_sql.end_rejected(self.engine, row.id, row.token, outcome.detail)
+            report.rejected += ended
+            log.warning("landings: Airflow refused %s %s for good: %s", row.uri, row.partition_name, outcome.detail)
+        else:
+            delay = backoff(row.attempts, self.settings.retry_base, self.settings.retry_max, self.rng)
+            next_at = self.clock() + timedelta(seconds=delay)
+            unknown = outcome.kind == "unknown"
+            ended = landing_sql.end_failed(self.engine, row.id, row.token, next_at, outcome.detail, unknown)
+            report.retried += ended
+            report.errors.append(f"posting {row.uri} {row.partition_key!r} (attempt {row.attempts}): {outcome.detail}")
+        if not ended:
+            report.lost_claims += 1
+
+    # -- the cycle -----------------------------------------------------------------------------------------
+
+    def cycle(self, ranges: Sequence[tuple[int, int]]) -> CycleReport:
+        """One cycle over ``ranges`` (the shard ranges this worker holds): refresh the watches when due, enqueue,
+        publish. A failure of Airflow, the catalog or the database is logged (one WARNING per kind until it
+        clears) and the next cycle retries; nothing is lost meanwhile."""
+        report = CycleReport()
+        now = self.clock()
+        refresh = timedelta(seconds=self.settings.assets_refresh_interval)
+        steps: list[tuple[str, Callable[[], Any]]] = []
+        if self._refreshed_at is None or now - self._refreshed_at >= refresh:
+            steps.append(("reading Airflow's assets", lambda: self.refresh_watches(now)))
+        if ranges:
+            steps.append(("enqueueing landings", lambda: self.enqueue(ranges, now, report)))
+            steps.append(("publishing landings", lambda: self.publish(ranges, self.clock(), report)))
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - Airflow or the database is down: the next cycle retries
+                self._failed(what, first_line(exc))
+                if what != "reading Airflow's assets":
+                    self._known.clear()  # re-read from the outbox: a failed transaction may have left it unsure
+                continue
+            if what in self._failing:
+                log.info("landings: %s works again", what)
+                del self._failing[what]
+        for error in report.errors:
+            log.warning("landings: %s", error)
+        return report
+
+    def _failed(self, what: str, line: str) -> None:
+        level = logging.DEBUG if self._failing.get(what) == line else logging.WARNING
+        log.log(level, "landings: %s failed: %s", what, line)
+        self._failing[what] = line
+
+
+def _key_or_blank(name: str) -> str:
+    """The partition key of ``name``, or "" for a name no key can be made of (rejected when its turn comes)."""
+    try:
+        return partition_key(name)
+    except ValueError:
+        return ""
+
+
+def catalog_partition_names(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> PartitionNames:
+    """Every partition name of a table through the worker's catalog backend (``[smart_sensor] catalog_backend``):
+    the lister its rounds use, with a client of its own."""
+    from smartsensor.service.round.poke import catalog_answerer
+
+    checker: Any = catalog_answerer(cfg, spark_provider)()  # a BatchChecker: its lister lists a whole table
+
+    def names(db: str, table: str) -> list[str] | None:
+        columns = checker.lister.types.fetch(db, table)
+        if columns is None:
+            return None
+        return checker.lister.list_rows(db, table, {}, columns)
+
+    return names
+
+
+def production_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:
+    """The publisher a worker runs with ``[landings] publish`` on: Airflow's REST API over httpx, the worker's
+    catalog backend."""
+    from smartsensor.adapters.airflow_assets import AirflowAssets
+
+    settings = cfg.settings.landings
+    events = AirflowAssets(
+        settings.airflow_url, settings.airflow_username, airflow_password(cfg), settings.request_timeout
+    )
+    return LandingPublisher(engine, cfg, events, catalog_partition_names(cfg), owner)

@@ -1,0 +1,402 @@
+"""The landing publisher's outbox on SQLite and PostgreSQL: migration 0008 both ways, each landing enqueued once
+whoever sees it, claims that two workers cannot both end, and a stateful model (hypothesis) of two workers driving
+the real ``LandingPublisher`` and outbox through every interleaving of landings, enqueues, claims, posts that
+succeed, fail, time out before or after Airflow took them or are refused, claims that lapse, leases that move and
+workers that crash, checking after every step that no landing is lost and none is delivered twice unnoticed.
+
+Airflow's side is ``AirflowDouble``: the assets DAGs are scheduled on and the events it took, per asset and key,
+with the failure each post meets. The catalog is a dict of partition names per table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from sqlalchemy import Engine, inspect, select
+
+from smartsensor.adapters.sql import landings as landing_sql
+from smartsensor.adapters.sql.engine import alembic_config, current_revision, init_db, make_engine
+from smartsensor.config import Config
+from smartsensor.domain.landings import (
+    BASELINE,
+    DELIVERED,
+    PENDING,
+    REJECTED,
+    SENDING,
+    HiveAsset,
+    PostOutcome,
+    partition_key,
+)
+from smartsensor.schema.models import LandingOutbox
+from smartsensor.service.landings import CycleReport, LandingPublisher
+from smartsensor.service.status import collect_landings, landings_lines
+from tests.support.catalog_doubles import Clock
+from tests.support.common import T0, make_cfg
+from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
+
+LO = LandingOutbox.__table__
+PREFIX = "hive://meta:10000/"
+CONSUMED = {"db.a": 1, "db.b": 2}  # tables DAGs are scheduled on → their asset ids
+UNCONSUMED = {"db.c": 3}  # an asset nobody is scheduled on: never published
+
+
+class AirflowDouble:
+    """Airflow's API as the publisher sees it: the watched assets, and every event it took by (asset, key).
+    ``mode`` is what the next posts meet: ``ok``; ``down`` (refused, nothing taken); ``timeout_after`` (taken,
+    then the answer lost); ``timeout_before`` (lost on the way); ``reject`` (a 422)."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.events: Counter[tuple[int, str]] = Counter()
+        self.extras: list[dict[str, Any]] = []
+        self.assets_down = False
+
+    def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
+        if self.assets_down:
+            raise ConnectionError("Airflow's api-server is down")
+        consumed = [HiveAsset(i, f"{uri_prefix}{t.replace('.', '/')}", *t.split(".")) for t, i in CONSUMED.items()]
+        return consumed  # the unconsumed asset has no scheduled_dags: Airflow's answer leaves it out here
+
+    def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
+        if self.mode in ("ok", "timeout_after"):
+            self.events[(asset_id, partition_key)] += 1
+            self.extras.append(extra)
+        if self.mode == "ok":
+            return PostOutcome("delivered", "", sum(self.events.values()))
+        if self.mode == "reject":
+            return PostOutcome("rejected", "HTTP 422: invalid")
+        if self.mode == "down":
+            return PostOutcome("retry", "ConnectError: connection refused")
+        return PostOutcome("unknown", "ReadTimeout: read timed out")
+
+
+def landings_cfg(home: Path, url: str) -> Config:
+    return make_cfg(
+        home,
+        url,
+        smart_sensor__lease_timeout="30",
+        smart_sensor__heartbeat_interval="10",
+        landings__retry_base="1",
+        landings__retry_max="8",
+        landings__assets_refresh_interval="60",
+        landings__batch="3",
+        landings__asset_uri_prefix=PREFIX,
+    )
+
+
+def publisher(
+    engine: Engine, cfg: Config, airflow: AirflowDouble, catalog: dict[str, list[str]], owner: str, clock: Clock
+) -> LandingPublisher:
+    def names(db: str, table: str) -> list[str] | None:
+        return list(catalog[f"{db}.{table}"]) if f"{db}.{table}" in catalog else None
+
+    return LandingPublisher(engine, cfg, airflow, names, owner, clock=clock)
+
+
+def outbox(engine: Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(LO).order_by(LO.c.id))]
+
+
+def test_migration_0008_adds_the_outbox_and_takes_it_away(db_url: str) -> None:
+    from alembic import command
+
+    engine = make_engine(db_url)
+
+    def migrate(step: Any, revision: str) -> None:
+        cfg = alembic_config(engine)
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            step(cfg, revision)
+
+    migrate(command.upgrade, "0007")
+    assert not {"asset_watch", "landing_outbox"} & set(inspect(engine).get_table_names())
+    migrate(command.upgrade, "0008")
+    assert {"asset_watch", "landing_outbox"} <= set(inspect(engine).get_table_names())
+    indexes = {ix["name"]: ix for ix in inspect(engine).get_indexes("landing_outbox")}
+    assert indexes["outbox_landing"]["unique"] and "outbox_undelivered" in indexes
+    migrate(command.downgrade, "0007")
+    assert not {"asset_watch", "landing_outbox"} & set(inspect(engine).get_table_names())
+    migrate(command.upgrade, "0008")
+    assert current_revision(engine) == "0008"
+    engine.dispose()
+
+
+def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path: Path, db_url: str) -> None:
+    """Two workers over the same tables: what was there at switch-on is the baseline; a landing is enqueued once
+    however many workers list it, posted once with its partition key, and `status` shows the backlog while
+    Airflow is down and its oldest landing."""
+    cfg = landings_cfg(tmp_path, db_url)
+    engine = make_engine(db_url)
+    init_db(engine)
+    clock = Clock(T0)
+    airflow = AirflowDouble()
+    catalog = {"db.a": ["ds=2026-11-26/hr=00"], "db.b": [], "db.c": ["ds=2026-11-26/hr=00"]}
+    everything = [(0, cfg.shard_code_upper_limit)]
+    one = publisher(engine, cfg, airflow, catalog, "w1", clock)
+    two = publisher(engine, cfg, airflow, catalog, "w2", clock)
+    try:
+        first = one.cycle(everything)
+        assert (first.watched, first.baseline, first.enqueued, first.delivered) == (2, 1, 0, 0)
+        catalog["db.a"].append("ds=2026-11-27/hr=00")
+        catalog["db.b"].append("ds=2026-11-27/hr=05")
+        airflow.mode = "down"
+        for worker in (one, two):
+            worker.enqueue(everything, clock(), CycleReport())
+        assert sorted(r["partition_name"] for r in outbox(engine) if r["state"] == PENDING) == [
+            "ds=2026-11-27/hr=00",
+            "ds=2026-11-27/hr=05",
+        ]
+        clock.advance(5)
+        failed = two.cycle(everything)
+        assert failed.retried == 2 and len(failed.errors) == 2
+        status = collect_landings(engine, clock())
+        assert (status.backlog, status.oldest_age, status.watched_tables) == (2, 5.0, 2)
+        assert any("backlog 2, the oldest landed 5 s ago" in line for line in landings_lines(status))
+        airflow.mode = "ok"
+        clock.advance(2)  # past the first backoff (1 s, less jitter)
+        done = one.cycle(everything)
+        assert done.delivered == 2
+        assert airflow.events == Counter({(1, "2026-11-27|00"): 1, (2, "2026-11-27|05"): 1})
+        assert {e["hive_partition"] for e in airflow.extras} == {"ds=2026-11-27/hr=00", "ds=2026-11-27/hr=05"}
+        assert two.cycle(everything).claimed == 0 and sum(airflow.events.values()) == 2
+        status = collect_landings(engine, clock())
+        assert (status.backlog, status.duplicates, status.unknown_outcomes) == (0, 0, 0)
+        assert status.by_state == {BASELINE: 1, DELIVERED: 2}
+    finally:
+        engine.dispose()
+
+
+def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path: Path, db_url: str) -> None:
+    cfg = landings_cfg(tmp_path, db_url)
+    engine = make_engine(db_url)
+    init_db(engine)
+    clock = Clock(T0)
+    airflow = AirflowDouble()
+    catalog: dict[str, list[str]] = {"db.a": [], "db.b": []}
+    ranges = [(0, cfg.shard_code_upper_limit)]
+    one = publisher(engine, cfg, airflow, catalog, "w1", clock)
+    try:
+        one.cycle(ranges)
+        catalog["db.a"].append("ds=1")
+        one.enqueue(ranges, clock(), CycleReport())
+        first = landing_sql.claim_landings(engine, ranges, "w1", "t1", clock(), clock() + timedelta(seconds=30), 5)
+        assert [r.partition_key for r in first] == ["1"]
+        assert landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 5) == []
+        clock.advance(31)  # w1 stalls past its claim
+        second = landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 5)
+        assert [r.id for r in second] == [first[0].id] and second[0].attempts == 2
+        assert not landing_sql.end_failed(engine, first[0].id, "t1", clock(), "late", unknown=False)
+        assert not landing_sql.end_delivered(engine, first[0].id, "t1", clock(), 1)  # w1's post landed late
+        assert landing_sql.end_delivered(engine, second[0].id, "t2", clock(), 2)
+        (row,) = outbox(engine)
+        assert (row["state"], row["posts"], row["unknown_outcomes"], row["event_id"]) == (DELIVERED, 2, 1, 2)
+        status = collect_landings(engine, clock())
+        assert (status.duplicates, status.unknown_outcomes) == (1, 1)
+    finally:
+        engine.dispose()
+
+
+# -- the stateful model ------------------------------------------------------------------------------------
+
+WORKERS = ("w1", "w2")
+MODES = ("ok", "down", "timeout_after", "timeout_before", "reject")
+
+
+class OutboxModel(RuleBasedStateMachine):
+    """Two workers over one outbox (``machine_for`` binds the database and the config)."""
+
+    engine: Engine
+    cfg: Config
+    steps = 0
+
+    @property
+    def halves(self) -> list[tuple[int, int]]:
+        limit = self.cfg.shard_code_upper_limit
+        return [(0, limit // 2), (limit // 2, limit)]
+
+    @property
+    def claim_seconds(self) -> float:
+        return self.cfg.settings.smart_sensor.lease_timeout
+
+    def __init__(self) -> None:
+        super().__init__()
+        with self.engine.begin() as conn:
+            conn.execute(LO.delete())
+            conn.execute(landing_sql.AW.delete())
+        self.clock = Clock(T0)
+        self.airflow = AirflowDouble()
+        self.catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": [], "db.c": ["ds=0"]}
+        self.owner: dict[tuple[int, int], str] = {self.halves[0]: "w1", self.halves[1]: "w2"}
+        self.workers = {w: self._new(w) for w in WORKERS}
+        self.in_flight: dict[str, list[landing_sql.ClaimedLanding]] = {w: [] for w in WORKERS}
+        self.workers["w1"].refresh_watches(self.clock())
+
+    def _new(self, worker: str) -> LandingPublisher:
+        return publisher(self.engine, self.cfg, self.airflow, self.catalog, worker, self.clock)
+
+    def ranges(self, worker: str) -> list[tuple[int, int]]:
+        return [r for r, w in self.owner.items() if w == worker]
+
+    @rule(table=st.sampled_from(sorted(CONSUMED) + sorted(UNCONSUMED)), day=st.integers(1, 6))
+    def land(self, table: str, day: int) -> None:
+        """A partition lands, and each worker lists the watched tables of the ranges it holds."""
+        name = f"ds={day}"
+        if name not in self.catalog[table]:
+            self.catalog[table].append(name)
+        for worker in WORKERS:
+            self.workers[worker].enqueue(self.ranges(worker), self.clock(), CycleReport())
+
+    @rule(data=st.data())
+    def claim(self, data: st.DataObject) -> None:
+        worker = data.draw(st.sampled_from([w for w in WORKERS if self.ranges(w)]))
+        now = self.clock()
+        until = now + timedelta(seconds=self.claim_seconds)
+        token = f"{worker}-{self.steps}"
+        got = landing_sql.claim_landings(self.engine, self.ranges(worker), worker, token, now, until, 2)
+        self.in_flight[worker] += got
+
+    @precondition(lambda self: any(self.in_flight.values()))
+    @rule(mode=st.sampled_from(MODES), data=st.data())
+    def post(self, mode: str, data: st.DataObject) -> None:
+        """A worker holding claimed rows posts one (perhaps after its claim lapsed) and ends it as it went."""
+        worker = data.draw(st.sampled_from([w for w in WORKERS if self.in_flight[w]]))
+        row = self.in_flight[worker].pop(data.draw(st.integers(0, len(self.in_flight[worker]) - 1)))
+        self.airflow.mode = mode
+        asset = CONSUMED[row.uri[len(PREFIX) :].replace("/", ".")]
+        self.workers[worker]._attempt(row, asset, CycleReport())
+        self.airflow.mode = "ok"
+
+    @rule(worker=st.sampled_from(WORKERS), down=st.booleans())
+    def cycle(self, worker: str, down: bool) -> None:
+        """A whole cycle, Airflow up or down (its assets too)."""
+        self.airflow.mode = "down" if down else "ok"
+        self.airflow.assets_down = down
+        self.workers[worker].cycle(self.ranges(worker))
+        self.airflow.mode, self.airflow.assets_down = "ok", False
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def crash(self, worker: str) -> None:
+        """The worker dies mid-publish: its claims stay until they lapse; it restarts with no memory."""
+        self.in_flight[worker] = []
+        self.workers[worker] = self._new(worker)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def stall(self, worker: str) -> None:
+        """The worker stalls past its claims and leases (a long GC pause, a partition): the other worker takes
+        its ranges; what it had in flight it may still post when it wakes."""
+        self.clock.advance(self.claim_seconds + 1)
+        other = "w2" if worker == "w1" else "w1"
+        self.owner = {r: other if w == worker else w for r, w in self.owner.items()}
+
+    @rule(seconds=st.sampled_from([0.5, 3.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @invariant()
+    def nothing_lost_nothing_twice_unnoticed(self) -> None:
+        type(self).steps += 1
+        rows = outbox(self.engine)
+        names: Counter[tuple[str, str]] = Counter((r["uri"], r["partition_name"]) for r in rows)
+        assert all(n == 1 for n in names.values()), names  # each landing once in the outbox
+        for r in rows:
+            table = r["uri"][len(PREFIX) :].replace("/", ".")
+            assert table in CONSUMED, r  # no row for a table nobody consumes
+            assert r["partition_name"] in self.catalog[table]  # only what landed
+            assert r["partition_key"] == partition_key(r["partition_name"])
+            took = self.airflow.events[(CONSUMED[table], r["partition_key"])]
+            assert r["posts"] <= took <= r["posts"] + r["unknown_outcomes"], r  # every post Airflow took is counted
+            if r["state"] == BASELINE:
+                assert took == 0, r
+            if r["state"] == DELIVERED:
+                assert took >= 1 and r["claim_token"] is None, r
+            if r["state"] == SENDING:
+                assert r["claim_token"] and r["claimed_until"], r
+        assert not any(asset == UNCONSUMED["db.c"] for asset, _ in self.airflow.events)
+
+    def teardown(self) -> None:
+        """Everything quiet, Airflow up, one worker holding every range: each landing after the baseline is
+        delivered (or refused for good) within a bounded number of cycles."""
+        self.owner = {r: "w1" for r in self.halves}
+        drainer = self._new("w1")
+        for _ in range(30):
+            self.clock.advance(self.claim_seconds + 10)  # past every claim and backoff
+            drainer.cycle(self.ranges("w1"))
+            if not any(r["state"] in (PENDING, SENDING) for r in outbox(self.engine)):
+                break
+        rows = {(r["uri"], r["partition_name"]): r for r in outbox(self.engine)}
+        for table in CONSUMED:
+            uri = PREFIX + table.replace(".", "/")
+            for name in self.catalog[table]:
+                row = rows.get((uri, name))
+                assert row is not None, (table, name)  # every landing reached the outbox
+                assert row["state"] in (BASELINE, DELIVERED, REJECTED), row
+        self.nothing_lost_nothing_twice_unnoticed()
+
+
+def machine_for(engine: Engine, cfg: Config) -> type[OutboxModel]:
+    return type("Outbox", (OutboxModel,), {"engine": engine, "cfg": cfg})
+
+
+STEPS = int(os.environ.get("SMARTSENSOR_MODEL_STEPS", "3000"))
+
+
+def run_machine(engine: Engine, cfg: Config, examples: int, steps: int) -> None:
+    init_db(engine)
+    machine = machine_for(engine, cfg)
+    machine.TestCase.settings = settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=os.environ.get("SMARTSENSOR_MODEL_RANDOM") is None,
+    )
+    machine.TestCase().runTest()
+    assert machine.steps >= examples * steps // 2, f"only {machine.steps} steps ran"
+    print(f"{machine.__name__}: {machine.steps} steps")
+
+
+def test_no_landing_is_lost_or_published_twice_unnoticed_on_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    engine = make_engine(url)
+    try:
+        run_machine(engine, landings_cfg(tmp_path, url), examples=max(STEPS // 40, 5), steps=40)
+    finally:
+        engine.dispose()
+
+
+@needs_test_pg
+def test_no_landing_is_lost_or_published_twice_unnoticed_on_postgresql(tmp_path: Path) -> None:
+    name, url = new_pg_database()
+    engine = make_engine(url)
+    try:
+        run_machine(engine, landings_cfg(tmp_path, url), examples=max(STEPS // 200, 5), steps=40)
+    finally:
+        engine.dispose()
+        drop_pg_database(name)
+
+
+def test_the_outbox_serves_claims_through_its_partial_index(tmp_path: Path) -> None:
+    """A claim reads only undelivered rows: on SQLite its candidates come through ``outbox_undelivered``."""
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    engine = make_engine(url)
+    init_db(engine)
+    try:
+        with engine.connect() as conn:
+            plan = " ".join(
+                str(r)
+                for r in conn.exec_driver_sql(
+                    "EXPLAIN QUERY PLAN SELECT id FROM landing_outbox WHERE state IN ('pending', 'sending') "
+                    "AND shardcode >= 0 AND shardcode < 10 AND next_attempt_at <= ?",
+                    (datetime(2026, 11, 27),),
+                ).fetchall()
+            )
+        assert "outbox_undelivered" in plan, plan
+    finally:
+        engine.dispose()

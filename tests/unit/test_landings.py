@@ -1,0 +1,193 @@
+"""The landing publisher's pure rules (``domain.landings``) and its Airflow client's reading of answers and failures
+(``adapters.airflow_assets``, over httpx's in-process transport): no database, no Airflow."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from smartsensor.adapters.airflow_assets import AirflowApiError, AirflowAssets
+from smartsensor.config import ConfigError
+from smartsensor.domain.landings import (
+    MAX_KEY_LENGTH,
+    backoff,
+    key_problem,
+    outcome_of_status,
+    parse_hive_uri,
+    partition_key,
+    table_shardcode,
+)
+from tests.support.common import make_cfg
+
+
+def test_partition_keys_are_the_unescaped_values_in_column_order() -> None:
+    assert partition_key("ds=2026-11-27") == "2026-11-27"
+    assert partition_key("ds=2026-11-27/hr=03") == "2026-11-27|03"
+    assert partition_key("ds=10%3A00/region=eu%2Fwest") == "10:00|eu/west"
+    with pytest.raises(ValueError):
+        partition_key("no-equals-sign")
+
+
+def test_keys_airflow_refuses_are_named() -> None:
+    assert key_problem("2026-11-27") is None
+    assert key_problem(" ") == "the partition key is blank"
+    assert key_problem("x" * MAX_KEY_LENGTH) is None
+    problem = key_problem("x" * (MAX_KEY_LENGTH + 1))
+    assert problem is not None and "251 characters" in problem
+
+
+def test_hive_uris_name_a_host_a_database_and_a_table() -> None:
+    assert parse_hive_uri("hive://Meta:10000/Sales/Orders") == ("meta:10000", "sales", "orders")
+    for other in (
+        "s3://bucket/key",
+        "hive:///db/t",
+        "hive://h:1/db",
+        "hive://h:1/db/t/extra",
+        "hive://h:1/db/t?x=1",
+        "hive://h:1//t",
+    ):
+        assert parse_hive_uri(other) is None, other
+
+
+def test_a_tables_shardcode_is_stable_and_in_range() -> None:
+    codes = {table_shardcode("db", f"t{i}", 10000) for i in range(200)}
+    assert all(0 <= c < 10000 for c in codes) and len(codes) > 150
+    assert table_shardcode("db", "t1", 10000) == table_shardcode("db", "t1", 10000)
+
+
+def test_backoff_doubles_up_to_its_ceiling_and_jitter_only_shortens_it() -> None:
+    assert [backoff(n, 1.0, 10.0) for n in (1, 2, 3, 4, 5, 6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    rng = random.Random(7)
+    for attempts in range(1, 12):
+        full = backoff(attempts, 0.5, 60.0)
+        jittered = backoff(attempts, 0.5, 60.0, rng)
+        assert 0.75 * full <= jittered <= full
+
+
+def test_http_statuses_map_to_what_the_outbox_does() -> None:
+    assert outcome_of_status(201, "", 5).kind == "delivered"
+    for status in (401, 403, 404, 408, 409, 429, 500, 502, 503):
+        assert outcome_of_status(status, "x").kind == "retry", status
+    for status in (400, 405, 413, 422):
+        assert outcome_of_status(status, "x").kind == "rejected", status
+
+
+def _airflow(handler: Any) -> AirflowAssets:
+    return AirflowAssets("http://airflow:8080/", "u", "p", 5.0, transport=httpx.MockTransport(handler))
+
+
+def _token_then(answer: Any) -> tuple[Any, list[httpx.Request]]:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if request.url.path == "/auth/token":
+            return httpx.Response(201, json={"access_token": f"tok{len(calls)}"})
+        return answer(request)
+
+    return handler, calls
+
+
+def test_assets_are_read_page_by_page_keeping_the_scheduled_hive_ones() -> None:
+    pages = {
+        0: [
+            {"id": 1, "uri": "hive://meta:10000/db/a", "scheduled_dags": [{"dag_id": "c"}]},
+            {"id": 2, "uri": "hive://meta:10000/db/b", "scheduled_dags": []},  # nobody consumes it
+        ],
+        2: [
+            {"id": 3, "uri": "hive://meta:10000/db/c/d", "scheduled_dags": [{"dag_id": "c"}]},  # not a table
+            {"id": 4, "uri": "hive://meta:10000/db/d", "scheduled_dags": [{"dag_id": "c"}]},
+        ],
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.headers["Authorization"].startswith("Bearer tok")
+        assert request.url.params["uri_prefix_pattern"] == "hive://meta:10000/"
+        offset = int(request.url.params["offset"])
+        return httpx.Response(200, json={"assets": pages.get(offset, []), "total_entries": 4})
+
+    handler, calls = _token_then(answer)
+    found = _airflow(handler).consumed_hive_assets("hive://meta:10000/")
+    assert [(a.asset_id, a.db, a.table) for a in found] == [(1, "db", "a"), (4, "db", "d")]
+    assert [c.url.path for c in calls] == ["/auth/token", "/api/v2/assets", "/api/v2/assets"]
+
+
+def test_an_expired_token_is_taken_again_once() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.headers["Authorization"] == "Bearer tok1":
+            return httpx.Response(401, json={"detail": "expired"})
+        body = json.loads(request.content)
+        assert body == {"asset_id": 9, "partition_key": "2026-11-27", "extra": {"hive_partition": "ds=2026-11-27"}}
+        return httpx.Response(200, json={"id": 77})
+
+    handler, calls = _token_then(answer)
+    outcome = _airflow(handler).post_event(9, "2026-11-27", {"hive_partition": "ds=2026-11-27"})
+    assert (outcome.kind, outcome.event_id) == ("delivered", 77)
+    assert [c.url.path for c in calls] == [
+        "/auth/token",
+        "/api/v2/assets/events",
+        "/auth/token",
+        "/api/v2/assets/events",
+    ]
+
+
+def test_a_post_that_may_have_reached_airflow_is_unknown_one_that_never_left_is_a_retry() -> None:
+    def timeout(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("read timed out", request=request)
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    def unavailable(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, text="down for maintenance")
+
+    def invalid(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(422, json={"detail": [{"msg": "String should have at most 250 characters"}]})
+
+    for answer, kind, said in (
+        (timeout, "unknown", "ReadTimeout"),
+        (refused, "retry", "ConnectError"),
+        (unavailable, "retry", "HTTP 503: down for maintenance"),
+        (invalid, "rejected", "HTTP 422: [{'msg': 'String should have at most 250 characters'}]"),
+    ):
+        handler, _ = _token_then(answer)
+        outcome = _airflow(handler).post_event(1, "k", {})
+        assert outcome.kind == kind and said in outcome.detail, (answer.__name__, outcome)
+
+
+def test_no_token_means_nothing_was_posted_and_the_assets_call_raises() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, json={"detail": "Invalid credentials"})
+
+    airflow = _airflow(handler)
+    outcome = airflow.post_event(1, "k", {})
+    assert outcome.kind == "retry" and "POST /auth/token: HTTP 403: Invalid credentials" in outcome.detail
+    with pytest.raises(AirflowApiError, match="POST /auth/token: HTTP 403"):
+        airflow.consumed_hive_assets("hive://meta:10000/")
+
+
+def test_publishing_needs_airflow_the_user_and_a_hive_prefix(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    assert make_cfg(tmp_path, url).settings.landings.publish is False
+    good = {
+        "landings__publish": "true",
+        "landings__airflow_url": "http://airflow:8080",
+        "landings__airflow_username": "smartsensor",
+        "landings__airflow_password_file": str(tmp_path / "pw"),
+        "landings__asset_uri_prefix": "hive://meta:10000/",
+    }
+    assert make_cfg(tmp_path, url, **good).settings.landings.asset_uri_prefix == "hive://meta:10000/"
+    for name, value, said in (
+        ("landings__airflow_url", "", "airflow_url is required"),
+        ("landings__airflow_url", "airflow:8080", "must start with http://"),
+        ("landings__asset_uri_prefix", "hive://meta:10000", "must be hive://host:port/"),
+        ("landings__asset_uri_prefix", "s3://bucket/", "must be hive://host:port/"),
+        ("landings__retry_max", "0.5", "retry_max (0.5) must be at least retry_base (1)"),
+    ):
+        with pytest.raises(ConfigError, match=said.replace("(", r"\(").replace(")", r"\)")):
+            make_cfg(tmp_path, url, **{**good, name: value})
