@@ -426,3 +426,16 @@ def _validate_landings(cfg: Config) -> None:
         raise ConfigError(
             f"[landings] retry_max ({landings.retry_max:g}) must be at least retry_base ({landings.retry_base:g})"
         )
+
+
+def read_secret_file(path: str, setting: str, what: str) -> str:
+    """The first line of the file at ``path`` (``what``: a token, a password, kept out of the config), stripped. A
+    file that cannot be read, or whose first line is blank, is a ConfigError naming ``setting``."""
+    try:
+        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{setting} {path}: cannot be read ({exc.__class__.__name__}: {exc})") from None
+    secret = lines[0].strip() if lines else ""
+    if not secret:
+        raise ConfigError(f"{setting} {path} is empty: write {what} on its first line")
+    return secret

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from scripts.airflow.stack import Processes
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
 from tests.support.airflow_databases import AirflowDatabases
@@ -111,6 +112,17 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
     shared by every module after it (each uses databases of its own names); stopped when the process ends."""
     with derby_service(tmp_path_factory.mktemp("metastore-home")) as cfg:
         yield cfg
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    """Every process an Airflow test starts (an ``AirflowStack``'s components, smartsensor's beside them),
+    stopped with their children whatever happens."""
+    procs = Processes(tmp_path / "logs")
+    try:
+        yield procs
+    finally:
+        procs.stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ import hmac
 import ipaddress
 import secrets
 import time
-from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 from fastapi.responses import JSONResponse
@@ -19,7 +18,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from smartsensor.config import Config, ConfigError
+from smartsensor.config import Config, read_secret_file
 
 LOOPBACK = "127.0.0.1"
 SESSION_SECONDS = 12 * 3600  # how long the status page's login cookie opens the page
@@ -29,14 +28,7 @@ def configured_token(cfg: Config) -> str | None:
     """The API token, or None when none is configured. A token file that cannot be read is a ConfigError."""
     path = cfg.settings.api.token_file
     if path:
-        try:
-            lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"[api] token_file {path}: cannot be read ({exc.__class__.__name__}: {exc})") from None
-        token = lines[0].strip() if lines else ""
-        if not token:
-            raise ConfigError(f"[api] token_file {path} is empty: write the token on its first line")
-        return token
+        return read_secret_file(path, "[api] token_file", "the token")
     token = cfg.settings.api.token.strip()
     return token or None
 

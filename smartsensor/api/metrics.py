@@ -57,25 +57,22 @@ def _landing_gauges(registry: CollectorRegistry, landings: LandingsStatus) -> No
     rows = Gauge("smartsensor_landings", "Landing outbox rows by state", ["state"], registry=registry)
     for state, n in landings.by_state.items():
         rows.labels(state).set(n)
-    Gauge("smartsensor_landings_backlog", "Landings not yet delivered to Airflow", registry=registry).set(
-        landings.backlog
-    )
-    Gauge(
-        "smartsensor_landings_oldest_undelivered_seconds",
-        "Seconds since the oldest landing not yet delivered to Airflow was seen (0: none)",
-        registry=registry,
-    ).set(landings.oldest_age or 0)
-    Gauge("smartsensor_landings_duplicates", "Asset events Airflow took more than once (known)", registry=registry).set(
-        landings.duplicates
-    )
-    Gauge(
-        "smartsensor_landings_unknown_outcomes",
-        "Posts whose outcome was never known (timeouts, lapsed claims): possible duplicates",
-        registry=registry,
-    ).set(landings.unknown_outcomes)
-    Gauge("smartsensor_landings_watched_tables", "Tables watched for landings", registry=registry).set(
-        landings.watched_tables
-    )
+    for name, text, value in (
+        ("backlog", "Landings not yet delivered to Airflow", landings.backlog),
+        (
+            "oldest_undelivered_seconds",
+            "Seconds since the oldest landing not yet delivered to Airflow was seen (0: none)",
+            landings.oldest_age or 0,
+        ),
+        ("duplicates", "Asset events Airflow took more than once (known)", landings.duplicates),
+        (
+            "unknown_outcomes",
+            "Posts whose outcome was never known (timeouts, lapsed claims): possible duplicates",
+            landings.unknown_outcomes,
+        ),
+        ("watched_tables", "Tables watched for landings", landings.watched_tables),
+    ):
+        Gauge(f"smartsensor_landings_{name}", text, registry=registry).set(value)
 
 
 def _stuck_gauges(registry: CollectorRegistry, stuck: Stuck) -> None:

@@ -27,13 +27,12 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import landings as landing_sql
-from smartsensor.config import Config, ConfigError
+from smartsensor.config import Config, read_secret_file
 from smartsensor.domain.landings import (
     BASELINE,
     HiveAsset,
@@ -54,17 +53,10 @@ PartitionNames = Callable[[str, str], "list[str] | None"]
 
 
 def airflow_password(cfg: Config) -> str:
-    """The first line of ``[landings] airflow_password_file``. A file that cannot be read, or an empty one, is a
-    ConfigError."""
-    path = cfg.settings.landings.airflow_password_file
-    try:
-        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"[landings] airflow_password_file {path}: cannot be read ({type(exc).__name__})") from None
-    password = lines[0].strip() if lines else ""
-    if not password:
-        raise ConfigError(f"[landings] airflow_password_file {path} is empty: write the password on its first line")
-    return password
+    """The first line of ``[landings] airflow_password_file`` (ConfigError when it cannot be read or is empty)."""
+    return read_secret_file(
+        cfg.settings.landings.airflow_password_file, "[landings] airflow_password_file", "the password"
+    )
 
 
 @dataclass
@@ -144,7 +136,7 @@ class LandingPublisher:
                 continue
             report.listed += 1
             if names is None:
-                continue  # the table is missing from the catalog: nothing landed
+                names = []  # the table is missing from the catalog: nothing landed (its baseline is empty)
             known = self._known.get(watch.uri)
             if known is None:
                 known = self._known[watch.uri] = landing_sql.read_outbox_names(self.engine, watch.uri)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from sqlalchemy import Engine, select
@@ -60,16 +59,6 @@ with DAG("producer_c", start_date=datetime(2026, 11, 1), schedule=None):
     EmptyOperator(task_id="write", outlets=[C])
 """
 CONSUMERS = ["daily_a", "daily_a_too", "hourly_b", "plain_a", "producer_c"]
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    """Every process the test starts, stopped (with their children) whatever happens."""
-    procs = Processes(tmp_path / "logs")
-    try:
-        yield procs
-    finally:
-        procs.stop()
 
 
 @pytest.mark.parametrize("venv", AIRFLOW_33, ids=version_of)

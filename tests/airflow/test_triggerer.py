@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -51,16 +50,6 @@ with DAG("fanout", start_date=datetime(2026, 11, 1), schedule=None, catchup=Fals
     SuccessFileSensor(task_id="never_soft", path="{never}", poke_interval={poll}, timeout={timeout}, soft_fail=True)
     SuccessFileSensor(task_id="never_fail", path="{never}", poke_interval={poll}, timeout={timeout})
 """
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    """Every process the test starts, stopped (with their children) whatever happens."""
-    procs = Processes(tmp_path / "logs")
-    try:
-        yield procs
-    finally:
-        procs.stop()
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)

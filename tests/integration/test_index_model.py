@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable
 
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sqlalchemy import Engine, delete, insert, select, update
 
@@ -47,6 +47,7 @@ from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg
+from tests.support.model import run_model
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
 
 TI = TaskInstance.__table__
@@ -499,17 +500,7 @@ STEPS = int(os.environ.get("SMARTSENSOR_MODEL_STEPS", "12000"))  # at least 10,0
 
 def run_machine(engine: Engine, cfg: Config, examples: int, steps: int) -> None:
     init_db(engine)
-    machine = machine_for(engine, cfg)
-    machine.TestCase.settings = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        derandomize=os.environ.get("SMARTSENSOR_MODEL_RANDOM") is None,
-    )
-    machine.TestCase().runTest()
-    assert machine.steps >= examples * steps // 2, f"only {machine.steps} steps ran"
-    print(f"{machine.__name__}: {machine.steps} steps")
+    run_model(machine_for(engine, cfg), examples, steps)
 
 
 @pytest.mark.slow

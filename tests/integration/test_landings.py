@@ -1,8 +1,9 @@
-"""The landing publisher's outbox on SQLite and PostgreSQL: migration 0008 both ways, each landing enqueued once
-whoever sees it, claims that two workers cannot both end, and a stateful model (hypothesis) of two workers driving
-the real ``LandingPublisher`` and outbox through every interleaving of landings, enqueues, claims, posts that
-succeed, fail, time out before or after Airflow took them or are refused, claims that lapse, leases that move and
-workers that crash, checking after every step that no landing is lost and none is delivered twice unnoticed.
+"""The landing publisher's outbox on SQLite and PostgreSQL (its migration 0008 is in test_schema.py): each landing
+enqueued once whoever sees it, claims that two workers cannot both end, a worker's side job over the ranges it
+holds, and a stateful model (hypothesis) of two workers driving the real ``LandingPublisher`` and outbox through
+every interleaving of landings, enqueues, claims, posts that succeed, fail, time out before or after Airflow took
+them or are refused, stalls that move leases and crashes, checking after every step that no landing is lost and
+none is delivered twice unnoticed.
 
 Airflow's side is ``AirflowDouble``: the assets DAGs are scheduled on and the events it took, per asset and key,
 with the failure each post meets. The catalog is a dict of partition names per table.
@@ -14,14 +15,15 @@ import os
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from sqlalchemy import Engine, inspect, select
+from sqlalchemy import Engine, select
 
 from smartsensor.adapters.sql import landings as landing_sql
-from smartsensor.adapters.sql.engine import alembic_config, current_revision, init_db, make_engine
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.api.metrics import render_metrics
 from smartsensor.config import Config
 from smartsensor.domain.landings import (
     BASELINE,
@@ -35,9 +37,11 @@ from smartsensor.domain.landings import (
 )
 from smartsensor.schema.models import LandingOutbox
 from smartsensor.service.landings import CycleReport, LandingPublisher
-from smartsensor.service.status import collect_landings, landings_lines
+from smartsensor.service.status import collect_landings, collect_status, landings_lines
+from smartsensor.service.status_report import StatusReport
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
+from tests.support.model import run_model
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
 
 LO = LandingOutbox.__table__
@@ -91,7 +95,12 @@ def landings_cfg(home: Path, url: str) -> Config:
 
 
 def publisher(
-    engine: Engine, cfg: Config, airflow: AirflowDouble, catalog: dict[str, list[str]], owner: str, clock: Clock
+    engine: Engine,
+    cfg: Config,
+    airflow: AirflowDouble,
+    catalog: dict[str, list[str]],
+    owner: str,
+    clock: Callable[[], datetime],
 ) -> LandingPublisher:
     def names(db: str, table: str) -> list[str] | None:
         return list(catalog[f"{db}.{table}"]) if f"{db}.{table}" in catalog else None
@@ -102,30 +111,6 @@ def publisher(
 def outbox(engine: Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(select(LO).order_by(LO.c.id))]
-
-
-def test_migration_0008_adds_the_outbox_and_takes_it_away(db_url: str) -> None:
-    from alembic import command
-
-    engine = make_engine(db_url)
-
-    def migrate(step: Any, revision: str) -> None:
-        cfg = alembic_config(engine)
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            step(cfg, revision)
-
-    migrate(command.upgrade, "0007")
-    assert not {"asset_watch", "landing_outbox"} & set(inspect(engine).get_table_names())
-    migrate(command.upgrade, "0008")
-    assert {"asset_watch", "landing_outbox"} <= set(inspect(engine).get_table_names())
-    indexes = {ix["name"]: ix for ix in inspect(engine).get_indexes("landing_outbox")}
-    assert indexes["outbox_landing"]["unique"] and "outbox_undelivered" in indexes
-    migrate(command.downgrade, "0007")
-    assert not {"asset_watch", "landing_outbox"} & set(inspect(engine).get_table_names())
-    migrate(command.upgrade, "0008")
-    assert current_revision(engine) == "0008"
-    engine.dispose()
 
 
 def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path: Path, db_url: str) -> None:
@@ -159,6 +144,11 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         status = collect_landings(engine, clock())
         assert (status.backlog, status.oldest_age, status.watched_tables) == (2, 5.0, 2)
         assert any("backlog 2, the oldest landed 5 s ago" in line for line in landings_lines(status))
+        shown = status_with_landings(tmp_path, db_url, engine, clock())
+        assert shown.as_json()["landings"]["backlog"] == 2
+        metrics = render_metrics(shown).decode()
+        assert "smartsensor_landings_backlog 2.0" in metrics and 'smartsensor_landings{state="pending"} 2.0' in metrics
+        assert "smartsensor_landings_oldest_undelivered_seconds 5.0" in metrics
         airflow.mode = "ok"
         clock.advance(2)  # past the first backoff (1 s, less jitter)
         done = one.cycle(everything)
@@ -171,6 +161,20 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         assert status.by_state == {BASELINE: 1, DELIVERED: 2}
     finally:
         engine.dispose()
+
+
+def status_with_landings(tmp_path: Path, db_url: str, engine: Engine, now: datetime) -> StatusReport:
+    """`status` as a host with ``[landings] publish`` on reports it (the publisher's settings need not work here)."""
+    cfg = make_cfg(
+        tmp_path / "status-home",
+        db_url,
+        landings__publish="true",
+        landings__airflow_url="http://airflow:8080",
+        landings__airflow_username="smartsensor",
+        landings__airflow_password_file=str(tmp_path / "unused"),
+        landings__asset_uri_prefix=PREFIX,
+    )
+    return collect_status(engine, cfg, now)
 
 
 def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path: Path, db_url: str) -> None:
@@ -349,17 +353,7 @@ STEPS = int(os.environ.get("SMARTSENSOR_MODEL_STEPS", "3000"))
 
 def run_machine(engine: Engine, cfg: Config, examples: int, steps: int) -> None:
     init_db(engine)
-    machine = machine_for(engine, cfg)
-    machine.TestCase.settings = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        derandomize=os.environ.get("SMARTSENSOR_MODEL_RANDOM") is None,
-    )
-    machine.TestCase().runTest()
-    assert machine.steps >= examples * steps // 2, f"only {machine.steps} steps ran"
-    print(f"{machine.__name__}: {machine.steps} steps")
+    run_model(machine_for(engine, cfg), examples, steps)
 
 
 def test_no_landing_is_lost_or_published_twice_unnoticed_on_sqlite(tmp_path: Path) -> None:
@@ -399,4 +393,37 @@ def test_the_outbox_serves_claims_through_its_partial_index(tmp_path: Path) -> N
             )
         assert "outbox_undelivered" in plan, plan
     finally:
+        engine.dispose()
+
+
+def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path: Path, db_url: str) -> None:
+    """The worker loop's ``landings`` side job runs the publisher over ``LeasedRanges.held_ranges``: nothing before
+    the worker holds a lease, every table once it holds them all."""
+    from smartsensor.adapters.periodic import PeriodicJobs
+    from smartsensor.service.served_ranges import LeasedRanges
+    from smartsensor.service.worker_loop import WorkerLoop
+    from tests.support.common import wait_until
+
+    cfg = landings_cfg(tmp_path, db_url)
+    engine = make_engine(db_url)
+    init_db(engine)
+    airflow = AirflowDouble()
+    catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": []}
+    served = LeasedRanges(engine, cfg)
+    landings = publisher(engine, cfg, airflow, catalog, served.worker_id, datetime.utcnow)
+    loop = WorkerLoop(served, engine, cfg, 60.0, False, lambda _result: None, landings=landings)
+    jobs = PeriodicJobs("test")
+    loop.side_jobs(jobs)
+    try:
+        assert jobs.jobs()["landings"] == cfg.settings.landings.interval
+        assert served.held_ranges() == [] and landings.cycle(served.held_ranges()).watched == 0
+        served.follow_leases()
+        assert served.held_ranges() == [(r.lo, r.hi) for r in cfg.resolved_shard_ranges]
+        with jobs:
+            wait_until(lambda: {r["state"] for r in outbox(engine)} == {BASELINE}, timeout=30)
+            catalog["db.b"].append("ds=1/hr=2")
+            wait_until(lambda: airflow.events == Counter({(2, "1|2"): 1}), timeout=30)
+            wait_until(lambda: [r["state"] for r in outbox(engine)] == [BASELINE, DELIVERED], timeout=30)
+    finally:
+        served.stop()
         engine.dispose()

@@ -9,9 +9,17 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from smartsensor.adapters.sql.engine import current_revision, init_db, make_engine
+from smartsensor.adapters.sql.engine import alembic_config, current_revision, init_db, make_engine
 from smartsensor.schema.models import Base
 from tests.support.pg import postgres_only
+
+
+def migrate(engine: Any, step: Any, revision: str) -> None:
+    """Alembic's ``step`` (``command.upgrade`` or ``downgrade``) to ``revision``, in one transaction."""
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        step(cfg, revision)
 
 
 def test_migrations_equal_models(db_url: str) -> None:
@@ -104,32 +112,43 @@ def test_migration_0007_renames_the_range_rounds_key_and_keeps_the_rows(db_url: 
     from alembic.script import ScriptDirectory
     from sqlalchemy import text
 
-    from smartsensor.adapters.sql.engine import alembic_config
-
     engine = make_engine(db_url)
-
-    def migrate(step: Any, revision: str) -> None:
-        cfg = alembic_config(engine)
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            step(cfg, revision)
 
     def columns() -> set[str]:
         return {c["name"] for c in inspect(engine).get_columns("worker_round")}
 
-    migrate(command.upgrade, "0006")
+    migrate(engine, command.upgrade, "0006")
     assert "worker_id" in columns() and "range_rounds_id" not in columns()
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO worker_round (worker_id, shard_min, shard_max) VALUES ('h:1:0-10', 0, 10)"))
-    migrate(command.upgrade, "0007")
+    migrate(engine, command.upgrade, "0007")
     assert "range_rounds_id" in columns() and "worker_id" not in columns()
     with engine.connect() as conn:
         assert conn.execute(text("SELECT range_rounds_id, shard_max FROM worker_round")).all() == [("h:1:0-10", 10)]
     assert inspect(engine).get_pk_constraint("worker_round")["constrained_columns"] == ["range_rounds_id"]
-    migrate(command.downgrade, "0006")
+    migrate(engine, command.downgrade, "0006")
     assert "worker_id" in columns() and "range_rounds_id" not in columns()
     with engine.connect() as conn:
         assert conn.execute(text("SELECT worker_id FROM worker_round")).scalars().all() == ["h:1:0-10"]
-    migrate(command.upgrade, "head")
+    migrate(engine, command.upgrade, "head")
     assert current_revision(engine) == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+    engine.dispose()
+
+
+def test_migration_0008_adds_the_outbox_and_takes_it_away(db_url: str) -> None:
+    """0008 adds the landing publisher's tables (asset_watch, landing_outbox and its indexes); its downgrade drops
+    them."""
+    from alembic import command
+
+    engine = make_engine(db_url)
+    migrate(engine, command.upgrade, "0007")
+    assert not {"asset_watch", "landing_outbox"} & set(inspect(engine).get_table_names())
+    migrate(engine, command.upgrade, "0008")
+    assert {"asset_watch", "landing_outbox"} <= set(inspect(engine).get_table_names())
+    indexes = {ix["name"]: ix for ix in inspect(engine).get_indexes("landing_outbox")}
+    assert indexes["outbox_landing"]["unique"] and "outbox_undelivered" in indexes
+    migrate(engine, command.downgrade, "0007")
+    assert not {"asset_watch", "landing_outbox"} & set(inspect(engine).get_table_names())
+    migrate(engine, command.upgrade, "0008")
+    assert current_revision(engine) == "0008"
     engine.dispose()
