@@ -13,6 +13,7 @@ one plain consumer of ``…/db/a`` (an event with a partition key does not queue
 
 from __future__ import annotations
 
+import json
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
@@ -134,7 +135,14 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_with_its_key(
         for _ in range(3):  # more cycles publish nothing more
             again = publisher.cycle(everything)
             assert again.claimed == 0 and again.enqueued == 0, again
-        events = stack.api("GET", "/api/v2/assets/events?limit=100")["asset_events"]
+        # Airflow's database, not GET /api/v2/assets/events: on 3.3.2 that answers 500 while a run the events
+        # created has not started (AssetEventResponse wants its start_date)
+        events = [
+            {"uri": uri, "partition_key": key, "extra": json.loads(extra) if isinstance(extra, str) else extra}
+            for uri, key, extra in stack.rows(
+                "SELECT a.uri, e.partition_key, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id"
+            )
+        ]
         found = runs()
         rows = outbox_rows(engine)
     finally:
