@@ -270,14 +270,6 @@ def end_rejected(engine: Engine, row_id: int, token: str, error: str) -> bool:
         )
 
 
-def release_claim(engine: Engine, token: str) -> int:
-    """A stopping worker hands back the rows it claimed and never posted: ``pending`` again at once (1 statement)."""
-    with engine.begin() as conn:
-        return conn.execute(
-            update(LO).where(LO.c.state == SENDING, LO.c.claim_token == token).values(state=PENDING, **_RELEASED)
-        ).rowcount
-
-
 def read_outbox_summary(engine: Engine) -> OutboxSummary:
     """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, and the
     tables watched. One connection (4 statements)."""
