@@ -96,6 +96,7 @@ class LandingPublisher:
         self._refreshed_at: datetime | None = None
         self._known: dict[str, set[str]] = {}  # uri → the partition names known to be in the outbox
         self._failing: dict[str, str] = {}  # what failed last (its kind → the line logged), one WARNING per outage
+        self.watched: set[tuple[str, str]] = set()  # (db, table) watched in the ranges of the latest enqueue
 
     # -- the steps ---------------------------------------------------------------------------------------
 
@@ -122,11 +123,20 @@ class LandingPublisher:
             log.info("landings: %d more tables watched (%d in all)", added, len(rows))
         return added
 
-    def enqueue(self, ranges: Sequence[tuple[int, int]], now: datetime, report: CycleReport) -> None:
-        """Put the partitions that landed on the watched tables of ``ranges`` into the outbox, once each. A table
-        that cannot be listed is skipped this cycle (logged)."""
+    def enqueue(
+        self,
+        ranges: Sequence[tuple[int, int]],
+        now: datetime,
+        report: CycleReport,
+        only: set[tuple[str, str]] | None = None,
+    ) -> None:
+        """Put the partitions that landed on the watched tables of ``ranges`` (``only``: those of them among these
+        tables) into the outbox, once each. A table that cannot be listed is skipped this cycle (logged)."""
         stale = timedelta(seconds=STALE_REFRESHES * self.settings.assets_refresh_interval)
         watches = landing_sql.read_watches(self.engine, ranges, now - stale)
+        self.watched = {(w.db, w.table) for w in watches}
+        if only is not None:
+            watches = [w for w in watches if (w.db, w.table) in only]
         report.watched = len(watches)
         for watch in watches:
             try:
@@ -210,10 +220,11 @@ class LandingPublisher:
 
     # -- the cycle -----------------------------------------------------------------------------------------
 
-    def cycle(self, ranges: Sequence[tuple[int, int]]) -> CycleReport:
-        """One cycle over ``ranges`` (the shard ranges this worker holds): refresh the watches when due, enqueue,
-        publish. A failure of Airflow, the catalog or the database is logged (one WARNING per kind until it
-        clears) and the next cycle retries; nothing is lost meanwhile."""
+    def cycle(self, ranges: Sequence[tuple[int, int]], only: set[tuple[str, str]] | None = None) -> CycleReport:
+        """One cycle over ``ranges`` (the shard ranges this worker holds): refresh the watches when due, enqueue
+        (``only``: these tables, named by landing signals), publish. A failure of Airflow, the catalog or the
+        database is logged (one WARNING per kind until it clears) and the next cycle retries; nothing is lost
+        meanwhile."""
         report = CycleReport()
         now = self.clock()
         refresh = timedelta(seconds=self.settings.assets_refresh_interval)
@@ -221,7 +232,7 @@ class LandingPublisher:
         if self._refreshed_at is None or now - self._refreshed_at >= refresh:
             steps.append(("reading Airflow's assets", lambda: self.refresh_watches(now)))
         if ranges:
-            steps.append(("enqueueing landings", lambda: self.enqueue(ranges, now, report)))
+            steps.append(("enqueueing landings", lambda: self.enqueue(ranges, now, report, only)))
             steps.append(("publishing landings", lambda: self.publish(ranges, self.clock(), report)))
         for what, step in steps:
             try:

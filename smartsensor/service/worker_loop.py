@@ -75,6 +75,33 @@ class WakeUps:
                 log.warning("wake-up round failed: %s", first_line(exc))
 
 
+class LandingTables:
+    """The watched tables landing signals named since the landing publisher's last wake-up cycle (signals on other
+    tables wake nothing)."""
+
+    def __init__(self, landings: LandingPublisher) -> None:
+        self.landings = landings
+        self._lock = threading.Lock()
+        self._tables: set[tuple[str, str]] = set()
+        self._ready = threading.Event()
+
+    def landed(self, tables: set[tuple[str, str]]) -> None:
+        watched = tables & self.landings.watched
+        if watched:
+            with self._lock:
+                self._tables |= watched
+            self._ready.set()
+
+    def take(self, timeout: float) -> set[tuple[str, str]]:
+        """The tables named since the last take, waiting up to ``timeout`` seconds for one (possibly none)."""
+        if not self._ready.wait(timeout):
+            return set()
+        with self._lock:
+            self._ready.clear()
+            tables, self._tables = self._tables, set()
+        return tables
+
+
 class WorkerLoop:
     """Rounds every ``interval`` seconds until a stop is requested (or one round with ``once``).
 
@@ -110,6 +137,7 @@ class WorkerLoop:
         self.served, self.engine, self.cfg, self.interval, self.once = served, engine, cfg, interval, once
         self.emit, self.metrics, self.wake_ups, self.jvm_exit_code = emit, metrics, wake_ups, jvm_exit_code
         self.landings = landings
+        self._landings_lock = threading.Lock()
         self.status = 0
         # A stop request (SIGTERM/SIGINT) only raises this flag, which no lock of the main thread guards (a handler
         # runs in the main thread between two bytecodes: setting an Event the main thread waits on could deadlock on
@@ -136,18 +164,33 @@ class WorkerLoop:
     def side_jobs(self, jobs: PeriodicJobs) -> None:
         """Add this worker's side jobs to ``jobs``: the lease heartbeat every ``heartbeat_interval`` (the first one
         is ``start``'s own), the pruning of landing signals once a minute (the first at once) and, unless ``once``,
-        the stop-watch and, with a landing publisher, its cycle every ``[landings] interval``."""
+        the stop-watch and, with a landing publisher, its cycle every ``[landings] interval`` (the first at once;
+        a landing signal on a watched table runs one at once too, ``_publish_on_signals``)."""
         jobs.every("leases", self.cfg.settings.smart_sensor.heartbeat_interval, self.keep_leases)
         jobs.every("prune-signals", PRUNE_INTERVAL, self.prune_signals, at_once=True)
         if not self.once:
             jobs.every("stop-watch", STOP_WATCH_INTERVAL, self._watch_stop_requests)
         if self.landings is not None and not self.once:
-            jobs.every("landings", self.cfg.settings.landings.interval, self.publish_landings)
+            jobs.every("landings", self.cfg.settings.landings.interval, self.publish_landings, at_once=True)
 
-    def publish_landings(self) -> None:
-        """One cycle of the landing publisher over the ranges held now (it logs its own failures)."""
+    def publish_landings(self, only: set[tuple[str, str]] | None = None) -> None:
+        """One cycle of the landing publisher over the ranges held now (``only``: listing these tables alone), one at
+        a time (the side job and the landing signals' wake-ups share the publisher). It logs its own failures."""
         if self.landings is not None:
-            self.landings.cycle(self.served.held_ranges())
+            with self._landings_lock:
+                self.landings.cycle(self.served.held_ranges(), only)
+
+    def _publish_on_signals(self, tables: LandingTables) -> None:
+        """The landing publisher's wake-up thread: a cycle at once over the watched tables that landing signals
+        named, until the loop stops."""
+        while not self.stopping.is_set():
+            named = tables.take(0.5)
+            if not named or self.stopping.is_set():
+                continue
+            try:
+                self.publish_landings(named)
+            except Exception as exc:  # noqa: BLE001 - the side job's cycles still run
+                log.warning("landings: a wake-up cycle failed: %s", first_line(exc))
 
     def tick(self) -> None:
         """One timer round: report it; stop the worker if it shows that the Spark JVM died."""
@@ -204,12 +247,23 @@ class WorkerLoop:
     def _start_wake_ups(self) -> None:
         wake_ups = WakeUps(self.served, self.emit)
         threading.Thread(target=wake_ups.run, args=(self.stopping,), name="wake-ups", daemon=True).start()
+        on_signal = wake_ups.landed
+        if self.landings is not None:
+            published = LandingTables(self.landings)
+            threading.Thread(
+                target=self._publish_on_signals, args=(published,), name="landings-wake-ups", daemon=True
+            ).start()
+
+            def on_signal(tables: set[tuple[str, str]]) -> None:
+                wake_ups.landed(tables)
+                published.landed(tables)
+
         threading.Thread(
             target=listen_for_signals,
             args=(
                 self.engine,
                 self.cfg.settings.smart_sensor.signal_poll_interval,
-                wake_ups.landed,
+                on_signal,
                 self.stopping,
                 wake_ups.pending,
             ),

@@ -397,33 +397,40 @@ def test_the_outbox_serves_claims_through_its_partial_index(tmp_path: Path) -> N
 
 
 def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path: Path, db_url: str) -> None:
-    """The worker loop's ``landings`` side job runs the publisher over ``LeasedRanges.held_ranges``: nothing before
-    the worker holds a lease, every table once it holds them all."""
+    """A worker runs the publisher over ``LeasedRanges.held_ranges`` (nothing before it holds a lease): its
+    ``landings`` side job at once, then a landing signal on a watched table runs a cycle at once, however long
+    ``[landings] interval`` is."""
+    import threading
+
     from smartsensor.adapters.periodic import PeriodicJobs
     from smartsensor.service.served_ranges import LeasedRanges
+    from smartsensor.service.signals import send_signal
     from smartsensor.service.worker_loop import WorkerLoop
     from tests.support.common import wait_until
 
-    cfg = landings_cfg(tmp_path, db_url)
+    cfg = make_cfg(tmp_path, db_url, landings__asset_uri_prefix=PREFIX, landings__interval="3600")
     engine = make_engine(db_url)
     init_db(engine)
     airflow = AirflowDouble()
     catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": []}
     served = LeasedRanges(engine, cfg)
     landings = publisher(engine, cfg, airflow, catalog, served.worker_id, datetime.utcnow)
+    assert served.held_ranges() == [] and landings.cycle(served.held_ranges()).watched == 0
     loop = WorkerLoop(served, engine, cfg, 60.0, False, lambda _result: None, landings=landings)
     jobs = PeriodicJobs("test")
     loop.side_jobs(jobs)
+    assert jobs.jobs()["landings"] == 3600
+    worker = threading.Thread(target=loop.start, name="worker")
+    worker.start()
     try:
-        assert jobs.jobs()["landings"] == cfg.settings.landings.interval
-        assert served.held_ranges() == [] and landings.cycle(served.held_ranges()).watched == 0
-        served.follow_leases()
+        wait_until(lambda: {r["state"] for r in outbox(engine)} == {BASELINE}, timeout=60)
         assert served.held_ranges() == [(r.lo, r.hi) for r in cfg.resolved_shard_ranges]
-        with jobs:
-            wait_until(lambda: {r["state"] for r in outbox(engine)} == {BASELINE}, timeout=30)
-            catalog["db.b"].append("ds=1/hr=2")
-            wait_until(lambda: airflow.events == Counter({(2, "1|2"): 1}), timeout=30)
-            wait_until(lambda: [r["state"] for r in outbox(engine)] == [BASELINE, DELIVERED], timeout=30)
+        catalog["db.b"].append("ds=1/hr=2")
+        send_signal(engine, "db.b/ds=1/hr=2")
+        wait_until(lambda: airflow.events == Counter({(2, "1|2"): 1}), timeout=60)
+        wait_until(lambda: [r["state"] for r in outbox(engine)] == [BASELINE, DELIVERED], timeout=60)
     finally:
-        served.stop()
+        loop.stop()
+        worker.join(timeout=60)
         engine.dispose()
+    assert not worker.is_alive()
