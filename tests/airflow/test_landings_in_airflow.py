@@ -6,6 +6,10 @@ outbox on SQLite), run here in cycles by the test against Airflow's real api-ser
 The catalog it lists is a dict of partition names per table (the Hive side is not under test here: the worker
 with a real catalog backend, and restarts under load, are the production-like test of the issue's item 3).
 
+Midway the api-server is stopped while two more partitions land: the posts fail and wait in the outbox (`status`
+shows the backlog), and a publisher started afresh (a restarted worker, no memory) delivers them, once each, when
+the api-server is back.
+
 DAGs: two partitioned consumers of ``hive://meta:10000/db/a``, one of ``…/db/b`` (a two-column key, ``|``-joined),
 one plain consumer of ``…/db/a`` (an event with a partition key does not queue it: Airflow 3.3's
 ``AssetManager._queue_dagruns``) and a producer of ``…/db/c``, an asset no DAG is scheduled on (no event for it).
@@ -27,6 +31,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.domain.landings import DELIVERED, partition_key
 from smartsensor.schema.models import LandingOutbox
 from smartsensor.service.landings import LandingPublisher
+from smartsensor.service.status import collect_landings
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import make_cfg
@@ -87,9 +92,24 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_with_its_key(
     catalog: dict[str, list[str]] = {"db.a": ["ds=2026-11-20"], "db.b": [], "db.c": ["ds=2026-11-20"]}
     landed_at: dict[tuple[str, str], datetime] = {}
     airflow = AirflowAssets(stack.url, USER, stack.password, 10.0)
-    publisher = LandingPublisher(
-        engine, cfg, airflow, lambda db, table: list(catalog.get(f"{db}.{table}", [])) or None, "test-worker"
-    )
+
+    def names(db: str, table: str) -> list[str]:
+        return list(catalog.get(f"{db}.{table}", []))
+
+    def land(*landings: tuple[str, str]) -> None:
+        for table, name in landings:
+            catalog[table].append(name)
+            landed_at[(table, partition_key(name))] = datetime.now(timezone.utc)
+
+    def delivered(publisher: LandingPublisher, count: int) -> bool:
+        publisher.cycle(everything)
+        return sum(1 for _, _, state, _ in outbox_rows(engine) if state == DELIVERED) == count
+
+    def run_counts() -> tuple[int, ...]:
+        found = runs()
+        return tuple(len(found[d]) for d in ("daily_a", "daily_a_too", "hourly_b"))
+
+    publisher = LandingPublisher(engine, cfg, airflow, names, "test-worker")
     everything = [(0, cfg.shard_code_upper_limit)]
 
     def runs() -> dict[str, list[str | None]]:
@@ -110,22 +130,10 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_with_its_key(
         )
         first = publisher.cycle(everything)
         assert (first.watched, first.baseline, first.enqueued) == (2, 1, 0), first
-        for table, name in (("db.a", "ds=2026-11-21"), ("db.a", "ds=2026-11-22"), ("db.b", "ds=2026-11-21/hr=03")):
-            catalog[table].append(name)
-            landed_at[(table, partition_key(name))] = datetime.now(timezone.utc)
+        land(("db.a", "ds=2026-11-21"), ("db.a", "ds=2026-11-22"), ("db.b", "ds=2026-11-21/hr=03"))
         catalog["db.c"].append("ds=2026-11-21")  # nobody is scheduled on db.c
-
-        def delivered() -> bool:
-            publisher.cycle(everything)
-            return sum(1 for _, _, state, _ in outbox_rows(engine) if state == DELIVERED) == 3
-
-        stack.wait("the three landings delivered", delivered, timeout=120, step=0.5)
-        stack.wait(
-            "one run per landing of each partitioned consumer",
-            lambda: (len(runs()["daily_a"]), len(runs()["daily_a_too"]), len(runs()["hourly_b"])) == (2, 2, 1),
-            timeout=180,
-            step=0.5,
-        )
+        stack.wait("the three landings delivered", lambda: delivered(publisher, 3), timeout=120, step=0.5)
+        stack.wait("one run per landing of each partitioned consumer", lambda: run_counts() == (2, 2, 1), 180, 0.5)
         queued = {
             (dag_id, key): at
             for dag_id, key, at in stack.rows(
@@ -135,6 +143,20 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_with_its_key(
         for _ in range(3):  # more cycles publish nothing more
             again = publisher.cycle(everything)
             assert again.claimed == 0 and again.enqueued == 0, again
+        # The api-server goes down while two more partitions land: the posts fail and wait in the outbox, which
+        # `status` shows; a new publisher (the worker restarted: no memory) delivers them once Airflow is back.
+        processes.stop(names=["airflow-api-server"])
+        land(("db.a", "ds=2026-11-23"), ("db.b", "ds=2026-11-22/hr=04"))
+        for _ in range(3):
+            down = publisher.cycle(everything)
+            assert down.delivered == 0, down
+        backlog = collect_landings(engine, datetime.utcnow())
+        assert backlog.backlog == 2 and backlog.by_state[DELIVERED] == 3, backlog
+        processes.start("airflow-api-server", stack.components()["api-server"], stack.env)
+        stack.wait_healthy(timeout=300)
+        restarted = LandingPublisher(engine, cfg, airflow, names, "test-worker-restarted")
+        stack.wait("the two landings delivered after the outage", lambda: delivered(restarted, 5), 120, 0.5)
+        stack.wait("their runs", lambda: run_counts() == (3, 3, 2), timeout=180, step=0.5)
         # Airflow's database, not GET /api/v2/assets/events: on 3.3.2 that answers 500 while a run the events
         # created has not started (AssetEventResponse wants its start_date)
         events = [
@@ -149,11 +171,17 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_with_its_key(
         stack.stop()
         airflow.close()
         engine.dispose()
-    assert found["daily_a"] == found["daily_a_too"] == ["2026-11-21", "2026-11-22"]
-    assert found["hourly_b"] == ["2026-11-21|03"]
+    assert found["daily_a"] == found["daily_a_too"] == ["2026-11-21", "2026-11-22", "2026-11-23"]
+    assert found["hourly_b"] == ["2026-11-21|03", "2026-11-22|04"]
     assert found["plain_a"] == [] and found["producer_c"] == []  # a partitioned event queues no plain consumer
     assert all(e["extra"].get("hive_partition") for e in events), events
-    assert sorted(e["partition_key"] for e in events) == ["2026-11-21", "2026-11-21|03", "2026-11-22"]
+    assert sorted(e["partition_key"] for e in events) == [
+        "2026-11-21",
+        "2026-11-21|03",
+        "2026-11-22",
+        "2026-11-22|04",
+        "2026-11-23",
+    ]
     assert all(e["uri"] != PREFIX + "db/c" for e in events)
     assert all(posts == 1 for _, _, state, posts in rows if state == DELIVERED)
     lags = []
