@@ -422,6 +422,12 @@ def _validate_landings(cfg: Config) -> None:
     prefix = landings.asset_uri_prefix
     if parse_hive_uri(prefix.rstrip("/") + "/db/table") is None or not prefix.endswith("/"):
         raise ConfigError(f"[landings] asset_uri_prefix must be hive://host:port/ (ending in /), got {_shown(prefix)}")
+    lease = cfg.settings.smart_sensor.lease_timeout
+    if landings.request_timeout + 1 >= lease:
+        raise ConfigError(
+            f"[landings] request_timeout ({landings.request_timeout:g}) must be under [smart_sensor] lease_timeout "
+            f"({lease:g}) less 1 s: a post must end before its claim, a lease timeout long, lapses"
+        )
     if landings.retry_max < landings.retry_base:
         raise ConfigError(
             f"[landings] retry_max ({landings.retry_max:g}) must be at least retry_base ({landings.retry_base:g})"

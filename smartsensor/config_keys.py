@@ -362,7 +362,8 @@ KEYS: tuple[Key, ...] = (
         "10",
         parse_float,
         "Seconds each call to Airflow's API may take (connect, read, write). A post that times out is retried and "
-        "counted as a possible duplicate.",
+        "counted as a possible duplicate. Under [smart_sensor] lease_timeout less 1 s: a post ends before its claim "
+        "lapses.",
         bounds=(0.1, 600),
     ),
     Key(

@@ -47,6 +47,7 @@ from smartsensor.sensors.errors import first_line
 log = logging.getLogger(__name__)
 
 STALE_REFRESHES = 3  # a watched table Airflow has not listed for this many refreshes is no longer published
+FAILING_IN_A_ROW = 3  # failed posts in a row that end a cycle's batch (the rest are handed back unposted)
 
 # A table's partition names through the worker's catalog backend (None: the table is missing).
 PartitionNames = Callable[[str, str], "list[str] | None"]
@@ -72,6 +73,7 @@ class CycleReport:
     retried: int = 0
     rejected: int = 0
     lost_claims: int = 0  # attempts ended after their claim lapsed: another worker owns the row now
+    released: int = 0  # claimed rows handed back unposted (Airflow kept failing, or the claim ran short)
     errors: list[str] = field(default_factory=list)
 
 
@@ -173,10 +175,20 @@ class LandingPublisher:
         if not claimed:
             return
         asset_ids = {w.uri: w.asset_id for w in landing_sql.read_watches(self.engine, ranges, datetime.min)}
-        for row in claimed:
-            self._attempt(row, asset_ids.get(row.uri), report)
+        # Stop early, handing the rows not posted back at once, when Airflow fails FAILING_IN_A_ROW times running (it
+        # is down: the rest would only wait out their timeouts) or the claim has less than a request's time left (a
+        # post must end before another worker may take the row over).
+        last_start = until - timedelta(seconds=self.settings.request_timeout + 1)
+        failures = 0
+        for i, row in enumerate(claimed):
+            if failures >= FAILING_IN_A_ROW or (i > 0 and self.clock() >= last_start):
+                report.released = landing_sql.release_unposted(self.engine, [r.id for r in claimed[i:]], token)
+                return
+            failed = self._attempt(row, asset_ids.get(row.uri), report)
+            failures = failures + 1 if failed else 0
 
-    def _attempt(self, row: landing_sql.ClaimedLanding, asset_id: int | None, report: CycleReport) -> None:
+    def _attempt(self, row: landing_sql.ClaimedLanding, asset_id: int | None, report: CycleReport) -> bool:
+        """Post one claimed row and end it under its claim; whether Airflow or the way to it failed."""
         problem = key_problem(row.partition_key)
         if problem is not None or asset_id is None:
             why = problem or f"{row.uri} is no longer watched"
@@ -185,7 +197,7 @@ class LandingPublisher:
                 log.warning("landings: %s %s not published: %s", row.uri, row.partition_name, why)
             else:
                 report.lost_claims += 1
-            return
+            return False
         extra: dict[str, Any] = {
             "hive_partition": row.partition_name,
             "landed_at": row.landed_at.isoformat() + "Z",
@@ -203,7 +215,7 @@ class LandingPublisher:
                     row.uri,
                     row.partition_name,
                 )
-            return
+            return False
         if outcome.kind == "rejected":
             ended = landing_sql.end_rejected(self.engine, row.id, row.token, outcome.detail)
             report.rejected += ended
@@ -217,6 +229,7 @@ class LandingPublisher:
             report.errors.append(f"posting {row.uri} {row.partition_key!r} (attempt {row.attempts}): {outcome.detail}")
         if not ended:
             report.lost_claims += 1
+        return outcome.kind in ("retry", "unknown")
 
     # -- the cycle -----------------------------------------------------------------------------------------
 

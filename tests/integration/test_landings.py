@@ -80,18 +80,19 @@ class AirflowDouble:
         return PostOutcome("unknown", "ReadTimeout: read timed out")
 
 
-def landings_cfg(home: Path, url: str) -> Config:
-    return make_cfg(
-        home,
-        url,
-        smart_sensor__lease_timeout="30",
-        smart_sensor__heartbeat_interval="10",
-        landings__retry_base="1",
-        landings__retry_max="8",
-        landings__assets_refresh_interval="60",
-        landings__batch="3",
-        landings__asset_uri_prefix=PREFIX,
-    )
+LANDINGS_SETTINGS = {
+    "smart_sensor__lease_timeout": "30",
+    "smart_sensor__heartbeat_interval": "10",
+    "landings__retry_base": "1",
+    "landings__retry_max": "8",
+    "landings__assets_refresh_interval": "60",
+    "landings__batch": "3",
+    "landings__asset_uri_prefix": PREFIX,
+}
+
+
+def landings_cfg(home: Path, url: str, **overrides: str) -> Config:
+    return make_cfg(home, url, **{**LANDINGS_SETTINGS, **overrides})
 
 
 def publisher(
@@ -203,6 +204,41 @@ def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path
         assert (row["state"], row["posts"], row["unknown_outcomes"], row["event_id"]) == (DELIVERED, 2, 1, 2)
         status = collect_landings(engine, clock())
         assert (status.duplicates, status.unknown_outcomes) == (1, 1)
+    finally:
+        engine.dispose()
+
+
+def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_path: Path, db_url: str) -> None:
+    """Three failed posts in a row end the cycle's batch: the rows it claimed and never posted are pending again at
+    once, their attempt not counted, and none of them is an unknown outcome."""
+    cfg = landings_cfg(tmp_path, db_url, landings__batch="5")
+    engine = make_engine(db_url)
+    init_db(engine)
+    clock = Clock(T0)
+    airflow = AirflowDouble()
+    catalog: dict[str, list[str]] = {"db.a": [], "db.b": []}
+    ranges = [(0, cfg.shard_code_upper_limit)]
+    one = publisher(engine, cfg, airflow, catalog, "w1", clock)
+    try:
+        one.cycle(ranges)
+        catalog["db.a"] += [f"ds={day}" for day in range(1, 6)]
+        airflow.mode = "down"
+        report = one.cycle(ranges)
+        assert (report.claimed, report.retried, report.released) == (5, 3, 2), report
+        rows = outbox(engine)
+        assert sorted((r["state"], r["attempts"], r["last_error"] is not None) for r in rows) == [
+            (PENDING, 0, False),
+            (PENDING, 0, False),
+            (PENDING, 1, True),
+            (PENDING, 1, True),
+            (PENDING, 1, True),
+        ]
+        assert all(r["claim_token"] is None and r["unknown_outcomes"] == 0 for r in rows)
+        airflow.mode = "ok"
+        assert one.cycle(ranges).delivered == 2  # the two handed back are due at once; the others after a backoff
+        clock.advance(2)
+        assert one.cycle(ranges).delivered == 3
+        assert sorted(airflow.events.values()) == [1, 1, 1, 1, 1]
     finally:
         engine.dispose()
 

@@ -270,6 +270,19 @@ def end_rejected(engine: Engine, row_id: int, token: str, error: str) -> bool:
         )
 
 
+def release_unposted(engine: Engine, row_ids: list[int], token: str) -> int:
+    """Hand claimed rows back unposted: ``pending`` again at once, the attempt their claim counted taken back. Only
+    rows still held by ``token``; how many (1 statement)."""
+    if not row_ids:
+        return 0
+    with engine.begin() as conn:
+        return conn.execute(
+            update(LO)
+            .where(LO.c.id.in_(row_ids), LO.c.state == SENDING, LO.c.claim_token == token)
+            .values(state=PENDING, attempts=LO.c.attempts - 1, **_RELEASED)
+        ).rowcount
+
+
 def read_outbox_summary(engine: Engine) -> OutboxSummary:
     """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, and the
     tables watched. One connection (4 statements)."""
