@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -178,16 +179,33 @@ def status_with_landings(tmp_path: Path, db_url: str, engine: Engine, now: datet
     return collect_status(engine, cfg, now)
 
 
-def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path: Path, db_url: str) -> None:
-    cfg = landings_cfg(tmp_path, db_url)
+@contextmanager
+def one_worker(
+    tmp_path: Path, db_url: str, **overrides: str
+) -> Iterator[tuple[Engine, Clock, AirflowDouble, dict[str, list[str]], list[tuple[int, int]], LandingPublisher]]:
+    """A fresh outbox with one worker holding every range over tables db.a and db.b, empty; the engine disposed
+    after."""
+    cfg = landings_cfg(tmp_path, db_url, **overrides)
     engine = make_engine(db_url)
     init_db(engine)
     clock = Clock(T0)
     airflow = AirflowDouble()
     catalog: dict[str, list[str]] = {"db.a": [], "db.b": []}
-    ranges = [(0, cfg.shard_code_upper_limit)]
-    one = publisher(engine, cfg, airflow, catalog, "w1", clock)
     try:
+        yield (
+            engine,
+            clock,
+            airflow,
+            catalog,
+            [(0, cfg.shard_code_upper_limit)],
+            publisher(engine, cfg, airflow, catalog, "w1", clock),
+        )
+    finally:
+        engine.dispose()
+
+
+def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path: Path, db_url: str) -> None:
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
         one.cycle(ranges)
         catalog["db.a"].append("ds=1")
         one.enqueue(ranges, clock(), CycleReport())
@@ -204,22 +222,12 @@ def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path
         assert (row["state"], row["posts"], row["unknown_outcomes"], row["event_id"]) == (DELIVERED, 2, 1, 2)
         status = collect_landings(engine, clock())
         assert (status.duplicates, status.unknown_outcomes) == (1, 1)
-    finally:
-        engine.dispose()
 
 
 def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_path: Path, db_url: str) -> None:
     """Three failed posts in a row end the cycle's batch: the rows it claimed and never posted are pending again at
     once, their attempt not counted, and none of them is an unknown outcome."""
-    cfg = landings_cfg(tmp_path, db_url, landings__batch="5")
-    engine = make_engine(db_url)
-    init_db(engine)
-    clock = Clock(T0)
-    airflow = AirflowDouble()
-    catalog: dict[str, list[str]] = {"db.a": [], "db.b": []}
-    ranges = [(0, cfg.shard_code_upper_limit)]
-    one = publisher(engine, cfg, airflow, catalog, "w1", clock)
-    try:
+    with one_worker(tmp_path, db_url, landings__batch="5") as (engine, clock, airflow, catalog, ranges, one):
         one.cycle(ranges)
         catalog["db.a"] += [f"ds={day}" for day in range(1, 6)]
         airflow.mode = "down"
@@ -239,8 +247,6 @@ def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_
         clock.advance(2)
         assert one.cycle(ranges).delivered == 3
         assert sorted(airflow.events.values()) == [1, 1, 1, 1, 1]
-    finally:
-        engine.dispose()
 
 
 # -- the stateful model ------------------------------------------------------------------------------------
