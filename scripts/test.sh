@@ -29,6 +29,10 @@ start_pg
 start_mysql
 cd "$ROOT"
 workers=(-n "${SMARTSENSOR_TEST_WORKERS:-4}" --dist loadgroup)
+# The machine's CPU while the tests ran (every process on it, not only the suite's): busy and total jiffies.
+cpu_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+read -r busy0 total0 < <(cpu_jiffies)
+started=$SECONDS
 set +e
 if [ "$FAST" = 1 ]; then
   python -m pytest -p no:cacheprovider "${workers[@]}" -m "not slow and not spark" tests/unit tests/integration "$@"
@@ -37,4 +41,7 @@ else
 fi
 status=$?
 set -e
+read -r busy1 total1 < <(cpu_jiffies)
+log "machine CPU while the tests ran: $(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) -v s=$((SECONDS - started)) \
+  -v n="$(nproc)" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f%% busy over %d s (%.0f of %.0f core-seconds, %d cores)", t ? 100 * b / t : 0, s, b / hz, t / hz, n }')"
 exit $status

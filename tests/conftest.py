@@ -21,6 +21,7 @@ from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
 from tests.support.metastore_service import derby_service
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.run_seconds import RunSeconds
 
 TESTS = Path(__file__).resolve().parent
 LAYERS = ("unit", "integration", "process", "airflow")
@@ -76,6 +77,21 @@ GROUPS_LOST = (
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("dist", "no") == "loadgroup" and tuple(map(int, pytest.__version__.split(".")[:2])) >= (9, 2):
         raise pytest.UsageError(GROUPS_LOST.format(version=pytest.__version__))
+
+
+SECONDS = RunSeconds()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    SECONDS.add(report.nodeid, report.when, report.duration)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """With ``--durations``: the run's test seconds by xdist group and by folder (tests.support.run_seconds.py)."""
+    if config.getoption("durations", None) is not None and SECONDS.by_group:
+        terminalreporter.section("test seconds")
+        for line in SECONDS.lines():
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

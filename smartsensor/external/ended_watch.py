@@ -17,12 +17,12 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import AbstractSet, Any, Iterable
+from typing import AbstractSet, Iterable
 
 from sqlalchemy import Engine
 
 from smartsensor.adapters.periodic import PeriodicJobs
-from smartsensor.adapters.sql.channels import ENDED_CHANNEL, ended_hashcodes
+from smartsensor.adapters.sql.channels import ENDED_CHANNEL, SqliteDataVersion, ended_hashcodes
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.signals import ChannelListener
 
@@ -48,9 +48,8 @@ class EndedWatch:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
-        self._raw: Any = None  # SQLite: the polled connection and its cursor, and the last data_version read
-        self._cursor: Any = None
-        self._version: Any = None
+        self._data_version: SqliteDataVersion | None = None  # SQLite: the polled connection, and its last reading
+        self._version = 0
         self._retry_at = 0.0
 
     def start(self, jobs: PeriodicJobs) -> None:
@@ -146,12 +145,11 @@ class EndedWatch:
         if self._stopping.is_set() or time.monotonic() < self._retry_at:
             return
         try:
-            if self._cursor is None:
-                self._raw = self.engine.raw_connection()
-                self._cursor = self._raw.cursor()
-                self._version = self._cursor.execute("PRAGMA data_version").fetchone()[0]
+            if self._data_version is None:
+                self._data_version = SqliteDataVersion(self.engine)
+                self._version = self._data_version.read()
                 return
-            version = self._cursor.execute("PRAGMA data_version").fetchone()[0]
+            version = self._data_version.read()
         except Exception as exc:  # noqa: BLE001 - a database outage: wake the waiters, retry in a second
             self._disconnect()
             self._failed(exc)
@@ -162,9 +160,9 @@ class EndedWatch:
             self._wake()
 
     def _disconnect(self) -> None:
-        raw, self._raw, self._cursor = self._raw, None, None
-        if raw is not None:
+        data_version, self._data_version = self._data_version, None
+        if data_version is not None:
             try:
-                raw.invalidate()  # never hand a long-lived watcher's connection back to the pool
+                data_version.close()
             except Exception as exc:  # noqa: BLE001 - the connection is gone either way
                 log.debug("ended-task watch: dropping its connection: %s", first_line(exc))

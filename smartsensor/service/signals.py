@@ -10,11 +10,10 @@ watch's ``channels.ENDED_CHANNEL`` too.
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Callable
 
 from sqlalchemy import Engine
 
@@ -60,18 +59,12 @@ class ChannelListener:
     ) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
-        self._pg: Any = None  # psycopg2's connection, as LISTEN needs it (SQLAlchemy types it as any DB-API one)
+        self._pg: channel_sql.PgListener | None = None
         self._last_id = 0
         if engine.dialect.name != "postgresql":
             self._last_id = signal_sql.newest_signal_id(engine)
         else:
-            raw = engine.raw_connection()
-            self._raw = raw
-            self._pg = raw.dbapi_connection
-            self._pg.autocommit = True
-            with self._pg.cursor() as cur:
-                for name in (channel, *also):
-                    cur.execute(f"LISTEN {name}")  # constants of ours, no user text
+            self._pg = channel_sql.PgListener(engine, (channel, *also))
         self.channel = channel
 
     def wait(self, timeout: float) -> list[str]:
@@ -82,13 +75,7 @@ class ChannelListener:
     def wait_all(self, timeout: float) -> list[tuple[str, str]]:
         """(channel, payload) of every notification received within ``timeout`` seconds (possibly empty)."""
         if self._pg is not None:
-            ready, _, _ = select.select([self._pg], [], [], timeout)
-            if not ready:
-                return []
-            self._pg.poll()
-            notes = [(n.channel, n.payload) for n in self._pg.notifies]
-            self._pg.notifies.clear()
-            return notes
+            return self._pg.receive(timeout)
         deadline = time.monotonic() + timeout
         while True:
             rows = signal_sql.read_signals_after(self.engine, self._last_id)
@@ -100,13 +87,9 @@ class ChannelListener:
             time.sleep(self.poll_interval)
 
     def close(self) -> None:
-        """Drop the LISTEN connection. It is invalidated, never handed back to the pool: after an error it is
-        dead (the pool's reset would log a traceback at ERROR), and alive it would still be LISTENing."""
+        """Drop the LISTEN connection (``PgListener.close``: never handed back to the pool)."""
         if self._pg is not None:
-            try:
-                self._raw.invalidate()
-            except Exception:  # noqa: BLE001 - closing a dead connection
-                pass
+            self._pg.close()
             self._pg = None
 
 

@@ -1,5 +1,6 @@
 """A user's DAG in real Airflow (2.10 and 3.x), one import line changed, against a real smartsensor: serve with
-a token, a leased worker on a Hive metastore service, and the pipeline landing the partition.
+a token, a leased worker on a Hive metastore service, and a pipeline's commit landing the partition (over thrift,
+then its landing signal; scripts/airflow_demo.sh's test runs the Spark pipeline itself).
 
 `airflow dags test` runs the DAG's tasks for real, including each deferral: 2.10 runs the trigger object
 inline; 3.x rebuilds it from its serialized classpath, as a triggerer does."""
@@ -7,7 +8,6 @@ inline; 3.x rebuilds it from its serialized classpath, as a triggerer does."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,9 +19,11 @@ from scripts.airflow.stack import airflow_env, states_requests, task_end_times, 
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.config import Config
+from smartsensor.service.signals import send_signal
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT, override_env, wait_until
+from tests.support.liveness import Metastore
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -42,13 +44,13 @@ except ImportError:  # Airflow 2
 from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionSensor
 
 with DAG("landing", start_date=datetime(2026, 11, 1), schedule=None, catchup=False):
-    same = ["{db}.events/ds={{{{ ds }}}}/hr=00"]
+    same = ["{db}.events/ds={{{{ ds }}}}"]
     a = NamedHivePartitionSensor(task_id="wait_a", partition_names=same, poke_interval=60, timeout=600)
     b = NamedHivePartitionSensor(task_id="wait_b", partition_names=same, poke_interval=60, timeout=600)
     f = HivePartitionSensor(task_id="wait_filter", table="events", schema="{db}", partition="ds='{{{{ ds }}}}'",
                             poke_interval=60, timeout=600)
     [a, b, f] >> EmptyOperator(task_id="downstream")
-    never = ["{db}.events/ds=1999-01-01/hr=00"]
+    never = ["{db}.events/ds=1999-01-01"]
     NamedHivePartitionSensor(task_id="never_soft", partition_names=never, poke_interval=1, timeout=3, soft_fail=True)
     NamedHivePartitionSensor(task_id="never_fail", partition_names=never, poke_interval=1, timeout=3)
 """
@@ -62,6 +64,7 @@ def smartsensor_env(service: Config, home: Path, db_url: str) -> dict[str, str]:
         SPARK_LOCAL_IP="127.0.0.1",
         **override_env(
             {
+                "smart_sensor__catalog_backend": "thrift",  # as production_like deploys it: no JVM in the worker
                 "spark__metastore_uris": service.get("spark", "metastore_uris"),
                 "spark__warehouse_dir": service.get("spark", "warehouse_dir"),
                 "spark__conf": "spark.driver.memory=512m",
@@ -85,6 +88,8 @@ def test_dag_waits_through_smartsensor(
     airflow_databases.new_sqlite(venv, af_home)
 
     engine = make_engine(pg_url)
+    metastore = Metastore(service, db)
+    metastore.create_tables(["events"])  # the table is there, its partition not yet
     server = CliProcess(["serve", "--port", str(port)], env)
     worker = CliProcess(["worker", "--interval", "0.5", "--json"], env)
     dags_test = subprocess.Popen(
@@ -102,30 +107,9 @@ def test_dag_waits_through_smartsensor(
 
         wait_until(some_sensor_waits, timeout=240, step=0.5)
         requests_before, waiting_since = states_requests(f"http://127.0.0.1:{port}", TOKEN), time.monotonic()
-        pipeline = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "scripts.demo.pipeline",
-                "--table",
-                f"{db}.events",
-                "--ds",
-                DS,
-                "--hours",
-                "0-0",
-                "--every",
-                "0",
-                "--rows",
-                "1",
-            ],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert pipeline.returncode == 0, pipeline.stderr[-3000:]
-        landed = datetime.now(timezone.utc)  # the partition and its landing signal are in when the pipeline exits
+        metastore.land("events", DS)
+        landed = datetime.now(timezone.utc)  # committed: no task can succeed earlier
+        send_signal(engine, f"{db}.events/ds={DS}")
         output, _ = dags_test.communicate(timeout=400)
         requests = states_requests(f"http://127.0.0.1:{port}", TOKEN) - requests_before
         per_minute = requests / ((time.monotonic() - waiting_since) / 60)
@@ -134,6 +118,7 @@ def test_dag_waits_through_smartsensor(
             dags_test.kill()
         worker.stop()
         server.stop()
+        metastore.close()
     states = task_states(af_home, "landing")
     ended = task_end_times(af_home, "landing")
     heard = sorted(

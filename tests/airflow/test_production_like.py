@@ -17,12 +17,18 @@ cases, ``SMARTSENSOR_RACE_SENSORS`` (default 20) sets the sensors per DAG, ``SMA
 The semantics: one DAG (airflow_race.SEMANTICS) puts each drop-in rule beside Airflow's own sensor
 (``PythonSensor``, the same BaseSensorOperator rules as the Hive provider's sensors) with the same arguments; each
 test compares how the two ended (state, tries).
+
+The cluster policy (tests/support/airflow_policy.py), last: DAG files written for Airflow's Hive provider,
+unchanged, run through smartsensor; with the service out of reach they still succeed (the safety valve); with the
+policy off they run as plain Airflow. Airflow's own sensors reach the same metastore through ``metastore_default``
+(thrift), as the safety valve and the classic runs do. The scale test's "Airflow's own (reschedule)" DAGs are tagged
+``smartsensor:off``, so that the policy leaves them as they are.
 """
 
 from __future__ import annotations
 
 import os
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -30,6 +36,7 @@ import pytest
 
 from scripts.airflow.stack import version_of
 from smartsensor.config import Config
+from tests.support import airflow_policy as policy
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
@@ -64,6 +71,9 @@ FIRST_DAY = date(2026, 10, 1)
 SEMANTICS_DAY = "2026-09-01"
 CALLBACKS = {2: "callback_request", 3: "callback"}  # the table of callback requests, by Airflow major version
 ON_WORKERS = "on_workers_"  # the same teams' DAGs, their tries on the execute path (the savings report reads them)
+# The cluster policy's tests (tests/support/airflow_policy.py) run last, on days of their own: after the savings
+# report (it counts every Hive sensor task of this Airflow), and the policy-off one restarts Airflow.
+POLICY_DAYS = ("2026-07-01", "2026-07-02", "2026-07-03", "2026-07-04", "2026-07-12")
 
 
 # The scale test: SCALE_DAGS DAGs of SCALE_SENSORS sensors per strategy (airflow_scale.STRATEGIES). CI runs the
@@ -106,8 +116,14 @@ def deployment(
         "teams.py": dag_file(TEAMS, SENSORS, OPTION, db),
         "teams_on_workers.py": dag_file(TEAMS, SENSORS, "execute", db, prefix=ON_WORKERS),
         "semantics.py": semantics_file(db, marks, SEMANTICS_DAY),
+        "policy_teams.py": policy.dag_source(db),
     }
-    dag_ids = [*(f"team_{t}" for t in range(TEAMS)), *(f"{ON_WORKERS}{t}" for t in range(TEAMS)), "semantics"]
+    dag_ids = [
+        *(f"team_{t}" for t in range(TEAMS)),
+        *(f"{ON_WORKERS}{t}" for t in range(TEAMS)),
+        "semantics",
+        *policy.DAG_IDS,
+    ]
     for strategy in SCALE_STRATEGIES:
         option, prefix = STRATEGIES[strategy]
         dags[f"{prefix}dags.py"] = dag_file(SCALE_DAGS, SCALE_SENSORS, option, db, prefix=prefix)
@@ -122,6 +138,8 @@ def deployment(
         TABLES,
         dags,
         dag_ids,
+        local_settings=policy.LOCAL_SETTINGS,
+        **policy.AIRFLOW_ENV,
         AIRFLOW__TRIGGERER__CAPACITY=str(TRIGGERER_CAPACITY),  # 3.x
         AIRFLOW__TRIGGERER__DEFAULT_CAPACITY=str(TRIGGERER_CAPACITY),  # 2.10
         AIRFLOW__METRICS__STATSD_ON="True",
@@ -339,3 +357,90 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
         assert [o.failures for o in started.outcomes] == [[], [], []]
         assert [o.worker_tries for o in started.outcomes] == [0, 0, 0]
         assert [o.by_trigger for o in started.outcomes] == [o.tasks for o in started.outcomes]
+
+
+@pytest.mark.timeout(1200)
+def test_airflows_own_sensors_run_through_smartsensor_and_share_checks(deployment: Deployment) -> None:
+    ds = POLICY_DAYS[0]
+    run_ids = deployment.stack.trigger_many([*policy.TEAM_DAGS, "policy_tagged_off"], ds)
+    routed = {(d, t) for d in policy.TEAM_DAGS for t in policy.ROUTED}
+    policy.wait_deferred(deployment, run_ids, routed)
+    deployment.landing.land(ds)
+    policy.wait_ended(deployment, run_ids, f"every sensor of {ds} ended")
+    seen = policy.tasks_of(deployment, run_ids)
+    assert {k: s for k, (s, _, _) in seen.items() if s != "success"} == {}, seen
+    for key in routed:  # what the UI shows; 2.10 names a try that no worker ran by its serialized class
+        names = {f"{policy.class_of(key[1])} via smartsensor"} | (
+            {policy.class_of(key[1])} if deployment.stack.major < 3 else set()
+        )
+        assert seen[key][1] in names, (key, seen[key])
+    for key in [("policy_team_0", "opted_out"), ("policy_tagged_off", "named")]:
+        assert seen[key][1] == "NamedHivePartitionSensor", (key, seen[key])
+    hashes = policy.registered(deployment, run_ids)
+    assert set(hashes) == routed  # the opted-out tasks and the range filter checked on their own
+    (team_0_run,) = [
+        r
+        for (r,) in deployment.stack.rows(
+            "SELECT run_id FROM dag_run WHERE dag_id = 'policy_team_0' AND run_id IN :runs",
+            expanding=["runs"],
+            runs=run_ids,
+        )
+    ]
+    assert "runs as Airflow's own sensor" in policy.task_logs(deployment, "policy_team_0", team_0_run, "range")
+    # Nine waits, two checks: by name and by metastore name are one check, by filter the other.
+    assert len(set(hashes.values())) == 2, hashes
+    assert hashes[("policy_team_0", "named")] == hashes[("policy_team_2", "metastore")]
+
+
+@pytest.mark.timeout(1200)
+def test_with_the_service_out_of_reach_the_tasks_still_succeed(deployment: Deployment) -> None:
+    ds = POLICY_DAYS[1]
+    (run_id,) = deployment.stack.trigger_many(["policy_valve"], ds)
+    valve = {("policy_valve", t) for t in ("named", "filter", "drop_in")}
+    policy.wait_deferred(deployment, [run_id], valve)
+    deployment.stop_serve()
+    try:
+        # A run that starts while the service is down: its tries ride out the grace while registering.
+        (late_run,) = deployment.stack.trigger_many(["policy_valve"], POLICY_DAYS[4])
+        for day in (ds, POLICY_DAYS[4]):
+            for table in TABLES:  # no landing signal: nobody would hear it
+                deployment.landing.metastore.land(table, day)
+        for run in (run_id, late_run):  # one run at a time: tasks_of keys by (dag_id, task_id)
+            policy.wait_ended(deployment, [run], f"the valve's sensors of {run} ended (grace {policy.GRACE} s)")
+            seen = policy.tasks_of(deployment, [run])
+            assert {k: (s, tries) for k, (s, _, tries) in seen.items()} == {k: ("success", 1) for k in valve}, seen
+            log = policy.task_logs(deployment, "policy_valve", run)
+            assert log.count("checks on its own as Airflow's sensor would") >= len(valve), log[-3000:]
+    finally:
+        deployment.start_serve()
+    # The service is back: a new try uses it again.
+    ds = POLICY_DAYS[2]
+    (run_id,) = deployment.stack.trigger_many(["policy_valve"], ds)
+    policy.wait_deferred(deployment, [run_id], valve)
+    deployment.landing.land(ds)
+    policy.wait_ended(deployment, [run_id], f"the valve's sensors of {ds} ended")
+    assert {s for s, _, _ in policy.tasks_of(deployment, [run_id]).values()} == {"success"}
+    assert set(policy.registered(deployment, [run_id])) == valve
+
+
+# Last of the module: it restarts Airflow with the policy off.
+@pytest.mark.timeout(1200)
+def test_with_the_policy_off_the_same_dags_run_as_plain_airflow(deployment: Deployment) -> None:
+    restarted = datetime.now(timezone.utc)
+    deployment.restart_airflow(AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR="False")
+    deployment.stack.wait(  # parsed again without the policy: the operator names are Airflow's again
+        "the team DAGs serialized again",
+        lambda: all(policy.serialized_since(deployment, d, restarted) for d in policy.TEAM_DAGS),
+        timeout=600,
+    )
+    ds = POLICY_DAYS[3]
+    deployment.landing.land(ds)
+    run_ids = deployment.stack.trigger_many(policy.TEAM_DAGS, ds)
+    policy.wait_ended(deployment, run_ids, f"every sensor of {ds} ended")
+    seen = policy.tasks_of(deployment, run_ids)
+    assert policy.registered(deployment, run_ids) == {}
+    assert {k: name for k, (_, name, _) in seen.items()} == {k: policy.class_of(k[1]) for k in seen}
+    states = {k: s for k, (s, _, _) in seen.items()}
+    # Airflow's own MetastorePartitionSensor reads the metastore's MySQL database, which this deployment lacks:
+    # it fails as it would on any Airflow without that connection; the others find their partitions.
+    assert states == {k: "failed" if k[1] == "metastore" else "success" for k in seen}, states

@@ -83,7 +83,7 @@ def test_kill9_ranges_taken_over_nothing_lost_nothing_twice(ha_setup) -> None:
     assert takeover <= 2 * 2, f"ranges re-owned after {takeover:.1f} s (2 x lease_timeout = 4 s)"
     work.wait_all_success(timeout=60)
     b.settle()  # a is dead: what it printed is all it will ever print
-    assert a.marked() + b.marked() == 24  # each task marked exactly once
+    assert a.marked() + b.marked() == 24, (a.marks_seen(), b.marks_seen())  # each task marked exactly once
     print(f"takeover after kill -9: {takeover:.2f} s")
 
 
@@ -101,7 +101,7 @@ def test_sigstopped_worker_writes_nothing_after_losing_its_lease(ha_setup) -> No
     time.sleep(3)  # a resumes, finds its leases gone, and may claim its fair share back (new epochs)
     marked_a = a.marked()
     assert marked_a == 0, a.seen[seen_before:]
-    assert b.marked() == 24
+    assert b.marked() == 24, b.marks_seen()
     # both processes alive and sharing again; no range with two owners
     assert a.proc.poll() is None and b.proc.poll() is None
     for p in (a, b):

@@ -46,7 +46,8 @@ from airflow import DAG
 
 for team in range(@TEAMS@):
     with DAG(
-        f"@PREFIX@{team}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_tasks=64
+        f"@PREFIX@{team}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_tasks=64,
+        tags=@TAGS@,
     ) as dag:
         for i in range(@SENSORS@):
             options = @QUARTER@ if i % 4 == 0 else @REST@
@@ -99,7 +100,8 @@ AIRFLOWS_IMPORTS = (
 
 def dag_file(teams: int, sensors: int, option: str = "drop-in", db: str = DB, prefix: str = "team_") -> str:
     """The DAG file of ``teams`` DAGs (``team_0``… with ``prefix`` ``team_``) with ``sensors`` sensor tasks each on
-    Hive database ``db``, ending as ``option``."""
+    Hive database ``db``, ending as ``option``. Airflow's own sensors ("airflow reschedule") are tagged
+    ``smartsensor:off``: a deployment with the cluster policy on leaves them Airflow's."""
     quarter, rest = OPTIONS[option]
     return (
         DAG.replace("@TEAMS@", str(teams))
@@ -109,6 +111,7 @@ def dag_file(teams: int, sensors: int, option: str = "drop-in", db: str = DB, pr
         .replace("@DB@", db)
         .replace("@QUARTER@", repr(quarter))
         .replace("@REST@", repr(rest))
+        .replace("@TAGS@", repr(["smartsensor:off"] if option == "airflow reschedule" else []))
     )
 
 

@@ -134,6 +134,12 @@ class CliProcess:
         """Task instances this process reported marking ``state``, over all its rounds so far."""
         return sum(r["marked"].get(state, 0) for r in self.json_rounds())
 
+    def marks_seen(self) -> str:
+        """For a failure message: each round's marks and ranges, and any line that is not a round object."""
+        rounds = [(r["marked"], r["ranges"]) for r in self.json_rounds() if r["marked"]]
+        other = [line for line in self.seen if not line.startswith("{")]
+        return f"rounds that marked: {rounds}; other output: {other[-10:]}; stderr:\n{self.stderr_tail(15)}"
+
     def kill(self) -> int:
         """SIGKILL, resuming it first if it is SIGSTOPped (a test's cleanup, whatever state it left it in)."""
         if self.proc.poll() is None:

@@ -246,6 +246,8 @@ def _sql_call(call: ast.Call, modules: set[str], imported: dict[str, str]) -> st
     func, callee = call.func, _dotted(call.func)
     if isinstance(func, ast.Attribute) and func.attr in ("begin", "connect") and not call.args and not call.keywords:
         return f"{callee}(): a connection or transaction opened"
+    if isinstance(func, ast.Attribute) and func.attr == "raw_connection":
+        return f"{callee}(): a DB-API connection taken from the pool"
     if (
         isinstance(func, ast.Attribute)
         and func.attr == "execute"
@@ -261,8 +263,8 @@ def _sql_call(call: ast.Call, modules: set[str], imported: dict[str, str]) -> st
 
 
 def sql_outside_adapters(sources: dict[str, tuple[str, str]]) -> list[str]:
-    """``path:line: what`` for every SQL connection, transaction, engine execute, ORM Session or SQL text in
-    ``sources`` ({module: (path, source)}) outside ``SQL_PACKAGES``."""
+    """``path:line: what`` for every SQL connection (pooled or raw), transaction, engine execute, ORM Session or
+    SQL text in ``sources`` ({module: (path, source)}) outside ``SQL_PACKAGES``."""
     found: list[tuple[str, int, str]] = []
     for module, (path, source) in sorted(sources.items()):
         if module.startswith(tuple(f"{p}." for p in SQL_PACKAGES)) or module in SQL_PACKAGES:
@@ -304,6 +306,7 @@ def f(engine, app, sock):
     sa.text("SELECT 2")
     sock.connect(("host", 1))
     app.begin(42)
+    engine.raw_connection()
 """
     sources = {
         "smartsensor.service.bad": ("smartsensor/service/bad.py", service),
@@ -317,4 +320,5 @@ def f(engine, app, sock):
         "smartsensor/service/bad.py:11: engine.execute(): a statement executed on an engine",
         "smartsensor/service/bad.py:12: Session(): sqlalchemy.Session",
         "smartsensor/service/bad.py:13: sa.text(): sqlalchemy.text",
+        "smartsensor/service/bad.py:16: engine.raw_connection(): a DB-API connection taken from the pool",
     ]

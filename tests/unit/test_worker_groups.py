@@ -52,7 +52,7 @@ def test_spark_each_airflow_version_and_each_shared_service_keep_one_worker(tmp_
         tmp_path,
         "tests/integration/test_classic.py",
         "tests/integration/test_catalog_backends.py",
-        "tests/airflow/test_policy.py",
+        "tests/airflow/test_production_like.py",
         "tests/unit/test_layers.py",
     )
     by_test = {node.split("::", 1)[1]: group for node, group in found.items()}

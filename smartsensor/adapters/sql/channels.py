@@ -11,9 +11,10 @@ has no channels: the functions here send nothing there, and its listeners poll i
 
 from __future__ import annotations
 
-from typing import Iterable
+import select
+from typing import Any, Iterable, cast
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 
 # Channel on which a pipeline's landing signal wakes every worker at once. Payload: the partition's canonical name.
 SIGNAL_CHANNEL = "smartsensor_signal"
@@ -87,3 +88,51 @@ def notify_signal(conn: Connection, canonical_name: str) -> None:
     (1 statement). On SQLite nothing: the listeners poll ``partition_signal``."""
     if conn.dialect.name == "postgresql":
         notify(conn, SIGNAL_CHANNEL, canonical_name)
+
+
+class PgListener:
+    """One PostgreSQL connection LISTENing on ``channels`` (constants of this module, never user text), taken out of
+    the pool for good: ``close`` invalidates it, since a LISTENing connection must not serve anyone else."""
+
+    def __init__(self, engine: Engine, channels: Iterable[str]) -> None:
+        self._raw: Any = engine.raw_connection()
+        self._pg: Any = cast(Any, self._raw.dbapi_connection)  # psycopg2's, as LISTEN needs (typed as any DB-API one)
+        self._pg.autocommit = True
+        with self._pg.cursor() as cur:
+            for name in channels:
+                cur.execute(f"LISTEN {name}")
+
+    def receive(self, timeout: float) -> list[tuple[str, str]]:
+        """(channel, payload) of the notifications that arrived within ``timeout`` seconds (possibly none)."""
+        ready, _, _ = select.select([self._pg], [], [], timeout)
+        if not ready:
+            return []
+        self._pg.poll()
+        notes = [(n.channel, n.payload) for n in self._pg.notifies]
+        self._pg.notifies.clear()
+        return notes
+
+    def close(self) -> None:
+        """Drop the connection. It is invalidated, never handed back to the pool: after an error it is dead (the
+        pool's reset would log a traceback at ERROR), and alive it would still be LISTENing."""
+        try:
+            self._raw.invalidate()
+        except Exception:  # noqa: BLE001 - closing a dead connection
+            pass
+
+
+class SqliteDataVersion:
+    """SQLite's ``PRAGMA data_version`` on one connection of its own, kept out of the pool: the number changes when
+    another connection commits, which is SQLite's stand-in for a notification."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._raw: Any = engine.raw_connection()
+        self._cursor: Any = self._raw.cursor()
+
+    def read(self) -> int:
+        """The current data version (another connection's commit changes it)."""
+        return int(self._cursor.execute("PRAGMA data_version").fetchone()[0])
+
+    def close(self) -> None:
+        """Drop the connection, invalidated: a long-lived watcher's connection never goes back to the pool."""
+        self._raw.invalidate()
