@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -41,8 +41,8 @@ from smartsensor.schema.models import TaskInstance
 from smartsensor.service.status import collect_status, collect_stuck
 
 ROOT = Path(__file__).resolve().parents[2]
-NOW = datetime(2026, 1, 1, 12, 0, 0)  # the scrape's clock: every row's times are relative to it
-DAY = datetime(2025, 12, 31)
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)  # the scrape's clock: every row's times are relative to it
+DAY = datetime(2025, 12, 31, tzinfo=timezone.utc)
 TI = TaskInstance.__table__
 
 # The table's rows, in order: collect_status as a whole, then each named query it sends (the first two together

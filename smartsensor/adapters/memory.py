@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
+from smartsensor.domain import clock
+from smartsensor.domain.clock import aware_utc
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.states import State
@@ -39,7 +41,9 @@ class InMemoryStore:
 
     # -- set-up and inspection (what registration, the lease manager or a user would do) ----------
     def add_task(self, row: dict[str, Any]) -> None:
-        """Insert a task_instance row (e.g. from ``service.task_rows.task_row``)."""
+        """Insert a task_instance row (e.g. from ``service.task_rows.task_row``). Its times must be aware UTC, as
+        the SQL store's columns (``UtcDateTime``) require: NaiveDatetimeError otherwise."""
+        row = {k: aware_utc(v) if isinstance(v, datetime) else v for k, v in row.items()}
         full = {
             "try_number": 1,
             "max_tries": 0,
@@ -54,7 +58,7 @@ class InMemoryStore:
 
     def set_state(self, key: TaskKey, state: str, now: datetime | None = None) -> None:
         """A user's manual change: ``tasks.set_state`` with no ``from_states`` (``smartsensor set-state``)."""
-        now = now or datetime.utcnow()
+        now = now or clock.now()
         with self._lock:
             row = self.tasks[key]
             row.update(state=state, updated_at=now)

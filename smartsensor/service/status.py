@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import status as status_sql
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.timing import BadExecSettings, parse_exec
 from smartsensor.service.status_report import (
@@ -30,7 +31,7 @@ from smartsensor.service.status_report import (
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> StatusReport:
     """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
     task waits past its time limit (``collect_stuck``: 2, or 4)."""
-    now = now or datetime.utcnow()
+    now = now or clock.now()
     ranges = cfg.resolved_shard_ranges
     rule = _StuckRule(cfg.convergence_bound, now)
     zombie_cutoff = now - timedelta(seconds=cfg.settings.scheduler.zombie_threshold)
@@ -200,7 +201,7 @@ def stuck_problems(stuck: Stuck) -> list[str]:
             continue
         oldest = counted.oldest
         where = (
-            f" (oldest: {oldest.dag_id}.{oldest.task_id} @ {oldest.execution_date.isoformat()}, "
+            f" (oldest: {oldest.dag_id}.{oldest.task_id} @ {clock.iso(oldest.execution_date)}, "
             f"{oldest.late_seconds:g} s late)"
             if oldest
             else ""

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
 from smartsensor.domain.routing import class_route
 from smartsensor.domain.states import State
@@ -84,7 +85,7 @@ def task_row(
         "max_tries": sensor.retries,
         "start_date": None,
         "end_date": None,
-        "updated_at": datetime.utcnow(),
+        "updated_at": clock.now(),
         "operator": type(sensor).__name__,
         "classpath": classpath,
         "fileloc": fileloc,

@@ -22,6 +22,7 @@ from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import SparkNotInstalled, get_spark
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
@@ -82,7 +83,7 @@ class RunHeartbeat:
     def beat(self) -> None:
         """One beat; a failure (a DB outage) is logged and the next beat tries again."""
         try:
-            alive = task_sql.beat_run(self.engine, self.key, datetime.utcnow())
+            alive = task_sql.beat_run(self.engine, self.key, clock.now())
         except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
             log.warning("heartbeat of %s.%s failed: %s", self.key.dag_id, self.key.task_id, first_line(exc))
             return
@@ -151,7 +152,7 @@ def run_task(
     """
     key = TaskKey(dag_id, task_id, execution_date)
     hostname = socket.gethostname()
-    found, row = task_sql.claim_run(engine, key, datetime.utcnow(), hostname, claimed)
+    found, row = task_sql.claim_run(engine, key, clock.now(), hostname, claimed)
     if found is None:
         raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
     if row is None and claimed:
@@ -178,7 +179,7 @@ def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Call
     key = key_of(TaskKey, row)
 
     def write() -> bool:
-        return task_sql.hand_back_run(engine, key, datetime.utcnow())
+        return task_sql.hand_back_run(engine, key, clock.now())
 
     if _retry_while_db_down(write, f"{key.dag_id}.{key.task_id} -> scheduled", patience, sleep):
         log.warning(
@@ -212,7 +213,7 @@ class ClassicRun:
     ) -> None:
         self.engine, self.cfg, self.row, self.sleep, self.stop = engine, cfg, row, sleep, stop
         self.key = key_of(TaskKey, row)
-        self.start = row["start_date"] or datetime.utcnow()
+        self.start = row["start_date"] or clock.now()
         self.began = time.perf_counter()
         self.spark_provider = spark_provider or self._own_spark
         self.poker = BoundedPoker(cfg.settings.smart_sensor.poke_timeout)
@@ -229,7 +230,7 @@ class ClassicRun:
         while True:
             if self.stop is not None and self.stop.is_set():
                 return self.stopped()
-            if attempted and (datetime.utcnow() - self.start).total_seconds() >= settings.time_limit:
+            if attempted and (clock.now() - self.start).total_seconds() >= settings.time_limit:
                 return self.timed_out(settings)
             attempted = True
             ended = self.poke_once()
@@ -296,7 +297,7 @@ class ClassicRun:
 
     def pause(self, settings: ExecSettings) -> None:
         """Wait for the next poke (its interval, never past the time limit); a stop request cuts it short."""
-        remaining = settings.time_limit - (datetime.utcnow() - self.start).total_seconds()
+        remaining = settings.time_limit - (clock.now() - self.start).total_seconds()
         pause = max(0.0, min(settings.interval(self.pokes - 1), remaining))
         if self.stop is not None:
             self.stop.wait(pause)

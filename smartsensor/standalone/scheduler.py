@@ -19,6 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from smartsensor.adapters.process import StderrTail, smartsensor_command
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.keys import TaskKey, key_of
 from smartsensor.domain.routing import smart_route_for
 from smartsensor.domain.states import State
@@ -34,7 +35,7 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
     A row whose exec_dict cannot be read (out of bounds, not JSON) fails alone with the reason in
     ``error``; the other retries go on.
     """
-    now = now or datetime.utcnow()
+    now = now or clock.now()
 
     def plan(row: dict[str, Any]) -> tuple[str, str | None] | None:
         try:
@@ -63,7 +64,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     up_for_retry while tries remain, else failed, with the reason in ``error``. Each end is a
     compare-and-set on the heartbeat read, so a run that beats in the meantime is left alone.
     """
-    now = now or datetime.utcnow()
+    now = now or clock.now()
     threshold = cfg.settings.scheduler.zombie_threshold
 
     def plan(row: dict[str, Any]) -> tuple[str, str]:
@@ -133,7 +134,7 @@ class Scheduler:
         error = f"run-task exited with code {code}" + (f": {line}" if line else "")
         if code != 0:
             log.warning("%s.%s: %s", key.dag_id, key.task_id, error)
-        now = datetime.utcnow()
+        now = clock.now()
         # ended by the run, handed back, or changed by someone: nothing ends (None)
         state = task_sql.end_exited_try(self.engine, key, child.try_number, self.claimant, now, error, _dead_run_state)
         if state is not None:
@@ -152,7 +153,7 @@ class Scheduler:
             return 0
         started = 0
         for key in task_sql.read_keys_in_state(self.engine, State.SCHEDULED, limit=free):
-            try_number = task_sql.claim_scheduled_try(self.engine, key, datetime.utcnow(), self.claimant)
+            try_number = task_sql.claim_scheduled_try(self.engine, key, clock.now(), self.claimant)
             if try_number is None:
                 continue
             cmd = self.command(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -203,11 +203,11 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
     def stall(seconds: float) -> None:  # the old run's first pause is where it stalls
         if not stalls:
             stalls.append(seconds)
-            later = datetime.utcnow() + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
+            later = datetime.now(timezone.utc) + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
             assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1}
             assert requeue_retries(engine, cfg, now=later) == {State.SCHEDULED: 1}  # smart mode is off here
             with engine.begin() as conn:
-                assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "another-host")
+                assert task_sql.claim_scheduled(conn, key, datetime.now(timezone.utc), "another-host")
         time.sleep(seconds)
 
     result = run(engine, cfg, spark, "w", sleep=stall)
@@ -221,7 +221,7 @@ def test_hand_back_never_resurrects_a_task_changed_meanwhile(engine, cfg, tmp_pa
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.begin() as conn:
         task_sql.set_state(conn, key, State.FAILED)  # by hand
-        assert not task_sql.hand_back_running(conn, key, datetime.utcnow())
+        assert not task_sql.hand_back_running(conn, key, datetime.now(timezone.utc))
         assert task_sql.get_task(conn, *key)["state"] == State.FAILED
 
 
@@ -245,7 +245,7 @@ def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: i
     )
     key = TaskKey("d", task_id, DAY)
     with engine.begin() as conn:
-        assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "host-a")
+        assert task_sql.claim_scheduled(conn, key, datetime.now(timezone.utc), "host-a")
     return key
 
 
@@ -281,7 +281,7 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
     _running_task(engine, cfg, tmp_path, "retry", retries=1)
     _running_task(engine, cfg, tmp_path, "last", retries=0)
     alive = _running_task(engine, cfg, tmp_path, "alive", retries=0)
-    later = datetime.utcnow() + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
+    later = datetime.now(timezone.utc) + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
     with engine.begin() as conn:
         task_sql.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
     assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1, State.FAILED: 1}
@@ -361,8 +361,10 @@ def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine
     assert scheduler.launch() == 2
     with engine.begin() as conn:
         task_sql.set_state(conn, by_hand, State.SUCCESS)  # a user's change
-        assert task_sql.hand_back_running(conn, reclaimed, datetime.utcnow())  # handed back, then another
-        assert task_sql.claim_scheduled(conn, reclaimed, datetime.utcnow(), "another-host")  # scheduler's claim
+        assert task_sql.hand_back_running(conn, reclaimed, datetime.now(timezone.utc))  # handed back, then another
+        assert task_sql.claim_scheduled(
+            conn, reclaimed, datetime.now(timezone.utc), "another-host"
+        )  # scheduler's claim
     gate.write_text("")
     wait_until(lambda: all(c.proc.poll() is not None for c in scheduler.children.values()), timeout=60)
     assert scheduler.reap() == 2

@@ -7,7 +7,7 @@ reconciliation after it commits."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from sqlalchemy import update
@@ -28,7 +28,7 @@ LOOKBACK = 0.5  # seconds: [smart_sensor] reconcile_lookback, short so that the 
 
 
 def utcnow() -> datetime:
-    return datetime.utcnow()  # the clock updated_at is stamped in (naive UTC), as the workers' own
+    return datetime.now(timezone.utc)  # the clock updated_at is stamped in (aware UTC), as the workers' own
 
 
 @needs_test_pg

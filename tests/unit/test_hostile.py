@@ -7,7 +7,7 @@ from __future__ import annotations
 import json as _json
 import math as _math
 import time as _time
-from datetime import datetime, timedelta as _td
+from datetime import datetime, timedelta as _td, timezone
 from pathlib import Path
 from typing import Any
 
@@ -237,7 +237,7 @@ def test_exec_fields_bounded_or_refused_naming_the_field(field: str, value: Any)
         assert _math.isfinite(stored) and 0 <= stored <= MAX_DURATION + 1000
     # whatever is accepted can be planned by a worker and read back by parse_exec
     settings = parse_exec(_json.dumps(s.exec_values()))
-    start = datetime(2026, 11, 22)
+    start = datetime(2026, 11, 22, tzinfo=timezone.utc)
     is_due(start, start + _td(days=3650), settings, start + _td(days=3651))
     timed_out(start, settings, start + _td(days=3650))
 
@@ -259,7 +259,7 @@ def test_any_stored_exec_dict_is_planned_or_refused_clearly(data: dict[str, Any]
     except BadExecSettings as exc:
         assert "exec_dict" in str(exc)
         return
-    start = datetime(2026, 11, 22)
+    start = datetime(2026, 11, 22, tzinfo=timezone.utc)
     for elapsed in (0, 1, 86400 * 365 * 5):
         is_due(start, start + _td(seconds=elapsed), settings, start + _td(seconds=elapsed + 1))
 

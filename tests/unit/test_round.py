@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -306,7 +306,7 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     from smartsensor.domain.transitions import CheckGroup, decide
     from smartsensor.sensors.errors import PermanentCheckError
 
-    start = datetime(2026, 11, 22)
+    start = datetime(2026, 11, 22, tzinfo=timezone.utc)
 
     def cohort(timeout: int = 3600) -> dict[Cohort, int]:
         return {Cohort(json.dumps({"timeout": timeout, "poke_interval": 10}), start, 1): 3}

@@ -3,7 +3,7 @@ and ends tasks as a worker that rebuilds its index from the database every round
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, make_cfg, named
 from tests.unit.test_round import add, state_of
 
-START = datetime(2026, 11, 22)
+START = datetime(2026, 11, 22, tzinfo=timezone.utc)
 
 
 @pytest.fixture

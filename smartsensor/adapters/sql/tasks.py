@@ -12,15 +12,17 @@ call: each opens its own connection or transaction and sends the statements abov
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, Engine, exists, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import Connection, Engine, exists, func, insert, literal, or_, select, text, tuple_, update
 
 from smartsensor.adapters.sql import channels as channel_sql
+from smartsensor.domain import clock
+from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
 from smartsensor.domain.states import State
-from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance
+from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance, UtcDateTime
 
 TI = TaskInstance.__table__
 SL = ShardLease.__table__
@@ -52,6 +54,12 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
             .with_for_update(read=True)
         )
     )
+
+
+def _kept_start(now: datetime) -> Any:
+    """start_date kept when set, else ``now``: ``now`` bound as a time column (``UtcDateTime``), which a bare value
+    in a SQL function is not."""
+    return func.coalesce(TI.c.start_date, literal(now, UtcDateTime()))
 
 
 def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
@@ -140,9 +148,10 @@ def set_state(
         query = query.where(TI.c.state.in_(list(from_states)))
     if try_number is not None:
         query = query.where(TI.c.try_number == try_number)
-    values: dict[str, Any] = {"state": new_state, "updated_at": now or datetime.utcnow()}
+    now = now or clock.now()
+    values: dict[str, Any] = {"state": new_state, "updated_at": now}
     if new_state in State.FINISHED or new_state == State.UP_FOR_RETRY:
-        values["end_date"] = now or datetime.utcnow()
+        values["end_date"] = now
     if from_states is None and new_state in (State.SCHEDULED, State.SMART_PENDING):
         # a user sending a task back to wait starts a fresh try: timeouts count from the next start
         values.update(start_date=None, end_date=None, hostname=None, error=None)
@@ -150,7 +159,7 @@ def set_state(
         # a try that waits by hand has a start: its timeout and poke schedule count from it, and the workers'
         # index (which keys tasks by their start) picks it up at its next reconciliation. No worker started it
         # now: hostname is cleared, so that no reconciliation takes it for its own feed's start.
-        values.update(start_date=func.coalesce(TI.c.start_date, values["updated_at"]), end_date=None, hostname=None)
+        values.update(start_date=_kept_start(values["updated_at"]), end_date=None, hostname=None)
     if error is not None:
         values["error"] = error
     return conn.execute(query.values(**values)).rowcount == 1
@@ -335,13 +344,13 @@ _OLDEST_OPEN = text(
 
 
 def oldest_open_transaction(conn: Connection) -> datetime | None:
-    """PostgreSQL: when the oldest transaction another session holds open began, naive UTC, or None. A
+    """PostgreSQL: when the oldest transaction another session holds open began, aware UTC, or None. A
     reconciliation reads rows changed from there on next time, so that a transaction that commits long after the
     ``updated_at`` it stamped is still read. 1 statement (pg_stat_activity: a row per connection)."""
     oldest = conn.execute(_OLDEST_OPEN).scalar()
     if oldest is None:
         return None
-    return oldest.astimezone(timezone.utc).replace(tzinfo=None) if oldest.tzinfo is not None else oldest
+    return as_utc(oldest)
 
 
 def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
@@ -376,7 +385,7 @@ def start_pending_cohorts(
         conn.execute(
             started.values(
                 state=State.SMART_RUNNING,
-                start_date=func.coalesce(TI.c.start_date, now),
+                start_date=_kept_start(now),
                 hostname=hostname,
                 updated_at=now,
             ).returning(*_COHORT_COLUMNS)
@@ -439,7 +448,7 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
             )
             .values(
                 state=State.RUNNING,
-                start_date=func.coalesce(TI.c.start_date, now),
+                start_date=_kept_start(now),
                 end_date=None,
                 hostname=hostname,
                 updated_at=now,
@@ -564,7 +573,7 @@ def reshard(conn: Connection, limit: int, now: datetime | None = None) -> int:
     return conn.execute(
         update(TI)
         .where(TI.c.hashcode.is_not(None), or_(TI.c.shardcode.is_(None), TI.c.shardcode != wanted))
-        .values(shardcode=wanted, updated_at=now or datetime.utcnow())  # the new range's reconciliation sees it
+        .values(shardcode=wanted, updated_at=now or clock.now())  # the new range's reconciliation sees it
     ).rowcount
 
 
