@@ -60,8 +60,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         problems=tuple(round_problems(workers) + stuck_problems(stuck)),
         stuck=stuck,
         zombies=tuple(
-            Zombie(z["dag_id"], z["task_id"], z["execution_date"], z["hostname"], _age(now, z["updated_at"]))
-            for z in zombies
+            Zombie(z.dag_id, z.task_id, z.execution_date, z.hostname, _age(now, z.updated_at)) for z in zombies
         ),
     )
 

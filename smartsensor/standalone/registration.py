@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.clock import as_utc, iso
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.errors import SensorDefinitionError
@@ -77,7 +78,7 @@ def build_row(
     execution_date: datetime,
     cfg: Config,
     fileloc: str | None = None,
-) -> tuple[dict[str, Any], str]:
+) -> tuple[TaskRow, str]:
     """The task_instance row for ``sensor`` on ``execution_date`` (its persist fields rendered for that day, as
     templates) and the routing reason."""
     dag_id = validate_id("dag_id", dag_id)
@@ -105,9 +106,9 @@ def register(
     built = [build_row(sensor, dag_id, execution_date, cfg, fileloc) for dag_id, sensor in sensors]
     seen: set[tuple[str, str]] = set()
     for row, _ in built:
-        key = (row["dag_id"], row["task_id"])
+        key = (row.dag_id, row.task_id)
         if key in seen:
-            raise SensorDefinitionError(f"task {row['task_id']!r} of DAG {row['dag_id']!r} is given twice")
+            raise SensorDefinitionError(f"task {row.task_id!r} of DAG {row.dag_id!r} is given twice")
         seen.add(key)
     try:
         return _register_rows(engine, built, execution_date, clear)
@@ -124,29 +125,20 @@ def registered_states(engine: Engine, dag_id: str, execution_date: datetime) -> 
 
 
 def _register_rows(
-    engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime, clear: bool
+    engine: Engine, built: list[tuple[TaskRow, str]], execution_date: datetime, clear: bool
 ) -> list[Registered]:
     """Register the built rows (``tasks.register_rows``, one transaction) and say what became of each."""
     existing = task_sql.register_rows(engine, [row for row, _ in built], execution_date, clear)
     out: list[Registered] = []
     for row, reason in built:
-        key = (row["dag_id"], row["task_id"])
-        state, created = row["state"], key not in existing
+        key = (row.dag_id, row.task_id)
+        state, created = row.state, key not in existing
         if not created:
             if clear:
                 reason = f"cleared; {reason}"
             else:
                 state, reason = existing[key], "already registered"
         out.append(
-            Registered(
-                row["dag_id"],
-                row["task_id"],
-                execution_date,
-                state,
-                row["hashcode"],
-                row["shardcode"],
-                created,
-                reason,
-            )
+            Registered(row.dag_id, row.task_id, execution_date, state, row.hashcode, row.shardcode, created, reason)
         )
     return out

@@ -103,7 +103,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
         if result.loaded:
             assert result.fenced_out
     with engine.connect() as conn:
-        assert {r["state"] for r in task_sql.list_tasks(conn)} == {State.SMART_PENDING}
+        assert {r.state for r in task_sql.list_tasks(conn)} == {State.SMART_PENDING}
     # "a"'s next heartbeat reports every range lost; it renews nothing
     assert sorted(a.heartbeat(now=later)["lost"]) == sorted(old)
     assert a.owned == {}
@@ -174,7 +174,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
         cfg,
     )
     with engine.connect() as conn:
-        shard = task_sql.list_tasks(conn)[0]["shardcode"]
+        shard = task_sql.list_tasks(conn)[0].shardcode
     t0 = datetime.now(timezone.utc)
     a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
@@ -187,7 +187,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
         a_conn.begin()
         marked = task_sql.mark_hashes(
             a_conn,
-            [r["hashcode"] for r in task_sql.list_tasks(a_conn) if lease.shard_min <= r["shardcode"] < lease.shard_max],
+            [r.hashcode for r in task_sql.list_tasks(a_conn) if lease.shard_min <= r.shardcode < lease.shard_max],
             lease.shard_min,
             lease.shard_max,
             State.SUCCESS,

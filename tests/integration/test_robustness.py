@@ -31,7 +31,7 @@ TI = TaskInstance.__table__
 
 def states(engine: Any) -> dict[str, tuple[str, str | None]]:
     with engine.connect() as conn:
-        return {r["dag_id"]: (r["state"], r["error"]) for r in task_sql.list_tasks(conn)}
+        return {r.dag_id: (r.state, r.error) for r in task_sql.list_tasks(conn)}
 
 
 def set_exec(engine: Any, dag_id: str, **values: Any) -> None:

@@ -16,7 +16,7 @@ from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.external.registration import register_external
 from smartsensor.schema.models import TaskInstance
-from smartsensor.standalone.registration import register
+from smartsensor.standalone.registration import build_row, register
 from tests.support.common import DAY, T0, named
 
 TI = TaskInstance.__table__
@@ -34,9 +34,9 @@ def test_a_naive_datetime_is_refused_at_the_seam(engine) -> None:
             task_sql.get_task(conn, "d", "t", naive)
 
 
-def test_the_memory_store_refuses_a_naive_datetime_too() -> None:
+def test_the_memory_store_refuses_a_naive_datetime_too(cfg) -> None:
     with pytest.raises(NaiveDatetimeError):
-        InMemoryStore([{"dag_id": "d", "task_id": "t", "execution_date": DAY.replace(tzinfo=None)}])
+        InMemoryStore([build_row(named(), "d", DAY, cfg)[0]._replace(execution_date=DAY.replace(tzinfo=None))])
 
 
 def test_times_come_back_aware_utc_and_the_same_instant(engine) -> None:
@@ -61,7 +61,7 @@ def test_a_key_registered_and_read_back_equals_the_key_the_service_built(cfg, en
     assert built == TaskKey("d", "t", DAY)
     assert task_sql.read_keys_in_state(engine, State.SMART_PENDING) == [built]
     row = task_sql.read_task(engine, built)
-    assert row is not None and (row["dag_id"], row["task_id"], row["execution_date"]) == built
+    assert row is not None and row.key == built and row.execution_date.tzinfo is timezone.utc
 
 
 def test_an_external_try_s_task_instance_reads_back_as_the_key_it_was_given(cfg, engine) -> None:

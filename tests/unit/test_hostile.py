@@ -130,7 +130,7 @@ def test_templates_run_sandboxed(tmp_path: Path, template: str) -> None:
     except SensorDefinitionError:
         pass
     else:  # rendered to something harmless
-        assert "__globals__" not in row["attr_dict"] and "root:" not in row["attr_dict"]
+        assert "__globals__" not in row.attr_dict and "root:" not in row.attr_dict
     assert not marker.exists()
 
 
@@ -157,7 +157,7 @@ def test_unbounded_template_globals_are_refused_quickly(tmp_path: Path, template
 def test_lipsum_within_its_bound_still_renders(tmp_path: Path) -> None:
     sensor = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ lipsum(2, False, 3, 5)|length > 0 }}"})
     row, _ = build_row(sensor, "d", DAY, make_cfg(tmp_path, "sqlite://"))
-    assert _json.loads(row["attr_dict"])["partition"] == {"ds": "True"}
+    assert _json.loads(row.attr_dict)["partition"] == {"ds": "True"}
 
 
 @FAST
@@ -334,7 +334,7 @@ def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_
     from smartsensor.sensors.templating import has_template
 
     if not has_template(value):  # strings holding {{ / {% / {# are rendered as templates, by design
-        assert _json.loads(row["attr_dict"]) == {"key": _json.loads(_json.dumps(value))}
+        assert _json.loads(row.attr_dict) == {"key": _json.loads(_json.dumps(value))}
 
 
 LOOP = st.integers(min_value=1, max_value=100_000).map(str)
