@@ -52,8 +52,9 @@ class InMemoryStore:
     def change_task(self, key: tuple[str, str, datetime], **changes: Any) -> TaskRow:
         """Change columns of a task_instance row, as an UPDATE would (a round's write, or a test's hand-written
         change); the row as it is now."""
-        row = self.tasks[TaskKey(*key)] = self.tasks[TaskKey(*key)]._replace(**changes)
-        return row
+        with self._lock:
+            row = self.tasks[TaskKey(*key)] = self.tasks[TaskKey(*key)]._replace(**changes)
+            return row
 
     def set_state(self, key: TaskKey, state: str, now: datetime | None = None) -> None:
         """A user's manual change: ``tasks.set_state`` with no ``from_states`` (``smartsensor set-state``)."""
