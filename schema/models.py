@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Table, Text, text
+from sqlalchemy import BigInteger, DateTime, Dialect, Float, Index, Integer, String, Table, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from smartsensor.domain.clock import as_utc, naive_utc
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A time column: stored as naive UTC (the column is a plain DateTime, as every migration made it, on SQLite and
+    PostgreSQL alike), handed out as an aware UTC datetime. A naive datetime is refused on the way in
+    (``smartsensor.domain.clock.NaiveDatetimeError``): which zone it meant cannot be known."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else naive_utc(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        return None if value is None else as_utc(value)
 
 
 class Base(DeclarativeBase):
@@ -23,19 +41,19 @@ CLASSIC_PREDICATE = "state IN ('scheduled', 'running', 'up_for_retry')"
 
 
 class TaskInstance(Base):
-    """One sensor task for one execution date. Times are naive UTC."""
+    """One sensor task for one execution date. Times are aware UTC (``UtcDateTime``: naive UTC in the table)."""
 
     __tablename__ = "task_instance"
 
     dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
     task_id: Mapped[str] = mapped_column(String(250), primary_key=True)
-    execution_date: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    execution_date: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
     state: Mapped[str | None] = mapped_column(String(20))
     try_number: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     max_tries: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    start_date: Mapped[datetime | None] = mapped_column(DateTime)
-    end_date: Mapped[datetime | None] = mapped_column(DateTime)
-    updated_at: Mapped[datetime | None] = mapped_column(DateTime)
+    start_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    end_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     operator: Mapped[str | None] = mapped_column(String(100))
     classpath: Mapped[str | None] = mapped_column(String(500))
     fileloc: Mapped[str | None] = mapped_column(String(2000))
@@ -85,7 +103,7 @@ class WorkerRound(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     shard_min: Mapped[int] = mapped_column(Integer, nullable=False)
     shard_max: Mapped[int] = mapped_column(Integer, nullable=False)
-    last_round_at: Mapped[datetime | None] = mapped_column(DateTime)
+    last_round_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     last_round_seconds: Mapped[float | None] = mapped_column(Float)
     last_round_json: Mapped[str | None] = mapped_column(Text)
 
@@ -98,8 +116,8 @@ class Worker(Base):
     worker_id: Mapped[str] = mapped_column(String(250), primary_key=True)
     hostname: Mapped[str | None] = mapped_column(String(250))
     pid: Mapped[int | None] = mapped_column(Integer)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class ShardLease(Base):
@@ -111,7 +129,7 @@ class ShardLease(Base):
     shard_max: Mapped[int] = mapped_column(Integer, nullable=False)
     owner: Mapped[str | None] = mapped_column(String(250))
     epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class PartitionSignal(Base):
@@ -121,7 +139,7 @@ class PartitionSignal(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(2000), nullable=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
 
     __table_args__ = (Index("signal_created_at", "created_at"),)
 
@@ -137,10 +155,10 @@ class ExternalTask(Base):
     run_id: Mapped[str] = mapped_column(String(250), primary_key=True)
     map_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     try_number: Mapped[int] = mapped_column(Integer, nullable=False)
-    logical_date: Mapped[datetime | None] = mapped_column(DateTime)
+    logical_date: Mapped[datetime | None] = mapped_column(UtcDateTime)
     ti_task_id: Mapped[str] = mapped_column(String(250), nullable=False)
-    ti_execution_date: Mapped[datetime] = mapped_column(DateTime, nullable=False)
-    registered_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    ti_execution_date: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    registered_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
 
 
 class StateSample(Base):
@@ -149,7 +167,7 @@ class StateSample(Base):
 
     __tablename__ = "state_sample"
 
-    bucket_at: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    bucket_at: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
     state: Mapped[str] = mapped_column(String(20), primary_key=True)
     count: Mapped[int] = mapped_column(Integer, nullable=False)
 
@@ -166,9 +184,9 @@ class AssetWatch(Base):
     db_name: Mapped[str] = mapped_column(String(128), nullable=False)
     table_name: Mapped[str] = mapped_column(String(256), nullable=False)
     shardcode: Mapped[int] = mapped_column(Integer, nullable=False)
-    watched_since: Mapped[datetime] = mapped_column(DateTime, nullable=False)
-    baselined_at: Mapped[datetime | None] = mapped_column(DateTime)
-    seen_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    watched_since: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    baselined_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    seen_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
 
     __table_args__ = (Index("asset_watch_shardcode", "shardcode"),)
 
@@ -192,16 +210,16 @@ class LandingOutbox(Base):
     partition_key: Mapped[str] = mapped_column(Text, nullable=False)
     shardcode: Mapped[int] = mapped_column(Integer, nullable=False)
     state: Mapped[str] = mapped_column(String(20), nullable=False)
-    landed_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
-    next_attempt_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    landed_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     claim_token: Mapped[str | None] = mapped_column(String(64))
     claimed_by: Mapped[str | None] = mapped_column(String(250))
-    claimed_until: Mapped[datetime | None] = mapped_column(DateTime)
+    claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     posts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     unknown_outcomes: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
-    delivered_at: Mapped[datetime | None] = mapped_column(DateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     event_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (

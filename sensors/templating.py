@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any, Callable, cast
 
@@ -166,7 +166,12 @@ MACROS = SimpleNamespace(ds_add=ds_add, ds_format=ds_format, datetime=datetime, 
 
 
 def template_context(execution_date: datetime) -> dict[str, Any]:
-    """Variables available to templates for one execution date (the Airflow names users already write)."""
+    """Variables available to templates for one execution date (the Airflow names users already write).
+
+    An aware date is given as its naive UTC wall time, as templates have always seen it: ``ts`` and
+    ``execution_date`` render without an offset, so the rendered checks (and their hashcodes) stay the same."""
+    if execution_date.tzinfo is not None:
+        execution_date = execution_date.astimezone(timezone.utc).replace(tzinfo=None)
     day = timedelta(days=1)
     return {
         "ds": execution_date.strftime("%Y-%m-%d"),

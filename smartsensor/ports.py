@@ -51,7 +51,7 @@ class RoundStore(Protocol):
         ...
 
     def oldest_open_write(self) -> datetime | None:
-        """When the oldest transaction another session holds open on the database began (naive UTC, the clock
+        """When the oldest transaction another session holds open on the database began (aware UTC, the clock
         ``updated_at`` is stamped in), or None when none is open or the store cannot tell: a row such a
         transaction stamps commits later, with a time at or after that. Read-only."""
         ...

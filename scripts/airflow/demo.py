@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.adapters.sql.tasks import list_tasks
 from smartsensor.config_keys import render_config
+from smartsensor.domain.clock import iso
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "scripts" / "airflow" / "dags"
@@ -276,7 +278,7 @@ class Demo:
         """smartsensor's task instances (one per registered sensor try), dates as ISO text."""
         with self.engine.connect() as conn:
             return [
-                {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in r.items()} for r in list_tasks(conn)
+                {k: iso(v) if isinstance(v, datetime) else v for k, v in r.columns().items()} for r in list_tasks(conn)
             ]
 
     def states_requests(self) -> int:

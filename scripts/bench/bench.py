@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -80,7 +80,7 @@ from smartsensor.service.round.report import RoundResult
 from smartsensor.standalone.registration import register, registered_states
 
 console = Console(width=int(os.environ.get("COLUMNS", "170")))
-DAY = datetime(2026, 11, 22)
+DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)
 WORKLOADS = {"W1": (10_000, 1_000, 20), "W2": (100_000, 10_000, 100), "W3": (1_000_000, 100_000, 1_000)}
 
 
@@ -230,7 +230,7 @@ def raw_update_floor(engine: Any, repeats: int = 2) -> dict[str, Any]:
         reset(engine)
         started = time.perf_counter()
         with engine.begin() as conn:
-            rows = bench_sql.raw_mark_for_benchmark(conn, hashes, datetime.utcnow())
+            rows = bench_sql.raw_mark_for_benchmark(conn, hashes, datetime.now(timezone.utc))
         took = time.perf_counter() - started
         best = took if best is None else min(best, took)
     return {
@@ -271,7 +271,7 @@ def reset(engine: Any) -> None:
     """Every task waiting again, and (PostgreSQL) the planner's statistics brought up to date: after a reset of every
     row they still describe the rows before it (e.g. all pending, after the insert), which no steady state has."""
     with engine.begin() as conn:
-        bench_sql.reset_to_waiting_for_benchmark(conn, datetime.utcnow())
+        bench_sql.reset_to_waiting_for_benchmark(conn, datetime.now(timezone.utc))
         bench_sql.analyze_for_benchmark(conn)
 
 

@@ -5,10 +5,11 @@ installed package; the product itself is driven through its public seams (``test
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Sequence
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
 
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 
@@ -18,11 +19,11 @@ TI = TaskInstance.__table__
 INSERT_CHUNK = 5000  # rows per executemany
 
 
-def insert_tasks_for_benchmark(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+def insert_tasks_for_benchmark(conn: Connection, rows: Sequence[TaskRow]) -> None:
     """Insert a workload's task rows (copies of rows ``register``'s ``build_row`` built: a million tasks are not
     registered one sensor at a time). 1 executemany per INSERT_CHUNK rows."""
     for i in range(0, len(rows), INSERT_CHUNK):
-        conn.execute(insert(TI), list(rows[i : i + INSERT_CHUNK]))
+        conn.execute(insert(TI), [row.columns() for row in rows[i : i + INSERT_CHUNK]])
 
 
 def waiting_attr_dicts_for_benchmark(conn: Connection) -> list[str]:

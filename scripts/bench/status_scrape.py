@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -36,13 +36,14 @@ from scripts.bench.workload import task_rows
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine, statement_count
 from smartsensor.config import Config, load_config
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.service.status import collect_status, collect_stuck
 
 ROOT = Path(__file__).resolve().parents[2]
-NOW = datetime(2026, 1, 1, 12, 0, 0)  # the scrape's clock: every row's times are relative to it
-DAY = datetime(2025, 12, 31)
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)  # the scrape's clock: every row's times are relative to it
+DAY = datetime(2025, 12, 31, tzinfo=timezone.utc)
 TI = TaskInstance.__table__
 
 # The table's rows, in order: collect_status as a whole, then each named query it sends (the first two together
@@ -99,28 +100,31 @@ def write_config(home: Path, db_url: str, shards: int) -> Config:
     return load_config(str(path), environ={"SMARTSENSOR_HOME": str(home)})
 
 
-def workload_rows(cfg: Config, args: argparse.Namespace) -> Iterator[list[dict[str, Any]]]:
+def workload_rows(cfg: Config, args: argparse.Namespace) -> Iterator[list[TaskRow]]:
     """The task rows in chunks: the waiting ones, one landed task per ``landed_every``-th check, the history."""
     checks = max(1, args.tasks // args.per_check)
     tables = max(1, checks // 100)
     landed_at = NOW - timedelta(hours=1)
     for chunk in task_rows(cfg, "bench", args.tasks, checks, tables, DAY):
-        extra = []
+        waiting, extra = [], []
         for row in chunk:
-            i = int(row["task_id"][4:])
+            i = int(row.task_id[4:])
             since = NOW - timedelta(hours=2, seconds=i % 3600)
-            row.update(state=State.SMART_RUNNING, start_date=since, updated_at=since)
+            waiting.append(row._replace(state=State.SMART_RUNNING, start_date=since, updated_at=since))
             if i < checks and i % args.landed_every == 0:
                 extra.append(
-                    dict(row, task_id=f"landed{i:07d}", state=State.SUCCESS, end_date=landed_at, updated_at=landed_at)
+                    waiting[-1]._replace(
+                        task_id=f"landed{i:07d}", state=State.SUCCESS, end_date=landed_at, updated_at=landed_at
+                    )
                 )
-        yield chunk + extra
+        yield waiting + extra
     finished = args.tasks // 10 if args.finished is None else args.finished
     ended_at = NOW - timedelta(days=1)
     for chunk in task_rows(cfg, "history", finished, max(1, finished), max(1, finished // 100), DAY):
-        for row in chunk:
-            row.update(task_id="done" + row["task_id"][4:], state=State.SUCCESS, start_date=ended_at, end_date=ended_at)
-        yield chunk
+        yield [
+            row._replace(task_id="done" + row.task_id[4:], state=State.SUCCESS, start_date=ended_at, end_date=ended_at)
+            for row in chunk
+        ]
 
 
 def fill(engine: Engine, cfg: Config, args: argparse.Namespace) -> float:

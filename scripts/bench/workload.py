@@ -20,6 +20,7 @@ from hmsclient.genthrift.hive_metastore.ttypes import AddPartitionsRequest, Alre
 
 from scripts.bench import sql as bench_sql
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+from smartsensor.domain.rows import TaskRow
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import build_row
 
@@ -81,10 +82,10 @@ def land(catalog: ThriftCatalog, db: str, partitions: list[int], tables: int, th
     return time.perf_counter() - started
 
 
-def task_rows(cfg: Any, db: str, tasks: int, parts: int, tables: int, day: datetime) -> Iterator[list[dict[str, Any]]]:
+def task_rows(cfg: Any, db: str, tasks: int, parts: int, tables: int, day: datetime) -> Iterator[list[TaskRow]]:
     """The workload's task rows in chunks: task i waits for partition i % parts (so tasks/parts share each)."""
-    by_partition: dict[int, dict[str, Any]] = {}
-    chunk: list[dict[str, Any]] = []
+    by_partition: dict[int, TaskRow] = {}
+    chunk: list[TaskRow] = []
     for i in range(tasks):
         p = i % parts
         row = by_partition.get(p)
@@ -94,7 +95,7 @@ def task_rows(cfg: Any, db: str, tasks: int, parts: int, tables: int, day: datet
                 task_id="template", partition_names=[f"{db}.{table}/ds={ds}"], poke_interval=60, timeout=24 * 3600
             )
             row = by_partition[p] = build_row(sensor, "template", day, cfg)[0]
-        chunk.append(dict(row, dag_id=DAG_IDS[i % len(DAG_IDS)], task_id=f"task{i:07d}"))
+        chunk.append(row._replace(dag_id=DAG_IDS[i % len(DAG_IDS)], task_id=f"task{i:07d}"))
         if len(chunk) == INSERT_CHUNK:
             yield chunk
             chunk = []

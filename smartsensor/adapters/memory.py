@@ -13,23 +13,28 @@ import copy
 import threading
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
+from smartsensor.domain import clock
+from smartsensor.domain.clock import aware_utc
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
 from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 
 
 class InMemoryStore:
-    """``smartsensor.ports.RoundStore`` and ``LeaseStore`` in dicts. ``tasks`` holds task_instance rows by
-    (dag_id, task_id, execution_date); ``leases`` shard_lease rows by shard_min; ``workers`` worker rows
-    and ``rounds`` worker_round rows by range_rounds_id. Operations are serialised, as SQLite does."""
+    """``smartsensor.ports.RoundStore`` and ``LeaseStore`` in dicts. ``tasks`` holds task_instance rows
+    (``TaskRow``, replaced whole on a change) by their key; ``leases`` shard_lease rows (``LeaseRow``) by shard_min;
+    ``workers`` worker rows and ``rounds`` worker_round rows (their columns by name: only tests read them) by
+    worker id and range_rounds_id. Operations are serialised, as SQLite does."""
 
-    def __init__(self, rows: Iterable[dict[str, Any]] = ()) -> None:
-        self.tasks: dict[TaskKey, dict[str, Any]] = {}
-        self.leases: dict[int, dict[str, Any]] = {}
+    def __init__(self, rows: Iterable[TaskRow] = ()) -> None:
+        self.tasks: dict[TaskKey, TaskRow] = {}
+        self.leases: dict[int, LeaseRow] = {}
         self.workers: dict[str, dict[str, Any]] = {}
         self.rounds: dict[str, dict[str, Any]] = {}
         self._statements = 0
@@ -38,44 +43,37 @@ class InMemoryStore:
             self.add_task(row)
 
     # -- set-up and inspection (what registration, the lease manager or a user would do) ----------
-    def add_task(self, row: dict[str, Any]) -> None:
-        """Insert a task_instance row (e.g. from ``service.task_rows.task_row``)."""
-        full = {
-            "try_number": 1,
-            "max_tries": 0,
-            "start_date": None,
-            "end_date": None,
-            "hostname": None,
-            "error": None,
-            "updated_at": None,
-            **row,
-        }
-        self.tasks[key_of(TaskKey, full)] = full
+    def add_task(self, row: TaskRow) -> None:
+        """Insert a task_instance row (e.g. from ``service.task_rows.task_row``). Its times must be aware UTC, as
+        the SQL store's columns (``UtcDateTime``) require: NaiveDatetimeError otherwise."""
+        row = TaskRow._make(aware_utc(v) if isinstance(v, datetime) else v for v in row)
+        self.tasks[row.key] = row
+
+    def change_task(self, key: tuple[str, str, datetime], **changes: Any) -> TaskRow:
+        """Change columns of a task_instance row, as an UPDATE would (a round's write, or a test's hand-written
+        change); the row as it is now."""
+        with self._lock:
+            row = self.tasks[TaskKey(*key)] = self.tasks[TaskKey(*key)]._replace(**changes)
+            return row
 
     def set_state(self, key: TaskKey, state: str, now: datetime | None = None) -> None:
         """A user's manual change: ``tasks.set_state`` with no ``from_states`` (``smartsensor set-state``)."""
-        now = now or datetime.utcnow()
+        now = now or clock.now()
         with self._lock:
-            row = self.tasks[key]
-            row.update(state=state, updated_at=now)
+            changes: dict[str, Any] = {"state": state, "updated_at": now}
             if state in State.FINISHED or state == State.UP_FOR_RETRY:
-                row["end_date"] = now
+                changes["end_date"] = now
             if state in (State.SCHEDULED, State.SMART_PENDING):
-                row.update(start_date=None, end_date=None, hostname=None, error=None)
+                changes.update(start_date=None, end_date=None, hostname=None, error=None)
             if state == State.SMART_RUNNING:
-                row.update(start_date=row["start_date"] or now, end_date=None, hostname=None)
+                changes.update(start_date=self.tasks[key].start_date or now, end_date=None, hostname=None)
+            self.change_task(key, **changes)
 
     def set_lease(
         self, shard_min: int, shard_max: int, owner: str | None, epoch: int, expires_at: datetime | None
     ) -> None:
         """Write a shard_lease row as the lease manager would after a claim or a takeover."""
-        self.leases[shard_min] = {
-            "shard_min": shard_min,
-            "shard_max": shard_max,
-            "owner": owner,
-            "epoch": epoch,
-            "expires_at": expires_at,
-        }
+        self.leases[shard_min] = LeaseRow(shard_min, shard_max, owner, epoch, expires_at)
 
     # -- the port ------------------------------------------------------------------------------
     def load_cohorts(
@@ -87,13 +85,14 @@ class InMemoryStore:
             started = self._start_new(shard_min, shard_max, now, hostname, fence)
             self._statements += 1
             running = self._rows_in(shard_min, shard_max, _RUNNING)
-            unstarted = [r for r in running if r["start_date"] is None]
-            if unstarted:
+            if any(r.start_date is None for r in running):
                 self._statements += 1
                 if self._fence_ok(fence, now):
-                    for r in unstarted:
-                        r.update(start_date=now, updated_at=now)
-            return _per_cohort(r for r in running if r["start_date"] is not None), sum(n for _, _, n in started)
+                    running = [
+                        r if r.start_date is not None else self.change_task(r.key, start_date=now, updated_at=now)
+                        for r in running
+                    ]
+            return _per_cohort(r for r in running if r.start_date is not None), sum(n for _, _, n in started)
 
     def start_new(
         self, shard_min: int, shard_max: int, now: datetime, hostname: str, fence: Fence | None
@@ -108,9 +107,12 @@ class InMemoryStore:
         self._statements += 1
         if not self._fence_ok(fence, now):
             return []
-        started = self._rows_in(shard_min, shard_max, _PENDING)
-        for r in started:
-            r.update(state=State.SMART_RUNNING, start_date=r["start_date"] or now, hostname=hostname, updated_at=now)
+        started = [
+            self.change_task(
+                r.key, state=State.SMART_RUNNING, start_date=r.start_date or now, hostname=hostname, updated_at=now
+            )
+            for r in self._rows_in(shard_min, shard_max, _PENDING)
+        ]
         return _per_cohort(started)
 
     def oldest_open_write(self) -> datetime | None:
@@ -124,10 +126,10 @@ class InMemoryStore:
             return _per_cohort(
                 r
                 for r in self._rows_in(shard_min, shard_max, _RUNNING)
-                if r["start_date"] is not None
-                and r["updated_at"] is not None
-                and r["updated_at"] >= since
-                and (r["hostname"] != starter or r["updated_at"] != r["start_date"])
+                if r.start_date is not None
+                and r.updated_at is not None
+                and r.updated_at >= since
+                and (r.hostname != starter or r.updated_at != r.start_date)
             )
 
     def write_round(
@@ -155,7 +157,7 @@ class InMemoryStore:
             return {}
         hashes = set(writes.landed_hashes)
         marked[State.SUCCESS] += self._update(
-            lambda r: r["hashcode"] in hashes and _in_range(r, shard_min, shard_max),
+            lambda r: r.hashcode in hashes and _in_range(r, shard_min, shard_max),
             State.SUCCESS,
             now,
         )
@@ -170,7 +172,7 @@ class InMemoryStore:
                 )
             else:
                 marked[State.FAILED] += self._update(
-                    lambda r, h=check.hashcode: r["hashcode"] == h and _in_range(r, shard_min, shard_max),
+                    lambda r, h=check.hashcode: r.hashcode == h and _in_range(r, shard_min, shard_max),
                     State.FAILED,
                     now,
                     error,
@@ -231,10 +233,9 @@ class InMemoryStore:
                 raise
 
     def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
-        row = self.workers.setdefault(
+        self.workers.setdefault(
             worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid, "started_at": started_at}
-        )
-        row["heartbeat_at"] = now
+        ).update(heartbeat_at=now)
 
     def delete_worker(self, worker_id: str) -> None:
         self.workers.pop(worker_id, None)
@@ -243,7 +244,7 @@ class InMemoryStore:
         return sum(1 for w in self.workers.values() if w["heartbeat_at"] > since)
 
     def load_leases(self) -> list[LeaseRow]:
-        return [LeaseRow(**self.leases[lo]) for lo in sorted(self.leases)]
+        return [self.leases[lo] for lo in sorted(self.leases)]
 
     def ensure_leases(self, ranges: Sequence[Any]) -> None:
         for r in ranges:
@@ -251,9 +252,9 @@ class InMemoryStore:
                 self.set_lease(r.lo, r.hi, None, 0, None)
 
     def renew_leases(self, owner: str, now: datetime, expires_at: datetime) -> int:
-        held = [row for row in self.leases.values() if row["owner"] == owner and LeaseRow(**row).held(now)]
+        held = [row for row in self.leases.values() if row.owner == owner and row.held(now)]
         for row in held:
-            row["expires_at"] = expires_at
+            self.leases[row.shard_min] = replace(row, expires_at=expires_at)
         return len(held)
 
     def reshape_lease(self, shard_min: int, seen_epoch: int, shard_max: int | None, now: datetime) -> bool:
@@ -262,35 +263,35 @@ class InMemoryStore:
         if shard_max is None:
             del self.leases[shard_min]
         else:
-            self.leases[shard_min].update(shard_max=shard_max, owner=None, epoch=seen_epoch + 1, expires_at=None)
+            self.set_lease(shard_min, shard_max, None, seen_epoch + 1, None)
         return True
 
     def claim_lease(self, shard_min: int, seen_epoch: int, owner: str, now: datetime, expires_at: datetime) -> bool:
         if not self._claimable(shard_min, seen_epoch, now):
             return False
-        self.leases[shard_min].update(owner=owner, epoch=seen_epoch + 1, expires_at=expires_at)
+        self.set_lease(shard_min, self.leases[shard_min].shard_max, owner, seen_epoch + 1, expires_at)
         return True
 
     def release_lease(self, shard_min: int, owner: str, epoch: int) -> bool:
         row = self.leases.get(shard_min)
-        if row is None or row["owner"] != owner or row["epoch"] != epoch:
+        if row is None or row.owner != owner or row.epoch != epoch:
             return False
-        row.update(owner=None, expires_at=None)
+        self.leases[shard_min] = replace(row, owner=None, expires_at=None)
         return True
 
     def release_all_leases(self, owner: str) -> int:
-        mine = [row for row in self.leases.values() if row["owner"] == owner]
+        mine = [row for row in self.leases.values() if row.owner == owner]
         for row in mine:
-            row.update(owner=None, expires_at=None)
+            self.leases[row.shard_min] = replace(row, owner=None, expires_at=None)
         return len(mine)
 
     def _claimable(self, shard_min: int, seen_epoch: int, now: datetime) -> bool:
         """``leases._free_or_expired``: still at the epoch read, and not held."""
         row = self.leases.get(shard_min)
-        return row is not None and row["epoch"] == seen_epoch and not LeaseRow(**row).held(now)
+        return row is not None and row.epoch == seen_epoch and not row.held(now)
 
     # -- helpers -------------------------------------------------------------------------------
-    def _rows_in(self, shard_min: int, shard_max: int, states: Collection[str]) -> list[dict[str, Any]]:
+    def _rows_in(self, shard_min: int, shard_max: int, states: Collection[str]) -> list[TaskRow]:
         """The rows of the range in one of ``states`` (``_in_range``)."""
         return [r for r in self.tasks.values() if _in_range(r, shard_min, shard_max, states)]
 
@@ -299,15 +300,16 @@ class InMemoryStore:
         if fence is None:
             return True
         row = self.leases.get(fence.shard_min)
-        return row is not None and LeaseRow(**row).held_under(fence, now)
+        return row is not None and row.held_under(fence, now)
 
     def _update(self, where: Any, state: str, now: datetime, error: str | None = None) -> int:
+        changes: dict[str, Any] = {"state": state, "end_date": now, "updated_at": now}
+        if error is not None:
+            changes["error"] = error
         n = 0
-        for row in self.tasks.values():
+        for row in list(self.tasks.values()):
             if where(row):
-                row.update(state=state, end_date=now, updated_at=now)
-                if error is not None:
-                    row["error"] = error
+                self.change_task(row.key, **changes)
                 n += 1
         return n
 
@@ -332,25 +334,23 @@ _PENDING = (State.SMART_PENDING,)
 _RUNNING = (State.SMART_RUNNING,)
 
 
-def _in_range(
-    row: dict[str, Any], shard_min: int, shard_max: int, states: Collection[str] = State.SMART_WAITING
-) -> bool:
+def _in_range(row: TaskRow, shard_min: int, shard_max: int, states: Collection[str] = State.SMART_WAITING) -> bool:
     """The one spelling here of a round's row predicate: a task in one of ``states`` (waiting, by default) whose
     shardcode is in [shard_min, shard_max) (``tasks.in_range``: a NULL shardcode is in no range)."""
-    code = row["shardcode"]
-    return row["state"] in states and code is not None and shard_min <= code < shard_max
+    code = row.shardcode
+    return row.state in states and code is not None and shard_min <= code < shard_max
 
 
-def _cohort_of(row: dict[str, Any]) -> tuple[CheckKey, Cohort]:
-    return key_of(CheckKey, row), Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"])
+def _cohort_of(row: TaskRow) -> tuple[CheckKey, Cohort]:
+    return row.check, Cohort(row.exec_dict or "", row.start_date, row.try_number)  # type: ignore[arg-type]  # started
 
 
-def _per_cohort(rows: Iterable[dict[str, Any]]) -> CohortRows:
+def _per_cohort(rows: Iterable[TaskRow]) -> CohortRows:
     counts: dict[tuple[CheckKey, Cohort], int] = defaultdict(int)
     for r in rows:
         counts[_cohort_of(r)] += 1
     return [(key, cohort, n) for (key, cohort), n in counts.items()]
 
 
-def _is_check(row: dict[str, Any], check: CheckKey, shard_min: int, shard_max: int) -> bool:
-    return key_of(CheckKey, row) == check and _in_range(row, shard_min, shard_max)
+def _is_check(row: TaskRow, check: CheckKey, shard_min: int, shard_max: int) -> bool:
+    return row.check == check and _in_range(row, shard_min, shard_max)

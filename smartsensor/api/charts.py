@@ -112,7 +112,7 @@ def stacked_chart(
     top, right, bottom, left = margin[0], width - margin[1], height - margin[2], margin[3]
     if not history:
         return StackedChart([], [], [(bottom, "0")], left, top, right, bottom)
-    times = [(t - history[0][0]).total_seconds() for t, _ in history]  # naive UTC: no local time zone involved
+    times = [(t - history[0][0]).total_seconds() for t, _ in history]  # UTC: no local time zone involved
     peak = nice_ceiling(max(sum(c.values()) for _, c in history))
     x, y = linear(times[0], times[-1], left, right), linear(0, peak, bottom, top)
     xs = [x(t) for t in times]

@@ -7,7 +7,7 @@ name from ``[smart_sensor] sensors_enabled``), so a request the schema allows is
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from smartsensor.api.errors import error_responses
 from smartsensor.config import Config
+from smartsensor.domain.clock import as_utc, iso
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.external.ended_watch import EndedWatch
 from smartsensor.external.registration import ExternalConflict, register_external
@@ -56,18 +57,17 @@ def _rfc3339_text(value: Any) -> Any:
     return value
 
 
-def _naive_utc(value: datetime) -> datetime:
-    """Stored naive UTC, as every time here; a date that leaves the calendar in UTC is refused."""
-    if value.tzinfo is None:
-        return value
+def _aware_utc(value: datetime) -> datetime:
+    """Aware UTC, as every time here (a naive one is read as UTC); a date that leaves the calendar in UTC is
+    refused."""
     try:
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
+        return as_utc(value)
     except OverflowError:
         raise ValueError("logical_date falls outside years 1-9999 once converted to UTC") from None
 
 
 Id = Annotated[str, Field(min_length=1, max_length=250, pattern=ID_PATTERN), AfterValidator(_valid_id)]
-LogicalDate = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_naive_utc)]
+LogicalDate = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_aware_utc)]
 
 
 class Key(BaseModel):
@@ -203,7 +203,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             "reason": end_reason(done.state, done.error),
             "hashcode": done.hashcode,
             "created": done.created,
-            "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": ti_date.isoformat()},
+            "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": iso(ti_date)},
         }
 
     @router.post(

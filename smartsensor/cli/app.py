@@ -21,6 +21,7 @@ from smartsensor.adapters.sql.engine import (
     schema_problem,
 )
 from smartsensor.config import Config, ConfigError, load_config
+from smartsensor.domain.clock import as_utc, iso
 from smartsensor.sensors.errors import (
     CheckError,
     SensorDefinitionError,
@@ -140,13 +141,13 @@ def parse_task_date(value: str) -> datetime:
     else:
         raise UserError(f"execution date {value[:40]!r} is not YYYY-MM-DD (or YYYY-MM-DDTHH:MM:SS)")
     try:
-        return datetime.strptime(value, fmt)
+        return as_utc(datetime.strptime(value, fmt))
     except ValueError:
         raise UserError(f"execution date {value!r} is not a real date") from None
 
 
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
+    return {k: (iso(v) if isinstance(v, datetime) else v) for k, v in row.items()}
 
 
 @click.group(cls=SmartSensorGroup)

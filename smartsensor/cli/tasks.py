@@ -88,15 +88,15 @@ def tasks(app: App, state: str | None, dag_id: str | None, as_json: bool) -> Non
     """List task instances."""
     rows = task_sql.read_tasks(app.engine(), state=state, dag_id=dag_id)
     if as_json:
-        click.echo(json.dumps([jsonable({k: r[k] for k in TASK_FIELDS}) for r in rows]))
+        click.echo(json.dumps([jsonable({k: getattr(r, k) for k in TASK_FIELDS}) for r in rows]))
         return
     click.echo(f"{'dag_id':<24} {'task_id':<28} {'execution_date':<19} {'state':<13} {'try':>3} {'shard':>5}  error")
     for r in rows:
-        error = (r["error"] or "").splitlines()[0][:60] if r["error"] else ""
+        error = (r.error or "").splitlines()[0][:60] if r.error else ""
         click.echo(
-            f"{r['dag_id']:<24} {r['task_id']:<28} {r['execution_date']:%Y-%m-%d %H:%M:%S} "
-            f"{r['state'] or '':<13} {r['try_number']:>3} "
-            f"{r['shardcode'] if r['shardcode'] is not None else '':>5}  {error}"
+            f"{r.dag_id:<24} {r.task_id:<28} {r.execution_date:%Y-%m-%d %H:%M:%S} "
+            f"{r.state or '':<13} {r.try_number:>3} "
+            f"{r.shardcode if r.shardcode is not None else '':>5}  {error}"
         )
 
 

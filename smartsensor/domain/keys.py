@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping, NamedTuple, TypeVar
+from typing import NamedTuple
 
 
 class TaskKey(NamedTuple):
@@ -23,14 +23,6 @@ class CheckKey(NamedTuple):
     hashcode: int
     classpath: str
     attr_dict: str
-
-
-K = TypeVar("K", TaskKey, CheckKey)
-
-
-def key_of(kind: type[K], row: Mapping[str, Any]) -> K:
-    """The TaskKey or CheckKey of a task_instance row (any mapping with its columns): each field its column."""
-    return kind._make(row[name] for name in kind._fields)
 
 
 class Cohort(NamedTuple):

@@ -19,7 +19,9 @@ from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import external as external_sql
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.keys import ExternalKey, TaskKey
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
@@ -115,7 +117,7 @@ def register_external(
         )
     # A try's task instance here is keyed by its registration time: that is its execution_date. The persist
     # fields were rendered by the caller and are stored as they are.
-    registered_at = datetime.utcnow()
+    registered_at = clock.now()
     row = task_row(sensor, key.dag_id, registered_at, State.SMART_PENDING, cfg)
     # Another request registered or moved this key at the same moment (on SQLite, whose reads take no lock,
     # that is how concurrent tries meet): read it again. Each lost race means another request committed, so
@@ -124,7 +126,7 @@ def register_external(
         try:
             return _register(engine, key, try_number, row, logical_date)
         except IntegrityError:
-            row = {**row, "execution_date": datetime.utcnow()}
+            row = row._replace(execution_date=clock.now())
     raise ExternalConflict(
         f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) met {RACE_ATTEMPTS} "
         f"concurrent registrations of the same task: ask again"
@@ -132,7 +134,7 @@ def register_external(
 
 
 def _register(
-    engine: Engine, key: ExternalKey, try_number: int, row: dict[str, Any], logical_date: datetime | None
+    engine: Engine, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None
 ) -> ExternalRegistered:
     """One transaction (``external.register_try``): the same try gets its task instance back; a first or newer try
     inserts ``row``."""
@@ -148,13 +150,10 @@ def _register(
         return ExternalRegistered(
             key,
             try_number,
-            ti["state"],
-            ti["error"],
-            ti["hashcode"],
+            ti.state,
+            ti.error,
+            ti.hashcode,
             False,
-            TaskKey(key.dag_id, ti["task_id"], ti["execution_date"]),
+            ti.key,
         )
-    now = row["execution_date"]
-    return ExternalRegistered(
-        key, try_number, row["state"], None, row["hashcode"], True, TaskKey(key.dag_id, row["task_id"], now)
-    )
+    return ExternalRegistered(key, try_number, row.state, None, row.hashcode, True, row.key)

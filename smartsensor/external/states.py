@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import external as external_sql
 from smartsensor.domain.keys import ExternalKey
+from smartsensor.domain.rows import ExternalState
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import is_timeout_error
 
@@ -64,7 +65,7 @@ def external_states(
     ``cache`` does not already know ended (none when it knows them all)."""
     now = time.monotonic()
     cached = {a: hit for a in asked if cache is not None and (hit := cache.get(a, now)) is not None}
-    found: dict[ExternalKey, dict[str, Any]] = {}
+    found: dict[ExternalKey, ExternalState] = {}
     if len(cached) < len(asked):
         found = external_sql.read_external_states(engine, [key for key, n in asked if (key, n) not in cached])
     out = []
@@ -91,13 +92,14 @@ def end_reason(state: str, error: str | None) -> str | None:
     return "skipped" if state == State.SKIPPED else None
 
 
-def _answer(key: ExternalKey, try_number: int, row: dict[str, Any] | None) -> dict[str, Any]:
-    if row is None or row["try_number"] < try_number:
+def _answer(key: ExternalKey, try_number: int, row: ExternalState | None) -> dict[str, Any]:
+    """The JSON answer for one (key, try_number) (a document of the API, so a dict)."""
+    if row is None or row.try_number < try_number:
         state, error, hashcode = UNKNOWN, None, None
-    elif row["try_number"] > try_number:
-        state, error, hashcode = SUPERSEDED, None, row["hashcode"]
+    elif row.try_number > try_number:
+        state, error, hashcode = SUPERSEDED, None, row.hashcode
     else:
-        state, error, hashcode = row["state"], row["error"], row["hashcode"]
+        state, error, hashcode = row.state, row.error, row.hashcode
     return {
         "dag_id": key.dag_id,
         "task_id": key.task_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from sqlalchemy import Engine
@@ -18,16 +18,17 @@ from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import history as history_sql
+from smartsensor.domain.clock import now as clock_now
 from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger(__name__)
 
-EPOCH = datetime(1970, 1, 1)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 WRITTEN, TAKEN, FAILED = "written", "taken", "failed"
 
 
 def bucket_of(now: datetime, interval: float) -> datetime:
-    """The start of the bucket ``now`` falls in: floor(now / interval) * interval, in naive UTC."""
+    """The start of the bucket ``now`` falls in: floor(now / interval) * interval, aware UTC."""
     seconds = (now - EPOCH).total_seconds()
     return EPOCH + timedelta(seconds=math.floor(seconds / interval) * interval)
 
@@ -35,7 +36,7 @@ def bucket_of(now: datetime, interval: float) -> datetime:
 def sample_once(engine: Engine, interval: float, retention: float, now: datetime | None = None) -> str:
     """Write the current bucket's counts unless a server did already (WRITTEN or TAKEN), then delete samples
     older than ``retention`` seconds. 3-4 statements in 2 transactions; database errors propagate."""
-    now = now or datetime.utcnow()
+    now = now or clock_now()
     bucket = bucket_of(now, interval)
     outcome = TAKEN
     try:
@@ -54,7 +55,7 @@ class HistorySampler:
     JOB = "history-sampler"
 
     def __init__(
-        self, engine: Engine, interval: float, retention: float, clock: Callable[[], datetime] = datetime.utcnow
+        self, engine: Engine, interval: float, retention: float, clock: Callable[[], datetime] = clock_now
     ) -> None:
         self.engine, self.interval, self.retention, self.clock = engine, interval, retention, clock
         self.last_outcome: str | None = None  # WRITTEN, TAKEN or FAILED, once a sample was tried

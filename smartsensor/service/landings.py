@@ -26,13 +26,14 @@ import logging
 import random
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
 from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import landings as landing_sql
 from smartsensor.config import Config, read_secret_file
+from smartsensor.domain import clock as wall_clock
 from smartsensor.domain.landings import (
     BASELINE,
     HiveAsset,
@@ -47,6 +48,7 @@ from smartsensor.sensors.errors import first_line
 log = logging.getLogger(__name__)
 
 STALE_REFRESHES = 3  # a watched table Airflow has not listed for this many refreshes is no longer published
+EVER = datetime.min.replace(tzinfo=timezone.utc)  # every watch, however long since Airflow last listed it
 FAILING_IN_A_ROW = 3  # failed posts in a row that end a cycle's batch (the rest are handed back unposted)
 
 # A table's partition names through the worker's catalog backend (None: the table is missing).
@@ -87,7 +89,7 @@ class LandingPublisher:
         events: AssetEvents,
         partitions: PartitionNames,
         owner: str,
-        clock: Callable[[], datetime] = datetime.utcnow,
+        clock: Callable[[], datetime] = wall_clock.now,
         rng: random.Random | None = None,
     ) -> None:
         self.engine, self.cfg, self.events, self.partitions, self.owner = engine, cfg, events, partitions, owner
@@ -174,7 +176,7 @@ class LandingPublisher:
         report.claimed = len(claimed)
         if not claimed:
             return
-        asset_ids = {w.uri: w.asset_id for w in landing_sql.read_watches(self.engine, ranges, datetime.min)}
+        asset_ids = {w.uri: w.asset_id for w in landing_sql.read_watches(self.engine, ranges, EVER)}
         # Stop early, handing the rows not posted back at once, when Airflow fails FAILING_IN_A_ROW times running (it
         # is down: the rest would only wait out their timeouts) or the claim has less than a request's time left (a
         # post must end before another worker may take the row over).

@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from smartsensor.config import Config, ShardRange
+from smartsensor.domain import clock
 from smartsensor.domain.leases import Lease, LeaseRow
 from smartsensor.ports import LeaseOps, LeaseStore
 
@@ -37,14 +38,14 @@ class LeaseManager:
         self.lease_timeout = timedelta(seconds=cfg.settings.smart_sensor.lease_timeout)
         self.ranges: list[ShardRange] = cfg.resolved_shard_ranges
         self.owned: dict[int, Lease] = {}
-        self.started_at = datetime.utcnow()
+        self.started_at = clock.now()
 
     def heartbeat(self, now: datetime | None = None) -> dict[str, list[int]]:
         """Renew what we hold, drop what we lost, claim or release to reach our fair share.
 
         Returns the shard_min of ranges ``claimed``, ``lost`` and ``released`` in this beat.
         """
-        now = now or datetime.utcnow()
+        now = now or clock.now()
         expires = now + self.lease_timeout
         changes: dict[str, list[int]] = {"claimed": [], "lost": [], "released": []}
         with self.store.transaction() as tx:

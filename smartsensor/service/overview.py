@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import overview as overview_sql
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.service.status import collect_status
 from smartsensor.service.status_report import StatusReport
 
@@ -26,7 +27,7 @@ def collect_overview(
     """Everything the page shows: ``status`` (exactly ``collect_status``'s ``StatusReport``, or the one given: the
     server's shared snapshot), ``history`` [(time, {state: n})…] ending with the current counts, ``tables``
     [(label, waiting)…] (top 20), ``landings`` and the history settings (7 + 3 statements)."""
-    now = now or datetime.utcnow()
+    now = now or clock.now()
     status = status or collect_status(engine, cfg, now)
     interval, retention = cfg.settings.api.history_interval, cfg.settings.api.history_retention
     since = now - timedelta(seconds=min(retention, MAX_BUCKETS * interval))

@@ -18,6 +18,7 @@ from typing import Callable
 from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import channels as channel_sql, signals as signal_sql
+from smartsensor.domain import clock
 from smartsensor.sensors.errors import first_line
 from smartsensor.sensors.partitions import format_partition_name, parse_partition_name
 
@@ -35,7 +36,7 @@ def canonical_signal(name: str) -> tuple[str, tuple[str, str]]:
 def send_signal(engine: Engine, name: str) -> str:
     """Record a landing signal (and NOTIFY on Postgres, delivered at commit). Returns the canonical name."""
     canonical, _ = canonical_signal(name)
-    signal_sql.record_signal(engine, canonical, datetime.utcnow())
+    signal_sql.record_signal(engine, canonical, clock.now())
     return canonical
 
 

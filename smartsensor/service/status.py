@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import landings as landing_sql, status as status_sql
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.landings import UNDELIVERED
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.timing import BadExecSettings, parse_exec
@@ -34,7 +35,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
     task waits past its time limit (``collect_stuck``: 2, or 4); 4 more with ``[landings] publish`` on (the
     outbox: ``collect_landings``)."""
-    now = now or datetime.utcnow()
+    now = now or clock.now()
     ranges = cfg.resolved_shard_ranges
     rule = _StuckRule(cfg.convergence_bound, now)
     zombie_cutoff = now - timedelta(seconds=cfg.settings.scheduler.zombie_threshold)
@@ -63,8 +64,7 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         problems=tuple(round_problems(workers) + stuck_problems(stuck)),
         stuck=stuck,
         zombies=tuple(
-            Zombie(z["dag_id"], z["task_id"], z["execution_date"], z["hostname"], _age(now, z["updated_at"]))
-            for z in zombies
+            Zombie(z.dag_id, z.task_id, z.execution_date, z.hostname, _age(now, z.updated_at)) for z in zombies
         ),
         landings=collect_landings(engine, now) if cfg.settings.landings.publish else None,
     )
@@ -220,7 +220,7 @@ def stuck_problems(stuck: Stuck) -> list[str]:
             continue
         oldest = counted.oldest
         where = (
-            f" (oldest: {oldest.dag_id}.{oldest.task_id} @ {oldest.execution_date.isoformat()}, "
+            f" (oldest: {oldest.dag_id}.{oldest.task_id} @ {clock.iso(oldest.execution_date)}, "
             f"{oldest.late_seconds:g} s late)"
             if oldest
             else ""

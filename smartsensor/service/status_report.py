@@ -10,6 +10,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Mapping
 
+from smartsensor.domain.clock import iso
+
 
 @dataclass(frozen=True)
 class LeaseStatus:
@@ -150,7 +152,7 @@ class StatusReport:
 
 def _plain(value: Any) -> Any:
     """``value`` as JSON data: a dataclass as an object of its fields, a tuple or list as a list, a mapping as an
-    object, a datetime as its ISO 8601 string; anything else as it is."""
+    object, a datetime as its ISO 8601 string (naive UTC, ``clock.iso``); anything else as it is."""
     if is_dataclass(value) and not isinstance(value, type):
         out = {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
         out.update({old: out[new] for old, new in getattr(value, "JSON_ALIASES", {}).items()})
@@ -160,5 +162,5 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, datetime):
-        return value.isoformat()
+        return iso(value)
     return value

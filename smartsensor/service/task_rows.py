@@ -11,8 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.hashing import canonical_json, check_hashcode, shardcode_for
 from smartsensor.domain.routing import class_route
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor, classpath_of
 from smartsensor.sensors.errors import SensorDefinitionError
@@ -68,30 +70,30 @@ def task_row(
     state: State,
     cfg: Config,
     fileloc: str | None = None,
-) -> dict[str, Any]:
+) -> TaskRow:
     """The first try's task_instance row of ``sensor`` (its persist fields final: rendered and validated) in DAG
     ``dag_id`` on ``execution_date``, in ``state``. Raises SensorDefinitionError, naming the field, for a field
     that is not JSON."""
     attr_dict, exec_dict = serialise(sensor)
     classpath = classpath_of(type(sensor))
     hashcode = check_hashcode(classpath, attr_dict)
-    return {
-        "dag_id": dag_id,
-        "task_id": sensor.task_id,
-        "execution_date": execution_date,
-        "state": state,
-        "try_number": 1,
-        "max_tries": sensor.retries,
-        "start_date": None,
-        "end_date": None,
-        "updated_at": datetime.utcnow(),
-        "operator": type(sensor).__name__,
-        "classpath": classpath,
-        "fileloc": fileloc,
-        "hostname": None,
-        "error": None,
-        "attr_dict": attr_dict,
-        "exec_dict": exec_dict,
-        "hashcode": hashcode,
-        "shardcode": shardcode_for(hashcode, cfg.shard_code_upper_limit),
-    }
+    return TaskRow(
+        dag_id=dag_id,
+        task_id=sensor.task_id,
+        execution_date=execution_date,
+        state=state,
+        try_number=1,
+        max_tries=sensor.retries,
+        start_date=None,
+        end_date=None,
+        updated_at=clock.now(),
+        operator=type(sensor).__name__,
+        classpath=classpath,
+        fileloc=fileloc,
+        hostname=None,
+        error=None,
+        attr_dict=attr_dict,
+        exec_dict=exec_dict,
+        hashcode=hashcode,
+        shardcode=shardcode_for(hashcode, cfg.shard_code_upper_limit),
+    )

@@ -14,12 +14,12 @@ import logging
 import signal
 import threading
 import time
-from datetime import datetime
 from typing import Any, Callable
 
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.round.report import RoundResult
@@ -157,7 +157,7 @@ class WorkerLoop:
         """Drop the landing signals past their retention. A failure (a DB outage) is logged; the next run
         (a minute later) prunes them."""
         try:
-            prune_old_signals(self.engine, datetime.utcnow())
+            prune_old_signals(self.engine, clock.now())
         except Exception as exc:  # noqa: BLE001 - a DB outage: pruned at the next run
             log.warning("pruning landing signals failed: %s", first_line(exc))
 

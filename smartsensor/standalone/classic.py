@@ -22,7 +22,9 @@ from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import SparkNotInstalled, get_spark
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.keys import TaskKey, key_of
+from smartsensor.domain import clock
+from smartsensor.domain.keys import TaskKey
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
 from smartsensor.sensors.base import BaseSensor, resolve_any_class
@@ -82,7 +84,7 @@ class RunHeartbeat:
     def beat(self) -> None:
         """One beat; a failure (a DB outage) is logged and the next beat tries again."""
         try:
-            alive = task_sql.beat_run(self.engine, self.key, datetime.utcnow())
+            alive = task_sql.beat_run(self.engine, self.key, clock.now())
         except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
             log.warning("heartbeat of %s.%s failed: %s", self.key.dag_id, self.key.task_id, first_line(exc))
             return
@@ -114,13 +116,13 @@ def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float, 
             delay = min(delay * 2, 10.0)
 
 
-def load_sensor_class(row: dict[str, Any], cfg: Config) -> type[BaseSensor]:
+def load_sensor_class(row: TaskRow, cfg: Config) -> type[BaseSensor]:
     """Resolve a task's class: built-in/configured sensor modules, else the task's own DAG file."""
-    classpath = row["classpath"]
+    classpath = row.classpath
     cls = resolve_any_class(classpath, cfg.sensor_modules)
-    if cls is None and row.get("fileloc"):
+    if cls is None and row.fileloc:
         try:
-            import_file(Path(row["fileloc"]), timeout=cfg.settings.core.dag_file_import_timeout)
+            import_file(Path(row.fileloc), timeout=cfg.settings.core.dag_file_import_timeout)
         except DagFileError as exc:
             raise TaskRunError(f"cannot load {classpath}: {exc}") from None
         cls = resolve_any_class(classpath, cfg.sensor_modules)
@@ -151,19 +153,18 @@ def run_task(
     """
     key = TaskKey(dag_id, task_id, execution_date)
     hostname = socket.gethostname()
-    found, row = task_sql.claim_run(engine, key, datetime.utcnow(), hostname, claimed)
+    found, row = task_sql.claim_run(engine, key, clock.now(), hostname, claimed)
     if found is None:
         raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
     if row is None and claimed:
-        raise TaskRunError(f"{dag_id}.{task_id} is {found['state']}, not running")
+        raise TaskRunError(f"{dag_id}.{task_id} is {found.state}, not running")
     if row is None:
         raise TaskRunError(
-            f"{dag_id}.{task_id} is {found['state']}, not scheduled; "
-            f"use `submit --clear` or `set-state` to run it again"
+            f"{dag_id}.{task_id} is {found.state}, not scheduled; use `submit --clear` or `set-state` to run it again"
         )
     run = ClassicRun(engine, cfg, row, spark_provider, sleep, stop)
     try:
-        settings = parse_exec(row["exec_dict"])
+        settings = parse_exec(row.exec_dict)
     except BadExecSettings as exc:  # a row written by hand or an older version: it fails alone, clearly
         return run.finish(State.FAILED, error=str(exc))
     interval = cfg.settings.scheduler.task_heartbeat_interval
@@ -173,20 +174,20 @@ def run_task(
         return run.poke_until_done(settings)
 
 
-def _hand_back(engine: Engine, row: dict[str, Any], patience: float, sleep: Callable[[float], None]) -> str:
+def _hand_back(engine: Engine, row: TaskRow, patience: float, sleep: Callable[[float], None]) -> str:
     """running → scheduled after a stop request; the state the task is in afterwards."""
-    key = key_of(TaskKey, row)
+    key = row.key
 
     def write() -> bool:
-        return task_sql.hand_back_run(engine, key, datetime.utcnow())
+        return task_sql.hand_back_run(engine, key, clock.now())
 
     if _retry_while_db_down(write, f"{key.dag_id}.{key.task_id} -> scheduled", patience, sleep):
         log.warning(
-            "%s.%s: stopped, handed back to the scheduler (try %s goes on)", key.dag_id, key.task_id, row["try_number"]
+            "%s.%s: stopped, handed back to the scheduler (try %s goes on)", key.dag_id, key.task_id, row.try_number
         )
         return State.SCHEDULED
     current = task_sql.read_task(engine, key)
-    return current["state"] if current else "deleted"
+    return current.state if current else "deleted"
 
 
 class ClassicRun:
@@ -205,14 +206,14 @@ class ClassicRun:
         self,
         engine: Engine,
         cfg: Config,
-        row: dict[str, Any],
+        row: TaskRow,
         spark_provider: Callable[[], Any] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         stop: threading.Event | None = None,
     ) -> None:
         self.engine, self.cfg, self.row, self.sleep, self.stop = engine, cfg, row, sleep, stop
-        self.key = key_of(TaskKey, row)
-        self.start = row["start_date"] or datetime.utcnow()
+        self.key = row.key
+        self.start = row.start_date or clock.now()
         self.began = time.perf_counter()
         self.spark_provider = spark_provider or self._own_spark
         self.poker = BoundedPoker(cfg.settings.smart_sensor.poke_timeout)
@@ -229,7 +230,7 @@ class ClassicRun:
         while True:
             if self.stop is not None and self.stop.is_set():
                 return self.stopped()
-            if attempted and (datetime.utcnow() - self.start).total_seconds() >= settings.time_limit:
+            if attempted and (clock.now() - self.start).total_seconds() >= settings.time_limit:
                 return self.timed_out(settings)
             attempted = True
             ended = self.poke_once()
@@ -279,24 +280,20 @@ class ClassicRun:
         except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
             log.warning("metadata DB unavailable, poking on: %s", first_line(exc))
             return None
-        if (
-            current is not None
-            and current["state"] == State.RUNNING
-            and current["try_number"] == self.row["try_number"]
-        ):
+        if current is not None and current.state == State.RUNNING and current.try_number == self.row.try_number:
             return None
         log.warning(
             "%s.%s is now %s, try %s (changed by someone else): stopping",
             self.key.dag_id,
             self.key.task_id,
-            current["state"] if current else "deleted",
-            current["try_number"] if current else "-",
+            current.state if current else "deleted",
+            current.try_number if current else "-",
         )
-        return self.result(current["state"] if current else "deleted")
+        return self.result(current.state if current else "deleted")
 
     def pause(self, settings: ExecSettings) -> None:
         """Wait for the next poke (its interval, never past the time limit); a stop request cuts it short."""
-        remaining = settings.time_limit - (datetime.utcnow() - self.start).total_seconds()
+        remaining = settings.time_limit - (clock.now() - self.start).total_seconds()
         pause = max(0.0, min(settings.interval(self.pokes - 1), remaining))
         if self.stop is not None:
             self.stop.wait(pause)
@@ -304,7 +301,7 @@ class ClassicRun:
             self.sleep(pause)
 
     def timed_out(self, settings: ExecSettings) -> RunResult:
-        state = timeout_state(self.row["try_number"], settings)
+        state = timeout_state(self.row.try_number, settings)
         return self.finish(state, error=None if state == State.UP_FOR_RETRY else timeout_error(self.last_error))
 
     def stopped(self) -> RunResult:
@@ -317,13 +314,13 @@ class ClassicRun:
         zombie_threshold). Someone else's change wins, and is what the result says."""
 
         def write() -> bool:
-            return task_sql.end_try(self.engine, self.key, state, error=error, try_number=self.row["try_number"])
+            return task_sql.end_try(self.engine, self.key, state, error=error, try_number=self.row.try_number)
 
         patience = self.cfg.settings.scheduler.zombie_threshold
         if not _retry_while_db_down(write, f"{self.key.dag_id}.{self.key.task_id} -> {state}", patience, self.sleep):
             log.warning("%s.%s was changed by someone else; leaving it as it is", self.key.dag_id, self.key.task_id)
             current = task_sql.read_task(self.engine, self.key)
-            state = current["state"] if current else state
+            state = current.state if current else state
         return self.result(state, error)
 
     def result(self, state: str, error: str | None = None) -> RunResult:
@@ -340,7 +337,7 @@ class ClassicRun:
     def _build(self) -> BaseSensor:
         """The task's sensor from its row (SensorModuleUnavailable, SensorRebuildError: try again later)."""
         return load_sensor_class(self.row, self.cfg).from_stored(
-            self.row["attr_dict"], self.row["exec_dict"], task_id=self.key.task_id, dag_id=self.key.dag_id
+            self.row.attr_dict, self.row.exec_dict, task_id=self.key.task_id, dag_id=self.key.dag_id
         )
 
     def _start_spark(self) -> Any:

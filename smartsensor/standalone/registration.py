@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
 from sqlalchemy import Engine
@@ -14,6 +14,8 @@ from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
+from smartsensor.domain.clock import as_utc, iso
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.errors import SensorDefinitionError
@@ -23,12 +25,13 @@ from smartsensor.service.task_rows import served_here, task_row
 log = logging.getLogger(__name__)
 
 
-EARLIEST_DATE = datetime(1900, 1, 1)
-LATEST_DATE = datetime(2999, 12, 31)
+EARLIEST_DATE = datetime(1900, 1, 1, tzinfo=timezone.utc)
+LATEST_DATE = datetime(2999, 12, 31, tzinfo=timezone.utc)
 
 
 def validate_execution_date(value: Any) -> datetime:
-    """An execution date a task can be registered for: a day (midnight) between 1900-01-01 and 2999-12-31.
+    """An execution date a task can be registered for: a day (midnight UTC) between 1900-01-01 and 2999-12-31, as
+    an aware UTC datetime (a naive one is read as UTC: a DAG file's or a caller's plain day).
 
     Bounded so that templates (``prev_ds``, ``next_ds``, ``macros.ds_add``) and stored dates never
     overflow; a time of day is refused because the same DAG on the same day would otherwise register
@@ -36,10 +39,11 @@ def validate_execution_date(value: Any) -> datetime:
     """
     if not isinstance(value, datetime):
         raise SensorDefinitionError(f"execution date must be a date, got {type(value).__name__}")
-    if value.tzinfo is not None or value.time() != datetime.min.time():
-        raise SensorDefinitionError(
-            f"execution date must be a day (YYYY-MM-DD, no time of day), got {value.isoformat()}"
-        )
+    if value.tzinfo is not None and value.utcoffset() != timedelta(0):
+        raise SensorDefinitionError(f"execution date must be a day in UTC, got {value.isoformat()}")
+    value = as_utc(value)
+    if value.time() != datetime.min.time():
+        raise SensorDefinitionError(f"execution date must be a day (YYYY-MM-DD, no time of day), got {iso(value)}")
     if not EARLIEST_DATE <= value <= LATEST_DATE:
         raise SensorDefinitionError(
             f"execution date must be between {EARLIEST_DATE.date()} and {LATEST_DATE.date()}, got {value.date()}"
@@ -74,7 +78,7 @@ def build_row(
     execution_date: datetime,
     cfg: Config,
     fileloc: str | None = None,
-) -> tuple[dict[str, Any], str]:
+) -> tuple[TaskRow, str]:
     """The task_instance row for ``sensor`` on ``execution_date`` (its persist fields rendered for that day, as
     templates) and the routing reason."""
     dag_id = validate_id("dag_id", dag_id)
@@ -102,9 +106,9 @@ def register(
     built = [build_row(sensor, dag_id, execution_date, cfg, fileloc) for dag_id, sensor in sensors]
     seen: set[tuple[str, str]] = set()
     for row, _ in built:
-        key = (row["dag_id"], row["task_id"])
+        key = (row.dag_id, row.task_id)
         if key in seen:
-            raise SensorDefinitionError(f"task {row['task_id']!r} of DAG {row['dag_id']!r} is given twice")
+            raise SensorDefinitionError(f"task {row.task_id!r} of DAG {row.dag_id!r} is given twice")
         seen.add(key)
     try:
         return _register_rows(engine, built, execution_date, clear)
@@ -121,29 +125,20 @@ def registered_states(engine: Engine, dag_id: str, execution_date: datetime) -> 
 
 
 def _register_rows(
-    engine: Engine, built: list[tuple[dict[str, Any], str]], execution_date: datetime, clear: bool
+    engine: Engine, built: list[tuple[TaskRow, str]], execution_date: datetime, clear: bool
 ) -> list[Registered]:
     """Register the built rows (``tasks.register_rows``, one transaction) and say what became of each."""
     existing = task_sql.register_rows(engine, [row for row, _ in built], execution_date, clear)
     out: list[Registered] = []
     for row, reason in built:
-        key = (row["dag_id"], row["task_id"])
-        state, created = row["state"], key not in existing
+        key = (row.dag_id, row.task_id)
+        state, created = row.state, key not in existing
         if not created:
             if clear:
                 reason = f"cleared; {reason}"
             else:
                 state, reason = existing[key], "already registered"
         out.append(
-            Registered(
-                row["dag_id"],
-                row["task_id"],
-                execution_date,
-                state,
-                row["hashcode"],
-                row["shardcode"],
-                created,
-                reason,
-            )
+            Registered(row.dag_id, row.task_id, execution_date, state, row.hashcode, row.shardcode, created, reason)
         )
     return out

@@ -19,8 +19,10 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from smartsensor.adapters.process import StderrTail, smartsensor_command
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
-from smartsensor.domain.keys import TaskKey, key_of
+from smartsensor.domain import clock
+from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.routing import smart_route_for
+from smartsensor.domain.rows import RetryRow, TaskRow, ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, parse_exec, retry_or
 from smartsensor.sensors.errors import first_line
@@ -34,15 +36,15 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
     A row whose exec_dict cannot be read (out of bounds, not JSON) fails alone with the reason in
     ``error``; the other retries go on.
     """
-    now = now or datetime.utcnow()
+    now = now or clock.now()
 
-    def plan(row: dict[str, Any]) -> tuple[str, str | None] | None:
+    def plan(row: RetryRow) -> tuple[str, str | None] | None:
         try:
-            delay = parse_exec(row["exec_dict"]).retry_delay
-            due = row["end_date"] is None or row["end_date"] + timedelta(seconds=delay) <= now
+            delay = parse_exec(row.exec_dict).retry_delay
+            due = row.end_date is None or row.end_date + timedelta(seconds=delay) <= now
         except (BadExecSettings, ArithmeticError) as exc:
-            return _fail_bad_row(key_of(TaskKey, row), f"cannot retry: {exc}")
-        return (smart_route_for(row["classpath"], cfg), None) if due else None
+            return _fail_bad_row(row.key, f"cannot retry: {exc}")
+        return (smart_route_for(row.classpath, cfg), None) if due else None
 
     counts: dict[str, int] = {}
     for state, changed in task_sql.requeue_due_retries(engine, now, plan):
@@ -63,12 +65,12 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     up_for_retry while tries remain, else failed, with the reason in ``error``. Each end is a
     compare-and-set on the heartbeat read, so a run that beats in the meantime is left alone.
     """
-    now = now or datetime.utcnow()
+    now = now or clock.now()
     threshold = cfg.settings.scheduler.zombie_threshold
 
-    def plan(row: dict[str, Any]) -> tuple[str, str]:
+    def plan(row: ZombieRow) -> tuple[str, str]:
         error = (
-            f"classic run on {row['hostname'] or 'an unknown host'} stopped heartbeating "
+            f"classic run on {row.hostname or 'an unknown host'} stopped heartbeating "
             f"(no sign of life for {threshold:g} s): its process died or was killed"
         )
         return _dead_run_state(row), error
@@ -80,14 +82,14 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
     return counts
 
 
-def _dead_run_state(row: dict[str, Any]) -> str:
+def _dead_run_state(row: ZombieRow | TaskRow) -> str:
     """The state a try whose run died ends in: up_for_retry while tries remain, else failed (a dead run is no
     timeout: no soft_fail). An exec_dict that cannot be read allows no retry."""
     try:
-        retries = parse_exec(row["exec_dict"]).retries
+        retries = parse_exec(row.exec_dict).retries
     except BadExecSettings:
         retries = 0  # its exec_dict is unreadable: no retry, it ends failed with the reason given
-    return retry_or(row["try_number"], retries, State.FAILED)
+    return retry_or(row.try_number, retries, State.FAILED)
 
 
 @dataclass
@@ -133,7 +135,7 @@ class Scheduler:
         error = f"run-task exited with code {code}" + (f": {line}" if line else "")
         if code != 0:
             log.warning("%s.%s: %s", key.dag_id, key.task_id, error)
-        now = datetime.utcnow()
+        now = clock.now()
         # ended by the run, handed back, or changed by someone: nothing ends (None)
         state = task_sql.end_exited_try(self.engine, key, child.try_number, self.claimant, now, error, _dead_run_state)
         if state is not None:
@@ -152,7 +154,7 @@ class Scheduler:
             return 0
         started = 0
         for key in task_sql.read_keys_in_state(self.engine, State.SCHEDULED, limit=free):
-            try_number = task_sql.claim_scheduled_try(self.engine, key, datetime.utcnow(), self.claimant)
+            try_number = task_sql.claim_scheduled_try(self.engine, key, clock.now(), self.claimant)
             if try_number is None:
                 continue
             cmd = self.command(

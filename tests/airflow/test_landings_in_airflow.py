@@ -28,6 +28,7 @@ from sqlalchemy import Engine, select
 from scripts.airflow.stack import USER, AirflowStack, Processes, version_of
 from smartsensor.adapters.airflow_assets import AirflowAssets
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.domain import clock
 from smartsensor.domain.landings import DELIVERED, partition_key
 from smartsensor.schema.models import LandingOutbox
 from smartsensor.service.landings import LandingPublisher
@@ -150,7 +151,7 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_with_its_key(
         for _ in range(3):
             down = publisher.cycle(everything)
             assert down.delivered == 0, down
-        backlog = collect_landings(engine, datetime.utcnow())
+        backlog = collect_landings(engine, clock.now())
         assert backlog.backlog == 2 and backlog.by_state[DELIVERED] == 3, backlog
         processes.start("airflow-api-server", stack.components()["api-server"], stack.env)
         stack.wait_healthy(timeout=300)

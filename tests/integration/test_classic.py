@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -81,7 +81,7 @@ def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
     assert result.state == State.SUCCESS and result.pokes == 2 and result.catalog_calls == result.pokes
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
-    assert row["state"] == "success" and row["end_date"] is not None
+    assert row.state == "success" and row.end_date is not None
 
 
 @pytest.mark.slow  # more than 3 s: in the full suite, not in the fast one
@@ -163,14 +163,14 @@ def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engi
     assert result.state == State.SCHEDULED and result.pokes == 2
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
-    assert (row["state"], row["try_number"], row["hostname"]) == (State.SCHEDULED, 1, None)
-    first_start = row["start_date"]
+    assert (row.state, row.try_number, row.hostname) == (State.SCHEDULED, 1, None)
+    first_start = row.start_date
     assert first_start is not None
     land(spark, hive_db, "t", ds="2026-11-22", hr="00")
     assert run(engine, cfg, spark, "w").state == State.SUCCESS
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
-    assert row["start_date"] == first_start and row["try_number"] == 1  # the same try went on
+    assert row.start_date == first_start and row.try_number == 1  # the same try went on
 
 
 def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_db) -> None:
@@ -203,26 +203,26 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
     def stall(seconds: float) -> None:  # the old run's first pause is where it stalls
         if not stalls:
             stalls.append(seconds)
-            later = datetime.utcnow() + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
+            later = datetime.now(timezone.utc) + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
             assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1}
             assert requeue_retries(engine, cfg, now=later) == {State.SCHEDULED: 1}  # smart mode is off here
             with engine.begin() as conn:
-                assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "another-host")
+                assert task_sql.claim_scheduled(conn, key, datetime.now(timezone.utc), "another-host")
         time.sleep(seconds)
 
     result = run(engine, cfg, spark, "w", sleep=stall)
     assert stalls and result.state == State.RUNNING  # it noticed the task is another run's now
     with engine.connect() as conn:
         row = task_sql.get_task(conn, *key)
-    assert (row["state"], row["try_number"], row["hostname"]) == (State.RUNNING, 2, "another-host")
+    assert (row.state, row.try_number, row.hostname) == (State.RUNNING, 2, "another-host")
 
 
 def test_hand_back_never_resurrects_a_task_changed_meanwhile(engine, cfg, tmp_path) -> None:
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.begin() as conn:
         task_sql.set_state(conn, key, State.FAILED)  # by hand
-        assert not task_sql.hand_back_running(conn, key, datetime.utcnow())
-        assert task_sql.get_task(conn, *key)["state"] == State.FAILED
+        assert not task_sql.hand_back_running(conn, key, datetime.now(timezone.utc))
+        assert task_sql.get_task(conn, *key).state == State.FAILED
 
 
 @pytest.mark.parametrize("state", [State.SCHEDULED, State.SMART_PENDING])
@@ -233,8 +233,8 @@ def test_sending_a_task_back_by_hand_starts_a_fresh_try(engine, cfg, tmp_path, s
         task_sql.set_state(conn, key, State.FAILED, from_states=[State.RUNNING], error="timed out waiting")
         task_sql.set_state(conn, key, state)  # by hand
         row = task_sql.get_task(conn, *key)
-    assert row["state"] == state
-    assert (row["start_date"], row["end_date"], row["hostname"], row["error"]) == (None, None, None, None)
+    assert row.state == state
+    assert (row.start_date, row.end_date, row.hostname, row.error) == (None, None, None, None)
 
 
 def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int) -> TaskKey:
@@ -245,7 +245,7 @@ def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: i
     )
     key = TaskKey("d", task_id, DAY)
     with engine.begin() as conn:
-        assert task_sql.claim_scheduled(conn, key, datetime.utcnow(), "host-a")
+        assert task_sql.claim_scheduled(conn, key, datetime.now(timezone.utc), "host-a")
     return key
 
 
@@ -255,11 +255,11 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
 
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.connect() as conn:
-        before = task_sql.get_task(conn, *key)["updated_at"]
+        before = task_sql.get_task(conn, *key).updated_at
 
     def beaten() -> bool:
         with engine.connect() as conn:
-            return task_sql.get_task(conn, *key)["updated_at"] > before
+            return task_sql.get_task(conn, *key).updated_at > before
 
     beat = RunHeartbeat(engine, key, interval=0.1)
     with PeriodicJobs("test") as jobs:
@@ -270,7 +270,7 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
         assert beat.lost.wait(60)
         wait_until(lambda: RunHeartbeat.JOB not in jobs.jobs(), timeout=60)  # the beats stopped
     with engine.connect() as conn:
-        assert task_sql.get_task(conn, *key)["state"] == State.FAILED  # the beat never resurrects it
+        assert task_sql.get_task(conn, *key).state == State.FAILED  # the beat never resurrects it
 
 
 def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) -> None:
@@ -281,19 +281,20 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
     _running_task(engine, cfg, tmp_path, "retry", retries=1)
     _running_task(engine, cfg, tmp_path, "last", retries=0)
     alive = _running_task(engine, cfg, tmp_path, "alive", retries=0)
-    later = datetime.utcnow() + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
+    later = datetime.now(timezone.utc) + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
     with engine.begin() as conn:
         task_sql.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
     assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1, State.FAILED: 1}
     with engine.connect() as conn:
-        rows = {r["task_id"]: r for r in task_sql.list_tasks(conn)}
-    assert rows["retry"]["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in rows["retry"]["error"]
-    assert rows["last"]["state"] == State.FAILED and rows["last"]["end_date"] == later
-    assert rows["alive"]["state"] == State.RUNNING
+        rows = {r.task_id: r for r in task_sql.list_tasks(conn)}
+    assert rows["retry"].state == State.UP_FOR_RETRY and "stopped heartbeating" in rows["retry"].error
+    assert rows["last"].state == State.FAILED and rows["last"].end_date == later
+    assert rows["alive"].state == State.RUNNING
     assert end_zombies(engine, cfg, now=later) == {}  # idempotent
     # compare-and-set: a run that beat after the scheduler read it is left alone
     with engine.connect() as conn:
-        stale = rows["alive"]["updated_at"]
+        stale = rows["alive"].updated_at
+    assert stale is not None
     with engine.begin() as conn:
         task_sql.heartbeat_running(conn, alive, later)
         assert not task_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
@@ -348,7 +349,7 @@ def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(
     assert scheduler.reap() == 1 and scheduler.children == {}
     with engine.connect() as conn:
         row = task_sql.get_task(conn, *key)
-    assert (row["state"], row["try_number"], row["error"]) == (state, 1, error)
+    assert (row.state, row.try_number, row.error) == (state, 1, error)
 
 
 def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine, cfg, tmp_path) -> None:
@@ -361,15 +362,17 @@ def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine
     assert scheduler.launch() == 2
     with engine.begin() as conn:
         task_sql.set_state(conn, by_hand, State.SUCCESS)  # a user's change
-        assert task_sql.hand_back_running(conn, reclaimed, datetime.utcnow())  # handed back, then another
-        assert task_sql.claim_scheduled(conn, reclaimed, datetime.utcnow(), "another-host")  # scheduler's claim
+        assert task_sql.hand_back_running(conn, reclaimed, datetime.now(timezone.utc))  # handed back, then another
+        assert task_sql.claim_scheduled(
+            conn, reclaimed, datetime.now(timezone.utc), "another-host"
+        )  # scheduler's claim
     gate.write_text("")
     wait_until(lambda: all(c.proc.poll() is not None for c in scheduler.children.values()), timeout=60)
     assert scheduler.reap() == 2
     with engine.connect() as conn:
-        rows = {r["task_id"]: r for r in task_sql.list_tasks(conn)}
-    assert (rows["by_hand"]["state"], rows["by_hand"]["error"]) == (State.SUCCESS, None)
-    assert (rows["reclaimed"]["state"], rows["reclaimed"]["hostname"], rows["reclaimed"]["error"]) == (
+        rows = {r.task_id: r for r in task_sql.list_tasks(conn)}
+    assert (rows["by_hand"].state, rows["by_hand"].error) == (State.SUCCESS, None)
+    assert (rows["reclaimed"].state, rows["reclaimed"].hostname, rows["reclaimed"].error) == (
         State.RUNNING,
         "another-host",
         None,

@@ -50,7 +50,7 @@ def test_the_same_try_registering_again_gets_the_same_task_instance(cfg, engine)
     with engine.connect() as conn:
         assert len(task_sql.list_tasks(conn)) == 1
         row = task_sql.list_tasks(conn)[0]
-    assert (row["dag_id"], row["task_id"], row["max_tries"]) == ("etl", "wait_events", 0)  # Airflow owns retries
+    assert (row.dag_id, row.task_id, row.max_tries) == ("etl", "wait_events", 0)  # Airflow owns retries
 
 
 def test_a_new_try_starts_fresh_and_ends_the_old_one(cfg, engine) -> None:
@@ -62,7 +62,7 @@ def test_a_new_try_starts_fresh_and_ends_the_old_one(cfg, engine) -> None:
     third = reg(engine, cfg, try_number=3)  # try 2 still waits: it is ended, not left polling
     with engine.connect() as conn:
         old = task_sql.get_task(conn, *second.task_instance)
-    assert old["state"] == State.SKIPPED and "superseded by try 3" in old["error"]
+    assert old.state == State.SKIPPED and "superseded by try 3" in old.error
     assert external_states(engine, [(KEY, 1), (KEY, 3), (KEY, 4)]) == [
         {
             **_key(KEY),
@@ -291,8 +291,8 @@ def test_concurrent_tries_of_one_key_end_on_the_newest_without_errors(cfg, engin
     assert len(outcomes) == 200 and "ok" in outcomes
     assert [s["state"] for s in external_states(engine, [(k, 10) for k in keys])] == [State.SMART_PENDING] * 20
     with engine.connect() as conn:
-        waiting = [r for r in task_sql.list_tasks(conn) if r["state"] == State.SMART_PENDING]
-    assert sorted(r["task_id"] for r in waiting) == sorted(k.task_id for k in keys)
+        waiting = [r for r in task_sql.list_tasks(conn) if r.state == State.SMART_PENDING]
+    assert sorted(r.task_id for r in waiting) == sorted(k.task_id for k in keys)
 
 
 def test_ended_answers_are_kept_and_waiting_or_unknown_ones_are_read_again(cfg, engine) -> None:

@@ -52,7 +52,7 @@ def _succeeded(engine: Any, dag_id: str) -> bool:
 
 def _state(engine: Any, dag_id: str) -> str:
     with engine.connect() as conn:
-        return task_sql.get_task(conn, dag_id, "w", DAY)["state"]
+        return task_sql.get_task(conn, dag_id, "w", DAY).state
 
 
 @pytest.mark.spark

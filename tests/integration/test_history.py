@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import text
 
@@ -16,13 +16,13 @@ from smartsensor.service.history import FAILED, TAKEN, WRITTEN, HistorySampler, 
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named, wait_until
 
-NOW = datetime(2026, 11, 23, 6, 0, 42, 500000)
+NOW = datetime(2026, 11, 23, 6, 0, 42, 500000, tzinfo=timezone.utc)
 WEEK = 7 * 24 * 3600.0
 
 
 def samples(engine) -> list[tuple[datetime, str, int]]:
     with engine.connect() as conn:
-        return history_sql.load_samples(conn, datetime(2000, 1, 1))
+        return history_sql.load_samples(conn, datetime(2000, 1, 1, tzinfo=timezone.utc))
 
 
 def test_a_sample_is_the_counts_at_the_start_of_its_bucket(cfg, engine) -> None:
@@ -30,7 +30,7 @@ def test_a_sample_is_the_counts_at_the_start_of_its_bucket(cfg, engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("UPDATE task_instance SET state = 'success' WHERE dag_id = 'b'"))
     assert sample_once(engine, 60, WEEK, NOW) == WRITTEN
-    bucket = datetime(2026, 11, 23, 6, 0, 0)
+    bucket = datetime(2026, 11, 23, 6, 0, 0, tzinfo=timezone.utc)
     assert bucket_of(NOW, 60) == bucket
     assert samples(engine) == [(bucket, "smart_pending", 1), (bucket, "success", 1)]
     assert sample_once(engine, 60, WEEK, NOW + timedelta(seconds=10)) == TAKEN  # same bucket: nothing new
@@ -58,7 +58,7 @@ def test_samples_older_than_the_retention_are_pruned(cfg, engine) -> None:
     assert len(samples(engine)) == 5
     sample_once(engine, 60, 180, NOW + timedelta(minutes=5))  # at 06:05:42.5: buckets before 06:02:42.5 go
     kept = [b for b, _, _ in samples(engine)]
-    assert kept == [datetime(2026, 11, 23, 6, m) for m in (3, 4, 5)]
+    assert kept == [datetime(2026, 11, 23, 6, m, tzinfo=timezone.utc) for m in (3, 4, 5)]
 
 
 def test_a_database_error_is_one_log_line_and_the_sampler_goes_on(cfg, tmp_path, caplog) -> None:

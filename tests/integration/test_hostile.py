@@ -39,7 +39,7 @@ def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None
     with engine.connect() as conn:
         rows = task_sql.list_tasks(conn)
     assert len(rows) == len(nasty) == len(results)
-    stored = {(r["dag_id"], r["task_id"]) for r in rows}
+    stored = {(r.dag_id, r.task_id) for r in rows}
     assert stored == {(d, s.task_id) for d, s in sensors}
     engine.dispose()
 
@@ -88,4 +88,4 @@ def test_ids_are_stored_exactly_or_refused_naming_the_field(tmp_path_factory: An
     with engine.connect() as conn:
         rows = task_sql.list_tasks(conn)
     engine.dispose()
-    assert [(r["dag_id"], r["task_id"]) for r in rows] == [(dag_id, task_id)]
+    assert [(r.dag_id, r.task_id) for r in rows] == [(dag_id, task_id)]

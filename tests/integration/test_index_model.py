@@ -34,7 +34,8 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import Config
-from smartsensor.domain.keys import CheckKey, Cohort, Fence, TaskKey, key_of
+from smartsensor.domain.keys import Cohort, Fence, TaskKey
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec
 from smartsensor.domain.transitions import RoundWrites
@@ -121,21 +122,22 @@ class MemoryRows:
     def __init__(self, store: InMemoryStore) -> None:
         self.store = store
 
-    def insert(self, row: dict[str, Any]) -> None:
-        self.store.add_task(dict(row))
+    def insert(self, row: TaskRow) -> None:
+        self.store.add_task(row)
 
-    def reset(self, row: dict[str, Any]) -> None:
-        self.store.tasks[(row["dag_id"], row["task_id"], row["execution_date"])].update(row)
+    def reset(self, row: TaskRow) -> None:
+        self.store.change_task(row.key, **row.columns())
 
     def set_state(self, key: Any, state: str, now: datetime) -> None:
         self.store.set_state(key, state, now=now)
 
     def requeue(self, key: Any, now: datetime) -> None:
         row = self.store.tasks[key]  # tasks.requeue_retry
-        if row["state"] == State.UP_FOR_RETRY:
-            row.update(
+        if row.state == State.UP_FOR_RETRY:
+            self.store.change_task(
+                key,
                 state=State.SMART_PENDING,
-                try_number=row["try_number"] + 1,
+                try_number=row.try_number + 1,
                 start_date=None,
                 end_date=None,
                 hostname=None,
@@ -146,7 +148,7 @@ class MemoryRows:
         self.store.set_lease(0, limit, "me", epoch, expires)
 
     def rows(self) -> dict[Any, dict[str, Any]]:
-        return {k: dict(r) for k, r in self.store.tasks.items()}
+        return {k: r.columns() for k, r in self.store.tasks.items()}
 
 
 class SqlRows:
@@ -155,11 +157,11 @@ class SqlRows:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def insert(self, row: dict[str, Any]) -> None:
+    def insert(self, row: TaskRow) -> None:
         with self.engine.begin() as conn:
             task_sql.insert_tasks_bulk(conn, [row])
 
-    def reset(self, row: dict[str, Any]) -> None:
+    def reset(self, row: TaskRow) -> None:
         with self.engine.begin() as conn:
             task_sql.reset_task(conn, row)
 
@@ -171,7 +173,7 @@ class SqlRows:
         with self.engine.begin() as conn:
             row = task_sql.get_task(conn, *key)
             assert row is not None
-            task_sql.requeue_retry(conn, key, row["try_number"], State.SMART_PENDING, now)
+            task_sql.requeue_retry(conn, key, row.try_number, State.SMART_PENDING, now)
 
     def set_lease(self, epoch: int, expires: datetime, limit: int) -> None:
         with self.engine.begin() as conn:
@@ -265,8 +267,8 @@ class IndexModel(RuleBasedStateMachine):
     def register(self, dag: str, partition: str, exec_settings: dict[str, Any]) -> None:
         """A new task (``submit``), or a fresh registration over an old one (``submit --clear``)."""
         sensor = NamedHivePartitionSensor(task_id="w", partition_names=[partition], **exec_settings)
-        row, _ = build_row(sensor, dag, DAY, self.cfg)
-        row["updated_at"] = self.clock()
+        built, _ = build_row(sensor, dag, DAY, self.cfg)
+        row = built._replace(updated_at=self.clock())
         self.partition_of[dag], self.settings_of[dag] = partition, exec_settings
         if (dag, "w", DAY) in self.memory_rows.store.tasks:
             self._both(lambda rows: rows.reset(row))
@@ -288,12 +290,12 @@ class IndexModel(RuleBasedStateMachine):
         if state == State.SMART_RUNNING:
             self.unseen.add(dag)
 
-    @precondition(lambda self: any(r["state"] == State.UP_FOR_RETRY for r in self.memory_rows.store.tasks.values()))
+    @precondition(lambda self: any(r.state == State.UP_FOR_RETRY for r in self.memory_rows.store.tasks.values()))
     @rule(dag=st.sampled_from(DAGS))
     def retry(self, dag: str) -> None:
         """The scheduler's retry of a try that timed out: up_for_retry → smart_pending, next try."""
         key = TaskKey(dag, "w", DAY)
-        if self.memory_rows.store.tasks.get(key, {}).get("state") != State.UP_FOR_RETRY:
+        if getattr(self.memory_rows.store.tasks.get(key), "state", None) != State.UP_FOR_RETRY:
             return
         now = self.clock()
         self._both(lambda rows: rows.requeue(key, now))
@@ -456,10 +458,10 @@ class IndexModel(RuleBasedStateMachine):
         if not w.index_current():
             return
         for (dag, _, _), row in self.memory_rows.store.tasks.items():
-            if row["state"] != State.SMART_RUNNING or dag in self.unseen:
+            if row.state != State.SMART_RUNNING or dag in self.unseen:
                 continue
-            check = w.index.checks.get(key_of(CheckKey, row))
-            cohort = Cohort(row["exec_dict"] or "", row["start_date"], row["try_number"])
+            check = w.index.checks.get(row.check)
+            cohort = Cohort(row.exec_dict or "", row.start_date, row.try_number)  # type: ignore[arg-type]  # running
             assert check is not None and cohort in check.cohorts, f"{dag} waits, missing from the index"
 
     @invariant()
@@ -469,15 +471,15 @@ class IndexModel(RuleBasedStateMachine):
         if last is None:
             return
         for (dag, _, _), row in self.memory_rows.store.tasks.items():
-            if row["state"] not in State.SMART_WAITING:
+            if row.state not in State.SMART_WAITING:
                 continue
             since = self.waiting_since[dag]
             ready = self.ready_at.get(self.partition_of[dag])
             if ready is not None:
                 assert last < max(ready, since) + BOUND, f"{dag} still waits for {self.partition_of[dag]}"
-            if row["start_date"] is not None:
-                limit = timedelta(seconds=parse_exec(row["exec_dict"]).time_limit)
-                assert last < max(row["start_date"] + limit, since) + BOUND, f"{dag} waits past its time limit"
+            if row.start_date is not None:
+                limit = timedelta(seconds=parse_exec(row.exec_dict).time_limit)
+                assert last < max(row.start_date + limit, since) + BOUND, f"{dag} waits past its time limit"
 
 
 def machine_for(engine: Engine, cfg: Config) -> type[IndexModel]:

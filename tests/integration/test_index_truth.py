@@ -14,7 +14,8 @@ from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
-from smartsensor.domain.keys import CheckKey, Cohort, TaskKey, key_of
+from smartsensor.domain.keys import Cohort, TaskKey
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.schema.models import TaskInstance
@@ -26,10 +27,9 @@ from tests.support.common import DAY, T0, make_cfg, named
 TI = TaskInstance.__table__
 
 
-def row_for(cfg: Any, dag: str, partition: str, **kw: Any) -> dict[str, Any]:
+def row_for(cfg: Any, dag: str, partition: str, **kw: Any) -> TaskRow:
     row, _ = build_row(named("w", partition, **kw), dag, DAY, cfg)
-    row["updated_at"] = T0
-    return row
+    return row._replace(updated_at=T0)
 
 
 def sql_rows(engine: Any) -> dict[str, tuple[Any, ...]]:
@@ -41,17 +41,18 @@ def worker(store: Any, cfg: Any, clock: Clock) -> RangeRounds:
     return RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock, record_rounds=False)
 
 
-def odd_rows(cfg: Any) -> list[dict[str, Any]]:
+def odd_rows(cfg: Any) -> list[TaskRow]:
     """Rows of older versions or written by hand, each on its own check."""
     legacy = row_for(cfg, "legacy_0_1", "db.t/ds=legacy")
-    legacy["classpath"] = "sensors.hive.NamedHivePartitionSensor"  # 0.1 stored the class under `sensors`
+    legacy = legacy._replace(classpath="sensors.hive.NamedHivePartitionSensor")  # 0.1 stored it under `sensors`
     rows = {
-        "null_exec": row_for(cfg, "null_exec", "db.t/ds=never") | {"exec_dict": None},
-        "null_start": row_for(cfg, "null_start", "db.t/ds=landed") | {"state": State.SMART_RUNNING, "start_date": None},
-        "null_attr": row_for(cfg, "null_attr", "db.t/ds=attr") | {"attr_dict": None},
-        "unknown_exec_keys": row_for(cfg, "unknown_exec_keys", "db.t/ds=unknown")
-        | {"exec_dict": json.dumps({"poke_interval": 1, "timeout": 30, "queue": "x", "pool_slots": 3})},
-        "null_updated_at": row_for(cfg, "null_updated_at", "db.t/ds=landed") | {"updated_at": None},
+        "null_exec": row_for(cfg, "null_exec", "db.t/ds=never")._replace(exec_dict=None),  # type: ignore[arg-type]  # NULL, as older versions wrote
+        "null_start": row_for(cfg, "null_start", "db.t/ds=landed")._replace(state=State.SMART_RUNNING, start_date=None),
+        "null_attr": row_for(cfg, "null_attr", "db.t/ds=attr")._replace(attr_dict=None),  # type: ignore[arg-type]  # NULL, written by hand
+        "unknown_exec_keys": row_for(cfg, "unknown_exec_keys", "db.t/ds=unknown")._replace(
+            exec_dict=json.dumps({"poke_interval": 1, "timeout": 30, "queue": "x", "pool_slots": 3})
+        ),
+        "null_updated_at": row_for(cfg, "null_updated_at", "db.t/ds=landed")._replace(updated_at=None),
         "legacy_0_1": legacy,
     }
     return list(rows.values())
@@ -78,7 +79,7 @@ def test_odd_rows_end_alike_in_every_store_and_none_waits_forever(cfg, engine) -
         task_sql.insert_tasks_bulk(conn, odd_rows(cfg))
     assert odd_script(SqlRoundStore(engine), cfg) == mem_marked
     final = sql_rows(engine)
-    assert final == {r["dag_id"]: (r["state"], r["error"]) for r in memory.tasks.values()}
+    assert final == {r.dag_id: (r.state, r.error) for r in memory.tasks.values()}
     assert {dag: state for dag, (state, _) in final.items()} == {
         "null_exec": State.FAILED,  # timed out after the default 7 days (NULL compared as '' on SQL too)
         "null_start": State.SUCCESS,  # the rebuild gave it a start
@@ -101,7 +102,7 @@ def test_set_state_smart_running_by_hand_reaches_the_index_on_sql(cfg, engine, c
     run_round([w], lambda: catalog)
     with engine.begin() as conn:
         task_sql.set_state(conn, TaskKey("hand", "w", DAY), State.SMART_RUNNING, now=clock())
-        assert task_sql.get_task(conn, "hand", "w", DAY)["start_date"] == clock()
+        assert task_sql.get_task(conn, "hand", "w", DAY).start_date == clock()
     catalog.land("db.t/ds=1")
     clock.advance(cfg.get("smart_sensor", "reconcile_interval"))
     result = run_round([w], lambda: catalog)
@@ -111,13 +112,13 @@ def test_set_state_smart_running_by_hand_reaches_the_index_on_sql(cfg, engine, c
 def test_mark_check_stays_in_its_shard_range(cfg, engine) -> None:
     """Defect 9: a collided check is marked only in the range that writes it (a row moved by `db reshard` is the
     new owner's)."""
-    row = row_for(cfg, "moved", "db.t/ds=1") | {"state": State.SMART_RUNNING, "start_date": T0}
+    row = row_for(cfg, "moved", "db.t/ds=1")._replace(state=State.SMART_RUNNING, start_date=T0)
     with engine.begin() as conn:
-        conn.execute(insert(TI).values(**row))
-        check = key_of(CheckKey, row)
-        lo = row["shardcode"] + 1
+        conn.execute(insert(TI).values(**row.columns()))
+        check = row.check
+        lo = row.shardcode + 1
         assert task_sql.mark_check(conn, check, lo, lo + 10, State.SUCCESS, T0) == 0
-        assert task_sql.mark_check(conn, check, row["shardcode"], lo, State.SUCCESS, T0) == 1
+        assert task_sql.mark_check(conn, check, row.shardcode, lo, State.SUCCESS, T0) == 1
 
 
 def test_two_writers_locking_in_opposite_orders_both_land(tmp_path, pg_url) -> None:
@@ -128,20 +129,20 @@ def test_two_writers_locking_in_opposite_orders_both_land(tmp_path, pg_url) -> N
     engine = make_engine(pg_url)
     try:
         init_db(engine)
-        a = row_for(cfg, "a", "db.t/ds=a") | {"state": State.SMART_RUNNING, "start_date": T0}
-        b = row_for(cfg, "b", "db.t/ds=b") | {"state": State.SMART_RUNNING, "start_date": T0}
+        a = row_for(cfg, "a", "db.t/ds=a")._replace(state=State.SMART_RUNNING, start_date=T0)
+        b = row_for(cfg, "b", "db.t/ds=b")._replace(state=State.SMART_RUNNING, start_date=T0)
         with engine.begin() as conn:
             task_sql.insert_tasks_bulk(conn, [a, b])
 
-        def key(r: dict[str, Any]) -> Any:
-            return key_of(CheckKey, r)
+        def key(r: TaskRow) -> Any:
+            return r.check
 
-        def cohort(r: dict[str, Any]) -> Cohort:
-            return Cohort(r["exec_dict"], r["start_date"], r["try_number"])
+        def cohort(r: TaskRow) -> Cohort:
+            return Cohort(r.exec_dict, r.start_date, r.try_number)  # type: ignore[arg-type]  # started at T0
 
         # One lands a and times b out; the other lands b and times a out: each locks one row, then wants the other.
-        first = RoundWrites(landed_hashes=[a["hashcode"]], ended={(State.FAILED, "timed out"): [(key(b), cohort(b))]})
-        second = RoundWrites(landed_hashes=[b["hashcode"]], ended={(State.FAILED, "timed out"): [(key(a), cohort(a))]})
+        first = RoundWrites(landed_hashes=[a.hashcode], ended={(State.FAILED, "timed out"): [(key(b), cohort(b))]})
+        second = RoundWrites(landed_hashes=[b.hashcode], ended={(State.FAILED, "timed out"): [(key(a), cohort(a))]})
         both_locked = threading.Barrier(2, timeout=30)
         seen: dict[int, int] = {}
 

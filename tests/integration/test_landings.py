@@ -26,6 +26,7 @@ from smartsensor.adapters.sql import landings as landing_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.api.metrics import render_metrics
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.landings import (
     BASELINE,
     DELIVERED,
@@ -456,7 +457,7 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
     airflow = AirflowDouble()
     catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": []}
     served = LeasedRanges(engine, cfg)
-    landings = publisher(engine, cfg, airflow, catalog, served.worker_id, datetime.utcnow)
+    landings = publisher(engine, cfg, airflow, catalog, served.worker_id, clock.now)
     assert served.held_ranges() == [] and landings.cycle(served.held_ranges()).watched == 0
     loop = WorkerLoop(served, engine, cfg, 60.0, False, lambda _result: None, landings=landings)
     jobs = PeriodicJobs("test")

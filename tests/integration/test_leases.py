@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -82,7 +82,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
         DAY,
         cfg,
     )
-    t0 = datetime.utcnow()
+    t0 = datetime.now(timezone.utc)
     a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
     old = dict(a.owned)
@@ -103,7 +103,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
         if result.loaded:
             assert result.fenced_out
     with engine.connect() as conn:
-        assert {r["state"] for r in task_sql.list_tasks(conn)} == {State.SMART_PENDING}
+        assert {r.state for r in task_sql.list_tasks(conn)} == {State.SMART_PENDING}
     # "a"'s next heartbeat reports every range lost; it renews nothing
     assert sorted(a.heartbeat(now=later)["lost"]) == sorted(old)
     assert a.owned == {}
@@ -117,7 +117,7 @@ def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine
 
 
 def test_lapsed_lease_is_reclaimed_not_renewed(engine, cfg) -> None:
-    t0 = datetime.utcnow()
+    t0 = datetime.now(timezone.utc)
     a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
     epochs = {lo: lease.epoch for lo, lease in a.owned.items()}
@@ -143,7 +143,7 @@ def test_worker_paused_inside_its_heartbeat_does_not_block_takeover(engine, cfg,
     from smartsensor.adapters.sql.engine import make_engine
 
     paused_engine = make_engine(cfg.sql_alchemy_conn, idle_in_transaction_timeout=1.0)
-    t0 = datetime.utcnow()
+    t0 = datetime.now(timezone.utc)
     a = LeaseManager(SqlLeaseStore(paused_engine), cfg, "a")
     a.heartbeat(now=t0)
     paused = paused_engine.connect()
@@ -174,8 +174,8 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
         cfg,
     )
     with engine.connect() as conn:
-        shard = task_sql.list_tasks(conn)[0]["shardcode"]
-    t0 = datetime.utcnow()
+        shard = task_sql.list_tasks(conn)[0].shardcode
+    t0 = datetime.now(timezone.utc)
     a = LeaseManager(SqlLeaseStore(engine), cfg, "a")
     a.heartbeat(now=t0)
     lease = next(lease for lease in a.owned.values() if lease.shard_min <= shard < lease.shard_max)
@@ -187,7 +187,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
         a_conn.begin()
         marked = task_sql.mark_hashes(
             a_conn,
-            [r["hashcode"] for r in task_sql.list_tasks(a_conn) if lease.shard_min <= r["shardcode"] < lease.shard_max],
+            [r.hashcode for r in task_sql.list_tasks(a_conn) if lease.shard_min <= r.shardcode < lease.shard_max],
             lease.shard_min,
             lease.shard_max,
             State.SUCCESS,
@@ -211,7 +211,7 @@ def test_changed_shard_ranges_reshape_free_lease_rows(engine, cfg, tmp_path, db_
     """Rows made under an old shard_ranges are fitted to the new one once nobody holds them; without
     that the range 0-5000 (its old row says 0-2000) would never be claimed and its tasks would wait forever."""
     old = LeaseManager(SqlLeaseStore(engine), cfg, "old")  # the default 5 ranges: 0-2000, 2000-4000, ...
-    t0 = datetime.utcnow()
+    t0 = datetime.now(timezone.utc)
     old.heartbeat(now=t0)
     new_cfg = make_cfg(tmp_path / "home2", db_url, **SHORT_LEASES, smart_sensor__shard_ranges="0-5000, 5000-10000")
     new = LeaseManager(SqlLeaseStore(engine), new_cfg, "new")

@@ -132,4 +132,4 @@ def test_on_postgres_only_the_requests_waiting_on_an_ended_hashcode_read_again(t
 
 def task_hashcode(engine: Any, ti: TaskKey) -> int:
     with engine.connect() as conn:
-        return task_sql.get_task(conn, *ti)["hashcode"]
+        return task_sql.get_task(conn, *ti).hashcode

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
-from smartsensor.domain.keys import TaskKey, key_of
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import timeout_error
 from smartsensor_airflow.client import ApiError, Endpoint, is_timeout, outcome
@@ -53,14 +53,14 @@ def finish_all(engine: Any, state: str) -> int:
     return len(tasks)
 
 
-def end_task(conn: Any, task: dict[str, Any], state: str) -> None:
+def end_task(conn: Any, task: TaskRow, state: str) -> None:
     """One waiting task marked ``state``, guarded as a round marks it."""
     task_sql.set_state(
         conn,
-        key_of(TaskKey, task),
+        task.key,
         state,
         from_states=list(State.SMART_WAITING),
-        now=task["execution_date"],
+        now=task.execution_date,
     )
 
 
@@ -131,8 +131,8 @@ def test_the_poller_hands_the_task_the_reason_a_try_ended(cfg, engine) -> None:
                 assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
         with engine.begin() as conn:
             for t in task_sql.list_tasks(conn):
-                ti = key_of(TaskKey, t)
-                error = errors[int(t["task_id"][1:])]
+                ti = t.key
+                error = errors[int(t.task_id[1:])]
                 task_sql.set_state(conn, ti, State.FAILED, from_states=list(State.SMART_WAITING), error=error)
         poller = shared_poller("reasons", endpoint(), transport)
         return [await asyncio.wait_for(poller.wait(key(i), 0.1), timeout=30) for i in errors]
@@ -397,7 +397,7 @@ def test_tries_that_end_in_the_next_commit_are_heard_at_once_too(cfg, engine) ->
 
     def end(task_id: str) -> None:
         with engine.begin() as conn:
-            (task,) = [t for t in task_sql.list_tasks(conn) if t["task_id"] == task_id]
+            (task,) = [t for t in task_sql.list_tasks(conn) if t.task_id == task_id]
             end_task(conn, task, State.SUCCESS)
             channel_sql.notify_ended(conn)
 

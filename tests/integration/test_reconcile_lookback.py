@@ -7,7 +7,7 @@ reconciliation after it commits."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from sqlalchemy import update
@@ -28,7 +28,7 @@ LOOKBACK = 0.5  # seconds: [smart_sensor] reconcile_lookback, short so that the 
 
 
 def utcnow() -> datetime:
-    return datetime.utcnow()  # the clock updated_at is stamped in (naive UTC), as the workers' own
+    return datetime.now(timezone.utc)  # the clock updated_at is stamped in (aware UTC), as the workers' own
 
 
 @needs_test_pg
@@ -42,8 +42,8 @@ def test_a_transaction_committing_long_after_its_stamp_is_read_by_the_next_recon
     init_db(engine)
     try:
         waiting, _ = build_row(named("waiting", "db.t/ds=1"), "waits", DAY, cfg)
-        by_hand, _ = build_row(named("by_hand", "db.t/ds=2"), "by_hand", DAY, cfg)
-        by_hand["state"] = State.FAILED  # not waiting: the index starts without it
+        built, _ = build_row(named("by_hand", "db.t/ds=2"), "by_hand", DAY, cfg)
+        by_hand = built._replace(state=State.FAILED)  # not waiting: the index starts without it
         with engine.begin() as conn:
             task_sql.insert_tasks_bulk(conn, [waiting, by_hand])
         worker = RangeRounds(

@@ -26,7 +26,7 @@ def test_register_is_idempotent_and_clear_resets(engine, cfg) -> None:
     assert cleared[0].state == State.SMART_PENDING
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d1", "a", DAY)
-    assert row is not None and row["state"] == State.SMART_PENDING and row["end_date"] is None
+    assert row is not None and row.state == State.SMART_PENDING and row.end_date is None
 
 
 def test_registered_states_are_a_dags_tasks_on_one_day_as_they_stand(engine, cfg) -> None:

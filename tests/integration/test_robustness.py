@@ -6,7 +6,7 @@ a new user meets first are in tests/process/test_robustness.py."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ TI = TaskInstance.__table__
 
 def states(engine: Any) -> dict[str, tuple[str, str | None]]:
     with engine.connect() as conn:
-        return {r["dag_id"]: (r["state"], r["error"]) for r in task_sql.list_tasks(conn)}
+        return {r.dag_id: (r.state, r.error) for r in task_sql.list_tasks(conn)}
 
 
 def set_exec(engine: Any, dag_id: str, **values: Any) -> None:
@@ -371,7 +371,7 @@ def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why
     )
     custom_sensors.EXPLODE.add("k-skew")
     custom_sensors.READY.add("k-fine")
-    now = [datetime(2026, 11, 23, 6)]
+    now = [datetime(2026, 11, 23, 6, tzinfo=timezone.utc)]
     worker = spark_range(engine, cfg, spark, 0, 10000, clock=lambda: now[0])
     try:
         first = worker.run_round()

@@ -17,6 +17,7 @@ from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.domain.keys import Fence, TaskKey
+from smartsensor.domain.rows import TaskRow
 from smartsensor.schema.models import ShardLease, TaskInstance
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
@@ -29,8 +30,8 @@ TI = TaskInstance.__table__
 SL = ShardLease.__table__
 
 
-def rows(cfg: Any) -> list[dict[str, Any]]:
-    def named(dag: str, partition: str, **kw: Any) -> dict[str, Any]:
+def rows(cfg: Any) -> list[TaskRow]:
+    def named(dag: str, partition: str, **kw: Any) -> TaskRow:
         row, _ = build_row(NamedHivePartitionSensor(task_id="w", partition_names=[partition], **kw), dag, DAY, cfg)
         return row
 
@@ -46,10 +47,15 @@ def rows(cfg: Any) -> list[dict[str, Any]]:
         named("bad", "db.t/ds=3"),
         named("manual", "db.t/ds=1"),
     ]
-    by_dag = {r["dag_id"]: r for r in out}
-    by_dag["collide"].update(hashcode=by_dag["landed1"]["hashcode"], shardcode=by_dag["landed1"]["shardcode"])
-    by_dag["bad"]["exec_dict"] = json.dumps({"retry_delay": 1e12})
-    return out
+    landed1 = out[0]
+    return [
+        row._replace(hashcode=landed1.hashcode, shardcode=landed1.shardcode)  # a collision
+        if row.dag_id == "collide"
+        else row._replace(exec_dict=json.dumps({"retry_delay": 1e12}))  # a row that cannot be planned
+        if row.dag_id == "bad"
+        else row
+        for row in out
+    ]
 
 
 def script(
@@ -114,5 +120,5 @@ def test_memory_and_sql_stores_end_in_the_same_states(cfg, engine) -> None:
     assert mem_trace[2] == ({}, True)
     with engine.connect() as conn:
         sql_rows = [(r.dag_id, r.state, r.error) for r in conn.execute(select(TI.c.dag_id, TI.c.state, TI.c.error))]
-    mem_rows = [(r["dag_id"], r["state"], r["error"]) for r in memory.tasks.values()]
+    mem_rows = [(r.dag_id, r.state, r.error) for r in memory.tasks.values()]
     assert final_states(sql_rows) == final_states(mem_rows)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from alembic.autogenerate import compare_metadata
@@ -80,9 +80,9 @@ def test_the_round_reads_through_the_partial_indexes(db_url: str) -> None:
 
     event.listen(engine, "before_cursor_execute", record)
     with engine.begin() as conn:
-        task_sql.start_pending_cohorts(conn, 0, 10, datetime(2026, 11, 22), "h")
+        task_sql.start_pending_cohorts(conn, 0, 10, datetime(2026, 11, 22, tzinfo=timezone.utc), "h")
         task_sql.load_waiting_cohorts(conn, 0, 10)
-        task_sql.changed_cohorts(conn, 0, 10, datetime(2026, 11, 22), "h")
+        task_sql.changed_cohorts(conn, 0, 10, datetime(2026, 11, 22, tzinfo=timezone.utc), "h")
     event.remove(engine, "before_cursor_execute", record)
     plans = []
     with engine.begin() as conn:

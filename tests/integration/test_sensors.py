@@ -243,13 +243,13 @@ def test_success_file_rejects_bad_paths(path: str) -> None:
 
 
 def test_templated_fields_validate_after_rendering() -> None:
-    from datetime import datetime
+    from datetime import datetime, timezone
 
     s = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ ds }}"})
-    assert s.rendered(datetime(2026, 11, 22)).partition == {"ds": "2026-11-22"}  # type: ignore[attr-defined]  # same class
+    assert s.rendered(datetime(2026, 11, 22, tzinfo=timezone.utc)).partition == {"ds": "2026-11-22"}  # type: ignore[attr-defined]  # same class
     bad = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ ds }}\n"})
     with pytest.raises(SensorDefinitionError):
-        bad.rendered(datetime(2026, 11, 22))
+        bad.rendered(datetime(2026, 11, 22, tzinfo=timezone.utc))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

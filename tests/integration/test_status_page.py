@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -88,7 +88,7 @@ def test_the_lifespan_samples_history_while_the_app_runs(cfg, engine) -> None:
 
 def _samples(engine: Any) -> list[tuple[datetime, str, int]]:
     with engine.connect() as conn:
-        return history_sql.load_samples(conn, datetime(2000, 1, 1))
+        return history_sql.load_samples(conn, datetime(2000, 1, 1, tzinfo=timezone.utc))
 
 
 def test_with_a_token_the_page_asks_for_it_and_the_login_sets_a_cookie(cfg, engine) -> None:
@@ -125,7 +125,7 @@ def test_without_a_token_the_page_is_open_and_login_leads_to_it(cfg, engine) -> 
 
 def test_hostile_values_are_escaped(cfg, engine) -> None:
     register(engine, [("d", named("w", "db.t/ds=1"))], DAY, cfg)
-    now = datetime.utcnow()
+    now = datetime.now(timezone.utc)
     evil = "<script>alert(1)</script>\"'"
     with engine.begin() as conn:
         lease_sql.ensure_leases(conn, cfg.resolved_shard_ranges)

@@ -4,7 +4,7 @@ overdue one, in `status` (text and JSON), the page and /metrics, on SQLite and P
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from smartsensor.standalone.registration import register
 from tests.support.common import DAY, T0, named
 
 TI = TaskInstance.__table__
+DAY_TEXT = "2026-11-22T00:00:00"  # DAY as status prints it: naive UTC, as it always has
 BOUND = 60.0  # reconcile_interval 40 + poke_interval 20
 WEEK = 7 * 24 * 3600
 
@@ -80,7 +81,7 @@ def test_a_task_waiting_after_its_check_landed_past_the_bound_is_stuck(cfg, engi
         "bound_seconds": BOUND,
         "after_landing": {
             "count": 2,
-            "oldest": {"dag_id": "h", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 90.0},
+            "oldest": {"dag_id": "h", "task_id": "w", "execution_date": DAY_TEXT, "late_seconds": 90.0},
         },
         "past_time_limit": {"count": 0, "oldest": None},
     }
@@ -89,7 +90,7 @@ def test_a_task_waiting_after_its_check_landed_past_the_bound_is_stuck(cfg, engi
     place(engine, "b", State.SMART_RUNNING, start_date=ago(100))
     assert stuck_of(engine, cfg)["after_landing"] == {
         "count": 1,
-        "oldest": {"dag_id": "b", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 40.0},
+        "oldest": {"dag_id": "b", "task_id": "w", "execution_date": DAY_TEXT, "late_seconds": 40.0},
     }
 
 
@@ -112,13 +113,13 @@ def test_the_tasks_of_one_hashcode_are_stuck_by_their_own_check(cfg, engine) -> 
 
     assert stuck_of(engine, cfg)["after_landing"] == {
         "count": 2,
-        "oldest": {"dag_id": "a3", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 440.0},
+        "oldest": {"dag_id": "a3", "task_id": "w", "execution_date": DAY_TEXT, "late_seconds": 440.0},
     }
     place(engine, "b1", State.SUCCESS, end_date=ago(100))  # b's landing is past the bound now: b2 and b3 are stuck
     place(engine, "a3", State.SUCCESS, end_date=ago(100))
     assert stuck_of(engine, cfg)["after_landing"] == {
         "count": 3,  # a4, b2, b3
-        "oldest": {"dag_id": "a4", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 340.0},
+        "oldest": {"dag_id": "a4", "task_id": "w", "execution_date": DAY_TEXT, "late_seconds": 340.0},
     }
 
 
@@ -146,14 +147,14 @@ def test_a_task_waiting_past_its_time_limit_and_the_bound_is_stuck(cfg, engine) 
     stuck = stuck_of(engine, cfg)
     assert stuck["past_time_limit"] == {
         "count": 3,
-        "oldest": {"dag_id": "p3", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 100.0},
+        "oldest": {"dag_id": "p3", "task_id": "w", "execution_date": DAY_TEXT, "late_seconds": 100.0},
     }
     assert stuck["after_landing"] == {"count": 0, "oldest": None}
     place(engine, "p3", State.SUCCESS, end_date=ago(1))
     place(engine, "p1", State.SUCCESS, end_date=ago(1))
     assert stuck_of(engine, cfg)["past_time_limit"] == {
         "count": 1,
-        "oldest": {"dag_id": "n1", "task_id": "w", "execution_date": DAY.isoformat(), "late_seconds": 1.0},
+        "oldest": {"dag_id": "n1", "task_id": "w", "execution_date": DAY_TEXT, "late_seconds": 1.0},
     }
 
 
@@ -171,7 +172,7 @@ def test_stuck_tasks_are_loud_lines_and_problems(cfg, engine) -> None:
     assert quiet.problems == () and not any("still wait" in line for line in status_lines(quiet, 10000))
     _one_of_each(engine, cfg)
     data = collect_status(engine, cfg, T0)
-    date = DAY.isoformat()
+    date = DAY_TEXT
     expected = [
         f"1 task(s) still wait although their check landed more than 60 s ago (oldest: b.w @ {date}, 60 s late)",
         f"1 task(s) still wait more than 60 s past their time limit (oldest: p.w @ {date}, 40 s late)",
@@ -200,7 +201,7 @@ def test_metrics_and_the_page_show_the_stuck_counts(cfg, engine) -> None:
     assert 'smartsensor_stuck_tasks{kind="after_landing"} 0.0' in text_
     assert 'smartsensor_stuck_oldest_seconds{kind="past_time_limit"} 0.0' in text_
     # stuck tasks registered relative to the wall clock: /metrics and the page read it, not T0
-    now = datetime.utcnow()
+    now = datetime.now(timezone.utc)
     add(engine, cfg, "a", "db.t/ds=1")
     add(engine, cfg, "b", "db.t/ds=1")
     place(engine, "a", State.SUCCESS, end_date=now - timedelta(seconds=3600))

@@ -32,7 +32,7 @@ def make_worker(engine: Any, cfg: Any, spark: Any, clock: Clock, lo: int = 0, hi
 
 def states(engine: Any) -> dict[tuple[str, str], str]:
     with engine.connect() as conn:
-        return {(r["dag_id"], r["task_id"]): r["state"] for r in task_sql.list_tasks(conn)}
+        return {(r.dag_id, r.task_id): r.state for r in task_sql.list_tasks(conn)}
 
 
 def test_duplicates_across_dags_marked_together_from_one_poke(engine, cfg, spark, hive_db, clock) -> None:
@@ -103,13 +103,13 @@ def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) ->
     assert requeue_retries(engine, cfg, now=clock.now + timedelta(seconds=5)) == {"smart_pending": 1}
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
-    assert row["state"] == "smart_pending" and row["try_number"] == 2 and row["start_date"] is None
+    assert row.state == "smart_pending" and row.try_number == 2 and row.start_date is None
     clock.advance(10)
     w.run_round()  # second try starts now
     clock.advance(30)
     assert w.run_round().marked == {"failed": 1}
     with engine.connect() as conn:
-        assert task_sql.get_task(conn, "d", "w", DAY)["error"] == "timed out waiting"
+        assert task_sql.get_task(conn, "d", "w", DAY).error == "timed out waiting"
 
 
 def test_soft_fail_skips_and_execution_timeout_wins(engine, cfg, spark, hive_db, clock) -> None:
@@ -235,7 +235,7 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
     assert a.finish_round(plan).marked == {}
     assert states(engine) == {("d", "r"): "smart_running", ("d", "m"): "smart_running"}
     with engine.connect() as conn:
-        assert task_sql.get_task(conn, "d", "r", DAY)["try_number"] == 2
+        assert task_sql.get_task(conn, "d", "r", DAY).try_number == 2
     engine2.dispose()
 
 
@@ -270,7 +270,7 @@ def test_forced_hash_collision_never_marks_the_other_check(engine, cfg, spark, h
         conn.execute(
             update(TaskInstance)
             .where(TaskInstance.task_id == "b")
-            .values(hashcode=row_a["hashcode"], shardcode=row_a["shardcode"])
+            .values(hashcode=row_a.hashcode, shardcode=row_a.shardcode)
         )
     land(spark, hive_db, "t", ds="1", hr="00")
     r = make_worker(engine, cfg, spark, clock).run_round()
@@ -287,7 +287,7 @@ def test_permanent_error_fails_with_message(engine, cfg, spark, hive_db, clock) 
     r = make_worker(engine, cfg, spark, clock).run_round()
     assert r.marked == {"failed": 1} and r.permanent_errors == 1
     with engine.connect() as conn:
-        assert "not partitioned" in task_sql.get_task(conn, "d", "p", DAY)["error"]
+        assert "not partitioned" in task_sql.get_task(conn, "d", "p", DAY).error
 
 
 def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock, tmp_path) -> None:
@@ -307,7 +307,7 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
     assert r.marked == {"failed": 1}
     assert not marker.exists()
     with engine.connect() as conn:
-        assert "not a known smart-eligible sensor class" in task_sql.get_task(conn, "d", "x", DAY)["error"]
+        assert "not a known smart-eligible sensor class" in task_sql.get_task(conn, "d", "x", DAY).error
 
 
 def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from smartsensor.adapters.periodic import PeriodicJobs
@@ -31,7 +31,7 @@ def signal_names(engine: Any) -> list[str]:
 
 
 def test_pruning_drops_landing_signals_past_their_retention(engine, cfg) -> None:
-    now = datetime.utcnow()
+    now = datetime.now(timezone.utc)
     with engine.begin() as conn:
         signal_sql.insert_signal(conn, "db.t/ds=old", now - SIGNAL_RETENTION - timedelta(minutes=1))
         signal_sql.insert_signal(conn, "db.t/ds=recent", now - SIGNAL_RETENTION + timedelta(minutes=5))
@@ -50,7 +50,7 @@ def test_the_side_jobs_keep_leases_every_heartbeat_and_prune_once_a_minute(engin
         "stop-watch": 0.2,
     }
     with engine.begin() as conn:
-        signal_sql.insert_signal(conn, "db.t/ds=old", datetime.utcnow() - 2 * SIGNAL_RETENTION)
+        signal_sql.insert_signal(conn, "db.t/ds=old", datetime.now(timezone.utc) - 2 * SIGNAL_RETENTION)
     with jobs:  # the first pruning runs at once
         wait_until(lambda: signal_names(engine) == [], timeout=30)
     assert not jobs.running() and jobs.in_flight() == 0
@@ -59,7 +59,7 @@ def test_the_side_jobs_keep_leases_every_heartbeat_and_prune_once_a_minute(engin
 def test_a_failed_prune_is_logged_and_retried_at_the_next_run(engine, cfg, caplog) -> None:
     loop = pinned_loop(engine, cfg)
     with engine.begin() as conn:
-        signal_sql.insert_signal(conn, "db.t/ds=old", datetime.utcnow() - 2 * SIGNAL_RETENTION)
+        signal_sql.insert_signal(conn, "db.t/ds=old", datetime.now(timezone.utc) - 2 * SIGNAL_RETENTION)
     broken = WorkerLoop(loop.served, _BrokenEngine(), cfg, 60.0, False, lambda _result: None)
     broken.prune_signals()
     assert "pruning landing signals failed" in caplog.text

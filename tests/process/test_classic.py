@@ -35,7 +35,7 @@ def run_heartbeating(engine: Any) -> bool:
     run_task, so the run's SIGTERM handler is installed by then."""
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
-    return row["state"] == State.RUNNING and row["updated_at"] > row["start_date"]
+    return row.state == State.RUNNING and row.updated_at > row.start_date
 
 
 @pytest.mark.slow
@@ -78,7 +78,7 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
     assert proc.returncode == 0, err
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
-    assert (row["state"], row["try_number"], row["error"]) == (State.SCHEDULED, 1, None)
+    assert (row.state, row.try_number, row.error) == (State.SCHEDULED, 1, None)
     engine.dispose()
 
 
@@ -104,8 +104,8 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     assert '"launched": 2' in out.stdout
     with engine.connect() as conn:
         rows = task_sql.list_tasks(conn)
-    got = {r["task_id"]: r["state"] for r in rows}
-    why = {r["task_id"]: (r["error"], r["start_date"], r["end_date"]) for r in rows}
+    got = {r.task_id: r.state for r in rows}
+    why = {r.task_id: (r.error, r.start_date, r.end_date) for r in rows}
     assert got == {"ok": "success", "never": "failed"}, f"{why}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     engine.dispose()
 
@@ -165,7 +165,7 @@ def test_classic_runs_of_a_wheel_install_started_from_the_checkout_root(wheel_bi
     assert out.returncode == 0 and '"launched": 1' in out.stdout, out.stdout + out.stderr[-3000:]
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "ok", DAY)
-    assert (row["state"], row["error"]) == (State.SUCCESS, None), out.stderr[-3000:]
+    assert (row.state, row.error) == (State.SUCCESS, None), out.stderr[-3000:]
     engine.dispose()
 
 
@@ -181,7 +181,7 @@ def test_workers_of_a_wheel_install_started_from_the_checkout_root(wheel_bin: Pa
 
     def state() -> str:
         with engine.connect() as conn:
-            return task_sql.get_task(conn, "d", "ok", DAY)["state"]
+            return task_sql.get_task(conn, "d", "ok", DAY).state
 
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -241,7 +241,8 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     with engine.connect() as conn:
-        last_beat = task_sql.get_task(conn, "d", "w", DAY)["updated_at"]
+        last_beat = task_sql.get_task(conn, "d", "w", DAY).updated_at
+    assert last_beat is not None
     # not yet a zombie while its last beat is younger than zombie_threshold (judged at an explicit time, so a
     # loaded machine cannot turn "not yet" into "already")
     assert end_zombies(engine, cfg, now=last_beat + timedelta(seconds=1)) == {}
@@ -258,5 +259,5 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     assert status_zombies() == []
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
-    assert row["state"] == State.UP_FOR_RETRY and "stopped heartbeating" in row["error"]
+    assert row.state == State.UP_FOR_RETRY and "stopped heartbeating" in row.error
     engine.dispose()

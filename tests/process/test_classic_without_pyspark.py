@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from tests.support.common import DAY, ROOT, new_db
 from tests.support.proc_helpers import cli_env, run_cli
@@ -112,7 +113,7 @@ def until(predicate: Callable[[], bool], proc: subprocess.Popen[bytes], stderr: 
         time.sleep(0.05)
 
 
-def task_row(engine: Any, dag_id: str) -> dict[str, Any]:
+def task_row(engine: Any, dag_id: str) -> TaskRow:
     with engine.connect() as conn:
         row = task_sql.get_task(conn, dag_id, "wait", DAY)
     assert row is not None
@@ -149,7 +150,7 @@ def test_user_poke_on_a_local_file_needs_no_pyspark(tmp_path: Path) -> None:
     assert (result["state"], result["error"]) == (State.SUCCESS, None), err.read_text()[-3000:]
     assert result["pokes"] >= 2 and result["catalog_calls"] == 0, result  # not landed at the first poke
     row = task_row(engine, "local_pipeline")
-    assert (row["state"], row["try_number"], row["error"]) == (State.SUCCESS, 1, None)
+    assert (row.state, row.try_number, row.error) == (State.SUCCESS, 1, None)
     assert not attempts.exists(), "Spark was started for a sensor that does not need it"
     assert "Spark" not in err.read_text(), err.read_text()[-3000:]
     engine.dispose()
@@ -170,7 +171,7 @@ def test_a_sensor_that_needs_spark_fails_its_try_once_without_pyspark(tmp_path: 
     assert (result["state"], result["pokes"]) == (State.FAILED, 1), (result, run.stderr[-3000:])
     assert "PySpark is not installed: pip install 'smartsensor[spark]'" in result["error"], result
     row = task_row(engine, dag_id)
-    assert (row["state"], row["try_number"], row["error"]) == (State.FAILED, 1, result["error"])
+    assert (row.state, row.try_number, row.error) == (State.FAILED, 1, result["error"])
     assert attempts.exists()  # it did try to start Spark: the sensor needs it
     assert run.stderr.count("cannot start Spark") == 1, run.stderr[-3000:]
     engine.dispose()

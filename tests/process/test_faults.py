@@ -45,7 +45,7 @@ def test_repeated_random_kill9_loses_nothing_marks_nothing_twice(tmp_path: Path,
         assert total <= 40
         with work.engine.connect() as conn:
             rows = task_sql.list_tasks(conn)
-        assert len(rows) == 40 and all(r["state"] == "success" and r["end_date"] for r in rows)
+        assert len(rows) == 40 and all(r.state == "success" and r.end_date for r in rows)
     finally:
         for p in everyone:
             p.stop(signal.SIGKILL)
@@ -77,7 +77,7 @@ def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Pat
         assert sum(p.marked() for p in procs) == 40  # nobody lost output, so: exactly once each
         assert all(p.proc.poll() is None for p in procs)  # both survived their pauses
         with work.engine.connect() as conn:
-            assert all(r["end_date"] for r in task_sql.list_tasks(conn))
+            assert all(r.end_date for r in task_sql.list_tasks(conn))
     finally:
         for p in procs:
             p.kill()
@@ -156,6 +156,6 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark, private
         assert results and results[0].state == "success"
         engine.dispose()
         with engine.connect() as conn:
-            assert task_sql.get_task(conn, "d", "s", DAY)["state"] == "success"
+            assert task_sql.get_task(conn, "d", "s", DAY).state == "success"
     finally:
         engine.dispose()

@@ -29,6 +29,8 @@ import pytest
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.config import Config
+from smartsensor.domain.clock import as_utc
+from smartsensor.domain.rows import TaskRow
 from smartsensor.service.signals import send_signal
 from smartsensor_airflow.client import Endpoint, register_try
 from tests.support.common import lease_owners, new_db, override_env, wait_until
@@ -100,10 +102,10 @@ class Fleet:
         with self.engine.connect() as conn:
             return [(r.shard_min, r.shard_max) for r in lease_sql.load_leases(conn) if r.owner == owner]
 
-    def rows(self) -> dict[tuple[str, datetime], dict[str, Any]]:
+    def rows(self) -> dict[tuple[str, datetime], TaskRow]:
         """The task rows of the stream, by (task_id, execution_date)."""
         with self.engine.connect() as conn:
-            return {(r["task_id"], r["execution_date"]): r for r in task_sql.list_tasks(conn, dag_id=DB)}
+            return {(r.task_id, r.execution_date): r for r in task_sql.list_tasks(conn, dag_id=DB)}
 
 
 def _healthy(base: str) -> bool:
@@ -173,9 +175,9 @@ class Takeover:
         now = time.monotonic() - self.started[0]
         rows = self.fleet.rows()
         waiting = [
-            (rows[t.ti]["shardcode"], now <= t.check.land_at <= now + LEASE_TIMEOUT - 2 * HEARTBEAT)
+            (rows[t.ti].shardcode, now <= t.check.land_at <= now + LEASE_TIMEOUT - 2 * HEARTBEAT)
             for t in self.tasks
-            if t.ti is not None and t.ti in rows and rows[t.ti]["state"] not in TERMINAL
+            if t.ti is not None and t.ti in rows and rows[t.ti].state not in TERMINAL
         ]
         held = {w: self.fleet.ranges_of(self.fleet.worker_id(w)) for w in self.fleet.workers}
 
@@ -217,7 +219,7 @@ def _events(
         exec_values = {"poke_interval": task.check.poke_interval, "timeout": 600}
         done = register_try(endpoint, task.key, "NamedHivePartitionSensor", persist, exec_values, None)
         ti = done["task_instance"]
-        task.ti = (ti["task_id"], datetime.fromisoformat(ti["execution_date"]))
+        task.ti = (ti["task_id"], as_utc(datetime.fromisoformat(ti["execution_date"])))
 
     def land(check: StreamCheck) -> None:
         check.landing = utc_now()
@@ -244,10 +246,10 @@ def _measure(fleet: Fleet, tasks: list[Task], takeover: Takeover) -> list[Measur
         assert t.ti is not None and t.check.landed is not None
         row = rows[t.ti]
         ready = max(t.ti[1], t.check.landed)  # registered (execution_date: when the service made the row) or landed
-        end = row["end_date"] if row["state"] in TERMINAL else None
-        hit = takeover.in_ranges(row["shardcode"]) and t.ti[1] <= taken and (end is None or end > takeover.killed_at)
+        end = row.end_date if row.state in TERMINAL else None
+        hit = takeover.in_ranges(row.shardcode) and t.ti[1] <= taken and (end is None or end > takeover.killed_at)
         bound = t.check.poke_interval + fleet.cfg.convergence_bound + (LEASE_TIMEOUT if hit else 0.0) + MARGIN
-        out.append(Measured(t, ready, end, row["state"], row["shardcode"], hit, hit and ready <= taken, bound))
+        out.append(Measured(t, ready, end, row.state, row.shardcode, hit, hit and ready <= taken, bound))
     return out
 
 
@@ -315,7 +317,7 @@ def test_every_task_ends_within_its_bound_through_a_kill_and_a_stream_of_registr
 
         def ended() -> bool:
             rows = fleet.rows()
-            return len(rows) == len(tasks) and all(r["state"] in TERMINAL for r in rows.values())
+            return len(rows) == len(tasks) and all(r.state in TERMINAL for r in rows.values())
 
         try:
             wait_until(ended, timeout=left + 0.5, step=0.2)

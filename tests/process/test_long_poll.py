@@ -13,6 +13,7 @@ import httpx
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import Endpoint
@@ -52,7 +53,7 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
         )
         assert r.status_code == 200, r.text
         ref = r.json()["task_instance"]
-        ti = TaskKey(ref["dag_id"], ref["task_id"], datetime.fromisoformat(ref["execution_date"]))
+        ti = TaskKey(ref["dag_id"], ref["task_id"], as_utc(datetime.fromisoformat(ref["execution_date"])))
 
         async def scenario() -> tuple[dict, int]:
             nonlocal replacement

@@ -55,7 +55,7 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         worker.wait_round(lambda r: r["transient_errors"] >= 1, timeout=120)
         with engine.connect() as conn:
-            assert {r["state"] for r in task_sql.list_tasks(conn)} == {"smart_running"}
+            assert {r.state for r in task_sql.list_tasks(conn)} == {"smart_running"}
         metastore_service.start(cfg, die_with_parent=True)
         land = subprocess.run(
             [
@@ -87,5 +87,5 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
             worker.stop()
         metastore_service.stop(cfg)
     with engine.connect() as conn:
-        assert {r["state"] for r in task_sql.list_tasks(conn)} == {"success"}
+        assert {r.state for r in task_sql.list_tasks(conn)} == {"success"}
     engine.dispose()

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -76,7 +76,7 @@ def answers(url: str) -> bool:
 
 def sampled(engine) -> bool:
     with engine.connect() as conn:
-        return bool(history_sql.load_samples(conn, datetime(2000, 1, 1)))
+        return bool(history_sql.load_samples(conn, datetime(2000, 1, 1, tzinfo=timezone.utc)))
 
 
 def test_chromium_renders_the_page_with_the_numbers_of_status_json(tmp_path: Path, db_url: str) -> None:

@@ -54,7 +54,7 @@ def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) 
         assert second.stop() == 0  # SIGTERM: clean stop
     with engine.connect() as conn:
         rows = task_sql.list_tasks(conn)
-        assert len(rows) == 20 and {r["state"] for r in rows} == {"success"}
+        assert len(rows) == 20 and {r.state for r in rows} == {"success"}
         # the clean stop removed its status row; the killed worker's row stays (status shows its age)
         assert [w["pid"] for w in status_sql.worker_rounds(conn)] == [first.proc.pid]
     engine.dispose()
@@ -74,14 +74,14 @@ def test_worker_once_keeps_its_leases_through_a_round_longer_than_lease_timeout(
     cfg, engine = new_db(tmp_path / "home", db_url, **overrides)
     register(engine, [("d", SlowSensor(task_id="slow", seconds=4))], DAY, cfg)  # 4 lease_timeouts long
     with engine.connect() as conn:
-        assert task_sql.get_task(conn, "d", "slow", DAY)["state"] == "smart_pending"
+        assert task_sql.get_task(conn, "d", "slow", DAY).state == "smart_pending"
     out = run_cli(
         ["worker", "--once", "--json"], cli_env(tmp_path / "home", db_url, **override_env(overrides)), timeout=120
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert [json.loads(line)["marked"] for line in out.stdout.splitlines() if line.startswith("{")] == [{"success": 1}]
     with engine.connect() as conn:
-        assert task_sql.get_task(conn, "d", "slow", DAY)["state"] == "success"
+        assert task_sql.get_task(conn, "d", "slow", DAY).state == "success"
     engine.dispose()
 
 
@@ -185,5 +185,5 @@ def test_worker_whose_spark_jvm_died_is_restarted_and_loses_nothing(tmp_path: Pa
     finally:
         assert sup.stop() == 0
     with engine.connect() as conn:
-        assert [r["state"] for r in task_sql.list_tasks(conn)] == ["success"]
+        assert [r.state for r in task_sql.list_tasks(conn)] == ["success"]
     engine.dispose()

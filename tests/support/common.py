@@ -4,7 +4,7 @@ test Config and a fresh metadata DB, the usual sensor, the rows a test reads bac
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,8 +14,8 @@ from smartsensor.config import Config, load_config
 from smartsensor.sensors import NamedHivePartitionSensor
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
-DAY = datetime(2026, 11, 22)  # the execution date tasks are registered for
-T0 = datetime(2026, 11, 23, 6, 0, 0)  # where the test clock starts: the morning after DAY
+DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)  # the execution date tasks are registered for
+T0 = datetime(2026, 11, 23, 6, 0, 0, tzinfo=timezone.utc)  # where the test clock starts: the morning after DAY
 
 
 def override_env(overrides: dict[str, str]) -> dict[str, str]:

@@ -34,7 +34,7 @@ class FlagWorkload:
 
     def states(self) -> set[str]:
         with self.engine.connect() as conn:
-            return {r["state"] for r in task_sql.list_tasks(conn)}
+            return {r.state for r in task_sql.list_tasks(conn)}
 
     def wait_all_success(self, timeout: float) -> None:
         wait_until(lambda: self.states() == {"success"}, timeout=timeout, step=0.2)

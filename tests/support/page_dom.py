@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from typing import Any
 
@@ -26,7 +26,7 @@ def populate_page_db(cfg: Any, engine: Any) -> datetime:
         DAY,
         cfg,
     )
-    now = datetime.utcnow()
+    now = datetime.now(timezone.utc)
     landed, waits_since = now - timedelta(hours=1), now - timedelta(hours=2)
     with engine.begin() as conn:
         # The landing is an hour old and the other tasks of its checks wait since before it: they count as stuck

@@ -7,7 +7,7 @@ import os
 import random
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 
 from hypothesis import given, settings, strategies as st
 
@@ -18,14 +18,14 @@ from tests.support.common import make_cfg
 
 SNIPPET = """
 import json, sys
-from datetime import datetime
+from datetime import datetime, timezone
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.config import load_config
 from smartsensor.standalone.registration import build_row
 cfg = load_config(environ={"SMARTSENSOR_HOME": sys.argv[1]})
 s = NamedHivePartitionSensor(task_id="t", partition_names=["Demo.Events/ds={{ ds }}/hr=00", "demo.users/ds={{ ds }}"])
-row, _ = build_row(s, "dag", datetime(2026, 11, 22), cfg)
-print(json.dumps([row["hashcode"], row["shardcode"], hash("salted")]))
+row, _ = build_row(s, "dag", datetime(2026, 11, 22, tzinfo=timezone.utc), cfg)
+print(json.dumps([row.hashcode, row.shardcode, hash("salted")]))
 """
 
 
@@ -44,15 +44,15 @@ def test_hash_equal_across_processes_with_different_hash_seeds(tmp_path) -> None
 
 def test_key_order_and_spelling_irrelevant(tmp_path) -> None:
     cfg = make_cfg(tmp_path, "sqlite://")
-    day = datetime(2026, 11, 22)
+    day = datetime(2026, 11, 22, tzinfo=timezone.utc)
     a = HivePartitionSensor(task_id="a", table="Demo.Events", partition={"ds": "{{ ds }}", "hr": "00"})
     b = HivePartitionSensor(task_id="b", table="demo.events", partition={"HR": "00", "ds": "2026-11-22"})
     c = HivePartitionSensor(task_id="c", table="demo.events", partition="hr=00/ds=2026-11-22")
-    hashes = {build_row(s, "d", day, cfg)[0]["hashcode"] for s in (a, b, c)}
+    hashes = {build_row(s, "d", day, cfg)[0].hashcode for s in (a, b, c)}
     assert len(hashes) == 1
     n1 = NamedHivePartitionSensor(task_id="n1", partition_names=["x.t/ds=1/hr=2", "default.u/ds=1"])
     n2 = NamedHivePartitionSensor(task_id="n2", partition_names=["u/ds=1", "X.T/hr=2/ds=1", "x.t/ds=1/hr=2"])
-    assert build_row(n1, "d", day, cfg)[0]["hashcode"] == build_row(n2, "d2", day, cfg)[0]["hashcode"]
+    assert build_row(n1, "d", day, cfg)[0].hashcode == build_row(n2, "d2", day, cfg)[0].hashcode
 
 
 def test_different_classes_with_equal_fields_hash_differently() -> None:
@@ -66,8 +66,8 @@ def test_different_dates_hash_differently(tmp_path) -> None:
     cfg = make_cfg(tmp_path, "sqlite://")
     s = HivePartitionSensor(task_id="a", table="d.t", partition={"ds": "{{ ds }}"})
     assert (
-        build_row(s, "d", datetime(2026, 11, 22), cfg)[0]["hashcode"]
-        != build_row(s, "d", datetime(2026, 11, 23), cfg)[0]["hashcode"]
+        build_row(s, "d", datetime(2026, 11, 22, tzinfo=timezone.utc), cfg)[0].hashcode
+        != build_row(s, "d", datetime(2026, 11, 23, tzinfo=timezone.utc), cfg)[0].hashcode
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json as _json
 import math as _math
 import time as _time
-from datetime import datetime, timedelta as _td
+from datetime import datetime, timedelta as _td, timezone
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +130,7 @@ def test_templates_run_sandboxed(tmp_path: Path, template: str) -> None:
     except SensorDefinitionError:
         pass
     else:  # rendered to something harmless
-        assert "__globals__" not in row["attr_dict"] and "root:" not in row["attr_dict"]
+        assert "__globals__" not in row.attr_dict and "root:" not in row.attr_dict
     assert not marker.exists()
 
 
@@ -157,7 +157,7 @@ def test_unbounded_template_globals_are_refused_quickly(tmp_path: Path, template
 def test_lipsum_within_its_bound_still_renders(tmp_path: Path) -> None:
     sensor = HivePartitionSensor(task_id="t", table="db.t", partition={"ds": "{{ lipsum(2, False, 3, 5)|length > 0 }}"})
     row, _ = build_row(sensor, "d", DAY, make_cfg(tmp_path, "sqlite://"))
-    assert _json.loads(row["attr_dict"])["partition"] == {"ds": "True"}
+    assert _json.loads(row.attr_dict)["partition"] == {"ds": "True"}
 
 
 @FAST
@@ -237,7 +237,7 @@ def test_exec_fields_bounded_or_refused_naming_the_field(field: str, value: Any)
         assert _math.isfinite(stored) and 0 <= stored <= MAX_DURATION + 1000
     # whatever is accepted can be planned by a worker and read back by parse_exec
     settings = parse_exec(_json.dumps(s.exec_values()))
-    start = datetime(2026, 11, 22)
+    start = datetime(2026, 11, 22, tzinfo=timezone.utc)
     is_due(start, start + _td(days=3650), settings, start + _td(days=3651))
     timed_out(start, settings, start + _td(days=3650))
 
@@ -259,7 +259,7 @@ def test_any_stored_exec_dict_is_planned_or_refused_clearly(data: dict[str, Any]
     except BadExecSettings as exc:
         assert "exec_dict" in str(exc)
         return
-    start = datetime(2026, 11, 22)
+    start = datetime(2026, 11, 22, tzinfo=timezone.utc)
     for elapsed in (0, 1, 86400 * 365 * 5):
         is_due(start, start + _td(seconds=elapsed), settings, start + _td(seconds=elapsed + 1))
 
@@ -334,7 +334,7 @@ def test_persist_fields_of_any_shape_register_or_fail_naming_the_field(tmp_path_
     from smartsensor.sensors.templating import has_template
 
     if not has_template(value):  # strings holding {{ / {% / {# are rendered as templates, by design
-        assert _json.loads(row["attr_dict"]) == {"key": _json.loads(_json.dumps(value))}
+        assert _json.loads(row.attr_dict) == {"key": _json.loads(_json.dumps(value))}
 
 
 LOOP = st.integers(min_value=1, max_value=100_000).map(str)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
-from smartsensor.domain.keys import CheckKey, Fence, TaskKey, key_of
+from smartsensor.domain.keys import Fence, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check
@@ -63,8 +63,8 @@ def whole(store: InMemoryStore, cfg: Any, clock: Clock) -> RangeRounds:
 
 def waiting_in_index(w: RangeRounds, store: InMemoryStore, dag_id: str) -> bool:
     row = store.tasks[(dag_id, "w", DAY)]
-    check = w.index.checks.get(key_of(CheckKey, row))
-    return check is not None and any(c.start_date == row["start_date"] for c in check.cohorts)
+    check = w.index.checks.get(row.check)
+    return check is not None and any(c.start_date == row.start_date for c in check.cohorts)
 
 
 @pytest.mark.parametrize("outcome", ["landed", "permanent error"])
@@ -129,7 +129,7 @@ def test_a_task_set_to_smart_running_by_hand_is_picked_up_by_the_next_reconcilia
     run_round([w], lambda: catalog)
     add(store, cfg, "by_hand", named("w", PARTITION, poke_interval=3600))
     store.set_state(TaskKey("by_hand", "w", DAY), State.SMART_RUNNING, now=clock())
-    assert store.tasks[("by_hand", "w", DAY)]["start_date"] == clock()  # a try by hand starts now
+    assert store.tasks[("by_hand", "w", DAY)].start_date == clock()  # a try by hand starts now
     catalog.land(PARTITION)
     rounds: list[Any] = []
     while state_of(store, "by_hand", "w") != State.SUCCESS:

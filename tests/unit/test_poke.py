@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.sensors import BaseSensor, SuccessFileSensor
 from smartsensor.service.round.poke import catalog_answerer
@@ -44,7 +45,7 @@ class NoJava:
         raise RuntimeError("Java gateway process exited before sending its port number")
 
 
-def one_round(cfg: Any, clock: Clock, tasks: dict[str, BaseSensor], spark: NoJava) -> tuple[Any, dict[str, Any]]:
+def one_round(cfg: Any, clock: Clock, tasks: dict[str, BaseSensor], spark: NoJava) -> tuple[Any, dict[str, TaskRow]]:
     """One round over ``tasks`` (dag_id: sensor): its result, and each task's row afterwards by dag_id."""
     store = InMemoryStore()
     for dag_id, sensor in tasks.items():
@@ -71,7 +72,7 @@ def test_file_paths_and_user_pokes_never_start_spark(cfg: Any, clock: Clock, tmp
         spark,
     )
     assert spark.calls == 0 and result.transient_errors == 0, result.transient_example
-    assert {d: (r["state"], r["error"]) for d, r in rows.items()} == {
+    assert {d: (r.state, r.error) for d, r in rows.items()} == {
         "here": (State.SUCCESS, None),
         "not_yet": (State.SMART_RUNNING, None),
         "poked": (State.SUCCESS, None),
@@ -98,7 +99,7 @@ def test_checks_that_need_spark_start_it_once_a_round_and_wait_without_it(
     )
     assert spark.calls == 1  # one attempt a round, not one per check
     assert result.transient_errors == 3 and result.transient_example.startswith("Spark unavailable: "), result
-    assert {d: r["state"] for d, r in rows.items()} == {
+    assert {d: r.state for d, r in rows.items()} == {
         "partition": State.SMART_RUNNING,
         "hdfs": State.SMART_RUNNING,
         "user_spark": State.SMART_RUNNING,

@@ -47,25 +47,23 @@ def test_routing_matrix(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
     on = make_cfg(tmp_path, "sqlite://")
     off = make_cfg(tmp_path, "sqlite://", smart_sensor__use_smart_sensor="False")
     not_enabled = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="HivePartitionSensor")
-    assert build_row(named(), "d", DAY, on)[0]["state"] == State.SMART_PENDING
+    assert build_row(named(), "d", DAY, on)[0].state == State.SMART_PENDING
     row, reason = build_row(named(), "d", DAY, off)
-    assert row["state"] == State.SCHEDULED and "use_smart_sensor" in reason
+    assert row.state == State.SCHEDULED and "use_smart_sensor" in reason
     row, reason = build_row(named(), "d", DAY, not_enabled)
-    assert row["state"] == State.SCHEDULED and "sensors_enabled" in reason
+    assert row.state == State.SCHEDULED and "sensors_enabled" in reason
     row, reason = build_row(UnmarkedSensor(task_id="u", name="x"), "d", DAY, on)
-    assert row["state"] == State.SCHEDULED and "not marked" in reason
+    assert row.state == State.SCHEDULED and "not marked" in reason
     enabled_custom = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="MarkedButUnknownModule")
     row, reason = build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, enabled_custom)
-    assert row["state"] == State.SCHEDULED and "sensor_modules" in reason
+    assert row.state == State.SCHEDULED and "sensor_modules" in reason
     loadable = make_cfg(
         tmp_path,
         "sqlite://",
         smart_sensor__sensors_enabled="MarkedButUnknownModule",
         smart_sensor__sensor_modules="tests.unit.test_registration",
     )
-    assert (
-        build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, loadable)[0]["state"] == State.SMART_PENDING
-    )
+    assert build_row(MarkedButUnknownModule(task_id="m", name="x"), "d", DAY, loadable)[0].state == State.SMART_PENDING
     boom = make_cfg(
         tmp_path,
         "sqlite://",
@@ -74,7 +72,7 @@ def test_routing_matrix(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
     )
     with caplog.at_level(logging.WARNING):
         row, reason = build_row(ExplodingCompat(task_id="e", partition_names=["a.b/c=d"]), "d", DAY, boom)
-    assert row["state"] == State.SCHEDULED and "boom" in reason
+    assert row.state == State.SCHEDULED and "boom" in reason
     assert "falling back to classic mode" in caplog.text
 
 
@@ -84,7 +82,7 @@ def test_subclass_does_not_inherit_the_mark(tmp_path) -> None:
 
     cfg = make_cfg(tmp_path, "sqlite://", smart_sensor__sensors_enabled="Sub")
     row, reason = build_row(Sub(task_id="s", partition_names=["a.b/c=d"]), "d", DAY, cfg)
-    assert row["state"] == State.SCHEDULED and "not marked" in reason
+    assert row.state == State.SCHEDULED and "not marked" in reason
 
 
 def test_row_contents(tmp_path) -> None:
@@ -99,14 +97,14 @@ def test_row_contents(tmp_path) -> None:
         soft_fail=True,
     )
     row, _ = build_row(sensor, "d", DAY, cfg)
-    assert json.loads(row["attr_dict"]) == {"table": "demo.events", "partition": {"ds": "2026-11-22", "hr": "20261122"}}
-    assert row["attr_dict"] == '{"partition":{"ds":"2026-11-22","hr":"20261122"},"table":"demo.events"}'
-    exec_dict = json.loads(row["exec_dict"])
+    assert json.loads(row.attr_dict) == {"table": "demo.events", "partition": {"ds": "2026-11-22", "hr": "20261122"}}
+    assert row.attr_dict == '{"partition":{"ds":"2026-11-22","hr":"20261122"},"table":"demo.events"}'
+    exec_dict = json.loads(row.exec_dict)
     assert exec_dict["poke_interval"] == 30 and exec_dict["timeout"] == 600 and exec_dict["retries"] == 2
     assert exec_dict["soft_fail"] is True
-    assert row["max_tries"] == 2 and row["try_number"] == 1
-    assert row["classpath"] == "smartsensor.sensors.hive.HivePartitionSensor"
-    assert 0 <= row["shardcode"] < 10000
+    assert row.max_tries == 2 and row.try_number == 1
+    assert row.classpath == "smartsensor.sensors.hive.HivePartitionSensor"
+    assert 0 <= row.shardcode < 10000
 
 
 def test_airflow_template_names_and_macros_render(tmp_path) -> None:
@@ -130,7 +128,7 @@ def test_airflow_template_names_and_macros_render(tmp_path) -> None:
     )
     row_a, _ = build_row(written, "d", DAY, cfg)
     row_b, _ = build_row(spelled, "d", DAY, cfg)
-    assert row_a["attr_dict"] == row_b["attr_dict"] and row_a["hashcode"] == row_b["hashcode"]
+    assert row_a.attr_dict == row_b.attr_dict and row_a.hashcode == row_b.hashcode
     with pytest.raises(SensorDefinitionError, match="field 'partition_names'.*ds_add"):
         build_row(
             NamedHivePartitionSensor(task_id="c", partition_names=["db.t/ds={{ macros.ds_add(ds, 'x') }}"]),
@@ -160,7 +158,7 @@ def test_durations_may_be_timedeltas_as_in_airflow_dag_files(tmp_path) -> None:
         retry_delay=timedelta(seconds=90),
         max_wait=timedelta(minutes=10),
     )
-    exec_dict = json.loads(build_row(sensor, "d", DAY, cfg)[0]["exec_dict"])
+    exec_dict = json.loads(build_row(sensor, "d", DAY, cfg)[0].exec_dict)
     assert (
         exec_dict["poke_interval"],
         exec_dict["timeout"],

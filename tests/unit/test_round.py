@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.keys import CheckKey, TaskKey
+from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
@@ -31,7 +32,7 @@ def cfg(tmp_path: Any) -> Any:
     return make_cfg(tmp_path, f"sqlite:///{tmp_path / 'unused.db'}")
 
 
-def add(store: InMemoryStore, cfg: Any, dag_id: str, sensor: NamedHivePartitionSensor) -> dict[str, Any]:
+def add(store: InMemoryStore, cfg: Any, dag_id: str, sensor: NamedHivePartitionSensor) -> TaskRow:
     row, _ = build_row(sensor, dag_id, DAY, cfg)
     store.add_task(row)
     return row
@@ -49,7 +50,7 @@ class Fleet:
 
 
 def state_of(store: InMemoryStore, dag_id: str, task_id: str) -> str:
-    return store.tasks[(dag_id, task_id, DAY)]["state"]
+    return store.tasks[(dag_id, task_id, DAY)].state
 
 
 def test_identical_waits_are_checked_once_and_marked_together(cfg, clock) -> None:
@@ -108,7 +109,7 @@ def test_a_try_ends_by_its_own_timeout(cfg, clock, kw, final) -> None:
     clock.advance(1)
     assert fleet.round().marked == {final: 1}
     assert state_of(store, "d", "w") == final and state_of(store, "e", "w") == State.SMART_RUNNING
-    error = store.tasks[("d", "w", DAY)]["error"]
+    error = store.tasks[("d", "w", DAY)].error
     assert (error is None) if final == State.UP_FOR_RETRY else error.startswith("timed out waiting")
 
 
@@ -122,7 +123,7 @@ def test_a_transient_error_waits_and_is_named_when_the_try_times_out(cfg, clock)
     assert "metastore unreachable" in first.transient_example
     clock.advance(20)
     assert fleet.round().marked == {State.FAILED: 1}
-    assert store.tasks[("d", "w", DAY)]["error"] == "timed out waiting; last check error: metastore unreachable"
+    assert store.tasks[("d", "w", DAY)].error == "timed out waiting; last check error: metastore unreachable"
 
 
 def test_a_permanent_error_fails_every_task_of_that_check_only(cfg, clock) -> None:
@@ -133,7 +134,7 @@ def test_a_permanent_error_fails_every_task_of_that_check_only(cfg, clock) -> No
     catalog.fail("db.gone/ds=1", PermanentCheckError("db.gone is not partitioned"))
     result = Fleet(cfg, store, catalog, clock).round()
     assert (result.permanent_errors, result.marked) == (1, {State.FAILED: 2})
-    assert store.tasks[("a", "w", DAY)]["error"] == "db.gone is not partitioned"
+    assert store.tasks[("a", "w", DAY)].error == "db.gone is not partitioned"
     assert state_of(store, "c", "w") == State.SMART_RUNNING
 
 
@@ -173,8 +174,8 @@ def test_colliding_hashes_never_mark_the_other_check(cfg, clock) -> None:
     store, catalog = InMemoryStore(), DictCatalog()
     landed = add(store, cfg, "a", named("w", "db.t/ds=1"))
     other = add(store, cfg, "b", named("w", "db.t/ds=2"))
-    store.tasks[("b", "w", DAY)].update(hashcode=landed["hashcode"], shardcode=landed["shardcode"])  # forced collision
-    assert other["attr_dict"] != landed["attr_dict"]
+    store.change_task(("b", "w", DAY), hashcode=landed.hashcode, shardcode=landed.shardcode)  # forced collision
+    assert other.attr_dict != landed.attr_dict
     catalog.land("db.t/ds=1")
     result = Fleet(cfg, store, catalog, clock).round()
     assert (result.distinct_hashes, result.distinct_checks, result.collisions) == (1, 2, 1)
@@ -186,27 +187,27 @@ def test_a_row_that_cannot_be_planned_fails_alone(cfg, clock) -> None:
     store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "bad", named("w", "db.t/ds=0"))
     add(store, cfg, "good", named("w", "db.t/ds=1"))
-    store.tasks[("bad", "w", DAY)]["exec_dict"] = json.dumps({"poke_interval": 1e12})
+    store.change_task(("bad", "w", DAY), exec_dict=json.dumps({"poke_interval": 1e12}))
     catalog.land("db.t/ds=1")
     result = Fleet(cfg, store, catalog, clock).round()
     assert result.bad_rows == 1 and result.marked == {State.FAILED: 1, State.SUCCESS: 1}
-    assert "poke_interval" in store.tasks[("bad", "w", DAY)]["error"]
+    assert "poke_interval" in store.tasks[("bad", "w", DAY)].error
     assert state_of(store, "good", "w") == State.SUCCESS
 
 
 def test_a_class_off_the_allow_list_fails_permanently(cfg, clock) -> None:
     store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "a", named("w", "db.t/ds=1"))
-    store.tasks[("a", "w", DAY)]["classpath"] = "os.system"
+    store.change_task(("a", "w", DAY), classpath="os.system")
     result = Fleet(cfg, store, catalog, clock).round()
     assert result.marked == {State.FAILED: 1} and catalog.asked == []
-    assert "not a known smart-eligible sensor class" in store.tasks[("a", "w", DAY)]["error"]
+    assert "not a known smart-eligible sensor class" in store.tasks[("a", "w", DAY)].error
 
 
 def test_rows_stored_with_the_old_class_path_still_resolve(cfg, clock) -> None:
     store, catalog = InMemoryStore(), DictCatalog()
     add(store, cfg, "a", named("w", "db.t/ds=1"))
-    store.tasks[("a", "w", DAY)]["classpath"] = "sensors.hive.NamedHivePartitionSensor"  # written by 0.1
+    store.change_task(("a", "w", DAY), classpath="sensors.hive.NamedHivePartitionSensor")  # written by 0.1
     catalog.land("db.t/ds=1")
     assert Fleet(cfg, store, catalog, clock).round().marked == {State.SUCCESS: 1}
 
@@ -306,7 +307,7 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     from smartsensor.domain.transitions import CheckGroup, decide
     from smartsensor.sensors.errors import PermanentCheckError
 
-    start = datetime(2026, 11, 22)
+    start = datetime(2026, 11, 22, tzinfo=timezone.utc)
 
     def cohort(timeout: int = 3600) -> dict[Cohort, int]:
         return {Cohort(json.dumps({"timeout": timeout, "poke_interval": 10}), start, 1): 3}

@@ -3,7 +3,7 @@ and ends tasks as a worker that rebuilds its index from the database every round
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, make_cfg, named
 from tests.unit.test_round import add, state_of
 
-START = datetime(2026, 11, 22)
+START = datetime(2026, 11, 22, tzinfo=timezone.utc)
 
 
 @pytest.fixture
@@ -97,9 +97,7 @@ def test_the_index_is_rebuilt_on_a_new_epoch_and_after_its_interval(cfg, clock) 
     w = worker(store, cfg, clock)
     assert run_round([w], lambda: catalog).rebuilt == 1
     moved = add(store, cfg, "moved", named("w", "db.t/ds=2", poke_interval=3600))
-    store.tasks[(moved["dag_id"], "w", moved["execution_date"])].update(
-        state=State.SMART_RUNNING, start_date=clock.now
-    )  # by hand
+    store.change_task(moved.key, state=State.SMART_RUNNING, start_date=clock.now)  # by hand
     clock.advance(1)
     assert run_round([w], lambda: catalog).loaded == 1  # not in the change feed ...
     clock.advance(cfg.get("smart_sensor", "index_rebuild_interval"))
@@ -148,7 +146,7 @@ def test_a_kept_index_and_one_rebuilt_every_round_end_in_the_same_states(cfg, cl
     workers = [(kept, worker(kept, cfg, clock)), (rebuilt, worker(rebuilt, cfg, clock))]
 
     def states(store: InMemoryStore) -> list[tuple[str, str]]:
-        return sorted((k.dag_id, r["state"]) for k, r in store.tasks.items())
+        return sorted((k.dag_id, r.state) for k, r in store.tasks.items())
 
     for step in range(8):
         if step == 2:

@@ -4,14 +4,15 @@ shard strip), the history bucket, and how waiting checks become tables and landi
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from smartsensor.api import charts
 from smartsensor.service import status_report as report
 from smartsensor.service.history import bucket_of
 from smartsensor.service.overview import series, tables_of, waited_for, waiting_per_table
 
-T = datetime(2026, 11, 23, 6, 0)
+UTC = timezone.utc
+T = datetime(2026, 11, 23, 6, 0, tzinfo=UTC)
 
 
 def polygon(area: charts.Area) -> list[tuple[float, float]]:
@@ -149,9 +150,15 @@ def test_owner_colours_are_distinct_on_a_page() -> None:
 
 
 def test_buckets_are_floored_to_the_interval() -> None:
-    assert bucket_of(datetime(2026, 11, 23, 6, 0, 59, 999999), 60) == datetime(2026, 11, 23, 6, 0)
-    assert bucket_of(datetime(2026, 11, 23, 6, 7, 30), 300) == datetime(2026, 11, 23, 6, 5)
-    assert bucket_of(datetime(2026, 11, 23, 6, 0, 12), 7.5) == datetime(2026, 11, 23, 6, 0, 7, 500000)
+    assert bucket_of(datetime(2026, 11, 23, 6, 0, 59, 999999, tzinfo=UTC), 60) == datetime(
+        2026, 11, 23, 6, 0, tzinfo=timezone.utc
+    )
+    assert bucket_of(datetime(2026, 11, 23, 6, 7, 30, tzinfo=UTC), 300) == datetime(
+        2026, 11, 23, 6, 5, tzinfo=timezone.utc
+    )
+    assert bucket_of(datetime(2026, 11, 23, 6, 0, 12, tzinfo=UTC), 7.5) == datetime(
+        2026, 11, 23, 6, 0, 7, 500000, tzinfo=timezone.utc
+    )
 
 
 def test_samples_become_one_point_per_bucket() -> None:
@@ -216,7 +223,7 @@ def test_every_branch_of_the_page_renders_the_status_numbers(tmp_path) -> None:
             ),
         ),
         stuck=report.Stuck(60.0, report.StuckCount(0, None), report.StuckCount(0, None)),
-        zombies=(report.Zombie("d", "t", datetime(2026, 11, 22), hostname=None, heartbeat_age=7300.0),),
+        zombies=(report.Zombie("d", "t", datetime(2026, 11, 22, tzinfo=UTC), hostname=None, heartbeat_age=7300.0),),
     )
     data = {
         "status": status,

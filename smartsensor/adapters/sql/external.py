@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 from sqlalchemy import Connection, Engine, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
-from smartsensor.domain.keys import ExternalKey, TaskKey
+from smartsensor.domain.keys import ExternalKey
+from smartsensor.domain.rows import ExternalRow, ExternalState, TaskRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import ExternalTask, TaskInstance
 
@@ -20,7 +21,7 @@ EX = ExternalTask.__table__
 TI = TaskInstance.__table__
 
 
-def get_external(conn: Connection, key: ExternalKey, for_update: bool = False) -> dict[str, Any] | None:
+def get_external(conn: Connection, key: ExternalKey, for_update: bool = False) -> ExternalRow | None:
     """The mapping row of ``key`` (1 statement; on Postgres ``for_update`` locks it until commit)."""
     query = select(EX).where(
         EX.c.dag_id == key.dag_id,
@@ -28,8 +29,8 @@ def get_external(conn: Connection, key: ExternalKey, for_update: bool = False) -
         EX.c.run_id == key.run_id,
         EX.c.map_index == key.map_index,
     )
-    row = conn.execute(query.with_for_update() if for_update else query).mappings().first()
-    return dict(row) if row else None
+    row = conn.execute(query.with_for_update() if for_update else query).first()
+    return ExternalRow._make(row) if row else None
 
 
 def insert_external(
@@ -105,7 +106,7 @@ STATES_PG = text(_STATES_SELECT.format(keys=_STATES_FROM_PG))
 STATES_SQLITE = text(_STATES_SELECT.format(keys=_STATES_FROM_SQLITE))
 
 
-def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[ExternalKey, dict[str, Any]]:
+def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[ExternalKey, ExternalState]:
     """{key: its mapping's try_number and its task instance's state, error, hashcode} for the keys that are
     mapped, in one statement."""
     unique = list(dict.fromkeys(keys))
@@ -124,12 +125,12 @@ def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[Exter
     else:
         rows = conn.execute(STATES_SQLITE, {"keys": json.dumps([list(k) for k in unique])})
     return {
-        ExternalKey(d, t, r, m): {"try_number": n, "state": state, "error": error, "hashcode": hashcode}
+        ExternalKey(d, t, r, m): ExternalState(n, state, error, hashcode)
         for d, t, r, m, n, state, error, hashcode in rows
     }
 
 
-def read_external_states(engine: Engine, keys: Sequence[ExternalKey]) -> dict[ExternalKey, dict[str, Any]]:
+def read_external_states(engine: Engine, keys: Sequence[ExternalKey]) -> dict[ExternalKey, ExternalState]:
     """``external_states`` on a connection of its own (1 statement)."""
     with engine.connect() as conn:
         return external_states(conn, keys)
@@ -140,14 +141,14 @@ class TryRegistration(NamedTuple):
     when it is the try registered (then nothing was written)."""
 
     registered_try: int | None
-    task: dict[str, Any] | None
+    task: TaskRow | None
 
 
 def register_try(
     engine: Engine,
     key: ExternalKey,
     try_number: int,
-    row: dict[str, Any],
+    row: TaskRow,
     logical_date: datetime | None,
     superseded_error: str,
 ) -> TryRegistration:
@@ -159,28 +160,27 @@ def register_try(
     new key, 4-5 for a newer try (the NOTIFY on PostgreSQL)."""
     with engine.begin() as conn:
         mapped = get_external(conn, key, for_update=True)
-        if mapped is not None and mapped["try_number"] > try_number:
-            return TryRegistration(mapped["try_number"], None)
-        if mapped is not None and mapped["try_number"] == try_number:
-            ti = task_sql.get_task(conn, key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
+        if mapped is not None and mapped.try_number > try_number:
+            return TryRegistration(mapped.try_number, None)
+        if mapped is not None and mapped.try_number == try_number:
+            ti = task_sql.get_task(conn, *mapped.ti_key)
             assert ti is not None, "an external_task row always names an existing task instance"
             return TryRegistration(try_number, ti)
-        now = row["execution_date"]
+        now = row.execution_date
         task_sql.insert_tasks_bulk(conn, [row])
-        if row["state"] == State.SMART_PENDING:
-            channel_sql.notify_pending(conn, [row["shardcode"]])
+        if row.state == State.SMART_PENDING:
+            channel_sql.notify_pending(conn, [row.shardcode])
         if mapped is None:
-            insert_external(conn, key, try_number, logical_date, row["task_id"], now, now)
+            insert_external(conn, key, try_number, logical_date, row.task_id, now, now)
             return TryRegistration(None, None)
-        old = TaskKey(key.dag_id, mapped["ti_task_id"], mapped["ti_execution_date"])
         task_sql.set_state(
             conn,
-            old,
+            mapped.ti_key,
             State.SKIPPED,
             from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
             now=now,
             error=superseded_error,
         )
-        if not move_external(conn, key, mapped["try_number"], try_number, row["task_id"], now, now):
+        if not move_external(conn, key, mapped.try_number, try_number, row.task_id, now, now):
             raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
-        return TryRegistration(mapped["try_number"], None)
+        return TryRegistration(mapped.try_number, None)

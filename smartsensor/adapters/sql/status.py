@@ -33,6 +33,7 @@ from sqlalchemy import (
 from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.tasks import in_range
 from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.rows import ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import WAITING_PREDICATE, TaskInstance, Worker, WorkerRound
 
@@ -256,7 +257,7 @@ class StatusRows(NamedTuple):
     worker_rounds: list[dict[str, Any]]
     load_leases: list[LeaseRow]
     list_workers: list[dict[str, Any]]
-    load_zombies: list[dict[str, Any]]
+    load_zombies: list[ZombieRow]
     stranded_count: int
 
 

@@ -12,15 +12,18 @@ call: each opens its own connection or transaction and sends the statements abov
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, Engine, exists, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import Connection, Engine, exists, func, insert, literal, or_, select, text, tuple_, update
 
 from smartsensor.adapters.sql import channels as channel_sql
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey, key_of
+from smartsensor.domain import clock
+from smartsensor.domain.clock import as_utc
+from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.rows import RetryRow, TaskRow, ZombieRow
 from smartsensor.domain.states import State
-from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance
+from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance, UtcDateTime
 
 TI = TaskInstance.__table__
 SL = ShardLease.__table__
@@ -54,6 +57,12 @@ def _fenced(stmt: Any, fence: "Fence | None", now: datetime) -> Any:
     )
 
 
+def _kept_start(now: datetime) -> Any:
+    """start_date kept when set, else ``now``: ``now`` bound as a time column (``UtcDateTime``), which a bare value
+    in a SQL function is not."""
+    return func.coalesce(TI.c.start_date, literal(now, UtcDateTime()))
+
+
 def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
     """The WHERE terms of one task instance, by primary key."""
     return TI.c.dag_id == key.dag_id, TI.c.task_id == key.task_id, TI.c.execution_date == key.execution_date
@@ -79,10 +88,10 @@ def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any
         yield items[i : i + size]
 
 
-def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> dict[str, Any] | None:
+def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> TaskRow | None:
     """One task instance by primary key (1 statement)."""
-    row = conn.execute(select(TI).where(*_is_task(TaskKey(dag_id, task_id, execution_date)))).mappings().first()
-    return dict(row) if row else None
+    row = conn.execute(select(TI).where(*_is_task(TaskKey(dag_id, task_id, execution_date)))).first()
+    return TaskRow._make(row) if row else None
 
 
 def existing_states(conn: Connection, execution_date: datetime, dag_ids: Iterable[str]) -> dict[tuple[str, str], str]:
@@ -99,26 +108,26 @@ def existing_states(conn: Connection, execution_date: datetime, dag_ids: Iterabl
     return out
 
 
-def insert_tasks_bulk(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+def insert_tasks_bulk(conn: Connection, rows: Sequence[TaskRow]) -> None:
     """Insert new task instances: one executemany per IN_CHUNK rows (registration, benchmarks)."""
     for chunk in _chunks(list(rows)):
-        conn.execute(insert(TI), list(chunk))
+        conn.execute(insert(TI), [row.columns() for row in chunk])
 
 
-def reset_task(conn: Connection, row: dict[str, Any]) -> None:
+def reset_task(conn: Connection, row: TaskRow) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
-    values = {k: v for k, v in row.items() if k not in ("dag_id", "task_id", "execution_date")}
-    conn.execute(update(TI).where(*_is_task(key_of(TaskKey, row))).values(**values))
+    values = {k: v for k, v in row.columns().items() if k not in TaskKey._fields}
+    conn.execute(update(TI).where(*_is_task(row.key)).values(**values))
 
 
-def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
+def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[TaskRow]:
     """Task instances, optionally filtered by state and dag_id, in key order (1 statement)."""
     query = select(TI).order_by(TI.c.dag_id, TI.c.task_id, TI.c.execution_date)
     if state is not None:
         query = query.where(TI.c.state == state)
     if dag_id is not None:
         query = query.where(TI.c.dag_id == dag_id)
-    return [dict(r) for r in conn.execute(query).mappings()]
+    return [TaskRow._make(r) for r in conn.execute(query)]
 
 
 def set_state(
@@ -140,9 +149,10 @@ def set_state(
         query = query.where(TI.c.state.in_(list(from_states)))
     if try_number is not None:
         query = query.where(TI.c.try_number == try_number)
-    values: dict[str, Any] = {"state": new_state, "updated_at": now or datetime.utcnow()}
+    now = now or clock.now()
+    values: dict[str, Any] = {"state": new_state, "updated_at": now}
     if new_state in State.FINISHED or new_state == State.UP_FOR_RETRY:
-        values["end_date"] = now or datetime.utcnow()
+        values["end_date"] = now
     if from_states is None and new_state in (State.SCHEDULED, State.SMART_PENDING):
         # a user sending a task back to wait starts a fresh try: timeouts count from the next start
         values.update(start_date=None, end_date=None, hostname=None, error=None)
@@ -150,7 +160,7 @@ def set_state(
         # a try that waits by hand has a start: its timeout and poke schedule count from it, and the workers'
         # index (which keys tasks by their start) picks it up at its next reconciliation. No worker started it
         # now: hostname is cleared, so that no reconciliation takes it for its own feed's start.
-        values.update(start_date=func.coalesce(TI.c.start_date, values["updated_at"]), end_date=None, hostname=None)
+        values.update(start_date=_kept_start(values["updated_at"]), end_date=None, hostname=None)
     if error is not None:
         values["error"] = error
     return conn.execute(query.values(**values)).rowcount == 1
@@ -335,13 +345,13 @@ _OLDEST_OPEN = text(
 
 
 def oldest_open_transaction(conn: Connection) -> datetime | None:
-    """PostgreSQL: when the oldest transaction another session holds open began, naive UTC, or None. A
+    """PostgreSQL: when the oldest transaction another session holds open began, aware UTC, or None. A
     reconciliation reads rows changed from there on next time, so that a transaction that commits long after the
     ``updated_at`` it stamped is still read. 1 statement (pg_stat_activity: a row per connection)."""
     oldest = conn.execute(_OLDEST_OPEN).scalar()
     if oldest is None:
         return None
-    return oldest.astimezone(timezone.utc).replace(tzinfo=None) if oldest.tzinfo is not None else oldest
+    return as_utc(oldest)
 
 
 def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
@@ -376,7 +386,7 @@ def start_pending_cohorts(
         conn.execute(
             started.values(
                 state=State.SMART_RUNNING,
-                start_date=func.coalesce(TI.c.start_date, now),
+                start_date=_kept_start(now),
                 hostname=hostname,
                 updated_at=now,
             ).returning(*_COHORT_COLUMNS)
@@ -384,22 +394,10 @@ def start_pending_cohorts(
     )
 
 
-def load_up_for_retry(conn: Connection) -> list[dict[str, Any]]:
+def load_up_for_retry(conn: Connection) -> list[RetryRow]:
     """Task instances waiting to be retried (1 statement)."""
-    return [
-        dict(r)
-        for r in conn.execute(
-            select(
-                TI.c.dag_id,
-                TI.c.task_id,
-                TI.c.execution_date,
-                TI.c.end_date,
-                TI.c.exec_dict,
-                TI.c.classpath,
-                TI.c.try_number,
-            ).where(TI.c.state == State.UP_FOR_RETRY)
-        ).mappings()
-    ]
+    columns = [TI.c[name] for name in RetryRow._fields]
+    return [RetryRow._make(r) for r in conn.execute(select(*columns).where(TI.c.state == State.UP_FOR_RETRY))]
 
 
 def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: str, now: datetime) -> bool:
@@ -439,7 +437,7 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
             )
             .values(
                 state=State.RUNNING,
-                start_date=func.coalesce(TI.c.start_date, now),
+                start_date=_kept_start(now),
                 end_date=None,
                 hostname=hostname,
                 updated_at=now,
@@ -483,21 +481,12 @@ def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
     )
 
 
-def load_zombies(conn: Connection, cutoff: datetime) -> list[dict[str, Any]]:
+def load_zombies(conn: Connection, cutoff: datetime) -> list[ZombieRow]:
     """`running` task instances whose run last heartbeated before ``cutoff`` (1 statement)."""
+    columns = [TI.c[name] for name in ZombieRow._fields]
     return [
-        dict(r)
-        for r in conn.execute(
-            select(
-                TI.c.dag_id,
-                TI.c.task_id,
-                TI.c.execution_date,
-                TI.c.try_number,
-                TI.c.exec_dict,
-                TI.c.updated_at,
-                TI.c.hostname,
-            ).where(TI.c.state == State.RUNNING, TI.c.updated_at < cutoff)
-        ).mappings()
+        ZombieRow._make(r)
+        for r in conn.execute(select(*columns).where(TI.c.state == State.RUNNING, TI.c.updated_at < cutoff))
     ]
 
 
@@ -564,7 +553,7 @@ def reshard(conn: Connection, limit: int, now: datetime | None = None) -> int:
     return conn.execute(
         update(TI)
         .where(TI.c.hashcode.is_not(None), or_(TI.c.shardcode.is_(None), TI.c.shardcode != wanted))
-        .values(shardcode=wanted, updated_at=now or datetime.utcnow())  # the new range's reconciliation sees it
+        .values(shardcode=wanted, updated_at=now or clock.now())  # the new range's reconciliation sees it
     ).rowcount
 
 
@@ -578,7 +567,7 @@ def reshard_tasks(engine: Engine, limit: int) -> int:
         return reshard(conn, limit)
 
 
-def read_tasks(engine: Engine, state: str | None = None, dag_id: str | None = None) -> list[dict[str, Any]]:
+def read_tasks(engine: Engine, state: str | None = None, dag_id: str | None = None) -> list[TaskRow]:
     """``list_tasks`` on a connection of its own (1 statement)."""
     with engine.connect() as conn:
         return list_tasks(conn, state=state, dag_id=dag_id)
@@ -607,7 +596,7 @@ def read_states(engine: Engine, execution_date: datetime, dag_ids: Iterable[str]
 
 
 def register_rows(
-    engine: Engine, rows: Sequence[dict[str, Any]], execution_date: datetime, clear: bool
+    engine: Engine, rows: Sequence[TaskRow], execution_date: datetime, clear: bool
 ) -> dict[tuple[str, str], str]:
     """Register task rows of one execution date in ONE transaction: read which exist (``existing_states``), insert
     the others in bulk, overwrite the existing ones with their row when ``clear`` (``reset_task``), then, on
@@ -616,19 +605,19 @@ def register_rows(
     when another registration inserted some of them meanwhile. Statements: ``existing_states``' and
     ``insert_tasks_bulk``'s, 1 per row overwritten, and the NOTIFY."""
     with engine.begin() as conn:
-        existing = existing_states(conn, execution_date, {row["dag_id"] for row in rows})
-        insert_tasks_bulk(conn, [row for row in rows if (row["dag_id"], row["task_id"]) not in existing])
+        existing = existing_states(conn, execution_date, {row.dag_id for row in rows})
+        insert_tasks_bulk(conn, [row for row in rows if (row.dag_id, row.task_id) not in existing])
         if clear:
             for row in rows:
-                if (row["dag_id"], row["task_id"]) in existing:
+                if (row.dag_id, row.task_id) in existing:
                     reset_task(conn, row)
         # their worker starts them and pokes their checks at once, not at its next round
         channel_sql.notify_pending(
             conn,
             [
-                row["shardcode"]
+                row.shardcode
                 for row in rows
-                if row["state"] == State.SMART_PENDING and (clear or (row["dag_id"], row["task_id"]) not in existing)
+                if row.state == State.SMART_PENDING and (clear or (row.dag_id, row.task_id) not in existing)
             ],
         )
     return existing
@@ -637,7 +626,7 @@ def register_rows(
 # Classic runs (`run-task`).
 
 
-def read_task(engine: Engine, key: TaskKey) -> dict[str, Any] | None:
+def read_task(engine: Engine, key: TaskKey) -> TaskRow | None:
     """``get_task`` on a connection of its own (1 statement)."""
     with engine.connect() as conn:
         return get_task(conn, *key)
@@ -645,7 +634,7 @@ def read_task(engine: Engine, key: TaskKey) -> dict[str, Any] | None:
 
 def claim_run(
     engine: Engine, key: TaskKey, now: datetime, hostname: str, claimed: bool
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[TaskRow | None, TaskRow | None]:
     """In one transaction: read the task, claim it for a classic run (``claim_scheduled``, only when it is
     scheduled) unless the scheduler ``claimed`` it already (then it must be running), and read it again. Returns
     (the task as read first, None if there is none; the task as claimed, None when it was not this run's to claim).
@@ -655,9 +644,9 @@ def claim_run(
         if found is None:
             return None, None
         if claimed:
-            ours = found["state"] == State.RUNNING
+            ours = found.state == State.RUNNING
         else:
-            ours = found["state"] == State.SCHEDULED and claim_scheduled(conn, key, now, hostname)
+            ours = found.state == State.SCHEDULED and claim_scheduled(conn, key, now, hostname)
         return found, (get_task(conn, *key) if ours else None)
 
 
@@ -687,7 +676,7 @@ def end_try(
 
 # A retry's next step, from its up_for_retry row: None (not due yet), (state, None) to queue its next try in that
 # state, or (state, error) to end it so (a row that cannot be retried fails alone).
-RetryPlan = Callable[[dict[str, Any]], "tuple[str, str | None] | None"]
+RetryPlan = Callable[[RetryRow], "tuple[str, str | None] | None"]
 
 
 def requeue_due_retries(engine: Engine, now: datetime, plan: RetryPlan) -> list[tuple[str, bool]]:
@@ -701,9 +690,9 @@ def requeue_due_retries(engine: Engine, now: datetime, plan: RetryPlan) -> list[
             step = plan(row)
             if step is None:
                 continue
-            key, (state, error) = key_of(TaskKey, row), step
+            key, (state, error) = row.key, step
             if error is None:
-                changed = requeue_retry(conn, key, row["try_number"], state, now)
+                changed = requeue_retry(conn, key, row.try_number, state, now)
             else:
                 changed = set_state(
                     conn,
@@ -712,7 +701,7 @@ def requeue_due_retries(engine: Engine, now: datetime, plan: RetryPlan) -> list[
                     from_states=[State.UP_FOR_RETRY],
                     now=now,
                     error=error,
-                    try_number=row["try_number"],
+                    try_number=row.try_number,
                 )
             done.append((state, changed))
         if any(changed and state == State.SMART_PENDING for state, changed in done):
@@ -721,7 +710,7 @@ def requeue_due_retries(engine: Engine, now: datetime, plan: RetryPlan) -> list[
 
 
 def end_dead_runs(
-    engine: Engine, cutoff: datetime, now: datetime, plan: Callable[[dict[str, Any]], tuple[str, str]]
+    engine: Engine, cutoff: datetime, now: datetime, plan: Callable[[ZombieRow], tuple[str, str]]
 ) -> list[tuple[TaskKey, str, str]]:
     """In one transaction: every `running` task whose run last heartbeated before ``cutoff`` (``load_zombies``)
     ended as ``plan`` says, (state, error), unless it beat or changed since it was read (``end_zombie``). (key,
@@ -729,8 +718,8 @@ def end_dead_runs(
     ended: list[tuple[TaskKey, str, str]] = []
     with engine.begin() as conn:
         for row in load_zombies(conn, cutoff):
-            key, (state, error) = key_of(TaskKey, row), plan(row)
-            if end_zombie(conn, key, row["updated_at"], state, now, error):
+            key, (state, error) = row.key, plan(row)
+            if end_zombie(conn, key, row.updated_at, state, now, error):
                 ended.append((key, state, error))
     return ended
 
@@ -742,14 +731,14 @@ def end_exited_try(
     claimant: str,
     now: datetime,
     error: str,
-    state_for: Callable[[dict[str, Any]], str],
+    state_for: Callable[[TaskRow], str],
 ) -> str | None:
     """In one transaction: if the task is still `running` in ``try_number``, end that try in the state
     ``state_for`` gives its row (``end_exited_run``, under ``claimant``'s claim). The state it ended in, None when
     nothing ended. 1 statement, 2 when it is still running."""
     with engine.begin() as conn:
         row = get_task(conn, *key)
-        if row is None or row["state"] != State.RUNNING or row["try_number"] != try_number:
+        if row is None or row.state != State.RUNNING or row.try_number != try_number:
             return None  # ended by the run, handed back, or changed by someone: nothing to do
         state = state_for(row)
         return state if end_exited_run(conn, key, try_number, claimant, state, now, error) else None
@@ -767,4 +756,4 @@ def claim_scheduled_try(engine: Engine, key: TaskKey, now: datetime, claimant: s
     with engine.begin() as conn:
         if not claim_scheduled(conn, key, now, claimant):
             return None
-        return get_task(conn, *key)["try_number"]  # type: ignore[index]  # claimed just above
+        return get_task(conn, *key).try_number  # type: ignore[union-attr]  # claimed just above

@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Callable
 
 from smartsensor.config import Config
+from smartsensor.domain.clock import now as clock_now
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence
 from smartsensor.domain.transitions import CheckGroup, RoundWrites, decide
 from smartsensor.ports import CheckAnswerer, RoundStore
@@ -48,10 +49,6 @@ MODULE_RETRY_SECONDS = 30.0  # a sensor module that failed to import is tried ag
 _STARTERS = itertools.count(1)  # tells apart the RangeRounds of one process (a range lost and claimed again)
 
 
-def utcnow() -> datetime:
-    return datetime.utcnow()
-
-
 class RangeRounds:
     """The round steps of shard range [shard_min, shard_max), over an index of its waiting checks
     (``round.index.CheckIndex``). How the index is built and kept true is described once, in ARCHITECTURE.md
@@ -70,7 +67,7 @@ class RangeRounds:
         cfg: Config,
         shard_min: int,
         shard_max: int,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] = clock_now,
         range_rounds_id: str | None = None,
         record_rounds: bool = True,
     ) -> None:
