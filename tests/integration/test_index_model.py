@@ -49,7 +49,7 @@ from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg
 from tests.support.model import run_model
-from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.pg import needs_test_pg, pg_engine
 
 TI = TaskInstance.__table__
 SL = ShardLease.__table__
@@ -518,10 +518,5 @@ def test_the_index_agrees_with_sqlite_and_memory_in_every_interleaving(tmp_path:
 @pytest.mark.slow
 @needs_test_pg
 def test_the_index_agrees_with_postgresql_and_memory_in_every_interleaving(tmp_path: Any) -> None:
-    name, url = new_pg_database()
-    engine = make_engine(url)
-    try:
+    with pg_engine() as (engine, url):
         run_machine(engine, model_cfg(tmp_path, url), examples=max(STEPS // 400, 10), steps=40)
-    finally:
-        engine.dispose()
-        drop_pg_database(name)

@@ -44,7 +44,7 @@ from smartsensor.service.status_report import StatusReport
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
 from tests.support.model import run_model
-from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
+from tests.support.pg import needs_test_pg, pg_engine
 
 LO = LandingOutbox.__table__
 PREFIX = "hive://meta:10000/"
@@ -410,13 +410,8 @@ def test_no_landing_is_lost_or_published_twice_unnoticed_on_sqlite(tmp_path: Pat
 
 @needs_test_pg
 def test_no_landing_is_lost_or_published_twice_unnoticed_on_postgresql(tmp_path: Path) -> None:
-    name, url = new_pg_database()
-    engine = make_engine(url)
-    try:
+    with pg_engine() as (engine, url):
         run_machine(engine, landings_cfg(tmp_path, url), examples=max(STEPS // 200, 5), steps=40)
-    finally:
-        engine.dispose()
-        drop_pg_database(name)
 
 
 def test_the_outbox_serves_claims_through_its_partial_index(tmp_path: Path) -> None:

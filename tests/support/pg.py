@@ -8,12 +8,15 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from smartsensor.adapters.metastore_service_process import free_port
+from smartsensor.adapters.sql.engine import make_engine
 
 PG_URL = os.environ.get("SMARTSENSOR_TEST_PG_URL")
 PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
@@ -37,6 +40,18 @@ def drop_pg_database(name: str) -> None:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@contextmanager
+def pg_engine() -> Iterator[tuple[Engine, str]]:
+    """An engine on a new, empty database of the test server, and its URL; disposed and dropped at the end."""
+    name, url = new_pg_database()
+    engine = make_engine(url)
+    try:
+        yield engine, url
+    finally:
+        engine.dispose()
+        drop_pg_database(name)
 
 
 # Without ./scripts/test.sh (plain `pytest`) there is no throwaway PostgreSQL server: its cases are skipped.
