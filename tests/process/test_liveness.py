@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,6 +29,7 @@ import pytest
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.config import Config
+from smartsensor.domain import clock
 from smartsensor.domain.clock import as_utc
 from smartsensor.domain.rows import TaskRow
 from smartsensor.service.signals import send_signal
@@ -74,11 +75,6 @@ KILL_AT = 10.0  # seconds into the stream: about the middle of the landings
 # delays at once and is still well below the 10 s a signalled task would wait for its next poke.
 MARGIN = 8.0
 TERMINAL = {"success", "failed", "skipped", "up_for_retry"}
-
-
-def utc_now() -> datetime:
-    """Now in naive UTC, as the database stores times."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 @dataclass
@@ -188,14 +184,14 @@ class Takeover:
         victim = max(held, key=score)
         self.victim_id, self.ranges = self.fleet.worker_id(victim), held[victim]
         os.kill(victim.proc.pid, signal.SIGKILL)
-        self.killed_at = utc_now()
+        self.killed_at = clock.now()
         self._thread.start()
 
     def _watch(self) -> None:
         while not self._stop.is_set():
             owners = self.fleet.owners().values()
             if self.victim_id not in owners and None not in owners:
-                self.taken_at = utc_now()
+                self.taken_at = clock.now()
                 return
             self._stop.wait(0.05)
 
@@ -222,9 +218,9 @@ def _events(
         task.ti = (ti["task_id"], as_utc(datetime.fromisoformat(ti["execution_date"])))
 
     def land(check: StreamCheck) -> None:
-        check.landing = utc_now()
+        check.landing = clock.now()
         store.land(check.table, check.ds)
-        check.landed = utc_now()
+        check.landed = clock.now()
         if check.signal:
             send_signal(fleet.engine, check.partition)  # what a pipeline does right after its commit
 
@@ -240,7 +236,7 @@ def _measure(fleet: Fleet, tasks: list[Task], takeover: Takeover) -> list[Measur
     not ended by the kill: its bound has the lease_timeout more."""
     rows = fleet.rows()
     assert takeover.killed_at is not None
-    taken = takeover.taken_at or utc_now()
+    taken = takeover.taken_at or clock.now()
     out = []
     for t in tasks:
         assert t.ti is not None and t.check.landed is not None
@@ -313,7 +309,7 @@ def test_every_task_ends_within_its_bound_through_a_kill_and_a_stream_of_registr
         # Wait for every task to end, up to the latest ready + bound (a task's bound is checked below).
         measured = _measure(fleet, tasks, takeover)
         deadline = max(m.ready + timedelta(seconds=m.bound) for m in measured)
-        left = max(0.0, (deadline - utc_now()).total_seconds())
+        left = max(0.0, (deadline - clock.now()).total_seconds())
 
         def ended() -> bool:
             rows = fleet.rows()
@@ -357,7 +353,7 @@ def test_every_task_ends_within_its_bound_through_a_kill_and_a_stream_of_registr
         + (
             f"{m.seconds:.2f} s"
             if m.seconds is not None
-            else f"not ended {(utc_now() - m.ready).total_seconds():.1f} s"
+            else f"not ended {(clock.now() - m.ready).total_seconds():.1f} s"
         )
         + f" after ready (bound {m.bound:g} s{', killed range' if m.killed_range else ''})"
         for m in measured
