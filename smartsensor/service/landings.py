@@ -202,7 +202,7 @@ class LandingPublisher:
             return False
         extra: dict[str, Any] = {
             "hive_partition": row.partition_name,
-            "landed_at": row.landed_at.isoformat() + "Z",
+            "landed_at": wall_clock.iso(row.landed_at) + "Z",
             "smartsensor_landing_id": row.id,
         }
         outcome = self.events.post_event(asset_id, row.partition_key, extra)

@@ -313,7 +313,7 @@ def landings_lines(landings: LandingsStatus) -> list[str]:
     if landings.backlog:
         out.append(
             f"landings backlog {landings.backlog}, the oldest landed {landings.oldest_age:g} s ago "
-            f"({landings.oldest_undelivered.isoformat() if landings.oldest_undelivered else '-'})"
+            f"({clock.iso(landings.oldest_undelivered) if landings.oldest_undelivered else '-'})"
         )
     if landings.duplicates or landings.unknown_outcomes:
         out.append(

@@ -147,6 +147,7 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         status = collect_landings(engine, clock())
         assert (status.backlog, status.oldest_age, status.watched_tables) == (2, 5.0, 2)
         assert any("backlog 2, the oldest landed 5 s ago" in line for line in landings_lines(status))
+        assert any(f"({T0.replace(tzinfo=None).isoformat()})" in line for line in landings_lines(status))  # naive UTC
         shown = status_with_landings(tmp_path, db_url, engine, clock())
         assert shown.as_json()["landings"]["backlog"] == 2
         metrics = render_metrics(shown).decode()
@@ -158,6 +159,7 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         assert done.delivered == 2
         assert airflow.events == Counter({(1, "2026-11-27|00"): 1, (2, "2026-11-27|05"): 1})
         assert {e["hive_partition"] for e in airflow.extras} == {"ds=2026-11-27/hr=00", "ds=2026-11-27/hr=05"}
+        assert {e["landed_at"] for e in airflow.extras} == {T0.strftime("%Y-%m-%dT%H:%M:%SZ")}  # one offset: Z
         assert two.cycle(everything).claimed == 0 and sum(airflow.events.values()) == 2
         status = collect_landings(engine, clock())
         assert (status.backlog, status.duplicates, status.unknown_outcomes) == (0, 0, 0)
