@@ -184,7 +184,9 @@ class LandingPublisher:
         failures = 0
         for i, row in enumerate(claimed):
             if failures >= FAILING_IN_A_ROW or (i > 0 and self.clock() >= last_start):
-                report.released = landing_sql.release_unposted(self.engine, [r.id for r in claimed[i:]], token)
+                report.released = landing_sql.release_unposted(
+                    self.engine, [r.id for r in claimed[i:]], token, self.clock()
+                )
                 return
             failed = self._attempt(row, asset_ids.get(row.uri), report)
             failures = failures + 1 if failed else 0
@@ -194,7 +196,7 @@ class LandingPublisher:
         problem = key_problem(row.partition_key)
         if problem is not None or asset_id is None:
             why = problem or f"{row.uri} is no longer watched"
-            if landing_sql.end_rejected(self.engine, row.id, row.token, why):
+            if landing_sql.end_rejected(self.engine, row.id, row.token, self.clock(), why):
                 report.rejected += 1
                 log.warning("landings: %s %s not published: %s", row.uri, row.partition_name, why)
             else:
@@ -219,14 +221,15 @@ class LandingPublisher:
                 )
             return False
         if outcome.kind == "rejected":
-            ended = landing_sql.end_rejected(self.engine, row.id, row.token, outcome.detail)
+            ended = landing_sql.end_rejected(self.engine, row.id, row.token, self.clock(), outcome.detail)
             report.rejected += ended
             log.warning("landings: Airflow refused %s %s for good: %s", row.uri, row.partition_name, outcome.detail)
         else:
             delay = backoff(row.attempts, self.settings.retry_base, self.settings.retry_max, self.rng)
-            next_at = self.clock() + timedelta(seconds=delay)
+            now = self.clock()
             unknown = outcome.kind == "unknown"
-            ended = landing_sql.end_failed(self.engine, row.id, row.token, next_at, outcome.detail, unknown)
+            next_at = now + timedelta(seconds=delay)
+            ended = landing_sql.end_failed(self.engine, row.id, row.token, now, next_at, outcome.detail, unknown)
             report.retried += ended
             report.errors.append(f"posting {row.uri} {row.partition_key!r} (attempt {row.attempts}): {outcome.detail}")
         if not ended:

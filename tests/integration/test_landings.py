@@ -218,13 +218,43 @@ def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path
         clock.advance(31)  # w1 stalls past its claim
         second = landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 5)
         assert [r.id for r in second] == [first[0].id] and second[0].attempts == 2
-        assert not landing_sql.end_failed(engine, first[0].id, "t1", clock(), "late", unknown=False)
+        assert not landing_sql.end_failed(engine, first[0].id, "t1", clock(), clock(), "late", unknown=False)
         assert not landing_sql.end_delivered(engine, first[0].id, "t1", clock(), 1)  # w1's post landed late
         assert landing_sql.end_delivered(engine, second[0].id, "t2", clock(), 2)
         (row,) = outbox(engine)
         assert (row["state"], row["posts"], row["unknown_outcomes"], row["event_id"]) == (DELIVERED, 2, 1, 2)
         status = collect_landings(engine, clock())
         assert (status.duplicates, status.unknown_outcomes) == (1, 1)
+
+
+def test_a_late_post_that_reached_airflow_is_never_posted_again(tmp_path: Path, db_url: str) -> None:
+    """A worker's 2xx that arrives after its claim lapsed: a row nobody took over since is delivered at once; a row
+    whose new holder then fails is delivered, not put back to pending (posting again would start a second run)."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        catalog["db.a"] += ["ds=1", "ds=2"]
+        one.enqueue(ranges, clock(), CycleReport())
+        claim = landing_sql.claim_landings(engine, ranges, "w1", "t1", clock(), clock() + timedelta(seconds=30), 5)
+        assert [r.partition_key for r in claim] == ["1", "2"]
+        clock.advance(31)  # w1 stalls past its claims; w2 takes the second row over, and its post fails
+        (second,) = landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 1)
+        assert second.partition_key == "1"
+        later = clock() + timedelta(seconds=5)
+        assert landing_sql.end_failed(engine, second.id, "t2", clock(), later, "refused", unknown=False)
+        assert (outbox(engine)[0]["state"], outbox(engine)[0]["posts"]) == (PENDING, 0)
+        # w1 wakes up: both its posts had reached Airflow; the first row is pending again, the second still claimed
+        assert not landing_sql.end_delivered(engine, claim[0].id, "t1", clock(), 11)
+        clock.advance(6)
+        (third,) = landing_sql.claim_landings(engine, ranges, "w2", "t3", clock(), clock() + timedelta(seconds=30), 5)
+        assert third.partition_key == "2"  # the first row is delivered: nothing to claim there
+        assert not landing_sql.end_delivered(engine, claim[1].id, "t1", clock(), 12)
+        assert landing_sql.end_failed(engine, third.id, "t3", clock(), clock(), "timed out", unknown=True)
+        rows = outbox(engine)
+        assert [(r["state"], r["posts"], r["event_id"]) for r in rows] == [(DELIVERED, 1, 11), (DELIVERED, 1, None)]
+        assert all(r["delivered_at"] is not None and r["claim_token"] is None for r in rows)
+        assert one.cycle(ranges).claimed == 0
+        status = collect_landings(engine, clock())
+        assert (status.backlog, status.duplicates, status.unknown_outcomes) == (0, 0, 3)  # two takeovers, a timeout
 
 
 def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_path: Path, db_url: str) -> None:
@@ -367,6 +397,8 @@ class OutboxModel(RuleBasedStateMachine):
                 assert took >= 1 and r["claim_token"] is None, r
             if r["state"] == SENDING:
                 assert r["claim_token"] and r["claimed_until"], r
+            if r["posts"] >= 1:
+                assert r["state"] in (DELIVERED, SENDING), r  # a row Airflow took is never queued to post again
         assert not any(asset == UNCONSUMED["db.c"] for asset, _ in self.airflow.events)
 
     def teardown(self) -> None:

@@ -220,10 +220,22 @@ def _held(row_id: int, token: str) -> Any:
 _RELEASED = {"claim_token": None, "claimed_until": None}
 
 
+def _unless_taken(state: str, now: datetime) -> dict[str, Any]:
+    """``state``, or ``delivered`` (at ``now``) for a row that an earlier post already reached (a 2xx that came
+    after its claim lapsed, counted in ``posts``): such a row is never queued to be posted again."""
+    taken = LO.c.posts > 0
+    return {
+        "state": case((taken, DELIVERED), else_=state),
+        "delivered_at": case((taken, func.coalesce(LO.c.delivered_at, now)), else_=LO.c.delivered_at),
+    }
+
+
 def end_delivered(engine: Engine, row_id: int, token: str, now: datetime, event_id: int | None) -> bool:
-    """Airflow took the row's event: ``delivered``, if the claim still holds it; else (the claim lapsed and another
-    worker may post it too) the post is counted on the row all the same, a visible duplicate if that one lands too.
-    Whether the claim held. One transaction (1 statement, 2 when the claim was lost)."""
+    """Airflow took the row's event: ``delivered``, if the claim still holds it. Else the claim lapsed: the post is
+    counted on the row all the same, and a row back in ``pending`` (or ``rejected`` by a later attempt) that no post
+    had reached yet is ``delivered`` too (nobody holds it, and posting it again would only start a second run); a row another worker holds now stays
+    with that worker, a visible duplicate if its post lands too. Whether the claim held. One transaction (1
+    statement, 2 or 3 when the claim was lost)."""
     with engine.begin() as conn:
         held = (
             conn.execute(
@@ -233,21 +245,32 @@ def end_delivered(engine: Engine, row_id: int, token: str, now: datetime, event_
             ).rowcount
             == 1
         )
-        if not held:
+        if held:
+            return True
+        settled = conn.execute(
+            update(LO)
+            .where(LO.c.id == row_id, LO.c.state.in_((PENDING, REJECTED)), LO.c.posts == 0)
+            .values(state=DELIVERED, delivered_at=now, event_id=event_id, posts=1)
+        ).rowcount
+        if not settled:
             conn.execute(update(LO).where(LO.c.id == row_id).values(posts=LO.c.posts + 1))
-        return held
+        return False
 
 
-def end_failed(engine: Engine, row_id: int, token: str, next_attempt_at: datetime, error: str, unknown: bool) -> bool:
+def end_failed(
+    engine: Engine, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str, unknown: bool
+) -> bool:
     """The attempt failed: back to ``pending`` until ``next_attempt_at``, the error kept; ``unknown``: Airflow may
-    have taken it (a timeout), counted. Only under the claim that holds it; whether it did (1 statement)."""
+    have taken it (a timeout), counted. A row an earlier post already reached (a late 2xx counted in ``posts``) is
+    ``delivered`` instead: it is never posted again. Only under the claim that holds it; whether it did (1
+    statement)."""
     with engine.begin() as conn:
         return (
             conn.execute(
                 update(LO)
                 .where(_held(row_id, token))
                 .values(
-                    state=PENDING,
+                    **_unless_taken(PENDING, now),
                     next_attempt_at=next_attempt_at,
                     last_error=error,
                     unknown_outcomes=LO.c.unknown_outcomes + (1 if unknown else 0),
@@ -258,28 +281,31 @@ def end_failed(engine: Engine, row_id: int, token: str, next_attempt_at: datetim
         )
 
 
-def end_rejected(engine: Engine, row_id: int, token: str, error: str) -> bool:
-    """Airflow can never take the row's event: ``rejected``, the error kept. Only under the claim that holds it;
-    whether it did (1 statement)."""
+def end_rejected(engine: Engine, row_id: int, token: str, now: datetime, error: str) -> bool:
+    """Airflow can never take the row's event: ``rejected``, the error kept (``delivered`` if an earlier post
+    reached it). Only under the claim that holds it; whether it did (1 statement)."""
     with engine.begin() as conn:
         return (
             conn.execute(
-                update(LO).where(_held(row_id, token)).values(state=REJECTED, last_error=error, **_RELEASED)
+                update(LO)
+                .where(_held(row_id, token))
+                .values(**_unless_taken(REJECTED, now), last_error=error, **_RELEASED)
             ).rowcount
             == 1
         )
 
 
-def release_unposted(engine: Engine, row_ids: list[int], token: str) -> int:
-    """Hand claimed rows back unposted: ``pending`` again at once, the attempt their claim counted taken back. Only
-    rows still held by ``token``; how many (1 statement)."""
+def release_unposted(engine: Engine, row_ids: list[int], token: str, now: datetime) -> int:
+    """Hand claimed rows back unposted: ``pending`` again at once (``delivered`` if an earlier post reached
+    Airflow), the attempt their claim counted taken back. Only rows still held by ``token``; how many (1
+    statement)."""
     if not row_ids:
         return 0
     with engine.begin() as conn:
         return conn.execute(
             update(LO)
             .where(LO.c.id.in_(row_ids), LO.c.state == SENDING, LO.c.claim_token == token)
-            .values(state=PENDING, attempts=LO.c.attempts - 1, **_RELEASED)
+            .values(**_unless_taken(PENDING, now), attempts=LO.c.attempts - 1, **_RELEASED)
         ).rowcount
 
 
