@@ -136,8 +136,11 @@ class LandingPublisher:
     ) -> None:
         """Put the partitions that landed on the watched tables of ``ranges`` (``only``: those of them among these
         tables) into the outbox, once each. A table that cannot be listed is skipped this cycle (logged)."""
+        # Stale means "not in Airflow's last few answers", counted from this worker's latest refresh that worked (or,
+        # before its first, the newest one on record): while Airflow cannot be asked, every table stays watched.
         stale = timedelta(seconds=STALE_REFRESHES * self.settings.assets_refresh_interval)
-        watches = landing_sql.read_watches(self.engine, ranges, now - stale)
+        anchor = self._refreshed_at or landing_sql.newest_watch_seen(self.engine) or now
+        watches = landing_sql.read_watches(self.engine, ranges, anchor - stale)
         self.watched = {(w.db, w.table) for w in watches}
         if only is not None:
             watches = [w for w in watches if (w.db, w.table) in only]

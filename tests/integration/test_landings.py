@@ -62,11 +62,12 @@ class AirflowDouble:
         self.events: Counter[tuple[int, str]] = Counter()
         self.extras: list[dict[str, Any]] = []
         self.assets_down = False
+        self.consumed = dict(CONSUMED)  # the tables DAGs are scheduled on now
 
     def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
         if self.assets_down:
             raise ConnectionError("Airflow's api-server is down")
-        consumed = [HiveAsset(i, f"{uri_prefix}{t.replace('.', '/')}", *t.split(".")) for t, i in CONSUMED.items()]
+        consumed = [HiveAsset(i, f"{uri_prefix}{t.replace('.', '/')}", *t.split(".")) for t, i in self.consumed.items()]
         return consumed  # the unconsumed asset has no scheduled_dags: Airflow's answer leaves it out here
 
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
@@ -225,6 +226,31 @@ def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path
         assert (row["state"], row["posts"], row["unknown_outcomes"], row["event_id"]) == (DELIVERED, 2, 1, 2)
         status = collect_landings(engine, clock())
         assert (status.duplicates, status.unknown_outcomes) == (1, 1)
+
+
+def test_tables_stay_watched_however_long_airflow_cannot_be_asked(tmp_path: Path, db_url: str) -> None:
+    """Airflow (its api-server or database) down for longer than the watches' staleness (three refreshes): a landing
+    meanwhile is still enqueued, by the worker that refreshed before and by one restarted during the outage, and
+    published once Airflow is back. A table Airflow stops listing once it answers again goes stale as before."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        airflow.assets_down, airflow.mode = True, "down"
+        clock.advance(10 * 60)  # ten refresh intervals without an answer
+        catalog["db.a"].append("ds=1")
+        assert one.cycle(ranges).enqueued == 1
+        restarted = publisher(engine, one.cfg, airflow, catalog, "w1-restarted", clock)
+        catalog["db.b"].append("ds=2")
+        assert restarted.cycle(ranges).enqueued == 1  # before any refresh of its own worked
+        airflow.assets_down, airflow.mode = False, "ok"
+        clock.advance(60)
+        assert restarted.cycle(ranges).delivered == 2
+        assert airflow.events == Counter({(1, "1"): 1, (2, "2"): 1})
+        del airflow.consumed["db.b"]  # its last consumer DAG is gone: Airflow answers without it from now on
+        for _ in range(4):
+            restarted.cycle(ranges)
+            clock.advance(60)
+        catalog["db.b"].append("ds=3")
+        assert restarted.cycle(ranges).enqueued == 0 and restarted.watched == {("db", "a")}
 
 
 def test_a_late_post_that_reached_airflow_is_never_posted_again(tmp_path: Path, db_url: str) -> None:

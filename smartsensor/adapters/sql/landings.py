@@ -135,6 +135,13 @@ def read_watches(engine: Engine, ranges: Ranges, seen_since: datetime) -> list[W
         return watches_in(conn, ranges, seen_since)
 
 
+def newest_watch_seen(engine: Engine) -> datetime | None:
+    """When Airflow last listed any watched table (the newest ``seen_at``; None: nothing watched) (1 statement)."""
+    with engine.connect() as conn:
+        newest: datetime | None = conn.execute(select(func.max(AW.c.seen_at))).scalar_one()
+        return newest
+
+
 def read_outbox_names(engine: Engine, uri: str) -> set[str]:
     """``outbox_names`` on a connection of its own (1 statement)."""
     with engine.connect() as conn:
@@ -232,10 +239,10 @@ def _unless_taken(state: str, now: datetime) -> dict[str, Any]:
 
 def end_delivered(engine: Engine, row_id: int, token: str, now: datetime, event_id: int | None) -> bool:
     """Airflow took the row's event: ``delivered``, if the claim still holds it. Else the claim lapsed: the post is
-    counted on the row all the same, and a row back in ``pending`` (or ``rejected`` by a later attempt) that no post
-    had reached yet is ``delivered`` too (nobody holds it, and posting it again would only start a second run); a row another worker holds now stays
-    with that worker, a visible duplicate if its post lands too. Whether the claim held. One transaction (1
-    statement, 2 or 3 when the claim was lost)."""
+    counted on the row all the same; a row back in ``pending`` (or ``rejected`` by a later attempt) that no post
+    had reached yet is ``delivered`` too (nobody holds it, and posting it again would only start a second run); a
+    row another worker holds now stays with that worker, a visible duplicate if its post lands too. Whether the
+    claim held. One transaction (1 statement, 2 or 3 when the claim was lost)."""
     with engine.begin() as conn:
         held = (
             conn.execute(
