@@ -100,9 +100,11 @@ def listen_for_signals(
     on_signal: Callable[[set[tuple[str, str]]], None],
     stopping: threading.Event,
     on_pending: Callable[[set[int] | None], None] | None = None,
+    listening: threading.Event | None = None,
 ) -> None:
     """A worker's signal thread: call ``on_signal`` with the tables of landing signals until ``stopping``, and
-    ``on_pending`` with the shardcodes of newly pending tasks (None: any), on PostgreSQL.
+    ``on_pending`` with the shardcodes of newly pending tasks (None: any), on PostgreSQL. ``listening`` is set once
+    the listener is open (every signal from then on is heard) or its first attempt failed.
 
     A DB error (a restart, a dropped connection) is one WARNING per outage, no traceback; the listener
     reconnects every second meanwhile, and the rounds still run on their timer.
@@ -118,10 +120,14 @@ def listen_for_signals(
                 if failing:
                     log.info("signal listener: listening again")
                 failing = False
+                if listening is not None:
+                    listening.set()
             notes = listener.wait_all(0.5)
         except Exception as exc:  # noqa: BLE001 - a DB outage: retry
             log.log(logging.DEBUG if failing else logging.WARNING, "signal listener: %s", first_line(exc))
             failing = True
+            if listening is not None:
+                listening.set()
             if listener is not None:
                 listener.close()
             listener = None

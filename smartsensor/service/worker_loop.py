@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 EXIT_SPARK_DIED = 3  # exit status of a worker whose Spark driver JVM died; `workers` restarts it
 STOP_WATCH_INTERVAL = 0.2  # seconds between two looks at the stop-request flag
 PRUNE_INTERVAL = SIGNAL_RETENTION.total_seconds() / 60  # old landing signals are pruned once a minute
+LISTENER_START_TIMEOUT = 30.0  # seconds a worker waits for its signal listener before its first rounds
 
 
 class WakeUps:
@@ -217,11 +218,11 @@ class WorkerLoop:
             signal.signal(signal.SIGINT, self._on_stop_request)
         try:
             self.keep_leases()
-            jobs.start()
             if not self.once:
                 self._watch_stop_requests()  # a stop requested during the first claim: no round
             if self.wake_ups and not self.once:
-                self._start_wake_ups()
+                self._start_wake_ups()  # listening before the first landings cycle lists: no landing in between
+            jobs.start()
             while not self.stopping.is_set():
                 started = time.monotonic()
                 self._round()
@@ -245,6 +246,9 @@ class WorkerLoop:
             log.exception("round failed")
 
     def _start_wake_ups(self) -> None:
+        """The wake-up threads and the signal listener; returns once the listener is open (a signal sent after this
+        is heard), or failed its first attempt, or LISTENER_START_TIMEOUT passed."""
+        listening = threading.Event()
         wake_ups = WakeUps(self.served, self.emit)
         threading.Thread(target=wake_ups.run, args=(self.stopping,), name="wake-ups", daemon=True).start()
         on_signal = wake_ups.landed
@@ -266,10 +270,12 @@ class WorkerLoop:
                 on_signal,
                 self.stopping,
                 wake_ups.pending,
+                listening,
             ),
             name="landing-signals",
             daemon=True,
         ).start()
+        listening.wait(LISTENER_START_TIMEOUT)
 
     def _spark_died(self) -> bool:
         code = self.jvm_exit_code()

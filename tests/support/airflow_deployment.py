@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from scripts.airflow.stack import AirflowStack, Processes, version_of
+from scripts.airflow.stack import USER, AirflowStack, Processes, version_of
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
@@ -36,6 +36,7 @@ class Deployment:
     logs: Path
     port: int  # serve's
     env: dict[str, str] = field(default_factory=dict)  # smartsensor's processes'
+    airflow_db: str = ""  # the name of Airflow's database on the test server
 
     def start_serve(self) -> None:
         """Start ``serve`` (again) and wait until it answers its health check."""
@@ -45,6 +46,10 @@ class Deployment:
     def stop_serve(self) -> None:
         """Stop every ``serve`` process: the service is out of reach, its workers and database go on."""
         self.stack.processes.stop(names=["serve"])
+
+    def start_workers(self) -> None:
+        """Start ``workers -n 2`` (again)."""
+        self.stack.processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], self.env)
 
     def restart_airflow(self, **env: str) -> None:
         """Stop Airflow's components, then start them again with ``env`` added to theirs."""
@@ -65,36 +70,51 @@ def deployed(
     dags: dict[str, str],
     dag_ids: list[str],
     local_settings: str | None = None,
+    smartsensor_settings: dict[str, str] | None = None,
+    landings_prefix: str | None = None,
     **airflow_env: str,
 ) -> Iterator[Deployment]:
     """smartsensor and Airflow (``venv``; its database a copy of one migrated by ``databases``) with the DAG files
     ``dags`` (file name → source), ``local_settings`` as ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and
     ``airflow_env`` added to Airflow's environment; the Hive tables ``db``.``tables`` created on the metastore
-    service. Waits until ``dag_ids`` are parsed."""
+    service. ``smartsensor_settings`` (``section__option``) go to smartsensor's processes; ``landings_prefix``
+    switches the landing publisher on (``[landings]``, Airflow 3: this stack's api-server, its admin user, the
+    ``hive://`` assets under that prefix). Waits until ``dag_ids`` are parsed."""
     (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), databases.new_pg(venv)
-    settings = {
-        "smart_sensor__catalog_backend": "thrift",
-        "spark__metastore_uris": service.get("spark", "metastore_uris"),
-        "api__token": TOKEN,
-    }
-    home = tmp / "smartsensor"
-    _, engine = new_db(home, smartsensor_url, **settings)
-    env = cli_env(home, smartsensor_url, PYTHONPATH=str(ROOT), **override_env(settings))
-    metastore = Metastore(service, db)
     processes = Processes(tmp / "logs")
     port = free_port()
     extra: dict[str, Any] = {"AIRFLOW_CONN_SMARTSENSOR_DEFAULT": f"http://:{TOKEN}@127.0.0.1:{port}", **airflow_env}
     stack = AirflowStack(venv, tmp / "airflow", processes, parallelism=8, db_url=airflow_url, **extra)
+    settings = {
+        "smart_sensor__catalog_backend": "thrift",
+        "spark__metastore_uris": service.get("spark", "metastore_uris"),
+        "api__token": TOKEN,
+        **(smartsensor_settings or {}),
+    }
+    if landings_prefix is not None:
+        password_file = tmp / "airflow-password"
+        password_file.write_text(stack.password + "\n")
+        settings.update(
+            landings__publish="true",
+            landings__airflow_url=stack.url,
+            landings__airflow_username=USER,
+            landings__airflow_password_file=str(password_file),
+            landings__asset_uri_prefix=landings_prefix,
+        )
+    home = tmp / "smartsensor"
+    _, engine = new_db(home, smartsensor_url, **settings)
+    env = cli_env(home, smartsensor_url, PYTHONPATH=str(ROOT), **override_env(settings))
+    metastore = Metastore(service, db)
     for name, source in dags.items():
         (stack.dags / name).write_text(source)
     if local_settings is not None:
         (stack.home / "config").mkdir(parents=True, exist_ok=True)
         (stack.home / "config" / "airflow_local_settings.py").write_text(local_settings)
-    deployment = Deployment(stack, Landing(metastore, engine), engine, tmp / "logs", port, env)
+    deployment = Deployment(stack, Landing(metastore, engine), engine, tmp / "logs", port, env, airflow_db)
     try:
         metastore.create_tables(tables)
         deployment.start_serve()
-        processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], env)
+        deployment.start_workers()
         stack.start()
         stack.wait_healthy(timeout=300)
         stack.wait_parsed(dag_ids, timeout=300)

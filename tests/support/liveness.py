@@ -75,25 +75,32 @@ class Metastore:
         self.warehouse = service.get("spark", "warehouse_dir")
         self.db = db
 
-    def create_tables(self, tables: Iterable[str]) -> None:
-        """The database ``db`` (``live``) and ``<db>.<table>`` (x INT) PARTITIONED BY (ds STRING), as Parquet."""
+    def create_tables(self, tables: Iterable[str], columns: tuple[str, ...] = ("ds",)) -> None:
+        """The database ``db`` (``live``) if missing, and ``<db>.<table>`` (x INT) PARTITIONED BY ``columns``
+        (strings), as Parquet."""
         location = f"file://{self.warehouse}/{self.db}.db"
-        self.catalog.call(
-            "creating the database",
-            "create_database",
-            Database(name=self.db, description="", locationUri=location, parameters={}),
-        )
+        if self.db not in self.catalog.call("listing the databases", "get_all_databases"):
+            self.catalog.call(
+                "creating the database",
+                "create_database",
+                Database(name=self.db, description="", locationUri=location, parameters={}),
+            )
+        keys = [FieldSchema(c, "string", None) for c in columns]
         for name in tables:
-            table = parquet_table(self.db, name, f"{location}/{name}", [FieldSchema("ds", "string", None)])
+            table = parquet_table(self.db, name, f"{location}/{name}", keys)
             self.catalog.call(f"creating {self.db}.{name}", "create_table", table)
 
-    def land(self, table: str, ds: str) -> None:
-        """Add partition ds=``ds`` to ``<db>.<table>``; it is visible to every reader once this returns."""
+    def land(self, table: str, ds: str, *more: str) -> None:
+        """Add partition ds=``ds`` (and the values ``more`` of the table's further columns, in order) to
+        ``<db>.<table>``; it is visible to every reader once this returns."""
         db = self.db
-        sd = self.catalog.call(f"reading {db}.{table}", "get_table", db, table).sd
-        part_sd = copy.deepcopy(sd)
-        part_sd.location = f"{sd.location}/ds={ds}"
-        part = Partition(values=[ds], dbName=db, tableName=table, sd=part_sd, parameters={})
+        got = self.catalog.call(f"reading {db}.{table}", "get_table", db, table)
+        values = [ds, *more]
+        part_sd = copy.deepcopy(got.sd)
+        part_sd.location = got.sd.location + "".join(
+            f"/{key.name}={value}" for key, value in zip(got.partitionKeys, values, strict=True)
+        )
+        part = Partition(values=values, dbName=db, tableName=table, sd=part_sd, parameters={})
         request = AddPartitionsRequest(dbName=db, tblName=table, parts=[part], ifNotExists=True, needResult=False)
         self.catalog.call(f"landing on {db}.{table}", "add_partitions_req", request)
 

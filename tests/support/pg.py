@@ -54,6 +54,24 @@ def pg_engine() -> Iterator[tuple[Engine, str]]:
         drop_pg_database(name)
 
 
+@contextmanager
+def database_unreachable(name: str) -> Iterator[None]:
+    """Database ``name`` of the test server refuses new connections and loses those it has (what its clients see
+    while it fails over), until the block ends."""
+    if not re.fullmatch(r"t_[0-9a-f]{12}", name):
+        raise ValueError(f"not a database of new_pg_database: {name!r}")
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false'))
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name})
+        yield
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true'))
+        admin.dispose()
+
+
 # Without ./scripts/test.sh (plain `pytest`) there is no throwaway PostgreSQL server: its cases are skipped.
 # tests/conftest.py gives this mark to every test that asks for pg_url or private_pg too.
 needs_test_pg = pytest.mark.skipif(
