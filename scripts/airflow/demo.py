@@ -66,7 +66,7 @@ from scripts.airflow.report import (
     state_counts,
     summary_json,
 )
-from scripts.airflow.stack import USER, AirflowStack, Processes, StackError, states_requests
+from scripts.airflow.stack import USER, AirflowStack, Processes, StackError, states_requests, version_of
 from scripts.demo.demo import worker_rounds
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
@@ -189,6 +189,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not venvs:
             p.error("no Airflow 3 venv: run ./scripts/airflow_demo.sh, or give --airflow-venv")
         args.airflow_venv = venvs[-1]
+    if args.assets and tuple(int(n) for n in version_of(Path(args.airflow_venv)).split(".")[:2]) < (3, 3):
+        p.error("--assets needs Airflow 3.3 or later (partition keys on asset events, PartitionedAssetTimetable)")
     return args
 
 

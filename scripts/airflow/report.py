@@ -372,29 +372,43 @@ def assets_table(checks: list[ConsumerCheck], finished: bool) -> tuple[Table, li
         title="Scheduled on landings: PartitionedAssetTimetable consumers, one run per landed partition",
         title_justify="left",
     )
-    table.add_column("consumer", no_wrap=True)
-    table.add_column("table", no_wrap=True)
+    table.add_column("consumer (its table)", no_wrap=True)
     table.add_column("landed", justify="right")
     table.add_column("runs", justify="right")
-    table.add_column("partition keys of the runs")
-    table.add_column("landed -> posted p50 / max")
-    table.add_column("landed -> run queued p50 / max")
+    table.add_column("runs' keys", min_width=13)
+    table.add_column("landed ->\nposted\np50 / max", no_wrap=True)
+    table.add_column("landed ->\nrun queued\np50 / max", no_wrap=True)
     table.add_column("check", no_wrap=True)
     problems: list[str] = []
     for check in checks:
         wrong = check.problems(finished)
         problems += wrong
         table.add_row(
-            check.dag_id,
-            check.table,
+            f"{check.dag_id}\n({check.table})",
             str(len(check.landed)),
             str(len(check.runs)),
-            " ".join(str(k) for k in sorted(check.runs_per_key(), key=str)) or "-",
+            compact_keys(str(k) for k in check.runs_per_key()) or "-",
             _p50_max(check.post_lags()),
             _p50_max(check.lags()),
             "[green]OK[/green]" if not wrong else f"[red]{len(wrong)} problem(s)[/red]",
         )
     return table, problems
+
+
+def compact_keys(keys: Iterable[str]) -> str:
+    """Partition keys, sorted, those that differ only after their last ``|`` as one brace list:
+    ``2026-11-22|{00, 01}`` for ``2026-11-22|00`` and ``2026-11-22|01``."""
+    groups: dict[str, list[str]] = {}
+    for key in sorted(set(keys)):
+        head, sep, tail = key.rpartition("|")
+        if sep:
+            groups.setdefault(head + sep, []).append(tail)
+        else:
+            groups[key] = []  # one value: nothing to share
+    return " ".join(
+        head + ("" if not tails else tails[0] if len(tails) == 1 else "{" + ", ".join(tails) + "}")
+        for head, tails in groups.items()
+    )
 
 
 def _p50_max(values: list[float]) -> str:

@@ -7,7 +7,15 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from scripts.airflow.report import ConsumerCheck, ConsumerRun, assets_json, check_dag, figures, policy_check
+from scripts.airflow.report import (
+    ConsumerCheck,
+    ConsumerRun,
+    assets_json,
+    check_dag,
+    compact_keys,
+    figures,
+    policy_check,
+)
 
 LANDED = {"demo.events/ds=2026-11-22/hr=00"}
 
@@ -160,3 +168,8 @@ def test_a_run_that_failed_or_did_not_read_its_partition_key_is_a_problem() -> N
         "reports_on_landing: the run for '2026-11-22|00' ended failed, not success",
         "reports_on_landing: the run for '2026-11-22|01' returned 'report for None', not its partition key",
     ]
+
+
+def test_the_summary_shows_keys_that_differ_in_their_last_value_as_one_brace_list() -> None:
+    keys = ["2026-11-22|01", "2026-11-22|00", "2026-11-23|00", "2026-11-21", "None"]
+    assert compact_keys(keys) == "2026-11-21 2026-11-22|{00, 01} 2026-11-23|00 None"
