@@ -323,11 +323,11 @@ class Demo:
             service=False,
         )
 
-    def query(self, sql: str) -> list[Any]:
+    def query(self, sql: str, **params: Any) -> list[Any]:
         if self.engine is None:
             self.engine = make_engine(self.db_url)
         with self.engine.connect() as conn:
-            return list(conn.execute(text(sql)).fetchall())
+            return list(conn.execute(text(sql), params).fetchall())
 
     def rows(self) -> list[dict[str, Any]]:
         """smartsensor's task instances (one per registered sensor try), dates as ISO text."""
@@ -440,7 +440,7 @@ class Demo:
         db, table = UNCONSUMED.split(".")
         uri = f"{self.hive_assets}{db}/{table}"
         landed = sum(1 for name in self.landed_at() if name.startswith(UNCONSUMED + "/"))
-        outbox = self.query(f"SELECT count(*) FROM landing_outbox WHERE uri = '{uri}'")[0][0]
+        outbox = self.query("SELECT count(*) FROM landing_outbox WHERE uri = :uri", uri=uri)[0][0]
         events = self.stack.rows(
             "SELECT count(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = :uri", uri=uri
         )[0][0]
