@@ -14,8 +14,17 @@ and ``$AIRFLOW_HOME/config/airflow_local_settings.py`` re-exports ``smartsensor_
 enabled with ``AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR``; the summary then also checks that every Hive sensor task
 instance shows ``… via smartsensor`` as its operator in Airflow's database).
 
-Exit status: 0 when every task ended as expected; 1 when some did not (listed); 2 when the deadline passed (the
-phase it was in is named); 3 when a process of the stack failed (its log is shown).
+With --assets (combinable with --policy), the landings are also published to Airflow (issue 44, "Schedule on
+landings"): the workers run with ``[landings] publish`` on, the DAG files of scripts/airflow/dags/assets are added
+(two teams' DAGs rewritten as ``PartitionedAssetTimetable`` consumers of ``hive://127.0.0.1:<metastore port>/demo/…``,
+each task reading ``{{ dag_run.partition_key }}``, and an export DAG whose outlet, demo.raw_events, nobody is
+scheduled on), and the pipeline also lands each hour in demo.raw_events. The summary then also checks that every
+landed partition started exactly one run of each consumer, with its key, and that nothing was published for
+demo.raw_events; it prints landed -> run queued and the outbox's state (``smartsensor status --json``).
+
+Exit status: 0 when every task ended as expected (and, with --assets, every landed partition started one run of each
+consumer); 1 when some did not (listed); 2 when the deadline passed (the phase it was in is named); 3 when a process
+of the stack failed (its log is shown).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import signal
 import sys
 import time
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +52,11 @@ from scripts.airflow.report import (
     MODEL,
     SENSOR_OPERATORS,
     TERMINAL,
+    ConsumerCheck,
+    ConsumerRun,
     PolicyCheck,
+    assets_json,
+    assets_table,
     check_dag,
     dag_table,
     figures,
@@ -53,7 +66,7 @@ from scripts.airflow.report import (
     state_counts,
     summary_json,
 )
-from scripts.airflow.stack import USER, AirflowStack, Processes, StackError, states_requests
+from scripts.airflow.stack import USER, AirflowStack, Processes, StackError, states_requests, version_of
 from scripts.demo.demo import worker_rounds
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
@@ -61,9 +74,15 @@ from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.adapters.sql.tasks import list_tasks
 from smartsensor.config_keys import render_config
 from smartsensor.domain.clock import iso
+from smartsensor.domain.landings import partition_key
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "scripts" / "airflow" / "dags"
+ASSET_DAGS = DAGS / "assets"  # --assets: scheduled on the landings (not read by Airflow without it)
+# --assets: each partitioned consumer's table (scripts/airflow/dags/assets), and the table the pipeline also lands in
+# that no DAG is scheduled on (raw_events_export names it as an outlet only)
+CONSUMERS = {"finance_hourly_on_landing": "demo.clicks", "marketing_reports_on_landing": "demo.events"}
+UNCONSUMED = "demo.raw_events"
 DS = "2026-11-22"  # the day the teams wait for
 YESTERDAY = "2026-11-21"
 console = Console(width=None if sys.stdout.isatty() else 110)
@@ -156,6 +175,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the DAG files keep Airflow's own Hive sensors and the cluster policy (airflow_local_settings.py, "
         "[smartsensor] use_smart_sensor) routes them through smartsensor (default: they import the drop-ins)",
     )
+    p.add_argument(
+        "--assets",
+        action="store_true",
+        help="also schedule on the landings: [landings] publish on, and the PartitionedAssetTimetable consumers of "
+        "scripts/airflow/dags/assets; checks one run per landed partition of each (Airflow 3.3+)",
+    )
     args = p.parse_args(argv)
     if args.sensors < 5 or args.partitions < 2 or args.partitions > 48 or args.partitions % 2:
         p.error("--sensors must be at least 5 and --partitions even, 2-48")
@@ -164,28 +189,46 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not venvs:
             p.error("no Airflow 3 venv: run ./scripts/airflow_demo.sh, or give --airflow-venv")
         args.airflow_venv = venvs[-1]
+    if args.assets and tuple(int(n) for n in version_of(Path(args.airflow_venv)).split(".")[:2]) < (3, 3):
+        p.error("--assets needs Airflow 3.3 or later (partition keys on asset events, PartitionedAssetTimetable)")
     return args
 
 
-def write_config(home: Path, db_url: str, metastore_port: int, token: str) -> Path:
-    """The stack's smartsensor config: every key commented, as `smartsensor config init` writes it."""
+def write_config(
+    home: Path, db_url: str, metastore_port: int, token: str, landings: dict[str, str] | None = None
+) -> Path:
+    """The stack's smartsensor config: every key commented, as `smartsensor config init` writes it; ``landings``:
+    keys of ``[landings]`` (--assets)."""
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "airflow.cfg"
-    cfg.write_text(
-        render_config(
-            {
-                ("core", "sql_alchemy_conn"): db_url,
-                ("smart_sensor", "shards"): "4",
-                ("spark", "warehouse_dir"): f"{home}/warehouse",
-                ("spark", "metastore_uris"): f"thrift://127.0.0.1:{metastore_port}",
-                ("spark", "conf"): "spark.driver.memory=512m",
-                ("metastore", "port"): str(metastore_port),
-                ("api", "token"): token,
-                ("api", "history_interval"): "5",
-            }
-        )
-    )
+    values = {
+        ("core", "sql_alchemy_conn"): db_url,
+        ("smart_sensor", "shards"): "4",
+        ("spark", "warehouse_dir"): f"{home}/warehouse",
+        ("spark", "metastore_uris"): f"thrift://127.0.0.1:{metastore_port}",
+        ("spark", "conf"): "spark.driver.memory=512m",
+        ("metastore", "port"): str(metastore_port),
+        ("api", "token"): token,
+        ("api", "history_interval"): "5",
+    }
+    values.update({("landings", k): v for k, v in (landings or {}).items()})
+    cfg.write_text(render_config(values))
     return cfg
+
+
+def landings_settings(airflow_url: str, password_file: Path, uri_prefix: str) -> dict[str, str]:
+    """``[landings]`` for --assets: publish to the stack's api-server as its admin, the metastore's hive:// assets;
+    Airflow's assets read every 2 s (not 60: the demo's consumers are new), posts retried soon."""
+    return {
+        "publish": "true",
+        "airflow_url": airflow_url,
+        "airflow_username": USER,
+        "airflow_password_file": str(password_file),
+        "asset_uri_prefix": uri_prefix,
+        "assets_refresh_interval": "2",
+        "retry_base": "0.5",
+        "retry_max": "5",
+    }
 
 
 class Demo:
@@ -201,7 +244,7 @@ class Demo:
         self.token = secrets.token_urlsafe(16)
         self.db_url = args.db_url or f"sqlite:///{self.ss_home / 'smartsensor.db'}"
         self.metastore_port = free_port()
-        write_config(self.ss_home, self.db_url, self.metastore_port, self.token)
+        self.hive_assets = f"hive://127.0.0.1:{self.metastore_port}/"  # how Airflow's assets name its tables
         self.port = args.port or free_port()
         self.ss_url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
@@ -217,8 +260,19 @@ class Demo:
             AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{self.token}@127.0.0.1:{self.port}",
             DEMO_SENSORS=str(args.sensors),
             DEMO_PARTITIONS=str(args.partitions),
+            DEMO_HIVE_ASSETS=self.hive_assets,
             **policy,
         )
+        landings = None
+        if args.assets:
+            self.ss_home.mkdir(parents=True, exist_ok=True)
+            password_file = self.ss_home / "airflow-password"
+            password_file.write_text(self.stack.password + "\n")
+            password_file.chmod(0o600)
+            landings = landings_settings(self.stack.url, password_file, self.hive_assets)
+            for dag in sorted(ASSET_DAGS.glob("*.py")):
+                (self.stack.dags / dag.name).write_text(dag.read_text())
+        write_config(self.ss_home, self.db_url, self.metastore_port, self.token, landings)
         for dag in sorted(DAGS.glob("*.py")):
             source = dag.read_text()
             (self.stack.dags / dag.name).write_text(airflow_own(source) if args.policy else source)
@@ -226,6 +280,7 @@ class Demo:
             (self.stack.home / "config").mkdir(parents=True, exist_ok=True)
             (self.stack.home / "config" / "airflow_local_settings.py").write_text(LOCAL_SETTINGS)
         self.dag_ids = sorted(p.stem for p in DAGS.glob("*.py") if p.stem != "demo_scale")
+        self.asset_dag_ids = sorted(p.stem for p in ASSET_DAGS.glob("*.py")) if args.assets else []
         self.engine: Any = None
         self.started = time.monotonic()
         self.phase = "starting"
@@ -268,11 +323,11 @@ class Demo:
             service=False,
         )
 
-    def query(self, sql: str) -> list[Any]:
+    def query(self, sql: str, **params: Any) -> list[Any]:
         if self.engine is None:
             self.engine = make_engine(self.db_url)
         with self.engine.connect() as conn:
-            return list(conn.execute(text(sql)).fetchall())
+            return list(conn.execute(text(sql), params).fetchall())
 
     def rows(self) -> list[dict[str, Any]]:
         """smartsensor's task instances (one per registered sensor try), dates as ISO text."""
@@ -305,10 +360,105 @@ class Demo:
         with urllib.request.urlopen(f"{self.ss_url}/api/v1/health", timeout=5) as r:
             return r.status == 200
 
-    def landed(self) -> set[str]:
+    def pipeline_lines(self) -> list[str]:
         log = self.logs / "pipeline.log"
-        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-        return {line.split(" ", 1)[1].strip() for line in lines if line.startswith("landed ")}
+        return log.read_text(errors="replace").splitlines() if log.exists() else []
+
+    def landed(self) -> set[str]:
+        """The partitions the pipeline landed for the sensors (``db.table/ds=…/hr=…``; not --assets' extra table)."""
+        names = {line.split(" ", 1)[1].strip() for line in self.pipeline_lines() if line.startswith("landed ")}
+        return {n for n in names if not n.startswith(UNCONSUMED + "/")}
+
+    def landed_at(self) -> dict[str, datetime]:
+        """Every partition the pipeline landed (``db.table/ds=…/hr=…``) → when its insert returned (aware UTC)."""
+        out: dict[str, datetime] = {}
+        for line in self.pipeline_lines():
+            if line.startswith("landed-at "):
+                _, at, name = line.split(" ", 2)
+                out[name.strip()] = datetime.fromisoformat(at)
+        return out
+
+    # -- --assets: the landings published, the consumers' runs -----------------------------------------------------
+    def tables_watched(self) -> bool:
+        """smartsensor watches each consumer's table, and has taken its baseline (what was there before)."""
+        rows = self.query("SELECT db_name, table_name FROM asset_watch WHERE baselined_at IS NOT NULL")
+        return {f"{d}.{t}" for d, t in rows} >= set(CONSUMERS.values())
+
+    def consumer_runs(self) -> dict[str, list[ConsumerRun]]:
+        """Airflow's runs of each consumer, with what its task returned (XCom)."""
+        dags = list(CONSUMERS)
+        returned = {
+            (d, k): v if isinstance(v, str) else json.dumps(v)
+            for d, k, v in self.stack.rows(
+                "SELECT r.dag_id, r.partition_key, x.value FROM xcom x JOIN dag_run r ON r.id = x.dag_run_id "
+                "WHERE x.key = 'return_value' AND r.dag_id IN :dags",
+                expanding=["dags"],
+                dags=dags,
+            )
+        }
+        runs: dict[str, list[ConsumerRun]] = {d: [] for d in dags}
+        for dag_id, key, state, queued in self.stack.rows(
+            "SELECT dag_id, partition_key, state, queued_at FROM dag_run WHERE dag_id IN :dags ORDER BY id",
+            expanding=["dags"],
+            dags=dags,
+        ):
+            runs[dag_id].append(ConsumerRun(key, state, _utc(queued), returned.get((dag_id, key))))
+        return runs
+
+    def consumer_checks(self) -> list[ConsumerCheck]:
+        """Each consumer's landed partitions (by key), its runs, and when each landing's event was delivered."""
+        landed = self.landed_at()
+        runs = self.consumer_runs()
+        delivered = self.query("SELECT uri, partition_key, delivered_at FROM landing_outbox WHERE state = 'delivered'")
+        checks = []
+        for dag_id, table in sorted(CONSUMERS.items()):
+            mine = {
+                partition_key(name.split("/", 1)[1]): at for name, at in landed.items() if name.startswith(table + "/")
+            }
+            uri = self.hive_assets + table.replace(".", "/")
+            posted = {k: when for u, k, at in delivered if u == uri and (when := _utc(at)) is not None}
+            checks.append(ConsumerCheck(dag_id, table, mine, runs[dag_id], posted))
+        return checks
+
+    def backlog(self) -> int:
+        """Landings in the outbox not yet delivered (pending, or being sent)."""
+        return int(self.query("SELECT count(*) FROM landing_outbox WHERE state IN ('pending', 'sending')")[0][0])
+
+    def consumers_ran(self) -> bool:
+        """Nothing left to publish, every partition landed on a consumer's table has a run of it, and every run of
+        the consumers ended."""
+        if self.backlog():
+            return False
+        checks = self.consumer_checks()
+        return all(
+            set(c.landed) <= set(c.runs_per_key()) and all(r.state in ("success", "failed") for r in c.runs)
+            for c in checks
+        )
+
+    def unconsumed(self) -> dict[str, Any]:
+        """What reached the outbox and Airflow for UNCONSUMED, the table nobody is scheduled on (both should be 0)."""
+        db, table = UNCONSUMED.split(".")
+        uri = f"{self.hive_assets}{db}/{table}"
+        landed = sum(1 for name in self.landed_at() if name.startswith(UNCONSUMED + "/"))
+        outbox = self.query("SELECT count(*) FROM landing_outbox WHERE uri = :uri", uri=uri)[0][0]
+        events = self.stack.rows(
+            "SELECT count(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = :uri", uri=uri
+        )[0][0]
+        known = self.stack.rows("SELECT count(*) FROM asset WHERE uri = :uri", uri=uri)[0][0]
+        return {
+            "table": UNCONSUMED,
+            "landed": landed,
+            "asset_in_airflow": bool(known),
+            "outbox_rows": int(outbox),
+            "events": int(events),
+        }
+
+    def import_errors(self) -> bool:
+        """StackError when Airflow could not import a DAG file of the demo (instead of waiting for the deadline)."""
+        errors = self.stack.rows("SELECT filename, stacktrace FROM import_error")
+        if errors:
+            raise StackError("Airflow could not import: " + "\n".join(f"{f}:\n{t}" for f, t in errors)[-3000:])
+        return False
 
     def rounds(self) -> list[dict[str, Any]]:
         return worker_rounds(self.logs / "workers.log")
@@ -357,6 +507,13 @@ class Demo:
             f"{registered} registered, {distinct} distinct checks, "
             f"{len(self.landed())} partitions landed, {self.states_requests()} states requests",
         )
+        if self.args.assets:
+            runs = self.consumer_runs()
+            table.add_row(
+                "[dim]scheduled on landings[/dim]",
+                ", ".join(f"{d}: {state_counts(r.state for r in runs[d]) or 'no run'}" for d in sorted(runs))
+                + f"; outbox backlog {self.backlog()}",
+            )
         return table
 
     def sensors_settled(self) -> bool:
@@ -376,7 +533,7 @@ class Demo:
         return self.runs_finished()
 
     def runs_finished(self) -> bool:
-        runs = self.stack.run_states()
+        runs = {d: s for d, s in self.stack.run_states().items() if d in self.dag_ids}
         return len(runs) == len(self.dag_ids) and all(s in ("success", "failed") for s in runs.values())
 
     def run(self) -> None:
@@ -398,15 +555,24 @@ class Demo:
         self.wait("Airflow's database migrated", lambda: migrate.poll() is not None, 1, show=False)
         if migrate.returncode != 0:
             raise StackError(f"airflow db migrate failed:\n{self.processes.log_tail('airflow-db-migrate')}")
+        # Before Airflow parses any DAG: with --assets, what is there when a table is first watched is its baseline
+        # (never published), and yesterday's partitions must be in it.
+        self.wait("yesterday's partitions landed", lambda: history.poll() is not None, 1, show=False)
+        if history.returncode != 0:
+            raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline-history')}")
         self.stack.start()
         self.wait("smartsensor serve answering", self.serve_healthy, 1, show=False)
         self.wait(
             "Airflow healthy (api-server, dag-processor, scheduler, triggerer)", self.stack.healthy, 1, show=False
         )
-        self.wait("the DAG files parsed", lambda: self.stack.parsed(self.dag_ids), 1, show=False)
-        self.wait("yesterday's partitions landed", lambda: history.poll() is not None, 1, show=False)
-        if history.returncode != 0:
-            raise StackError(f"the pipeline failed:\n{self.processes.log_tail('pipeline-history')}")
+        self.wait(
+            "the DAG files parsed",
+            lambda: self.import_errors() or self.stack.parsed(self.dag_ids + self.asset_dag_ids),
+            1,
+            show=False,
+        )
+        if self.args.assets:
+            self.wait("smartsensor watching the consumers' tables", self.tables_watched, 1, show=False)
         self.mark("stack up")
         console.print(
             f"stack up in {self.marks['stack up']:.0f} s: Airflow UI {self.stack.url}, smartsensor {self.ss_url}"
@@ -417,9 +583,13 @@ class Demo:
         console.print(f"triggered {', '.join(self.dag_ids)} for {DS}")
         self.wait("every sensor task registered and deferred", self.sensors_settled)
         self.mark("sensors deferred")
-        self.pipeline("pipeline", "demo.events,demo.clicks", DS, f"0-{self.args.partitions // 2 - 1}", self.args.every)
+        tables = "demo.events,demo.clicks" + (f",{UNCONSUMED}" if self.args.assets else "")
+        self.pipeline("pipeline", tables, DS, f"0-{self.args.partitions // 2 - 1}", self.args.every)
         self.wait("the pipeline landing and every DAG run finishing", self.landed_and_finished)
         self.mark("runs finished")
+        if self.args.assets:
+            self.wait("one run of each consumer per landed partition", self.consumers_ran)
+            self.mark("consumers ran")
 
     def mark(self, name: str) -> None:
         self.marks[name] = round(time.monotonic() - self.started, 1)
@@ -480,6 +650,10 @@ def summary(demo: Demo, finished: bool) -> list[str]:
         }
     else:
         console.print("mode: import swap (the DAG files import smartsensor's drop-ins)")
+    if demo.args.assets:
+        assets, wrong = assets_summary(demo, finished)
+        problems += wrong
+        extra["assets"] = assets
     if demo.args.summary_json:
         data = summary_json(
             checks,
@@ -494,6 +668,47 @@ def summary(demo: Demo, finished: bool) -> list[str]:
         )
         Path(demo.args.summary_json).write_text(json.dumps(data, indent=2) + "\n")
     return problems
+
+
+def assets_summary(demo: Demo, finished: bool) -> tuple[dict[str, Any], list[str]]:
+    """--assets: per consumer, the partitions landed on its table, the runs they started, their keys and landed ->
+    run queued; the table nobody is scheduled on; the outbox as `smartsensor status --json` shows it. Printed, and
+    returned as data with the problems (a partition with no run or several, …)."""
+    checks = demo.consumer_checks()
+    table, problems = assets_table(checks, finished)
+    console.print(table)
+    unconsumed = demo.unconsumed()
+    if unconsumed["outbox_rows"] or unconsumed["events"]:
+        problems.append(
+            f"{UNCONSUMED}: nobody is scheduled on it, yet {unconsumed['outbox_rows']} landing(s) in the outbox and "
+            f"{unconsumed['events']} event(s) in Airflow"
+        )
+    console.print(
+        f"{UNCONSUMED} (an asset in Airflow: {'yes' if unconsumed['asset_in_airflow'] else 'no'}, no DAG scheduled "
+        f"on it): {unconsumed['landed']} partitions landed, {unconsumed['outbox_rows']} in the outbox, "
+        f"{unconsumed['events']} events published"
+    )
+    outbox = json.loads(demo.cli("status", "--json"))["landings"]
+    states = ", ".join(f"{n} {state}" for state, n in outbox["by_state"].items())
+    console.print(
+        f"outbox (smartsensor status --json, landings): {outbox['watched_tables']} tables watched; {states}; "
+        f"backlog {outbox['backlog']}, duplicates {outbox['duplicates']}, unknown outcomes "
+        f"{outbox['unknown_outcomes']}"
+    )
+    if outbox["duplicates"]:
+        problems.append(f"the outbox counts {outbox['duplicates']} duplicate post(s)")
+    if not problems and finished:
+        runs = sum(len(c.runs) for c in checks)
+        console.print(f"[green]every landed partition started one run of each consumer ({runs} runs)[/green]")
+    return {"consumers": assets_json(checks, finished), "unconsumed": unconsumed, "outbox": outbox}, problems
+
+
+def _utc(value: Any) -> datetime | None:
+    """A time read from Airflow's database (text on SQLite) as aware UTC."""
+    if value is None:
+        return None
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def main(argv: list[str] | None = None) -> int:

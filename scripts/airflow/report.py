@@ -283,3 +283,154 @@ def summary_json(checks: list[DagCheck], f: Figures, finished: bool, **extra: An
         "figures": {**asdict(f), "metastore_calls": f.metastore_calls},
         **extra,
     }
+
+
+# -- schedule on landings (--assets) ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsumerRun:
+    """One Airflow run of a partitioned consumer: its partition key, state, when it was queued (aware UTC) and what
+    its task returned (its XCom, which names the ``dag_run.partition_key`` the task read; None: nothing yet)."""
+
+    partition_key: str | None
+    state: str | None
+    queued_at: datetime | None
+    returned: str | None = None
+
+
+@dataclass
+class ConsumerCheck:
+    """A ``PartitionedAssetTimetable`` consumer of one table: the partitions the pipeline landed there (partition
+    key → when the pipeline's insert returned, aware UTC), Airflow's runs of it, and when Airflow took each
+    landing's asset event (the outbox's ``delivered_at``, by partition key)."""
+
+    dag_id: str
+    table: str
+    landed: dict[str, datetime]
+    runs: list[ConsumerRun] = field(default_factory=list)
+    posted: dict[str, datetime] = field(default_factory=dict)
+
+    def runs_per_key(self) -> Counter[str | None]:
+        return Counter(r.partition_key for r in self.runs)
+
+    def lags(self) -> list[float]:
+        """Seconds from each landing to the queueing of its run (the first, if several)."""
+        queued: dict[str, datetime] = {}
+        for run in self.runs:
+            if run.partition_key in self.landed and run.queued_at is not None:
+                key = run.partition_key
+                queued[key] = min(queued.get(key, run.queued_at), run.queued_at)
+        return [(queued[k] - self.landed[k]).total_seconds() for k in sorted(queued)]
+
+    def post_lags(self) -> list[float]:
+        """Seconds from each landing to Airflow's 2xx for its event (smartsensor's share of ``lags``)."""
+        return [(self.posted[k] - self.landed[k]).total_seconds() for k in sorted(self.posted) if k in self.landed]
+
+    def problems(self, finished: bool) -> list[str]:
+        """A landed partition with no run (only when the run finished: a run cut short may still get it) or with
+        several, a run whose key landed nowhere, a run that did not succeed, a task that did not read its key."""
+        per_key = self.runs_per_key()
+        out = [
+            f"{self.dag_id}: partition {k!r} of {self.table} landed, no run started"
+            for k in sorted(self.landed)
+            if finished and not per_key.get(k)
+        ]
+        out += [
+            f"{self.dag_id}: partition {k!r} started {n} runs, not one"
+            for k, n in sorted(per_key.items(), key=str)
+            if n > 1
+        ]
+        out += [
+            f"{self.dag_id}: a run for {k!r}, which did not land"
+            for k in sorted(per_key, key=str)
+            if k not in self.landed
+        ]
+        for run in self.runs:
+            if finished and run.state != "success":
+                out.append(f"{self.dag_id}: the run for {run.partition_key!r} ended {run.state}, not success")
+            elif run.state == "success" and (run.returned is None or str(run.partition_key) not in run.returned):
+                out.append(
+                    f"{self.dag_id}: the run for {run.partition_key!r} returned {run.returned!r}, not its partition key"
+                )
+        return out
+
+
+def percentile_50(values: list[float]) -> float | None:
+    """The median, or None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def assets_table(checks: list[ConsumerCheck], finished: bool) -> tuple[Table, list[str]]:
+    """Per consumer: its table, the partitions landed, the runs started, their keys, landed → run queued p50 / max,
+    OK or how many problems; and the problems."""
+    table = Table(
+        title="Scheduled on landings: PartitionedAssetTimetable consumers, one run per landed partition",
+        title_justify="left",
+    )
+    table.add_column("consumer (its table)", no_wrap=True)
+    table.add_column("landed", justify="right")
+    table.add_column("runs", justify="right")
+    table.add_column("runs' keys", min_width=13)
+    table.add_column("landed ->\nposted\np50 / max", no_wrap=True)
+    table.add_column("landed ->\nrun queued\np50 / max", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    problems: list[str] = []
+    for check in checks:
+        wrong = check.problems(finished)
+        problems += wrong
+        table.add_row(
+            f"{check.dag_id}\n({check.table})",
+            str(len(check.landed)),
+            str(len(check.runs)),
+            compact_keys(str(k) for k in check.runs_per_key()) or "-",
+            _p50_max(check.post_lags()),
+            _p50_max(check.lags()),
+            "[green]OK[/green]" if not wrong else f"[red]{len(wrong)} problem(s)[/red]",
+        )
+    return table, problems
+
+
+def compact_keys(keys: Iterable[str]) -> str:
+    """Partition keys, sorted, those that differ only after their last ``|`` as one brace list:
+    ``2026-11-22|{00, 01}`` for ``2026-11-22|00`` and ``2026-11-22|01``."""
+    groups: dict[str, list[str]] = {}
+    for key in sorted(set(keys)):
+        head, sep, tail = key.rpartition("|")
+        if sep:
+            groups.setdefault(head + sep, []).append(tail)
+        else:
+            groups[key] = []  # one value: nothing to share
+    return " ".join(
+        head + ("" if not tails else tails[0] if len(tails) == 1 else "{" + ", ".join(tails) + "}")
+        for head, tails in groups.items()
+    )
+
+
+def _p50_max(values: list[float]) -> str:
+    p50 = percentile_50(values)
+    return "-" if p50 is None else f"{p50:.1f} / {max(values):.1f} s"
+
+
+def assets_json(checks: list[ConsumerCheck], finished: bool) -> dict[str, Any]:
+    """The consumers' part of the summary as data (``--summary-json``, ``assets.consumers``)."""
+    out: dict[str, Any] = {}
+    for c in checks:
+        lags, posts = c.lags(), c.post_lags()
+        out[c.dag_id] = {
+            "table": c.table,
+            "landed": sorted(c.landed),
+            "runs": len(c.runs),
+            "runs_per_key": {str(k): n for k, n in sorted(c.runs_per_key().items(), key=str)},
+            "states": dict(Counter(r.state or "none" for r in c.runs)),
+            "lag_p50": percentile_50(lags),
+            "lag_max": max(lags) if lags else None,
+            "post_lag_p50": percentile_50(posts),
+            "post_lag_max": max(posts) if posts else None,
+            "problems": c.problems(finished),
+        }
+    return out

@@ -4,9 +4,10 @@
     python -m scripts.demo.pipeline --table demo.events --ds 2026-11-22 --hours 0-23 --every 2 --rows 10
 
 For each hour it overwrites ``PARTITION (ds='<ds>', hr='HH')`` of every table given (``--table`` also
-takes a comma list, landed hour by hour across the tables), prints ``landed db.t/ds=<ds>/hr=HH``,
-and sleeps ``--every`` seconds before the next hour. At the end it creates an empty
-``<table location>/ds=<ds>/_SUCCESS`` through Spark's Hadoop FileSystem and prints
+takes a comma list, landed hour by hour across the tables), prints ``landed db.t/ds=<ds>/hr=HH`` and
+``landed-at <ISO time, UTC> db.t/ds=<ds>/hr=HH`` (when the insert returned), and sleeps ``--every``
+seconds before the next hour. At the end it creates an empty ``<table location>/ds=<ds>/_SUCCESS``
+through Spark's Hadoop FileSystem and prints
 ``success-file <path>``. The tables (``id BIGINT, payload STRING``, partitioned by ds and hr,
 Parquet) and their databases are created when missing. Point ``[spark] metastore_uris`` at a
 metastore service (``smartsensor metastore start``) so other processes see the partitions.
@@ -18,7 +19,7 @@ import argparse
 import re
 import sys
 import time
-from datetime import date
+from datetime import date, datetime, timezone
 from typing import Any
 
 from smartsensor.adapters.spark import get_spark
@@ -206,8 +207,10 @@ def run(args: argparse.Namespace) -> None:
             time.sleep(args.every)
         for db, table in args.tables:
             name = land_partition(spark, db, table, args.ds, hr, args.rows)
+            at = datetime.now(timezone.utc).isoformat()
             signaller.send(name)
             print(f"landed {name}", flush=True)
+            print(f"landed-at {at} {name}", flush=True)
     if not args.no_success_file:
         for db, table in args.tables:
             print(f"success-file {write_success_file(spark, db, table, args.ds)}", flush=True)

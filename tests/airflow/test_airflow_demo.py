@@ -2,10 +2,11 @@
 task in its expected state, the summary printed, and nothing of the stack left running afterwards.
 
 The demo runs the same DAG files in two modes: as committed (the default, "import swap": they import the drop-ins)
-and with Airflow's own Hive sensors routed by the cluster policy (--policy). The whole run is made once, with
---policy: it is the one that adds something to the stack (the policy, the swapped imports). The default mode's DAG
-files are loaded in Airflow here, beside their swapped form; the drop-ins they import run in a real Airflow in
-test_production_like.py."""
+and with Airflow's own Hive sensors routed by the cluster policy (--policy); --assets adds, in either mode, the
+landings published to Airflow and DAGs scheduled on them (PartitionedAssetTimetable). The whole run is made once,
+with --policy --assets: it is the one that adds something to the stack (the policy, the swapped imports, the
+publisher and its consumers). The default mode's DAG files are loaded in Airflow here, beside their swapped form; the
+drop-ins they import run in a real Airflow in test_production_like.py."""
 
 from __future__ import annotations
 
@@ -165,11 +166,45 @@ def test_the_demo_dag_files_load_in_both_modes(venv: Path, tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(TIMEOUT + 150)
-def test_the_airflow_demo_runs_with_the_cluster_policy(tmp_path: Path) -> None:
+def test_the_airflow_demo_runs_with_the_cluster_policy_and_schedules_on_landings(tmp_path: Path) -> None:
     """--policy: the same DAG files with Airflow's own Hive sensors; the cluster policy sends each through
-    smartsensor (every one registered there, its operator shown as '… via smartsensor'), same states and figures."""
-    text, summary = run_demo(tmp_path, "--policy")
+    smartsensor (every one registered there, its operator shown as '… via smartsensor'), same states and figures.
+    --assets: the workers publish each landed partition, and each PartitionedAssetTimetable consumer gets one run
+    per partition of its table, with the partition key, which its task reads; nothing is published for the table
+    nobody is scheduled on; the outbox has delivered every landing after the baseline, once."""
+    text, summary = run_demo(tmp_path, "--policy", "--assets")
     assert summary["mode"] == "cluster policy"
     assert summary["policy"] == {"hive_sensors": 20, "routed": 20, "not_routed": []}
     assert "mode: cluster policy" in text
     assert "20 of 20 Hive sensor task instances ran through smartsensor" in text
+
+    assets = summary["assets"]
+    keys = ["2026-11-22|00", "2026-11-22|01"]  # 4 partitions: hours 00 and 01 of demo.events and of demo.clicks
+    consumers = assets["consumers"]
+    assert sorted(consumers) == ["finance_hourly_on_landing", "marketing_reports_on_landing"]
+    for dag_id, table in (
+        ("finance_hourly_on_landing", "demo.clicks"),
+        ("marketing_reports_on_landing", "demo.events"),
+    ):
+        consumer = consumers[dag_id]
+        assert consumer["table"] == table
+        assert consumer["landed"] == keys
+        assert consumer["runs_per_key"] == {key: 1 for key in keys}, consumer
+        assert consumer["states"] == {"success": 2} and consumer["problems"] == [], consumer
+        assert 0 < consumer["lag_p50"] <= consumer["lag_max"] < 60, consumer
+        assert 0 < consumer["post_lag_p50"] <= consumer["post_lag_max"] < 60, consumer
+    # demo.raw_events: landed like the others, an asset in Airflow, no DAG scheduled on it: nothing published
+    assert assets["unconsumed"] == {
+        "table": "demo.raw_events",
+        "landed": 2,
+        "asset_in_airflow": True,
+        "outbox_rows": 0,
+        "events": 0,
+    }
+    outbox = assets["outbox"]
+    assert outbox["watched_tables"] == 2
+    # yesterday's hour of each table was there when it was first watched: its baseline, never published
+    assert outbox["by_state"] == {"baseline": 2, "delivered": 4}, outbox
+    assert (outbox["backlog"], outbox["duplicates"], outbox["unknown_outcomes"]) == (0, 0, 0), outbox
+    assert "Scheduled on landings: PartitionedAssetTimetable consumers" in text
+    assert "every landed partition started one run of each consumer (4 runs)" in text

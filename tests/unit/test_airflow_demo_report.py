@@ -1,11 +1,21 @@
 """The Airflow demo's verdicts (scripts/airflow/report.py): what each task must end as, from what landed,
-each sensor's own rules and the DAG's dependencies; and the computed figures."""
+each sensor's own rules and the DAG's dependencies; the computed figures; and, with --assets, one run per landed
+partition of each consumer."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 
-from scripts.airflow.report import check_dag, figures, policy_check
+from scripts.airflow.report import (
+    ConsumerCheck,
+    ConsumerRun,
+    assets_json,
+    check_dag,
+    compact_keys,
+    figures,
+    policy_check,
+)
 
 LANDED = {"demo.events/ds=2026-11-22/hr=00"}
 
@@ -114,3 +124,52 @@ def test_the_cluster_policys_sensors_count_as_sensors_and_each_hive_one_must_say
     assert routing.not_routed == [
         "d.own: operator 'HivePartitionSensor', not via smartsensor (the cluster policy left it as Airflow's own)"
     ]
+
+
+T0 = datetime(2026, 11, 27, 14, 0, tzinfo=timezone.utc)
+
+
+def consumer(*runs: ConsumerRun) -> ConsumerCheck:
+    landed = {"2026-11-22|00": T0, "2026-11-22|01": T0 + timedelta(seconds=10)}
+    posted = {"2026-11-22|00": T0 + timedelta(seconds=0.5), "2026-11-22|01": T0 + timedelta(seconds=11)}
+    return ConsumerCheck("reports_on_landing", "demo.events", landed, list(runs), posted)
+
+
+def ran(key: str, after: float, state: str = "success", returned: str | None = None) -> ConsumerRun:
+    at = T0 + timedelta(seconds=after)
+    return ConsumerRun(key, state, at, f"report for {key}" if returned is None else returned)
+
+
+def test_one_successful_run_per_landed_partition_that_read_its_key_is_all_right() -> None:
+    check = consumer(ran("2026-11-22|00", 1.5), ran("2026-11-22|01", 12.5))
+    assert check.problems(finished=True) == []
+    assert check.lags() == [1.5, 2.5]
+    assert check.post_lags() == [0.5, 1.0]  # smartsensor's share: landed -> Airflow took the event
+    data = assets_json([check], finished=True)["reports_on_landing"]
+    assert data["runs_per_key"] == {"2026-11-22|00": 1, "2026-11-22|01": 1}
+    assert (data["lag_p50"], data["lag_max"], data["post_lag_p50"], data["post_lag_max"]) == (2.0, 2.5, 0.75, 1.0)
+
+
+def test_a_partition_with_no_run_two_runs_or_a_run_for_nothing_landed_is_a_problem() -> None:
+    check = consumer(ran("2026-11-22|00", 1), ran("2026-11-22|00", 30), ran("2026-11-22|05", 3))
+    assert check.problems(finished=True) == [
+        "reports_on_landing: partition '2026-11-22|01' of demo.events landed, no run started",
+        "reports_on_landing: partition '2026-11-22|00' started 2 runs, not one",
+        "reports_on_landing: a run for '2026-11-22|05', which did not land",
+    ]
+    assert check.lags() == [1.0]  # the first run of a key
+    # cut short by the deadline: a missing run may still come, a second one is wrong already
+    assert len(check.problems(finished=False)) == 2
+
+
+def test_a_run_that_failed_or_did_not_read_its_partition_key_is_a_problem() -> None:
+    check = consumer(ran("2026-11-22|00", 1, state="failed"), ran("2026-11-22|01", 11, returned="report for None"))
+    assert check.problems(finished=True) == [
+        "reports_on_landing: the run for '2026-11-22|00' ended failed, not success",
+        "reports_on_landing: the run for '2026-11-22|01' returned 'report for None', not its partition key",
+    ]
+
+
+def test_the_summary_shows_keys_that_differ_in_their_last_value_as_one_brace_list() -> None:
+    keys = ["2026-11-22|01", "2026-11-22|00", "2026-11-23|00", "2026-11-21", "None"]
+    assert compact_keys(keys) == "2026-11-21 2026-11-22|{00, 01} 2026-11-23|00 None"
