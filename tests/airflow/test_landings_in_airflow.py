@@ -6,8 +6,8 @@ Production-like (tests/support/airflow_deployment.py): Airflow's api-server, dag
 with the thrift backend on the metastore service, the workers publishing (``[landings] publish``). Partitions land
 through the metastore's thrift API, as a pipeline's commit adds them, on three tables, in phases:
 
-- **steady**: half of the landings followed by a landing signal (the publisher wakes at once), half not (its next
-  listing, every ``[landings] interval``);
+- **steady**: landings followed by a landing signal (the publisher wakes at once), then landings without one (its
+  next listing, every ``[landings] interval``, finds them);
 - **api-server restarted**: stopped while two partitions land; `status` shows the backlog; started again;
 - **workers killed**: ``kill -9`` of every worker process as soon as the landings are in the outbox (mid-publish),
   then started again;
@@ -176,18 +176,23 @@ class FaultRun:
         phase.airflow_calls = count_airflow_calls(self.api_log) - calls
         phase.listings = count_listings(self.metastore_log) - listings
 
-    def steady(self, phase: Phase) -> None:
-        """Landings at a pipeline's pace, one per table every 1.5 s, every other one followed by a signal."""
-        for day in range(2, 6):
-            signalled = day % 2 == 0
-            for table, more in ((DAILY, ()), (HOURLY, ("03",)), (UNUSED, ())):
-                self.pipeline.land(table, f"2026-10-0{day}", *more, signal=signalled)
-            time.sleep(1.5)
+    def steady(self, signalled: bool) -> Callable[[Phase], None]:
+        """Landings at a pipeline's pace, one per table every 1.5 s, each followed by a landing signal or not (then
+        the publisher's next listing, every ``[landings] interval``, finds it)."""
+        first = 2 if signalled else 5
+
+        def run(phase: Phase) -> None:
+            for day in range(first, first + 3):
+                for table, more in ((DAILY, ()), (HOURLY, ("03",)), (UNUSED, ())):
+                    self.pipeline.land(table, f"2026-10-{day:02d}", *more, signal=signalled)
+                time.sleep(1.5)
+
+        return run
 
     def api_server_restarted(self, phase: Phase) -> None:
         self.processes.stop(names=["airflow-api-server"])
-        self.pipeline.land(DAILY, "2026-10-06")
-        self.pipeline.land(HOURLY, "2026-10-06", "04")
+        self.pipeline.land(DAILY, "2026-10-08")
+        self.pipeline.land(HOURLY, "2026-10-08", "04")
         wait_until(lambda: collect_landings(self.engine, clock.now()).backlog == 2, timeout=120, step=0.5)
         self.processes.start("airflow-api-server", self.stack.components()["api-server"], self.stack.env)
         self.stack.wait_healthy(timeout=300)
@@ -196,8 +201,8 @@ class FaultRun:
     def workers_killed(self, phase: Phase) -> None:
         """``kill -9`` of every worker process as soon as the landings are in the outbox: mid-publish."""
         before = len(outbox_rows(self.engine))
-        self.pipeline.land(DAILY, "2026-10-07", signal=True)
-        self.pipeline.land(HOURLY, "2026-10-07", "05", signal=True)
+        self.pipeline.land(DAILY, "2026-10-09", signal=True)
+        self.pipeline.land(HOURLY, "2026-10-09", "05", signal=True)
         wait_until(lambda: len(outbox_rows(self.engine)) >= before + 2, timeout=120, step=0.05)
         os.killpg(self.processes.procs["workers"].pid, signal.SIGKILL)
         self.processes.stop(names=["workers"])
@@ -208,15 +213,15 @@ class FaultRun:
         failed = failed_posts(self.engine)
         self.supervised = True
         with database_unreachable(self.deployment.airflow_db):
-            self.pipeline.land(DAILY, "2026-10-08", signal=True)
-            self.pipeline.land(HOURLY, "2026-10-08", "06", signal=True)
+            self.pipeline.land(DAILY, "2026-10-10", signal=True)
+            self.pipeline.land(HOURLY, "2026-10-10", "06", signal=True)
             wait_until(lambda: failed_posts(self.engine) >= failed + 2, timeout=120, step=0.5)
         phase.recovered = datetime.now(timezone.utc)
         self.waiting("Airflow healthy after its database outage", self.stack.healthy)
 
     def metastore_down(self, phase: Phase) -> None:
-        self.pipeline.land(DAILY, "2026-10-09")
-        self.pipeline.land(HOURLY, "2026-10-09", "07")
+        self.pipeline.land(DAILY, "2026-10-11")
+        self.pipeline.land(HOURLY, "2026-10-11", "07")
         assert metastore_service.stop(self.service)
         try:
             time.sleep(6)  # the outage: three listing intervals
@@ -260,7 +265,8 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_through_faults(
     ) as deployment:
         run = FaultRun(deployment, service)
         run.waiting("both consumed tables watched, their baselines taken", lambda: baselines(run.engine) == 2)
-        run.phase("steady", run.steady)
+        run.phase("steady, landing signals", run.steady(signalled=True))
+        run.phase("steady, listings every 2 s", run.steady(signalled=False))
         run.phase("api-server restarted", run.api_server_restarted)
         run.phase("workers killed -9", run.workers_killed)
         run.phase("Airflow's database unreachable", run.airflow_database_down)
