@@ -3,15 +3,18 @@ folder, printed at the end of a run given ``--durations`` (.ci/run gives it). A 
 run's wall time, since one worker runs a group's tests one after another; the total over the workers is the work
 the machine had to do.
 
-Beside the wall seconds, the CPU seconds each phase cost (``cpu_seconds_of_tree``, measured in the process that ran
-the test and handed to the controller in the report's ``user_properties``): with four xdist workers on two cores a
-test's wall seconds are mostly waiting for a core, so only CPU seconds say which tests make the machine busy. They
-are summed by xdist group, by folder, by module and by test, and the modules and tests costing most are listed."""
+Beside the wall seconds, the CPU seconds each phase cost (``TreeCpu``: the process that ran the test and its
+descendants, measured there and handed to the controller in the report's ``user_properties``): with four xdist
+workers on two cores a test's wall seconds are mostly waiting for a core, so only CPU seconds say which tests make
+the machine busy. They are summed by xdist group, by folder, by module and by test, and the modules and tests costing
+most are listed."""
 
 from __future__ import annotations
 
 import os
 import resource
+import threading
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,43 +110,134 @@ PROC = Path("/proc")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class Stat:
+    """What ``/proc/<pid>/stat`` says of a process, times in clock ticks."""
+
+    ppid: int
+    own: int  # utime + stime
+    reaped: int  # cutime + cstime: the children it waited for, with what they waited for
+    start: int  # starttime: with the pid, which process this is
+
+    @property
+    def ticks(self) -> int:
+        return self.own + self.reaped
+
+
+def parse_stat(text: str) -> Stat:
+    """The text of a ``/proc/<pid>/stat``; the command name in parentheses may hold spaces and parentheses itself,
+    so the fields are counted from its last ")"."""
+    fields = text[text.rindex(")") + 2 :].split()
+    # fields[0] is the state (field 3 of proc(5)): ppid is field 4, utime..cstime fields 14-17, starttime field 22
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return Stat(int(fields[1]), utime + stime, cutime + cstime, int(fields[19]))
+
+
+def _stat(pid: int) -> Stat | None:
+    try:
+        return parse_stat((PROC / str(pid) / "stat").read_text())
+    except (OSError, ValueError, IndexError):  # gone (or going) since it was listed
+        return None
+
+
+def _own_rusage() -> tuple[float, float]:
+    """CPU seconds of this process (every thread) and of the children it reaped (with what they reaped)."""
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, reaped.ru_utime + reaped.ru_stime
+
+
+class TreeCpu:
+    """The CPU seconds (user + system) a process and its descendants have used so far, read at every phase boundary
+    and, while the run lasts, by a thread every ``interval`` seconds (``start_sampling``):
+
+    - the process's own ``getrusage``, itself and the children it reaped (``RUSAGE_CHILDREN``, with what they reaped);
+    - utime + stime + cutime + cstime of every live descendant in ``/proc/<pid>/stat``, found through
+      ``/proc/<pid>/task/*/children`` (or a scan of every process's parent where the kernel lacks those files);
+    - a descendant that a sample saw and that then left the tree alive (its parent exited first: a JVM outliving the
+      CLI process that started it, a server that ``pg_ctl`` started) is followed on its own, with its descendants,
+      until it ends; and when processes a sample saw have ended, the part of their time that no reaper in the tree
+      took over (the ones init reaped) is added: a lower bound, as what the tree reaped meanwhile hides it.
+
+    Missed: a process that leaves the tree before any sample saw it (born and orphaned within ``interval``), and
+    everything outside the tree (the PostgreSQL and MariaDB servers ``scripts/test.sh`` starts for the session, and
+    another developer's work). A descendant that outlives its test (a session-scoped metastore service or Spark
+    JVM) counts in whichever phase is running while it works. /proc counts in ticks (1/100 s here)."""
+
+    def __init__(
+        self, root: int | None = None, interval: float = 1.0, rusage: Callable[[], tuple[float, float]] = _own_rusage
+    ) -> None:
+        self.root = os.getpid() if root is None else root
+        self.interval = interval
+        self._rusage = rusage
+        self._lock = threading.Lock()
+        self._seen: dict[int, Stat] | None = None  # every process counted at the last sample, followed ones included
+        self._followed: set[int] = set()  # roots that left the tree alive
+        self._reaped = 0.0  # seconds reaped at the last sample: RUSAGE_CHILDREN + the counted processes' reaped
+        self._lost = 0.0  # seconds of ended processes that nobody counted took over
+        self._thread: threading.Thread | None = None
+
+    def read(self) -> float:
+        """Sample now; the tree's CPU seconds so far."""
+        with self._lock:
+            own, children = self._rusage()
+            seen = self._sample()
+            reaped = children + sum(st.reaped for st in seen.values()) / TICKS
+            if self._seen is not None:
+                ended = [self._seen[pid] for pid in self._seen.keys() - seen.keys()]
+                # what the tree reaped since the last sample, the ended ones' own reaped part given back
+                took_over = reaped - self._reaped + sum(st.reaped for st in ended) / TICKS
+                self._lost += max(0.0, sum(st.ticks for st in ended) / TICKS - took_over)
+            self._seen, self._reaped = seen, reaped
+            return own + children + sum(st.ticks for st in seen.values()) / TICKS + self._lost
+
+    def start_sampling(self) -> None:
+        """Sample every ``interval`` seconds from a daemon thread (once; later calls do nothing)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._sample_forever, name="tree-cpu", daemon=True)
+            self._thread.start()
+
+    def _sample_forever(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            self.read()
+
+    def _sample(self) -> dict[int, Stat]:
+        seen = _descendants(self.root)
+        last = self._seen or {}
+        for pid in sorted(self._followed):
+            st = _stat(pid)
+            if st is None or st.start != last.get(pid, st).start:
+                self._followed.discard(pid)  # ended (its pid perhaps reused)
+            else:
+                seen[pid] = st
+                seen.update(_descendants(pid))
+        for pid in last.keys() - seen.keys():
+            st = _stat(pid)
+            if st is not None and st.start == last[pid].start:  # alive outside the tree: followed from now on
+                self._followed.add(pid)
+                seen[pid] = st
+                seen.update(_descendants(pid))
+        return seen
+
+
 def cpu_seconds_of_tree(pid: int | None = None) -> float:
-    """The CPU seconds (user + system) a test process and its descendants have used so far: its own
-    ``getrusage(RUSAGE_SELF)`` and ``RUSAGE_CHILDREN`` (the children it reaped, with what they reaped), plus
-    utime + stime + cutime + cstime of every live descendant, read from ``/proc/<pid>/stat`` (one walk of the tree
-    through ``/proc/<pid>/task/*/children``, or a scan of every ``/proc/<pid>/stat`` for parents where the kernel has
-    no children files). ``pid`` is for the tests of this module; the rusage part is always this process's.
-
-    The difference between two readings is what the tree used in between, with these misses and leaks:
-
-    - a process daemonised away from the tree (reparented to init, e.g. a PostgreSQL that ``pg_ctl`` starts, or a
-      grandchild whose parent exits before it) stops counting the moment it leaves, and its time until then drops
-      out too (a phase's figure can go down: it is kept at 0 by the caller);
-    - services started outside the test process (the PostgreSQL and MariaDB servers ``scripts/test.sh`` starts for
-      the session, another developer's work) never count, however hard a test makes them work;
-    - a descendant that outlives its test (a session-scoped metastore service or SparkSession's JVM) counts in
-      whichever phase is running while it uses CPU, not in the test that started it;
-    - /proc counts in clock ticks (1/100 s here), and what the worker does between phases (xdist's own messaging)
-      counts nowhere."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
-    return total + sum(ticks for _, ticks in _descendant_ticks(os.getpid() if pid is None else pid)) / TICKS
+    """The CPU seconds a process and its live descendants have used so far, read once (``TreeCpu`` without
+    history: a descendant that already left the tree is not counted)."""
+    return TreeCpu(pid).read()
 
 
-def _descendant_ticks(root: int) -> list[tuple[int, int]]:
-    """(pid, utime + stime + cutime + cstime in ticks) of every live descendant of ``root``."""
-    found: list[tuple[int, int]] = []
-    children = _children_files(root)
-    if children is None:
-        return _descendant_ticks_by_scan(root)
-    stack = children
+def _descendants(root: int) -> dict[int, Stat]:
+    """Every live descendant of ``root``."""
+    found: dict[int, Stat] = {}
+    stack = _children_files(root)
+    if stack is None:
+        return _descendants_by_scan(root)
     while stack:
         pid = stack.pop()
-        stat = _stat(pid)
-        if stat is None:  # gone since it was listed: its parent reaps (and counts) it
+        st = _stat(pid)
+        if st is None or pid in found:  # gone since it was listed: its parent reaps (and counts) it
             continue
-        found.append((pid, stat[1]))
+        found[pid] = st
         stack.extend(_children_files(pid) or [])
     return found
 
@@ -159,7 +253,7 @@ def _children_files(pid: int) -> list[int] | None:
         try:
             children += [int(child) for child in (task / "children").read_text().split()]
         except FileNotFoundError:
-            if not (task / "stat").exists():  # the thread ended
+            if not (task / "stat").exists():  # the thread ended (its children went to another thread)
                 continue
             return None  # no CONFIG_PROC_CHILDREN
         except OSError:
@@ -167,47 +261,36 @@ def _children_files(pid: int) -> list[int] | None:
     return children
 
 
-def _descendant_ticks_by_scan(root: int) -> list[tuple[int, int]]:
-    by_parent: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)
+def _descendants_by_scan(root: int) -> dict[int, Stat]:
+    by_parent: defaultdict[int, list[tuple[int, Stat]]] = defaultdict(list)
     for entry in PROC.iterdir():
         if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat is not None:
-                by_parent[stat[0]].append((int(entry.name), stat[1]))
-    found: list[tuple[int, int]] = []
+            st = _stat(int(entry.name))
+            if st is not None:
+                by_parent[st.ppid].append((int(entry.name), st))
+    found: dict[int, Stat] = {}
     stack = [root]
     while stack:
-        for pid, ticks in by_parent.get(stack.pop(), []):
-            found.append((pid, ticks))
-            stack.append(pid)
+        for pid, st in by_parent.get(stack.pop(), []):
+            if pid not in found:
+                found[pid] = st
+                stack.append(pid)
     return found
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, utime + stime + cutime + cstime) from ``/proc/<pid>/stat``; None if the process is gone."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    return parse_stat(text)
-
-
-def parse_stat(text: str) -> tuple[int, int]:
-    """(ppid, utime + stime + cutime + cstime in clock ticks) from the text of a ``/proc/<pid>/stat``; the command
-    name in parentheses may hold spaces and parentheses itself, so the fields are counted from its last ")"."""
-    fields = text[text.rindex(")") + 2 :].split()
-    # fields[0] is the state (field 3 of proc(5)); ppid is field 4, utime..cstime are fields 14-17
-    return int(fields[1]), sum(int(value) for value in fields[11:15])
-
-
 class PhaseCpu:
-    """CPU seconds per test phase in the process that runs the tests, one reading of the tree per phase boundary:
-    ``begin`` before a test's setup, ``lap`` after each of its phases returns that phase's seconds (the time since
-    the last reading; never below 0, see ``cpu_seconds_of_tree`` for what leaves the tree)."""
+    """CPU seconds per test phase in the process that runs the tests: ``begin`` before a test's setup, ``lap`` after
+    each of its phases returns that phase's seconds (the time since the last reading; never below 0)."""
 
-    def __init__(self, read: Callable[[], float] = cpu_seconds_of_tree) -> None:
-        self._read = read
+    def __init__(self, read: Callable[[], float] | None = None) -> None:
+        self._tree = TreeCpu() if read is None else None
+        self._read = read or self._tree_read
         self._last: float | None = None
+
+    def _tree_read(self) -> float:
+        assert self._tree is not None
+        self._tree.start_sampling()
+        return self._tree.read()
 
     def begin(self) -> None:
         """Read the tree's CPU before a test's first phase."""

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.support import run_seconds
-from tests.support.run_seconds import CPU_PROPERTY, UNGROUPED, PhaseCpu, RunSeconds, cpu_property, parse_stat
+from tests.support.run_seconds import (
+    CPU_PROPERTY,
+    UNGROUPED,
+    PhaseCpu,
+    RunSeconds,
+    Stat,
+    TreeCpu,
+    cpu_property,
+    parse_stat,
+)
 
 
 def test_seconds_are_summed_by_xdist_group_and_folder() -> None:
@@ -82,28 +92,56 @@ def test_each_lap_is_the_cpu_since_the_last_reading_and_never_negative() -> None
 
 
 def test_a_stat_line_is_read_past_a_command_name_with_spaces_and_parentheses() -> None:
-    fields = ["S", "4321"] + ["0"] * 9 + ["150", "25", "7", "3"] + ["20", "0"]
-    assert parse_stat("1234 (java (x) y) " + " ".join(fields)) == (4321, 185)
+    fields = ["S", "4321"] + ["0"] * 9 + ["150", "25", "7", "3"] + ["20", "0", "1", "0", "98765", "0"]
+    assert parse_stat("1234 (java (x) y) " + " ".join(fields)) == Stat(ppid=4321, own=175, reaped=10, start=98765)
 
 
-def _fake_proc(root: Path, tree: dict[int, tuple[int, int]], children_files: bool) -> None:
-    """A /proc of ``tree`` (pid: (ppid, ticks)) with one thread per process."""
-    for pid, (ppid, ticks) in tree.items():
+def _fake_proc(root: Path, tree: dict[int, tuple[int, int, int]], children_files: bool = True) -> None:
+    """A /proc of ``tree`` (pid: (ppid, own ticks, reaped ticks); the pid is its start time) with one thread per
+    process, replacing what was there."""
+    shutil.rmtree(root, ignore_errors=True)
+    for pid, (ppid, own, reaped) in tree.items():
         task = root / str(pid) / "task" / str(pid)
         task.mkdir(parents=True)
-        stat = f"{pid} (p {pid}) S {ppid} " + " ".join(["0"] * 9 + [str(ticks), "0", "0", "0"] + ["20"])
+        times = [str(own), "0", str(reaped), "0"]
+        stat = f"{pid} (p {pid}) S {ppid} " + " ".join(["0"] * 9 + times + ["20", "0", "1", "0", str(pid), "0"])
         (root / str(pid) / "stat").write_text(stat)
         (task / "stat").write_text(stat)
         if children_files:
-            (task / "children").write_text(" ".join(str(c) for c, (p, _) in tree.items() if p == pid) + " ")
+            (task / "children").write_text(" ".join(str(c) for c, (p, _, _) in tree.items() if p == pid) + " ")
 
 
 @pytest.mark.parametrize("children_files", [True, False], ids=["children-files", "ppid-scan"])
 def test_the_descendants_are_every_process_below_the_root_and_no_other(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children_files: bool
 ) -> None:
-    tree = {1: (0, 5), 100: (1, 1), 200: (100, 7), 201: (100, 11), 300: (201, 13), 400: (1, 17)}
+    tree = {1: (0, 5, 0), 100: (1, 1, 0), 200: (100, 7, 0), 201: (100, 11, 2), 300: (201, 13, 0), 400: (1, 17, 0)}
     _fake_proc(tmp_path, tree, children_files)
     monkeypatch.setattr(run_seconds, "PROC", tmp_path)
-    assert sorted(run_seconds._descendant_ticks(100)) == [(200, 7), (201, 11), (300, 13)]
-    assert run_seconds._descendant_ticks(300) == []
+    assert {pid: st.ticks for pid, st in run_seconds._descendants(100).items()} == {200: 7, 201: 13, 300: 13}
+    assert run_seconds._descendants(300) == {}
+
+
+def test_the_tree_counts_what_leaves_it_alive_and_what_init_reaps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_seconds, "PROC", tmp_path)
+    monkeypatch.setattr(run_seconds, "TICKS", 100)
+    rusage = [1.0, 0.0]  # the root's own seconds, and its reaped children's
+    tree = TreeCpu(root=10, rusage=lambda: (rusage[0], rusage[1]))
+    # the root (10) runs a CLI (100) that starts a JVM (200)
+    _fake_proc(tmp_path, {1: (0, 0, 0), 10: (1, 100, 0), 100: (10, 50, 0), 200: (100, 30, 0)})
+    assert tree.read() == pytest.approx(1.8)
+    # the CLI exits and the root reaps it (60 ticks in all); the JVM, orphaned to init, works on
+    _fake_proc(tmp_path, {1: (0, 0, 0), 10: (1, 100, 0), 200: (1, 40, 0)})
+    rusage[1] = 0.6
+    assert tree.read() == pytest.approx(2.0)  # 1 + 0.6 + the JVM's 0.4, once
+    # the JVM ends and init reaps it: its time stays counted; a new child (300) starts
+    _fake_proc(tmp_path, {1: (0, 0, 0), 10: (1, 100, 0), 300: (10, 5, 0)})
+    assert tree.read() == pytest.approx(2.05)
+    # the new child runs a short command it reaps (3 ticks), then the root reaps the child: nothing counted twice
+    _fake_proc(tmp_path, {1: (0, 0, 0), 10: (1, 100, 0), 300: (10, 6, 3)})
+    assert tree.read() == pytest.approx(2.09)
+    _fake_proc(tmp_path, {1: (0, 0, 0), 10: (1, 100, 0)})
+    rusage[1] = 0.6 + 0.09
+    assert tree.read() == pytest.approx(2.09)
