@@ -16,7 +16,7 @@ import resource
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -181,6 +181,14 @@ class TreeCpu:
         with self._lock:
             own, children = self._rusage()
             seen = self._sample()
+            total = own + children + sum(st.ticks for st in seen.values()) / TICKS
+            # What the tree has reaped, read again after the walk: a process the walk did not find any more had been
+            # reaped before it looked, so a reaper read now has its time (the walk may have read the reaper first).
+            _, children = self._rusage()
+            for pid, st in seen.items():
+                again = _stat(pid)
+                if again is not None and again.start == st.start:
+                    seen[pid] = replace(st, reaped=again.reaped)
             reaped = children + sum(st.reaped for st in seen.values()) / TICKS
             if self._seen is not None:
                 ended = [self._seen[pid] for pid in self._seen.keys() - seen.keys()]
@@ -188,7 +196,7 @@ class TreeCpu:
                 took_over = reaped - self._reaped + sum(st.reaped for st in ended) / TICKS
                 self._lost += max(0.0, sum(st.ticks for st in ended) / TICKS - took_over)
             self._seen, self._reaped = seen, reaped
-            return own + children + sum(st.ticks for st in seen.values()) / TICKS + self._lost
+            return total + self._lost
 
     def start_sampling(self) -> None:
         """Sample every ``interval`` seconds from a daemon thread (once; later calls do nothing)."""
