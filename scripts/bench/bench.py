@@ -1006,6 +1006,13 @@ def print_catalog_growth(reports: list[dict[str, Any]]) -> None:
     console.print(g)
 
 
+def print_over_workloads(reports: list[dict[str, Any]]) -> None:
+    """The tables comparing the workloads (growth, and the catalog term's growth): with two workloads or more only."""
+    if len(reports) > 1:
+        print_growth(reports)
+        print_catalog_growth(reports)
+
+
 def print_growth(reports: list[dict[str, Any]]) -> None:
     """How our round grows from one workload to the next: time per task, per check and per table should stay flat.
     Of the incremental round (thrift) if every workload measured it, else of batched (Spark)."""
@@ -1153,17 +1160,32 @@ def make_listers(
         else None,
         load=MetastoreLoad(metastore_db[1] if metastore_db else None, service_pid),
     )
-    for name in ("metastore-db", "metastore-db-lookup"):
-        if metastore_db is None and name in args.strategies:
-            listers.skipped[name] = (
-                f"the metastore service keeps its tables in Derby ({args.metastore_why}); {name} reads them on "
-                "PostgreSQL only: ./scripts/bench.sh --postgres, or --db-url postgresql://… --metastore postgresql"
-            )
-    for name, why in listers.skipped.items():
-        console.print(f"[bold]{name}: skipped[/bold]: {why}")
-    if listers.load.unavailable:
-        console.print(f"metastore database load: not measured: {listers.load.unavailable}")
+    listers.skipped.update(skipped_strategies(args.strategies, metastore_db is not None, args.metastore_why))
+    print_skipped(listers.skipped, listers.load.unavailable)
     return listers
+
+
+def skipped_strategies(chosen: Iterable[str], metastore_on_postgresql: bool, metastore_why: str) -> dict[str, str]:
+    """The strategies asked for that this run cannot measure, and why: metastore-db and metastore-db-lookup read the
+    metastore's tables on PostgreSQL, so a service on Derby (``metastore_why``: bench_metastore.choose's reason)
+    skips them."""
+    if metastore_on_postgresql:
+        return {}
+    return {
+        name: f"the metastore service keeps its tables in Derby ({metastore_why}); {name} reads them on "
+        "PostgreSQL only: ./scripts/bench.sh --postgres, or --db-url postgresql://… --metastore postgresql"
+        for name in ("metastore-db", "metastore-db-lookup")
+        if name in chosen
+    }
+
+
+def print_skipped(skipped: dict[str, str], load_unavailable: str | None) -> None:
+    """Say what the run leaves out, never silently: each skipped strategy and why, and why the metastore database's
+    load is not measured."""
+    for name, why in skipped.items():
+        console.print(f"[bold]{name}: skipped[/bold]: {why}")
+    if load_unavailable:
+        console.print(f"metastore database load: not measured: {load_unavailable}")
 
 
 def main() -> int:
@@ -1220,9 +1242,7 @@ def main() -> int:
         metastore_service.stop(cfg)
         if metastore_db:
             bench_metastore.drop_database(db_url, metastore_db[0])
-    if len(reports) > 1:
-        print_growth(reports)
-        print_catalog_growth(reports)
+    print_over_workloads(reports)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
