@@ -158,13 +158,15 @@ class TreeCpu:
       until it ends; and when processes a sample saw have ended, the part of their time that no reaper in the tree
       took over (the ones init reaped) is added: a lower bound, as what the tree reaped meanwhile hides it.
 
-    Missed: a process that leaves the tree before any sample saw it (born and orphaned within ``interval``), and
+    A sample costs about 5 ms of CPU with two JVMs in the tree (a read of every thread's children file), hence one
+    every 2 s. Missed: a process that leaves the tree before any sample saw it (born and orphaned within ``interval``),
+    the time an orphan used after the last sample that saw it, and
     everything outside the tree (the PostgreSQL and MariaDB servers ``scripts/test.sh`` starts for the session, and
     another developer's work). A descendant that outlives its test (a session-scoped metastore service or Spark
     JVM) counts in whichever phase is running while it works. /proc counts in ticks (1/100 s here)."""
 
     def __init__(
-        self, root: int | None = None, interval: float = 1.0, rusage: Callable[[], tuple[float, float]] = _own_rusage
+        self, root: int | None = None, interval: float = 2.0, rusage: Callable[[], tuple[float, float]] = _own_rusage
     ) -> None:
         self.root = os.getpid() if root is None else root
         self.interval = interval
