@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -92,6 +93,9 @@ def dependency_venv(wheel: Path, cache: Path = CACHE) -> Path:
     if final.is_dir():
         return final
     cache.mkdir(parents=True, exist_ok=True)
+    for stale in cache.glob(".thrift-host-deps-*"):  # a build killed half-way (its pip has 10 min at most)
+        if time.time() - stale.stat().st_mtime > 3600:
+            shutil.rmtree(stale, ignore_errors=True)
     building = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=cache))
     try:
         _run([sys.executable, "-m", "venv", str(building)], timeout=120)
