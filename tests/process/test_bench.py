@@ -50,6 +50,7 @@ def test_bench(tmp_path: Path) -> None:
                 "2",
                 "--latency-poll-interval",
                 "2",
+                "--worker-rss-once",  # a worker's RSS on Spark and on thrift, on W1 (the Spark one starts a JVM)
                 "--profile",
                 "--home",
                 str(home),
@@ -70,6 +71,10 @@ def test_bench(tmp_path: Path) -> None:
     assert data["skipped"] == {} and data["metastore_db_load_unmeasured"] is None
     assert [w["workload"] for w in data["workloads"]] == ["W1", "W2"]
     assert [w["shards"] for w in data["workloads"]] == [4, 4]
+    rss = data["workloads"][0]["worker_rss"]
+    assert rss["spark"]["jvm"] is True and rss["thrift"]["jvm"] is False
+    assert rss["thrift"]["peak_rss_mb"] < rss["spark"]["peak_rss_mb"]
+    assert data["workloads"][1]["worker_rss"] == {}
     for w in data["workloads"]:
         res = w["results"]
         waiting = {k: v[0] for k, v in res.items()}
@@ -93,8 +98,6 @@ def test_bench(tmp_path: Path) -> None:
         assert fleet["extra"]["processes"] == 2 and fleet["extra"]["jvm"] is False
         assert fleet["extra"]["loaded"] == w["tasks"] and fleet["marked"] == inc_l["marked"]
         assert w["tables"] <= waiting["fleet"]["catalog_calls"] <= 2 * w["tables"]  # one listing per table per process
-        assert w["worker_rss"]["spark"]["jvm"] is True and w["worker_rss"]["thrift"]["jvm"] is False
-        assert w["worker_rss"]["thrift"]["peak_rss_mb"] < w["worker_rss"]["spark"]["peak_rss_mb"]
         assert 0 < w["metastore_floor_seconds"] < 1
         assert waiting["per-hash"]["catalog_calls"] == w["partitions"]  # one per distinct hash
         assert waiting["classic"]["catalog_calls"] == w["tasks"] and waiting["classic"]["extrapolated"]
