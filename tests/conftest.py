@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import pytest
 
@@ -21,7 +21,7 @@ from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
 from tests.support.metastore_service import derby_service
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
-from tests.support.run_seconds import RunSeconds
+from tests.support.run_seconds import CPU_PROPERTY, PhaseCpu, RunSeconds, cpu_property
 
 TESTS = Path(__file__).resolve().parent
 LAYERS = ("unit", "integration", "process", "airflow")
@@ -80,14 +80,40 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 SECONDS = RunSeconds()
+PHASE_CPU = PhaseCpu()
+
+
+def _measures_cpu(config: pytest.Config) -> bool:
+    return config.getoption("durations", None) is not None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    if _measures_cpu(item.config):
+        PHASE_CPU.begin()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """With ``--durations``: the CPU seconds of the phase just run go with its report (to the controller, under
+    xdist), in the report's own copy of ``user_properties`` (the item's list is shared by its three reports)."""
+    report = yield
+    cpu = PHASE_CPU.lap() if _measures_cpu(item.config) else None
+    if cpu is not None:
+        report.user_properties = [*report.user_properties, (CPU_PROPERTY, round(cpu, 3))]
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    SECONDS.add(report.nodeid, report.when, report.duration)
+    SECONDS.add(report.nodeid, report.when, report.duration, cpu_property(report.user_properties))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """With ``--durations``: the run's test seconds by xdist group and by folder (tests.support.run_seconds.py)."""
+    """With ``--durations``: the run's test seconds, and the CPU seconds, by xdist group and by folder, and the
+    modules and tests costing the most CPU (tests.support.run_seconds.py)."""
     if config.getoption("durations", None) is not None and SECONDS.by_group:
         terminalreporter.section("test seconds")
         for line in SECONDS.lines():

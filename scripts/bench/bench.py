@@ -574,7 +574,10 @@ def run_workload(
     cfg_path: Path,
     env: dict[str, str],
     listers: Listers,
+    measure_rss: bool = True,
 ) -> dict[str, Any]:
+    """One workload: set up, every strategy measured, the metastore floor, the workers' peak RSS (``measure_rss``),
+    the latency and the classic sample."""
     tasks, parts, tables = sizes(name, args.scale)
     console.print(f"[bold]{name}[/bold]: {tasks:,} tasks over {parts:,} partitions in {tables} tables")
     with engine.begin() as conn:
@@ -588,7 +591,7 @@ def run_workload(
     results = measure_strategies(engine, cfg, cfg_path, spark, db, shards, landed, tables, listers, env, args)
     floor = bench_catalog.metastore_floor(cfg.metastore_uris, db, [partition_of(t, tables)[0] for t in range(tables)])
     workers_rss = {}
-    for backend in ("spark", "thrift"):
+    for backend in ("spark", "thrift") if measure_rss else ():
         reset(engine)
         workers_rss[backend] = bench_catalog.worker_peak_rss(cfg_path, env, backend, cfg.shard_code_upper_limit)
     latency = (
@@ -672,6 +675,7 @@ def print_table(report: dict[str, Any]) -> None:
     ):
         t.add_column(col, justify="right" if col != "strategy" else "left")
     sample, rss_of = report["classic_sample"], report["worker_rss"]
+    spark_rss, thrift_rss = (f"{rss_of[b]['peak_rss_mb']:,.0f}" if b in rss_of else "-" for b in ("spark", "thrift"))
     fastest = res["incremental"][0].wall if "incremental" in res else None
     for name in ALL_STRATEGIES:
         if name not in res:
@@ -692,10 +696,10 @@ def print_table(report: dict[str, Any]) -> None:
         )
         rss = {
             "classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
-            "per-hash": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
-            "batched": f"{rss_of['spark']['peak_rss_mb']:,.0f}",
-            "incremental": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
-            "thrift-parallel": f"{rss_of['thrift']['peak_rss_mb']:,.0f}",
+            "per-hash": spark_rss,
+            "batched": spark_rss,
+            "incremental": thrift_rss,
+            "thrift-parallel": thrift_rss,
             "metastore-db": "-",
             "metastore-db-lookup": "-",
             "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
@@ -729,8 +733,13 @@ def print_table(report: dict[str, Any]) -> None:
     t.caption = (
         "Steady-state rounds: sensors rebuilt and partition types read once before (a worker's first "
         "round does this; +N types would count look-ups inside a round). peak RSS: a real `worker --once` over "
-        f"every shard on that backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
-        f"{rss_of['thrift']['jvm']}); classic: per process x tasks; triggerer: the simulation's own process "
+        + (
+            f"every shard on that backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
+            f"{rss_of['thrift']['jvm']})"
+            if rss_of
+            else "every shard on that backend, measured on the first workload only (--worker-rss-once)"
+        )
+        + "; classic: per process x tasks; triggerer: the simulation's own process "
         f"(Airflow's imports not included). Metastore floor per full listing (fastest of 3 on one warm "
         f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
         "fleet: real `worker --once` processes (thrift) owning equal shares of the shards, started together; "
@@ -1006,6 +1015,13 @@ def print_catalog_growth(reports: list[dict[str, Any]]) -> None:
     console.print(g)
 
 
+def print_over_workloads(reports: list[dict[str, Any]]) -> None:
+    """The tables comparing the workloads (growth, and the catalog term's growth): with two workloads or more only."""
+    if len(reports) > 1:
+        print_growth(reports)
+        print_catalog_growth(reports)
+
+
 def print_growth(reports: list[dict[str, Any]]) -> None:
     """How our round grows from one workload to the next: time per task, per check and per table should stay flat.
     Of the incremental round (thrift) if every workload measured it, else of batched (Spark)."""
@@ -1091,6 +1107,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--latency-samples", type=int, default=5, help="Landings timed per latency row (0: skip).")
     parser.add_argument(
+        "--worker-rss-once",
+        action="store_true",
+        help="Measure the workers' peak RSS (a real `worker --once` on Spark and on thrift) on the first workload "
+        "only: the Spark one starts a JVM, the costliest part of a small workload.",
+    )
+    parser.add_argument(
         "--latency-poll-interval",
         type=float,
         default=5.0,
@@ -1153,17 +1175,32 @@ def make_listers(
         else None,
         load=MetastoreLoad(metastore_db[1] if metastore_db else None, service_pid),
     )
-    for name in ("metastore-db", "metastore-db-lookup"):
-        if metastore_db is None and name in args.strategies:
-            listers.skipped[name] = (
-                f"the metastore service keeps its tables in Derby ({args.metastore_why}); {name} reads them on "
-                "PostgreSQL only: ./scripts/bench.sh --postgres, or --db-url postgresql://… --metastore postgresql"
-            )
-    for name, why in listers.skipped.items():
-        console.print(f"[bold]{name}: skipped[/bold]: {why}")
-    if listers.load.unavailable:
-        console.print(f"metastore database load: not measured: {listers.load.unavailable}")
+    listers.skipped.update(skipped_strategies(args.strategies, metastore_db is not None, args.metastore_why))
+    print_skipped(listers.skipped, listers.load.unavailable)
     return listers
+
+
+def skipped_strategies(chosen: Iterable[str], metastore_on_postgresql: bool, metastore_why: str) -> dict[str, str]:
+    """The strategies asked for that this run cannot measure, and why: metastore-db and metastore-db-lookup read the
+    metastore's tables on PostgreSQL, so a service on Derby (``metastore_why``: bench_metastore.choose's reason)
+    skips them."""
+    if metastore_on_postgresql:
+        return {}
+    return {
+        name: f"the metastore service keeps its tables in Derby ({metastore_why}); {name} reads them on "
+        "PostgreSQL only: ./scripts/bench.sh --postgres, or --db-url postgresql://… --metastore postgresql"
+        for name in ("metastore-db", "metastore-db-lookup")
+        if name in chosen
+    }
+
+
+def print_skipped(skipped: dict[str, str], load_unavailable: str | None) -> None:
+    """Say what the run leaves out, never silently: each skipped strategy and why, and why the metastore database's
+    load is not measured."""
+    for name, why in skipped.items():
+        console.print(f"[bold]{name}: skipped[/bold]: {why}")
+    if load_unavailable:
+        console.print(f"metastore database load: not measured: {load_unavailable}")
 
 
 def main() -> int:
@@ -1200,8 +1237,9 @@ def main() -> int:
         init_db(engine)
         spark = get_spark(cfg)
         listers = make_listers(cfg, metastore_db, metastore_pid, args)
-        for name in args.workload:
-            reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, listers))
+        for i, name in enumerate(args.workload):
+            measure_rss = i == 0 or not args.worker_rss_once
+            reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, listers, measure_rss))
             reports[-1]["metastore_peak_rss_mb"] = (
                 round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
             )
@@ -1220,9 +1258,7 @@ def main() -> int:
         metastore_service.stop(cfg)
         if metastore_db:
             bench_metastore.drop_database(db_url, metastore_db[0])
-    if len(reports) > 1:
-        print_growth(reports)
-        print_catalog_growth(reports)
+    print_over_workloads(reports)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,20 +1,20 @@
 """A service host on the thrift backend: the smartsensor wheel installed without its spark extra, into a fresh
-venv, run from the checkout root (whose source tree must not shadow the install). No PySpark, no JVM, and the
-commands a deployment needs work; the ones that need Spark say which extra to install."""
+venv (its dependencies from a cached one), run from the checkout root (whose source tree must not shadow the
+install). No PySpark, no JVM, and the commands a deployment needs work; the ones that need Spark say which extra to
+install."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from smartsensor.config import Config
 from tests.support.common import ROOT
-from tests.support.packaging import build_wheel
+from tests.support.packaging import build_wheel, venv_with_wheel
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +28,11 @@ table = NamedHivePartitionSensor(task_id="table", partition_names=["nowhere.even
 
 @pytest.fixture(scope="module")
 def thrift_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the smartsensor wheel and its default dependencies only."""
+    """A new venv with this tree's smartsensor wheel and its default dependencies only: the wheel is built and
+    installed on every run, the dependencies come from a venv cached while the wheel declares the same ones, and
+    ``pip check`` proves they are what it declares (tests.support.packaging.venv_with_wheel)."""
     tmp = tmp_path_factory.mktemp("install")
-    wheel = build_wheel(tmp)
-    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, timeout=120)
-    install = subprocess.run(
-        [str(tmp / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
-    )
-    assert install.returncode == 0, install.stderr[-3000:]
-    return tmp / "venv"
+    return venv_with_wheel(build_wheel(tmp), tmp / "venv")
 
 
 def test_thrift_service_host_needs_neither_pyspark_nor_java(thrift_host: Path, service: Config, tmp_path: Path) -> None:
