@@ -143,14 +143,16 @@ def deployment(
         dags,
         dag_ids,
         local_settings=policy.LOCAL_SETTINGS,
-        **policy.AIRFLOW_ENV,
-        AIRFLOW__TRIGGERER__CAPACITY=str(TRIGGERER_CAPACITY),  # 3.x
-        AIRFLOW__TRIGGERER__DEFAULT_CAPACITY=str(TRIGGERER_CAPACITY),  # 2.10
-        AIRFLOW__METRICS__STATSD_ON="True",
-        AIRFLOW__METRICS__STATSD_HOST="127.0.0.1",
-        AIRFLOW__METRICS__STATSD_PORT=str(statsd.port),
-        # Airflow's own Hive sensors (the scale test's reschedule strategy) ask the metastore service.
-        AIRFLOW_CONN_METASTORE_DEFAULT=f"hive-metastore://127.0.0.1:{metastore_port}",
+        airflow_env={
+            **policy.AIRFLOW_ENV,
+            "AIRFLOW__TRIGGERER__CAPACITY": str(TRIGGERER_CAPACITY),  # 3.x
+            "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": str(TRIGGERER_CAPACITY),  # 2.10
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+            # Airflow's own Hive sensors (the scale test's reschedule strategy) ask the metastore service.
+            "AIRFLOW_CONN_METASTORE_DEFAULT": f"hive-metastore://127.0.0.1:{metastore_port}",
+        },
     ) as running:
         yield running
 

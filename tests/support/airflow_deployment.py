@@ -72,7 +72,7 @@ def deployed(
     local_settings: str | None = None,
     smartsensor_settings: dict[str, str] | None = None,
     landings_prefix: str | None = None,
-    **airflow_env: str,
+    airflow_env: dict[str, str] | None = None,
 ) -> Iterator[Deployment]:
     """smartsensor and Airflow (``venv``; its database a copy of one migrated by ``databases``) with the DAG files
     ``dags`` (file name → source), ``local_settings`` as ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and
@@ -83,7 +83,10 @@ def deployed(
     (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), databases.new_pg(venv)
     processes = Processes(tmp / "logs")
     port = free_port()
-    extra: dict[str, Any] = {"AIRFLOW_CONN_SMARTSENSOR_DEFAULT": f"http://:{TOKEN}@127.0.0.1:{port}", **airflow_env}
+    extra: dict[str, Any] = {
+        "AIRFLOW_CONN_SMARTSENSOR_DEFAULT": f"http://:{TOKEN}@127.0.0.1:{port}",
+        **(airflow_env or {}),
+    }
     stack = AirflowStack(venv, tmp / "airflow", processes, parallelism=8, db_url=airflow_url, **extra)
     settings = {
         "smart_sensor__catalog_backend": "thrift",
