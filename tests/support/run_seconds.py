@@ -133,9 +133,9 @@ def parse_stat(text: str) -> Stat:
     return Stat(int(fields[1]), utime + stime, cutime + cstime, int(fields[19]))
 
 
-def _stat(pid: int) -> Stat | None:
+def _stat(pid: int, proc: Path) -> Stat | None:
     try:
-        return parse_stat((PROC / str(pid) / "stat").read_text())
+        return parse_stat((proc / str(pid) / "stat").read_text())
     except (OSError, ValueError, IndexError):  # gone (or going) since it was listed
         return None
 
@@ -166,9 +166,17 @@ class TreeCpu:
     JVM) counts in whichever phase is running while it works. /proc counts in ticks (1/100 s here)."""
 
     def __init__(
-        self, root: int | None = None, interval: float = 2.0, rusage: Callable[[], tuple[float, float]] = _own_rusage
+        self,
+        root: int | None = None,
+        interval: float = 2.0,
+        rusage: Callable[[], tuple[float, float]] = _own_rusage,
+        proc: Path = PROC,
+        ticks: int = TICKS,
     ) -> None:
+        # The /proc read and its clock ticks are the instance's own (a unit test's fake /proc never reaches the
+        # sampling thread of the run that is measuring it).
         self.root = os.getpid() if root is None else root
+        self.proc, self.ticks = proc, ticks
         self.interval = interval
         self._rusage = rusage
         self._lock = threading.Lock()
@@ -183,20 +191,20 @@ class TreeCpu:
         with self._lock:
             own, children = self._rusage()
             seen = self._sample()
-            total = own + children + sum(st.ticks for st in seen.values()) / TICKS
+            total = own + children + sum(st.ticks for st in seen.values()) / self.ticks
             # What the tree has reaped, read again after the walk: a process the walk did not find any more had been
             # reaped before it looked, so a reaper read now has its time (the walk may have read the reaper first).
             _, children = self._rusage()
             for pid, st in seen.items():
-                again = _stat(pid)
+                again = _stat(pid, self.proc)
                 if again is not None and again.start == st.start:
                     seen[pid] = replace(st, reaped=again.reaped)
-            reaped = children + sum(st.reaped for st in seen.values()) / TICKS
+            reaped = children + sum(st.reaped for st in seen.values()) / self.ticks
             if self._seen is not None:
                 ended = [self._seen[pid] for pid in self._seen.keys() - seen.keys()]
                 # what the tree reaped since the last sample, the ended ones' own reaped part given back
-                took_over = reaped - self._reaped + sum(st.reaped for st in ended) / TICKS
-                self._lost += max(0.0, sum(st.ticks for st in ended) / TICKS - took_over)
+                took_over = reaped - self._reaped + sum(st.reaped for st in ended) / self.ticks
+                self._lost += max(0.0, sum(st.ticks for st in ended) / self.ticks - took_over)
             self._seen, self._reaped = seen, reaped
             return total + self._lost
 
@@ -212,21 +220,21 @@ class TreeCpu:
             self.read()
 
     def _sample(self) -> dict[int, Stat]:
-        seen = _descendants(self.root)
+        seen = _descendants(self.root, self.proc)
         last = self._seen or {}
         for pid in sorted(self._followed):
-            st = _stat(pid)
+            st = _stat(pid, self.proc)
             if st is None or st.start != last.get(pid, st).start:
                 self._followed.discard(pid)  # ended (its pid perhaps reused)
             else:
                 seen[pid] = st
-                seen.update(_descendants(pid))
+                seen.update(_descendants(pid, self.proc))
         for pid in last.keys() - seen.keys():
-            st = _stat(pid)
+            st = _stat(pid, self.proc)
             if st is not None and st.start == last[pid].start:  # alive outside the tree: followed from now on
                 self._followed.add(pid)
                 seen[pid] = st
-                seen.update(_descendants(pid))
+                seen.update(_descendants(pid, self.proc))
         return seen
 
 
@@ -236,26 +244,26 @@ def cpu_seconds_of_tree(pid: int | None = None) -> float:
     return TreeCpu(pid).read()
 
 
-def _descendants(root: int) -> dict[int, Stat]:
-    """Every live descendant of ``root``."""
+def _descendants(root: int, proc: Path = PROC) -> dict[int, Stat]:
+    """Every live descendant of ``root`` (in the /proc at ``proc``)."""
     found: dict[int, Stat] = {}
-    stack = _children_files(root)
+    stack = _children_files(root, proc)
     if stack is None:
-        return _descendants_by_scan(root)
+        return _descendants_by_scan(root, proc)
     while stack:
         pid = stack.pop()
-        st = _stat(pid)
+        st = _stat(pid, proc)
         if st is None or pid in found:  # gone since it was listed: its parent reaps (and counts) it
             continue
         found[pid] = st
-        stack.extend(_children_files(pid) or [])
+        stack.extend(_children_files(pid, proc) or [])
     return found
 
 
-def _children_files(pid: int) -> list[int] | None:
+def _children_files(pid: int, proc: Path) -> list[int] | None:
     """The children of every thread of ``pid`` (None: the kernel has no children files)."""
     try:
-        tasks = list((PROC / str(pid) / "task").iterdir())
+        tasks = list((proc / str(pid) / "task").iterdir())
     except OSError:
         return []
     children: list[int] = []
@@ -271,11 +279,11 @@ def _children_files(pid: int) -> list[int] | None:
     return children
 
 
-def _descendants_by_scan(root: int) -> dict[int, Stat]:
+def _descendants_by_scan(root: int, proc: Path) -> dict[int, Stat]:
     by_parent: defaultdict[int, list[tuple[int, Stat]]] = defaultdict(list)
-    for entry in PROC.iterdir():
+    for entry in proc.iterdir():
         if entry.name.isdigit():
-            st = _stat(int(entry.name))
+            st = _stat(int(entry.name), proc)
             if st is not None:
                 by_parent[st.ppid].append((int(entry.name), st))
     found: dict[int, Stat] = {}

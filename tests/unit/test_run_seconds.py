@@ -112,23 +112,20 @@ def _fake_proc(root: Path, tree: dict[int, tuple[int, int, int]], children_files
 
 
 @pytest.mark.parametrize("children_files", [True, False], ids=["children-files", "ppid-scan"])
-def test_the_descendants_are_every_process_below_the_root_and_no_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children_files: bool
-) -> None:
+def test_the_descendants_are_every_process_below_the_root_and_no_other(tmp_path: Path, children_files: bool) -> None:
     tree = {1: (0, 5, 0), 100: (1, 1, 0), 200: (100, 7, 0), 201: (100, 11, 2), 300: (201, 13, 0), 400: (1, 17, 0)}
     _fake_proc(tmp_path, tree, children_files)
-    monkeypatch.setattr(run_seconds, "PROC", tmp_path)
-    assert {pid: st.ticks for pid, st in run_seconds._descendants(100).items()} == {200: 7, 201: 13, 300: 13}
-    assert run_seconds._descendants(300) == {}
+    assert {pid: st.ticks for pid, st in run_seconds._descendants(100, tmp_path).items()} == {
+        200: 7,
+        201: 13,
+        300: 13,
+    }
+    assert run_seconds._descendants(300, tmp_path) == {}
 
 
-def test_the_tree_counts_what_leaves_it_alive_and_what_init_reaps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(run_seconds, "PROC", tmp_path)
-    monkeypatch.setattr(run_seconds, "TICKS", 100)
+def test_the_tree_counts_what_leaves_it_alive_and_what_init_reaps(tmp_path: Path) -> None:
     rusage = [1.0, 0.0]  # the root's own seconds, and its reaped children's
-    tree = TreeCpu(root=10, rusage=lambda: (rusage[0], rusage[1]))
+    tree = TreeCpu(root=10, rusage=lambda: (rusage[0], rusage[1]), proc=tmp_path, ticks=100)
     # the root (10) runs a CLI (100) that starts a JVM (200)
     _fake_proc(tmp_path, {1: (0, 0, 0), 10: (1, 100, 0), 100: (10, 50, 0), 200: (100, 30, 0)})
     assert tree.read() == pytest.approx(1.8)
