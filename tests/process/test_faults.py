@@ -74,7 +74,8 @@ def test_repeated_random_sigstop_loses_nothing_marks_nothing_twice(tmp_path: Pat
         work.wait_all_success(timeout=120)
         for p in procs:
             p.settle()
-        assert sum(p.marked() for p in procs) == 40  # nobody lost output, so: exactly once each
+        # nobody lost output, so: exactly once each (a round reports what its ranges committed, even if one failed)
+        assert sum(p.marked() for p in procs) == 40, "\n".join(p.marks_seen() for p in procs)
         assert all(p.proc.poll() is None for p in procs)  # both survived their pauses
         with work.engine.connect() as conn:
             assert all(r.end_date for r in task_sql.list_tasks(conn))

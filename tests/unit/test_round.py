@@ -327,3 +327,34 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
         and ended_hashcodes("*") is None
         and ended_hashcodes("x") is None
     )
+
+
+def test_what_one_range_committed_is_reported_when_another_range_of_the_round_fails(cfg, clock) -> None:
+    """A process round over several ranges writes each in its own transaction: when one range's write fails after
+    another's committed, the round reports the committed marks with the error (they were lost from the output, and
+    from `status`, when the whole round was reported as failed), and only the failed range rebuilds its index."""
+    store, catalog = InMemoryStore(), DictCatalog()
+    rows = [add(store, cfg, f"d{i}", named("wait", f"db.events/ds=2026-11-{i:02d}")) for i in range(1, 13)]
+    middle = cfg.shard_code_upper_limit // 2
+    low, high = (
+        RangeRounds(store, cfg, 0, middle, clock=clock),
+        RangeRounds(store, cfg, middle, cfg.shard_code_upper_limit, clock=clock),
+    )
+    in_low = sum(1 for r in rows if r.shardcode < middle)
+    assert 0 < in_low < len(rows)  # both ranges hold tasks
+    run_round([low, high], lambda: catalog)
+    for i in range(1, 13):
+        catalog.land(f"db.events/ds=2026-11-{i:02d}")
+    clock.advance(60)
+
+    def lost_connection(*_: Any) -> None:
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    high.write = lost_connection  # type: ignore[method-assign]
+    result = run_round([low, high], lambda: catalog)
+    assert result.marked == {State.SUCCESS: in_low}
+    assert result.error == "ConnectionError: server closed the connection unexpectedly"
+    assert sum(1 for r in rows if state_of(store, r.dag_id, "wait") == State.SUCCESS) == in_low
+    del high.write  # the connection is back: the next round marks the rest
+    clock.advance(60)
+    assert run_round([low, high], lambda: catalog).marked == {State.SUCCESS: len(rows) - in_low}

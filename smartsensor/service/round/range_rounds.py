@@ -462,13 +462,44 @@ def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> l
     return late_bad
 
 
-def _finish_all(served: list[RangeRounds], plans: list[RoundPlan], concurrency: int) -> list[RoundResult]:
+def _finish_all(served: list[RangeRounds], plans: list[RoundPlan], concurrency: int) -> list[RoundResult | Exception]:
     """Each range's finish (decide, write, update the index), up to ``concurrency`` ranges at once: each is its own
-    transaction under its own lease, so a landing round that marks many ranges uses several database cores."""
+    transaction under its own lease, so a landing round that marks many ranges uses several database cores. A range
+    whose finish failed gives its exception: the others may have committed, and what they marked is reported."""
+
+    def finish(rp: tuple[RangeRounds, RoundPlan]) -> RoundResult | Exception:
+        try:
+            return rp[0].finish_round(rp[1])
+        except Exception as exc:  # noqa: BLE001 - reported with the round, after the other ranges' results
+            return exc
+
+    pairs = list(zip(served, plans, strict=True))
     if concurrency <= 1 or len(served) <= 1:
-        return [r.finish_round(p) for r, p in zip(served, plans, strict=True)]
+        return [finish(rp) for rp in pairs]
     with ThreadPoolExecutor(min(concurrency, len(served)), thread_name_prefix="round-write") as pool:
-        return list(pool.map(lambda rp: rp[0].finish_round(rp[1]), zip(served, plans, strict=True)))
+        return list(pool.map(finish, pairs))
+
+
+def combine_finished(
+    served: list[RangeRounds], outcomes: list[RoundResult | Exception], ranges: list[list[int]]
+) -> RoundResult:
+    """One result of the ranges' finishes: what the finished ones marked (committed, each in its own transaction),
+    and, when some failed, the first failure as ``error``; a failed range's index is invalidated (rebuilt next
+    round), as it may be half-applied."""
+    total = combine_results([o for o in outcomes if isinstance(o, RoundResult)], ranges)
+    failed = [(r, o) for r, o in zip(served, outcomes, strict=True) if isinstance(o, Exception)]
+    for r, _ in failed:
+        r.invalidate()
+    if failed:
+        first = failed[0][1]
+        log.warning(
+            "round failed in %d of %d ranges (will retry next round; the others' marks stand): %s",
+            len(failed),
+            len(served),
+            first_line(first),
+        )
+        total.error = f"{type(first).__name__}: {first_line(first)}"
+    return total
 
 
 def run_round(
@@ -490,7 +521,7 @@ def run_round(
         plans = [r.plan_round(focus) for r in served]
         counters = poke_plans(plans, answerer, served[0].cfg.settings.smart_sensor.poke_timeout)
         finish_started = time.perf_counter()
-        total = combine_results(_finish_all(served, plans, store.write_concurrency()), ranges)
+        total = combine_finished(served, _finish_all(served, plans, store.write_concurrency()), ranges)
         total.finish_seconds = round(time.perf_counter() - finish_started, 4)
         for name in ("catalog_calls", "schema_calls", "fs_calls", "poke_calls"):
             setattr(total, name, int(counters[name]))
