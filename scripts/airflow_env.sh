@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sourced by test.sh: one cached virtualenv per pinned Airflow version, each with smartsensor's provider
-# (providers/airflow) installed, for the end-to-end tests in tests/airflow. Airflow cannot share .venv:
+# (providers/airflow) beside it, for the end-to-end tests in tests/airflow. Airflow cannot share .venv:
 # 2.10 pins SQLAlchemy < 2, smartsensor needs 2. The venvs live outside the checkout, so every clone reuses
 # them: ${SMARTSENSOR_CACHE:-~/.cache/smartsensor}/airflow-<version>. First build ~20-120 s per version
 # (pip cache warm or cold); afterwards only a changed provider is re-installed (~3 s). Each venv also gets the
@@ -14,6 +14,12 @@ AIRFLOW_DRIVERS="psycopg2-binary>=2.9,<3 asyncpg>=0.29,<1 statsd>=4,<5"
 # safety valve (a sensor that checks through the Hive hook when the service is out of reach). pip picks the
 # newest release that the pinned Airflow admits.
 AIRFLOW_PROVIDERS="apache-airflow-providers-apache-hive"
+
+# Where this checkout's copy of providers/airflow is installed for Airflow <version> (scripts/airflow/stack.py
+# names the same folder).
+airflow_provider_overlay() {
+  echo "$ROOT/.airflow-provider/$1"
+}
 
 ensure_airflow_venvs() {
   local version venv want
@@ -40,12 +46,22 @@ ensure_airflow_venvs() {
         || { log "installing $AIRFLOW_PROVIDERS into $venv failed"; exit 1; }
       echo "$AIRFLOW_PROVIDERS" > "$venv/.providers-installed"
     fi
-    if [ "$(cat "$venv/.provider-installed" 2>/dev/null)" != "$want" ]; then
-      # Not editable: the cached venv is shared by every checkout, so it holds a copy of this one's provider.
-      "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$ROOT/providers/airflow" \
-        >"$venv/provider-install.log" 2>&1 \
-        || { cat "$venv/provider-install.log" >&2; log "installing providers/airflow into $venv failed"; exit 1; }
-      echo "$want" > "$venv/.provider-installed"
+    if [ -f "$venv/.provider-installed" ]; then
+      # Once: the provider no longer lives in the shared venv, where two checkouts running at once (a CI clone and
+      # a working tree) replaced each other's copy mid-run.
+      "$venv/bin/python" -m pip uninstall -q -y smartsensor-airflow >/dev/null 2>&1 || true
+      rm -f "$venv/.provider-installed"
+    fi
+    # This checkout's provider, in a folder of its own that scripts/airflow/stack.airflow_env puts on PYTHONPATH
+    # (a copy, not editable: Airflow finds it by its entry point, as a provider installed by pip).
+    overlay="$(airflow_provider_overlay "$version")"
+    if [ "$(cat "$overlay/.installed" 2>/dev/null)" != "$want" ]; then
+      rm -rf "$overlay"
+      mkdir -p "$overlay"
+      "$venv/bin/python" -m pip install -q --no-deps --target "$overlay" "$ROOT/providers/airflow" \
+        >"$overlay.log" 2>&1 \
+        || { cat "$overlay.log" >&2; log "installing providers/airflow into $overlay failed"; exit 1; }
+      echo "$want" > "$overlay/.installed"
     fi
   done
   export SMARTSENSOR_AIRFLOW_VENVS=""

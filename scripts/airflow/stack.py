@@ -35,9 +35,18 @@ from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import pdeathsig_preexec
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def provider_overlay(venv: Path) -> Path:
+    """Where scripts/airflow_env.sh installed this checkout's providers/airflow for ``venv``'s Airflow: a folder
+    of the checkout's own, as the venvs are shared by every checkout."""
+    return ROOT / ".airflow-provider" / version_of(venv)
+
+
 def airflow_env(venv: Path, home: Path, **extra: str) -> dict[str, str]:
-    """An environment for Airflow commands: its venv first on PATH, nothing of smartsensor's (no PYTHONPATH,
-    no SMARTSENSOR_*), examples off, DAGs from ``home/dags``."""
+    """An environment for Airflow commands: its venv first on PATH, this checkout's provider on PYTHONPATH and
+    nothing else of smartsensor's (no SMARTSENSOR_*), examples off, DAGs from ``home/dags``."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -51,6 +60,9 @@ def airflow_env(venv: Path, home: Path, **extra: str) -> dict[str, str]:
         AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
         PYTHONWARNINGS="ignore",
     )
+    overlay = provider_overlay(venv)
+    if overlay.is_dir():
+        env["PYTHONPATH"] = str(overlay)
     env.update(extra)
     return env
 

@@ -107,6 +107,14 @@ def test_the_policy_routes_only_airflows_own_enabled_sensors(venv: Path, tmp_pat
         "soft_fail": "AirflowSkipException at 25 s",
     }
     assert seen["seconds_left"] == [500.0, 0.0, 600.0]
+    assert seen["trigger_timed_out"] == {  # whether Airflow's scheduler or the trigger saw the timeout first
+        "execution_timeout": "AirflowTaskTimeout",  # retries apply (3.x's sensors would fail for good)
+        "execution_timeout_soft_fail": "AirflowSkipException",
+        "routed_execution_timeout": "AirflowTaskTimeout",
+        "backstop": "AirflowSensorTimeout",  # the trigger's own timeout, the task's timeout plus a grace
+        "backstop_before_execution_timeout": "AirflowSensorTimeout",
+        "trigger_failure": "TaskDeferralError",  # not a timeout: Airflow's own handling
+    }
     assert seen["valve_resume"] == {  # risk: a resume that resets ti.start_date must not restart the valve's clock
         "carried": True,
         "left_from_resume": 600,

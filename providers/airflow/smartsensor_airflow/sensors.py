@@ -54,6 +54,7 @@ from smartsensor_airflow.checks import check_of
 from smartsensor_airflow.client import (
     REGISTER_PATIENCE,
     TERMINAL,
+    TIMEOUT,
     ApiError,
     endpoint_from_connection,
     held_state,
@@ -69,6 +70,10 @@ from smartsensor_airflow.triggers import EXECUTE_ON_WORKER, RESUME_SETTLE, UNREA
 DEFAULT_CONN_ID = "smartsensor_default"
 DEFAULT_POLL_INTERVAL = 10.0
 DEFAULT_EXECUTE_WAIT = 2.0
+# Airflow resumes a deferred task with this method when its scheduler timed the trigger out, with one of these errors
+# (3.x; 2.10). Either the try's execution_timeout or the trigger's own timeout (``smartsensor_backstop``) passed.
+TRIGGER_FAILED = "__fail__"
+TRIGGER_TIMEOUT_ERRORS = ("Trigger timeout", "Trigger/execution timeout")
 
 
 # The drop-ins' own constructor arguments, as smartsensor_setup takes them.
@@ -221,7 +226,7 @@ class SmartSensorMixin:
                 context,
                 {**outcome(answer), "hashcode": answer["hashcode"], "key": key},
             )
-        backstop = timedelta(seconds=float(self.timeout) + max(60.0, 3 * self.smartsensor_poll_interval))
+        backstop = self.smartsensor_backstop()
         self.defer(  # type: ignore[attr-defined]
             trigger=SmartSensorTrigger(
                 key,
@@ -236,6 +241,35 @@ class SmartSensorMixin:
             method_name="execute_complete",
             timeout=backstop,
         )
+
+    def smartsensor_backstop(self) -> timedelta:
+        """The timeout Airflow gives the trigger: a little after the service's own verdict (the task's ``timeout``),
+        which carries the reason; Airflow applies it only if the service never answered."""
+        return timedelta(seconds=float(self.timeout) + max(60.0, 3 * self.smartsensor_poll_interval))
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+        """As Airflow's, but for a trigger that Airflow's scheduler timed out. It does so at the try's
+        ``execution_timeout`` (when the task started in the triggerer, or on 2.10), racing the trigger's own event
+        for it; Airflow 3's sensors would then fail the task for good (``AirflowSensorTimeout``). Whichever comes
+        first, the try ends as ``execution_timeout`` does (``AirflowTaskTimeout``: retries apply), and a backstop
+        that passed as the sensor's ``timeout`` does (no retries); ``soft_fail`` skips in both cases."""
+        if next_method == TRIGGER_FAILED and (next_kwargs or {}).get("error") in TRIGGER_TIMEOUT_ERRORS:
+            event = self.trigger_timed_out()
+            self.log.info("smartsensor: Airflow timed the trigger out: %s", event["error"])
+            next_method, next_kwargs = "execute_complete", {"event": event}
+        return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
+
+    def trigger_timed_out(self) -> dict[str, Any]:
+        """The event a trigger timed out by Airflow stands for: the try's ``execution_timeout`` when it is the
+        shorter of the two timeouts Airflow applies, else the backstop, a timeout of the sensor."""
+        limit = self.execution_timeout
+        if limit is not None and limit <= self.smartsensor_backstop():
+            return {"state": "execution_timeout", "error": f"the try reached its execution_timeout ({limit})"}
+        return {
+            "state": "failed",
+            "reason": TIMEOUT,
+            "error": f"no answer from the service within the sensor's timeout ({self.smartsensor_backstop()})",
+        }
 
     def cannot_check(self, context: Any, exc: Exception) -> Any:
         """Rendered arguments smartsensor cannot check (a filter with OR or ranges, a string for a list): a
@@ -275,6 +309,8 @@ class SmartSensorMixin:
         if is_timeout(event):
             raise AirflowSensorTimeout(f"smartsensor: {error}")
         if state == "execution_timeout":
+            if self.soft_fail:  # as Airflow's sensor skips a poke that its execution_timeout interrupted
+                raise AirflowSkipException("smartsensor: the try reached its execution_timeout; soft_fail skips it")
             raise AirflowTaskTimeout(f"smartsensor: the try reached its execution_timeout ({self.execution_timeout})")
         if state == UNREACHABLE:
             return self.fall_back(context, str(error), event.get("try_started"))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
@@ -152,6 +151,7 @@ def start_trigger_args(task: Any) -> StartTriggerArgs | None:
             "params": params,
             "hold": float(task.smartsensor_execute_wait),
         }
+        backstop = task.smartsensor_backstop()
     except AttributeError:  # read while the task is being built (Airflow validates after each __init__)
         return None
     except Exception:  # Airflow reads this while it parses a DAG file: never fail the file for it
@@ -164,7 +164,7 @@ def start_trigger_args(task: Any) -> StartTriggerArgs | None:
         next_method="execute_complete",
         trigger_kwargs=kwargs,
         next_kwargs=None,
-        timeout=timedelta(seconds=float(task.timeout) + max(60.0, 3 * poll)),
+        timeout=backstop,
     )
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
+from typing import Any
 
 import airflow
 
@@ -164,5 +165,39 @@ out["valve_resume"] = {
     "left_when_start_date_kept": round(
         drop_in.valve_seconds_left({"ti": SimpleNamespace(start_date=first)}, event.get("try_started"))
     ),
+}
+
+
+# A trigger Airflow's scheduler timed out (it does at the try's execution_timeout, racing the trigger's own event):
+# the try ends as that timeout says, as the trigger's event would have it end.
+AIRFLOWS_ERROR = "Trigger timeout" if airflow.__version__.startswith("3.") else "Trigger/execution timeout"
+
+
+def timed_out(task: object, error: str = AIRFLOWS_ERROR) -> str:
+    try:
+        task.resume_execution("__fail__", {"error": error}, {})  # type: ignore[attr-defined]
+    except BaseException as exc:  # noqa: BLE001 - which one is what is checked (AirflowTaskTimeout is no Exception)
+        return type(exc).__name__
+    return "ended"
+
+
+def limited(**kw: Any) -> sensors.NamedHivePartitionSensor:
+    return sensors.NamedHivePartitionSensor(task_id="limited", partition_names=["db.t/ds=1"], retries=1, **kw)
+
+
+with DAG("limited", start_date=datetime(2026, 1, 1), schedule=None):
+    routed_limited = NamedHivePartitionSensor(
+        task_id="routed_limited", partition_names=["db.t/ds=1"], execution_timeout=timedelta(seconds=8), retries=1
+    )
+policy.route(routed_limited, policy.PolicySettings(enabled=True))
+out["trigger_timed_out"] = {
+    "execution_timeout": timed_out(limited(timeout=600, execution_timeout=timedelta(seconds=8))),
+    "execution_timeout_soft_fail": timed_out(
+        limited(timeout=600, execution_timeout=timedelta(seconds=8), soft_fail=True)
+    ),
+    "routed_execution_timeout": timed_out(routed_limited),
+    "backstop": timed_out(limited(timeout=600)),
+    "backstop_before_execution_timeout": timed_out(limited(timeout=5, execution_timeout=timedelta(hours=1))),
+    "trigger_failure": timed_out(limited(timeout=600), error="Trigger failure"),
 }
 print(json.dumps(out))
