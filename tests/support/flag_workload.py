@@ -1,5 +1,6 @@
-"""The workload of the process-level HA and fault tests: N SuccessFileSensor tasks waiting on flag files,
-with short heartbeats and leases so that takeovers happen within seconds."""
+"""The workload of the process-level HA and fault tests: N SuccessFileSensor tasks waiting on local flag files
+(``file://``: no Spark JVM in the workers), with short heartbeats and leases so that takeovers happen within
+seconds."""
 
 from __future__ import annotations
 
@@ -58,7 +59,9 @@ def flag_workload(tmp_path: Path, db_url: str, n: int, timeout: float = 900) -> 
     register(
         engine,
         [
-            (f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=0.5, timeout=timeout))
+            # file:// paths are checked without a JVM (catalog/batch.py): these tests are about leases and
+            # processes, and a Spark JVM per worker (per restart) was most of their CPU.
+            (f"d{i}", SuccessFileSensor(task_id="s", path=flags[i].as_uri(), poke_interval=0.5, timeout=timeout))
             for i in range(n)
         ],
         DAY,
