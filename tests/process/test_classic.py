@@ -48,7 +48,9 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
         [
             (
                 "d",
-                SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2, timeout=600, retries=0),
+                SuccessFileSensor(
+                    task_id="w", path=(tmp_path / "never").as_uri(), poke_interval=0.2, timeout=600, retries=0
+                ),
             )
         ],
         DAY,
@@ -92,8 +94,8 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     register(
         engine,
         [
-            ("d", SuccessFileSensor(task_id="ok", path=str(flag), poke_interval=0.2, timeout=60)),
-            ("d", SuccessFileSensor(task_id="never", path=str(tmp_path / "nope"), poke_interval=0.2, timeout=1)),
+            ("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2, timeout=60)),
+            ("d", SuccessFileSensor(task_id="never", path=(tmp_path / "nope").as_uri(), poke_interval=0.2, timeout=1)),
         ],
         DAY,
         cfg,
@@ -222,7 +224,9 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
         [
             (
                 "d",
-                SuccessFileSensor(task_id="w", path=str(tmp_path / "never"), poke_interval=0.2, timeout=600, retries=1),
+                SuccessFileSensor(
+                    task_id="w", path=(tmp_path / "never").as_uri(), poke_interval=0.2, timeout=600, retries=1
+                ),
             )
         ],
         DAY,

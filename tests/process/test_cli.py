@@ -113,7 +113,7 @@ def test_smaller_shard_limit_strands_tasks_until_reshard(tmp_path: Path, db_url:
     dag = tmp_path / "many.py"
     dag.write_text(
         "from smartsensor.sensors import SuccessFileSensor\n"
-        f"flags = [SuccessFileSensor(task_id=f's{{i}}', path='{tmp_path}/flag{{i}}') for i in range(20)]\n"
+        f"flags = [SuccessFileSensor(task_id=f's{{i}}', path='file://{tmp_path}/flag{{i}}') for i in range(20)]\n"
     )
     submitted = run(["submit", str(dag), "-d", "2026-11-22"], home, db_url)
     rows = json.loads(run(["tasks", "--json"], home, db_url).stdout)

@@ -22,7 +22,7 @@ def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
     cfg, engine = new_db(tmp_path / "home", db_url)
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
-    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flag))) for i in range(4)], DAY, cfg)
+    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=flag.as_uri())) for i in range(4)], DAY, cfg)
     out = run_cli(
         ["worker", "--shard-min", "0", "--shard-max", "10000", "--once", "--json"],
         cli_env(tmp_path / "home", db_url),

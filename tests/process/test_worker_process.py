@@ -27,7 +27,7 @@ def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) 
     paths = [tmp_path / f"p{i}" / "_SUCCESS" for i in range(4)]
     register(
         engine,
-        [(f"dag{i}", SuccessFileSensor(task_id="s", path=str(paths[i % 4]), poke_interval=0.5)) for i in range(20)],
+        [(f"dag{i}", SuccessFileSensor(task_id="s", path=paths[i % 4].as_uri(), poke_interval=0.5)) for i in range(20)],
         DAY,
         cfg,
     )
@@ -121,7 +121,7 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     register(
         engine,
         [
-            (f"dag{i}", SuccessFileSensor(task_id="s", path=f"/nonexistent/{i % 3}", poke_interval=300))
+            (f"dag{i}", SuccessFileSensor(task_id="s", path=f"file:///nonexistent/{i % 3}", poke_interval=300))
             for i in range(9)
         ],
         DAY,
