@@ -29,6 +29,9 @@ STRATEGIES = {
     "start in triggerer": ("drop-in", "scale_start_"),
     "execute path": ("execute", "scale_execute_"),
     "Airflow's own (reschedule)": ("airflow reschedule", "scale_airflow_"),
+    # The provider's older ways to end, which Airflow's deferral race could fail (airflow_race.OPTIONS).
+    "resume on a worker": ("resume", "scale_resume_"),
+    "held, resume on a worker": ("held + resume", "scale_held_"),
 }
 
 
@@ -139,6 +142,7 @@ class ScaleRun:
     airflow_cpu: float = 0.0  # the scheduler's process group: scheduler, LocalExecutor and its task processes
     loop_ms: list[float] = field(default_factory=list)  # scheduler.scheduler_loop_duration over the cases
     pickup_rate: float = 0.0  # sensors per second started and registered, when they all wait
+    callback_rows: int = 0  # rows added to Airflow's callback requests over the cases
 
     def case(self, name: str) -> Outcome:
         return next(o for o in self.outcomes if o.case == name)
