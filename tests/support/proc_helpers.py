@@ -59,11 +59,12 @@ class CliProcess:
 
     STDERR_TAIL = 200  # lines kept for failure messages
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], program: list[str] | None = None) -> None:
         # pdeathsig: if the test process dies without teardown (SIGKILL, pytest-timeout's thread
         # method), the worker gets SIGTERM and stops cleanly; its Spark JVM exits when its stdin closes.
+        # ``program``: another command than `smartsensor` (a stand-in printing rounds, to test these helpers).
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "smartsensor.cli", *args],
+            [*(program or [sys.executable, "-m", "smartsensor.cli"]), *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -119,10 +120,15 @@ class CliProcess:
         return json.loads(self.wait_for(ok, timeout))
 
     def settle(self, timeout: float = 120) -> None:
-        """Wait for two more rounds: the first may have been under way, the second began after this call, so every
-        round that committed before it has printed what it marked."""
+        """Wait until every timer round that committed before this call has printed what it marked: the rounds
+        printed so far are taken first (``json_rounds``), then two more timer rounds are awaited (the first may have
+        been under way at this call; the second began after it, as timer rounds run one at a time). Waiting for
+        two lines without taking those already queued returned at once on rounds printed long before, while the
+        round that had just committed was still recording its status: its marks were missing (CI's kill -9
+        [postgres]: 11 of 24)."""
+        self.json_rounds()
         for _ in range(2):
-            self.wait_round(lambda r: True, timeout)
+            self.wait_round(lambda r: not r["partial"], timeout)
 
     def json_rounds(self) -> list[dict[str, Any]]:
         """Every round object printed so far (``worker --json``), including lines not yet waited for."""
@@ -135,10 +141,20 @@ class CliProcess:
         return sum(r["marked"].get(state, 0) for r in self.json_rounds())
 
     def marks_seen(self) -> str:
-        """For a failure message: each round's marks and ranges, and any line that is not a round object."""
-        rounds = [(r["marked"], r["ranges"]) for r in self.json_rounds() if r["marked"]]
+        """For a failure message: each round's marks, ranges and error, any line that is not a round object, every
+        round that reported an error, and the warnings and errors of stderr (not only its tail: a round that failed
+        early is what explains marks missing later)."""
+        rounds = self.json_rounds()
+        marked = [(r["marked"], r["ranges"], r.get("error")) for r in rounds if r["marked"]]
+        errors = [(r["ranges"], r["error"]) for r in rounds if r.get("error") and not r["marked"]]
         other = [line for line in self.seen if not line.startswith("{")]
-        return f"rounds that marked: {rounds}; other output: {other[-10:]}; stderr:\n{self.stderr_tail(15)}"
+        warnings = [line for line in self.stderr_lines if " WARNING " in line or " ERROR " in line]
+        return (
+            f"pid {self.proc.pid}, {len(rounds)} rounds; rounds that marked: {marked}; rounds that failed: "
+            f"{errors[-10:]}; other output: {other[-10:]}; stderr warnings ({len(warnings)}):\n"
+            + "\n".join(warnings[-30:])
+            + f"\nstderr tail:\n{self.stderr_tail(15)}"
+        )
 
     def kill(self) -> int:
         """SIGKILL, resuming it first if it is SIGSTOPped (a test's cleanup, whatever state it left it in)."""

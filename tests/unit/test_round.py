@@ -358,3 +358,36 @@ def test_what_one_range_committed_is_reported_when_another_range_of_the_round_fa
     delattr(high, "write")  # the connection is back: the next round marks the rest
     clock.advance(60)
     assert run_round([low, high], lambda: catalog).marked == {State.SUCCESS: len(rows) - in_low}
+
+
+def test_a_range_whose_write_committed_reports_its_marks_when_a_later_step_fails(cfg, clock) -> None:
+    """A range's finish is decide, write, then update the index (``apply``). When a step after the committed write
+    raises, the range's marks stand in the database and must stand in the round's result too, beside the error:
+    reported as 0, they went missing from --json, metrics and status (a worker's printed marks then summed to less
+    than what the database holds). The failed range rebuilds its index, and nothing is marked twice."""
+    store, catalog = InMemoryStore(), DictCatalog()
+    rows = [add(store, cfg, f"d{i}", named("wait", f"db.events/ds=2026-11-{i:02d}")) for i in range(1, 13)]
+    middle = cfg.shard_code_upper_limit // 2
+    low, high = (
+        RangeRounds(store, cfg, 0, middle, clock=clock),
+        RangeRounds(store, cfg, middle, cfg.shard_code_upper_limit, clock=clock),
+    )
+    assert 0 < sum(1 for r in rows if r.shardcode < middle) < len(rows)  # both ranges hold tasks
+    run_round([low, high], lambda: catalog)
+    for i in range(1, 13):
+        catalog.land(f"db.events/ds=2026-11-{i:02d}")
+    clock.advance(60)
+
+    def index_update_fails(*_: Any) -> None:
+        raise RuntimeError("index update failed")
+
+    setattr(high, "apply", index_update_fails)  # after this range's write has committed  # noqa: B010
+    result = run_round([low, high], lambda: catalog)
+    assert all(state_of(store, r.dag_id, "wait") == State.SUCCESS for r in rows)  # both writes committed
+    assert result.marked == {State.SUCCESS: len(rows)}  # and the round says so
+    assert result.error == "RuntimeError: index update failed"
+    assert low.index_current() and not high.index_current()  # only the failed range rebuilds its index
+    delattr(high, "apply")
+    clock.advance(60)
+    after = run_round([low, high], lambda: catalog)
+    assert (after.marked, after.error, after.rebuilt) == ({}, None, 1)

@@ -462,16 +462,20 @@ def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> l
     return late_bad
 
 
-def _finish_all(served: list[RangeRounds], plans: list[RoundPlan], concurrency: int) -> list[RoundResult | Exception]:
+def _finish_all(
+    served: list[RangeRounds], plans: list[RoundPlan], concurrency: int
+) -> list[tuple[RoundResult, Exception | None]]:
     """Each range's finish (decide, write, update the index), up to ``concurrency`` ranges at once: each is its own
-    transaction under its own lease, so a landing round that marks many ranges uses several database cores. A range
-    whose finish failed gives its exception: the others may have committed, and what they marked is reported."""
+    transaction under its own lease, so a landing round that marks many ranges uses several database cores. Each
+    range gives its result and, if its finish failed, the exception: the others may have committed, and so may the
+    failed range itself (its write committed, then updating its index raised); its result's ``marked`` is set only
+    once its write committed, so what every range committed is reported."""
 
-    def finish(rp: tuple[RangeRounds, RoundPlan]) -> RoundResult | Exception:
+    def finish(rp: tuple[RangeRounds, RoundPlan]) -> tuple[RoundResult, Exception | None]:
         try:
-            return rp[0].finish_round(rp[1])
-        except Exception as exc:  # noqa: BLE001 - reported with the round, after the other ranges' results
-            return exc
+            return rp[0].finish_round(rp[1]), None
+        except Exception as exc:  # noqa: BLE001 - reported with the round, beside what the ranges committed
+            return rp[1].result, exc
 
     pairs = list(zip(served, plans, strict=True))
     if concurrency <= 1 or len(served) <= 1:
@@ -481,19 +485,19 @@ def _finish_all(served: list[RangeRounds], plans: list[RoundPlan], concurrency: 
 
 
 def combine_finished(
-    served: list[RangeRounds], outcomes: list[RoundResult | Exception], ranges: list[list[int]]
+    served: list[RangeRounds], outcomes: list[tuple[RoundResult, Exception | None]], ranges: list[list[int]]
 ) -> RoundResult:
-    """One result of the ranges' finishes: what the finished ones marked (committed, each in its own transaction),
-    and, when some failed, the first failure as ``error``; a failed range's index is invalidated (rebuilt next
-    round), as it may be half-applied."""
-    total = combine_results([o for o in outcomes if isinstance(o, RoundResult)], ranges)
-    failed = [(r, o) for r, o in zip(served, outcomes, strict=True) if isinstance(o, Exception)]
+    """One result of the ranges' finishes: what every range marked (committed, each in its own transaction, a failed
+    range's too if its write committed before the failure), and, when some failed, the first failure as ``error``; a
+    failed range's index is invalidated (rebuilt next round), as it may be half-applied."""
+    total = combine_results([result for result, _ in outcomes], ranges)
+    failed = [(r, exc) for r, (_, exc) in zip(served, outcomes, strict=True) if exc is not None]
     for r, _ in failed:
         r.invalidate()
     if failed:
         first = failed[0][1]
         log.warning(
-            "round failed in %d of %d ranges (will retry next round; the others' marks stand): %s",
+            "round failed in %d of %d ranges (will retry next round; what was committed stands and is reported): %s",
             len(failed),
             len(served),
             first_line(first),
