@@ -37,7 +37,7 @@ def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, 
         lambda: len({o for o in work.lease_owners().values() if o}) == 2 and None not in work.lease_owners().values(),
         timeout=60,
     )
-    a.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)  # Spark is up in both
+    a.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)  # both past a first poke
     b.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)
     return a, b, pid_owner(work.engine, a.proc.pid)
 
