@@ -329,10 +329,11 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     )
 
 
-def test_what_one_range_committed_is_reported_when_another_range_of_the_round_fails(cfg, clock) -> None:
-    """A process round over several ranges writes each in its own transaction: when one range's write fails after
-    another's committed, the round reports the committed marks with the error (they were lost from the output, and
-    from `status`, when the whole round was reported as failed), and only the failed range rebuilds its index."""
+def two_ranges_all_landed(
+    cfg: Any, clock: Any
+) -> tuple[InMemoryStore, DictCatalog, list[Any], RangeRounds, RangeRounds]:
+    """Twelve tasks over two ranges (both hold some), one round run while nothing had landed, then every partition
+    landed and the clock past the next poke: the store, the catalog, the rows and the two ranges."""
     store, catalog = InMemoryStore(), DictCatalog()
     rows = [add(store, cfg, f"d{i}", named("wait", f"db.events/ds=2026-11-{i:02d}")) for i in range(1, 13)]
     middle = cfg.shard_code_upper_limit // 2
@@ -340,12 +341,20 @@ def test_what_one_range_committed_is_reported_when_another_range_of_the_round_fa
         RangeRounds(store, cfg, 0, middle, clock=clock),
         RangeRounds(store, cfg, middle, cfg.shard_code_upper_limit, clock=clock),
     )
-    in_low = sum(1 for r in rows if r.shardcode < middle)
-    assert 0 < in_low < len(rows)  # both ranges hold tasks
+    assert 0 < sum(1 for r in rows if r.shardcode < middle) < len(rows)  # both ranges hold tasks
     run_round([low, high], lambda: catalog)
     for i in range(1, 13):
         catalog.land(f"db.events/ds=2026-11-{i:02d}")
     clock.advance(60)
+    return store, catalog, rows, low, high
+
+
+def test_what_one_range_committed_is_reported_when_another_range_of_the_round_fails(cfg, clock) -> None:
+    """A process round over several ranges writes each in its own transaction: when one range's write fails after
+    another's committed, the round reports the committed marks with the error (they were lost from the output, and
+    from `status`, when the whole round was reported as failed), and only the failed range rebuilds its index."""
+    store, catalog, rows, low, high = two_ranges_all_landed(cfg, clock)
+    in_low = sum(1 for r in rows if r.shardcode < high.shard_min)
 
     def lost_connection(*_: Any) -> None:
         raise ConnectionError("server closed the connection unexpectedly")
@@ -365,18 +374,7 @@ def test_a_range_whose_write_committed_reports_its_marks_when_a_later_step_fails
     raises, the range's marks stand in the database and must stand in the round's result too, beside the error:
     reported as 0, they went missing from --json, metrics and status (a worker's printed marks then summed to less
     than what the database holds). The failed range rebuilds its index, and nothing is marked twice."""
-    store, catalog = InMemoryStore(), DictCatalog()
-    rows = [add(store, cfg, f"d{i}", named("wait", f"db.events/ds=2026-11-{i:02d}")) for i in range(1, 13)]
-    middle = cfg.shard_code_upper_limit // 2
-    low, high = (
-        RangeRounds(store, cfg, 0, middle, clock=clock),
-        RangeRounds(store, cfg, middle, cfg.shard_code_upper_limit, clock=clock),
-    )
-    assert 0 < sum(1 for r in rows if r.shardcode < middle) < len(rows)  # both ranges hold tasks
-    run_round([low, high], lambda: catalog)
-    for i in range(1, 13):
-        catalog.land(f"db.events/ds=2026-11-{i:02d}")
-    clock.advance(60)
+    store, catalog, rows, low, high = two_ranges_all_landed(cfg, clock)
 
     def index_update_fails(*_: Any) -> None:
         raise RuntimeError("index update failed")
