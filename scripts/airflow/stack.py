@@ -34,7 +34,6 @@ from sqlalchemy.exc import OperationalError
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import pdeathsig_preexec
 
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -45,7 +45,6 @@ from tests.support.airflow_helpers import airflow_venvs
 from tests.support.airflow_race import (
     CASES,
     TABLES,
-    Outcome,
     TaskEnd,
     dag_file,
     run_case,
