@@ -19,7 +19,7 @@ from smartsensor.config import Config, load_config
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
-from tests.support.metastore_service import derby_service
+from tests.support.metastore_service import derby_service, mysql_service_fixture, pg_service_fixture  # noqa: F401 - fixtures
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
 from tests.support.run_seconds import CPU_PROPERTY, PhaseCpu, RunSeconds, cpu_property
 
@@ -129,13 +129,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(GROUPS_LOST.format(version=pytest.__version__))
 
 
+# The services a test process starts once and keeps (session fixtures): their tests run in one worker, the "spark"
+# group, so that each starts once a run. A module that asks for them only through getfixturevalue says so with
+# ``USES_SERVICES_GROUP = True``.
+SERVICES_GROUP_FIXTURES = {"spark", "pg_service", "mysql_service"}
+
+
 def xdist_group(item: pytest.Item, layer: str) -> str | None:
     """The tests that must run in one worker process under ``--dist loadgroup`` (./scripts/test.sh runs several):
-    every test of the one SparkSession; every test of one Airflow version (an Airflow deployment takes most of the
-    machine's two cores while it starts: one per version at a time, and the deployment a module shares is set up
-    once); and the tests that share another module-scoped fixture (a metastore service). Every other test goes
-    wherever a worker is free."""
-    if "spark" in item.fixturenames:  # type: ignore[attr-defined]
+    every test of the one SparkSession and of the metastore services on PostgreSQL and MariaDB; every test of one
+    Airflow version (an Airflow deployment takes most of the machine's two cores while it starts: one per version at
+    a time, and the deployment a module shares is set up once); and the tests that share another module-scoped
+    fixture. Every other test goes wherever a worker is free."""
+    fixtures = set(item.fixturenames)  # type: ignore[attr-defined]  # pytest.Function
+    if SERVICES_GROUP_FIXTURES & fixtures or getattr(item.module, "USES_SERVICES_GROUP", False):  # type: ignore[attr-defined]
         return "spark"
     params = getattr(item, "callspec", None)
     if layer == "airflow" and params is not None:

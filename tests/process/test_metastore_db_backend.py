@@ -25,7 +25,7 @@ from smartsensor.sensors.errors import TransientCheckError
 from smartsensor.standalone.registration import register
 from tests.support.catalog_cases import CASES, DB, outcome
 from tests.support.common import DAY, ROOT, make_cfg
-from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture, run_spark, spark_env  # noqa: F401
+from tests.support.metastore_service import run_spark
 from tests.support.mysql import needs_test_mysql
 from tests.support.pg import needs_test_pg
 from tests.support.proc_helpers import cli_env, run_cli

@@ -68,11 +68,11 @@ from smartsensor_airflow.checks import check_of
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter, parse_partition_filter
 from tests.support.catalog_cases import outcome
 from tests.support.liveness import parquet_table
-from tests.support.metastore_service import mysql_service_fixture, pg_service_fixture  # noqa: F401 - fixtures
 from tests.support.mysql import needs_test_mysql
 from tests.support.pg import needs_test_pg
 
 pytestmark = pytest.mark.slow
+USES_SERVICES_GROUP = True  # its backends ask for spark, pg_service or mysql_service by name (tests/conftest.py)
 
 CI_EXAMPLES = 30
 EXAMPLES = int(os.environ.get("SMARTSENSOR_ORACLE_EXAMPLES", "0")) or None  # None: CI's
@@ -243,8 +243,8 @@ class Oracle:
         )
 
     def close(self) -> None:
-        """Close the connection. The database stays: the module's service, and its database, go at teardown
-        (this service's ``drop_database`` with cascade fails on a class missing from its classpath)."""
+        """Close the connection. The database stays: the session's service, and its database, go when the test
+        process ends (this service's ``drop_database`` with cascade fails on a class missing from its classpath)."""
         self.client.close()
 
 
@@ -314,7 +314,7 @@ class SparkSide:
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    """The backend named by the test's parameter, on the module's metastore service on PostgreSQL or MariaDB
+    """The backend named by the test's parameter, on the test process's metastore service on PostgreSQL or MariaDB
     (thrift and spark: PostgreSQL's)."""
     name: str = request.param
     service, url = request.getfixturevalue("mysql_service" if "mysql" in name else "pg_service")

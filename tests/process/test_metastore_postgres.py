@@ -22,7 +22,7 @@ from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from tests.support.catalog_cases import CASES, DB, ODD_VALUES, outcome
-from tests.support.metastore_service import pg_service_fixture, run_spark, service_cfg, spark_env  # noqa: F401 - fixture
+from tests.support.metastore_service import run_spark, service_cfg
 from tests.support.pg import needs_test_pg
 
 pytestmark = pytest.mark.slow

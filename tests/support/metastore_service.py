@@ -1,8 +1,9 @@
 """A Hive metastore service for tests: its Config, the environment of a Spark process that uses it, and
-fixtures: ``service`` on embedded Derby (``derby_service``; session-scoped in tests/conftest.py, so every module of a
-test process shares one), and module-scoped ``pg_service`` and ``mysql_service`` (import one into a test module to
-use it there) on their own database of ./scripts/test.sh's throwaway PostgreSQL and MariaDB
-(standing in for MySQL), as production metastores run."""
+fixtures: ``service`` on embedded Derby (``derby_service``), and ``pg_service`` and ``mysql_service`` on their own
+database of ./scripts/test.sh's throwaway PostgreSQL and MariaDB (standing in for MySQL), as production metastores
+run. All three are session-scoped in tests/conftest.py: one per test process, shared by every module (each uses
+databases and tables of its own names, or lands the same idempotent ones); tests/conftest.py's ``xdist_group``
+keeps the tests of ``pg_service`` and ``mysql_service`` in one worker, so that each starts once a run."""
 
 from __future__ import annotations
 
@@ -90,18 +91,18 @@ def service_on(home: Path, database: tuple[str, str], drop: Callable[[str], None
             drop(name)
 
 
-@pytest.fixture(scope="module", name="pg_service")
+@pytest.fixture(scope="session", name="pg_service")
 def pg_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
-    """One running metastore service for the module on a new, empty PostgreSQL database (the first start creates
-    the schema): its Config and the database's SQLAlchemy URL. The service is stopped and the database dropped at
-    teardown whatever happened. A test using it carries ``tests.support.pg.needs_test_pg``."""
+    """One running metastore service for the test process on a new, empty PostgreSQL database (the first start
+    creates the schema): its Config and the database's SQLAlchemy URL. The service is stopped and the database
+    dropped when the process ends, whatever happened. A test using it carries ``tests.support.pg.needs_test_pg``."""
     if not PG_ADMIN_URL or "SMARTSENSOR_TEST_PG_OPTS" not in os.environ:
         raise RuntimeError("no throwaway PostgreSQL: mark the test with tests.support.pg.needs_test_pg")
     with service_on(tmp_path_factory.mktemp("metastore-pg-home"), new_pg_database(), drop_pg_database) as running:
         yield running
 
 
-@pytest.fixture(scope="module", name="mysql_service")
+@pytest.fixture(scope="session", name="mysql_service")
 def mysql_service_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, str]]:
     """As ``pg_service``, on a new, empty database of ./scripts/test.sh's throwaway MariaDB: its Config and the
     database's ``mysql://`` URL. A test using it carries ``tests.support.mysql.needs_test_mysql``."""

@@ -53,11 +53,18 @@ def test_spark_each_airflow_version_and_each_shared_service_keep_one_worker(tmp_
         "tests/integration/test_classic.py",
         "tests/integration/test_catalog_backends.py",
         "tests/airflow/test_production_like.py",
+        "tests/process/test_metastore_oracle.py",
+        "tests/process/test_metastore_postgres.py",
         "tests/unit/test_layers.py",
     )
     by_test = {node.split("::", 1)[1]: group for node, group in found.items()}
     # the one SparkSession: every test that asks for it, whatever its module
     assert by_test["test_run_task_success_after_landing[sqlite]"] == "spark"
+    # the metastore services on PostgreSQL and MariaDB (session fixtures) with it: asked for by name or through the
+    # oracle's backends (getfixturevalue), in one worker, so that each starts once a run
+    assert by_test["test_the_first_start_creates_the_schema_hive_expects"] == "spark"
+    oracle = {test: group for test, group in by_test.items() if test.startswith("test_every_backend_answers")}
+    assert len(oracle) == 6 and set(oracle.values()) == {"spark"}, oracle
     # a module's metastore service, set up once
     assert by_test["test_thrift_caches_columns_and_lists_once_per_table"] == "tests.integration.test_catalog_backends"
     # one Airflow version's tests together, each version apart
