@@ -31,6 +31,7 @@ from tests.support.pg import needs_test_pg
 from tests.support.proc_helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.slow
+USES_SERVICES_GROUP = True  # its module fixture asks for pg_service or mysql_service by name (tests/conftest.py)
 
 LAND = r"""
 from smartsensor.config import load_config

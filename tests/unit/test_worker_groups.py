@@ -53,6 +53,7 @@ def test_spark_each_airflow_version_and_each_shared_service_keep_one_worker(tmp_
         "tests/integration/test_classic.py",
         "tests/integration/test_catalog_backends.py",
         "tests/airflow/test_production_like.py",
+        "tests/process/test_metastore_db_backend.py",
         "tests/process/test_metastore_oracle.py",
         "tests/process/test_metastore_postgres.py",
         "tests/unit/test_layers.py",
@@ -65,6 +66,8 @@ def test_spark_each_airflow_version_and_each_shared_service_keep_one_worker(tmp_
     assert by_test["test_the_first_start_creates_the_schema_hive_expects"] == "spark"
     oracle = {test: group for test, group in by_test.items() if test.startswith("test_every_backend_answers")}
     assert len(oracle) == 6 and set(oracle.values()) == {"spark"}, oracle
+    backend = {test: group for test, group in by_test.items() if "database_backend" in test or "feed" in test}
+    assert backend and set(backend.values()) == {"spark"}, backend  # its module fixture asks by name too
     # a module's metastore service, set up once
     assert by_test["test_thrift_caches_columns_and_lists_once_per_table"] == "tests.integration.test_catalog_backends"
     # one Airflow version's tests together, each version apart
