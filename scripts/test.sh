@@ -30,7 +30,7 @@ start_mysql
 cd "$ROOT"
 # Every JVM the tests start (the SparkSession, Spark subprocesses, the metastore services) compiles with C1 only and
 # collects with one thread: a test's JVM lives seconds to minutes, and C2's compiler threads and parallel GC cost it
-# half its CPU (a Spark session with Hive, 20 partitions added and listed: 34 -> 17 CPU s on this machine). No
+# about half its CPU (scripts/bench/jvm_options.py: a Spark session with Hive, 20 partitions, 0.59 of the CPU). No
 # behaviour changes; the suite is CPU-bound on 2 cores. SMARTSENSOR_TEST_JAVA_OPTS="" runs them as the defaults do.
 export JAVA_TOOL_OPTIONS="${SMARTSENSOR_TEST_JAVA_OPTS--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 workers=(-n "${SMARTSENSOR_TEST_WORKERS:-4}" --dist loadgroup)

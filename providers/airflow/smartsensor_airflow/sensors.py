@@ -262,13 +262,13 @@ class SmartSensorMixin:
     def trigger_timed_out(self) -> dict[str, Any]:
         """The event a trigger timed out by Airflow stands for: the try's ``execution_timeout`` when it is the
         shorter of the two timeouts Airflow applies, else the backstop, a timeout of the sensor."""
-        limit = self.execution_timeout
-        if limit is not None and limit <= self.smartsensor_backstop():
+        limit, backstop = self.execution_timeout, self.smartsensor_backstop()
+        if limit is not None and limit <= backstop:
             return {"state": "execution_timeout", "error": f"the try reached its execution_timeout ({limit})"}
         return {
             "state": "failed",
             "reason": TIMEOUT,
-            "error": f"no answer from the service within the sensor's timeout ({self.smartsensor_backstop()})",
+            "error": f"no answer from the service within the sensor's timeout ({backstop})",
         }
 
     def cannot_check(self, context: Any, exc: Exception) -> Any:
