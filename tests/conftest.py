@@ -116,7 +116,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     modules and tests costing the most CPU (tests.support.run_seconds.py)."""
     if config.getoption("durations", None) is not None and SECONDS.by_group:
         terminalreporter.section("test seconds")
-        for line in SECONDS.lines():
+        for line in SECONDS.lines(top=40, top_tests=40):
             terminalreporter.write_line(line)
 
 
