@@ -2,8 +2,8 @@
 enqueued once whoever sees it, claims that two workers cannot both end, a worker's side job over the ranges it
 holds, and a stateful model (hypothesis) of two workers driving the real ``LandingPublisher`` and outbox through
 every interleaving of landings, enqueues, claims, posts that succeed, fail, time out before or after Airflow took
-them or are refused, stalls that move leases and crashes, checking after every step that no landing is lost and
-none is delivered twice unnoticed.
+them or are refused, stalls that move leases, crashes, and the metastore database down or failed over to a replica
+that lags, checking after every step that no landing is lost and none is delivered twice unnoticed.
 
 Airflow's side is ``AirflowDouble``: the assets DAGs are scheduled on and the events it took, per asset and key,
 with the failure each post meets. The catalog is a dict of partition names per table.
@@ -338,13 +338,23 @@ class OutboxModel(RuleBasedStateMachine):
         self.clock = Clock(T0)
         self.airflow = AirflowDouble()
         self.catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": [], "db.c": ["ds=0"]}
+        # What the workers' listings read: the metastore database itself, nothing (it is down), or a replica
+        # promoted by a failover, as of when it was promoted (behind: the landings since are missing from it).
+        self.metastore = "up"
+        self.replica: dict[str, list[str]] = {}
         self.owner: dict[tuple[int, int], str] = {self.halves[0]: "w1", self.halves[1]: "w2"}
         self.workers = {w: self._new(w) for w in WORKERS}
         self.in_flight: dict[str, list[landing_sql.ClaimedLanding]] = {w: [] for w in WORKERS}
         self.workers["w1"].refresh_watches(self.clock())
 
     def _new(self, worker: str) -> LandingPublisher:
-        return publisher(self.engine, self.cfg, self.airflow, self.catalog, worker, self.clock)
+        def names(db: str, table: str) -> list[str] | None:
+            if self.metastore == "down":
+                raise ConnectionError("the metastore database is unreachable")
+            seen = self.replica if self.metastore == "behind" else self.catalog
+            return list(seen[f"{db}.{table}"]) if f"{db}.{table}" in seen else None
+
+        return LandingPublisher(self.engine, self.cfg, self.airflow, names, worker, clock=self.clock)
 
     def ranges(self, worker: str) -> list[tuple[int, int]]:
         return [r for r, w in self.owner.items() if w == worker]
@@ -385,6 +395,14 @@ class OutboxModel(RuleBasedStateMachine):
         self.airflow.assets_down = down
         self.workers[worker].cycle(self.ranges(worker))
         self.airflow.mode, self.airflow.assets_down = "ok", False
+
+    @rule(state=st.sampled_from(["up", "down", "behind"]))
+    def metastore_fails_over(self, state: str) -> None:
+        """The metastore database goes down, or a replica that lags takes over (a table it has not heard of yet
+        lists as missing), or it is whole again."""
+        if state == "behind" and self.metastore != "behind":
+            self.replica = {t: names[: len(names) // 2] for t, names in self.catalog.items() if t != "db.b"}
+        self.metastore = state
 
     @rule(worker=st.sampled_from(WORKERS))
     def crash(self, worker: str) -> None:
@@ -431,6 +449,7 @@ class OutboxModel(RuleBasedStateMachine):
         """Everything quiet, Airflow up, one worker holding every range: each landing after the baseline is
         delivered (or refused for good) within a bounded number of cycles."""
         self.owner = {r: "w1" for r in self.halves}
+        self.metastore = "up"
         drainer = self._new("w1")
         for _ in range(30):
             self.clock.advance(self.claim_seconds + 10)  # past every claim and backoff
