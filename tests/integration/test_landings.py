@@ -12,6 +12,8 @@ with the failure each post meets. The catalog is a dict of partition names per t
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -38,13 +40,14 @@ from smartsensor.domain.landings import (
     partition_key,
 )
 from smartsensor.schema.models import LandingOutbox
-from smartsensor.service.landings import CycleReport, LandingPublisher
+from smartsensor.service.landings import CycleReport, LandingPublisher, catalog_partition_names
 from smartsensor.service.status import collect_landings, collect_status, landings_lines
 from smartsensor.service.status_report import StatusReport
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
+from tests.support.hive_schema import HiveSchema
 from tests.support.model import run_model
-from tests.support.pg import needs_test_pg, pg_engine
+from tests.support.pg import PrivateServer, needs_test_pg, pg_engine
 
 LO = LandingOutbox.__table__
 PREFIX = "hive://meta:10000/"
@@ -551,3 +554,65 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
         worker.join(timeout=60)
         engine.dispose()
     assert not worker.is_alive()
+
+
+# -- the metastore database failing over ---------------------------------------------------------------------
+
+
+def test_a_failover_of_the_metastore_database_loses_no_landing_and_publishes_none_twice(
+    tmp_path: Path, private_pg: PrivateServer
+) -> None:
+    """The workers list the metastore database itself (catalog_backend = metastore_db) on a server of the test's
+    own. Its primary dies with a partition committed that its replica has not received, and the replica is
+    promoted at the same address: the cycles while it is down list nothing and lose nothing; the promoted replica
+    lacks the partition, so nothing is published for it until the pipeline commits it again; then it and the next
+    landing are published once each, and what was published before the failover is not published again."""
+    meta_url = private_pg.new_database()
+    meta = make_engine(meta_url)
+    hive = HiveSchema(meta)
+    hive.create_table("db", "a", {"ds": "string"})
+    hive.add("db", "a", "ds=0", 1)
+    outbox_url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    cfg = landings_cfg(
+        tmp_path, outbox_url, smart_sensor__catalog_backend="metastore_db", catalog__metastore_db_url=meta_url
+    )
+    engine = make_engine(outbox_url)
+    init_db(engine)
+    clock, airflow, ranges = Clock(T0), AirflowDouble(), [(0, cfg.shard_code_upper_limit)]
+    worker = LandingPublisher(engine, cfg, airflow, catalog_partition_names(cfg), "w1", clock=clock)
+    data = private_pg.folder / "data"
+    replica = private_pg.folder / "replica"
+
+    def cycle() -> CycleReport:
+        clock.advance(3)  # past any backoff
+        return worker.cycle(ranges)
+
+    try:
+        assert cycle().baseline == 1  # ds=0 was there before
+        hive.add("db", "a", "ds=1", 2)
+        assert cycle().delivered == 1
+        meta.dispose()
+        private_pg.stop()
+        subprocess.run(["cp", "-a", str(data), str(replica)], check=True)  # the replica, as of now
+        private_pg.start()
+        hive.add("db", "a", "ds=2", 3)  # committed on the primary only
+        meta.dispose()
+        private_pg.stop()  # the primary dies
+        down = [cycle() for _ in range(2)]
+        assert all(r.listed == 0 and any("listing db.a" in e for e in r.errors) for r in down), down
+        shutil.move(str(data), str(private_pg.folder / "old-primary"))
+        shutil.move(str(replica), str(data))
+        private_pg.start()  # the replica promoted, at the primary's address
+        listed = [cycle() for _ in range(2)]  # the lister's pooled connections went with the old server
+        assert listed[-1].listed == 2 and not listed[-1].errors, listed  # db.a, and db.b: not in this catalog
+        assert sum(r.enqueued for r in listed) == 0  # ds=2 is not in the promoted catalog: nothing landed
+        hive.add("db", "a", "ds=2", 3)  # the pipeline commits it again
+        hive.add("db", "a", "ds=3", 4)
+        assert cycle().delivered == 2
+        assert cycle().delivered == 0
+    finally:
+        meta.dispose()
+        engine.dispose()
+    assert airflow.events == Counter({(1, "1"): 1, (1, "2"): 1, (1, "3"): 1})
+    states = {r["partition_name"]: r["state"] for r in outbox(engine)}
+    assert states == {"ds=0": BASELINE, "ds=1": DELIVERED, "ds=2": DELIVERED, "ds=3": DELIVERED}, states
