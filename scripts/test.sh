@@ -33,6 +33,10 @@ cd "$ROOT"
 # about half its CPU (scripts/bench/jvm_options.py: a Spark session with Hive, 20 partitions, 0.59 of the CPU). No
 # behaviour changes; the suite is CPU-bound on 2 cores. SMARTSENSOR_TEST_JAVA_OPTS="" runs them as the defaults do.
 export JAVA_TOOL_OPTIONS="${SMARTSENSOR_TEST_JAVA_OPTS--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
+# Bytecode caches: an environment that sets PYTHONDONTWRITEBYTECODE (this machine's does) makes every Python process
+# the suite starts (CLI calls, workers, serve, each pytest worker's assertion rewriting) compile the checkout's modules
+# again. The run writes them (__pycache__, gitignored).
+unset PYTHONDONTWRITEBYTECODE
 workers=(-n "${SMARTSENSOR_TEST_WORKERS:-4}" --dist loadgroup)
 # The machine's CPU while the tests ran (every process on it, not only the suite's): busy and total jiffies.
 cpu_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
