@@ -421,7 +421,11 @@ def test_with_the_service_out_of_reach_the_tasks_still_succeed(deployment: Deplo
 @pytest.mark.timeout(1200)
 def test_with_the_policy_off_the_same_dags_run_as_plain_airflow(deployment: Deployment) -> None:
     restarted = datetime.now(timezone.utc)
-    deployment.restart_airflow(AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR="False")
+    # The policy runs where DAG files are parsed: the dag-processor (2.10's scheduler parses them itself) and the task
+    # processes of the scheduler's LocalExecutor, which inherit its environment. The api-server and the triggerer
+    # parse none: they keep running.
+    parsers = [name for name in ("dag-processor", "scheduler") if name in deployment.stack.components()]
+    deployment.restart_airflow(*parsers, AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR="False")
     deployment.stack.wait(  # parsed again without the policy: the operator names are Airflow's again
         "the team DAGs serialized again",
         lambda: all(policy.serialized_since(deployment, d, restarted) for d in policy.TEAM_DAGS),

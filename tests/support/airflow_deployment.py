@@ -51,11 +51,15 @@ class Deployment:
         """Start ``workers -n 2`` (again)."""
         self.stack.processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], self.env)
 
-    def restart_airflow(self, **env: str) -> None:
-        """Stop Airflow's components, then start them again with ``env`` added to theirs."""
-        self.stack.processes.stop(names=[f"airflow-{name}" for name in self.stack.components()])
+    def restart_airflow(self, *names: str, **env: str) -> None:
+        """Stop Airflow's components ``names`` (all of them when none is named), then start them again with ``env``
+        added to theirs (the others keep the environment they started with)."""
+        components = self.stack.components()
+        chosen = names or tuple(components)
+        self.stack.processes.stop(names=[f"airflow-{name}" for name in chosen])
         self.stack.env.update(env)
-        self.stack.start()
+        for name in chosen:
+            self.stack.processes.start(f"airflow-{name}", components[name], self.stack.env)
         self.stack.wait_healthy(timeout=300)
 
 
