@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,8 @@ from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
-from tests.support.common import DAY, ROOT, new_db, override_env
+from tests.support.common import DAY, new_db, override_env
+from tests.support.liveness import Metastore
 from tests.support.proc_helpers import CliProcess, cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
@@ -57,30 +56,14 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
         with engine.connect() as conn:
             assert {r.state for r in task_sql.list_tasks(conn)} == {"smart_running"}
         metastore_service.start(cfg, die_with_parent=True)
-        land = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "scripts.demo.pipeline",
-                "--table",
-                "demo.t",
-                "--ds",
-                "2026-11-22",
-                "--hours",
-                "0-0",
-                "--every",
-                "0",
-                "--rows",
-                "1",
-                "--no-success-file",
-            ],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert land.returncode == 0, land.stderr
+        # The partition lands as a pipeline's commit does, over thrift (the Spark pipeline itself lands in
+        # test_metastore.py): no Spark JVM here.
+        pipeline = Metastore(cfg, db="demo")
+        try:
+            pipeline.create_tables(["t"], columns=("ds", "hr"))
+            pipeline.land("t", "2026-11-22", "00")
+        finally:
+            pipeline.close()
         worker.wait_round(lambda r: r["marked"].get("success") == 5, timeout=120)
     finally:
         if worker is not None:
