@@ -342,7 +342,8 @@ class OutboxModel(RuleBasedStateMachine):
         self.airflow = AirflowDouble()
         self.catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": [], "db.c": ["ds=0"]}
         # What the workers' listings read: the metastore database itself, nothing (it is down), or a replica
-        # promoted by a failover, as of when it was promoted (behind: the landings since are missing from it).
+        # promoted by a failover that lags (behind: the newer half of each table's partitions and all of db.b are
+        # missing from it, and so are the landings while it serves) until it is whole again (up).
         self.metastore = "up"
         self.replica: dict[str, list[str]] = {}
         self.owner: dict[tuple[int, int], str] = {self.halves[0]: "w1", self.halves[1]: "w2"}
