@@ -257,16 +257,18 @@ class AirflowStack:
         run_airflow(self.venv, ["db", "migrate"], self.env, timeout=600)
         return time.monotonic() - started
 
-    def start(self) -> None:
-        """Start every component (``airflow-<component>`` in ``processes``). A home with no ``airflow.cfg`` yet (its
-        database copied, not migrated here) gets it first, from one process reading its config: components that
-        start together would each write it, and one may read another's half-written file."""
+    def start(self, *names: str) -> None:
+        """Start the components ``names`` (every one when none is named) as ``airflow-<component>`` in
+        ``processes``. A home with no ``airflow.cfg`` yet (its database copied, not migrated here) gets it first, from
+        one process reading its config: components that start together would each write it, and one may read
+        another's half-written file."""
         if not (self.home / "airflow.cfg").exists():
             run_airflow(self.venv, ["config", "get-value", "core", "executor"], self.env, timeout=300)
         if self.major >= 3:
             (self.home / "passwords.json").write_text(json.dumps({USER: self.password}) + "\n")
         for name, args in self.components().items():
-            self.processes.start(f"airflow-{name}", args, self.env)
+            if not names or name in names:
+                self.processes.start(f"airflow-{name}", args, self.env)
 
     def stop(self) -> None:
         """Stop every process of ``processes`` (the components and whatever else was started with them)."""

@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from scripts.airflow.stack import AirflowStack, Processes, states_requests, version_of
 from smartsensor.adapters.metastore_service_process import free_port
+from smartsensor.adapters.sql.engine import make_engine
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT
@@ -113,7 +114,7 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(
         # and the count cannot tell them apart: waiting for 3 more requests once every trigger was taken could be
         # met by 3 of the 32 held ones, the rest then counted in the window (12 in 10 s once, bound 8). The window
         # opens once every try is registered, the newest HOLD + 1 s ago, and the poller has asked twice since.
-        engine = create_engine(pg_url)
+        engine = make_engine(pg_url)
         try:
 
             def registered_and_held() -> bool:

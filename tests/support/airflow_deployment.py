@@ -54,12 +54,10 @@ class Deployment:
     def restart_airflow(self, *names: str, **env: str) -> None:
         """Stop Airflow's components ``names`` (all of them when none is named), then start them again with ``env``
         added to theirs (the others keep the environment they started with)."""
-        components = self.stack.components()
-        chosen = names or tuple(components)
+        chosen = names or tuple(self.stack.components())
         self.stack.processes.stop(names=[f"airflow-{name}" for name in chosen])
         self.stack.env.update(env)
-        for name in chosen:
-            self.stack.processes.start(f"airflow-{name}", components[name], self.stack.env)
+        self.stack.start(*chosen)
         self.stack.wait_healthy(timeout=300)
 
 
