@@ -42,6 +42,11 @@ WAIT_HELP = (
     "Seconds to hold the request while every try asked about still waits (0: answer at once). It is "
     "answered as soon as one of them ends, is superseded or is unknown."
 )
+REGISTER_WAIT_HELP = (
+    "Seconds to hold the answer while the registered try still waits (0: answer at once), as a states request "
+    "with `wait` would: one request registers a try and hears a partition that is already there. The try is "
+    "registered either way; `state`, `error` and `reason` are then the try's when the answer is sent."
+)
 # What validate_id takes, as a pattern the schema can state: no control characters, not only spaces.
 ID_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 
@@ -167,6 +172,19 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
     Register: Any = register_model(cfg.sensors_enabled)  # a model class, built per config
     ended = TerminalAnswers()
 
+    async def held_answers(asked: list[tuple[ExternalKey, int]], wait: float) -> list[dict[str, Any]]:
+        """The answers for ``asked`` once one of the tries no longer waits, or after ``wait`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            seen = watch.generation  # read before the query: a change during it is not missed
+            answers = await run_in_threadpool(external_states, engine, asked, ended)
+            left = deadline - loop.time()
+            # answered when the wait is over, when there is nothing to wait on, or when a try no longer waits
+            if left <= 0 or not answers or not all(still_waiting(a["state"]) for a in answers):
+                return answers
+            await watch.changed(seen, left, {a["hashcode"] for a in answers})  # only ends of these wake it
+
     @router.post(
         "/tasks",
         response_model=None,
@@ -175,11 +193,15 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             200: {"model": Registered, "description": "The try"},
         },
     )
-    def register(body: Register) -> dict[str, Any]:
-        """Register one try (idempotent for the same try; a newer try starts afresh). 409: an older try, or one
-        that kept meeting concurrent registrations of the same task (ask again)."""
+    async def register(
+        body: Register, wait: float = Query(0, ge=0, le=MAX_WAIT, description=REGISTER_WAIT_HELP)
+    ) -> dict[str, Any]:
+        """Register one try (idempotent for the same try; a newer try starts afresh), and with ``wait`` hold the
+        answer until it ends (or is superseded) or ``wait`` seconds pass. 409: an older try, or one that kept
+        meeting concurrent registrations of the same task (ask again)."""
         try:
-            done = register_external(
+            done = await run_in_threadpool(
+                register_external,
                 engine,
                 cfg,
                 body.key.external(),
@@ -195,12 +217,16 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             raise HTTPException(503, str(exc)) from None
         except SensorDefinitionError as exc:
             raise HTTPException(422, str(exc)) from None
+        state, error = done.state, done.error
+        if wait > 0 and still_waiting(state):
+            (held,) = await held_answers([(body.key.external(), body.key.try_number)], wait)
+            state, error = held["state"], held["error"]
         ti_dag, ti_task, ti_date = done.task_instance
         return {
             "key": body.key.model_dump(),
-            "state": done.state,
-            "error": done.error,
-            "reason": end_reason(done.state, done.error),
+            "state": state,
+            "error": error,
+            "reason": end_reason(state, error),
             "hashcode": done.hashcode,
             "created": done.created,
             "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": iso(ti_date)},
@@ -216,17 +242,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
     async def states(body: States, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)) -> Response:
         """The state of each try asked about, in order, in one request; with ``wait``, held until one of them
         has ended (or is superseded or unknown) or ``wait`` seconds pass."""
-        asked = [(k.external(), k.try_number) for k in body.keys]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while True:
-            seen = watch.generation  # read before the query: a change during it is not missed
-            answers = await run_in_threadpool(external_states, engine, asked, ended)
-            left = deadline - loop.time()
-            # answered when the wait is over, when there is nothing to wait on, or when a try no longer waits
-            if left <= 0 or not answers or not all(still_waiting(a["state"]) for a in answers):
-                break
-            await watch.changed(seen, left, {a["hashcode"] for a in answers})  # only ends of these wake it
+        answers = await held_answers([(k.external(), k.try_number) for k in body.keys], wait)
         return Response(
             json.dumps({"states": answers}), media_type="application/json", headers={LONG_POLL_HEADER: f"{MAX_WAIT:g}"}
         )

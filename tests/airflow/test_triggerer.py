@@ -32,7 +32,7 @@ SENSORS = {"2": 10, "3": 30}  # deferred sensors waiting on the file, by Airflow
 POLL = 2.0  # the sensors' poke_interval, so the triggers' poll interval
 TIMEOUT = 45  # of the two sensors whose file never lands (from their registration)
 WINDOW = 5 * POLL  # the measuring window, while every sensor waits and none ends
-HOLD = 2.0  # seconds a start trigger holds its own states request after registering (the default execute_wait)
+HOLD = 2.0  # seconds a start trigger's registration may be held for its answer (the default execute_wait)
 BURST = 3  # requests a poller may send back to back after early answers (a long-polling service)
 
 DAG = """
@@ -108,12 +108,12 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(
             ),
             timeout=600,
         )
-        # Taken by the triggerer is not started: a start trigger renders its check, registers its try and holds
-        # one states request of its own (smartsensor_execute_wait, HOLD) before it joins the shared poller, and a
-        # busy triggerer starts them a few at a time. Those requests are each try's registration, not the poller's,
-        # and the count cannot tell them apart: waiting for 3 more requests once every trigger was taken could be
-        # met by 3 of the 32 held ones, the rest then counted in the window (12 in 10 s once, bound 8). The window
-        # opens once every try is registered, the newest HOLD + 1 s ago, and the poller has asked twice since.
+        # Taken by the triggerer is not started: a start trigger renders its check and registers its try, the
+        # registration held for up to HOLD (smartsensor_execute_wait), before it joins the shared poller, and a busy
+        # triggerer starts them a few at a time. Triggers that join late make the poller ask again (a join gives its
+        # request back), so waiting for 3 more requests once every trigger was taken could count joins in the window
+        # (12 in 10 s once, bound 8, when the registration's hold was a states request of its own). The window opens
+        # once every try is registered, the newest HOLD + 1 s ago, and the poller has asked twice since.
         engine = make_engine(pg_url)
         try:
 
@@ -125,7 +125,7 @@ def test_one_states_request_per_interval_for_a_whole_triggerer(
                 now = datetime.now(timezone.utc).replace(tzinfo=None)  # the column holds naive UTC
                 return bool(count == sensors + 2 and (now - newest).total_seconds() > HOLD + 1)
 
-            stack.wait(f"every try registered ({sensors + 2}) and its held request over", registered_and_held, 300, 0.5)
+            stack.wait(f"every try registered ({sensors + 2}) and its hold over", registered_and_held, 300, 0.5)
         finally:
             engine.dispose()
         settled = states_requests(base, TOKEN) + 2

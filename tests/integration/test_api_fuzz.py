@@ -22,6 +22,7 @@ import tempfile
 from datetime import time
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 import schemathesis
@@ -106,9 +107,30 @@ def fuzz_config(headers: dict[str, str] | None, max_examples: int, *skip: str) -
     )
 
 
+HELD_REGISTRATION_CAP = 0.05  # seconds: see Router
+
+
+def capped_wait(query: bytes) -> bytes:
+    """``query`` with a ``wait`` that the service would honour cut to HELD_REGISTRATION_CAP (anything else as is)."""
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    out = []
+    for name, value in pairs:
+        try:
+            held = name == "wait" and HELD_REGISTRATION_CAP < float(value) <= 30
+        except ValueError:
+            held = False
+        out.append((name, str(HELD_REGISTRATION_CAP) if held else value))
+    return urlencode(out).encode("latin-1")
+
+
 class Router:
     """The ASGI app the schemas call: forwards each request to the app of the running test. Lifespan events are
     answered here; each test's fixture runs its own app's lifespan (its background threads) for its duration.
+
+    A registration that asks to be held (``POST /api/v1/tasks?wait=S``) registers a try that waits, so the service
+    holds it the whole S seconds (up to 30: past the client's read timeout, and minutes over a fuzzing budget).
+    Its ``wait`` is cut to HELD_REGISTRATION_CAP on the way in; the answer's form does not depend on it, and
+    test_held_registration tests the hold itself. Values the service refuses go through as generated.
 
     An exception that escapes the app after its 500 went out (Starlette re-raises it for the server to log) is
     kept in ``errors`` instead of reaching the client: the 500 is what the checks judge."""
@@ -126,6 +148,8 @@ class Router:
                 if kind == "shutdown":
                     return
         assert self.app is not None, "no app: a fuzz test ran without its fixture"
+        if scope.get("path") == "/api/v1/tasks" and b"wait" in scope.get("query_string", b""):
+            scope = {**scope, "query_string": capped_wait(scope["query_string"])}
         started = False
 
         async def watched(message: dict[str, Any]) -> None:

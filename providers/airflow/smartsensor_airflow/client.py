@@ -34,6 +34,7 @@ TIMEOUT_ERROR_PREFIX = "timed out waiting"
 # service or a failover behind the balancer. A sensor with a safety valve asks for its grace period instead.
 REGISTER_PATIENCE = 15.0
 MAX_BACKOFF = 15.0
+MAX_WAIT = 30.0  # the most a service holds a request (its own limit: a longer ``wait`` is refused)
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,11 @@ class _Retries:
         )
         return None
 
+    def restart(self) -> None:
+        """Count ``patience`` from now: the attempt that failed was held by the service, and its time was not an
+        outage."""
+        self.give_up = time.monotonic() + self.patience
+
     def final(self) -> ApiError:
         assert self.last is not None
         return self.last
@@ -177,15 +183,17 @@ def register_try(
     logical_date: datetime | None,
     timeout: float = 30.0,
     patience: float = REGISTER_PATIENCE,
+    wait: float = 0.0,
 ) -> dict[str, Any]:
-    """POST /tasks: register this try (the same try again gets its task back). Retries transient failures
-    (connection errors, 502/503/504) with back-off for ``patience`` seconds; raises ApiError otherwise or when
-    they last longer (``transient`` then tells the two apart). For a task's ``execute`` (no event loop)."""
+    """POST /tasks: register this try (the same try again gets its task back), the answer held by the service
+    while the try waits, for up to ``wait`` seconds. Retries transient failures (connection errors,
+    502/503/504) with back-off for ``patience`` seconds; raises ApiError otherwise or when they last longer
+    (``transient`` then tells the two apart). For a task's ``execute`` (no event loop)."""
     body = registration_body(key, class_name, persist, exec_values, logical_date)
 
     async def register() -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
-            return await register_try_async(client, endpoint, body, timeout, patience)
+            return await register_try_async(client, endpoint, body, timeout, patience, wait)
 
     return run_blocking(register())
 
@@ -196,15 +204,26 @@ async def register_try_async(
     body: dict[str, Any],
     timeout: float = 30.0,
     patience: float = REGISTER_PATIENCE,
+    wait: float = 0.0,
 ) -> dict[str, Any]:
     """``register_try`` for an event loop (the triggerer, where a try that starts there registers itself) over the
-    loop's shared ``client``, with a body from ``registration_body``."""
+    loop's shared ``client``, with a body from ``registration_body``.
+
+    The first attempt asks the service to hold its answer for ``wait`` seconds (MAX_WAIT at most); one that
+    failed in between is asked again without: a held request is an optimisation (a proxy may cut a long one),
+    never a reason to give up. A service that holds no registration (before 0.3.0) ignores ``wait`` and answers at
+    once; the caller then waits as for any try that still waits."""
     retries = _Retries(endpoint, patience)
     while (delay := retries.next_delay()) is not None:
         await asyncio.sleep(delay)
+        hold = min(wait, MAX_WAIT) if retries.attempt == 1 else 0.0
         try:
             response = await client.post(
-                f"{endpoint.base_url}{API}/tasks", json=body, headers=endpoint.headers(), timeout=timeout
+                f"{endpoint.base_url}{API}/tasks",
+                json=body,
+                params={"wait": f"{hold:g}"} if hold > 0 else None,
+                headers=endpoint.headers(),
+                timeout=timeout + hold,
             )
         except httpx.TransportError as exc:
             answer = retries.answer(None, exc)
@@ -212,56 +231,9 @@ async def register_try_async(
             answer = retries.answer(response)
         if answer is not None:
             return answer
+        if hold > 0:
+            retries.restart()
     raise retries.final()
-
-
-def held_state(endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: float = 30.0) -> dict[str, Any] | None:
-    """``POST /tasks/states?wait=…`` for one try: the service holds the request until the try ends or ``wait``
-    seconds pass. Returns the answer (terminal or not), or None when the service could not be asked (the caller
-    defers and its trigger asks again): this is an optimisation, never a reason to fail a task."""
-
-    async def hold() -> dict[str, Any] | None:
-        async with httpx.AsyncClient() as client:
-            return await held_state_async(client, endpoint, key, wait, timeout)
-
-    return run_blocking(hold())
-
-
-async def held_state_async(
-    client: httpx.AsyncClient, endpoint: Endpoint, key: dict[str, Any], wait: float, timeout: float = 30.0
-) -> dict[str, Any] | None:
-    """``held_state`` for an event loop, over its shared ``client`` (a try that started in the triggerer, right
-    after registering)."""
-    try:
-        response = await client.post(
-            f"{endpoint.base_url}{API}/tasks/states",
-            json={"keys": [key]},
-            params={"wait": f"{wait:g}"},
-            headers=endpoint.headers(),
-            timeout=timeout + wait,
-        )
-    except httpx.TransportError as exc:
-        return _held_answer(endpoint, None, exc)
-    return _held_answer(endpoint, response)
-
-
-def _held_answer(
-    endpoint: Endpoint, response: httpx.Response | None, error: Exception | None = None
-) -> dict[str, Any] | None:
-    if response is None:
-        log_off_loop(
-            log, "warning", "smartsensor at %s unreachable for the held states request: %s", endpoint.base_url, error
-        )
-        return None
-    if response.status_code != 200:
-        log_off_loop(log, "warning", "smartsensor refused the held states request: %s", error_message(response))
-        return None
-    try:
-        states = response.json().get("states") or []
-    except (ValueError, AttributeError):
-        log_off_loop(log, "warning", "smartsensor answered the held states request with a body that is not JSON")
-        return None
-    return states[0] if states else None
 
 
 def is_timeout(answer: dict[str, Any]) -> bool:

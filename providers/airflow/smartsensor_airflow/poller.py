@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
-from smartsensor_airflow.client import API, TERMINAL, ApiError, Endpoint, error_message
+from smartsensor_airflow.client import API, MAX_WAIT, TERMINAL, ApiError, Endpoint, error_message
 from smartsensor_airflow.off_loop_log import log_off_loop
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 KEY_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 MAX_KEYS_PER_REQUEST = 10_000  # the API's own limit
 FIRST_POLL_DELAY = 0.5  # gathers triggers that start together (a triggerer picking up many) into one request
-MAX_WAIT = 30.0  # the most a service holds a states request (its own limit)
 BURST = 3  # requests the budget allows back to back, after answers that came early
 OUTAGE_LOG_EVERY = 30.0  # seconds between log lines about the same outage
 Key = tuple[Any, ...]

@@ -57,7 +57,6 @@ from smartsensor_airflow.client import (
     TIMEOUT,
     ApiError,
     endpoint_from_connection,
-    held_state,
     is_timeout,
     outcome,
     register_try,
@@ -96,10 +95,11 @@ class SmartSensorMixin:
 
     Airflow owns retries (the service registers each try with retries=0) and its own timeout is passed to
     ``defer`` as a backstop, a little after the service's timeout, so the service's verdict (failed, or
-    skipped with soft_fail) normally arrives first with its reason. Before deferring, ``execute`` holds one
-    states request for up to ``smartsensor_execute_wait`` seconds: a check that is already answered ends the task
-    there, without a deferral (the commonest case: reruns, backfills, late DAGs). When the service is out of reach
-    for longer than ``smartsensor_fallback_grace``, the try checks on its own (``poke``, the safety valve).
+    skipped with soft_fail) normally arrives first with its reason. ``execute`` asks the service to hold the
+    answer to its registration for up to ``smartsensor_execute_wait`` seconds: a check that is already answered
+    ends the task there, without a deferral (the commonest case: reruns, backfills, late DAGs). When the service
+    is out of reach for longer than ``smartsensor_fallback_grace``, the try checks on its own (``poke``, the
+    safety valve).
     """
 
     smartsensor_class: ClassVar[str]  # Airflow's sensor class whose check this is (a key of checks.CHECKS)
@@ -205,11 +205,8 @@ class SmartSensorMixin:
                 self.exec_values(),
                 context.get("logical_date"),
                 patience=max(REGISTER_PATIENCE, self.smartsensor_fallback_grace),
+                wait=self.smartsensor_execute_wait,
             )
-            if answer["state"] not in TERMINAL and self.smartsensor_execute_wait > 0:
-                held = held_state(endpoint, key, self.smartsensor_execute_wait)
-                if held is not None:
-                    answer = {**answer, **outcome(held)}
         except ApiError as exc:
             if exc.transient and self.smartsensor_fallback_grace >= 0:
                 return self.fall_back(context, str(exc))

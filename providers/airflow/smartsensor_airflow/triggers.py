@@ -38,8 +38,6 @@ from smartsensor_airflow.client import (
     ApiError,
     Endpoint,
     endpoint_from_connection,
-    held_state_async,
-    outcome,
     register_try_async,
     registration_body,
 )
@@ -292,7 +290,10 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         try:
             endpoint = await self._endpoint(patience)
             body = registration_body(self.key, registered_as, persist, self.exec_values, logical_date)
-            answer = await register_try_async(shared_client(), endpoint, body, patience=patience)
+            # As execute does: the answer held while this try waits, for up to ``hold`` seconds. A partition that is
+            # already there is answered in the service's next round, and heard here at once, not at the shared
+            # poller's next request.
+            answer = await register_try_async(shared_client(), endpoint, body, patience=patience, wait=self.hold)
         except ApiError as exc:
             if exc.transient and self.fallback_grace is not None:
                 log_off_loop(self.log, "warning", "smartsensor: %s; the task resumes to check on its own", exc)
@@ -309,13 +310,6 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             answer.get("hashcode"),
             answer.get("state"),
         )
-        if answer.get("state") not in TERMINAL and self.hold > 0:
-            # As execute does: one request held until this try ends, for up to ``hold`` seconds. A partition that is
-            # already there is answered in the service's next round, and heard here at once, not at the shared
-            # poller's next request.
-            held = await held_state_async(shared_client(), endpoint, self.key, self.hold)
-            if held is not None:
-                answer = {**answer, **outcome(held)}
         if answer.get("state") in TERMINAL:
             yield await self.answered(started, answer)
         else:
