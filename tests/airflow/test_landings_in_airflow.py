@@ -136,21 +136,12 @@ class FaultRun:
         self.supervised = False  # from Airflow's database outage on, a component that exited is started again
         self.restarted: list[str] = []  # those that were
 
-    def supervise(self) -> None:
-        """As a supervisor (systemd, Kubernetes) does: start again an Airflow component that exited."""
-        for name, args in self.stack.components().items():
-            proc = self.processes.procs.get(f"airflow-{name}")
-            if proc is not None and proc.poll() is not None:
-                self.processes.stop(names=[f"airflow-{name}"])
-                self.processes.start(f"airflow-{name}", args, self.stack.env)
-                self.restarted.append(name)
-
     def waiting(self, what: str, predicate: Callable[[], bool], timeout: float = 300, step: float = 0.5) -> None:
         """Poll ``predicate``; every component must live meanwhile, or (``supervised``) is started again."""
 
         def reached() -> bool:
             if self.supervised:
-                self.supervise()
+                self.restarted += self.deployment.restart_exited()
             else:
                 self.processes.check_alive()
             try:
@@ -194,7 +185,7 @@ class FaultRun:
         self.pipeline.land(DAILY, "2026-10-08")
         self.pipeline.land(HOURLY, "2026-10-08", "04")
         wait_until(lambda: collect_landings(self.engine, clock.now()).backlog == 2, timeout=120, step=0.5)
-        self.processes.start("airflow-api-server", self.stack.components()["api-server"], self.stack.env)
+        self.stack.start("api-server")
         self.stack.wait_healthy(timeout=300)
         phase.recovered = datetime.now(timezone.utc)
 
