@@ -37,14 +37,21 @@ def end_once_registered(engine: Any, task_id: str, state: str, after: float) -> 
     def run() -> None:
         wait_until(lambda: any(t.task_id == task_id for t in list_tasks(engine)), timeout=60)
         time.sleep(after)
-        with engine.begin() as conn:
-            (task,) = [t for t in task_sql.list_tasks(conn) if t.task_id == task_id]
-            task_sql.set_state(conn, task.key, state, from_states=list(State.SMART_WAITING))
-            channel_sql.notify_ended(conn)
+        end_tasks(engine, state, task_id)
 
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+def end_tasks(engine: Any, state: str, task_id: str | None = None) -> None:
+    """What a round does when a partition lands: the waiting tasks (``task_id``'s, or all) marked ``state``,
+    guarded, in one commit with its notification."""
+    with engine.begin() as conn:
+        for task in task_sql.list_tasks(conn):
+            if task_id is None or task.task_id == task_id:
+                task_sql.set_state(conn, task.key, state, from_states=list(State.SMART_WAITING))
+        channel_sql.notify_ended(conn)
 
 
 def list_tasks(engine: Any) -> list[Any]:
@@ -136,3 +143,41 @@ def test_a_held_registration_cut_in_transit_is_asked_again_without_holding(cfg, 
     assert answer["state"] == State.SMART_PENDING and answer["created"] is True
     assert transport.sent == [{"wait": "5"}, {}]
     assert [t.task_id for t in list_tasks(engine)] == ["a"]
+
+
+def test_a_hundred_held_registrations_wait_side_by_side_and_one_landing_answers_them_all(cfg, engine) -> None:
+    """A triggerer starts dozens of triggers at once, each holding its registration: the holds wait on the event
+    loop, not in the server's thread pool (40 threads), so a hundred are all registered and held together, and
+    the round that ends their check answers every one at once."""
+    app = create_app(cfg, engine, TOKEN)
+    transport = Recorded(app)
+    n = 100
+
+    def same_check(i: int) -> dict[str, Any]:
+        return {
+            **body(f"t{i}"),
+            "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": ["db.t/ds=1"]}},
+        }
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=transport) as client:
+                held = [
+                    asyncio.ensure_future(register_try_async(client, Endpoint(BASE, TOKEN), same_check(i), wait=WAIT))
+                    for i in range(n)
+                ]
+                deadline = time.monotonic() + 60
+                while len(await asyncio.to_thread(list_tasks, engine)) < n:  # every try registered, its answer held
+                    assert time.monotonic() < deadline, "the registrations were not all taken within 60 s"
+                    await asyncio.sleep(0.05)
+                assert not any(h.done() for h in held)
+                landed = time.monotonic()
+                await asyncio.to_thread(end_tasks, engine, State.SUCCESS)
+                answers = await asyncio.wait_for(asyncio.gather(*held), timeout=60)
+                return answers, time.monotonic() - landed
+
+    answers, heard = asyncio.run(scenario())
+    print(f"{n} held registrations answered {heard:.2f} s after their check ended")
+    assert [a["state"] for a in answers] == [State.SUCCESS] * n
+    assert len(transport.sent) == n  # one request each
+    assert heard < WAIT / 2, heard
