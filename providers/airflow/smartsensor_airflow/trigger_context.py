@@ -4,9 +4,12 @@ and the fields rendered with it in the environment Airflow would use for the tas
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from smartsensor_airflow._compat import airflow_conf, airflow_version, dag_run_row, macros_module, template_environment
+
+log = logging.getLogger(__name__)
 
 
 async def run_context(ti: Any, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -19,6 +22,27 @@ async def run_context(ti: Any, params: dict[str, Any] | None) -> dict[str, Any]:
 
     # Not thread_sensitive: the reads of triggers that start together run side by side, not one at a time.
     return await sync_to_async(_context_2_10, thread_sensitive=False)(ti.dag_id, ti.run_id, params)
+
+
+def release_run_objects(ti: Any) -> None:
+    """Let go of what Airflow 3's triggerer handed a trigger that starts a task, once its check is rendered.
+
+    Its runner gives such a trigger a task instance holding the task, and through it the whole DAG, deserialized for
+    this trigger alone, and the run's template context (kept by the task instance and by the coroutine that runs the
+    trigger). Both stay referenced for as long as the trigger waits, which can be hours. The trigger needs neither
+    once its check is rendered and its try's key read, and Airflow 3.3's runner does not read them again (only the
+    instance's ids, for its log lines). Airflow 2.10 hands the database's task instance, which holds no DAG: it is
+    left as it is."""
+    if airflow_version()[0] < 3:
+        return
+    try:
+        cached = getattr(ti, "_cached_template_context", None)
+        if isinstance(cached, dict):
+            cached.clear()  # the same dict the runner passed to render_template_fields
+        if getattr(ti, "task", None) is not None:
+            ti.task = None
+    except Exception:  # memory only: a task instance that will not let go is left as it is
+        log.debug("smartsensor: the task instance keeps its task and context", exc_info=True)
 
 
 def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from smartsensor_airflow.client import (
 from smartsensor_airflow.off_loop_log import log_off_loop
 from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
 from smartsensor_airflow.start import START_CLASSPATH
-from smartsensor_airflow.trigger_context import render_fields, run_context
+from smartsensor_airflow.trigger_context import release_run_objects, render_fields, run_context
 
 CLASSPATH = "smartsensor_airflow.triggers.SmartSensorTrigger"
 # Seconds a resume event waits after the trigger started: the scheduler processes the executor's report of the
@@ -286,6 +286,7 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         log_off_loop(self.log, "info", "smartsensor: started in the triggerer; check %s %s", registered_as, persist)
         logical_date = context.get("logical_date")
         del context, rendered  # a waiting trigger keeps neither (the context holds the run, the task, its DAG)
+        release_run_objects(ti)
         patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
         try:
             endpoint = await self._endpoint(patience)

@@ -15,7 +15,7 @@ from airflow import DAG
 from smartsensor_airflow import policy, sensors
 from smartsensor_airflow._compat import hive_sensor_class
 from smartsensor_airflow.start import template_problem
-from smartsensor_airflow.trigger_context import render_fields
+from smartsensor_airflow.trigger_context import release_run_objects, render_fields
 
 try:  # Airflow 3
     from airflow.serialization.serialized_objects import DagSerialization as Serializer
@@ -84,4 +84,28 @@ fields = {"partition_names": ["db.t/ds={{ ds }}", "db.t/ds={{ macros.ds_add(ds, 
 out["rendered"] = render_fields(fields, context, native=False)
 out["rendered_by_airflow"] = {"partition_names": plain.render_template(fields["partition_names"], context)}
 out["rendered_native"] = render_fields({"partition_names": "{{ ['db.t/ds=' ~ ds] }}"}, context, native=True)
+
+if int(airflow.__version__.split(".")[0]) >= 3:
+    # What 3.3's runner hands a trigger that starts a task: a RuntimeTaskInstance whose task belongs to a DAG loaded
+    # for this trigger alone, and the template context it caches, which the runner also keeps. Once the trigger has
+    # let go of them, the DAG can be collected while the runner still holds the instance and the context.
+    import gc
+    import weakref
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    loaded = Serializer.from_dict(Serializer.to_dict(dag))
+    runtime_ti = RuntimeTaskInstance.model_construct(
+        task=loaded.get_task("plain"), task_id="plain", dag_id="starts", run_id="r", try_number=1, map_index=-1
+    )
+    runtime_ti._cached_template_context = {"dag": loaded, "task": runtime_ti.task, "ti": runtime_ti}
+    runners_context = runtime_ti._cached_template_context  # as run_trigger's own parameter keeps it
+    dag_ref = weakref.ref(loaded)
+    del loaded
+    gc.collect()
+    out["dag_held_before_release"] = dag_ref() is not None
+    release_run_objects(runtime_ti)
+    gc.collect()
+    out["dag_released"] = dag_ref() is None
+    out["ids_kept"] = [runtime_ti.dag_id, runtime_ti.task_id, runtime_ti.run_id, runtime_ti.try_number]
 print(json.dumps(out, default=str))
