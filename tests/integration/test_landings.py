@@ -101,6 +101,15 @@ def landings_cfg(home: Path, url: str, **overrides: str) -> Config:
     return make_cfg(home, url, **{**LANDINGS_SETTINGS, **overrides})
 
 
+def listing(catalog: dict[str, list[str]]) -> Callable[[str, str], list[str] | None]:
+    """The catalog's partition names of a table as a publisher lists them (None: the catalog has no such table)."""
+
+    def names(db: str, table: str) -> list[str] | None:
+        return list(catalog[f"{db}.{table}"]) if f"{db}.{table}" in catalog else None
+
+    return names
+
+
 def publisher(
     engine: Engine,
     cfg: Config,
@@ -109,10 +118,7 @@ def publisher(
     owner: str,
     clock: Callable[[], datetime],
 ) -> LandingPublisher:
-    def names(db: str, table: str) -> list[str] | None:
-        return list(catalog[f"{db}.{table}"]) if f"{db}.{table}" in catalog else None
-
-    return LandingPublisher(engine, cfg, airflow, names, owner, clock=clock)
+    return LandingPublisher(engine, cfg, airflow, listing(catalog), owner, clock=clock)
 
 
 def outbox(engine: Engine) -> list[dict[str, Any]]:
@@ -355,8 +361,7 @@ class OutboxModel(RuleBasedStateMachine):
         def names(db: str, table: str) -> list[str] | None:
             if self.metastore == "down":
                 raise ConnectionError("the metastore database is unreachable")
-            seen = self.replica if self.metastore == "behind" else self.catalog
-            return list(seen[f"{db}.{table}"]) if f"{db}.{table}" in seen else None
+            return listing(self.replica if self.metastore == "behind" else self.catalog)(db, table)
 
         return LandingPublisher(self.engine, self.cfg, self.airflow, names, worker, clock=self.clock)
 
