@@ -33,6 +33,7 @@ from schemathesis.core.transport import Response
 from sqlalchemy import create_engine
 
 from smartsensor.api.app import create_app
+from smartsensor.api.tasks import MAX_WAIT
 from tests.support.common import make_cfg
 
 pytestmark = pytest.mark.slow
@@ -116,7 +117,7 @@ def capped_wait(query: bytes) -> bytes:
     out = []
     for name, value in pairs:
         try:
-            held = name == "wait" and HELD_REGISTRATION_CAP < float(value) <= 30
+            held = name == "wait" and HELD_REGISTRATION_CAP < float(value) <= MAX_WAIT
         except ValueError:
             held = False
         out.append((name, str(HELD_REGISTRATION_CAP) if held else value))

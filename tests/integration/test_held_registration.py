@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
-from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import Endpoint, register_try_async
-from tests.support.common import wait_until
+from tests.support.common import end_waiting, wait_until
 
 TOKEN = "held-registration"
 BASE = "http://smartsensor.test"
@@ -37,21 +37,11 @@ def end_once_registered(engine: Any, task_id: str, state: str, after: float) -> 
     def run() -> None:
         wait_until(lambda: any(t.task_id == task_id for t in list_tasks(engine)), timeout=60)
         time.sleep(after)
-        end_tasks(engine, state, task_id)
+        end_waiting(engine, state, {task_id})
 
     thread = threading.Thread(target=run)
     thread.start()
     return thread
-
-
-def end_tasks(engine: Any, state: str, task_id: str | None = None) -> None:
-    """What a round does when a partition lands: the waiting tasks (``task_id``'s, or all) marked ``state``,
-    guarded, in one commit with its notification."""
-    with engine.begin() as conn:
-        for task in task_sql.list_tasks(conn):
-            if task_id is None or task.task_id == task_id:
-                task_sql.set_state(conn, task.key, state, from_states=list(State.SMART_WAITING))
-        channel_sql.notify_ended(conn)
 
 
 def list_tasks(engine: Any) -> list[Any]:
@@ -172,7 +162,7 @@ def test_a_hundred_held_registrations_wait_side_by_side_and_one_landing_answers_
                     await asyncio.sleep(0.05)
                 assert not any(h.done() for h in held)
                 landed = time.monotonic()
-                await asyncio.to_thread(end_tasks, engine, State.SUCCESS)
+                await asyncio.to_thread(end_waiting, engine, State.SUCCESS)
                 answers = await asyncio.wait_for(asyncio.gather(*held), timeout=60)
                 return answers, time.monotonic() - landed
 

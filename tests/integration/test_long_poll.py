@@ -16,7 +16,7 @@ from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.external.registration import register_external
-from tests.support.common import make_cfg, wait_until
+from tests.support.common import end_waiting, make_cfg, wait_until
 
 TOKEN = "lp"
 WAIT = 30  # the most a request may be held: an answer well before it came from a wake-up, not the clock
@@ -41,9 +41,7 @@ def end_later(engine: Any, ti: TaskKey, delay: float) -> threading.Thread:
 
     def run() -> None:
         time.sleep(delay)
-        with engine.begin() as conn:
-            task_sql.set_state(conn, ti, State.SUCCESS, from_states=list(State.SMART_WAITING))
-            channel_sql.notify_ended(conn)
+        end_waiting(engine, State.SUCCESS, {ti.task_id})
 
     thread = threading.Thread(target=run)
     thread.start()

@@ -12,14 +12,14 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
+from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.api.app import create_app
-from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import timeout_error
 from smartsensor_airflow.client import ApiError, Endpoint, is_timeout, outcome
 from smartsensor_airflow.poller import ServiceUnreachable, shared_poller
+from tests.support.common import end_waiting
 
 TOKEN = "poller-token"
 BASE = "http://smartsensor.test"
@@ -43,27 +43,6 @@ def endpoint(token: str = TOKEN):
     return lookup
 
 
-def finish_all(engine: Any, state: str) -> int:
-    """What a shard round does when the partitions land: every waiting task marked, guarded."""
-    with engine.begin() as conn:
-        tasks = task_sql.list_tasks(conn)
-        for t in tasks:
-            end_task(conn, t, state)
-        channel_sql.notify_ended(conn)  # as the round's commit does
-    return len(tasks)
-
-
-def end_task(conn: Any, task: TaskRow, state: str) -> None:
-    """One waiting task marked ``state``, guarded as a round marks it."""
-    task_sql.set_state(
-        conn,
-        task.key,
-        state,
-        from_states=list(State.SMART_WAITING),
-        now=task.execution_date,
-    )
-
-
 def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> None:
     app = create_app(cfg, engine, TOKEN)
     transport = httpx.ASGITransport(app=app)
@@ -84,7 +63,7 @@ def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> Non
         assert not any(w.done() for w in waiters)
         elapsed = time.monotonic() - start
         before = poller.requests
-        assert finish_all(engine, State.SUCCESS) == n
+        assert end_waiting(engine, State.SUCCESS) == n
         answers = await asyncio.wait_for(asyncio.gather(*waiters), timeout=60)
         return answers, before, poller.requests, elapsed
 
@@ -262,7 +241,7 @@ def test_a_failing_connection_look_up_or_a_body_not_json_is_an_outage_not_an_err
             await asyncio.wait_for(valve, 30)
         still_waiting = not patient.done()
         out = False
-        await asyncio.to_thread(finish_all, engine, State.SUCCESS)
+        await asyncio.to_thread(end_waiting, engine, State.SUCCESS)
         return valve.exception(), still_waiting, await asyncio.wait_for(patient, 30)
 
     error, still_waiting, answer = asyncio.run(scenario())
@@ -313,7 +292,7 @@ def test_a_held_request_brings_the_answer_at_once_with_no_more_requests_than_pol
             await asyncio.sleep(1.0)  # the request is held now
             assert not waiter.done()
             ended = time.monotonic()
-            await asyncio.to_thread(finish_all, engine, State.SUCCESS)
+            await asyncio.to_thread(end_waiting, engine, State.SUCCESS)
             answer = await asyncio.wait_for(waiter, timeout=60)
             return answer, time.monotonic() - ended, poller.requests
 
@@ -376,7 +355,7 @@ def test_triggers_that_join_while_a_request_is_held_hear_a_landing_at_once(cfg, 
             await asyncio.sleep(0.5)
             assert poller.requests == 1 and not any(w.done() for w in waiters)
             landed = time.monotonic()
-            await asyncio.to_thread(finish_all, engine, State.SUCCESS)
+            await asyncio.to_thread(end_waiting, engine, State.SUCCESS)
             answers = await asyncio.wait_for(asyncio.gather(*waiters), timeout=60)
             return time.monotonic() - landed, answers, poller.requests
 
@@ -396,10 +375,7 @@ def test_tries_that_end_in_the_next_commit_are_heard_at_once_too(cfg, engine) ->
     interval = 10.0
 
     def end(task_id: str) -> None:
-        with engine.begin() as conn:
-            (task,) = [t for t in task_sql.list_tasks(conn) if t.task_id == task_id]
-            end_task(conn, task, State.SUCCESS)
-            channel_sql.notify_ended(conn)
+        assert end_waiting(engine, State.SUCCESS, {task_id}) == 1
 
     async def scenario() -> tuple[float, int]:
         async with app.router.lifespan_context(app):

@@ -61,13 +61,14 @@ class Deployment:
         self.stack.wait_healthy(timeout=300)
 
     def restart_exited(self) -> list[str]:
-        """As a supervisor (systemd, Kubernetes) does: start again the Airflow components that exited (with the
-        environment they had). The ones it started, by name."""
-        exited = []
-        for name in self.stack.components():
-            proc = self.stack.processes.procs.get(f"airflow-{name}")
-            if proc is not None and proc.poll() is not None:
-                exited.append(name)
+        """As a supervisor (systemd, Kubernetes) does: start again the Airflow components that exited, with the
+        stack's environment. The ones it started, by name."""
+        procs = self.stack.processes.procs
+        exited = [
+            name
+            for name in self.stack.components()
+            if (proc := procs.get(f"airflow-{name}")) is not None and proc.poll() is not None
+        ]
         if exited:
             self.stack.processes.stop(names=[f"airflow-{name}" for name in exited])
             self.stack.start(*exited)

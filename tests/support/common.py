@@ -1,5 +1,6 @@
 """What tests of every layer share: the repository root, the execution day, the test clock's start, a
-test Config and a fresh metadata DB, the usual sensor, the rows a test reads back, and polling."""
+test Config and a fresh metadata DB, the usual sensor, the rows a test reads back, a round's end of waiting tasks,
+and polling."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from smartsensor.adapters.sql import leases as lease_sql
+from smartsensor.adapters.sql import channels as channel_sql, leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
+from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
@@ -51,6 +53,19 @@ def lease_owners(engine: Any) -> dict[int, str | None]:
     """Each shard range's lease owner (None: free), by the range's lower bound."""
     with engine.connect() as conn:
         return {r.shard_min: r.owner for r in lease_sql.load_leases(conn)}
+
+
+def end_waiting(engine: Any, state: str, task_ids: set[str] | None = None) -> int:
+    """What a round's commit does when checks land: the waiting tasks (those of ``task_ids``, or all) marked
+    ``state``, guarded, and the end notified (what wakes held requests). How many it marked."""
+    with engine.begin() as conn:
+        marked = sum(
+            task_sql.set_state(conn, task.key, state, from_states=list(State.SMART_WAITING))
+            for task in task_sql.list_tasks(conn)
+            if task_ids is None or task.task_id in task_ids
+        )
+        channel_sql.notify_ended(conn)
+    return marked
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> float:
