@@ -145,8 +145,10 @@ class PartitionSignal(Base):
 
 
 class ExternalTask(Base):
-    """A task of another scheduler (Airflow) waiting through smartsensor: its key, the try of it that the
-    current smartsensor task instance (ti_*) belongs to. A new try there starts a new task instance here."""
+    """A task of another scheduler (Airflow) waiting through smartsensor: its key (the deployment's ``instance``
+    name, "" when its connection sets none, and Airflow's own key: migration 0009), the try of it that the current
+    smartsensor task instance (ti_*) belongs to. A new try there starts a new task instance here, and so does the
+    same try registered again with another check."""
 
     __tablename__ = "external_task"
 
@@ -159,6 +161,7 @@ class ExternalTask(Base):
     ti_task_id: Mapped[str] = mapped_column(String(250), nullable=False)
     ti_execution_date: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     registered_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    instance: Mapped[str] = mapped_column(String(64), primary_key=True, server_default="")
 
 
 class StateSample(Base):

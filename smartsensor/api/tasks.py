@@ -31,7 +31,7 @@ from smartsensor.domain.clock import as_utc, iso
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.external.ended_watch import EndedWatch
 from smartsensor.external.registration import ExternalConflict, register_external
-from smartsensor.external.states import TerminalAnswers, end_reason, external_states, still_waiting
+from smartsensor.external.states import Asked, TerminalAnswers, end_reason, external_states, still_waiting
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
 
@@ -49,6 +49,15 @@ REGISTER_WAIT_HELP = (
 )
 # What validate_id takes, as a pattern the schema can state: no control characters, not only spaces.
 ID_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
+INSTANCE_PATTERN = r"^[A-Za-z0-9._-]*$"
+INSTANCE_HELP = (
+    "The Airflow deployment the key belongs to (the `instance` extra of the provider's connection), empty when it "
+    "names none: two deployments sharing a service have the same run ids, and must not share keys."
+)
+HASHCODE_HELP = (
+    "The hashcode the registration of this try answered with. Given, the answer is `superseded` when the try was "
+    "registered again with another check, never that check's state."
+)
 
 
 def _valid_id(value: str, info: ValidationInfo) -> str:
@@ -72,11 +81,12 @@ def _aware_utc(value: datetime) -> datetime:
 
 
 Id = Annotated[str, Field(min_length=1, max_length=250, pattern=ID_PATTERN), AfterValidator(_valid_id)]
+Instance = Annotated[str, Field(max_length=64, pattern=INSTANCE_PATTERN)]
 LogicalDate = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_aware_utc)]
 
 
 class Key(BaseModel):
-    """Airflow's key of one try of a task instance."""
+    """Airflow's key of one try of a task instance, in the deployment ``instance`` names."""
 
     model_config = ConfigDict(extra="forbid")
     dag_id: Id
@@ -84,14 +94,24 @@ class Key(BaseModel):
     run_id: Id
     map_index: StrictInt = Field(default=-1, ge=-1, lt=2**31)
     try_number: StrictInt = Field(ge=0, lt=2**31)
+    instance: Instance = Field(default="", description=INSTANCE_HELP)
 
     def external(self) -> ExternalKey:
-        return ExternalKey(self.dag_id, self.task_id, self.run_id, self.map_index)
+        return ExternalKey(self.dag_id, self.task_id, self.run_id, self.map_index, self.instance)
+
+
+class AskedKey(Key):
+    """One try asked about in ``POST /tasks/states``, with the hashcode of the check it registered if known."""
+
+    hashcode: StrictInt | None = Field(default=None, ge=-(2**63), lt=2**63, description=HASHCODE_HELP)
+
+    def asked(self) -> Asked:
+        return Asked(self.external(), self.try_number, self.hashcode)
 
 
 class States(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    keys: list[Key] = Field(max_length=MAX_KEYS)
+    keys: list[AskedKey] = Field(max_length=MAX_KEYS)
 
 
 # external/states.REASONS, as the schema states them (a unit test pins the two together).
@@ -172,7 +192,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
     Register: Any = register_model(cfg.sensors_enabled)  # a model class, built per config
     ended = TerminalAnswers()
 
-    async def held_answers(asked: list[tuple[ExternalKey, int]], wait: float) -> list[dict[str, Any]]:
+    async def held_answers(asked: list[Asked], wait: float) -> list[dict[str, Any]]:
         """The answers for ``asked`` once one of the tries no longer waits, or after ``wait`` seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
@@ -217,9 +237,11 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             raise HTTPException(503, str(exc)) from None
         except SensorDefinitionError as exc:
             raise HTTPException(422, str(exc)) from None
+        if done.created:
+            ended.forget(done.key, done.try_number)  # a new task instance for this try: what was kept is another's
         state, error = done.state, done.error
         if wait > 0 and still_waiting(state):
-            (held,) = await held_answers([(body.key.external(), body.key.try_number)], wait)
+            (held,) = await held_answers([Asked(body.key.external(), body.key.try_number, done.hashcode)], wait)
             state, error = held["state"], held["error"]
         ti_dag, ti_task, ti_date = done.task_instance
         return {
@@ -242,7 +264,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
     async def states(body: States, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)) -> Response:
         """The state of each try asked about, in order, in one request; with ``wait``, held until one of them
         has ended (or is superseded or unknown) or ``wait`` seconds pass."""
-        answers = await held_answers([(k.external(), k.try_number) for k in body.keys], wait)
+        answers = await held_answers([k.asked() for k in body.keys], wait)
         return Response(
             json.dumps({"states": answers}), media_type="application/json", headers={LONG_POLL_HEADER: f"{MAX_WAIT:g}"}
         )

@@ -48,10 +48,12 @@ class Fence:
 
 
 class ExternalKey(NamedTuple):
-    """A task of another scheduler: Airflow's (dag_id, task_id, run_id, map_index; -1 when not mapped). A named
-    tuple: the states path hashes and compares thousands of them per request."""
+    """A task of another scheduler: Airflow's (dag_id, task_id, run_id, map_index; -1 when not mapped), in the
+    deployment its connection names (``instance``; "" when it names none). A named tuple: the states path hashes
+    and compares thousands of them per request."""
 
     dag_id: str
     task_id: str
     run_id: str
     map_index: int = -1
+    instance: str = ""

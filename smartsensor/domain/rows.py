@@ -45,6 +45,11 @@ class TaskRow(NamedTuple):
     def check(self) -> CheckKey:
         return CheckKey(self.hashcode, self.classpath, self.attr_dict)
 
+    def waits_as(self, other: TaskRow) -> bool:
+        """Whether ``other`` is the same wait: the same check (class and canonical attr_dict) with the same exec
+        fields (its timeout, its soft_fail…), so that this row's verdict answers it."""
+        return self.check == other.check and self.exec_dict == other.exec_dict
+
     def columns(self) -> dict[str, Any]:
         """The row as the values of an INSERT or UPDATE, by column name."""
         return self._asdict()
@@ -94,6 +99,7 @@ class ExternalRow(NamedTuple):
     ti_task_id: str
     ti_execution_date: datetime
     registered_at: datetime
+    instance: str = ""
 
     @property
     def ti_key(self) -> TaskKey:

@@ -1,10 +1,13 @@
 """Tasks of another scheduler (Airflow) waiting through smartsensor, registered by their own key (read back by it
 in batches: ``external/states``).
 
-Each try there is one task instance here. The same try registering again (a retried request, a restarted
-triggerer) gets the same task instance back; a new try (a retry or a clear in Airflow) starts a fresh one and
-ends the previous one if it still waits, so a new try never inherits an old try's outcome. Airflow owns
-retries: tasks are registered with retries=0.
+Each try there is one task instance here. The same try registering again with the same check (a retried request,
+a restarted triggerer) gets the same task instance back; a new try (a retry or a clear in Airflow) starts a fresh
+one and ends the previous one if it still waits, so a new try never inherits an old try's outcome. So does the same
+try registered again with another check (the run deleted and created again, an Airflow whose database was reset,
+two deployments under one key): a check's verdict only ever answers that check. A key includes the deployment's
+``instance`` name (the provider's connection sets it), so that deployments sharing a service never share a key.
+Airflow owns retries: tasks are registered with retries=0.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from smartsensor.domain import clock
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
+from smartsensor.external.states import OTHER_CHECK
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
@@ -138,9 +142,11 @@ def _register(
 ) -> ExternalRegistered:
     """One transaction (``external.register_try``): the same try gets its task instance back; a first or newer try
     inserts ``row``."""
-    registered_try, ti = external_sql.register_try(
-        engine, key, try_number, row, logical_date, f"superseded by try {try_number} of the Airflow task"
+    superseded = external_sql.Superseded(
+        newer_try=f"superseded by try {try_number} of the Airflow task",
+        other_check=f"{OTHER_CHECK}: try {try_number} of the Airflow task was registered again with another check",
     )
+    registered_try, ti = external_sql.register_try(engine, key, try_number, row, logical_date, superseded)
     if registered_try is not None and registered_try > try_number:
         raise ExternalConflict(
             f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "

@@ -167,6 +167,7 @@ def semantics(deployment: Deployment) -> dict[str, TaskEnd]:
         pytest.param("soft_fail", id="soft_fail skips"),
         pytest.param("execution_timeout", id="execution_timeout is retried"),
         pytest.param("error", id="an error is retried"),
+        pytest.param("missing_param", id="a template naming what the run lacks fails as Airflow renders it"),
     ],
 )
 @pytest.mark.timeout(900)
@@ -185,6 +186,7 @@ def test_where_each_try_runs(semantics: dict[str, TaskEnd]) -> None:
         "soft_fail": 0,  # skipped from the triggerer
         "execution_timeout": 2,  # each try resumed to raise its timeout, retried once
         "error": 2,  # "ds > '1'" cannot be checked (and has no template): the execute path fails each try
+        "missing_param": 2,  # the trigger's strict rendering fails: each try resumes, and Airflow's rendering fails it
         "whole_list": 0,
         "templated_conn": 0,
         "templated_conn_on_worker": 1,  # smartsensor_start_from_trigger=False
@@ -196,6 +198,8 @@ def test_where_each_try_runs(semantics: dict[str, TaskEnd]) -> None:
     assert started_there["execution_timeout"] == [1, 2]  # a retry starts in the triggerer again
     assert started_there["soft_fail"] == started_there["with_callback"] == [1]
     assert started_there["error"] == started_there["mapped"] == started_there["templated_conn_on_worker"] == []
+    assert started_there["missing_param"] == []
+    assert semantics["missing_param"].registered is None  # no check ("any partition") was ever registered
 
 
 @pytest.mark.timeout(900)

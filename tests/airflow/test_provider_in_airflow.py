@@ -142,6 +142,8 @@ def test_which_tasks_start_in_the_triggerer_as_airflow_serializes_them(venv: Pat
         "mapped": False,
         "routed": True,
         "kept": False,  # [smartsensor] start_from_trigger = False
+        "missing": True,  # a param the run lacks: the trigger's rendering fails as Airflow's does (below)
+        "missing_db": True,
     }
     assert seen["reasons"]["user_macro"] == "its partition uses the DAG's user-defined macros or filters"
     if two_ten:
@@ -164,6 +166,28 @@ def test_which_tasks_start_in_the_triggerer_as_airflow_serializes_them(venv: Pat
     assert seen["rendered"] == seen["rendered_by_airflow"]
     assert seen["rendered"] == {"partition_names": ["db.t/ds=2026-11-22", "db.t/ds=2026-11-21/x=2026-01-02"]}
     assert seen["rendered_native"] == {"partition_names": ["db.t/ds=2026-11-22"]}
+    # The DAG's template rules travel with the trigger: Airflow's StrictUndefined by default, so a name the context
+    # lacks fails the trigger's rendering as it fails Airflow's (the try then runs execute on a worker, where Airflow
+    # renders and fails it); never "" (which made `partition {}`, any partition, or the `default` database).
+    assert plain["kwargs"]["undefined"] == seen["plain_undefined"] == "jinja2.runtime.StrictUndefined"
+    for task_id in ("missing", "missing_db"):
+        assert seen["strict"][task_id] == {
+            "airflow": "UndefinedError",
+            "trigger": "UndefinedError",
+            "trigger_check": "UndefinedError",
+        }, task_id
+    # A DAG that asks for lenient rendering gets it in the trigger too, with its plain environment options.
+    lenient = seen["lenient"]
+    assert lenient["trigger"] == lenient["airflow"] == {"partition_names": ["db.t/ds=2026-11-22"]}
+    assert (lenient["starts"], lenient["undefined"]) == (True, "jinja2.runtime.Undefined")
+    assert lenient["jinja_options"] == {"keep_trailing_newline": True}
+    # Rules that cannot travel as data take the execute path, where Airflow renders.
+    assert seen["not_carried"] == {
+        "own": "its DAG's template_undefined (__main__.OwnUndefined) is not one of jinja2's or Airflow's",
+        "own_starts": False,
+        "delimited": "its DAG's jinja_environment_kwargs set variable_end_string, which the triggerer does not carry",
+        "delimited_starts": False,
+    }
     if not two_ten:  # once its check is rendered, a trigger started on 3.x lets the DAG Airflow loaded for it go
         assert seen["dag_held_before_release"] is True
         assert seen["dag_released"] is True

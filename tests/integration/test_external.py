@@ -14,11 +14,12 @@ from fastapi.testclient import TestClient
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.api.app import create_app
-from smartsensor.domain.keys import ExternalKey
+from smartsensor.domain.clock import as_utc
+from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import timeout_error
 from smartsensor.external.registration import ExternalConflict, register_external
-from smartsensor.external.states import REASONS, external_states
+from smartsensor.external.states import REASONS, Asked, external_states
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import DictCatalog
@@ -63,7 +64,7 @@ def test_a_new_try_starts_fresh_and_ends_the_old_one(cfg, engine) -> None:
     with engine.connect() as conn:
         old = task_sql.get_task(conn, *second.task_instance)
     assert old.state == State.SKIPPED and "superseded by try 3" in old.error
-    assert external_states(engine, [(KEY, 1), (KEY, 3), (KEY, 4)]) == [
+    assert external_states(engine, [Asked(KEY, 1), Asked(KEY, 3), Asked(KEY, 4)]) == [
         {
             **_key(KEY),
             "try_number": 1,
@@ -134,7 +135,7 @@ def test_a_round_serves_external_tasks_with_one_check_for_identical_waits(cfg, e
     worker = RangeRounds(SqlRoundStore(engine), cfg, 0, cfg.shard_code_upper_limit)
     result = run_round([worker], lambda: catalog)
     assert result.distinct_checks == 1 and result.marked == {State.SUCCESS: 3}
-    states = external_states(engine, [(ExternalKey("etl", f"t{i}", "r1"), 1) for i in range(3)])
+    states = external_states(engine, [Asked(ExternalKey("etl", f"t{i}", "r1"), 1) for i in range(3)])
     assert [s["state"] for s in states] == [State.SUCCESS] * 3 and len({t.hashcode for t in tries}) == 1
 
 
@@ -189,7 +190,8 @@ def test_an_ended_try_says_why_as_data_next_to_its_text(cfg, engine) -> None:
     asked = [{**_key(k), "try_number": 1} for k in keys.values()]
     states = client.post("/api/v1/tasks/states", json={"keys": asked}).json()["states"]
     assert [(s["state"], s["error"], s["reason"]) for s in states] == list(ended.values())
-    again = client.post("/api/v1/tasks", json={**body(), "key": asked[0]}).json()
+    same_wait = body(exec={"poke_interval": 30, "timeout": 600})  # as reg() registered it
+    again = client.post("/api/v1/tasks", json={**same_wait, "key": asked[0]}).json()
     assert (again["created"], again["state"], again["reason"]) == (False, State.FAILED, "timeout")
     waiting = client.post("/api/v1/tasks", json=body()).json()
     assert (waiting["state"], waiting["reason"]) == (State.SMART_PENDING, None)
@@ -289,7 +291,7 @@ def test_concurrent_tries_of_one_key_end_on_the_newest_without_errors(cfg, engin
         for future in [pool.submit(one, key, t) for key in keys for t in range(1, 11)]:
             future.result()  # re-raises anything that is neither a registration nor a 409
     assert len(outcomes) == 200 and "ok" in outcomes
-    assert [s["state"] for s in external_states(engine, [(k, 10) for k in keys])] == [State.SMART_PENDING] * 20
+    assert [s["state"] for s in external_states(engine, [Asked(k, 10) for k in keys])] == [State.SMART_PENDING] * 20
     with engine.connect() as conn:
         waiting = [r for r in task_sql.list_tasks(conn) if r.state == State.SMART_PENDING]
     assert sorted(r.task_id for r in waiting) == sorted(k.task_id for k in keys)
@@ -304,9 +306,9 @@ def test_ended_answers_are_kept_and_waiting_or_unknown_ones_are_read_again(cfg, 
         task_sql.set_state(conn, done.task_instance, State.SUCCESS)
     cache = TerminalAnswers(ttl=3600)
     asked = [
-        (ExternalKey("etl", "done", "r1"), 1),
-        (ExternalKey("etl", "w", "r1"), 1),
-        (ExternalKey("etl", "x", "r1"), 1),
+        Asked(ExternalKey("etl", "done", "r1"), 1),
+        Asked(ExternalKey("etl", "w", "r1"), 1),
+        Asked(ExternalKey("etl", "x", "r1"), 1),
     ]
     first = external_states(engine, asked, cache)
     before = engine.statement_counter.count
@@ -318,3 +320,80 @@ def test_ended_answers_are_kept_and_waiting_or_unknown_ones_are_read_again(cfg, 
     with engine.begin() as conn:  # a user restarts the wait by hand: seen once the kept answer expires
         task_sql.set_state(conn, done.task_instance, State.SMART_PENDING)
     assert external_states(engine, asked[:1], TerminalAnswers(ttl=0))[0]["state"] == State.SMART_PENDING
+
+
+OTHER = {"partition_names": ["db.events/ds=2026-11-23"]}
+
+
+def test_the_same_try_registered_with_another_check_never_gets_the_old_checks_verdict(cfg, engine) -> None:
+    """A run created again, a reset Airflow or a second deployment registers the same key and try for another wait:
+    it gets a task instance of its own, waiting, never the verdict of the check registered first."""
+    first = reg(engine, cfg)
+    with engine.begin() as conn:
+        task_sql.set_state(conn, first.task_instance, State.SUCCESS)  # the first check's partition landed
+    other = reg(engine, cfg, persist=OTHER)
+    assert other.created and other.state == State.SMART_PENDING and other.hashcode != first.hashcode
+    assert other.task_instance != first.task_instance
+    assert reg(engine, cfg, persist=OTHER).task_instance == other.task_instance  # the same wait again: idempotent
+    answers = external_states(engine, [Asked(KEY, 1, first.hashcode), Asked(KEY, 1, other.hashcode), Asked(KEY, 1)])
+    assert [(a["state"], a["reason"]) for a in answers] == [
+        ("superseded", "superseded"),  # asked by its own check: never the other check's state
+        (State.SMART_PENDING, None),
+        (State.SMART_PENDING, None),  # asked without a hashcode: the key's current wait
+    ]
+    assert "registered again with another check" in answers[0]["error"]
+    with engine.connect() as conn:
+        assert task_sql.get_task(conn, *first.task_instance).state == State.SUCCESS  # an ended one is left as it is
+
+
+def test_a_waiting_try_superseded_by_another_check_or_other_exec_fields_is_ended(cfg, engine) -> None:
+    first = reg(engine, cfg)
+    second = reg(engine, cfg, timeout=60)  # the same partition, another timeout: another wait
+    assert second.created and second.hashcode == first.hashcode and second.task_instance != first.task_instance
+    third = reg(engine, cfg, persist=OTHER)
+    assert third.created
+    with engine.connect() as conn:
+        for ended in (first, second):
+            old = task_sql.get_task(conn, *ended.task_instance)
+            assert old.state == State.SKIPPED and old.error.startswith("superseded by another check"), old
+        assert [t.state for t in task_sql.list_tasks(conn)].count(State.SMART_PENDING) == 1
+
+
+def test_two_airflow_deployments_under_one_key_each_have_their_own_task_instance(cfg, engine) -> None:
+    """``scheduled__<date>`` run ids are the same in two deployments: their instance names keep them apart."""
+    a, b = KEY._replace(instance="prod-a"), KEY._replace(instance="prod-b")
+    on_a, on_b = reg(engine, cfg, a), reg(engine, cfg, b, persist=OTHER)
+    assert on_a.created and on_b.created and on_a.task_instance != on_b.task_instance
+    with engine.begin() as conn:
+        task_sql.set_state(conn, on_a.task_instance, State.SUCCESS)
+    answers = external_states(engine, [Asked(a, 1, on_a.hashcode), Asked(b, 1, on_b.hashcode), Asked(KEY, 1)])
+    assert [x["state"] for x in answers] == [State.SUCCESS, State.SMART_PENDING, "unknown"]
+    assert not reg(engine, cfg, a).created and not reg(engine, cfg, b, persist=OTHER).created
+
+
+def test_a_kept_answer_is_not_given_to_another_check_of_the_try_over_http(cfg, engine) -> None:
+    """The serve process's cache of ended answers: asked by hashcode, an answer read for one check is never given for
+    another; a registration that starts a new task instance for the try forgets it."""
+    client = api(cfg, engine)
+    first = client.post("/api/v1/tasks", json=body()).json()
+    with engine.begin() as conn:
+        ti = first["task_instance"]
+        key = TaskKey(ti["dag_id"], ti["task_id"], as_utc(datetime.fromisoformat(ti["execution_date"])))
+        task_sql.set_state(conn, key, State.SUCCESS)
+    asked = {**_key(KEY), "try_number": 1}
+
+    def states(**extra: Any) -> list[str]:
+        answer = client.post("/api/v1/tasks/states", json={"keys": [{**asked, **extra}]})
+        assert answer.status_code == 200, answer.text
+        return [s["state"] for s in answer.json()["states"]]
+
+    assert states() == states(hashcode=first["hashcode"]) == ["success"]  # both now kept by the process
+    other = client.post("/api/v1/tasks", json=body(persist=OTHER)).json()
+    assert other["created"] and other["state"] == State.SMART_PENDING
+    assert states() == states(hashcode=other["hashcode"]) == [State.SMART_PENDING]
+    assert states(hashcode=first["hashcode"]) == ["superseded"]
+    named = client.post("/api/v1/tasks", json={**body(), "key": {**asked, "instance": "prod-a"}})
+    assert named.status_code == 200 and named.json()["created"] and named.json()["key"]["instance"] == "prod-a"
+    assert states(instance="prod-a") == [State.SMART_PENDING]
+    bad = client.post("/api/v1/tasks", json={**body(), "key": {**asked, "instance": "a b"}})
+    assert bad.status_code == 422

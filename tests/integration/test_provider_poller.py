@@ -400,3 +400,106 @@ def test_tries_that_end_in_the_next_commit_are_heard_at_once_too(cfg, engine) ->
     print(f"the second end heard in {heard:.2f} s, {requests} states requests, interval {interval:g} s")
     assert heard < interval / 4, heard
     assert requests <= 3
+
+
+def end_check(engine: Any, hashcode: int) -> int:
+    """A round's commit for one check: its waiting tasks marked success, the end notified."""
+    from smartsensor.adapters.sql import channels as channel_sql
+
+    with engine.begin() as conn:
+        marked = sum(
+            task_sql.set_state(conn, t.key, State.SUCCESS, from_states=list(State.SMART_WAITING))
+            for t in task_sql.list_tasks(conn)
+            if t.hashcode == hashcode
+        )
+        channel_sql.notify_ended(conn)
+    return marked
+
+
+def test_a_try_registered_again_with_another_check_ends_the_old_wait_as_superseded_not_with_its_verdict(
+    cfg, engine
+) -> None:
+    """A run created again (or a reset Airflow) registers the same key and try for another partition, which lands:
+    the trigger still waiting for the first check hears ``superseded``, never the other check's success."""
+    from smartsensor_airflow.client import register_try_async, registration_body, waiting_key
+
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    service = Endpoint(BASE, TOKEN)
+
+    def check(day: str) -> dict[str, Any]:
+        return registration_body(key(1), "NamedHivePartitionSensor", {"partition_names": [f"db.t/ds={day}"]}, {}, None)
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            first = await register_try_async(client, service, check("1"))
+            waits_on = waiting_key(key(1), first)
+            old = asyncio.ensure_future(shared_poller("c", endpoint(), transport).wait(waits_on, 0.1))
+            other = await register_try_async(client, service, check("2"))
+            assert other["created"] and other["hashcode"] != first["hashcode"]
+            assert end_check(engine, other["hashcode"]) == 1  # the other check's partition landed
+            return first, waits_on, await asyncio.wait_for(old, timeout=30)
+
+    first, waits_on, heard = asyncio.run(scenario())
+    assert waits_on["hashcode"] == first["hashcode"]
+    assert (heard["state"], heard["reason"]) == ("superseded", "superseded")
+    assert "registered again with another check" in heard["error"]
+
+
+def test_two_airflow_deployments_sharing_a_service_each_hear_their_own_check(cfg, engine) -> None:
+    """The same key in two deployments (``scheduled__`` run ids are the same): each connection names its instance,
+    and each trigger hears its own check's verdict, whatever the other's does."""
+    from smartsensor_airflow.client import register_try_async, registration_body, waiting_key
+
+    app = create_app(cfg, engine, TOKEN)
+    transport = httpx.ASGITransport(app=app)
+    deployments = {name: Endpoint(BASE, TOKEN, name) for name in ("prod-a", "prod-b")}
+
+    async def scenario() -> dict[str, tuple[str, str]]:
+        waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        hashcodes: dict[str, int] = {}
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            for day, (name, service) in enumerate(deployments.items()):
+                persist = {"partition_names": [f"db.t/ds={day}"]}
+                body = registration_body(key(1), "NamedHivePartitionSensor", persist, {}, None, service.instance)
+                answer = await register_try_async(client, service, body)
+                assert answer["created"] and answer["key"]["instance"] == name
+                hashcodes[name] = answer["hashcode"]
+
+                async def lookup(service: Endpoint = service) -> Endpoint:
+                    return service
+
+                poller = shared_poller(name, lookup, transport)
+                waiting[name] = asyncio.ensure_future(poller.wait(waiting_key(key(1), answer), 0.1))
+        assert end_check(engine, hashcodes["prod-a"]) == 1
+        heard_a = await asyncio.wait_for(waiting["prod-a"], timeout=30)
+        await asyncio.sleep(0.5)  # several intervals of prod-b's poller: still waiting
+        assert not waiting["prod-b"].done()
+        assert end_check(engine, hashcodes["prod-b"]) == 1
+        heard_b = await asyncio.wait_for(waiting["prod-b"], timeout=30)
+        return {"prod-a": (heard_a["state"], heard_a["task_id"]), "prod-b": (heard_b["state"], heard_b["task_id"])}
+
+    assert asyncio.run(scenario()) == {"prod-a": ("success", "t1"), "prod-b": ("success", "t1")}
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({}, ""),
+        ({"instance": "prod-a"}, "prod-a"),
+        ({"instance": "a b"}, ApiError),
+        ({"instance": 3}, ApiError),
+    ],
+)
+def test_the_connection_names_its_deployment(extra: dict[str, Any], expected: Any) -> None:
+    import json
+    from types import SimpleNamespace
+
+    from smartsensor_airflow.client import endpoint_from_connection
+
+    conn = SimpleNamespace(host="http://svc:8794", password="t", extra=json.dumps(extra))
+    if expected is ApiError:
+        with pytest.raises(ApiError, match="invalid instance"):
+            endpoint_from_connection(conn, "ss")
+    else:
+        assert endpoint_from_connection(conn, "ss").instance == expected

@@ -152,3 +152,40 @@ def test_migration_0008_adds_the_outbox_and_takes_it_away(db_url: str) -> None:
     migrate(engine, command.upgrade, "0008")
     assert current_revision(engine) == "0008"
     engine.dispose()
+
+
+def test_migration_0009_puts_the_instance_in_the_external_key(db_url: str) -> None:
+    """0009 adds external_task.instance ("" for the rows already there) to the primary key, so that two Airflow
+    deployments' same key are two rows; its downgrade keeps, of keys that differ only by instance, the newest."""
+    from alembic import command
+    from sqlalchemy import text
+
+    engine = make_engine(db_url)
+    row = (
+        "INSERT INTO external_task (dag_id, task_id, run_id, map_index, try_number, ti_task_id, ti_execution_date, "
+        "registered_at{extra}) VALUES ('d', 't', 'r', -1, 1, 't', '2026-11-22 00:00:00', '{at}'{value})"
+    )
+    migrate(engine, command.upgrade, "0008")
+    with engine.begin() as conn:
+        conn.execute(text(row.format(extra="", at="2026-11-22 00:00:00", value="")))
+    migrate(engine, command.upgrade, "0009")
+    assert inspect(engine).get_pk_constraint("external_task")["constrained_columns"] == [
+        "dag_id",
+        "task_id",
+        "run_id",
+        "map_index",
+        "instance",
+    ]
+    with engine.begin() as conn:
+        assert conn.execute(text("SELECT instance FROM external_task")).scalars().all() == [""]
+        conn.execute(text(row.format(extra=", instance", at="2026-11-23 00:00:00", value=", 'prod-b'")))
+        assert conn.execute(text("SELECT count(*) FROM external_task")).scalar_one() == 2
+    migrate(engine, command.downgrade, "0008")
+    assert "instance" not in {c["name"] for c in inspect(engine).get_columns("external_task")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT registered_at FROM external_task")).scalars().all() in (
+            ["2026-11-23 00:00:00"],  # SQLite hands the text back
+            [datetime(2026, 11, 23)],
+        )
+    migrate(engine, command.upgrade, "head")
+    engine.dispose()

@@ -373,9 +373,9 @@ def semantics_file(db: str = DB, marks: Path | None = None, day: str = "2026-09-
 
 
 # Each drop-in rule beside Airflow's own sensor with the same arguments (PythonSensor: the BaseSensorOperator rules
-# the Hive provider's sensors follow), then what is Hive-provider specific: a whole-list template (9.6.1+), a
-# templated metastore_conn_id (9.7.0), the default partition, and mode/deferrable accepted; then what decides where
-# a try runs: a success callback, a mapped task and the opt-out.
+# the Hive provider's sensors follow; a template Airflow's rendering refuses), then what is Hive-provider specific: a
+# whole-list template (9.6.1+), a templated metastore_conn_id (9.7.0), the default partition, and mode/deferrable
+# accepted; then what decides where a try runs: a success callback, a mapped task and the opt-out.
 SEMANTICS = """
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -417,6 +417,11 @@ with DAG("semantics", start_date=datetime(2026, 1, 1), schedule=None, catchup=Fa
                  retries=1, **QUICK)
     HivePartitionSensor(task_id="error", table="events", schema="@DB@", partition="ds > '1'", retries=1, **QUICK)
     PythonSensor(task_id="airflow_error", python_callable=broken, retries=1, **QUICK)
+    # A param the run lacks: Airflow's StrictUndefined fails the rendering, and each try, on both.
+    HivePartitionSensor(task_id="missing_param", table="events", schema="@DB@",
+                        partition="{{ params.partition_filter }}", retries=1, **QUICK)
+    PythonSensor(task_id="airflow_missing_param", python_callable=never,
+                 templates_dict={"partition": "{{ params.partition_filter }}"}, retries=1, **QUICK)
     NamedHivePartitionSensor(task_id="whole_list", partition_names="{{ ['@DB@.events/ds=' ~ ds] }}",
                              mode="reschedule", deferrable=False, **QUICK)
     HivePartitionSensor(task_id="templated_conn", table="events", schema="@DB@", partition=None,

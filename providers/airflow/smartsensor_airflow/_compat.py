@@ -68,12 +68,13 @@ def can_start_from_trigger() -> bool:
     return version[0] == 2 and version[1] >= 10 or version >= (3, 3)
 
 
-@functools.lru_cache(maxsize=2)
-def template_environment(native: bool) -> Any:
-    """The Jinja environment Airflow renders a task's templates with: sandboxed, with Airflow's filters (``ds``,
-    ``ts_nodash``…), native types when the DAG sets ``render_template_as_native_obj``. One per process and kind:
-    an environment holds no per-render state, and building one costs more than most renders."""
-    return NativeEnvironment() if native else SandboxedEnvironment()
+@functools.lru_cache(maxsize=16)
+def template_environment(native: bool, **options: Any) -> Any:
+    """A Jinja environment of Airflow's kind: sandboxed, with Airflow's filters (``ds``, ``ts_nodash``…), native
+    types when the DAG sets ``render_template_as_native_obj``; ``options`` as ``DAG.get_template_env`` passes them
+    (``template_rules.environment_options``). One per process, kind and options: an environment holds no per-render
+    state, and building one costs more than most renders."""
+    return NativeEnvironment(**options) if native else SandboxedEnvironment(**options)
 
 
 def dag_run_row(dag_id: str, run_id: str) -> tuple[Any, Any, Any, Any]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,10 +41,12 @@ MAX_WAIT = 30.0  # the most a service holds a request (its own limit: a longer `
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Base URL of a `smartsensor serve` (or its load balancer) and its bearer token, if any."""
+    """Base URL of a `smartsensor serve` (or its load balancer), its bearer token, if any, and the name of this
+    Airflow deployment among those the service serves ("" for none: see ``endpoint_from_connection``)."""
 
     base_url: str
     token: str | None = None
+    instance: str = ""
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -57,9 +61,32 @@ class ApiError(Exception):
         self.transient = transient
 
 
+INSTANCE = re.compile(r"[A-Za-z0-9._-]{0,64}")  # what the service takes as an instance name
+
+
+def connection_instance(conn: Any, conn_id: str) -> str:
+    """The connection's ``instance`` extra: this Airflow deployment's name, which the service keeps in the key of
+    each of its tasks. Two deployments that share a service must each set their own (their ``scheduled__<date>``
+    run ids are the same); "" when it sets none."""
+    extra = getattr(conn, "extra_dejson", None)
+    if not isinstance(extra, dict):
+        try:
+            extra = json.loads(getattr(conn, "extra", None) or "{}")
+        except ValueError:
+            extra = {}
+    instance = extra.get("instance", "") if isinstance(extra, dict) else ""
+    if not isinstance(instance, str) or not INSTANCE.fullmatch(instance):
+        raise ApiError(
+            f"Airflow connection {conn_id!r} has an invalid instance {instance!r}: "
+            "up to 64 letters, digits, '.', '_' or '-'"
+        )
+    return instance
+
+
 def endpoint_from_connection(conn: Any, conn_id: str = "smartsensor_default") -> Endpoint:
     """An Airflow connection as an endpoint: ``host`` is a URL (``http://svc:8794``) or a host name with
-    ``port`` and ``schema``/conn type ``http``/``https``; ``password`` is the token."""
+    ``port`` and ``schema``/conn type ``http``/``https``; ``password`` is the token; the extra ``instance`` names
+    this Airflow deployment (``connection_instance``)."""
     host = (getattr(conn, "host", None) or "").strip()
     if not host:
         raise ApiError(
@@ -73,7 +100,7 @@ def endpoint_from_connection(conn: Any, conn_id: str = "smartsensor_default") ->
         scheme = conn_type if conn_type in ("http", "https") else (getattr(conn, "schema", None) or "http")
         port = getattr(conn, "port", None)
         base = f"{scheme}://{host}" + (f":{port}" if port else "")
-    return Endpoint(base, getattr(conn, "password", None) or None)
+    return Endpoint(base, getattr(conn, "password", None) or None, connection_instance(conn, conn_id))
 
 
 def error_message(response: httpx.Response) -> str:
@@ -104,10 +131,11 @@ def registration_body(
     persist: dict[str, Any],
     exec_values: dict[str, Any],
     logical_date: datetime | None,
+    instance: str = "",
 ) -> dict[str, Any]:
-    """The body of ``POST /tasks`` for one try."""
+    """The body of ``POST /tasks`` for one try (of the deployment ``instance`` names, if any)."""
     return {
-        "key": key,
+        "key": {**key, "instance": instance} if instance else dict(key),
         "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
         "logical_date": logical_date.isoformat() if logical_date is not None else None,
     }
@@ -189,7 +217,7 @@ def register_try(
     while the try waits, for up to ``wait`` seconds. Retries transient failures (connection errors,
     502/503/504) with back-off for ``patience`` seconds; raises ApiError otherwise or when they last longer
     (``transient`` then tells the two apart). For a task's ``execute`` (no event loop)."""
-    body = registration_body(key, class_name, persist, exec_values, logical_date)
+    body = registration_body(key, class_name, persist, exec_values, logical_date, endpoint.instance)
 
     async def register() -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
@@ -234,6 +262,16 @@ async def register_try_async(
         if hold > 0:
             retries.restart()
     raise retries.final()
+
+
+def waiting_key(key: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """The key a registered try waits on: with the hashcode of the check its registration answered, so that the
+    service's states answers for it are this check's or ``superseded``, never another check's (the same try
+    registered again elsewhere). Only for a service that reads it: one whose answer's key carries ``instance``."""
+    registered = answer.get("key")
+    if isinstance(registered, dict) and "instance" in registered and isinstance(answer.get("hashcode"), int):
+        return {**key, "hashcode": answer["hashcode"]}
+    return dict(key)
 
 
 def is_timeout(answer: dict[str, Any]) -> bool:

@@ -111,6 +111,7 @@ class StatesPoller:
         self._transport = transport
         # key → (future, interval, grace or None) per waiting trigger
         self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float, float | None]]] = {}
+        self._hashcodes: dict[Key, int] = {}  # key → the hashcode of the check its try registered, when known
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()  # a key joined since the request in flight was sent
         self.requests = 0  # states requests sent (logged, and asserted by tests)
@@ -130,6 +131,8 @@ class StatesPoller:
         entry = (future, max(0.1, float(interval)), grace)
         k = key_of(key)
         self._waiters.setdefault(k, []).append(entry)
+        if key.get("hashcode") is not None:
+            self._hashcodes[k] = int(key["hashcode"])
         self._joined.set()
         self._ensure_running()
         try:
@@ -140,6 +143,7 @@ class StatesPoller:
                 entries.remove(entry)
             if not entries:
                 self._waiters.pop(k, None)
+                self._hashcodes.pop(k, None)
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
@@ -201,7 +205,7 @@ class StatesPoller:
         wait = min(self._interval(), MAX_WAIT) if len(keys) <= MAX_KEYS_PER_REQUEST else 0.0
         for start in range(0, len(keys), MAX_KEYS_PER_REQUEST):
             chunk = keys[start : start + MAX_KEYS_PER_REQUEST]
-            body = {"keys": [dict(zip(KEY_FIELDS, k)) for k in chunk]}
+            body = {"keys": [self._asked(k, endpoint) for k in chunk]}
             self.requests += 1
             try:
                 response = await client.post(
@@ -242,6 +246,15 @@ class StatesPoller:
                 if answer["state"] in TERMINAL:
                     self._resolve(key_of(answer), answer)
         return endpoint
+
+    def _asked(self, key: Key, endpoint: Endpoint) -> dict[str, Any]:
+        """One key as the states request asks it: in the connection's instance, by its check's hashcode if known."""
+        asked: dict[str, Any] = dict(zip(KEY_FIELDS, key))
+        if endpoint.instance:
+            asked["instance"] = endpoint.instance
+        if key in self._hashcodes:
+            asked["hashcode"] = self._hashcodes[key]
+        return asked
 
     def _out_of_reach(self, why: str) -> None:
         """Note a failed request; give ServiceUnreachable to the waiters whose grace the outage has outlasted."""

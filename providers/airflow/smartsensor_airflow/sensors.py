@@ -60,6 +60,7 @@ from smartsensor_airflow.client import (
     is_timeout,
     outcome,
     register_try,
+    waiting_key,
 )
 from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, try_start, wait_classically
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter
@@ -226,7 +227,7 @@ class SmartSensorMixin:
         backstop = self.smartsensor_backstop()
         self.defer(  # type: ignore[attr-defined]
             trigger=SmartSensorTrigger(
-                key,
+                waiting_key(key, answer),
                 self.smartsensor_conn_id,
                 self.smartsensor_poll_interval,
                 end_from_trigger=self.end_from_trigger,

@@ -14,14 +14,18 @@ A task starts in the triggerer when all of these hold, and takes today's ``execu
   execute path, which fails the try (a drop-in) or runs Airflow's own sensor (a task routed by the policy);
 - it is not mapped (a mapped task copies the class's attributes, Airflow's defaults);
 - the triggerer can render its check's templates (``template_problem``): the trigger renders them itself, with
-  the run's context, in the environment Airflow would use. On 3.3 that context is Airflow's own; on 2.10 the
-  triggerer has no DAG, so the trigger builds the context from the run's row and supports only ``CONTEXT_2_10``.
-  Neither has a DAG's ``user_defined_macros`` or ``user_defined_filters`` (they are not serialized).
+  the run's context, by the DAG's own rules (``template_rules``: ``StrictUndefined`` unless the DAG sets another
+  ``template_undefined``, its ``jinja_environment_kwargs``, ``render_template_as_native_obj``), read here where the
+  DAG is. On 3.3 that context is Airflow's own; on 2.10 the triggerer has no DAG, so the trigger builds the context
+  from the run's row and supports only ``CONTEXT_2_10``. Neither has a DAG's ``user_defined_macros`` or
+  ``user_defined_filters`` (they are not serialized), nor its template search path (a template that includes
+  another), nor rules that cannot travel as data: those tasks take the execute path, where Airflow renders them.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from types import SimpleNamespace
 from typing import Any, NamedTuple
@@ -31,6 +35,7 @@ from jinja2 import meta, nodes
 
 from smartsensor_airflow._compat import StartTriggerArgs, airflow_version, can_start_from_trigger, template_environment
 from smartsensor_airflow.checks import CHECK_FIELDS, check_of
+from smartsensor_airflow.template_rules import TemplateRules, rules_of
 
 log = logging.getLogger(__name__)
 
@@ -105,20 +110,23 @@ def _template_use(text: str) -> _TemplateUse:
 def template_problem(task: Any) -> str | None:
     """Why the triggerer cannot render ``task``'s check (a sentence for the log), or None when it can."""
     dag = dag_of(task)
+    _, problem = rules_of(dag)
+    if problem is not None:  # even without a "{{": rules that change the syntax may make templates of other text
+        return problem
+    templates = [(name, text) for name, value in check_fields(task).items() for text in _templates(value)]
     macros = set(getattr(dag, "user_defined_macros", None) or ())
     filters = set(getattr(dag, "user_defined_filters", None) or ())
-    for name, value in check_fields(task).items():
-        for text in _templates(value):
-            use = _template_use(text)
-            if use.error is not None:
-                return f"its {name} is not a valid template: {use.error}"
-            if use.variables & macros or use.filters & filters:
-                return f"its {name} uses the DAG's user-defined macros or filters"
-            if airflow_version()[0] == 2 and not use.variables <= CONTEXT_2_10:
-                unknown = ", ".join(sorted(use.variables - CONTEXT_2_10))
-                return f"its {name} uses {unknown}, which a 2.10 triggerer cannot give"
-            if use.includes:
-                return f"its {name} includes other templates"
+    for name, text in templates:
+        use = _template_use(text)
+        if use.error is not None:
+            return f"its {name} is not a valid template: {use.error}"
+        if use.variables & macros or use.filters & filters:
+            return f"its {name} uses the DAG's user-defined macros or filters"
+        if airflow_version()[0] == 2 and not use.variables <= CONTEXT_2_10:
+            unknown = ", ".join(sorted(use.variables - CONTEXT_2_10))
+            return f"its {name} uses {unknown}, which a 2.10 triggerer cannot give"
+        if use.includes:
+            return f"its {name} includes other templates"
     return None
 
 
@@ -132,7 +140,8 @@ def start_trigger_args(task: Any) -> StartTriggerArgs | None:
             return None
         if not _templates(list(fields.values())) and not _readable(task):
             return None  # a check smartsensor cannot read (OR, ranges): the execute path says so, or runs Airflow's
-        dag = dag_of(task)
+        rules, _ = rules_of(dag_of(task))
+        rules = rules or TemplateRules()  # no template to render (template_problem said so otherwise)
         params = _params(task) if airflow_version()[0] == 2 else None
         poll = float(task.smartsensor_poll_interval)
         kwargs = {
@@ -147,7 +156,9 @@ def start_trigger_args(task: Any) -> StartTriggerArgs | None:
             "execution_timeout": None
             if task.execution_timeout is None
             else float(task.execution_timeout.total_seconds()),
-            "native": bool(getattr(dag, "render_template_as_native_obj", False)),
+            "native": rules.native,
+            "undefined": rules.undefined,
+            "jinja_options": json.loads(rules.options),
             "params": params,
             "hold": float(task.smartsensor_execute_wait),
         }

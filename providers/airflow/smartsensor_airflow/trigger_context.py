@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from smartsensor_airflow._compat import airflow_conf, airflow_version, dag_run_row, macros_module, template_environment
+from smartsensor_airflow.template_rules import TemplateRules, environment_options
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +73,21 @@ def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> di
 
 
 @functools.lru_cache(maxsize=2048)
-def _compiled(text: str, native: bool) -> Any:
-    """A template compiled once per process: the triggers of one DAG's tasks share their few templates."""
-    return template_environment(native).from_string(text)
+def _compiled(text: str, rules: TemplateRules) -> Any:
+    """A template compiled once per process and rules: the triggers of one DAG's tasks share their few templates."""
+    options = environment_options(rules)
+    extensions = tuple(options.pop("extensions"))
+    return template_environment(rules.native, extensions=extensions, **options).from_string(text)
 
 
-def render_fields(fields: dict[str, Any], context: dict[str, Any], native: bool) -> dict[str, Any]:
-    """``fields`` with every string rendered (inside lists and dicts too), as Airflow renders template fields."""
+def render_fields(fields: dict[str, Any], context: dict[str, Any], rules: TemplateRules) -> dict[str, Any]:
+    """``fields`` with every string rendered (inside lists and dicts too), as Airflow renders template fields, by
+    the DAG's ``rules``: a name the context lacks raises ``jinja2.UndefinedError`` under Airflow's default
+    ``StrictUndefined``, as it does when Airflow renders the task."""
 
     def render(value: Any) -> Any:
         if isinstance(value, str):
-            return _compiled(value, native).render(**context)
+            return _compiled(value, rules).render(**context)
         if isinstance(value, (list, tuple)):
             return [render(item) for item in value]
         if isinstance(value, dict):

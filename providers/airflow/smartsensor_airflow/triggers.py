@@ -22,6 +22,7 @@ How it ends the task (README: "Airflow versions, and no task failed by a race"):
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import weakref
 from datetime import datetime, timezone
@@ -40,10 +41,12 @@ from smartsensor_airflow.client import (
     endpoint_from_connection,
     register_try_async,
     registration_body,
+    waiting_key,
 )
 from smartsensor_airflow.off_loop_log import log_off_loop
 from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
 from smartsensor_airflow.start import START_CLASSPATH
+from smartsensor_airflow.template_rules import STRICT, TemplateRules
 from smartsensor_airflow.trigger_context import release_run_objects, render_fields, run_context
 
 CLASSPATH = "smartsensor_airflow.triggers.SmartSensorTrigger"
@@ -122,6 +125,8 @@ class SmartSensorTrigger(BaseTrigger):
         if missing:
             raise ValueError(f"trigger key is missing {missing}")
         self.key = {f: key[f] for f in KEY_FIELDS}
+        if key.get("hashcode") is not None:  # the check registered (client.waiting_key); absent in older triggers
+            self.key["hashcode"] = int(key["hashcode"])
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)
         self.end_from_trigger = bool(end_from_trigger)
@@ -228,16 +233,20 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         native: bool = False,
         params: dict[str, Any] | None = None,
         hold: float = 0.0,
+        undefined: str = STRICT,
+        jinja_options: dict[str, Any] | None = None,
         **waiting: Any,
     ) -> None:
-        """``waiting``: how it waits once registered, as ``SmartSensorTrigger`` (``conn_id``, ``poll_interval``,
-        ``end_from_trigger``, ``settle``, ``fallback_grace``); its key comes from the task instance Airflow gives it."""
+        """``native``, ``undefined`` and ``jinja_options``: the DAG's template rules (``template_rules``; a trigger
+        serialized before they were sent renders by Airflow's default, ``StrictUndefined``). ``waiting``: how it
+        waits once registered, as ``SmartSensorTrigger`` (``conn_id``, ``poll_interval``, ``end_from_trigger``,
+        ``settle``, ``fallback_grace``); its key comes from the task instance Airflow gives it."""
         super().__init__({f: None for f in KEY_FIELDS}, **waiting)
         self.sensor_class = sensor_class
         self.fields = dict(fields)
         self.exec_values = dict(exec_values)
         self.execution_timeout = None if execution_timeout is None else float(execution_timeout)
-        self.native = bool(native)
+        self.rules = TemplateRules.from_kwargs(native, undefined, jinja_options)
         self.params = None if params is None else dict(params)
         self.hold = max(0.0, float(hold))
 
@@ -252,9 +261,11 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             "settle": self.settle,
             "fallback_grace": self.fallback_grace,
             "execution_timeout": self.execution_timeout,
-            "native": self.native,
+            "native": self.rules.native,
             "params": self.params,
             "hold": self.hold,
+            "undefined": self.rules.undefined,
+            "jinja_options": json.loads(self.rules.options),
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -272,9 +283,10 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             self.deadline = self.try_started + self.execution_timeout
         try:
             context = await run_context(ti, self.params)
-            rendered = render_fields(self.fields, context, self.native)
-            registered_as, persist = check_of(self.sensor_class, SimpleNamespace(**rendered))
+            registered_as, persist = self.check(context)
         except Exception as exc:  # noqa: BLE001 - whatever the triggerer cannot do, the worker's execute does
+            # Among them a template that Airflow's rules refuse (StrictUndefined: a name the context lacks): on the
+            # worker, Airflow renders the task itself and fails the try with its own error, as it would have.
             log_off_loop(
                 self.log,
                 "warning",
@@ -285,12 +297,14 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             return
         log_off_loop(self.log, "info", "smartsensor: started in the triggerer; check %s %s", registered_as, persist)
         logical_date = context.get("logical_date")
-        del context, rendered  # a waiting trigger keeps neither (the context holds the run, the task, its DAG)
+        del context  # a waiting trigger keeps no context (it holds the run, the task, its DAG)
         release_run_objects(ti)
         patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
         try:
             endpoint = await self._endpoint(patience)
-            body = registration_body(self.key, registered_as, persist, self.exec_values, logical_date)
+            body = registration_body(
+                self.key, registered_as, persist, self.exec_values, logical_date, endpoint.instance
+            )
             # As execute does: the answer held while this try waits, for up to ``hold`` seconds. A partition that is
             # already there is answered in the service's next round, and heard here at once, not at the shared
             # poller's next request.
@@ -314,7 +328,14 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         if answer.get("state") in TERMINAL:
             yield await self.answered(started, answer)
         else:
+            self.key = waiting_key(self.key, answer)
             yield await self.wait(started)
+
+    def check(self, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The check this try registers: its fields rendered with ``context`` by the DAG's rules, read as the
+        service's class and persist fields. Raises what rendering or reading raises."""
+        rendered = render_fields(self.fields, context, self.rules)
+        return check_of(self.sensor_class, SimpleNamespace(**rendered))
 
     async def _endpoint(self, patience: float) -> Endpoint:
         """The service's endpoint from the connection. A look-up that fails (Airflow 3's ``aget_connection`` briefly

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from sqlalchemy import Connection, Engine, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -21,14 +21,20 @@ EX = ExternalTask.__table__
 TI = TaskInstance.__table__
 
 
-def get_external(conn: Connection, key: ExternalKey, for_update: bool = False) -> ExternalRow | None:
-    """The mapping row of ``key`` (1 statement; on Postgres ``for_update`` locks it until commit)."""
-    query = select(EX).where(
+def _is_key(key: ExternalKey) -> tuple[Any, ...]:
+    """The WHERE clauses of one key's row."""
+    return (
+        EX.c.instance == key.instance,
         EX.c.dag_id == key.dag_id,
         EX.c.task_id == key.task_id,
         EX.c.run_id == key.run_id,
         EX.c.map_index == key.map_index,
     )
+
+
+def get_external(conn: Connection, key: ExternalKey, for_update: bool = False) -> ExternalRow | None:
+    """The mapping row of ``key`` (1 statement; on Postgres ``for_update`` locks it until commit)."""
+    query = select(EX).where(*_is_key(key))
     row = conn.execute(query.with_for_update() if for_update else query).first()
     return ExternalRow._make(row) if row else None
 
@@ -45,6 +51,7 @@ def insert_external(
     """Map a new key to its first task instance (1 statement; IntegrityError if another request did it first)."""
     conn.execute(
         insert(EX).values(
+            instance=key.instance,
             dag_id=key.dag_id,
             task_id=key.task_id,
             run_id=key.run_id,
@@ -61,22 +68,22 @@ def insert_external(
 def move_external(
     conn: Connection,
     key: ExternalKey,
-    seen_try: int,
+    seen: ExternalRow,
     try_number: int,
     ti_task_id: str,
     ti_execution_date: datetime,
     now: datetime,
 ) -> bool:
-    """Point ``key`` at the task instance of a new try, if nobody moved it since ``seen_try`` was read (1 statement)."""
+    """Point ``key`` at the task instance of a new try (or of the same try's new check), if nobody moved it since
+    ``seen`` was read: the same try and task instance (1 statement)."""
     return (
         conn.execute(
             update(EX)
             .where(
-                EX.c.dag_id == key.dag_id,
-                EX.c.task_id == key.task_id,
-                EX.c.run_id == key.run_id,
-                EX.c.map_index == key.map_index,
-                EX.c.try_number == seen_try,
+                *_is_key(key),
+                EX.c.try_number == seen.try_number,
+                EX.c.ti_task_id == seen.ti_task_id,
+                EX.c.ti_execution_date == seen.ti_execution_date,
             )
             .values(
                 try_number=try_number, ti_task_id=ti_task_id, ti_execution_date=ti_execution_date, registered_at=now
@@ -89,16 +96,18 @@ def move_external(
 # The keys go in as arrays (PostgreSQL) or one JSON document (SQLite) and are joined against the primary key:
 # one statement whatever the number of keys, no OR chain to plan, nothing per key on this side.
 _STATES_FROM_PG = """
-    unnest(CAST(:dags AS text[]), CAST(:tasks AS text[]), CAST(:runs AS text[]), CAST(:maps AS integer[]))
-        AS k(dag_id, task_id, run_id, map_index)
+    unnest(CAST(:dags AS text[]), CAST(:tasks AS text[]), CAST(:runs AS text[]), CAST(:maps AS integer[]),
+           CAST(:instances AS text[]))
+        AS k(dag_id, task_id, run_id, map_index, instance)
     JOIN external_task e ON e.dag_id = k.dag_id AND e.task_id = k.task_id AND e.run_id = k.run_id
-                        AND e.map_index = k.map_index"""
+                        AND e.map_index = k.map_index AND e.instance = k.instance"""
 _STATES_FROM_SQLITE = """
     json_each(:keys) AS k
     JOIN external_task e ON e.dag_id = json_extract(k.value, '$[0]') AND e.task_id = json_extract(k.value, '$[1]')
-                        AND e.run_id = json_extract(k.value, '$[2]') AND e.map_index = json_extract(k.value, '$[3]')"""
+                        AND e.run_id = json_extract(k.value, '$[2]') AND e.map_index = json_extract(k.value, '$[3]')
+                        AND e.instance = json_extract(k.value, '$[4]')"""
 _STATES_SELECT = """
-    SELECT e.dag_id, e.task_id, e.run_id, e.map_index, e.try_number, t.state, t.error, t.hashcode
+    SELECT e.dag_id, e.task_id, e.run_id, e.map_index, e.instance, e.try_number, t.state, t.error, t.hashcode
     FROM {keys}
     JOIN task_instance t
       ON t.dag_id = e.dag_id AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date"""
@@ -120,13 +129,14 @@ def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[Exter
                 "tasks": [k.task_id for k in unique],
                 "runs": [k.run_id for k in unique],
                 "maps": [k.map_index for k in unique],
+                "instances": [k.instance for k in unique],
             },
         )
     else:
         rows = conn.execute(STATES_SQLITE, {"keys": json.dumps([list(k) for k in unique])})
     return {
-        ExternalKey(d, t, r, m): ExternalState(n, state, error, hashcode)
-        for d, t, r, m, n, state, error, hashcode in rows
+        ExternalKey(d, t, r, m, i): ExternalState(n, state, error, hashcode)
+        for d, t, r, m, i, n, state, error, hashcode in rows
     }
 
 
@@ -134,6 +144,13 @@ def read_external_states(engine: Engine, keys: Sequence[ExternalKey]) -> dict[Ex
     """``external_states`` on a connection of its own (1 statement)."""
     with engine.connect() as conn:
         return external_states(conn, keys)
+
+
+class Superseded(NamedTuple):
+    """The errors a registration leaves on the task instance it supersedes while it waits."""
+
+    newer_try: str  # a newer try of the key was registered
+    other_check: str  # the same try was registered again with another check
 
 
 class TryRegistration(NamedTuple):
@@ -150,22 +167,26 @@ def register_try(
     try_number: int,
     row: TaskRow,
     logical_date: datetime | None,
-    superseded_error: str,
+    superseded: Superseded,
 ) -> TryRegistration:
-    """One transaction, on the key's mapping locked (``get_external(for_update=True)``): a try already registered,
-    or an older one than the key's, writes nothing; a first or newer try inserts ``row`` (NOTIFY pending for a
-    smart_pending one, on PostgreSQL) and maps the key to it, inserting the mapping, or moving it after ending the
-    previous try's task while it still waits (skipped, ``superseded_error``). IntegrityError (nothing written)
-    when another registration inserted or moved the key meanwhile. Statements: 1; 2 for the same try; 3-4 for a
-    new key, 4-5 for a newer try (the NOTIFY on PostgreSQL)."""
+    """One transaction, on the key's mapping locked (``get_external(for_update=True)``): a try already registered
+    with the same wait (``TaskRow.waits_as``), or an older try than the key's, writes nothing; a first or newer try,
+    or the same try with another check, inserts ``row`` (NOTIFY pending for a smart_pending one, on PostgreSQL) and
+    maps the key to it, inserting the mapping, or moving it after ending the previous task instance while it still
+    waits (skipped, with ``superseded``'s error for the case). IntegrityError (nothing written) when another
+    registration inserted or moved the key meanwhile. Statements: 1; 2 for the same try; 3-4 for a new key, 4-5 for
+    a newer try or another check (the NOTIFY on PostgreSQL)."""
     with engine.begin() as conn:
         mapped = get_external(conn, key, for_update=True)
         if mapped is not None and mapped.try_number > try_number:
             return TryRegistration(mapped.try_number, None)
-        if mapped is not None and mapped.try_number == try_number:
+        same_try = mapped is not None and mapped.try_number == try_number
+        if mapped is not None and same_try:
             ti = task_sql.get_task(conn, *mapped.ti_key)
-            assert ti is not None, "an external_task row always names an existing task instance"
-            return TryRegistration(try_number, ti)
+            if ti is not None and ti.waits_as(row):
+                return TryRegistration(try_number, ti)
+            # Another wait under the same key and try (a run created again, a reset Airflow, another deployment
+            # without its own instance name): a new task instance, never the old one's verdict.
         now = row.execution_date
         task_sql.insert_tasks_bulk(conn, [row])
         if row.state == State.SMART_PENDING:
@@ -179,8 +200,8 @@ def register_try(
             State.SKIPPED,
             from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
             now=now,
-            error=superseded_error,
+            error=superseded.other_check if same_try else superseded.newer_try,
         )
-        if not move_external(conn, key, mapped.try_number, try_number, row.task_id, now, now):
+        if not move_external(conn, key, mapped, try_number, row.task_id, now, now):
             raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
         return TryRegistration(mapped.try_number, None)

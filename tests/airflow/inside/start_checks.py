@@ -10,11 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import airflow
+import jinja2
 from airflow import DAG
 
 from smartsensor_airflow import policy, sensors
 from smartsensor_airflow._compat import hive_sensor_class
-from smartsensor_airflow.start import template_problem
+from smartsensor_airflow.start import check_fields, template_problem
+from smartsensor_airflow.template_rules import TemplateRules
 from smartsensor_airflow.trigger_context import release_run_objects, render_fields
 
 try:  # Airflow 3
@@ -37,16 +39,34 @@ with DAG("starts", start_date=datetime(2026, 1, 1), schedule=None, user_defined_
     mapped = NAMED.partial(task_id="mapped").expand(partition_names=[["db.t/ds=1"], ["db.t/ds=2"]])
     airflows = hive_sensor_class("NamedHivePartitionSensor")(task_id="routed", partition_names=["db.t/ds={{ ds }}"])
     kept = hive_sensor_class("NamedHivePartitionSensor")(task_id="kept", partition_names=["db.t/ds={{ ds }}"])
+    # A param the run does not have: Airflow's default StrictUndefined makes it an error, never "".
+    missing = sensors.HivePartitionSensor(task_id="missing", table="t", schema="db", partition="{{ params.nope }}")
+    missing_db = NAMED(task_id="missing_db", partition_names=["{{ params.db }}.t/ds={{ ds }}"])
 policy.route(airflows, policy.PolicySettings(enabled=True))
 policy.route(kept, policy.PolicySettings(enabled=True, start_from_trigger=False))
+
+
+class OwnUndefined(jinja2.Undefined):
+    """A template_undefined defined in a DAG file: the triggerer could not import it."""
+
+
+# A DAG that asks for lenient rendering and a plain environment option; two whose rules cannot travel as data.
+LENIENT = {"template_undefined": jinja2.Undefined, "jinja_environment_kwargs": {"keep_trailing_newline": True}}
+with DAG("lenient", start_date=datetime(2026, 1, 1), schedule=None, **LENIENT) as lenient_dag:
+    lenient = NAMED(task_id="lenient", partition_names=["db.t/ds={{ ds }}{{ params.nope }}"])
+with DAG("own_undefined", start_date=datetime(2026, 1, 1), schedule=None, template_undefined=OwnUndefined) as own_dag:
+    own = NAMED(task_id="own", partition_names=["db.t/ds={{ ds }}"])
+DELIMITERS = {"variable_start_string": "[[", "variable_end_string": "]]"}
+with DAG("delimiters", start_date=datetime(2026, 1, 1), schedule=None, jinja_environment_kwargs=DELIMITERS) as d_dag:
+    delimited = NAMED(task_id="delimited", partition_names=["db.t/ds=[[ ds ]]"])
 
 back = Serializer.from_dict(Serializer.to_dict(dag))  # what the scheduler and triggerer read
 out["starts"] = {t.task_id: bool(back.get_task(t.task_id).start_from_trigger) for t in dag.tasks}
 out["reasons"] = {t.task_id: template_problem(t) for t in (plain, params, macro, run_conf, user_macro)}
 
 
-def kwargs_of(task_id: str) -> dict[str, Any] | None:
-    args = back.get_task(task_id).start_trigger_args
+def kwargs_of(task_id: str, serialized: Any = None) -> dict[str, Any] | None:
+    args = (serialized or back).get_task(task_id).start_trigger_args
     if args is None:
         return None
     kwargs = args.trigger_kwargs
@@ -81,9 +101,64 @@ day = datetime(2026, 11, 22)
 context = {"ds": "2026-11-22", "ds_nodash": "20261122", "params": {"day": "2026-01-02"}, "logical_date": day}
 context["macros"] = importlib.import_module("airflow.macros")
 fields = {"partition_names": ["db.t/ds={{ ds }}", "db.t/ds={{ macros.ds_add(ds, -1) }}/x={{ params.day }}"]}
-out["rendered"] = render_fields(fields, context, native=False)
+out["rendered"] = render_fields(fields, context, TemplateRules())
 out["rendered_by_airflow"] = {"partition_names": plain.render_template(fields["partition_names"], context)}
-out["rendered_native"] = render_fields({"partition_names": "{{ ['db.t/ds=' ~ ds] }}"}, context, native=True)
+out["rendered_native"] = render_fields(
+    {"partition_names": "{{ ['db.t/ds=' ~ ds] }}"}, context, TemplateRules(native=True)
+)
+
+
+def trigger_of(task_id: str, serialized: Any = None) -> Any:
+    """The start trigger of ``task_id`` as the triggerer builds it: from the kwargs Airflow serialized."""
+    seen = kwargs_of(task_id, serialized) or {}
+    module, _, name = seen["classpath"].rpartition(".")
+    return getattr(importlib.import_module(module), name)(**seen["kwargs"])
+
+
+def outcome(render: Any) -> Any:
+    """What rendering gave: its value, or the name of the exception it raised."""
+    try:
+        return render()
+    except Exception as exc:  # noqa: BLE001 - the exception's type is what is compared
+        return type(exc).__name__
+
+
+def trigger_rendering(task_id: str, context: dict[str, Any], serialized: Any = None) -> Any:
+    """The task's check fields as its start trigger renders them, by the rules it was serialized with."""
+    trigger = trigger_of(task_id, serialized)
+    return render_fields(trigger.fields, context, trigger.rules)
+
+
+def airflows_rendering(task: Any, context: dict[str, Any]) -> Any:
+    """The task's check fields as Airflow renders them (the DAG's environment), or the exception's name."""
+    return outcome(lambda: {f: task.render_template(v, context) for f, v in check_fields(task).items()})
+
+
+# A param the run lacks, rendered by Airflow and by the trigger the triggerer builds from the serialized kwargs.
+strict_context = {**context, "params": {}}
+out["strict"] = {
+    task.task_id: {
+        "airflow": airflows_rendering(task, strict_context),
+        "trigger": outcome(lambda t=task: trigger_rendering(t.task_id, strict_context)),
+        "trigger_check": outcome(lambda t=task: trigger_of(t.task_id).check(strict_context)),
+    }
+    for task in (missing, missing_db)
+}
+lenient_back = Serializer.from_dict(Serializer.to_dict(lenient_dag))
+out["lenient"] = {
+    "airflow": airflows_rendering(lenient, strict_context),
+    "trigger": outcome(lambda: trigger_rendering("lenient", strict_context, lenient_back)),
+    "starts": bool(lenient_back.get_task("lenient").start_from_trigger),
+    "undefined": (kwargs_of("lenient", lenient_back) or {})["kwargs"]["undefined"],
+    "jinja_options": (kwargs_of("lenient", lenient_back) or {})["kwargs"]["jinja_options"],
+}
+out["plain_undefined"] = plain_kwargs["undefined"]
+out["not_carried"] = {
+    "own": template_problem(own),
+    "own_starts": bool(Serializer.from_dict(Serializer.to_dict(own_dag)).get_task("own").start_from_trigger),
+    "delimited": template_problem(delimited),
+    "delimited_starts": bool(Serializer.from_dict(Serializer.to_dict(d_dag)).get_task("delimited").start_from_trigger),
+}
 
 if int(airflow.__version__.split(".")[0]) >= 3:
     # What 3.3's runner hands a trigger that starts a task: a RuntimeTaskInstance whose task belongs to a DAG loaded
