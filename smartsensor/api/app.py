@@ -102,7 +102,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         """Prometheus text format (the status part reused for `[api] status_max_age` seconds)."""
         return PlainTextResponse(render_metrics(snapshot.get(), requests), media_type="text/plain; version=0.0.4")
 
-    app.include_router(tasks_router(cfg, engine, watch, app.router.route_class), prefix=API)
+    app.include_router(tasks_router(cfg, engine, watch, app.router.route_class, API))
     app.include_router(page_router(cfg, engine, token, snapshot))
 
     @app.exception_handler(StarletteHTTPException)
