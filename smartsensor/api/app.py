@@ -4,7 +4,6 @@ bearer-token auth, and errors as one JSON line (never a traceback; see ``guard``
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -23,6 +22,7 @@ from smartsensor.api.errors import ERROR_MEANINGS, error_responses
 from smartsensor.api.guard import ApiGuard
 from smartsensor.api.metrics import render_metrics
 from smartsensor.api.page import history_sampler, page_router
+from smartsensor.api.request_counts import RequestCounts
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.external.ended_watch import EndedWatch
@@ -66,7 +66,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
 
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)
 
-    requests: Counter[tuple[str, str, int]] = Counter()
+    requests = RequestCounts()
     app.state.requests = requests
     snapshot = StatusSnapshot(lambda: collect_status(engine, cfg), cfg.settings.api.status_max_age)
     app.state.status_snapshot = snapshot
@@ -100,9 +100,11 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     @app.get("/metrics", response_class=PlainTextResponse, responses=error_responses(401, 503, json_content=True))
     def metrics() -> Response:
         """Prometheus text format (the status part reused for `[api] status_max_age` seconds)."""
-        return PlainTextResponse(render_metrics(snapshot.get(), requests), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            render_metrics(snapshot.get(), requests.snapshot()), media_type="text/plain; version=0.0.4"
+        )
 
-    app.include_router(tasks_router(cfg, engine, watch, app.router.route_class), prefix=API)
+    app.include_router(tasks_router(cfg, engine, watch, app.router.route_class, API))
     app.include_router(page_router(cfg, engine, token, snapshot))
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,17 +1,18 @@
 """The ASGI middleware around every request of `smartsensor serve`: a request id, a body limit that holds
 whatever the framing (Content-Length or chunked), security headers, one log line for an unexpected error
-(its traceback at debug level) answered as a JSON 500, and the per-route request counter that /metrics shows."""
+(its traceback at debug level) answered as a JSON 500, and the count of every answer that /metrics shows
+(``request_counts``: bounded labels, whatever clients send)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
 from typing import Any, Awaitable, Callable, MutableMapping
 
 from starlette.exceptions import HTTPException
 
 from smartsensor.api.errors import error_body
+from smartsensor.api.request_counts import RequestCounts, matched_route
 from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger("smartsensor.api")
@@ -43,12 +44,12 @@ class BodyTooLarge(HTTPException):
 
 
 class ApiGuard:
-    """Wraps the FastAPI app; ``requests`` counts (method, route or "unmatched", status code)."""
+    """Wraps the FastAPI app; ``requests`` counts every answer by method, matched route and status code."""
 
     def __init__(
         self,
         app: Callable[[Scope, Receive, Send], Awaitable[None]],
-        requests: Counter[tuple[str, str, int]],
+        requests: RequestCounts,
         max_body: int,
     ) -> None:
         self.app, self.requests, self.max_body = app, requests, max_body
@@ -64,8 +65,7 @@ class ApiGuard:
             if message["type"] == "http.response.start":
                 answered.append(message["status"])
                 # counted as the answer starts, so a client that has it also finds it in /metrics
-                route = scope["path"] if scope.get("route") is not None else "unmatched"
-                self.requests[(scope["method"], route, message["status"])] += 1
+                self.requests.count(scope["method"], matched_route(scope), message["status"])
                 message["headers"] = [
                     *message.get("headers", []),
                     *SECURITY_HEADERS,

@@ -3,26 +3,27 @@ own request counts (the only state a server keeps)."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from smartsensor.service.status_report import LandingsStatus, StatusReport, Stuck
 
 
-def render_metrics(status: StatusReport, requests: Counter[tuple[str, str, int]] | None = None) -> bytes:
+def render_metrics(status: StatusReport, requests: Mapping[tuple[str, str, str], int] | None = None) -> bytes:
     """Prometheus text for one status snapshot (``service.status.collect_status``) and this process's requests
-    by (method, route, status code)."""
+    by (method, route, status code): a copy (``RequestCounts.snapshot``), which nothing changes while it is read."""
     registry = CollectorRegistry()
     if requests:
         served = Gauge(
             "smartsensor_api_requests",
-            "Requests this server process answered, by route (a counter since the process started)",
+            'Requests this server process answered, by method, route template and code, each "other" beyond the'
+            " known ones (a counter since the process started)",
             ["method", "route", "code"],
             registry=registry,
         )
         for (method, route, code), n in requests.items():
-            served.labels(method, route, str(code)).set(n)
+            served.labels(method, route, code).set(n)
     tasks = Gauge("smartsensor_tasks", "Task instances by state", ["state"], registry=registry)
     for state, n in status.tasks_by_state.items():
         tasks.labels(state).set(n)

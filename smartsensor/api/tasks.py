@@ -185,10 +185,11 @@ def register_model(class_names: list[str]) -> type[BaseModel]:
     return register
 
 
-def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: type[APIRoute]) -> APIRouter:
-    """``POST /tasks`` and ``POST /tasks/states`` over one engine; ``watch`` wakes held states requests;
-    ``route_class`` asks for the token (``auth.token_route``)."""
-    router = APIRouter(route_class=route_class)
+def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: type[APIRoute], prefix: str) -> APIRouter:
+    """``POST {prefix}/tasks`` and ``POST {prefix}/tasks/states`` over one engine; ``watch`` wakes held states
+    requests; ``route_class`` asks for the token (``auth.token_route``). The routes carry the prefix themselves,
+    so that the route a request matched names its full path (``request_counts.matched_route``)."""
+    router = APIRouter(prefix=prefix, route_class=route_class)
     Register: Any = register_model(cfg.sensors_enabled)  # a model class, built per config
     ended = TerminalAnswers()
 

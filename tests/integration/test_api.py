@@ -127,4 +127,4 @@ def test_metrics_count_this_servers_requests_by_route(cfg, engine) -> None:
     text_ = c.get("/metrics", headers=auth()).text
     assert 'smartsensor_api_requests{code="200",method="POST",route="/api/v1/tasks/states"} 3.0' in text_
     assert 'smartsensor_api_requests{code="401",method="GET",route="/api/v1/status"} 1.0' in text_
-    assert 'smartsensor_api_requests{code="404",method="GET",route="unmatched"} 1.0' in text_
+    assert 'smartsensor_api_requests{code="404",method="GET",route="other"} 1.0' in text_

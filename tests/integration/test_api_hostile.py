@@ -3,10 +3,15 @@ the server takes, one log line for an unexpected error, and safe defaults for th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
+import threading
+import time
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -138,3 +143,59 @@ def test_an_oversized_login_form_is_refused(cfg, engine) -> None:
         "/login", content=b"token=" + b"x" * 10_000, headers={"content-type": "application/x-www-form-urlencoded"}
     )
     assert r.status_code == 413
+
+
+def request_series(metrics_text: str) -> dict[str, float]:
+    """``smartsensor_api_requests`` of a /metrics answer: each series' labels to its value."""
+    found = re.findall(r"^smartsensor_api_requests(\{[^}]*\}) (\S+)$", metrics_text, re.MULTILINE)
+    return {labels: float(value) for labels, value in found}
+
+
+# The labels do not depend on the database: these run on SQLite alone.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_made_up_methods_and_paths_leave_a_bounded_number_of_request_series(cfg, engine) -> None:
+    async def scenario() -> str:
+        transport = httpx.ASGITransport(app=create_app(cfg, engine, TOKEN))
+        async with httpx.AsyncClient(transport=transport, base_url="http://smartsensor") as anonymous:
+            for i in range(2000):  # a route the app serves, with a method no one serves: a 405
+                assert (await anonymous.request(f"M{i:04d}X", "/api/v1/tasks/states")).status_code == 405
+            for i in range(2000):  # a path of its own each, under the API, at the root, past a served route
+                path = ("/api/v1/tasks/", "/", "/api/v1/status/")[i % 3] + f"r{i:04d}"
+                assert (await anonymous.get(path)).status_code == 404
+            return (await anonymous.get("/metrics", headers=AUTH)).text
+
+    served = request_series(asyncio.run(scenario()))
+    assert served == {
+        '{code="405",method="other",route="/api/v1/tasks/states"}': 2000.0,
+        '{code="404",method="GET",route="other"}': 2000.0,
+    }, f"{len(served)} series"
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_metrics_read_while_other_threads_count_fail_nothing_and_lose_no_request(cfg, engine) -> None:
+    app = create_app(cfg, engine, TOKEN)  # every TestClient request without a `with` runs on a loop of its own
+    writers, each = 4, 250
+    scrapes: list[tuple[int, str]] = []  # each scrape's status and body
+    writing = [threading.Thread(target=made_up_requests, args=(app, n, each)) for n in range(writers)]
+    for thread in writing:
+        thread.start()
+    scraper = TestClient(app, raise_server_exceptions=False, headers=AUTH)
+    deadline = time.monotonic() + 120
+    while any(thread.is_alive() for thread in writing) and time.monotonic() < deadline:
+        scrape = scraper.get("/metrics")
+        scrapes.append((scrape.status_code, scrape.text))
+    for thread in writing:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in writing), "the writers did not finish within 120 s"
+    last = scraper.get("/metrics")
+    failed = [text for status, text in scrapes if status != 200]
+    assert failed == [], f"{len(failed)} of {len(scrapes)} scrapes failed, the first: {failed[0]}"
+    # the last scrape counts every answer that started before its own: the writers' and the earlier scrapes
+    assert sum(request_series(last.text).values()) == writers * each + len(scrapes)
+
+
+def made_up_requests(app: Any, writer: int, count: int) -> None:
+    """``count`` unauthenticated requests, each with a method and a path of its own."""
+    client = TestClient(app, raise_server_exceptions=False)
+    for i in range(count):
+        client.request(f"W{writer}M{i:04d}", f"/w{writer}/{i}")

@@ -74,7 +74,7 @@ def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> Non
     # One request per interval for all 200 (the first after FIRST_POLL_DELAY); per-task polling would be 200 each.
     assert before <= elapsed / interval + 2, (before, elapsed)
     assert total - before <= 2
-    served = app.state.requests[("POST", "/api/v1/tasks/states", 200)]
+    served = app.state.requests.snapshot()[("POST", "/api/v1/tasks/states", "200")]
     assert served == total
 
 
