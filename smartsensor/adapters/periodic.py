@@ -17,7 +17,9 @@ The clock rule: APScheduler schedules by the wall clock, and a step of it (NTP, 
 job by the step: an hour back, and no job runs for an hour. ``_SteadyScheduler`` keeps the jobs on the monotonic
 clock instead: each time its loop looks for due jobs (its waits are monotonic already) it compares how far the
 wall clock moved with how far the monotonic one did, and when they differ by more than ``STEP_TOLERANCE`` it moves
-every job's next run by the step, so each job keeps its interval as measured by the monotonic clock, either way.
+every job's next run by the step, so each job keeps its interval as measured by the monotonic clock, either way; an
+aligned job goes to the next multiple of its interval on the wall clock as it now reads. Times that are stored and
+compared between processes (lease expiry, heartbeats) stay wall time: ARCHITECTURE.md, "Periodic side jobs".
 """
 
 from __future__ import annotations
