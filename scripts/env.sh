@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shared set-up, sourced by test.sh, demo.sh and bench.sh: make sure Java 17+ exists (and, for test.sh,
-# Chromium; for test.sh and bench.sh --postgres, the PostgreSQL JDBC driver), then create or reuse .venv with
-# the package, its Spark extra and its test extras installed (re-installed when setup.cfg changes).
+# Chromium and faketime; for test.sh and bench.sh --postgres, the PostgreSQL JDBC driver), then create or reuse
+# .venv with the package, its Spark extra and its test extras installed (re-installed when setup.cfg changes).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +38,16 @@ ensure_pg_jdbc() {
   { as_root apt-get install -y -qq libpostgresql-jdbc-java >/dev/null 2>&1 \
       || { as_root apt-get update -qq && as_root apt-get install -y -qq libpostgresql-jdbc-java >/dev/null; }; } \
     || log "cannot install libpostgresql-jdbc-java: the metastore service cannot run on PostgreSQL until it is installed"
+}
+
+# libfaketime steps the wall clock of one process (not the machine's) for tests/process/test_clock_step.py: a worker
+# whose clock NTP steps an hour back or forward. Not fatal here: without it that test fails, saying so.
+ensure_faketime() {
+  if compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null; then return 0; fi
+  log "libfaketime not found: installing faketime (the clock-step test steps a worker's wall clock with it)"
+  { as_root apt-get install -y -qq faketime >/dev/null 2>&1 \
+      || { as_root apt-get update -qq && as_root apt-get install -y -qq faketime >/dev/null; }; } \
+    || log "cannot install faketime: tests/process/test_clock_step.py will fail until it is installed"
 }
 
 ensure_venv() {

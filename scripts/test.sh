@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the whole suite: venv, a throwaway PostgreSQL 15 and MariaDB (standing in for MySQL), one local SparkSession,
-# Chromium for the status page, pytest.
+# Chromium for the status page, faketime for the clock-step test, pytest.
 # Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
 # --fast: the inner loop while working (unit and the integration tests marked neither slow nor spark; no Airflow
 # venvs, no SparkSession, no process or Airflow tiers), e.g. ./scripts/test.sh --fast -x. CI runs everything.
@@ -22,6 +22,7 @@ source "$HERE/airflow_env.sh"
 ensure_java
 ensure_chromium
 ensure_pg_jdbc
+ensure_faketime
 ensure_venv
 [ "$FAST" = 1 ] || ensure_airflow_venvs
 trap 'stop_pg; stop_mysql' EXIT INT TERM

@@ -12,6 +12,14 @@ Each run has a daemon thread of its own, as the hand-written loops had: ``stop``
 waits for the runs in flight up to a timeout; a run still going past it is abandoned, and never holds the
 process's exit. A job that raises is logged (``apscheduler.executors.periodic``, ERROR, with the traceback) and
 keeps its schedule; the jobs themselves log the failures they expect (a database outage) in one line.
+
+The clock rule: APScheduler schedules by the wall clock, and a step of it (NTP, a VM restored) would move every
+job by the step: an hour back, and no job runs for an hour. ``_SteadyScheduler`` keeps the jobs on the monotonic
+clock instead: each time its loop looks for due jobs (its waits are monotonic already) it compares how far the
+wall clock moved with how far the monotonic one did, and when they differ by more than ``STEP_TOLERANCE`` it moves
+every job's next run by the step, so each job keeps its interval as measured by the monotonic clock, either way; an
+aligned job goes to the next multiple of its interval on the wall clock as it now reads. Times that are stored and
+compared between processes (lease expiry, heartbeats) stay wall time: ARCHITECTURE.md, "Periodic side jobs".
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
@@ -33,6 +41,10 @@ log = logging.getLogger(__name__)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 EXECUTOR = "periodic"  # the executor's alias: its runs log as apscheduler.executors.periodic
+# Seconds by which the wall clock may move apart from the monotonic one before it counts as a step. NTP's slewing
+# (at most 0.5 ms a second) never reaches it between two looks (the longest wait is one job's interval); a smaller
+# step delays a job by no more than itself.
+STEP_TOLERANCE = 0.5
 
 # APScheduler logs every run at INFO; only its warnings (a run missed past its grace) and errors (a job that raised)
 # are worth a line here. A logging configuration that sets its own level for it wins.
@@ -102,6 +114,48 @@ class _DaemonThreads(BaseExecutor):  # APScheduler 3.x has no type hints: its cl
             others[0].join(left)
 
 
+class _SteadyScheduler(BackgroundScheduler):
+    """A ``BackgroundScheduler`` whose jobs keep their intervals on the monotonic clock when the wall clock steps.
+
+    APScheduler reads the wall clock (``datetime.now``) once per pass of its loop (``_process_jobs``) and waits
+    between passes on an ``Event``, which is monotonic: a pass comes when the next job is due by the wall clock as
+    it was. ``follow_step``, before and after each pass, moves every job's next run by the step seen since the last
+    look (the one after catches a step inside the pass; its ``modify_job`` wakes the loop at once); an aligned job
+    goes to the next multiple of its interval on the wall clock as it now reads.
+    """
+
+    def __init__(self, name: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.name = name
+        self._offset = time.time() - time.monotonic()  # the wall clock's lead over the monotonic one
+
+    def _process_jobs(self) -> float | None:
+        self.follow_step()
+        wait: float | None = super()._process_jobs()
+        self.follow_step()
+        return wait
+
+    def follow_step(self) -> bool:
+        """Move every job's next run by the wall clock's step since the last look, if it stepped; True if it did.
+        Called from the scheduler's thread only."""
+        offset = time.time() - time.monotonic()
+        step, self._offset = offset - self._offset, offset
+        if abs(step) <= STEP_TOLERANCE:
+            return False
+        log.warning("%s: the wall clock stepped %+.1f s; the periodic jobs keep their intervals", self.name, step)
+        now = datetime.now(timezone.utc)
+        for job in self.get_jobs():
+            if job.next_run_time is None:
+                continue
+            if job.trigger.start_date == EPOCH:  # aligned: on the wall clock's multiples of its interval, as it is now
+                moved = job.trigger.get_next_fire_time(None, now)
+            else:  # at most one interval from now: a time already read on the stepped clock (a step inside the
+                # pass, or inside an ``add_job`` in another thread) must not move by the step twice
+                moved = min(job.next_run_time + timedelta(seconds=step), now + job.trigger.interval)
+            self.modify_job(job.id, next_run_time=moved)
+        return True
+
+
 class PeriodicJobs:
     """The periodic side jobs of one process on one ``BackgroundScheduler``: add them with ``every``, then
     ``start``; ``stop`` (or leaving the ``with`` block) ends them all.
@@ -113,7 +167,8 @@ class PeriodicJobs:
         self.name = name
         self.stop_timeout = stop_timeout
         self._executor = _DaemonThreads(name)
-        self._scheduler = BackgroundScheduler(
+        self._scheduler = _SteadyScheduler(
+            name,
             executors={EXECUTOR: self._executor},
             timezone=timezone.utc,
             daemon=True,

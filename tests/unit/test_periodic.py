@@ -1,6 +1,6 @@
 """A process's periodic side jobs (``adapters.periodic.PeriodicJobs``, on APScheduler): a job that overruns is never
 run twice at once, a stop ends every job promptly (a run in flight finishes, or is abandoned past the timeout), and
-a job that raises is logged and keeps its schedule."""
+a job that raises is logged and keeps its schedule; a step of the wall clock, back or forward, moves no job."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ import logging
 import threading
 import time
 from collections import Counter
+from datetime import datetime, timedelta, tzinfo
 from typing import Callable
 
+import apscheduler.executors.base
+import apscheduler.schedulers.base
+import apscheduler.triggers.interval
 import pytest
 
+from smartsensor.adapters import periodic
 from smartsensor.adapters.periodic import PeriodicJobs
 from tests.support.common import wait_until
 
@@ -134,3 +139,50 @@ def test_a_job_removes_itself_and_jobs_added_before_start_run_from_it() -> None:
     assert runs.count["once"] == 1
     with pytest.raises(ValueError):
         jobs.every("never", 0, lambda: None)
+
+
+class SteppedWallClock:
+    """The wall clock as this process's scheduler reads it (``time.time``, and ``datetime.now`` where APScheduler and
+    ``adapters.periodic`` call it), ``offset`` seconds from the machine's; the monotonic clock and the machine's
+    own are left alone. ``step`` moves it, as NTP stepping the system clock would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.offset = 0.0
+        real_time, clock = time.time, self
+
+        class SteppedDatetime(datetime):
+            @classmethod
+            def now(cls, tz: tzinfo | None = None) -> datetime:  # type: ignore[override]
+                return datetime.now(tz) + timedelta(seconds=clock.offset)
+
+        monkeypatch.setattr(time, "time", lambda: real_time() + clock.offset)
+        for module in (
+            apscheduler.schedulers.base,
+            apscheduler.executors.base,
+            apscheduler.triggers.interval,
+            periodic,
+        ):
+            monkeypatch.setattr(module, "datetime", SteppedDatetime)
+
+    def step(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@pytest.mark.parametrize("step", [-3600.0, 3600.0], ids=["back", "forward"])
+def test_a_wall_clock_step_either_way_moves_no_job(monkeypatch, caplog, step: float) -> None:
+    wall, runs = SteppedWallClock(monkeypatch), Runs()
+    often = ("fast", "aligned", "later")
+    with caplog.at_level(logging.WARNING, logger="smartsensor.adapters.periodic"), PeriodicJobs("test") as jobs:
+        jobs.every("fast", 0.05, runs.job("fast"), at_once=True)
+        jobs.every("aligned", 0.1, runs.job("aligned"), aligned=True)
+        jobs.every("later", 0.15, runs.job("later"))
+        jobs.every("hourly", 3600, runs.job("hourly"))  # due in an hour, by the monotonic clock
+        wait_until(lambda: all(runs.count[n] >= 2 for n in often), timeout=30)
+        before = dict(runs.count)
+        wall.step(step)
+        # back: every job still runs every interval (APScheduler alone waits for the wall clock to catch up, an hour)
+        wait_until(lambda: all(runs.count[n] >= before[n] + 5 for n in often), timeout=30)
+        # forward: none runs early (APScheduler alone runs the hourly job at once: it looks an hour late)
+        assert runs.count["hourly"] == 0
+        assert any("wall clock stepped" in r.getMessage() for r in caplog.records)
+    assert max(runs.most.values()) == 1
