@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
-from sqlalchemy import Column, Connection, Engine, and_, delete, exists, func, literal, or_, select, tuple_, update
+from sqlalchemy import Column, Connection, Engine, and_, case, delete, exists, func, literal, select, tuple_, update
 
 from smartsensor.domain.landings import SETTLED
 from smartsensor.domain.states import State
@@ -102,11 +102,11 @@ def ended_keys(conn: Connection, after: Key | None, end: Key | None, cutoff: dat
     own_task = and_(
         ti.c.dag_id == EX.c.dag_id, ti.c.task_id == EX.c.ti_task_id, ti.c.execution_date == EX.c.ti_execution_date
     )
-    where = [
-        *_window(EX_KEY, after, end),
-        EX.c.registered_at < cutoff,
-        or_(exists().where(own_task, _ended_before(ti, cutoff)), ~exists().where(own_task)),
-    ]
+    # One scalar subquery per key, by the task instance's primary key: 1 if it ended before the cutoff, 0 if not,
+    # NULL if it is gone. (EXISTS … OR NOT EXISTS … would be planned by PostgreSQL as two hashed subplans, each a
+    # scan of the whole task_instance per statement.)
+    verdict = select(case((_ended_before(ti, cutoff), 1), else_=0)).where(own_task).limit(1).scalar_subquery()
+    where = [*_window(EX_KEY, after, end), EX.c.registered_at < cutoff, func.coalesce(verdict, 1) == 1]
     if dry_run:
         return int(conn.execute(select(func.count()).select_from(EX).where(*where)).scalar_one())
     return conn.execute(delete(EX).where(*where)).rowcount
@@ -149,7 +149,7 @@ def forget_unwatched(conn: Connection, uri: str, cutoff: datetime, size: int) ->
         return 0, False
     conn.execute(update(AW).where(stale, AW.c.baselined_at.is_not(None)).values(baselined_at=None))
     unbaselined = exists().where(stale, AW.c.baselined_at.is_(None))
-    ids = select(LO.c.id).where(LO.c.uri == uri, LO.c.state.in_(SETTLED)).order_by(LO.c.id).limit(size)
+    ids = select(LO.c.id).where(LO.c.uri == uri, LO.c.state.in_(SETTLED)).limit(size)
     rows = conn.execute(delete(LO).where(LO.c.id.in_(ids), LO.c.state.in_(SETTLED), unbaselined)).rowcount
     if rows == size:
         return rows, False
