@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, event, insert, select
 
+from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import retention as retention_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
@@ -32,7 +33,7 @@ from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.integration.test_external import reg
 from tests.integration.test_landings import AirflowDouble, landings_cfg, listing, outbox
 from tests.support.catalog_doubles import Clock, DictCatalog
-from tests.support.common import T0
+from tests.support.common import T0, make_cfg
 
 TI = TaskInstance.__table__
 EX = ExternalTask.__table__
@@ -329,9 +330,14 @@ def test_a_landing_whose_partition_left_the_table_is_forgotten_and_not_published
 
 
 def test_serve_prunes_on_its_schedule(cfg: Any, engine: Engine, tmp_path: Path) -> None:
-    """``RetentionJob`` prunes with the ``[retention]`` settings; a database failure is logged, never raised."""
+    """``RetentionJob`` prunes with the ``[retention]`` settings, on serve's jobs (hourly) unless disabled; a database
+    failure is logged, never raised."""
     old_ended(engine, 4, wall_clock.now() - 2 * MONTH)
     job = RetentionJob(engine, cfg)
+    scheduled, off = PeriodicJobs("serve"), PeriodicJobs("serve")
+    job.schedule(scheduled)
+    RetentionJob(engine, make_cfg(tmp_path / "off", cfg.sql_alchemy_conn, retention__enabled="false")).schedule(off)
+    assert (scheduled.jobs(), off.jobs()) == ({"retention": 3600.0}, {})
     report = job.tick()
     assert report is not None and report.tables["task_instance"].rows == 4 and task_states(engine) == {}
     unmigrated = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
