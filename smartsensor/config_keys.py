@@ -390,6 +390,50 @@ KEYS: tuple[Key, ...] = (
         "Outbox rows a worker claims and posts per cycle at most.",
         bounds=(1, 100_000),
     ),
+    Key(
+        "retention",
+        "enabled",
+        "true",
+        parse_bool,
+        "Let `smartsensor serve` delete, every interval, what is older than max_age_days: ended task instances "
+        "and their Airflow keys, the settled landings of tables no longer watched, idle worker rounds (docs/"
+        'deployment.md, "Retention"). `smartsensor db prune` does the same by hand. Never a waiting task or an '
+        "undelivered landing.",
+    ),
+    Key(
+        "retention",
+        "max_age_days",
+        "30",
+        parse_float,
+        "Days after its end a task instance, and the Airflow key of its try, are kept; an Airflow states poll for a "
+        "key pruned answers unknown, so keep this far beyond any sensor's timeout. Also the days a table Airflow no "
+        "longer watches keeps its landings, and a landing whose partition left the catalog is kept.",
+        bounds=(1, 36500),
+    ),
+    Key(
+        "retention",
+        "interval",
+        "3600",
+        parse_float,
+        "Seconds between two retention passes of a `serve` process (several servers may prune at once).",
+        bounds=(60, 7 * DAY),
+    ),
+    Key(
+        "retention",
+        "batch_size",
+        "5000",
+        parse_int,
+        "Rows one delete statement touches at most; each batch is a transaction of its own.",
+        bounds=(100, 100_000),
+    ),
+    Key(
+        "retention",
+        "time_budget",
+        "300",
+        parse_float,
+        "Seconds one retention pass of `serve` may take; the next pass goes on where the work is left.",
+        bounds=(1, DAY),
+    ),
     Key("metastore", "host", "127.0.0.1", parse_str, "Address `smartsensor metastore start` binds."),
     Key("metastore", "port", "9083", parse_int, "Port of `smartsensor metastore start`.", bounds=(1, 65535)),
     Key("metastore", "java_opts", "-Xmx512m", parse_str, "JVM options of the metastore service."),

@@ -20,6 +20,7 @@ __all__ = [
     "CoreSettings",
     "LandingsSettings",
     "MetastoreServiceSettings",
+    "RetentionSettings",
     "SchedulerSettings",
     "Settings",
     "SmartSensorSettings",
@@ -99,6 +100,17 @@ class LandingsSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """``[retention]``: what `serve` and `db prune` delete, and when."""
+
+    enabled: bool
+    max_age_days: float
+    interval: float
+    batch_size: int
+    time_budget: float
+
+
+@dataclass(frozen=True)
 class MetastoreServiceSettings:
     """``[metastore]``: the metastore service `smartsensor metastore start` runs (its metastore database:
     ``database_url``)."""
@@ -143,6 +155,7 @@ class Settings:
     spark: SparkSettings
     catalog: CatalogSettings
     landings: LandingsSettings
+    retention: RetentionSettings
     metastore: MetastoreServiceSettings
     scheduler: SchedulerSettings
     api: ApiSettings

@@ -3,10 +3,11 @@ stopped.
 
 Each process that has side jobs makes one ``PeriodicJobs``: a worker (``service.worker_loop.WorkerLoop.start``:
 the lease heartbeat, the pruning of landing signals, the stop-watch), ``serve`` (the app's lifespan: the status
-page's history sampler, the ended watch's poll on SQLite) and a classic run (``standalone.classic.run_task``: the run's
-heartbeat). Every job runs with ``max_instances=1`` (a run that overruns its interval is never overlapped: the
-runs due meanwhile are skipped), coalescing (runs missed while the process was paused or busy become one) and a
-misfire grace of one interval (a run later than that is skipped; the next comes on schedule).
+page's history sampler, the retention job, the ended watch's poll on SQLite) and a classic run
+(``standalone.classic.run_task``: the run's heartbeat). Every job runs with ``max_instances=1`` (a run that overruns
+its interval is never overlapped: the runs due meanwhile are skipped), coalescing (runs missed while the process
+was paused or busy become one) and a misfire grace of one interval (a run later than that is skipped; the next
+comes on schedule).
 
 Each run has a daemon thread of its own, as the hand-written loops had: ``stop`` ends the schedule at once and
 waits for the runs in flight up to a timeout; a run still going past it is abandoned, and never holds the

@@ -27,6 +27,7 @@ from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.external.ended_watch import EndedWatch
 from smartsensor.sensors.errors import first_line
+from smartsensor.service.retention import RetentionJob
 from smartsensor.service.status import collect_status
 from smartsensor.service.status_snapshot import StatusSnapshot
 
@@ -52,16 +53,18 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        """While the server runs, on the process's one ``PeriodicJobs``: the page's history sampler, and the watch
-        that wakes long-polling requests (its poll on SQLite; a listening thread on PostgreSQL)."""
+        """While the server runs, on the process's one ``PeriodicJobs``: the page's history sampler, the retention
+        job (``[retention]``), and the watch that wakes long-polling requests (its poll on SQLite; a listening
+        thread on PostgreSQL)."""
         jobs = PeriodicJobs("serve")
         history_sampler(cfg, engine).schedule(jobs)
+        RetentionJob(engine, cfg).schedule(jobs)
         watch.start(jobs)
         jobs.start()
         try:
             yield
         finally:
-            jobs.stop(timeout=10)  # a sample in flight: waited for up to 10 s, then abandoned
+            jobs.stop(timeout=10)  # a sample or a prune batch in flight: waited for up to 10 s, then abandoned
             watch.stop()
 
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)

@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,8 @@ from smartsensor.adapters.sql.engine import init_db, normalize_url
 from smartsensor.cli.app import App, UserError
 from smartsensor.config import ConfigError, config_location, load_config
 from smartsensor.config_keys import CATALOG_BACKENDS, render_config
+from smartsensor.domain.clock import iso
+from smartsensor.service.retention import prune
 
 if TYPE_CHECKING:  # imported where used: the metastore commands only
     from smartsensor.adapters.metastore_service import MetastoreServiceStatus
@@ -44,6 +47,28 @@ def db_reshard(app: App) -> None:
     limit = app.cfg.shard_code_upper_limit
     moved = task_sql.reshard_tasks(app.engine(), limit)
     click.echo(f"{moved} task instance(s) moved to shardcode = hashcode mod {limit}")
+
+
+@db.command("prune")
+@click.option(
+    "--older-than",
+    "older_than",
+    type=click.FloatRange(1, 36500),
+    default=None,
+    help="Days; default [retention] max_age_days.",
+)
+@click.option("--batch-size", type=click.IntRange(100, 100_000), default=None, help="Default [retention] batch_size.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.pass_obj
+def db_prune(app: App, older_than: float | None, batch_size: int | None, dry_run: bool) -> None:
+    """Delete ended task instances, their Airflow keys, the landings of tables no longer watched and idle worker
+    rounds older than the age (never a waiting task or an undelivered landing; safe while workers run)."""
+    settings = app.cfg.settings.retention
+    days = settings.max_age_days if older_than is None else older_than
+    report = prune(app.engine(), timedelta(days=days), batch_size or settings.batch_size, dry_run=dry_run)
+    click.echo(f"older than {days:g} days (ended before {iso(report.cutoff)}Z):")
+    for line in report.lines():
+        click.echo(f"  {line}")
 
 
 # -- config ----------------------------------------------------------------------------------

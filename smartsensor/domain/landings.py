@@ -20,6 +20,7 @@ from smartsensor.domain.hashing import check_hashcode, shardcode_for
 # key is too long, a 4xx other than 401/403/404/408/409/429).
 BASELINE, PENDING, SENDING, DELIVERED, REJECTED = "baseline", "pending", "sending", "delivered", "rejected"
 UNDELIVERED = (PENDING, SENDING)
+SETTLED = (BASELINE, DELIVERED, REJECTED)  # never posted again: the rows retention may delete (never an undelivered)
 CLAIMABLE = (PENDING, SENDING)  # a sending row is claimable once its claim lapsed (its worker died or stalled)
 
 KEY_DELIMITER = "|"  # ProductMapper's default delimiter in Airflow 3.3

@@ -8,7 +8,11 @@ A worker's cycle (``LandingPublisher.cycle``, its ``landings`` side job, every `
    that a DAG is scheduled on become ``asset_watch`` rows, each with the shardcode of its table.
 2. **Enqueue**: for each watched table in the ranges this worker holds, list its partitions through the worker's
    catalog backend; the names the outbox lacks go in, once (a unique index; a name another worker put in first is
-   skipped). The first listing of a table is its baseline, never published unless ``publish_existing``.
+   skipped). The first listing of a table is its baseline, never published unless ``publish_existing``: every
+   partition listed then goes in. A partition is new only while its table's baseline holds (checked, and the watch
+   held, in the transaction that enqueues it): retention deletes a table's rows only after taking its baseline away
+   (a table no longer watched), or deletes the rows of partitions the table no longer has (``_forget_dropped``), so
+   a landing whose row was pruned is not published again.
 3. **Publish**: claim the due rows of those ranges (guarded, under a token, until a lease timeout from now), post
    each to Airflow, and end it under the same claim: ``delivered``, ``pending`` again after a backoff, or
    ``rejected``. The oldest landings go first.
@@ -27,6 +31,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any, Callable, Sequence
 
 from sqlalchemy import Engine
@@ -76,6 +81,7 @@ class CycleReport:
     rejected: int = 0
     lost_claims: int = 0  # attempts ended after their claim lapsed: another worker owns the row now
     released: int = 0  # claimed rows handed back unposted (Airflow kept failing, or the claim ran short)
+    forgotten: int = 0  # settled rows deleted past [retention] max_age_days: their partitions left the table
     errors: list[str] = field(default_factory=list)
 
 
@@ -99,6 +105,7 @@ class LandingPublisher:
         self.claim_seconds = cfg.settings.smart_sensor.lease_timeout  # a claim lapses as a lease does
         self._refreshed_at: datetime | None = None
         self._known: dict[str, set[str]] = {}  # uri → the partition names known to be in the outbox
+        self._forgot_at: dict[str, datetime] = {}  # uri → when its dropped partitions' rows were last deleted
         self._failing: dict[str, str] = {}  # what failed last (its kind → the line logged), one WARNING per outage
         self.watched: set[tuple[str, str]] = set()  # (db, table) watched in the ranges of the latest enqueue
 
@@ -146,6 +153,9 @@ class LandingPublisher:
             watches = [w for w in watches if (w.db, w.table) in only]
         report.watched = len(watches)
         for watch in watches:
+            known = self._known.get(watch.uri)
+            if known is None:  # read before the listing: a row retention deletes later is of a partition it lacks
+                known = self._known[watch.uri] = landing_sql.read_outbox_names(self.engine, watch.uri)
             try:
                 names = self.partitions(watch.db, watch.table)
             except Exception as exc:  # noqa: BLE001 - one table's catalog failure must not stop the others
@@ -154,22 +164,45 @@ class LandingPublisher:
             report.listed += 1
             if names is None:
                 names = []  # the table is missing from the catalog: nothing landed (its baseline is empty)
-            known = self._known.get(watch.uri)
-            if known is None:
-                known = self._known[watch.uri] = landing_sql.read_outbox_names(self.engine, watch.uri)
+            else:
+                report.forgotten += self._forget_dropped(watch.uri, names, known, now)
             new = [n for n in names if n not in known]
             if not new and watch.baselined:
                 continue
-            landings = [(n, _key_or_blank(n)) for n in new]
             state, added = landing_sql.enqueue_landings(
-                self.engine, watch, landings, now, self.settings.publish_existing
+                self.engine,
+                watch,
+                _keyed(new),
+                partial(_keyed, names),
+                now,
+                self.settings.publish_existing,
             )
-            known.update(new)
+            known.update(names)  # the new ones, or every one when this took the baseline
             if state == BASELINE:
                 report.baseline += added
                 log.info("landings: %s watched from now on (%d partitions present are its baseline)", watch.uri, added)
             else:
                 report.enqueued += added
+
+    def _forget_dropped(self, uri: str, names: list[str], known: set[str], now: datetime) -> int:
+        """Once per ``[retention] interval`` per table (when ``[retention] enabled``): delete the settled outbox rows
+        older than ``max_age_days`` of the partitions the table no longer has (``names``: its listing just read),
+        ``batch_size`` per statement; how many. Such a partition is never listed again unless it is made anew, a
+        new landing; a publisher that has not read the outbox yet reads it before it lists (``enqueue``)."""
+        retention = self.cfg.settings.retention
+        last = self._forgot_at.get(uri)
+        if not retention.enabled or (last is not None and (now - last).total_seconds() < retention.interval):
+            return 0
+        self._forgot_at[uri] = now
+        present = set(names)
+        dropped = sorted(n for n in known if n not in present)
+        cutoff = now - timedelta(days=retention.max_age_days)
+        forgotten = 0
+        for i in range(0, len(dropped), retention.batch_size):
+            gone = landing_sql.forget_dropped(self.engine, uri, dropped[i : i + retention.batch_size], cutoff)
+            known.difference_update(gone)
+            forgotten += len(gone)
+        return forgotten
 
     def publish(self, ranges: Sequence[tuple[int, int]], now: datetime, report: CycleReport) -> None:
         """Claim the due outbox rows of ``ranges`` and post each; every attempt ends under its claim."""
@@ -274,6 +307,11 @@ class LandingPublisher:
         level = logging.DEBUG if self._failing.get(what) == line else logging.WARNING
         log.log(level, "landings: %s failed: %s", what, line)
         self._failing[what] = line
+
+
+def _keyed(names: list[str]) -> list[tuple[str, str]]:
+    """(name, its partition key or "") of each of ``names``."""
+    return [(n, _key_or_blank(n)) for n in names]
 
 
 def _key_or_blank(name: str) -> str:

@@ -52,6 +52,7 @@ SEAMS = {
 
 # A micro-benchmark's subject: the component it times, which only that file may import.
 SUBJECTS = {
+    "prune.py": {"smartsensor.service.retention"},  # what retention deletes, in how long, and the size it leaves
     "templates.py": {"smartsensor.sensors.templating"},  # rendering templates
     "status_scrape.py": {  # what one `status` costs, query by query
         "smartsensor.adapters.sql.status",

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, Engine, and_, case, func, or_, select, update
+from sqlalchemy import Connection, Engine, and_, case, delete, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING, REJECTED, SENDING, UNDELIVERED
-from smartsensor.schema.models import AssetWatch, LandingOutbox
+from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING, REJECTED, SENDING, SETTLED, UNDELIVERED
+from smartsensor.schema.models import AssetWatch, LandingOutbox, UtcDateTime
 
 AW = AssetWatch.__table__
 LO = LandingOutbox.__table__
@@ -148,21 +148,35 @@ def read_outbox_names(engine: Engine, uri: str) -> set[str]:
         return outbox_names(conn, uri)
 
 
+def keep_baseline(conn: Connection, uri: str) -> bool:
+    """Whether ``uri``'s watch is still there with its baseline taken, its row held until commit: a guarded write
+    that changes nothing, so that a retention pass taking the baseline away (``adapters.sql.retention``) waits for
+    this transaction on PostgreSQL (SQLite serialises every writer) (1 statement)."""
+    held = update(AW).where(AW.c.uri == uri, AW.c.baselined_at.is_not(None)).values(baselined_at=AW.c.baselined_at)
+    return conn.execute(held).rowcount == 1
+
+
 def enqueue_landings(
     engine: Engine,
     watch: WatchRow,
     landings: Iterable[tuple[str, str]],
+    listed: Callable[[], Iterable[tuple[str, str]]],
     now: datetime,
     publish_existing: bool,
 ) -> tuple[str, int]:
-    """Put ``landings`` ((partition name, partition key)) of ``watch``'s table into the outbox once. The first call
-    for a table that takes its baseline stores them as ``baseline`` (``publish_existing``: ``pending``); every
-    other call as ``pending``. Returns the state used and how many rows went in (those already there are kept as
-    they are). One transaction (2 statements)."""
+    """Put ``landings`` ((partition name, partition key): those of ``watch``'s table not in the outbox yet) into the
+    outbox once, as ``pending``, while the table's baseline holds. A table without a baseline (a first watch, or
+    one retention forgot) takes it here: then every partition it has (``listed()``) goes in, as ``baseline``
+    (``publish_existing``: ``pending``), so that a partition whose row retention deleted is never taken for a new
+    landing. A watch gone meanwhile takes nothing. Returns the state used and how many rows went in (those already
+    there are kept as they are). One transaction (2 statements, 3 to take a baseline)."""
     with engine.begin() as conn:
-        state = PENDING
-        if not watch.baselined and take_baseline(conn, watch.uri, now) and not publish_existing:
-            state = BASELINE
+        if keep_baseline(conn, watch.uri):
+            state, chosen = PENDING, list(landings)
+        elif take_baseline(conn, watch.uri, now):
+            state, chosen = (PENDING if publish_existing else BASELINE), list(listed())
+        else:
+            return PENDING, 0  # retention forgot the watch: Airflow's next listing makes it anew
         rows = [
             {
                 "uri": watch.uri,
@@ -176,9 +190,26 @@ def enqueue_landings(
                 "posts": 0,
                 "unknown_outcomes": 0,
             }
-            for name, key in landings
+            for name, key in chosen
         ]
         return state, _insert_ignoring_duplicates(conn, LO, rows)
+
+
+def forget_dropped(engine: Engine, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
+    """Delete the settled rows (baseline, delivered, rejected) of ``uri`` among ``names`` (partitions its table no
+    longer has) that landed, or were delivered, before ``cutoff``; the names deleted. One transaction (1 guarded
+    statement: an undelivered row, or a recent one, is kept)."""
+    if not names:
+        return []
+    with engine.begin() as conn:
+        return list(
+            conn.execute(
+                delete(LO)
+                .where(LO.c.uri == uri, LO.c.partition_name.in_(list(names)), LO.c.state.in_(SETTLED))
+                .where(func.coalesce(LO.c.delivered_at, LO.c.landed_at) < literal(cutoff, UtcDateTime()))
+                .returning(LO.c.partition_name)
+            ).scalars()
+        )
 
 
 def claim_landings(
