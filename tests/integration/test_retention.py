@@ -25,7 +25,7 @@ from smartsensor.domain import clock as wall_clock
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING
 from smartsensor.domain.states import State
-from smartsensor.external.states import external_states
+from smartsensor.external.states import Asked, external_states
 from smartsensor.schema.models import AssetWatch, ExternalTask, TaskInstance, WorkerRound
 from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.retention import RetentionJob, prune
@@ -114,7 +114,7 @@ def test_old_ended_tries_and_their_keys_go_never_a_waiting_task(cfg: Any, engine
     with engine.connect() as conn:
         assert task_sql.get_task(conn, *first) is None and task_sql.get_task(conn, *newest) is not None
     assert keys(engine) == {"etl.waiting", "etl.retry", "etl.superseded"}
-    answers = external_states(engine, [(done, 1), (superseded, 2)])
+    answers = external_states(engine, [Asked(done, 1), Asked(superseded, 2)])
     assert [a["state"] for a in answers] == ["unknown", State.SMART_PENDING]
 
 
