@@ -176,6 +176,7 @@ def test_which_tasks_start_in_the_triggerer_as_airflow_serializes_them(venv: Pat
             "trigger": "UndefinedError",
             "trigger_check": "UndefinedError",
         }, task_id
+    assert seen["strict_native"] == "UndefinedError"  # render_template_as_native_obj: the same refusal
     # A DAG that asks for lenient rendering gets it in the trigger too, with its plain environment options.
     lenient = seen["lenient"]
     assert lenient["trigger"] == lenient["airflow"] == {"partition_names": ["db.t/ds=2026-11-22"]}

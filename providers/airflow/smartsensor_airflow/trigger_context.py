@@ -7,6 +7,8 @@ import functools
 import logging
 from typing import Any
 
+import jinja2
+
 from smartsensor_airflow._compat import airflow_conf, airflow_version, dag_run_row, macros_module, template_environment
 from smartsensor_airflow.template_rules import TemplateRules, environment_options
 
@@ -87,7 +89,10 @@ def render_fields(fields: dict[str, Any], context: dict[str, Any], rules: Templa
 
     def render(value: Any) -> Any:
         if isinstance(value, str):
-            return _compiled(value, rules).render(**context)
+            rendered = _compiled(value, rules).render(**context)
+            # A native rendering of a lone undefined name is the undefined value itself, not an error yet: as the
+            # text Airflow records for a rendered field, it raises for StrictUndefined (and is "" when lenient).
+            return str(rendered) if isinstance(rendered, jinja2.Undefined) else rendered
         if isinstance(value, (list, tuple)):
             return [render(item) for item in value]
         if isinstance(value, dict):

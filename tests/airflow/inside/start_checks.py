@@ -144,6 +144,8 @@ out["strict"] = {
     }
     for task in (missing, missing_db)
 }
+# Native rendering gives a lone undefined name back as the undefined value: it is refused as its text is.
+out["strict_native"] = outcome(lambda: render_fields({"p": "{{ params.nope }}"}, strict_context, TemplateRules(True)))
 lenient_back = Serializer.from_dict(Serializer.to_dict(lenient_dag))
 out["lenient"] = {
     "airflow": airflows_rendering(lenient, strict_context),
