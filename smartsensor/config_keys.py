@@ -407,8 +407,19 @@ KEYS: tuple[Key, ...] = (
         parse_float,
         "Days after its end a task instance, and the Airflow key of its try, are kept; an Airflow states poll for a "
         "key pruned answers unknown, so keep this far beyond any sensor's timeout. Also the days a table Airflow no "
-        "longer watches keeps its landings, and a landing whose partition left the catalog is kept.",
+        "longer watches keeps its landings, and a landing whose partition left the catalog is kept (with "
+        "forget_dropped_landings).",
         bounds=(1, 36500),
+    ),
+    Key(
+        "retention",
+        "forget_dropped_landings",
+        "false",
+        parse_bool,
+        "Let the landing publisher delete, once per interval, the settled landings older than max_age_days of "
+        "partitions its watched table no longer has. Off by default: a partition dropped and added again (a table "
+        "rebuilt, a replica that lost it for a while) is then a new landing and starts its consumers' runs again. "
+        "On, a watched table's outbox rows stay bounded by the partitions it has.",
     ),
     Key(
         "retention",

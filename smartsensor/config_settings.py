@@ -105,6 +105,7 @@ class RetentionSettings:
 
     enabled: bool
     max_age_days: float
+    forget_dropped_landings: bool
     interval: float
     batch_size: int
     time_budget: float

@@ -185,13 +185,14 @@ class LandingPublisher:
                 report.enqueued += added
 
     def _forget_dropped(self, uri: str, names: list[str], known: set[str], now: datetime) -> int:
-        """Once per ``[retention] interval`` per table (when ``[retention] enabled``): delete the settled outbox rows
+        """Once per ``[retention] interval`` per table (with ``[retention] enabled`` and ``forget_dropped_landings``,
+        off by default: a partition dropped and added again would be a new landing): delete the settled outbox rows
         older than ``max_age_days`` of the partitions the table no longer has (``names``: its listing just read),
         ``batch_size`` per statement; how many. Such a partition is never listed again unless it is made anew, a
         new landing; a publisher that has not read the outbox yet reads it before it lists (``enqueue``)."""
         retention = self.cfg.settings.retention
         last = self._forgot_at.get(uri)
-        if not retention.enabled or (last is not None and (now - last).total_seconds() < retention.interval):
+        if not (retention.enabled and retention.forget_dropped_landings) or (last is not None and (now - last).total_seconds() < retention.interval):
             return 0
         self._forgot_at[uri] = now
         present = set(names)

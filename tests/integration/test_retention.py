@@ -231,8 +231,8 @@ class Landings:
     """One worker's publisher over tables db.a and db.b, the test's clock, Airflow and catalog; ``restart`` makes a
     fresh publisher (nothing cached: it reads the outbox anew)."""
 
-    def __init__(self, tmp_path: Path, db_url: str) -> None:
-        self.cfg = landings_cfg(tmp_path, db_url)
+    def __init__(self, tmp_path: Path, db_url: str, **overrides: str) -> None:
+        self.cfg = landings_cfg(tmp_path, db_url, **overrides)
         self.engine = make_engine(db_url)
         init_db(self.engine)
         self.clock = Clock(T0)
@@ -310,23 +310,32 @@ def test_an_undelivered_landing_keeps_its_row_and_its_watch(landings: Landings) 
         assert "hive://meta:10000/db/b" in set(conn.execute(select(AW.c.uri)).scalars())
 
 
-def test_a_landing_whose_partition_left_the_table_is_forgotten_and_not_published_again(landings: Landings) -> None:
-    """A month after ds=1 was delivered, the table drops it: the publisher deletes its row, and neither it nor a
-    restarted publisher publishes it again; ds=2, still there, keeps its row. Made anew, it is a new landing."""
-    world = landings
-    world.cycle()
-    world.catalog["db.a"] += ["ds=1", "ds=2"]
-    assert world.cycle().delivered == 2
-    world.days(31)
-    world.catalog["db.a"].remove("ds=1")
-    world.clock.advance(3600)  # past [retention] interval since the last look
-    assert world.cycle().forgotten == 1
-    assert ("a", "ds=1") not in world.rows() and world.rows()[("a", "ds=2")] == DELIVERED
-    world.restart()
-    world.cycle()
-    assert world.airflow.events == Counter({(1, "1"): 1, (1, "2"): 1})
-    world.catalog["db.a"].append("ds=1")  # made anew: a landing
-    assert world.cycle().delivered == 1 and world.airflow.events[(1, "1")] == 2
+@pytest.mark.parametrize("forget", [False, True], ids=["by default", "forget_dropped_landings"])
+def test_a_landing_whose_partition_left_the_table_is_forgotten_only_when_asked(
+    tmp_path: Path, db_url: str, forget: bool
+) -> None:
+    """A month after ds=1 was delivered, the table drops it. By default its row stays: made again, ds=1 starts no
+    second run. With ``forget_dropped_landings`` the publisher deletes the row, and neither it nor a restarted
+    publisher publishes ds=1 again while the table lacks it; ds=2, still there, keeps its row; made anew, ds=1 is a
+    new landing."""
+    world = Landings(tmp_path, db_url, retention__forget_dropped_landings=str(forget).lower())
+    try:
+        world.cycle()
+        world.catalog["db.a"] += ["ds=1", "ds=2"]
+        assert world.cycle().delivered == 2
+        world.days(31)
+        world.catalog["db.a"].remove("ds=1")
+        world.clock.advance(3600)  # past [retention] interval since the last look
+        assert world.cycle().forgotten == (1 if forget else 0)
+        assert (("a", "ds=1") in world.rows()) is not forget and world.rows()[("a", "ds=2")] == DELIVERED
+        world.restart()
+        world.cycle()
+        assert world.airflow.events == Counter({(1, "1"): 1, (1, "2"): 1})
+        world.catalog["db.a"].append("ds=1")  # made anew: a landing only once its row was forgotten
+        assert world.cycle().delivered == (1 if forget else 0)
+        assert world.airflow.events[(1, "1")] == (2 if forget else 1)
+    finally:
+        world.engine.dispose()
 
 
 def test_serve_prunes_on_its_schedule(cfg: Any, engine: Engine, tmp_path: Path) -> None:
