@@ -192,7 +192,9 @@ class LandingPublisher:
         new landing; a publisher that has not read the outbox yet reads it before it lists (``enqueue``)."""
         retention = self.cfg.settings.retention
         last = self._forgot_at.get(uri)
-        if not (retention.enabled and retention.forget_dropped_landings) or (last is not None and (now - last).total_seconds() < retention.interval):
+        if not (retention.enabled and retention.forget_dropped_landings) or (
+            last is not None and (now - last).total_seconds() < retention.interval
+        ):
             return 0
         self._forgot_at[uri] = now
         present = set(names)

@@ -81,7 +81,7 @@ def test_a_worker_keeps_its_heartbeat_and_stops_on_sigterm_when_its_wall_clock_s
             seen: set[datetime | None] = set()
             clock.step(step)
 
-            def beats_again() -> bool:
+            def beats_again(seen: set[datetime | None] = seen) -> bool:
                 # after the step: three heartbeats recorded on the stepped clock (without the fix: none, an hour)
                 beat = heartbeat_at(engine, worker.proc.pid)
                 if beat is not None and abs((beat - datetime.now(beat.tzinfo)).total_seconds() - clock.offset) < 60:
