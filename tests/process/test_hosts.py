@@ -16,6 +16,8 @@ root with ``ip netns``. The module's bed (servers included) is started once for 
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
 import time
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import httpx
 import pytest
 
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
@@ -31,7 +34,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
-from tests.support.common import DAY, lease_owners, make_cfg, override_env, wait_until
+from tests.support.common import DAY, ROOT, lease_owners, make_cfg, override_env, wait_until
 from tests.support.fault_proxy import FaultProxy
 from tests.support.host_services import HostPostgres, start_metastore, stop_metastore
 from tests.support.hosts import Bed, Host, leftovers, unavailable
@@ -59,11 +62,14 @@ class Servers:
     pg: HostPostgres
     metastore: Config
     workers: list[Host]
+    serve: Host
+    client: Host
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    """The bed: hosts ``pg``, ``ms`` (the metastore service), ``w1`` and ``w2``; every server stopped and every
+    """The bed: hosts ``pg``, ``ms`` (the metastore service), ``w1`` and ``w2`` (workers), ``sv`` (`serve`) and ``af``
+    (the client playing Airflow); every server stopped and every
     namespace and link removed at the end, whatever happened."""
     bed = Bed()
     pg: HostPostgres | None = None
@@ -71,7 +77,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     try:
         pg = HostPostgres(bed.add("pg"))
         metastore = start_metastore(bed.add("ms"), tmp_path_factory.mktemp("metastore-home"))
-        yield Servers(bed, pg, metastore, [bed.add("w1"), bed.add("w2")])
+        yield Servers(bed, pg, metastore, [bed.add("w1"), bed.add("w2")], bed.add("sv"), bed.add("af"))
     finally:
         try:
             if metastore is not None:
@@ -177,7 +183,7 @@ def workload(servers: Servers, tmp_path: Path) -> Iterator[Workload]:
     try:
         yield work
     finally:
-        for host in servers.workers:
+        for host in [*servers.workers, servers.serve]:
             host.restore()
         for p in work.procs:
             p.kill()
@@ -338,3 +344,127 @@ def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload) 
         assert set(w1.pids()) == a_pids
     finally:
         proxy.close()
+
+
+TOKEN = "hosts-token"
+SERVE_PORT = 8794
+K = 4  # tries the client registers
+REGISTER_TIMEOUT, HOLD = 3.0, 8.0  # register_try's timeout and ?wait=: an attempt lasts at most their sum
+
+
+def healthy(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/api/v1/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_serve_host_cut_while_the_client_holds_registrations(workload: Workload) -> None:
+    work = workload
+    servers = work.servers
+    sv, af = servers.serve, servers.client
+    work.start_workers(servers.workers[0])
+    env = dict(work.worker_env(sv), SMARTSENSOR__API__TOKEN=TOKEN)
+    serve = CliProcess(
+        ["serve", "--host", sv.address, "--port", str(SERVE_PORT)],
+        env,
+        program=sv.command(sys.executable, "-m", "smartsensor.cli"),
+    )
+    work.procs.append(serve)
+    base = f"http://{sv.address}:{SERVE_PORT}"
+    wait_until(lambda: healthy(base), timeout=90, step=0.2)
+    serve_pids = set(sv.pids())
+    client = start_client(work, af, base, first=0, hold=HOLD)
+
+    def tries() -> dict[str, str]:
+        with work.engine.connect() as conn:
+            return {r.dag_id: r.state for r in task_sql.list_tasks(conn) if r.dag_id.startswith("af")}
+
+    def polled_ones() -> dict[str, str]:
+        return {d: st for d, st in tries().items() if int(d[2:]) >= K}
+
+    try:  # registered; their answers held by serve
+        wait_until(lambda: len(tries()) == K, timeout=90, step=0.1)
+    except AssertionError:
+        raise AssertionError(f"client: {client.seen} {client.stderr_tail()}\nserve: {serve.stderr_tail()}") from None
+    cut = time.monotonic()
+    sv.cut()
+    for i in range(K):  # the checks land while serve is cut off: the worker ends the tries meanwhile
+        work.metastore.land("t", "2026-11-22", f"{N + i:02d}")
+    wait_until(lambda: set(tries().values()) == {"success"} and len(tries()) == K, timeout=60, step=0.1)
+    ended = time.monotonic() - cut
+    # cut past an attempt's whole bound: each held registration has timed out and is being retried
+    time.sleep(max(0.0, REGISTER_TIMEOUT + HOLD + 2 - (time.monotonic() - cut)))
+    assert not [line for line in client.json_rounds() if line.get("event") == "registered"]
+    sv.restore()
+    back = time.monotonic()
+    cut_for = back - cut
+    done = client.wait_for(lambda line: '"done"' in line, timeout=120)
+    heard = time.monotonic() - back
+    events = client.json_rounds()
+    registered = {e["i"]: e for e in events if e["event"] == "registered"}
+    answered = {e["i"]: e for e in events if e["event"] == "answer"}
+    retried = [line for line in client.stderr_lines if "attempt" in line]
+    print(
+        f"\nserve host cut {cut_for:.1f} s under {K} held registrations (attempt bound "
+        f"{REGISTER_TIMEOUT + HOLD:g} s): tries ended by the worker {ended:.2f} s into the cut, every answer heard "
+        f"{heard:.2f} s after the link came back; {len(retried)} retried attempts; client done at "
+        f"{json.loads(done)['seconds']:.1f} s"
+    )
+    # every try's answer heard, none lost: by its registration's answer or by the poller
+    states = {i: (answered.get(i) or registered[i])["state"] for i in registered}
+    assert states == {i: "success" for i in range(K)}, events
+    assert not [e for e in events if e["event"] == "register_failed"], events
+    assert retried, client.stderr_tail()  # the held attempts did end (timed out) and were asked again
+    assert heard <= REGISTER_TIMEOUT + HOLD + 15 + 10, heard  # within an attempt and the longest back-off
+    assert set(sv.pids()) == serve_pids and serve.proc.poll() is None  # serve recovered as it was
+    assert healthy(base)
+
+    # The poller: K more tries registered without a held answer, then awaited by the shared StatesPoller, whose
+    # held states request (?wait=1) is under way when serve is cut
+    client = start_client(work, af, base, first=K, hold=0.0)
+    client.wait_for(lambda line: '"polling"' in line, timeout=90)
+    time.sleep(1.0)  # the poller's first request is held (FIRST_POLL_DELAY is 0.5 s)
+    cut = time.monotonic()
+    sv.cut()
+    for i in range(K, 2 * K):
+        work.metastore.land("t", "2026-11-22", f"{N + i:02d}")
+    wait_until(lambda: set(polled_ones().values()) == {"success"}, timeout=60, step=0.1)
+    time.sleep(max(0.0, 8.0 - (time.monotonic() - cut)))
+    assert not [e for e in client.json_rounds() if e.get("event") == "answer"]  # nothing heard while cut
+    sv.restore()
+    back = time.monotonic()
+    client.wait_for(lambda line: '"done"' in line, timeout=120)
+    polled_heard = time.monotonic() - back
+    events = client.json_rounds()
+    answers = {e["i"]: e["state"] for e in events if e["event"] == "answer"}
+    print(
+        f"serve host cut {back - cut:.1f} s under the poller's held states request: every answer heard "
+        f"{polled_heard:.2f} s after the link came back"
+    )
+    assert answers == {i: "success" for i in range(K, 2 * K)}, events
+    # TCP brings the held request's answer, or the next request asks again: well within the poller's own bound
+    # (its client's timeout, MAX_WAIT + 30 = 60 s, ends a request that never hears back)
+    assert polled_heard <= 60, polled_heard
+
+
+def start_client(work: Workload, af: Host, base: str, first: int, hold: float) -> CliProcess:
+    """The client host's Airflow stand-in (tests.support.airflow_client_host) on tries ``first``..``first + K``."""
+    args = {
+        "base_url": base,
+        "token": TOKEN,
+        "first": first,
+        "partitions": [f"{work.metastore.db}.t/ds=2026-11-22/hr={N + i:02d}" for i in range(first, first + K)],
+        "wait": hold,
+        "timeout": REGISTER_TIMEOUT,
+        "patience": 120.0,
+        "interval": 1.0,
+        "grace": None,
+    }
+    client = CliProcess(
+        [json.dumps(args)],
+        dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'providers' / 'airflow'}"),  # the provider, as in Airflow
+        program=af.command(sys.executable, "-m", "tests.support.airflow_client_host"),
+    )
+    work.procs.append(client)
+    return client
