@@ -42,6 +42,8 @@ from tests.support.liveness import Metastore
 from tests.support.proc_helpers import CliProcess, cli_env
 
 WHY_NOT = unavailable()
+# SMARTSENSOR_HOSTS_MATRIX=1: the bigger matrix (longer cuts, slow and lossy links), minutes more; CI runs the rest
+MATRIX = os.environ.get("SMARTSENSOR_HOSTS_MATRIX") == "1"
 pytestmark = [pytest.mark.slow, pytest.mark.fault, pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
 
 N = 16  # tasks, one partition each
@@ -254,7 +256,8 @@ class Watch:
         return self.violations
 
 
-def test_worker_host_cut_past_its_lease_is_fenced_and_taken_over(workload: Workload) -> None:
+@pytest.mark.parametrize("leases", [3, *([15] if MATRIX else [])])
+def test_worker_host_cut_past_its_lease_is_fenced_and_taken_over(workload: Workload, leases: int) -> None:
     work = workload
     w1, w2 = work.servers.workers
     a, b = work.start_workers(w1), work.start_workers(w2)
@@ -270,8 +273,8 @@ def test_worker_host_cut_past_its_lease_is_fenced_and_taken_over(workload: Workl
     landed.join(120)
     wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
     drained = time.monotonic() - cut
-    # keep it cut past 3 leases in all, whatever the drain took: its lease is long expired when it comes back
-    time.sleep(max(0.0, 3 * LEASE_TIMEOUT - (time.monotonic() - cut)))
+    # keep it cut past ``leases`` leases in all, whatever the drain took: its lease is long expired when it is back
+    time.sleep(max(0.0, leases * LEASE_TIMEOUT - (time.monotonic() - cut)))
     assert rounds_since(a, before_cut) == [] or all(not r["marked"] for r in rounds_since(a, before_cut))
     cut_for = time.monotonic() - cut
     w1.restore()
@@ -468,3 +471,35 @@ def start_client(work: Workload, af: Host, base: str, first: int, hold: float) -
     )
     work.procs.append(client)
     return client
+
+
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@pytest.mark.parametrize(("latency", "drop"), [(0.05, 0.0), (0.0, 0.02)], ids=["latency-50ms", "drops-2pc"])
+def test_slow_or_lossy_postgres_link_marks_each_task_once(workload: Workload, latency: float, drop: float) -> None:
+    """One worker host reaches PostgreSQL through the fault proxy, each chunk ``latency`` late or dropped (the
+    connection then breaks) with probability ``drop``; the other directly. Every task ends once, the slow host's
+    worker keeps running."""
+    work = workload
+    w1, w2 = work.servers.workers
+    pg = work.servers.pg
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        a, b = work.start_workers(w1, db_url=via_proxy), work.start_workers(w2)
+        both_serving(work, a, b)
+        proxy.latency, proxy.drop = latency, drop
+        watch = Watch(work)
+        started = time.monotonic()
+        landing = work.land_all_in_background(started)
+        landing.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=180, step=0.2)
+        drained = time.monotonic() - started
+        proxy.latency, proxy.drop = 0.0, 0.0
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        print(f"\nPostgreSQL link latency {latency} s, drops {drop}: {N} tasks ended {drained:.2f} s after landing")
+        assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        assert a.proc.poll() is None and b.proc.poll() is None
+    finally:
+        proxy.close()
