@@ -81,6 +81,19 @@ KEYS: tuple[Key, ...] = (
         bounds=(1, 3600),
     ),
     Key(
+        "core",
+        "sql_call_timeout",
+        "60",
+        parse_float,
+        "PostgreSQL: seconds one call to the metadata database (a statement, a commit, a pool's ping) may wait "
+        "for its answer; past that the process closes that connection itself and the call fails (a worker's "
+        "round or lease heartbeat then fails, is logged, and the next one reconnects). Bounds what no server "
+        "timeout and no TCP keepalive can: a connection that stalls without closing (a hung proxy or pooler, a "
+        "frozen server), whose peer still acknowledges every packet. Connecting is bounded apart, at 5 s. Every "
+        "smartsensor process but `db init` (a migration may run long) applies it.",
+        bounds=(1, DAY),
+    ),
+    Key(
         "smart_sensor",
         "use_smart_sensor",
         "True",

@@ -34,6 +34,7 @@ class CoreSettings:
 
     sql_alchemy_conn: str
     dag_file_import_timeout: float
+    sql_call_timeout: float
 
 
 @dataclass(frozen=True)

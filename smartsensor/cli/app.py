@@ -56,10 +56,15 @@ class App:
 
     def engine(self, require_schema: bool = True, worker: bool = False) -> Any:
         """The metadata DB engine. ``worker``: Postgres ends this process's sessions that sit idle inside
-        a transaction for lease_timeout, so a paused worker cannot hold the locks survivors need."""
+        a transaction for lease_timeout, so a paused worker cannot hold the locks survivors need. On PostgreSQL
+        every call waits at most ``[core] sql_call_timeout`` for its answer (``make_engine``'s ``call_timeout``)."""
         if self._engine is None:
             idle = self.cfg.settings.smart_sensor.lease_timeout if worker else None
-            self._engine = make_engine(self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home)
+            # `db init` (require_schema=False) alone runs without the call bound: a migration may run long.
+            bound = self.cfg.settings.core.sql_call_timeout if require_schema else None
+            self._engine = make_engine(
+                self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home, call_timeout=bound
+            )
         if require_schema:
             problem = schema_problem(current_revision(self._engine))
             if problem:

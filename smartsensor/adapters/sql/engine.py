@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import socket
 import threading
+import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -18,6 +23,9 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from smartsensor import schema
 
 MIGRATIONS_DIR = Path(schema.__file__).resolve().parent / "migrations"
+CONNECT_TIMEOUT = 5  # seconds libpq may take to connect (TCP, TLS, startup, authentication)
+
+log = logging.getLogger(__name__)
 
 
 class StatementCounter:
@@ -61,7 +69,103 @@ def normalize_url(url: str) -> URL:
     return parsed.set(drivername=driver) if driver else parsed
 
 
-def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home: Path | None = None) -> Engine:
+class CallWatchdog:
+    """Bounds each call to a PostgreSQL server (a statement, a commit, a rollback) at ``timeout`` seconds: past it,
+    the connection's socket is shut down from this watchdog's thread, so the call fails at once ("server closed the
+    connection unexpectedly", a disconnect the pool discards) instead of waiting forever.
+
+    libpq has no timeout of its own on a call's answer, and neither the server's timeouts nor TCP keepalives see a
+    connection that stalls without closing while its peer (a proxy, a pooler, a frozen server's kernel) still
+    acknowledges every packet: a worker's round and lease heartbeat then waited forever (issue 57, tests/process/
+    test_hosts.py). One daemon thread per watchdog, started at the first call, looking every ``timeout``/4 (at most
+    0.25 s)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._calls: dict[int, tuple[int, float]] = {}  # token -> (socket fd, deadline)
+        self._lock = threading.Lock()
+        self._next = 0
+        self._thread: threading.Thread | None = None
+        self.closed = 0  # connections shut down so far
+
+    @contextlib.contextmanager
+    def guard(self, dbapi_conn: Any) -> Iterator[None]:
+        """The block is one call on ``dbapi_conn``: its socket is shut down if the block lasts past the bound."""
+        fd = dbapi_conn.fileno()
+        with self._lock:
+            token = self._next
+            self._next += 1
+            self._calls[token] = (fd, time.monotonic() + self.timeout)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="sql-call-watchdog", daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls.pop(token, None)  # gone already if the watchdog shut the connection
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(0.25, self.timeout / 4))
+            now = time.monotonic()
+            with self._lock:  # a call that ends takes this lock first: its fd is never closed under us
+                for token, (fd, deadline) in list(self._calls.items()):
+                    if now >= deadline:
+                        del self._calls[token]
+                        self._shut(fd)
+
+    def _shut(self, fd: int) -> None:
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:  # the duplicate alone is closed; shutdown hits both
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:
+            log.warning("could not close a stalled connection to the metadata database: %s", exc)
+            return
+        self.closed += 1
+        log.warning(
+            "a call to the metadata database had no answer within %g s ([core] sql_call_timeout): its connection "
+            "is closed and the call fails",
+            self.timeout,
+        )
+
+
+def _guarded_connection_class(watchdog: CallWatchdog) -> type:
+    """A psycopg2 connection class whose calls (cursors' execute and executemany, commit, rollback) are bounded by
+    ``watchdog``."""
+    import psycopg2.extensions
+
+    class GuardedCursor(psycopg2.extensions.cursor):
+        def execute(self, query: Any, vars: Any = None) -> Any:
+            with watchdog.guard(self.connection):
+                return super().execute(query, vars)
+
+        def executemany(self, query: Any, vars_list: Any) -> Any:
+            with watchdog.guard(self.connection):
+                return super().executemany(query, vars_list)
+
+    class GuardedConnection(psycopg2.extensions.connection):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.cursor_factory = GuardedCursor
+
+        def commit(self) -> None:
+            with watchdog.guard(self):
+                super().commit()
+
+        def rollback(self) -> None:
+            with watchdog.guard(self):
+                super().rollback()
+
+    return GuardedConnection
+
+
+def make_engine(
+    url: str,
+    idle_in_transaction_timeout: float | None = None,
+    home: Path | None = None,
+    call_timeout: float | None = None,
+) -> Engine:
     """Create an engine; SQLite gets WAL and a busy timeout.
 
     On SQLite, pysqlite starts a transaction only before the first write of an ``engine.begin()`` block
@@ -77,6 +181,9 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
     (SIGSTOP, swapped out, stuck) mid-transaction would otherwise hold its row locks forever, and
     with them the lease rows the survivors need to take over. SQLite has no server to do this; see
     the README's HA section.
+
+    ``call_timeout`` (seconds, PostgreSQL with psycopg2 only): each call waits at most that long for its answer
+    (``CallWatchdog``; ``[core] sql_call_timeout``); connecting waits at most CONNECT_TIMEOUT.
     """
     parsed = normalize_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -92,13 +199,19 @@ def make_engine(url: str, idle_in_transaction_timeout: float | None = None, home
             cur.close()
     else:
         is_pg = parsed.get_backend_name() == "postgresql"
+        connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT} if is_pg else {}
+        watchdog = None
+        if is_pg and call_timeout and parsed.get_driver_name() == "psycopg2":
+            watchdog = CallWatchdog(call_timeout)
+            connect_args["connection_factory"] = _guarded_connection_class(watchdog)
         engine = _create(
             parsed,
             pool_pre_ping=True,
             pool_size=2,
             max_overflow=4,  # a worker: signal listener, heartbeat, wake-up round, write threads
-            connect_args={"connect_timeout": 5} if is_pg else {},
+            connect_args=connect_args,
         )
+        engine.call_watchdog = watchdog  # type: ignore[attr-defined]  # tests read what it closed
         if is_pg and idle_in_transaction_timeout:
             ms = max(1, round(idle_in_transaction_timeout * 1000))
 

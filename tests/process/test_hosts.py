@@ -1,0 +1,505 @@
+"""Several hosts for real (issue 57): PostgreSQL, the Hive metastore service, two worker hosts (`smartsensor
+workers`, thrift catalog backend) each in a network namespace of its own on one bridge (tests.support.hosts), and
+faults between them, each with its invariants checked while and after it runs:
+
+- a worker host cut off from everything for longer than its lease, then back, its processes never stopped: the
+  other host takes its ranges over and drains the backlog; back, the cut host writes nothing under its lost lease
+  (fencing by epoch), no task is marked twice, the cut host's worker recovers on its own (same process);
+- the connection from one worker host to PostgreSQL stalls without closing (tests.support.fault_proxy: no RST, no
+  FIN, the proxy's kernel still acknowledges): the worker's round and lease heartbeat end within
+  ``[core] sql_call_timeout`` instead of hanging forever (they did: smartsensor.adapters.sql.engine.CallWatchdog),
+  the other host takes over, and once new connections go through again the stalled worker recovers on its own.
+
+Recovery times are printed (``-s``) and kept in docs/deployment.md, "What several hosts survive". Skipped unless
+root with ``ip netns``. The module's bed (servers included) is started once for its tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
+from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.config import Config
+from smartsensor.sensors import NamedHivePartitionSensor
+from smartsensor.standalone.registration import register
+from tests.support.common import DAY, ROOT, lease_owners, make_cfg, override_env, wait_until
+from tests.support.fault_proxy import FaultProxy
+from tests.support.host_services import HostPostgres, start_metastore, stop_metastore
+from tests.support.hosts import Bed, Host, leftovers, unavailable
+from tests.support.liveness import Metastore
+from tests.support.proc_helpers import CliProcess, cli_env
+
+WHY_NOT = unavailable()
+# SMARTSENSOR_HOSTS_MATRIX=1: the bigger matrix (longer cuts, slow and lossy links), minutes more; CI runs the rest
+MATRIX = os.environ.get("SMARTSENSOR_HOSTS_MATRIX") == "1"
+pytestmark = [pytest.mark.slow, pytest.mark.fault, pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
+
+N = 16  # tasks, one partition each
+LEASE_TIMEOUT = 2.0
+CALL_TIMEOUT = 3.0  # [core] sql_call_timeout of the workers here
+SETTINGS = {
+    "smart_sensor__heartbeat_interval": "0.5",
+    "smart_sensor__lease_timeout": str(LEASE_TIMEOUT),
+    "smart_sensor__shards": "4",
+    "smart_sensor__catalog_backend": "thrift",
+    "core__sql_call_timeout": str(CALL_TIMEOUT),
+}
+
+
+@dataclass
+class Servers:
+    bed: Bed
+    pg: HostPostgres
+    metastore: Config
+    workers: list[Host]
+    serve: Host
+    client: Host
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """The bed: hosts ``pg``, ``ms`` (the metastore service), ``w1`` and ``w2`` (workers), ``sv`` (`serve`) and ``af``
+    (the client playing Airflow); every server stopped and every
+    namespace and link removed at the end, whatever happened."""
+    bed = Bed()
+    pg: HostPostgres | None = None
+    metastore: Config | None = None
+    try:
+        pg = HostPostgres(bed.add("pg"))
+        metastore = start_metastore(bed.add("ms"), tmp_path_factory.mktemp("metastore-home"))
+        yield Servers(bed, pg, metastore, [bed.add("w1"), bed.add("w2")], bed.add("sv"), bed.add("af"))
+    finally:
+        try:
+            if metastore is not None:
+                stop_metastore(metastore)
+            if pg is not None:
+                pg.close()
+        finally:
+            bed.close()
+            assert not leftovers(bed.tag), leftovers(bed.tag)
+
+
+@dataclass
+class Workload:
+    """N partition sensors registered in a new database of the bed's PostgreSQL; tables in a new metastore
+    database; what a worker host needs to run `smartsensor workers` on it."""
+
+    servers: Servers
+    tmp_path: Path
+    db_url: str
+    engine: Any
+    metastore: Metastore
+    procs: list[CliProcess]
+
+    def worker_env(self, host: Host, db_url: str | None = None) -> dict[str, str]:
+        env = override_env(dict(SETTINGS, spark__metastore_uris=self.servers.metastore.get("spark", "metastore_uris")))
+        return cli_env(self.tmp_path / host.name, db_url or self.db_url, **env)
+
+    def start_workers(self, host: Host, db_url: str | None = None) -> CliProcess:
+        """`smartsensor workers -n 1 --json` on ``host`` (its supervisor and one worker process)."""
+        program = host.command(sys.executable, "-m", "smartsensor.cli")
+        proc = CliProcess(
+            ["workers", "-n", "1", "--interval", "0.5", "--json"], self.worker_env(host, db_url), program=program
+        )
+        self.procs.append(proc)
+        return proc
+
+    def owners_by_host(self) -> dict[str, set[int]]:
+        """The ranges (lower bounds) each worker host holds now; ``None`` key: free."""
+        with self.engine.connect() as conn:
+            workers = {w["worker_id"]: w["pid"] for w in status_sql.list_workers(conn)}
+        pids = {host.name: set(host.pids()) for host in self.servers.workers}
+        held: dict[str, set[int]] = {}
+        for lo, owner in lease_owners(self.engine).items():
+            name = next((n for n, p in pids.items() if owner is not None and workers.get(owner) in p), None)
+            held.setdefault(str(name), set()).add(lo)
+        return held
+
+    def land_all_in_background(self, since: float) -> Landing:
+        """Land the N partitions, over thrift from the test process, in a thread (a loaded machine has taken 8 s:
+        the takeover is timed meanwhile); its ``seconds`` after ``since`` once done."""
+        landing = Landing(self, since)
+        landing.start()
+        return landing
+
+    def states(self) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            rows = task_sql.list_tasks(conn)
+        out: dict[str, int] = {}
+        for r in rows:
+            out[r.state] = out.get(r.state, 0) + 1
+        return out
+
+
+class Landing(threading.Thread):
+    """The N partitions landing, in a thread of the test; ``seconds`` after ``since`` once all are in."""
+
+    def __init__(self, work: Workload, since: float) -> None:
+        super().__init__(daemon=True)
+        self.work, self.since, self.seconds = work, since, float("nan")
+
+    def run(self) -> None:
+        for i in range(N):
+            self.work.metastore.land("t", "2026-11-22", f"{i:02d}")
+        self.seconds = time.monotonic() - self.since
+
+
+@pytest.fixture
+def workload(servers: Servers, tmp_path: Path) -> Iterator[Workload]:
+    db_url = servers.pg.new_database()
+    name = f"h{uuid.uuid4().hex[:10]}"
+    cfg = make_cfg(
+        tmp_path / "home", db_url, **SETTINGS, spark__metastore_uris=servers.metastore.get("spark", "metastore_uris")
+    )
+    engine = make_engine(db_url)
+    init_db(engine)
+    register(
+        engine,
+        [
+            (
+                f"d{i}",
+                NamedHivePartitionSensor(
+                    task_id="p", partition_names=[f"{name}.t/ds=2026-11-22/hr={i:02d}"], poke_interval=0.5, timeout=900
+                ),
+            )
+            for i in range(N)
+        ],
+        DAY,
+        cfg,
+    )
+    metastore = Metastore(servers.metastore, db=name)
+    metastore.create_tables(["t"], columns=("ds", "hr"))
+    work = Workload(servers, tmp_path, db_url, engine, metastore, [])
+    try:
+        yield work
+    finally:
+        for host in [*servers.workers, servers.serve]:
+            host.restore()
+        for p in work.procs:
+            p.kill()
+        metastore.close()
+        engine.dispose()
+
+
+def both_serving(work: Workload, a: CliProcess, b: CliProcess) -> None:
+    """Until both hosts hold ranges and each has run a round with its tasks loaded."""
+    wait_until(
+        lambda: {"w1", "w2"} <= work.owners_by_host().keys() and "None" not in work.owners_by_host(),
+        timeout=120,
+        step=0.2,
+    )
+    for proc in (a, b):
+        proc.wait_round(lambda r: r["loaded"] > 0 and not r.get("error"), timeout=120)
+
+
+def rounds_since(proc: CliProcess, index: int) -> list[dict[str, Any]]:
+    return proc.json_rounds()[index:]
+
+
+class Watch:
+    """The invariants checked while a fault runs, every 0.1 s in a thread of the test (at most ``MAX`` samples):
+    no lease epoch ever goes back; no task leaves ``success`` once there, none is in a state outside
+    ``ALLOWED``. ``stop`` ends it and returns the violations. (What the faulty host's worker reports is read after
+    the fault, from its rounds: its output lines are the main thread's to take.)"""
+
+    MAX = 3000
+    ALLOWED = {"smart_pending", "smart_running", "success"}
+
+    def __init__(self, work: Workload) -> None:
+        self.work = work
+        self.violations: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        epochs: dict[int, int] = {}
+        done: set[str] = set()
+        while not self._stop.wait(0.1) and self.samples < self.MAX:
+            self.samples += 1
+            try:
+                with self.work.engine.connect() as conn:
+                    leases = lease_sql.load_leases(conn)
+                    tasks = task_sql.list_tasks(conn)
+            except Exception as exc:  # noqa: BLE001 - recorded: the bed's own link to PostgreSQL is never cut
+                self.violations.append(f"could not read the database: {exc}")
+                continue
+            for row in leases:
+                if row.epoch < epochs.get(row.shard_min, 0):
+                    self.violations.append(f"range {row.shard_min}: epoch {row.epoch} after {epochs[row.shard_min]}")
+                epochs[row.shard_min] = row.epoch
+            for t in tasks:
+                if t.state not in self.ALLOWED:
+                    self.violations.append(f"{t.dag_id}: state {t.state}")
+                if t.dag_id in done and t.state != "success":
+                    self.violations.append(f"{t.dag_id}: {t.state} after success")
+                if t.state == "success":
+                    done.add(t.dag_id)
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        self._thread.join(10)
+        assert self.samples > 0
+        return self.violations
+
+
+@pytest.mark.parametrize("leases", [3, *([15] if MATRIX else [])])
+def test_worker_host_cut_past_its_lease_is_fenced_and_taken_over(workload: Workload, leases: int) -> None:
+    work = workload
+    w1, w2 = work.servers.workers
+    a, b = work.start_workers(w1), work.start_workers(w2)
+    both_serving(work, a, b)
+    a_pids = set(w1.pids())
+    before_cut = len(a.json_rounds())
+    cut = time.monotonic()
+    watch = Watch(work)
+    w1.cut()
+    landed = work.land_all_in_background(cut)
+    wait_until(lambda: work.owners_by_host().keys() == {"w2"}, timeout=60, step=0.1)
+    takeover = time.monotonic() - cut
+    landed.join(120)
+    wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+    drained = time.monotonic() - cut
+    # keep it cut past ``leases`` leases in all, whatever the drain took: its lease is long expired when it is back
+    time.sleep(max(0.0, leases * LEASE_TIMEOUT - (time.monotonic() - cut)))
+    assert rounds_since(a, before_cut) == [] or all(not r["marked"] for r in rounds_since(a, before_cut))
+    cut_for = time.monotonic() - cut
+    w1.restore()
+    back = time.monotonic()
+    # it recovers by itself: a clean round again, and its fair share of the ranges back (new epochs)
+    a.wait_round(lambda r: not r.get("error") and not r["partial"] and r["ranges"], timeout=120)
+    wait_until(lambda: "w1" in work.owners_by_host(), timeout=60, step=0.1)
+    recovered = time.monotonic() - back
+    a.settle()
+    b.settle()
+    assert watch.stop() == []
+    fenced = sum(r["fenced_out"] for r in rounds_since(a, before_cut))
+    print(
+        f"\nhost cut {cut_for:.1f} s (lease {LEASE_TIMEOUT:g} s; {N} partitions landed by {landed.seconds:.2f} s): "
+        f"takeover {takeover:.2f} s, backlog of {N} drained {drained:.2f} s after the cut, cut host serving again "
+        f"{recovered:.2f} s after the link came back ({fenced} of its rounds fenced out)"
+    )
+    # fenced: nothing the cut host did since the cut was written
+    assert a.marked() == 0 or all(not r["marked"] for r in rounds_since(a, before_cut)), a.marks_seen()
+    assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"  # none twice, none lost
+    assert set(w1.pids()) == a_pids  # the same processes: none restarted
+    assert takeover <= 3 * LEASE_TIMEOUT + 2, takeover
+
+
+def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload) -> None:
+    work = workload
+    w1, w2 = work.servers.workers
+    pg = work.servers.pg
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        a, b = work.start_workers(w1, db_url=via_proxy), work.start_workers(w2)
+        both_serving(work, a, b)
+        a_pids = set(w1.pids())
+        before = len(a.json_rounds())
+        stalled = time.monotonic()
+        watch = Watch(work)
+        proxy.stall()
+        landed = work.land_all_in_background(stalled)
+        wait_until(lambda: work.owners_by_host().keys() == {"w2"}, timeout=60, step=0.1)
+        takeover = time.monotonic() - stalled
+        landed.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+        drained = time.monotonic() - stalled
+        # the stalled worker's round must end (failing) within the call bound, not hang
+        # each call it makes waits at most CALL_TIMEOUT, each connection attempt CONNECT_TIMEOUT (5 s): a round of
+        # two ranges has taken 28 s (its load and bookkeeping, range by range, each a failed connection attempt)
+        a.wait_round(lambda r: bool(r.get("error")), timeout=120)
+        round_failed = time.monotonic() - stalled
+        wait_until(lambda: any("sql_call_timeout" in line for line in a.stderr_lines), timeout=30)
+        assert proxy.stalled_connections() >= 1
+        healed = time.monotonic()
+        proxy.heal()  # new connections go through; the stalled ones stay open and silent for good
+        a.wait_round(lambda r: not r.get("error") and not r["partial"] and r["ranges"], timeout=120)
+        recovered = time.monotonic() - healed
+        wait_until(lambda: "w1" in work.owners_by_host(), timeout=60, step=0.1)
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        fenced = sum(r["fenced_out"] for r in rounds_since(a, before))
+        print(
+            f"\nPostgreSQL connection stalled ({N} partitions landed by {landed.seconds:.2f} s): "
+            f"takeover {takeover:.2f} s, "
+            f"backlog of {N} drained {drained:.2f} s, stalled worker's round failed after {round_failed:.2f} s "
+            f"(bound {CALL_TIMEOUT:g} s per call), serving again {recovered:.2f} s after new connections went "
+            f"through ({fenced} of its rounds fenced out)"
+        )
+        assert all(not r["marked"] for r in rounds_since(a, before)), a.marks_seen()
+        assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        assert set(w1.pids()) == a_pids
+    finally:
+        proxy.close()
+
+
+TOKEN = "hosts-token"
+SERVE_PORT = 8794
+K = 4  # tries the client registers
+REGISTER_TIMEOUT, HOLD = 3.0, 8.0  # register_try's timeout and ?wait=: an attempt lasts at most their sum
+
+
+def healthy(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/api/v1/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_serve_host_cut_while_the_client_holds_registrations(workload: Workload) -> None:
+    work = workload
+    servers = work.servers
+    sv, af = servers.serve, servers.client
+    work.start_workers(servers.workers[0])
+    env = dict(work.worker_env(sv), SMARTSENSOR__API__TOKEN=TOKEN)
+    serve = CliProcess(
+        ["serve", "--host", sv.address, "--port", str(SERVE_PORT)],
+        env,
+        program=sv.command(sys.executable, "-m", "smartsensor.cli"),
+    )
+    work.procs.append(serve)
+    base = f"http://{sv.address}:{SERVE_PORT}"
+    wait_until(lambda: healthy(base), timeout=90, step=0.2)
+    serve_pids = set(sv.pids())
+    client = start_client(work, af, base, first=0, hold=HOLD)
+
+    def tries() -> dict[str, str]:
+        with work.engine.connect() as conn:
+            return {r.dag_id: r.state for r in task_sql.list_tasks(conn) if r.dag_id.startswith("af")}
+
+    def polled_ones() -> dict[str, str]:
+        return {d: st for d, st in tries().items() if int(d[2:]) >= K}
+
+    try:  # registered; their answers held by serve
+        wait_until(lambda: len(tries()) == K, timeout=90, step=0.1)
+    except AssertionError:
+        raise AssertionError(f"client: {client.seen} {client.stderr_tail()}\nserve: {serve.stderr_tail()}") from None
+    cut = time.monotonic()
+    sv.cut()
+    for i in range(K):  # the checks land while serve is cut off: the worker ends the tries meanwhile
+        work.metastore.land("t", "2026-11-22", f"{N + i:02d}")
+    wait_until(lambda: set(tries().values()) == {"success"} and len(tries()) == K, timeout=60, step=0.1)
+    ended = time.monotonic() - cut
+    # cut past an attempt's whole bound: each held registration has timed out and is being retried
+    time.sleep(max(0.0, REGISTER_TIMEOUT + HOLD + 2 - (time.monotonic() - cut)))
+    assert not [line for line in client.json_rounds() if line.get("event") == "registered"]
+    sv.restore()
+    back = time.monotonic()
+    cut_for = back - cut
+    done = client.wait_for(lambda line: '"done"' in line, timeout=120)
+    heard = time.monotonic() - back
+    events = client.json_rounds()
+    registered = {e["i"]: e for e in events if e["event"] == "registered"}
+    answered = {e["i"]: e for e in events if e["event"] == "answer"}
+    retried = [line for line in client.stderr_lines if "attempt" in line]
+    print(
+        f"\nserve host cut {cut_for:.1f} s under {K} held registrations (attempt bound "
+        f"{REGISTER_TIMEOUT + HOLD:g} s): tries ended by the worker {ended:.2f} s into the cut, every answer heard "
+        f"{heard:.2f} s after the link came back; {len(retried)} retried attempts; client done at "
+        f"{json.loads(done)['seconds']:.1f} s"
+    )
+    # every try's answer heard, none lost: by its registration's answer or by the poller
+    states = {i: (answered.get(i) or registered[i])["state"] for i in registered}
+    assert states == {i: "success" for i in range(K)}, events
+    assert not [e for e in events if e["event"] == "register_failed"], events
+    assert retried, client.stderr_tail()  # the held attempts did end (timed out) and were asked again
+    assert heard <= REGISTER_TIMEOUT + HOLD + 15 + 10, heard  # within an attempt and the longest back-off
+    assert set(sv.pids()) == serve_pids and serve.proc.poll() is None  # serve recovered as it was
+    assert healthy(base)
+
+    # The poller: K more tries registered without a held answer, then awaited by the shared StatesPoller, whose
+    # held states request (?wait=1) is under way when serve is cut
+    client = start_client(work, af, base, first=K, hold=0.0)
+    client.wait_for(lambda line: '"polling"' in line, timeout=90)
+    time.sleep(1.0)  # the poller's first request is held (FIRST_POLL_DELAY is 0.5 s)
+    cut = time.monotonic()
+    sv.cut()
+    for i in range(K, 2 * K):
+        work.metastore.land("t", "2026-11-22", f"{N + i:02d}")
+    wait_until(lambda: set(polled_ones().values()) == {"success"}, timeout=60, step=0.1)
+    time.sleep(max(0.0, 8.0 - (time.monotonic() - cut)))
+    assert not [e for e in client.json_rounds() if e.get("event") == "answer"]  # nothing heard while cut
+    sv.restore()
+    back = time.monotonic()
+    client.wait_for(lambda line: '"done"' in line, timeout=120)
+    polled_heard = time.monotonic() - back
+    events = client.json_rounds()
+    answers = {e["i"]: e["state"] for e in events if e["event"] == "answer"}
+    print(
+        f"serve host cut {back - cut:.1f} s under the poller's held states request: every answer heard "
+        f"{polled_heard:.2f} s after the link came back"
+    )
+    assert answers == {i: "success" for i in range(K, 2 * K)}, events
+    # TCP brings the held request's answer, or the next request asks again: well within the poller's own bound
+    # (its client's timeout, MAX_WAIT + 30 = 60 s, ends a request that never hears back)
+    assert polled_heard <= 60, polled_heard
+
+
+def start_client(work: Workload, af: Host, base: str, first: int, hold: float) -> CliProcess:
+    """The client host's Airflow stand-in (tests.support.airflow_client_host) on tries ``first``..``first + K``."""
+    args = {
+        "base_url": base,
+        "token": TOKEN,
+        "first": first,
+        "partitions": [f"{work.metastore.db}.t/ds=2026-11-22/hr={N + i:02d}" for i in range(first, first + K)],
+        "wait": hold,
+        "timeout": REGISTER_TIMEOUT,
+        "patience": 120.0,
+        "interval": 1.0,
+        "grace": None,
+    }
+    client = CliProcess(
+        [json.dumps(args)],
+        dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'providers' / 'airflow'}"),  # the provider, as in Airflow
+        program=af.command(sys.executable, "-m", "tests.support.airflow_client_host"),
+    )
+    work.procs.append(client)
+    return client
+
+
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@pytest.mark.parametrize(("latency", "drop"), [(0.05, 0.0), (0.0, 0.02)], ids=["latency-50ms", "drops-2pc"])
+def test_slow_or_lossy_postgres_link_marks_each_task_once(workload: Workload, latency: float, drop: float) -> None:
+    """One worker host reaches PostgreSQL through the fault proxy, each chunk ``latency`` late or dropped (the
+    connection then breaks) with probability ``drop``; the other directly. Every task ends once, the slow host's
+    worker keeps running."""
+    work = workload
+    w1, w2 = work.servers.workers
+    pg = work.servers.pg
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        a, b = work.start_workers(w1, db_url=via_proxy), work.start_workers(w2)
+        both_serving(work, a, b)
+        proxy.latency, proxy.drop = latency, drop
+        watch = Watch(work)
+        started = time.monotonic()
+        landing = work.land_all_in_background(started)
+        landing.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=180, step=0.2)
+        drained = time.monotonic() - started
+        proxy.latency, proxy.drop = 0.0, 0.0
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        print(f"\nPostgreSQL link latency {latency} s, drops {drop}: {N} tasks ended {drained:.2f} s after landing")
+        assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        assert a.proc.poll() is None and b.proc.poll() is None
+    finally:
+        proxy.close()
