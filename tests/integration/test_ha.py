@@ -157,8 +157,14 @@ def test_a_check_registered_on_a_landed_partition_succeeds_without_waiting_for_a
     tmp_path, db_url, spark, hive_db
 ) -> None:
     """On PostgreSQL a registration NOTIFYs the owning worker, whose wake-up round starts and pokes the new check
-    at once; rounds here run every 60 s, so only the wake-up can be this fast. (SQLite waits for the round.)"""
-    cfg, engine = new_db(tmp_path / "home", db_url, **LEASE)
+    at once; rounds here run every 60 s, so only the wake-up can be this fast. (SQLite waits for the round.) Its
+    lease outlasts a loaded machine's stalls: a lease lost and claimed again is a full round, not the wake-up (CI on
+    a machine 100% busy for 36 min once saw that with LEASE's 2 s)."""
+    cfg, engine = new_db(
+        tmp_path / "home",
+        db_url,
+        **{**LEASE, "smart_sensor__lease_timeout": "30", "smart_sensor__heartbeat_interval": "2"},
+    )
     create_table(spark, hive_db, "t")
     land(spark, hive_db, "t", ds="1", hr="00")
     register(
