@@ -39,7 +39,13 @@ WR = WorkerRound.__table__
 
 ENDED = State.FINISHED  # success, failed, skipped: never waiting, running, scheduled or up for retry
 TI_KEY: tuple[Column[Any], ...] = (TI.c.dag_id, TI.c.task_id, TI.c.execution_date)
-EX_KEY: tuple[Column[Any], ...] = (EX.c.dag_id, EX.c.task_id, EX.c.run_id, EX.c.map_index, EX.c.instance)  # its primary key
+EX_KEY: tuple[Column[Any], ...] = (
+    EX.c.dag_id,
+    EX.c.task_id,
+    EX.c.run_id,
+    EX.c.map_index,
+    EX.c.instance,
+)  # its primary key
 
 Key = tuple[Any, ...]
 
