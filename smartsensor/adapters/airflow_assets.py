@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import datetime
 from typing import Any
 
 import httpx
-
-from datetime import datetime
 
 from smartsensor.domain import clock
 from smartsensor.domain.landings import EventLookup, HiveAsset, PostOutcome, outcome_of_status, parse_hive_uri

@@ -22,13 +22,12 @@ from sqlalchemy import Connection, Engine, and_, case, delete, func, literal, or
 from sqlalchemy.dialects import postgresql, sqlite
 
 from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING, REJECTED, SENDING, SETTLED, UNDELIVERED
-
-UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an event found in Airflow, ends
-SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 from smartsensor.schema.models import AssetWatch, LandingOutbox, UtcDateTime
 
 AW = AssetWatch.__table__
 LO = LandingOutbox.__table__
+UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an event found in Airflow, ends
+SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 
 Ranges = Sequence[tuple[int, int]]  # shard ranges [lo, hi)
 
