@@ -27,6 +27,7 @@ Airflow holds events for it, each event a post the outbox counted.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -45,13 +46,14 @@ from scripts.airflow.stack import AirflowStack, version_of
 from smartsensor.adapters import metastore_service
 from smartsensor.config import Config
 from smartsensor.domain import clock
-from smartsensor.domain.landings import DELIVERED, partition_key
+from smartsensor.domain.landings import DELIVERED, LANDING_ID, SENDING, partition_key
 from smartsensor.schema.models import AssetWatch, LandingOutbox
 from smartsensor.service.signals import send_signal
 from smartsensor.service.status import LandingsStatus, collect_landings
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
+from tests.support.answer_hold import AnswerHold
 from tests.support.common import wait_until
 from tests.support.liveness import Metastore
 from tests.support.pg import database_unreachable
@@ -276,6 +278,99 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_through_faults(
     )
 
 
+KILLS = int(os.environ.get("SMARTSENSOR_KILL_MID_POST_REPEATS", "4"))
+
+
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("venv", AIRFLOW_33, ids=version_of)
+def test_a_worker_killed_while_its_post_is_in_flight_starts_no_second_run(
+    venv: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    service: Config,
+    airflow_databases: AirflowDatabases,
+) -> None:
+    """Issue 54: the workers reach Airflow through a proxy that can hold Airflow's answers to posted events
+    (tests/support/answer_hold.py). ``KILLS`` times: a partition lands on each consumed table; the first post goes
+    through, Airflow commits its event and answers, the answer is held (the worker waits for it, its row
+    ``sending``); then ``kill -9`` of every worker process, the proxy forwards again, the workers start again. The
+    next claimant of each row asks Airflow first: the event it holds makes the row delivered, never posted again.
+    Each landing then has exactly one event in Airflow (its ``extra`` naming its row) and each partitioned consumer
+    exactly one run per partition."""
+    prefix = f"hive://127.0.0.1:{service.get('spark', 'metastore_uris').rsplit(':', 1)[1]}/"
+    before = Metastore(service, DB)
+    try:  # the module's other test may have made them (their partitions are then this deployment's baseline)
+        databases = before.catalog.call("listing the databases", "get_all_databases")
+        there = set(before.catalog.call("listing the tables", "get_all_tables", DB)) if DB in databases else set()
+        before.create_tables([t for t in (DAILY, UNUSED) if t not in there])
+        before.create_tables([HOURLY] if HOURLY not in there else [], ("ds", "hr"))
+    finally:
+        before.close()
+    with (
+        AnswerHold() as proxy,
+        deployed(
+            venv,
+            airflow_databases,
+            tmp_for(tmp_path_factory, venv),
+            service,
+            DB,
+            (),
+            {"landings.py": DAGS.format(prefix=prefix, db=DB)},
+            CONSUMERS,
+            smartsensor_settings={"landings__assets_refresh_interval": "5", "landings__retry_max": "3"},
+            landings_prefix=prefix,
+            landings_via=proxy.via,
+        ) as deployment,
+    ):
+        run = FaultRun(deployment, service)
+        run.waiting("both consumed tables watched, their baselines taken", lambda: baselines(run.engine) == 2)
+        killed_sending = 0
+        for i in range(KILLS):
+            phase = run.pipeline.phase(f"killed mid-post {i + 1}")
+            held = proxy.held
+            proxy.hold()
+            run.pipeline.land(DAILY, f"2026-09-{i + 1:02d}", signal=True)
+            run.pipeline.land(HOURLY, f"2026-09-{i + 1:02d}", "01", signal=True)
+
+            def answer_held(before: int = held) -> bool:
+                return proxy.held > before
+
+            run.waiting("Airflow answered a post, the answer held", answer_held, step=0.02)
+            os.killpg(run.processes.procs["workers"].pid, signal.SIGKILL)
+            run.processes.stop(names=["workers"])
+            killed_sending += sum(1 for r in outbox_rows(run.engine) if r.state == SENDING)
+            proxy.forward()
+            deployment.start_workers()
+            phase.recovered = datetime.now(timezone.utc)
+            total = sum(1 for p in run.pipeline.phases for table, _ in p.landed if table != UNUSED)
+
+            def all_delivered(total: int = total) -> bool:
+                return run.delivered() == total
+
+            run.waiting(f"{phase.name}: every landing delivered", all_delivered)
+        run.waiting("every landing's runs queued", run.runs_queued, step=1.0)
+        found = runs(run.stack)
+        by_landing = airflow_events_by_landing(run.stack)
+        rows = outbox_rows(run.engine)
+        status = collect_landings(run.engine, clock.now())
+        lookups = lookup_answers(run.api_log)
+    assert killed_sending >= KILLS  # each kill left at least the row whose answer was held `sending`
+    assert all(n == 1 for n in by_landing.values()), by_landing  # one event per landing
+    delivered = {(r.uri.rsplit("/", 1)[1], r.key): r for r in rows if r.state == DELIVERED}
+    assert len(delivered) == 2 * KILLS and sorted(by_landing) == sorted(r.id for r in delivered.values())
+    for dag_id, table in PARTITIONED.items():
+        for key in run.pipeline.keys(table):
+            assert len(found[(dag_id, key)]) == 1, (dag_id, key, found[(dag_id, key)])  # one run per partition
+    looked_up = [r for r in delivered.values() if r.unknown_outcomes]
+    assert sum(1 for r in looked_up if r.posts == 0) >= KILLS  # the held posts: found in Airflow, never posted again
+    assert status.duplicates == 0 and status.unresolved == 0 and status.backlog == 0
+    print(
+        f"\nAirflow {version_of(venv)}: {KILLS} kills mid-post, {proxy.held} answers held; runs per partition per "
+        f"consumer: {sorted({len(v) for (d, _), v in found.items() if d in PARTITIONED})}; events per landing: "
+        f"{sorted(set(by_landing.values()))}; rows looked up: {len(looked_up)} (found in Airflow, not posted: "
+        f"{sum(1 for r in looked_up if r.posts == 0)}); look-ups answered: {lookups}"
+    )
+
+
 def assert_each_landing_published(
     pipeline: Landings,
     found: dict[tuple[str, str | None], list[datetime]],
@@ -320,8 +415,33 @@ def count_listings(log: Path) -> int:
     return len(re.findall(rf"cmd=\S+ get_partition(?:s)?_names(?:_ps)? : db={DB} ", log.read_text(errors="replace")))
 
 
+def lookup_answers(log: Path) -> dict[str, int]:
+    """``GET /api/v2/assets/events`` in the api-server's access log, by the status it answered."""
+    if not log.exists():
+        return {}
+    found: dict[str, int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if "GET path=/api/v2/assets/events" in line:
+            status = re.search(r"status(?:_code)?=(\d{3})", line)
+            key = status.group(1) if status else "?"
+            found[key] = found.get(key, 0) + 1
+    return found
+
+
+def airflow_events_by_landing(stack: AirflowStack) -> dict[int, int]:
+    """Asset events in Airflow's database by the outbox row their ``extra`` names (``smartsensor_landing_id``)."""
+    found: dict[int, int] = {}
+    for (extra,) in stack.rows("SELECT extra FROM asset_event"):
+        data = json.loads(extra) if isinstance(extra, str) else extra
+        landing = (data or {}).get(LANDING_ID)
+        if landing is not None:
+            found[int(landing)] = found.get(int(landing), 0) + 1
+    return found
+
+
 @dataclass(frozen=True)
 class OutboxRow:
+    id: int
     uri: str
     name: str
     state: str
@@ -334,7 +454,9 @@ def outbox_rows(engine: Engine) -> list[OutboxRow]:
     """Every outbox row."""
     lo = LandingOutbox.__table__
     with engine.connect() as conn:
-        query = select(lo.c.uri, lo.c.partition_name, lo.c.state, lo.c.posts, lo.c.unknown_outcomes, lo.c.partition_key)
+        query = select(
+            lo.c.id, lo.c.uri, lo.c.partition_name, lo.c.state, lo.c.posts, lo.c.unknown_outcomes, lo.c.partition_key
+        )
         return [OutboxRow(*r) for r in conn.execute(query)]
 
 
