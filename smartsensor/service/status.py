@@ -34,7 +34,7 @@ from smartsensor.service.status_report import (
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> StatusReport:
     """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
-    task waits past its time limit (``collect_stuck``: 2, or 4); 4 more with ``[landings] publish`` on (the
+    task waits past its time limit (``collect_stuck``: 2, or 4); 6 more with ``[landings] publish`` on (the
     outbox: ``collect_landings``)."""
     now = now or clock.now()
     ranges = cfg.resolved_shard_ranges
@@ -52,6 +52,11 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     shards = tuple(ShardRow(r.lo, r.hi, *waiting.per_range.get(i, (0, 0))) for i, r in enumerate(ranges))
     workers = tuple(_worker_round(w, now) for w in rounds)
     distinct = waiting.hashes
+    landings = (
+        collect_landings(engine, now, cfg.settings.landings.unknown_outcome_patience)
+        if cfg.settings.landings.publish
+        else None
+    )
     return StatusReport(
         leases=tuple(_lease_status(row, now) for row in leases),
         lease_workers=tuple(_live_worker(w, leases, now, cfg.settings.smart_sensor.lease_timeout) for w in live),
@@ -62,16 +67,12 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         shards=shards,
         workers=workers,
         stranded=stranded,
-        problems=tuple(round_problems(workers) + stuck_problems(stuck)),
+        problems=tuple(round_problems(workers) + stuck_problems(stuck) + landing_problems(landings)),
         stuck=stuck,
         zombies=tuple(
             Zombie(z.dag_id, z.task_id, z.execution_date, z.hostname, _age(now, z.updated_at)) for z in zombies
         ),
-        landings=(
-            collect_landings(engine, now, cfg.settings.landings.unknown_outcome_patience)
-            if cfg.settings.landings.publish
-            else None
-        ),
+        landings=landings,
     )
 
 
@@ -254,6 +255,19 @@ def stuck_problems(stuck: Stuck) -> list[str]:
         )
         out.append(f"{counted.count} task(s) {what[kind]}{where}")
     return out
+
+
+def landing_problems(landings: LandingsStatus | None) -> list[str]:
+    """A landing of unknown outcome past ``[landings] unknown_outcome_patience``, one line each (by name, the
+    longest unknown shown), and how many more there are."""
+    if landings is None:
+        return []
+    unknowable = [u for u in landings.unresolved_landings if u.unknowable]
+    return [
+        f"landing {u.landing_id} ({u.table} {u.partition}) of unknown outcome for {u.unknown_for:g} s: Airflow has "
+        f"not said whether it holds its event (not posted again until it does; last error: {u.last_error or '-'})"
+        for u in unknowable
+    ]
 
 
 def round_problems(workers: Sequence[WorkerRoundRow]) -> list[str]:

@@ -214,11 +214,12 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         engine.dispose()
 
 
-def status_with_landings(tmp_path: Path, db_url: str, engine: Engine, now: datetime) -> StatusReport:
+def status_with_landings(tmp_path: Path, db_url: str, engine: Engine, now: datetime, **overrides: str) -> StatusReport:
     """`status` as a host with ``[landings] publish`` on reports it (the publisher's settings need not work here)."""
     cfg = make_cfg(
         tmp_path / "status-home",
         db_url,
+        **overrides,
         landings__publish="true",
         landings__airflow_url="http://airflow:8080",
         landings__airflow_username="smartsensor",
@@ -374,6 +375,10 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         status = collect_landings(engine, clock(), patience=60)
         assert status.unresolved_landings[0].unknowable
         assert any("UNKNOWABLE so far" in line for line in landings_lines(status))
+        report = status_with_landings(tmp_path, db_url, engine, clock(), landings__unknown_outcome_patience="60")
+        assert [p for p in report.problems if p.startswith(f"landing {row['id']} (db.a ds=1) of unknown outcome")]
+        assert report.as_json()["landings"]["unresolved_landings"][0]["landing_id"] == row["id"]
+        assert "smartsensor_landings_unresolved 1.0" in render_metrics(report).decode()
         airflow.lookups_down = False
         clock.advance(20)
         found = two.cycle(ranges)
