@@ -173,6 +173,7 @@ def test_a_landing_s_events_are_looked_up_by_its_id_page_by_page_and_a_500_canno
 
     def answer(request: httpx.Request) -> httpx.Response:
         params = request.url.params
+        assert request.headers["Connection"] == "close"  # never reused: 3.3.2 resets a connection after its 500
         assert (params["asset_id"], params["timestamp_gte"], params["order_by"]) == (
             "7",
             "2026-11-27T03:00:00Z",
