@@ -397,6 +397,38 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         assert sorted(airflow.by_landing().values()) == [1, 1]
 
 
+def test_a_late_2xx_after_two_claims_lapsed_is_never_followed_by_a_third_post(tmp_path: Path, db_url: str) -> None:
+    """Issue 54's review: w1 posts and stalls, w2 takes the row over, w1's 2xx is counted, w2 dies, w3 comes. The
+    late 2xx settles the row delivered though w2 holds it: w2 (had it lived) would not post it, and w3 claims
+    nothing. One event."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        catalog["db.a"] += ["ds=1"]
+        one.enqueue(ranges, clock(), CycleReport())
+        (mine,) = landing_sql.claim_landings(engine, ranges, "w1", "t1", clock(), clock() + timedelta(seconds=30), 5)
+        airflow.mode = "freeze"
+        try:
+            one._attempt(mine, CONSUMED["db.a"], CycleReport())
+            raise AssertionError("the post did not go out")
+        except Frozen as frozen:
+            event = frozen.event_id
+        airflow.mode = "ok"
+        clock.advance(31)  # w1 stalls past its claim; w2 takes the row over
+        two = publisher(engine, one.cfg, airflow, catalog, "w2", clock)
+        (theirs,) = landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 5)
+        assert theirs.unknown_outcomes == 1
+        one.end_attempt(mine, PostOutcome("delivered", "", event), CycleReport())  # w1 wakes: its 2xx, counted
+        (row,) = outbox(engine)
+        assert (row["state"], row["posts"], row["event_id"], row["claim_token"]) == (DELIVERED, 1, event, None)
+        report = CycleReport()
+        two._attempt(theirs, CONSUMED["db.a"], report)  # had w2 lived: it does not post
+        assert report.lost_claims == 1 and airflow.lookups == 1 and airflow.by_landing() == {row["id"]: 1}
+        clock.advance(31)  # w2 dies; w3 comes after its claim lapsed
+        three = publisher(engine, one.cfg, airflow, catalog, "w3", clock)
+        assert three.cycle(ranges).claimed == 0
+        assert airflow.by_landing() == {row["id"]: 1} and collect_landings(engine, clock()).duplicates == 0
+
+
 def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_path: Path, db_url: str) -> None:
     """Three failed posts in a row end the cycle's batch: the rows it claimed and never posted are pending again at
     once, their attempt not counted, and none of them is an unknown outcome."""
