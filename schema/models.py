@@ -203,7 +203,8 @@ class LandingOutbox(Base):
     (uri, partition_name): a landing is enqueued once however many workers or cycles see it. A worker claims a row
     under a token until ``claimed_until``; only that claim's holder can end it. ``posts`` counts the 2xx answers
     Airflow gave for the row (more than one: a duplicate, visible), ``unknown_outcomes`` the attempts whose outcome
-    was never known (a timeout: a possible duplicate)."""
+    was never known (a timeout, a claim that lapsed), ``unknown_since`` when the row's outcome became unknown until
+    Airflow's answer, or its events looked up, settle it (migration 0010)."""
 
     __tablename__ = "landing_outbox"
 
@@ -224,6 +225,7 @@ class LandingOutbox(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     event_id: Mapped[int | None] = mapped_column(BigInteger)
+    unknown_since: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
     __table_args__ = (
         Index("outbox_landing", "uri", "partition_name", unique=True),

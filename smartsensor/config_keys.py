@@ -397,6 +397,16 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "landings",
+        "unknown_outcome_patience",
+        "3600",
+        parse_float,
+        "Seconds a landing whose post had an unknown outcome (a timeout, a worker killed mid-post) may wait for "
+        "Airflow to say whether it holds its event before `status` and the workers' log call it unknowable. It "
+        "keeps waiting past it: it is never posted again without Airflow's answer (no silent duplicate).",
+        bounds=(60, 30 * DAY),
+    ),
+    Key(
+        "landings",
         "batch",
         "200",
         parse_int,

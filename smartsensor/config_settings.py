@@ -97,6 +97,7 @@ class LandingsSettings:
     request_timeout: float
     retry_base: float
     retry_max: float
+    unknown_outcome_patience: float
     batch: int
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Iterable, Protocol, Sequence
 
 from smartsensor.domain.keys import CohortRows, Fence
-from smartsensor.domain.landings import HiveAsset, PostOutcome
+from smartsensor.domain.landings import EventLookup, HiveAsset, PostOutcome
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check, PartitionCheck
@@ -254,4 +254,10 @@ class AssetEvents(Protocol):
 
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
         """Post one asset event; what it came to (never raises for a failure of Airflow or of the way to it)."""
+        ...
+
+    def find_events(self, asset_id: int, since: datetime, marks: dict[str, Any]) -> EventLookup:
+        """The events of ``asset_id`` taken at or after ``since`` whose ``extra`` holds every item of ``marks``, or
+        that Airflow could not tell (bounded in time and pages; never raises for a failure of Airflow or of the way
+        to it)."""
         ...

@@ -54,7 +54,7 @@ def render_metrics(status: StatusReport, requests: Mapping[tuple[str, str, str],
 
 def _landing_gauges(registry: CollectorRegistry, landings: LandingsStatus) -> None:
     """The landing publisher's outbox (``[landings] publish`` on): rows by state, the backlog's oldest landing's
-    age, the duplicates known and the attempts of unknown outcome."""
+    age, the duplicates known, the attempts of unknown outcome and the landings still of unknown outcome."""
     rows = Gauge("smartsensor_landings", "Landing outbox rows by state", ["state"], registry=registry)
     for state, n in landings.by_state.items():
         rows.labels(state).set(n)
@@ -68,8 +68,14 @@ def _landing_gauges(registry: CollectorRegistry, landings: LandingsStatus) -> No
         ("duplicates", "Asset events Airflow took more than once (known)", landings.duplicates),
         (
             "unknown_outcomes",
-            "Posts whose outcome was never known (timeouts, lapsed claims): possible duplicates",
+            "Posts whose outcome was not known when they ended (timeouts, lapsed claims), each looked up in Airflow "
+            "before its landing is posted again",
             landings.unknown_outcomes,
+        ),
+        (
+            "unresolved",
+            "Landings of unknown outcome waiting for Airflow to say whether it holds their event (not posted again)",
+            landings.unresolved,
         ),
         ("watched_tables", "Tables watched for landings", landings.watched_tables),
     ):

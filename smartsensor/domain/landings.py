@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from smartsensor.domain.hashing import check_hashcode, shardcode_for
 
 # An outbox row's states. ``baseline``: present when its table was first watched, never published (unless
 # ``[landings] publish_existing``); ``pending``: to publish (now, or after its backoff); ``sending``: claimed by one
-# worker until ``claimed_until``; ``delivered``: Airflow answered 2xx; ``rejected``: Airflow can never take it (the
-# key is too long, a 4xx other than 401/403/404/408/409/429).
+# worker until ``claimed_until``; ``delivered``: Airflow answered 2xx, or holds the row's event (looked up after an
+# attempt of unknown outcome); ``rejected``: Airflow can never take it (the key is too long, a 4xx other than
+# 401/403/404/408/409/429).
 BASELINE, PENDING, SENDING, DELIVERED, REJECTED = "baseline", "pending", "sending", "delivered", "rejected"
 UNDELIVERED = (PENDING, SENDING)
 SETTLED = (BASELINE, DELIVERED, REJECTED)  # never posted again: the rows retention may delete (never an undelivered)
 CLAIMABLE = (PENDING, SENDING)  # a sending row is claimable once its claim lapsed (its worker died or stalled)
 
+LANDING_ID = "smartsensor_landing_id"  # the key of an event's ``extra`` that names its outbox row
+HIVE_PARTITION = "hive_partition"  # the key of an event's ``extra`` that holds the Hive partition's name
+# Seconds by which Airflow's clock may differ from the workers': a look-up of a row's events starts this much earlier.
+CLOCK_SKEW = 300.0
 KEY_DELIMITER = "|"  # ProductMapper's default delimiter in Airflow 3.3
 MAX_KEY_LENGTH = 250  # Airflow 3.3's ID_LEN: CreateAssetEventsBody.partition_key's max_length
 HIVE_SCHEME = "hive"
@@ -117,3 +123,25 @@ def outcome_of_status(status: int, detail: str, event_id: int | None = None) -> 
     if status in RETRY_STATUSES or status >= 500:
         return PostOutcome("retry", f"HTTP {status}: {detail}")
     return PostOutcome("rejected", f"HTTP {status}: {detail}")
+
+
+@dataclass(frozen=True)
+class EventLookup:
+    """What asking Airflow for one landing's events came to (``GET /api/v2/assets/events``). ``answered``: Airflow
+    answered for every event that could be the landing's, and ``event_ids`` are those whose ``extra`` names it
+    (none: Airflow does not hold it); not ``answered``: Airflow could not tell (down, a 5xx, too many events to
+    read), ``detail`` says why, and the row must not be posted again yet."""
+
+    answered: bool
+    event_ids: tuple[int, ...] = ()
+    detail: str = ""
+
+
+def lookup_since(unknown_since: datetime | None, landed_at: datetime, claim_seconds: float) -> datetime:
+    """The earliest time (Airflow's clock) at which an event of a row whose outcome became unknown at
+    ``unknown_since`` can have been taken: a post starts under a claim, at most ``claim_seconds`` before the claim
+    lapses or its timeout is seen, less ``CLOCK_SKEW``. A row without ``unknown_since`` (one from before migration
+    0010) is looked up from its landing."""
+    if unknown_since is None:
+        return landed_at - timedelta(seconds=CLOCK_SKEW)
+    return unknown_since - timedelta(seconds=claim_seconds + CLOCK_SKEW)

@@ -17,11 +17,15 @@ A worker's cycle (``LandingPublisher.cycle``, its ``landings`` side job, every `
    each to Airflow, and end it under the same claim: ``delivered``, ``pending`` again after a backoff, or
    ``rejected``. The oldest landings go first.
 
-The guarantee is at least once: a row is ``delivered`` only after Airflow answered 2xx, and a claim that lapses
-(a worker killed or stalled mid-post) makes the row claimable again. A post that may have reached Airflow without
-the row saying so (a timeout, a lapsed claim) is counted on the row (``unknown_outcomes``), and a 2xx answer
-beyond the row's first (a stalled worker posting after another took over) too (``posts``): a duplicate is never
-silent. `status` shows both, with the backlog and its oldest landing.
+A row whose earlier post may have reached Airflow (a timeout; a claim that lapsed with the row ``sending``: its
+worker was killed or stalled mid-post; counted in ``unknown_outcomes``, unknown since ``unknown_since``) is never
+posted again blindly: Airflow is asked first whether it holds an event whose ``extra`` names the row
+(``find_events``). Found: ``delivered``, not posted. Not found: posted. Airflow cannot tell (down, a 5xx): the row
+waits (a backoff) and is asked about again, however long that takes; `status` names it, with since when, and says
+so once it is past ``[landings] unknown_outcome_patience``. A 2xx read after the claim lapsed settles the row
+``delivered`` whoever holds it now, and a claim checks that it still holds the row just before it posts, so a row
+Airflow is known to hold is never posted again. What is left (docs/airflow.md, "The guarantee"): a post that
+reaches Airflow only after its claim lapsed and after another worker looked its event up.
 """
 
 from __future__ import annotations
@@ -41,9 +45,13 @@ from smartsensor.config import Config, read_secret_file
 from smartsensor.domain import clock as wall_clock
 from smartsensor.domain.landings import (
     BASELINE,
+    HIVE_PARTITION,
+    LANDING_ID,
     HiveAsset,
+    PostOutcome,
     backoff,
     key_problem,
+    lookup_since,
     partition_key,
     table_shardcode,
 )
@@ -80,6 +88,8 @@ class CycleReport:
     retried: int = 0
     rejected: int = 0
     lost_claims: int = 0  # attempts ended after their claim lapsed: another worker owns the row now
+    found: int = 0  # rows of unknown outcome whose event Airflow was found to hold: delivered, not posted again
+    unanswered: int = 0  # rows of unknown outcome Airflow could not say it holds: waiting, not posted
     released: int = 0  # claimed rows handed back unposted (Airflow kept failing, or the claim ran short)
     forgotten: int = 0  # settled rows deleted past [retention] max_age_days: their partitions left the table
     errors: list[str] = field(default_factory=list)
@@ -231,7 +241,9 @@ class LandingPublisher:
             failures = failures + 1 if failed else 0
 
     def _attempt(self, row: landing_sql.ClaimedLanding, asset_id: int | None, report: CycleReport) -> bool:
-        """Post one claimed row and end it under its claim; whether Airflow or the way to it failed."""
+        """Post one claimed row and end it under its claim; whether Airflow or the way to it failed. A row of
+        unknown outcome is looked up first (``_settled_by_lookup``); a row is posted only while its claim holds
+        it for at least a request's time more."""
         problem = key_problem(row.partition_key)
         if problem is not None or asset_id is None:
             why = problem or f"{row.uri} is no longer watched"
@@ -241,20 +253,76 @@ class LandingPublisher:
             else:
                 report.lost_claims += 1
             return False
+        if row.unknown_outcomes > 0:
+            settled = self._settled_by_lookup(row, asset_id, report)
+            if settled is not None:
+                return settled
+        if not landing_sql.holds(
+            self.engine, row.id, row.token, self.clock() + timedelta(seconds=self.settings.request_timeout)
+        ):  # the claim lapsed (or runs short: handed back), or a late 2xx settled the row: not posted
+            if landing_sql.release_unposted(self.engine, [row.id], row.token, self.clock()):
+                report.released += 1
+            else:
+                report.lost_claims += 1
+            return False
         extra: dict[str, Any] = {
-            "hive_partition": row.partition_name,
+            HIVE_PARTITION: row.partition_name,
             "landed_at": wall_clock.iso(row.landed_at) + "Z",
-            "smartsensor_landing_id": row.id,
+            LANDING_ID: row.id,
         }
-        outcome = self.events.post_event(asset_id, row.partition_key, extra)
+        return self.end_attempt(row, self.events.post_event(asset_id, row.partition_key, extra), report)
+
+    def _settled_by_lookup(self, row: landing_sql.ClaimedLanding, asset_id: int, report: CycleReport) -> bool | None:
+        """Ask Airflow whether it holds the event of a row whose earlier post had an unknown outcome. Found: the
+        row is ``delivered`` (False: not a failure). Airflow cannot tell: the row waits a backoff, not posted
+        (True: a failure). Not found: None, post it."""
+        since = lookup_since(row.unknown_since, row.landed_at, self.claim_seconds)
+        lookup = self.events.find_events(asset_id, since, {LANDING_ID: row.id, HIVE_PARTITION: row.partition_name})
+        now = self.clock()
+        if lookup.answered and lookup.event_ids:
+            if landing_sql.end_found(self.engine, row.id, row.token, now, lookup.event_ids[0]):
+                report.found += 1
+            else:
+                report.lost_claims += 1
+            many = f" ({len(lookup.event_ids)} events: a duplicate)" if len(lookup.event_ids) > 1 else ""
+            log.info(
+                "landings: %s %s: Airflow holds its event %d%s; not posted again",
+                row.uri,
+                row.partition_name,
+                lookup.event_ids[0],
+                many,
+            )
+            return False
+        if lookup.answered:
+            return None
+        delay = backoff(row.attempts, self.settings.retry_base, self.settings.retry_max, self.rng)
+        why = f"outcome unknown, asking Airflow: {lookup.detail}"
+        if landing_sql.end_unanswered(self.engine, row.id, row.token, now, now + timedelta(seconds=delay), why):
+            report.unanswered += 1
+        else:
+            report.lost_claims += 1
+        unknown_for = (now - row.unknown_since).total_seconds() if row.unknown_since else 0.0
+        past = unknown_for > self.settings.unknown_outcome_patience
+        report.errors.append(
+            f"{row.uri} {row.partition_key!r} (landing {row.id}): {why}"
+            + (
+                f"; unknown for {unknown_for:.0f} s, past [landings] unknown_outcome_patience: still not posted again"
+                if past
+                else ""
+            )
+        )
+        return True
+
+    def end_attempt(self, row: landing_sql.ClaimedLanding, outcome: PostOutcome, report: CycleReport) -> bool:
+        """End a posted row under its claim as ``outcome`` says; whether Airflow or the way to it failed."""
         if outcome.kind == "delivered":
             if landing_sql.end_delivered(self.engine, row.id, row.token, self.clock(), outcome.event_id):
                 report.delivered += 1
             else:
                 report.lost_claims += 1
                 log.warning(
-                    "landings: %s %s posted after this worker's claim lapsed: counted on the row (a duplicate if "
-                    "the worker that took it over posts it too)",
+                    "landings: %s %s posted after this worker's claim lapsed: counted on the row, which is delivered "
+                    "now (a duplicate only if the worker that took it over had posted it already)",
                     row.uri,
                     row.partition_name,
                 )

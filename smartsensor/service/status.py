@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from smartsensor.adapters.sql import landings as landing_sql, status as status_sql
 from smartsensor.config import Config
 from smartsensor.domain import clock
-from smartsensor.domain.landings import UNDELIVERED
+from smartsensor.domain.landings import UNDELIVERED, parse_hive_uri
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.timing import BadExecSettings, parse_exec
 from smartsensor.service.status_report import (
@@ -26,6 +26,7 @@ from smartsensor.service.status_report import (
     Stuck,
     StuckCount,
     StuckTask,
+    UnknownLanding,
     WorkerRoundRow,
     Zombie,
 )
@@ -33,7 +34,7 @@ from smartsensor.service.status_report import (
 
 def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> StatusReport:
     """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
-    task waits past its time limit (``collect_stuck``: 2, or 4); 4 more with ``[landings] publish`` on (the
+    task waits past its time limit (``collect_stuck``: 2, or 4); 6 more with ``[landings] publish`` on (the
     outbox: ``collect_landings``)."""
     now = now or clock.now()
     ranges = cfg.resolved_shard_ranges
@@ -51,6 +52,11 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     shards = tuple(ShardRow(r.lo, r.hi, *waiting.per_range.get(i, (0, 0))) for i, r in enumerate(ranges))
     workers = tuple(_worker_round(w, now) for w in rounds)
     distinct = waiting.hashes
+    landings = (
+        collect_landings(engine, now, cfg.settings.landings.unknown_outcome_patience)
+        if cfg.settings.landings.publish
+        else None
+    )
     return StatusReport(
         leases=tuple(_lease_status(row, now) for row in leases),
         lease_workers=tuple(_live_worker(w, leases, now, cfg.settings.smart_sensor.lease_timeout) for w in live),
@@ -61,19 +67,33 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
         shards=shards,
         workers=workers,
         stranded=stranded,
-        problems=tuple(round_problems(workers) + stuck_problems(stuck)),
+        problems=tuple(round_problems(workers) + stuck_problems(stuck) + landing_problems(landings)),
         stuck=stuck,
         zombies=tuple(
             Zombie(z.dag_id, z.task_id, z.execution_date, z.hostname, _age(now, z.updated_at)) for z in zombies
         ),
-        landings=collect_landings(engine, now) if cfg.settings.landings.publish else None,
+        landings=landings,
     )
 
 
-def collect_landings(engine: Engine, now: datetime) -> LandingsStatus:
-    """The landing publisher's outbox as `status` shows it (``adapters.sql.landings.read_outbox_summary``)."""
+def collect_landings(engine: Engine, now: datetime, patience: float = 3600.0) -> LandingsStatus:
+    """The landing publisher's outbox as `status` shows it (``adapters.sql.landings.read_outbox_summary``); a
+    landing of unknown outcome for longer than ``patience`` seconds (``[landings] unknown_outcome_patience``) is
+    shown as unknowable (it still waits)."""
     summary = landing_sql.read_outbox_summary(engine)
     oldest = summary.oldest_undelivered
+    unknown = tuple(
+        UnknownLanding(
+            landing_id=r.id,
+            table=_table_of(r.uri),
+            partition=r.partition_name,
+            unknown_since=r.unknown_since,
+            unknown_for=_age(now, r.unknown_since),
+            last_error=r.last_error,
+            unknowable=_age(now, r.unknown_since) > patience,
+        )
+        for r in summary.unresolved_rows
+    )
     return LandingsStatus(
         watched_tables=summary.watched_tables,
         by_state=dict(sorted(summary.by_state.items())),
@@ -82,7 +102,15 @@ def collect_landings(engine: Engine, now: datetime) -> LandingsStatus:
         oldest_age=_age(now, oldest) if oldest else None,
         duplicates=summary.duplicates,
         unknown_outcomes=summary.unknown_outcomes,
+        unresolved=summary.unresolved,
+        unresolved_landings=unknown,
     )
+
+
+def _table_of(uri: str) -> str:
+    """``db.table`` of a ``hive://host:port/db/table`` asset URI (the URI itself if it is not one)."""
+    parsed = parse_hive_uri(uri)
+    return f"{parsed[1]}.{parsed[2]}" if parsed else uri
 
 
 def _age(now: datetime, then: datetime) -> float:
@@ -229,6 +257,19 @@ def stuck_problems(stuck: Stuck) -> list[str]:
     return out
 
 
+def landing_problems(landings: LandingsStatus | None) -> list[str]:
+    """A landing of unknown outcome past ``[landings] unknown_outcome_patience``, one line each (by name, the
+    longest unknown shown), and how many more there are."""
+    if landings is None:
+        return []
+    unknowable = [u for u in landings.unresolved_landings if u.unknowable]
+    return [
+        f"landing {u.landing_id} ({u.table} {u.partition}) of unknown outcome for {u.unknown_for:g} s: Airflow has "
+        f"not said whether it holds its event (not posted again until it does; last error: {u.last_error or '-'})"
+        for u in unknowable
+    ]
+
+
 def round_problems(workers: Sequence[WorkerRoundRow]) -> list[str]:
     """What the workers' last rounds report going wrong, one line each (shown loudly by `status`)."""
     out: list[str] = []
@@ -317,7 +358,22 @@ def landings_lines(landings: LandingsStatus) -> list[str]:
         )
     if landings.duplicates or landings.unknown_outcomes:
         out.append(
-            f"landings published twice: {landings.duplicates} known; attempts of unknown outcome (possible "
-            f"duplicates): {landings.unknown_outcomes}"
+            f"landings published twice: {landings.duplicates} known; attempts whose outcome was unknown when they "
+            f"ended: {landings.unknown_outcomes} (each looked up in Airflow before its landing is posted again)"
+        )
+    if landings.unresolved:
+        out.append(
+            f"landings of unknown outcome, not posted again until Airflow says whether it holds their event: "
+            f"{landings.unresolved}"
+        )
+    for u in landings.unresolved_landings:
+        verdict = (
+            "UNKNOWABLE so far (past [landings] unknown_outcome_patience), still waiting"
+            if u.unknowable
+            else "asking Airflow"
+        )
+        out.append(
+            f"  landing {u.landing_id} {u.table} {u.partition}: outcome unknown since {clock.iso(u.unknown_since)} "
+            f"({u.unknown_for:g} s), {verdict}; last error: {u.last_error or '-'}"
         )
     return out

@@ -111,10 +111,28 @@ class Zombie:
 
 
 @dataclass(frozen=True)
+class UnknownLanding:
+    """A landing whose earlier post may have reached Airflow, not posted again until Airflow says whether it holds
+    its event: its outbox row (``landing_id``, the ``smartsensor_landing_id`` of its event's ``extra``), table and
+    partition, since when (``unknown_for`` seconds), the last error, and whether that is past ``[landings]
+    unknown_outcome_patience`` (``unknowable``: it still waits)."""
+
+    landing_id: int
+    table: str
+    partition: str
+    unknown_since: datetime
+    unknown_for: float
+    last_error: str | None
+    unknowable: bool
+
+
+@dataclass(frozen=True)
 class LandingsStatus:
     """The landing publisher's outbox (``[landings] publish``): the tables watched, its rows by state, the
     ``backlog`` (pending + sending) and its oldest landing (``oldest_age`` seconds ago), the ``duplicates`` known
-    (2xx answers past a row's first) and the attempts whose outcome was never known (possible duplicates)."""
+    (2xx answers past a row's first), the attempts whose outcome was not known when they ended (each since looked
+    up in Airflow before the row was posted again), and the landings whose outcome is still unknown (Airflow has
+    not answered the look-up yet), by name."""
 
     watched_tables: int
     by_state: Mapping[str, int]
@@ -123,6 +141,8 @@ class LandingsStatus:
     oldest_age: float | None
     duplicates: int
     unknown_outcomes: int
+    unresolved: int = 0  # landings of unknown outcome now, waiting for Airflow's answer
+    unresolved_landings: tuple[UnknownLanding, ...] = ()  # the longest unknown of them, by name
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import sys
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from scripts.airflow.stack import USER, AirflowStack, Processes, version_of
 from smartsensor.adapters.metastore_service_process import free_port
@@ -89,13 +89,15 @@ def deployed(
     smartsensor_settings: dict[str, str] | None = None,
     landings_prefix: str | None = None,
     airflow_env: dict[str, str] | None = None,
+    landings_via: Callable[[str], str] | None = None,
 ) -> Iterator[Deployment]:
     """smartsensor and Airflow (``venv``; its database a copy of one migrated by ``databases``) with the DAG files
     ``dags`` (file name → source), ``local_settings`` as ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and
     ``airflow_env`` added to Airflow's environment; the Hive tables ``db``.``tables`` created on the metastore
     service. ``smartsensor_settings`` (``section__option``) go to smartsensor's processes; ``landings_prefix``
     switches the landing publisher on (``[landings]``, Airflow 3: this stack's api-server, its admin user, the
-    ``hive://`` assets under that prefix). Waits until ``dag_ids`` are parsed."""
+    ``hive://`` assets under that prefix; ``landings_via`` maps the api-server's URL to the one the workers are given,
+    e.g. a proxy's). Waits until ``dag_ids`` are parsed."""
     (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), databases.new_pg(venv)
     processes = Processes(tmp / "logs")
     port = free_port()
@@ -115,7 +117,7 @@ def deployed(
         password_file.write_text(stack.password + "\n")
         settings.update(
             landings__publish="true",
-            landings__airflow_url=stack.url,
+            landings__airflow_url=landings_via(stack.url) if landings_via is not None else stack.url,
             landings__airflow_username=USER,
             landings__airflow_password_file=str(password_file),
             landings__asset_uri_prefix=landings_prefix,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,48 @@ def test_a_post_that_may_have_reached_airflow_is_unknown_one_that_never_left_is_
         handler, _ = _token_then(answer)
         outcome = _airflow(handler).post_event(1, "k", {})
         assert outcome.kind == kind and said in outcome.detail, (answer.__name__, outcome)
+
+
+def test_a_landing_s_events_are_looked_up_by_its_id_page_by_page_and_a_500_cannot_tell() -> None:
+    """``find_events``: the asset's events from ``since``, oldest first, page by page, those whose ``extra`` names
+    the landing; a 500 (3.3.2's answer while a run an event created has not started), a failure or more events than
+    the pages hold is "cannot tell", never "absent"."""
+    since = datetime(2026, 11, 27, 3, 0, tzinfo=timezone.utc)
+    events = [
+        {"id": 10 + i, "extra": {"smartsensor_landing_id": i % 4, "hive_partition": f"ds={i % 4}"}} for i in range(150)
+    ]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        params = request.url.params
+        assert request.headers["Connection"] == "close"  # never reused: 3.3.2 resets a connection after its 500
+        assert (params["asset_id"], params["timestamp_gte"], params["order_by"]) == (
+            "7",
+            "2026-11-27T03:00:00Z",
+            "timestamp",
+        )
+        offset, limit = int(params["offset"]), int(params["limit"])
+        return httpx.Response(200, json={"asset_events": events[offset : offset + limit], "total_entries": len(events)})
+
+    handler, calls = _token_then(answer)
+    found = _airflow(handler).find_events(7, since, {"smartsensor_landing_id": 3, "hive_partition": "ds=3"})
+    assert found.answered and found.event_ids == tuple(10 + i for i in range(150) if i % 4 == 3)
+    assert [c.url.params.get("offset") for c in calls] == [None, "0", "100"]
+    absent = _airflow(_token_then(answer)[0]).find_events(7, since, {"smartsensor_landing_id": 9})
+    assert absent.answered and absent.event_ids == ()
+
+    def started_none(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"detail": "Internal Server Error"})
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    def endless(request: httpx.Request) -> httpx.Response:
+        offset = int(request.url.params["offset"])
+        return httpx.Response(200, json={"asset_events": events[:100], "total_entries": 10_000 + offset})
+
+    for failing, said in ((started_none, "HTTP 500"), (refused, "ConnectError"), (endless, "more than 1000 events")):
+        lookup = _airflow(_token_then(failing)[0]).find_events(7, since, {"smartsensor_landing_id": 1})
+        assert not lookup.answered and said in lookup.detail, (failing.__name__, lookup)
 
 
 def test_no_token_means_nothing_was_posted_and_the_assets_call_raises() -> None:

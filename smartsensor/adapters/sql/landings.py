@@ -2,10 +2,12 @@
 (``landing_outbox``) that the workers publish to Airflow as asset events (ARCHITECTURE.md, "Schedule on landings").
 
 Every change of a row's state is a guarded update: a claim takes only rows still ``pending``, or ``sending`` under a
-claim that lapsed, and only at or after their ``next_attempt_at``; a claim's end (delivered, failed, rejected)
-matches the claim's token and ``sending``. So two workers, a retry or a worker that stalled past its claim never
-end a row they do not hold; what they did anyway (a post Airflow took after the claim lapsed) is counted on the
-row (``posts``), never lost. Values travel as bound parameters only.
+claim that lapsed, that no 2xx was counted for, and only at or after their ``next_attempt_at``; a claim's end
+(delivered, found in Airflow, failed, unanswered, rejected) matches the claim's token and ``sending``. So two
+workers, a retry or a worker that stalled past its claim never end a row they do not hold; what they did anyway (a
+post Airflow took after the claim lapsed) is counted on the row (``posts``) and settles it ``delivered`` whoever
+holds it now, never lost. A row whose outcome became unknown (a claim of a lapsed ``sending`` row, a timeout) keeps
+``unknown_since`` until an answer settles it. Values travel as bound parameters only.
 
 The functions on an ``Engine`` are the operations the services call, each in its own transaction; those on a
 ``Connection`` are the statements they are made of."""
@@ -24,6 +26,8 @@ from smartsensor.schema.models import AssetWatch, LandingOutbox, UtcDateTime
 
 AW = AssetWatch.__table__
 LO = LandingOutbox.__table__
+UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an event found in Airflow, ends
+SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 
 Ranges = Sequence[tuple[int, int]]  # shard ranges [lo, hi)
 
@@ -42,7 +46,9 @@ class WatchRow:
 
 @dataclass(frozen=True)
 class ClaimedLanding:
-    """An outbox row claimed for one attempt: what to post, and the claim's token that ends it."""
+    """An outbox row claimed for one attempt: what to post, and the claim's token that ends it. ``unknown_outcomes``
+    above 0: an earlier post may have reached Airflow (Airflow is asked before it is posted again), its outcome
+    unknown since ``unknown_since``."""
 
     id: int
     uri: str
@@ -51,6 +57,21 @@ class ClaimedLanding:
     attempts: int
     token: str
     landed_at: datetime
+    unknown_outcomes: int = 0
+    unknown_since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class UnknownOutcome:
+    """An undelivered row whose earlier post may have reached Airflow, not settled yet (Airflow did not answer the
+    look-up): which landing, since when, and the last error (the look-up's, or the post's)."""
+
+    id: int
+    uri: str
+    partition_name: str
+    state: str
+    unknown_since: datetime
+    last_error: str | None
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,8 @@ class OutboxSummary:
     duplicates: int
     unknown_outcomes: int
     watched_tables: int
+    unresolved: int = 0  # undelivered rows whose outcome is unknown now (``unknown_since`` set)
+    unresolved_rows: tuple[UnknownOutcome, ...] = ()  # the SHOWN_UNKNOWN longest unknown of them
 
 
 def _in_ranges(column: Any, ranges: Ranges) -> Any:
@@ -217,11 +240,14 @@ def claim_landings(
 ) -> list[ClaimedLanding]:
     """Claim up to ``limit`` due rows of ``ranges`` under ``token`` until ``until``, the oldest landings first: a
     ``pending`` row whose backoff is over, or a ``sending`` one whose claim lapsed (its attempt's outcome is then
-    unknown: counted). One transaction (2 statements: the candidates, then one guarded UPDATE … RETURNING the rows it
-    took; a row another worker took in between is not among them)."""
+    unknown: counted, and unknown since the lapsed claim's end unless it was already). Never a row a 2xx was counted
+    for (``posts``: settled ``delivered`` by ``end_delivered``; guarded here too). One transaction (2 statements: the
+    candidates, then one guarded UPDATE … RETURNING the rows it took; a row another worker took in between is not
+    among them)."""
     if not ranges or limit <= 0:
         return []
-    claimable = or_(LO.c.state == PENDING, and_(LO.c.state == SENDING, LO.c.claimed_until <= now))
+    lapsed = and_(LO.c.state == SENDING, LO.c.claimed_until <= now)
+    claimable = and_(or_(LO.c.state == PENDING, lapsed), LO.c.posts == 0)
     with engine.begin() as conn:
         ids = list(
             conn.execute(
@@ -244,10 +270,23 @@ def claim_landings(
                 claimed_until=until,
                 attempts=LO.c.attempts + 1,
                 unknown_outcomes=LO.c.unknown_outcomes + case((LO.c.state == SENDING, 1), else_=0),
+                unknown_since=case(
+                    (LO.c.state == SENDING, func.coalesce(LO.c.unknown_since, LO.c.claimed_until)),
+                    else_=LO.c.unknown_since,
+                ),
             )
-            .returning(LO.c.id, LO.c.uri, LO.c.partition_name, LO.c.partition_key, LO.c.attempts, LO.c.landed_at)
+            .returning(
+                LO.c.id,
+                LO.c.uri,
+                LO.c.partition_name,
+                LO.c.partition_key,
+                LO.c.attempts,
+                LO.c.landed_at,
+                LO.c.unknown_outcomes,
+                LO.c.unknown_since,
+            )
         ).all()
-    claimed = [ClaimedLanding(i, u, n, k, a, token, t) for i, u, n, k, a, t in taken]
+    claimed = [ClaimedLanding(i, u, n, k, a, token, t, uo, us) for i, u, n, k, a, t, uo, us in taken]
     return sorted(claimed, key=lambda c: (c.landed_at, c.id))
 
 
@@ -256,6 +295,7 @@ def _held(row_id: int, token: str) -> Any:
 
 
 _RELEASED = {"claim_token": None, "claimed_until": None}
+_SETTLED_NOW = {**_RELEASED, "unknown_since": None}  # an answer settled the row: nothing about it is unknown now
 
 
 def _unless_taken(state: str, now: datetime) -> dict[str, Any]:
@@ -270,16 +310,17 @@ def _unless_taken(state: str, now: datetime) -> dict[str, Any]:
 
 def end_delivered(engine: Engine, row_id: int, token: str, now: datetime, event_id: int | None) -> bool:
     """Airflow took the row's event: ``delivered``, if the claim still holds it. Else the claim lapsed: the post is
-    counted on the row all the same; a row back in ``pending`` (or ``rejected`` by a later attempt) that no post
-    had reached yet is ``delivered`` too (nobody holds it, and posting it again would only start a second run); a
-    row another worker holds now stays with that worker, a visible duplicate if its post lands too. Whether the
-    claim held. One transaction (1 statement, 2 or 3 when the claim was lost)."""
+    counted on the row all the same, and a row not ``delivered`` yet is ``delivered`` now, whoever holds it (back
+    in ``pending``, ``rejected`` by a later attempt, or claimed by another worker, whose end then finds its claim
+    gone and which does not post it: it checks its claim just before it posts); a row already ``delivered`` only
+    counts the post (a known duplicate). Each answer is counted once: one guarded statement or the other. Whether
+    the claim held. One transaction (1 statement, 2 or 3 when the claim was lost)."""
     with engine.begin() as conn:
         held = (
             conn.execute(
                 update(LO)
                 .where(_held(row_id, token))
-                .values(state=DELIVERED, delivered_at=now, event_id=event_id, posts=LO.c.posts + 1, **_RELEASED)
+                .values(state=DELIVERED, delivered_at=now, event_id=event_id, posts=LO.c.posts + 1, **_SETTLED_NOW)
             ).rowcount
             == 1
         )
@@ -287,21 +328,60 @@ def end_delivered(engine: Engine, row_id: int, token: str, now: datetime, event_
             return True
         settled = conn.execute(
             update(LO)
-            .where(LO.c.id == row_id, LO.c.state.in_((PENDING, REJECTED)), LO.c.posts == 0)
-            .values(state=DELIVERED, delivered_at=now, event_id=event_id, posts=1)
+            .where(LO.c.id == row_id, LO.c.state.in_(UNSETTLED))
+            .values(state=DELIVERED, delivered_at=now, event_id=event_id, posts=LO.c.posts + 1, **_SETTLED_NOW)
         ).rowcount
         if not settled:
             conn.execute(update(LO).where(LO.c.id == row_id).values(posts=LO.c.posts + 1))
         return False
 
 
+def end_found(engine: Engine, row_id: int, token: str, now: datetime, event_id: int) -> bool:
+    """Airflow holds the row's event (looked up after an attempt of unknown outcome): ``delivered`` with that event,
+    ``posts`` left as it is (the 2xx answers read). Like a late 2xx, it settles the row whoever holds it, unless
+    it is ``delivered`` already. Whether this claim still held it. One transaction (1 statement, 2 when the claim
+    was lost)."""
+    values = {"state": DELIVERED, "delivered_at": now, "event_id": event_id, **_SETTLED_NOW}
+    with engine.begin() as conn:
+        if conn.execute(update(LO).where(_held(row_id, token)).values(**values)).rowcount == 1:
+            return True
+        conn.execute(update(LO).where(LO.c.id == row_id, LO.c.state.in_(UNSETTLED)).values(**values))
+        return False
+
+
+def end_unanswered(
+    engine: Engine, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str
+) -> bool:
+    """Airflow could not say whether it holds the row's event: ``pending`` again until ``next_attempt_at``, not
+    posted, still of unknown outcome (``unknown_since`` kept), the error kept. Only under the claim that holds it;
+    whether it did (1 statement)."""
+    with engine.begin() as conn:
+        return (
+            conn.execute(
+                update(LO)
+                .where(_held(row_id, token))
+                .values(**_unless_taken(PENDING, now), next_attempt_at=next_attempt_at, last_error=error, **_RELEASED)
+            ).rowcount
+            == 1
+        )
+
+
+def holds(engine: Engine, row_id: int, token: str, until: datetime) -> bool:
+    """Whether ``token`` still holds the row, its claim lasting at least until ``until`` (checked just before a
+    post: a row whose claim lapsed, or that a late answer settled, is not posted) (1 statement)."""
+    with engine.connect() as conn:
+        found = conn.execute(select(LO.c.id).where(_held(row_id, token), LO.c.claimed_until >= until)).first()
+    return found is not None
+
+
 def end_failed(
     engine: Engine, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str, unknown: bool
 ) -> bool:
     """The attempt failed: back to ``pending`` until ``next_attempt_at``, the error kept; ``unknown``: Airflow may
-    have taken it (a timeout), counted. A row an earlier post already reached (a late 2xx counted in ``posts``) is
-    ``delivered`` instead: it is never posted again. Only under the claim that holds it; whether it did (1
-    statement)."""
+    have taken it (a timeout), counted, and unknown since ``now`` unless it was already (else the post's outcome is
+    known, and so is every earlier one: Airflow was asked before it). A row an earlier post already reached (a late
+    2xx counted in ``posts``) is ``delivered`` instead: it is never posted again. Only under the claim that holds
+    it; whether it did (1 statement)."""
     with engine.begin() as conn:
         return (
             conn.execute(
@@ -312,6 +392,7 @@ def end_failed(
                     next_attempt_at=next_attempt_at,
                     last_error=error,
                     unknown_outcomes=LO.c.unknown_outcomes + (1 if unknown else 0),
+                    unknown_since=func.coalesce(LO.c.unknown_since, literal(now, UtcDateTime())) if unknown else None,
                     **_RELEASED,
                 )
             ).rowcount
@@ -327,7 +408,7 @@ def end_rejected(engine: Engine, row_id: int, token: str, now: datetime, error: 
             conn.execute(
                 update(LO)
                 .where(_held(row_id, token))
-                .values(**_unless_taken(REJECTED, now), last_error=error, **_RELEASED)
+                .values(**_unless_taken(REJECTED, now), last_error=error, **_SETTLED_NOW)
             ).rowcount
             == 1
         )
@@ -348,8 +429,9 @@ def release_unposted(engine: Engine, row_ids: list[int], token: str, now: dateti
 
 
 def read_outbox_summary(engine: Engine) -> OutboxSummary:
-    """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, and the
-    tables watched. One connection (4 statements)."""
+    """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, the tables
+    watched, and the undelivered rows whose outcome is unknown now (how many; the ``SHOWN_UNKNOWN`` longest unknown
+    by name). One connection (6 statements)."""
     with engine.connect() as conn:
         by_state = {s: n for s, n in conn.execute(select(LO.c.state, func.count()).group_by(LO.c.state))}
         oldest = conn.execute(select(func.min(LO.c.landed_at)).where(LO.c.state.in_(UNDELIVERED))).scalar_one()
@@ -360,4 +442,13 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
             )
         ).one()
         watched = conn.execute(select(func.count()).select_from(AW)).scalar_one()
-    return OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched))
+        unsettled = and_(LO.c.state.in_(UNDELIVERED), LO.c.unknown_since.is_not(None))
+        unresolved = conn.execute(select(func.count()).select_from(LO).where(unsettled)).scalar_one()
+        rows = conn.execute(
+            select(LO.c.id, LO.c.uri, LO.c.partition_name, LO.c.state, LO.c.unknown_since, LO.c.last_error)
+            .where(unsettled)
+            .order_by(LO.c.unknown_since, LO.c.id)
+            .limit(SHOWN_UNKNOWN)
+        ).all()
+    shown = tuple(UnknownOutcome(*r) for r in rows)
+    return OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched), int(unresolved), shown)
