@@ -39,8 +39,9 @@ def test_counting_threads_and_a_reading_thread_lose_nothing_and_fail_nothing() -
     def read() -> None:
         try:
             while True:
+                done = written.is_set()  # read before the snapshot: the last snapshot follows every write
                 reads.append(sum(counts.snapshot().values()))
-                if written.is_set():
+                if done:
                     return
         except RuntimeError as exc:  # "dictionary changed size during iteration", had a read no lock
             failures.append(exc)
