@@ -8,7 +8,13 @@ service's first start (~2.5 s). Without a PostgreSQL server it stays on Derby.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 import uuid
+from pathlib import Path
+from typing import Any, Callable
 
 from sqlalchemy import create_engine, text
 
@@ -66,3 +72,32 @@ def drop_database(db_url: str, name: str) -> None:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         engine.dispose()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def on_a_database(argv: list[str], args: Any, module: str, run: Callable[[str, Any], int], keep: bool = False) -> int:
+    """A bench script's ``main``: ``run(url, args)`` on ``--db-url``, else on a fresh SQLite file, or with
+    ``--postgres`` on a database created for the run in the suite's throwaway PostgreSQL (``module`` run again under
+    scripts/pg.sh when there is none), dropped afterwards unless ``keep``."""
+    if args.db_url:
+        return run(args.db_url, args)
+    prefix = module.rsplit(".", 1)[-1]
+    if not args.postgres:
+        return run(f"sqlite:///{tempfile.mkdtemp(prefix=f'smartsensor-{prefix}-')}/{prefix}.db", args)
+    admin_url = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
+    if not admin_url:  # run again inside a bash that started a throwaway PostgreSQL, stopped on exit
+        script = (
+            'source scripts/env.sh && source scripts/pg.sh && trap stop_pg EXIT INT TERM && start_pg && "$0" -m '
+            f'{module} "$@"'
+        )
+        return subprocess.run(["bash", "-c", script, sys.executable, *argv], cwd=ROOT).returncode
+    name, url = create_database(admin_url, prefix=prefix)
+    try:
+        return run(url, args)
+    finally:
+        if keep:
+            print(f"kept: --db-url {url}")
+        else:
+            drop_database(admin_url, name)

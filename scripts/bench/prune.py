@@ -17,13 +17,9 @@ what the live rows take. Run it against the tree, e.g.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from sqlalchemy import Engine, func, select
 
@@ -34,7 +30,6 @@ from smartsensor.domain.states import State
 from smartsensor.schema.models import ExternalTask, TaskInstance
 from smartsensor.service.retention import prune
 
-ROOT = Path(__file__).resolve().parents[2]
 MB = 1024 * 1024
 TI = TaskInstance.__table__
 EX = ExternalTask.__table__
@@ -48,15 +43,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--postgres", action="store_true", help="A throwaway PostgreSQL (scripts/pg.sh).")
     parser.add_argument("--db-url", default=None, help="This empty database instead (SQLite in a temp folder).")
     return parser.parse_args(argv)
-
-
-def under_throwaway_postgres(argv: list[str]) -> int:
-    """Run this script again inside a bash that started a throwaway PostgreSQL (scripts/pg.sh), stopped on exit."""
-    script = (
-        'source scripts/env.sh && source scripts/pg.sh && trap stop_pg EXIT INT TERM && start_pg && "$0" -m '
-        'scripts.bench.prune "$@"'
-    )
-    return subprocess.run(["bash", "-c", script, sys.executable, *argv], cwd=ROOT).returncode
 
 
 def rows(engine: Engine) -> tuple[int, int]:
@@ -111,18 +97,7 @@ def run(db_url: str, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    admin_url = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
-    if args.db_url:
-        return run(args.db_url, args)
-    if not args.postgres:
-        return run(f"sqlite:///{tempfile.mkdtemp(prefix='smartsensor-prune-')}/prune.db", args)
-    if not admin_url:
-        return under_throwaway_postgres(argv)
-    name, url = bench_metastore.create_database(admin_url, prefix="prune")
-    try:
-        return run(url, args)
-    finally:
-        bench_metastore.drop_database(admin_url, name)
+    return bench_metastore.on_a_database(argv, args, "scripts.bench.prune", run)
 
 
 if __name__ == "__main__":

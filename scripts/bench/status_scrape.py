@@ -19,8 +19,6 @@ database a previous run filled (``--keep``) again, e.g. from a checkout of anoth
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +39,6 @@ from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.service.status import collect_status, collect_stuck
 
-ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)  # the scrape's clock: every row's times are relative to it
 DAY = datetime(2025, 12, 31, tzinfo=timezone.utc)
 TI = TaskInstance.__table__
@@ -83,15 +80,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "server of this script's own goes at exit).",
     )
     return parser.parse_args(argv)
-
-
-def under_throwaway_postgres(argv: list[str]) -> int:
-    """Run this script again inside a bash that started a throwaway PostgreSQL (scripts/pg.sh), stopped on exit."""
-    script = (
-        'source scripts/env.sh && source scripts/pg.sh && trap stop_pg EXIT INT TERM && start_pg && "$0" -m '
-        'scripts.bench.status_scrape "$@"'
-    )
-    return subprocess.run(["bash", "-c", script, sys.executable, *argv], cwd=ROOT).returncode
 
 
 def write_config(home: Path, db_url: str, shards: int) -> Config:
@@ -220,21 +208,7 @@ def run(db_url: str, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    admin_url = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
-    if args.db_url:
-        return run(args.db_url, args)
-    if not args.postgres:
-        return run(f"sqlite:///{tempfile.mkdtemp(prefix='smartsensor-status-scrape-')}/status.db", args)
-    if not admin_url:
-        return under_throwaway_postgres(argv)
-    name, url = bench_metastore.create_database(admin_url, prefix="status_scrape")
-    try:
-        return run(url, args)
-    finally:
-        if args.keep:
-            print(f"kept: --db-url {url}")
-        else:
-            bench_metastore.drop_database(admin_url, name)
+    return bench_metastore.on_a_database(argv, args, "scripts.bench.status_scrape", run, keep=args.keep)
 
 
 if __name__ == "__main__":
