@@ -369,3 +369,20 @@ def test_execution_dates_in_range_or_refused_clearly(when: datetime) -> None:
     from smartsensor.sensors.templating import template_context
 
     template_context(when)  # prev/next days and formats never overflow
+
+
+def test_a_render_waiting_off_cpu_is_not_refused_but_a_spinning_one_is() -> None:
+    """The render budget is the thread's CPU time: on a loaded machine a ``{{ ds }}`` once waited over a
+    second for a core and a good check was refused; a template that computes for a second still is."""
+    from smartsensor.sensors.templating import MAX_RENDER_SECONDS, render_value
+
+    def waits() -> str:  # stands for the GIL and the CPU held by others: wall time passes, this thread's CPU not
+        _time.sleep(MAX_RENDER_SECONDS * 1.5)
+        return "2026-11-22"
+
+    assert render_value("partition", "{{ waits() }}/{{ ds }}", {"waits": waits, "ds": "d"}) == "2026-11-22/d"
+    spin = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}"
+    began = _time.thread_time()
+    with pytest.raises(SensorDefinitionError, match="more than 1 s of CPU"):
+        render_value("partition", spin, {})
+    assert _time.thread_time() - began < MAX_RENDER_SECONDS + 2
