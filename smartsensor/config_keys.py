@@ -357,7 +357,18 @@ KEYS: tuple[Key, ...] = (
         "2",
         parse_float,
         "Seconds between two publishing cycles of a worker (list its watched tables, enqueue what landed, post "
-        "what is due).",
+        "what is due), where each cycle lists every watched table (catalog_backend thrift or spark, or "
+        "metastore_db without its feed).",
+        bounds=(0.1, 3600),
+    ),
+    Key(
+        "landings",
+        "change_record_interval",
+        "0.5",
+        parse_float,
+        "Seconds between two publishing cycles of a worker that follows the metastore's change record "
+        "(catalog_backend metastore_db with [catalog] metastore_db_feed): a cycle reads what the metastore added "
+        "since the last one in one statement, whatever the number of tables watched, so it can run more often.",
         bounds=(0.1, 3600),
     ),
     Key(

@@ -93,6 +93,7 @@ class LandingsSettings:
     asset_uri_prefix: str
     publish_existing: bool
     interval: float
+    change_record_interval: float
     assets_refresh_interval: float
     request_timeout: float
     retry_base: float

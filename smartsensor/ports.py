@@ -245,6 +245,26 @@ class BatchLister(PartitionLister, Protocol):
         ...
 
 
+class TableListings(Protocol):
+    """Every partition name of the tables a landing publisher watches, through the worker's catalog backend: by
+    listing each table every time, or, where the backend follows the metastore's change record
+    (``follows_changes``), only the tables whose partitions changed."""
+
+    follows_changes: bool
+
+    def listings(
+        self, tables: Sequence[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], list[str] | None | CheckError], int]:
+        """The escaped partition names (None: the table is missing; a CheckError: it could not be listed) of those
+        of ``tables`` whose partitions may have changed since a call last returned them (all of them, from a
+        backend that lists), and the catalog calls made. A table left out has the names it had."""
+        ...
+
+    def relist(self) -> None:
+        """The next call returns every table asked about (the caller lost what it read)."""
+        ...
+
+
 class AssetEvents(Protocol):
     """Airflow's side of the landing publisher: the watched assets, and one event per landed partition."""
 

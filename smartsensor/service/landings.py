@@ -55,17 +55,14 @@ from smartsensor.domain.landings import (
     partition_key,
     table_shardcode,
 )
-from smartsensor.ports import AssetEvents
-from smartsensor.sensors.errors import first_line
+from smartsensor.ports import AssetEvents, TableListings
+from smartsensor.sensors.errors import CheckError, first_line
 
 log = logging.getLogger(__name__)
 
 STALE_REFRESHES = 3  # a watched table Airflow has not listed for this many refreshes is no longer published
 EVER = datetime.min.replace(tzinfo=timezone.utc)  # every watch, however long since Airflow last listed it
 FAILING_IN_A_ROW = 3  # failed posts in a row that end a cycle's batch (the rest are handed back unposted)
-
-# A table's partition names through the worker's catalog backend (None: the table is missing).
-PartitionNames = Callable[[str, str], "list[str] | None"]
 
 
 def airflow_password(cfg: Config) -> str:
@@ -80,7 +77,8 @@ class CycleReport:
     """What one cycle did (logged at DEBUG; the tests read it)."""
 
     watched: int = 0
-    listed: int = 0
+    listed: int = 0  # tables whose names were read (following the change record: those that changed)
+    catalog_calls: int = 0  # calls to the catalog (metastore calls, or statements on its database)
     enqueued: int = 0
     baseline: int = 0
     claimed: int = 0
@@ -103,13 +101,15 @@ class LandingPublisher:
         engine: Engine,
         cfg: Config,
         events: AssetEvents,
-        partitions: PartitionNames,
+        listings: TableListings,
         owner: str,
         clock: Callable[[], datetime] = wall_clock.now,
         rng: random.Random | None = None,
     ) -> None:
-        self.engine, self.cfg, self.events, self.partitions, self.owner = engine, cfg, events, partitions, owner
+        self.engine, self.cfg, self.events, self.listings, self.owner = engine, cfg, events, listings, owner
         self.settings = cfg.settings.landings
+        # A cycle over the change record costs one catalog call whatever the tables: it can run more often.
+        self.interval = self.settings.change_record_interval if listings.follows_changes else self.settings.interval
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
         self.claim_seconds = cfg.settings.smart_sensor.lease_timeout  # a claim lapses as a lease does
@@ -162,15 +162,22 @@ class LandingPublisher:
         if only is not None:
             watches = [w for w in watches if (w.db, w.table) in only]
         report.watched = len(watches)
-        for watch in watches:
+        knowns: dict[str, set[str]] = {}
+        for watch in watches:  # read before the listing: a row retention deletes later is of a partition it lacks
             known = self._known.get(watch.uri)
-            if known is None:  # read before the listing: a row retention deletes later is of a partition it lacks
+            if known is None:
                 known = self._known[watch.uri] = landing_sql.read_outbox_names(self.engine, watch.uri)
-            try:
-                names = self.partitions(watch.db, watch.table)
-            except Exception as exc:  # noqa: BLE001 - one table's catalog failure must not stop the others
-                report.errors.append(f"listing {watch.db}.{watch.table}: {first_line(exc)}")
+            knowns[watch.uri] = known
+        listed, calls = self.listings.listings(list(dict.fromkeys((w.db, w.table) for w in watches)))
+        report.catalog_calls += calls
+        for watch in watches:
+            if (watch.db, watch.table) not in listed:
+                continue  # its partitions have not changed since it was last listed
+            names = listed[(watch.db, watch.table)]
+            if isinstance(names, CheckError):  # one table's catalog failure must not stop the others
+                report.errors.append(f"listing {watch.db}.{watch.table}: {first_line(names)}")
                 continue
+            known = knowns[watch.uri]
             report.listed += 1
             if names is None:
                 names = []  # the table is missing from the catalog: nothing landed (its baseline is empty)
@@ -366,6 +373,7 @@ class LandingPublisher:
                 self._failed(what, first_line(exc))
                 if what != "reading Airflow's assets":
                     self._known.clear()  # re-read from the outbox: a failed transaction may have left it unsure
+                    self.listings.relist()  # and every table listed again: a listing read may not be enqueued
                 continue
             if what in self._failing:
                 log.info("landings: %s works again", what)
@@ -393,20 +401,15 @@ def _key_or_blank(name: str) -> str:
         return ""
 
 
-def catalog_partition_names(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> PartitionNames:
-    """Every partition name of a table through the worker's catalog backend (``[smart_sensor] catalog_backend``):
-    the lister its rounds use, with a client of its own."""
+def catalog_table_listings(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> TableListings:
+    """The partition names of the watched tables through the worker's catalog backend (``[smart_sensor]
+    catalog_backend``), with a client of its own: following the metastore database's change record on
+    ``metastore_db`` with its feed, else listing each table."""
+    from smartsensor.adapters.catalog.table_listings import table_listings
     from smartsensor.service.round.poke import catalog_answerer
 
-    checker: Any = catalog_answerer(cfg, spark_provider)()  # a BatchChecker: its lister lists a whole table
-
-    def names(db: str, table: str) -> list[str] | None:
-        columns = checker.lister.types.fetch(db, table)
-        if columns is None:
-            return None
-        return checker.lister.list_rows(db, table, {}, columns)
-
-    return names
+    checker: Any = catalog_answerer(cfg, spark_provider)()  # a BatchChecker: the lister its rounds list through
+    return table_listings(checker.lister)
 
 
 def production_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:
@@ -418,4 +421,4 @@ def production_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPubl
     events = AirflowAssets(
         settings.airflow_url, settings.airflow_username, airflow_password(cfg), settings.request_timeout
     )
-    return LandingPublisher(engine, cfg, events, catalog_partition_names(cfg), owner)
+    return LandingPublisher(engine, cfg, events, catalog_table_listings(cfg), owner)

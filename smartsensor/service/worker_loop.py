@@ -165,14 +165,15 @@ class WorkerLoop:
     def side_jobs(self, jobs: PeriodicJobs) -> None:
         """Add this worker's side jobs to ``jobs``: the lease heartbeat every ``heartbeat_interval`` (the first one
         is ``start``'s own), the pruning of landing signals once a minute (the first at once) and, unless ``once``,
-        the stop-watch and, with a landing publisher, its cycle every ``[landings] interval`` (the first at once;
-        a landing signal on a watched table runs one at once too, ``_publish_on_signals``)."""
+        the stop-watch and, with a landing publisher, its cycle every ``[landings] interval``
+        (``change_record_interval`` when it follows the metastore's change record; the first at once; a landing
+        signal on a watched table runs one at once too, ``_publish_on_signals``)."""
         jobs.every("leases", self.cfg.settings.smart_sensor.heartbeat_interval, self.keep_leases)
         jobs.every("prune-signals", PRUNE_INTERVAL, self.prune_signals, at_once=True)
         if not self.once:
             jobs.every("stop-watch", STOP_WATCH_INTERVAL, self._watch_stop_requests)
         if self.landings is not None and not self.once:
-            jobs.every("landings", self.cfg.settings.landings.interval, self.publish_landings, at_once=True)
+            jobs.every("landings", self.landings.interval, self.publish_landings, at_once=True)
 
     def publish_landings(self, only: set[tuple[str, str]] | None = None) -> None:
         """One cycle of the landing publisher over the ranges held now (``only``: listing these tables alone), one at

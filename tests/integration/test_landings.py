@@ -18,7 +18,7 @@ from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -42,14 +42,15 @@ from smartsensor.domain.landings import (
     partition_key,
 )
 from smartsensor.schema.models import LandingOutbox
-from smartsensor.service.landings import CycleReport, LandingPublisher, catalog_partition_names
+from smartsensor.sensors.errors import CheckError, TransientCheckError
+from smartsensor.service.landings import CycleReport, LandingPublisher, catalog_table_listings
 from smartsensor.service.status import collect_landings, collect_status, landings_lines
 from smartsensor.service.status_report import StatusReport
 from tests.support.catalog_doubles import Clock
 from tests.support.common import T0, make_cfg
 from tests.support.hive_schema import HiveSchema
 from tests.support.model import run_model
-from tests.support.pg import PrivateServer, needs_test_pg, pg_engine
+from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database, pg_engine
 
 LO = LandingOutbox.__table__
 PREFIX = "hive://meta:10000/"
@@ -137,13 +138,31 @@ def landings_cfg(home: Path, url: str, **overrides: str) -> Config:
     return make_cfg(home, url, **{**LANDINGS_SETTINGS, **overrides})
 
 
-def listing(catalog: dict[str, list[str]]) -> Callable[[str, str], list[str] | None]:
-    """The catalog's partition names of a table as a publisher lists them (None: the catalog has no such table)."""
+class CatalogListings:
+    """A catalog that lists every table at every call (as the thrift and Spark backends do), by ``names``: a table's
+    partition names, None when it is missing; a CheckError it raises is that table's answer."""
 
-    def names(db: str, table: str) -> list[str] | None:
-        return list(catalog[f"{db}.{table}"]) if f"{db}.{table}" in catalog else None
+    follows_changes = False
 
-    return names
+    def __init__(self, names: Callable[[str, str], list[str] | None]) -> None:
+        self.names = names
+
+    def listings(self, tables: Sequence[tuple[str, str]]) -> tuple[dict[tuple[str, str], Any], int]:
+        out: dict[tuple[str, str], Any] = {}
+        for db, table in tables:
+            try:
+                out[(db, table)] = self.names(db, table)
+            except CheckError as exc:
+                out[(db, table)] = exc
+        return out, len(tables)
+
+    def relist(self) -> None:
+        """Every call lists every table."""
+
+
+def listing(catalog: dict[str, list[str]]) -> CatalogListings:
+    """The catalog's partition names of each table as a publisher lists them (None: the catalog has no such table)."""
+    return CatalogListings(lambda db, table: list(catalog[f"{db}.{table}"]) if f"{db}.{table}" in catalog else None)
 
 
 def publisher(
@@ -499,10 +518,11 @@ class OutboxModel(RuleBasedStateMachine):
     def _new(self, worker: str) -> LandingPublisher:
         def names(db: str, table: str) -> list[str] | None:
             if self.metastore == "down":
-                raise ConnectionError("the metastore database is unreachable")
-            return listing(self.replica if self.metastore == "behind" else self.catalog)(db, table)
+                raise TransientCheckError("the metastore database is unreachable")
+            listed = listing(self.replica if self.metastore == "behind" else self.catalog)
+            return listed.names(db, table)
 
-        return LandingPublisher(self.engine, self.cfg, self.airflow, names, worker, clock=self.clock)
+        return LandingPublisher(self.engine, self.cfg, self.airflow, CatalogListings(names), worker, clock=self.clock)
 
     def ranges(self, worker: str) -> list[tuple[int, int]]:
         return [r for r, w in self.owner.items() if w == worker]
@@ -763,7 +783,7 @@ def test_a_failover_of_the_metastore_database_loses_no_landing_and_publishes_non
     engine = make_engine(outbox_url)
     init_db(engine)
     clock, airflow, ranges = Clock(T0), AirflowDouble(), [(0, cfg.shard_code_upper_limit)]
-    worker = LandingPublisher(engine, cfg, airflow, catalog_partition_names(cfg), "w1", clock=clock)
+    worker = LandingPublisher(engine, cfg, airflow, catalog_table_listings(cfg), "w1", clock=clock)
     data = private_pg.folder / "data"
     replica = private_pg.folder / "replica"
 
@@ -788,7 +808,8 @@ def test_a_failover_of_the_metastore_database_loses_no_landing_and_publishes_non
         shutil.move(str(replica), str(data))
         private_pg.start()  # the replica promoted, at the primary's address
         listed = [cycle() for _ in range(2)]  # the lister's pooled connections went with the old server
-        assert listed[-1].listed == 2 and not listed[-1].errors, listed  # db.a, and db.b: not in this catalog
+        # Read again without an error (one statement: the change record; db.a unchanged, db.b not in this catalog)
+        assert not listed[-1].errors and listed[-1].catalog_calls == 1, listed
         assert sum(r.enqueued for r in listed) == 0  # ds=2 is not in the promoted catalog: nothing landed
         hive.add("db", "a", "ds=2", 3)  # the pipeline commits it again
         hive.add("db", "a", "ds=3", 4)
@@ -800,3 +821,62 @@ def test_a_failover_of_the_metastore_database_loses_no_landing_and_publishes_non
     assert airflow.events == Counter({(1, "1"): 1, (1, "2"): 1, (1, "3"): 1})
     states = {r["partition_name"]: r["state"] for r in outbox(engine)}
     assert states == {"ds=0": BASELINE, "ds=1": DELIVERED, "ds=2": DELIVERED, "ds=3": DELIVERED}, states
+
+
+# -- the change record: a cost per landing, not per table -----------------------------------------------------
+
+
+@needs_test_pg
+def test_following_the_change_record_costs_one_statement_a_cycle_whatever_the_tables_watched(tmp_path: Path) -> None:
+    """On ``metastore_db`` with its feed, a cycle reads what the metastore added since the last one in one statement
+    for all 300 watched tables: none listed while nothing lands, only the tables a partition landed on afterwards;
+    a watched table missing at first is published from its first partition once it is created."""
+    name, meta_url = new_pg_database()
+    meta = make_engine(meta_url)
+    tables = [f"t{i:03d}" for i in range(300)]
+    try:
+        hive = HiveSchema(meta)
+        for i, table in enumerate(tables):
+            hive.create_table("db", table, {"ds": "string"})
+            hive.add("db", table, "ds=0", i + 1)
+        outbox_url = f"sqlite:///{tmp_path / 'outbox.db'}"
+        cfg = landings_cfg(
+            tmp_path,
+            outbox_url,
+            smart_sensor__catalog_backend="metastore_db",
+            catalog__metastore_db_url=meta_url,
+            landings__batch="50",
+        )
+        engine = make_engine(outbox_url)
+        init_db(engine)
+        clock, airflow, ranges = Clock(T0), AirflowDouble(), [(0, cfg.shard_code_upper_limit)]
+        airflow.consumed = {f"db.{t}": i + 1 for i, t in enumerate(tables)} | {"db.later": 999}
+        worker = LandingPublisher(engine, cfg, airflow, catalog_table_listings(cfg), "w1", clock=clock)
+        assert worker.interval == cfg.settings.landings.change_record_interval == 0.5
+
+        def cycle() -> CycleReport:
+            clock.advance(3)
+            return worker.cycle(ranges)
+
+        first = cycle()
+        assert (first.baseline, first.listed, first.catalog_calls) == (300, 301, 2)  # the column types, the feed
+        idle = [cycle() for _ in range(3)]
+        assert [(r.catalog_calls, r.listed, r.enqueued, r.errors) for r in idle] == [(1, 0, 0, [])] * 3
+        hive.add("db", "t005", "ds=1", 1001)
+        hive.add("db", "t250", "ds=1", 1002)
+        hive.add("db", "t250", "ds=2", 1003)
+        landed = cycle()
+        assert (landed.catalog_calls, landed.listed, landed.enqueued, landed.delivered) == (1, 2, 3, 3)
+        assert airflow.events == Counter({(6, "1"): 1, (251, "1"): 1, (251, "2"): 1})
+        hive.create_table("db", "later", {"ds": "string"})
+        hive.add("db", "later", "ds=7", 1004)
+        seen = cycle()  # the feed shows the missing table has a partition: its columns are read next
+        assert (seen.catalog_calls, seen.listed, seen.enqueued) == (1, 0, 0)
+        created = cycle()
+        assert (created.catalog_calls, created.listed, created.enqueued, created.delivered) == (2, 1, 1, 1)
+        assert airflow.events[(999, "7")] == 1
+        assert [(r.catalog_calls, r.listed) for r in (cycle(), cycle())] == [(1, 0), (1, 0)]
+        engine.dispose()
+    finally:
+        meta.dispose()
+        drop_pg_database(name)

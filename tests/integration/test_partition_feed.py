@@ -17,6 +17,7 @@ from sqlalchemy import create_engine
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
+from smartsensor.adapters.catalog.table_listings import FollowingChanges
 from smartsensor.adapters.sql.engine import normalize_url
 from smartsensor.sensors.checks import PartitionCheck
 from tests.support.hive_schema import HiveSchema
@@ -346,6 +347,9 @@ class FeedMachine(RuleBasedStateMachine):
         self.clock = Clock()
         self.feed = PartitionFeed(verify_seconds=1e9, clock=self.clock)
         self.catalog = catalog_on(self.hive, self.feed)
+        # The landing publisher's view: a catalog of its own, read through the change record (FollowingChanges)
+        self.changes = FollowingChanges(catalog_on(self.hive, PartitionFeed(verify_seconds=1e9, clock=self.clock)))
+        self.view: dict[str, set[str]] = {}  # table → the names the publisher holds (replaced when returned)
         self.next_val = 1  # the sequence's next block (DataNucleus's SEQUENCE_TABLE), in the database
         self.blocks: list[list[int]] = [[] for _ in range(INSTANCES)]  # ids each instance still holds, in order
         self.open: list[dict[int, tuple[str, str]]] = [{} for _ in range(INSTANCES)]  # its uncommitted additions
@@ -357,6 +361,7 @@ class FeedMachine(RuleBasedStateMachine):
         if hasattr(self, "catalog"):
             FeedMachine.resets += self.feed.resets
             self.catalog.close()
+            self.changes.catalog.close()
 
     def present(self) -> dict[tuple[str, str], int]:
         """The database's partitions, read from it: the truth."""
@@ -447,6 +452,28 @@ class FeedMachine(RuleBasedStateMachine):
                 assert answers[check] is True and stale, (check, answers[check], present, self.log)
         assert self.feed.gaps_given_up == 0
         assert self.feed.high_water is not None and all(i <= self.feed.high_water for i in self.feed.gaps)
+
+    @invariant()
+    def the_change_record_misses_no_landing(self) -> None:
+        """The publisher's view through the change record holds every partition the database has, after one
+        statement per call (two at the first, with the column types; one more when it finds a reset); a table is
+        returned only when its names changed."""
+        if not hasattr(self, "changes"):
+            return
+        catalog = self.changes.catalog
+        assert catalog.feed is not None
+        sent, resets, verifies, first = catalog.statements, catalog.feed.resets, catalog.feed.verifies, not self.view
+        listed, calls = self.changes.listings([(DB, "events"), (DB, "logs")])
+        assert calls == catalog.statements - sent == 1 + first + (catalog.feed.resets - resets)
+        read_again = first or catalog.feed.resets != resets or catalog.feed.verifies != verifies
+        for (_, table), names in listed.items():
+            assert isinstance(names, list), names
+            assert read_again or set(names) != self.view.get(table), (table, "returned unchanged")
+            self.view[table] = set(names)
+        if first:
+            assert set(listed) == {(DB, "events"), (DB, "logs")}
+        for table, name in self.present():
+            assert name in self.view.get(table, set()), (table, name, self.view, self.log)
 
     @staticmethod
     def matches(check: PartitionCheck, key: tuple[str, str]) -> bool:

@@ -317,29 +317,62 @@ class MetastoreDbCatalog:
         listings: dict[Key, AnsweredListing | CheckError] = {}
         with self._lock:
             feed = self.feed if self.feed is not None else PartitionFeed()  # without the feed: a fresh memory
-            made = 0
-            for _ in range(2):  # a second time only when the database went back (the feed's reset)
-                made += 1
-                read = feed.plan(requests)
-                if self.feed is None:
-                    read = FeedRead(read.names, read.prefixes)
-                try:
-                    rows = self._statement(read, len(requests))
-                except CheckError as exc:
-                    return {(r.db, r.table): exc for r in requests}, made
-                start = next((part_id for kind, part_id, *_ in rows if kind == 2), None)
-                feed.absorb(
-                    read,
-                    ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 0),
-                    ((db, table, name) for kind, _, db, table, name in rows if kind == 1),
-                    start,
-                    ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 3),
-                )
-                if not feed.reset_pending:
-                    break
+            made, failed = self._read_round(feed, requests)
+            if failed is not None:
+                return {(r.db, r.table): failed for r in requests}, made
             for request in requests:
                 listings[(request.db, request.table)] = feed.listing(request)
         return listings, made
+
+    def list_changed(
+        self, tables: Sequence[tuple[Key, dict[str, str]]], seen: dict[Key, int]
+    ) -> tuple[dict[Key, list[str] | CheckError], int]:
+        """Every partition name of those of ``tables`` (each with its partition column types) whose partitions the
+        feed saw change since ``seen`` says they were last read (absent: never), in one statement; ``seen`` is
+        brought up to date. Without the feed, every table's names. Tables left out have the names they had: the
+        cost of a call is the round's one statement and the names that came in, not the tables asked about (a
+        table's first read, and every read after a verify or a reset, give all its names)."""
+        requests = [ListingRequest(db, table, columns, (), {}) for (db, table), columns in tables]
+        out: dict[Key, list[str] | CheckError] = {}
+        with self._lock:
+            feed = self.feed if self.feed is not None else PartitionFeed()
+            made, failed = self._read_round(feed, requests)
+            if failed is not None:
+                return {(r.db, r.table): failed for r in requests}, made
+            for request in requests:
+                key = (request.db, request.table)
+                serial = feed.changed_at(request.db, request.table)
+                if self.feed is not None and serial is not None and seen.get(key) == serial:
+                    continue
+                out[key] = feed.listing(request).names
+                if serial is not None:
+                    seen[key] = serial
+        return out, made
+
+    def _read_round(self, feed: PartitionFeed, requests: Sequence[ListingRequest]) -> tuple[int, CheckError | None]:
+        """The round's statement for ``requests`` into ``feed`` (once more when it finds the database went back:
+        the feed's reset); the statements made, and the error that stopped them. Under the lock."""
+        made = 0
+        for _ in range(2):
+            made += 1
+            read = feed.plan(requests)
+            if self.feed is None:
+                read = FeedRead(read.names, read.prefixes)
+            try:
+                rows = self._statement(read, len(requests))
+            except CheckError as exc:
+                return made, exc
+            start = next((part_id for kind, part_id, *_ in rows if kind == 2), None)
+            feed.absorb(
+                read,
+                ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 0),
+                ((db, table, name) for kind, _, db, table, name in rows if kind == 1),
+                start,
+                ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 3),
+            )
+            if not feed.reset_pending:
+                break
+        return made, None
 
     def _statement(self, read: FeedRead, count: int) -> list[Any]:
         """The round's one statement: ``read``'s look-ups, and the feed when it follows it."""

@@ -109,6 +109,7 @@ class _Table:
     prefixes: set[str] = field(default_factory=set)
     present: set[str] = field(default_factory=set)
     texts: dict[PartitionCheck, tuple[bool, str]] = field(default_factory=dict)
+    changed: int = 0  # the feed's serial when a name was last added here (or the memory started)
 
 
 class PartitionFeed:
@@ -139,6 +140,7 @@ class PartitionFeed:
         self._verify_next = False  # at the next plan: the feed gave ids up or went back (this round's answers,
         # read in the same statement as the look-ups, still hold, except after a reset)
         self._tables: dict[Key, _Table] = {}
+        self.serial = 0  # counts the changes to the tables' memories: a table's ``changed`` is one of these
         # This round's requests: each check's text, and the exact names and prefixes asked (plan → listing).
         self._asked: dict[Key, tuple[dict[PartitionCheck, tuple[bool, str]], set[str], set[str]]] = {}
 
@@ -189,7 +191,7 @@ class PartitionFeed:
         for db, table, name in found:
             state = self._tables.get((db, table))
             if state is not None:
-                state.present.add(name)
+                self._add(state, name)
         for db, table, name in read.names:
             self._tables[(db, table)].names.add(name)
         for db, table, prefix in read.prefixes:
@@ -204,10 +206,16 @@ class PartitionFeed:
             rows[part_id] = (of_db, table, name)
             state = self._tables.get((of_db, table)) if of_db is not None else None
             if state is not None:
-                state.present.add(name)
+                self._add(state, name)
         if rows:
             self.witnesses = {i: rows[i] for i in sorted(rows, reverse=True)[: self.max_witnesses]}
         self._advance(after, set(rows))
+
+    def _add(self, state: _Table, name: str) -> None:
+        if name not in state.present:
+            state.present.add(name)
+            self.serial += 1
+            state.changed = self.serial
 
     def _reset(self) -> None:
         """The database went back (a failover, a restore): forget what was read, and start the feed again below
@@ -275,6 +283,13 @@ class PartitionFeed:
         """Drop one table's coverage (it went missing, or a statement about it was refused)."""
         self._tables.pop((db, table), None)
 
+    def changed_at(self, db: str, table: str) -> int | None:
+        """The serial at which db.table's memory last changed (a name added, or the memory started again: after
+        a verify, a reset or a change of its columns); None when the feed keeps no memory of it. Equal serials
+        mean the same names: a table whose serial has not moved since it was last read needs no new read."""
+        state = self._tables.get((db, table))
+        return state.changed if state is not None else None
+
     def covered(self, db: str, table: str) -> tuple[set[str], set[str]]:
         """The names and prefixes of db.table looked up and followed since (empty when none)."""
         state = self._tables.get((db, table))
@@ -285,7 +300,8 @@ class PartitionFeed:
         key = (request.db, request.table)
         state = self._tables.get(key)
         if state is None or state.columns != columns:  # new, or its partition columns changed
-            state = self._tables[key] = _Table(columns)
+            self.serial += 1
+            state = self._tables[key] = _Table(columns, changed=self.serial)
         return state
 
     @staticmethod
