@@ -12,11 +12,11 @@ at the cost the backend allows.
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_types import TYPES_TTL_SECONDS
-from smartsensor.ports import AnsweredListing, BatchLister, ListingRequest, PartitionLister, TableListings
+from smartsensor.ports import AnsweredListing, ListingRequest, PartitionLister, PartitionTypeCache, TableListings
 from smartsensor.sensors.errors import CheckError
 
 Key = tuple[str, str]
@@ -53,18 +53,33 @@ class ListingEachTable:
         """Nothing to do: every call lists every table."""
 
 
+class Batches(Protocol):
+    """What ``ListingInBatches`` needs of a BatchLister (read-only mappings: the thrift backend's answers are
+    narrower than the port's)."""
+
+    @property
+    def types(self) -> PartitionTypeCache: ...
+
+    def fetch_types(self, tables: Sequence[Key]) -> tuple[Mapping[Key, Any], int]: ...
+
+    def list_tables(self, requests: Sequence[ListingRequest]) -> tuple[Mapping[Key, Any], int]: ...
+
+
 class ListingInBatches:
     """Every table listed in full at every call, through a BatchLister (thrift: ``parallelism`` tables at once)."""
 
     follows_changes = False
 
-    def __init__(self, lister: BatchLister) -> None:
+    def __init__(self, lister: Batches) -> None:
         self.lister = lister
 
     def listings(self, tables: Sequence[Key]) -> tuple[Listings, int]:
         out: Listings = {}
         unknown = [key for key in tables if self.lister.types.cached(*key) is None]
-        found, calls = self.lister.fetch_types(unknown) if unknown else ({}, 0)
+        found: Mapping[Key, Any] = {}
+        calls = 0
+        if unknown:
+            found, calls = self.lister.fetch_types(unknown)
         requests = []
         for key in tables:
             columns = found[key] if key in found else self.lister.types.cached(*key)
@@ -145,5 +160,5 @@ def table_listings(lister: PartitionLister) -> TableListings:
     if isinstance(lister, MetastoreDbCatalog) and lister.feed is not None:
         return FollowingChanges(lister)
     if hasattr(lister, "list_tables") and hasattr(lister, "fetch_types"):
-        return ListingInBatches(lister)  # type: ignore[arg-type]
+        return ListingInBatches(lister)  # type: ignore[arg-type]  # a BatchLister (thrift), checked by its methods
     return ListingEachTable(lister)
