@@ -200,11 +200,13 @@ UNDELIVERED_PREDICATE = "state IN ('pending', 'sending')"
 
 class LandingOutbox(Base):
     """One landed partition of a watched table, to be published once as an asset event (migration 0008). Unique by
-    (uri, partition_name): a landing is enqueued once however many workers or cycles see it. A worker claims a row
-    under a token until ``claimed_until``; only that claim's holder can end it. ``posts`` counts the 2xx answers
-    Airflow gave for the row (more than one: a duplicate, visible), ``unknown_outcomes`` the attempts whose outcome
-    was never known (a timeout, a claim that lapsed), ``unknown_since`` when the row's outcome became unknown until
-    Airflow's answer, or its events looked up, settle it (migration 0010)."""
+    (uri, partition_name, generation): a landing is enqueued once however many workers or cycles see it. A worker
+    claims a row under a token until ``claimed_until``; only that claim's holder can end it. ``posts`` counts the 2xx
+    answers Airflow gave for the row (more than one: a duplicate, visible), ``unknown_outcomes`` the attempts whose
+    outcome was never known (a timeout, a claim that lapsed), ``unknown_since`` when the row's outcome became unknown
+    until Airflow's answer, or its events looked up, settle it (migration 0010). ``generation`` numbers the landings of
+    one partition name (a partition dropped and added again, published again by choice: ``[landings]
+    publish_recreated``), ``part_id`` is the metastore's id of the partition it was (migration 0011)."""
 
     __tablename__ = "landing_outbox"
 
@@ -226,9 +228,11 @@ class LandingOutbox(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     event_id: Mapped[int | None] = mapped_column(BigInteger)
     unknown_since: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    part_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
-        Index("outbox_landing", "uri", "partition_name", unique=True),
+        Index("outbox_landing", "uri", "partition_name", "generation", unique=True),
         Index(
             "outbox_undelivered",
             "shardcode",

@@ -353,16 +353,7 @@ def load_config(cli_path: str | None = None, environ: Mapping[str, str] | None =
     for key, text in raw.items():
         spec = KEY_INDEX[key]
         text = text.replace("{SMARTSENSOR_HOME}", str(home))
-        try:
-            values[key] = spec.parse(text)
-        except ValueError:
-            kinds: dict[Callable[[str], Any], str] = {
-                parse_int: "an integer",
-                parse_float: "a number",
-                parse_bool: "a boolean",
-            }
-            kind = kinds.get(spec.parse, "valid")
-            raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {_shown(text)}") from None
+        values[key] = _parsed(key, spec.parse, text)
     cfg = Config(values=values, home=home, path=path, file_found=file_found, warnings=warnings)
     _validate(cfg)
     for w in warnings:
@@ -405,6 +396,22 @@ def _validate(cfg: Config) -> None:
     cfg.resolved_catalog_backend  # noqa: B018 - read to validate: raises ConfigError for an unknown backend, or thrift without metastore_uris
 
 
+def _parsed(key: tuple[str, str], parse: Callable[[str], Any], text: str) -> Any:
+    """``text`` parsed for ``key``; a ConfigError naming the key and what it must be."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        kinds: dict[Callable[[str], Any], str] = {
+            parse_int: "an integer",
+            parse_float: "a number",
+            parse_bool: "a boolean",
+        }
+        kind = kinds.get(parse)
+        if kind is None:  # a parser of its own says what is wrong
+            raise ConfigError(f"[{key[0]}] {key[1]}: {exc}") from None
+        raise ConfigError(f"[{key[0]}] {key[1]} must be {kind}, got {_shown(text)}") from None
+
+
 def _validate_landings(cfg: Config) -> None:
     """With ``[landings] publish`` on: where Airflow is, who posts, which assets, and retries that grow."""
     from smartsensor.domain.landings import parse_hive_uri
@@ -427,6 +434,13 @@ def _validate_landings(cfg: Config) -> None:
         raise ConfigError(
             f"[landings] request_timeout ({landings.request_timeout:g}) must be under [smart_sensor] lease_timeout "
             f"({lease:g}) less 1 s: a post must end before its claim, a lease timeout long, lapses"
+        )
+    following = cfg.resolved_catalog_backend == "metastore_db" and cfg.settings.catalog.metastore_db_feed
+    if landings.publish_recreated and not following:
+        raise ConfigError(
+            "[landings] publish_recreated needs the metastore's change record to tell a partition dropped and added "
+            "again from one kept: [smart_sensor] catalog_backend = metastore_db with [catalog] metastore_db_feed = "
+            "true (a listing backend sees the same name either way)"
         )
     if landings.retry_max < landings.retry_base:
         raise ConfigError(

@@ -46,6 +46,18 @@ def parse_list(raw: str) -> list[str]:
     return [item.strip() for item in raw.replace("\n", ",").split(",") if item.strip()]
 
 
+def parse_tables(raw: str) -> list[str]:
+    """``parse_list`` of ``db.table`` names (lower-cased, as Hive stores them), or ``*`` alone for every table."""
+    items = [item.lower() for item in parse_list(raw)]
+    if "*" in items and len(items) > 1:
+        raise ValueError(f"'*' means every table: give it alone, not with others: {raw!r}")
+    for item in items:
+        db, dot, table = item.partition(".")
+        if item != "*" and (not dot or not db or not table or "." in table or any(c.isspace() for c in item)):
+            raise ValueError(f"not a table name of the form db.table: {item!r}")
+    return items
+
+
 @dataclass(frozen=True)
 class Key:
     """One documented configuration key."""
@@ -415,6 +427,18 @@ KEYS: tuple[Key, ...] = (
         "Airflow to say whether it holds its event before `status` and the workers' log call it unknowable. It "
         "keeps waiting past it: it is never posted again without Airflow's answer (no silent duplicate).",
         bounds=(60, 30 * DAY),
+    ),
+    Key(
+        "landings",
+        "publish_recreated",
+        "",
+        parse_tables,
+        "Tables (db.table, comma separated; * for every table) whose partitions, dropped and added again, are "
+        "published again, as a new landing with the same partition key (each starts its consumers again). Only "
+        "where the change record tells a partition added again from one kept: catalog_backend metastore_db with "
+        "[catalog] metastore_db_feed (the partition's id in the metastore changes). A partition overwritten in "
+        "place (INSERT OVERWRITE) keeps its id and is never published again. Empty: a partition name is published "
+        "once, however often it is dropped and added.",
     ),
     Key(
         "landings",

@@ -99,6 +99,7 @@ class LandingsSettings:
     retry_base: float
     retry_max: float
     unknown_outcome_patience: float
+    publish_recreated: list[str]
     batch: int
 
 

@@ -264,6 +264,11 @@ class TableListings(Protocol):
         """The next call returns every table asked about (the caller lost what it read)."""
         ...
 
+    def partition_ids(self, db: str, table: str) -> dict[str, int] | None:
+        """The metastore's id of each partition name of db.table as the last call returned it (a partition dropped
+        and added again has another), or None when this backend cannot tell."""
+        ...
+
 
 class AssetEvents(Protocol):
     """Airflow's side of the landing publisher: the watched assets, and one event per landed partition."""

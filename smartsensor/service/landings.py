@@ -80,6 +80,7 @@ class CycleReport:
     listed: int = 0  # tables whose names were read (following the change record: those that changed)
     catalog_calls: int = 0  # calls to the catalog (metastore calls, or statements on its database)
     enqueued: int = 0
+    recreated: int = 0  # partitions dropped and added again, enqueued again ([landings] publish_recreated)
     baseline: int = 0
     claimed: int = 0
     delivered: int = 0
@@ -114,7 +115,8 @@ class LandingPublisher:
         self.rng = rng if rng is not None else random.Random()
         self.claim_seconds = cfg.settings.smart_sensor.lease_timeout  # a claim lapses as a lease does
         self._refreshed_at: datetime | None = None
-        self._known: dict[str, set[str]] = {}  # uri → the partition names known to be in the outbox
+        # uri → the partition names known to be in the outbox, each with the metastore's id of its latest landing
+        self._known: dict[str, dict[str, int | None]] = {}
         self._forgot_at: dict[str, datetime] = {}  # uri → when its dropped partitions' rows were last deleted
         self._failing: dict[str, str] = {}  # what failed last (its kind → the line logged), one WARNING per outage
         self.watched: set[tuple[str, str]] = set()  # (db, table) watched in the ranges of the latest enqueue
@@ -162,7 +164,7 @@ class LandingPublisher:
         if only is not None:
             watches = [w for w in watches if (w.db, w.table) in only]
         report.watched = len(watches)
-        knowns: dict[str, set[str]] = {}
+        knowns: dict[str, dict[str, int | None]] = {}
         for watch in watches:  # read before the listing: a row retention deletes later is of a partition it lacks
             known = self._known.get(watch.uri)
             if known is None:
@@ -177,31 +179,51 @@ class LandingPublisher:
             if isinstance(names, CheckError):  # one table's catalog failure must not stop the others
                 report.errors.append(f"listing {watch.db}.{watch.table}: {first_line(names)}")
                 continue
-            known = knowns[watch.uri]
             report.listed += 1
-            if names is None:
-                names = []  # the table is missing from the catalog: nothing landed (its baseline is empty)
-            else:
-                report.forgotten += self._forget_dropped(watch.uri, names, known, now)
-            new = [n for n in names if n not in known]
-            if not new and watch.baselined:
-                continue
+            self._enqueue_table(watch, names, knowns[watch.uri], now, report)
+
+    def _enqueue_table(
+        self,
+        watch: landing_sql.WatchRow,
+        names: list[str] | None,
+        known: dict[str, int | None],
+        now: datetime,
+        report: CycleReport,
+    ) -> None:
+        """Enqueue what landed on one table listed (``names``; None: the table is missing), ``known`` being the
+        outbox's names of it (each with the metastore's id of its latest landing): the names it lacks, and, for a
+        table of ``publish_recreated``, the names whose partition has another id now (dropped and added again)."""
+        if names is None:
+            names = []  # the table is missing from the catalog: nothing landed (its baseline is empty)
+        else:
+            report.forgotten += self._forget_dropped(watch.uri, names, known, now)
+        ids = self.listings.partition_ids(watch.db, watch.table) or {}
+        new = [n for n in names if n not in known]
+        if new or not watch.baselined:
             state, added = landing_sql.enqueue_landings(
-                self.engine,
-                watch,
-                _keyed(new),
-                partial(_keyed, names),
-                now,
-                self.settings.publish_existing,
+                self.engine, watch, _keyed(new, ids), partial(_keyed, names, ids), now, self.settings.publish_existing
             )
-            known.update(names)  # the new ones, or every one when this took the baseline
+            known.update((n, ids.get(n)) for n in names if n not in known)  # new ones, or all at the baseline
             if state == BASELINE:
                 report.baseline += added
                 log.info("landings: %s watched from now on (%d partitions present are its baseline)", watch.uri, added)
             else:
                 report.enqueued += added
+        if ids and self._publishes_recreated(watch):
+            present = set(names)
+            moved = {n: (_key_or_blank(n), i) for n, i in ids.items() if n in present and _newer(i, known.get(n))}
+            if moved:
+                added, recorded = landing_sql.enqueue_recreated(self.engine, watch, moved, now)
+                known.update(recorded)
+                report.recreated += added
+                if added:
+                    log.info("landings: %s: %d partitions dropped and added again, published again", watch.uri, added)
 
-    def _forget_dropped(self, uri: str, names: list[str], known: set[str], now: datetime) -> int:
+    def _publishes_recreated(self, watch: landing_sql.WatchRow) -> bool:
+        chosen = self.settings.publish_recreated
+        return "*" in chosen or f"{watch.db}.{watch.table}" in chosen
+
+    def _forget_dropped(self, uri: str, names: list[str], known: dict[str, int | None], now: datetime) -> int:
         """Once per ``[retention] interval`` per table (with ``[retention] enabled`` and ``forget_dropped_landings``,
         off by default: a partition dropped and added again would be a new landing): delete the settled outbox rows
         older than ``max_age_days`` of the partitions the table no longer has (``names``: its listing just read),
@@ -220,7 +242,8 @@ class LandingPublisher:
         forgotten = 0
         for i in range(0, len(dropped), retention.batch_size):
             gone = landing_sql.forget_dropped(self.engine, uri, dropped[i : i + retention.batch_size], cutoff)
-            known.difference_update(gone)
+            for name in gone:
+                known.pop(name, None)
             forgotten += len(gone)
         return forgotten
 
@@ -388,9 +411,15 @@ class LandingPublisher:
         self._failing[what] = line
 
 
-def _keyed(names: list[str]) -> list[tuple[str, str]]:
-    """(name, its partition key or "") of each of ``names``."""
-    return [(n, _key_or_blank(n)) for n in names]
+def _newer(part_id: int, known: int | None) -> bool:
+    """Whether a partition listed with ``part_id`` may be newer than the landing on record (``known``: its id;
+    None: not known). Ids only grow: a lower one is a database that went back, not a partition added again."""
+    return known is None or part_id > known
+
+
+def _keyed(names: list[str], ids: dict[str, int]) -> list[tuple[str, str, int | None]]:
+    """(name, its partition key or "", the metastore's id of its partition or None) of each of ``names``."""
+    return [(n, _key_or_blank(n), ids.get(n)) for n in names]
 
 
 def _key_or_blank(name: str) -> str:

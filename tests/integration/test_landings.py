@@ -140,24 +140,38 @@ def landings_cfg(home: Path, url: str, **overrides: str) -> Config:
 
 class CatalogListings:
     """A catalog that lists every table at every call (as the thrift and Spark backends do), by ``names``: a table's
-    partition names, None when it is missing; a CheckError it raises is that table's answer."""
+    partition names, None when it is missing; a CheckError it raises is that table's answer. With ``ids`` (a
+    table's names → the metastore's id of each), it tells the ids of what it listed, as the change record does."""
 
     follows_changes = False
 
-    def __init__(self, names: Callable[[str, str], list[str] | None]) -> None:
+    def __init__(
+        self,
+        names: Callable[[str, str], list[str] | None],
+        ids: Callable[[str, str], dict[str, int]] | None = None,
+    ) -> None:
         self.names = names
+        self.ids = ids
+        self.listed_ids: dict[tuple[str, str], dict[str, int]] = {}
 
     def listings(self, tables: Sequence[tuple[str, str]]) -> tuple[dict[tuple[str, str], Any], int]:
         out: dict[tuple[str, str], Any] = {}
         for db, table in tables:
             try:
                 out[(db, table)] = self.names(db, table)
+                if self.ids is not None:
+                    self.listed_ids[(db, table)] = self.ids(db, table)
             except CheckError as exc:
                 out[(db, table)] = exc
         return out, len(tables)
 
     def relist(self) -> None:
         """Every call lists every table."""
+
+    def partition_ids(self, db: str, table: str) -> dict[str, int] | None:
+        """The ids of the names last listed (None without ``ids``: a listing cannot tell a partition dropped and
+        added again from one kept)."""
+        return self.listed_ids.get((db, table)) if self.ids is not None else None
 
 
 def listing(catalog: dict[str, list[str]]) -> CatalogListings:
@@ -477,6 +491,7 @@ def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_
 
 WORKERS = ("w1", "w2")
 MODES = ("ok", "down", "timeout_after", "timeout_before", "reject")
+RECREATED = ("db.a",)  # [landings] publish_recreated in the model
 
 
 class OutboxModel(RuleBasedStateMachine):
@@ -485,6 +500,7 @@ class OutboxModel(RuleBasedStateMachine):
     engine: Engine
     cfg: Config
     steps = 0
+    republished = 0  # landings of a partition added again, over every example
 
     @property
     def halves(self) -> list[tuple[int, int]]:
@@ -503,9 +519,16 @@ class OutboxModel(RuleBasedStateMachine):
         self.clock = Clock(T0)
         self.airflow = AirflowDouble(self.clock)
         self.catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": [], "db.c": ["ds=0"]}
+        # The metastore's id of each partition (a partition dropped and added again gets the next one), and how
+        # often each was re-created: db.a's re-creations are published again (RECREATED), the others' never.
+        self.ids: dict[str, dict[str, int]] = {"db.a": {"ds=0": 1}, "db.b": {}, "db.c": {"ds=0": 2}}
+        self.next_id = 3
+        self.recreations: Counter[tuple[str, str]] = Counter()
+        self.replica_ids: dict[str, dict[str, int]] = {}
         # What the workers' listings read: the metastore database itself, nothing (it is down), or a replica
-        # promoted by a failover that lags (behind: the newer half of each table's partitions and all of db.b are
-        # missing from it, and so are the landings while it serves) until it is whole again (up).
+        # promoted by a failover that lags (behind: the newer half of each table's partitions, all of db.b and the
+        # latest re-creations are missing from it, and so are the landings while it serves) until it is whole again
+        # (up).
         self.metastore = "up"
         self.replica: dict[str, list[str]] = {}
         self.owner: dict[tuple[int, int], str] = {self.halves[0]: "w1", self.halves[1]: "w2"}
@@ -522,7 +545,11 @@ class OutboxModel(RuleBasedStateMachine):
             listed = listing(self.replica if self.metastore == "behind" else self.catalog)
             return listed.names(db, table)
 
-        return LandingPublisher(self.engine, self.cfg, self.airflow, CatalogListings(names), worker, clock=self.clock)
+        def ids(db: str, table: str) -> dict[str, int]:
+            return dict((self.replica_ids if self.metastore == "behind" else self.ids).get(f"{db}.{table}", {}))
+
+        listings = CatalogListings(names, ids)
+        return LandingPublisher(self.engine, self.cfg, self.airflow, listings, worker, clock=self.clock)
 
     def ranges(self, worker: str) -> list[tuple[int, int]]:
         return [r for r, w in self.owner.items() if w == worker]
@@ -533,6 +560,20 @@ class OutboxModel(RuleBasedStateMachine):
         name = f"ds={day}"
         if name not in self.catalog[table]:
             self.catalog[table].append(name)
+            self.ids[table][name] = self.next_id
+            self.next_id += 1
+        for worker in WORKERS:
+            self.workers[worker].enqueue(self.ranges(worker), self.clock(), CycleReport())
+
+    @rule(table=st.sampled_from(sorted(CONSUMED) + sorted(UNCONSUMED)), data=st.data())
+    def recreate(self, table: str, data: st.DataObject) -> None:
+        """A partition is dropped and added again (the metastore gives it the next id), and each worker lists."""
+        if not self.catalog[table]:
+            return
+        name = data.draw(st.sampled_from(self.catalog[table]))
+        self.ids[table][name] = self.next_id
+        self.next_id += 1
+        self.recreations[(table, name)] += 1
         for worker in WORKERS:
             self.workers[worker].enqueue(self.ranges(worker), self.clock(), CycleReport())
 
@@ -599,7 +640,12 @@ class OutboxModel(RuleBasedStateMachine):
         """The metastore database goes down, or a replica that lags takes over (a table it has not heard of yet
         lists as missing), or it is whole again."""
         if state == "behind" and self.metastore != "behind":
-            self.replica = {t: names[: len(names) // 2] for t, names in self.catalog.items() if t != "db.b"}
+            self.replica = {t: names[: (len(names) + 1) // 2] for t, names in self.catalog.items() if t != "db.b"}
+            # the replica's ids: what they were, or lower (a re-creation it has not received yet)
+            self.replica_ids = {  # the replica lags behind: a re-created partition has its older id there
+                t: {n: self.ids[t][n] - (1 if self.recreations[(t, n)] else 0) for n in names}
+                for t, names in self.replica.items()
+            }
         self.metastore = state
 
     @rule(worker=st.sampled_from(WORKERS))
@@ -626,16 +672,25 @@ class OutboxModel(RuleBasedStateMachine):
     def nothing_lost_nothing_twice_unnoticed(self) -> None:
         type(self).steps += 1
         rows = outbox(self.engine)
-        twice = {landing: n for landing, n in self.airflow.by_landing().items() if n > 1}
+        by_landing = self.airflow.by_landing()
+        twice = {landing: n for landing, n in by_landing.items() if n > 1}
         assert not twice, twice  # each landing has at most one event in Airflow
-        names: Counter[tuple[str, str]] = Counter((r["uri"], r["partition_name"]) for r in rows)
-        assert all(n == 1 for n in names.values()), names  # each landing once in the outbox
+        landings = Counter((r["uri"], r["partition_name"], r["generation"]) for r in rows)
+        assert all(n == 1 for n in landings.values()), landings  # each landing once in the outbox
+        generations: dict[tuple[str, str], set[int]] = {}
+        for r in rows:
+            generations.setdefault((r["uri"], r["partition_name"]), set()).add(r["generation"])
+        for (uri, name), found in generations.items():
+            table = uri[len(PREFIX) :].replace("/", ".")
+            assert found == set(range(len(found))), (uri, name, found)  # one after another, from 0
+            chosen = table in RECREATED
+            assert len(found) - 1 <= (self.recreations[(table, name)] if chosen else 0), (table, name, found)
         for r in rows:
             table = r["uri"][len(PREFIX) :].replace("/", ".")
             assert table in CONSUMED, r  # no row for a table nobody consumes
             assert r["partition_name"] in self.catalog[table]  # only what landed
             assert r["partition_key"] == partition_key(r["partition_name"])
-            took = self.airflow.events[(CONSUMED[table], r["partition_key"])]
+            took = by_landing[r["id"]]
             # every post Airflow took is counted (but the one whose answer the row's holder has not read yet)
             in_flight = 1 if r["state"] == SENDING else 0
             assert r["posts"] <= took <= r["posts"] + r["unknown_outcomes"] + in_flight, r
@@ -663,13 +718,20 @@ class OutboxModel(RuleBasedStateMachine):
             drainer.cycle(self.ranges("w1"))
             if not any(r["state"] in (PENDING, SENDING) for r in outbox(self.engine)):
                 break
-        rows = {(r["uri"], r["partition_name"]): r for r in outbox(self.engine)}
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        OutboxModel.republished += sum(1 for r in outbox(self.engine) if r["generation"] > 0)
+        for r in outbox(self.engine):  # each name's latest landing
+            latest = rows.get((r["uri"], r["partition_name"]))
+            if latest is None or r["generation"] > latest["generation"]:
+                rows[(r["uri"], r["partition_name"])] = r
         for table in CONSUMED:
             uri = PREFIX + table.replace(".", "/")
             for name in self.catalog[table]:
                 row = rows.get((uri, name))
                 assert row is not None, (table, name)  # every landing reached the outbox
                 assert row["state"] in (BASELINE, DELIVERED, REJECTED), row
+                if table in RECREATED:  # its latest re-creation reached the outbox too
+                    assert row["part_id"] == self.ids[table][name], (table, name, row, self.ids[table])
         self.nothing_lost_nothing_twice_unnoticed()
 
 
@@ -681,15 +743,19 @@ STEPS = int(os.environ.get("SMARTSENSOR_MODEL_STEPS", "3000"))
 
 
 def run_machine(engine: Engine, cfg: Config, examples: int, steps: int) -> None:
+    assert cfg.settings.landings.publish_recreated == list(RECREATED)
     init_db(engine)
+    OutboxModel.republished = 0
     run_model(machine_for(engine, cfg), examples, steps)
+    assert OutboxModel.republished > 0, "no example published a partition added again"
 
 
 def test_no_landing_is_lost_or_published_twice_unnoticed_on_sqlite(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     engine = make_engine(url)
     try:
-        run_machine(engine, landings_cfg(tmp_path, url), examples=max(STEPS // 40, 5), steps=40)
+        cfg = landings_cfg(tmp_path, url, landings__publish_recreated=",".join(RECREATED))
+        run_machine(engine, cfg, examples=max(STEPS // 40, 5), steps=40)
     finally:
         engine.dispose()
 
@@ -697,7 +763,8 @@ def test_no_landing_is_lost_or_published_twice_unnoticed_on_sqlite(tmp_path: Pat
 @needs_test_pg
 def test_no_landing_is_lost_or_published_twice_unnoticed_on_postgresql(tmp_path: Path) -> None:
     with pg_engine() as (engine, url):
-        run_machine(engine, landings_cfg(tmp_path, url), examples=max(STEPS // 200, 5), steps=40)
+        cfg = landings_cfg(tmp_path, url, landings__publish_recreated=",".join(RECREATED))
+        run_machine(engine, cfg, examples=max(STEPS // 200, 5), steps=40)
 
 
 def test_the_outbox_serves_claims_through_its_partial_index(tmp_path: Path) -> None:
@@ -876,6 +943,81 @@ def test_following_the_change_record_costs_one_statement_a_cycle_whatever_the_ta
         assert (created.catalog_calls, created.listed, created.enqueued, created.delivered) == (2, 1, 1, 1)
         assert airflow.events[(999, "7")] == 1
         assert [(r.catalog_calls, r.listed) for r in (cycle(), cycle())] == [(1, 0), (1, 0)]
+        engine.dispose()
+    finally:
+        meta.dispose()
+        drop_pg_database(name)
+
+
+@needs_test_pg
+def test_a_partition_dropped_and_added_again_is_published_again_only_where_chosen(tmp_path: Path) -> None:
+    """``[landings] publish_recreated = db.a``: a partition of db.a dropped and added again (another id in the
+    metastore) is a new landing, enqueued once by two workers and posted once more with the same key; the same on
+    db.b publishes nothing. A row without the metastore's id takes it without a post; a re-creation made while no
+    worker ran is found by a worker that starts afresh."""
+    name, meta_url = new_pg_database()
+    meta = make_engine(meta_url)
+    try:
+        hive = HiveSchema(meta)
+        for table in ("a", "b"):
+            hive.create_table("db", table, {"ds": "string"})
+        hive.add("db", "a", "ds=0", 1)
+        hive.add("db", "b", "ds=0", 2)
+        outbox_url = f"sqlite:///{tmp_path / 'outbox.db'}"
+        cfg = landings_cfg(
+            tmp_path,
+            outbox_url,
+            smart_sensor__catalog_backend="metastore_db",
+            catalog__metastore_db_url=meta_url,
+            landings__publish_recreated="db.a",
+        )
+        engine = make_engine(outbox_url)
+        init_db(engine)
+        clock, airflow, ranges = Clock(T0), AirflowDouble(), [(0, cfg.shard_code_upper_limit)]
+        workers = [LandingPublisher(engine, cfg, airflow, catalog_table_listings(cfg), w, clock=clock) for w in "12"]
+
+        def cycle(worker: LandingPublisher) -> CycleReport:
+            clock.advance(3)
+            return worker.cycle(ranges)
+
+        assert [cycle(w).baseline for w in workers] == [2, 0]
+        hive.add("db", "a", "ds=1", 3)
+        hive.add("db", "b", "ds=1", 4)
+        assert cycle(workers[0]).delivered == 2
+        cycle(workers[1])
+        for table, new_id in (("a", 5), ("b", 6)):  # dropped and added again: the metastore gives another id
+            hive.drop("db", table, "ds=1")
+            hive.add("db", table, "ds=1", new_id)
+        hive.drop("db", "a", "ds=0")  # the baseline's partition too
+        hive.add("db", "a", "ds=0", 7)
+        both = [cycle(w) for w in workers]
+        assert [r.recreated for r in both] == [2, 0], both  # the second worker found them enqueued
+        for _ in range(2):
+            cycle(workers[0])
+        assert airflow.events == Counter({(1, "1"): 2, (1, "0"): 1, (2, "1"): 1}), airflow.events
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(LO.c.partition_name, LO.c.generation, LO.c.part_id, LO.c.state)
+                .where(LO.c.uri == f"{PREFIX}db/a")
+                .order_by(LO.c.partition_name, LO.c.generation)
+            ).all()
+        assert [tuple(r) for r in rows] == [
+            ("ds=0", 0, 1, BASELINE),
+            ("ds=0", 1, 7, DELIVERED),
+            ("ds=1", 0, 3, DELIVERED),
+            ("ds=1", 1, 5, DELIVERED),
+        ], rows
+        with engine.begin() as conn:  # as a row enqueued from a listing, or before migration 0011, has no id
+            conn.execute(LO.update().where(LO.c.partition_name == "ds=1", LO.c.generation == 1).values(part_id=None))
+        restarted = LandingPublisher(engine, cfg, airflow, catalog_table_listings(cfg), "3", clock=clock)
+        first = cycle(restarted)
+        assert (first.recreated, first.enqueued) == (0, 0), first  # the id taken, nothing posted
+        hive.drop("db", "a", "ds=1")  # while no worker follows the table
+        hive.add("db", "a", "ds=1", 8)
+        later = LandingPublisher(engine, cfg, airflow, catalog_table_listings(cfg), "4", clock=clock)
+        assert cycle(later).recreated == 1
+        cycle(later)
+        assert airflow.events[(1, "1")] == 3
         engine.dispose()
     finally:
         meta.dispose()

@@ -265,3 +265,33 @@ def test_metastore_uris_parse_in_order_and_a_bad_one_is_named(tmp_path: Path) ->
     bad = write(tmp_path / "b.cfg", "[spark]\nmetastore_uris = thrift://h1:9083, h2:9084\n")
     with pytest.raises(ConfigError, match=re.escape("[spark] metastore_uris: 'h2:9084' is not of the form")):
         load_config(str(bad), environ={})
+
+
+LANDINGS_ON = (
+    "[landings]\npublish = true\nairflow_url = http://af:8080\nairflow_username = u\n"
+    "airflow_password_file = /tmp/pw\nasset_uri_prefix = hive://meta:10000/\n"
+)
+METASTORE_DB = "[smart_sensor]\ncatalog_backend = metastore_db\n[catalog]\nmetastore_db_url = postgresql://u@h/hive\n"
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (LANDINGS_ON + "publish_recreated = db.a\n", "publish_recreated needs the metastore's change record"),
+        (
+            LANDINGS_ON + "publish_recreated = *\n" + METASTORE_DB + "metastore_db_feed = false\n",
+            "publish_recreated needs the metastore's change record",
+        ),
+        (LANDINGS_ON + "publish_recreated = events\n", "not a table name of the form db.table: 'events'"),
+        (LANDINGS_ON + "publish_recreated = *, db.a\n", "'*' means every table: give it alone"),
+    ],
+)
+def test_publishing_recreated_partitions_needs_the_change_record(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(str(write(tmp_path / "a.cfg", body)), environ={})
+
+
+def test_publishing_recreated_partitions_on_the_change_record_loads(tmp_path: Path) -> None:
+    body = LANDINGS_ON + "publish_recreated = DB.A, db.b\n" + METASTORE_DB
+    cfg = load_config(str(write(tmp_path / "a.cfg", body)), environ={})
+    assert cfg.settings.landings.publish_recreated == ["db.a", "db.b"]

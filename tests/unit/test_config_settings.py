@@ -12,7 +12,7 @@ from typing import Any, Callable, get_type_hints
 import pytest
 
 from smartsensor.config import load_config
-from smartsensor.config_keys import KEYS, parse_bool, parse_float, parse_int, parse_list, parse_str
+from smartsensor.config_keys import KEYS, parse_bool, parse_float, parse_int, parse_list, parse_str, parse_tables
 from smartsensor.config_settings import Settings
 from tests.support.common import ROOT, make_cfg
 
@@ -23,6 +23,7 @@ TYPES: dict[Callable[[str], Any], Any] = {
     parse_float: float,
     parse_str: str,
     parse_list: list[str],
+    parse_tables: list[str],
 }
 
 

@@ -72,12 +72,12 @@ _PG_RECORDS = (
 )
 _PG_TABLE = 'JOIN "DBS" d ON d."NAME" = w.db@IN_HIVE@ JOIN "TBLS" t ON t."DB_ID" = d."DB_ID" AND t."TBL_NAME" = w.tbl'
 _PG_LOOKUPS = f"""
-    SELECT 1 AS kind, CAST(NULL AS bigint) AS part_id, w.db, w.tbl, p."PART_NAME"
+    SELECT 1 AS kind, p."PART_ID" AS part_id, w.db, w.tbl, p."PART_NAME"
     FROM {_PG_RECORDS.format(param="names", value="name")}
     {_PG_TABLE}
     JOIN "PARTITIONS" p ON p."TBL_ID" = t."TBL_ID" AND p."PART_NAME" = w.name
     UNION ALL
-    SELECT 1, NULL, w.db, w.tbl, p."PART_NAME"
+    SELECT 1, p."PART_ID", w.db, w.tbl, p."PART_NAME"
     FROM {_PG_RECORDS.format(param="prefixes", value="prefix")}
     {_PG_TABLE}
     JOIN "PARTITIONS" p ON p."TBL_ID" = t."TBL_ID" AND starts_with(p."PART_NAME", w.prefix)
@@ -119,13 +119,13 @@ _MYSQL_TYPES = f"""
 """
 # The exact names' column is utf8mb3_bin, as `metastore start` makes PART_NAME, so the unique index can serve it.
 _MYSQL_LOOKUPS = f"""
-    SELECT 1 AS kind, CAST(NULL AS SIGNED) AS part_id, w.db, w.tbl, p.`PART_NAME`
+    SELECT 1 AS kind, p.`PART_ID` AS part_id, w.db, w.tbl, p.`PART_NAME`
     FROM {_MYSQL_ROWS.format(param=":names", value="name", charset="CHARACTER SET utf8mb3 COLLATE utf8mb3_bin")}
     {_MYSQL_TABLE}
     JOIN `PARTITIONS` p ON p.`TBL_ID` = t.`TBL_ID` AND p.`PART_NAME` = w.name
         AND CAST(p.`PART_NAME` AS BINARY) = CAST(w.name AS BINARY)
     UNION ALL
-    SELECT 1, NULL, w.db, w.tbl, p.`PART_NAME`
+    SELECT 1, p.`PART_ID`, w.db, w.tbl, p.`PART_NAME`
     FROM {_MYSQL_ROWS.format(param=":prefixes", value="prefix", charset="CHARACTER SET utf8mb4")}
     {_MYSQL_TABLE}
     JOIN `PARTITIONS` p ON p.`TBL_ID` = t.`TBL_ID`
@@ -326,14 +326,15 @@ class MetastoreDbCatalog:
 
     def list_changed(
         self, tables: Sequence[tuple[Key, dict[str, str]]], seen: dict[Key, int]
-    ) -> tuple[dict[Key, list[str] | CheckError], int]:
-        """Every partition name of those of ``tables`` (each with its partition column types) whose partitions the
-        feed saw change since ``seen`` says they were last read (absent: never), in one statement; ``seen`` is
-        brought up to date. Without the feed, every table's names. Tables left out have the names they had: the
+    ) -> tuple[dict[Key, dict[str, int | None] | CheckError], int]:
+        """Every partition name, with its PART_ID (None when not read), of those of ``tables`` (each with its
+        partition column types) whose partitions the feed saw change since ``seen`` says they were last read
+        (absent: never; a name with another id than before is a change), in one statement; ``seen`` is brought up
+        to date. Without the feed, every table's names. Tables left out have the names they had: the
         cost of a call is the round's one statement and the names that came in, not the tables asked about (a
         table's first read, and every read after a verify or a reset, give all its names)."""
         requests = [ListingRequest(db, table, columns, (), {}) for (db, table), columns in tables]
-        out: dict[Key, list[str] | CheckError] = {}
+        out: dict[Key, dict[str, int | None] | CheckError] = {}
         with self._lock:
             feed = self.feed if self.feed is not None else PartitionFeed()
             made, failed = self._read_round(feed, requests)
@@ -344,7 +345,8 @@ class MetastoreDbCatalog:
                 serial = feed.changed_at(request.db, request.table)
                 if self.feed is not None and serial is not None and seen.get(key) == serial:
                     continue
-                out[key] = feed.listing(request).names
+                ids = feed.partition_ids(request.db, request.table)
+                out[key] = {name: ids.get(name) for name in feed.listing(request).names}
                 if serial is not None:
                     seen[key] = serial
         return out, made
@@ -366,7 +368,7 @@ class MetastoreDbCatalog:
             feed.absorb(
                 read,
                 ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 0),
-                ((db, table, name) for kind, _, db, table, name in rows if kind == 1),
+                ((db, table, name, part_id) for kind, part_id, db, table, name in rows if kind == 1),
                 start,
                 ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 3),
             )

@@ -110,6 +110,7 @@ class _Table:
     present: set[str] = field(default_factory=set)
     texts: dict[PartitionCheck, tuple[bool, str]] = field(default_factory=dict)
     changed: int = 0  # the feed's serial when a name was last added here (or the memory started)
+    ids: dict[str, int] = field(default_factory=dict)  # a present name → its PART_ID, as last read
 
 
 class PartitionFeed:
@@ -175,12 +176,12 @@ class PartitionFeed:
         self,
         read: FeedRead,
         delivered: Iterable[tuple[int, str | None, str, str]],
-        found: Iterable[tuple[str, str, str]],
+        found: Iterable[tuple[str, str, str, int | None]],
         start: int | None = None,
         witnessed: Iterable[tuple[int, str | None, str, str]] = (),
     ) -> None:
         """Take what ``read``'s statement returned: the feed's rows (id, db, table, name; db None for a partition
-        no check can ask for, in another catalog: its id is seen all the same), the look-ups' (db, table, name),
+        no check can ask for, in another catalog: its id is seen all the same), the look-ups' (db, table, name, id),
         where the feed started when ``read.after`` was None, and the witnesses' rows as they are now. The look-ups'
         names and prefixes are covered from now on. A witness missing or changed is a reset (``reset_pending``)."""
         if read.follow and read.witnesses:
@@ -188,10 +189,10 @@ class PartitionFeed:
             if any(now.get(i) != self.witnesses.get(i) for i in read.witnesses):
                 self._reset()
                 return
-        for db, table, name in found:
+        for db, table, name, found_id in found:
             state = self._tables.get((db, table))
             if state is not None:
-                self._add(state, name)
+                self._add(state, name, found_id)
         for db, table, name in read.names:
             self._tables[(db, table)].names.add(name)
         for db, table, prefix in read.prefixes:
@@ -206,16 +207,21 @@ class PartitionFeed:
             rows[part_id] = (of_db, table, name)
             state = self._tables.get((of_db, table)) if of_db is not None else None
             if state is not None:
-                self._add(state, name)
+                self._add(state, name, part_id)
         if rows:
             self.witnesses = {i: rows[i] for i in sorted(rows, reverse=True)[: self.max_witnesses]}
         self._advance(after, set(rows))
 
-    def _add(self, state: _Table, name: str) -> None:
-        if name not in state.present:
-            state.present.add(name)
-            self.serial += 1
-            state.changed = self.serial
+    def _add(self, state: _Table, name: str, part_id: int | None) -> None:
+        """``name`` is present, with ``part_id``: a change when it is new, or has another id than the one read
+        before (dropped and added again since: the drop itself is not in the feed)."""
+        if name in state.present and (part_id is None or state.ids.get(name) == part_id):
+            return
+        state.present.add(name)
+        if part_id is not None:
+            state.ids[name] = part_id
+        self.serial += 1
+        state.changed = self.serial
 
     def _reset(self) -> None:
         """The database went back (a failover, a restore): forget what was read, and start the feed again below
@@ -289,6 +295,12 @@ class PartitionFeed:
         mean the same names: a table whose serial has not moved since it was last read needs no new read."""
         state = self._tables.get((db, table))
         return state.changed if state is not None else None
+
+    def partition_ids(self, db: str, table: str) -> dict[str, int]:
+        """The PART_ID of each name of db.table the feed knows present (a name dropped since the last verify may
+        still be among them)."""
+        state = self._tables.get((db, table))
+        return dict(state.ids) if state is not None else {}
 
     def covered(self, db: str, table: str) -> tuple[set[str], set[str]]:
         """The names and prefixes of db.table looked up and followed since (empty when none)."""

@@ -130,9 +130,10 @@ def watches_in(conn: Connection, ranges: Ranges, seen_since: datetime) -> list[W
     return [WatchRow(u, a, d, t, s, b is not None) for u, a, d, t, s, b in rows]
 
 
-def outbox_names(conn: Connection, uri: str) -> set[str]:
-    """The partition names of ``uri`` the outbox holds, in any state (1 statement)."""
-    return set(conn.execute(select(LO.c.partition_name).where(LO.c.uri == uri)).scalars())
+def outbox_names(conn: Connection, uri: str, names: Sequence[str] | None = None) -> dict[str, int | None]:
+    """The partition names of ``uri`` (among ``names``) the outbox holds, in any state, each with the metastore's
+    id of the partition its latest generation was (None: not known) (1 statement)."""
+    return {name: part_id for name, (_, part_id) in _latest_generations(conn, uri, names).items()}
 
 
 def take_baseline(conn: Connection, uri: str, now: datetime) -> bool:
@@ -165,7 +166,7 @@ def newest_watch_seen(engine: Engine) -> datetime | None:
         return newest
 
 
-def read_outbox_names(engine: Engine, uri: str) -> set[str]:
+def read_outbox_names(engine: Engine, uri: str) -> dict[str, int | None]:
     """``outbox_names`` on a connection of its own (1 statement)."""
     with engine.connect() as conn:
         return outbox_names(conn, uri)
@@ -182,17 +183,18 @@ def keep_baseline(conn: Connection, uri: str) -> bool:
 def enqueue_landings(
     engine: Engine,
     watch: WatchRow,
-    landings: Iterable[tuple[str, str]],
-    listed: Callable[[], Iterable[tuple[str, str]]],
+    landings: Iterable[tuple[str, str, int | None]],
+    listed: Callable[[], Iterable[tuple[str, str, int | None]]],
     now: datetime,
     publish_existing: bool,
 ) -> tuple[str, int]:
-    """Put ``landings`` ((partition name, partition key): those of ``watch``'s table not in the outbox yet) into the
-    outbox once, as ``pending``, while the table's baseline holds. A table without a baseline (a first watch, or
-    one retention forgot) takes it here: then every partition it has (``listed()``) goes in, as ``baseline``
-    (``publish_existing``: ``pending``), so that a partition whose row retention deleted is never taken for a new
-    landing. A watch gone meanwhile takes nothing. Returns the state used and how many rows went in (those already
-    there are kept as they are). One transaction (2 statements, 3 to take a baseline)."""
+    """Put ``landings`` ((partition name, partition key, the metastore's id of the partition or None): those of
+    ``watch``'s table not in the outbox yet) into the outbox once, as ``pending``, while the table's baseline
+    holds. A table without a baseline (a first watch, or one retention forgot) takes it here: then every partition
+    it has (``listed()``) goes in, as ``baseline`` (``publish_existing``: ``pending``), so that a partition whose row
+    retention deleted is never taken for a new landing. A watch gone meanwhile takes nothing. Returns the state used
+    and how many rows went in (those already there are kept as they are). One transaction (2 statements, 3 to take a
+    baseline)."""
     with engine.begin() as conn:
         if keep_baseline(conn, watch.uri):
             state, chosen = PENDING, list(landings)
@@ -200,22 +202,74 @@ def enqueue_landings(
             state, chosen = (PENDING if publish_existing else BASELINE), list(listed())
         else:
             return PENDING, 0  # retention forgot the watch: Airflow's next listing makes it anew
-        rows = [
-            {
-                "uri": watch.uri,
-                "partition_name": name,
-                "partition_key": key,
-                "shardcode": watch.shardcode,
-                "state": state,
-                "landed_at": now,
-                "next_attempt_at": now,
-                "attempts": 0,
-                "posts": 0,
-                "unknown_outcomes": 0,
-            }
-            for name, key in chosen
-        ]
+        rows = [_landing_row(watch, name, key, state, now, 0, part_id) for name, key, part_id in chosen]
         return state, _insert_ignoring_duplicates(conn, LO, rows)
+
+
+def _landing_row(
+    watch: WatchRow, name: str, key: str, state: str, now: datetime, generation: int, part_id: int | None
+) -> dict[str, Any]:
+    """A new outbox row of ``watch``'s table: partition ``name`` (its ``key``), landed ``now``, due at once."""
+    return {
+        "uri": watch.uri,
+        "partition_name": name,
+        "partition_key": key,
+        "shardcode": watch.shardcode,
+        "state": state,
+        "landed_at": now,
+        "next_attempt_at": now,
+        "attempts": 0,
+        "posts": 0,
+        "unknown_outcomes": 0,
+        "generation": generation,
+        "part_id": part_id,
+    }
+
+
+def enqueue_recreated(
+    engine: Engine, watch: WatchRow, listed: dict[str, tuple[str, int]], now: datetime
+) -> tuple[int, dict[str, int | None]]:
+    """Partitions of ``watch``'s table listed (name → (partition key, the metastore's id now)) whose id may differ
+    from their latest outbox row's. A latest row with a lower id: the partition was dropped and added again (the
+    metastore hands ids out in increasing order), a new landing, the next generation (``pending``). A higher id: a
+    database that went back (a lagging replica), nothing. A latest row without an id (enqueued from a listing)
+    takes this one, publishing nothing. Decided on the rows as they are in this transaction, while the table's
+    baseline holds, so two workers add a generation once. Returns how many went in, and each listed name's id on
+    record now. One transaction (3 statements, and 1 per row given its id)."""
+    with engine.begin() as conn:
+        if not listed or not keep_baseline(conn, watch.uri):
+            return 0, {}
+        latest = _latest_generations(conn, watch.uri, sorted(listed))
+        record: dict[str, int | None] = {name: row[1] for name, row in latest.items()}
+        rows = []
+        for name, (generation, part_id) in latest.items():
+            key, now_id = listed[name]
+            if part_id is not None and part_id >= now_id:
+                continue
+            record[name] = now_id
+            if part_id is None:
+                conn.execute(
+                    update(LO)
+                    .where(LO.c.uri == watch.uri, LO.c.partition_name == name, LO.c.generation == generation)
+                    .where(LO.c.part_id.is_(None))
+                    .values(part_id=now_id)
+                )
+                continue
+            rows.append(_landing_row(watch, name, key, PENDING, now, generation + 1, now_id))
+        return _insert_ignoring_duplicates(conn, LO, rows), record
+
+
+def _latest_generations(conn: Connection, uri: str, names: Sequence[str] | None) -> dict[str, tuple[int, int | None]]:
+    """The latest outbox row of ``uri`` of each name (of ``names``; None: every one): (generation, part_id) (1
+    statement)."""
+    latest: dict[str, tuple[int, int | None]] = {}
+    query = select(LO.c.partition_name, LO.c.generation, LO.c.part_id).where(LO.c.uri == uri)
+    if names is not None:
+        query = query.where(LO.c.partition_name.in_(list(names)))
+    for name, generation, part_id in conn.execute(query):
+        if name not in latest or generation > latest[name][0]:
+            latest[name] = (generation, part_id)
+    return latest
 
 
 def forget_dropped(engine: Engine, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
