@@ -51,10 +51,10 @@ def worker(
     no_signals: bool,
 ) -> None:
     """Run a worker until SIGTERM: the ranges whose leases it claims (default, with failover), or a pinned range."""
+    from smartsensor.adapters.catalog.backends import answerer_factory
     from smartsensor.adapters.sql.round_store import SqlRoundStore
     from smartsensor.sensors.base import import_sensor_modules, smart_class_names
     from smartsensor.service.leases import new_worker_id
-    from smartsensor.service.round.poke import catalog_answerer
     from smartsensor.service.round.range_rounds import RangeRounds
     from smartsensor.service.round_metrics import RoundMetrics
     from smartsensor.service.served_ranges import LeasedRanges, PinnedRange, ServedRanges
@@ -69,8 +69,8 @@ def worker(
             raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
         served: ServedRanges = PinnedRange(
             RangeRounds(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
-            catalog_answerer(app.cfg),
-            catalog_answerer(app.cfg),
+            answerer_factory(app.cfg),
+            answerer_factory(app.cfg),
         )
     else:
         served = LeasedRanges(engine, app.cfg)

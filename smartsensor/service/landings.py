@@ -430,24 +430,14 @@ def _key_or_blank(name: str) -> str:
         return ""
 
 
-def catalog_table_listings(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> TableListings:
-    """The partition names of the watched tables through the worker's catalog backend (``[smart_sensor]
-    catalog_backend``), with a client of its own: following the metastore database's change record on
-    ``metastore_db`` with its feed, else listing each table."""
-    from smartsensor.adapters.catalog.table_listings import table_listings
-    from smartsensor.service.round.poke import catalog_answerer
-
-    checker: Any = catalog_answerer(cfg, spark_provider)()  # a BatchChecker: the lister its rounds list through
-    return table_listings(checker.lister)
-
-
 def production_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:
     """The publisher a worker runs with ``[landings] publish`` on: Airflow's REST API over httpx, the worker's
     catalog backend."""
     from smartsensor.adapters.airflow_assets import AirflowAssets
+    from smartsensor.adapters.catalog.backends import landing_listings
 
     settings = cfg.settings.landings
     events = AirflowAssets(
         settings.airflow_url, settings.airflow_username, airflow_password(cfg), settings.request_timeout
     )
-    return LandingPublisher(engine, cfg, events, catalog_table_listings(cfg), owner)
+    return LandingPublisher(engine, cfg, events, landing_listings(cfg), owner)

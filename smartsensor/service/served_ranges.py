@@ -7,12 +7,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Protocol
 
+from smartsensor.adapters.catalog.backends import answerer_factory
 from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import Config
 from smartsensor.ports import CheckAnswerer
 from smartsensor.service.leases import LeaseManager
-from smartsensor.service.round.poke import catalog_answerer
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
 
@@ -52,8 +52,8 @@ class LeasedRanges:
         self.cfg = cfg
         self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
         self.store = SqlRoundStore(engine, cfg.settings.smart_sensor.write_threads)
-        self.answerer = catalog_answerer(cfg, spark_provider)
-        self.wake_answerer = catalog_answerer(cfg, spark_provider)  # its own metastore client: clients are not shared
+        self.answerer = answerer_factory(cfg, spark_provider)
+        self.wake_answerer = answerer_factory(cfg, spark_provider)  # its own metastore client: clients are not shared
         self.ranges: dict[int, RangeRounds] = {}
         self._lock = threading.Lock()
 

@@ -13,13 +13,13 @@ from typing import Any, Iterator
 
 import pytest
 
+from smartsensor.adapters.catalog.backends import answerer_factory
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from smartsensor.sensors.checks import PathCheck
 from smartsensor.sensors.errors import TransientCheckError
-from smartsensor.service.round.poke import catalog_answerer
 from tests.support.catalog_cases import CASES, DB
 from tests.support.metastore_service import run_spark
 
@@ -141,7 +141,7 @@ def test_the_answerer_uses_thrift_and_no_spark_for_partitions_and_local_paths(
     service: Config, spark_answers: list[Any], tmp_path: Any
 ) -> None:
     assert service.resolved_catalog_backend == "thrift"
-    make = catalog_answerer(service, spark_provider=lambda: pytest.fail("Spark was started"))
+    make = answerer_factory(service, spark_provider=lambda: pytest.fail("Spark was started"))
     checker = make()
     assert isinstance(checker.lister, ThriftCatalog)  # type: ignore[attr-defined]  # a BatchChecker
     (tmp_path / "_SUCCESS").write_text("")

@@ -53,6 +53,12 @@ SEAMS = {
 # A micro-benchmark's subject: the component it times, which only that file may import.
 SUBJECTS = {
     "prune.py": {"smartsensor.service.retention"},  # what retention deletes, in how long, and the size it leaves
+    "landings.py": {  # what publishing landings costs the metastore, per way of learning them, on its own clock
+        "smartsensor.service.landings",
+        "smartsensor.adapters.catalog.table_listings",
+        "smartsensor.adapters.periodic",
+        "smartsensor.domain.landings",
+    },
     "templates.py": {"smartsensor.sensors.templating"},  # rendering templates
     "status_scrape.py": {  # what one `status` costs, query by query
         "smartsensor.adapters.sql.status",

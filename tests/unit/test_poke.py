@@ -1,4 +1,4 @@
-"""Which checks start Spark: rounds over the production answerer (``service.poke.catalog_answerer``) on the
+"""Which checks start Spark: rounds over the production answerer (``adapters.catalog.backends.answerer_factory``) on the
 default catalog backend, with a Spark provider that counts its calls and fails as on a host without Java.
 No database, no JVM."""
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from smartsensor.adapters.catalog.backends import answerer_factory
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.sensors import BaseSensor, SuccessFileSensor
-from smartsensor.service.round.poke import catalog_answerer
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock
@@ -51,7 +51,7 @@ def one_round(cfg: Any, clock: Clock, tasks: dict[str, BaseSensor], spark: NoJav
     for dag_id, sensor in tasks.items():
         store.add_task(build_row(sensor, dag_id, DAY, cfg)[0])
     result = run_round(
-        [RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)], catalog_answerer(cfg, spark)
+        [RangeRounds(store, cfg, 0, cfg.shard_code_upper_limit, clock=clock)], answerer_factory(cfg, spark)
     )
     return result, {key.dag_id: row for key, row in store.tasks.items()}
 

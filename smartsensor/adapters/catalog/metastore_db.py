@@ -326,15 +326,15 @@ class MetastoreDbCatalog:
 
     def list_changed(
         self, tables: Sequence[tuple[Key, dict[str, str]]], seen: dict[Key, int]
-    ) -> tuple[dict[Key, dict[str, int | None] | CheckError], int]:
-        """Every partition name, with its PART_ID (None when not read), of those of ``tables`` (each with its
-        partition column types) whose partitions the feed saw change since ``seen`` says they were last read
-        (absent: never; a name with another id than before is a change), in one statement; ``seen`` is brought up
-        to date. Without the feed, every table's names. Tables left out have the names they had: the
-        cost of a call is the round's one statement and the names that came in, not the tables asked about (a
-        table's first read, and every read after a verify or a reset, give all its names)."""
+    ) -> tuple[dict[Key, list[str] | CheckError], int]:
+        """Every partition name of those of ``tables`` (each with its partition column types) whose partitions the
+        feed saw change since ``seen`` says they were last read (absent: never; with the feed keeping ids, a name
+        with another id than before is a change too), in one statement; ``seen`` is brought up to date. Without the
+        feed, every table's names. Tables left out have the names they had: the cost of a call is the round's one
+        statement and the names that came in, not the tables asked about (a table's first read, and every read
+        after a verify or a reset, give all its names)."""
         requests = [ListingRequest(db, table, columns, (), {}) for (db, table), columns in tables]
-        out: dict[Key, dict[str, int | None] | CheckError] = {}
+        out: dict[Key, list[str] | CheckError] = {}
         with self._lock:
             feed = self.feed if self.feed is not None else PartitionFeed()
             made, failed = self._read_round(feed, requests)
@@ -345,11 +345,15 @@ class MetastoreDbCatalog:
                 serial = feed.changed_at(request.db, request.table)
                 if self.feed is not None and serial is not None and seen.get(key) == serial:
                     continue
-                ids = feed.partition_ids(request.db, request.table)
-                out[key] = {name: ids.get(name) for name in feed.listing(request).names}
+                out[key] = feed.listing(request).names
                 if serial is not None:
                     seen[key] = serial
         return out, made
+
+    def partition_ids(self, db: str, table: str) -> dict[str, int]:
+        """The PART_ID of each partition of db.table the feed knows present, where it keeps them (else {})."""
+        with self._lock:
+            return self.feed.partition_ids(db, table) if self.feed is not None else {}
 
     def _read_round(self, feed: PartitionFeed, requests: Sequence[ListingRequest]) -> tuple[int, CheckError | None]:
         """The round's statement for ``requests`` into ``feed`` (once more when it finds the database went back:

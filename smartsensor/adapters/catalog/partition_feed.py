@@ -124,7 +124,11 @@ class PartitionFeed:
         max_gaps: int = MAX_GAPS,
         clock: Callable[[], float] = time.monotonic,
         max_witnesses: int = MAX_WITNESSES,
+        keep_ids: bool = False,
     ) -> None:
+        """``keep_ids``: remember each present name's PART_ID, and count a name read with another id as a change
+        (a partition dropped and added again: the landing publisher's); a round's feed needs names alone."""
+        self.keep_ids = keep_ids
         self.verify_seconds = verify_seconds
         self.baseline_span = baseline_span
         self.max_gaps = max_gaps
@@ -213,12 +217,12 @@ class PartitionFeed:
         self._advance(after, set(rows))
 
     def _add(self, state: _Table, name: str, part_id: int | None) -> None:
-        """``name`` is present, with ``part_id``: a change when it is new, or has another id than the one read
-        before (dropped and added again since: the drop itself is not in the feed)."""
-        if name in state.present and (part_id is None or state.ids.get(name) == part_id):
+        """``name`` is present, with ``part_id``: a change when it is new, or (keeping ids) has another id than the
+        one read before (dropped and added again since: the drop itself is not in the feed)."""
+        if name in state.present and (not self.keep_ids or part_id is None or state.ids.get(name) == part_id):
             return
         state.present.add(name)
-        if part_id is not None:
+        if self.keep_ids and part_id is not None:
             state.ids[name] = part_id
         self.serial += 1
         state.changed = self.serial
@@ -297,8 +301,8 @@ class PartitionFeed:
         return state.changed if state is not None else None
 
     def partition_ids(self, db: str, table: str) -> dict[str, int]:
-        """The PART_ID of each name of db.table the feed knows present (a name dropped since the last verify may
-        still be among them)."""
+        """The PART_ID of each name of db.table the feed knows present, when it keeps ids (a name dropped since the
+        last verify may still be among them)."""
         state = self._tables.get((db, table))
         return dict(state.ids) if state is not None else {}
 

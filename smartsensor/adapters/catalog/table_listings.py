@@ -120,7 +120,6 @@ class FollowingChanges:
         self.clock = clock
         self._seen: dict[Key, int] = {}  # a table's feed serial when its names were last returned
         self._missing: dict[Key, float] = {}  # a table found missing → when (its columns are read again after a TTL)
-        self._ids: dict[Key, dict[str, int]] = {}  # a table's names → PART_ID, as last returned
 
     def listings(self, tables: Sequence[Key]) -> tuple[Listings, int]:
         now = self.clock()
@@ -151,21 +150,18 @@ class FollowingChanges:
         listed, made = self.catalog.list_changed(asked, self._seen)
         for key, names in listed.items():
             if key in self._missing:
-                if isinstance(names, dict) and names:  # the table is back: its columns are read at the next call
+                if isinstance(names, list) and names:  # the table is back: its columns are read at the next call
                     del self._missing[key]
                     self._seen.pop(key, None)
                 continue
-            if isinstance(names, CheckError):
-                out[key] = names
-                continue
-            out[key] = list(names)
-            self._ids[key] = {name: part_id for name, part_id in names.items() if part_id is not None}
+            out[key] = names
         return out, calls + made
 
     def partition_ids(self, db: str, table: str) -> dict[str, int] | None:
-        """The PART_ID of each name of db.table as last returned: a partition dropped and added again has
-        another."""
-        return self._ids.get((db, table))
+        """The PART_ID of each name of db.table as the feed read it (a partition dropped and added again has
+        another), where the feed keeps ids (else None)."""
+        feed = self.catalog.feed
+        return self.catalog.partition_ids(db, table) if feed is not None and feed.keep_ids else None
 
     def relist(self) -> None:
         """Forget what was returned: the next call returns every table's names."""

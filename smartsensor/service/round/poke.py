@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Callable
 
-from smartsensor.config import Config
 from smartsensor.domain.transitions import combine
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors.errors import TransientCheckError
@@ -17,53 +15,6 @@ from smartsensor.service.round.plan import RoundPlan
 log = logging.getLogger(__name__)
 
 Counters = dict[str, float]
-
-
-def catalog_answerer(cfg: Config, spark_provider: Callable[[], Any] | None = None) -> Callable[[], CheckAnswerer]:
-    """The production answerer factory: a BatchChecker per round over ``[smart_sensor] catalog_backend``.
-
-    spark: the external catalog of this process's SparkSession (or the provider's). thrift: the process's
-    ThriftCatalog. metastore_db: the process's MetastoreDbCatalog. On each, Spark starts only when a check needs
-    it (a partition on the spark backend, a path that is not file://, a user sensor reading ``context['spark']``),
-    so file:// and ``poke()`` checks work on a host without Java.
-    """
-    backend = cfg.resolved_catalog_backend
-    catalogs: list[Any] = []
-    lock = threading.Lock()
-
-    def spark() -> Any:
-        if spark_provider is not None:
-            return spark_provider()
-        from smartsensor.adapters.spark import get_spark
-
-        return get_spark(cfg)
-
-    def make() -> CheckAnswerer:
-        from smartsensor.adapters.catalog.batch import BatchChecker
-
-        if backend == "spark":
-            return BatchChecker(spark_provider=spark)
-        with lock:
-            if not catalogs and backend == "metastore_db":
-                from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
-                from smartsensor.adapters.catalog.partition_feed import PartitionFeed
-
-                url = cfg.settings.catalog.metastore_db_url
-                feed = None
-                if cfg.settings.catalog.metastore_db_feed:
-                    feed = PartitionFeed(
-                        verify_seconds=cfg.settings.catalog.metastore_db_verify_seconds,
-                        max_gaps=cfg.settings.catalog.metastore_db_max_gaps,
-                    )
-                timeout = cfg.settings.smart_sensor.metastore_timeout
-                catalogs.append(MetastoreDbCatalog.from_url(url, timeout, feed))
-            elif not catalogs:
-                from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
-
-                catalogs.append(ThriftCatalog.from_config(cfg))
-        return BatchChecker(lister=catalogs[0], spark_provider=spark)
-
-    return make
 
 
 class PokeContext(dict[str, Any]):
