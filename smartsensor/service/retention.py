@@ -20,6 +20,8 @@ in a transaction of its own (``adapters.sql.retention``):
    itself forgets a settled row past the age once its partition is gone from the catalog
    (``service.landings``).
 4. ``worker_round``: the last round of a range no worker has served since the cutoff.
+5. ``worker``: a worker whose last heartbeat is before the cutoff and that owns no lease (one killed; a worker
+   that stops cleanly deletes its own row), so `status` stops listing it.
 
 ``partition_signal`` and ``state_sample`` have their own retention (the workers', ``[api] history_retention``).
 A pass stops at its time budget and the next run starts over; a row is read once per pass whatever the share of
@@ -46,7 +48,7 @@ from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger(__name__)
 
-TABLES = ("external_task", "task_instance", "landing_outbox", "asset_watch", "worker_round")
+TABLES = ("external_task", "task_instance", "landing_outbox", "asset_watch", "worker_round", "worker")
 DAY_SECONDS = 24 * 3600.0
 
 
@@ -142,6 +144,9 @@ def prune(
     if not run.over():
         with run.timed("worker_round") as entry:
             entry.rows += retention_sql.prune_rounds(engine, cutoff, batch_size, dry_run)
+    if not run.over():
+        with run.timed("worker") as entry:
+            entry.rows += retention_sql.prune_workers(engine, cutoff, batch_size, dry_run)
     return report
 
 

@@ -26,7 +26,7 @@ from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING
 from smartsensor.domain.states import State
 from smartsensor.external.states import Asked, external_states
-from smartsensor.schema.models import AssetWatch, ExternalTask, TaskInstance, WorkerRound
+from smartsensor.schema.models import AssetWatch, ExternalTask, ShardLease, TaskInstance, Worker, WorkerRound
 from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.retention import RetentionJob, prune
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -206,6 +206,25 @@ def test_idle_worker_rounds_go(engine: Engine) -> None:
     assert prune(engine, MONTH, 100, now=now).tables["worker_round"].rows == 1
     with engine.connect() as conn:
         assert list(conn.execute(select(WR.c.range_rounds_id)).scalars()) == ["live:0-5"]
+
+
+def test_a_worker_killed_long_ago_goes_unless_it_owns_a_lease(engine: Engine) -> None:
+    """A worker killed (no clean stop deleted its row) stops being listed once its last heartbeat is past the age;
+    a live one, one that still owns a lease (its epoch fences it, whatever its age) and one never heard from lately
+    stay."""
+    now = wall_clock.now()
+    long_ago = now - 2 * MONTH
+    with engine.begin() as conn:
+        for worker_id, heartbeat in (("killed", long_ago), ("live", now), ("owner", long_ago), ("never", None)):
+            started = long_ago if worker_id != "never" else now
+            conn.execute(
+                insert(Worker.__table__).values(worker_id=worker_id, started_at=started, heartbeat_at=heartbeat)
+            )
+        conn.execute(insert(ShardLease.__table__).values(shard_min=0, shard_max=5, owner="owner", epoch=3))
+    assert prune(engine, MONTH, 100, now=now, dry_run=True).tables["worker"].rows == 1
+    assert prune(engine, MONTH, 100, now=now).tables["worker"].rows == 1
+    with engine.connect() as conn:
+        assert sorted(conn.execute(select(Worker.__table__.c.worker_id)).scalars()) == ["live", "never", "owner"]
 
 
 def test_db_prune_prints_what_it_deleted_per_table(cfg: Any, engine: Engine) -> None:

@@ -26,8 +26,10 @@ from smartsensor.schema.models import (
     AssetWatch,
     ExternalTask,
     LandingOutbox,
+    ShardLease,
     TaskInstance,
     UtcDateTime,
+    Worker,
     WorkerRound,
 )
 
@@ -36,6 +38,8 @@ EX = ExternalTask.__table__
 AW = AssetWatch.__table__
 LO = LandingOutbox.__table__
 WR = WorkerRound.__table__
+WK = Worker.__table__
+SL = ShardLease.__table__
 
 ENDED = State.FINISHED  # success, failed, skipped: never waiting, running, scheduled or up for retry
 TI_KEY: tuple[Column[Any], ...] = (TI.c.dag_id, TI.c.task_id, TI.c.execution_date)
@@ -128,6 +132,18 @@ def idle_rounds(conn: Connection, cutoff: datetime, size: int, dry_run: bool) ->
     return conn.execute(delete(WR).where(WR.c.range_rounds_id.in_(ids), old)).rowcount
 
 
+def dead_workers(conn: Connection, cutoff: datetime, size: int, dry_run: bool) -> int:
+    """Delete up to ``size`` workers (``worker``) whose last heartbeat is before ``cutoff`` (a worker killed: one that
+    stops cleanly deletes its own row) and that own no lease (1 guarded statement; ``dry_run``: count them all). A
+    worker that comes back writes its row again at its next heartbeat."""
+    owner = exists().where(SL.c.owner == WK.c.worker_id)
+    dead = and_(func.coalesce(WK.c.heartbeat_at, WK.c.started_at) < _at(cutoff), ~owner)
+    if dry_run:
+        return int(conn.execute(select(func.count()).select_from(WK).where(dead)).scalar_one())
+    ids = select(WK.c.worker_id).where(dead).order_by(WK.c.worker_id).limit(size)
+    return conn.execute(delete(WK).where(WK.c.worker_id.in_(ids), dead)).rowcount
+
+
 def unwatched_uris(conn: Connection, cutoff: datetime, after: str, size: int) -> list[str]:
     """Up to ``size`` watched tables after ``after`` (in ``uri`` order) that Airflow last listed before ``cutoff``
     (1 statement)."""
@@ -180,6 +196,12 @@ def prune_keys_batch(engine: Engine, after: Key | None, size: int, cutoff: datet
     with engine.begin() as conn:
         end = window_end(conn, EX_KEY, after, size)
         return Batch(ended_keys(conn, after, end, cutoff, dry_run), end)
+
+
+def prune_workers(engine: Engine, cutoff: datetime, size: int, dry_run: bool) -> int:
+    """``dead_workers`` in a transaction of its own (1 statement)."""
+    with engine.begin() as conn:
+        return dead_workers(conn, cutoff, size, dry_run)
 
 
 def prune_rounds(engine: Engine, cutoff: datetime, size: int, dry_run: bool) -> int:
