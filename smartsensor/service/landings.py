@@ -161,7 +161,11 @@ class LandingPublisher:
         anchor = self._refreshed_at or landing_sql.newest_watch_seen(self.engine) or now
         watches = landing_sql.read_watches(self.engine, ranges, anchor - stale)
         self.watched = {(w.db, w.table) for w in watches}
-        if only is not None:
+        if only is None:  # what this worker no longer publishes (a range handed over, a table unwatched) is forgotten
+            uris = {w.uri for w in watches}
+            self._known = {uri: names for uri, names in self._known.items() if uri in uris}
+            self._forgot_at = {uri: at for uri, at in self._forgot_at.items() if uri in uris}
+        else:
             watches = [w for w in watches if (w.db, w.table) in only]
         report.watched = len(watches)
         knowns: dict[str, dict[str, int | None]] = {}
@@ -389,6 +393,9 @@ class LandingPublisher:
         if ranges:
             steps.append(("enqueueing landings", lambda: self.enqueue(ranges, now, report, only)))
             steps.append(("publishing landings", lambda: self.publish(ranges, self.clock(), report)))
+        else:  # no range held: nothing to remember
+            self._known.clear()
+            self._forgot_at.clear()
         for what, step in steps:
             try:
                 step()

@@ -950,6 +950,24 @@ def test_following_the_change_record_costs_one_statement_a_cycle_whatever_the_ta
         drop_pg_database(name)
 
 
+def test_a_worker_forgets_what_it_knew_of_the_tables_it_no_longer_publishes(tmp_path: Path, db_url: str) -> None:
+    """The publisher's memory of the outbox holds the tables of the ranges it holds now: a range handed over, its
+    tables' names are forgotten (read again from the outbox if the range comes back)."""
+    cfg = landings_cfg(tmp_path, db_url)
+    engine = make_engine(db_url)
+    init_db(engine)
+    clock, airflow = Clock(T0), AirflowDouble()
+    worker = publisher(engine, cfg, airflow, {"db.a": ["ds=0"], "db.b": ["ds=1"]}, "w1", clock)
+    everything = [(0, cfg.shard_code_upper_limit)]
+    assert worker.cycle(everything).baseline == 2
+    assert sorted(worker._known) == [f"{PREFIX}db/a", f"{PREFIX}db/b"]
+    worker.cycle([])  # every range handed over
+    assert worker._known == {}
+    clock.advance(3)
+    assert worker.cycle(everything).enqueued == 0  # read again from the outbox: nothing new
+    engine.dispose()
+
+
 @needs_test_pg
 def test_a_partition_dropped_and_added_again_is_published_again_only_where_chosen(tmp_path: Path) -> None:
     """``[landings] publish_recreated = db.a``: a partition of db.a dropped and added again (another id in the
