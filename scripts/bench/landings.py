@@ -59,6 +59,7 @@ from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.config import Config, load_config
 from smartsensor.domain.landings import EventLookup, HiveAsset, PostOutcome
 from smartsensor.ports import TableListings
@@ -239,7 +240,7 @@ class Bench:
         result = Result(strategy)
         airflow = RecordingAirflow(self.tables)
         listings, close = self.listings(strategy)
-        publisher = LandingPublisher(self.engine, self.cfg, airflow, listings, "bench")
+        publisher = LandingPublisher(SqlOutboxStore(self.engine), self.cfg, airflow, listings, "bench")
         ranges = [(0, self.cfg.shard_code_upper_limit)]
         lock = threading.Lock()
         reports: list[CycleReport] = []

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from smartsensor.cli.app import INTERVAL, App, UserError, global_args
+from smartsensor.config import Config
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from smartsensor.service.landings import LandingPublisher
 
 EXIT_ROUND_FAILED = 1
 EXIT_NOTHING_WRITTEN = 4  # worker --once: the round lost its lease, or claimed no range at all
@@ -110,10 +116,8 @@ def worker(
 
     landings = None
     if app.cfg.settings.landings.publish and not once:
-        from smartsensor.service.landings import production_publisher
-
         owner = served.worker_id if isinstance(served, LeasedRanges) else new_worker_id()
-        landings = production_publisher(engine, app.cfg, owner)
+        landings = landing_publisher(engine, app.cfg, owner)
     status = WorkerLoop(
         served,
         engine,
@@ -222,3 +226,18 @@ def status(app: App, as_json: bool) -> None:
         return
     for line in status_lines(data, app.cfg.shard_code_upper_limit):
         click.echo(line)
+
+
+def landing_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:
+    """The publisher a worker runs with ``[landings] publish`` on: its outbox in the metadata database, Airflow's
+    REST API over httpx, the worker's catalog backend (a client of its own)."""
+    from smartsensor.adapters.airflow_assets import AirflowAssets
+    from smartsensor.adapters.catalog.backends import landing_listings
+    from smartsensor.adapters.sql.landings import SqlOutboxStore
+    from smartsensor.service.landings import LandingPublisher, airflow_password
+
+    settings = cfg.settings.landings
+    events = AirflowAssets(
+        settings.airflow_url, settings.airflow_username, airflow_password(cfg), settings.request_timeout
+    )
+    return LandingPublisher(SqlOutboxStore(engine), cfg, events, landing_listings(cfg), owner)

@@ -145,3 +145,32 @@ def lookup_since(unknown_since: datetime | None, landed_at: datetime, claim_seco
     if unknown_since is None:
         return landed_at - timedelta(seconds=CLOCK_SKEW)
     return unknown_since - timedelta(seconds=claim_seconds + CLOCK_SKEW)
+
+
+@dataclass(frozen=True)
+class WatchRow:
+    """A watched table as stored: its asset, where it is sharded, whether its baseline was taken."""
+
+    uri: str
+    asset_id: int
+    db: str
+    table: str
+    shardcode: int
+    baselined: bool
+
+
+@dataclass(frozen=True)
+class ClaimedLanding:
+    """An outbox row claimed for one attempt: what to post, and the claim's token that ends it. ``unknown_outcomes``
+    above 0: an earlier post may have reached Airflow (Airflow is asked before it is posted again), its outcome
+    unknown since ``unknown_since``."""
+
+    id: int
+    uri: str
+    partition_name: str
+    partition_key: str
+    attempts: int
+    token: str
+    landed_at: datetime
+    unknown_outcomes: int = 0
+    unknown_since: datetime | None = None

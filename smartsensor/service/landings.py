@@ -38,24 +38,23 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql import landings as landing_sql
 from smartsensor.config import Config, read_secret_file
 from smartsensor.domain import clock as wall_clock
 from smartsensor.domain.landings import (
     BASELINE,
     HIVE_PARTITION,
     LANDING_ID,
+    ClaimedLanding,
     HiveAsset,
     PostOutcome,
+    WatchRow,
     backoff,
     key_problem,
     lookup_since,
     partition_key,
     table_shardcode,
 )
-from smartsensor.ports import AssetEvents, TableListings
+from smartsensor.ports import AssetEvents, OutboxStore, TableListings
 from smartsensor.sensors.errors import CheckError, first_line
 
 log = logging.getLogger(__name__)
@@ -99,7 +98,7 @@ class LandingPublisher:
 
     def __init__(
         self,
-        engine: Engine,
+        store: OutboxStore,
         cfg: Config,
         events: AssetEvents,
         listings: TableListings,
@@ -107,7 +106,7 @@ class LandingPublisher:
         clock: Callable[[], datetime] = wall_clock.now,
         rng: random.Random | None = None,
     ) -> None:
-        self.engine, self.cfg, self.events, self.listings, self.owner = engine, cfg, events, listings, owner
+        self.store, self.cfg, self.events, self.listings, self.owner = store, cfg, events, listings, owner
         self.settings = cfg.settings.landings
         # A cycle over the change record costs one catalog call whatever the tables: it can run more often.
         self.interval = self.settings.change_record_interval if listings.follows_changes else self.settings.interval
@@ -140,7 +139,7 @@ class LandingPublisher:
             }
             for a in assets
         ]
-        added = landing_sql.record_watches(self.engine, rows, now)
+        added = self.store.record_watches(rows, now)
         self._refreshed_at = now
         if added:
             log.info("landings: %d more tables watched (%d in all)", added, len(rows))
@@ -158,8 +157,8 @@ class LandingPublisher:
         # Stale means "not in Airflow's last few answers", counted from this worker's latest refresh that worked (or,
         # before its first, the newest one on record): while Airflow cannot be asked, every table stays watched.
         stale = timedelta(seconds=STALE_REFRESHES * self.settings.assets_refresh_interval)
-        anchor = self._refreshed_at or landing_sql.newest_watch_seen(self.engine) or now
-        watches = landing_sql.read_watches(self.engine, ranges, anchor - stale)
+        anchor = self._refreshed_at or self.store.newest_watch_seen() or now
+        watches = self.store.read_watches(ranges, anchor - stale)
         self.watched = {(w.db, w.table) for w in watches}
         if only is None:  # what this worker no longer publishes (a range handed over, a table unwatched) is forgotten
             uris = {w.uri for w in watches}
@@ -172,7 +171,7 @@ class LandingPublisher:
         for watch in watches:  # read before the listing: a row retention deletes later is of a partition it lacks
             known = self._known.get(watch.uri)
             if known is None:
-                known = self._known[watch.uri] = landing_sql.read_outbox_names(self.engine, watch.uri)
+                known = self._known[watch.uri] = self.store.read_outbox_names(watch.uri)
             knowns[watch.uri] = known
         listed, calls = self.listings.listings(list(dict.fromkeys((w.db, w.table) for w in watches)))
         report.catalog_calls += calls
@@ -188,7 +187,7 @@ class LandingPublisher:
 
     def _enqueue_table(
         self,
-        watch: landing_sql.WatchRow,
+        watch: WatchRow,
         names: list[str] | None,
         known: dict[str, int | None],
         now: datetime,
@@ -204,8 +203,8 @@ class LandingPublisher:
         ids = self.listings.partition_ids(watch.db, watch.table) or {}
         new = [n for n in names if n not in known]
         if new or not watch.baselined:
-            state, added = landing_sql.enqueue_landings(
-                self.engine, watch, _keyed(new, ids), partial(_keyed, names, ids), now, self.settings.publish_existing
+            state, added = self.store.enqueue_landings(
+                watch, _keyed(new, ids), partial(_keyed, names, ids), now, self.settings.publish_existing
             )
             known.update((n, ids.get(n)) for n in names if n not in known)  # new ones, or all at the baseline
             if state == BASELINE:
@@ -217,13 +216,13 @@ class LandingPublisher:
             present = set(names)
             moved = {n: (_key_or_blank(n), i) for n, i in ids.items() if n in present and _newer(i, known.get(n))}
             if moved:
-                added, recorded = landing_sql.enqueue_recreated(self.engine, watch, moved, now)
+                added, recorded = self.store.enqueue_recreated(watch, moved, now)
                 known.update(recorded)
                 report.recreated += added
                 if added:
                     log.info("landings: %s: %d partitions dropped and added again, published again", watch.uri, added)
 
-    def _publishes_recreated(self, watch: landing_sql.WatchRow) -> bool:
+    def _publishes_recreated(self, watch: WatchRow) -> bool:
         chosen = self.settings.publish_recreated
         return "*" in chosen or f"{watch.db}.{watch.table}" in chosen
 
@@ -245,7 +244,7 @@ class LandingPublisher:
         cutoff = now - timedelta(days=retention.max_age_days)
         forgotten = 0
         for i in range(0, len(dropped), retention.batch_size):
-            gone = landing_sql.forget_dropped(self.engine, uri, dropped[i : i + retention.batch_size], cutoff)
+            gone = self.store.forget_dropped(uri, dropped[i : i + retention.batch_size], cutoff)
             for name in gone:
                 known.pop(name, None)
             forgotten += len(gone)
@@ -255,11 +254,11 @@ class LandingPublisher:
         """Claim the due outbox rows of ``ranges`` and post each; every attempt ends under its claim."""
         token = uuid.uuid4().hex
         until = now + timedelta(seconds=self.claim_seconds)
-        claimed = landing_sql.claim_landings(self.engine, ranges, self.owner, token, now, until, self.settings.batch)
+        claimed = self.store.claim_landings(ranges, self.owner, token, now, until, self.settings.batch)
         report.claimed = len(claimed)
         if not claimed:
             return
-        asset_ids = {w.uri: w.asset_id for w in landing_sql.read_watches(self.engine, ranges, EVER)}
+        asset_ids = {w.uri: w.asset_id for w in self.store.read_watches(ranges, EVER)}
         # Stop early, handing the rows not posted back at once, when Airflow fails FAILING_IN_A_ROW times running (it
         # is down: the rest would only wait out their timeouts) or the claim has less than a request's time left (a
         # post must end before another worker may take the row over).
@@ -267,21 +266,19 @@ class LandingPublisher:
         failures = 0
         for i, row in enumerate(claimed):
             if failures >= FAILING_IN_A_ROW or (i > 0 and self.clock() >= last_start):
-                report.released = landing_sql.release_unposted(
-                    self.engine, [r.id for r in claimed[i:]], token, self.clock()
-                )
+                report.released = self.store.release_unposted([r.id for r in claimed[i:]], token, self.clock())
                 return
             failed = self._attempt(row, asset_ids.get(row.uri), report)
             failures = failures + 1 if failed else 0
 
-    def _attempt(self, row: landing_sql.ClaimedLanding, asset_id: int | None, report: CycleReport) -> bool:
+    def _attempt(self, row: ClaimedLanding, asset_id: int | None, report: CycleReport) -> bool:
         """Post one claimed row and end it under its claim; whether Airflow or the way to it failed. A row of
         unknown outcome is looked up first (``_settled_by_lookup``); a row is posted only while its claim holds
         it for at least a request's time more."""
         problem = key_problem(row.partition_key)
         if problem is not None or asset_id is None:
             why = problem or f"{row.uri} is no longer watched"
-            if landing_sql.end_rejected(self.engine, row.id, row.token, self.clock(), why):
+            if self.store.end_rejected(row.id, row.token, self.clock(), why):
                 report.rejected += 1
                 log.warning("landings: %s %s not published: %s", row.uri, row.partition_name, why)
             else:
@@ -291,10 +288,10 @@ class LandingPublisher:
             settled = self._settled_by_lookup(row, asset_id, report)
             if settled is not None:
                 return settled
-        if not landing_sql.holds(
-            self.engine, row.id, row.token, self.clock() + timedelta(seconds=self.settings.request_timeout)
+        if not self.store.holds(
+            row.id, row.token, self.clock() + timedelta(seconds=self.settings.request_timeout)
         ):  # the claim lapsed (or runs short: handed back), or a late 2xx settled the row: not posted
-            if landing_sql.release_unposted(self.engine, [row.id], row.token, self.clock()):
+            if self.store.release_unposted([row.id], row.token, self.clock()):
                 report.released += 1
             else:
                 report.lost_claims += 1
@@ -306,7 +303,7 @@ class LandingPublisher:
         }
         return self.end_attempt(row, self.events.post_event(asset_id, row.partition_key, extra), report)
 
-    def _settled_by_lookup(self, row: landing_sql.ClaimedLanding, asset_id: int, report: CycleReport) -> bool | None:
+    def _settled_by_lookup(self, row: ClaimedLanding, asset_id: int, report: CycleReport) -> bool | None:
         """Ask Airflow whether it holds the event of a row whose earlier post had an unknown outcome. Found: the
         row is ``delivered`` (False: not a failure). Airflow cannot tell: the row waits a backoff, not posted
         (True: a failure). Not found: None, post it."""
@@ -314,7 +311,7 @@ class LandingPublisher:
         lookup = self.events.find_events(asset_id, since, {LANDING_ID: row.id, HIVE_PARTITION: row.partition_name})
         now = self.clock()
         if lookup.answered and lookup.event_ids:
-            if landing_sql.end_found(self.engine, row.id, row.token, now, lookup.event_ids[0]):
+            if self.store.end_found(row.id, row.token, now, lookup.event_ids[0]):
                 report.found += 1
             else:
                 report.lost_claims += 1
@@ -331,7 +328,7 @@ class LandingPublisher:
             return None
         delay = backoff(row.attempts, self.settings.retry_base, self.settings.retry_max, self.rng)
         why = f"outcome unknown, asking Airflow: {lookup.detail}"
-        if landing_sql.end_unanswered(self.engine, row.id, row.token, now, now + timedelta(seconds=delay), why):
+        if self.store.end_unanswered(row.id, row.token, now, now + timedelta(seconds=delay), why):
             report.unanswered += 1
         else:
             report.lost_claims += 1
@@ -347,10 +344,10 @@ class LandingPublisher:
         )
         return True
 
-    def end_attempt(self, row: landing_sql.ClaimedLanding, outcome: PostOutcome, report: CycleReport) -> bool:
+    def end_attempt(self, row: ClaimedLanding, outcome: PostOutcome, report: CycleReport) -> bool:
         """End a posted row under its claim as ``outcome`` says; whether Airflow or the way to it failed."""
         if outcome.kind == "delivered":
-            if landing_sql.end_delivered(self.engine, row.id, row.token, self.clock(), outcome.event_id):
+            if self.store.end_delivered(row.id, row.token, self.clock(), outcome.event_id):
                 report.delivered += 1
             else:
                 report.lost_claims += 1
@@ -362,7 +359,7 @@ class LandingPublisher:
                 )
             return False
         if outcome.kind == "rejected":
-            ended = landing_sql.end_rejected(self.engine, row.id, row.token, self.clock(), outcome.detail)
+            ended = self.store.end_rejected(row.id, row.token, self.clock(), outcome.detail)
             report.rejected += ended
             log.warning("landings: Airflow refused %s %s for good: %s", row.uri, row.partition_name, outcome.detail)
         else:
@@ -370,7 +367,7 @@ class LandingPublisher:
             now = self.clock()
             unknown = outcome.kind == "unknown"
             next_at = now + timedelta(seconds=delay)
-            ended = landing_sql.end_failed(self.engine, row.id, row.token, now, next_at, outcome.detail, unknown)
+            ended = self.store.end_failed(row.id, row.token, now, next_at, outcome.detail, unknown)
             report.retried += ended
             report.errors.append(f"posting {row.uri} {row.partition_key!r} (attempt {row.attempts}): {outcome.detail}")
         if not ended:
@@ -435,16 +432,3 @@ def _key_or_blank(name: str) -> str:
         return partition_key(name)
     except ValueError:
         return ""
-
-
-def production_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:
-    """The publisher a worker runs with ``[landings] publish`` on: Airflow's REST API over httpx, the worker's
-    catalog backend."""
-    from smartsensor.adapters.airflow_assets import AirflowAssets
-    from smartsensor.adapters.catalog.backends import landing_listings
-
-    settings = cfg.settings.landings
-    events = AirflowAssets(
-        settings.airflow_url, settings.airflow_username, airflow_password(cfg), settings.request_timeout
-    )
-    return LandingPublisher(engine, cfg, events, landing_listings(cfg), owner)

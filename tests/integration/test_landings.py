@@ -27,6 +27,7 @@ from sqlalchemy import Engine, select
 from smartsensor.adapters.catalog.backends import landing_listings
 from smartsensor.adapters.sql import landings as landing_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.api.metrics import render_metrics
 from smartsensor.config import Config
 from smartsensor.domain import clock
@@ -188,7 +189,7 @@ def publisher(
     owner: str,
     clock: Callable[[], datetime],
 ) -> LandingPublisher:
-    return LandingPublisher(engine, cfg, airflow, listing(catalog), owner, clock=clock)
+    return LandingPublisher(SqlOutboxStore(engine), cfg, airflow, listing(catalog), owner, clock=clock)
 
 
 def outbox(engine: Engine) -> list[dict[str, Any]]:
@@ -550,7 +551,7 @@ class OutboxModel(RuleBasedStateMachine):
             return dict((self.replica_ids if self.metastore == "behind" else self.ids).get(f"{db}.{table}", {}))
 
         listings = CatalogListings(names, ids)
-        return LandingPublisher(self.engine, self.cfg, self.airflow, listings, worker, clock=self.clock)
+        return LandingPublisher(SqlOutboxStore(self.engine), self.cfg, self.airflow, listings, worker, clock=self.clock)
 
     def ranges(self, worker: str) -> list[tuple[int, int]]:
         return [r for r, w in self.owner.items() if w == worker]
@@ -851,7 +852,7 @@ def test_a_failover_of_the_metastore_database_loses_no_landing_and_publishes_non
     engine = make_engine(outbox_url)
     init_db(engine)
     clock, airflow, ranges = Clock(T0), AirflowDouble(), [(0, cfg.shard_code_upper_limit)]
-    worker = LandingPublisher(engine, cfg, airflow, landing_listings(cfg), "w1", clock=clock)
+    worker = LandingPublisher(SqlOutboxStore(engine), cfg, airflow, landing_listings(cfg), "w1", clock=clock)
     data = private_pg.folder / "data"
     replica = private_pg.folder / "replica"
 
@@ -919,7 +920,7 @@ def test_following_the_change_record_costs_one_statement_a_cycle_whatever_the_ta
         init_db(engine)
         clock, airflow, ranges = Clock(T0), AirflowDouble(), [(0, cfg.shard_code_upper_limit)]
         airflow.consumed = {f"db.{t}": i + 1 for i, t in enumerate(tables)} | {"db.later": 999}
-        worker = LandingPublisher(engine, cfg, airflow, landing_listings(cfg), "w1", clock=clock)
+        worker = LandingPublisher(SqlOutboxStore(engine), cfg, airflow, landing_listings(cfg), "w1", clock=clock)
         assert worker.interval == cfg.settings.landings.change_record_interval == 0.5
 
         def cycle() -> CycleReport:
@@ -993,7 +994,9 @@ def test_a_partition_dropped_and_added_again_is_published_again_only_where_chose
         engine = make_engine(outbox_url)
         init_db(engine)
         clock, airflow, ranges = Clock(T0), AirflowDouble(), [(0, cfg.shard_code_upper_limit)]
-        workers = [LandingPublisher(engine, cfg, airflow, landing_listings(cfg), w, clock=clock) for w in "12"]
+        workers = [
+            LandingPublisher(SqlOutboxStore(engine), cfg, airflow, landing_listings(cfg), w, clock=clock) for w in "12"
+        ]
 
         def cycle(worker: LandingPublisher) -> CycleReport:
             clock.advance(3)
@@ -1028,12 +1031,12 @@ def test_a_partition_dropped_and_added_again_is_published_again_only_where_chose
         ], rows
         with engine.begin() as conn:  # as a row enqueued from a listing, or before migration 0011, has no id
             conn.execute(LO.update().where(LO.c.partition_name == "ds=1", LO.c.generation == 1).values(part_id=None))
-        restarted = LandingPublisher(engine, cfg, airflow, landing_listings(cfg), "3", clock=clock)
+        restarted = LandingPublisher(SqlOutboxStore(engine), cfg, airflow, landing_listings(cfg), "3", clock=clock)
         first = cycle(restarted)
         assert (first.recreated, first.enqueued) == (0, 0), first  # the id taken, nothing posted
         hive.drop("db", "a", "ds=1")  # while no worker follows the table
         hive.add("db", "a", "ds=1", 8)
-        later = LandingPublisher(engine, cfg, airflow, landing_listings(cfg), "4", clock=clock)
+        later = LandingPublisher(SqlOutboxStore(engine), cfg, airflow, landing_listings(cfg), "4", clock=clock)
         assert cycle(later).recreated == 1
         cycle(later)
         assert airflow.events[(1, "1")] == 3

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, event, insert, select
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import retention as retention_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.cli import main
 from smartsensor.domain import clock as wall_clock
@@ -262,7 +263,7 @@ class Landings:
 
     def restart(self) -> None:
         self.publisher = LandingPublisher(
-            self.engine, self.cfg, self.airflow, listing(self.catalog), "w1", clock=self.clock
+            SqlOutboxStore(self.engine), self.cfg, self.airflow, listing(self.catalog), "w1", clock=self.clock
         )
 
     def cycle(self) -> Any:

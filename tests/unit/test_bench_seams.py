@@ -55,6 +55,7 @@ SUBJECTS = {
     "prune.py": {"smartsensor.service.retention"},  # what retention deletes, in how long, and the size it leaves
     "landings.py": {  # what publishing landings costs the metastore, per way of learning them, on its own clock
         "smartsensor.service.landings",
+        "smartsensor.adapters.sql.landings",
         "smartsensor.adapters.catalog.table_listings",
         "smartsensor.adapters.periodic",
         "smartsensor.domain.landings",

@@ -21,7 +21,17 @@ from typing import Any, Callable, Iterable, Sequence
 from sqlalchemy import Connection, Engine, and_, case, delete, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING, REJECTED, SENDING, SETTLED, UNDELIVERED
+from smartsensor.domain.landings import (
+    BASELINE,
+    DELIVERED,
+    PENDING,
+    REJECTED,
+    SENDING,
+    SETTLED,
+    UNDELIVERED,
+    ClaimedLanding,
+    WatchRow,
+)
 from smartsensor.schema.models import AssetWatch, LandingOutbox, UtcDateTime
 
 AW = AssetWatch.__table__
@@ -30,35 +40,6 @@ UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an
 SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 
 Ranges = Sequence[tuple[int, int]]  # shard ranges [lo, hi)
-
-
-@dataclass(frozen=True)
-class WatchRow:
-    """A watched table as stored: its asset, where it is sharded, whether its baseline was taken."""
-
-    uri: str
-    asset_id: int
-    db: str
-    table: str
-    shardcode: int
-    baselined: bool
-
-
-@dataclass(frozen=True)
-class ClaimedLanding:
-    """An outbox row claimed for one attempt: what to post, and the claim's token that ends it. ``unknown_outcomes``
-    above 0: an earlier post may have reached Airflow (Airflow is asked before it is posted again), its outcome
-    unknown since ``unknown_since``."""
-
-    id: int
-    uri: str
-    partition_name: str
-    partition_key: str
-    attempts: int
-    token: str
-    landed_at: datetime
-    unknown_outcomes: int = 0
-    unknown_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -506,3 +487,69 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
         ).all()
     shown = tuple(UnknownOutcome(*r) for r in rows)
     return OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched), int(unresolved), shown)
+
+
+class SqlOutboxStore:
+    """``ports.OutboxStore`` on the metadata database: each operation the function of this module of the same
+    name, in a transaction of its own."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def record_watches(self, rows: list[dict[str, Any]], now: datetime) -> int:
+        return record_watches(self.engine, rows, now)
+
+    def read_watches(self, ranges: Ranges, seen_since: datetime) -> list[WatchRow]:
+        return read_watches(self.engine, ranges, seen_since)
+
+    def newest_watch_seen(self) -> datetime | None:
+        return newest_watch_seen(self.engine)
+
+    def read_outbox_names(self, uri: str) -> dict[str, int | None]:
+        return read_outbox_names(self.engine, uri)
+
+    def enqueue_landings(
+        self,
+        watch: WatchRow,
+        landings: Iterable[tuple[str, str, int | None]],
+        listed: Callable[[], Iterable[tuple[str, str, int | None]]],
+        now: datetime,
+        publish_existing: bool,
+    ) -> tuple[str, int]:
+        return enqueue_landings(self.engine, watch, landings, listed, now, publish_existing)
+
+    def enqueue_recreated(
+        self, watch: WatchRow, listed: dict[str, tuple[str, int]], now: datetime
+    ) -> tuple[int, dict[str, int | None]]:
+        return enqueue_recreated(self.engine, watch, listed, now)
+
+    def forget_dropped(self, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
+        return forget_dropped(self.engine, uri, names, cutoff)
+
+    def claim_landings(
+        self, ranges: Ranges, owner: str, token: str, now: datetime, until: datetime, limit: int
+    ) -> list[ClaimedLanding]:
+        return claim_landings(self.engine, ranges, owner, token, now, until, limit)
+
+    def release_unposted(self, row_ids: list[int], token: str, now: datetime) -> int:
+        return release_unposted(self.engine, row_ids, token, now)
+
+    def holds(self, row_id: int, token: str, until: datetime) -> bool:
+        return holds(self.engine, row_id, token, until)
+
+    def end_delivered(self, row_id: int, token: str, now: datetime, event_id: int | None) -> bool:
+        return end_delivered(self.engine, row_id, token, now, event_id)
+
+    def end_found(self, row_id: int, token: str, now: datetime, event_id: int) -> bool:
+        return end_found(self.engine, row_id, token, now, event_id)
+
+    def end_unanswered(self, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str) -> bool:
+        return end_unanswered(self.engine, row_id, token, now, next_attempt_at, error)
+
+    def end_failed(
+        self, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str, unknown: bool
+    ) -> bool:
+        return end_failed(self.engine, row_id, token, now, next_attempt_at, error, unknown)
+
+    def end_rejected(self, row_id: int, token: str, now: datetime, error: str) -> bool:
+        return end_rejected(self.engine, row_id, token, now, error)
