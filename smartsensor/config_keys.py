@@ -239,7 +239,12 @@ KEYS: tuple[Key, ...] = (
         "10",
         parse_float,
         "Seconds the thrift catalog backend waits on a metastore service socket (connect and each call) before "
-        "the check is a transient error and the connection is dropped.",
+        "the check is a transient error and the connection is dropped. The metastore_db backend: each connection "
+        "attempt and each statement (MySQL: the client's read timeout; PostgreSQL: the server's statement_timeout, "
+        "and the answer awaited at most 1 s longer before the connection is closed from this side, so that a "
+        "connection that stalls without closing fails too). A round makes one call per table on thrift (one "
+        "statement per round on metastore_db), each bounded by this: a round whose every call times out takes "
+        "that many times this.",
         bounds=(0.1, 3600),
     ),
     Key("spark", "master", "local[1]", parse_str, "Spark master URL."),
