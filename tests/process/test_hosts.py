@@ -453,6 +453,42 @@ def test_stalled_metastore_connection_ends_the_round_and_recovers(workload: Work
         proxy.close()
 
 
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+def test_stalled_first_metastore_fails_over_to_the_second(workload: Workload) -> None:
+    """One worker host has two metastore URIs, the first through the fault proxy, which stalls: its calls time out
+    there once, are tried again on the second URI (the first is tried last for a while), and its tasks end during
+    the stall, each once."""
+    work = workload
+    w1, w2 = work.servers.workers
+    real = work.servers.metastore.get("spark", "metastore_uris")
+    ms = urlsplit(real)
+    proxy = FaultProxy(work.servers.bed.gateway, (str(ms.hostname), int(ms.port or 9083)))
+    try:
+        uris = f"thrift://{proxy.address[0]}:{proxy.address[1]},{real}"
+        a = work.start_workers(w1, metastore_uris=uris, **override_env(METASTORE_BOUND))
+        b = work.start_workers(w2)
+        both_serving(work, a, b)
+        mine = work.ranges_of("w1")
+        watch = Watch(work)
+        stalled = time.monotonic()
+        proxy.stall()
+        landed = work.land_all_in_background(stalled)
+        landed.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+        drained = time.monotonic() - stalled
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        print(
+            f"\nfirst of two metastore URIs stalled ({N} partitions landed by {landed.seconds:.2f} s): every task "
+            f"ended {drained:.2f} s after the stall, {a.marked()} of them by the host whose first URI stalled"
+        )
+        assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        assert a.marked() == sum(work.states_in(mine).values()), a.marks_seen()  # its own share, answered by the second
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize("server", ["metastore", *(["postgres"] if MATRIX else [])])
 def test_worker_host_cut_from_one_server_only(workload: Workload, server: str) -> None:
     """One worker host loses its path to one server, silently (tests.support.hosts: ``cut_path``), the rest of its
@@ -550,7 +586,6 @@ def test_whole_worker_host_killed_and_replaced(workload: Workload) -> None:
 SKEW = 600  # seconds: one worker host's wall clock this far ahead, the other's this far behind
 
 
-@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
 def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload) -> None:
     """The wall clocks of the two worker hosts (each host's processes, under libfaketime) stepped 10 minutes ahead
     and 10 minutes behind while they serve, then set right again. Leases are judged by each worker's own clock
