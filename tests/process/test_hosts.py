@@ -8,7 +8,18 @@ faults between them, each with its invariants checked while and after it runs:
 - the connection from one worker host to PostgreSQL stalls without closing (tests.support.fault_proxy: no RST, no
   FIN, the proxy's kernel still acknowledges): the worker's round and lease heartbeat end within
   ``[core] sql_call_timeout`` instead of hanging forever (they did: smartsensor.adapters.sql.engine.CallWatchdog),
-  the other host takes over, and once new connections go through again the stalled worker recovers on its own.
+  the other host takes over, and once new connections go through again the stalled worker recovers on its own;
+- the `serve` host cut while the client (the provider's own code) holds registrations, and while its poller polls;
+- one worker host's connection to the metastore stalls, or its path to the metastore is cut (its PostgreSQL
+  still reached): its rounds end within ``[smart_sensor] metastore_timeout`` a call (transient errors), it keeps
+  its ranges (by design: its lease heartbeat goes on) and their tasks wait, none marked; back, it answers them
+  without a restart. With two metastore URIs, the first stalled, it answers through the second (matrix);
+- its path to PostgreSQL cut, the metastore still reached (matrix): as the whole host cut;
+- a whole worker host killed (every process in it, SIGKILL) and a new host with the same name and address started:
+  the other takes over, the new one gets its share back, nothing marked twice;
+- the worker hosts' wall clocks 10 minutes ahead and 10 minutes behind (libfaketime, tests.support.fake_clock):
+  leases are judged by each worker's own clock, so the host ahead holds every range, the host behind none; each
+  task marked once; with the clocks set right the ranges are shared again.
 
 Recovery times are printed (``-s``) and kept in docs/deployment.md, "What several hosts survive". Skipped unless
 root with ``ip netns``. The module's bed (servers included) is started once for its tests.
