@@ -35,7 +35,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -394,7 +394,9 @@ def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload) 
 METASTORE_TIMEOUT = float(METASTORE_BOUND["smart_sensor__metastore_timeout"])
 
 
-def metastore_fault_and_back(work: Workload, a: CliProcess, b: CliProcess, fault: str, start: Any, end: Any) -> str:
+def metastore_fault_and_back(
+    work: Workload, a: CliProcess, b: CliProcess, fault: str, start: Callable[[], None], end: Callable[[], None]
+) -> str:
     """The worker ``a`` (host w1) loses its metastore (``start()``) while its PostgreSQL stays reachable, the N
     partitions land, then it gets it back (``end()``). Checked: its rounds end (with transient errors) within the
     call bound instead of hanging; it keeps its ranges (its heartbeat goes on: no takeover, by design) and their
