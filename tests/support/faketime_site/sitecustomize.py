@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import SupportsIndex
 
 _real_sleep = time.sleep
 
 
-def _sleep(seconds: float) -> None:
-    if seconds < 0:
-        _real_sleep(seconds)  # raises ValueError, as the real one does
-    threading.Event().wait(seconds)
+def _sleep(seconds: float | SupportsIndex) -> None:
+    wait = float(seconds.__index__() if isinstance(seconds, SupportsIndex) else seconds)
+    if wait < 0:
+        _real_sleep(wait)  # raises ValueError, as the real one does
+    threading.Event().wait(wait)
 
 
 time.sleep = _sleep
