@@ -418,7 +418,7 @@ def metastore_fault_and_back(
     assert "metastore" in (ended.get("transient_example") or ""), ended
     landed.join(120)
     # the other host's share ends meanwhile; this one keeps its ranges (its lease heartbeat reaches PostgreSQL)
-    wait_until(lambda: set(work.states_in(mine, inside=False)) == {"success"}, timeout=90, step=0.1)
+    wait_until(lambda: set(work.states_in(mine, inside=False)) <= {"success"}, timeout=90, step=0.1)
     others_drained = time.monotonic() - faulted
     a.wait_round(lambda r: r["transient_errors"] > 0, timeout=60)  # still failing: nothing answers it
     assert work.ranges_of("w1") == mine, work.owners_by_host()

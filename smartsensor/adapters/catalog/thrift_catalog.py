@@ -89,8 +89,14 @@ class ThriftCatalog:
         return [u for u in self.uris if u not in cooling] + [u for u in self.uris if u in cooling]
 
     def _failed(self, address: tuple[str, int]) -> None:
+        """``address`` failed: tried last for ``COOL_OFF`` seconds, and its idle connections dropped (a call tried
+        again must not take one of them)."""
         with self._lock:
             self._failed_until[address] = time.monotonic() + COOL_OFF
+            stale = [c for c in self._idle if c.address == address]
+            self._idle = [c for c in self._idle if c.address != address]
+        for conn in stale:
+            conn.close()
 
     def _another_uri(self, address: tuple[str, int]) -> bool:
         """Whether a URI other than ``address`` is out of its cool-off (a call failed there may try it)."""
