@@ -251,7 +251,13 @@ KEYS: tuple[Key, ...] = (
         "10",
         parse_float,
         "Seconds the thrift catalog backend waits on a metastore service socket (connect and each call) before "
-        "the check is a transient error and the connection is dropped.",
+        "the check is a transient error and the connection is dropped. The metastore_db backend: each connection "
+        "attempt and each statement (MySQL: the client's read timeout; PostgreSQL: the server's statement_timeout, "
+        "and the answer awaited at most 1 s longer before the connection is closed from this side, so that a "
+        "connection that stalls without closing fails too). A round makes one call per table on thrift (one "
+        "statement per round on metastore_db), each bounded by this: a round whose every call times out takes "
+        "that many times this (thrift: twice per call at most with several metastore_uris, a timed-out call "
+        "being tried once more on the next URI).",
         bounds=(0.1, 3600),
     ),
     Key("spark", "master", "local[1]", parse_str, "Spark master URL."),
@@ -262,8 +268,10 @@ KEYS: tuple[Key, ...] = (
         "metastore_uris",
         "",
         parse_str,
-        "Thrift URIs of a Hive metastore service (thrift://host:port). Empty: embedded Derby under the home "
-        "folder, usable by ONE process only.",
+        "Thrift URIs of a Hive metastore service (thrift://host:port), comma separated. Empty: embedded Derby "
+        "under the home folder, usable by ONE process only. The thrift catalog backend connects to them in order; "
+        "one whose call timed out or whose connection failed is tried after the others for 60 s, and a call that "
+        "failed there is tried once more on the next one.",
     ),
     Key("spark", "conf", "", parse_list, "Extra Spark settings passed through, comma separated key=value pairs."),
     Key(

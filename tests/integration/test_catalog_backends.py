@@ -149,3 +149,22 @@ def test_the_answerer_uses_thrift_and_no_spark_for_partitions_and_local_paths(
     answers = checker.check_all([here, gone, CASES[0][0]])
     assert answers == {here: True, gone: False, CASES[0][0]: True}
     assert make().lister is checker.lister  # type: ignore[attr-defined]  # one catalog (and pool) per process
+
+
+def test_a_silent_metastore_first_fails_over_to_the_live_one(
+    silent_server: tuple[str, int], service: Config, spark_answers: list[Any]
+) -> None:
+    """The first URI accepts connections and never answers (a stalled or hung metastore): a call times out there,
+    is tried once more on the next URI, which answers, and the silent one is tried last for the cool-off: the next
+    calls go straight to the live one. (Before: every call connected to the silent one first and failed.)"""
+    catalog = ThriftCatalog([silent_server, *service.metastore_uris], timeout=0.5)
+    checker = BatchChecker(lister=catalog)
+    started = time.monotonic()
+    assert checker.list_partitions(DB, "typed", {}) == [{"ds": "2026-01-05", "hr": "0"}]
+    first = time.monotonic() - started
+    assert 0.4 < first < 5, first  # one timeout on the silent URI, then the live one
+    started = time.monotonic()
+    for _ in range(3):
+        assert checker.list_partitions(DB, "typed", {}) == [{"ds": "2026-01-05", "hr": "0"}]
+    assert time.monotonic() - started < 0.4 * 3, "a call went to the silent URI again"
+    assert catalog.connects == 2  # the silent one (timed out) and the live one, kept in the pool

@@ -8,7 +8,18 @@ faults between them, each with its invariants checked while and after it runs:
 - the connection from one worker host to PostgreSQL stalls without closing (tests.support.fault_proxy: no RST, no
   FIN, the proxy's kernel still acknowledges): the worker's round and lease heartbeat end within
   ``[core] sql_call_timeout`` instead of hanging forever (they did: smartsensor.adapters.sql.engine.CallWatchdog),
-  the other host takes over, and once new connections go through again the stalled worker recovers on its own.
+  the other host takes over, and once new connections go through again the stalled worker recovers on its own;
+- the `serve` host cut while the client (the provider's own code) holds registrations, and while its poller polls;
+- one worker host's connection to the metastore stalls, or its path to the metastore is cut (its PostgreSQL
+  still reached): its rounds end within ``[smart_sensor] metastore_timeout`` a call (transient errors), it keeps
+  its ranges (by design: its lease heartbeat goes on) and their tasks wait, none marked; back, it answers them
+  without a restart. With two metastore URIs, the first stalled, it answers through the second (matrix);
+- its path to PostgreSQL cut, the metastore still reached (matrix): as the whole host cut;
+- a whole worker host killed (every process in it, SIGKILL) and a new host with the same name and address started:
+  the other takes over, the new one gets its share back, nothing marked twice;
+- the worker hosts' wall clocks 10 minutes ahead and 10 minutes behind (libfaketime, tests.support.fake_clock):
+  leases are judged by each worker's own clock, so the host ahead holds every range, the host behind none; each
+  task marked once; with the clocks set right the ranges are shared again.
 
 Recovery times are printed (``-s``) and kept in docs/deployment.md, "What several hosts survive". Skipped unless
 root with ``ip netns``. The module's bed (servers included) is started once for its tests.
@@ -24,7 +35,8 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -35,6 +47,7 @@ from smartsensor.config import Config
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, ROOT, lease_owners, make_cfg, override_env, wait_until
+from tests.support.fake_clock import FakeClock
 from tests.support.fault_proxy import FaultProxy
 from tests.support.host_services import HostPostgres, start_metastore, stop_metastore
 from tests.support.hosts import Bed, Host, leftovers, unavailable
@@ -56,6 +69,7 @@ SETTINGS = {
     "smart_sensor__catalog_backend": "thrift",
     "core__sql_call_timeout": str(CALL_TIMEOUT),
 }
+METASTORE_BOUND = {"smart_sensor__metastore_timeout": "2"}  # a worker whose metastore path is faulted: its bound
 
 
 @dataclass
@@ -103,15 +117,24 @@ class Workload:
     metastore: Metastore
     procs: list[CliProcess]
 
-    def worker_env(self, host: Host, db_url: str | None = None) -> dict[str, str]:
-        env = override_env(dict(SETTINGS, spark__metastore_uris=self.servers.metastore.get("spark", "metastore_uris")))
-        return cli_env(self.tmp_path / host.name, db_url or self.db_url, **env)
+    def worker_env(
+        self, host: Host, db_url: str | None = None, metastore_uris: str | None = None, **extra: str
+    ) -> dict[str, str]:
+        """The environment of `smartsensor` on ``host``: the bed's database (or ``db_url``), metastore (or
+        ``metastore_uris``) and SETTINGS, plus ``extra`` variables."""
+        uris = metastore_uris or self.servers.metastore.get("spark", "metastore_uris")
+        env = override_env(dict(SETTINGS, spark__metastore_uris=uris))
+        return cli_env(self.tmp_path / host.name, db_url or self.db_url, **env, **extra)
 
-    def start_workers(self, host: Host, db_url: str | None = None) -> CliProcess:
+    def start_workers(
+        self, host: Host, db_url: str | None = None, metastore_uris: str | None = None, **extra: str
+    ) -> CliProcess:
         """`smartsensor workers -n 1 --json` on ``host`` (its supervisor and one worker process)."""
         program = host.command(sys.executable, "-m", "smartsensor.cli")
         proc = CliProcess(
-            ["workers", "-n", "1", "--interval", "0.5", "--json"], self.worker_env(host, db_url), program=program
+            ["workers", "-n", "1", "--interval", "0.5", "--json"],
+            self.worker_env(host, db_url, metastore_uris, **extra),
+            program=program,
         )
         self.procs.append(proc)
         return proc
@@ -133,6 +156,22 @@ class Workload:
         landing = Landing(self, since)
         landing.start()
         return landing
+
+    def ranges_of(self, name: str) -> list[tuple[int, int]]:
+        """The ranges ``[shard_min, shard_max)`` the worker host ``name`` holds now."""
+        los = self.owners_by_host().get(name, set())
+        with self.engine.connect() as conn:
+            return sorted((r.shard_min, r.shard_max) for r in lease_sql.load_leases(conn) if r.shard_min in los)
+
+    def states_in(self, ranges: list[tuple[int, int]], inside: bool = True) -> dict[str, int]:
+        """Like ``states``, for the tasks whose shardcode is in ``ranges`` (``inside``) or in none of them."""
+        with self.engine.connect() as conn:
+            rows = task_sql.list_tasks(conn)
+        out: dict[str, int] = {}
+        for r in rows:
+            if any(lo <= r.shardcode < hi for lo, hi in ranges) == inside:
+                out[r.state] = out.get(r.state, 0) + 1
+        return out
 
     def states(self) -> dict[str, int]:
         with self.engine.connect() as conn:
@@ -185,6 +224,9 @@ def workload(servers: Servers, tmp_path: Path) -> Iterator[Workload]:
     try:
         yield work
     finally:
+        for i, host in enumerate(servers.workers):  # a host a test killed and did not bring back: back, for the next
+            if not host.exists():
+                servers.workers[i] = servers.bed.replace(host.name)
         for host in [*servers.workers, servers.serve]:
             host.restore()
         for p in work.procs:
@@ -347,6 +389,259 @@ def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload) 
         assert set(w1.pids()) == a_pids
     finally:
         proxy.close()
+
+
+METASTORE_TIMEOUT = float(METASTORE_BOUND["smart_sensor__metastore_timeout"])
+
+
+def metastore_fault_and_back(
+    work: Workload, a: CliProcess, b: CliProcess, fault: str, start: Callable[[], None], end: Callable[[], None]
+) -> str:
+    """The worker ``a`` (host w1) loses its metastore (``start()``) while its PostgreSQL stays reachable, the N
+    partitions land, then it gets it back (``end()``). Checked: its rounds end (with transient errors) within the
+    call bound instead of hanging; it keeps its ranges (its heartbeat goes on: no takeover, by design) and their
+    tasks wait, none marked; the other host's tasks end meanwhile; back, it answers its backlog without a restart;
+    each task marked once, lease epochs never back. Returns the line of measured times."""
+    w1 = work.servers.workers[0]
+    both_serving(work, a, b)
+    a_pids = set(w1.pids())
+    mine = work.ranges_of("w1")
+    assert mine, work.owners_by_host()
+    before = len(a.json_rounds())
+    faulted = time.monotonic()
+    watch = Watch(work)
+    start()
+    landed = work.land_all_in_background(faulted)
+    # its round ends, its checks failing as transient errors, within a call's bound: it does not hang
+    ended = a.wait_round(lambda r: r["transient_errors"] > 0, timeout=60)
+    round_ended = time.monotonic() - faulted
+    assert "metastore" in (ended.get("transient_example") or ""), ended
+    landed.join(120)
+    # the other host's share ends meanwhile; this one keeps its ranges (its lease heartbeat reaches PostgreSQL)
+    wait_until(lambda: set(work.states_in(mine, inside=False)) <= {"success"}, timeout=90, step=0.1)
+    others_drained = time.monotonic() - faulted
+    a.wait_round(lambda r: r["transient_errors"] > 0, timeout=60)  # still failing: nothing answers it
+    assert work.ranges_of("w1") == mine, work.owners_by_host()
+    waiting = work.states_in(mine)
+    assert "success" not in waiting, waiting  # nobody could answer them: none marked
+    assert all(not r["marked"] for r in rounds_since(a, before)), a.marks_seen()
+    fault_for = time.monotonic() - faulted
+    back = time.monotonic()
+    end()
+    first = a.wait_round(lambda r: sum(r["marked"].values()) > 0, timeout=120) if waiting else None
+    answered = time.monotonic() - back
+    wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+    drained = time.monotonic() - back
+    a.settle()
+    b.settle()
+    assert watch.stop() == []
+    assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"  # none twice, none lost
+    assert set(w1.pids()) == a_pids  # the same processes: none restarted
+    assert first is None or not first.get("error"), first
+    return (
+        f"{fault} for {fault_for:.1f} s ({N} partitions landed by {landed.seconds:.2f} s; metastore_timeout "
+        f"{METASTORE_TIMEOUT:g} s): the faulted worker's first round ended (transient errors) {round_ended:.2f} s "
+        f"after the fault; the other host's share drained {others_drained:.2f} s after it; the faulted host kept its "
+        f"{len(mine)} ranges ({sum(waiting.values())} tasks waiting); back: first answer {answered:.2f} s, backlog "
+        f"drained {drained:.2f} s after"
+    )
+
+
+def test_stalled_metastore_connection_ends_the_round_and_recovers(workload: Workload) -> None:
+    """One worker host reaches the metastore through the fault proxy, which stalls (no RST, no FIN): its round
+    ends within ``[smart_sensor] metastore_timeout`` a call, it keeps its ranges, and it answers again once new
+    connections go through (the stalled ones stay open and silent)."""
+    work = workload
+    w1, w2 = work.servers.workers
+    ms = urlsplit(work.servers.metastore.get("spark", "metastore_uris"))
+    proxy = FaultProxy(work.servers.bed.gateway, (str(ms.hostname), int(ms.port or 9083)))
+    try:
+        via_proxy = f"thrift://{proxy.address[0]}:{proxy.address[1]}"
+        a = work.start_workers(w1, metastore_uris=via_proxy, **override_env(METASTORE_BOUND))
+        b = work.start_workers(w2)
+        line = metastore_fault_and_back(work, a, b, "metastore connection stalled", proxy.stall, proxy.heal)
+        print(f"\n{line}; {proxy.stalled_connections()} connections left stalled")
+        assert proxy.stalled_connections() >= 1
+    finally:
+        proxy.close()
+
+
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+def test_stalled_first_metastore_fails_over_to_the_second(workload: Workload) -> None:
+    """One worker host has two metastore URIs, the first through the fault proxy, which stalls: its calls time out
+    there once, are tried again on the second URI (the first is tried last for a while), and its tasks end during
+    the stall, each once."""
+    work = workload
+    w1, w2 = work.servers.workers
+    real = work.servers.metastore.get("spark", "metastore_uris")
+    ms = urlsplit(real)
+    proxy = FaultProxy(work.servers.bed.gateway, (str(ms.hostname), int(ms.port or 9083)))
+    try:
+        uris = f"thrift://{proxy.address[0]}:{proxy.address[1]},{real}"
+        a = work.start_workers(w1, metastore_uris=uris, **override_env(METASTORE_BOUND))
+        b = work.start_workers(w2)
+        both_serving(work, a, b)
+        mine = work.ranges_of("w1")
+        watch = Watch(work)
+        stalled = time.monotonic()
+        proxy.stall()
+        landed = work.land_all_in_background(stalled)
+        landed.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+        drained = time.monotonic() - stalled
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        print(
+            f"\nfirst of two metastore URIs stalled ({N} partitions landed by {landed.seconds:.2f} s): every task "
+            f"ended {drained:.2f} s after the stall, {a.marked()} of them by the host whose first URI stalled"
+        )
+        assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        assert a.marked() == sum(work.states_in(mine).values()), a.marks_seen()  # its own share, answered by the second
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("server", ["metastore", *(["postgres"] if MATRIX else [])])
+def test_worker_host_cut_from_one_server_only(workload: Workload, server: str) -> None:
+    """One worker host loses its path to one server, silently (tests.support.hosts: ``cut_path``), the rest of its
+    network untouched. The metastore: as its stalled connection (it keeps its ranges, their tasks wait, it answers
+    again once back; a new connection's handshake now times out too). PostgreSQL (the metastore still reached): its
+    lease heartbeat fails, the other host takes its ranges over and drains the backlog, and back, it writes nothing
+    under its lost leases and serves its share again."""
+    work = workload
+    w1, w2 = work.servers.workers
+    if server == "metastore":
+        ms_host = work.servers.bed.hosts["ms"]
+        a = work.start_workers(w1, **override_env(METASTORE_BOUND))
+        b = work.start_workers(w2)
+        line = metastore_fault_and_back(
+            work, a, b, "path to the metastore cut", lambda: w1.cut_path(ms_host), lambda: w1.restore_path(ms_host)
+        )
+        print(f"\n{line}")
+        return
+    pg_host = work.servers.pg.host
+    a, b = work.start_workers(w1), work.start_workers(w2)
+    both_serving(work, a, b)
+    a_pids = set(w1.pids())
+    before = len(a.json_rounds())
+    cut = time.monotonic()
+    watch = Watch(work)
+    w1.cut_path(pg_host)
+    landed = work.land_all_in_background(cut)
+    wait_until(lambda: work.owners_by_host().keys() == {"w2"}, timeout=60, step=0.1)
+    takeover = time.monotonic() - cut
+    landed.join(120)
+    wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+    drained = time.monotonic() - cut
+    time.sleep(max(0.0, 3 * LEASE_TIMEOUT - (time.monotonic() - cut)))  # cut for 3 leases at least
+    cut_for = time.monotonic() - cut
+    w1.restore_path(pg_host)
+    back = time.monotonic()
+    a.wait_round(lambda r: not r.get("error") and not r["partial"] and r["ranges"], timeout=120)
+    wait_until(lambda: "w1" in work.owners_by_host(), timeout=60, step=0.1)
+    recovered = time.monotonic() - back
+    a.settle()
+    b.settle()
+    assert watch.stop() == []
+    print(
+        f"\npath to PostgreSQL cut {cut_for:.1f} s (metastore reachable; {N} partitions landed by "
+        f"{landed.seconds:.2f} s): takeover {takeover:.2f} s, backlog drained {drained:.2f} s after the cut, "
+        f"serving again {recovered:.2f} s after the path came back"
+    )
+    assert all(not r["marked"] for r in rounds_since(a, before)), a.marks_seen()  # fenced: nothing written
+    assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+    assert set(w1.pids()) == a_pids
+    assert takeover <= 3 * LEASE_TIMEOUT + CALL_TIMEOUT + 2, takeover
+
+
+def test_whole_worker_host_killed_and_replaced(workload: Workload) -> None:
+    """Every process of one worker host killed at once (SIGKILL: the supervisor and its worker, no release of its
+    leases), the host gone, then a new host with the same name and address starting `smartsensor workers` anew:
+    the other host takes every range over once the leases lapse and drains the backlog; the new host gets its
+    share back (new epochs); each task marked once."""
+    work = workload
+    bed = work.servers.bed
+    w1, w2 = work.servers.workers
+    a, b = work.start_workers(w1), work.start_workers(w2)
+    both_serving(work, a, b)
+    watch = Watch(work)
+    killed_at = time.monotonic()
+    killed = bed.kill("w1")
+    landed = work.land_all_in_background(killed_at)
+    assert a.proc.wait(30) == -9 and len(killed) >= 2, killed  # the supervisor and its worker at least
+    wait_until(lambda: work.owners_by_host().keys() == {"w2"}, timeout=60, step=0.1)
+    takeover = time.monotonic() - killed_at
+    landed.join(120)
+    wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+    drained = time.monotonic() - killed_at
+    new = bed.replace("w1")
+    work.servers.workers[0] = new
+    assert new.address == w1.address and new.pids() == []
+    started = time.monotonic()
+    a2 = work.start_workers(new)
+    wait_until(lambda: "w1" in work.owners_by_host() and "None" not in work.owners_by_host(), timeout=120, step=0.1)
+    a2.wait_round(lambda r: not r.get("error") and r["ranges"], timeout=120)
+    shared = time.monotonic() - started
+    a2.settle()
+    b.settle()
+    assert watch.stop() == []
+    print(
+        f"\nworker host killed ({len(killed)} processes; {N} partitions landed by {landed.seconds:.2f} s): takeover "
+        f"{takeover:.2f} s, backlog drained {drained:.2f} s after the kill; the new host with the same name serving "
+        f"its share {shared:.2f} s after its `workers` started"
+    )
+    assert a.marked() + b.marked() + a2.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}\n{a2.marks_seen()}"
+    assert a2.marked() == 0, a2.marks_seen()  # nothing was left for it: none marked twice
+    assert takeover <= 3 * LEASE_TIMEOUT + 2, takeover
+
+
+SKEW = 600  # seconds: one worker host's wall clock this far ahead, the other's this far behind
+
+
+def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload) -> None:
+    """The wall clocks of the two worker hosts (each host's processes, under libfaketime) stepped 10 minutes ahead
+    and 10 minutes behind while they serve, then set right again. Leases are judged by each worker's own clock
+    (smartsensor.service.leases: expiry written and compared as the worker's ``clock.now()``; the database's clock
+    plays no part), so, as docs/concepts.md ("Clocks") promises: the host ahead finds every lease expired and every
+    other worker dead, and claims every range (new epochs); the host behind finds those leases held and holds
+    nothing; the epoch fences its writes. Each task is marked once; with the clocks right again the ranges are
+    shared again."""
+    work = workload
+    w1, w2 = work.servers.workers
+    ahead, behind = FakeClock(work.tmp_path / "clock-w1"), FakeClock(work.tmp_path / "clock-w2")
+    a, b = work.start_workers(w1, **ahead.env), work.start_workers(w2, **behind.env)
+    both_serving(work, a, b)
+    a_pids, b_pids = set(w1.pids()), set(w2.pids())
+    watch = Watch(work)
+    skewed = time.monotonic()
+    ahead.step(SKEW)
+    behind.step(-SKEW)
+    wait_until(lambda: work.owners_by_host().keys() == {"w1"}, timeout=60, step=0.1)
+    taken = time.monotonic() - skewed
+    before_b = len(b.json_rounds())
+    landed = work.land_all_in_background(time.monotonic())
+    landed.join(120)
+    wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+    drained = time.monotonic() - skewed
+    assert work.owners_by_host().keys() == {"w1"}, work.owners_by_host()  # the host behind never got one back
+    assert all(not r["marked"] for r in rounds_since(b, before_b)), b.marks_seen()
+    fixed = time.monotonic()
+    ahead.step(-SKEW)
+    behind.step(SKEW)
+    wait_until(lambda: {"w1", "w2"} <= work.owners_by_host().keys(), timeout=60, step=0.1)
+    b.wait_round(lambda r: not r.get("error") and r["ranges"], timeout=60)
+    shared = time.monotonic() - fixed
+    a.settle()
+    b.settle()
+    assert watch.stop() == []
+    print(
+        f"\nworker clocks {SKEW // 60} min ahead and behind: the host ahead held every range {taken:.2f} s after the "
+        f"step; {N} partitions landed and all ended {drained:.2f} s after it; clocks set right: ranges shared again "
+        f"{shared:.2f} s after"
+    )
+    assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+    assert set(w1.pids()) == a_pids and set(w2.pids()) == b_pids
 
 
 TOKEN = "hosts-token"

@@ -10,6 +10,11 @@ the bridge.
 
 A host is **cut** by setting its bridge-side veth end down: the host's processes keep running, its link has no
 carrier, and everything it sends or is sent is dropped silently (no RST, no FIN, no ICMP), as on a pulled cable.
+One **path** is cut (``Host.cut_path``: this host to one other, the rest of its links untouched) by pinning the
+other host's address, in this host's neighbour table, to a link-layer address no host has: what this host sends
+there is flooded by the bridge and dropped by every host, silently, and no other path changes (no ``iptables``
+needed). A whole host is **replaced** (``Bed.replace``): every process in it killed (SIGKILL), its namespace and
+link deleted, and a new one made with the same name and address, as a machine that died and was rebuilt.
 The kernel here has no ``netem``; slow, lossy and stalled links go through ``tests.support.fault_proxy``.
 
 Needs root and ``ip`` (iproute2); ``unavailable`` says why a machine cannot host it (tests skip with that reason).
@@ -32,6 +37,9 @@ from pathlib import Path
 from typing import Sequence
 
 LOCK = Path("/tmp/smartsensor-hosts.lock")  # shared by parallel runs while they pick a subnet
+# A locally administered unicast address no host of a bed has: frames sent to it are flooded by the bridge and dropped
+# by every host (``Host.cut_path``).
+NOWHERE_MAC = "02:00:5e:57:57:57"
 
 
 def unavailable() -> str | None:
@@ -78,7 +86,9 @@ class Host:
     ns: str
     address: str
     link: str  # the veth end on the bridge (root namespace)
+    index: int = 0  # its address's last byte: the same for a host replaced under the same name
     cut_at: float | None = field(default=None)
+    paths_cut: set[str] = field(default_factory=set)  # the addresses ``cut_path`` cut off
 
     def command(self, *argv: str) -> list[str]:
         """``argv`` run inside this host (``ip netns exec`` execs it: the pid is the program's own)."""
@@ -96,6 +106,10 @@ class Host:
             raise RuntimeError(f"{' '.join(argv)} on {self.name} failed ({done.returncode}): {done.stderr[-2000:]}")
         return done
 
+    def exists(self) -> bool:
+        """Whether this host's namespace is there (``Bed.kill`` deletes it)."""
+        return self.ns in ip("netns", "list", check=False).stdout.split()
+
     def pids(self) -> list[int]:
         """Every process running inside this host."""
         out = ip("netns", "pids", self.ns, check=False).stdout
@@ -107,9 +121,26 @@ class Host:
         self.cut_at = time.monotonic()
 
     def restore(self) -> None:
-        """Put the cut link back."""
+        """Put the cut link back, and every path cut (``cut_path``)."""
         ip("link", "set", self.link, "up")
         self.cut_at = None
+        for address in list(self.paths_cut):
+            self._restore_path(address)
+
+    def cut_path(self, other: Host) -> None:
+        """Cut this host off from ``other`` only (both ways: nothing this host sends there arrives), silently: no
+        RST, no FIN, no ICMP, a connection open between them hangs and a new one never completes its handshake.
+        ``other`` is pinned in this host's neighbour table to a link-layer address that no host has."""
+        ip("neigh", "replace", other.address, "lladdr", NOWHERE_MAC, "dev", "eth0", "nud", "permanent", ns=self.ns)
+        self.paths_cut.add(other.address)
+
+    def restore_path(self, other: Host) -> None:
+        """Undo ``cut_path(other)``: the neighbour entry goes, and the next packet resolves ``other`` again."""
+        self._restore_path(other.address)
+
+    def _restore_path(self, address: str) -> None:
+        ip("neigh", "del", address, "dev", "eth0", ns=self.ns, check=False)
+        self.paths_cut.discard(address)
 
 
 class Bed:
@@ -150,9 +181,13 @@ class Bed:
         """A new host ``name`` (a few letters): its namespace, loopback up, ``eth0`` on the bridge at the next
         address of the subnet."""
         index = len(self.hosts) + 2  # .1 is the bridge (the test process)
+        return self._make(name, index)
+
+    def _make(self, name: str, index: int) -> Host:
         ns, link, peer = f"ss{self.tag}-{name}", f"ss{self.tag}h{index}", f"ss{self.tag}p{index}"
         ip("netns", "add", ns)
-        self._namespaces.append(ns)
+        if ns not in self._namespaces:
+            self._namespaces.append(ns)
         ip("link", "add", link, "type", "veth", "peer", "name", peer)
         ip("link", "set", peer, "netns", ns)
         ip("link", "set", link, "master", self.bridge)
@@ -162,25 +197,32 @@ class Bed:
         ip("link", "set", peer, "name", "eth0", ns=ns)
         ip("addr", "add", f"{address}/24", "dev", "eth0", ns=ns)
         ip("link", "set", "eth0", "up", ns=ns)
-        host = Host(name, ns, address, link)
+        host = Host(name, ns, address, link, index)
         self.hosts[name] = host
         return host
+
+    def kill(self, name: str) -> list[int]:
+        """Kill the host ``name`` whole: every process in it SIGKILLed at once (SIGCONT first: a stopped one dies
+        too), waited for until gone, then its namespace and link deleted. Returns the pids killed."""
+        host = self.hosts[name]
+        pids = _kill_all(host.ns)
+        ip("netns", "del", host.ns, check=False)
+        ip("link", "del", host.link, check=False)  # gone with its peer already, normally
+        return pids
+
+    def replace(self, name: str) -> Host:
+        """A new host in place of ``name`` (which ``kill`` removed, or is killed now): the same name and address,
+        a new namespace and link, no process in it."""
+        old = self.hosts[name]
+        if old.exists():
+            self.kill(name)
+        return self._make(name, old.index)
 
     def close(self) -> None:
         """Stop every process left in the run's hosts (by pid: SIGCONT, SIGKILL), delete the namespaces (their
         veth ends go with them) and the bridge. Safe to call twice, and after a failed start."""
         for ns in self._namespaces:
-            pids = [int(p) for p in ip("netns", "pids", ns, check=False).stdout.split()]
-            for pid in pids:
-                for sig in (signal.SIGCONT, signal.SIGKILL):
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
-            deadline = time.monotonic() + 10
-            while pids and time.monotonic() < deadline:
-                pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
-                time.sleep(0.05)
+            _kill_all(ns)
         for ns in self._namespaces:
             ip("netns", "del", ns, check=False)
         self._namespaces.clear()
@@ -189,6 +231,22 @@ class Bed:
         if self._bridge_made:
             ip("link", "del", self.bridge, check=False)
             self._bridge_made = False
+
+
+def _kill_all(ns: str) -> list[int]:
+    """SIGCONT and SIGKILL every process in namespace ``ns``, by pid; wait (10 s at most) until they are gone."""
+    pids = [int(p) for p in ip("netns", "pids", ns, check=False).stdout.split()]
+    for pid in pids:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    left, deadline = list(pids), time.monotonic() + 10
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if Path(f"/proc/{p}").exists() and not _zombie(p)]
+        time.sleep(0.05)
+    return pids
 
 
 def _zombie(pid: int) -> bool:

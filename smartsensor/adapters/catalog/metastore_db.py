@@ -46,7 +46,7 @@ from sqlalchemy.sql.elements import TextClause
 from smartsensor.adapters.catalog.partition_feed import FeedRead, PartitionFeed
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
 from smartsensor.adapters.catalog.python_casts import python_cast_all, python_castable
-from smartsensor.adapters.sql.engine import normalize_url
+from smartsensor.adapters.sql.engine import CallWatchdog, guarded_connection_class, normalize_url
 from smartsensor.ports import AnsweredListing, ListingRequest
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 
@@ -152,6 +152,10 @@ _MYSQL_DELIVERED = f"""
 # Hive 3+ keys DBS by (NAME, CTLG_NAME) and may hold several catalogs (HDP 3: hive and spark, each with a `default`
 # database). Only the default catalog is read, as the thrift backend reads it; Hive 2.3's DBS has no CTLG_NAME.
 HIVE_CATALOG = "hive"
+# PostgreSQL: seconds past ``metastore_timeout`` (the server's statement_timeout) that a statement's answer is awaited
+# before the connection is shut down from this side (CallWatchdog): a live server's own timeout answers first; a
+# connection that stalls without closing, whose answer never comes, fails here instead of waiting forever.
+ANSWER_MARGIN = 1.0
 # Whether DBS has CTLG_NAME: DBS resolved as the statements resolve it (search_path; the connection's database).
 _HAS_CATALOGS = {
     "postgresql": text(
@@ -215,7 +219,9 @@ class MetastoreDbCatalog:
 
     @classmethod
     def from_url(cls, url: str, timeout: float, feed: PartitionFeed | None = None) -> MetastoreDbCatalog:
-        """A read-only pool of two connections to the metastore database at ``url``, following ``feed``."""
+        """A read-only pool of two connections to the metastore database at ``url``, following ``feed``. Each
+        connection attempt and each statement waits at most ``timeout`` seconds (MySQL: read_timeout; PostgreSQL:
+        the server's statement_timeout, and its answer at most ``ANSWER_MARGIN`` longer, on this side)."""
         parsed = normalize_url(url)
         connect: dict[str, Any] = {"connect_timeout": max(1, int(timeout))}
         options: dict[str, Any] = {}
@@ -228,6 +234,8 @@ class MetastoreDbCatalog:
         else:
             connect["options"] = f"-c statement_timeout={int(timeout * 1000)}"
             options["postgresql_readonly"] = True
+            if parsed.get_driver_name() == "psycopg2":  # libpq has no timeout on an answer (ANSWER_MARGIN)
+                connect["connection_factory"] = guarded_connection_class(CallWatchdog(timeout + ANSWER_MARGIN))
         engine = create_engine(
             parsed, pool_size=2, max_overflow=0, pool_pre_ping=True, connect_args=connect, execution_options=options
         )

@@ -4,7 +4,10 @@ One ``ThriftCatalog`` per worker process holds a pool of at most ``POOL_SIZE`` c
 ``[catalog] parallelism`` if more (a thrift client is not thread-safe: a thread takes one for each call); a round
 lists its tables on ``parallelism`` connections at once (``list_tables``), tries ``[spark] metastore_uris`` in
 order when it connects, and drops a connection on any transport error (the table's checks are then
-transient errors; a pooled connection the server closed is retried once on a fresh one). Column types
+transient errors; a pooled connection the server closed is retried once on a fresh one). A URI whose call timed
+out, or whose fresh connection failed, is tried last for ``COOL_OFF`` seconds, and the call is tried once more on
+the next URI: a metastore that accepts connections and never answers (stalled, hung) would otherwise be the first
+one connected to for every call, each failing after ``metastore_timeout``, while the next URI answers. Column types
 come from one cached ``get_table`` per table; check values are cast in Python as Spark would cast them
 (smartsensor.adapters.catalog.python_casts). Names come back escaped exactly like ``SHOW PARTITIONS`` rows.
 """
@@ -12,6 +15,7 @@ come from one cached ``get_table`` per table; check values are cast in Python as
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -29,13 +33,15 @@ from smartsensor.ports import ListingRequest
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 
 POOL_SIZE = 2
+COOL_OFF = 60.0  # seconds a metastore URI that timed out or refused a connection is tried after the others
 # Errors after which the server answered in full: the connection stays usable.
 _ANSWERED = (NoSuchObjectException, MetaException, TApplicationException)
 
 
 class _Connection:
-    def __init__(self, uri: str, transport: Any) -> None:
-        self.uri = uri
+    def __init__(self, address: tuple[str, int], transport: Any) -> None:
+        self.address = address
+        self.uri = f"thrift://{address[0]}:{address[1]}"
         self.transport = transport
         self.client = ThriftHiveMetastore.Client(TBinaryProtocolAccelerated(transport))
 
@@ -60,6 +66,7 @@ class ThriftCatalog:
         pool_size = max(pool_size, self.parallelism)
         self.connects = 0  # connections opened so far
         self._idle: list[_Connection] = []
+        self._failed_until: dict[tuple[str, int], float] = {}  # URI -> monotonic time it is tried last until
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(pool_size)
         self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all, castable=python_castable)
@@ -74,9 +81,32 @@ class ThriftCatalog:
 
     # -- connections ---------------------------------------------------------------------------------
 
+    def _order(self) -> list[tuple[str, int]]:
+        """The URIs to connect to, in the configured order, those in their cool-off (``COOL_OFF``) last."""
+        now = time.monotonic()
+        with self._lock:
+            cooling = {uri for uri, until in self._failed_until.items() if until > now}
+        return [u for u in self.uris if u not in cooling] + [u for u in self.uris if u in cooling]
+
+    def _failed(self, address: tuple[str, int]) -> None:
+        """``address`` failed: tried last for ``COOL_OFF`` seconds, and its idle connections dropped (a call tried
+        again must not take one of them)."""
+        with self._lock:
+            self._failed_until[address] = time.monotonic() + COOL_OFF
+            stale = [c for c in self._idle if c.address == address]
+            self._idle = [c for c in self._idle if c.address != address]
+        for conn in stale:
+            conn.close()
+
+    def _another_uri(self, address: tuple[str, int]) -> bool:
+        """Whether a URI other than ``address`` is out of its cool-off (a call failed there may try it)."""
+        now = time.monotonic()
+        with self._lock:
+            return any(u != address and self._failed_until.get(u, 0.0) <= now for u in self.uris)
+
     def _connect(self) -> _Connection:
         errors = []
-        for host, port in self.uris:
+        for host, port in self._order():
             sock = TSocket(host, port)
             sock.setTimeout(self.timeout * 1000)  # milliseconds; connect and every read
             transport = TBufferedTransport(sock)
@@ -84,9 +114,10 @@ class ThriftCatalog:
                 transport.open()
             except (TTransportException, OSError) as exc:
                 errors.append(f"thrift://{host}:{port}: {first_line(exc)}")
+                self._failed((host, port))
                 continue
             self.connects += 1
-            return _Connection(f"thrift://{host}:{port}", transport)
+            return _Connection((host, port), transport)
         raise TransientCheckError("no metastore reachable: " + "; ".join(errors))
 
     def call(self, what: str, method: str, *args: Any) -> Any:
@@ -108,8 +139,10 @@ class ThriftCatalog:
                 except Exception as exc:  # transport/protocol: the stream is unusable
                     conn.close()
                     timed_out = isinstance(exc, TimeoutError) or any(w in str(exc) for w in ("timeout", "timed out"))
-                    if reused and attempt == 1 and not timed_out:
-                        continue  # the server closed an idle connection: try once on a fresh one
+                    if timed_out or not reused:
+                        self._failed(conn.address)  # stalled, or failing on a fresh connection: tried last a while
+                    if attempt == 1 and ((reused and not timed_out) or self._another_uri(conn.address)):
+                        continue  # an idle connection the server closed, or another URI: once more, afresh
                     raise TransientCheckError(
                         f"metastore {conn.uri} unreachable {what}: {type(exc).__name__}: {first_line(exc)}"
                     ) from exc

@@ -130,7 +130,7 @@ class CallWatchdog:
         )
 
 
-def _guarded_connection_class(watchdog: CallWatchdog) -> type:
+def guarded_connection_class(watchdog: CallWatchdog) -> type:
     """A psycopg2 connection class whose calls (cursors' execute and executemany, commit, rollback) are bounded by
     ``watchdog``."""
     import psycopg2.extensions
@@ -203,7 +203,7 @@ def make_engine(
         watchdog = None
         if is_pg and call_timeout and parsed.get_driver_name() == "psycopg2":
             watchdog = CallWatchdog(call_timeout)
-            connect_args["connection_factory"] = _guarded_connection_class(watchdog)
+            connect_args["connection_factory"] = guarded_connection_class(watchdog)
         engine = _create(
             parsed,
             pool_pre_ping=True,
