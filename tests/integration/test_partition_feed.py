@@ -7,6 +7,7 @@ id blocks given up, rounds and the clock, and after each round compares every an
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Iterator
 
 import pytest
@@ -489,9 +490,63 @@ class FeedMachine(RuleBasedStateMachine):
 
 def test_the_feed_answers_as_the_database_through_every_interleaving(hive: HiveSchema) -> None:
     FeedMachine.hive, FeedMachine.rounds, FeedMachine.resets = hive, 0, 0
-    FeedMachine.TestCase.settings = settings(
-        max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
+    FeedMachine.TestCase.settings = settings(  # the same examples every run, unless SMARTSENSOR_MODEL_RANDOM is set
+        max_examples=60,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=os.environ.get("SMARTSENSOR_MODEL_RANDOM") is None,
     )
     FeedMachine.TestCase().runTest()
     assert FeedMachine.rounds >= 60 * 40 // 2, f"only {FeedMachine.rounds} rounds ran"
     assert FeedMachine.resets > 0, "no example went back"
+
+
+class _Draws:
+    """The values a state machine's rule draws, in order (a replayed example)."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any) -> Any:
+        return self.values.pop(0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (found by the state machine, 2026-11-28): a loss of the sequence's advance alone keeps every "
+    "witness, so an id handed out again after its first partition was read and dropped is missed until the verify",
+)
+def test_an_id_handed_out_again_after_a_sequence_only_loss_is_seen_at_once(hive: HiveSchema) -> None:
+    """Two failovers each lose only a block's allocation (no partition), so a third instance is handed ids 1-10
+    again; id 1 was read (ds=2026-11-22/hr=0) and dropped since, and now holds another partition: the feed, whose
+    witnesses all survived, does not read it again. The fix (next): read the metastore's id sequence
+    (DataNucleus's SEQUENCE_TABLE) with each statement and reset when it goes back."""
+    FeedMachine.hive = hive
+    machine = FeedMachine.__new__(FeedMachine)
+    machine.start()
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("begin_addition", {"instance": 2, "data": _Draws(("events", "ds=2026-11-22/hr=0"))}),
+        ("begin_addition", {"instance": 2, "data": _Draws(("events", "ds=2026-11-22/hr=1"))}),
+        ("fail_over", {"data": _Draws(1)}),
+        ("begin_addition", {"instance": 1, "data": _Draws(("events", "ds=2026-11-22/hr=10"))}),
+        ("begin_addition", {"instance": 1, "data": _Draws(("events", "ds=2026-11-23/hr=0"))}),
+        ("fail_over", {"data": _Draws(1)}),
+        ("begin_addition", {"instance": 2, "data": _Draws(("events", "ds=2026-11-23/hr=1"))}),
+        ("end_addition", {"commit": True, "data": _Draws(1, 2)}),
+        ("tick", {"seconds": 5000}),
+        ("end_addition", {"commit": True, "data": _Draws(2, 2)}),
+        ("restart_instance", {"instance": 1}),
+        ("end_addition", {"commit": True, "data": _Draws(2, 1)}),
+        ("end_addition", {"commit": True, "data": _Draws(2, 3)}),
+        ("drop", {"data": _Draws(("events", "ds=2026-11-22/hr=0"))}),
+        ("drop", {"data": _Draws(("events", "ds=2026-11-23/hr=0"))}),
+        ("begin_addition", {"instance": 0, "data": _Draws(("events", "ds=2026-11-22/hr=1"))}),
+        ("end_addition", {"commit": True, "data": _Draws(0, 1)}),
+    ]
+    try:
+        for name, args in steps:
+            getattr(machine, name)(**args)
+            machine.answers_as_the_database()
+    finally:
+        machine.teardown()
