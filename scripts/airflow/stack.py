@@ -15,6 +15,7 @@ Airflow's database (``rows``), the same way on both versions.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -196,12 +197,18 @@ class AirflowStack:
         parallelism: int = 8,
         port: int = 0,
         db_url: str | None = None,
+        rest: bool = False,
+        api_workers: int = 1,
         **extra_env: str,
     ) -> None:
+        """``rest``: 2.x also runs its webserver, whose REST API (``/api/v1``) takes ``admin`` with basic auth, as
+        3.x's api-server always runs. ``api_workers``: the processes serving the REST API (3.x's ``[api] workers``,
+        2.x's ``[webserver] workers``); Airflow 3's default is 1."""
         self.venv, self.home, self.processes = venv, home, processes
         self.version = version_of(venv)
         self.major = int(self.version.split(".")[0])
-        self.port = (port or free_port()) if self.major >= 3 else 0
+        self.rest = rest or self.major >= 3
+        self.port = (port or free_port()) if self.rest else 0
         self.url = f"http://127.0.0.1:{self.port}" if self.port else ""
         self.password = secrets.token_urlsafe(12)
         self.db_url = db_url or f"sqlite:///{home / 'airflow.db'}"
@@ -223,13 +230,23 @@ class AirflowStack:
                     "AIRFLOW__API__HOST": "127.0.0.1",
                     "AIRFLOW__API__PORT": str(self.port),
                     "AIRFLOW__API__BASE_URL": self.url,
-                    "AIRFLOW__API__WORKERS": "1",
+                    "AIRFLOW__API__WORKERS": str(api_workers),
                     "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
                     "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
                     "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
                     "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
                     "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
                     "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                }
+            )
+        elif self.rest:
+            env.update(
+                {
+                    "AIRFLOW__API__AUTH_BACKENDS": "airflow.api.auth.backend.basic_auth",
+                    "AIRFLOW__WEBSERVER__WORKERS": str(api_workers),
+                    "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(self.port),
+                    "AIRFLOW__WEBSERVER__SECRET_KEY": secrets.token_urlsafe(32),
+                    "AIRFLOW__WEBSERVER__BASE_URL": self.url,
                 }
             )
         env.update(extra_env)
@@ -246,10 +263,13 @@ class AirflowStack:
                 "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
                 "triggerer": [airflow, "triggerer", "--skip-serve-logs"],
             }
-        return {
+        components = {
             "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
             "triggerer": [airflow, "triggerer", "--skip-serve-logs"],
         }
+        if self.rest:
+            components["webserver"] = [airflow, "webserver", "--port", str(self.port), "--hostname", "127.0.0.1"]
+        return components
 
     def migrate(self) -> float:
         """``airflow db migrate`` (a new database); returns its seconds."""
@@ -266,6 +286,11 @@ class AirflowStack:
             run_airflow(self.venv, ["config", "get-value", "core", "executor"], self.env, timeout=300)
         if self.major >= 3:
             (self.home / "passwords.json").write_text(json.dumps({USER: self.password}) + "\n")
+        elif self.rest and not (self.home / "admin-created").exists():
+            user = ["users", "create", "--username", USER, "--password", self.password, "--role", "Admin"]
+            about = ["--email", "admin@example.invalid", "--firstname", "smart", "--lastname", "sensor"]
+            run_airflow(self.venv, user + about, self.env, timeout=300)
+            (self.home / "admin-created").write_text(USER + "\n")
         for name, args in self.components().items():
             if not names or name in names:
                 self.processes.start(f"airflow-{name}", args, self.env)
@@ -305,6 +330,10 @@ class AirflowStack:
                 for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")
             )
         jobs = {r[0] for r in self.rows("SELECT job_type FROM job WHERE state = 'running'")}
+        if self.rest:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=10) as response:
+                if (json.load(response).get("metadatabase") or {}).get("status") != "healthy":
+                    return False
         return {"SchedulerJob", "TriggererJob"} <= jobs
 
     def wait_healthy(self, timeout: float = 300) -> float:
@@ -331,12 +360,19 @@ class AirflowStack:
         return self.rows("SELECT run_id FROM dag_run WHERE dag_id = :d ORDER BY id DESC LIMIT 1", d=dag_id)[0][0]
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
-        """One call to the 3.x REST API as ``admin`` (logged in once, with ``password``)."""
+        """One call to the REST API as ``admin`` (3.x: logged in once, with ``password``; 2.x with ``rest``: basic
+        auth)."""
+        return _call(method, f"{self.url}{path}", body, self.auth_headers())
+
+    def auth_headers(self) -> dict[str, str]:
+        """The headers that authenticate a REST call as ``admin``."""
+        if self.major < 3:
+            return {"Authorization": "Basic " + base64.b64encode(f"{USER}:{self.password}".encode()).decode()}
         if self._token is None:
             self._token = _call("POST", f"{self.url}/auth/token", {"username": USER, "password": self.password})[
                 "access_token"
             ]
-        return _call(method, f"{self.url}{path}", body, {"Authorization": f"Bearer {self._token}"})
+        return {"Authorization": f"Bearer {self._token}"}
 
     def trigger_many(self, dag_ids: Iterable[str], logical_date: str) -> list[str]:
         """Create a run of each DAG for ``logical_date``, at about the same moment: the REST API on 3.x, the CLI

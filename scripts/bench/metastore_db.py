@@ -87,12 +87,8 @@ def on_a_database(argv: list[str], args: Any, module: str, run: Callable[[str, A
     if not args.postgres:
         return run(f"sqlite:///{tempfile.mkdtemp(prefix=f'smartsensor-{prefix}-')}/{prefix}.db", args)
     admin_url = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
-    if not admin_url:  # run again inside a bash that started a throwaway PostgreSQL, stopped on exit
-        script = (
-            'source scripts/env.sh && source scripts/pg.sh && trap stop_pg EXIT INT TERM && start_pg && "$0" -m '
-            f'{module} "$@"'
-        )
-        return subprocess.run(["bash", "-c", script, sys.executable, *argv], cwd=ROOT).returncode
+    if not admin_url:
+        return under_throwaway_pg(argv, module)
     name, url = create_database(admin_url, prefix=prefix)
     try:
         return run(url, args)
@@ -101,3 +97,13 @@ def on_a_database(argv: list[str], args: Any, module: str, run: Callable[[str, A
             print(f"kept: --db-url {url}")
         else:
             drop_database(admin_url, name)
+
+
+def under_throwaway_pg(argv: list[str], module: str) -> int:
+    """Run ``module`` with ``argv`` again inside a bash that started the suite's throwaway PostgreSQL (scripts/pg.sh,
+    its admin URL in ``SMARTSENSOR_TEST_PG_ADMIN_URL``), stopped when it exits; its exit code."""
+    script = (
+        'source scripts/env.sh && source scripts/pg.sh && trap stop_pg EXIT INT TERM && start_pg && "$0" -m '
+        f'{module} "$@"'
+    )
+    return subprocess.run(["bash", "-c", script, sys.executable, *argv], cwd=ROOT).returncode

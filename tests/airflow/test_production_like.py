@@ -37,6 +37,7 @@ from typing import Iterator
 import pytest
 
 from scripts.airflow.stack import version_of
+from scripts.airflow.usage import group_usage
 from smartsensor.config import Config
 from tests.support import airflow_policy as policy
 from tests.support.airflow_databases import AirflowDatabases
@@ -57,7 +58,6 @@ from tests.support.airflow_scale import (
     ScaleRun,
     SlotSampler,
     StatsdSink,
-    group_usage,
     pickup_rate,
     scale_table,
 )

@@ -11,18 +11,14 @@ by strategy, what they cost Airflow beside how fast they end.
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tests.support.airflow_race import CASES, Outcome, p
 
 SAMPLE = 0.25  # seconds between samples of the running sensor tasks
-PAGE = os.sysconf("SC_PAGE_SIZE")
-TICKS = os.sysconf("SC_CLK_TCK")
 
 # Strategies: the DAG option (airflow_race.OPTIONS) and the DAG id prefix of each.
 STRATEGIES = {
@@ -75,29 +71,6 @@ class StatsdSink:
         self._stop.set()
         self._thread.join(timeout=5)
         self.sock.close()
-
-
-@dataclass
-class Usage:
-    cpu_seconds: float
-    rss_bytes: int
-
-
-def group_usage(pgid: int) -> Usage:
-    """CPU seconds (user + system, with reaped children) and resident memory of every process in a group."""
-    cpu, rss = 0.0, 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) != pgid:  # after the name: state, ppid, pgrp, ... (proc(5), fields 3 onwards)
-            continue
-        cpu += sum(int(v) for v in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
-        rss += int(fields[21]) * PAGE
-    return Usage(cpu, rss)
 
 
 class SlotSampler:
