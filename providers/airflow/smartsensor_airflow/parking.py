@@ -1,0 +1,156 @@
+"""Parked tries: a smart sensor's try that waits in Airflow with no worker and no trigger, in a pool with 0 slots,
+until smartsensor's answer ends it (issue 55, in progress).
+
+Airflow's scheduler makes a task of a pool without open slots ``scheduled`` once its upstream tasks are done and
+never queues it (it leaves such pools out when it picks what to queue); the run's deadlock check counts it as
+runnable (a pool is not one of the task's own dependencies), so a run with only parked tries waits, it does not
+fail. Whatever ends a parked try runs in Airflow's own processes, through Airflow's models: smartsensor's own
+processes never write Airflow's database.
+
+``end_parked`` ends a batch of parked tries in one transaction: each try is ended only if it is still that try
+(its try number), still ``scheduled`` and still in the parking pool, read under a row lock, so a try that a user
+marked, cleared or that the scheduler queued meanwhile (the pool opened: the safety valve) is left as it is, and a
+try is never ended twice. Airflow's public REST API ends one try per request, deserializing the DAG for each
+(``scripts/bench/parking.py``: about 18 tries a second on 3.3.2, 6 on 2.10.5, where the goal needs hundreds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+DEFAULT_POOL = "smartsensor_parked"
+ENDS = frozenset({"success", "failed", "skipped"})  # what a parked try can end as (no retry: see the design)
+NOTE_LIMIT = 1000  # characters: task_instance_note.content is String(1000) on 2.10 and 3.x
+
+
+@dataclass(frozen=True)
+class ParkedEnd:
+    """How one parked try ends: its key, its new state (``ENDS``), the note the UI shows on it, and since when it
+    waited (its start date; None: the moment it ends, as Airflow's own state change does)."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    state: str
+    note: str | None = None
+    since: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in ENDS:
+            raise ValueError(f"a parked try ends as one of {sorted(ENDS)}, not {self.state!r}")
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        """The task instance's primary key as Airflow 2.10 and 3.x both index it."""
+        return (self.dag_id, self.run_id, self.task_id, self.map_index)
+
+
+def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[ParkedEnd]:
+    """End every try of ``ends`` that is, read under a row lock, still that try, ``scheduled`` and in ``pool``: its
+    state, start and end dates and duration set as Airflow's own state change sets them (the start: when it began
+    to wait, ``since``), and its note. Three statements whatever the batch's size (the lock, one guarded update per
+    try sent as one batch, the notes); flushes, does not commit (the caller's transaction:
+    ``airflow.utils.session.create_session``). The ends applied; the others were no longer this try's to end."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import bindparam, select, tuple_, update
+
+    if not ends:
+        return []
+    wanted = {end.key: end for end in ends}
+    if len(wanted) != len(ends):
+        raise ValueError("a batch of parked ends names one task instance twice")
+    ti = TaskInstance.__table__.c
+    key = (ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+    locked = session.execute(
+        select(*key, ti.try_number, ti.start_date)
+        .where(tuple_(*key).in_(list(wanted)), ti.state == "scheduled", ti.pool == pool)
+        .with_for_update()
+    ).all()
+    now = datetime.now(timezone.utc)
+    applied: list[ParkedEnd] = []
+    rows: list[dict[str, Any]] = []
+    for dag_id, run_id, task_id, map_index, try_number, start_date in locked:
+        end = wanted[(dag_id, run_id, task_id, map_index)]
+        if try_number != end.try_number:
+            continue  # another try of the task (cleared and scheduled again): not this answer's
+        started = start_date or (min(end.since, now) if end.since is not None else now)
+        rows.append(
+            {
+                "b_dag_id": dag_id,
+                "b_run_id": run_id,
+                "b_task_id": task_id,
+                "b_map_index": map_index,
+                "b_try_number": try_number,
+                "b_state": end.state,
+                "b_start_date": started,
+                "b_duration": max(0.0, (now - started).total_seconds()),
+            }
+        )
+        applied.append(end)
+    if rows:
+        guarded = (
+            update(TaskInstance.__table__)
+            .where(
+                ti.dag_id == bindparam("b_dag_id"),
+                ti.run_id == bindparam("b_run_id"),
+                ti.task_id == bindparam("b_task_id"),
+                ti.map_index == bindparam("b_map_index"),
+                ti.try_number == bindparam("b_try_number"),
+                ti.state == "scheduled",
+                ti.pool == pool,
+            )
+            .values(
+                state=bindparam("b_state"),
+                start_date=bindparam("b_start_date"),
+                end_date=now,
+                duration=bindparam("b_duration"),
+            )
+        )
+        session.execute(guarded, rows)
+    _write_notes([end for end in applied if end.note], session)
+    session.flush()
+    return applied
+
+
+def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:
+    """Each end's note on its task instance, through Airflow's model (an insert, or the user's note replaced)."""
+    if not ends:
+        return
+    load_note_models()
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select, tuple_
+    from sqlalchemy.orm import selectinload
+
+    notes = {end.key: end.note for end in ends}
+    key = (TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index)
+    for ti in session.scalars(
+        select(TaskInstance).where(tuple_(*key).in_(list(notes))).options(selectinload(TaskInstance.task_instance_note))
+    ):
+        ti.note = (notes[(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)] or "")[:NOTE_LIMIT]
+
+
+def load_note_models() -> None:
+    """Airflow 2.10's note row refers to the FAB auth manager's user table, whose model must be known before a note
+    is written (Airflow's webserver has imported it; a scheduler may not have)."""
+    try:
+        import airflow.providers.fab.auth_manager.models  # noqa: F401
+    except ImportError:  # Airflow 3: a note's user is a plain string
+        pass
+
+
+def in_batches(ends: Iterable[ParkedEnd], size: int) -> Iterable[list[ParkedEnd]]:
+    """``ends`` in lists of at most ``size``, each key once per list (a later end of the same key starts the next)."""
+    batch: list[ParkedEnd] = []
+    keys: set[tuple[str, str, str, int]] = set()
+    for end in ends:
+        if len(batch) >= size or end.key in keys:
+            yield batch
+            batch, keys = [], set()
+        batch.append(end)
+        keys.add(end.key)
+    if batch:
+        yield batch
