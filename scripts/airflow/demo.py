@@ -250,19 +250,18 @@ class Demo:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
         self.env.update(SMARTSENSOR_HOME=str(self.ss_home), SPARK_LOCAL_IP="127.0.0.1")
         self.mode = mode_name(args.policy)
-        policy = {"AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR": "True"} if args.policy else {}
+        airflow_env = {
+            "AIRFLOW_CONN_SMARTSENSOR_DEFAULT": f"http://:{self.token}@127.0.0.1:{self.port}",
+            "DEMO_SENSORS": str(args.sensors),
+            "DEMO_PARTITIONS": str(args.partitions),
+            "DEMO_HIVE_ASSETS": self.hive_assets,
+        }
+        if args.policy:
+            airflow_env["AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR"] = "True"
         self.stack = AirflowStack(
-            Path(args.airflow_venv),
-            self.home / "airflow",
-            self.processes,
-            parallelism=args.parallelism,
-            port=args.airflow_port,
-            AIRFLOW_CONN_SMARTSENSOR_DEFAULT=f"http://:{self.token}@127.0.0.1:{self.port}",
-            DEMO_SENSORS=str(args.sensors),
-            DEMO_PARTITIONS=str(args.partitions),
-            DEMO_HIVE_ASSETS=self.hive_assets,
-            **policy,
+            Path(args.airflow_venv), self.home / "airflow", self.processes, args.parallelism, args.airflow_port
         )
+        self.stack.env.update(airflow_env)
         landings = None
         if args.assets:
             self.ss_home.mkdir(parents=True, exist_ok=True)

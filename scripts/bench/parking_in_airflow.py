@@ -24,7 +24,8 @@ def main() -> int:
     from sqlalchemy import text
     from sqlalchemy.orm import configure_mappers
 
-    from smartsensor_airflow.parking import ParkedEnd, end_parked, in_batches, load_note_models
+    from smartsensor_airflow._compat import load_note_models
+    from smartsensor_airflow.parking import ParkedEnd, end_parked, in_batches
 
     ends = [ParkedEnd(**end) for end in job["ends"]]
     # As in a long-running Airflow process: the ORM's mappers configured, a connection in the pool.

@@ -193,6 +193,15 @@ def test_which_tasks_start_in_the_triggerer_as_airflow_serializes_them(venv: Pat
         assert seen["dag_held_before_release"] is True
         assert seen["dag_released"] is True
         assert seen["ids_kept"] == ["starts", "plain", "r", 1]
+    # A parked try's check, read from the serialized DAG's JSON and rendered with the run's row, is the start
+    # trigger's (issue 55); a task on the execute path carries none; a run without a logical date has no ds.
+    plain_check = ["NamedHivePartitionSensor", {"partition_names": ["db.t/ds=2026-11-22"]}]
+    assert seen["parked"]["plain"] == {"check": plain_check, "trigger_check": plain_check}
+    macro = seen["parked"]["macro"]
+    assert macro["check"] == macro["trigger_check"]
+    assert macro["check"][1] == {"partition_names": ["db.t/ds=2026-11-21"]}
+    assert seen["parked"]["opted_out"] is None and seen["parked"]["unreadable"] is None
+    assert seen["parked_no_logical_date"] == "UndefinedError"
 
 
 # A sensor that defers once (Airflow's own time-delta trigger) and records the try's start_date as its execute and

@@ -148,3 +148,27 @@ __all__ = [
     "success_event",
     "hive_sensor_class",
 ]
+
+
+def task_instance_model() -> Any:
+    """Airflow's ``TaskInstance`` model (2.10 and 3.x: ``airflow.models.taskinstance``)."""
+    from airflow.models.taskinstance import TaskInstance
+
+    return TaskInstance
+
+
+def deserialize_value(encoded: Any) -> Any:
+    """A value Airflow's serializer encoded (``{"__type": …, "__var": …}``), decoded."""
+    from airflow.serialization.serialized_objects import BaseSerialization
+
+    return BaseSerialization.deserialize(encoded)
+
+
+def load_note_models() -> None:
+    """Airflow 2.10's task-instance note refers to the FAB auth manager's user table, whose model must be known
+    before a note is written (Airflow's webserver has imported it; a scheduler may not have). Airflow 3: a note's
+    user is a plain string, nothing to load."""
+    try:
+        import airflow.providers.fab.auth_manager.models  # noqa: F401
+    except ImportError:
+        pass

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
+from smartsensor_airflow._compat import load_note_models, task_instance_model
+
 DEFAULT_POOL = "smartsensor_parked"
 ENDS = frozenset({"success", "failed", "skipped"})  # what a parked try can end as (no retry: see the design)
 NOTE_LIMIT = 1000  # characters: task_instance_note.content is String(1000) on 2.10 and 3.x
@@ -55,8 +57,9 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
     to wait, ``since``), and its note. Three statements whatever the batch's size (the lock, one guarded update per
     try sent as one batch, the notes); flushes, does not commit (the caller's transaction:
     ``airflow.utils.session.create_session``). The ends applied; the others were no longer this try's to end."""
-    from airflow.models.taskinstance import TaskInstance
     from sqlalchemy import bindparam, select, tuple_, update
+
+    TaskInstance = task_instance_model()
 
     if not ends:
         return []
@@ -121,9 +124,10 @@ def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:
     if not ends:
         return
     load_note_models()
-    from airflow.models.taskinstance import TaskInstance
     from sqlalchemy import select, tuple_
     from sqlalchemy.orm import selectinload
+
+    TaskInstance = task_instance_model()
 
     notes = {end.key: end.note for end in ends}
     key = (TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index)
@@ -131,15 +135,6 @@ def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:
         select(TaskInstance).where(tuple_(*key).in_(list(notes))).options(selectinload(TaskInstance.task_instance_note))
     ):
         ti.note = (notes[(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)] or "")[:NOTE_LIMIT]
-
-
-def load_note_models() -> None:
-    """Airflow 2.10's note row refers to the FAB auth manager's user table, whose model must be known before a note
-    is written (Airflow's webserver has imported it; a scheduler may not have)."""
-    try:
-        import airflow.providers.fab.auth_manager.models  # noqa: F401
-    except ImportError:  # Airflow 3: a note's user is a plain string
-        pass
 
 
 def in_batches(ends: Iterable[ParkedEnd], size: int) -> Iterable[list[ParkedEnd]]:

@@ -49,15 +49,32 @@ def release_run_objects(ti: Any) -> None:
 
 
 def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    return row_context(run_id, *dag_run_row(dag_id, run_id), params)
+
+
+def row_context(
+    run_id: str, logical: Any, start: Any, end: Any, conf: dict[str, Any] | None, params: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The template context a check is rendered with from its run's row alone (``start.CONTEXT_2_10``): the run's
+    id, logical date, data interval and conf, and the task's ``params`` (as parsed) overridden by the run's conf as
+    Airflow does by default. What 2.10's trigger and a parked try's attendant render with."""
     import pendulum
 
-    logical, start, end, conf = dag_run_row(dag_id, run_id)
-    logical = pendulum.instance(logical)
-    ds = logical.strftime("%Y-%m-%d")
-    ts = logical.isoformat()
     values = dict(params or {})
     if conf and airflow_conf.getboolean("core", "dag_run_conf_overrides_params", fallback=True):
         values.update(conf)
+    context: dict[str, Any] = {
+        "data_interval_start": pendulum.instance(start) if start is not None else None,
+        "data_interval_end": pendulum.instance(end) if end is not None else None,
+        "run_id": run_id,
+        "params": values,
+        "macros": macros_module(),
+    }
+    if logical is None:  # Airflow 3: a run without a logical date has no ds, ts… (a template using them fails)
+        return context
+    logical = pendulum.instance(logical)
+    ds = logical.strftime("%Y-%m-%d")
+    ts = logical.isoformat()
     return {
         "ds": ds,
         "ds_nodash": ds.replace("-", ""),
@@ -66,11 +83,7 @@ def _context_2_10(dag_id: str, run_id: str, params: dict[str, Any] | None) -> di
         "ts_nodash_with_tz": ts.replace("-", "").replace(":", ""),
         "logical_date": logical,
         "execution_date": logical,
-        "data_interval_start": pendulum.instance(start) if start is not None else None,
-        "data_interval_end": pendulum.instance(end) if end is not None else None,
-        "run_id": run_id,
-        "params": values,
-        "macros": macros_module(),
+        **context,
     }
 
 

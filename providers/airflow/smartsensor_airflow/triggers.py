@@ -26,13 +26,11 @@ import json
 import time
 import weakref
 from datetime import datetime, timezone
-from types import SimpleNamespace
 from typing import Any, AsyncIterator
 
 import httpx
 
 from smartsensor_airflow._compat import BaseHook, BaseTrigger, TaskSkippedEvent, TriggerEvent, success_event
-from smartsensor_airflow.checks import check_of
 from smartsensor_airflow.client import (
     REGISTER_PATIENCE,
     TERMINAL,
@@ -44,10 +42,11 @@ from smartsensor_airflow.client import (
     waiting_key,
 )
 from smartsensor_airflow.off_loop_log import log_off_loop
+from smartsensor_airflow.parked_checks import rendered_check
 from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
 from smartsensor_airflow.start import START_CLASSPATH
 from smartsensor_airflow.template_rules import STRICT, TemplateRules
-from smartsensor_airflow.trigger_context import release_run_objects, render_fields, run_context
+from smartsensor_airflow.trigger_context import release_run_objects, run_context
 
 CLASSPATH = "smartsensor_airflow.triggers.SmartSensorTrigger"
 # Seconds a resume event waits after the trigger started: the scheduler processes the executor's report of the
@@ -334,8 +333,7 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
     def check(self, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The check this try registers: its fields rendered with ``context`` by the DAG's rules, read as the
         service's class and persist fields. Raises what rendering or reading raises."""
-        rendered = render_fields(self.fields, context, self.rules)
-        return check_of(self.sensor_class, SimpleNamespace(**rendered))
+        return rendered_check(self.serialize()[1], context)  # as a parked try's (parked_checks)
 
     async def _endpoint(self, patience: float) -> Endpoint:
         """The service's endpoint from the connection. A look-up that fails (Airflow 3's ``aget_connection`` briefly

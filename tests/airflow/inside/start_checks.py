@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import airflow
@@ -15,9 +15,10 @@ from airflow import DAG
 
 from smartsensor_airflow import policy, sensors
 from smartsensor_airflow._compat import hive_sensor_class
+from smartsensor_airflow.parked_checks import rendered_check, serialized_tasks, start_kwargs
 from smartsensor_airflow.start import check_fields, template_problem
 from smartsensor_airflow.template_rules import TemplateRules
-from smartsensor_airflow.trigger_context import release_run_objects, render_fields
+from smartsensor_airflow.trigger_context import release_run_objects, render_fields, row_context
 
 try:  # Airflow 3
     from airflow.serialization.serialized_objects import DagSerialization as Serializer
@@ -185,4 +186,23 @@ if int(airflow.__version__.split(".")[0]) >= 3:
     gc.collect()
     out["dag_released"] = dag_ref() is None
     out["ids_kept"] = [runtime_ti.dag_id, runtime_ti.task_id, runtime_ti.run_id, runtime_ti.try_number]
+
+# A parked try's check (parked_checks): read from the DAG's serialized JSON, rendered with the run's row, the same as
+# the start trigger's; a task on the execute path carries none.
+dag_json = json.loads(json.dumps(Serializer.to_dict(dag), default=str))
+entries = serialized_tasks(dag_json)
+row = ("manual__2026-11-22", datetime(2026, 11, 22, tzinfo=timezone.utc), None, None, None)
+out["parked"] = {}
+for task_id in ("plain", "macro", "opted_out", "unreadable"):
+    parked_kwargs = start_kwargs(entries[task_id])
+    if parked_kwargs is None:
+        out["parked"][task_id] = None
+        continue
+    row_ctx = row_context(*row, parked_kwargs.get("params"))
+    out["parked"][task_id] = {
+        "check": outcome(lambda k=parked_kwargs, c=row_ctx: list(rendered_check(k, c))),
+        "trigger_check": outcome(lambda t=task_id, c=row_ctx: list(trigger_of(t).check(c))),
+    }
+no_date = row_context("asset_triggered__1", None, None, None, None, None)
+out["parked_no_logical_date"] = outcome(lambda: rendered_check(start_kwargs(entries["plain"]) or {}, no_date))
 print(json.dumps(out, default=str))
