@@ -115,6 +115,10 @@ def test_following_the_feed_answers_the_matrix_and_sees_what_the_service_adds(la
         assert (after.schema_calls, after.catalog_calls, catalog.statements) == (0, 1, 6)
         # The matrix's partial check ds=1 gives every column of empty: a name looked up, as ds=arrives is.
         assert catalog.feed is not None and catalog.feed.covered(DB, "empty")[0] == {"ds=1", "ds=arrives"}
+        # DataNucleus's SEQUENCE_TABLE, MPartition's row: read with the statement, above every id handed out.
+        assert catalog.sequence is True and catalog.feed.resets == 0
+        assert catalog.feed.sequence is not None and catalog.feed.high_water is not None
+        assert catalog.feed.sequence > catalog.feed.high_water and not catalog.feed.reissued
     finally:
         catalog.close()
 

@@ -1,11 +1,12 @@
-"""The four tables of a Hive metastore's database that the metastore-database backend reads (``DBS``, ``TBLS``,
-``PARTITION_KEYS``, ``PARTITIONS``, with Hive's names, keys and unique index), on the test PostgreSQL or MariaDB
-server, written to directly: partitions added with the ids a test chooses (out of order, as the metastore commits
-them), and dropped. The real metastore service writes the same rows in the process tier's tests.
+"""The tables of a Hive metastore's database that the metastore-database backend reads (``DBS``, ``TBLS``,
+``PARTITION_KEYS``, ``PARTITIONS``, with Hive's names, keys and unique index, and DataNucleus's ``SEQUENCE_TABLE``),
+on the test PostgreSQL or MariaDB server, written to directly: partitions added with the ids a test chooses (out of
+order, as the metastore commits them), and dropped, and the id sequence's row set as a test says. The real metastore
+service writes the same rows in the process tier's tests.
 
 By default ``DBS`` is Hive 2.3's, keyed by ``NAME``; with ``catalogs`` it is Hive 3's and 4's, keyed by
 (``NAME``, ``CTLG_NAME``), so that two catalogs (HDP 3's ``hive`` and ``spark``) can each have a database of the
-same name."""
+same name. Without ``sequence`` there is no ``SEQUENCE_TABLE`` (as before a metastore's first write)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ _MYSQL = [
     " PART_NAME varchar(767) CHARACTER SET utf8mb3 COLLATE utf8mb3_bin, CREATE_TIME bigint,"
     " UNIQUE KEY UNIQUEPARTITION (PART_NAME, TBL_ID)) CHARACTER SET latin1 COLLATE latin1_bin",
 ]
+# DataNucleus's id counters (as DataNucleus creates the table for Hive 2.3's package.jdo, datanucleus1 identifiers):
+# a row per model class, NEXT_VAL where its next block of ids starts. PARTITIONS' row is MPartition's.
+_PG_SEQUENCE = 'CREATE TABLE "SEQUENCE_TABLE" ("SEQUENCE_NAME" varchar(255) PRIMARY KEY, "NEXT_VAL" bigint NOT NULL)'
+_MYSQL_SEQUENCE = (
+    "CREATE TABLE SEQUENCE_TABLE (SEQUENCE_NAME varchar(255) PRIMARY KEY, NEXT_VAL bigint NOT NULL)"
+    " CHARACTER SET latin1 COLLATE latin1_bin"
+)
+PARTITION_SEQUENCE = "org.apache.hadoop.hive.metastore.model.MPartition"
 
 
 # Hive 3's DBS (hive-schema-3.1.0.*.sql): the catalog's name beside the database's, the two unique together.
@@ -51,13 +60,16 @@ class HiveSchema:
     """A Hive-shaped metastore database a test writes to: tables and partitions with chosen ids (in the ``hive``
     catalog unless told; another catalog only with ``catalogs``)."""
 
-    def __init__(self, engine: Engine, catalogs: bool = False) -> None:
+    def __init__(self, engine: Engine, catalogs: bool = False, sequence: bool = True) -> None:
         self.engine = engine
         self.mysql = engine.dialect.name == "mysql"
         self.catalogs = catalogs
+        self.sequence = sequence
         ddl = list(_MYSQL if self.mysql else _PG)
         if catalogs:
             ddl[0] = _MYSQL_DBS_3 if self.mysql else _PG_DBS_3
+        if sequence:
+            ddl.append(_MYSQL_SEQUENCE if self.mysql else _PG_SEQUENCE)
         with engine.begin() as conn:
             for statement in ddl:
                 conn.execute(text(statement))
@@ -115,7 +127,22 @@ class HiveSchema:
                 {"t": self._tables[(catalog, db, table)], "n": name},
             )
 
+    def set_sequence(self, next_val: int | None) -> None:
+        """Commit the id sequence's row of PARTITIONS (MPartition) as ``next_val`` (None: no row, as before the
+        metastore's first partition or after a failover that lost its creation)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                self._sql('DELETE FROM "SEQUENCE_TABLE" WHERE "SEQUENCE_NAME" = :s'), {"s": PARTITION_SEQUENCE}
+            )
+            if next_val is not None:
+                conn.execute(
+                    self._sql('INSERT INTO "SEQUENCE_TABLE" ("SEQUENCE_NAME", "NEXT_VAL") VALUES (:s, :v)'),
+                    {"s": PARTITION_SEQUENCE, "v": next_val},
+                )
+
     def clear_partitions(self) -> None:
-        """Drop every partition (a fresh start for the next example)."""
+        """Drop every partition, and the id sequence's row (a fresh start for the next example)."""
         with self.engine.begin() as conn:
             conn.execute(self._sql('DELETE FROM "PARTITIONS"'))
+            if self.sequence:
+                conn.execute(self._sql('DELETE FROM "SEQUENCE_TABLE"'))

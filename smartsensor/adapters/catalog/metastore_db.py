@@ -23,7 +23,15 @@ column types of tables it has not cached (``fetch_types``), then ``list_tables``
 one that gives every column, is its partition's name looked up through that unique index (the values cast as Spark
 stores them, then escaped as Hive does) and another partial one lists the partitions whose name starts with the
 leading columns it gives (all of the table's when it gives none of them). Tables and names go in as array
-parameters: no user text is ever part of the SQL. The grant it needs: SELECT on those four tables.
+parameters: no user text is ever part of the SQL. The grant it needs: SELECT on those four tables, and on
+``SEQUENCE_TABLE`` for the feed's check of the id sequence.
+
+**The id sequence.** Following the feed, the statement also reads DataNucleus's ``"SEQUENCE_TABLE"`` (``NEXT_VAL``
+of the row ``SEQUENCE_NAME`` = ``org.apache.hadoop.hive.metastore.model.MPartition``: where the next block of
+``PART_ID`` values starts), a row of kind 4 (NULL until the metastore's first partition), so that the feed sees the
+sequence go back. Whether the table is there, and readable, is looked up with ``CTLG_NAME``, and again every
+``SEQUENCE_PROBE_SECONDS`` while it is not (DataNucleus creates it at the metastore's first write where the
+schema did not): without it the statement has no such row and the feed no sequence check.
 
 On MySQL and MariaDB (``mysql://`` URLs, PyMySQL) the same two statements take one JSON parameter per list,
 unpacked by ``JSON_TABLE`` (MySQL 8, MariaDB 10.6+), with the identifiers unquoted upper case (``DBS``,
@@ -36,10 +44,11 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any, Sequence
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql.elements import TextClause
 
@@ -85,7 +94,8 @@ _PG_LOOKUPS = f"""
 # The feed: partitions above the high-water mark, and the gaps below it (index reads of the primary key). At the
 # first statement there is no mark yet: it starts :span ids below the highest, and a row of kind 2 says where.
 # Rows of kind 3 are the witnesses, ids read again as they are now (primary-key probes): one gone or changed means
-# the database went back (see partition_feed).
+# the database went back (see partition_feed). @SEQUENCE@ is the id sequence's row of kind 4 (see _SEQUENCE), or
+# nothing on a metastore without SEQUENCE_TABLE. The reissued ids travel with the gaps (see _statement).
 _PG_START = 'COALESCE(CAST(:after AS bigint), (SELECT COALESCE(max("PART_ID"), 0) FROM "PARTITIONS") - :span)'
 _PG_DELIVERED = f"""
     SELECT 0, p."PART_ID", @DB_NAME@, t."TBL_NAME", p."PART_NAME"
@@ -97,7 +107,7 @@ _PG_DELIVERED = f"""
     UNION ALL
     SELECT 3, p."PART_ID", @DB_NAME@, t."TBL_NAME", p."PART_NAME"
     FROM "PARTITIONS" p JOIN "TBLS" t ON t."TBL_ID" = p."TBL_ID" JOIN "DBS" d ON d."DB_ID" = t."DB_ID"
-    WHERE p."PART_ID" = ANY(CAST(string_to_array(CAST(:witnesses AS text), ',') AS bigint[]))
+    WHERE p."PART_ID" = ANY(CAST(string_to_array(CAST(:witnesses AS text), ',') AS bigint[]))@SEQUENCE@
 """
 
 # MySQL/MariaDB: the same statements over JSON_TABLE rows, one JSON array parameter of [db, table, value] per list.
@@ -147,8 +157,16 @@ _MYSQL_DELIVERED = f"""
     SELECT 3, p.`PART_ID`, @DB_NAME@, t.`TBL_NAME`, p.`PART_NAME`
     FROM JSON_TABLE(:witnesses, '$[*]' COLUMNS (id BIGINT PATH '$')) AS w
     JOIN `PARTITIONS` p ON p.`PART_ID` = w.id
-    JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`
+    JOIN `TBLS` t ON t.`TBL_ID` = p.`TBL_ID` JOIN `DBS` d ON d.`DB_ID` = t.`DB_ID`@SEQUENCE@
 """
+# DataNucleus's counter of PART_IDs: NEXT_VAL is above every id it handed out (a block at a time, see partition_feed).
+SEQUENCE_NAME = "org.apache.hadoop.hive.metastore.model.MPartition"
+_SEQUENCE = (
+    "\n    UNION ALL\n    SELECT 4, (SELECT {q}NEXT_VAL{q} FROM {q}SEQUENCE_TABLE{q} "
+    f"WHERE {{q}}SEQUENCE_NAME{{q}} = '{SEQUENCE_NAME}'), NULL, NULL, NULL"
+)
+# Seconds between two looks for SEQUENCE_TABLE while the metastore database has none (readable).
+SEQUENCE_PROBE_SECONDS = 300.0
 # Hive 3+ keys DBS by (NAME, CTLG_NAME) and may hold several catalogs (HDP 3: hive and spark, each with a `default`
 # database). Only the default catalog is read, as the thrift backend reads it; Hive 2.3's DBS has no CTLG_NAME.
 HIVE_CATALOG = "hive"
@@ -156,35 +174,40 @@ HIVE_CATALOG = "hive"
 # before the connection is shut down from this side (CallWatchdog): a live server's own timeout answers first; a
 # connection that stalls without closing, whose answer never comes, fails here instead of waiting forever.
 ANSWER_MARGIN = 1.0
-# Whether DBS has CTLG_NAME: DBS resolved as the statements resolve it (search_path; the connection's database).
-_HAS_CATALOGS = {
+# Whether DBS has CTLG_NAME, and whether SEQUENCE_TABLE is there to be read: the tables resolved as the statements
+# resolve them (search_path; the connection's database).
+_PROBE = {
     "postgresql": text(
         "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('\"DBS\"') "
-        "AND attname = 'CTLG_NAME' AND NOT attisdropped)"
+        "AND attname = 'CTLG_NAME' AND NOT attisdropped), "
+        "COALESCE(has_table_privilege(to_regclass('\"SEQUENCE_TABLE\"'), 'SELECT'), false)"
     ),
     "mysql": text(
         "SELECT EXISTS (SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
-        "AND TABLE_NAME = 'DBS' AND COLUMN_NAME = 'CTLG_NAME')"
+        "AND TABLE_NAME = 'DBS' AND COLUMN_NAME = 'CTLG_NAME'), "
+        "EXISTS (SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = 'SEQUENCE_TABLE' AND COLUMN_NAME = 'NEXT_VAL')"
     ),
 }
 
 
-def _catalog_variant(template: str, quote: str, catalogs: bool) -> TextClause:
-    """``template`` for a DBS with CTLG_NAME (``catalogs``: databases of the hive catalog only) or without."""
+def _catalog_variant(template: str, quote: str, catalogs: bool, sequence: bool) -> TextClause:
+    """``template`` for a DBS with CTLG_NAME (``catalogs``: databases of the hive catalog only) or without, and
+    with the id sequence's row (``sequence``: SEQUENCE_TABLE is there) or without."""
     name = f"d.{quote}NAME{quote}"
     in_hive = f"d.{quote}CTLG_NAME{quote} = '{HIVE_CATALOG}'"
     return text(
-        template.replace("@IN_HIVE@", f" AND {in_hive}" if catalogs else "").replace(
-            "@DB_NAME@", f"CASE WHEN {in_hive} THEN {name} END" if catalogs else name
-        )
+        template.replace("@IN_HIVE@", f" AND {in_hive}" if catalogs else "")
+        .replace("@DB_NAME@", f"CASE WHEN {in_hive} THEN {name} END" if catalogs else name)
+        .replace("@SEQUENCE@", _SEQUENCE.format(q=quote) if sequence else "")
     )
 
 
-# The statements per (dialect, whether DBS has CTLG_NAME): the column types, the look-ups only, the look-ups and
-# the feed.
+# The statements per (dialect, whether DBS has CTLG_NAME, whether SEQUENCE_TABLE is there): the column types, the
+# look-ups only, the look-ups and the feed.
 _STATEMENTS = {
-    (dialect, catalogs): {
-        kind: _catalog_variant(template, quote, catalogs)
+    (dialect, catalogs, sequence): {
+        kind: _catalog_variant(template, quote, catalogs, sequence)
         for kind, template in (("types", types), ("lookups", lookups), ("feed", lookups + " UNION ALL " + feed))
     }
     for dialect, quote, types, lookups, feed in (
@@ -192,6 +215,7 @@ _STATEMENTS = {
         ("mysql", "`", _MYSQL_TYPES, _MYSQL_LOOKUPS, _MYSQL_DELIVERED),
     )
     for catalogs in (False, True)
+    for sequence in (False, True)
 }
 _RS, _US = chr(30), chr(31)
 # MySQL error numbers that mean the server could not be reached or went away (2000+: the client's own).
@@ -211,8 +235,10 @@ class MetastoreDbCatalog:
             )
         self.engine = engine
         self.mysql = engine.dialect.name == "mysql"
-        self.statements = 0  # statements sent so far, the probe for CTLG_NAME aside (the bench and tests count them)
+        self.statements = 0  # statements sent so far, the probes (CTLG_NAME, SEQUENCE_TABLE) aside (bench, tests)
         self.catalogs: bool | None = None  # whether DBS has CTLG_NAME (Hive 3+), probed with the first statement
+        self.sequence: bool | None = None  # whether SEQUENCE_TABLE is readable: probed with it, and again while not
+        self._probed_at = 0.0  # time.monotonic() of the last probe
         self.feed = feed
         self._lock = threading.Lock()  # one round's plan, statement and absorb at a time
         self.types = PartitionTypes(None, read_schema=self._read_schema, cast=python_cast_all, castable=python_castable)
@@ -252,8 +278,7 @@ class MetastoreDbCatalog:
         self.statements += 1
         try:
             with self.engine.connect() as conn:
-                if self.catalogs is None:
-                    self.catalogs = bool(conn.execute(_HAS_CATALOGS[self.engine.dialect.name]).scalar())
+                self._probe(conn)
                 return list(conn.execute(self.statement(kind), params))
         except DBAPIError as exc:
             reason = first_line(exc.orig if exc.orig is not None else exc)
@@ -266,10 +291,23 @@ class MetastoreDbCatalog:
         except SQLAlchemyError as exc:
             raise TransientCheckError(f"metastore database unreachable {what}: {first_line(exc)}") from exc
 
+    def _probe(self, conn: Connection) -> None:
+        """Whether DBS has CTLG_NAME (once per process) and SEQUENCE_TABLE is readable (again every
+        ``SEQUENCE_PROBE_SECONDS`` while it is not), on ``conn`` before a statement."""
+        now = time.monotonic()
+        if self.catalogs is not None and (self.sequence or now - self._probed_at < SEQUENCE_PROBE_SECONDS):
+            return
+        catalogs, sequence = conn.execute(_PROBE[self.engine.dialect.name]).one()
+        if self.catalogs is None:
+            self.catalogs = bool(catalogs)
+        self.sequence = bool(sequence)
+        self._probed_at = now
+
     def statement(self, kind: str) -> TextClause:
         """The statement of ``kind`` ("types", "lookups" or "feed": the look-ups and the feed) for this metastore's
-        ``DBS``, with or without catalogs (without until the first statement has looked)."""
-        return _STATEMENTS[(self.engine.dialect.name, bool(self.catalogs))][kind]
+        ``DBS``, with or without catalogs (without until the first statement has looked), and with the id
+        sequence's row where SEQUENCE_TABLE is readable."""
+        return _STATEMENTS[(self.engine.dialect.name, bool(self.catalogs), bool(self.sequence))][kind]
 
     def _types_of(self, tables: Sequence[Key]) -> dict[Key, dict[str, str] | None]:
         found: dict[Key, dict[str, str] | None] = {key: None for key in tables}
@@ -377,12 +415,14 @@ class MetastoreDbCatalog:
             except CheckError as exc:
                 return made, exc
             start = next((part_id for kind, part_id, *_ in rows if kind == 2), None)
+            sequence = next((part_id for kind, part_id, *_ in rows if kind == 4), None)
             feed.absorb(
                 read,
                 ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 0),
                 ((db, table, name, part_id) for kind, part_id, db, table, name in rows if kind == 1),
                 start,
                 ((part_id, db, table, name) for kind, part_id, db, table, name in rows if kind == 3),
+                None if sequence is None else int(sequence),
             )
             if not feed.reset_pending:
                 break
@@ -395,7 +435,8 @@ class MetastoreDbCatalog:
         if read.follow:
             params["after"] = read.after
             params["span"] = read.span
-            params["gaps"] = json.dumps(list(read.gaps)) if self.mysql else ",".join(map(str, read.gaps))
+            by_id = sorted({*read.gaps, *read.reissued})  # both read by id, one primary-key probe each
+            params["gaps"] = json.dumps(by_id) if self.mysql else ",".join(map(str, by_id))
             params["witnesses"] = json.dumps(list(read.witnesses)) if self.mysql else ",".join(map(str, read.witnesses))
         if self.mysql:
             params["names"] = json.dumps([list(n) for n in read.names], ensure_ascii=False)

@@ -22,13 +22,27 @@ request from memory (its exact checks decided, the names its partial ones need).
   or holding another partition is a *reset*: the coverage is dropped, the feed starts again below the highest id,
   as at the first statement, and the catalog runs the round's statement again, so the round's answers hold
   nothing the database lost.
+- **The id sequence.** A loss may also take back the sequence's advance alone (DataNucleus's ``SEQUENCE_TABLE``
+  row of ``MPartition``, whose ``NEXT_VAL`` is above every id it handed out): no partition is lost, every witness
+  survives, and the ids from ``NEXT_VAL`` up are handed out a second time, while an instance may still hold and use
+  them from the first. Each statement therefore also reads ``NEXT_VAL`` (when the metastore has the row). Below
+  the value read before (or the row gone) is a reset, as above; and every id at or above it that may have been
+  handed out twice (from the value it went back to up to the one before, or to the high-water mark when ids at or
+  above the sequence were read: an instance using a block whose allocation was lost) is *reissued*: read by id in
+  every round from then on, as a gap is, but kept after it is seen, since its second partition may commit any time
+  later (after a drop of its first). A reissued id read back as it was is no delivery; one that holds another
+  partition than when last seen is a witness beside the others (unless new ids came in the same round: then
+  among them), since it may be a partition of old come back (a failover lost its drop) as well as a new one. The
+  ``max_gaps`` highest are kept, giving a lower one up makes the next round a verify.
 - **Verify.** Every ``verify_seconds`` (and after gaps were given up) the coverage is dropped, so every due name is
   looked up again: a partition dropped, a table re-created, or an id given up by count shows there, at the latest.
   The feed's position is kept.
 
 The bound: a partition added is seen by the round after it commits, however long after its id was handed out,
-as long as its id is above the mark or one of the ``max_gaps`` highest unseen ids below it; a database that went
-back is seen by the next round (2 statements in that round). Otherwise, and for a drop, by the next verify.
+as long as its id is above the mark, one of the ``max_gaps`` highest unseen ids below it or a reissued id; a
+database that went back is seen by the next round (2 statements in that round), and so is a sequence that went
+back as long as a round reads it below what it read before, or at or below the mark. Otherwise, and for a drop,
+by the next verify.
 
 The feed's first statement starts ``baseline_span`` ids below the metastore's highest id (and says where), so that
 ids handed out before the process started and committed just after are read too.
@@ -51,6 +65,7 @@ BASELINE_SPAN = 1_000
 MAX_GAPS = 10_000
 MAX_WITNESSES = 100
 Row = tuple[str | None, str, str]  # a partition's (db, table, name): db None in a catalog other than hive
+_UNREAD: Row = (None, "", "")  # a reissued id's partition before a statement asked for it (no table is named "")
 
 
 def partition_name(columns: Sequence[str], spec: dict[str, str]) -> str:
@@ -89,7 +104,8 @@ def name_prefixes(name: str) -> list[str]:
 class FeedRead:
     """What one statement reads: the look-ups of names and prefixes not covered yet, as (db, table, text); and,
     when ``follow``, the feed: the ids above ``after`` (None: above ``span`` below the metastore's highest, the
-    statement returning that start), the ``gaps`` and the ``witnesses`` (ids read back as they are now)."""
+    statement returning that start), the ``gaps`` and the ``reissued`` ids (read by id, as they are now), the
+    ``witnesses`` (ids read back as they are now) and the metastore's id sequence."""
 
     names: tuple[tuple[str, str, str], ...]
     prefixes: tuple[tuple[str, str, str], ...]
@@ -98,6 +114,7 @@ class FeedRead:
     gaps: tuple[int, ...] = ()
     span: int = BASELINE_SPAN
     witnesses: tuple[int, ...] = ()
+    reissued: tuple[int, ...] = ()
 
 
 @dataclass
@@ -137,6 +154,9 @@ class PartitionFeed:
         self.high_water: int | None = None  # the highest id read; None until the first statement (and at a reset)
         self.gaps: set[int] = set()  # ids at or below high_water not seen yet, the max_gaps highest
         self.witnesses: dict[int, Row] = {}  # ids the latest delivering round read → what they held
+        self.sequence: int | None = None  # the id sequence's NEXT_VAL last read (None: not read, or no row)
+        self.reissued: dict[int, Row | None] = {}  # ids maybe handed out twice → what they held when last seen
+        self._reissued_floor = 0  # reissued ids below it were given up for their count
         self.verified_at = clock()
         self.verifies = 0  # coverage dropped so far (the tests and the bench read it)
         self.resets = 0  # times the database was found to have gone back
@@ -174,6 +194,7 @@ class PartitionFeed:
             tuple(sorted(self.gaps)),
             self.baseline_span,
             tuple(sorted(self.witnesses)),
+            tuple(sorted(self.reissued)),
         )
 
     def absorb(
@@ -183,14 +204,18 @@ class PartitionFeed:
         found: Iterable[tuple[str, str, str, int | None]],
         start: int | None = None,
         witnessed: Iterable[tuple[int, str | None, str, str]] = (),
+        sequence: int | None = None,
     ) -> None:
         """Take what ``read``'s statement returned: the feed's rows (id, db, table, name; db None for a partition
         no check can ask for, in another catalog: its id is seen all the same), the look-ups' (db, table, name, id),
-        where the feed started when ``read.after`` was None, and the witnesses' rows as they are now. The look-ups'
-        names and prefixes are covered from now on. A witness missing or changed is a reset (``reset_pending``)."""
-        if read.follow and read.witnesses:
+        where the feed started when ``read.after`` was None, the witnesses' rows as they are now and the id
+        sequence's NEXT_VAL (None: no such row, or no SEQUENCE_TABLE). The look-ups' names and prefixes are covered
+        from now on. A witness missing or changed, or the sequence below what was read before, is a reset
+        (``reset_pending``; not for the sequence in a statement that starts the feed: it reads everything again)."""
+        if read.follow:
+            back = self._follow_sequence(sequence)
             now = {part_id: (db, table, name) for part_id, db, table, name in witnessed}
-            if any(now.get(i) != self.witnesses.get(i) for i in read.witnesses):
+            if (back and read.after is not None) or any(now.get(i) != self.witnesses.get(i) for i in read.witnesses):
                 self._reset()
                 return
         for db, table, name, found_id in found:
@@ -201,8 +226,28 @@ class PartitionFeed:
             self._tables[(db, table)].names.add(name)
         for db, table, prefix in read.prefixes:
             self._tables[(db, table)].prefixes.add(prefix)
-        if not read.follow:
-            return
+        if read.follow:
+            self._follow(read, delivered, start, sequence)
+
+    def _follow_sequence(self, sequence: int | None) -> bool:
+        """Take the id sequence's value read; whether it went back (below the value read before, or its row gone).
+        When it did, the ids from there up to where it was (or the mark) may be handed out twice: reissued."""
+        back = self.sequence is not None and (sequence is None or sequence < self.sequence)
+        if back and self.sequence is not None:
+            top = max(self.sequence, (self.high_water or 0) + 1)
+            self._reissue(range(max(sequence or 1, 1), top))
+        if back or sequence is not None:
+            self.sequence = sequence
+        return back
+
+    def _follow(
+        self,
+        read: FeedRead,
+        delivered: Iterable[tuple[int, str | None, str, str]],
+        start: int | None,
+        sequence: int | None,
+    ) -> None:
+        """The feed's part of ``absorb``: the rows delivered, the witnesses, the mark and the gaps, the sequence."""
         if read.after is None and start is None:
             raise ValueError("the feed's first statement returns where it started")
         after = read.after if read.after is not None else max(start or 0, 0)  # ids start at 1
@@ -212,9 +257,38 @@ class PartitionFeed:
             state = self._tables.get((of_db, table)) if of_db is not None else None
             if state is not None:
                 self._add(state, name, part_id)
-        if rows:
-            self.witnesses = {i: rows[i] for i in sorted(rows, reverse=True)[: self.max_witnesses]}
+        new, changed = self._reread(read, rows)
+        if new:  # they committed after every partition read before them (and before the changed ones, or beside)
+            self.witnesses = {i: rows[i] for i in sorted(new | changed, reverse=True)[: self.max_witnesses]}
+        elif changed:  # witnesses beside the ones kept: what was read before may still be lost
+            room = max(self.max_witnesses - len(self.witnesses), 0)
+            self.witnesses.update({i: rows[i] for i in sorted(changed, reverse=True)[:room]})
         self._advance(after, set(rows))
+        if sequence is not None and self.high_water is not None and sequence <= self.high_water:
+            self._reissue(range(sequence, self.high_water + 1))  # ids read at or above the sequence
+        asked = set(read.gaps)
+        for part_id, held in self.reissued.items():  # what this statement says of the ids reissued since its plan
+            if held == _UNREAD and (part_id in rows or part_id > after or part_id in asked):
+                self.reissued[part_id] = rows.get(part_id)
+
+    def _reread(self, read: FeedRead, rows: dict[int, Row]) -> tuple[set[int], set[int]]:
+        """The ids ``rows`` delivered that no statement read before (above the mark, gaps), and the reissued ids
+        read before that hold another partition than when last seen (an id handed out twice, its second partition;
+        or its first again, after a failover lost its drop); what each reissued id holds is kept."""
+        new = set(rows)
+        changed: set[int] = set()
+        gaps = set(read.gaps)
+        for part_id in read.reissued:
+            if part_id not in self.reissued:
+                continue
+            before, now = self.reissued[part_id], rows.get(part_id)
+            if read.after is not None and part_id <= read.after and part_id not in gaps:
+                new.discard(part_id)
+                if now is not None and before not in (_UNREAD, now):
+                    changed.add(part_id)
+            if now is not None or before == _UNREAD:
+                self.reissued[part_id] = now
+        return new, changed
 
     def _add(self, state: _Table, name: str, part_id: int | None) -> None:
         """``name`` is present, with ``part_id``: a change when it is new, or (keeping ids) has another id than the
@@ -230,12 +304,30 @@ class PartitionFeed:
     def _reset(self) -> None:
         """The database went back (a failover, a restore): forget what was read, and start the feed again below
         the highest id, as at the first statement. The gaps stay: ids of blocks handed out before may still
-        commit."""
+        commit; so do the reissued ids."""
         self.resets += 1
         self.reset_pending = True
         self._verify_next = True
         self.high_water = None
         self.witnesses = {}
+
+    def _reissue(self, ids: range) -> None:
+        """``ids`` may be handed out twice: read them by id in every round from now on (what they hold not known
+        yet), the ``max_gaps`` highest kept (an id given up once is not taken again: its count is not given up at
+        every round)."""
+        ids = range(max(ids.start, self._reissued_floor), ids.stop)
+        if len(ids) > self.max_gaps:
+            self._give_up(len(ids) - self.max_gaps)
+            ids = ids[-self.max_gaps :]
+            self._reissued_floor = ids.start
+        for part_id in ids:
+            if part_id not in self.reissued:
+                self.reissued[part_id] = _UNREAD
+        if len(self.reissued) > self.max_gaps:
+            kept = sorted(self.reissued)[-self.max_gaps :]
+            self._give_up(len(self.reissued) - len(kept))
+            self.reissued = {i: self.reissued[i] for i in kept}
+            self._reissued_floor = max(self._reissued_floor, kept[0])
 
     def _advance(self, after: int, seen: set[int]) -> None:
         """Move the high-water mark to the highest id read; ids skipped below it become gaps, the ``max_gaps``
@@ -261,7 +353,8 @@ class PartitionFeed:
             self.gaps = set(kept)
 
     def _give_up(self, count: int) -> None:
-        """``count`` unseen ids are no longer followed: the next round looks every due name up again."""
+        """``count`` unseen (or reissued) ids are no longer followed: the next round looks every due name up
+        again."""
         if count > 0:
             self.gaps_given_up += count
             self._verify_next = True
