@@ -172,3 +172,36 @@ def load_note_models() -> None:
         import airflow.providers.fab.auth_manager.models  # noqa: F401
     except ImportError:
         pass
+
+
+def dag_run_model() -> Any:
+    """Airflow's ``DagRun`` model."""
+    from airflow.models.dagrun import DagRun
+
+    return DagRun
+
+
+def pool_model() -> Any:
+    """Airflow's ``Pool`` model."""
+    from airflow.models.pool import Pool
+
+    return Pool
+
+
+def airflow_session() -> Any:
+    """Airflow's ``create_session`` (a context manager: commits on success, rolls back on error)."""
+    from airflow.utils.session import create_session
+
+    return create_session()
+
+
+def serialized_dag_rows(session: Any, versions: set[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """(version, the serialized DAG's JSON) for each of ``versions``: Airflow 3's DAG version ids (a try runs its
+    DAG's version), or on 2.10, which keeps one version a DAG, DAG ids."""
+    from airflow.models.serialized_dag import SerializedDagModel
+    from sqlalchemy import select
+
+    by_version = getattr(SerializedDagModel, "dag_version_id", None)
+    column = by_version if by_version is not None else SerializedDagModel.dag_id
+    rows = session.scalars(select(SerializedDagModel).where(column.in_(list(versions)))).all()
+    return [(row.dag_version_id if by_version is not None else row.dag_id, row.data) for row in rows]

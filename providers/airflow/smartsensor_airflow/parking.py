@@ -22,8 +22,9 @@ from typing import Any, Iterable, Sequence
 
 from smartsensor_airflow._compat import load_note_models, task_instance_model
 
-DEFAULT_POOL = "smartsensor_parked"
-ENDS = frozenset({"success", "failed", "skipped"})  # what a parked try can end as (no retry: see the design)
+# What a parked try can end as. "error": the try failed in a way Airflow retries (its check could not be rendered
+# or read, or its check errored): up_for_retry while the task has tries left (max_tries), else failed.
+ENDS = frozenset({"success", "failed", "skipped", "error"})
 NOTE_LIMIT = 1000  # characters: task_instance_note.content is String(1000) on 2.10 and 3.x
 
 
@@ -69,14 +70,14 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
     ti = TaskInstance.__table__.c
     key = (ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
     locked = session.execute(
-        select(*key, ti.try_number, ti.start_date)
+        select(*key, ti.try_number, ti.max_tries, ti.start_date)
         .where(tuple_(*key).in_(list(wanted)), ti.state == "scheduled", ti.pool == pool)
         .with_for_update()
     ).all()
     now = datetime.now(timezone.utc)
     applied: list[ParkedEnd] = []
     rows: list[dict[str, Any]] = []
-    for dag_id, run_id, task_id, map_index, try_number, start_date in locked:
+    for dag_id, run_id, task_id, map_index, try_number, max_tries, start_date in locked:
         end = wanted[(dag_id, run_id, task_id, map_index)]
         if try_number != end.try_number:
             continue  # another try of the task (cleared and scheduled again): not this answer's
@@ -88,7 +89,7 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
                 "b_task_id": task_id,
                 "b_map_index": map_index,
                 "b_try_number": try_number,
-                "b_state": end.state,
+                "b_state": state_of(end.state, try_number, max_tries),
                 "b_start_date": started,
                 "b_duration": max(0.0, (now - started).total_seconds()),
             }
@@ -117,6 +118,14 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
     _write_notes([end for end in applied if end.note], session)
     session.flush()
     return applied
+
+
+def state_of(end: str, try_number: int, max_tries: int | None) -> str:
+    """The state a try ends in: an ``error`` is retried while the task has tries left, as Airflow retries a try
+    that raised (``max_tries`` counts the retries: tries 1 … max_tries + 1)."""
+    if end != "error":
+        return end
+    return "up_for_retry" if try_number <= (max_tries or 0) else "failed"
 
 
 def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:

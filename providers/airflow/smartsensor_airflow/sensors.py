@@ -64,7 +64,7 @@ from smartsensor_airflow.client import (
 )
 from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, try_start, wait_classically
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter
-from smartsensor_airflow.start import StartsInTriggerer
+from smartsensor_airflow.start import ParkingPool, StartsInTriggerer
 from smartsensor_airflow.triggers import EXECUTE_ON_WORKER, RESUME_SETTLE, UNREACHABLE, SmartSensorTrigger
 
 DEFAULT_CONN_ID = "smartsensor_default"
@@ -118,6 +118,7 @@ class SmartSensorMixin:
     # What Airflow reads to start a try in the triggerer (start.py), computed from the task when read.
     start_from_trigger = StartsInTriggerer()
     start_trigger_args = StartsInTriggerer()
+    pool = ParkingPool()  # the parking pool when its tries park ([smartsensor] park), else the task's own
     poke_interval: Any
     timeout: Any
     soft_fail: bool

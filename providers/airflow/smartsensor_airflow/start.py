@@ -33,13 +33,21 @@ from typing import Any, NamedTuple
 import jinja2
 from jinja2 import meta, nodes
 
-from smartsensor_airflow._compat import StartTriggerArgs, airflow_version, can_start_from_trigger, template_environment
+from smartsensor_airflow._compat import (
+    StartTriggerArgs,
+    airflow_conf,
+    airflow_version,
+    can_start_from_trigger,
+    template_environment,
+)
 from smartsensor_airflow.checks import CHECK_FIELDS, check_of
 from smartsensor_airflow.template_rules import TemplateRules, rules_of
 
 log = logging.getLogger(__name__)
 
 START_CLASSPATH = "smartsensor_airflow.triggers.SmartSensorStartTrigger"
+DEFAULT_POOL = "default_pool"  # Airflow's own, on 2.10 and 3.x
+DEFAULT_PARK_POOL = "smartsensor_parked"
 # The template variables the 2.10 trigger can give a check's templates: what it reads from the run's row.
 CONTEXT_2_10 = frozenset(
     {
@@ -107,8 +115,9 @@ def _template_use(text: str) -> _TemplateUse:
     )
 
 
-def template_problem(task: Any) -> str | None:
-    """Why the triggerer cannot render ``task``'s check (a sentence for the log), or None when it can."""
+def template_problem(task: Any, parked: bool = False) -> str | None:
+    """Why the triggerer (``parked``: the parking attendant, which renders from the run's row on every version)
+    cannot render ``task``'s check (a sentence for the log), or None when it can."""
     dag = dag_of(task)
     _, problem = rules_of(dag)
     if problem is not None:  # even without a "{{": rules that change the syntax may make templates of other text
@@ -122,27 +131,42 @@ def template_problem(task: Any) -> str | None:
             return f"its {name} is not a valid template: {use.error}"
         if use.variables & macros or use.filters & filters:
             return f"its {name} uses the DAG's user-defined macros or filters"
-        if airflow_version()[0] == 2 and not use.variables <= CONTEXT_2_10:
+        if (parked or airflow_version()[0] == 2) and not use.variables <= CONTEXT_2_10:
             unknown = ", ".join(sorted(use.variables - CONTEXT_2_10))
-            return f"its {name} uses {unknown}, which a 2.10 triggerer cannot give"
+            who = "the parking attendant" if parked else "a 2.10 triggerer"
+            return f"its {name} uses {unknown}, which {who} cannot give"
         if use.includes:
             return f"its {name} includes other templates"
     return None
 
 
-def start_trigger_args(task: Any) -> StartTriggerArgs | None:
-    """What Airflow starts ``task`` with in the triggerer, or None when the task takes the ``execute`` path."""
+def park_pool() -> str | None:
+    """The pool smart sensors park in (``[smartsensor] park_pool``) when ``[smartsensor] park`` is on, else None."""
+    if not airflow_conf.getboolean("smartsensor", "park", fallback=False):
+        return None
+    return airflow_conf.get("smartsensor", "park_pool", fallback=DEFAULT_PARK_POOL) or DEFAULT_PARK_POOL
+
+
+def parks(task: Any) -> bool:
+    """Whether ``task``'s tries park (``parking``): parking is on, and the attendant can render its check."""
+    return park_pool() is not None and start_trigger_args(task, parked=True) is not None
+
+
+def start_trigger_args(task: Any, parked: bool = False) -> StartTriggerArgs | None:
+    """What Airflow starts ``task`` with in the triggerer, or None when the task takes the ``execute`` path.
+    ``parked``: what a parked try's attendant reads from the serialized DAG (the same arguments, with the task's
+    params on every version), or None when it cannot render the task's check."""
     if not can_start_from_trigger() or not getattr(task, "smartsensor_start_from_trigger", False):
         return None
     try:
         fields = check_fields(task)
-        if template_problem(task) is not None:
+        if template_problem(task, parked) is not None:
             return None
         if not _templates(list(fields.values())) and not _readable(task):
             return None  # a check smartsensor cannot read (OR, ranges): the execute path says so, or runs Airflow's
         rules, _ = rules_of(dag_of(task))
         rules = rules or TemplateRules()  # no template to render (template_problem said so otherwise)
-        params = _params(task) if airflow_version()[0] == 2 else None
+        params = _params(task) if parked or airflow_version()[0] == 2 else None
         poll = float(task.smartsensor_poll_interval)
         kwargs = {
             "sensor_class": task.smartsensor_class,
@@ -210,7 +234,8 @@ def _params(task: Any) -> dict[str, Any] | None:
 class StartsInTriggerer:
     """``start_from_trigger`` and ``start_trigger_args`` of a smartsensor task, computed from the task when Airflow
     reads them (``start_trigger_args``); a value set on the task wins. Read on the class (as a mapped task copies
-    them), Airflow's defaults: a mapped task takes the ``execute`` path."""
+    them), Airflow's defaults: a mapped task takes the ``execute`` path. A task that parks (``parks``) does not
+    start from the trigger, and its start arguments carry its check for the parking attendant."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -220,8 +245,30 @@ class StartsInTriggerer:
             return None if self.name == "start_trigger_args" else False
         if self.name in task.__dict__:
             return task.__dict__[self.name]
+        if park_pool() is not None:
+            parked = start_trigger_args(task, parked=True)
+            if parked is not None:
+                return parked if self.name == "start_trigger_args" else False
         args = start_trigger_args(task)
         return args if self.name == "start_trigger_args" else args is not None
 
     def __set__(self, task: Any, value: Any) -> None:
         task.__dict__[self.name] = value
+
+
+class ParkingPool:
+    """A smartsensor task's ``pool``: the parking pool (``park_pool``) when its tries park (``parks``), else the pool
+    it was given (Airflow's default pool when none). Computed when Airflow reads it: when it serializes the DAG (the
+    scheduler then parks the task's tries), and on a 2.10 worker, whose check of the pool's slots then counts the
+    parking pool's (open only while the safety valve has opened it)."""
+
+    def __get__(self, task: Any, owner: type | None = None) -> Any:
+        if task is None:
+            return DEFAULT_POOL
+        # A task the policy routed was given its pool before its class gained this descriptor: its own attribute.
+        own = task.__dict__.get("_smartsensor_own_pool") or task.__dict__.get("pool") or DEFAULT_POOL
+        pool = park_pool()
+        return pool if pool is not None and parks(task) else own
+
+    def __set__(self, task: Any, value: Any) -> None:
+        task.__dict__["_smartsensor_own_pool"] = value

@@ -1,0 +1,435 @@
+"""The parking attendant (issue 55): a process of the Airflow deployment, next to its scheduler, that ends parked
+tries. Run it with Airflow's environment (its airflow.cfg, its database, the ``smartsensor_default`` connection):
+
+    python -m smartsensor_airflow.attendant            # or: smartsensor-attendant
+
+Every ``[smartsensor] park_interval`` seconds (1) it
+
+1. reads the tries parked in ``[smartsensor] park_pool`` (``scheduled`` there: the scheduler put them there once
+   their upstream tasks were done and never queues them);
+2. for each new one, reads its check from the serialized DAG and its run's row, renders it
+   (``parked_checks``) and registers the try with the service, as a trigger would; a check it cannot render or
+   read ends the try as an ``error`` (retried while the task has tries left, as Airflow retries a try that raised);
+3. asks the service for the state of every try it watches in one request, and ends the answered ones through
+   Airflow's models (``parking.end_parked``): success, skipped (soft_fail), failed (a timeout, its reason as the
+   try's note), an error (retried);
+4. the safety valve: while the service stays out of reach for longer than ``[smartsensor] park_fallback_grace``
+   seconds, the parking pool gets ``[smartsensor] park_valve_slots`` slots, so the scheduler runs the parked tries
+   today's way (their ``execute`` checks on its own); once the service answers again the pool closes and new tries
+   park again.
+
+Several attendants may run (each ends only what is still parked, under a row lock). It never writes anything of
+Airflow's but the parked tries it ends and the parking pool's slots; smartsensor's own processes never write
+Airflow's database.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import httpx
+
+from smartsensor_airflow._compat import (
+    BaseHook,
+    airflow_conf,
+    airflow_session,
+    airflow_version,
+    dag_run_model,
+    load_note_models,
+    pool_model,
+    serialized_dag_rows,
+    task_instance_model,
+)
+from smartsensor_airflow.client import (
+    API,
+    TIMEOUT,
+    ApiError,
+    Endpoint,
+    endpoint_from_connection,
+    error_message,
+    registration_body,
+)
+from smartsensor_airflow.parked_checks import rendered_check, serialized_tasks, start_kwargs
+from smartsensor_airflow.parking import ParkedEnd, end_parked, in_batches
+from smartsensor_airflow.start import DEFAULT_PARK_POOL
+from smartsensor_airflow.trigger_context import row_context
+
+log = logging.getLogger("smartsensor_airflow.attendant")
+
+Key = tuple[str, str, str, int]  # dag_id, run_id, task_id, map_index
+STATES_CHUNK = 1000  # keys per states request
+SPECS_TTL = 30.0  # seconds a 2.10 DAG's serialized checks are kept (2.10 keeps one version a DAG: it may change)
+RETRY_STATES = frozenset({"unknown", "superseded"})  # the service no longer has this try's check: register again
+
+
+@dataclass
+class Watched:
+    """A parked try registered with the service."""
+
+    key: Key
+    try_number: int
+    hashcode: int | None
+    since: datetime
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (logged; read by the tests)."""
+
+    parked: int = 0
+    registered: int = 0
+    ended: dict[str, int] = field(default_factory=dict)
+    errors: int = 0
+    reachable: bool = True
+    valve_open: bool = False
+
+
+@dataclass
+class Settings:
+    """The attendant's settings, from ``[smartsensor]`` in airflow.cfg."""
+
+    pool: str = DEFAULT_PARK_POOL
+    interval: float = 1.0
+    fallback_grace: float = 300.0
+    valve_slots: int = 128
+    conn_id: str = "smartsensor_default"
+    batch: int = 500
+
+    @classmethod
+    def from_airflow(cls) -> Settings:
+        get = airflow_conf.get
+        return cls(
+            pool=get("smartsensor", "park_pool", fallback=DEFAULT_PARK_POOL) or DEFAULT_PARK_POOL,
+            interval=float(get("smartsensor", "park_interval", fallback="1")),
+            fallback_grace=float(get("smartsensor", "park_fallback_grace", fallback="300")),
+            valve_slots=int(get("smartsensor", "park_valve_slots", fallback="128")),
+            conn_id=get("smartsensor", "park_conn_id", fallback="smartsensor_default") or "smartsensor_default",
+        )
+
+
+class Attendant:
+    """Ends the parked tries of one Airflow deployment (see the module's text). ``session_factory``: Airflow's
+    ``create_session``; ``endpoint``: how to reach the service (looked up from the connection when None)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        session_factory: Callable[[], Any],
+        endpoint: Callable[[], Endpoint] | None = None,
+        http: httpx.Client | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.session_factory = session_factory
+        self.endpoint = endpoint or self._connection_endpoint
+        self.http = http or httpx.Client(timeout=30.0)
+        self.clock = clock
+        self.watched: dict[Key, Watched] = {}
+        self.specs: dict[Any, dict[str, Any]] = {}  # serialized DAG version → task_id → its start kwargs or None
+        self.specs_read: dict[Any, float] = {}  # when; 2.10's versions are DAG ids, read again after SPECS_TTL
+        self.unreachable_since: float | None = None
+        self.valve_open = False
+
+    # -- the cycle ---------------------------------------------------------------------------------------------
+    def cycle(self) -> CycleReport:
+        """One pass: read the parked tries, register the new ones, end the answered ones, mind the valve."""
+        report = CycleReport()
+        parked = self.parked_tries()
+        report.parked = len(parked)
+        for key in [k for k, w in self.watched.items() if parked.get(k, (None,))[0] != w.try_number]:
+            del self.watched[key]  # ended, cleared or changed by someone else: no longer this attendant's
+        ends: list[ParkedEnd] = []
+        try:
+            endpoint = self.endpoint()
+            new = {k: v for k, v in parked.items() if k not in self.watched}
+            if new:
+                report.registered, errors = self.register(endpoint, new)
+                ends += errors
+            ends += self.answered(endpoint)
+            if not new and not self.watched and self.unreachable_since is not None:
+                self.health(endpoint)  # nothing was asked this cycle: is the service back?
+            self.unreachable_since = None
+        except ApiError as exc:
+            if not exc.transient:
+                raise
+            report.reachable = False
+            if self.unreachable_since is None:
+                self.unreachable_since = self.clock()
+                log.warning("smartsensor attendant: the service is out of reach (%s)", exc)
+        report.ended = self.end(ends)
+        report.errors = sum(1 for e in ends if e.state == "error")
+        self.mind_valve()
+        report.valve_open = self.valve_open
+        return report
+
+    def parked_tries(self) -> dict[Key, tuple[int, Any]]:
+        """key → (try number, serialized DAG version) of every try parked in the pool."""
+        TaskInstance = task_instance_model()
+        from sqlalchemy import select
+
+        version = getattr(TaskInstance, "dag_version_id", None)  # Airflow 3: the try's DAG version
+        columns = [
+            TaskInstance.dag_id,
+            TaskInstance.run_id,
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            TaskInstance.try_number,
+        ]
+        with self.session_factory() as session:
+            rows = session.execute(
+                select(*columns, *([version] if version is not None else [])).where(
+                    TaskInstance.state == "scheduled", TaskInstance.pool == self.settings.pool
+                )
+            ).all()
+        return {(r[0], r[1], r[2], r[3]): (r[4], r[5] if len(r) > 5 else r[0]) for r in rows}
+
+    # -- registering -------------------------------------------------------------------------------------------
+    def register(self, endpoint: Endpoint, new: dict[Key, tuple[int, Any]]) -> tuple[int, list[ParkedEnd]]:
+        """Register each new parked try's check; the tries registered, and the ends of those whose check cannot be
+        rendered or read (or that the service refuses for good)."""
+        kwargs_of = self.start_kwargs_of(new)
+        runs = self.run_rows({(k[0], k[1]) for k in new})
+        registered, ends = 0, []
+        for key, (try_number, version) in new.items():
+            kwargs = kwargs_of.get((version, key[2]))
+            run = runs.get((key[0], key[1]))
+            if kwargs is None or run is None:
+                why = "no smartsensor check in its serialized DAG" if kwargs is None else "its run is gone"
+                log.warning("smartsensor attendant: %s try %s parked with %s; left as it is", key, try_number, why)
+                continue
+            now = datetime.now(timezone.utc)
+            try:
+                context = row_context(key[1], *run, kwargs.get("params"))
+                registered_as, persist = rendered_check(kwargs, context)
+            except Exception as exc:  # noqa: BLE001 - Airflow fails such a try (retries apply): so does this
+                ends.append(self.end_of(key, try_number, "error", f"smartsensor: {type(exc).__name__}: {exc}"))
+                continue
+            body = registration_body(
+                dict(zip(("dag_id", "run_id", "task_id", "map_index"), key), try_number=try_number),
+                registered_as,
+                persist,
+                dict(kwargs.get("exec_values") or {}),
+                context.get("logical_date"),
+                endpoint.instance,
+            )
+            answer = self.post(endpoint, "/tasks", body)
+            if answer is None:  # refused for good (a check the service cannot take)
+                ends.append(self.end_of(key, try_number, "error", "smartsensor refused this check"))
+                continue
+            self.watched[key] = Watched(key, try_number, answer.get("hashcode"), now)
+            registered += 1
+        return registered, ends
+
+    def start_kwargs_of(self, new: dict[Key, tuple[int, Any]]) -> dict[tuple[Any, str], dict[str, Any] | None]:
+        """(DAG version, task_id) → the start kwargs the serialized DAG carries for each new try's task."""
+        now = self.clock()
+        missing = {
+            version
+            for _, version in new.values()
+            if version not in self.specs or (isinstance(version, str) and now - self.specs_read[version] > SPECS_TTL)
+        }
+        if missing:
+            with self.session_factory() as session:
+                for version, data in serialized_dag_rows(session, missing):
+                    self.specs[version] = {t: start_kwargs(e) for t, e in serialized_tasks(data).items()}
+                    self.specs_read[version] = now
+        return {(v, k[2]): self.specs.get(v, {}).get(k[2]) for k, (_, v) in new.items()}
+
+    def run_rows(self, runs: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[Any, Any, Any, Any]]:
+        """(dag_id, run_id) → the run's logical date, data interval start and end, and conf."""
+        DagRun = dag_run_model()
+        from sqlalchemy import select, tuple_
+
+        logical = DagRun.logical_date if airflow_version()[0] >= 3 else DagRun.execution_date  # 2.10: a property
+        with self.session_factory() as session:
+            rows = session.execute(
+                select(
+                    DagRun.dag_id,
+                    DagRun.run_id,
+                    logical,
+                    DagRun.data_interval_start,
+                    DagRun.data_interval_end,
+                    DagRun.conf,
+                ).where(tuple_(DagRun.dag_id, DagRun.run_id).in_(list(runs)))
+            ).all()
+        return {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in rows}
+
+    # -- answers -----------------------------------------------------------------------------------------------
+    def answered(self, endpoint: Endpoint) -> list[ParkedEnd]:
+        """The ends the service's answers call for, for every watched try (STATES_CHUNK keys a request)."""
+        ends: list[ParkedEnd] = []
+        watched = list(self.watched.values())
+        for start in range(0, len(watched), STATES_CHUNK):
+            chunk = watched[start : start + STATES_CHUNK]
+            keys = [self.asked(w, endpoint) for w in chunk]
+            answer = self.post(endpoint, "/tasks/states", {"keys": keys})
+            if answer is None:
+                raise ApiError("smartsensor refused the states request", transient=False)
+            for w, state in zip(chunk, answer.get("states", []), strict=False):
+                end = self.end_for(w, state)
+                if end is not None:
+                    ends.append(end)
+                elif state.get("state") in RETRY_STATES:
+                    del self.watched[w.key]  # registered again next cycle
+        return ends
+
+    @staticmethod
+    def asked(w: Watched, endpoint: Endpoint) -> dict[str, Any]:
+        key = dict(zip(("dag_id", "run_id", "task_id", "map_index"), w.key), try_number=w.try_number)
+        if endpoint.instance:
+            key["instance"] = endpoint.instance
+        if w.hashcode is not None:
+            key["hashcode"] = w.hashcode
+        return key
+
+    def end_for(self, w: Watched, answer: dict[str, Any]) -> ParkedEnd | None:
+        """How a watched try ends for the service's answer, or None while it waits."""
+        state, error, reason = answer.get("state"), answer.get("error"), answer.get("reason")
+        if state == "success":
+            return self.end_of(w.key, w.try_number, "success", None, w.since)
+        if state == "skipped":
+            return self.end_of(
+                w.key, w.try_number, "skipped", f"smartsensor: {error or 'skipped (soft_fail)'}", w.since
+            )
+        if state == "failed" and reason == TIMEOUT:
+            return self.end_of(w.key, w.try_number, "failed", f"smartsensor: {error or 'timed out'}", w.since)
+        if state in ("failed", "upstream_failed", "removed"):
+            return self.end_of(w.key, w.try_number, "error", f"smartsensor: {error or state}", w.since)
+        return None
+
+    @staticmethod
+    def end_of(key: Key, try_number: int, state: str, note: str | None, since: datetime | None = None) -> ParkedEnd:
+        return ParkedEnd(key[0], key[1], key[2], key[3], try_number, state, note, since)
+
+    def end(self, ends: list[ParkedEnd]) -> dict[str, int]:
+        """Apply ``ends`` through Airflow's models, a transaction per batch; how many of each state applied."""
+        applied: dict[str, int] = {}
+        for batch in in_batches(ends, self.settings.batch):
+            with self.session_factory() as session:
+                for end in end_parked(batch, self.settings.pool, session):
+                    applied[end.state] = applied.get(end.state, 0) + 1
+            for end in batch:
+                self.watched.pop(end.key, None)
+        return applied
+
+    # -- the safety valve --------------------------------------------------------------------------------------
+    def mind_valve(self) -> None:
+        """Open the parking pool while the service has been out of reach for longer than the grace; close it
+        (0 slots) once it answers again. Only a pool this attendant opened (``valve_slots`` slots) is closed."""
+        out = (
+            self.unreachable_since is not None and self.clock() - self.unreachable_since > self.settings.fallback_grace
+        )
+        if out and not self.valve_open:
+            self.set_pool_slots(0, self.settings.valve_slots)
+            self.valve_open = True
+            log.warning("smartsensor attendant: the service is out of reach: parked tries run on workers")
+        elif not out and self.valve_open and self.unreachable_since is None:
+            self.set_pool_slots(self.settings.valve_slots, 0)
+            self.valve_open = False
+            log.warning("smartsensor attendant: the service answers again: tries park again")
+
+    def set_pool_slots(self, expected: int, slots: int) -> None:
+        """The parking pool's slots from ``expected`` to ``slots`` (a guarded update: a pool a user resized is left)."""
+        Pool = pool_model()
+        from sqlalchemy import update
+
+        with self.session_factory() as session:
+            session.execute(
+                update(Pool).where(Pool.pool == self.settings.pool, Pool.slots == expected).values(slots=slots)
+            )
+
+    def ensure_pool(self) -> None:
+        """Create the parking pool with 0 slots if it does not exist yet."""
+        Pool = pool_model()
+        from sqlalchemy import select
+
+        with self.session_factory() as session:
+            if session.scalar(select(Pool.pool).where(Pool.pool == self.settings.pool)) is None:
+                session.add(
+                    Pool(
+                        pool=self.settings.pool,
+                        slots=0,
+                        description="smartsensor: parked sensor tries",
+                        include_deferred=False,
+                    )
+                )
+
+    # -- HTTP --------------------------------------------------------------------------------------------------
+    def _connection_endpoint(self) -> Endpoint:
+        try:
+            conn = BaseHook.get_connection(self.settings.conn_id)
+        except Exception as exc:  # noqa: BLE001 - a secrets backend out of reach: the service is, for us
+            raise ApiError(f"connection {self.settings.conn_id!r}: {exc}", transient=True) from None
+        return endpoint_from_connection(conn, self.settings.conn_id)
+
+    def health(self, endpoint: Endpoint) -> None:
+        """Whether the service answers its health check; ApiError (transient) when it does not."""
+        try:
+            response = self.http.get(f"{endpoint.base_url}{API}/health", headers=endpoint.headers())
+        except httpx.HTTPError as exc:
+            raise ApiError(f"/health: {exc}", transient=True) from None
+        if response.status_code != 200:
+            raise ApiError(f"/health: {error_message(response)}", response.status_code, transient=True)
+
+    def post(self, endpoint: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """POST to the service; its JSON answer, None when it refuses the request for good (4xx), ApiError
+        (transient) when it is out of reach (no answer, 502/503/504, a body that is not its JSON)."""
+        try:
+            response = self.http.post(f"{endpoint.base_url}{API}{path}", json=body, headers=endpoint.headers())
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{path}: {exc}", transient=True) from None
+        if response.status_code in (502, 503, 504):
+            raise ApiError(f"{path}: {error_message(response)}", response.status_code, transient=True)
+        if response.status_code >= 500:
+            raise ApiError(f"{path}: {error_message(response)}", response.status_code)
+        if response.status_code >= 400:
+            log.warning("smartsensor attendant: %s refused: %s", path, error_message(response))
+            return None
+        try:
+            answer = response.json()
+        except ValueError:
+            raise ApiError(f"{path}: the answer is not the service's JSON", transient=True) from None
+        return answer if isinstance(answer, dict) else None
+
+
+def run(stop: threading.Event | None = None, settings: Settings | None = None) -> None:
+    """Run the attendant until ``stop`` is set (SIGTERM or SIGINT when run as a program)."""
+    load_note_models()
+    attendant = Attendant(settings or Settings.from_airflow(), airflow_session)
+    attendant.ensure_pool()
+    stop = stop or threading.Event()
+    log.info("smartsensor attendant: watching pool %r every %g s", attendant.settings.pool, attendant.settings.interval)
+    last_error = ""
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            report = attendant.cycle()
+            if report.registered or report.ended:
+                log.info("smartsensor attendant: %s", report)
+            last_error = ""
+        except Exception as exc:  # a failed cycle (the database restarting…) is tried again next time
+            if repr(exc) != last_error:  # the traceback once, then a line a cycle while it fails the same way
+                log.exception("smartsensor attendant: cycle failed")
+            else:
+                log.warning("smartsensor attendant: cycle failed again: %s", exc)
+            last_error = repr(exc)
+        stop.wait(max(0.0, attendant.settings.interval - (time.monotonic() - started)))
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""Parked tries end to end (issue 55), in Airflow as a platform team runs it (tests/support/airflow_deployment.py:
+scheduler, triggerer, 3.x's dag-processor and api-server, LocalExecutor, its database on PostgreSQL; smartsensor's
+``serve`` and ``workers -n 2`` on thrift) with ``[smartsensor] park`` on and the parking attendant running beside
+the scheduler (``python -m smartsensor_airflow.attendant``, Airflow's environment).
+
+A drop-in sensor's tries park in the parking pool: no worker, no trigger. The attendant registers them and ends
+them: a partition already there, one landing while they wait; a timeout ends the try failed with its reason as the
+note, soft_fail skips it; with the service out of reach past the grace the pool opens and the tries run today's
+way, checking on their own."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from scripts.airflow.stack import version_of
+from smartsensor.config import Config
+from tests.support.airflow_databases import AirflowDatabases
+from tests.support.airflow_deployment import Deployment, deployed, tmp_for
+from tests.support.airflow_helpers import airflow_venvs
+from tests.support.airflow_race import TABLES
+
+pytestmark = pytest.mark.slow
+
+POOL = "smartsensor_parked"
+SENSORS = 10
+DAG_IDS = ["parked_0", "parked_1", "parked_timeouts", "parked_valve"]
+DAG_FILE = """
+from datetime import datetime
+
+from airflow import DAG
+
+from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionSensor
+
+for d in range(2):
+    with DAG(f"parked_{d}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_tasks=64):
+        for i in range(@SENSORS@):
+            if i % 2:
+                NamedHivePartitionSensor(
+                    task_id=f"named_{i}", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=30,
+                    timeout=900, retries=2,
+                )
+            else:
+                HivePartitionSensor(
+                    task_id=f"filter_{i}", table="clicks", schema="@DB@", partition="ds='{{ ds }}'",
+                    poke_interval=30, timeout=900,
+                )
+
+with DAG("parked_timeouts", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    NamedHivePartitionSensor(
+        task_id="times_out", partition_names=["@DB@.events/ds=1999-01-01"], poke_interval=1, timeout=3, retries=2,
+    )
+    NamedHivePartitionSensor(
+        task_id="soft", partition_names=["@DB@.events/ds=1999-01-01"], poke_interval=1, timeout=3, soft_fail=True,
+    )
+    NamedHivePartitionSensor(task_id="undefined", partition_names=["@DB@.events/ds={{ params.nope }}"], retries=0)
+
+with DAG("parked_valve", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    NamedHivePartitionSensor(
+        task_id="valve", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=2, timeout=600,
+        smartsensor_fallback_grace=3,
+    )
+"""
+
+
+@pytest.fixture(scope="module", params=airflow_venvs(), ids=version_of)
+def deployment(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    service: Config,
+    airflow_databases: AirflowDatabases,
+) -> Iterator[Deployment]:
+    venv: Path = request.param
+    db = "parked_" + version_of(venv).replace(".", "_")
+    metastore_port = service.get("spark", "metastore_uris").rsplit(":", 1)[1]
+    source = DAG_FILE.replace("@SENSORS@", str(SENSORS)).replace("@DB@", db)
+    with deployed(
+        venv,
+        airflow_databases,
+        tmp_for(tmp_path_factory, venv),
+        service,
+        db,
+        TABLES,
+        {"parked.py": source},
+        DAG_IDS,
+        airflow_env={
+            "AIRFLOW__SMARTSENSOR__PARK": "True",
+            "AIRFLOW__SMARTSENSOR__PARK_FALLBACK_GRACE": "5",
+            "AIRFLOW__SMARTSENSOR__PARK_INTERVAL": "0.5",
+            # The safety valve's tries check on their own (execute → poke) through the metastore service.
+            "AIRFLOW_CONN_METASTORE_DEFAULT": f"hive-metastore://127.0.0.1:{metastore_port}",
+        },
+    ) as running:
+        stack = running.stack
+        python = str(stack.venv / "bin" / "python")
+        stack.processes.start("attendant", [python, "-m", "smartsensor_airflow.attendant"], stack.env)
+        yield running
+
+
+def states(deployment: Deployment, run_ids: list[str]) -> dict[tuple[str, str], str | None]:
+    rows = deployment.stack.rows(
+        "SELECT dag_id, task_id, state FROM task_instance WHERE run_id IN :runs", expanding=["runs"], runs=run_ids
+    )
+    return {(d, t): s for d, t, s in rows}
+
+
+def pools(deployment: Deployment, run_ids: list[str]) -> set[str]:
+    rows = deployment.stack.rows(
+        "SELECT DISTINCT pool FROM task_instance WHERE run_id IN :runs", expanding=["runs"], runs=run_ids
+    )
+    return {r[0] for r in rows}
+
+
+def worker_tries(deployment: Deployment, run_ids: list[str]) -> int:
+    rows = deployment.stack.rows(
+        "SELECT dag_id, run_id, task_id FROM task_instance WHERE run_id IN :runs", expanding=["runs"], runs=run_ids
+    )
+    return sum(deployment.stack.worker_tries(d, r, t) for d, r, t in rows)
+
+
+def wait_all(deployment: Deployment, run_ids: list[str], wanted: set[str], what: str, timeout: float = 300) -> None:
+    deployment.stack.wait(
+        what, lambda: set(states(deployment, run_ids).values()) <= wanted and bool(states(deployment, run_ids)), timeout
+    )
+
+
+def test_parked_tries_end_with_no_worker_and_no_trigger(deployment: Deployment) -> None:
+    stack = deployment.stack
+    dags = ["parked_0", "parked_1"]
+    # Already there when the runs start.
+    deployment.landing.land("2026-11-20")
+    run_ids = stack.trigger_many(dags, "2026-11-20")
+    wait_all(deployment, run_ids, {"success"}, "every parked sensor ended (already there)")
+    assert pools(deployment, run_ids) == {POOL}
+    # Landing while every try is parked and registered.
+    run_ids_2 = stack.trigger_many(dags, "2026-11-21")
+    wait_all(deployment, run_ids_2, {"scheduled"}, "every sensor parked")
+    with deployment.engine.connect() as conn:
+        from sqlalchemy import bindparam, text
+
+        count = text("SELECT count(*) FROM external_task WHERE run_id IN :runs").bindparams(
+            bindparam("runs", expanding=True)
+        )
+        deployment_wait = time.monotonic() + 120
+        while conn.execute(count, {"runs": run_ids_2}).scalar_one() < 2 * SENSORS:
+            assert time.monotonic() < deployment_wait, "the attendant registered the parked tries"
+            time.sleep(0.5)
+            conn.rollback()
+    landed = deployment.landing.land("2026-11-21")
+    wait_all(deployment, run_ids_2, {"success"}, "every parked sensor ended (landed while parked)")
+    ends = stack.rows("SELECT end_date FROM task_instance WHERE run_id IN :runs", expanding=["runs"], runs=run_ids_2)
+    latest = max(r[0] for r in ends)
+    print(f"\n{stack.version}: landed → last parked try ended: {(latest - landed).total_seconds():.2f} s")
+    assert worker_tries(deployment, run_ids + run_ids_2) == 0
+    assert int(stack.rows("SELECT count(*) FROM trigger")[0][0]) == 0
+    assert set(
+        stack.rows("SELECT state FROM dag_run WHERE run_id IN :runs", expanding=["runs"], runs=run_ids + run_ids_2)
+    ) == {("success",)}
+
+
+def test_a_timeout_fails_soft_fail_skips_and_an_unrenderable_check_fails_with_airflows_error(
+    deployment: Deployment,
+) -> None:
+    stack = deployment.stack
+    (run_id,) = stack.trigger_many(["parked_timeouts"], "2026-11-22")
+    stack.wait(
+        "the timeouts ended",
+        lambda: (
+            states(deployment, [run_id])
+            == {
+                ("parked_timeouts", "times_out"): "failed",
+                ("parked_timeouts", "soft"): "skipped",
+                ("parked_timeouts", "undefined"): "failed",
+            }
+        ),
+        timeout=300,
+    )
+    note_sql = (
+        "SELECT t.task_id, n.content FROM task_instance_note n JOIN task_instance t ON n.ti_id = t.id "
+        "WHERE t.run_id = :r"
+        if stack.major >= 3
+        else "SELECT task_id, content FROM task_instance_note WHERE run_id = :r"
+    )
+    notes = dict(stack.rows(note_sql, r=run_id))
+    assert "timed out" in notes["times_out"], notes
+    assert "UndefinedError" in notes["undefined"], notes
+    assert worker_tries(deployment, [run_id]) == 0
+
+
+def test_with_the_service_out_of_reach_the_pool_opens_and_the_tries_run_as_today(deployment: Deployment) -> None:
+    stack = deployment.stack
+    deployment.landing.land("2026-11-23")
+    deployment.stop_serve()
+    try:
+        (run_id,) = stack.trigger_many(["parked_valve"], "2026-11-23")
+        stack.wait(
+            "the valve's try checked on its own",
+            lambda: states(deployment, [run_id]) == {("parked_valve", "valve"): "success"},
+            timeout=600,
+        )
+        assert worker_tries(deployment, [run_id]) == 1
+        slots = stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0]
+        assert slots > 0
+    finally:
+        deployment.start_serve()
+    stack.wait(
+        "the parking pool closed again",
+        lambda: stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0] == 0,
+        timeout=120,
+    )
