@@ -84,6 +84,7 @@ OPTIONS = {
     * 2,
     "held + resume": ({"end_from_trigger": False, "smartsensor_start_from_trigger": False},) * 2,
     "airflow reschedule": ({}, {}),
+    "parked": ({"smartsensor_park": True},) * 2,  # the parking attendant ends them (issue 55)
     "execute": (
         {"smartsensor_start_from_trigger": False, "smartsensor_execute_wait": 0},
         {"smartsensor_start_from_trigger": False},
@@ -182,7 +183,7 @@ def run_case(
         # Airflow's own sensors in reschedule mode never all wait at once (their pokes take turns on the slots):
         # each has poked once and not ended.
         waiting = (
-            "state IN ('deferred', 'failed', 'up_for_retry')"
+            "state IN ('deferred', 'scheduled', 'failed', 'up_for_retry')"  # scheduled: parked
             if smart
             else "start_date IS NOT NULL AND state IN ('up_for_reschedule', 'scheduled', 'queued', 'running')"
         )

@@ -23,6 +23,7 @@ SAMPLE = 0.25  # seconds between samples of the running sensor tasks
 # Strategies: the DAG option (airflow_race.OPTIONS) and the DAG id prefix of each.
 STRATEGIES = {
     "start in triggerer": ("drop-in", "scale_start_"),
+    "parked": ("parked", "scale_parked_"),  # a pool with 0 slots; the parking attendant ends them
     "execute path": ("execute", "scale_execute_"),
     "Airflow's own (reschedule)": ("airflow reschedule", "scale_airflow_"),
     # The provider's older ways to end, which Airflow's deferral race could fail (airflow_race.OPTIONS).

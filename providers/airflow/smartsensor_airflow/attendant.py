@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+# Airflow first: run as a program, this module is imported before Airflow, whose start imports the deployment's
+# local settings, which may import this provider's policy, which imports _compat: before _compat, not during it.
+import airflow  # noqa: F401
 import httpx
 
 from smartsensor_airflow._compat import (

@@ -25,6 +25,9 @@ Extra arguments:
 - ``smartsensor_start_from_trigger``: start each try in the triggerer where Airflow can (default: yes; see
   ``start.py`` for when it cannot), so that no worker runs the task; False keeps every try on the ``execute``
   path below.
+- ``smartsensor_park``: park each try in the parking pool for the parking attendant (``start.py``), no trigger
+  and no worker; default None: as ``[smartsensor] park`` says. A task whose check the attendant cannot render
+  starts in the triggerer instead.
 
 The service checks with its own metastore: ``metastore_conn_id`` (and ``mysql_conn_id``) are accepted, templated
 as Airflow's, and used only by the safety valve, which checks through Airflow's own sensor of the same class.
@@ -85,6 +88,7 @@ SMARTSENSOR_ARGUMENTS = (
     "smartsensor_resume_settle",
     "smartsensor_fallback_grace",
     "smartsensor_start_from_trigger",
+    "smartsensor_park",
 )
 
 
@@ -115,6 +119,7 @@ class SmartSensorMixin:
     smartsensor_resume_settle: float
     smartsensor_fallback_grace: float
     smartsensor_start_from_trigger: bool
+    smartsensor_park: bool | None
     # What Airflow reads to start a try in the triggerer (start.py), computed from the task when read.
     start_from_trigger = StartsInTriggerer()
     start_trigger_args = StartsInTriggerer()
@@ -136,6 +141,7 @@ class SmartSensorMixin:
         smartsensor_resume_settle: float = RESUME_SETTLE,
         smartsensor_fallback_grace: float = DEFAULT_GRACE,
         smartsensor_start_from_trigger: bool = True,
+        smartsensor_park: bool | None = None,
     ) -> dict[str, Any]:
         """The attributes ``smartsensor_setup`` sets, computed from the task without changing it: whatever raises
         here (a ``poke_interval`` that is not a number, Airflow's listener look-up) raises before any change."""
@@ -150,6 +156,7 @@ class SmartSensorMixin:
             "smartsensor_resume_settle": max(0.0, float(smartsensor_resume_settle)),
             "smartsensor_fallback_grace": float(smartsensor_fallback_grace),
             "smartsensor_start_from_trigger": bool(smartsensor_start_from_trigger),
+            "smartsensor_park": None if smartsensor_park is None else bool(smartsensor_park),
         }
 
     def smartsensor_setup(self, **arguments: Any) -> None:

@@ -140,16 +140,20 @@ def template_problem(task: Any, parked: bool = False) -> str | None:
     return None
 
 
-def park_pool() -> str | None:
-    """The pool smart sensors park in (``[smartsensor] park_pool``) when ``[smartsensor] park`` is on, else None."""
-    if not airflow_conf.getboolean("smartsensor", "park", fallback=False):
+def park_pool(task: Any = None) -> str | None:
+    """The pool ``task``'s tries park in (``[smartsensor] park_pool``) when parking is on for it (its
+    ``smartsensor_park``, else ``[smartsensor] park``), else None."""
+    wanted = getattr(task, "smartsensor_park", None) if task is not None else None
+    if wanted is None:
+        wanted = airflow_conf.getboolean("smartsensor", "park", fallback=False)
+    if not wanted:
         return None
     return airflow_conf.get("smartsensor", "park_pool", fallback=DEFAULT_PARK_POOL) or DEFAULT_PARK_POOL
 
 
 def parks(task: Any) -> bool:
-    """Whether ``task``'s tries park (``parking``): parking is on, and the attendant can render its check."""
-    return park_pool() is not None and start_trigger_args(task, parked=True) is not None
+    """Whether ``task``'s tries park: parking is on for it, and the attendant can render its check."""
+    return park_pool(task) is not None and start_trigger_args(task, parked=True) is not None
 
 
 def start_trigger_args(task: Any, parked: bool = False) -> StartTriggerArgs | None:
@@ -245,7 +249,7 @@ class StartsInTriggerer:
             return None if self.name == "start_trigger_args" else False
         if self.name in task.__dict__:
             return task.__dict__[self.name]
-        if park_pool() is not None:
+        if park_pool(task) is not None:
             parked = start_trigger_args(task, parked=True)
             if parked is not None:
                 return parked if self.name == "start_trigger_args" else False
@@ -267,7 +271,7 @@ class ParkingPool:
             return DEFAULT_POOL
         # A task the policy routed was given its pool before its class gained this descriptor: its own attribute.
         own = task.__dict__.get("_smartsensor_own_pool") or task.__dict__.get("pool") or DEFAULT_POOL
-        pool = park_pool()
+        pool = park_pool(task)
         return pool if pool is not None and parks(task) else own
 
     def __set__(self, task: Any, value: Any) -> None:
