@@ -30,11 +30,11 @@ def strategy(name: str) -> Iterator[dict[str, int]]:
     saved = (start.start_trigger_args, start._template_use, start.template_environment)
     original = start.start_trigger_args
 
-    def counted(task: Any) -> Any:
+    def counted(task: Any, parked: bool = False) -> Any:
         reads["n"] += 1
         if name == "every read":
             start._READABLE.clear()
-        return original(task)
+        return original(task, parked)
 
     start.start_trigger_args = counted
     if name == "every read":

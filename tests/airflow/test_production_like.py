@@ -79,9 +79,10 @@ POLICY_DAYS = ("2026-07-01", "2026-07-02", "2026-07-03", "2026-07-04", "2026-07-
 
 
 # The scale test: SCALE_DAGS DAGs of SCALE_SENSORS sensors per strategy (airflow_scale.STRATEGIES), the three cases
-# SCALE_RUNS times. CI runs the tries that start in the triggerer and the parked ones at 300 sensors, once; the slow variant compares the
-# strategies at 3,000:
-# SMARTSENSOR_SCALE_DAGS=30 SMARTSENSOR_SCALE_STRATEGIES="start in triggerer,execute path,Airflow's own (reschedule)"
+# SCALE_RUNS times. CI runs the tries that start in the triggerer and the parked ones at 300 sensors, once; the slow
+# variant compares the strategies at 3,000:
+# SMARTSENSOR_SCALE_DAGS=30 \
+# SMARTSENSOR_SCALE_STRATEGIES="start in triggerer,parked,execute path,Airflow's own (reschedule)"
 SCALE_RUNS = int(os.environ.get("SMARTSENSOR_SCALE_RUNS", "1"))
 SCALE_DAGS = int(os.environ.get("SMARTSENSOR_SCALE_DAGS", "3"))
 SCALE_SENSORS = int(os.environ.get("SMARTSENSOR_SCALE_SENSORS", "100"))
