@@ -156,9 +156,16 @@ def test_parked_tries_end_with_no_worker_and_no_trigger(deployment: Deployment) 
     print(f"\n{stack.version}: landed → last parked try ended: {(latest - landed).total_seconds():.2f} s")
     assert worker_tries(deployment, run_ids + run_ids_2) == 0
     assert int(stack.rows("SELECT count(*) FROM trigger")[0][0]) == 0
-    assert set(
-        stack.rows("SELECT state FROM dag_run WHERE run_id IN :runs", expanding=["runs"], runs=run_ids + run_ids_2)
-    ) == {("success",)}
+    # Their runs succeed at the scheduler's next look at them (a loop or more on a busy machine).
+    runs = run_ids + run_ids_2
+    stack.wait(
+        "the runs of the parked tries succeeded",
+        lambda: (
+            set(stack.rows("SELECT state FROM dag_run WHERE run_id IN :runs", expanding=["runs"], runs=runs))
+            == {("success",)}
+        ),
+        timeout=300,
+    )
 
 
 def test_a_timeout_fails_soft_fail_skips_and_an_unrenderable_check_fails_with_airflows_error(
