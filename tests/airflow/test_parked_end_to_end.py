@@ -10,7 +10,6 @@ way, checking on their own."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -19,9 +18,9 @@ import pytest
 from scripts.airflow.stack import version_of
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
-from tests.support.airflow_deployment import Deployment, deployed, tmp_for
+from tests.support.airflow_deployment import Deployment, deployed, metastore_connection, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
-from tests.support.airflow_race import TABLES
+from tests.support.airflow_race import TABLES, registered_tries
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +74,6 @@ def deployment(
 ) -> Iterator[Deployment]:
     venv: Path = request.param
     db = "parked_" + version_of(venv).replace(".", "_")
-    metastore_port = service.get("spark", "metastore_uris").rsplit(":", 1)[1]
     source = DAG_FILE.replace("@SENSORS@", str(SENSORS)).replace("@DB@", db)
     with deployed(
         venv,
@@ -91,12 +89,10 @@ def deployment(
             "AIRFLOW__SMARTSENSOR__PARK_FALLBACK_GRACE": "5",
             "AIRFLOW__SMARTSENSOR__PARK_INTERVAL": "0.5",
             # The safety valve's tries check on their own (execute → poke) through the metastore service.
-            "AIRFLOW_CONN_METASTORE_DEFAULT": f"hive-metastore://127.0.0.1:{metastore_port}",
+            **metastore_connection(service),
         },
     ) as running:
-        stack = running.stack
-        python = str(stack.venv / "bin" / "python")
-        stack.processes.start("attendant", [python, "-m", "smartsensor_airflow.attendant"], stack.env)
+        running.start_attendant()
         yield running
 
 
@@ -138,17 +134,12 @@ def test_parked_tries_end_with_no_worker_and_no_trigger(deployment: Deployment) 
     # Landing while every try is parked and registered.
     run_ids_2 = stack.trigger_many(dags, "2026-11-21")
     wait_all(deployment, run_ids_2, {"scheduled"}, "every sensor parked")
-    with deployment.engine.connect() as conn:
-        from sqlalchemy import bindparam, text
-
-        count = text("SELECT count(*) FROM external_task WHERE run_id IN :runs").bindparams(
-            bindparam("runs", expanding=True)
-        )
-        deployment_wait = time.monotonic() + 120
-        while conn.execute(count, {"runs": run_ids_2}).scalar_one() < 2 * SENSORS:
-            assert time.monotonic() < deployment_wait, "the attendant registered the parked tries"
-            time.sleep(0.5)
-            conn.rollback()
+    stack.wait(
+        "the attendant registered the parked tries",
+        lambda: registered_tries(deployment.engine, run_ids_2) == 2 * SENSORS,
+        timeout=120,
+        step=0.5,
+    )
     landed = deployment.landing.land("2026-11-21")
     wait_all(deployment, run_ids_2, {"success"}, "every parked sensor ended (landed while parked)")
     ends = stack.rows("SELECT end_date FROM task_instance WHERE run_id IN :runs", expanding=["runs"], runs=run_ids_2)

@@ -42,7 +42,7 @@ from scripts.airflow.usage import group_usage
 from smartsensor.config import Config
 from tests.support import airflow_policy as policy
 from tests.support.airflow_databases import AirflowDatabases
-from tests.support.airflow_deployment import Deployment, deployed, tmp_for
+from tests.support.airflow_deployment import Deployment, deployed, metastore_connection, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.airflow_race import (
     CASES,
@@ -131,7 +131,6 @@ def deployment(
         option, prefix = STRATEGIES[strategy]
         dags[f"{prefix}dags.py"] = dag_file(SCALE_DAGS, SCALE_SENSORS, option, db, prefix=prefix)
         dag_ids += [f"{prefix}{d}" for d in range(SCALE_DAGS)]
-    metastore_port = service.get("spark", "metastore_uris").rsplit(":", 1)[1]
     with deployed(
         venv,
         airflow_databases,
@@ -150,14 +149,11 @@ def deployment(
             "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
             "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
             # Airflow's own Hive sensors (the scale test's reschedule strategy) ask the metastore service.
-            "AIRFLOW_CONN_METASTORE_DEFAULT": f"hive-metastore://127.0.0.1:{metastore_port}",
+            **metastore_connection(service),
         },
     ) as running:
-        if "parked" in SCALE_STRATEGIES:  # the parking attendant, beside the scheduler (Airflow's environment)
-            python = str(running.stack.venv / "bin" / "python")
-            running.stack.processes.start(
-                "attendant", [python, "-m", "smartsensor_airflow.attendant"], running.stack.env
-            )
+        if "parked" in SCALE_STRATEGIES:
+            running.start_attendant()
         yield running
 
 

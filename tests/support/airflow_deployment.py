@@ -51,6 +51,11 @@ class Deployment:
         """Start ``workers -n 2`` (again)."""
         self.stack.processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], self.env)
 
+    def start_attendant(self) -> None:
+        """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55)."""
+        python = str(self.stack.venv / "bin" / "python")
+        self.stack.processes.start("attendant", [python, "-m", "smartsensor_airflow.attendant"], self.stack.env)
+
     def restart_airflow(self, *names: str, **env: str) -> None:
         """Stop Airflow's components ``names`` (all of them when none is named), then start them again with ``env``
         added to theirs (the others keep the environment they started with)."""
@@ -146,6 +151,13 @@ def deployed(
         engine.dispose()
         drop_pg_database(airflow_db)
         drop_pg_database(smartsensor_db)
+
+
+def metastore_connection(service: Config) -> dict[str, str]:
+    """Airflow's ``metastore_default`` connection to the module's metastore service (thrift): what Airflow's own Hive
+    sensors, the safety valve and the classic runs check through."""
+    port = service.get("spark", "metastore_uris").rsplit(":", 1)[1]
+    return {"AIRFLOW_CONN_METASTORE_DEFAULT": f"hive-metastore://127.0.0.1:{port}"}
 
 
 def serving(port: int) -> bool:

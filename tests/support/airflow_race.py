@@ -189,7 +189,9 @@ def run_case(
         )
         stack.wait(
             f"{total} sensors waiting{' and registered' if smart else ''} ({ds})",
-            lambda: _count(stack, run_ids, waiting) == total and (not smart or _registered(engine, run_ids) == total),
+            lambda: (
+                _count(stack, run_ids, waiting) == total and (not smart or registered_tries(engine, run_ids) == total)
+            ),
             timeout=900,
         )
         if before_landing is not None:
@@ -219,7 +221,7 @@ def _count(stack: AirflowStack, run_ids: list[str], predicate: str) -> int:
     )
 
 
-def _registered(engine: Engine, run_ids: list[str]) -> int:
+def registered_tries(engine: Engine, run_ids: list[str]) -> int:
     """Tries of these runs that smartsensor registered."""
     with engine.connect() as conn:
         return int(

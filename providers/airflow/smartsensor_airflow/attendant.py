@@ -51,21 +51,21 @@ from smartsensor_airflow._compat import (
 )
 from smartsensor_airflow.client import (
     API,
-    TIMEOUT,
     ApiError,
     Endpoint,
     endpoint_from_connection,
     error_message,
+    is_timeout,
     registration_body,
+    waiting_key,
 )
 from smartsensor_airflow.parked_checks import rendered_check, serialized_tasks, start_kwargs
-from smartsensor_airflow.parking import ParkedEnd, end_parked, in_batches
+from smartsensor_airflow.parking import Key, ParkedEnd, end_parked, in_batches
 from smartsensor_airflow.start import DEFAULT_PARK_POOL
 from smartsensor_airflow.trigger_context import row_context
 
 log = logging.getLogger("smartsensor_airflow.attendant")
 
-Key = tuple[str, str, str, int]  # dag_id, run_id, task_id, map_index
 STATES_CHUNK = 1000  # keys per states request
 SPECS_TTL = 30.0  # seconds a 2.10 DAG's serialized checks are kept (2.10 keeps one version a DAG: it may change)
 RETRY_STATES = frozenset({"unknown", "superseded"})  # the service no longer has this try's check: register again
@@ -73,11 +73,12 @@ RETRY_STATES = frozenset({"unknown", "superseded"})  # the service no longer has
 
 @dataclass
 class Watched:
-    """A parked try registered with the service."""
+    """A parked try registered with the service, and how a states request asks for it (``waiting_key``: by the
+    hashcode of the check registered, in this deployment's instance)."""
 
     key: Key
     try_number: int
-    hashcode: int | None
+    asked: dict[str, Any]
     since: datetime
 
 
@@ -213,8 +214,9 @@ class Attendant:
             except Exception as exc:  # noqa: BLE001 - Airflow fails such a try (retries apply): so does this
                 ends.append(self.end_of(key, try_number, "error", f"smartsensor: {type(exc).__name__}: {exc}"))
                 continue
+            try_key = dict(zip(("dag_id", "run_id", "task_id", "map_index"), key), try_number=try_number)
             body = registration_body(
-                dict(zip(("dag_id", "run_id", "task_id", "map_index"), key), try_number=try_number),
+                try_key,
                 registered_as,
                 persist,
                 dict(kwargs.get("exec_values") or {}),
@@ -225,7 +227,10 @@ class Attendant:
             if answer is None:  # refused for good (a check the service cannot take)
                 ends.append(self.end_of(key, try_number, "error", "smartsensor refused this check"))
                 continue
-            self.watched[key] = Watched(key, try_number, answer.get("hashcode"), now)
+            asked = waiting_key(try_key, answer)
+            if endpoint.instance:
+                asked["instance"] = endpoint.instance
+            self.watched[key] = Watched(key, try_number, asked, now)
             registered += 1
         return registered, ends
 
@@ -270,8 +275,7 @@ class Attendant:
         watched = list(self.watched.values())
         for start in range(0, len(watched), STATES_CHUNK):
             chunk = watched[start : start + STATES_CHUNK]
-            keys = [self.asked(w, endpoint) for w in chunk]
-            answer = self.post(endpoint, "/tasks/states", {"keys": keys})
+            answer = self.post(endpoint, "/tasks/states", {"keys": [w.asked for w in chunk]})
             if answer is None:
                 raise ApiError("smartsensor refused the states request", transient=False)
             for w, state in zip(chunk, answer.get("states", []), strict=False):
@@ -282,25 +286,16 @@ class Attendant:
                     del self.watched[w.key]  # registered again next cycle
         return ends
 
-    @staticmethod
-    def asked(w: Watched, endpoint: Endpoint) -> dict[str, Any]:
-        key = dict(zip(("dag_id", "run_id", "task_id", "map_index"), w.key), try_number=w.try_number)
-        if endpoint.instance:
-            key["instance"] = endpoint.instance
-        if w.hashcode is not None:
-            key["hashcode"] = w.hashcode
-        return key
-
     def end_for(self, w: Watched, answer: dict[str, Any]) -> ParkedEnd | None:
         """How a watched try ends for the service's answer, or None while it waits."""
-        state, error, reason = answer.get("state"), answer.get("error"), answer.get("reason")
+        state, error = answer.get("state"), answer.get("error")
         if state == "success":
             return self.end_of(w.key, w.try_number, "success", None, w.since)
         if state == "skipped":
             return self.end_of(
                 w.key, w.try_number, "skipped", f"smartsensor: {error or 'skipped (soft_fail)'}", w.since
             )
-        if state == "failed" and reason == TIMEOUT:
+        if is_timeout(answer):
             return self.end_of(w.key, w.try_number, "failed", f"smartsensor: {error or 'timed out'}", w.since)
         if state in ("failed", "upstream_failed", "removed"):
             return self.end_of(w.key, w.try_number, "error", f"smartsensor: {error or state}", w.since)

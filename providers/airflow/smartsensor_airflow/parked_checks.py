@@ -47,5 +47,13 @@ def rendered_check(kwargs: dict[str, Any], context: dict[str, Any]) -> tuple[str
     class name and persist fields. Raises what rendering (``jinja2.UndefinedError`` under ``StrictUndefined``…) or
     reading the check raises."""
     rules = TemplateRules.from_kwargs(kwargs.get("native"), kwargs.get("undefined"), kwargs.get("jinja_options"))
-    rendered = render_fields(dict(kwargs["fields"]), context, rules)
-    return check_of(str(kwargs["sensor_class"]), SimpleNamespace(**rendered))
+    return check_from(str(kwargs["sensor_class"]), kwargs["fields"], rules, context)
+
+
+def check_from(
+    sensor_class: str, fields: dict[str, Any], rules: TemplateRules, context: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """``sensor_class``'s check from its unrendered ``fields`` rendered with ``context`` by the DAG's ``rules``: what
+    a parked try (``rendered_check``) and a try that starts in the triggerer both register."""
+    rendered = render_fields(dict(fields), context, rules)
+    return check_of(sensor_class, SimpleNamespace(**rendered))

@@ -11,7 +11,7 @@ processes never write Airflow's database.
 (its try number), still ``scheduled`` and still in the parking pool, read under a row lock, so a try that a user
 marked, cleared or that the scheduler queued meanwhile (the pool opened: the safety valve) is left as it is, and a
 try is never ended twice. Airflow's public REST API ends one try per request, deserializing the DAG for each
-(``scripts/bench/parking.py``: about 18 tries a second on 3.3.2, 6 on 2.10.5, where the goal needs hundreds).
+(``scripts/bench/parking.py``: 12-28 tries a second on 3.3.2, 4-5 on 2.10.5, where the goal needs hundreds).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from smartsensor_airflow._compat import load_note_models, task_instance_model
 # or read, or its check errored): up_for_retry while the task has tries left (max_tries), else failed.
 ENDS = frozenset({"success", "failed", "skipped", "error"})
 NOTE_LIMIT = 1000  # characters: task_instance_note.content is String(1000) on 2.10 and 3.x
+Key = tuple[str, str, str, int]  # a task instance's: dag_id, run_id, task_id, map_index
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class ParkedEnd:
             raise ValueError(f"a parked try ends as one of {sorted(ENDS)}, not {self.state!r}")
 
     @property
-    def key(self) -> tuple[str, str, str, int]:
+    def key(self) -> Key:
         """The task instance's primary key as Airflow 2.10 and 3.x both index it."""
         return (self.dag_id, self.run_id, self.task_id, self.map_index)
 
@@ -149,7 +150,7 @@ def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:
 def in_batches(ends: Iterable[ParkedEnd], size: int) -> Iterable[list[ParkedEnd]]:
     """``ends`` in lists of at most ``size``, each key once per list (a later end of the same key starts the next)."""
     batch: list[ParkedEnd] = []
-    keys: set[tuple[str, str, str, int]] = set()
+    keys: set[Key] = set()
     for end in ends:
         if len(batch) >= size or end.key in keys:
             yield batch

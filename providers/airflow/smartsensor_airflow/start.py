@@ -151,9 +151,10 @@ def park_pool(task: Any = None) -> str | None:
     return airflow_conf.get("smartsensor", "park_pool", fallback=DEFAULT_PARK_POOL) or DEFAULT_PARK_POOL
 
 
-def parks(task: Any) -> bool:
-    """Whether ``task``'s tries park: parking is on for it, and the attendant can render its check."""
-    return park_pool(task) is not None and start_trigger_args(task, parked=True) is not None
+def parked_start_args(task: Any) -> StartTriggerArgs | None:
+    """The start arguments a parked task carries for the attendant, or None when its tries do not park: parking is
+    off for it, or the attendant cannot render its check."""
+    return start_trigger_args(task, parked=True) if park_pool(task) is not None else None
 
 
 def start_trigger_args(task: Any, parked: bool = False) -> StartTriggerArgs | None:
@@ -238,8 +239,8 @@ def _params(task: Any) -> dict[str, Any] | None:
 class StartsInTriggerer:
     """``start_from_trigger`` and ``start_trigger_args`` of a smartsensor task, computed from the task when Airflow
     reads them (``start_trigger_args``); a value set on the task wins. Read on the class (as a mapped task copies
-    them), Airflow's defaults: a mapped task takes the ``execute`` path. A task that parks (``parks``) does not
-    start from the trigger, and its start arguments carry its check for the parking attendant."""
+    them), Airflow's defaults: a mapped task takes the ``execute`` path. A task that parks (``parked_start_args``)
+    does not start from the trigger, and its start arguments carry its check for the parking attendant."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -249,10 +250,9 @@ class StartsInTriggerer:
             return None if self.name == "start_trigger_args" else False
         if self.name in task.__dict__:
             return task.__dict__[self.name]
-        if park_pool(task) is not None:
-            parked = start_trigger_args(task, parked=True)
-            if parked is not None:
-                return parked if self.name == "start_trigger_args" else False
+        parked = parked_start_args(task)
+        if parked is not None:
+            return parked if self.name == "start_trigger_args" else False
         args = start_trigger_args(task)
         return args if self.name == "start_trigger_args" else args is not None
 
@@ -261,7 +261,7 @@ class StartsInTriggerer:
 
 
 class ParkingPool:
-    """A smartsensor task's ``pool``: the parking pool (``park_pool``) when its tries park (``parks``), else the pool
+    """A smartsensor task's ``pool``: the parking pool (``park_pool``) when its tries park, else the pool
     it was given (Airflow's default pool when none). Computed when Airflow reads it: when it serializes the DAG (the
     scheduler then parks the task's tries), and on a 2.10 worker, whose check of the pool's slots then counts the
     parking pool's (open only while the safety valve has opened it)."""
@@ -271,8 +271,7 @@ class ParkingPool:
             return DEFAULT_POOL
         # A task the policy routed was given its pool before its class gained this descriptor: its own attribute.
         own = task.__dict__.get("_smartsensor_own_pool") or task.__dict__.get("pool") or DEFAULT_POOL
-        pool = park_pool(task)
-        return pool if pool is not None and parks(task) else own
+        return park_pool(task) if parked_start_args(task) is not None else own
 
     def __set__(self, task: Any, value: Any) -> None:
         task.__dict__["_smartsensor_own_pool"] = value

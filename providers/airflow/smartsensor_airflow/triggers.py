@@ -42,7 +42,7 @@ from smartsensor_airflow.client import (
     waiting_key,
 )
 from smartsensor_airflow.off_loop_log import log_off_loop
-from smartsensor_airflow.parked_checks import rendered_check
+from smartsensor_airflow.parked_checks import check_from
 from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
 from smartsensor_airflow.start import START_CLASSPATH
 from smartsensor_airflow.template_rules import STRICT, TemplateRules
@@ -333,7 +333,7 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
     def check(self, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The check this try registers: its fields rendered with ``context`` by the DAG's rules, read as the
         service's class and persist fields. Raises what rendering or reading raises."""
-        return rendered_check(self.serialize()[1], context)  # as a parked try's (parked_checks)
+        return check_from(self.sensor_class, self.fields, self.rules, context)  # as a parked try's
 
     async def _endpoint(self, patience: float) -> Endpoint:
         """The service's endpoint from the connection. A look-up that fails (Airflow 3's ``aget_connection`` briefly
