@@ -1,4 +1,4 @@
-"""Task endpoints for another scheduler (the Airflow provider): register one try, read many tries' states.
+"""Task endpoints for another scheduler (the Airflow provider): register one try or many, read many tries' states.
 
 The request models are the schema's truth: what they accept is what the service takes (ids as `submit` takes
 them, integers that are not booleans, a logical date as an RFC 3339 string within the calendar in UTC, a class
@@ -10,7 +10,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import (
     AfterValidator,
@@ -30,12 +30,19 @@ from smartsensor.config import Config
 from smartsensor.domain.clock import as_utc, iso
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.external.ended_watch import EndedWatch
-from smartsensor.external.registration import ExternalConflict, register_external
+from smartsensor.external.registration import (
+    ExternalConflict,
+    ExternalRegistered,
+    ExternalTry,
+    register_external,
+    register_externals,
+)
 from smartsensor.external.states import Asked, TerminalAnswers, end_reason, external_states, still_waiting
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
 
 MAX_KEYS = 10_000  # keys per states request: one triggerer's deferred tasks, with room to spare
+MAX_BATCH = 1000  # tries per registration request: one scheduler loop's new parked tries, in a few requests
 MAX_WAIT = 30.0  # seconds a states request may be held: under the idle timeouts of common load balancers
 LONG_POLL_HEADER = "X-Smartsensor-Long-Poll"  # on every states answer: this server holds requests (max seconds)
 WAIT_HELP = (
@@ -163,6 +170,21 @@ class Registered(BaseModel):
     task_instance: TaskInstanceRef
 
 
+class Refused(BaseModel):
+    """A try that ``POST /tasks/batch`` did not register: its status as ``POST /tasks`` would answer it (409, 422,
+    503) and why."""
+
+    key: Key
+    status: int
+    detail: str
+
+
+class RegisteredMany(BaseModel):
+    """The answer of ``POST /tasks/batch``: one per try, in order."""
+
+    tries: list[Registered | Refused]
+
+
 def register_model(class_names: list[str]) -> type[BaseModel]:
     """The registration body's model, whose sensor ``class`` is one of ``class_names`` (``[smart_sensor]
     sensors_enabled``)."""
@@ -185,19 +207,70 @@ def register_model(class_names: list[str]) -> type[BaseModel]:
     return register
 
 
+def refusal_status(exc: Exception) -> int:
+    """The status a refused registration answers: 409 for an older try or one that kept meeting concurrent
+    registrations, 503 for a sensor module this host cannot import now, 422 for a check the service cannot take."""
+    if isinstance(exc, ExternalConflict):
+        return 409
+    return 503 if isinstance(exc, SensorModuleUnavailable) else 422
+
+
+def register_one(
+    engine: Engine, cfg: Config, ended: TerminalAnswers, body: Any
+) -> tuple[ExternalRegistered | None, int, str]:
+    """Register one try (call from a worker thread): what was registered, else the status (``refusal_status``) and
+    reason of a refusal."""
+    try:
+        done = register_external(
+            engine,
+            cfg,
+            body.key.external(),
+            body.key.try_number,
+            body.sensor.class_name,
+            body.sensor.persist,
+            body.sensor.exec,
+            body.logical_date,
+        )
+    except (ExternalConflict, SensorModuleUnavailable, SensorDefinitionError) as exc:
+        return None, refusal_status(exc), str(exc)
+    if done.created:
+        ended.forget(done.key, done.try_number)  # a new task instance for this try: what was kept is another's
+    return done, 200, ""
+
+
+def registered_answer(key: Key, done: ExternalRegistered, state: str, error: str | None) -> dict[str, Any]:
+    """The ``Registered`` answer for a try registered as ``done``, in ``state`` with ``error`` when answered."""
+    ti_dag, ti_task, ti_date = done.task_instance
+    return {
+        "key": key.model_dump(),
+        "state": state,
+        "error": error,
+        "reason": end_reason(state, error),
+        "hashcode": done.hashcode,
+        "created": done.created,
+        "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": iso(ti_date)},
+    }
+
+
 def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: type[APIRoute], prefix: str) -> APIRouter:
-    """``POST {prefix}/tasks`` and ``POST {prefix}/tasks/states`` over one engine; ``watch`` wakes held states
-    requests; ``route_class`` asks for the token (``auth.token_route``). The routes carry the prefix themselves,
-    so that the route a request matched names its full path (``request_counts.matched_route``)."""
+    """``POST {prefix}/tasks``, ``POST {prefix}/tasks/batch`` and ``POST {prefix}/tasks/states`` over one engine;
+    ``watch`` wakes held states requests; ``route_class`` asks for the token (``auth.token_route``). The routes
+    carry the prefix themselves, so that the route a request matched names its full path
+    (``request_counts.matched_route``)."""
     router = APIRouter(prefix=prefix, route_class=route_class)
     Register: Any = register_model(cfg.sensors_enabled)  # a model class, built per config
     ended = TerminalAnswers()
 
-    async def held_answers(asked: list[Asked], wait: float) -> list[dict[str, Any]]:
-        """The answers for ``asked`` once one of the tries no longer waits, or after ``wait`` seconds."""
+    async def held_answers(asked: list[Asked], wait: float, request: Request | None = None) -> list[dict[str, Any]]:
+        """The answers for ``asked`` once one of the tries no longer waits, or after ``wait`` seconds; none once
+        the client of ``request`` has gone (it asked again with other keys, or left: nothing more is read for it)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        first = True
         while True:
+            if not first and request is not None and await request.is_disconnected():
+                return []
+            first = False
             seen = watch.generation  # read before the query: a change during it is not missed
             answers = await run_in_threadpool(external_states, engine, asked, ended)
             left = deadline - loop.time()
@@ -220,40 +293,57 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
         """Register one try (idempotent for the same try; a newer try starts afresh), and with ``wait`` hold the
         answer until it ends (or is superseded) or ``wait`` seconds pass. 409: an older try, or one that kept
         meeting concurrent registrations of the same task (ask again)."""
-        try:
-            done = await run_in_threadpool(
-                register_external,
-                engine,
-                cfg,
-                body.key.external(),
-                body.key.try_number,
-                body.sensor.class_name,
-                body.sensor.persist,
-                body.sensor.exec,
-                body.logical_date,
-            )
-        except ExternalConflict as exc:
-            raise HTTPException(409, str(exc)) from None
-        except SensorModuleUnavailable as exc:
-            raise HTTPException(503, str(exc)) from None
-        except SensorDefinitionError as exc:
-            raise HTTPException(422, str(exc)) from None
-        if done.created:
-            ended.forget(done.key, done.try_number)  # a new task instance for this try: what was kept is another's
+        done, status, reason = await run_in_threadpool(register_one, engine, cfg, ended, body)
+        if done is None:
+            raise HTTPException(status, reason)
         state, error = done.state, done.error
         if wait > 0 and still_waiting(state):
             (held,) = await held_answers([Asked(body.key.external(), body.key.try_number, done.hashcode)], wait)
             state, error = held["state"], held["error"]
-        ti_dag, ti_task, ti_date = done.task_instance
-        return {
-            "key": body.key.model_dump(),
-            "state": state,
-            "error": error,
-            "reason": end_reason(state, error),
-            "hashcode": done.hashcode,
-            "created": done.created,
-            "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": iso(ti_date)},
-        }
+        return registered_answer(body.key, done, state, error)
+
+    RegisterMany: Any = create_model(
+        "RegisterMany",
+        __config__=ConfigDict(extra="forbid"),
+        __doc__=f"Tries to register in one request (at most {MAX_BATCH}).",
+        tries=(list[Register], Field(max_length=MAX_BATCH)),
+    )
+
+    @router.post(
+        "/tasks/batch",
+        responses={
+            **error_responses(400, 401, 413, 422, 503),
+            200: {"model": RegisteredMany, "description": "One answer per try, in order"},
+        },
+    )
+    async def register_many(body: RegisterMany) -> Response:
+        """Register many tries in one request, each as ``POST /tasks`` registers one (without ``wait``): one
+        answer per try, in order, a refused try answered with its status and reason, never failing the others.
+        New tries share one transaction (``register_externals``)."""
+
+        def all_of_them() -> list[dict[str, Any]]:
+            tries = [
+                ExternalTry(
+                    one.key.external(),
+                    one.key.try_number,
+                    one.sensor.class_name,
+                    one.sensor.persist,
+                    one.sensor.exec,
+                    one.logical_date,
+                )
+                for one in body.tries
+            ]
+            answers = []
+            for one, done in zip(body.tries, register_externals(engine, cfg, tries), strict=True):
+                if isinstance(done, ExternalRegistered):
+                    if done.created:
+                        ended.forget(done.key, done.try_number)
+                    answers.append(registered_answer(one.key, done, done.state, done.error))
+                else:
+                    answers.append({"key": one.key.model_dump(), "status": refusal_status(done), "detail": str(done)})
+            return answers
+
+        return Response(json.dumps({"tries": await run_in_threadpool(all_of_them)}), media_type="application/json")
 
     @router.post(
         "/tasks/states",
@@ -262,10 +352,12 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             200: {"model": StatesAnswer, "description": "The states"},
         },
     )
-    async def states(body: States, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)) -> Response:
+    async def states(
+        body: States, request: Request, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)
+    ) -> Response:
         """The state of each try asked about, in order, in one request; with ``wait``, held until one of them
         has ended (or is superseded or unknown) or ``wait`` seconds pass."""
-        answers = await held_answers([k.asked() for k in body.keys], wait)
+        answers = await held_answers([k.asked() for k in body.keys], wait, request)
         return Response(
             json.dumps({"states": answers}), media_type="application/json", headers={LONG_POLL_HEADER: f"{MAX_WAIT:g}"}
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple, Sequence
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
@@ -105,6 +105,63 @@ def register_external(
     """Register one try of an external task: validated and hashed as `submit` does (persist fields already
     rendered by the caller). Only sensors the shard workers here serve (``served_here``): the caller runs any
     other itself."""
+    row = _task_row(cfg, key, try_number, class_name, persist, exec_values)
+    return _register_row(engine, key, try_number, row, logical_date)
+
+
+class ExternalTry(NamedTuple):
+    """One try to register (``register_externals``), as ``register_external`` takes it."""
+
+    key: ExternalKey
+    try_number: int
+    class_name: str
+    persist: dict[str, Any]
+    exec_values: dict[str, Any]
+    logical_date: datetime | None = None
+
+
+def register_externals(
+    engine: Engine, cfg: Config, tries: Sequence[ExternalTry]
+) -> list[ExternalRegistered | ExternalConflict | SensorDefinitionError | SensorModuleUnavailable]:
+    """Register many tries, each as ``register_external`` registers it: what each registration gave, or why it was
+    refused, in order. The first registrations of keys with no mapping yet (a scheduler's new tries: the common
+    case) share one transaction (``external.register_new_tries``); the others, and all of them if a concurrent
+    registration meets that transaction, go one by one."""
+    out: list[ExternalRegistered | ExternalConflict | SensorDefinitionError | SensorModuleUnavailable | None] = []
+    prepared: dict[ExternalKey, tuple[int, external_sql.NewTry]] = {}  # the first try of each key → its place
+    for t in tries:
+        try:
+            row = _task_row(cfg, t.key, t.try_number, t.class_name, t.persist, t.exec_values)
+        except (SensorDefinitionError, SensorModuleUnavailable) as exc:
+            out.append(exc)
+            continue
+        if t.key not in prepared:
+            prepared[t.key] = (len(out), external_sql.NewTry(t.key, t.try_number, row, t.logical_date))
+        out.append(None)
+    try:
+        together = external_sql.register_new_tries(engine, [new for _, new in prepared.values()])
+    except IntegrityError:
+        together = set()  # nothing written: each is registered on its own below
+    for place, new in prepared.values():
+        if new.key in together:
+            out[place] = ExternalRegistered(
+                new.key, new.try_number, new.row.state, None, new.row.hashcode, True, new.row.key
+            )
+    for place, t in enumerate(tries):
+        if out[place] is None:
+            try:
+                out[place] = register_external(
+                    engine, cfg, t.key, t.try_number, t.class_name, t.persist, t.exec_values, t.logical_date
+                )
+            except (ExternalConflict, SensorDefinitionError, SensorModuleUnavailable) as exc:
+                out[place] = exc
+    return [one for one in out if one is not None]
+
+
+def _task_row(
+    cfg: Config, key: ExternalKey, try_number: int, class_name: str, persist: Any, exec_values: Any
+) -> TaskRow:
+    """The task instance row a try registers: its sensor validated and hashed as `submit` does."""
     validate_key(key, try_number)
     cls = smart_class(class_name, cfg)
     for name, values, allowed in (("persist", persist, cls.persist_fields), ("exec", exec_values, cls.exec_fields)):
@@ -121,11 +178,15 @@ def register_external(
         )
     # A try's task instance here is keyed by its registration time: that is its execution_date. The persist
     # fields were rendered by the caller and are stored as they are.
-    registered_at = clock.now()
-    row = task_row(sensor, key.dag_id, registered_at, State.SMART_PENDING, cfg)
-    # Another request registered or moved this key at the same moment (on SQLite, whose reads take no lock,
-    # that is how concurrent tries meet): read it again. Each lost race means another request committed, so
-    # this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try.
+    return task_row(sensor, key.dag_id, clock.now(), State.SMART_PENDING, cfg)
+
+
+def _register_row(
+    engine: Engine, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None
+) -> ExternalRegistered:
+    """Register ``row`` as ``key``'s try ``try_number``, reading the key again while concurrent registrations move
+    it (on SQLite, whose reads take no lock, that is how concurrent tries meet): each lost race means another
+    request committed, so this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try."""
     for _ in range(RACE_ATTEMPTS):
         try:
             return _register(engine, key, try_number, row, logical_date)

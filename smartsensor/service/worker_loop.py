@@ -70,10 +70,17 @@ class WakeUps:
             if not tables and shards == set():
                 continue
             try:
-                for result in self.served.wake_rounds(tables, shards):
+                results = self.served.wake_rounds(tables, shards)
+                for result in results:
                     self.emit(result)
+                self.again(results)
             except Exception as exc:  # noqa: BLE001 - the timer rounds still run; a DB outage is reported there
                 log.warning("wake-up round failed: %s", first_line(exc))
+
+    def again(self, results: list[RoundResult]) -> None:
+        """Another wake-up round at once when a round left checks due at once (``RoundResult.due_again``)."""
+        if any(r.due_again for r in results):
+            self.pending(None)
 
 
 class LandingTables:
@@ -145,6 +152,7 @@ class WorkerLoop:
         # that Event's own lock); the stop-watch job turns it into ``stop``.
         self.stop_requested = stop_event or threading.Event()
         self.stopping = threading.Event()  # the loop is ending: no next round; the helper threads end with it
+        self._wake_ups: WakeUps | None = None
 
     def keep_leases(self) -> None:
         """One lease heartbeat. A failure (a DB outage) is logged: leases lapse, writes are fenced, the next
@@ -201,6 +209,8 @@ class WorkerLoop:
             if self.metrics is not None:
                 self.metrics.observe(result)
             self.emit(result)
+        if self._wake_ups is not None:
+            self._wake_ups.again(results)
         # Checked only after a round with errors: that is how a dead JVM shows, and it costs nothing otherwise.
         if any(r.transient_errors or r.error for r in results) and self._spark_died() and not self.once:
             self.stop()  # with --once the round is over anyway; the status alone reports it
@@ -250,7 +260,7 @@ class WorkerLoop:
         """The wake-up threads and the signal listener; returns once the listener is open (a signal sent after this
         is heard), or failed its first attempt, or LISTENER_START_TIMEOUT passed."""
         listening = threading.Event()
-        wake_ups = WakeUps(self.served, self.emit)
+        wake_ups = self._wake_ups = WakeUps(self.served, self.emit)
         threading.Thread(target=wake_ups.run, args=(self.stopping,), name="wake-ups", daemon=True).start()
         on_signal = wake_ups.landed
         if self.landings is not None:

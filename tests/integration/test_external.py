@@ -18,7 +18,13 @@ from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import timeout_error
-from smartsensor.external.registration import ExternalConflict, register_external
+from smartsensor.external.registration import (
+    ExternalConflict,
+    ExternalRegistered,
+    ExternalTry,
+    register_external,
+    register_externals,
+)
 from smartsensor.external.states import REASONS, Asked, external_states
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -128,6 +134,53 @@ def test_bad_registrations_are_refused_with_the_reason(cfg, engine, change: dict
         assert task_sql.list_tasks(conn) == []
 
 
+def many(keys: list[ExternalKey], try_number: int = 1) -> list[ExternalTry]:
+    return [
+        ExternalTry(k, try_number, "NamedHivePartitionSensor", NAMED, {"poke_interval": 30, "timeout": 600})
+        for k in keys
+    ]
+
+
+def test_new_tries_register_together_in_four_statements(cfg, engine) -> None:
+    """``register_externals``: the first registrations of 300 keys share one transaction (4 statements: the keys
+    mapped, the task instances, the NOTIFY, the mappings; SQLite sends no NOTIFY), and each answer is what
+    ``register_external`` would give."""
+    keys = [ExternalKey("etl", f"t{i}", "r1") for i in range(300)]
+    before = engine.statement_counter.count
+    done = register_externals(engine, cfg, many(keys))
+    assert engine.statement_counter.count - before == (4 if engine.dialect.name == "postgresql" else 3)
+    assert all(isinstance(d, ExternalRegistered) and d.created for d in done)
+    one_by_one = [reg(engine, cfg, k) for k in keys[:3]]
+    assert [(d.task_instance, d.hashcode, d.created) for d in one_by_one] == [
+        (d.task_instance, d.hashcode, False)
+        for d in done[:3]  # type: ignore[union-attr]
+    ]
+    with engine.connect() as conn:
+        assert len(task_sql.list_tasks(conn)) == 300
+
+
+def test_registering_together_meets_registrations_of_the_same_keys(cfg, engine) -> None:
+    """Mapped keys, a key named twice and a concurrent registration of the same keys: each key has one task
+    instance for its try, and every answer says which (one of the concurrent ones created it)."""
+    keys = [ExternalKey("etl", f"t{i}", "r1") for i in range(40)]
+    reg(engine, cfg, keys[0])
+    reg(engine, cfg, keys[1], try_number=2)
+    tries = many(keys) + many(keys[2:3])
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: register_externals(engine, cfg, tries), range(2))
+    for answers in (first, second):
+        assert isinstance(answers[1], ExternalConflict)  # try 1 is older than the registered try 2
+        assert all(isinstance(a, ExternalRegistered) for i, a in enumerate(answers) if i != 1)
+    created = [[a.created for a in answers if isinstance(a, ExternalRegistered)] for answers in (first, second)]
+    assert [x or y for x, y in zip(*created, strict=True)] == [False] + [True] * 38 + [False]
+    assert not any(x and y for x, y in zip(*created, strict=True))
+    with engine.connect() as conn:
+        assert len(task_sql.list_tasks(conn)) == 40  # one a key: key 0 (try 1), key 1 (try 2), 38 new ones
+    for answers in (first, second):
+        ti = {a.key: a.task_instance for a in answers if isinstance(a, ExternalRegistered)}
+        assert ti == {a.key: a.task_instance for a in first if isinstance(a, ExternalRegistered)}
+
+
 def test_a_round_serves_external_tasks_with_one_check_for_identical_waits(cfg, engine) -> None:
     tries = [reg(engine, cfg, ExternalKey("etl", f"t{i}", "r1")) for i in range(3)]
     catalog = DictCatalog()
@@ -169,6 +222,33 @@ def test_register_and_read_states_over_http(cfg, engine) -> None:
     assert [s["state"] for s in states] == [State.SMART_PENDING]
     assert client.post("/api/v1/tasks", json=body(try_number=2)).json()["created"]
     assert client.post("/api/v1/tasks", json=body(try_number=1)).status_code == 409
+
+
+def test_many_tries_register_in_one_request_each_answered_as_one_registration(cfg, engine) -> None:
+    """``POST /tasks/batch``: each try registered as ``POST /tasks`` registers it, answered in order; a try that
+    ``POST /tasks`` would refuse (an older try: 409; a check it cannot take: 422) is answered with that status and
+    reason and never fails the others; asking again registers nothing twice."""
+    client = api(cfg, engine)
+    assert client.post("/api/v1/tasks", json=body(try_number=2)).status_code == 200
+    others = [{**body(), "key": {**_key(ExternalKey("etl", f"t{i}", "r1")), "try_number": 1}} for i in range(3)]
+    unservable = {**others[0], "key": {**others[0]["key"], "task_id": "bad"}}
+    unservable["sensor"] = {**unservable["sensor"], "persist": {"partition_names": ["no_table_here"]}}
+    tries = [others[0], body(try_number=1), unservable, *others[1:]]
+    first = client.post("/api/v1/tasks/batch", json={"tries": tries})
+    assert first.status_code == 200, first.text
+    answers = first.json()["tries"]
+    assert [a.get("status", 200) for a in answers] == [200, 409, 422, 200, 200]
+    assert [a["key"]["task_id"] for a in answers] == ["t0", KEY.task_id, "bad", "t1", "t2"]
+    assert "older than the registered try 2" in answers[1]["detail"] and answers[2]["detail"]
+    registered = [a for a in answers if "status" not in a]
+    assert all(a["created"] and a["state"] == State.SMART_PENDING and a["reason"] is None for a in registered)
+    again = client.post("/api/v1/tasks/batch", json={"tries": tries}).json()["tries"]
+    assert [a.get("created") for a in again] == [False, None, None, False, False]
+    assert [a["hashcode"] for a in again if "hashcode" in a] == [a["hashcode"] for a in registered]
+    with engine.connect() as conn:
+        assert len(task_sql.list_tasks(conn)) == 4  # try 2 of KEY and t0-t2
+    too_many = client.post("/api/v1/tasks/batch", json={"tries": [others[0]] * 1001})
+    assert too_many.status_code == 422  # MAX_BATCH, by the schema
 
 
 def test_an_ended_try_says_why_as_data_next_to_its_text(cfg, engine) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -10,9 +12,10 @@ from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.ports import CheckAnswerer
 from smartsensor.service.round.range_rounds import RangeRounds
+from smartsensor.service.round.report import RoundResult
 from smartsensor.service.served_ranges import PinnedRange
 from smartsensor.service.signals import SIGNAL_RETENTION
-from smartsensor.service.worker_loop import WorkerLoop
+from smartsensor.service.worker_loop import WakeUps, WorkerLoop
 from tests.support.common import wait_until
 
 
@@ -73,3 +76,32 @@ class _BrokenEngine:
 
     def begin(self) -> Any:
         raise ConnectionError("database unreachable")
+
+
+class Rounds:
+    """Served ranges whose wake-up rounds are counted, the first leaving a check due again."""
+
+    def __init__(self) -> None:
+        self.wake_ups: list[set[int] | None] = []
+
+    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+        self.wake_ups.append(shardcodes)
+        return [RoundResult(0, 10, due_again=1 if len(self.wake_ups) == 1 else 0)]
+
+
+def test_a_round_that_leaves_a_check_due_again_is_followed_by_a_wake_up_round_at_once() -> None:
+    """``RoundResult.due_again`` (a check ended while tasks joined it): one more wake-up round at once, over every
+    range, and no more once a round leaves nothing due."""
+    rounds, stopping = Rounds(), threading.Event()
+    wake_ups = WakeUps(rounds, lambda _result: None)  # type: ignore[arg-type]  # only wake_rounds is used
+    thread = threading.Thread(target=wake_ups.run, args=(stopping,), daemon=True)
+    thread.start()
+    try:
+        wake_ups.pending({3})
+        wait_until(lambda: len(rounds.wake_ups) >= 2, timeout=30)
+        assert rounds.wake_ups[:2] == [{3}, None]
+        time.sleep(0.6)  # past the wake-up thread's own wait: nothing more comes
+        assert len(rounds.wake_ups) == 2
+    finally:
+        stopping.set()
+        thread.join(timeout=10)

@@ -8,9 +8,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
 from scripts.airflow.stack import USER, AirflowStack, Processes, version_of
 from smartsensor.adapters.metastore_service_process import free_port
@@ -24,6 +29,7 @@ from tests.support.proc_helpers import cli_env
 
 TOKEN = "race-token"
 SMARTSENSOR = [sys.executable, "-m", "smartsensor.cli"]
+WORKERS = 2  # `smartsensor workers -n WORKERS` beside each Airflow
 
 
 @dataclass
@@ -49,7 +55,7 @@ class Deployment:
 
     def start_workers(self) -> None:
         """Start ``workers -n 2`` (again)."""
-        self.stack.processes.start("workers", [*SMARTSENSOR, "workers", "-n", "2"], self.env)
+        self.stack.processes.start("workers", [*SMARTSENSOR, "workers", "-n", str(WORKERS)], self.env)
 
     def start_attendant(self) -> None:
         """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55)."""
@@ -144,6 +150,7 @@ def deployed(
         stack.start()
         stack.wait_healthy(timeout=300)
         stack.wait_parsed(dag_ids, timeout=300)
+        stack.wait("the workers' leases settled", lambda: leases_settled(engine, WORKERS), timeout=120)
         yield deployment
     finally:
         stack.stop()
@@ -151,6 +158,23 @@ def deployed(
         engine.dispose()
         drop_pg_database(airflow_db)
         drop_pg_database(smartsensor_db)
+
+
+def leases_settled(engine: Engine, workers: int) -> bool:
+    """Whether ``workers`` workers share every shard range, none holding more than its share: a worker that starts
+    takes every free range at once and gives the extras back as the others come, so a try registered before this
+    may wait for its range's handover (a lease's claim), which a measurement must not count."""
+    with engine.connect() as conn:
+        owners = [
+            owner
+            for (owner,) in conn.execute(
+                text("SELECT owner FROM shard_lease WHERE expires_at > :now"), {"now": datetime.now(timezone.utc)}
+            )
+        ]
+        ranges = conn.execute(text("SELECT count(*) FROM shard_lease")).scalar_one()
+    share = -(-ranges // workers)
+    held = Counter(owners)
+    return bool(ranges) and len(owners) == ranges and len(held) == workers and max(held.values()) <= share
 
 
 def metastore_connection(service: Config) -> dict[str, str]:

@@ -151,6 +151,7 @@ class Outcome:
     failures: list[str] = field(default_factory=list)  # task ids that did not succeed, with their state
     started: list[float] = field(default_factory=list)  # that start → the try started (deferred or running)
     registered: list[float] = field(default_factory=list)  # that start → smartsensor registered the try
+    scheduled: list[float] = field(default_factory=list)  # that start → Airflow scheduled the try (3.x: parked there)
     worker_tries: int = 0  # tries of these tasks that ran a task process on a worker (AirflowStack.worker_tries)
 
     @property
@@ -243,8 +244,9 @@ def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: l
             "SELECT run_id, queued_at FROM dag_run WHERE run_id IN :runs", expanding=["runs"], runs=run_ids
         )
     }
+    scheduled_at = "scheduled_dttm" if stack.major >= 3 else "NULL"  # 2.x does not keep it
     rows = stack.rows(
-        "SELECT dag_id, task_id, run_id, state, end_date, next_method, try_number, start_date "
+        f"SELECT dag_id, task_id, run_id, state, end_date, next_method, try_number, start_date, {scheduled_at} "
         "FROM task_instance WHERE run_id IN :runs",
         expanding=["runs"],
         runs=run_ids,
@@ -263,8 +265,10 @@ def _outcome(stack: AirflowStack, engine: Engine, case: str, ds: str, run_ids: l
             )
         }
     out = Outcome(case, ds)
-    for dag_id, task_id, run_id, state, end, next_method, try_number, start in rows:
+    for dag_id, task_id, run_id, state, end, next_method, try_number, start, scheduled in rows:
         since = max(landed, queued[run_id])
+        if scheduled is not None:
+            out.scheduled.append((_aware(scheduled) - since).total_seconds())
         out.states[state] = out.states.get(state, 0) + 1
         out.worker_tries += stack.worker_tries(dag_id, run_id, task_id)
         if start is not None:
@@ -337,6 +341,7 @@ def table(version: str, option: str, outcomes: list[Outcome]) -> str:
         ("by trigger", 11, lambda m: str(sum(o.by_trigger for o in m))),
         ("end p50", 9, lambda m: _seconds(m, "to_end", 0.5, 1)),
         ("end p95", 9, lambda m: _seconds(m, "to_end", 0.95, 1)),
+        ("scheduled p95", 14, lambda m: _seconds(m, "scheduled", 0.95)),
         ("started p50", 12, lambda m: _seconds(m, "started", 0.5)),
         ("registered p50", 15, lambda m: _seconds(m, "registered", 0.5)),
         ("registered p95", 15, lambda m: _seconds(m, "registered", 0.95)),
@@ -356,7 +361,8 @@ def table(version: str, option: str, outcomes: list[Outcome]) -> str:
         lines.append(f"{case:<16}" + "".join(f"{cell(mine):>{width}}" for _, width, cell in columns))
     lines.append(
         "end: from the landing (or the trigger, when the data was there first) to Airflow's end of the task; "
-        "worker tries: their tries that ran a task process on a worker; started: to the try's start (deferred by the "
+        "worker tries: their tries that ran a task process on a worker; scheduled: to the try's last scheduling by "
+        "Airflow (3.x only); started: to the try's start (deferred by the "
         "scheduler, or running on a worker); registered: to smartsensor's registration of the try; "
         "service: to smartsensor's end of the try; airflow: from that to Airflow's end; of which, for the tasks "
         "their trigger ended, heard: until the trigger had the answer, triggerer: from that to Airflow's end"

@@ -121,6 +121,43 @@ def test_a_task_joining_a_check_while_the_wake_up_round_writes_it_is_kept(cfg, c
     assert state_of(store, "joined", "w") == State.SUCCESS
 
 
+def test_a_check_that_ended_while_a_task_joined_it_is_due_again_for_the_wake_up_round(cfg, clock) -> None:
+    """A round that ends a check while a task joins it (registered or started meanwhile) says so (``due_again``), and
+    the wake-up round that follows (``WakeUps.again``) ends that task too, though the check is neither new nor on a
+    signalled table: it waits for no timer round (a parked try registered during a landing waited 4.5 s)."""
+    store, catalog = AfterWrite(), DictCatalog()
+    add(store, cfg, "first", named("w", PARTITION, poke_interval=60))
+    w = whole(store, cfg, clock)
+    run_round([w], lambda: catalog)
+    catalog.land(PARTITION)
+    clock.advance(60)
+
+    def join() -> None:
+        clock.advance(1)
+        add(store, cfg, "joined", named("w", PARTITION, poke_interval=60))
+        run_round([w], lambda: catalog, focus=set())  # its NOTIFY's wake-up round feeds it in: the check is held
+
+    store.then = join
+    ended = run_round([w], lambda: catalog)
+    assert state_of(store, "first", "w") == State.SUCCESS and state_of(store, "joined", "w") == State.SMART_RUNNING
+    assert ended.due_again == 1
+    woken = run_round([w], lambda: catalog, focus=set())
+    assert state_of(store, "joined", "w") == State.SUCCESS
+    assert woken.due_again == 0 and woken.groups_poked == 1
+
+
+def test_a_wake_up_round_leaves_checks_that_are_not_due(cfg, clock) -> None:
+    """A wake-up round takes what is due; a check poked a moment ago waits for its own schedule."""
+    store, catalog = InMemoryStore(), DictCatalog()
+    add(store, cfg, "first", named("w", PARTITION, poke_interval=60))
+    w = whole(store, cfg, clock)
+    assert run_round([w], lambda: catalog).groups_poked == 1
+    clock.advance(30)
+    assert run_round([w], lambda: catalog, focus=set()).groups_poked == 0
+    clock.advance(30)
+    assert run_round([w], lambda: catalog, focus=set()).groups_poked == 1
+
+
 def test_a_task_set_to_smart_running_by_hand_is_picked_up_by_the_next_reconciliation(cfg, clock) -> None:
     """Defect 2: a task that never started, set to smart_running by hand, reaches the index within the bound."""
     store, catalog = InMemoryStore(), DictCatalog()

@@ -25,13 +25,16 @@ Airflow's database.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 # Airflow first: run as a program, this module is imported before Airflow, whose start imports the deployment's
 # local settings, which may import this provider's policy, which imports _compat: before _compat, not during it.
@@ -66,25 +69,42 @@ from smartsensor_airflow.trigger_context import row_context
 
 log = logging.getLogger("smartsensor_airflow.attendant")
 
-STATES_CHUNK = 1000  # keys per states request
+STATES_CHUNK = 1000  # tries per group: keys per held states request
+REGISTER_BATCH = 100  # tries per registration request (the service takes up to 1,000): each batch is asked about
+# while the next registers
+HOLD = 25.0  # seconds the service holds a group's states request (it allows 30)
+DB_THREADS = 2  # threads that use Airflow's database: a cycle's reads, a group's ends
+T = TypeVar("T")
 SPECS_TTL = 30.0  # seconds a 2.10 DAG's serialized checks are kept (2.10 keeps one version a DAG: it may change)
 RETRY_STATES = frozenset({"unknown", "superseded"})  # the service no longer has this try's check: register again
 
 
-@dataclass
+@dataclass(eq=False)
 class Watched:
-    """A parked try registered with the service, and how a states request asks for it (``waiting_key``: by the
-    hashcode of the check registered, in this deployment's instance)."""
+    """A parked try registered with the service, how a states request asks for it (``waiting_key``: by the hashcode
+    of the check registered, in this deployment's instance), and the group of tries it is asked about with."""
 
     key: Key
     try_number: int
     asked: dict[str, Any]
     since: datetime
+    group: Group | None = None
+
+
+@dataclass(eq=False)
+class Group:
+    """Up to ``STATES_CHUNK`` watched tries asked about in one held states request, by a task of their own
+    (``Attendant.follow``). New tries join the newest group while it has room (its request is asked again with
+    them: ``grown``); a group that ends up small joins the newest one."""
+
+    tries: dict[Key, Watched] = field(default_factory=dict)
+    grown: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
 
 
 @dataclass
 class CycleReport:
-    """What one cycle did (logged; read by the tests)."""
+    """What one cycle of reading the parked tries did (logged; read by the tests)."""
 
     parked: int = 0
     registered: int = 0
@@ -92,6 +112,7 @@ class CycleReport:
     errors: int = 0
     reachable: bool = True
     valve_open: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)  # phase → seconds it took
 
 
 @dataclass
@@ -118,59 +139,88 @@ class Settings:
 
 
 class Attendant:
-    """Ends the parked tries of one Airflow deployment (see the module's text). ``session_factory``: Airflow's
-    ``create_session``; ``endpoint``: how to reach the service (looked up from the connection when None)."""
+    """Ends the parked tries of one Airflow deployment (see the module's text), on one event loop: a cycle reads the
+    parked tries every interval and registers the new ones; a task per group of watched tries holds a states request
+    and ends what it answers. Airflow's database is used from ``DB_THREADS`` threads (its sessions are per thread).
+    ``session_factory``: Airflow's ``create_session``; ``endpoint``: how to reach the service (looked up from the
+    connection when None)."""
 
     def __init__(
         self,
         settings: Settings,
         session_factory: Callable[[], Any],
         endpoint: Callable[[], Endpoint] | None = None,
-        http: httpx.Client | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.session_factory = session_factory
         self.endpoint = endpoint or self._connection_endpoint
-        self.http = http or httpx.Client(timeout=30.0)
         self.clock = clock
         self.watched: dict[Key, Watched] = {}
+        self.groups: list[Group] = []
         self.specs: dict[Any, dict[str, Any]] = {}  # serialized DAG version → task_id → its start kwargs or None
         self.specs_read: dict[Any, float] = {}  # when; 2.10's versions are DAG ids, read again after SPECS_TTL
         self.unreachable_since: float | None = None
         self.valve_open = False
+        self.reached: Endpoint | None = None  # the endpoint of the last cycle, which the groups ask
+        self.http: httpx.AsyncClient | None = None
+        self.db = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="smartsensor-attendant-db")
+
+    async def in_db(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on one of the database threads."""
+        return await asyncio.get_running_loop().run_in_executor(self.db, fn, *args)
 
     # -- the cycle ---------------------------------------------------------------------------------------------
-    def cycle(self) -> CycleReport:
-        """One pass: read the parked tries, register the new ones, end the answered ones, mind the valve."""
+    async def cycle(self) -> CycleReport:
+        """One pass: read the parked tries, forget the ones no longer parked, register the new ones (ending those
+        the registration already answers), mind the valve."""
         report = CycleReport()
-        parked = self.parked_tries()
+        mark = time.monotonic()
+
+        def took(phase: str) -> None:
+            nonlocal mark
+            now = time.monotonic()
+            report.seconds[phase] = round(now - mark, 3)
+            mark = now
+
+        parked = await self.in_db(self.parked_tries)
+        took("read")
         report.parked = len(parked)
         for key in [k for k, w in self.watched.items() if parked.get(k, (None,))[0] != w.try_number]:
-            del self.watched[key]  # ended, cleared or changed by someone else: no longer this attendant's
+            self.forget(key)  # ended, cleared or changed by someone else: no longer this attendant's
         ends: list[ParkedEnd] = []
         try:
-            endpoint = self.endpoint()
+            endpoint = await self.in_db(self.endpoint)
+            self.reached = endpoint
             new = {k: v for k, v in parked.items() if k not in self.watched}
             if new:
-                report.registered, errors = self.register(endpoint, new)
-                ends += errors
-            ends += self.answered(endpoint)
-            if not new and not self.watched and self.unreachable_since is not None:
-                self.health(endpoint)  # nothing was asked this cycle: is the service back?
-            self.unreachable_since = None
+                report.registered, answered = await self.register(endpoint, new)
+                ends += answered
+                took("register")
+            elif not self.watched and self.unreachable_since is not None:
+                await self.health(endpoint)  # nothing is asked about: is the service back?
         except ApiError as exc:
             if not exc.transient:
                 raise
-            report.reachable = False
-            if self.unreachable_since is None:
-                self.unreachable_since = self.clock()
-                log.warning("smartsensor attendant: the service is out of reach (%s)", exc)
-        report.ended = self.end(ends)
+            self.out_of_reach(exc)
+        report.reachable = self.unreachable_since is None
+        report.ended = await self.end(ends)
         report.errors = sum(1 for e in ends if e.state == "error")
-        self.mind_valve()
+        took("end")
+        await self.in_db(self.mind_valve)
         report.valve_open = self.valve_open
         return report
+
+    def out_of_reach(self, exc: Exception) -> None:
+        if self.unreachable_since is None:
+            self.unreachable_since = self.clock()
+            log.warning("smartsensor attendant: the service is out of reach (%s)", exc)
+
+    def forget(self, key: Key) -> None:
+        """Stop watching ``key`` (its group stops asking about it)."""
+        w = self.watched.pop(key, None)
+        if w is not None and w.group is not None:
+            w.group.tries.pop(key, None)
 
     def parked_tries(self) -> dict[Key, tuple[int, Any]]:
         """key → (try number, serialized DAG version) of every try parked in the pool."""
@@ -194,12 +244,14 @@ class Attendant:
         return {(r[0], r[1], r[2], r[3]): (r[4], r[5] if len(r) > 5 else r[0]) for r in rows}
 
     # -- registering -------------------------------------------------------------------------------------------
-    def register(self, endpoint: Endpoint, new: dict[Key, tuple[int, Any]]) -> tuple[int, list[ParkedEnd]]:
-        """Register each new parked try's check; the tries registered, and the ends of those whose check cannot be
-        rendered or read (or that the service refuses for good)."""
+    def registrations(
+        self, endpoint: Endpoint, new: dict[Key, tuple[int, Any]]
+    ) -> tuple[list[tuple[Key, int, dict[str, Any]]], list[ParkedEnd]]:
+        """The registration body of each new parked try (key, try number, body), and the ends of those whose check
+        cannot be rendered (an error, as Airflow fails a try whose templates do not render)."""
         kwargs_of = self.start_kwargs_of(new)
         runs = self.run_rows({(k[0], k[1]) for k in new})
-        registered, ends = 0, []
+        bodies, ends = [], []
         for key, (try_number, version) in new.items():
             kwargs = kwargs_of.get((version, key[2]))
             run = runs.get((key[0], key[1]))
@@ -207,7 +259,6 @@ class Attendant:
                 why = "no smartsensor check in its serialized DAG" if kwargs is None else "its run is gone"
                 log.warning("smartsensor attendant: %s try %s parked with %s; left as it is", key, try_number, why)
                 continue
-            now = datetime.now(timezone.utc)
             try:
                 context = row_context(key[1], *run, kwargs.get("params"))
                 registered_as, persist = rendered_check(kwargs, context)
@@ -223,16 +274,67 @@ class Attendant:
                 context.get("logical_date"),
                 endpoint.instance,
             )
-            answer = self.post(endpoint, "/tasks", body)
-            if answer is None:  # refused for good (a check the service cannot take)
-                ends.append(self.end_of(key, try_number, "error", "smartsensor refused this check"))
-                continue
-            asked = waiting_key(try_key, answer)
-            if endpoint.instance:
-                asked["instance"] = endpoint.instance
-            self.watched[key] = Watched(key, try_number, asked, now)
-            registered += 1
+            bodies.append((key, try_number, body))
+        return bodies, ends
+
+    async def register(self, endpoint: Endpoint, new: dict[Key, tuple[int, Any]]) -> tuple[int, list[ParkedEnd]]:
+        """Register the new parked tries, ``REGISTER_BATCH`` a request (``POST /tasks/batch``; one by one where
+        the service refuses a whole batch, e.g. one without that endpoint): how many it watches now, and the ends
+        that the answers already call for (a partition already there; a check the service refuses, an error)."""
+        bodies, ends = await self.in_db(self.registrations, endpoint, new)
+        now = datetime.now(timezone.utc)
+        joined: list[Watched] = []
+        registered = 0
+        for start in range(0, len(bodies), REGISTER_BATCH):
+            batch = bodies[start : start + REGISTER_BATCH]
+            many = await self.post(endpoint, "/tasks/batch", {"tries": [body for _, _, body in batch]})
+            if "status" in many:  # the whole batch refused: a service before /tasks/batch, or a body it cannot take
+                answers = [await self.post(endpoint, "/tasks", body) for _, _, body in batch]
+            else:
+                answers = many.get("tries", [])
+            for (key, try_number, body), answer in zip(batch, answers, strict=False):
+                if "status" in answer:
+                    end = self.refused(key, try_number, answer)
+                    if end is not None:
+                        ends.append(end)
+                    continue
+                asked = waiting_key(body["key"], answer)
+                w = Watched(key, try_number, asked, now)
+                end = self.end_for(w, answer)
+                if end is not None:
+                    ends.append(end)
+                else:
+                    self.watched[key] = w
+                    joined.append(w)
+            self.join(joined[registered:])  # asked about while the next batch registers
+            registered = len(joined)
         return registered, ends
+
+    def refused(self, key: Key, try_number: int, answer: dict[str, Any]) -> ParkedEnd | None:
+        """The end of a try the service did not register: an error for a check it cannot take (422, or a single
+        registration's refusal); none for a conflict or a module it cannot import now (409, 503: asked again
+        next cycle)."""
+        if answer.get("status") in (409, 503):
+            log.warning("smartsensor attendant: %s try %s not registered yet: %s", key, try_number, answer)
+            return None
+        why = answer.get("detail") or "smartsensor refused this check"
+        return self.end_of(key, try_number, "error", f"smartsensor: {why}")
+
+    def join(self, tries: list[Watched]) -> None:
+        """Put newly watched ``tries`` into the newest group while it has room, then into new groups, each asked
+        about by a task of its own."""
+        while tries:
+            newest = self.groups[-1] if self.groups else None
+            if newest is None or len(newest.tries) >= STATES_CHUNK:
+                newest = Group()
+                self.groups.append(newest)
+                newest.task = asyncio.get_running_loop().create_task(self.follow(newest))
+            room = STATES_CHUNK - len(newest.tries)
+            for w in tries[:room]:
+                w.group = newest
+                newest.tries[w.key] = w
+            tries = tries[room:]
+            newest.grown.set()
 
     def start_kwargs_of(self, new: dict[Key, tuple[int, Any]]) -> dict[tuple[Any, str], dict[str, Any] | None]:
         """(DAG version, task_id) → the start kwargs the serialized DAG carries for each new try's task."""
@@ -269,21 +371,73 @@ class Attendant:
         return {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in rows}
 
     # -- answers -----------------------------------------------------------------------------------------------
-    def answered(self, endpoint: Endpoint) -> list[ParkedEnd]:
-        """The ends the service's answers call for, for every watched try (STATES_CHUNK keys a request)."""
+    async def follow(self, group: Group) -> None:
+        """Ask about ``group``'s tries in a held states request until none is left, end the answered ones at once,
+        and ask again; asked again at once when tries join (the request in flight is dropped: the service stops
+        reading for it). A small group (under a quarter full) that is not the newest joins the newest one."""
+        loop = asyncio.get_running_loop()
+        try:
+            while group.tries:
+                if group is not self.groups[-1] and len(group.tries) < STATES_CHUNK // 4:
+                    moved = list(group.tries.values())
+                    group.tries.clear()
+                    self.groups.remove(group)
+                    self.join(moved)
+                    return
+                endpoint = self.reached
+                if endpoint is None:
+                    await asyncio.sleep(self.settings.interval)
+                    continue
+                group.grown.clear()
+                asked = list(group.tries.values())
+                started = loop.time()
+                request = asyncio.ensure_future(
+                    self.post(endpoint, f"/tasks/states?wait={HOLD:g}", {"keys": [w.asked for w in asked]})
+                )
+                grown = asyncio.ensure_future(group.grown.wait())
+                await asyncio.wait({request, grown}, return_when=asyncio.FIRST_COMPLETED)
+                grown.cancel()
+                if not request.done():
+                    request.cancel()  # tries joined: ask about all of them
+                    continue
+                try:
+                    answer = request.result()
+                except ApiError as exc:
+                    if not exc.transient:
+                        raise
+                    self.out_of_reach(exc)
+                    await asyncio.sleep(self.settings.interval)
+                    continue
+                if "status" in answer:
+                    raise ApiError(f"smartsensor refused the states request: {answer.get('detail')}")
+                ends = self.answered(asked, answer.get("states", []))
+                if ends:
+                    ended = await self.end(ends)
+                    log.info("smartsensor attendant: ended %s", ended)
+                elif loop.time() - started < self.settings.interval:
+                    await asyncio.sleep(self.settings.interval)  # an early answer that ended nothing: pace
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the group's tries are registered again by the next cycle
+            log.exception("smartsensor attendant: asking about %d tries failed", len(group.tries))
+            for key in list(group.tries):
+                self.forget(key)
+        finally:
+            if group in self.groups and not group.tries:
+                self.groups.remove(group)
+
+    def answered(self, asked: list[Watched], states: list[dict[str, Any]]) -> list[ParkedEnd]:
+        """The ends the service's answers call for; tries the service no longer has (``RETRY_STATES``) are
+        forgotten, to be registered again by the next cycle."""
         ends: list[ParkedEnd] = []
-        watched = list(self.watched.values())
-        for start in range(0, len(watched), STATES_CHUNK):
-            chunk = watched[start : start + STATES_CHUNK]
-            answer = self.post(endpoint, "/tasks/states", {"keys": [w.asked for w in chunk]})
-            if answer is None:
-                raise ApiError("smartsensor refused the states request", transient=False)
-            for w, state in zip(chunk, answer.get("states", []), strict=False):
-                end = self.end_for(w, state)
-                if end is not None:
-                    ends.append(end)
-                elif state.get("state") in RETRY_STATES:
-                    del self.watched[w.key]  # registered again next cycle
+        for w, state in zip(asked, states, strict=False):
+            if self.watched.get(w.key) is not w:
+                continue  # forgotten (no longer parked) or registered again meanwhile
+            end = self.end_for(w, state)
+            if end is not None:
+                ends.append(end)
+            elif state.get("state") in RETRY_STATES:
+                self.forget(w.key)
         return ends
 
     def end_for(self, w: Watched, answer: dict[str, Any]) -> ParkedEnd | None:
@@ -305,15 +459,23 @@ class Attendant:
     def end_of(key: Key, try_number: int, state: str, note: str | None, since: datetime | None = None) -> ParkedEnd:
         return ParkedEnd(key[0], key[1], key[2], key[3], try_number, state, note, since)
 
-    def end(self, ends: list[ParkedEnd]) -> dict[str, int]:
-        """Apply ``ends`` through Airflow's models, a transaction per batch; how many of each state applied."""
+    async def end(self, ends: list[ParkedEnd]) -> dict[str, int]:
+        """Apply ``ends`` through Airflow's models (on a database thread) and stop watching them; how many of each
+        state applied (the others were no longer parked, or no longer that try)."""
+        if not ends:
+            return {}
+        applied = await self.in_db(self.apply, ends)
+        for end in ends:
+            self.forget(end.key)
+        return applied
+
+    def apply(self, ends: list[ParkedEnd]) -> dict[str, int]:
+        """``end_parked`` a transaction per batch of ``Settings.batch``; how many of each state applied."""
         applied: dict[str, int] = {}
         for batch in in_batches(ends, self.settings.batch):
             with self.session_factory() as session:
                 for end in end_parked(batch, self.settings.pool, session):
                     applied[end.state] = applied.get(end.state, 0) + 1
-            for end in batch:
-                self.watched.pop(end.key, None)
         return applied
 
     # -- the safety valve --------------------------------------------------------------------------------------
@@ -366,66 +528,98 @@ class Attendant:
             raise ApiError(f"connection {self.settings.conn_id!r}: {exc}", transient=True) from None
         return endpoint_from_connection(conn, self.settings.conn_id)
 
-    def health(self, endpoint: Endpoint) -> None:
+    async def health(self, endpoint: Endpoint) -> None:
         """Whether the service answers its health check; ApiError (transient) when it does not."""
+        assert self.http is not None
         try:
-            response = self.http.get(f"{endpoint.base_url}{API}/health", headers=endpoint.headers())
+            response = await self.http.get(f"{endpoint.base_url}{API}/health", headers=endpoint.headers())
         except httpx.HTTPError as exc:
             raise ApiError(f"/health: {exc}", transient=True) from None
         if response.status_code != 200:
             raise ApiError(f"/health: {error_message(response)}", response.status_code, transient=True)
+        self.unreachable_since = None
 
-    def post(self, endpoint: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        """POST to the service; its JSON answer, None when it refuses the request for good (4xx), ApiError
-        (transient) when it is out of reach (no answer, 502/503/504, a body that is not its JSON)."""
+    async def post(self, endpoint: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST to the service: its JSON answer, or ``{"status", "detail"}`` when it refuses the request for good
+        (4xx); ApiError (transient) when it is out of reach (no answer, 502/503/504, a body that is not its JSON)
+        or refuses this attendant (401, 403: a wrong token is a service this attendant cannot use, so the valve
+        opens after the grace, as when it is down)."""
+        assert self.http is not None
         try:
-            response = self.http.post(f"{endpoint.base_url}{API}{path}", json=body, headers=endpoint.headers())
+            response = await self.http.post(f"{endpoint.base_url}{API}{path}", json=body, headers=endpoint.headers())
         except httpx.HTTPError as exc:
-            raise ApiError(f"{path}: {exc}", transient=True) from None
-        if response.status_code in (502, 503, 504):
+            raise ApiError(f"{path}: {type(exc).__name__}: {exc}", transient=True) from None
+        if response.status_code in (401, 403, 502, 503, 504):
             raise ApiError(f"{path}: {error_message(response)}", response.status_code, transient=True)
+        self.unreachable_since = None  # it answered
         if response.status_code >= 500:
             raise ApiError(f"{path}: {error_message(response)}", response.status_code)
         if response.status_code >= 400:
-            log.warning("smartsensor attendant: %s refused: %s", path, error_message(response))
-            return None
+            if response.status_code not in (404, 405):  # 404/405: a service before /tasks/batch
+                log.warning("smartsensor attendant: %s refused: %s", path, error_message(response))
+            return {"status": response.status_code, "detail": error_message(response)}
         try:
             answer = response.json()
         except ValueError:
             raise ApiError(f"{path}: the answer is not the service's JSON", transient=True) from None
-        return answer if isinstance(answer, dict) else None
+        if not isinstance(answer, dict):
+            raise ApiError(f"{path}: the answer is not the service's JSON", transient=True)
+        return answer
+
+    # -- running -----------------------------------------------------------------------------------------------
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Cycle every ``interval`` seconds until ``stop`` is set; the groups' tasks are cancelled then."""
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=HOLD + 30.0))
+        await self.in_db(self.ensure_pool)
+        log.info("smartsensor attendant: watching pool %r every %g s", self.settings.pool, self.settings.interval)
+        last_error = ""
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    report = await self.cycle()
+                    if report.registered or report.ended:
+                        log.info("smartsensor attendant: %s", report)
+                    last_error = ""
+                except Exception as exc:  # a failed cycle (the database restarting…) is tried again next time
+                    if repr(exc) != last_error:  # the traceback once, then a line a cycle while it fails the same
+                        log.exception("smartsensor attendant: cycle failed")
+                    else:
+                        log.warning("smartsensor attendant: cycle failed again: %s", exc)
+                    last_error = repr(exc)
+                left = max(0.0, self.settings.interval - (time.monotonic() - started))
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), left)
+        finally:
+            tasks = [g.task for g in self.groups if g.task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.http.aclose()
+            self.db.shutdown(wait=True)
 
 
 def run(stop: threading.Event | None = None, settings: Settings | None = None) -> None:
     """Run the attendant until ``stop`` is set (SIGTERM or SIGINT when run as a program)."""
     load_note_models()
     attendant = Attendant(settings or Settings.from_airflow(), airflow_session)
-    attendant.ensure_pool()
-    stop = stop or threading.Event()
-    log.info("smartsensor attendant: watching pool %r every %g s", attendant.settings.pool, attendant.settings.interval)
-    last_error = ""
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            report = attendant.cycle()
-            if report.registered or report.ended:
-                log.info("smartsensor attendant: %s", report)
-            last_error = ""
-        except Exception as exc:  # a failed cycle (the database restarting…) is tried again next time
-            if repr(exc) != last_error:  # the traceback once, then a line a cycle while it fails the same way
-                log.exception("smartsensor attendant: cycle failed")
-            else:
-                log.warning("smartsensor attendant: cycle failed again: %s", exc)
-            last_error = repr(exc)
-        stop.wait(max(0.0, attendant.settings.interval - (time.monotonic() - started)))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        if stop is not None:  # a thread's event: set ours when it is set
+            threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(stopping.set)), daemon=True).start()
+        else:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stopping.set)
+        await attendant.serve(stopping)
+
+    asyncio.run(main())
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    run(stop)
+    run()
     return 0
 
 

@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any, NamedTuple, Sequence
 
-from sqlalchemy import Connection, Engine, insert, select, text, update
+from sqlalchemy import Connection, Engine, insert, select, text, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
@@ -205,3 +205,55 @@ def register_try(
         if not move_external(conn, key, mapped, try_number, row.task_id, now, now):
             raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
         return TryRegistration(mapped.try_number, None)
+
+
+class NewTry(NamedTuple):
+    """A try to register under a key that has no mapping yet: its task instance ``row``."""
+
+    key: ExternalKey
+    try_number: int
+    row: TaskRow
+    logical_date: datetime | None
+
+
+def mapped_keys(conn: Connection, keys: Sequence[ExternalKey]) -> set[ExternalKey]:
+    """Which of ``keys`` have a mapping row (1 statement)."""
+    if not keys:
+        return set()
+    columns = (EX.c.dag_id, EX.c.task_id, EX.c.run_id, EX.c.map_index, EX.c.instance)
+    rows = conn.execute(select(*columns).where(tuple_(*columns).in_([tuple(k) for k in keys])))
+    return {ExternalKey(*row) for row in rows}
+
+
+def register_new_tries(engine: Engine, tries: Sequence[NewTry]) -> set[ExternalKey]:
+    """One transaction for many first registrations: the tries whose key has no mapping yet get their task instance
+    and mapping (NOTIFY pending for the smart_pending ones, on PostgreSQL); a key that has one is left to
+    ``register_try``. The keys registered. IntegrityError (nothing written) when another registration inserted one
+    of them meanwhile, or ``tries`` names a key twice. Statements: 1 when every key is mapped, else 4 whatever the
+    number of tries (up to ``tasks.IN_CHUNK`` rows a statement)."""
+    with engine.begin() as conn:
+        mapped = mapped_keys(conn, [t.key for t in tries])
+        new = [t for t in tries if t.key not in mapped]
+        if not new:
+            return set()
+        task_sql.insert_tasks_bulk(conn, [t.row for t in new])
+        channel_sql.notify_pending(conn, [t.row.shardcode for t in new if t.row.state == State.SMART_PENDING])
+        conn.execute(
+            insert(EX),
+            [
+                {
+                    "instance": t.key.instance,
+                    "dag_id": t.key.dag_id,
+                    "task_id": t.key.task_id,
+                    "run_id": t.key.run_id,
+                    "map_index": t.key.map_index,
+                    "try_number": t.try_number,
+                    "logical_date": t.logical_date,
+                    "ti_task_id": t.row.task_id,
+                    "ti_execution_date": t.row.execution_date,
+                    "registered_at": t.row.execution_date,
+                }
+                for t in new
+            ],
+        )
+    return {t.key for t in new}

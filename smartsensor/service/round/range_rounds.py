@@ -144,9 +144,9 @@ class RangeRounds:
                 due = self.index.due(now)
                 picked = {c.key for c in due}
                 due += [c for c in self.index.on_tables(woken) if c.key not in picked]
-            else:
+            else:  # a wake-up round also takes what is due anyway: a check made due at once waits for no timer
                 woken = focus
-                due = list({c.key: c for c in self.index.on_tables(focus) + new}.values())
+                due = list({c.key: c for c in self.index.on_tables(focus) + new + self.index.due(now)}.values())
             plan = RoundPlan(
                 result,
                 set(self.index.collided),
@@ -362,6 +362,8 @@ class RangeRounds:
                 self._late_bad.extend(_after_rebuild(self.index, plan, writes))  # read after this plan
             else:
                 self._late_bad.extend(_applied(self.index, plan, writes, plan.now))
+            if not plan.result.fenced_out:
+                plan.result.due_again = _due_again(self.index, plan, writes)
 
     def record(self, result: RoundResult) -> None:
         """Store this round's result for `smartsensor status` (failures to do so are only logged)."""
@@ -440,6 +442,21 @@ def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time:
             )
         )
     return late_bad
+
+
+def _due_again(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> int:
+    """How many of the checks a round ended are due again at once: tasks joined them while it checked (registered
+    or started meanwhile), and no other round holds them."""
+    ends_whole = _ends_whole_check(writes)
+    return sum(
+        1
+        for g in plan.due
+        if ends_whole(g.key)
+        and (check := index.checks.get(g.key)) is not None
+        and not check.holders
+        and check.attention is not None
+        and check.attention <= plan.now
+    )
 
 
 def _ends_whole_check(writes: RoundWrites) -> Callable[[CheckKey], bool]:

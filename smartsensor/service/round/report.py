@@ -37,7 +37,10 @@ class RoundResult:
     fenced_out: bool = False
     reconciled: int = 0  # waiting tasks a reconciliation found missing from the index (set-state by hand, …)
     rebuilt: int = 0  # ranges whose index was rebuilt from the database this round (first round, takeover, …)
-    partial: bool = False  # a wake-up round: only the checks of the tables a signal named, and new checks
+    partial: bool = False  # a wake-up round: the checks of the tables a signal named, new checks and due ones
+    # checks this round left due at once: they ended (landed or failed) with tasks that joined while it checked them;
+    # a wake-up round follows at once instead of the next timer round
+    due_again: int = 0
     seconds: float = 0.0
     write_seconds: float = 0.0  # in the store's write of the round's state changes
     # the wall time of the round's finish step (each range decided, written and its index updated, several ranges at
@@ -51,6 +54,7 @@ class RoundResult:
 
 
 _SUMMED = (
+    "due_again",
     "loaded",
     "started",
     "distinct_hashes",
