@@ -10,12 +10,14 @@ way, checking on their own."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from sqlalchemy import text
 
-from scripts.airflow.stack import version_of
+from scripts.airflow.stack import run_airflow, version_of
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_deployment import Deployment, deployed, metastore_connection, tmp_for
@@ -26,9 +28,9 @@ pytestmark = pytest.mark.slow
 
 POOL = "smartsensor_parked"
 SENSORS = 10
-DAG_IDS = ["parked_0", "parked_1", "parked_timeouts", "parked_valve"]
+DAG_IDS = ["parked_0", "parked_1", "parked_timeouts", "parked_valve", "parked_rules", "parked_dagrun_timeout"]
 DAG_FILE = """
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow import DAG
 
@@ -56,6 +58,23 @@ with DAG("parked_timeouts", start_date=datetime(2026, 1, 1), schedule=None, catc
         task_id="soft", partition_names=["@DB@.events/ds=1999-01-01"], poke_interval=1, timeout=3, soft_fail=True,
     )
     NamedHivePartitionSensor(task_id="undefined", partition_names=["@DB@.events/ds={{ params.nope }}"], retries=0)
+
+with DAG("parked_rules", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    first = NamedHivePartitionSensor(task_id="first", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=30)
+    after_first = HivePartitionSensor(
+        task_id="after_first", table="clicks", schema="@DB@", partition="ds='{{ ds }}'", poke_interval=30
+    )
+    first >> after_first
+    NamedHivePartitionSensor(
+        task_id="execution_timeout", partition_names=["@DB@.events/ds=1999-01-02"], poke_interval=30, timeout=900,
+        execution_timeout=timedelta(seconds=3), retries=1, retry_delay=timedelta(seconds=1),
+    )
+
+with DAG(
+    "parked_dagrun_timeout", start_date=datetime(2026, 1, 1), schedule=None, catchup=False,
+    dagrun_timeout=timedelta(seconds=5),
+):
+    NamedHivePartitionSensor(task_id="never", partition_names=["@DB@.events/ds=1999-01-03"], poke_interval=30)
 
 with DAG("parked_valve", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
     NamedHivePartitionSensor(
@@ -209,3 +228,122 @@ def test_with_the_service_out_of_reach_the_pool_opens_and_the_tries_run_as_today
         lambda: stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0] == 0,
         timeout=120,
     )
+
+
+def tries(deployment: Deployment, run_id: str) -> dict[str, tuple[str | None, int]]:
+    rows = deployment.stack.rows("SELECT task_id, state, try_number FROM task_instance WHERE run_id = :r", r=run_id)
+    return {t: (s, n) for t, s, n in rows}
+
+
+def notes(deployment: Deployment, run_id: str) -> dict[str, str]:
+    sql = (
+        "SELECT t.task_id, n.content FROM task_instance_note n JOIN task_instance t ON n.ti_id = t.id "
+        "WHERE t.run_id = :r"
+        if deployment.stack.major >= 3
+        else "SELECT task_id, content FROM task_instance_note WHERE run_id = :r"
+    )
+    return dict(deployment.stack.rows(sql, r=run_id))
+
+
+def registered_at(deployment: Deployment, run_id: str, task_id: str) -> datetime | None:
+    with deployment.engine.connect() as conn:
+        return conn.execute(
+            text("SELECT registered_at FROM external_task WHERE run_id = :r AND task_id = :t"),
+            {"r": run_id, "t": task_id},
+        ).scalar()
+
+
+def clear(deployment: Deployment, dag_id: str, run_id: str, task_id: str, day: str) -> None:
+    """Clear one task of a run as a user does: the REST API on 3.x, the CLI on 2.x."""
+    stack = deployment.stack
+    if stack.major >= 3:
+        body = {"dry_run": False, "task_ids": [task_id], "dag_run_id": run_id, "only_failed": False}
+        stack.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", {**body, "reset_dag_runs": True})
+    else:
+        run_airflow(stack.venv, ["tasks", "clear", "-t", f"^{task_id}$", "-s", day, "-e", day, "-y", dag_id], stack.env)
+
+
+def aware(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def test_a_sensor_parks_once_its_upstream_is_done_and_execution_timeout_retries(deployment: Deployment) -> None:
+    """``first >> after_first``: the second parks (and is registered) only once the first ended, as the scheduler
+    schedules it; ``execution_timeout`` ends a parked try as Airflow's ``AirflowTaskTimeout`` does, retried while
+    it has retries (its retry parks again), then failed."""
+    stack = deployment.stack
+    day = "2026-11-24"
+    deployment.landing.land(day, tables=("clicks",))
+    (run_id,) = stack.trigger_many(["parked_rules"], day)
+    stack.wait(
+        "the first sensor parked and registered",
+        lambda: (
+            tries(deployment, run_id).get("first", (None, 0))[0] == "scheduled"
+            and registered_at(deployment, run_id, "first") is not None
+        ),
+        timeout=300,
+        step=0.5,
+    )
+    assert tries(deployment, run_id)["after_first"][0] is None  # its upstream waits: not scheduled, not parked
+    assert registered_at(deployment, run_id, "after_first") is None
+    deployment.landing.land(day, tables=("events",))
+    stack.wait(
+        "both sensors ended, the timed-out one after its retry",
+        lambda: (
+            {t: s for t, (s, _) in tries(deployment, run_id).items()}
+            == {"first": "success", "after_first": "success", "execution_timeout": "failed"}
+        ),
+        timeout=300,
+    )
+    first_end = stack.rows("SELECT end_date FROM task_instance WHERE run_id = :r AND task_id = 'first'", r=run_id)[0][0]
+    second = registered_at(deployment, run_id, "after_first")
+    assert second is not None and aware(second) >= aware(first_end)
+    assert tries(deployment, run_id)["execution_timeout"][1] == 2  # try 1 up_for_retry, try 2 failed
+    assert "execution_timeout" in notes(deployment, run_id)["execution_timeout"]
+    assert worker_tries(deployment, [run_id]) == 0
+
+
+def test_a_cleared_try_parks_again_and_a_paused_dags_tries_still_end(deployment: Deployment) -> None:
+    """A user clears an ended parked try: its next try parks again and ends; a DAG paused while its tries are parked
+    still has them ended (as its deferred tries would be), and a run past its ``dagrun_timeout`` is Airflow's to end:
+    its parked try is skipped by the scheduler, never touched by the attendant."""
+    stack = deployment.stack
+    day = "2026-11-25"
+    deployment.landing.land(day)
+    (run_id,) = stack.trigger_many(["parked_rules"], day)
+    wait_all(deployment, [run_id], {"success", "failed"}, "the rules' run ended")
+    clear(deployment, "parked_rules", run_id, "first", day)
+    stack.wait(
+        "the cleared try parked again and ended",
+        lambda: tries(deployment, run_id)["first"] == ("success", 2),
+        timeout=300,
+        step=0.5,
+    )
+    paused_day = "2026-11-26"
+    (paused,) = stack.trigger_many(["parked_rules"], paused_day)
+    stack.wait(
+        "the paused DAG's first sensor parked and registered",
+        lambda: registered_at(deployment, paused, "first") is not None,
+        timeout=300,
+        step=0.5,
+    )
+    run_airflow(stack.venv, ["dags", "pause", "parked_rules"], stack.env)
+    try:
+        deployment.landing.land(paused_day, tables=("events",))
+        stack.wait(
+            "the paused DAG's parked try ended",
+            lambda: tries(deployment, paused)["first"][0] == "success",
+            timeout=300,
+            step=0.5,
+        )
+    finally:
+        run_airflow(stack.venv, ["dags", "unpause", "parked_rules"], stack.env)
+    (timed_out,) = stack.trigger_many(["parked_dagrun_timeout"], "2026-11-27")
+    stack.wait(
+        "the run past its dagrun_timeout failed",
+        lambda: stack.rows("SELECT state FROM dag_run WHERE run_id = :r", r=timed_out)[0][0] == "failed",
+        timeout=300,
+    )
+    stack.wait("its try ended by Airflow", lambda: tries(deployment, timed_out)["never"][0] == "skipped", timeout=120)
+    assert "never" not in notes(deployment, timed_out)  # the attendant never ended it
+    assert worker_tries(deployment, [run_id, paused, timed_out]) == 0

@@ -297,6 +297,11 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
     stack = deployment.stack
     triggerer = stack.processes.procs["airflow-triggerer"].pid
     scheduler = stack.processes.procs["airflow-scheduler"].pid
+    others = {  # the components whose memory growth is reported beside the triggerer's (their process groups)
+        name.removeprefix("airflow-"): proc.pid
+        for name, proc in stack.processes.procs.items()
+        if name in ("airflow-scheduler", "airflow-api-server", "airflow-webserver", "airflow-dag-processor")
+    }
     runs: list[ScaleRun] = []
     day = SCALE_FIRST_DAY
     for strategy in SCALE_STRATEGIES:
@@ -306,10 +311,12 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
         tri, sched = group_usage(triggerer), group_usage(scheduler)
         callbacks_before = callback_rows(deployment)
         run.triggerer_rss_idle = tri.rss_bytes
+        run.rss_idle = {name: group_usage(pid).rss_bytes for name, pid in others.items()}
         statsd.take("scheduler.scheduler_loop_duration")
 
         def waiting(run: ScaleRun = run) -> None:
             run.triggerer_rss_waiting = group_usage(triggerer).rss_bytes
+            run.rss_waiting = {name: group_usage(pid).rss_bytes for name, pid in others.items()}
 
         with SlotSampler(stack, dag_ids) as slots:
             for case in [*CASES] * SCALE_RUNS:

@@ -152,8 +152,7 @@ def test_new_tries_register_together_in_four_statements(cfg, engine) -> None:
     assert all(isinstance(d, ExternalRegistered) and d.created for d in done)
     one_by_one = [reg(engine, cfg, k) for k in keys[:3]]
     assert [(d.task_instance, d.hashcode, d.created) for d in one_by_one] == [
-        (d.task_instance, d.hashcode, False)
-        for d in done[:3]  # type: ignore[union-attr]
+        (d.task_instance, d.hashcode, False) for d in done[:3]
     ]
     with engine.connect() as conn:
         assert len(task_sql.list_tasks(conn)) == 300

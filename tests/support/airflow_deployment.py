@@ -29,6 +29,7 @@ from tests.support.proc_helpers import cli_env
 
 TOKEN = "race-token"
 SMARTSENSOR = [sys.executable, "-m", "smartsensor.cli"]
+ATTENDANT_READY = "smartsensor attendant: watching pool"  # its line once it cycles (attendant.serve)
 WORKERS = 2  # `smartsensor workers -n WORKERS` beside each Airflow
 
 
@@ -58,9 +59,18 @@ class Deployment:
         self.stack.processes.start("workers", [*SMARTSENSOR, "workers", "-n", str(WORKERS)], self.env)
 
     def start_attendant(self) -> None:
-        """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55)."""
+        """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55), and wait until it
+        watches the parking pool (it imports Airflow first: seconds)."""
         python = str(self.stack.venv / "bin" / "python")
+        log = self.stack.processes.logs / "attendant.log"
+        seen = log.read_text().count(ATTENDANT_READY) if log.exists() else 0
         self.stack.processes.start("attendant", [python, "-m", "smartsensor_airflow.attendant"], self.stack.env)
+        self.stack.wait(
+            "the parking attendant watching its pool",
+            lambda: log.exists() and log.read_text().count(ATTENDANT_READY) > seen,
+            timeout=120,
+            step=0.2,
+        )
 
     def restart_airflow(self, *names: str, **env: str) -> None:
         """Stop Airflow's components ``names`` (all of them when none is named), then start them again with ``env``

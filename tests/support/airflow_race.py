@@ -123,13 +123,13 @@ class Landing:
     metastore: Metastore
     engine: Engine  # smartsensor's database, for the landing signal
 
-    def land(self, ds: str) -> datetime:
-        """Add ``ds`` to every table and send the landing signals; returns when the partitions were committed
-        (aware UTC, before the signals: a task cannot succeed earlier)."""
-        for table in TABLES:
+    def land(self, ds: str, tables: tuple[str, ...] = TABLES) -> datetime:
+        """Add ``ds`` to ``tables`` (every table) and send the landing signals; returns when the partitions were
+        committed (aware UTC, before the signals: a task cannot succeed earlier)."""
+        for table in tables:
             self.metastore.land(table, ds)
         landed = datetime.now(timezone.utc)
-        for table in TABLES:
+        for table in tables:
             send_signal(self.engine, f"{self.metastore.db}.{table}/ds={ds}")
         return landed
 

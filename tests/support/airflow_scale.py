@@ -113,6 +113,8 @@ class ScaleRun:
     triggerer_cpu: float = 0.0  # CPU seconds over the three cases
     triggerer_rss_idle: int = 0  # before the first case
     triggerer_rss_waiting: int = 0  # while every sensor waits (the moment of the landing)
+    rss_idle: dict[str, int] = field(default_factory=dict)  # Airflow component → RSS before the first case
+    rss_waiting: dict[str, int] = field(default_factory=dict)  # … while every sensor waits
     airflow_cpu: float = 0.0  # the scheduler's process group: scheduler, LocalExecutor and its task processes
     loop_ms: list[float] = field(default_factory=list)  # scheduler.scheduler_loop_duration over the cases
     pickup_rate: float = 0.0  # sensors per second started and registered, when they all wait
@@ -145,6 +147,13 @@ def scale_table(version: str, runs: list[ScaleRun]) -> str:
             [f"{(r.triggerer_rss_waiting - r.triggerer_rss_idle) / 2**20 * k:.0f}" for r, k in per_k],
         ),
         ("triggerer RSS MB while waiting", [f"{r.triggerer_rss_waiting / 2**20:.0f}" for r in runs]),
+        *(
+            (
+                f"{name} RSS MB per 1,000 waiting",
+                [f"{(r.rss_waiting.get(name, 0) - r.rss_idle.get(name, 0)) / 2**20 * k:.1f}" for r, k in per_k],
+            )
+            for name in sorted({n for r in runs for n in r.rss_waiting})
+        ),
         ("scheduler + executor CPU s", [f"{r.airflow_cpu:.0f}" for r in runs]),
         ("scheduler loop p50 / p95 ms", [f"{p(r.loop_ms, 0.5):.0f} / {p(r.loop_ms, 0.95):.0f}" for r in runs]),
         ("pick-up rate, sensors/s", [f"{r.pickup_rate:.0f}" for r in runs]),

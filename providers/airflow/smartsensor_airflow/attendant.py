@@ -1,26 +1,29 @@
 """The parking attendant (issue 55): a process of the Airflow deployment, next to its scheduler, that ends parked
 tries. Run it with Airflow's environment (its airflow.cfg, its database, the ``smartsensor_default`` connection):
 
-    python -m smartsensor_airflow.attendant            # or: smartsensor-attendant
+    python -m smartsensor_airflow.attendant
 
-Every ``[smartsensor] park_interval`` seconds (1) it
+It runs on one event loop:
 
-1. reads the tries parked in ``[smartsensor] park_pool`` (``scheduled`` there: the scheduler put them there once
-   their upstream tasks were done and never queues them);
-2. for each new one, reads its check from the serialized DAG and its run's row, renders it
-   (``parked_checks``) and registers the try with the service, as a trigger would; a check it cannot render or
-   read ends the try as an ``error`` (retried while the task has tries left, as Airflow retries a try that raised);
-3. asks the service for the state of every try it watches in one request, and ends the answered ones through
-   Airflow's models (``parking.end_parked``): success, skipped (soft_fail), failed (a timeout, its reason as the
-   try's note), an error (retried);
-4. the safety valve: while the service stays out of reach for longer than ``[smartsensor] park_fallback_grace``
+1. every ``[smartsensor] park_interval`` seconds (0.5) a cycle reads the tries parked in ``[smartsensor]
+   park_pool`` (``scheduled`` there: the scheduler put them there once their upstream tasks were done and never
+   queues them), forgets the ones no longer parked, and registers the new ones with the service,
+   ``REGISTER_BATCH`` a request (``POST /tasks/batch``): each one's check read from the serialized DAG and rendered
+   with its run's row (``parked_checks``), as a trigger would render it. A check it cannot render ends the try as an
+   ``error`` (retried while the task has tries left, as Airflow retries a try that raised);
+2. the tries it watches are asked about in groups of up to ``STATES_CHUNK``, each group by a task of its own that
+   holds one ``POST /tasks/states?wait=`` request (the service answers it the moment one of them ends) and ends the
+   answered tries at once through Airflow's models (``parking.end_parked``): success, skipped (soft_fail), failed (a
+   timeout, its reason as the try's note), an error (retried). New tries join the newest group, whose request is
+   asked again with them;
+3. the safety valve: while the service stays out of reach for longer than ``[smartsensor] park_fallback_grace``
    seconds, the parking pool gets ``[smartsensor] park_valve_slots`` slots, so the scheduler runs the parked tries
    today's way (their ``execute`` checks on its own); once the service answers again the pool closes and new tries
    park again.
 
-Several attendants may run (each ends only what is still parked, under a row lock). It never writes anything of
-Airflow's but the parked tries it ends and the parking pool's slots; smartsensor's own processes never write
-Airflow's database.
+Airflow's database is used from ``DB_THREADS`` threads. Several attendants may run (each ends only what is still
+parked, under a row lock). It never writes anything of Airflow's but the parked tries it ends and the parking pool's
+slots; smartsensor's own processes never write Airflow's database.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NamedTuple, TypeVar
 
 # Airflow first: run as a program, this module is imported before Airflow, whose start imports the deployment's
 # local settings, which may import this provider's policy, which imports _compat: before _compat, not during it.
@@ -73,6 +76,7 @@ STATES_CHUNK = 1000  # tries per group: keys per held states request
 REGISTER_BATCH = 100  # tries per registration request (the service takes up to 1,000): each batch is asked about
 # while the next registers
 HOLD = 25.0  # seconds the service holds a group's states request (it allows 30)
+ENDPOINT_TTL = 30.0  # seconds between two look-ups of the connection while the service answers
 DB_THREADS = 2  # threads that use Airflow's database: a cycle's reads, a group's ends
 T = TypeVar("T")
 SPECS_TTL = 30.0  # seconds a 2.10 DAG's serialized checks are kept (2.10 keeps one version a DAG: it may change)
@@ -89,6 +93,9 @@ class Watched:
     asked: dict[str, Any]
     since: datetime
     group: Group | None = None
+    deadline: float | None = None  # the attendant's clock: when the try reaches its execution_timeout
+    limit: float | None = None  # the execution_timeout, seconds
+    soft_fail: bool = False
 
 
 @dataclass(eq=False)
@@ -100,6 +107,17 @@ class Group:
     tries: dict[Key, Watched] = field(default_factory=dict)
     grown: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+
+
+class Registration(NamedTuple):
+    """A new parked try to register: its registration body, and its execution_timeout (seconds) and soft_fail, which
+    the attendant keeps itself (the service knows the sensor's ``timeout`` only)."""
+
+    key: Key
+    try_number: int
+    body: dict[str, Any]
+    execution_timeout: float | None
+    soft_fail: bool
 
 
 @dataclass
@@ -120,7 +138,7 @@ class Settings:
     """The attendant's settings, from ``[smartsensor]`` in airflow.cfg."""
 
     pool: str = DEFAULT_PARK_POOL
-    interval: float = 1.0
+    interval: float = 0.5
     fallback_grace: float = 300.0
     valve_slots: int = 128
     conn_id: str = "smartsensor_default"
@@ -131,7 +149,7 @@ class Settings:
         get = airflow_conf.get
         return cls(
             pool=get("smartsensor", "park_pool", fallback=DEFAULT_PARK_POOL) or DEFAULT_PARK_POOL,
-            interval=float(get("smartsensor", "park_interval", fallback="1")),
+            interval=float(get("smartsensor", "park_interval", fallback="0.5")),
             fallback_grace=float(get("smartsensor", "park_fallback_grace", fallback="300")),
             valve_slots=int(get("smartsensor", "park_valve_slots", fallback="128")),
             conn_id=get("smartsensor", "park_conn_id", fallback="smartsensor_default") or "smartsensor_default",
@@ -162,7 +180,8 @@ class Attendant:
         self.specs_read: dict[Any, float] = {}  # when; 2.10's versions are DAG ids, read again after SPECS_TTL
         self.unreachable_since: float | None = None
         self.valve_open = False
-        self.reached: Endpoint | None = None  # the endpoint of the last cycle, which the groups ask
+        self.reached: Endpoint | None = None  # the endpoint looked up last, which the groups ask
+        self.look_up_at = 0.0  # when to look the connection up again
         self.http: httpx.AsyncClient | None = None
         self.db = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="smartsensor-attendant-db")
 
@@ -190,8 +209,10 @@ class Attendant:
             self.forget(key)  # ended, cleared or changed by someone else: no longer this attendant's
         ends: list[ParkedEnd] = []
         try:
-            endpoint = await self.in_db(self.endpoint)
-            self.reached = endpoint
+            endpoint = self.reached
+            if endpoint is None or self.unreachable_since is not None or self.clock() >= self.look_up_at:
+                endpoint = self.reached = await self.in_db(self.endpoint)  # the connection may have changed
+                self.look_up_at = self.clock() + ENDPOINT_TTL
             new = {k: v for k, v in parked.items() if k not in self.watched}
             if new:
                 report.registered, answered = await self.register(endpoint, new)
@@ -204,12 +225,30 @@ class Attendant:
                 raise
             self.out_of_reach(exc)
         report.reachable = self.unreachable_since is None
+        ends += self.overdue()
         report.ended = await self.end(ends)
         report.errors = sum(1 for e in ends if e.state == "error")
         took("end")
         await self.in_db(self.mind_valve)
         report.valve_open = self.valve_open
         return report
+
+    def overdue(self) -> list[ParkedEnd]:
+        """The ends of the watched tries past their ``execution_timeout`` (counted from when this attendant first saw
+        them parked), as Airflow ends a try its execution_timeout interrupts: an error, retried while the task has
+        tries left (``AirflowTaskTimeout``), or skipped with soft_fail, as Airflow's sensor skips such a poke."""
+        now = self.clock()
+        ends = []
+        for w in self.watched.values():
+            if w.deadline is not None and now >= w.deadline:
+                why = f"smartsensor: the try reached its execution_timeout ({w.limit:g} s)"
+                state = "skipped" if w.soft_fail else "error"
+                ends.append(
+                    self.end_of(
+                        w.key, w.try_number, state, why + ("; soft_fail skips it" if w.soft_fail else ""), w.since
+                    )
+                )
+        return ends
 
     def out_of_reach(self, exc: Exception) -> None:
         if self.unreachable_since is None:
@@ -246,9 +285,9 @@ class Attendant:
     # -- registering -------------------------------------------------------------------------------------------
     def registrations(
         self, endpoint: Endpoint, new: dict[Key, tuple[int, Any]]
-    ) -> tuple[list[tuple[Key, int, dict[str, Any]]], list[ParkedEnd]]:
-        """The registration body of each new parked try (key, try number, body), and the ends of those whose check
-        cannot be rendered (an error, as Airflow fails a try whose templates do not render)."""
+    ) -> tuple[list[Registration], list[ParkedEnd]]:
+        """The registration of each new parked try, and the ends of those whose check cannot be rendered (an error,
+        as Airflow fails a try whose templates do not render)."""
         kwargs_of = self.start_kwargs_of(new)
         runs = self.run_rows({(k[0], k[1]) for k in new})
         bodies, ends = [], []
@@ -274,7 +313,9 @@ class Attendant:
                 context.get("logical_date"),
                 endpoint.instance,
             )
-            bodies.append((key, try_number, body))
+            limit = kwargs.get("execution_timeout")
+            soft_fail = bool((kwargs.get("exec_values") or {}).get("soft_fail"))
+            bodies.append(Registration(key, try_number, body, None if limit is None else float(limit), soft_fail))
         return bodies, ends
 
     async def register(self, endpoint: Endpoint, new: dict[Key, tuple[int, Any]]) -> tuple[int, list[ParkedEnd]]:
@@ -287,19 +328,21 @@ class Attendant:
         registered = 0
         for start in range(0, len(bodies), REGISTER_BATCH):
             batch = bodies[start : start + REGISTER_BATCH]
-            many = await self.post(endpoint, "/tasks/batch", {"tries": [body for _, _, body in batch]})
+            many = await self.post(endpoint, "/tasks/batch", {"tries": [r.body for r in batch]})
             if "status" in many:  # the whole batch refused: a service before /tasks/batch, or a body it cannot take
-                answers = [await self.post(endpoint, "/tasks", body) for _, _, body in batch]
+                answers = [await self.post(endpoint, "/tasks", r.body) for r in batch]
             else:
                 answers = many.get("tries", [])
-            for (key, try_number, body), answer in zip(batch, answers, strict=False):
+            for r, answer in zip(batch, answers, strict=False):
+                key, try_number = r.key, r.try_number
                 if "status" in answer:
                     end = self.refused(key, try_number, answer)
                     if end is not None:
                         ends.append(end)
                     continue
-                asked = waiting_key(body["key"], answer)
-                w = Watched(key, try_number, asked, now)
+                asked = waiting_key(r.body["key"], answer)
+                deadline = None if r.execution_timeout is None else self.clock() + r.execution_timeout
+                w = Watched(key, try_number, asked, now, None, deadline, r.execution_timeout, r.soft_fail)
                 end = self.end_for(w, answer)
                 if end is not None:
                     ends.append(end)
