@@ -33,3 +33,12 @@ def group_usage(pgid: int) -> Usage:
         cpu += sum(int(v) for v in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
         rss += int(fields[21]) * PAGE
     return Usage(cpu, rss)
+
+
+def process_rss(pid: int) -> int:
+    """Resident memory of one process (0 once it is gone): a component's own, without the short-lived children its
+    group may hold at the moment of a sample (3.x's dag-processor parses each file in a child)."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0

@@ -38,7 +38,7 @@ from typing import Iterator
 import pytest
 
 from scripts.airflow.stack import version_of
-from scripts.airflow.usage import group_usage
+from scripts.airflow.usage import group_usage, process_rss
 from smartsensor.config import Config
 from tests.support import airflow_policy as policy
 from tests.support.airflow_databases import AirflowDatabases
@@ -297,7 +297,7 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
     stack = deployment.stack
     triggerer = stack.processes.procs["airflow-triggerer"].pid
     scheduler = stack.processes.procs["airflow-scheduler"].pid
-    others = {  # the components whose memory growth is reported beside the triggerer's (their process groups)
+    others = {  # the components whose memory growth is reported beside the triggerer's (their main processes)
         name.removeprefix("airflow-"): proc.pid
         for name, proc in stack.processes.procs.items()
         if name in ("airflow-scheduler", "airflow-api-server", "airflow-webserver", "airflow-dag-processor")
@@ -311,12 +311,12 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
         tri, sched = group_usage(triggerer), group_usage(scheduler)
         callbacks_before = callback_rows(deployment)
         run.triggerer_rss_idle = tri.rss_bytes
-        run.rss_idle = {name: group_usage(pid).rss_bytes for name, pid in others.items()}
+        run.rss_idle = {name: process_rss(pid) for name, pid in others.items()}
         statsd.take("scheduler.scheduler_loop_duration")
 
         def waiting(run: ScaleRun = run) -> None:
             run.triggerer_rss_waiting = group_usage(triggerer).rss_bytes
-            run.rss_waiting = {name: group_usage(pid).rss_bytes for name, pid in others.items()}
+            run.rss_waiting = {name: process_rss(pid) for name, pid in others.items()}
 
         with SlotSampler(stack, dag_ids) as slots:
             for case in [*CASES] * SCALE_RUNS:

@@ -149,7 +149,7 @@ def scale_table(version: str, runs: list[ScaleRun]) -> str:
         ("triggerer RSS MB while waiting", [f"{r.triggerer_rss_waiting / 2**20:.0f}" for r in runs]),
         *(
             (
-                f"{name} RSS MB per 1,000 waiting",
+                f"{name} RSS MB per 1,000 waiting (main process)",
                 [f"{(r.rss_waiting.get(name, 0) - r.rss_idle.get(name, 0)) / 2**20 * k:.1f}" for r, k in per_k],
             )
             for name in sorted({n for r in runs for n in r.rss_waiting})
