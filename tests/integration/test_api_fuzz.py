@@ -213,6 +213,7 @@ EXAMPLES: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("/api/v1/tasks/states", "post"): {"keys": {"keys": [KEY, {**KEY, "task_id": "hive", "map_index": 3}]}},
 }
+EXAMPLES[("/api/v1/tasks/batch", "post")] = {"tries": {"tries": list(EXAMPLES[("/api/v1/tasks", "post")].values())}}
 
 
 def with_examples(document: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ It runs on one event loop:
 
 1. every ``[smartsensor] park_interval`` seconds (0.5) a cycle reads the tries parked in ``[smartsensor]
    park_pool`` (``scheduled`` there: the scheduler put them there once their upstream tasks were done and never
-   queues them), forgets the ones no longer parked, and registers the new ones with the service,
+   queues them): every ``FULL_READ_EVERY`` seconds all of them, forgetting the ones no longer parked, and between
+   those only the ones Airflow changed lately (``updated_at``); it registers the new ones with the service,
    ``REGISTER_BATCH`` a request (``POST /tasks/batch``): each one's check read from the serialized DAG and rendered
    with its run's row (``parked_checks``), as a trigger would render it. A check it cannot render ends the try as an
    ``error`` (retried while the task has tries left, as Airflow retries a try that raised);
@@ -36,7 +37,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, NamedTuple, TypeVar
 
 # Airflow first: run as a program, this module is imported before Airflow, whose start imports the deployment's
@@ -76,6 +77,8 @@ STATES_CHUNK = 1000  # tries per group: keys per held states request
 REGISTER_BATCH = 100  # tries per registration request (the service takes up to 1,000): each batch is asked about
 # while the next registers
 HOLD = 25.0  # seconds the service holds a group's states request (it allows 30)
+FULL_READ_EVERY = 10.0  # seconds between two reads of every parked try; the cycles between read what changed
+LOOKBACK = 5.0  # seconds a read of changes reaches back before the newest change seen
 ENDPOINT_TTL = 30.0  # seconds between two look-ups of the connection while the service answers
 DB_THREADS = 2  # threads that use Airflow's database: a cycle's reads, a group's ends
 T = TypeVar("T")
@@ -124,7 +127,8 @@ class Registration(NamedTuple):
 class CycleReport:
     """What one cycle of reading the parked tries did (logged; read by the tests)."""
 
-    parked: int = 0
+    parked: int = 0  # parked tries read: all of them (``full_read``), or those changed lately
+    full_read: bool = True
     registered: int = 0
     ended: dict[str, int] = field(default_factory=dict)
     errors: int = 0
@@ -180,6 +184,8 @@ class Attendant:
         self.specs_read: dict[Any, float] = {}  # when; 2.10's versions are DAG ids, read again after SPECS_TTL
         self.unreachable_since: float | None = None
         self.valve_open = False
+        self.newest: datetime | None = None  # the newest updated_at of a parked try read
+        self.full_read_at = 0.0  # when to read every parked try again
         self.reached: Endpoint | None = None  # the endpoint looked up last, which the groups ask
         self.look_up_at = 0.0  # when to look the connection up again
         self.http: httpx.AsyncClient | None = None
@@ -202,10 +208,18 @@ class Attendant:
             report.seconds[phase] = round(now - mark, 3)
             mark = now
 
-        parked = await self.in_db(self.parked_tries)
+        since = self.read_plan()
+        parked, newest = await self.in_db(self.parked_tries, since)
         took("read")
-        report.parked = len(parked)
-        for key in [k for k, w in self.watched.items() if parked.get(k, (None,))[0] != w.try_number]:
+        report.parked, report.full_read = len(parked), since is None
+        if newest is not None and (self.newest is None or newest > self.newest):
+            self.newest = newest
+        if since is None:
+            self.full_read_at = self.clock() + FULL_READ_EVERY
+            gone = [k for k, w in self.watched.items() if parked.get(k, (None,))[0] != w.try_number]
+        else:  # a try that left the pool is not in a read of changes: the next full read says so
+            gone = [k for k, (n, _) in parked.items() if k in self.watched and self.watched[k].try_number != n]
+        for key in gone:
             self.forget(key)  # ended, cleared or changed by someone else: no longer this attendant's
         ends: list[ParkedEnd] = []
         try:
@@ -261,8 +275,10 @@ class Attendant:
         if w is not None and w.group is not None:
             w.group.tries.pop(key, None)
 
-    def parked_tries(self) -> dict[Key, tuple[int, Any]]:
-        """key → (try number, serialized DAG version) of every try parked in the pool."""
+    def parked_tries(self, changed_since: datetime | None = None) -> tuple[dict[Key, tuple[int, Any]], datetime | None]:
+        """key → (try number, serialized DAG version) of every try parked in the pool, or of those changed since
+        ``changed_since`` (Airflow's ``updated_at``, which its models set on every change); and the newest
+        ``updated_at`` read (None when none was)."""
         TaskInstance = task_instance_model()
         from sqlalchemy import select
 
@@ -273,14 +289,24 @@ class Attendant:
             TaskInstance.task_id,
             TaskInstance.map_index,
             TaskInstance.try_number,
+            TaskInstance.updated_at,
+            *([version] if version is not None else []),
         ]
+        where = [TaskInstance.state == "scheduled", TaskInstance.pool == self.settings.pool]
+        if changed_since is not None:
+            where.append(TaskInstance.updated_at >= changed_since)
         with self.session_factory() as session:
-            rows = session.execute(
-                select(*columns, *([version] if version is not None else [])).where(
-                    TaskInstance.state == "scheduled", TaskInstance.pool == self.settings.pool
-                )
-            ).all()
-        return {(r[0], r[1], r[2], r[3]): (r[4], r[5] if len(r) > 5 else r[0]) for r in rows}
+            rows = session.execute(select(*columns).where(*where)).all()
+        newest = max((r[5] for r in rows if r[5] is not None), default=None)
+        return {(r[0], r[1], r[2], r[3]): (r[4], r[6] if len(r) > 6 else r[0]) for r in rows}, newest
+
+    def read_plan(self) -> datetime | None:
+        """Where this cycle's read starts: None (every parked try) every ``FULL_READ_EVERY`` seconds and until one
+        read saw a change, else ``LOOKBACK`` seconds before the newest change seen (a transaction that commits
+        late, a scheduler whose clock is a little behind: the next full read finds what this misses)."""
+        if self.newest is None or self.clock() >= self.full_read_at:
+            return None
+        return self.newest - timedelta(seconds=LOOKBACK)
 
     # -- registering -------------------------------------------------------------------------------------------
     def registrations(
