@@ -263,14 +263,10 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
 
     async def held_answers(asked: list[Asked], wait: float, request: Request | None = None) -> list[dict[str, Any]]:
         """The answers for ``asked`` once one of the tries no longer waits, or after ``wait`` seconds; none once
-        the client of ``request`` has gone (it asked again with other keys, or left: nothing more is read for it)."""
+        the client of ``request`` has gone."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        first = True
         while True:
-            if not first and request is not None and await request.is_disconnected():
-                return []
-            first = False
             seen = watch.generation  # read before the query: a change during it is not missed
             answers = await run_in_threadpool(external_states, engine, asked, ended)
             left = deadline - loop.time()
@@ -278,6 +274,8 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
             if left <= 0 or not answers or not all(still_waiting(a["state"]) for a in answers):
                 return answers
             await watch.changed(seen, left, {a["hashcode"] for a in answers})  # only ends of these wake it
+            if request is not None and await request.is_disconnected():
+                return []  # its client asked again with other keys, or left: nothing more is read for it
 
     @router.post(
         "/tasks",

@@ -127,35 +127,34 @@ def register_externals(
     refused, in order. The first registrations of keys with no mapping yet (a scheduler's new tries: the common
     case) share one transaction (``external.register_new_tries``); the others, and all of them if a concurrent
     registration meets that transaction, go one by one."""
-    out: list[ExternalRegistered | ExternalConflict | SensorDefinitionError | SensorModuleUnavailable | None] = []
-    prepared: dict[ExternalKey, tuple[int, external_sql.NewTry]] = {}  # the first try of each key → its place
-    for t in tries:
+    out: dict[int, ExternalRegistered | ExternalConflict | SensorDefinitionError | SensorModuleUnavailable] = {}
+    rows: dict[int, TaskRow] = {}  # place → the row of each try that is valid, validated and hashed once
+    first_of: dict[ExternalKey, int] = {}  # key → the place of its first try: only those may go together
+    for place, t in enumerate(tries):
         try:
-            row = _task_row(cfg, t.key, t.try_number, t.class_name, t.persist, t.exec_values)
+            rows[place] = _task_row(cfg, t.key, t.try_number, t.class_name, t.persist, t.exec_values)
         except (SensorDefinitionError, SensorModuleUnavailable) as exc:
-            out.append(exc)
+            out[place] = exc
             continue
-        if t.key not in prepared:
-            prepared[t.key] = (len(out), external_sql.NewTry(t.key, t.try_number, row, t.logical_date))
-        out.append(None)
+        first_of.setdefault(t.key, place)
+    new = [
+        external_sql.NewTry(tries[p].key, tries[p].try_number, rows[p], tries[p].logical_date)
+        for p in first_of.values()
+    ]
     try:
-        together = external_sql.register_new_tries(engine, [new for _, new in prepared.values()])
+        together = external_sql.register_new_tries(engine, new)
     except IntegrityError:
         together = set()  # nothing written: each is registered on its own below
-    for place, new in prepared.values():
-        if new.key in together:
-            out[place] = ExternalRegistered(
-                new.key, new.try_number, new.row.state, None, new.row.hashcode, True, new.row.key
-            )
-    for place, t in enumerate(tries):
-        if out[place] is None:
-            try:
-                out[place] = register_external(
-                    engine, cfg, t.key, t.try_number, t.class_name, t.persist, t.exec_values, t.logical_date
-                )
-            except (ExternalConflict, SensorDefinitionError, SensorModuleUnavailable) as exc:
-                out[place] = exc
-    return [one for one in out if one is not None]
+    for place, row in rows.items():
+        t = tries[place]
+        if first_of[t.key] == place and t.key in together:
+            out[place] = ExternalRegistered(t.key, t.try_number, row.state, None, row.hashcode, True, row.key)
+            continue
+        try:
+            out[place] = _register_row(engine, t.key, t.try_number, row, t.logical_date)
+        except ExternalConflict as exc:
+            out[place] = exc
+    return [out[place] for place in range(len(tries))]
 
 
 def _task_row(

@@ -195,13 +195,7 @@ def test_a_timeout_fails_soft_fail_skips_and_an_unrenderable_check_fails_with_ai
         ),
         timeout=300,
     )
-    note_sql = (
-        "SELECT t.task_id, n.content FROM task_instance_note n JOIN task_instance t ON n.ti_id = t.id "
-        "WHERE t.run_id = :r"
-        if stack.major >= 3
-        else "SELECT task_id, content FROM task_instance_note WHERE run_id = :r"
-    )
-    notes = dict(stack.rows(note_sql, r=run_id))
+    notes = notes_of(deployment, run_id)
     assert "timed out" in notes["times_out"], notes
     assert "UndefinedError" in notes["undefined"], notes
     assert worker_tries(deployment, [run_id]) == 0
@@ -235,7 +229,7 @@ def tries(deployment: Deployment, run_id: str) -> dict[str, tuple[str | None, in
     return {t: (s, n) for t, s, n in rows}
 
 
-def notes(deployment: Deployment, run_id: str) -> dict[str, str]:
+def notes_of(deployment: Deployment, run_id: str) -> dict[str, str]:
     sql = (
         "SELECT t.task_id, n.content FROM task_instance_note n JOIN task_instance t ON n.ti_id = t.id "
         "WHERE t.run_id = :r"
@@ -299,7 +293,7 @@ def test_a_sensor_parks_once_its_upstream_is_done_and_execution_timeout_retries(
     second = registered_at(deployment, run_id, "after_first")
     assert second is not None and aware(second) >= aware(first_end)
     assert tries(deployment, run_id)["execution_timeout"][1] == 2  # try 1 up_for_retry, try 2 failed
-    assert "execution_timeout" in notes(deployment, run_id)["execution_timeout"]
+    assert "execution_timeout" in notes_of(deployment, run_id)["execution_timeout"]
     assert worker_tries(deployment, [run_id]) == 0
 
 
@@ -349,5 +343,5 @@ def test_a_cleared_try_parks_again_and_a_paused_dags_tries_still_end(deployment:
         timeout=300,
     )
     stack.wait("its try ended by Airflow", lambda: tries(deployment, timed_out)["never"][0] == "skipped", timeout=120)
-    assert "never" not in notes(deployment, timed_out)  # the attendant never ended it
+    assert "never" not in notes_of(deployment, timed_out)  # the attendant never ended it
     assert worker_tries(deployment, [run_id, paused, timed_out]) == 0

@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from scripts.airflow.stack import USER, AirflowStack, Processes, version_of
 from smartsensor.adapters.metastore_service_process import free_port
+from smartsensor.adapters.sql import leases as lease_sql
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_race import Landing
@@ -174,17 +174,12 @@ def leases_settled(engine: Engine, workers: int) -> bool:
     """Whether ``workers`` workers share every shard range, none holding more than its share: a worker that starts
     takes every free range at once and gives the extras back as the others come, so a try registered before this
     may wait for its range's handover (a lease's claim), which a measurement must not count."""
+    now = datetime.now(timezone.utc)
     with engine.connect() as conn:
-        owners = [
-            owner
-            for (owner,) in conn.execute(
-                text("SELECT owner FROM shard_lease WHERE expires_at > :now"), {"now": datetime.now(timezone.utc)}
-            )
-        ]
-        ranges = conn.execute(text("SELECT count(*) FROM shard_lease")).scalar_one()
-    share = -(-ranges // workers)
-    held = Counter(owners)
-    return bool(ranges) and len(owners) == ranges and len(held) == workers and max(held.values()) <= share
+        rows = lease_sql.load_leases(conn)
+    held = Counter(lease.owner for row in rows if (lease := row.held_lease(now)) is not None)
+    share = -(-len(rows) // workers)
+    return bool(rows) and sum(held.values()) == len(rows) and len(held) == workers and max(held.values()) <= share
 
 
 def metastore_connection(service: Config) -> dict[str, str]:

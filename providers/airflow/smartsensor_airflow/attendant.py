@@ -238,6 +238,7 @@ class Attendant:
             if not exc.transient:
                 raise
             self.out_of_reach(exc)
+            self.read_all_next()  # the new tries not registered yet: a read of changes would not see them again
         report.reachable = self.unreachable_since is None
         ends += self.overdue()
         report.ended = await self.end(ends)
@@ -299,6 +300,11 @@ class Attendant:
             rows = session.execute(select(*columns).where(*where)).all()
         newest = max((r[5] for r in rows if r[5] is not None), default=None)
         return {(r[0], r[1], r[2], r[3]): (r[4], r[6] if len(r) > 6 else r[0]) for r in rows}, newest
+
+    def read_all_next(self) -> None:
+        """Read every parked try next cycle: some are to be registered (again), and a read of changes would not
+        see them (Airflow did not change them)."""
+        self.full_read_at = 0.0
 
     def read_plan(self) -> datetime | None:
         """Where this cycle's read starts: None (every parked try) every ``FULL_READ_EVERY`` seconds and until one
@@ -385,6 +391,7 @@ class Attendant:
         next cycle)."""
         if answer.get("status") in (409, 503):
             log.warning("smartsensor attendant: %s try %s not registered yet: %s", key, try_number, answer)
+            self.read_all_next()
             return None
         why = answer.get("detail") or "smartsensor refused this check"
         return self.end_of(key, try_number, "error", f"smartsensor: {why}")
@@ -491,6 +498,7 @@ class Attendant:
             log.exception("smartsensor attendant: asking about %d tries failed", len(group.tries))
             for key in list(group.tries):
                 self.forget(key)
+            self.read_all_next()
         finally:
             if group in self.groups and not group.tries:
                 self.groups.remove(group)
@@ -507,6 +515,7 @@ class Attendant:
                 ends.append(end)
             elif state.get("state") in RETRY_STATES:
                 self.forget(w.key)
+                self.read_all_next()
         return ends
 
     def end_for(self, w: Watched, answer: dict[str, Any]) -> ParkedEnd | None:
