@@ -5,8 +5,12 @@ It starts smartsensor (a Hive metastore service, ``serve`` with a token, leased 
 and a real Airflow (api-server, dag-processor, scheduler, triggerer; LocalExecutor on SQLite), with the provider
 installed and the DAGs of scripts/airflow/dags: several teams' sensor tasks, written for Airflow's Hive
 provider with only their import lines changed, many waiting on the same partitions. It triggers every DAG for
-one day; once every sensor has registered and deferred, the pipeline (scripts/demo/pipeline.py) lands the day's
+one day; once every sensor has registered and waits, the pipeline (scripts/demo/pipeline.py) lands the day's
 partitions. At the end it prints Airflow's task states against the expected ones, the figures, and the URLs.
+
+The sensors' tries park (``[smartsensor] park``): each waits in Airflow's parking pool, with no trigger and no
+worker, and the parking attendant (``python -m smartsensor_airflow.attendant``, started beside the scheduler)
+registers it and ends it with smartsensor's answer; with --no-park each starts in the triggerer, one trigger each.
 
 Two modes, the same DAGs, states and figures: "import swap" (the default: the DAG files import smartsensor's
 drop-ins) and "cluster policy" (--policy: the DAG files get their import lines back, Airflow's own Hive sensors,
@@ -176,6 +180,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "[smartsensor] use_smart_sensor) routes them through smartsensor (default: they import the drop-ins)",
     )
     p.add_argument(
+        "--no-park",
+        action="store_true",
+        help="the sensors' tries start in the triggerer, one trigger each (default: they park in the parking pool, "
+        "[smartsensor] park, with no trigger and no worker, and the parking attendant ends them)",
+    )
+    p.add_argument(
         "--assets",
         action="store_true",
         help="also schedule on the landings: [landings] publish on, and the PartitionedAssetTimetable consumers of "
@@ -258,6 +268,9 @@ class Demo:
         }
         if args.policy:
             airflow_env["AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR"] = "True"
+        self.parks = not args.no_park
+        if self.parks:
+            airflow_env["AIRFLOW__SMARTSENSOR__PARK"] = "True"
         self.stack = AirflowStack(
             Path(args.airflow_venv), self.home / "airflow", self.processes, args.parallelism, args.airflow_port
         )
@@ -516,10 +529,14 @@ class Demo:
         return table
 
     def sensors_settled(self) -> bool:
-        """Every sensor task of every run is deferred (waiting in the triggerer) or already ended."""
+        """Every sensor task of every run waits (parked and registered with smartsensor; with --no-park deferred, in
+        the triggerer) or already ended."""
         rows = self.stack.rows("SELECT state, operator FROM task_instance")
         sensors = [s for s, op in rows if op in SENSOR_OPERATORS]
-        return len(sensors) >= self.args.sensors * 0.9 and all(s == "deferred" or s in TERMINAL for s in sensors)
+        waits = "scheduled" if self.parks else "deferred"
+        if len(sensors) < self.args.sensors * 0.9 or not all(s == waits or s in TERMINAL for s in sensors):
+            return False
+        return not self.parks or self.query("SELECT count(*) FROM task_instance")[0][0] >= sensors.count(waits)
 
     def landed_and_finished(self) -> bool:
         pipeline = self.processes.procs["pipeline"]
@@ -564,6 +581,8 @@ class Demo:
         self.wait(
             "Airflow healthy (api-server, dag-processor, scheduler, triggerer)", self.stack.healthy, 1, show=False
         )
+        if self.parks:  # beside the scheduler: it creates the parking pool, registers and ends the parked tries
+            self.stack.start_attendant()
         self.wait(
             "the DAG files parsed",
             lambda: self.import_errors() or self.stack.parsed(self.dag_ids + self.asset_dag_ids),
@@ -580,7 +599,7 @@ class Demo:
             self.stack.trigger(dag_id, DS)
         self.triggered = True
         console.print(f"triggered {', '.join(self.dag_ids)} for {DS}")
-        self.wait("every sensor task registered and deferred", self.sensors_settled)
+        self.wait("every sensor task registered and waiting", self.sensors_settled)
         self.mark("sensors deferred")
         tables = "demo.events,demo.clicks" + (f",{UNCONSUMED}" if self.args.assets else "")
         self.pipeline("pipeline", tables, DS, f"0-{self.args.partitions // 2 - 1}", self.args.every)
@@ -627,10 +646,10 @@ def summary(demo: Demo, finished: bool) -> list[str]:
     table, problems = dag_table(checks, finished)
     console.print(table)
     f = figures(rows, demo.rounds(), demo.states_requests(), demo.sensor_worker_tries())
-    console.print(figures_table(f, len(landed), demo.args.partitions))
+    console.print(figures_table(f, len(landed), demo.args.partitions, parked=demo.parks))
     console.print(f"[dim]{MODEL}[/dim]")
     console.print("timeline: " + ", ".join(f"{name} at {at:.0f} s" for name, at in demo.marks.items()))
-    extra: dict[str, Any] = {"mode": demo.mode}
+    extra: dict[str, Any] = {"mode": demo.mode, "parked": demo.parks}
     if demo.args.policy:
         routing = demo.policy_check()
         problems += routing.not_routed

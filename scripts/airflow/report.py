@@ -234,7 +234,13 @@ def dag_table(checks: list[DagCheck], finished: bool) -> tuple[Table, list[str]]
     return table, problems
 
 
-def figures_table(f: Figures, landed: int, partitions: int) -> Table:
+PARKED_REQUESTS = "states requests (held by the parking attendant)"
+TRIGGERER_REQUESTS = "states requests (execute's held ones + 1 triggerer)"
+
+
+def figures_table(f: Figures, landed: int, partitions: int, parked: bool = False) -> Table:
+    """The summary's figures; ``parked``: the sensors' tries parked (the attendant asked and ended them), else
+    they started in the triggerer."""
     ratio = f"{f.registrations / f.distinct_checks:.1f}x" if f.distinct_checks else "-"
     fewer = f"{f.classic_calls / f.metastore_calls:.1f}x fewer with smartsensor" if f.metastore_calls else "-"
     table = Table(title="smartsensor", title_justify="left", show_header=False)
@@ -245,7 +251,12 @@ def figures_table(f: Figures, landed: int, partitions: int) -> Table:
         ("sensor registrations (one per Airflow try)", str(f.registrations)),
         (
             "sensor tries that took an Airflow worker slot",
-            f"{f.sensor_worker_tries} of {f.registrations} (the others started and ended in the triggerer)",
+            f"{f.sensor_worker_tries} of {f.registrations} "
+            + (
+                "(the others waited parked, with no worker and no trigger, and the attendant ended them)"
+                if parked
+                else "(the others started and ended in the triggerer)"
+            ),
         ),
         ("distinct checks (hashes)", f"{f.distinct_checks} (dedup {ratio})"),
         (
@@ -255,7 +266,13 @@ def figures_table(f: Figures, landed: int, partitions: int) -> Table:
         ),
         ("Airflow's own Hive sensors, same waits (computed)", f"{f.classic_calls} ({fewer})"),
         (
-            "states requests (execute's held ones + 1 triggerer)",
+            PARKED_REQUESTS,
+            f"{f.states_requests} in {f.deferred_window:.0f} s: each held until an answer changes (up to 25 s), "
+            "for up to 1,000 parked tries",
+        )
+        if parked
+        else (
+            TRIGGERER_REQUESTS,
             f"{f.states_requests} in {f.deferred_window:.0f} s: up to {min(f.registrations, f.sensor_worker_tries)} "
             f"held in execute (one per try on a worker), {f.triggerer_requests} or more by the triggerer, each for "
             f"every deferred sensor (poll interval {f.shortest_poll:g} s)",

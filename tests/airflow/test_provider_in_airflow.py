@@ -193,6 +193,19 @@ def test_which_tasks_start_in_the_triggerer_as_airflow_serializes_them(venv: Pat
         assert seen["dag_held_before_release"] is True
         assert seen["dag_released"] is True
         assert seen["ids_kept"] == ["starts", "plain", "r", 1]
+    # A parked task carries its check in a field of its own: the scheduler sees no start arguments (2.10 would build
+    # each try's template context for them), and the parking pool. An opted-out or unreadable task does not park.
+    parked_pool = {"carries_check": True, "start_trigger_args": None, "scheduler_start_args": None}
+    for task_id in ("plain", "macro"):
+        assert seen["parked_serialized"][task_id] == {
+            **parked_pool,
+            "scheduler_starts": False,
+            "scheduler_pool": "smartsensor_parked",
+        }, task_id
+    for task_id in ("opted_out", "unreadable"):
+        assert seen["parked_serialized"][task_id]["carries_check"] is False, task_id
+        assert seen["parked_serialized"][task_id]["scheduler_pool"] == "default_pool", task_id
+    assert seen["older_parked_entry"] is True
     # A parked try's check, read from the serialized DAG's JSON and rendered with the run's row, is the start
     # trigger's (issue 55); a task on the execute path carries none; a run without a logical date has no ds.
     plain_check = ["NamedHivePartitionSensor", {"partition_names": ["db.t/ds=2026-11-22"]}]

@@ -29,7 +29,6 @@ from tests.support.proc_helpers import cli_env
 
 TOKEN = "race-token"
 SMARTSENSOR = [sys.executable, "-m", "smartsensor.cli"]
-ATTENDANT_READY = "smartsensor attendant: watching pool"  # its line once it cycles (attendant.serve)
 WORKERS = 2  # `smartsensor workers -n WORKERS` beside each Airflow
 
 
@@ -59,18 +58,8 @@ class Deployment:
         self.stack.processes.start("workers", [*SMARTSENSOR, "workers", "-n", str(WORKERS)], self.env)
 
     def start_attendant(self) -> None:
-        """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55), and wait until it
-        watches the parking pool (it imports Airflow first: seconds)."""
-        python = str(self.stack.venv / "bin" / "python")
-        log = self.stack.processes.logs / "attendant.log"
-        seen = log.read_text().count(ATTENDANT_READY) if log.exists() else 0
-        self.stack.processes.start("attendant", [python, "-m", "smartsensor_airflow.attendant"], self.stack.env)
-        self.stack.wait(
-            "the parking attendant watching its pool",
-            lambda: log.exists() and log.read_text().count(ATTENDANT_READY) > seen,
-            timeout=120,
-            step=0.2,
-        )
+        """Start the parking attendant beside the scheduler (``AirflowStack.start_attendant``)."""
+        self.stack.start_attendant()
 
     def restart_airflow(self, *names: str, **env: str) -> None:
         """Stop Airflow's components ``names`` (all of them when none is named), then start them again with ``env``
@@ -111,6 +100,8 @@ def deployed(
     landings_prefix: str | None = None,
     airflow_env: dict[str, str] | None = None,
     landings_via: Callable[[str], str] | None = None,
+    rest: bool = False,
+    parse_timeout: float = 300,
 ) -> Iterator[Deployment]:
     """smartsensor and Airflow (``venv``; its database a copy of one migrated by ``databases``) with the DAG files
     ``dags`` (file name → source), ``local_settings`` as ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and
@@ -118,7 +109,8 @@ def deployed(
     service. ``smartsensor_settings`` (``section__option``) go to smartsensor's processes; ``landings_prefix``
     switches the landing publisher on (``[landings]``, Airflow 3: this stack's api-server, its admin user, the
     ``hive://`` assets under that prefix; ``landings_via`` maps the api-server's URL to the one the workers are given,
-    e.g. a proxy's). Waits until ``dag_ids`` are parsed."""
+    e.g. a proxy's); ``rest``: 2.x runs its webserver too, and runs are triggered through its REST API as on 3.x.
+    Waits until ``dag_ids`` are parsed (``parse_timeout`` seconds at most)."""
     (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), databases.new_pg(venv)
     processes = Processes(tmp / "logs")
     port = free_port()
@@ -126,7 +118,7 @@ def deployed(
         "AIRFLOW_CONN_SMARTSENSOR_DEFAULT": f"http://:{TOKEN}@127.0.0.1:{port}",
         **(airflow_env or {}),
     }
-    stack = AirflowStack(venv, tmp / "airflow", processes, parallelism=8, db_url=airflow_url, **extra)
+    stack = AirflowStack(venv, tmp / "airflow", processes, parallelism=8, db_url=airflow_url, rest=rest, **extra)
     settings = {
         "smart_sensor__catalog_backend": "thrift",
         "spark__metastore_uris": service.get("spark", "metastore_uris"),
@@ -159,7 +151,7 @@ def deployed(
         deployment.start_workers()
         stack.start()
         stack.wait_healthy(timeout=300)
-        stack.wait_parsed(dag_ids, timeout=300)
+        stack.wait_parsed(dag_ids, timeout=parse_timeout)
         stack.wait("the workers' leases settled", lambda: leases_settled(engine, WORKERS), timeout=120)
         yield deployment
     finally:

@@ -44,7 +44,7 @@ from airflow import DAG
 
 @IMPORTS@
 
-for team in range(@TEAMS@):
+for team in @TEAMS@:
     with DAG(
         f"@PREFIX@{team}", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_tasks=64,
         tags=@TAGS@,
@@ -99,13 +99,15 @@ AIRFLOWS_IMPORTS = (
 )
 
 
-def dag_file(teams: int, sensors: int, option: str = "drop-in", db: str = DB, prefix: str = "team_") -> str:
-    """The DAG file of ``teams`` DAGs (``team_0``… with ``prefix`` ``team_``) with ``sensors`` sensor tasks each on
-    Hive database ``db``, ending as ``option``. Airflow's own sensors ("airflow reschedule") are tagged
-    ``smartsensor:off``: a deployment with the cluster policy on leaves them Airflow's."""
+def dag_file(
+    teams: int | range, sensors: int, option: str = "drop-in", db: str = DB, prefix: str = "team_"
+) -> str:
+    """The DAG file of ``teams`` DAGs (``team_0``… with ``prefix`` ``team_``; a range: those numbers) with
+    ``sensors`` sensor tasks each on Hive database ``db``, ending as ``option``. Airflow's own sensors ("airflow
+    reschedule") are tagged ``smartsensor:off``: a deployment with the cluster policy on leaves them Airflow's."""
     quarter, rest = OPTIONS[option]
     return (
-        DAG.replace("@TEAMS@", str(teams))
+        DAG.replace("@TEAMS@", repr(teams if isinstance(teams, range) else range(teams)))
         .replace("@PREFIX@", prefix)
         .replace("@IMPORTS@", AIRFLOWS_IMPORTS if option == "airflow reschedule" else DROP_IN_IMPORTS)
         .replace("@SENSORS@", str(sensors))

@@ -109,6 +109,7 @@ class ScaleRun:
     strategy: str
     sensors: int
     outcomes: list[Outcome] = field(default_factory=list)
+    again: list[Outcome] = field(default_factory=list)  # cases measured again after missing a goal (not in the costs)
     slot_seconds: float = 0.0
     triggerer_cpu: float = 0.0  # CPU seconds over the three cases
     triggerer_rss_idle: int = 0  # before the first case

@@ -157,6 +157,14 @@ def task_instance_model() -> Any:
     return TaskInstance
 
 
+def serialize_value(value: Any) -> Any:
+    """``value`` encoded by Airflow's serializer (``{"__type": …, "__var": …}``), as it keeps values in a serialized
+    DAG."""
+    from airflow.serialization.serialized_objects import BaseSerialization
+
+    return BaseSerialization.serialize(value)
+
+
 def deserialize_value(encoded: Any) -> Any:
     """A value Airflow's serializer encoded (``{"__type": …, "__var": …}``), decoded."""
     from airflow.serialization.serialized_objects import BaseSerialization

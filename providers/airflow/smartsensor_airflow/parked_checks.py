@@ -1,20 +1,21 @@
-"""What a parked try waits for (issue 55, in progress), read where Airflow keeps it: the raw check its task carries in
-the serialized DAG (the start-trigger arguments ``start.py`` computes when the DAG file is parsed: the sensor class,
-the unrendered fields, the exec values, the DAG's template rules and the task's params), rendered with the run's
-row (``trigger_context.row_context``), as a 2.10 trigger renders it. A parked try and a try that starts in the
-triggerer thus register the same check, with the same hash, from the same code.
+"""What a parked try waits for (issue 55), read where Airflow keeps it: the raw check its task carries in the
+serialized DAG (``start.PARKED_FIELD``: the start-trigger arguments ``start.py`` computes when the DAG file is
+parsed: the sensor class, the unrendered fields, the exec values, the DAG's template rules and the task's params),
+rendered with the run's row (``trigger_context.row_context``), as a 2.10 trigger renders it. A parked try and a try
+that starts in the triggerer thus register the same check, with the same hash, from the same code.
 
 Reading the task's entry of the serialized DAG's JSON costs no deserialization of the DAG (Airflow 3.3's triggerer
 deserializes the whole DAG for every task it starts: apache/airflow#69841)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
 from smartsensor_airflow._compat import deserialize_value
 from smartsensor_airflow.checks import check_of
-from smartsensor_airflow.start import START_CLASSPATH
+from smartsensor_airflow.start import PARKED_FIELD, START_CLASSPATH
 from smartsensor_airflow.template_rules import TemplateRules
 from smartsensor_airflow.trigger_context import render_fields
 
@@ -31,7 +32,13 @@ def serialized_tasks(dag_data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def start_kwargs(task_entry: dict[str, Any]) -> dict[str, Any] | None:
     """The arguments of smartsensor's start trigger that a task's serialized entry carries, as the trigger takes
-    them; None when the task carries none (not a smart sensor, or one that takes the ``execute`` path)."""
+    them: a parked task's ``PARKED_FIELD``, else its start-trigger arguments (a task that starts in the triggerer;
+    a parked one serialized by a provider older than ``PARKED_FIELD``); None when the task carries none (not a
+    smart sensor, or one that takes the ``execute`` path)."""
+    parked = task_entry.get(PARKED_FIELD)
+    if isinstance(parked, str):
+        decoded = deserialize_value(json.loads(parked))
+        return dict(decoded) if isinstance(decoded, dict) else None
     encoded = task_entry.get("start_trigger_args")
     if not isinstance(encoded, dict) or encoded.get("trigger_cls") != START_CLASSPATH:
         return None

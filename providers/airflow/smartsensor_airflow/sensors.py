@@ -67,7 +67,7 @@ from smartsensor_airflow.client import (
 )
 from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, try_start, wait_classically
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter
-from smartsensor_airflow.start import ParkingPool, StartsInTriggerer
+from smartsensor_airflow.start import PARKED_FIELD, ParkedCheck, ParkingPool, StartsInTriggerer
 from smartsensor_airflow.triggers import EXECUTE_ON_WORKER, RESUME_SETTLE, UNREACHABLE, SmartSensorTrigger
 
 DEFAULT_CONN_ID = "smartsensor_default"
@@ -124,6 +124,7 @@ class SmartSensorMixin:
     start_from_trigger = StartsInTriggerer()
     start_trigger_args = StartsInTriggerer()
     pool = ParkingPool()  # the parking pool when its tries park ([smartsensor] park), else the task's own
+    smartsensor_parked = ParkedCheck()  # a parked task's check, for the attendant (start.PARKED_FIELD)
     poke_interval: Any
     timeout: Any
     soft_fail: bool
@@ -164,6 +165,11 @@ class SmartSensorMixin:
         policy's settings), all computed first (``smartsensor_values``), so that a bad one changes nothing."""
         for name, value in self.smartsensor_values(**arguments).items():
             setattr(self, name, value)
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's serialized fields of the task, and the check a parked task carries (``start.parked_check``)."""
+        return super().get_serialized_fields() | {PARKED_FIELD}  # type: ignore[misc]
 
     def persist_values(self) -> dict[str, Any]:
         """The rendered arguments smartsensor's sensor class stores."""

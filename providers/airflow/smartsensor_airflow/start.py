@@ -38,6 +38,7 @@ from smartsensor_airflow._compat import (
     airflow_conf,
     airflow_version,
     can_start_from_trigger,
+    serialize_value,
     template_environment,
 )
 from smartsensor_airflow.checks import CHECK_FIELDS, check_of
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 START_CLASSPATH = "smartsensor_airflow.triggers.SmartSensorStartTrigger"
 DEFAULT_POOL = "default_pool"  # Airflow's own, on 2.10 and 3.x
 DEFAULT_PARK_POOL = "smartsensor_parked"
+# The serialized task's field that carries a parked task's check for the attendant (``parked_check``).
+PARKED_FIELD = "smartsensor_parked"
 # The template variables the 2.10 trigger can give a check's templates: what it reads from the run's row.
 CONTEXT_2_10 = frozenset(
     {
@@ -157,6 +160,18 @@ def parked_start_args(task: Any) -> StartTriggerArgs | None:
     return start_trigger_args(task, parked=True) if park_pool(task) is not None else None
 
 
+def parked_check(task: Any) -> str | None:
+    """What a parked task carries for the attendant in its serialized DAG (``PARKED_FIELD``): its start arguments
+    (``parked_start_args``) as Airflow's serializer encodes them, in a JSON string, which every Airflow version keeps
+    and reads back as it is; None when its tries do not park. Not in ``start_trigger_args``: Airflow 2.10's scheduler
+    builds a try's whole template context for every task that has them (``DagRun.schedule_tis``: three queries for
+    the previous runs a try), ~1 s for 300 tries on the scheduler's loop."""
+    args = parked_start_args(task)
+    if args is None:
+        return None
+    return json.dumps(serialize_value(args.trigger_kwargs))
+
+
 def start_trigger_args(task: Any, parked: bool = False) -> StartTriggerArgs | None:
     """What Airflow starts ``task`` with in the triggerer, or None when the task takes the ``execute`` path.
     ``parked``: what a parked try's attendant reads from the serialized DAG (the same arguments, with the task's
@@ -240,7 +255,7 @@ class StartsInTriggerer:
     """``start_from_trigger`` and ``start_trigger_args`` of a smartsensor task, computed from the task when Airflow
     reads them (``start_trigger_args``); a value set on the task wins. Read on the class (as a mapped task copies
     them), Airflow's defaults: a mapped task takes the ``execute`` path. A task that parks (``parked_start_args``)
-    does not start from the trigger, and its start arguments carry its check for the parking attendant."""
+    has neither: its check travels in ``PARKED_FIELD`` (``ParkedCheck``)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -250,14 +265,28 @@ class StartsInTriggerer:
             return None if self.name == "start_trigger_args" else False
         if self.name in task.__dict__:
             return task.__dict__[self.name]
-        parked = parked_start_args(task)
-        if parked is not None:
-            return parked if self.name == "start_trigger_args" else False
+        if parked_start_args(task) is not None:
+            return None if self.name == "start_trigger_args" else False
         args = start_trigger_args(task)
         return args if self.name == "start_trigger_args" else args is not None
 
     def __set__(self, task: Any, value: Any) -> None:
         task.__dict__[self.name] = value
+
+
+class ParkedCheck:
+    """A smartsensor task's ``PARKED_FIELD`` (``parked_check``), computed when Airflow serializes the task; a value
+    set on the task wins."""
+
+    def __get__(self, task: Any, owner: type | None = None) -> Any:
+        if task is None:
+            return None
+        if PARKED_FIELD in task.__dict__:
+            return task.__dict__[PARKED_FIELD]
+        return parked_check(task)
+
+    def __set__(self, task: Any, value: Any) -> None:
+        task.__dict__[PARKED_FIELD] = value
 
 
 class ParkingPool:

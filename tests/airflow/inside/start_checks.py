@@ -16,7 +16,7 @@ from airflow import DAG
 from smartsensor_airflow import policy, sensors
 from smartsensor_airflow._compat import hive_sensor_class
 from smartsensor_airflow.parked_checks import rendered_check, serialized_tasks, start_kwargs
-from smartsensor_airflow.start import check_fields, template_problem
+from smartsensor_airflow.start import PARKED_FIELD, check_fields, template_problem
 from smartsensor_airflow.template_rules import TemplateRules
 from smartsensor_airflow.trigger_context import release_run_objects, render_fields, row_context
 
@@ -187,10 +187,31 @@ if int(airflow.__version__.split(".")[0]) >= 3:
     out["dag_released"] = dag_ref() is None
     out["ids_kept"] = [runtime_ti.dag_id, runtime_ti.task_id, runtime_ti.run_id, runtime_ti.try_number]
 
-# A parked try's check (parked_checks): read from the DAG's serialized JSON, rendered with the run's row, the same as
-# the start trigger's; a task on the execute path carries none.
-dag_json = json.loads(json.dumps(Serializer.to_dict(dag), default=str))
-entries = serialized_tasks(dag_json)
+# A parked try's check (parked_checks): carried in its serialized task (start.PARKED_FIELD), read from the DAG's JSON,
+# rendered with the run's row, the same as the start trigger's; a task on the execute path carries none. The scheduler
+# sees a parked task with no start arguments (2.10 builds a try's template context for a task that has them).
+with DAG("parks", start_date=datetime(2026, 1, 1), schedule=None) as parks_dag:
+    NAMED(task_id="plain", partition_names=["db.t/ds={{ ds }}"], timeout=600, poke_interval=30, smartsensor_park=True)
+    NAMED(task_id="macro", partition_names=["db.t/ds={{ macros.ds_add(ds, -1) }}"], smartsensor_park=True)
+    NAMED(
+        task_id="opted_out", partition_names=["db.t/ds=1"], smartsensor_start_from_trigger=False, smartsensor_park=True
+    )
+    sensors.HivePartitionSensor(
+        task_id="unreadable", table="t", schema="db", partition="ds > '1'", smartsensor_park=True
+    )
+parks_json = json.loads(json.dumps(Serializer.to_dict(parks_dag), default=str))
+entries = serialized_tasks(parks_json)
+parks_back = Serializer.from_dict(parks_json)
+out["parked_serialized"] = {
+    task_id: {
+        "carries_check": PARKED_FIELD in entry,
+        "start_trigger_args": entry.get("start_trigger_args"),
+        "scheduler_start_args": parks_back.get_task(task_id).start_trigger_args,
+        "scheduler_starts": bool(parks_back.get_task(task_id).start_from_trigger),
+        "scheduler_pool": parks_back.get_task(task_id).pool,
+    }
+    for task_id, entry in entries.items()
+}
 row = ("manual__2026-11-22", datetime(2026, 11, 22, tzinfo=timezone.utc), None, None, None)
 out["parked"] = {}
 for task_id in ("plain", "macro", "opted_out", "unreadable"):
@@ -205,4 +226,7 @@ for task_id in ("plain", "macro", "opted_out", "unreadable"):
     }
 no_date = row_context("asset_triggered__1", None, None, None, None, None)
 out["parked_no_logical_date"] = outcome(lambda: rendered_check(start_kwargs(entries["plain"]) or {}, no_date))
+# A parked task serialized by a provider older than PARKED_FIELD carried its check in its start arguments.
+started_entry = serialized_tasks(json.loads(json.dumps(Serializer.to_dict(dag), default=str)))["plain"]
+out["older_parked_entry"] = start_kwargs(started_entry) == start_kwargs(entries["plain"])
 print(json.dumps(out, default=str))
