@@ -99,9 +99,7 @@ AIRFLOWS_IMPORTS = (
 )
 
 
-def dag_file(
-    teams: int | range, sensors: int, option: str = "drop-in", db: str = DB, prefix: str = "team_"
-) -> str:
+def dag_file(teams: int | range, sensors: int, option: str = "drop-in", db: str = DB, prefix: str = "team_") -> str:
     """The DAG file of ``teams`` DAGs (``team_0``… with ``prefix`` ``team_``; a range: those numbers) with
     ``sensors`` sensor tasks each on Hive database ``db``, ending as ``option``. Airflow's own sensors ("airflow
     reschedule") are tagged ``smartsensor:off``: a deployment with the cluster policy on leaves them Airflow's."""
