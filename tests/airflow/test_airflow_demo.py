@@ -6,8 +6,8 @@ and with Airflow's own Hive sensors routed by the cluster policy (--policy); --a
 landings published to Airflow and DAGs scheduled on them (PartitionedAssetTimetable). Either way the sensors' tries
 park (the demo's default; --no-park starts them in the triggerer), and the parking attendant ends them. The whole run
 is made once, with --policy --assets: it is the one that adds something to the stack (the policy, the swapped
-imports, the publisher and its consumers). The default mode's DAG files are loaded in Airflow here, beside their swapped form; the
-drop-ins they import run in a real Airflow in test_production_like.py."""
+imports, the publisher and its consumers). The default mode's DAG files are loaded in Airflow here, beside their
+swapped form; the drop-ins they import run in a real Airflow in test_production_like.py."""
 
 from __future__ import annotations
 
