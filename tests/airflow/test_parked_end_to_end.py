@@ -28,7 +28,26 @@ pytestmark = pytest.mark.slow
 
 POOL = "smartsensor_parked"
 SENSORS = 10
-DAG_IDS = ["parked_0", "parked_1", "parked_timeouts", "parked_valve", "parked_rules", "parked_dagrun_timeout"]
+DAG_IDS = [
+    "parked_0",
+    "parked_1",
+    "parked_timeouts",
+    "parked_valve",
+    "parked_rules",
+    "parked_dagrun_timeout",
+    "parked_deleted",
+]
+# A DAG of its own file, deleted while its try is parked (the file stays: Airflow parses it again, with no run).
+DELETED_DAG_FILE = """
+from datetime import datetime
+
+from airflow import DAG
+
+from smartsensor_airflow.sensors import NamedHivePartitionSensor
+
+with DAG("parked_deleted", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    NamedHivePartitionSensor(task_id="doomed", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=30)
+"""
 DAG_FILE = """
 from datetime import datetime, timedelta
 
@@ -101,7 +120,7 @@ def deployment(
         service,
         db,
         TABLES,
-        {"parked.py": source},
+        {"parked.py": source, "parked_deleted.py": DELETED_DAG_FILE.replace("@DB@", db)},
         DAG_IDS,
         airflow_env={
             "AIRFLOW__SMARTSENSOR__PARK": "True",
@@ -345,3 +364,46 @@ def test_a_cleared_try_parks_again_and_a_paused_dags_tries_still_end(deployment:
     stack.wait("its try ended by Airflow", lambda: tries(deployment, timed_out)["never"][0] == "skipped", timeout=120)
     assert "never" not in notes_of(deployment, timed_out)  # the attendant never ended it
     assert worker_tries(deployment, [run_id, paused, timed_out]) == 0
+
+
+def test_a_dag_deleted_while_its_tries_are_parked(deployment: Deployment) -> None:
+    """A DAG deleted while its try is parked (``airflow dags delete``: its runs and tries go with it): the landing's
+    answer for that try ends nothing (no row is written back), the attendant goes on, and another DAG's parked try
+    of the same day ends."""
+    stack = deployment.stack
+    day = "2026-11-28"
+    (doomed,) = stack.trigger_many(["parked_deleted"], day)
+    (kept,) = stack.trigger_many(["parked_rules"], day)
+    stack.wait(
+        "both DAGs' first sensors parked and registered",
+        lambda: (
+            registered_at(deployment, doomed, "doomed") is not None
+            and registered_at(deployment, kept, "first") is not None
+        ),
+        timeout=300,
+        step=0.5,
+    )
+    run_airflow(stack.venv, ["dags", "delete", "-y", "parked_deleted"], stack.env)
+    assert stack.rows("SELECT count(*) FROM task_instance WHERE run_id = :r", r=doomed)[0][0] == 0
+    deployment.landing.land(day, tables=("events",))  # answers both at once: the deleted try's too
+    stack.wait(
+        "the other DAG's parked try ended",
+        lambda: tries(deployment, kept)["first"][0] == "success",
+        timeout=300,
+        step=0.5,
+    )
+    with deployment.engine.connect() as conn:  # the service ended its registration: the answer was there to end
+        answered = conn.execute(
+            text(
+                "SELECT count(*) FROM external_task e JOIN task_instance t ON t.dag_id = e.dag_id "
+                "AND t.task_id = e.ti_task_id AND t.execution_date = e.ti_execution_date "
+                "WHERE e.run_id = :r AND t.state = 'success'"
+            ),
+            {"r": doomed},
+        ).scalar_one()
+    assert answered == 1
+    assert stack.rows("SELECT count(*) FROM task_instance WHERE run_id = :r", r=doomed)[0][0] == 0
+    assert stack.rows("SELECT count(*) FROM dag_run WHERE run_id = :r", r=doomed)[0][0] == 0
+    stack.processes.check_alive()  # the attendant among them
+    log = (stack.processes.logs / "attendant.log").read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
