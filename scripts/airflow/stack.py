@@ -272,15 +272,14 @@ class AirflowStack:
             components["webserver"] = [airflow, "webserver", "--port", str(self.port), "--hostname", "127.0.0.1"]
         return components
 
-    def start_attendant(self, timeout: float = 120) -> None:
-        """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55), as
+    def start_attendant(self, timeout: float = 120, **env: str) -> None:
+        """Start the parking attendant beside the scheduler, with Airflow's environment (issue 55) and ``env``, as
         ``attendant`` in ``processes``, and wait until it watches the parking pool (it imports Airflow first:
         seconds)."""
         log = self.processes.logs / "attendant.log"
         seen = log.read_text(errors="replace").count(ATTENDANT_READY) if log.exists() else 0
-        self.processes.start(
-            "attendant", [str(self.venv / "bin" / "python"), "-m", "smartsensor_airflow.attendant"], self.env
-        )
+        command = [str(self.venv / "bin" / "python"), "-m", "smartsensor_airflow.attendant"]
+        self.processes.start("attendant", command, {**self.env, **env})
         self.wait(
             "the parking attendant watching its pool",
             lambda: log.exists() and log.read_text(errors="replace").count(ATTENDANT_READY) > seen,

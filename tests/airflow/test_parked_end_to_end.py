@@ -10,12 +10,13 @@ way, checking on their own."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, make_url, text
 
 from scripts.airflow.stack import run_airflow, version_of
 from smartsensor.config import Config
@@ -416,3 +417,71 @@ def left_of(deployment: Deployment, run_id: str) -> tuple[int, int]:
         for table in ("dag_run", "task_instance")
     ]
     return int(rows[0][0][0]), int(rows[1][0][0])
+
+
+# What the attendant reads and writes in Airflow's database (docs/airflow.md, "What the attendant reads and
+# writes"), as PostgreSQL grants: its row locks (SELECT … FOR UPDATE) need an UPDATE privilege, a column's is enough.
+ATTENDANT_GRANTS = (
+    "GRANT SELECT ON task_instance, dag_run, serialized_dag, slot_pool, task_instance_note TO {role}",
+    "GRANT UPDATE (state, start_date, end_date, duration, updated_at) ON task_instance TO {role}",
+    "GRANT INSERT, UPDATE ON task_instance_note TO {role}",
+    "GRANT INSERT, UPDATE (slots) ON slot_pool TO {role}",
+    "GRANT USAGE ON SEQUENCE slot_pool_id_seq TO {role}",
+)
+
+
+def test_the_attendant_needs_no_more_than_it_reads_and_writes(deployment: Deployment) -> None:
+    """The attendant under a database role granted only ATTENDANT_GRANTS (the deployment's own stopped meanwhile):
+    it ends a try whose partition is there, a timeout and an unrenderable check with their notes, a soft_fail, and
+    opens and closes the pool for the safety valve."""
+    stack = deployment.stack
+    role, password = f"attendant_{secrets.token_hex(4)}", secrets.token_urlsafe(12)
+    owner = create_engine(stack.db_url, isolation_level="AUTOCOMMIT")
+    try:
+        with owner.connect() as conn:
+            conn.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'"))
+            for grant in ATTENDANT_GRANTS:
+                conn.execute(text(grant.format(role=role)))
+        restricted = make_url(stack.db_url).set(username=role, password=password)
+        stack.processes.stop(names=["attendant"])
+        stack.start_attendant(AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=restricted.render_as_string(hide_password=False))
+        try:
+            day = "2026-11-19"  # a past day: Airflow starts no run whose logical date is in the future
+            deployment.landing.land(day)
+            (run_id,) = stack.trigger_many(["parked_0"], day)
+            # Days of their own: on 2.x, runs of one logical date share their run_id.
+            (timeouts,) = stack.trigger_many(["parked_timeouts"], "2026-11-18")
+            wait_all(deployment, [run_id], {"success"}, f"parked_0 of {day} ended by the restricted attendant")
+            stack.wait(
+                "the timeouts ended by the restricted attendant",
+                lambda: set(states(deployment, [timeouts]).values()) == {"failed", "skipped"},
+                timeout=300,
+            )
+            notes = notes_of(deployment, timeouts)
+            assert "timed out" in notes["times_out"] and "UndefinedError" in notes["undefined"], notes
+            deployment.stop_serve()
+            try:
+                deployment.landing.metastore.land(TABLES[0], "2026-11-17")
+                (valve,) = stack.trigger_many(["parked_valve"], "2026-11-17")
+                stack.wait(
+                    "the valve's try checked on its own (the restricted attendant opened the pool)",
+                    lambda: states(deployment, [valve]) == {("parked_valve", "valve"): "success"},
+                    timeout=600,
+                )
+            finally:
+                deployment.start_serve()
+            stack.wait(
+                "the restricted attendant closed the pool again",
+                lambda: stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0] == 0,
+                timeout=120,
+            )
+            log = (stack.processes.logs / "attendant.log").read_text(errors="replace")
+            assert "permission denied" not in log.lower(), log[-3000:]
+        finally:
+            stack.processes.stop(names=["attendant"])
+            stack.start_attendant()
+    finally:
+        with owner.connect() as conn:
+            conn.execute(text(f"DROP OWNED BY {role}"))
+            conn.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        owner.dispose()
