@@ -5,11 +5,12 @@
 # them: ${SMARTSENSOR_CACHE:-~/.cache/smartsensor}/airflow-<version>. First build ~20-120 s per version
 # (pip cache warm or cold); afterwards only a changed provider is re-installed (~3 s). Each venv also gets the
 # drivers for an Airflow database on PostgreSQL, as production runs it (psycopg2; asyncpg for 3.x's api-server),
-# and statsd, for the scale test's scheduler loop times (Airflow's own metrics).
+# and statsd, for the scale test's scheduler loop times (Airflow's own metrics); and hypothesis, for the stateful
+# model of parked tries that runs inside Airflow (tests/airflow/inside/parking_model.py).
 
 AIRFLOW_VERSIONS="${SMARTSENSOR_AIRFLOW_VERSIONS:-2.10.5 3.3.2}"
 AIRFLOW_CACHE="${SMARTSENSOR_CACHE:-$HOME/.cache/smartsensor}"
-AIRFLOW_DRIVERS="psycopg2-binary>=2.9,<3 asyncpg>=0.29,<1 statsd>=4,<5"
+AIRFLOW_DRIVERS="psycopg2-binary>=2.9,<3 asyncpg>=0.29,<1 statsd>=4,<5 hypothesis>=6.100,<7"
 # Airflow's own Hive sensors, for the cluster policy's tests (DAG files that import them unchanged) and the
 # safety valve (a sensor that checks through the Hive hook when the service is out of reach). pip picks the
 # newest release that the pinned Airflow admits.
@@ -37,7 +38,7 @@ ensure_airflow_venvs() {
     fi
     if [ "$(cat "$venv/.drivers-installed" 2>/dev/null)" != "$AIRFLOW_DRIVERS" ]; then
       "$venv/bin/python" -m pip install -q $AIRFLOW_DRIVERS 2>&1 | grep -v '^WARNING: Location' >&2 || true
-      "$venv/bin/python" -c "import psycopg2, asyncpg, statsd" || { log "installing $AIRFLOW_DRIVERS into $venv failed"; exit 1; }
+      "$venv/bin/python" -c "import psycopg2, asyncpg, statsd, hypothesis" || { log "installing $AIRFLOW_DRIVERS into $venv failed"; exit 1; }
       echo "$AIRFLOW_DRIVERS" > "$venv/.drivers-installed"
     fi
     if [ "$(cat "$venv/.providers-installed" 2>/dev/null)" != "$AIRFLOW_PROVIDERS" ]; then

@@ -1,7 +1,8 @@
 """Parked tries in a real Airflow (issue 55): the scheduler parks a sensor of a pool with 0 slots (``scheduled``, no
 worker, no trigger, its run not failed by the deadlock check), and the provider's ``end_parked``, run in an
 Airflow process, ends exactly the tries that are still parked: never one a user changed, another try of the task,
-a task of another pool, nor the same try twice.
+a task of another pool, nor the same try twice; a stateful model (hypothesis, inside Airflow) drives ``end_parked``
+through every interleaving of attendants (one ending a batch again, two at once), users and the scheduler.
 
 Airflow: scheduler and triggerer (3.x: dag-processor and api-server; 2.x: its webserver, for the REST API the user
 acts through), LocalExecutor, its database on the suite's PostgreSQL. No smartsensor service runs: what is
@@ -9,6 +10,8 @@ tested is Airflow's side of parking."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,7 +20,7 @@ import pytest
 from scripts.airflow.stack import AirflowStack, Processes, run_airflow, version_of
 from scripts.bench.parking import end_in_airflow
 from tests.support.airflow_databases import AirflowDatabases
-from tests.support.airflow_helpers import airflow_venvs
+from tests.support.airflow_helpers import INSIDE, airflow_venvs
 from tests.support.common import wait_until
 from tests.support.pg import drop_pg_database
 
@@ -150,3 +153,32 @@ def test_only_a_try_still_parked_is_ended_and_only_once(stack: AirflowStack) -> 
     assert stack.rows("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r", d=DAG_ID, r=run_id) == [
         ("running",)
     ]
+
+
+def test_end_parked_through_every_interleaving(stack: AirflowStack) -> None:
+    """The stateful model of ``end_parked`` (tests/airflow/inside/parking_model.py: hypothesis drives attendants,
+    a second and concurrent attendant, users and the scheduler through every interleaving) on a run's parked
+    tries, with Airflow's scheduler stopped meanwhile (it would schedule a cleared try itself)."""
+    run_id = stack.trigger(DAG_ID, "2026-11-21")
+    tasks = {**{task: POOL for task in SENSORS}, "other": OTHER}
+    wait_until(
+        lambda: all(parked_tries(stack, run_id).get(t, (None, 0))[0] == "scheduled" for t in tasks),
+        timeout=180,
+        step=0.5,
+    )
+    stack.processes.stop(names=["airflow-scheduler"])
+    try:
+        proc = subprocess.run(
+            [str(stack.venv / "bin" / "python"), str(INSIDE / "parking_model.py")],
+            input=json.dumps({"pool": POOL, "dag_id": DAG_ID, "run_id": run_id, "tasks": tasks, "examples": 40}),
+            env=stack.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        counts = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"\nAirflow {stack.version}: the parking model ran {counts}")
+        assert counts["examples"] >= 40 and counts["applied"] > 0 and counts["concurrent"] > 0, counts
+    finally:
+        stack.start("scheduler")
