@@ -42,3 +42,11 @@ def process_rss(pid: int) -> int:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds this machine has spent busy since boot, over all its cores (/proc/stat: user, nice, system, irq,
+    softirq, steal)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / TICKS

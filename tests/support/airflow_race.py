@@ -153,6 +153,7 @@ class Outcome:
     registered: list[float] = field(default_factory=list)  # that start → smartsensor registered the try
     scheduled: list[float] = field(default_factory=list)  # that start → Airflow scheduled the try (3.x: parked there)
     worker_tries: int = 0  # tries of these tasks that ran a task process on a worker (AirflowStack.worker_tries)
+    elsewhere: float = 0.0  # cores the machine spent outside the deployment meanwhile (airflow_scale.BusyElsewhere)
 
     @property
     def tasks(self) -> int:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from scripts.airflow.usage import group_usage, machine_busy_seconds
 from tests.support.airflow_race import CASES, Outcome, p
 
 SAMPLE = 0.25  # seconds between samples of the running sensor tasks
@@ -100,6 +102,28 @@ class SlotSampler:
                 dags=self.dag_ids,
             )
             self.slot_seconds += int(rows[0][0]) * SAMPLE
+
+
+class BusyElsewhere:
+    """The machine's CPU spent outside the process groups ``pgids`` over a ``with`` block, in cores on average:
+    other tests, other jobs on a shared machine (and the shared PostgreSQL)."""
+
+    def __init__(self, pgids: list[int]) -> None:
+        self.pgids = pgids
+        self.cores = 0.0
+
+    def ours(self) -> float:
+        return sum(group_usage(pgid).cpu_seconds for pgid in self.pgids)
+
+    def __enter__(self) -> BusyElsewhere:
+        self._start = (time.monotonic(), machine_busy_seconds(), self.ours())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        at, machine, ours = self._start
+        wall = time.monotonic() - at
+        spent = (machine_busy_seconds() - machine) - (self.ours() - ours)
+        self.cores = max(0.0, spent / wall) if wall > 0 else 0.0
 
 
 @dataclass
