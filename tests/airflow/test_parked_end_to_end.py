@@ -149,6 +149,11 @@ def pools(deployment: Deployment, run_ids: list[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
+def pool_slots(deployment: Deployment) -> int:
+    """The parking pool's slots (0 while closed; the valve opens it)."""
+    return int(deployment.stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0])
+
+
 def worker_tries(deployment: Deployment, run_ids: list[str]) -> int:
     rows = deployment.stack.rows(
         "SELECT dag_id, run_id, task_id FROM task_instance WHERE run_id IN :runs", expanding=["runs"], runs=run_ids
@@ -233,15 +238,10 @@ def test_with_the_service_out_of_reach_the_pool_opens_and_the_tries_run_as_today
             timeout=600,
         )
         assert worker_tries(deployment, [run_id]) == 1
-        slots = stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0]
-        assert slots > 0
+        assert pool_slots(deployment) > 0
     finally:
         deployment.start_serve()
-    stack.wait(
-        "the parking pool closed again",
-        lambda: stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0] == 0,
-        timeout=120,
-    )
+    stack.wait("the parking pool closed again", lambda: pool_slots(deployment) == 0, timeout=120)
 
 
 def tries(deployment: Deployment, run_id: str) -> dict[str, tuple[str | None, int]]:
@@ -471,9 +471,7 @@ def test_the_attendant_needs_no_more_than_it_reads_and_writes(deployment: Deploy
             finally:
                 deployment.start_serve()
             stack.wait(
-                "the restricted attendant closed the pool again",
-                lambda: stack.rows("SELECT slots FROM slot_pool WHERE pool = :p", p=POOL)[0][0] == 0,
-                timeout=120,
+                "the restricted attendant closed the pool again", lambda: pool_slots(deployment) == 0, timeout=120
             )
             log = (stack.processes.logs / "attendant.log").read_text(errors="replace")
             assert "permission denied" not in log.lower(), log[-3000:]
