@@ -1,23 +1,27 @@
 """Validation, canonical form and escaping of Hive table names and partition specs.
 
 Values are never pasted into SQL raw: identifiers must match ``[A-Za-z0-9_]+`` and values are
-quoted as Spark SQL string literals by ``sql_string_literal``. Hive escapes special characters in
-partition names (``:`` → ``%3A``); ``escape_partition_value``/``unescape_partition_value`` mirror it
-so listings are compared value for value.
+quoted as Spark SQL string literals by ``sql_string_literal``. Partition names themselves (``k=v/…`` with Hive's
+escaping) are read and written by the one grammar, ``smartsensor.hive_filter.names``; this module says which of them
+smartsensor checks.
 """
 
 from __future__ import annotations
 
 import re
 
-from smartsensor.hive_filter import UnsupportedPartitionFilter, is_filter_text, parse_partition_filter, split_table
+from smartsensor.hive_filter import (
+    UnsupportedPartitionFilter,
+    is_filter_text,
+    names,
+    parse_partition_filter,
+    split_table,
+)
+from smartsensor.hive_filter.names import PartitionNameError, TableName, parse_spec, split_partition_name
 from smartsensor.sensors.errors import SensorDefinitionError
 
 IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
-# Characters Hive/Spark escape in partition path names (ExternalCatalogUtils.escapePathName).
-_ESCAPED = set("\"#%'*/:=?\\{[]^") | {chr(c) for c in range(0x01, 0x20)} | {"\x7f"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_PERCENT_HEX = re.compile(r"%([0-9A-Fa-f]{2})")
 MAX_VALUE_LENGTH = 1000
 
 
@@ -58,27 +62,18 @@ def parse_table(field: str, name: object) -> tuple[str, str]:
     return validate_identifier(field, "database", db), validate_identifier(field, "table", table)
 
 
-def escape_partition_value(value: str) -> str:
-    """Escape a value the way Hive writes it in partition names."""
-    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in value)
-
-
-def unescape_partition_value(text: str) -> str:
-    """Undo Hive's escaping of a value in a partition name."""
-    return _PERCENT_HEX.sub(lambda m: chr(int(m.group(1), 16)), text)
-
-
 def parse_spec_path(field: str, text: str) -> dict[str, str]:
     """``k=v/k2=v2`` (values escaped as in Hive partition names) → {key: raw value}."""
+    try:
+        parts = parse_spec(text)
+    except PartitionNameError as exc:
+        raise SensorDefinitionError(f"field {field!r}: {exc}") from None
     spec: dict[str, str] = {}
-    for part in text.split("/"):
-        if "=" not in part:
-            raise SensorDefinitionError(f"field {field!r}: partition spec part {part!r} is not of the form key=value")
-        key, escaped = part.split("=", 1)
-        key = validate_identifier(field, "partition key", key)
+    for column, value in parts:
+        key = validate_identifier(field, "partition key", column)
         if key in spec:
             raise SensorDefinitionError(f"field {field!r}: partition key {key!r} given twice in {text!r}")
-        spec[key] = validate_value(field, key, unescape_partition_value(escaped))
+        spec[key] = validate_value(field, key, value)
     return spec
 
 
@@ -108,11 +103,12 @@ def canonical_spec(field: str, spec: object) -> dict[str, str]:
 
 def parse_partition_name(field: str, name: object) -> tuple[str, str, dict[str, str]]:
     """``db.table/k=v/...`` → (db, table, spec). A name without ``db.`` means database ``default``."""
-    if not isinstance(name, str) or "/" not in name:
-        raise SensorDefinitionError(
-            f"field {field!r}: partition name {name!r} must look like 'db.table/key=value[/key=value...]'"
-        )
-    table_part, spec_part = name.split("/", 1)
+    if not isinstance(name, str):
+        raise SensorDefinitionError(f"field {field!r}: partition name {name!r} must be a string 'db.table/key=value'")
+    try:
+        table_part, spec_part = split_partition_name(name)
+    except PartitionNameError as exc:
+        raise SensorDefinitionError(f"field {field!r}: {exc}") from None
     db, table = parse_table(field, table_part)
     if not spec_part:
         raise SensorDefinitionError(f"field {field!r}: partition name {name!r} has no key=value spec")
@@ -121,7 +117,7 @@ def parse_partition_name(field: str, name: object) -> tuple[str, str, dict[str, 
 
 def format_partition_name(db: str, table: str, spec: dict[str, str]) -> str:
     """Canonical ``db.table/k=v/...`` with escaped values."""
-    return f"{db}.{table}/" + "/".join(f"{k}={escape_partition_value(v)}" for k, v in spec.items())
+    return names.format_partition_name(TableName(db, table), spec)
 
 
 def sql_string_literal(value: str) -> str:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from smartsensor.domain.hashing import check_hashcode, shardcode_for
+from smartsensor.hive_filter.names import PartitionNameError, parse_spec
 
 # An outbox row's states. ``baseline``: present when its table was first watched, never published (unless
 # ``[landings] publish_existing``); ``pending``: to publish (now, or after its backoff); ``sending``: claimed by one
@@ -70,15 +71,10 @@ def partition_key(name: str) -> str:
     A one-column date key suits ``IdentityMapper`` and the temporal mappers (``input_format="%Y-%m-%d"``); several
     columns suit ``ProductMapper`` (one mapper per column, its default delimiter ``|``). The column names are in
     the event's ``extra`` (``partition``: the Hive name as stored), not in the key."""
-    from smartsensor.sensors.partitions import unescape_partition_value
-
-    values = []
-    for part in name.split("/"):
-        column, sep, value = part.partition("=")
-        if not sep or not column:
-            raise ValueError(f"not a Hive partition name: {name!r}")
-        values.append(unescape_partition_value(value))
-    return KEY_DELIMITER.join(values)
+    try:
+        return KEY_DELIMITER.join(value for _, value in parse_spec(name))
+    except PartitionNameError:
+        raise ValueError(f"not a Hive partition name: {name!r}") from None
 
 
 def key_problem(key: str) -> str | None:

@@ -22,12 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from smartsensor.hive_filter import UnsupportedPartitionFilter, filter_text, parse_partition_filter, split_table
+from smartsensor.hive_filter.names import PartitionNameError, format_spec, split_partition_name
 from smartsensor.sensors.errors import SensorDefinitionError
-from smartsensor.sensors.partitions import (
-    escape_partition_value,
-    parse_partition_name,
-    parse_spec_path,
-)
+from smartsensor.sensors.partitions import parse_partition_name, parse_spec_path
 
 NAMED, FILTER, METASTORE = "NamedHivePartitionSensor", "HivePartitionSensor", "MetastorePartitionSensor"
 
@@ -89,14 +86,15 @@ def _named(name: str) -> Partition | None:
         db, table, spec = parse_partition_name("partition_names", name.strip())
     except SensorDefinitionError:
         return _named_as_airflow(name)
-    return Partition(db, table, _format(spec), True)
+    return Partition(db, table, format_spec(spec), True)
 
 
 def _named_as_airflow(name: str) -> Partition | None:
     """A name smartsensor would refuse (odd characters), split as the Hive provider's parse_partition_name does."""
-    if "/" not in name:
+    try:
+        table_part, spec = split_partition_name(name)
+    except PartitionNameError:
         return None
-    table_part, spec = name.split("/", 1)
     db, table = _table(table_part, None)
     return None if db is None or table is None else Partition(db, table, spec, True)
 
@@ -115,15 +113,11 @@ def _filter_spec(expression: str) -> tuple[str, bool]:
         spec = parse_partition_filter(expression)
     except UnsupportedPartitionFilter:
         return filter_text(expression), False
-    return (_format(dict(sorted(spec.items()))) if spec else ""), False
+    return (format_spec(dict(sorted(spec.items()))) if spec else ""), False
 
 
 def _canonical_path(name: str) -> str:
     try:
-        return _format(dict(sorted(parse_spec_path("partition_name", name.strip()).items())))
+        return format_spec(dict(sorted(parse_spec_path("partition_name", name.strip()).items())))
     except SensorDefinitionError:
         return name.strip()
-
-
-def _format(spec: dict[str, str]) -> str:
-    return "/".join(f"{k}={escape_partition_value(v)}" for k, v in spec.items())

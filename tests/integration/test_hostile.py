@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.hive_filter.names import escape
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
 from smartsensor.sensors.checks import PartitionCheck
-from smartsensor.sensors.partitions import escape_partition_value
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db
 from tests.support.hive_helpers import create_table, land
@@ -61,9 +61,7 @@ def test_generated_values_match_literally_in_the_metastore(spark: Any, hive_db: 
     partial = PartitionCheck(hive_db, "h", (("ds", value),), exact=False)
     answers = c.check_all([exact, other, partial])
     assert answers[exact] is True and answers[other] is False and answers[partial] is True
-    named = NamedHivePartitionSensor(
-        task_id="n", partition_names=[f"{hive_db}.h/ds={escape_partition_value(value)}/hr=00"]
-    )
+    named = NamedHivePartitionSensor(task_id="n", partition_names=[f"{hive_db}.h/ds={escape(value)}/hr=00"])
     assert named.poke({"checker": c})
 
 

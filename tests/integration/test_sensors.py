@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from smartsensor.adapters.catalog.batch import BatchChecker, parse_listing_row
 from smartsensor.adapters.catalog.catalog_errors import classify_error
+from smartsensor.hive_filter.names import escape, unescape
 from smartsensor.sensors import (
     HivePartitionSensor,
     NamedHivePartitionSensor,
@@ -18,7 +19,6 @@ from smartsensor.sensors import (
     SensorDefinitionError,
     SuccessFileSensor,
 )
-from smartsensor.sensors.partitions import escape_partition_value, unescape_partition_value
 from tests.support.hive_helpers import create_table, land
 
 pytestmark = pytest.mark.spark
@@ -188,9 +188,7 @@ def test_hostile_values_match_literally(spark: Any, hive_db: str) -> None:
         assert answers[exact] is True, value
         assert answers[near] is False, value
         assert poke(spark, partial), value
-        name = NamedHivePartitionSensor(
-            task_id="n", partition_names=[f"{hive_db}.t/ds={escape_partition_value(value)}/hr=00"]
-        )
+        name = NamedHivePartitionSensor(task_id="n", partition_names=[f"{hive_db}.t/ds={escape(value)}/hr=00"])
         assert poke(spark, name), value
     # nothing was executed: the other table and its partition are intact
     assert BatchChecker(spark).list_partitions(hive_db, "victim", {}) == [{"ds": "keep", "hr": "me"}]
@@ -255,6 +253,6 @@ def test_templated_fields_validate_after_rendering() -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(min_size=1, max_size=40).filter(lambda v: not any(ord(c) < 32 or ord(c) == 127 for c in v)))
 def test_escape_roundtrip(value: str) -> None:
-    assert unescape_partition_value(escape_partition_value(value)) == value
-    row = f"ds={escape_partition_value(value)}/hr={escape_partition_value(value)}"
+    assert unescape(escape(value)) == value
+    row = f"ds={escape(value)}/hr={escape(value)}"
     assert parse_listing_row(row) == {"ds": value, "hr": value}

@@ -20,21 +20,17 @@ from typing import Any, Callable, Iterable, Sequence
 from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.adapters.catalog.partition_types import narrowing_spec
 from smartsensor.adapters.catalog.spark_catalog import SparkLister
+from smartsensor.hive_filter.names import parse_spec
 from smartsensor.ports import AnsweredListing, BatchLister, ListingRequest, PartitionLister, PartitionTypeCache
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
-from smartsensor.sensors.partitions import unescape_partition_value
 
 log = logging.getLogger(__name__)
 
 
 def parse_listing_row(row: str) -> dict[str, str]:
     """``ds=2024-01-01 10%3A00/hr=a%2Fb`` → {'ds': '2024-01-01 10:00', 'hr': 'a/b'} (keys lower-cased)."""
-    out: dict[str, str] = {}
-    for part in row.split("/"):
-        key, _, value = part.partition("=")
-        out[key.lower()] = unescape_partition_value(value)
-    return out
+    return {column.lower(): value for column, value in parse_spec(row)}
 
 
 def answer_checks(

@@ -54,9 +54,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from smartsensor.hive_filter.names import format_spec
 from smartsensor.ports import AnsweredListing, ListingRequest
 from smartsensor.sensors.checks import PartitionCheck
-from smartsensor.sensors.partitions import escape_partition_value
 
 Key = tuple[str, str]
 
@@ -70,7 +70,7 @@ _UNREAD: Row = (None, "", "")  # a reissued id's partition before a statement as
 
 def partition_name(columns: Sequence[str], spec: dict[str, str]) -> str:
     """The stored name of the partition ``spec`` gives every column of (``ds=10%3A00/hr=0``)."""
-    return "/".join(f"{escape_partition_value(c)}={escape_partition_value(spec[c])}" for c in columns)
+    return format_spec(spec, columns)
 
 
 def gives_every_column(columns: Sequence[str], spec: dict[str, str]) -> bool:
@@ -82,12 +82,12 @@ def leading_prefix(columns: Sequence[str], spec: dict[str, str]) -> str:
     """A start every matching partition's name has: the leading columns ``spec`` gives, each followed by ``/``
     ("" when it does not give the first column: every partition of the table). The last column is never part of
     it, since no ``/`` follows it in a name: a spec that gives every column is listed by the columns before it."""
-    parts = []
+    leading = []
     for column in columns[:-1]:
         if column not in spec:
             break
-        parts.append(f"{escape_partition_value(column)}={escape_partition_value(spec[column])}/")
-    return "".join(parts)
+        leading.append(column)
+    return format_spec(spec, leading) + "/" if leading else ""
 
 
 def name_prefixes(name: str) -> list[str]:
