@@ -376,3 +376,32 @@ class AssetEvents(Protocol):
         that Airflow could not tell (bounded in time and pages; never raises for a failure of Airflow or of the way
         to it)."""
         ...
+
+
+class Notifications(Protocol):
+    """A process's notifications from the database, by channel (``adapters.sql.notifications.NotificationHub``):
+    hints that something changed, each read from the database again before anything acts on it."""
+
+    def subscribe(
+        self, channel: str, deliver: Callable[[list[str]], None], on_outage: Callable[[], None] | None = None
+    ) -> None:
+        """Deliver ``channel``'s payloads to ``deliver``; ``on_outage`` hears that the database is away. Before
+        ``start``."""
+        ...
+
+    def start(self, timeout: float = 30.0) -> bool:
+        """Start delivering; True once listening (every notification from then on is delivered), False when the
+        first attempt failed or ``timeout`` passed (it goes on trying)."""
+        ...
+
+
+class LandingSignals(Protocol):
+    """The landing signals pipelines send ("this partition landed"), kept an hour for whoever listens late."""
+
+    def record(self, canonical_name: str, now: datetime) -> None:
+        """Record a signal; its notification is delivered once it is stored."""
+        ...
+
+    def delete_before(self, cutoff: datetime) -> int:
+        """Drop the signals recorded before ``cutoff``; how many went."""
+        ...

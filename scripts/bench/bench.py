@@ -64,6 +64,7 @@ from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
+from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql.engine import init_db, make_engine
@@ -512,9 +513,8 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     """
     import threading
 
-    from smartsensor.service.served_ranges import LeasedRanges
+    from smartsensor.roots.worker import leased_ranges, worker_loop
     from smartsensor.service.signals import send_signal
-    from smartsensor.service.worker_loop import WorkerLoop
 
     probes = [
         NamedHivePartitionSensor(
@@ -525,10 +525,10 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     ]
     register(engine, [("latency_probe", sensor) for sensor in probes], DAY, cfg)  # as `submit` does
     rounds: list[RoundResult] = []
-    stop = threading.Event()
-    served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
+    stop = StopRequest()
+    served = leased_ranges(engine, cfg, spark_provider=lambda: spark)
     thread = threading.Thread(
-        target=WorkerLoop(served, engine, cfg, 1.0, False, rounds.append, wake_ups=True, stop_event=stop).start,
+        target=worker_loop(engine, cfg, served, 1.0, False, rounds.append, wake_ups=True, stop=stop).start,
         daemon=True,
     )
     thread.start()
@@ -560,7 +560,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
         busy = [r.seconds for r in rounds if r.loaded]
         out["round_seconds_median"] = round(statistics.median(busy), 3) if busy else None
     finally:
-        stop.set()
+        stop.request()
         thread.join(timeout=120)
     return out
 

@@ -8,7 +8,7 @@ nothing generated is ever written into ``docs/``:
 - ``on_page_markdown`` replaces a page's ``<!-- generated: config -->``, ``<!-- generated: cli -->`` and
   ``<!-- generated: http-api -->`` markers with the configuration keys (``smartsensor.config_keys.KEYS``), every
   command of the click group ``smartsensor.cli.main`` with its help and options, and every route of the app
-  ``smartsensor.api.app.create_app`` builds; and it points links to ``../ARCHITECTURE.md`` and ``../CHANGELOG.md``
+  ``smartsensor.roots.serve.create_app`` builds; and it points links to ``../ARCHITECTURE.md`` and ``../CHANGELOG.md``
   (which work when docs/ is read on GitHub) at the included pages.
 
 ``python -m scripts.docs.gen_reference OUT_DIR`` writes the three generated sections as Markdown files into OUT_DIR,
@@ -110,8 +110,8 @@ def openapi_document() -> dict[str, Any]:
     build: the JSON page and the HTTP API page both use it; read-only)."""
     from sqlalchemy import create_engine
 
-    from smartsensor.api.app import create_app
     from smartsensor.config import load_config
+    from smartsensor.roots.serve import create_app
 
     with tempfile.TemporaryDirectory() as home:
         env = {"SMARTSENSOR_HOME": home, "SMARTSENSOR__CORE__SQL_ALCHEMY_CONN": "sqlite://"}

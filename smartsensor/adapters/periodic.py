@@ -2,7 +2,7 @@
 stopped.
 
 Each process that has side jobs makes one ``PeriodicJobs``: a worker (``service.worker_loop.WorkerLoop.start``:
-the lease heartbeat, the pruning of landing signals, the stop-watch), ``serve`` (the app's lifespan: the status
+the lease heartbeat, the pruning of landing signals), ``serve`` (the app's lifespan: the status
 page's history sampler, the retention job, the ended watch's poll on SQLite) and a classic run
 (``standalone.classic.run_task``: the run's heartbeat). Every job runs with ``max_instances=1`` (a run that overruns
 its interval is never overlapped: the runs due meanwhile are skipped), coalescing (runs missed while the process

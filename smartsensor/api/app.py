@@ -4,8 +4,8 @@ bearer-token auth, and errors as one JSON line (never a traceback; see ``guard``
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,20 +15,17 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql.engine import current_revision, schema_problem
 from smartsensor.api.auth import token_route
 from smartsensor.api.errors import ERROR_MEANINGS, error_responses
 from smartsensor.api.guard import ApiGuard
 from smartsensor.api.metrics import render_metrics
-from smartsensor.api.page import history_sampler, page_router
+from smartsensor.api.page import page_router
 from smartsensor.api.request_counts import RequestCounts
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.external.ended_watch import EndedWatch
 from smartsensor.sensors.errors import first_line
-from smartsensor.service.retention import RetentionJob
-from smartsensor.service.status import collect_status
 from smartsensor.service.status_snapshot import StatusSnapshot
 
 log = logging.getLogger(__name__)
@@ -45,33 +42,24 @@ class Health(BaseModel):
     error: str | None = None
 
 
-def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
-    """The application over one engine. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
+def api_app(
+    cfg: Config,
+    engine: Engine,
+    token: str | None,
+    *,
+    watch: EndedWatch,
+    snapshot: StatusSnapshot,
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
+) -> FastAPI:
+    """The application's routes over one engine, with the parts ``roots.serve`` built: the ended watch the held
+    requests wait on, the status snapshot, and the lifespan that runs the side jobs and the hub. ``token`` None: no
+    auth (the server then listens on 127.0.0.1 only)."""
     # The OpenAPI document is served below, behind the token like every route; no docs page (Swagger UI would
     # load its script from a CDN, which an offline host cannot reach and the page's policy forbids).
-    watch = EndedWatch(engine)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        """While the server runs, on the process's one ``PeriodicJobs``: the page's history sampler, the retention
-        job (``[retention]``), and the watch that wakes long-polling requests (its poll on SQLite; a listening
-        thread on PostgreSQL)."""
-        jobs = PeriodicJobs("serve")
-        history_sampler(cfg, engine).schedule(jobs)
-        RetentionJob(engine, cfg).schedule(jobs)
-        watch.start(jobs)
-        jobs.start()
-        try:
-            yield
-        finally:
-            jobs.stop(timeout=10)  # a sample or a prune batch in flight: waited for up to 10 s, then abandoned
-            watch.stop()
-
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)
 
     requests = RequestCounts()
     app.state.requests = requests
-    snapshot = StatusSnapshot(lambda: collect_status(engine, cfg), cfg.settings.api.status_max_age)
     app.state.status_snapshot = snapshot
     app.add_middleware(ApiGuard, requests=requests, max_body=MAX_BODY_BYTES)
     app.router.route_class = token_route(token)  # every /api path but health, and /metrics, ask for the token

@@ -23,7 +23,6 @@ from sqlalchemy import Engine
 from smartsensor.api import charts
 from smartsensor.api.auth import SESSION_SECONDS, session_valid, session_value, token_matches
 from smartsensor.config import Config
-from smartsensor.service.history import HistorySampler
 from smartsensor.service.overview import collect_overview
 from smartsensor.service.status_report import StatusReport
 from smartsensor.service.status_snapshot import StatusSnapshot
@@ -41,12 +40,6 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-
-
-def history_sampler(cfg: Config, engine: Engine) -> HistorySampler:
-    """The sampler of tasks by state (``service.history``) that the page's chart reads; the app's lifespan
-    schedules it from startup to shutdown (SIGTERM)."""
-    return HistorySampler(engine, cfg.settings.api.history_interval, cfg.settings.api.history_retention)
 
 
 def page_router(cfg: Config, engine: Engine, token: str | None, snapshot: StatusSnapshot) -> APIRouter:

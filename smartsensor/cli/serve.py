@@ -17,9 +17,9 @@ def serve(app: App, host: str | None, port: int | None) -> None:
     """Serve the JSON API (/api/v1/health, /api/v1/status, /metrics) and the status page (/) until SIGTERM."""
     import uvicorn
 
-    from smartsensor.api.app import create_app
     from smartsensor.api.auth import bind_host, configured_token
     from smartsensor.api.errors import JsonErrorH11Protocol
+    from smartsensor.roots.serve import create_app
 
     token = configured_token(app.cfg)
     listen, warning = bind_host(host or app.cfg.settings.api.host, token)

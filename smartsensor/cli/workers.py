@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from smartsensor.cli.app import INTERVAL, App, UserError, global_args
-from smartsensor.config import Config
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
-    from smartsensor.service.landings import LandingPublisher
 
 EXIT_ROUND_FAILED = 1
 EXIT_NOTHING_WRITTEN = 4  # worker --once: the round lost its lease, or claimed no range at all
@@ -57,14 +51,8 @@ def worker(
     no_signals: bool,
 ) -> None:
     """Run a worker until SIGTERM: the ranges whose leases it claims (default, with failover), or a pinned range."""
-    from smartsensor.adapters.catalog.backends import answerer_factory
-    from smartsensor.adapters.sql.round_store import SqlRoundStore
+    from smartsensor.roots.worker import build_worker
     from smartsensor.sensors.base import import_sensor_modules, smart_class_names
-    from smartsensor.service.leases import new_worker_id
-    from smartsensor.service.round.range_rounds import RangeRounds
-    from smartsensor.service.round_metrics import RoundMetrics
-    from smartsensor.service.served_ranges import LeasedRanges, PinnedRange, ServedRanges
-    from smartsensor.service.worker_loop import WorkerLoop
 
     limit = app.cfg.shard_code_upper_limit
     engine = app.engine(worker=True)
@@ -73,13 +61,6 @@ def worker(
     if shard_min is not None and shard_max is not None:
         if not 0 <= shard_min < shard_max <= limit:
             raise UserError(f"shard range [{shard_min}, {shard_max}) must satisfy 0 <= min < max <= {limit}")
-        served: ServedRanges = PinnedRange(
-            RangeRounds(SqlRoundStore(engine), app.cfg, shard_min, shard_max),
-            answerer_factory(app.cfg),
-            answerer_factory(app.cfg),
-        )
-    else:
-        served = LeasedRanges(engine, app.cfg)
     failures = import_sensor_modules(app.cfg.sensor_modules)
     for module, why in failures.items():
         click.echo(
@@ -96,7 +77,6 @@ def worker(
             + (" (perhaps the module that fails to import)" if failures else ""),
             err=True,
         )
-    metrics = RoundMetrics(metrics_port) if metrics_port else None
     results = []
 
     def emit(result) -> None:  # type: ignore[no-untyped-def]
@@ -114,20 +94,16 @@ def worker(
             )
         sys.stdout.flush()
 
-    landings = None
-    if app.cfg.settings.landings.publish and not once:
-        owner = served.worker_id if isinstance(served, LeasedRanges) else new_worker_id()
-        landings = landing_publisher(engine, app.cfg, owner)
-    status = WorkerLoop(
-        served,
+    pinned = (shard_min, shard_max) if shard_min is not None and shard_max is not None else None
+    status = build_worker(
         engine,
         app.cfg,
-        interval or app.cfg.poke_interval,
-        once,
         emit,
-        metrics,
+        pinned=pinned,
+        once=once,
+        interval=interval or app.cfg.poke_interval,
+        metrics_port=metrics_port,
         wake_ups=not no_signals,
-        landings=landings,
     ).start()
     if status:
         click.echo(
@@ -226,18 +202,3 @@ def status(app: App, as_json: bool) -> None:
         return
     for line in status_lines(data, app.cfg.shard_code_upper_limit):
         click.echo(line)
-
-
-def landing_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:
-    """The publisher a worker runs with ``[landings] publish`` on: its outbox in the metadata database, Airflow's
-    REST API over httpx, the worker's catalog backend (a client of its own)."""
-    from smartsensor.adapters.airflow_assets import AirflowAssets
-    from smartsensor.adapters.catalog.backends import landing_listings
-    from smartsensor.adapters.sql.landings import SqlOutboxStore
-    from smartsensor.service.landings import LandingPublisher, airflow_password
-
-    settings = cfg.settings.landings
-    events = AirflowAssets(
-        settings.airflow_url, settings.airflow_username, airflow_password(cfg), settings.request_timeout
-    )
-    return LandingPublisher(SqlOutboxStore(engine), cfg, events, landing_listings(cfg), owner)

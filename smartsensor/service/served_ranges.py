@@ -5,13 +5,10 @@ The names are in ARCHITECTURE.md ("Names")."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
-from smartsensor.adapters.catalog.backends import answerer_factory
-from smartsensor.adapters.sql.lease_store import SqlLeaseStore
-from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import Config
-from smartsensor.ports import CheckAnswerer
+from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
@@ -43,17 +40,23 @@ class ServedRanges(Protocol):
 
 
 class LeasedRanges:
-    """The ranges whose leases this process holds, one ``RangeRounds`` (under the lease's fence) per lease."""
+    """The ranges whose leases this process holds, one ``RangeRounds`` (under the lease's fence) per lease, over one
+    round store; ``answerer`` makes the timer rounds' catalog answerer, ``wake_answerer`` the wake-up rounds' (a
+    client of its own). Built by ``roots.worker``."""
 
     def __init__(
-        self, engine: Any, cfg: Config, spark_provider: Callable[[], Any] | None = None, worker_id: str | None = None
+        self,
+        leases: LeaseManager,
+        store: RoundStore,
+        cfg: Config,
+        answerer: Callable[[], CheckAnswerer],
+        wake_answerer: Callable[[], CheckAnswerer],
     ) -> None:
-        self.engine = engine
         self.cfg = cfg
-        self.leases = LeaseManager(SqlLeaseStore(engine), cfg, worker_id)
-        self.store = SqlRoundStore(engine, cfg.settings.smart_sensor.write_threads)
-        self.answerer = answerer_factory(cfg, spark_provider)
-        self.wake_answerer = answerer_factory(cfg, spark_provider)  # its own metastore client: clients are not shared
+        self.leases = leases
+        self.store = store
+        self.answerer = answerer
+        self.wake_answerer = wake_answerer  # its own metastore client: clients are not shared
         self.ranges: dict[int, RangeRounds] = {}
         self._lock = threading.Lock()
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Callable, TextIO
 
+from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.process import pdeathsig_preexec, smartsensor_command
 from smartsensor.config import Config, ShardRange
 
 log = logging.getLogger(__name__)
+
+RESTART_LOOK = 0.5  # seconds between two looks for a worker that exited (a stop ends the wait at once)
 
 
 def assign_ranges(ranges: list[ShardRange], n: int) -> list[ShardRange]:
@@ -55,7 +57,7 @@ def supervise_workers(
     """
     count = n or len(cfg.resolved_shard_ranges)
     slots: list[ShardRange | None] = list(assign_ranges(cfg.resolved_shard_ranges, count)) if pinned else [None] * count
-    stopping = False
+    stop = StopRequest()
 
     def spawn(shard: ShardRange | None) -> subprocess.Popen:
         placement = ["--shard-min", str(shard.lo), "--shard-max", str(shard.hi)] if shard else []
@@ -64,23 +66,28 @@ def supervise_workers(
         # SIGTERM, stop cleanly and release their leases; a restarted supervisor starts a fresh set.
         return subprocess.Popen(cmd, preexec_fn=pdeathsig_preexec())
 
-    def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+    with stop.signals():
+        return _supervise(slots, spawn, stop, out, max_backoff)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+
+def _supervise(
+    slots: list[ShardRange | None],
+    spawn: Callable[[ShardRange | None], subprocess.Popen],
+    stop: StopRequest,
+    out: TextIO,
+    max_backoff: float,
+) -> int:
+    """Start a worker per slot, restart the ones that exit (backing off), until ``stop``; then stop them all."""
     children = [_Child(r, spawn(r), time.monotonic()) for r in slots]
     print(
         f"started {len(children)} workers: " + ", ".join(f"{c.label} pid {c.proc.pid}" for c in children),
         file=out,
         flush=True,
     )
-    while not stopping:
-        time.sleep(0.5)
+    while not stop.wait(RESTART_LOOK):
         for i, c in enumerate(children):
             code = c.proc.poll()
-            if code is None or stopping:
+            if code is None or stop.is_set():
                 continue
             backoff = min(max_backoff, 2 ** min(c.restarts, 5))
             if time.monotonic() - c.started < backoff:

@@ -1,9 +1,9 @@
 """A worker process's loop over its ``served_ranges.ServedRanges``: timer rounds, the lease heartbeat, wake-up rounds
 for landing signals and new tasks, and a clean stop on a stop request (SIGTERM/SIGINT) or a dead Spark JVM.
 
-The rounds are the main thread's plain loop; the side jobs (the lease heartbeat, the pruning of landing signals, the
-stop-watch) are the process's ``adapters.periodic.PeriodicJobs``; the wake-ups and the signal listener are threads
-that wait for notifications, not for a clock.
+The rounds are the main thread's plain loop; the side jobs (the lease heartbeat, the pruning of landing signals) are
+the process's ``adapters.periodic.PeriodicJobs``; the wake-ups and the signal listener are threads that wait for
+notifications, not for a clock. Everything ends on the process's one ``adapters.lifecycle.StopRequest``.
 
 N worker processes are started and restarted by ``service.supervisor``.
 """
@@ -11,26 +11,28 @@ N worker processes are started and restarted by ``service.supervisor``.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
-from typing import Any, Callable
+from contextlib import nullcontext
+from typing import Callable
 
+from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
+from smartsensor.adapters.sql.channels import PENDING_CHANNEL, SIGNAL_CHANNEL
 from smartsensor.config import Config
 from smartsensor.domain import clock
+from smartsensor.ports import LandingSignals, Notifications
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.round.report import RoundResult
 from smartsensor.service.round_metrics import RoundMetrics
 from smartsensor.service.served_ranges import ServedRanges
-from smartsensor.service.signals import SIGNAL_RETENTION, listen_for_signals, prune_old_signals
+from smartsensor.service.signals import SIGNAL_RETENTION, pending_shards, prune_old_signals, signalled_tables
 
 log = logging.getLogger(__name__)
 
 EXIT_SPARK_DIED = 3  # exit status of a worker whose Spark driver JVM died; `workers` restarts it
-STOP_WATCH_INTERVAL = 0.2  # seconds between two looks at the stop-request flag
 PRUNE_INTERVAL = SIGNAL_RETENTION.total_seconds() / 60  # old landing signals are pruned once a minute
 LISTENER_START_TIMEOUT = 30.0  # seconds a worker waits for its signal listener before its first rounds
 
@@ -39,13 +41,14 @@ class WakeUps:
     """The wake-up thread of a worker: landing signals and newly pending tasks, gathered while a wake-up round
     runs, each start one more at once. It never waits for a timer round; its writes are fenced like theirs."""
 
-    def __init__(self, served: ServedRanges, emit: Callable[[RoundResult], None]) -> None:
-        self.served = served
+    def __init__(self, served: ServedRanges, emit: Callable[[RoundResult], None], stopping: StopRequest) -> None:
+        self.served, self.stopping = served, stopping
         self.emit = emit
         self._lock = threading.Lock()
         self._tables: set[tuple[str, str]] = set()
         self._shards: set[int] | None = set()
         self._ready = threading.Event()
+        stopping.on_request(self._ready.set)
 
     def landed(self, tables: set[tuple[str, str]]) -> None:
         """Landing signals named these tables."""
@@ -59,11 +62,13 @@ class WakeUps:
             self._shards = None if shardcodes is None or self._shards is None else self._shards | shardcodes
         self._ready.set()
 
-    def run(self, stopping: threading.Event) -> None:
-        """Until ``stopping``: wait for a wake-up, run its round. A failure is logged; the timer rounds go on."""
-        while not stopping.is_set():
-            if not self._ready.wait(0.5):
-                continue
+    def run(self) -> None:
+        """Until the stop: wait for a wake-up (the stop is one), run its round. A failure is logged; the timer rounds
+        go on."""
+        while not self.stopping.is_set():
+            self._ready.wait()
+            if self.stopping.is_set():
+                return
             with self._lock:
                 self._ready.clear()
                 tables, shards, self._tables, self._shards = self._tables, self._shards, set(), set()
@@ -87,11 +92,12 @@ class LandingTables:
     """The watched tables landing signals named since the landing publisher's last wake-up cycle (signals on other
     tables wake nothing)."""
 
-    def __init__(self, landings: LandingPublisher) -> None:
+    def __init__(self, landings: LandingPublisher, stopping: StopRequest) -> None:
         self.landings = landings
         self._lock = threading.Lock()
         self._tables: set[tuple[str, str]] = set()
         self._ready = threading.Event()
+        stopping.on_request(self._ready.set)
 
     def landed(self, tables: set[tuple[str, str]]) -> None:
         watched = tables & self.landings.watched
@@ -100,10 +106,9 @@ class LandingTables:
                 self._tables |= watched
             self._ready.set()
 
-    def take(self, timeout: float) -> set[tuple[str, str]]:
-        """The tables named since the last take, waiting up to ``timeout`` seconds for one (possibly none)."""
-        if not self._ready.wait(timeout):
-            return set()
+    def take(self) -> set[tuple[str, str]]:
+        """The tables named since the last take, waiting for one (none: the stop woke it)."""
+        self._ready.wait()
         with self._lock:
             self._ready.clear()
             tables, self._tables = self._tables, set()
@@ -114,14 +119,16 @@ class WorkerLoop:
     """Rounds every ``interval`` seconds until a stop is requested (or one round with ``once``).
 
     ``start`` runs the loop and returns its exit status; ``tick`` is one timer round; ``keep_leases`` one lease
-    heartbeat; ``prune_signals`` drops old landing signals; ``stop`` ends the loop after the round under way. The
+    heartbeat; ``prune_signals`` drops old landing signals; ``stop`` ends the loop after the round under way, as a
+    stop request (SIGTERM/SIGINT, or ``stop_request.request()`` from any thread) does. The
     loop is a plain wait between rounds, no scheduler: a round that overruns its interval is followed by the next
     at once, never overlapped, and a stop ends the wait at once. The side jobs run on the process's
     ``PeriodicJobs`` (``side_jobs``): leases kept every ``heartbeat_interval``, during a round too (a round longer
-    than lease_timeout keeps them), landing signals pruned once a minute, and the stop-watch. A landing signal, or
+    than lease_timeout keeps them), landing signals pruned once a minute. A landing signal, or
     new pending tasks (PostgreSQL), run a wake-up round at once in their own thread (``WakeUps``;
-    ``wake_ups=False``: none): neither waits for a timer round. ``once`` is one pass of the same loop, without the
-    wake-ups and the stop-watch.
+    ``notifications`` None: none): neither waits for a timer round. ``once`` is one pass of the same loop, without the
+    wake-ups and the signal handlers. Its parts (the served ranges, the stores, the hub, the publisher) are built
+    by the worker's composition root, ``roots.worker``.
 
     The exit status is 0 after a requested stop, or EXIT_SPARK_DIED when the Spark driver JVM died: the worker
     then stops cleanly (leases released at once) so that its supervisor restarts it with a new JVM, instead of
@@ -131,27 +138,25 @@ class WorkerLoop:
     def __init__(
         self,
         served: ServedRanges,
-        engine: Any,
         cfg: Config,
         interval: float,
         once: bool,
         emit: Callable[[RoundResult], None],
+        *,
+        signals: LandingSignals,
         metrics: RoundMetrics | None = None,
-        wake_ups: bool = True,
-        stop_event: threading.Event | None = None,
+        notifications: Notifications | None = None,
+        stop_request: StopRequest | None = None,
         jvm_exit_code: Callable[[], int | None] = spark_jvm_exit_code,
         landings: LandingPublisher | None = None,
     ) -> None:
-        self.served, self.engine, self.cfg, self.interval, self.once = served, engine, cfg, interval, once
-        self.emit, self.metrics, self.wake_ups, self.jvm_exit_code = emit, metrics, wake_ups, jvm_exit_code
-        self.landings = landings
+        self.served, self.cfg, self.interval, self.once = served, cfg, interval, once
+        self.emit, self.metrics, self.jvm_exit_code = emit, metrics, jvm_exit_code
+        self.signals, self.notifications, self.landings = signals, notifications, landings
         self._landings_lock = threading.Lock()
         self.status = 0
-        # A stop request (SIGTERM/SIGINT) only raises this flag, which no lock of the main thread guards (a handler
-        # runs in the main thread between two bytecodes: setting an Event the main thread waits on could deadlock on
-        # that Event's own lock); the stop-watch job turns it into ``stop``.
-        self.stop_requested = stop_event or threading.Event()
-        self.stopping = threading.Event()  # the loop is ending: no next round; the helper threads end with it
+        # The process's one stop: the loop ends after the round under way; the helper threads end with it.
+        self.stopping = stop_request or StopRequest()
         self._wake_ups: WakeUps | None = None
 
     def keep_leases(self) -> None:
@@ -166,20 +171,18 @@ class WorkerLoop:
         """Drop the landing signals past their retention. A failure (a DB outage) is logged; the next run
         (a minute later) prunes them."""
         try:
-            prune_old_signals(self.engine, clock.now())
+            prune_old_signals(self.signals, clock.now())
         except Exception as exc:  # noqa: BLE001 - a DB outage: pruned at the next run
             log.warning("pruning landing signals failed: %s", first_line(exc))
 
     def side_jobs(self, jobs: PeriodicJobs) -> None:
         """Add this worker's side jobs to ``jobs``: the lease heartbeat every ``heartbeat_interval`` (the first one
         is ``start``'s own), the pruning of landing signals once a minute (the first at once) and, unless ``once``,
-        the stop-watch and, with a landing publisher, its cycle every ``[landings] interval``
+        with a landing publisher, its cycle every ``[landings] interval``
         (``change_record_interval`` when it follows the metastore's change record; the first at once; a landing
         signal on a watched table runs one at once too, ``_publish_on_signals``)."""
         jobs.every("leases", self.cfg.settings.smart_sensor.heartbeat_interval, self.keep_leases)
         jobs.every("prune-signals", PRUNE_INTERVAL, self.prune_signals, at_once=True)
-        if not self.once:
-            jobs.every("stop-watch", STOP_WATCH_INTERVAL, self._watch_stop_requests)
         if self.landings is not None and not self.once:
             jobs.every("landings", self.landings.interval, self.publish_landings, at_once=True)
 
@@ -194,7 +197,7 @@ class WorkerLoop:
         """The landing publisher's wake-up thread: a cycle at once over the watched tables that landing signals
         named, until the loop stops."""
         while not self.stopping.is_set():
-            named = tables.take(0.5)
+            named = tables.take()
             if not named or self.stopping.is_set():
                 continue
             try:
@@ -215,23 +218,22 @@ class WorkerLoop:
         if any(r.transient_errors or r.error for r in results) and self._spark_died() and not self.once:
             self.stop()  # with --once the round is over anyway; the status alone reports it
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "the worker is stopping") -> None:
         """End the loop after the round under way (idempotent)."""
-        self.stopping.set()
+        self.stopping.request(reason)
 
     def start(self) -> int:
         """Run until stopped (one round with ``once``); returns the exit status."""
         jobs = PeriodicJobs("worker")  # the process's one scheduler of side jobs; stopped below, before the leases go
         self.side_jobs(jobs)
         # Handlers before the first lease claim: a SIGTERM right after it must still release the leases.
-        if not self.once and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_stop_request)
-            signal.signal(signal.SIGINT, self._on_stop_request)
+        with self.stopping.signals() if not self.once else nullcontext(self.stopping):
+            return self._run(jobs)
+
+    def _run(self, jobs: PeriodicJobs) -> int:
         try:
-            self.keep_leases()
-            if not self.once:
-                self._watch_stop_requests()  # a stop requested during the first claim: no round
-            if self.wake_ups and not self.once:
+            self.keep_leases()  # a stop requested during the first claim: no round (the loop looks first)
+            if self.notifications is not None and not self.once:
                 self._start_wake_ups()  # listening before the first landings cycle lists: no landing in between
             jobs.start()
             while not self.stopping.is_set():
@@ -241,7 +243,7 @@ class WorkerLoop:
                     break
                 self.stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
         finally:
-            self.stopping.set()
+            self.stopping.request("the worker loop ended")
             jobs.stop()  # waits for a heartbeat in flight: none may renew a lease after they are released
             self.served.stop(keep_rounds=self.once)
         return self.status
@@ -258,13 +260,12 @@ class WorkerLoop:
 
     def _start_wake_ups(self) -> None:
         """The wake-up threads and the signal listener; returns once the listener is open (a signal sent after this
-        is heard), or failed its first attempt, or LISTENER_START_TIMEOUT passed."""
-        listening = threading.Event()
-        wake_ups = self._wake_ups = WakeUps(self.served, self.emit)
-        threading.Thread(target=wake_ups.run, args=(self.stopping,), name="wake-ups", daemon=True).start()
+        is heard), or failed its first attempt, or LISTENER_START_TIMEOUT passed. They end with the stop."""
+        wake_ups = self._wake_ups = WakeUps(self.served, self.emit, self.stopping)
+        threading.Thread(target=wake_ups.run, name="wake-ups", daemon=True).start()
         on_signal = wake_ups.landed
         if self.landings is not None:
-            published = LandingTables(self.landings)
+            published = LandingTables(self.landings, self.stopping)
             threading.Thread(
                 target=self._publish_on_signals, args=(published,), name="landings-wake-ups", daemon=True
             ).start()
@@ -273,20 +274,17 @@ class WorkerLoop:
                 wake_ups.landed(tables)
                 published.landed(tables)
 
-        threading.Thread(
-            target=listen_for_signals,
-            args=(
-                self.engine,
-                self.cfg.settings.smart_sensor.signal_poll_interval,
-                on_signal,
-                self.stopping,
-                wake_ups.pending,
-                listening,
-            ),
-            name="landing-signals",
-            daemon=True,
-        ).start()
-        listening.wait(LISTENER_START_TIMEOUT)
+        hub = self.notifications
+        assert hub is not None
+
+        def landed(names: list[str]) -> None:
+            tables = signalled_tables(names)
+            if tables:
+                on_signal(tables)
+
+        hub.subscribe(SIGNAL_CHANNEL, landed)
+        hub.subscribe(PENDING_CHANNEL, lambda payloads: wake_ups.pending(pending_shards(payloads)))
+        hub.start(LISTENER_START_TIMEOUT)
 
     def _spark_died(self) -> bool:
         code = self.jvm_exit_code()
@@ -299,12 +297,3 @@ class WorkerLoop:
         )
         self.status = EXIT_SPARK_DIED
         return True
-
-    def _on_stop_request(self, signum: int, _frame: object) -> None:
-        self.stop_requested.set()
-
-    def _watch_stop_requests(self) -> None:
-        """The stop-watch job: a stop request raised since the last look becomes ``stop``."""
-        if self.stop_requested.is_set() and not self.stopping.is_set():
-            log.info("stop requested: stopping after the current round")
-            self.stop()

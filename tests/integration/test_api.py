@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from smartsensor.adapters.sql.engine import make_engine
-from smartsensor.api.app import create_app
+from smartsensor.roots.serve import create_app
 from smartsensor.service.status import collect_status
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named, new_db

@@ -32,8 +32,8 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.core.transport import Response
 from sqlalchemy import create_engine
 
-from smartsensor.api.app import create_app
 from smartsensor.api.tasks import MAX_WAIT
+from smartsensor.roots.serve import create_app
 from tests.support.common import make_cfg
 
 pytestmark = pytest.mark.slow

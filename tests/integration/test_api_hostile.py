@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from smartsensor.api.app import create_app
+from smartsensor.roots.serve import create_app
 
 TOKEN = "h0stile"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -13,7 +13,6 @@ from fastapi.testclient import TestClient
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
-from smartsensor.api.app import create_app
 from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
@@ -26,6 +25,7 @@ from smartsensor.external.registration import (
     register_externals,
 )
 from smartsensor.external.states import REASONS, Asked, external_states
+from smartsensor.roots.serve import create_app
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import DictCatalog

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.roots.worker import leased_ranges, worker_loop
 from smartsensor.sensors import NamedHivePartitionSensor
-from smartsensor.service.served_ranges import LeasedRanges
 from smartsensor.service.signals import send_signal
-from smartsensor.service.worker_loop import WorkerLoop
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db, wait_until
 from tests.support.flag_workload import LEASE
@@ -27,12 +27,12 @@ class _LoopInThread:
     """A leased worker loop in a thread of this process (the session's SparkSession)."""
 
     def __init__(self, engine: Any, cfg: Any, spark: Any, signals: bool, interval: float) -> None:
-        self.stop = threading.Event()
+        self.stop = StopRequest()
         self.results: list[Any] = []
-        self.served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
+        self.served = leased_ranges(engine, cfg, spark_provider=lambda: spark)
         self.thread = threading.Thread(
-            target=WorkerLoop(
-                self.served, engine, cfg, interval, False, self.results.append, wake_ups=signals, stop_event=self.stop
+            target=worker_loop(
+                engine, cfg, self.served, interval, False, self.results.append, wake_ups=signals, stop=self.stop
             ).start,
             daemon=True,
         )
@@ -42,7 +42,7 @@ class _LoopInThread:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
+        self.stop.request()
         self.thread.join(timeout=60)
 
 

@@ -13,8 +13,8 @@ import httpx
 from fastapi.testclient import TestClient
 
 from smartsensor.adapters.sql import tasks as task_sql
-from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
+from smartsensor.roots.serve import create_app
 from smartsensor_airflow.client import Endpoint, register_try_async
 from tests.support.common import end_waiting, wait_until
 

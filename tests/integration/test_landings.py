@@ -796,9 +796,8 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
     import threading
 
     from smartsensor.adapters.periodic import PeriodicJobs
-    from smartsensor.service.served_ranges import LeasedRanges
+    from smartsensor.roots.worker import leased_ranges, worker_loop
     from smartsensor.service.signals import send_signal
-    from smartsensor.service.worker_loop import WorkerLoop
     from tests.support.common import wait_until
 
     cfg = make_cfg(tmp_path, db_url, landings__asset_uri_prefix=PREFIX, landings__interval="3600")
@@ -806,10 +805,10 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
     init_db(engine)
     airflow = AirflowDouble()
     catalog: dict[str, list[str]] = {"db.a": ["ds=0"], "db.b": []}
-    served = LeasedRanges(engine, cfg)
+    served = leased_ranges(engine, cfg)
     landings = publisher(engine, cfg, airflow, catalog, served.worker_id, clock.now)
     assert served.held_ranges() == [] and landings.cycle(served.held_ranges()).watched == 0
-    loop = WorkerLoop(served, engine, cfg, 60.0, False, lambda _result: None, landings=landings)
+    loop = worker_loop(engine, cfg, served, 60.0, False, lambda _result: None, landings=landings)
     jobs = PeriodicJobs("test")
     loop.side_jobs(jobs)
     assert jobs.jobs()["landings"] == 3600

@@ -12,10 +12,10 @@ from sqlalchemy import text
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
-from smartsensor.api.app import create_app
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.external.registration import register_external
+from smartsensor.roots.serve import create_app
 from tests.support.common import end_waiting, make_cfg, wait_until
 
 TOKEN = "lp"

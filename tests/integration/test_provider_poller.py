@@ -14,9 +14,9 @@ from sqlalchemy import text
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
-from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import timeout_error
+from smartsensor.roots.serve import create_app
 from smartsensor_airflow.client import ApiError, Endpoint, is_timeout, outcome
 from smartsensor_airflow.poller import ServiceUnreachable, shared_poller
 from tests.support.common import end_waiting

@@ -170,16 +170,19 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
     """issue 22, defect 6: the listener's connection dying (a PostgreSQL restart) gave an ERROR traceback from
     the pool, which was handed the dead connection back; now one WARNING, and the listener carries on."""
     import logging
-    import threading
 
-    from smartsensor.service.signals import listen_for_signals, send_signal
+    from smartsensor.adapters.lifecycle import StopRequest
+    from smartsensor.adapters.sql.channels import SIGNAL_CHANNEL
+    from smartsensor.adapters.sql.notifications import NotificationHub
+    from smartsensor.service.signals import send_signal, signalled_tables
     from tests.support.common import wait_until
 
     woken: list[set[tuple[str, str]]] = []
-    stopping = threading.Event()
+    stopping = StopRequest()
     caplog.set_level(logging.WARNING)
-    thread = threading.Thread(target=listen_for_signals, args=(engine, 0.2, woken.append, stopping), daemon=True)
-    thread.start()
+    hub = NotificationHub(engine, stopping, 0.2, name="signal listener")
+    hub.subscribe(SIGNAL_CHANNEL, lambda names: woken.append(signalled_tables(names)))
+    hub.start()
     try:
         wait_until(lambda: len(_listener_pids(engine)) == 1, timeout=30)
         [first] = _listener_pids(engine)
@@ -189,9 +192,9 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
         send_signal(engine, "demo.events/ds=2026-11-22")
         wait_until(lambda: {("demo", "events")} in woken, timeout=30)
     finally:
-        stopping.set()
-        thread.join(30)
-    assert not thread.is_alive()
+        stopping.request()
+        hub.close(timeout=30)
+    assert not hub.running
     loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert not loud, [(r.name, r.getMessage()) for r in loud]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

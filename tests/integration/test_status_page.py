@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from smartsensor.adapters.sql import history as history_sql, leases as lease_sql
-from smartsensor.api.app import create_app
+from smartsensor.roots.serve import create_app
 from smartsensor.service.history import sample_once
 from smartsensor.service.status import collect_status
 from smartsensor.standalone.registration import register

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from smartsensor.adapters.sql.engine import statement_count
-from smartsensor.api.app import create_app
 from smartsensor.domain.states import State
+from smartsensor.roots.serve import create_app
 from smartsensor.schema.models import TaskInstance
 from smartsensor.service.status import collect_status, status_lines
 from smartsensor.standalone.registration import register

@@ -330,11 +330,11 @@ def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock
 
 
 def test_leased_worker_lists_each_table_once_for_all_its_ranges(engine, cfg, spark, hive_db, clock) -> None:
-    from smartsensor.service.served_ranges import LeasedRanges
+    from smartsensor.roots.worker import leased_ranges
 
     create_table(spark, hive_db, "t")
     register(engine, [(f"d{i}", named("w", f"{hive_db}.t/ds={i}/hr=00")) for i in range(40)], DAY, cfg)
-    served = LeasedRanges(engine, cfg, spark_provider=lambda: spark)
+    served = leased_ranges(engine, cfg, spark_provider=lambda: spark)
     served.follow_leases()
     assert len(served.ranges) == 5  # alone: it holds every range
     [result] = served.timer_rounds()

@@ -7,10 +7,12 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import signals as signal_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.ports import CheckAnswerer
+from smartsensor.roots.worker import worker_loop
 from smartsensor.service.round.range_rounds import RangeRounds
 from smartsensor.service.round.report import RoundResult
 from smartsensor.service.served_ranges import PinnedRange
@@ -25,7 +27,7 @@ def _no_catalog() -> CheckAnswerer:
 
 def pinned_loop(engine: Any, cfg: Any) -> WorkerLoop:
     served = PinnedRange(RangeRounds(SqlRoundStore(engine), cfg, 0, cfg.shard_code_upper_limit), _no_catalog)
-    return WorkerLoop(served, engine, cfg, 60.0, False, lambda _result: None)
+    return worker_loop(engine, cfg, served, 60.0, False, lambda _result: None)
 
 
 def signal_names(engine: Any) -> list[str]:
@@ -50,8 +52,7 @@ def test_the_side_jobs_keep_leases_every_heartbeat_and_prune_once_a_minute(engin
     assert jobs.jobs() == {
         "leases": cfg.settings.smart_sensor.heartbeat_interval,
         "prune-signals": SIGNAL_RETENTION.total_seconds() / 60,
-        "stop-watch": 0.2,
-    }
+    }  # no stop-watch: a stop request ends the loop's waits itself
     with engine.begin() as conn:
         signal_sql.insert_signal(conn, "db.t/ds=old", datetime.now(timezone.utc) - 2 * SIGNAL_RETENTION)
     with jobs:  # the first pruning runs at once
@@ -63,7 +64,7 @@ def test_a_failed_prune_is_logged_and_retried_at_the_next_run(engine, cfg, caplo
     loop = pinned_loop(engine, cfg)
     with engine.begin() as conn:
         signal_sql.insert_signal(conn, "db.t/ds=old", datetime.now(timezone.utc) - 2 * SIGNAL_RETENTION)
-    broken = WorkerLoop(loop.served, _BrokenEngine(), cfg, 60.0, False, lambda _result: None)
+    broken = worker_loop(_BrokenEngine(), cfg, loop.served, 60.0, False, lambda _result: None, wake_ups=False)  # type: ignore[arg-type]  # a stand-in for a dead engine
     broken.prune_signals()
     assert "pruning landing signals failed" in caplog.text
     assert signal_names(engine) == ["db.t/ds=old"]  # nothing pruned: the next run tries again
@@ -92,9 +93,9 @@ class Rounds:
 def test_a_round_that_leaves_a_check_due_again_is_followed_by_a_wake_up_round_at_once() -> None:
     """``RoundResult.due_again`` (a check ended while tasks joined it): one more wake-up round at once, over every
     range, and no more once a round leaves nothing due."""
-    rounds, stopping = Rounds(), threading.Event()
-    wake_ups = WakeUps(rounds, lambda _result: None)  # type: ignore[arg-type]  # only wake_rounds is used
-    thread = threading.Thread(target=wake_ups.run, args=(stopping,), daemon=True)
+    rounds, stopping = Rounds(), StopRequest()
+    wake_ups = WakeUps(rounds, lambda _result: None, stopping)  # type: ignore[arg-type]  # only wake_rounds is used
+    thread = threading.Thread(target=wake_ups.run, daemon=True)
     thread.start()
     try:
         wake_ups.pending({3})
@@ -103,5 +104,6 @@ def test_a_round_that_leaves_a_check_due_again_is_followed_by_a_wake_up_round_at
         time.sleep(0.6)  # past the wake-up thread's own wait: nothing more comes
         assert len(rounds.wake_ups) == 2
     finally:
-        stopping.set()
+        stopping.request()
         thread.join(timeout=10)
+    assert not thread.is_alive()  # the stop woke the thread waiting for a wake-up

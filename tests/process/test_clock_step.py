@@ -89,7 +89,7 @@ def test_a_worker_keeps_its_heartbeat_and_stops_on_sigterm_when_its_wall_clock_s
                 return len(seen) >= 3
 
             wait_until(beats_again, timeout=20)
-        worker.proc.send_signal(signal.SIGTERM)  # after a step back: the stop-watch still turns it into a stop
+        worker.proc.send_signal(signal.SIGTERM)  # after a step back: the stop request still ends the loop's wait
         worker.proc.wait(timeout=20)
         assert worker.proc.returncode == 0, "\n".join(worker.stderr_lines)
     finally:

@@ -30,12 +30,13 @@ SEAMS = {
     "smartsensor.standalone.registration",
     "smartsensor.service.round.range_rounds",
     "smartsensor.service.round.report",
-    "smartsensor.service.served_ranges",
-    "smartsensor.service.worker_loop",
     "smartsensor.service.signals",
     "smartsensor.service.status",
-    # the CLI itself, as a process
+    # a worker process's composition root (its served ranges and loop, built as `worker` builds them)
+    "smartsensor.roots.worker",
+    # the CLI itself, as a process, and a process's one stop
     "smartsensor.adapters.process",
+    "smartsensor.adapters.lifecycle",
     # the adapters the entry points wire behind the ports (the round store, the catalog backends), and the
     # processes and engines they start (the metadata DB, Spark, the metastore service)
     "smartsensor.adapters.sql.engine",

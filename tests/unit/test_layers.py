@@ -40,8 +40,8 @@ DOOR_PACKAGES = ("smartsensor.standalone", "smartsensor.external")
 
 
 def layer_of(module: str) -> int:
-    if module.startswith(("smartsensor.cli", "smartsensor.api")):
-        return ENTRY
+    if module.startswith(("smartsensor.cli", "smartsensor.api", "smartsensor.roots")):
+        return ENTRY  # the commands, the HTTP API, and the composition roots they call
     if door_of(module):
         return DOORS
     if module.startswith("smartsensor.service"):

@@ -102,10 +102,11 @@ class PgListener:
             for name in channels:
                 cur.execute(f"LISTEN {name}")
 
-    def receive(self, timeout: float) -> list[tuple[str, str]]:
-        """(channel, payload) of the notifications that arrived within ``timeout`` seconds (possibly none)."""
-        ready, _, _ = select.select([self._pg], [], [], timeout)
-        if not ready:
+    def receive(self, timeout: float, also: Iterable[Any] = ()) -> list[tuple[str, str]]:
+        """(channel, payload) of the notifications that arrived within ``timeout`` seconds (possibly none); the wait
+        also ends, with none, when one of ``also`` (sockets) is readable."""
+        ready, _, _ = select.select([self._pg, *also], [], [], timeout)
+        if self._pg not in ready:
             return []
         self._pg.poll()
         notes = [(n.channel, n.payload) for n in self._pg.notifies]

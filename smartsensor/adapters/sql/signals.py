@@ -60,3 +60,18 @@ def read_signals_after(engine: Engine, after_id: int) -> list[tuple[int, str]]:
     """``signals_after`` on a connection of its own (1 statement)."""
     with engine.connect() as conn:
         return signals_after(conn, after_id)
+
+
+class SqlLandingSignals:
+    """``ports.LandingSignals`` on the ``partition_signal`` table (and PostgreSQL's NOTIFY)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def record(self, canonical_name: str, now: datetime) -> None:
+        """``record_signal``."""
+        record_signal(self.engine, canonical_name, now)
+
+    def delete_before(self, cutoff: datetime) -> int:
+        """``delete_signals_before``."""
+        return delete_signals_before(self.engine, cutoff)

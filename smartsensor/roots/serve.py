@@ -1,0 +1,60 @@
+"""The ``smartsensor serve`` process's parts, built in one place: the application (``api.app.api_app``) with its
+status snapshot, the ended watch its held requests wait on, and its lifespan: the process's one ``PeriodicJobs``
+(the page's history sampler, the retention job) and one ``NotificationHub`` (the ended tasks' channel), stopped by
+its ``StopRequest`` when the server shuts down."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from smartsensor.adapters.lifecycle import StopRequest
+from smartsensor.adapters.periodic import PeriodicJobs
+from smartsensor.adapters.sql.notifications import NotificationHub
+from smartsensor.api.app import api_app
+from smartsensor.config import Config
+from smartsensor.external.ended_watch import EndedWatch
+from smartsensor.service.history import HistorySampler
+from smartsensor.service.retention import RetentionJob
+from smartsensor.service.status import collect_status
+from smartsensor.service.status_snapshot import StatusSnapshot
+
+ENDED_POLL_INTERVAL = 0.2  # SQLite: seconds between two reads of its data version (long-polls wake within it)
+ENDED_WATCH = "ended-task watch"  # serve's hub: its log lines start with this
+
+
+def history_sampler(cfg: Config, engine: Engine) -> HistorySampler:
+    """The sampler of tasks by state (``service.history``) that the page's chart reads; the app's lifespan
+    schedules it from startup to shutdown (SIGTERM)."""
+    return HistorySampler(engine, cfg.settings.api.history_interval, cfg.settings.api.history_retention)
+
+
+def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
+    """The application over one engine, with everything it runs while it serves. ``token`` None: no auth."""
+    watch = EndedWatch()
+    snapshot = StatusSnapshot(lambda: collect_status(engine, cfg), cfg.settings.api.status_max_age)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        """While the server runs, on the process's one ``PeriodicJobs``: the page's history sampler and the
+        retention job (``[retention]``); on its one ``NotificationHub``, the watch that wakes long-polling requests
+        (the ended tasks' channel on PostgreSQL, SQLite's data version polled)."""
+        stop = StopRequest()
+        hub = NotificationHub(engine, stop, ENDED_POLL_INTERVAL, name=ENDED_WATCH)
+        jobs = PeriodicJobs("serve")
+        history_sampler(cfg, engine).schedule(jobs)
+        RetentionJob(engine, cfg).schedule(jobs)
+        watch.start(hub)
+        hub.start()
+        jobs.start()
+        try:
+            yield
+        finally:
+            stop.request("serve is stopping")
+            jobs.stop(timeout=10)  # a sample or a prune batch in flight: waited for up to 10 s, then abandoned
+            hub.close()
+
+    return api_app(cfg, engine, token, watch=watch, snapshot=snapshot, lifespan=lifespan)
