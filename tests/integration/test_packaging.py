@@ -20,6 +20,7 @@ def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> N
     assert any(n.startswith("smartsensor/schema/migrations/versions/0001_") for n in names)
     assert "smartsensor/sensors/hive.py" in names and "smartsensor/cli/__init__.py" in names
     assert "smartsensor/hive_filter/__init__.py" in names  # the provider's grammar, shipped by both distributions
+    assert "smartsensor/wire/__init__.py" in names  # the shapes that cross HTTP, the provider's too
     # one namespace: nothing installs as a top-level `sensors` or `schema` that could clash with another distribution
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"smartsensor"}, top_level
