@@ -9,14 +9,15 @@ source "$HERE/env.sh"
 ensure_venv  # the pinned ruff and mypy come with the test extra
 cd "$ROOT"
 
-# mypy has no package_dir: sensors/, schema/ and the provider's hive_filter/ install as smartsensor.sensors,
-# smartsensor.schema and smartsensor.hive_filter, so they are
+# mypy has no package_dir: sensors/, schema/ and the provider's hive_filter/ and wire/ install as smartsensor.sensors,
+# smartsensor.schema, smartsensor.hive_filter and smartsensor.wire, so they are
 # linked where mypy_path finds them under those names (build/ is ignored by git).
 view=build/typecheck/smartsensor
 mkdir -p "$view"
 ln -sfn ../../../sensors "$view/sensors"
 ln -sfn ../../../schema "$view/schema"
 ln -sfn ../../../providers/airflow/smartsensor_airflow/hive_filter "$view/hive_filter"
+ln -sfn ../../../providers/airflow/smartsensor_airflow/wire "$view/wire"
 
 status=0
 log "ruff check"

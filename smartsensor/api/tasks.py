@@ -3,6 +3,10 @@
 The request models are the schema's truth: what they accept is what the service takes (ids as `submit` takes
 them, integers that are not booleans, a logical date as an RFC 3339 string within the calendar in UTC, a class
 name from ``[smart_sensor] sensors_enabled``), so a request the schema allows is not refused later for its form.
+The shapes themselves, and the name of every field that crosses, are ``smartsensor.wire``'s (the provider's own
+``smartsensor_airflow.wire``): the models here add the schema's constraints and convert through them (``Key.wire``;
+the answers are ``wire.Registered``, ``wire.Refused`` and ``wire.try_state_json`` as JSON), and a unit test holds
+each model's fields to its shape's.
 """
 
 import asyncio
@@ -40,6 +44,12 @@ from smartsensor.external.registration import (
 from smartsensor.external.states import Asked, TerminalAnswers, end_reason, external_states, still_waiting
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
+from smartsensor.wire import (
+    Refused as WireRefused,
+    Registered as WireRegistered,
+    TaskInstanceRef as WireTaskInstance,
+    TryKey,
+)
 
 MAX_KEYS = 10_000  # keys per states request: one triggerer's deferred tasks, with room to spare
 MAX_BATCH = 1000  # tries per registration request: one scheduler loop's new parked tries, in a few requests
@@ -104,7 +114,12 @@ class Key(BaseModel):
     instance: Instance = Field(default="", description=INSTANCE_HELP)
 
     def external(self) -> ExternalKey:
+        """The service's key of the task (``ExternalKey``: without the try)."""
         return ExternalKey(self.dag_id, self.task_id, self.run_id, self.map_index, self.instance)
+
+    def wire(self) -> TryKey:
+        """The key as it crosses HTTP (``smartsensor.wire.TryKey``)."""
+        return TryKey(self.dag_id, self.task_id, self.run_id, self.map_index, self.try_number, self.instance)
 
 
 class AskedKey(Key):
@@ -159,7 +174,7 @@ class TaskInstanceRef(BaseModel):
 
 
 class Registered(BaseModel):
-    """The answer of ``POST /tasks`` (a documented answer: not validated)."""
+    """The answer of ``POST /tasks`` (``wire.Registered``), its route's response model."""
 
     key: Key
     state: str
@@ -239,17 +254,24 @@ def register_one(
 
 
 def registered_answer(key: Key, done: ExternalRegistered, state: str, error: str | None) -> dict[str, Any]:
-    """The ``Registered`` answer for a try registered as ``done``, in ``state`` with ``error`` when answered."""
+    """The ``Registered`` answer for a try registered as ``done``, in ``state`` with ``error`` when answered, as
+    JSON (``wire.Registered``)."""
     ti_dag, ti_task, ti_date = done.task_instance
-    return {
-        "key": key.model_dump(),
-        "state": state,
-        "error": error,
-        "reason": end_reason(state, error),
-        "hashcode": done.hashcode,
-        "created": done.created,
-        "task_instance": {"dag_id": ti_dag, "task_id": ti_task, "execution_date": iso(ti_date)},
-    }
+    answer = WireRegistered(
+        key.wire(),
+        state,
+        error,
+        end_reason(state, error),
+        done.hashcode,
+        done.created,
+        WireTaskInstance(ti_dag, ti_task, iso(ti_date)),
+    )
+    return answer.to_json()
+
+
+def refused_answer(key: Key, refusal: Exception) -> dict[str, Any]:
+    """The ``Refused`` answer for a try a batch did not register, as JSON (``wire.Refused``)."""
+    return WireRefused(key.wire(), refusal_status(refusal), str(refusal)).to_json()
 
 
 def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: type[APIRoute], prefix: str) -> APIRouter:
@@ -279,11 +301,8 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
 
     @router.post(
         "/tasks",
-        response_model=None,
-        responses={
-            **error_responses(400, 401, 409, 413, 422, 503),
-            200: {"model": Registered, "description": "The try"},
-        },
+        response_model=Registered,
+        responses={**error_responses(400, 401, 409, 413, 422, 503), 200: {"description": "The try"}},
     )
     async def register(
         body: Register, wait: float = Query(0, ge=0, le=MAX_WAIT, description=REGISTER_WAIT_HELP)
@@ -307,12 +326,12 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
         tries=(list[Register], Field(max_length=MAX_BATCH)),
     )
 
+    # The two routes below answer with a Response of their own (the JSON as json.dumps writes it, as they always
+    # have): their response models are declared for the schema, and FastAPI does not serialize through them.
     @router.post(
         "/tasks/batch",
-        responses={
-            **error_responses(400, 401, 413, 422, 503),
-            200: {"model": RegisteredMany, "description": "One answer per try, in order"},
-        },
+        response_model=RegisteredMany,
+        responses={**error_responses(400, 401, 413, 422, 503), 200: {"description": "One answer per try, in order"}},
     )
     async def register_many(body: RegisterMany) -> Response:
         """Register many tries in one request, each as ``POST /tasks`` registers one (without ``wait``): one
@@ -338,17 +357,15 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
                         ended.forget(done.key, done.try_number)
                     answers.append(registered_answer(one.key, done, done.state, done.error))
                 else:
-                    answers.append({"key": one.key.model_dump(), "status": refusal_status(done), "detail": str(done)})
+                    answers.append(refused_answer(one.key, done))
             return answers
 
         return Response(json.dumps({"tries": await run_in_threadpool(all_of_them)}), media_type="application/json")
 
     @router.post(
         "/tasks/states",
-        responses={
-            **error_responses(400, 401, 413, 422, 503),
-            200: {"model": StatesAnswer, "description": "The states"},
-        },
+        response_model=StatesAnswer,
+        responses={**error_responses(400, 401, 413, 422, 503), 200: {"description": "The states"}},
     )
     async def states(
         body: States, request: Request, wait: float = Query(0, ge=0, le=MAX_WAIT, description=WAIT_HELP)

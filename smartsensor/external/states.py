@@ -14,6 +14,7 @@ from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.rows import ExternalState
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import is_timeout_error
+from smartsensor.wire import try_state_json
 
 SUPERSEDED = "superseded"  # a states answer: the key has moved on to a newer try than the one asked about
 # The error of a try registered again with another check: on the task instance it superseded, and on the states
@@ -119,7 +120,7 @@ def end_reason(state: str, error: str | None) -> str | None:
 
 
 def _answer(asked: Asked, row: ExternalState | None) -> dict[str, Any]:
-    """The JSON answer for one try asked about (a document of the API, so a dict)."""
+    """The JSON answer for one try asked about (a document of the API, so a dict: ``wire.try_state_json``)."""
     key, try_number = asked.key, asked.try_number
     error: str | None
     if row is None or row.try_number < try_number:
@@ -130,14 +131,4 @@ def _answer(asked: Asked, row: ExternalState | None) -> dict[str, Any]:
         state, error, hashcode = SUPERSEDED, OTHER_CHECK_HELP, row.hashcode
     else:
         state, error, hashcode = row.state, row.error, row.hashcode
-    return {
-        "dag_id": key.dag_id,
-        "task_id": key.task_id,
-        "run_id": key.run_id,
-        "map_index": key.map_index,
-        "try_number": try_number,
-        "state": state,
-        "error": error,
-        "reason": end_reason(state, error),
-        "hashcode": hashcode,
-    }
+    return try_state_json(key, try_number, state, error, end_reason(state, error), hashcode)

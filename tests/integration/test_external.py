@@ -4,6 +4,7 @@ shard round serving them like any other task (sharing one check with identical w
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
@@ -248,6 +249,31 @@ def test_many_tries_register_in_one_request_each_answered_as_one_registration(cf
         assert len(task_sql.list_tasks(conn)) == 4  # try 2 of KEY and t0-t2
     too_many = client.post("/api/v1/tasks/batch", json={"tries": [others[0]] * 1001})
     assert too_many.status_code == 422  # MAX_BATCH, by the schema
+
+
+def test_the_answers_are_the_same_bytes_as_before_the_wire_module(cfg, engine) -> None:
+    """Old providers read new services: each answer keeps its fields, their order and its JSON formatting (``POST
+    /tasks`` as FastAPI writes it, compact and not ASCII-escaped; the batch and states answers as ``json.dumps``
+    does), now that they are built through ``smartsensor.wire`` and ``POST /tasks`` has a response model."""
+    client = api(cfg, engine)
+    key = {"dag_id": "etl", "task_id": "wäit", "run_id": "r1", "map_index": -1, "try_number": 1}
+    one = client.post("/api/v1/tasks", json={**body(), "key": key})
+    answer = one.json()
+    assert one.content == json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
+    assert list(answer) == ["key", "state", "error", "reason", "hashcode", "created", "task_instance"]
+    assert answer["key"] == {**key, "instance": ""} and list(answer["key"]) == [*key, "instance"]
+    assert list(answer["task_instance"]) == ["dag_id", "task_id", "execution_date"]
+    older = {**body(), "key": {**key, "try_number": 0}}
+    batch = client.post("/api/v1/tasks/batch", json={"tries": [{**body(), "key": key}, older]})
+    assert batch.content == json.dumps(batch.json()).encode()
+    assert batch.json()["tries"][0] == {**answer, "created": False}
+    assert list(batch.json()["tries"][1]) == ["key", "status", "detail"]
+    states = client.post("/api/v1/tasks/states", json={"keys": [{**key, "hashcode": answer["hashcode"]}]})
+    assert states.content == json.dumps(states.json()).encode()
+    assert states.json()["states"] == [
+        {**key, "state": State.SMART_PENDING, "error": None, "reason": None, "hashcode": answer["hashcode"]}
+    ]
+    assert list(states.json()["states"][0]) == [*key, "state", "error", "reason", "hashcode"]
 
 
 def test_an_ended_try_says_why_as_data_next_to_its_text(cfg, engine) -> None:

@@ -16,6 +16,7 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.domain.states import State
 from smartsensor.roots.serve import create_app
 from smartsensor_airflow.client import Endpoint, register_try_async
+from smartsensor_airflow.wire import Registered, Registration
 from tests.support.common import end_waiting, wait_until
 
 TOKEN = "held-registration"
@@ -103,17 +104,19 @@ def test_the_provider_registers_and_hears_the_end_in_one_request(cfg, engine) ->
     app = create_app(cfg, engine, TOKEN)
     transport = Recorded(app)
 
-    async def scenario() -> dict[str, Any]:
+    async def scenario() -> Registered:
         async with app.router.lifespan_context(app):  # the watch that wakes held requests runs with the server
             async with httpx.AsyncClient(transport=transport) as client:
-                return await register_try_async(client, Endpoint(BASE, TOKEN), body("a"), wait=WAIT)
+                return await register_try_async(
+                    client, Endpoint(BASE, TOKEN), Registration.from_json(body("a")), wait=WAIT
+                )
 
     ender = end_once_registered(engine, "a", State.SUCCESS, 0.5)
     started = time.monotonic()
     answer = asyncio.run(scenario())
     took = time.monotonic() - started
     ender.join()
-    assert answer["state"] == State.SUCCESS and answer["reason"] == "landed"
+    assert answer.state == State.SUCCESS and answer.reason == "landed"
     assert transport.sent == [{"wait": "30"}]  # registered and heard in one request
     assert took < WAIT / 2, took
 
@@ -124,13 +127,15 @@ def test_a_held_registration_cut_in_transit_is_asked_again_without_holding(cfg, 
     app = create_app(cfg, engine, TOKEN)
     transport = Recorded(app, cut_held=True, cut_after=1.5)
 
-    async def scenario() -> dict[str, Any]:
+    async def scenario() -> Registered:
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=transport) as client:
-                return await register_try_async(client, Endpoint(BASE, TOKEN), body("a"), patience=1.0, wait=5)
+                return await register_try_async(
+                    client, Endpoint(BASE, TOKEN), Registration.from_json(body("a")), patience=1.0, wait=5
+                )
 
     answer = asyncio.run(scenario())
-    assert answer["state"] == State.SMART_PENDING and answer["created"] is True
+    assert answer.state == State.SMART_PENDING and answer.created is True
     assert transport.sent == [{"wait": "5"}, {}]
     assert [t.task_id for t in list_tasks(engine)] == ["a"]
 
@@ -143,13 +148,15 @@ def test_a_hundred_held_registrations_wait_side_by_side_and_one_landing_answers_
     transport = Recorded(app)
     n = 100
 
-    def same_check(i: int) -> dict[str, Any]:
-        return {
-            **body(f"t{i}"),
-            "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": ["db.t/ds=1"]}},
-        }
+    def same_check(i: int) -> Registration:
+        return Registration.from_json(
+            {
+                **body(f"t{i}"),
+                "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": ["db.t/ds=1"]}},
+            }
+        )
 
-    async def scenario() -> tuple[list[dict[str, Any]], float]:
+    async def scenario() -> tuple[list[Registered], float]:
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=transport) as client:
                 held = [
@@ -168,6 +175,6 @@ def test_a_hundred_held_registrations_wait_side_by_side_and_one_landing_answers_
 
     answers, heard = asyncio.run(scenario())
     print(f"{n} held registrations answered {heard:.2f} s after their check ended")
-    assert [a["state"] for a in answers] == [State.SUCCESS] * n
+    assert [a.state for a in answers] == [State.SUCCESS] * n
     assert len(transport.sent) == n  # one request each
     assert heard < WAIT / 2, heard

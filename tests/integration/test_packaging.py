@@ -20,6 +20,7 @@ def test_wheel_contains_packages_migrations_and_entry_point(tmp_path: Path) -> N
     assert any(n.startswith("smartsensor/schema/migrations/versions/0001_") for n in names)
     assert "smartsensor/sensors/hive.py" in names and "smartsensor/cli/__init__.py" in names
     assert "smartsensor/hive_filter/__init__.py" in names  # the provider's grammar, shipped by both distributions
+    assert "smartsensor/wire/__init__.py" in names  # the shapes that cross HTTP, the provider's too
     assert "smartsensor/hive_filter/names.py" in names  # and its partition-name grammar
     for package in (ROOT / "smartsensor").rglob("__init__.py"):  # every package of the source tree is shipped
         assert f"{package.relative_to(ROOT).as_posix()}" in names, package

@@ -19,6 +19,7 @@ from smartsensor.domain.timing import timeout_error
 from smartsensor.roots.serve import create_app
 from smartsensor_airflow.client import ApiError, Endpoint, is_timeout, outcome
 from smartsensor_airflow.poller import ServiceUnreachable, shared_poller
+from smartsensor_airflow.wire import AskedTry, Registration, TryKey, TryState
 from tests.support.common import end_waiting
 
 TOKEN = "poller-token"
@@ -27,13 +28,17 @@ BASE = "http://smartsensor.test"
 
 def register_body(i: int, try_number: int = 1) -> dict[str, Any]:
     return {
-        "key": key(i, try_number),
+        "key": key(i, try_number).to_json(),
         "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": [f"db.t/ds={i % 5}"]}},
     }
 
 
-def key(i: int, try_number: int = 1) -> dict[str, Any]:
-    return {"dag_id": "d", "task_id": f"t{i}", "run_id": "r", "map_index": -1, "try_number": try_number}
+def key(i: int, try_number: int = 1) -> TryKey:
+    return TryKey("d", f"t{i}", "r", -1, try_number)
+
+
+def asked(i: int, try_number: int = 1) -> AskedTry:
+    return AskedTry(key(i, try_number))
 
 
 def endpoint(token: str = TOKEN):
@@ -48,7 +53,7 @@ def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> Non
     transport = httpx.ASGITransport(app=app)
     n, interval = 200, 0.2
 
-    async def scenario() -> tuple[list[dict[str, Any]], int, int, float]:
+    async def scenario() -> tuple[list[TryState], int, int, float]:
         async with httpx.AsyncClient(
             transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
         ) as client:
@@ -56,7 +61,7 @@ def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> Non
                 assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
         poller = shared_poller("conn-a", endpoint(), transport)
         assert shared_poller("conn-a", endpoint(), transport) is poller  # one per loop and connection
-        waiters = [asyncio.ensure_future(poller.wait(key(i), interval)) for i in range(n)]
+        waiters = [asyncio.ensure_future(poller.wait(asked(i), interval)) for i in range(n)]
         start = time.monotonic()
         while poller.requests < 4:
             await asyncio.sleep(0.05)
@@ -68,9 +73,9 @@ def test_two_hundred_triggers_share_one_request_per_interval(cfg, engine) -> Non
         return answers, before, poller.requests, elapsed
 
     answers, before, total, elapsed = asyncio.run(scenario())
-    assert [a["state"] for a in answers] == ["success"] * n
-    assert {a["task_id"] for a in answers} == {f"t{i}" for i in range(n)}
-    assert len({a["hashcode"] for a in answers}) == 5  # 200 waits, 5 distinct checks
+    assert [a.state for a in answers] == ["success"] * n
+    assert {a.key.task_id for a in answers} == {f"t{i}" for i in range(n)}
+    assert len({a.hashcode for a in answers}) == 5  # 200 waits, 5 distinct checks
     # One request per interval for all 200 (the first after FIRST_POLL_DELAY); per-task polling would be 200 each.
     assert before <= elapsed / interval + 2, (before, elapsed)
     assert total - before <= 2
@@ -82,18 +87,18 @@ def test_a_newer_try_ends_the_old_wait_as_superseded(cfg, engine) -> None:
     app = create_app(cfg, engine, TOKEN)
     transport = httpx.ASGITransport(app=app)
 
-    async def scenario() -> dict[str, Any]:
+    async def scenario() -> TryState:
         async with httpx.AsyncClient(
             transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
         ) as client:
             await client.post("/api/v1/tasks", json=register_body(1, try_number=1))
-            old = asyncio.ensure_future(shared_poller("c", endpoint(), transport).wait(key(1, 1), 0.1))
+            old = asyncio.ensure_future(shared_poller("c", endpoint(), transport).wait(asked(1, 1), 0.1))
             await asyncio.sleep(0.3)
             assert not old.done()
             assert (await client.post("/api/v1/tasks", json=register_body(1, try_number=2))).status_code == 200
             return await asyncio.wait_for(old, timeout=30)
 
-    assert asyncio.run(scenario())["state"] == "superseded"
+    assert asyncio.run(scenario()).state == "superseded"
 
 
 def test_the_poller_hands_the_task_the_reason_a_try_ended(cfg, engine) -> None:
@@ -102,7 +107,7 @@ def test_the_poller_hands_the_task_the_reason_a_try_ended(cfg, engine) -> None:
     transport = httpx.ASGITransport(app=app)
     errors = {1: timeout_error("metastore unreachable"), 2: "timed out waiting for the lock"}
 
-    async def scenario() -> list[dict[str, Any]]:
+    async def scenario() -> list[TryState]:
         async with httpx.AsyncClient(
             transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
         ) as client:
@@ -114,10 +119,10 @@ def test_the_poller_hands_the_task_the_reason_a_try_ended(cfg, engine) -> None:
                 error = errors[int(t.task_id[1:])]
                 task_sql.set_state(conn, ti, State.FAILED, from_states=list(State.SMART_WAITING), error=error)
         poller = shared_poller("reasons", endpoint(), transport)
-        return [await asyncio.wait_for(poller.wait(key(i), 0.1), timeout=30) for i in errors]
+        return [await asyncio.wait_for(poller.wait(asked(i), 0.1), timeout=30) for i in errors]
 
     answers = asyncio.run(scenario())
-    assert [(a["state"], a["reason"]) for a in answers] == [("failed", "timeout"), ("failed", "error")]
+    assert [(a.state, a.reason) for a in answers] == [("failed", "timeout"), ("failed", "error")]
     assert [is_timeout(outcome(a)) for a in answers] == [True, False]
 
 
@@ -127,7 +132,7 @@ def test_a_wrong_token_fails_the_waiters_with_the_reason(cfg, engine) -> None:
     async def scenario() -> Exception:
         poller = shared_poller("bad", endpoint("wrong"), transport)
         try:
-            await asyncio.wait_for(poller.wait(key(1), 0.1), timeout=30)
+            await asyncio.wait_for(poller.wait(asked(1), 0.1), timeout=30)
         except ApiError as exc:
             return exc
         raise AssertionError("a rejected token must end the wait")
@@ -142,7 +147,7 @@ def test_an_unreachable_service_keeps_the_triggers_waiting() -> None:
             return Endpoint("http://127.0.0.1:9", None)  # discard port: connection refused
 
         poller = shared_poller("down", nowhere)
-        waiter = asyncio.ensure_future(poller.wait(key(1), 0.1))
+        waiter = asyncio.ensure_future(poller.wait(asked(1), 0.1))
         while poller.requests < 3:
             await asyncio.sleep(0.05)
         done = waiter.done()
@@ -166,8 +171,8 @@ def test_past_its_grace_an_unreachable_service_ends_only_the_waiters_that_asked_
 
         poller = shared_poller("down-grace", nowhere)
         started = time.monotonic()
-        patient = asyncio.ensure_future(poller.wait(key(1), 0.1))
-        valve = asyncio.ensure_future(poller.wait(key(2), 0.1, grace=0.5))
+        patient = asyncio.ensure_future(poller.wait(asked(1), 0.1))
+        valve = asyncio.ensure_future(poller.wait(asked(2), 0.1, grace=0.5))
         with contextlib.suppress(ServiceUnreachable):
             await asyncio.wait_for(valve, 30)
         waited = time.monotonic() - started
@@ -226,7 +231,7 @@ def test_a_failing_connection_look_up_or_a_body_not_json_is_an_outage_not_an_err
             raise RuntimeError("the API server is restarting")
         return Endpoint(BASE, TOKEN)
 
-    async def scenario() -> tuple[BaseException | None, bool, dict[str, Any]]:
+    async def scenario() -> tuple[BaseException | None, bool, TryState]:
         nonlocal out
         async with httpx.AsyncClient(
             transport=service, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
@@ -235,8 +240,8 @@ def test_a_failing_connection_look_up_or_a_body_not_json_is_an_outage_not_an_err
                 assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
         proxy = ProxyPage(service, lambda: out and fault == "body not JSON")
         poller = shared_poller(f"fault: {fault}", look_up, proxy)
-        patient = asyncio.ensure_future(poller.wait(key(1), 0.1))
-        valve = asyncio.ensure_future(poller.wait(key(2), 0.1, grace=0.3))
+        patient = asyncio.ensure_future(poller.wait(asked(1), 0.1))
+        valve = asyncio.ensure_future(poller.wait(asked(2), 0.1, grace=0.3))
         with contextlib.suppress(ServiceUnreachable):
             await asyncio.wait_for(valve, 30)
         still_waiting = not patient.done()
@@ -247,7 +252,7 @@ def test_a_failing_connection_look_up_or_a_body_not_json_is_an_outage_not_an_err
     error, still_waiting, answer = asyncio.run(scenario())
     assert isinstance(error, ServiceUnreachable) and said in str(error) and "grace 0.3 s" in str(error), error
     assert still_waiting  # a waiter without a grace keeps waiting through the outage
-    assert answer["state"] == "success"
+    assert answer.state == "success"
 
 
 def test_a_service_without_its_database_counts_as_out_of_reach(cfg, tmp_path) -> None:
@@ -259,7 +264,7 @@ def test_a_service_without_its_database_counts_as_out_of_reach(cfg, tmp_path) ->
 
     async def scenario() -> tuple[str, float | None]:
         poller = shared_poller("db-down", endpoint(), transport)
-        waiter = asyncio.ensure_future(poller.wait(key(1), 0.1, grace=0.3))
+        waiter = asyncio.ensure_future(poller.wait(asked(1), 0.1, grace=0.3))
         with contextlib.suppress(ServiceUnreachable):
             await asyncio.wait_for(waiter, 30)
         return str(waiter.exception()), poller.unreachable_since
@@ -279,14 +284,14 @@ def test_a_held_request_brings_the_answer_at_once_with_no_more_requests_than_pol
     transport = httpx.ASGITransport(app=app)
     interval = 10.0
 
-    async def scenario() -> tuple[dict[str, Any], float, int]:
+    async def scenario() -> tuple[TryState, float, int]:
         async with app.router.lifespan_context(app):  # the watch that wakes held requests runs with the server
             async with httpx.AsyncClient(
                 transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
             ) as client:
                 assert (await client.post("/api/v1/tasks", json=register_body(1))).status_code == 200
             poller = shared_poller("held", endpoint(), transport)
-            waiter = asyncio.ensure_future(poller.wait(key(1), interval))
+            waiter = asyncio.ensure_future(poller.wait(asked(1), interval))
             while poller.requests < 1:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(1.0)  # the request is held now
@@ -298,7 +303,7 @@ def test_a_held_request_brings_the_answer_at_once_with_no_more_requests_than_pol
 
     answer, heard_after, requests = asyncio.run(scenario())
     print(f"heard {heard_after:.2f} s after the task ended, {requests} states request(s), interval {interval:g} s")
-    assert answer["state"] == "success"
+    assert answer.state == "success"
     assert heard_after < interval / 2, heard_after  # woken by the end, not by the interval
     assert requests <= 2
 
@@ -319,7 +324,7 @@ def test_against_a_service_that_answers_at_once_it_polls_once_per_interval() -> 
 
     async def scenario() -> None:
         poller = shared_poller("older", endpoint(), httpx.MockTransport(older_service))
-        waiter = asyncio.ensure_future(poller.wait(key(1), interval))
+        waiter = asyncio.ensure_future(poller.wait(asked(1), interval))
         while len(sent) < 8:
             await asyncio.sleep(0.05)
         waiter.cancel()
@@ -339,7 +344,7 @@ def test_triggers_that_join_while_a_request_is_held_hear_a_landing_at_once(cfg, 
     transport = httpx.ASGITransport(app=app)
     interval = 10.0
 
-    async def scenario() -> tuple[float, list[dict[str, Any]], int]:
+    async def scenario() -> tuple[float, list[TryState], int]:
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(
                 transport=transport, base_url=BASE, headers={"Authorization": f"Bearer {TOKEN}"}
@@ -347,11 +352,11 @@ def test_triggers_that_join_while_a_request_is_held_hear_a_landing_at_once(cfg, 
                 for i in (1, 6, 11):  # one partition (ds=1): one check
                     assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
             poller = shared_poller("joins", endpoint(), transport)
-            waiters = [asyncio.ensure_future(poller.wait(key(1), interval))]
+            waiters = [asyncio.ensure_future(poller.wait(asked(1), interval))]
             while poller.requests < 1:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)  # the request for key 1 is held now
-            waiters += [asyncio.ensure_future(poller.wait(key(i), interval)) for i in (6, 11)]  # they join
+            waiters += [asyncio.ensure_future(poller.wait(asked(i), interval)) for i in (6, 11)]  # they join
             await asyncio.sleep(0.5)
             assert poller.requests == 1 and not any(w.done() for w in waiters)
             landed = time.monotonic()
@@ -361,7 +366,7 @@ def test_triggers_that_join_while_a_request_is_held_hear_a_landing_at_once(cfg, 
 
     heard, answers, requests = asyncio.run(scenario())
     print(f"every waiter heard the landing in {heard:.2f} s, {requests} states requests, interval {interval:g} s")
-    assert [a["state"] for a in answers] == ["success"] * 3
+    assert [a.state for a in answers] == ["success"] * 3
     assert heard < interval / 4, heard
     assert requests == 2  # the held one, woken; then one asking the two that joined
 
@@ -385,7 +390,7 @@ def test_tries_that_end_in_the_next_commit_are_heard_at_once_too(cfg, engine) ->
                 for i in (1, 2):  # two partitions: two checks
                     assert (await client.post("/api/v1/tasks", json=register_body(i))).status_code == 200
             poller = shared_poller("two-commits", endpoint(), transport)
-            first, second = (asyncio.ensure_future(poller.wait(key(i), interval)) for i in (1, 2))
+            first, second = (asyncio.ensure_future(poller.wait(asked(i), interval)) for i in (1, 2))
             while poller.requests < 1:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(1.0)  # held now, with a budget of well under one request
@@ -421,63 +426,63 @@ def test_a_try_registered_again_with_another_check_ends_the_old_wait_as_supersed
 ) -> None:
     """A run created again (or a reset Airflow) registers the same key and try for another partition, which lands:
     the trigger still waiting for the first check hears ``superseded``, never the other check's success."""
-    from smartsensor_airflow.client import register_try_async, registration_body, waiting_key
+    from smartsensor_airflow.client import register_try_async
 
     app = create_app(cfg, engine, TOKEN)
     transport = httpx.ASGITransport(app=app)
     service = Endpoint(BASE, TOKEN)
 
-    def check(day: str) -> dict[str, Any]:
-        return registration_body(key(1), "NamedHivePartitionSensor", {"partition_names": [f"db.t/ds={day}"]}, {}, None)
+    def check(day: str) -> Registration:
+        return Registration(key(1), "NamedHivePartitionSensor", {"partition_names": [f"db.t/ds={day}"]}, {})
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    async def scenario() -> tuple[Any, AskedTry, TryState]:
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
             first = await register_try_async(client, service, check("1"))
-            waits_on = waiting_key(key(1), first)
+            waits_on = first.asked(key(1))
             old = asyncio.ensure_future(shared_poller("c", endpoint(), transport).wait(waits_on, 0.1))
             other = await register_try_async(client, service, check("2"))
-            assert other["created"] and other["hashcode"] != first["hashcode"]
-            assert end_check(engine, other["hashcode"]) == 1  # the other check's partition landed
+            assert other.created and other.hashcode != first.hashcode
+            assert end_check(engine, other.hashcode) == 1  # the other check's partition landed
             return first, waits_on, await asyncio.wait_for(old, timeout=30)
 
     first, waits_on, heard = asyncio.run(scenario())
-    assert waits_on["hashcode"] == first["hashcode"]
-    assert (heard["state"], heard["reason"]) == ("superseded", "superseded")
-    assert "registered again with another check" in heard["error"]
+    assert waits_on.hashcode == first.hashcode
+    assert (heard.state, heard.reason) == ("superseded", "superseded")
+    assert "registered again with another check" in heard.error
 
 
 def test_two_airflow_deployments_sharing_a_service_each_hear_their_own_check(cfg, engine) -> None:
     """The same key in two deployments (``scheduled__`` run ids are the same): each connection names its instance,
     and each trigger hears its own check's verdict, whatever the other's does."""
-    from smartsensor_airflow.client import register_try_async, registration_body, waiting_key
+    from smartsensor_airflow.client import register_try_async
 
     app = create_app(cfg, engine, TOKEN)
     transport = httpx.ASGITransport(app=app)
     deployments = {name: Endpoint(BASE, TOKEN, name) for name in ("prod-a", "prod-b")}
 
     async def scenario() -> dict[str, tuple[str, str]]:
-        waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        waiting: dict[str, asyncio.Future[TryState]] = {}
         hashcodes: dict[str, int] = {}
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
             for day, (name, service) in enumerate(deployments.items()):
                 persist = {"partition_names": [f"db.t/ds={day}"]}
-                body = registration_body(key(1), "NamedHivePartitionSensor", persist, {}, None, service.instance)
-                answer = await register_try_async(client, service, body)
-                assert answer["created"] and answer["key"]["instance"] == name
-                hashcodes[name] = answer["hashcode"]
+                registration = Registration(key(1), "NamedHivePartitionSensor", persist, {})
+                answer = await register_try_async(client, service, registration)
+                assert answer.created and answer.key.instance == name
+                hashcodes[name] = answer.hashcode
 
                 async def lookup(service: Endpoint = service) -> Endpoint:
                     return service
 
                 poller = shared_poller(name, lookup, transport)
-                waiting[name] = asyncio.ensure_future(poller.wait(waiting_key(key(1), answer), 0.1))
+                waiting[name] = asyncio.ensure_future(poller.wait(answer.asked(key(1)), 0.1))
         assert end_check(engine, hashcodes["prod-a"]) == 1
         heard_a = await asyncio.wait_for(waiting["prod-a"], timeout=30)
         await asyncio.sleep(0.5)  # several intervals of prod-b's poller: still waiting
         assert not waiting["prod-b"].done()
         assert end_check(engine, hashcodes["prod-b"]) == 1
         heard_b = await asyncio.wait_for(waiting["prod-b"], timeout=30)
-        return {"prod-a": (heard_a["state"], heard_a["task_id"]), "prod-b": (heard_b["state"], heard_b["task_id"])}
+        return {"prod-a": (heard_a.state, heard_a.key.task_id), "prod-b": (heard_b.state, heard_b.key.task_id)}
 
     assert asyncio.run(scenario()) == {"prod-a": ("success", "t1"), "prod-b": ("success", "t1")}
 

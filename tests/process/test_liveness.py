@@ -214,8 +214,8 @@ def _events(
         persist = {"partition_names": [task.check.partition]}
         exec_values = {"poke_interval": task.check.poke_interval, "timeout": 600}
         done = register_try(endpoint, task.key, "NamedHivePartitionSensor", persist, exec_values, None)
-        ti = done["task_instance"]
-        task.ti = (ti["task_id"], as_utc(datetime.fromisoformat(ti["execution_date"])))
+        ti = done.task_instance
+        task.ti = (ti.task_id, as_utc(datetime.fromisoformat(ti.execution_date)))
 
     def land(check: StreamCheck) -> None:
         check.landing = clock.now()

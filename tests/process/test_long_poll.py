@@ -18,11 +18,12 @@ from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor_airflow.client import Endpoint
 from smartsensor_airflow.poller import shared_poller
+from smartsensor_airflow.wire import AskedTry, TryKey, TryState
 from tests.support.common import wait_until
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 TOKEN = "kill-token"
-KEY = {"dag_id": "d", "task_id": "wait", "run_id": "r", "map_index": -1, "try_number": 1}
+KEY = TryKey("d", "wait", "r", -1, 1)
 
 
 def healthy(base: str) -> bool:
@@ -47,7 +48,7 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
             headers={"Authorization": f"Bearer {TOKEN}"},
             timeout=30,
             json={
-                "key": KEY,
+                "key": KEY.to_json(),
                 "sensor": {"class": "NamedHivePartitionSensor", "persist": {"partition_names": ["db.t/ds=2026-11-22"]}},
             },
         )
@@ -55,14 +56,14 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
         ref = r.json()["task_instance"]
         ti = TaskKey(ref["dag_id"], ref["task_id"], as_utc(datetime.fromisoformat(ref["execution_date"])))
 
-        async def scenario() -> tuple[dict, int]:
+        async def scenario() -> tuple[TryState, int]:
             nonlocal replacement
 
             async def lookup() -> Endpoint:
                 return Endpoint(base, TOKEN)
 
             poller = shared_poller("kill", lookup)
-            waiter = asyncio.ensure_future(poller.wait(KEY, 2.0))
+            waiter = asyncio.ensure_future(poller.wait(AskedTry(KEY), 2.0))
             deadline = time.monotonic() + 60
             while poller.requests < 2 and time.monotonic() < deadline:  # the second one is held by the server
                 await asyncio.sleep(0.05)
@@ -81,7 +82,7 @@ def test_serve_killed_while_holding_the_request_loses_nothing(tmp_path: Path, db
             return await asyncio.wait_for(waiter, timeout=60), poller.requests
 
         answer, requests = asyncio.run(scenario())
-        assert answer["state"] == "success", answer
+        assert answer.state == "success", answer
         print(f"{requests} states requests, one server killed under a held request")
     finally:
         engine.dispose()

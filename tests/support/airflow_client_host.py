@@ -25,6 +25,7 @@ from typing import Any
 
 from smartsensor_airflow.client import TERMINAL, Endpoint, register_try
 from smartsensor_airflow.poller import shared_poller
+from smartsensor_airflow.wire import AskedTry, Registered, TryKey
 
 STARTED = time.monotonic()
 
@@ -39,14 +40,14 @@ def emit(**fields: Any) -> None:
         sys.stdout.flush()
 
 
-def key(i: int) -> dict[str, Any]:
-    return {"dag_id": f"af{i}", "task_id": "wait", "run_id": "hosts", "map_index": -1, "try_number": 1}
+def key(i: int) -> TryKey:
+    return TryKey(f"af{i}", "wait", "hosts", -1, 1)
 
 
 async def main(args: dict[str, Any]) -> None:
     endpoint = Endpoint(args["base_url"], args["token"])
 
-    def register(i: int, partition: str) -> tuple[int, dict[str, Any] | None]:
+    def register(i: int, partition: str) -> tuple[int, Registered | None]:
         try:
             answer = register_try(
                 endpoint,
@@ -62,13 +63,13 @@ async def main(args: dict[str, Any]) -> None:
         except Exception as exc:  # noqa: BLE001 - reported: the test decides
             emit(event="register_failed", i=i, error=f"{type(exc).__name__}: {exc}")
             return i, None
-        emit(event="registered", i=i, state=answer.get("state"))
+        emit(event="registered", i=i, state=answer.state)
         return i, answer
 
     answers = await asyncio.gather(
         *(asyncio.to_thread(register, i, p) for i, p in enumerate(args["partitions"], start=args["first"]))
     )
-    waiting = [i for i, answer in answers if answer is not None and answer.get("state") not in TERMINAL]
+    waiting = [i for i, answer in answers if answer is not None and answer.state not in TERMINAL]
     emit(event="polling", keys=waiting)
 
     async def lookup() -> Endpoint:
@@ -78,11 +79,11 @@ async def main(args: dict[str, Any]) -> None:
 
     async def hear(i: int) -> None:
         try:
-            answer = await poller.wait(key(i), args["interval"], args["grace"])
+            answer = await poller.wait(AskedTry(key(i)), args["interval"], args["grace"])
         except Exception as exc:  # noqa: BLE001 - reported: the test decides
             emit(event="answer", i=i, state=None, error=f"{type(exc).__name__}: {exc}")
             return
-        emit(event="answer", i=i, state=answer.get("state"))
+        emit(event="answer", i=i, state=answer.state)
 
     await asyncio.gather(*(hear(i) for i in waiting))
     emit(event="done")

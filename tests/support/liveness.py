@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from hmsclient.genthrift.hive_metastore.ttypes import (
     AddPartitionsRequest,
@@ -31,6 +31,7 @@ from hmsclient.genthrift.hive_metastore.ttypes import (
 
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.config import Config
+from smartsensor_airflow.wire import TryKey
 
 DB = "live"
 SIGNALLED, POLLED = "sig", "poll"  # the two tables
@@ -138,8 +139,8 @@ class Task:
     ti: tuple[str, datetime] | None = None  # (task_id, execution_date) of the task instance; naive UTC
 
     @property
-    def key(self) -> dict[str, Any]:
-        return {"dag_id": DB, "task_id": self.task_id, "run_id": "run1", "map_index": -1, "try_number": 1}
+    def key(self) -> TryKey:
+        return TryKey(DB, self.task_id, "run1", -1, 1)
 
 
 def plan_stream(

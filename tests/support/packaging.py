@@ -23,8 +23,9 @@ def source_copy(tmp_path: Path) -> Path:
     src = tmp_path / "src"
     for name in ("smartsensor", "sensors", "schema"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    grammar = Path("providers", "airflow", "smartsensor_airflow", "hive_filter")  # smartsensor.hive_filter
-    shutil.copytree(ROOT / grammar, src / grammar, ignore=shutil.ignore_patterns("__pycache__"))
+    for shared in ("hive_filter", "wire"):  # smartsensor.hive_filter and smartsensor.wire: the provider's folders
+        folder = Path("providers", "airflow", "smartsensor_airflow", shared)
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     return src

@@ -30,6 +30,7 @@ PACKAGES = {
     "smartsensor.sensors": ROOT / "sensors",
     "smartsensor.schema": ROOT / "schema",
     "smartsensor.hive_filter": ROOT / "providers" / "airflow" / "smartsensor_airflow" / "hive_filter",
+    "smartsensor.wire": ROOT / "providers" / "airflow" / "smartsensor_airflow" / "wire",
 }
 
 # Lower number = lower layer. A module may import its own layer or lower ones, never a higher one.
@@ -50,7 +51,7 @@ def layer_of(module: str) -> int:
         return ADAPTERS
     if module == "smartsensor.ports":
         return PORTS
-    return DOMAIN  # smartsensor.domain, .config, the sensor library (smartsensor.sensors), .hive_filter
+    return DOMAIN  # smartsensor.domain, .config, the sensor library (smartsensor.sensors), .hive_filter, .wire
 
 
 def door_of(module: str) -> str | None:

@@ -148,12 +148,15 @@ def test_the_provider_knows_a_timeout_by_its_reason() -> None:
 
 def test_an_answer_carries_its_reason_to_the_task_or_none_from_an_older_service() -> None:
     from smartsensor_airflow.client import is_timeout, outcome
+    from smartsensor_airflow.wire import TryState
 
-    new = {"state": "failed", "error": "x", "reason": "timeout", "hashcode": 1, "dag_id": "d"}
-    old = {"state": "failed", "error": "timed out waiting", "hashcode": 1}
+    key = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1}
+    new = TryState.from_json({**key, "state": "failed", "error": "x", "reason": "timeout", "hashcode": 1})
+    old = TryState.from_json({**key, "state": "failed", "error": "timed out waiting", "hashcode": 1})
     assert outcome(new) == {"state": "failed", "error": "x", "reason": "timeout"}
     assert outcome(old) == {"state": "failed", "error": "timed out waiting", "reason": None}
-    assert is_timeout(outcome(new)) and is_timeout(outcome(old))
+    assert is_timeout(outcome(new)) and is_timeout(outcome(old))  # the event a task acts on
+    assert is_timeout(new) and is_timeout(old)  # the answer itself
 
 
 def test_the_schema_names_the_reasons_the_service_gives() -> None:

@@ -63,13 +63,23 @@ from smartsensor_airflow.client import (
     endpoint_from_connection,
     error_message,
     is_timeout,
-    registration_body,
-    waiting_key,
 )
 from smartsensor_airflow.parked_checks import rendered_check, serialized_tasks, start_kwargs
 from smartsensor_airflow.parking import Key, ParkedEnd, end_parked, in_batches
 from smartsensor_airflow.start import DEFAULT_PARK_POOL
 from smartsensor_airflow.trigger_context import row_context
+from smartsensor_airflow.wire import (
+    AskedTry,
+    Refused,
+    Registered,
+    Registration as TryRegistration,
+    TryKey,
+    TryState,
+    WireError,
+    batch_answer,
+    states_answer,
+    states_request,
+)
 
 log = logging.getLogger("smartsensor_airflow.attendant")
 
@@ -86,14 +96,24 @@ SPECS_TTL = 30.0  # seconds a 2.10 DAG's serialized checks are kept (2.10 keeps 
 RETRY_STATES = frozenset({"unknown", "superseded"})  # the service no longer has this try's check: register again
 
 
+def read_answer(parse: Callable[[Any], T], answer: dict[str, Any], path: str) -> T:
+    """The service's answer to ``path`` read by ``parse`` (a ``wire`` reader); ApiError (transient, as a body that
+    is not JSON is) when it is not that answer."""
+    try:
+        return parse(answer)
+    except WireError as exc:
+        raise ApiError(f"{path}: the answer is not the service's: {exc}", transient=True) from None
+
+
 @dataclass(eq=False)
 class Watched:
-    """A parked try registered with the service, how a states request asks for it (``waiting_key``: by the hashcode
-    of the check registered, in this deployment's instance), and the group of tries it is asked about with."""
+    """A parked try registered with the service, how a states request asks for it (``Registered.asked``: by the
+    hashcode of the check registered, in this deployment's instance), and the group of tries it is asked about
+    with."""
 
     key: Key
     try_number: int
-    asked: dict[str, Any]
+    asked: AskedTry
     since: datetime
     group: Group | None = None
     deadline: float | None = None  # the attendant's clock: when the try reaches its execution_timeout
@@ -118,7 +138,7 @@ class Registration(NamedTuple):
 
     key: Key
     try_number: int
-    body: dict[str, Any]
+    body: TryRegistration
     execution_timeout: float | None
     soft_fail: bool
 
@@ -336,14 +356,13 @@ class Attendant:
             except Exception as exc:  # noqa: BLE001 - Airflow fails such a try (retries apply): so does this
                 ends.append(self.end_of(key, try_number, "error", f"smartsensor: {type(exc).__name__}: {exc}"))
                 continue
-            try_key = dict(zip(("dag_id", "run_id", "task_id", "map_index"), key), try_number=try_number)
-            body = registration_body(
-                try_key,
+            dag_id, run_id, task_id, map_index = key
+            body = TryRegistration(
+                TryKey(dag_id, task_id, run_id, map_index, try_number, endpoint.instance),
                 registered_as,
                 persist,
                 dict(kwargs.get("exec_values") or {}),
                 context.get("logical_date"),
-                endpoint.instance,
             )
             limit = kwargs.get("execution_timeout")
             soft_fail = bool((kwargs.get("exec_values") or {}).get("soft_fail"))
@@ -360,19 +379,19 @@ class Attendant:
         registered = 0
         for start in range(0, len(bodies), REGISTER_BATCH):
             batch = bodies[start : start + REGISTER_BATCH]
-            many = await self.post(endpoint, "/tasks/batch", {"tries": [r.body for r in batch]})
+            many = await self.post(endpoint, "/tasks/batch", {"tries": [r.body.to_json() for r in batch]})
             if "status" in many:  # the whole batch refused: a service before /tasks/batch, or a body it cannot take
-                answers = [await self.post(endpoint, "/tasks", r.body) for r in batch]
+                answers = [await self.register_one(endpoint, r.body) for r in batch]
             else:
-                answers = many.get("tries", [])
+                answers = read_answer(batch_answer, many, "/tasks/batch")
             for r, answer in zip(batch, answers, strict=False):
                 key, try_number = r.key, r.try_number
-                if "status" in answer:
+                if isinstance(answer, Refused):
                     end = self.refused(key, try_number, answer)
                     if end is not None:
                         ends.append(end)
                     continue
-                asked = waiting_key(r.body["key"], answer)
+                asked = answer.asked(r.body.key)
                 deadline = None if r.execution_timeout is None else self.clock() + r.execution_timeout
                 w = Watched(key, try_number, asked, now, None, deadline, r.execution_timeout, r.soft_fail)
                 end = self.end_for(w, answer)
@@ -385,15 +404,22 @@ class Attendant:
             registered = len(joined)
         return registered, ends
 
-    def refused(self, key: Key, try_number: int, answer: dict[str, Any]) -> ParkedEnd | None:
+    async def register_one(self, endpoint: Endpoint, registration: TryRegistration) -> Registered | Refused:
+        """``POST /tasks`` for one try: the service's answer, or its refusal (4xx) as a batch would answer it."""
+        answer = await self.post(endpoint, "/tasks", registration.to_json())
+        if "status" in answer:
+            return Refused(registration.key, answer["status"], answer["detail"])
+        return read_answer(Registered.from_json, answer, "/tasks")
+
+    def refused(self, key: Key, try_number: int, answer: Refused) -> ParkedEnd | None:
         """The end of a try the service did not register: an error for a check it cannot take (422, or a single
         registration's refusal); none for a conflict or a module it cannot import now (409, 503: asked again
         next cycle)."""
-        if answer.get("status") in (409, 503):
+        if answer.status in (409, 503):
             log.warning("smartsensor attendant: %s try %s not registered yet: %s", key, try_number, answer)
             self.read_all_next()
             return None
-        why = answer.get("detail") or "smartsensor refused this check"
+        why = answer.detail or "smartsensor refused this check"
         return self.end_of(key, try_number, "error", f"smartsensor: {why}")
 
     def join(self, tries: list[Watched]) -> None:
@@ -468,7 +494,7 @@ class Attendant:
                 asked = list(group.tries.values())
                 started = loop.time()
                 request = asyncio.ensure_future(
-                    self.post(endpoint, f"/tasks/states?wait={HOLD:g}", {"keys": [w.asked for w in asked]})
+                    self.post(endpoint, f"/tasks/states?wait={HOLD:g}", states_request(w.asked for w in asked))
                 )
                 grown = asyncio.ensure_future(group.grown.wait())
                 await asyncio.wait({request, grown}, return_when=asyncio.FIRST_COMPLETED)
@@ -486,7 +512,7 @@ class Attendant:
                     continue
                 if "status" in answer:
                     raise ApiError(f"smartsensor refused the states request: {answer.get('detail')}")
-                ends = self.answered(asked, answer.get("states", []))
+                ends = self.answered(asked, read_answer(states_answer, answer, "/tasks/states"))
                 if ends:
                     ended = await self.end(ends)
                     log.info("smartsensor attendant: ended %s", ended)
@@ -503,7 +529,7 @@ class Attendant:
             if group in self.groups and not group.tries:
                 self.groups.remove(group)
 
-    def answered(self, asked: list[Watched], states: list[dict[str, Any]]) -> list[ParkedEnd]:
+    def answered(self, asked: list[Watched], states: list[TryState]) -> list[ParkedEnd]:
         """The ends the service's answers call for; tries the service no longer has (``RETRY_STATES``) are
         forgotten, to be registered again by the next cycle."""
         ends: list[ParkedEnd] = []
@@ -513,14 +539,14 @@ class Attendant:
             end = self.end_for(w, state)
             if end is not None:
                 ends.append(end)
-            elif state.get("state") in RETRY_STATES:
+            elif state.state in RETRY_STATES:
                 self.forget(w.key)
                 self.read_all_next()
         return ends
 
-    def end_for(self, w: Watched, answer: dict[str, Any]) -> ParkedEnd | None:
+    def end_for(self, w: Watched, answer: Registered | TryState) -> ParkedEnd | None:
         """How a watched try ends for the service's answer, or None while it waits."""
-        state, error = answer.get("state"), answer.get("error")
+        state, error = answer.state, answer.error
         if state == "success":
             return self.end_of(w.key, w.try_number, "success", None, w.since)
         if state == "skipped":

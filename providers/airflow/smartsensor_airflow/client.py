@@ -1,6 +1,7 @@
 """The smartsensor HTTP API as the sensors use it: where it is, and registering one try of a task.
 
-No Airflow import here: ``endpoint_from_connection`` takes any object with Airflow Connection's attributes.
+No Airflow import here: ``endpoint_from_connection`` takes any object with Airflow Connection's attributes. What
+crosses HTTP (the key, the registration, the answers) is ``smartsensor_airflow.wire``'s.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Coroutine, Mapping, TypeVar, Union
 
 import httpx
 
 from smartsensor_airflow.off_loop_log import as_sync_caller, log_off_loop
+from smartsensor_airflow.wire import Registered, Registration, TryKey, TryState, WireError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Answer = Union[Registered, TryState]  # the service's answer for one try: to a registration, or to a states request
 
 API = "/api/v1"
 # States after which the service never changes a try again; everything else is still waiting.
@@ -125,20 +128,11 @@ def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, as_sync_caller(coroutine)).result()
 
 
-def registration_body(
-    key: dict[str, Any],
-    class_name: str,
-    persist: dict[str, Any],
-    exec_values: dict[str, Any],
-    logical_date: datetime | None,
-    instance: str = "",
-) -> dict[str, Any]:
-    """The body of ``POST /tasks`` for one try (of the deployment ``instance`` names, if any)."""
-    return {
-        "key": {**key, "instance": instance} if instance else dict(key),
-        "sensor": {"class": class_name, "persist": persist, "exec": exec_values},
-        "logical_date": logical_date.isoformat() if logical_date is not None else None,
-    }
+def registration_body(registration: Registration, instance: str = "") -> dict[str, Any]:
+    """The body of ``POST /tasks`` for one try, in the deployment ``instance`` names (its connection's) if any."""
+    if instance:
+        registration = replace(registration, key=registration.key.in_instance(instance))
+    return registration.to_json()
 
 
 class _Retries:
@@ -163,19 +157,18 @@ class _Retries:
         self.attempt += 1
         return max(0.0, delay)
 
-    def answer(self, response: httpx.Response | None, error: Exception | None = None) -> dict[str, Any] | None:
+    def answer(self, response: httpx.Response | None, error: Exception | None = None) -> Registered | None:
         """The service's answer, None to try again (the failure logged), or ApiError when it is final."""
         if response is None:
             self.last = ApiError(f"smartsensor at {self.endpoint.base_url} unreachable: {error}", transient=True)
         elif response.status_code == 200:
             try:
-                body = response.json()
-            except ValueError:
-                body = None
-            if isinstance(body, dict):
-                return body
+                return Registered.from_json(response.json())
+            except ValueError as exc:  # not JSON (a proxy's page), or not the service's answer (WireError)
+                why = exc if isinstance(exc, WireError) else "not JSON"
             self.last = ApiError(
-                f"smartsensor answered the registration with a body that is not JSON: {response.text[:200]}",
+                f"smartsensor answered the registration with a body that is not its answer ({why}): "
+                f"{response.text[:200]}",
                 200,
                 transient=True,
             )
@@ -204,7 +197,7 @@ class _Retries:
 
 def register_try(
     endpoint: Endpoint,
-    key: dict[str, Any],
+    key: TryKey,
     class_name: str,
     persist: dict[str, Any],
     exec_values: dict[str, Any],
@@ -212,16 +205,16 @@ def register_try(
     timeout: float = 30.0,
     patience: float = REGISTER_PATIENCE,
     wait: float = 0.0,
-) -> dict[str, Any]:
+) -> Registered:
     """POST /tasks: register this try (the same try again gets its task back), the answer held by the service
     while the try waits, for up to ``wait`` seconds. Retries transient failures (connection errors,
     502/503/504) with back-off for ``patience`` seconds; raises ApiError otherwise or when they last longer
     (``transient`` then tells the two apart). For a task's ``execute`` (no event loop)."""
-    body = registration_body(key, class_name, persist, exec_values, logical_date, endpoint.instance)
+    registration = Registration(key, class_name, persist, exec_values, logical_date)
 
-    async def register() -> dict[str, Any]:
+    async def register() -> Registered:
         async with httpx.AsyncClient() as client:
-            return await register_try_async(client, endpoint, body, timeout, patience, wait)
+            return await register_try_async(client, endpoint, registration, timeout, patience, wait)
 
     return run_blocking(register())
 
@@ -229,18 +222,19 @@ def register_try(
 async def register_try_async(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
-    body: dict[str, Any],
+    registration: Registration,
     timeout: float = 30.0,
     patience: float = REGISTER_PATIENCE,
     wait: float = 0.0,
-) -> dict[str, Any]:
+) -> Registered:
     """``register_try`` for an event loop (the triggerer, where a try that starts there registers itself) over the
-    loop's shared ``client``, with a body from ``registration_body``.
+    loop's shared ``client``: ``registration`` in the endpoint's instance (``registration_body``).
 
     The first attempt asks the service to hold its answer for ``wait`` seconds (MAX_WAIT at most); one that
     failed in between is asked again without: a held request is an optimisation (a proxy may cut a long one),
     never a reason to give up. A service that holds no registration (before 0.3.0) ignores ``wait`` and answers at
     once; the caller then waits as for any try that still waits."""
+    body = registration_body(registration, endpoint.instance)
     retries = _Retries(endpoint, patience)
     while (delay := retries.next_delay()) is not None:
         await asyncio.sleep(delay)
@@ -264,28 +258,21 @@ async def register_try_async(
     raise retries.final()
 
 
-def waiting_key(key: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
-    """The key a registered try waits on: with the hashcode of the check its registration answered, so that the
-    service's states answers for it are this check's or ``superseded``, never another check's (the same try
-    registered again elsewhere). Only for a service that reads it: one whose answer's key carries ``instance``."""
-    registered = answer.get("key")
-    if isinstance(registered, dict) and "instance" in registered and isinstance(answer.get("hashcode"), int):
-        return {**key, "hashcode": answer["hashcode"]}
-    return dict(key)
-
-
-def is_timeout(answer: dict[str, Any]) -> bool:
-    """Whether a ``failed`` answer (or an event made of one) means the try reached its timeout, not a check
+def is_timeout(answer: Mapping[str, Any] | Answer) -> bool:
+    """Whether a ``failed`` answer (or an event made of one, a dict) means the try reached its timeout, not a check
     error: its ``reason``; from a service (or an event) without one, the start of its ``error``."""
-    if answer.get("state") != "failed":
+    if isinstance(answer, Mapping):
+        state, error, reason = answer.get("state"), answer.get("error"), answer.get("reason")
+    else:
+        state, error, reason = answer.state, answer.error, answer.reason
+    if state != "failed":
         return False
-    reason = answer.get("reason")
     if reason is not None:
         return bool(reason == TIMEOUT)
-    return str(answer.get("error") or "").startswith(TIMEOUT_ERROR_PREFIX)
+    return str(error or "").startswith(TIMEOUT_ERROR_PREFIX)
 
 
-def outcome(answer: dict[str, Any]) -> dict[str, Any]:
-    """What an answer says of how a try stands: its ``state``, ``error`` and ``reason`` (None from a service that
-    sends none), to carry over to the answer a task acts on."""
-    return {"state": answer["state"], "error": answer.get("error"), "reason": answer.get("reason")}
+def outcome(answer: Answer) -> dict[str, Any]:
+    """What an answer says of how a try stands, as the event a task acts on carries it: its ``state``, ``error`` and
+    ``reason`` (None from a service that sends none)."""
+    return {"state": answer.state, "error": answer.error, "reason": answer.reason}

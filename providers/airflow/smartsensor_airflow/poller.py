@@ -33,21 +33,22 @@ import asyncio
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, List, Tuple
 
 import httpx
 
 from smartsensor_airflow.client import API, MAX_WAIT, TERMINAL, ApiError, Endpoint, error_message
 from smartsensor_airflow.off_loop_log import log_off_loop
+from smartsensor_airflow.wire import AskedTry, TryKey, TryState, states_answer, states_request
 
 log = logging.getLogger(__name__)
 
-KEY_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 MAX_KEYS_PER_REQUEST = 10_000  # the API's own limit
 FIRST_POLL_DELAY = 0.5  # gathers triggers that start together (a triggerer picking up many) into one request
 BURST = 3  # requests the budget allows back to back, after answers that came early
 OUTAGE_LOG_EVERY = 30.0  # seconds between log lines about the same outage
-Key = tuple[Any, ...]
+# One waiting trigger: the future its answer is set on, its interval, and its grace period (None: wait however long).
+Waiter = Tuple["asyncio.Future[TryState]", float, "float | None"]
 
 
 class ServiceUnreachable(ApiError):
@@ -81,24 +82,13 @@ class RequestBudget:
         self.tokens = min(float(self.burst), self.tokens + 1)
 
 
-def key_of(fields: dict[str, Any]) -> Key:
-    """The hashable key of one try from its dict form."""
-    return tuple(fields[f] for f in KEY_FIELDS)
-
-
-def states_of(response: httpx.Response) -> list[dict[str, Any]] | None:
-    """The answers of a 200 to a states request, or None when its body is not the service's JSON (a proxy's page,
-    a truncated body): each answer an object with the key's fields and a ``state``."""
+def states_of(response: httpx.Response) -> List[TryState] | None:
+    """The answers of a 200 to a states request, or None when its body is not the service's JSON answer (a proxy's
+    page, a truncated body): ``wire.states_answer``."""
     try:
-        body = response.json()
-    except ValueError:
+        return states_answer(response.json())
+    except ValueError:  # not JSON, or WireError: not the service's answer
         return None
-    states = body.get("states") if isinstance(body, dict) else None
-    if not isinstance(states, list):
-        return None
-    if not all(isinstance(a, dict) and "state" in a and all(f in a for f in KEY_FIELDS) for a in states):
-        return None
-    return states
 
 
 class StatesPoller:
@@ -109,9 +99,9 @@ class StatesPoller:
     ) -> None:
         self._endpoint = endpoint
         self._transport = transport
-        # key → (future, interval, grace or None) per waiting trigger
-        self._waiters: dict[Key, list[tuple[asyncio.Future[dict[str, Any]], float, float | None]]] = {}
-        self._hashcodes: dict[Key, int] = {}  # key → the hashcode of the check its try registered, when known
+        # key (without instance: the answers' keys carry none) → its waiting triggers
+        self._waiters: dict[TryKey, List[Waiter]] = {}
+        self._hashcodes: dict[TryKey, int] = {}  # key → the hashcode of the check its try registered, when known
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()  # a key joined since the request in flight was sent
         self.requests = 0  # states requests sent (logged, and asserted by tests)
@@ -123,16 +113,17 @@ class StatesPoller:
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    async def wait(self, key: dict[str, Any], interval: float, grace: float | None = None) -> dict[str, Any]:
-        """The service's answer for this try once it is terminal. Raises ApiError when the service rejects
-        the request for good (a wrong token, an invalid key), ServiceUnreachable when it has been out of reach
-        for ``grace`` seconds (None: wait however long)."""
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        entry = (future, max(0.1, float(interval)), grace)
-        k = key_of(key)
+    async def wait(self, asked: AskedTry, interval: float, grace: float | None = None) -> TryState:
+        """The service's answer for this try once it is terminal (asked in the connection's instance, by its
+        check's hashcode when known). Raises ApiError when the service rejects the request for good (a wrong
+        token, an invalid key), ServiceUnreachable when it has been out of reach for ``grace`` seconds (None: wait
+        however long)."""
+        future: asyncio.Future[TryState] = asyncio.get_running_loop().create_future()
+        entry: Waiter = (future, max(0.1, float(interval)), grace)
+        k = asked.key.in_instance("")
         self._waiters.setdefault(k, []).append(entry)
-        if key.get("hashcode") is not None:
-            self._hashcodes[k] = int(key["hashcode"])
+        if asked.hashcode is not None:
+            self._hashcodes[k] = asked.hashcode
         self._joined.set()
         self._ensure_running()
         try:
@@ -205,7 +196,7 @@ class StatesPoller:
         wait = min(self._interval(), MAX_WAIT) if len(keys) <= MAX_KEYS_PER_REQUEST else 0.0
         for start in range(0, len(keys), MAX_KEYS_PER_REQUEST):
             chunk = keys[start : start + MAX_KEYS_PER_REQUEST]
-            body = {"keys": [self._asked(k, endpoint) for k in chunk]}
+            body = states_request(self._asked(k, endpoint) for k in chunk)
             self.requests += 1
             try:
                 response = await client.post(
@@ -243,18 +234,13 @@ class StatesPoller:
                     self._resolve(k, error)
                 continue
             for answer in states:
-                if answer["state"] in TERMINAL:
-                    self._resolve(key_of(answer), answer)
+                if answer.state in TERMINAL:
+                    self._resolve(answer.key, answer)
         return endpoint
 
-    def _asked(self, key: Key, endpoint: Endpoint) -> dict[str, Any]:
+    def _asked(self, key: TryKey, endpoint: Endpoint) -> AskedTry:
         """One key as the states request asks it: in the connection's instance, by its check's hashcode if known."""
-        asked: dict[str, Any] = dict(zip(KEY_FIELDS, key))
-        if endpoint.instance:
-            asked["instance"] = endpoint.instance
-        if key in self._hashcodes:
-            asked["hashcode"] = self._hashcodes[key]
-        return asked
+        return AskedTry(key.in_instance(endpoint.instance), self._hashcodes.get(key))
 
     def _out_of_reach(self, why: str) -> None:
         """Note a failed request; give ServiceUnreachable to the waiters whose grace the outage has outlasted."""
@@ -274,7 +260,7 @@ class StatesPoller:
                         ServiceUnreachable(f"{why}, out of reach for {away:.0f} s (grace {grace:g} s)")
                     )
 
-    def _resolve(self, key: Key, outcome: dict[str, Any] | Exception) -> None:
+    def _resolve(self, key: TryKey, outcome: TryState | Exception) -> None:
         for future, _, _ in self._waiters.get(key, []):
             if not future.done():
                 self.ended += 1

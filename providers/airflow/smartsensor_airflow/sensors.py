@@ -63,12 +63,12 @@ from smartsensor_airflow.client import (
     is_timeout,
     outcome,
     register_try,
-    waiting_key,
 )
 from smartsensor_airflow.fallback import DEFAULT_GRACE, seconds_left, try_start, wait_classically
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter
 from smartsensor_airflow.start import PARKED_FIELD, ParkedCheck, ParkingPool, StartsInTriggerer
 from smartsensor_airflow.triggers import EXECUTE_ON_WORKER, RESUME_SETTLE, UNREACHABLE, SmartSensorTrigger
+from smartsensor_airflow.wire import TryKey
 
 DEFAULT_CONN_ID = "smartsensor_default"
 DEFAULT_POLL_INTERVAL = 10.0
@@ -191,13 +191,7 @@ class SmartSensorMixin:
     def execute(self, context: Any) -> Any:
         started = time.time()
         ti = context["ti"]
-        key = {
-            "dag_id": ti.dag_id,
-            "task_id": ti.task_id,
-            "run_id": ti.run_id,
-            "map_index": ti.map_index if ti.map_index is not None else -1,
-            "try_number": ti.try_number,
-        }
+        key = TryKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1, ti.try_number)
         try:
             registered_as, persist = check_of(self.smartsensor_class, self)
         except (UnsupportedPartitionFilter, TypeError) as exc:
@@ -229,19 +223,19 @@ class SmartSensorMixin:
         self.log.info(
             "smartsensor: registered %s try %s as hash %s (%s)",
             registered_as,
-            key["try_number"],
-            answer["hashcode"],
-            answer["state"],
+            key.try_number,
+            answer.hashcode,
+            answer.state,
         )
-        if answer["state"] in TERMINAL:
+        if answer.state in TERMINAL:
             return self.execute_complete(
                 context,
-                {**outcome(answer), "hashcode": answer["hashcode"], "key": key},
+                {**outcome(answer), "hashcode": answer.hashcode, "key": key.to_json()},
             )
         backstop = self.smartsensor_backstop()
         self.defer(  # type: ignore[attr-defined]
             trigger=SmartSensorTrigger(
-                waiting_key(key, answer),
+                answer.asked(key),
                 self.smartsensor_conn_id,
                 self.smartsensor_poll_interval,
                 end_from_trigger=self.end_from_trigger,

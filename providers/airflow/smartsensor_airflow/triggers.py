@@ -26,7 +26,7 @@ import json
 import time
 import weakref
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping, Optional, Union
 
 import httpx
 
@@ -34,19 +34,19 @@ from smartsensor_airflow._compat import BaseHook, BaseTrigger, TaskSkippedEvent,
 from smartsensor_airflow.client import (
     REGISTER_PATIENCE,
     TERMINAL,
+    Answer,
     ApiError,
     Endpoint,
     endpoint_from_connection,
     register_try_async,
-    registration_body,
-    waiting_key,
 )
 from smartsensor_airflow.off_loop_log import log_off_loop
 from smartsensor_airflow.parked_checks import check_from
-from smartsensor_airflow.poller import KEY_FIELDS, ServiceUnreachable, shared_poller
+from smartsensor_airflow.poller import ServiceUnreachable, shared_poller
 from smartsensor_airflow.start import START_CLASSPATH
 from smartsensor_airflow.template_rules import STRICT, TemplateRules
 from smartsensor_airflow.trigger_context import release_run_objects, run_context
+from smartsensor_airflow.wire import AskedTry, Registration, TryKey, WireError
 
 CLASSPATH = "smartsensor_airflow.triggers.SmartSensorTrigger"
 # Seconds a resume event waits after the trigger started: the scheduler processes the executor's report of the
@@ -110,7 +110,7 @@ class SmartSensorTrigger(BaseTrigger):
 
     def __init__(
         self,
-        key: dict[str, Any],
+        key: Union[AskedTry, Mapping[str, Any], None],
         conn_id: str = "smartsensor_default",
         poll_interval: float = 10.0,
         end_from_trigger: bool = False,
@@ -120,12 +120,12 @@ class SmartSensorTrigger(BaseTrigger):
         try_started: float | None = None,
     ) -> None:
         super().__init__()
-        missing = [f for f in KEY_FIELDS if f not in key]
-        if missing:
-            raise ValueError(f"trigger key is missing {missing}")
-        self.key = {f: key[f] for f in KEY_FIELDS}
-        if key.get("hashcode") is not None:  # the check registered (client.waiting_key); absent in older triggers
-            self.key["hashcode"] = int(key["hashcode"])
+        # ``key`` as serialized (``AskedTry.to_json``; without the hashcode in older triggers); None in a start
+        # trigger, until its task instance gives it one
+        try:
+            self.key: Optional[AskedTry] = key if key is None or isinstance(key, AskedTry) else AskedTry.from_json(key)
+        except WireError as exc:
+            raise ValueError(f"trigger key: {exc}") from None
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)
         self.end_from_trigger = bool(end_from_trigger)
@@ -139,7 +139,7 @@ class SmartSensorTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return CLASSPATH, {
-            "key": dict(self.key),
+            "key": self.key_json(),
             "conn_id": self.conn_id,
             "poll_interval": self.poll_interval,
             "end_from_trigger": self.end_from_trigger,
@@ -149,11 +149,16 @@ class SmartSensorTrigger(BaseTrigger):
             "try_started": self.try_started,
         }
 
+    def key_json(self) -> dict[str, Any] | None:
+        """The key as serialized and as events carry it (``AskedTry.to_json``)."""
+        return None if self.key is None else self.key.to_json()
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         yield await self.wait(time.monotonic())
 
     async def wait(self, started: float) -> TriggerEvent:
         """Wait through the process's shared poller until the try ``self.key`` ends; the event that ends it."""
+        assert self.key is not None, "a trigger waits on a key"
         poller = shared_poller(self.conn_id, lambda: connection_endpoint(self.conn_id))
         try:
             waiting = poller.wait(self.key, self.poll_interval, self.fallback_grace)
@@ -170,10 +175,10 @@ class SmartSensorTrigger(BaseTrigger):
             return await self.resume(started, "error", str(exc))
         return await self.answered(started, answer)
 
-    async def answered(self, started: float, answer: dict[str, Any]) -> TriggerEvent:
+    async def answered(self, started: float, answer: Answer) -> TriggerEvent:
         """The event for the service's terminal answer: the task ends here on success or skip (with
         ``end_from_trigger``), or resumes on a worker with the answer."""
-        state = answer["state"]
+        state = answer.state
         if self.end_from_trigger and state in ("success", "skipped"):
             # The time it was heard is in the line: the line itself may be written later (``off_loop_log``).
             log_off_loop(
@@ -181,15 +186,15 @@ class SmartSensorTrigger(BaseTrigger):
                 "info",
                 "smartsensor: %s (hash %s)%s, heard at %s; the task ends from the triggerer",
                 state,
-                answer.get("hashcode"),
-                f": {answer['error']}" if answer.get("error") else "",
+                answer.hashcode,
+                f": {answer.error}" if answer.error else "",
                 datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             )
             return success_event() if state == "success" else TaskSkippedEvent()
         log_off_loop(
-            self.log, "info", "smartsensor: %s (hash %s); the task resumes on a worker", state, answer.get("hashcode")
+            self.log, "info", "smartsensor: %s (hash %s); the task resumes on a worker", state, answer.hashcode
         )
-        return await self.resume(started, state, answer.get("error"), answer.get("hashcode"), answer.get("reason"))
+        return await self.resume(started, state, answer.error, answer.hashcode, answer.reason)
 
     async def resume(
         self, started: float, state: str, error: str | None, hashcode: int | None = None, reason: str | None = None
@@ -202,7 +207,7 @@ class SmartSensorTrigger(BaseTrigger):
             "error": error,
             "reason": reason,
             "hashcode": hashcode,
-            "key": self.key,
+            "key": self.key_json(),
         }
         if state == UNREACHABLE and self.try_started is not None:
             payload["try_started"] = self.try_started  # where the valve counts the timeout from
@@ -240,7 +245,7 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         serialized before they were sent renders by Airflow's default, ``StrictUndefined``). ``waiting``: how it
         waits once registered, as ``SmartSensorTrigger`` (``conn_id``, ``poll_interval``, ``end_from_trigger``,
         ``settle``, ``fallback_grace``); its key comes from the task instance Airflow gives it."""
-        super().__init__({f: None for f in KEY_FIELDS}, **waiting)
+        super().__init__(None, **waiting)
         self.sensor_class = sensor_class
         self.fields = dict(fields)
         self.exec_values = dict(exec_values)
@@ -270,13 +275,8 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         started = time.monotonic()
         ti = self.task_instance
-        self.key = {
-            "dag_id": ti.dag_id,
-            "task_id": ti.task_id,
-            "run_id": ti.run_id,
-            "map_index": ti.map_index if ti.map_index is not None else -1,
-            "try_number": ti.try_number,
-        }
+        key = TryKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1, ti.try_number)
+        self.key = AskedTry(key)
         self.try_started = _epoch(getattr(ti, "start_date", None))  # the scheduler's deferral stamped it
         if self.execution_timeout is not None:
             self.deadline = self.try_started + self.execution_timeout
@@ -301,13 +301,13 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
         patience = max(REGISTER_PATIENCE, self.fallback_grace or 0)
         try:
             endpoint = await self._endpoint(patience)
-            body = registration_body(
-                self.key, registered_as, persist, self.exec_values, logical_date, endpoint.instance
-            )
+            registration = Registration(key, registered_as, persist, self.exec_values, logical_date)
             # As execute does: the answer held while this try waits, for up to ``hold`` seconds. A partition that is
             # already there is answered in the service's next round, and heard here at once, not at the shared
             # poller's next request.
-            answer = await register_try_async(shared_client(), endpoint, body, patience=patience, wait=self.hold)
+            answer = await register_try_async(
+                shared_client(), endpoint, registration, patience=patience, wait=self.hold
+            )
         except ApiError as exc:
             if exc.transient and self.fallback_grace is not None:
                 log_off_loop(self.log, "warning", "smartsensor: %s; the task resumes to check on its own", exc)
@@ -320,14 +320,14 @@ class SmartSensorStartTrigger(SmartSensorTrigger):
             "info",
             "smartsensor: registered %s try %s as hash %s (%s)",
             registered_as,
-            self.key["try_number"],
-            answer.get("hashcode"),
-            answer.get("state"),
+            key.try_number,
+            answer.hashcode,
+            answer.state,
         )
-        if answer.get("state") in TERMINAL:
+        if answer.state in TERMINAL:
             yield await self.answered(started, answer)
         else:
-            self.key = waiting_key(self.key, answer)
+            self.key = answer.asked(key)
             yield await self.wait(started)
 
     def check(self, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
