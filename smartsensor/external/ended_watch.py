@@ -16,7 +16,7 @@ from collections import deque
 from typing import AbstractSet, Iterable
 
 from smartsensor.adapters.sql.channels import ENDED_CHANNEL, ended_hashcodes
-from smartsensor.adapters.sql.notifications import NotificationHub
+from smartsensor.ports import Notifications
 
 RECENT = 10_000  # changes remembered for requests that read between two of them; an older one wakes everyone
 
@@ -31,7 +31,7 @@ class EndedWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
 
-    def start(self, hub: NotificationHub) -> None:
+    def start(self, hub: Notifications) -> None:
         """Subscribe to ``hub`` (started by the caller afterwards). Call from the event loop that will await
         ``changed``."""
         self._loop = asyncio.get_running_loop()
