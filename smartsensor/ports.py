@@ -403,6 +403,8 @@ class InsertConflict(StoreError):
 RetryPlan = Callable[[RetryRow], "tuple[str, str | None] | None"]
 # How a dead run's try ends, from its row: (state, error).
 DeadRunPlan = Callable[[ZombieRow], "tuple[str, str]"]
+# The state a try whose `run-task` exited without ending it ends in, from its row.
+ExitedRunPlan = Callable[[TaskRow], str]
 
 
 class RegistrationStore(Protocol):
@@ -448,13 +450,7 @@ class SchedulerStore(Protocol):
         ...
 
     def end_exited_try(
-        self,
-        key: TaskKey,
-        try_number: int,
-        claimant: str,
-        now: datetime,
-        error: str,
-        state_for: Callable[[TaskRow], str],
+        self, key: TaskKey, try_number: int, claimant: str, now: datetime, error: str, state_for: ExitedRunPlan
     ) -> str | None:
         """If the task is still `running` in ``try_number`` under ``claimant``'s claim, end that try in the state
         ``state_for`` gives its row, with ``error``; the state it ended in, None when nothing ended."""

@@ -17,7 +17,7 @@ from smartsensor.domain.clock import aware_utc
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.rows import RetryRow, TaskRow, ZombieRow
 from smartsensor.domain.states import State
-from smartsensor.ports import DeadRunPlan, InsertConflict, RetryPlan
+from smartsensor.ports import DeadRunPlan, ExitedRunPlan, InsertConflict, RetryPlan
 
 
 def _still(state: str, **columns: Any) -> Callable[[TaskRow], bool]:
@@ -202,13 +202,7 @@ class MemorySchedulerStore(MemoryTaskTable):
             return tasks[key].try_number if self._claim_scheduled(key, now, claimant) else None
 
     def end_exited_try(
-        self,
-        key: TaskKey,
-        try_number: int,
-        claimant: str,
-        now: datetime,
-        error: str,
-        state_for: Callable[[TaskRow], str],
+        self, key: TaskKey, try_number: int, claimant: str, now: datetime, error: str, state_for: ExitedRunPlan
     ) -> str | None:
         """``tasks.get_task``, then ``end_exited_run`` while it is `running` in that try under that claim."""
         with self.transaction() as tasks:

@@ -13,7 +13,6 @@ an ended task is never resurrected)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -29,7 +28,6 @@ from smartsensor.adapters.memory_standalone import (
 )
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
-from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.config import Config
@@ -42,9 +40,8 @@ from smartsensor.schema.models import TaskInstance
 from smartsensor.standalone.registration import build_row, register
 from smartsensor.standalone.scheduler import end_zombies, requeue_retries
 from tests.support.catalog_doubles import Clock
-from tests.support.common import DAY, T0, make_cfg, named
+from tests.support.common import DAY, T0, named
 from tests.support.model import run_model
-from tests.support.pg import needs_test_pg, pg_engine
 
 TI = TaskInstance.__table__
 
@@ -318,18 +315,5 @@ def _no_steps_carried_over() -> None:
     StandaloneModel.steps = 0
 
 
-def test_the_memory_stores_keep_the_sql_guards_on_sqlite(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'model.db'}"
-    engine = make_engine(url)
-    init_db(engine)
-    try:
-        run_model(machine_for(engine, make_cfg(tmp_path, url)), examples=30, steps=40)
-    finally:
-        engine.dispose()
-
-
-@needs_test_pg
-def test_the_memory_stores_keep_the_sql_guards_on_postgresql(tmp_path: Path) -> None:
-    with pg_engine() as (engine, url):
-        init_db(engine)
-        run_model(machine_for(engine, make_cfg(tmp_path, url)), examples=10, steps=40)
+def test_the_memory_stores_keep_the_sql_guards_in_every_interleaving(cfg: Config, engine: Engine) -> None:
+    run_model(machine_for(engine, cfg), examples=30 if engine.dialect.name == "sqlite" else 10, steps=40)

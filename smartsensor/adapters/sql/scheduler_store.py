@@ -4,16 +4,14 @@ the named queries of ``adapters.sql.tasks``."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable
 
 from sqlalchemy import Engine
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.store_errors import store_errors
 from smartsensor.domain.keys import TaskKey
-from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
-from smartsensor.ports import DeadRunPlan, RetryPlan
+from smartsensor.ports import DeadRunPlan, ExitedRunPlan, RetryPlan
 
 
 class SqlSchedulerStore:
@@ -78,13 +76,7 @@ class SqlSchedulerStore:
             return task_sql.get_task(conn, *key).try_number  # type: ignore[union-attr]  # claimed just above
 
     def end_exited_try(
-        self,
-        key: TaskKey,
-        try_number: int,
-        claimant: str,
-        now: datetime,
-        error: str,
-        state_for: Callable[[TaskRow], str],
+        self, key: TaskKey, try_number: int, claimant: str, now: datetime, error: str, state_for: ExitedRunPlan
     ) -> str | None:
         """In one transaction: if the task is still `running` in ``try_number``, end that try in the state
         ``state_for`` gives its row (``end_exited_run``, under ``claimant``'s claim). The state it ended in, None
