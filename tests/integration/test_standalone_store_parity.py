@@ -13,12 +13,14 @@ an ended task is never resurrected)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from sqlalchemy import Engine, delete
+from sqlalchemy.exc import OperationalError
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.memory_standalone import (
@@ -28,6 +30,7 @@ from smartsensor.adapters.memory_standalone import (
 )
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
+from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.config import Config
@@ -35,7 +38,7 @@ from smartsensor.domain import clock as domain_clock
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
-from smartsensor.ports import InsertConflict
+from smartsensor.ports import InsertConflict, StoreUnavailable
 from smartsensor.schema.models import TaskInstance
 from smartsensor.standalone.registration import build_row, register
 from smartsensor.standalone.scheduler import end_zombies, requeue_retries
@@ -179,6 +182,26 @@ def test_a_conflicting_insert_is_an_insert_conflict_in_both(cfg: Config, engine:
         with pytest.raises(InsertConflict):
             stores.registration.register_rows([row, row], DAY, False)
         assert stores.rows() == {}
+
+
+def test_an_unreachable_database_is_store_unavailable_from_every_store(tmp_path: Path) -> None:
+    """The adapters' outage, as the door catches it: StoreUnavailable, the driver's words in ``reason``, the
+    SQLAlchemy error its cause."""
+    engine = make_engine(f"sqlite:///{tmp_path}")  # a folder: SQLite cannot open it
+    calls: list[Callable[[], Any]] = [
+        lambda: SqlRegistrationStore(engine).read_states(DAY, ["d"]),
+        lambda: SqlSchedulerStore(engine).scheduled_keys(1),
+        lambda: SqlClassicRunStore(engine).read_task(TaskKey("d", "t", DAY)),
+    ]
+    try:
+        for call in calls:
+            with pytest.raises(StoreUnavailable) as raised:
+                call()
+            assert isinstance(raised.value.__cause__, OperationalError)
+            assert raised.value.reason == "unable to open database file"
+            assert str(raised.value).startswith("(sqlite3.OperationalError) unable to open database file")
+    finally:
+        engine.dispose()
 
 
 # -- the state machine ---------------------------------------------------------------------------------------------
