@@ -2,7 +2,8 @@
 over the task rows of an ``adapters.memory.InMemoryStore`` (so a round, the scheduler, a classic run and a user's
 change can share one table), with the SQL stores' guards: every change is an UPDATE of one row ``WHERE`` its state
 (and try, claim or beat) is still the one read, so a task is never resurrected or ended twice and a user's manual
-change wins. Each method names the query of ``adapters.sql.tasks`` it mirrors; each operation is one transaction
+change wins. Each method names the query it mirrors (of ``adapters.sql.tasks``, or the store's own in
+``scheduler_store`` and ``classic_store``); each operation is one transaction
 (the store's lock; the rows put back if it raises). Held to the SQL stores by
 tests/integration/test_standalone_store_parity.py. No NOTIFY: one process has no listener to wake."""
 
@@ -144,7 +145,8 @@ class MemorySchedulerStore(MemoryTaskTable):
     """``ports.SchedulerStore`` in memory."""
 
     def requeue_due_retries(self, now: datetime, plan: RetryPlan) -> list[tuple[str, bool]]:
-        """``tasks.load_up_for_retry``, then ``requeue_retry`` or ``set_state`` from up_for_retry in its try."""
+        """``scheduler_store.load_up_for_retry``, then ``requeue_retry`` or ``tasks.set_state`` from up_for_retry in its
+        try."""
         done: list[tuple[str, bool]] = []
         with self.transaction() as tasks:
             due = [r for r in tasks.values() if r.state == State.UP_FOR_RETRY]
@@ -170,7 +172,8 @@ class MemorySchedulerStore(MemoryTaskTable):
         return done
 
     def end_dead_runs(self, cutoff: datetime, now: datetime, plan: DeadRunPlan) -> list[tuple[TaskKey, str, str]]:
-        """``tasks.load_zombies`` (a NULL beat is never before the cutoff), then ``end_zombie`` on the beat read."""
+        """``tasks.load_zombies`` (a NULL beat is never before the cutoff), then ``scheduler_store.end_zombie`` on the
+        beat read."""
         ended: list[tuple[TaskKey, str, str]] = []
         with self.transaction() as tasks:
             dead = [r for r in tasks.values() if r.state == State.RUNNING and r.updated_at and r.updated_at < cutoff]
@@ -204,7 +207,8 @@ class MemorySchedulerStore(MemoryTaskTable):
     def end_exited_try(
         self, key: TaskKey, try_number: int, claimant: str, now: datetime, error: str, state_for: ExitedRunPlan
     ) -> str | None:
-        """``tasks.get_task``, then ``end_exited_run`` while it is `running` in that try under that claim."""
+        """``tasks.get_task``, then ``scheduler_store.end_exited_run`` while it is `running` in that try under that
+        claim."""
         with self.transaction() as tasks:
             row = tasks.get(key)
             if row is None or row.state != State.RUNNING or row.try_number != try_number:
@@ -239,11 +243,11 @@ class MemoryClassicRunStore(MemoryTaskTable):
             return found, (tasks[key] if ours else None)
 
     def beat(self, key: TaskKey, now: datetime) -> bool:
-        """``tasks.heartbeat_running``."""
+        """``classic_store.heartbeat_running``."""
         with self.transaction():
             return self._update(key, _still(State.RUNNING), updated_at=now)
 
     def hand_back(self, key: TaskKey, now: datetime) -> bool:
-        """``tasks.hand_back_running``: running → scheduled, try and start kept."""
+        """``classic_store.hand_back_running``: running → scheduled, try and start kept."""
         with self.transaction():
             return self._update(key, _still(State.RUNNING), state=State.SCHEDULED, hostname=None, updated_at=now)

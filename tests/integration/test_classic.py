@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import classic_store as classic_sql, scheduler_store as scheduler_sql, tasks as task_sql
 from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
@@ -226,7 +226,7 @@ def test_hand_back_never_resurrects_a_task_changed_meanwhile(engine, cfg, tmp_pa
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.begin() as conn:
         task_sql.set_state(conn, key, State.FAILED)  # by hand
-        assert not task_sql.hand_back_running(conn, key, datetime.now(timezone.utc))
+        assert not classic_sql.hand_back_running(conn, key, datetime.now(timezone.utc))
         assert task_sql.get_task(conn, *key).state == State.FAILED
 
 
@@ -291,7 +291,7 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
     alive = _running_task(engine, cfg, tmp_path, "alive", retries=0)
     later = datetime.now(timezone.utc) + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
     with engine.begin() as conn:
-        task_sql.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
+        classic_sql.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
     assert end_zombies(SqlSchedulerStore(engine), cfg, now=later) == {State.UP_FOR_RETRY: 1, State.FAILED: 1}
     with engine.connect() as conn:
         rows = {r.task_id: r for r in task_sql.list_tasks(conn)}
@@ -304,8 +304,8 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
         stale = rows["alive"].updated_at
     assert stale is not None
     with engine.begin() as conn:
-        task_sql.heartbeat_running(conn, alive, later)
-        assert not task_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
+        classic_sql.heartbeat_running(conn, alive, later)
+        assert not scheduler_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
 
 
 # -- a run-task child that exits without ending its task -------------------------------------------
@@ -373,7 +373,7 @@ def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine
     assert scheduler.launch() == 2
     with engine.begin() as conn:
         task_sql.set_state(conn, by_hand, State.SUCCESS)  # a user's change
-        assert task_sql.hand_back_running(conn, reclaimed, datetime.now(timezone.utc))  # handed back, then another
+        assert classic_sql.hand_back_running(conn, reclaimed, datetime.now(timezone.utc))  # handed back, then another
         assert task_sql.claim_scheduled(
             conn, reclaimed, datetime.now(timezone.utc), "another-host"
         )  # scheduler's claim

@@ -1,17 +1,54 @@
-"""The SQL ``ClassicRunStore``: one classic run's (``run-task``) reads and guarded writes on SQLite or PostgreSQL,
-through the named queries of ``adapters.sql.tasks``."""
+"""The SQL ``ClassicRunStore``: one classic run's (``run-task``) reads and guarded writes on SQLite or PostgreSQL: its
+own named queries (its beat, its hand-back), then the store, which runs them and those of ``adapters.sql.tasks`` each
+in a connection or transaction of its own."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, update
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.store_errors import store_errors
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
+
+TI = task_sql.TI
+
+
+def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
+    """running → scheduled for a classic run stopped by SIGTERM/SIGINT (a scheduler stop, a deploy).
+
+    The try goes on in the next run: try_number and start_date are kept, so its timeout still counts
+    from the first start. False if the task left `running` meanwhile. 1 statement.
+    """
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                *task_sql.is_task(key),
+                TI.c.state == State.RUNNING,
+            )
+            .values(state=State.SCHEDULED, hostname=None, updated_at=now)
+        ).rowcount
+        == 1
+    )
+
+
+def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
+    """A classic run says it is alive; False once its task left `running` (1 statement)."""
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                *task_sql.is_task(key),
+                TI.c.state == State.RUNNING,
+            )
+            .values(updated_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 class SqlClassicRunStore:
@@ -41,12 +78,12 @@ class SqlClassicRunStore:
     def beat(self, key: TaskKey, now: datetime) -> bool:
         """``heartbeat_running`` in a transaction of its own; False once the task left `running` (1 statement)."""
         with store_errors(), self.engine.begin() as conn:
-            return task_sql.heartbeat_running(conn, key, now)
+            return heartbeat_running(conn, key, now)
 
     def hand_back(self, key: TaskKey, now: datetime) -> bool:
         """``hand_back_running`` in a transaction of its own (1 statement)."""
         with store_errors(), self.engine.begin() as conn:
-            return task_sql.hand_back_running(conn, key, now)
+            return hand_back_running(conn, key, now)
 
     def read_task(self, key: TaskKey) -> TaskRow | None:
         """``get_task`` on a connection of its own (1 statement)."""

@@ -1,17 +1,89 @@
-"""The SQL ``SchedulerStore``: the standalone scheduler's reads and guarded writes on SQLite or PostgreSQL, through
-the named queries of ``adapters.sql.tasks``."""
+"""The SQL ``SchedulerStore``: the standalone scheduler's reads and guarded writes on SQLite or PostgreSQL: its own
+named queries (retries, dead runs, exited runs), then the store, which runs them and those of ``adapters.sql.tasks``
+each in a connection or transaction of its own."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, select, update
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.store_errors import store_errors
 from smartsensor.domain.keys import TaskKey
+from smartsensor.domain.rows import RetryRow
 from smartsensor.domain.states import State
 from smartsensor.ports import DeadRunPlan, ExitedRunPlan, RetryPlan
+
+TI = task_sql.TI
+
+
+def load_up_for_retry(conn: Connection) -> list[RetryRow]:
+    """Task instances waiting to be retried (1 statement)."""
+    columns = [TI.c[name] for name in RetryRow._fields]
+    return [RetryRow._make(r) for r in conn.execute(select(*columns).where(TI.c.state == State.UP_FOR_RETRY))]
+
+
+def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: str, now: datetime) -> bool:
+    """up_for_retry → new_state for the next try, if nobody changed it meanwhile. 1 statement."""
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                *task_sql.is_task(key),
+                TI.c.state == State.UP_FOR_RETRY,
+                TI.c.try_number == try_number,
+            )
+            .values(
+                state=new_state,
+                try_number=try_number + 1,
+                start_date=None,
+                end_date=None,
+                hostname=None,
+                updated_at=now,
+            )
+        ).rowcount
+        == 1
+    )
+
+
+def end_zombie(
+    conn: Connection, key: TaskKey, seen_updated_at: datetime, new_state: str, now: datetime, error: str
+) -> bool:
+    """End a dead run's task, unless it heartbeated or changed since it was read (1 statement)."""
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                *task_sql.is_task(key),
+                TI.c.state == State.RUNNING,
+                TI.c.updated_at == seen_updated_at,
+            )
+            .values(state=new_state, end_date=now, updated_at=now, error=error)
+        ).rowcount
+        == 1
+    )
+
+
+def end_exited_run(
+    conn: Connection, key: TaskKey, try_number: int, claimant: str, new_state: str, now: datetime, error: str
+) -> bool:
+    """End the try of a classic run whose process exited without ending it, while the task is still `running` in
+    that try under that claim (``hostname``): a run that ended, a hand-back, another claim or a user's change
+    wins. 1 statement."""
+    return (
+        conn.execute(
+            update(TI)
+            .where(
+                *task_sql.is_task(key),
+                TI.c.state == State.RUNNING,
+                TI.c.try_number == try_number,
+                TI.c.hostname == claimant,
+            )
+            .values(state=new_state, end_date=now, updated_at=now, error=error)
+        ).rowcount
+        == 1
+    )
 
 
 class SqlSchedulerStore:
@@ -28,13 +100,13 @@ class SqlSchedulerStore:
         1 statement, 1 per task planned, and the NOTIFY."""
         done: list[tuple[str, bool]] = []
         with store_errors(), self.engine.begin() as conn:
-            for row in task_sql.load_up_for_retry(conn):
+            for row in load_up_for_retry(conn):
                 step = plan(row)
                 if step is None:
                     continue
                 key, (state, error) = row.key, step
                 if error is None:
-                    changed = task_sql.requeue_retry(conn, key, row.try_number, state, now)
+                    changed = requeue_retry(conn, key, row.try_number, state, now)
                 else:
                     changed = task_sql.set_state(
                         conn,
@@ -58,7 +130,7 @@ class SqlSchedulerStore:
         with store_errors(), self.engine.begin() as conn:
             for row in task_sql.load_zombies(conn, cutoff):
                 key, (state, error) = row.key, plan(row)
-                if task_sql.end_zombie(conn, key, row.updated_at, state, now, error):
+                if end_zombie(conn, key, row.updated_at, state, now, error):
                     ended.append((key, state, error))
         return ended
 
@@ -86,7 +158,7 @@ class SqlSchedulerStore:
             if row is None or row.state != State.RUNNING or row.try_number != try_number:
                 return None  # ended by the run, handed back, or changed by someone: nothing to do
             state = state_for(row)
-            return state if task_sql.end_exited_run(conn, key, try_number, claimant, state, now, error) else None
+            return state if end_exited_run(conn, key, try_number, claimant, state, now, error) else None
 
     def end_try(
         self, key: TaskKey, new_state: str, now: datetime, error: str | None = None, try_number: int | None = None

@@ -1,4 +1,6 @@
-"""Task-instance queries, by name: registration, the shard round, retries and classic runs.
+"""Task-instance queries, by name, that several callers share: registration (both doors), the shard round, the
+claim of a scheduled task, dead runs (``status`` counts them), a user's change. The queries only the standalone
+scheduler or a classic run sends live beside their stores (``scheduler_store``, ``classic_store``).
 
 State changes are guarded, idempotent updates (``... WHERE state IN (...)``): a second worker, a
 retried round or a user's manual change is never overwritten. Each function documents how many
@@ -7,7 +9,7 @@ Lease, signal and status queries live next to this module (``leases``, ``signals
 
 The functions that take an ``Engine`` (at the end) are the operations the CLI calls: each opens its own connection or
 transaction and sends the statements above, so that no caller holds one. The standalone door's operations are its
-stores' methods (``registration_store``, ``scheduler_store``, ``classic_store``), over the same queries.
+stores' methods (``registration_store``, ``scheduler_store``, ``classic_store``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from smartsensor.adapters.sql import channels as channel_sql
 from smartsensor.domain import clock
 from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
-from smartsensor.domain.rows import RetryRow, TaskRow, ZombieRow
+from smartsensor.domain.rows import TaskRow, ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance, UtcDateTime
 
@@ -64,8 +66,8 @@ def _kept_start(now: datetime) -> Any:
     return func.coalesce(TI.c.start_date, literal(now, UtcDateTime()))
 
 
-def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
-    """The WHERE terms of one task instance, by primary key."""
+def is_task(key: TaskKey) -> tuple[Any, Any, Any]:
+    """The WHERE terms of one task instance, by primary key (the standalone door's stores' queries use it too)."""
     return TI.c.dag_id == key.dag_id, TI.c.task_id == key.task_id, TI.c.execution_date == key.execution_date
 
 
@@ -91,7 +93,7 @@ def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any
 
 def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> TaskRow | None:
     """One task instance by primary key (1 statement)."""
-    row = conn.execute(select(TI).where(*_is_task(TaskKey(dag_id, task_id, execution_date)))).first()
+    row = conn.execute(select(TI).where(*is_task(TaskKey(dag_id, task_id, execution_date)))).first()
     return TaskRow._make(row) if row else None
 
 
@@ -118,7 +120,7 @@ def insert_tasks_bulk(conn: Connection, rows: Sequence[TaskRow]) -> None:
 def reset_task(conn: Connection, row: TaskRow) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
     values = {k: v for k, v in row.columns().items() if k not in TaskKey._fields}
-    conn.execute(update(TI).where(*_is_task(row.key)).values(**values))
+    conn.execute(update(TI).where(*is_task(row.key)).values(**values))
 
 
 def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[TaskRow]:
@@ -145,7 +147,7 @@ def set_state(
     ``try_number``: only while the task is still in that try (a run ending its own try never ends a
     later one that another process started after this one was given up for dead).
     """
-    query = update(TI).where(*_is_task(key))
+    query = update(TI).where(*is_task(key))
     if from_states is not None:
         query = query.where(TI.c.state.in_(list(from_states)))
     if try_number is not None:
@@ -395,35 +397,6 @@ def start_pending_cohorts(
     )
 
 
-def load_up_for_retry(conn: Connection) -> list[RetryRow]:
-    """Task instances waiting to be retried (1 statement)."""
-    columns = [TI.c[name] for name in RetryRow._fields]
-    return [RetryRow._make(r) for r in conn.execute(select(*columns).where(TI.c.state == State.UP_FOR_RETRY))]
-
-
-def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: str, now: datetime) -> bool:
-    """up_for_retry → new_state for the next try, if nobody changed it meanwhile. 1 statement."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.UP_FOR_RETRY,
-                TI.c.try_number == try_number,
-            )
-            .values(
-                state=new_state,
-                try_number=try_number + 1,
-                start_date=None,
-                end_date=None,
-                hostname=None,
-                updated_at=now,
-            )
-        ).rowcount
-        == 1
-    )
-
-
 def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str) -> bool:
     """scheduled → running for a classic-mode run; False if another process got there first. 1 statement.
 
@@ -433,7 +406,7 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
         conn.execute(
             update(TI)
             .where(
-                *_is_task(key),
+                *is_task(key),
                 TI.c.state == State.SCHEDULED,
             )
             .values(
@@ -448,40 +421,6 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
     )
 
 
-def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
-    """running → scheduled for a classic run stopped by SIGTERM/SIGINT (a scheduler stop, a deploy).
-
-    The try goes on in the next run: try_number and start_date are kept, so its timeout still counts
-    from the first start. False if the task left `running` meanwhile. 1 statement.
-    """
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-            )
-            .values(state=State.SCHEDULED, hostname=None, updated_at=now)
-        ).rowcount
-        == 1
-    )
-
-
-def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
-    """A classic run says it is alive; False once its task left `running` (1 statement)."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-            )
-            .values(updated_at=now)
-        ).rowcount
-        == 1
-    )
-
-
 def load_zombies(conn: Connection, cutoff: datetime) -> list[ZombieRow]:
     """`running` task instances whose run last heartbeated before ``cutoff`` (1 statement)."""
     columns = [TI.c[name] for name in ZombieRow._fields]
@@ -489,45 +428,6 @@ def load_zombies(conn: Connection, cutoff: datetime) -> list[ZombieRow]:
         ZombieRow._make(r)
         for r in conn.execute(select(*columns).where(TI.c.state == State.RUNNING, TI.c.updated_at < cutoff))
     ]
-
-
-def end_zombie(
-    conn: Connection, key: TaskKey, seen_updated_at: datetime, new_state: str, now: datetime, error: str
-) -> bool:
-    """End a dead run's task, unless it heartbeated or changed since it was read (1 statement)."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-                TI.c.updated_at == seen_updated_at,
-            )
-            .values(state=new_state, end_date=now, updated_at=now, error=error)
-        ).rowcount
-        == 1
-    )
-
-
-def end_exited_run(
-    conn: Connection, key: TaskKey, try_number: int, claimant: str, new_state: str, now: datetime, error: str
-) -> bool:
-    """End the try of a classic run whose process exited without ending it, while the task is still `running` in
-    that try under that claim (``hostname``): a run that ended, a hand-back, another claim or a user's change
-    wins. 1 statement."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-                TI.c.try_number == try_number,
-                TI.c.hostname == claimant,
-            )
-            .values(state=new_state, end_date=now, updated_at=now, error=error)
-        ).rowcount
-        == 1
-    )
 
 
 def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> list[TaskKey]:
