@@ -3,9 +3,9 @@ over the task rows of an ``adapters.memory.InMemoryStore`` (so a round, the sche
 change can share one table), with the SQL stores' guards: every change is an UPDATE of one row ``WHERE`` its state
 (and try, claim or beat) is still the one read, so a task is never resurrected or ended twice and a user's manual
 change wins. Each method names the query it mirrors (of ``adapters.sql.tasks``, or the store's own in
-``scheduler_store`` and ``classic_store``); each operation is one transaction
-(the store's lock; the rows put back if it raises). Held to the SQL stores by
-tests/integration/test_standalone_store_parity.py. No NOTIFY: one process has no listener to wake."""
+``scheduler_store`` and ``classic_store``); each operation is one transaction (the store's lock; the rows put back if
+it raises). Held to the SQL stores by tests/integration/test_standalone_store_parity.py. No NOTIFY: one process has
+no listener to wake."""
 
 from __future__ import annotations
 
