@@ -108,30 +108,30 @@ class Outage(MemoryClassicRunStore):
         return super().end_try(*args, **kwargs)
 
 
-def test_a_classic_run_s_end_waits_out_an_outage(cfg: Config, caplog: pytest.LogCaptureFixture) -> None:
+def a_claimed_run(cfg: Config, failures: int) -> tuple[ClassicRun, InMemoryStore, list[float]]:
+    """A classic run of a task it claimed, on a store down for its first ``failures`` ends; the pauses it sleeps."""
     table = InMemoryStore()
-    key = classic(cfg, table, "w")
-    store = Outage(table, failures=2)
-    _, row = store.claim_run(key, T0, "host-a", False)
+    store = Outage(table, failures)
+    _, row = store.claim_run(classic(cfg, table, "w"), T0, "host-a", False)
     assert row is not None
     slept: list[float] = []
-    result = ClassicRun(store, cfg, row, sleep=slept.append).finish(State.SUCCESS)
-    assert (result.state, slept, table.tasks[key].state) == (State.SUCCESS, [0.5, 1.0], State.SUCCESS)
+    return ClassicRun(store, cfg, row, sleep=slept.append), table, slept
+
+
+def test_a_classic_run_s_end_waits_out_an_outage(cfg: Config, caplog: pytest.LogCaptureFixture) -> None:
+    run, table, slept = a_claimed_run(cfg, failures=2)
+    result = run.finish(State.SUCCESS)
+    assert (result.state, slept, table.tasks[run.key].state) == (State.SUCCESS, [0.5, 1.0], State.SUCCESS)
     assert (
         "metadata DB unavailable writing c.w -> success, retrying in 0.5 s: (sqlite3.OperationalError)" in caplog.text
     )
 
 
 def test_a_classic_run_s_end_gives_up_after_its_patience(cfg: Config) -> None:
-    table = InMemoryStore()
-    key = classic(cfg, table, "w")
-    store = Outage(table, failures=1000)
-    _, row = store.claim_run(key, T0, "host-a", False)
-    assert row is not None
-    slept: list[float] = []
+    run, table, slept = a_claimed_run(cfg, failures=1000)
     with pytest.raises(StoreUnavailable):
-        ClassicRun(store, cfg, row, sleep=slept.append).finish(State.SUCCESS)
-    assert sum(slept) >= cfg.settings.scheduler.zombie_threshold and table.tasks[key].state == State.RUNNING
+        run.finish(State.SUCCESS)
+    assert sum(slept) >= cfg.settings.scheduler.zombie_threshold and table.tasks[run.key].state == State.RUNNING
 
 
 def test_the_cli_tells_a_store_error_as_the_database_error_behind_it() -> None:

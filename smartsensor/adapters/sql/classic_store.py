@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, update
+from sqlalchemy import Connection, Engine
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.store_errors import store_errors
@@ -23,32 +23,14 @@ def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
     The try goes on in the next run: try_number and start_date are kept, so its timeout still counts
     from the first start. False if the task left `running` meanwhile. 1 statement.
     """
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *task_sql.is_task(key),
-                TI.c.state == State.RUNNING,
-            )
-            .values(state=State.SCHEDULED, hostname=None, updated_at=now)
-        ).rowcount
-        == 1
+    return task_sql.update_task(
+        conn, key, [TI.c.state == State.RUNNING], state=State.SCHEDULED, hostname=None, updated_at=now
     )
 
 
 def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
     """A classic run says it is alive; False once its task left `running` (1 statement)."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *task_sql.is_task(key),
-                TI.c.state == State.RUNNING,
-            )
-            .values(updated_at=now)
-        ).rowcount
-        == 1
-    )
+    return task_sql.update_task(conn, key, [TI.c.state == State.RUNNING], updated_at=now)
 
 
 class SqlClassicRunStore:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, select
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.store_errors import store_errors
@@ -26,24 +26,16 @@ def load_up_for_retry(conn: Connection) -> list[RetryRow]:
 
 def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: str, now: datetime) -> bool:
     """up_for_retry → new_state for the next try, if nobody changed it meanwhile. 1 statement."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *task_sql.is_task(key),
-                TI.c.state == State.UP_FOR_RETRY,
-                TI.c.try_number == try_number,
-            )
-            .values(
-                state=new_state,
-                try_number=try_number + 1,
-                start_date=None,
-                end_date=None,
-                hostname=None,
-                updated_at=now,
-            )
-        ).rowcount
-        == 1
+    return task_sql.update_task(
+        conn,
+        key,
+        [TI.c.state == State.UP_FOR_RETRY, TI.c.try_number == try_number],
+        state=new_state,
+        try_number=try_number + 1,
+        start_date=None,
+        end_date=None,
+        hostname=None,
+        updated_at=now,
     )
 
 
@@ -51,18 +43,8 @@ def end_zombie(
     conn: Connection, key: TaskKey, seen_updated_at: datetime, new_state: str, now: datetime, error: str
 ) -> bool:
     """End a dead run's task, unless it heartbeated or changed since it was read (1 statement)."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *task_sql.is_task(key),
-                TI.c.state == State.RUNNING,
-                TI.c.updated_at == seen_updated_at,
-            )
-            .values(state=new_state, end_date=now, updated_at=now, error=error)
-        ).rowcount
-        == 1
-    )
+    guard = [TI.c.state == State.RUNNING, TI.c.updated_at == seen_updated_at]
+    return task_sql.update_task(conn, key, guard, state=new_state, end_date=now, updated_at=now, error=error)
 
 
 def end_exited_run(
@@ -71,19 +53,8 @@ def end_exited_run(
     """End the try of a classic run whose process exited without ending it, while the task is still `running` in
     that try under that claim (``hostname``): a run that ended, a hand-back, another claim or a user's change
     wins. 1 statement."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *task_sql.is_task(key),
-                TI.c.state == State.RUNNING,
-                TI.c.try_number == try_number,
-                TI.c.hostname == claimant,
-            )
-            .values(state=new_state, end_date=now, updated_at=now, error=error)
-        ).rowcount
-        == 1
-    )
+    guard = [TI.c.state == State.RUNNING, TI.c.try_number == try_number, TI.c.hostname == claimant]
+    return task_sql.update_task(conn, key, guard, state=new_state, end_date=now, updated_at=now, error=error)
 
 
 class SqlSchedulerStore:

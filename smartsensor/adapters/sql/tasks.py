@@ -71,6 +71,13 @@ def is_task(key: TaskKey) -> tuple[Any, Any, Any]:
     return TI.c.dag_id == key.dag_id, TI.c.task_id == key.task_id, TI.c.execution_date == key.execution_date
 
 
+def update_task(conn: Connection, key: TaskKey, where: Sequence[Any], **values: Any) -> bool:
+    """UPDATE one task instance (by key) setting ``values``, only while the ``where`` terms still hold (the state,
+    try, claim or beat read): whether it changed. The guarded single-task writes of the scheduler and classic runs.
+    1 statement."""
+    return conn.execute(update(TI).where(*is_task(key), *where).values(**values)).rowcount == 1
+
+
 def in_range(shard_min: Any, shard_max: Any) -> tuple[Any, Any]:
     """The WHERE terms of a shard range [shard_min, shard_max): lower bound inclusive, upper exclusive; a NULL
     shardcode is in no range. The one spelling of the range predicate (``status`` uses it too); the bounds are
@@ -402,22 +409,15 @@ def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str
 
     start_date is kept when set: a run handed back on SIGTERM continues its try, not a new one.
     """
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *is_task(key),
-                TI.c.state == State.SCHEDULED,
-            )
-            .values(
-                state=State.RUNNING,
-                start_date=_kept_start(now),
-                end_date=None,
-                hostname=hostname,
-                updated_at=now,
-            )
-        ).rowcount
-        == 1
+    return update_task(
+        conn,
+        key,
+        [TI.c.state == State.SCHEDULED],
+        state=State.RUNNING,
+        start_date=_kept_start(now),
+        end_date=None,
+        hostname=hostname,
+        updated_at=now,
     )
 
 
