@@ -514,6 +514,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     """
     import threading
 
+    from smartsensor.adapters.sql.signals import SqlLandingSignals
     from smartsensor.roots.worker import leased_ranges, worker_loop
     from smartsensor.service.signals import send_signal
 
@@ -553,7 +554,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
             for i in range(samples):
                 spark.sql(f"ALTER TABLE {db}.t000 ADD IF NOT EXISTS PARTITION (ds='{kind}{i}')")  # generated value
                 if kind == "sig":
-                    send_signal(engine, f"{db}.t000/ds={kind}{i}")
+                    send_signal(SqlLandingSignals(engine), f"{db}.t000/ds={kind}{i}")
                 lat.append(wait_success(f"{kind}{i}"))
             out["signal" if kind == "sig" else "no_signal"] = {
                 "p50": round(statistics.median(lat), 3),

@@ -12,9 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql import channels as channel_sql, signals as signal_sql
+from smartsensor.adapters.sql import channels as channel_sql
 from smartsensor.domain import clock
 from smartsensor.ports import LandingSignals
 from smartsensor.sensors.partitions import format_partition_name, parse_partition_name
@@ -30,10 +28,10 @@ def canonical_signal(name: str) -> tuple[str, tuple[str, str]]:
     return format_partition_name(db, table, spec), (db, table)
 
 
-def send_signal(engine: Engine, name: str) -> str:
+def send_signal(signals: LandingSignals, name: str) -> str:
     """Record a landing signal (and NOTIFY on Postgres, delivered at commit). Returns the canonical name."""
     canonical, _ = canonical_signal(name)
-    signal_sql.record_signal(engine, canonical, clock.now())
+    signals.record(canonical, clock.now())
     return canonical
 
 

@@ -796,6 +796,7 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
     import threading
 
     from smartsensor.adapters.periodic import PeriodicJobs
+    from smartsensor.adapters.sql.signals import SqlLandingSignals
     from smartsensor.roots.worker import leased_ranges, worker_loop
     from smartsensor.service.signals import send_signal
     from tests.support.common import wait_until
@@ -818,7 +819,7 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
         wait_until(lambda: {r["state"] for r in outbox(engine)} == {BASELINE}, timeout=60)
         assert served.held_ranges() == [(r.lo, r.hi) for r in cfg.resolved_shard_ranges]
         catalog["db.b"].append("ds=1/hr=2")
-        send_signal(engine, "db.b/ds=1/hr=2")
+        send_signal(SqlLandingSignals(engine), "db.b/ds=1/hr=2")
         wait_until(lambda: airflow.events == Counter({(2, "1|2"): 1}), timeout=60)
         wait_until(lambda: [r["state"] for r in outbox(engine)] == [BASELINE, DELIVERED], timeout=60)
     finally:

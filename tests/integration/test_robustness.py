@@ -184,6 +184,7 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
     from smartsensor.adapters.lifecycle import StopRequest
     from smartsensor.adapters.sql.channels import SIGNAL_CHANNEL
     from smartsensor.adapters.sql.notifications import NotificationHub
+    from smartsensor.adapters.sql.signals import SqlLandingSignals
     from smartsensor.service.signals import send_signal, signalled_tables
     from tests.support.common import wait_until
 
@@ -199,7 +200,7 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
         with engine.connect() as conn:  # what a server restart does to every session, to this one alone
             assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first}).scalar_one()
         wait_until(lambda: _listener_pids(engine) not in ([], [first]), timeout=60)  # listening again
-        send_signal(engine, "demo.events/ds=2026-11-22")
+        send_signal(SqlLandingSignals(engine), "demo.events/ds=2026-11-22")
         wait_until(lambda: {("demo", "events")} in woken, timeout=30)
     finally:
         stopping.request()

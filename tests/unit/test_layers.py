@@ -329,7 +329,19 @@ def f(engine, app, sock):
 # Packages that reach storage through the ports only (``smartsensor.ports``: a store is passed in, built by the entry
 # point): no module in them imports SQLAlchemy, lazily or for type checking only, so none can take an ``Engine`` or
 # catch a driver's error. Issue 56 wants every package outside the adapters and the schema here; the next is one line.
-PORTS_ONLY = ("smartsensor.standalone",)
+PORTS_ONLY = (
+    "smartsensor.standalone",
+    "smartsensor.hive_filter",
+    "smartsensor.wire",
+    "smartsensor.service.round",
+    "smartsensor.service.worker_loop",
+    "smartsensor.service.served_ranges",
+    "smartsensor.service.supervisor",
+    "smartsensor.service.signals",
+    "smartsensor.service.landings",
+    "smartsensor.service.leases",
+    "smartsensor.external.ended_watch",
+)
 
 
 def sqlalchemy_imports(sources: dict[str, tuple[str, str]], packages: tuple[str, ...] = PORTS_ONLY) -> list[str]:
