@@ -83,7 +83,7 @@ class WakeUps:
                 log.warning("wake-up round failed: %s", first_line(exc))
 
     def again(self, results: list[RoundResult]) -> None:
-        """Another wake-up round at once when a round left checks due at once (``RoundResult.due_again``)."""
+        """Another wake-up round at once when a round left vigils due at once (``RoundResult.due_again``)."""
         if any(r.due_again for r in results):
             self.pending(None)
 

@@ -113,7 +113,7 @@ class System:
         return w
 
     def index(self) -> dict[Any, dict[Cohort, int]]:
-        return {k: dict(c.cohorts) for k, c in self.worker.index.checks.items()}
+        return {k: dict(c.cohorts) for k, c in self.worker.index.vigils.items()}
 
 
 class MemoryRows:
@@ -460,9 +460,9 @@ class IndexModel(RuleBasedStateMachine):
         for (dag, _, _), row in self.memory_rows.store.tasks.items():
             if row.state != State.SMART_RUNNING or dag in self.unseen:
                 continue
-            check = w.index.checks.get(row.check)
+            vigil = w.index.vigils.get(row.vigil)
             cohort = Cohort(row.exec_dict or "", row.start_date, row.try_number)  # type: ignore[arg-type]  # running
-            assert check is not None and cohort in check.cohorts, f"{dag} waits, missing from the index"
+            assert vigil is not None and cohort in vigil.cohorts, f"{dag} waits, missing from the index"
 
     @invariant()
     def no_task_waits_past_the_bound(self) -> None:

@@ -63,8 +63,8 @@ def whole(store: InMemoryStore, cfg: Any, clock: Clock) -> RangeRounds:
 
 def waiting_in_index(w: RangeRounds, store: InMemoryStore, dag_id: str) -> bool:
     row = store.tasks[(dag_id, "w", DAY)]
-    check = w.index.checks.get(row.check)
-    return check is not None and any(c.start_date == row.start_date for c in check.cohorts)
+    vigil = w.index.vigils.get(row.vigil)
+    return vigil is not None and any(c.start_date == row.start_date for c in vigil.cohorts)
 
 
 @pytest.mark.parametrize("outcome", ["landed", "permanent error"])
