@@ -39,6 +39,7 @@ from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec
 from smartsensor.domain.transitions import RoundWrites
+from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import ShardLease, TaskInstance, WorkerRound
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
@@ -357,7 +358,7 @@ class IndexModel(RuleBasedStateMachine):
     @rule(focus=st.sampled_from(["new", "t", "u"]))
     def start_wake_up_round(self, focus: str) -> None:
         """A NOTIFY of new pending tasks ("new"), or a landing signal naming a table."""
-        self._start("wake", set() if focus == "new" else {("db", focus)})
+        self._start("wake", set() if focus == "new" else {TableName("db", focus)})
 
     @precondition(lambda self: any(not f[0].written for f in self.flights.values()))
     @rule(data=st.data())
@@ -408,7 +409,7 @@ class IndexModel(RuleBasedStateMachine):
             def draw(self, _: Any) -> str:
                 return kind
 
-        self._start(kind, None if kind == "timer" else {("db", "t"), ("db", "u")})
+        self._start(kind, None if kind == "timer" else {TableName("db", "t"), TableName("db", "u")})
         if after_write:
             self.write_round(Pick())
         if inside == "join":
@@ -430,7 +431,7 @@ class IndexModel(RuleBasedStateMachine):
         """A wake-up round run whole: its feed counts new tasks in (it pokes only new checks)."""
         self._worker_step(lambda s: run_round([s.worker], lambda: self.catalog, focus=set()))
 
-    def _start(self, kind: str, tables: set[tuple[str, str]] | None) -> None:
+    def _start(self, kind: str, tables: set[TableName] | None) -> None:
         self.alone_since = self.clock() if kind == "timer" and not self.flights else None
 
         def start(s: System) -> Flight:

@@ -18,6 +18,7 @@ from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.keys import TaskKey, VigilKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -90,7 +91,7 @@ def test_a_landing_signal_makes_its_tables_checks_due_at_once(cfg, clock) -> Non
     clock.advance(1)
     catalog.land("db.t/ds=1")
     assert fleet.round().groups_due == 0  # not due for an hour
-    fleet.worker.wake({("db", "t")})
+    fleet.worker.wake({TableName("db", "t")})
     woken = fleet.round()
     assert (woken.woken, woken.marked) == (1, {State.SUCCESS: 1})
 

@@ -11,6 +11,7 @@ import pytest
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.keys import Cohort, Fence, TaskKey, VigilKey
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.service.round.index import VigilIndex
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
@@ -85,7 +86,7 @@ def test_a_wake_up_round_pokes_only_the_named_tables_and_the_new_checks(cfg, clo
     add(store, cfg, "c", named("w", "db.c/ds=1", poke_interval=3600))
     catalog.land("db.c/ds=1")
     clock.advance(1)
-    woken = run_round([w], lambda: catalog, focus={("db", "a")})
+    woken = run_round([w], lambda: catalog, focus={TableName("db", "a")})
     assert woken.partial and woken.marked == {State.SUCCESS: 2}  # a (its table was named) and c (new)
     assert state_of(store, "b", "w") == State.SMART_RUNNING
     assert run_round([w], lambda: catalog, focus=set()).groups_due == 0  # nothing new, no table named

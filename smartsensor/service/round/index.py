@@ -24,8 +24,8 @@ from typing import Iterable
 
 from smartsensor.domain.keys import Cohort, CohortRows, VigilKey
 from smartsensor.domain.timing import BadExecSettings, next_poke_at, parse_exec
+from smartsensor.hive_filter.names import TableName
 
-Table = tuple[str, str]
 BadCohort = tuple[VigilKey, Cohort, str]  # a cohort that cannot be planned, and why: it fails alone
 
 
@@ -39,7 +39,7 @@ class Vigil:
     cohorts: dict[Cohort, int] = field(default_factory=dict)
     last_poke: datetime | None = None
     attention: datetime | None = None
-    tables: frozenset[Table] = frozenset()
+    tables: frozenset[TableName] = frozenset()
     holders: int = 0  # rounds that planned it and have not released it yet
     joined: dict[Cohort, int] | None = None  # cohorts counted in while held: the index's sequence number then
     urgent: bool = False  # a round saw it end with tasks left that joined meanwhile: due at the next round
@@ -68,7 +68,7 @@ class VigilIndex:
         self.tasks = 0  # waiting tasks counted in the cohorts
         self._heap: list[tuple[datetime, int, VigilKey]] = []
         self._order = itertools.count()
-        self._by_table: dict[Table, set[VigilKey]] = defaultdict(set)
+        self._by_table: dict[TableName, set[VigilKey]] = defaultdict(set)
         self._keys_of_hash: dict[int, int] = defaultdict(int)
         self.collided: set[int] = set()  # hashcodes shared by different vigils: never marked together
 
@@ -164,12 +164,12 @@ class VigilIndex:
                 out.append(vigil)
         return out
 
-    def on_tables(self, tables: set[Table]) -> list[Vigil]:
+    def on_tables(self, tables: set[TableName]) -> list[Vigil]:
         """Vigils reading any of these tables (a landing signal named them), wherever they are in the heap."""
         keys = set().union(*(self._by_table.get(t, ()) for t in tables)) if tables else set()
         return [self.vigils[k] for k in keys if k in self.vigils]
 
-    def set_tables(self, vigil: Vigil, tables: frozenset[Table]) -> None:
+    def set_tables(self, vigil: Vigil, tables: frozenset[TableName]) -> None:
         """The tables a vigil's built checks read: a landing signal on one of them makes it due."""
         for t in vigil.tables - tables:
             self._by_table[t].discard(vigil.key)

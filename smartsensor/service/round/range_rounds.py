@@ -26,6 +26,7 @@ from smartsensor.config import Config
 from smartsensor.domain.clock import now as clock_now
 from smartsensor.domain.keys import Cohort, CohortRows, Fence, VigilKey
 from smartsensor.domain.transitions import DueVigil, RoundWrites, decide
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.sensors.base import BaseSensor, resolve_smart_class
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
@@ -100,9 +101,9 @@ class RangeRounds:
         self._lock = threading.RLock()
         self._write_lock = threading.Lock()  # one write of this range at a time: two can deadlock on PostgreSQL
         self._wake_lock = threading.Lock()
-        self._wake_tables: set[tuple[str, str]] = set()
+        self._wake_tables: set[TableName] = set()
 
-    def wake(self, tables: set[tuple[str, str]]) -> None:
+    def wake(self, tables: set[TableName]) -> None:
         """A landing signal: vigils on these (db, table) are due at the next round, whatever their interval."""
         with self._wake_lock:
             self._wake_tables |= tables
@@ -127,7 +128,7 @@ class RangeRounds:
         return result
 
     # -- steps before the poke ---------------------------------------------------------------
-    def plan_round(self, focus: set[tuple[str, str]] | None = None) -> RoundPlan:
+    def plan_round(self, focus: set[TableName] | None = None) -> RoundPlan:
         """Refresh the index, pick the due vigils and build their checks. ``focus`` (a wake-up round): only the
         vigils on these tables and the vigils new to the index this round, whatever their schedule. A cohort that
         cannot be planned (exec settings out of bounds, dates that overflow) is set aside to fail alone."""
@@ -389,7 +390,7 @@ class RangeRounds:
 @lru_cache(maxsize=200_000)
 def _rebuilt_with_checks(
     cls: type[BaseSensor], attr_dict: str
-) -> tuple[BaseSensor | None, tuple[Check, ...] | None, frozenset[tuple[str, str]]]:
+) -> tuple[BaseSensor | None, tuple[Check, ...] | None, frozenset[TableName]]:
     """A sensor rebuilt from attr_dict, its checks() validated, and the tables they read, cached per (class,
     attr_dict): a vigil waiting for hours is parsed and validated once per process, not every round (on W3,
     100,000 vigils a round). checks() depends only on the persisted fields (BaseSensor.checks); one
@@ -411,7 +412,7 @@ def _rebuilt_with_checks(
     return None, tuple(checks), _TABLE_SETS.setdefault(tables, tables)
 
 
-_TABLE_SETS: dict[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] = {}  # one object per distinct set
+_TABLE_SETS: dict[frozenset[TableName], frozenset[TableName]] = {}  # one object per distinct set
 
 
 def _applied(index: VigilIndex, plan: RoundPlan, writes: RoundWrites, poke_time: datetime) -> list[BadCohort]:
@@ -524,7 +525,7 @@ def combine_finished(
 
 
 def run_round(
-    served: list[RangeRounds], answerer: Callable[[], CheckAnswerer], focus: set[tuple[str, str]] | None = None
+    served: list[RangeRounds], answerer: Callable[[], CheckAnswerer], focus: set[TableName] | None = None
 ) -> RoundResult:
     """One round over the ranges one process owns, reported as one result (``ranges`` lists them).
 
