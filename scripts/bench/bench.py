@@ -73,6 +73,7 @@ from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.checks import Check
@@ -368,7 +369,7 @@ def warm_types(spark: Any, listers: Listers, db: str, tables: int) -> None:
     """Read the partition column types of every table a backend's per-process cache lacks (never read, or past
     TYPES_TTL_SECONDS): a worker does this once per table and then every TYPES_TTL_SECONDS, so the measured rounds
     are steady-state rounds. Called before each strategy's round, as a W3 strategy can outlast the TTL."""
-    keys = [(db, partition_of(t, tables)[0]) for t in range(tables)]
+    keys = [TableName(db, partition_of(t, tables)[0]) for t in range(tables)]
     for checker in (BatchChecker(spark), BatchChecker(lister=listers.thrift)):
         for key in keys:
             if checker.types.cached(*key) is None:

@@ -43,6 +43,7 @@ from smartsensor.domain.landings import (
     PostOutcome,
     partition_key,
 )
+from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import LandingOutbox
 from smartsensor.sensors.errors import CheckError, TransientCheckError
 from smartsensor.service.landings import CycleReport, LandingPublisher
@@ -156,15 +157,16 @@ class CatalogListings:
         self.ids = ids
         self.listed_ids: dict[tuple[str, str], dict[str, int]] = {}
 
-    def listings(self, tables: Sequence[tuple[str, str]]) -> tuple[dict[tuple[str, str], Any], int]:
-        out: dict[tuple[str, str], Any] = {}
-        for db, table in tables:
+    def listings(self, tables: Sequence[TableName]) -> tuple[dict[TableName, Any], int]:
+        out: dict[TableName, Any] = {}
+        for key in tables:
+            db, table = key
             try:
-                out[(db, table)] = self.names(db, table)
+                out[key] = self.names(db, table)
                 if self.ids is not None:
                     self.listed_ids[(db, table)] = self.ids(db, table)
             except CheckError as exc:
-                out[(db, table)] = exc
+                out[key] = exc
         return out, len(tables)
 
     def relist(self) -> None:

@@ -19,6 +19,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.status import collect_status
@@ -188,7 +189,7 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
     from smartsensor.service.signals import send_signal, signalled_tables
     from tests.support.common import wait_until
 
-    woken: list[set[tuple[str, str]]] = []
+    woken: list[set[TableName]] = []
     stopping = StopRequest()
     caplog.set_level(logging.WARNING)
     hub = NotificationHub(engine, stopping, 0.2, name="signal listener")
