@@ -9,10 +9,9 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
 
+from smartsensor.adapters.sql.store_errors import database_problem
 from smartsensor.cli.app import INTERVAL, App, UserError
-from smartsensor.sensors.errors import first_line
 
 TASKS_HEADING = "Hive sensor tasks in Airflow"
 COMPARE_HEADING = "Airflow's own sensors against smartsensor, same waits"
@@ -54,9 +53,11 @@ def report(app: App, url: str, days: int, interval: float | None, as_json: bool)
         figures = savings_report(engine, days, every)
     except AirflowDbError as exc:
         raise UserError(f"--airflow-db {safe_url(url)}: {exc}") from None
-    except SQLAlchemyError as exc:
-        why = first_line(getattr(exc, "orig", None) or exc)
-        raise UserError(f"--airflow-db {safe_url(url)}: unreachable or not readable: {why}") from None
+    except Exception as exc:
+        problem = database_problem(exc)
+        if problem is None:
+            raise
+        raise UserError(f"--airflow-db {safe_url(url)}: unreachable or not readable: {problem[1]}") from None
     finally:
         if engine is not None:
             engine.dispose()

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any
 
 import click
-from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from smartsensor.adapters.sql.engine import (
     DatabaseUrlError,
@@ -20,6 +19,7 @@ from smartsensor.adapters.sql.engine import (
     normalize_url,
     schema_problem,
 )
+from smartsensor.adapters.sql.store_errors import database_problem
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.domain.clock import as_utc, iso
 from smartsensor.ports import StoreError
@@ -113,11 +113,13 @@ def describe_error(exc: BaseException, app: App | None) -> str:
         ),
     ):
         return first_line(exc)
-    if isinstance(exc, (OperationalError, ProgrammingError)):
+    problem = database_problem(exc)
+    if problem is not None:
+        unusable, reason = problem
+        if not unusable:
+            return f"metadata database error: {reason}"
         url = app.safe_url() if app is not None and app._cfg is not None else "?"
-        return f"metadata database {url} unreachable or unusable: {first_line(exc.orig or exc)}"
-    if isinstance(exc, SQLAlchemyError):
-        return f"metadata database error: {first_line(exc)}"
+        return f"metadata database {url} unreachable or unusable: {reason}"
     return f"{type(exc).__name__}: {first_line(exc)}"
 
 

@@ -43,6 +43,7 @@ SEAMS = {
     # and the processes and engines they start (the metadata DB, Spark, the metastore service)
     "smartsensor.adapters.sql.engine",
     "smartsensor.adapters.sql.round_store",
+    "smartsensor.adapters.sql.signals",
     "smartsensor.adapters.sql.registration_store",
     "smartsensor.adapters.catalog.batch",
     "smartsensor.adapters.catalog.thrift_catalog",

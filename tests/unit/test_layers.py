@@ -341,6 +341,7 @@ PORTS_ONLY = (
     "smartsensor.service.landings",
     "smartsensor.service.leases",
     "smartsensor.external.ended_watch",
+    "smartsensor.cli",
 )
 
 

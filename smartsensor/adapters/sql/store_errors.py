@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from smartsensor.ports import InsertConflict, StoreUnavailable
 from smartsensor.sensors.errors import first_line
@@ -22,3 +22,13 @@ def store_errors() -> Iterator[None]:
         raise InsertConflict(str(exc)) from exc
     except (OperationalError, InterfaceError) as exc:
         raise StoreUnavailable(str(exc), first_line(exc.orig or exc)) from exc
+
+
+def database_problem(exc: BaseException) -> tuple[bool, str] | None:
+    """What a database library's error says, for a message: (whether the database is unreachable or unusable, the
+    reason in one line); None for an error that is not the database library's."""
+    if isinstance(exc, (OperationalError, ProgrammingError)):
+        return True, first_line(exc.orig or exc)
+    if isinstance(exc, SQLAlchemyError):
+        return False, first_line(exc)
+    return None
