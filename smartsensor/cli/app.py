@@ -22,6 +22,7 @@ from smartsensor.adapters.sql.engine import (
 )
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.domain.clock import as_utc, iso
+from smartsensor.ports import StoreUnavailable
 from smartsensor.sensors.errors import (
     CheckError,
     SensorDefinitionError,
@@ -95,6 +96,8 @@ class SmartSensorGroup(click.Group):
 
 def describe_error(exc: BaseException, app: App | None) -> str:
     """One line for the user."""
+    if isinstance(exc, StoreUnavailable) and exc.__cause__ is not None:  # a port's error: the database's says more
+        exc = exc.__cause__
     if isinstance(exc, DagFileError):  # only `submit` reads DAG files itself; it registers a file all or nothing
         return f"{first_line(exc)}; nothing was registered"
     if isinstance(

@@ -41,6 +41,7 @@ SEAMS = {
     # processes and engines they start (the metadata DB, Spark, the metastore service)
     "smartsensor.adapters.sql.engine",
     "smartsensor.adapters.sql.round_store",
+    "smartsensor.adapters.sql.status_store",
     "smartsensor.adapters.catalog.batch",
     "smartsensor.adapters.catalog.thrift_catalog",
     "smartsensor.adapters.catalog.metastore_db",
