@@ -323,3 +323,56 @@ def f(engine, app, sock):
         "smartsensor/service/bad.py:13: sa.text(): sqlalchemy.text",
         "smartsensor/service/bad.py:16: engine.raw_connection(): a DB-API connection taken from the pool",
     ]
+
+
+# Modules (or packages: a prefix) that take ports, not an Engine: neither they nor anything of ours they import,
+# however indirectly, imports SQLAlchemy (issue 56: the status side).
+PORTS_ONLY = (
+    "smartsensor.service.status",
+    "smartsensor.service.status_report",
+    "smartsensor.service.status_snapshot",
+    "smartsensor.service.history",
+    "smartsensor.service.overview",
+    "smartsensor.service.retention",
+    "smartsensor.api.page",
+)
+
+
+def _imports_sqlalchemy(path: Path) -> bool:
+    """Whether the module at ``path`` imports SQLAlchemy itself (lazily or not)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sqlalchemy" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "sqlalchemy":
+            return True
+    return False
+
+
+def sqlalchemy_reached(roots: tuple[str, ...], g: dict[str, set[str]], direct: set[str]) -> list[str]:
+    """Each module under ``roots`` (by prefix) from which ``g``'s imports reach a module in ``direct``, with the way."""
+    out = []
+    for start in sorted(m for m in g if any(m == r or m.startswith(r + ".") for r in roots)):
+        ways: dict[str, list[str]] = {start: [start]}
+        todo = [start]
+        while todo:
+            here = todo.pop()
+            if here in direct:
+                out.append(" → ".join(ways[here]) + " imports sqlalchemy")
+                break
+            for nxt in sorted(g.get(here, ())):
+                if nxt not in ways:
+                    ways[nxt] = [*ways[here], nxt]
+                    todo.append(nxt)
+    return out
+
+
+def test_ports_only_packages_import_no_sqlalchemy() -> None:
+    mods = modules()
+    g = graph()
+    direct = {name for name, path in mods.items() if _imports_sqlalchemy(path)}
+    assert all(any(m == r or m.startswith(r + ".") for m in mods) for r in PORTS_ONLY), (
+        "a PORTS_ONLY entry names nothing"
+    )
+    assert sqlalchemy_reached(PORTS_ONLY, g, direct) == []
+    # the rule sees a real one: the SQL adapters the serve root wires do import it
+    assert sqlalchemy_reached(("smartsensor.adapters.sql.status_store",), g, direct)
