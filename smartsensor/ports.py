@@ -17,10 +17,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from smartsensor.domain.airflow_history import AirflowHistory
 from smartsensor.domain.keys import CohortRows, Fence
 from smartsensor.domain.landings import ClaimedLanding, EventLookup, HiveAsset, PostOutcome, WatchRow
 from smartsensor.domain.leases import LeaseRow
-from smartsensor.domain.status_rows import Batch, Key, OutboxSummary, OverviewRows, PastLimits, StatusRows, StuckRows
+from smartsensor.domain.status_rows import (
+    Batch,
+    Key,
+    OutboxSummary,
+    OverviewRows,
+    PastLimits,
+    StatusQuery,
+    StatusRows,
+    StuckRows,
+)
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check, PartitionCheck
 from smartsensor.sensors.errors import CheckError
@@ -419,14 +429,7 @@ class StoreUnavailable(Exception):
 class StatusReads(Protocol):
     """What `status` reads (``service.status``), each call on one connection. ``adapters.sql.status_store``."""
 
-    def read_status(
-        self,
-        landed_before: datetime,
-        past_limits: PastLimits,
-        ranges: Sequence[tuple[int, int]],
-        zombie_cutoff: datetime,
-        shard_limit: int,
-    ) -> StatusRows:
+    def read_status(self, query: StatusQuery) -> StatusRows:
         """Everything `status` shows but the outbox: the stuck-task figures (``read_stuck``), tasks per state,
         waiting tasks per range, the range rounds, leases, workers, zombies and stranded tasks."""
         ...
@@ -515,4 +518,13 @@ class ExpiredRows(Protocol):
 
     def statements(self) -> int:
         """Statements sent so far (a pass's report counts them per table)."""
+        ...
+
+
+class AirflowSensorHistory(Protocol):
+    """An Airflow installation's Hive sensor tries, read-only (``service.savings``: `airflow report`)."""
+
+    def read_history(self, since: datetime) -> AirflowHistory:
+        """Every try of a Hive sensor task that started or ended at or after ``since``, with its pokes, the rendered
+        fields and the sensors' serialized settings."""
         ...

@@ -20,6 +20,18 @@ Cutoffs = list[tuple[str | None, datetime]]
 PastLimits = Callable[[list[tuple[str | None, datetime]]], tuple[Cutoffs, "tuple[str | None, datetime] | None"]]
 
 
+class StatusQuery(NamedTuple):
+    """What `status`'s read is asked: the stuck-task cutoffs (``landed_before``, ``past_limits``), the shard ranges
+    to count the waiting tasks of, when a classic run is a zombie, and the shardcodes' upper limit (a task at or past
+    it, or below 0, is stranded)."""
+
+    landed_before: datetime
+    past_limits: PastLimits
+    ranges: list[tuple[int, int]]
+    zombie_cutoff: datetime
+    shard_limit: int
+
+
 class WaitingCounts(NamedTuple):
     """``waiting_by_range``'s figures: waiting smart tasks and their distinct hashcodes (NULL counts as one), in
     all and per range (``per_range[i]``: the i-th range given, a range without waiting tasks left out)."""

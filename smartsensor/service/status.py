@@ -13,7 +13,7 @@ from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.landings import UNDELIVERED, parse_hive_uri
 from smartsensor.domain.leases import LeaseRow
-from smartsensor.domain.status_rows import Cutoffs, OverdueTask, StuckRows
+from smartsensor.domain.status_rows import Cutoffs, OverdueTask, StatusQuery, StuckRows
 from smartsensor.domain.timing import BadExecSettings, parse_exec
 from smartsensor.ports import StatusReads
 from smartsensor.service.status_report import (
@@ -40,11 +40,13 @@ def collect_status(reads: StatusReads, cfg: Config, now: datetime | None = None)
     rule = _StuckRule(cfg.convergence_bound, now)
     zombie_cutoff = now - timedelta(seconds=cfg.settings.scheduler.zombie_threshold)
     stuck_rows, by_state, waiting, rounds, leases, live, zombies, stranded = reads.read_status(
-        rule.landed_before,
-        rule.past_limits,
-        [(r.lo, r.hi) for r in ranges],
-        zombie_cutoff,
-        cfg.shard_code_upper_limit,
+        StatusQuery(
+            rule.landed_before,
+            rule.past_limits,
+            [(r.lo, r.hi) for r in ranges],
+            zombie_cutoff,
+            cfg.shard_code_upper_limit,
+        )
     )
     stuck = rule.stuck(stuck_rows)
     shards = tuple(ShardRow(r.lo, r.hi, *waiting.per_range.get(i, (0, 0))) for i, r in enumerate(ranges))

@@ -1,5 +1,6 @@
 """The status side's ports over one engine (``ports.StatusReads``, ``StateSamples``, ``OverviewReads``,
-``ExpiredRows``): the operations of ``status``, ``landings``, ``history``, ``overview`` and ``retention``, as
+``ExpiredRows``; ``AirflowSensorHistory`` on Airflow's database): the operations of ``status``, ``landings``,
+``history``, ``overview``, ``retention`` and ``airflow_history``, as
 they were, with SQLAlchemy's errors raised as ``ports.StoreUnavailable`` (the original its ``__cause__``, its
 message the same), so that nothing above the adapters names them. ``roots.serve`` and the CLI build these."""
 
@@ -13,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from smartsensor.adapters.sql import (
+    airflow_history as airflow_sql,
     history as history_sql,
     landings as landing_sql,
     overview as overview_sql,
@@ -20,7 +22,8 @@ from smartsensor.adapters.sql import (
     status as status_sql,
 )
 from smartsensor.adapters.sql.engine import current_revision, schema_problem, statement_count
-from smartsensor.domain.status_rows import Batch, Key, OutboxSummary, OverviewRows, PastLimits, StatusRows, StuckRows
+from smartsensor.domain import status_rows as rows
+from smartsensor.domain.airflow_history import AirflowHistory
 from smartsensor.ports import StoreUnavailable
 
 
@@ -40,24 +43,17 @@ class SqlStatusReads:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def read_status(
-        self,
-        landed_before: datetime,
-        past_limits: PastLimits,
-        ranges: Sequence[tuple[int, int]],
-        zombie_cutoff: datetime,
-        shard_limit: int,
-    ) -> StatusRows:
+    def read_status(self, query: rows.StatusQuery) -> rows.StatusRows:
         """``status.read_status`` (9 statements, 11 when a task waits past its time limit)."""
         with store_errors():
-            return status_sql.read_status(self.engine, landed_before, past_limits, ranges, zombie_cutoff, shard_limit)
+            return status_sql.read_status(self.engine, *query)
 
-    def read_stuck(self, landed_before: datetime, past_limits: PastLimits) -> StuckRows:
+    def read_stuck(self, landed_before: datetime, past_limits: rows.PastLimits) -> rows.StuckRows:
         """``status.read_stuck`` (2 statements, or 4)."""
         with store_errors():
             return status_sql.read_stuck(self.engine, landed_before, past_limits)
 
-    def read_outbox_summary(self) -> OutboxSummary:
+    def read_outbox_summary(self) -> rows.OutboxSummary:
         """``landings.read_outbox_summary`` (6 statements)."""
         with store_errors():
             return landing_sql.read_outbox_summary(self.engine)
@@ -106,7 +102,7 @@ class SqlOverviewReads:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def read_overview(self, since: datetime, landings: int) -> OverviewRows:
+    def read_overview(self, since: datetime, landings: int) -> rows.OverviewRows:
         """``overview.read_overview`` (3 statements on one connection)."""
         with store_errors():
             return overview_sql.read_overview(self.engine, since, landings)
@@ -118,12 +114,12 @@ class SqlExpiredRows:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def prune_keys_batch(self, after: Key | None, size: int, cutoff: datetime, dry_run: bool) -> Batch:
+    def prune_keys_batch(self, after: rows.Key | None, size: int, cutoff: datetime, dry_run: bool) -> rows.Batch:
         """``retention.prune_keys_batch`` (2 statements)."""
         with store_errors():
             return retention_sql.prune_keys_batch(self.engine, after, size, cutoff, dry_run)
 
-    def prune_tasks_batch(self, after: Key | None, size: int, cutoff: datetime, dry_run: bool) -> Batch:
+    def prune_tasks_batch(self, after: rows.Key | None, size: int, cutoff: datetime, dry_run: bool) -> rows.Batch:
         """``retention.prune_tasks_batch`` (2 statements)."""
         with store_errors():
             return retention_sql.prune_tasks_batch(self.engine, after, size, cutoff, dry_run)
@@ -161,3 +157,16 @@ class SqlExpiredRows:
     def statements(self) -> int:
         """``engine.statement_count``."""
         return statement_count(self.engine)
+
+
+class SqlAirflowHistory:
+    """``ports.AirflowSensorHistory`` on an Airflow metadata database's engine (``airflow_history.open_airflow_db``);
+    a database that is not Airflow's still raises ``airflow_history.AirflowDbError``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def read_history(self, since: datetime) -> AirflowHistory:
+        """``airflow_history.read_history``."""
+        with store_errors():
+            return airflow_sql.read_history(self.engine, since)
