@@ -22,10 +22,11 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.history import SS
 from smartsensor.adapters.sql.status import TI
 from smartsensor.adapters.sql.status_store import SqlExpiredRows, SqlOverviewReads, SqlStateSamples, SqlStatusReads
+from smartsensor.cli.app import describe_error
 from smartsensor.ports import StoreUnavailable
 from smartsensor.service.history import TAKEN, WRITTEN, sample_once
 from tests.support.common import T0
-from tests.support.model import run_model
+from tests.support.model import run_parity, sqlite_engine
 from tests.support.pg import needs_test_pg, pg_engine
 
 TASKS = [f"t{i}" for i in range(4)]
@@ -88,24 +89,16 @@ class ParityModel(RuleBasedStateMachine):
         self.both("samples_since", EVER)
 
 
-def machine_for(engine: Engine) -> type[ParityModel]:
-    return type("BoundParityModel", (ParityModel,), {"engine": engine})
-
-
 def test_the_memory_samples_answer_as_sqlite(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'samples.db'}")
-    init_db(engine)
-    try:
-        run_model(machine_for(engine), examples=40, steps=30)
-    finally:
-        engine.dispose()
+    with sqlite_engine(tmp_path / "samples.db") as engine:
+        run_parity(ParityModel, engine, examples=40, steps=30)
 
 
 @needs_test_pg
 def test_the_memory_samples_answer_as_postgresql() -> None:
     with pg_engine() as (engine, _):
         init_db(engine)
-        run_model(machine_for(engine), examples=15, steps=30)
+        run_parity(ParityModel, engine, examples=15, steps=30)
 
 
 def test_the_sampler_runs_on_memory_samples() -> None:
@@ -140,5 +133,19 @@ def test_the_sql_adapters_raise_store_unavailable(tmp_path: Path) -> None:
             assert isinstance(raised.value.__cause__, SQLAlchemyError)
             assert str(raised.value) == str(raised.value.__cause__)
         assert SqlStatusReads(engine).schema_revision() is None  # never initialised: not an error
+    finally:
+        engine.dispose()
+
+
+def test_the_cli_describes_store_unavailable_as_the_database_error(tmp_path: Path) -> None:
+    """`smartsensor status` on a database without the schema says what it said before the ports: the database's
+    error, described by its own type."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            SqlStatusReads(engine).read_outbox_summary()
+        said, cause = describe_error(raised.value, None), raised.value.__cause__
+        assert cause is not None and said == describe_error(cause, None)
+        assert said.startswith("metadata database ? unreachable or unusable: no such table")
     finally:
         engine.dispose()
