@@ -12,6 +12,7 @@ from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from smartsensor.cli.app import INTERVAL, App, UserError
+from smartsensor.ports import StoreUnavailable
 from smartsensor.sensors.errors import first_line
 
 TASKS_HEADING = "Hive sensor tasks in Airflow"
@@ -45,17 +46,19 @@ def report(app: App, url: str, days: int, interval: float | None, as_json: bool)
     MetastorePartitionSensor): tasks against distinct checks, worker-slot hours, Airflow's metastore calls, and
     smartsensor's for the same waits."""
     from smartsensor.adapters.sql.airflow_history import AirflowDbError, open_airflow_db, safe_url
+    from smartsensor.adapters.sql.status_store import SqlAirflowHistory
     from smartsensor.service.savings import savings_report
 
     every = interval or app.cfg.poke_interval
     engine = None
     try:
         engine = open_airflow_db(url)
-        figures = savings_report(engine, days, every)
+        figures = savings_report(SqlAirflowHistory(engine), days, every)
     except AirflowDbError as exc:
         raise UserError(f"--airflow-db {safe_url(url)}: {exc}") from None
-    except SQLAlchemyError as exc:
-        why = first_line(getattr(exc, "orig", None) or exc)
+    except (SQLAlchemyError, StoreUnavailable) as exc:
+        cause = (exc.__cause__ or exc) if isinstance(exc, StoreUnavailable) else exc
+        why = first_line(getattr(cause, "orig", None) or cause)
         raise UserError(f"--airflow-db {safe_url(url)}: unreachable or not readable: {why}") from None
     finally:
         if engine is not None:

@@ -334,6 +334,8 @@ PORTS_ONLY = (
     "smartsensor.service.history",
     "smartsensor.service.overview",
     "smartsensor.service.retention",
+    "smartsensor.service.savings",
+    "smartsensor.service.airflow_partitions",
     "smartsensor.api.page",
 )
 
