@@ -1,14 +1,21 @@
-"""``ports.StateSamples`` in memory: the status page's samples of tasks by state, one per bucket, with the SQL
-store's rules (the first write of a bucket wins; a bucket with no task to count holds no row, so it may be written
-again), for tests of the sampler without a database (held to ``adapters.sql.status_store.SqlStateSamples`` by
-tests/integration/test_status_parity.py). One lock makes each operation a transaction; not shared between
-processes."""
+"""The status page's stores in memory, for tests of the sampler and the page without a database (held to
+``adapters.sql.status_store``'s by tests/integration/test_status_parity.py): ``MemoryStateSamples``
+(``ports.StateSamples``: one sample per bucket with the SQL store's rules: the first write of a bucket wins; a
+bucket with no task to count holds no row, so it may be written again) and ``MemoryOverviewReads``
+(``ports.OverviewReads``, over an ``adapters.memory.InMemoryStore``'s tasks). One lock makes each operation a
+transaction; not shared between processes."""
 
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
 from datetime import datetime
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
+
+from smartsensor.adapters.memory import InMemoryStore
+from smartsensor.domain.rows import TaskRow
+from smartsensor.domain.states import State
+from smartsensor.domain.status_rows import OverviewRows
 
 
 class MemoryStateSamples:
@@ -41,3 +48,50 @@ class MemoryStateSamples:
         """(bucket_at, state, count) from ``since`` on, by bucket then state."""
         with self._lock:
             return [(bucket, state, n) for (bucket, state), n in sorted(self.rows.items()) if bucket >= since]
+
+
+class MemoryOverviewReads:
+    """``ports.OverviewReads`` over ``store``'s tasks and ``samples``: what ``adapters.sql.overview.read_overview``
+    reads, by the same rules."""
+
+    def __init__(self, store: InMemoryStore, samples: MemoryStateSamples) -> None:
+        self.store, self.samples = store, samples
+
+    def read_overview(self, since: datetime, landings: int) -> OverviewRows:
+        """The samples from ``since`` on; (operator, attr_dict, tasks) per hashcode of the waiting smart tasks
+        (``waiting_checks``: the greatest of each column, in no order); the ``landings`` tasks that succeeded last,
+        newest first, then by dag_id and task_id (``recent_landings``)."""
+        tasks = list(self.store.tasks.values())
+        checks: dict[int, list[TaskRow]] = defaultdict(list)
+        for row in tasks:
+            if row.state in State.SMART_WAITING:
+                checks[row.hashcode].append(row)
+        ended = sorted(
+            (r for r in tasks if r.state == State.SUCCESS and r.end_date is not None),
+            key=lambda r: (r.dag_id, r.task_id),
+        )
+        ended.sort(key=lambda r: r.end_date or datetime.min, reverse=True)  # stable: ties keep dag_id, task_id order
+        return OverviewRows(
+            self.samples.samples_since(since),
+            [
+                (_greatest(r.operator for r in rows), _greatest(r.attr_dict for r in rows), len(rows))
+                for rows in checks.values()
+            ],
+            [
+                {
+                    "dag_id": r.dag_id,
+                    "task_id": r.task_id,
+                    "execution_date": r.execution_date,
+                    "end_date": r.end_date,
+                    "operator": r.operator,
+                    "attr_dict": r.attr_dict,
+                }
+                for r in ended[:landings]
+            ],
+        )
+
+
+def _greatest(values: Iterable[str | None]) -> str | None:
+    """SQL's ``max``: the greatest value that is not NULL; None when all are."""
+    present = [v for v in values if v is not None]
+    return max(present) if present else None

@@ -1,8 +1,8 @@
-"""The status page's samples in memory (``adapters.memory_status.MemoryStateSamples``) against the SQL ones
-(``adapters.sql.status_store.SqlStateSamples``) on SQLite and PostgreSQL: a stateful test moves tasks between
+"""The status page's stores in memory (``adapters.memory_status``) against the SQL ones
+(``adapters.sql.status_store``) on SQLite and PostgreSQL: for the samples, a stateful test moves tasks between
 states, writes samples of buckets (again, out of order, with no task at all), deletes the old ones, and after each
-step compares what each answered and every sample each holds. Also: the SQL adapters raise ``StoreUnavailable``,
-never SQLAlchemy's errors, with the same message."""
+step compares what each answered and every sample each holds; for the overview, the same tasks read the same.
+Also: the SQL adapters raise ``StoreUnavailable``, never SQLAlchemy's errors, with the same message."""
 
 from __future__ import annotations
 
@@ -12,17 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from sqlalchemy import Engine, insert, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from smartsensor.adapters.memory_status import MemoryStateSamples
+from smartsensor.adapters.memory import InMemoryStore
+from smartsensor.adapters.memory_status import MemoryOverviewReads, MemoryStateSamples
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.history import SS
 from smartsensor.adapters.sql.status import TI
 from smartsensor.adapters.sql.status_store import SqlExpiredRows, SqlOverviewReads, SqlStateSamples, SqlStatusReads
 from smartsensor.cli.app import describe_error
+from smartsensor.domain.rows import TaskRow
 from smartsensor.ports import StoreUnavailable
 from smartsensor.service.history import TAKEN, WRITTEN, sample_once
 from tests.support.common import T0
@@ -149,3 +151,75 @@ def test_the_cli_describes_store_unavailable_as_the_database_error(tmp_path: Pat
         assert said.startswith("metadata database ? unreachable or unusable: no such table")
     finally:
         engine.dispose()
+
+
+def task(i: int, state: str, check: int, ended: int | None) -> TaskRow:
+    """A task instance of check ``check`` (its class, table and hashcode), ended ``ended`` minutes after T0."""
+    return TaskRow(
+        dag_id=f"d{i % 2}",
+        task_id=f"t{i}",
+        execution_date=T0,
+        state=state,
+        try_number=1,
+        max_tries=0,
+        start_date=T0,
+        end_date=None if ended is None else T0 + timedelta(minutes=ended),
+        updated_at=T0,
+        operator=f"Op{check}",
+        classpath=f"sensors.Op{check}",
+        fileloc=None,
+        hostname=None,
+        error=None,
+        attr_dict=f'{{"table": "db.t{check}"}}',
+        exec_dict="{}",
+        hashcode=check,
+        shardcode=0,
+    )
+
+
+TASK_ROWS = st.lists(
+    st.tuples(st.sampled_from(STATES), st.integers(0, 3), st.one_of(st.none(), st.integers(0, 3))), max_size=12
+)
+
+
+def overview_parity(engine: Engine, specs: list[tuple[str, int, int | None]]) -> None:
+    """The same tasks and samples in both stores: the same overview."""
+    rows = [task(i, state, check, ended) for i, (state, check, ended) in enumerate(specs)]
+    with engine.begin() as conn:
+        conn.execute(SS.delete())
+        conn.execute(TI.delete())
+        if rows:
+            conn.execute(insert(TI), [r.columns() for r in rows])
+    store = InMemoryStore(rows)
+    samples = MemoryStateSamples(lambda: Counter(r.state for r in store.tasks.values()))
+    for bucket in BUCKETS[:2]:
+        assert SqlStateSamples(engine).write_sample(bucket) == samples.write_sample(bucket)
+    ours = SqlOverviewReads(engine).read_overview(BUCKETS[1], 3)
+    theirs = MemoryOverviewReads(store, samples).read_overview(BUCKETS[1], 3)
+    assert ours.samples == theirs.samples
+    assert sorted(ours.checks) == sorted(theirs.checks)
+    assert ours.landings == theirs.landings
+
+
+def run_overview_parity(engine: Engine, examples: int) -> None:
+    """``overview_parity`` for ``examples`` lists of tasks (the same ones every time)."""
+    check = settings(max_examples=examples, deadline=None, derandomize=True)(
+        lambda specs: overview_parity(engine, specs)
+    )
+    given(TASK_ROWS)(check)()
+
+
+def test_the_memory_overview_reads_as_sqlite(tmp_path: Path) -> None:
+    with sqlite_engine(tmp_path / "overview.db") as engine:
+        given(TASK_ROWS)(
+            settings(max_examples=60, deadline=None, derandomize=True)(lambda specs: overview_parity(engine, specs))
+        )()
+
+
+@needs_test_pg
+def test_the_memory_overview_reads_as_postgresql() -> None:
+    with pg_engine() as (engine, _):
+        init_db(engine)
+        given(TASK_ROWS)(
+            settings(max_examples=30, deadline=None, derandomize=True)(lambda specs: overview_parity(engine, specs))
+        )()
