@@ -26,6 +26,7 @@ from sqlalchemy import Engine, func, select
 from scripts.bench import metastore_db as bench_metastore
 from scripts.bench.sql import database_bytes_for_benchmark, insert_ended_tries_for_benchmark, vacuum_for_benchmark
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.status_store import SqlExpiredRows
 from smartsensor.domain.states import State
 from smartsensor.schema.models import ExternalTask, TaskInstance
 from smartsensor.service.retention import prune
@@ -72,7 +73,7 @@ def run(db_url: str, args: argparse.Namespace) -> int:
     print(
         f"{engine.dialect.name}: {counted[0]:,} task instances, {counted[1]:,} Airflow keys, filled in {filled:.0f} s"
     )
-    report = prune(engine, timedelta(days=30), args.batch_size, now=now)
+    report = prune(SqlExpiredRows(engine), timedelta(days=30), args.batch_size, now=now)
     after = size(engine)
     vacuum_for_benchmark(engine, full=True)
     vacuumed = size(engine)

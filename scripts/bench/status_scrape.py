@@ -33,6 +33,7 @@ from scripts.bench.sql import analyze_for_benchmark, insert_tasks_for_benchmark
 from scripts.bench.workload import task_rows
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine, statement_count
+from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.config import Config, load_config
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
@@ -143,8 +144,8 @@ def statements(cfg: Config) -> dict[str, Callable[[Engine], object]]:
         return run
 
     return {
-        "collect_status": lambda engine: collect_status(engine, cfg, NOW),
-        "collect_stuck": lambda engine: collect_stuck(engine, bound, NOW),
+        "collect_status": lambda engine: collect_status(SqlStatusReads(engine), cfg, NOW),
+        "collect_stuck": lambda engine: collect_stuck(SqlStatusReads(engine), bound, NOW),
         "waiting_after_landing": on_conn(lambda conn: status_sql.waiting_after_landing(conn, cutoff)),
         "waiting_start_by_exec": on_conn(status_sql.waiting_start_by_exec),
         "count_by_state": on_conn(status_sql.count_by_state),

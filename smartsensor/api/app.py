@@ -15,7 +15,6 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from smartsensor.adapters.sql.engine import current_revision, schema_problem
 from smartsensor.api.auth import token_route
 from smartsensor.api.errors import ERROR_MEANINGS, error_responses
 from smartsensor.api.guard import ApiGuard
@@ -25,6 +24,7 @@ from smartsensor.api.request_counts import RequestCounts
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.external.ended_watch import EndedWatch
+from smartsensor.ports import OverviewReads, StatusReads, StoreUnavailable
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.status_snapshot import StatusSnapshot
 
@@ -49,11 +49,13 @@ def api_app(
     *,
     watch: EndedWatch,
     snapshot: StatusSnapshot,
+    status_reads: StatusReads,
+    overview: OverviewReads,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
 ) -> FastAPI:
     """The application's routes over one engine, with the parts ``roots.serve`` built: the ended watch the held
-    requests wait on, the status snapshot, and the lifespan that runs the side jobs and the hub. ``token`` None: no
-    auth (the server then listens on 127.0.0.1 only)."""
+    requests wait on, the status snapshot and the status side's reads (health, the page), and the lifespan that runs
+    the side jobs and the hub. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
     # The OpenAPI document is served below, behind the token like every route; no docs page (Swagger UI would
     # load its script from a CDN, which an offline host cannot reach and the page's policy forbids).
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)
@@ -75,10 +77,10 @@ def api_app(
     def health() -> JSONResponse:
         """Liveness and the database's reachability; no token needed (load balancers call it)."""
         try:
-            revision = current_revision(engine)
-        except SQLAlchemyError as exc:
+            revision = status_reads.schema_revision()
+        except StoreUnavailable as exc:
             return JSONResponse({"status": "unavailable", "error": f"metadata database: {first_line(exc)}"}, 503)
-        problem = schema_problem(revision)
+        problem = status_reads.schema_problem(revision)
         if problem:
             return JSONResponse({"status": "unavailable", "error": f"metadata database {problem}"}, 503)
         return JSONResponse({"status": "ok", "schema_revision": revision})
@@ -96,7 +98,7 @@ def api_app(
         )
 
     app.include_router(tasks_router(cfg, engine, watch, app.router.route_class, API))
-    app.include_router(page_router(cfg, engine, token, snapshot))
+    app.include_router(page_router(cfg, overview, status_reads, token, snapshot))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -109,7 +111,8 @@ def api_app(
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, 422)
 
     @app.exception_handler(SQLAlchemyError)
-    async def database_down(_: Request, exc: SQLAlchemyError) -> JSONResponse:
+    @app.exception_handler(StoreUnavailable)
+    async def database_down(_: Request, exc: Exception) -> JSONResponse:
         log.warning("request failed on the metadata database: %s", first_line(exc))
         return JSONResponse({"error": f"metadata database unavailable: {first_line(exc)}"}, 503)
 

@@ -18,11 +18,11 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from sqlalchemy import Engine
 
 from smartsensor.api import charts
 from smartsensor.api.auth import SESSION_SECONDS, session_valid, session_value, token_matches
 from smartsensor.config import Config
+from smartsensor.ports import OverviewReads, StatusReads
 from smartsensor.service.overview import collect_overview
 from smartsensor.service.status_report import StatusReport
 from smartsensor.service.status_snapshot import StatusSnapshot
@@ -42,8 +42,10 @@ _env = Environment(
 )
 
 
-def page_router(cfg: Config, engine: Engine, token: str | None, snapshot: StatusSnapshot) -> APIRouter:
-    """``GET /`` (the page), ``GET /login`` and ``POST /login`` over one engine; the page's status numbers are
+def page_router(
+    cfg: Config, reads: OverviewReads, status_reads: StatusReads, token: str | None, snapshot: StatusSnapshot
+) -> APIRouter:
+    """``GET /`` (the page), ``GET /login`` and ``POST /login`` over the page's reads; the page's status numbers are
     ``snapshot``'s, the same as /metrics and the status API."""
     router = APIRouter(include_in_schema=False)
 
@@ -57,7 +59,7 @@ def page_router(cfg: Config, engine: Engine, token: str | None, snapshot: Status
         """The status page, or a redirect to the login form."""
         if not signed_in(request):
             return RedirectResponse("/login", status_code=303)
-        return HTMLResponse(render_page(collect_overview(engine, cfg, status=snapshot.get()), cfg))
+        return HTMLResponse(render_page(collect_overview(reads, status_reads, cfg, status=snapshot.get()), cfg))
 
     @router.api_route("/login", methods=["GET", "POST"])
     async def login(request: Request) -> Response:

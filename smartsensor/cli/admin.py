@@ -14,6 +14,7 @@ import click
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, normalize_url
+from smartsensor.adapters.sql.status_store import SqlExpiredRows
 from smartsensor.cli.app import App, UserError
 from smartsensor.config import ConfigError, config_location, load_config
 from smartsensor.config_keys import CATALOG_BACKENDS, render_config
@@ -65,7 +66,9 @@ def db_prune(app: App, older_than: float | None, batch_size: int | None, dry_run
     rounds older than the age (never a waiting task or an undelivered landing; safe while workers run)."""
     settings = app.cfg.settings.retention
     days = settings.max_age_days if older_than is None else older_than
-    report = prune(app.engine(), timedelta(days=days), batch_size or settings.batch_size, dry_run=dry_run)
+    report = prune(
+        SqlExpiredRows(app.engine()), timedelta(days=days), batch_size or settings.batch_size, dry_run=dry_run
+    )
     click.echo(f"older than {days:g} days (ended before {iso(report.cutoff)}Z):")
     for line in report.lines():
         click.echo(f"  {line}")

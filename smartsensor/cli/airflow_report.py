@@ -12,6 +12,7 @@ from rich.table import Table
 
 from smartsensor.adapters.sql.store_errors import database_problem
 from smartsensor.cli.app import INTERVAL, App, UserError
+from smartsensor.ports import StoreUnavailable
 
 TASKS_HEADING = "Hive sensor tasks in Airflow"
 COMPARE_HEADING = "Airflow's own sensors against smartsensor, same waits"
@@ -44,17 +45,19 @@ def report(app: App, url: str, days: int, interval: float | None, as_json: bool)
     MetastorePartitionSensor): tasks against distinct checks, worker-slot hours, Airflow's metastore calls, and
     smartsensor's for the same waits."""
     from smartsensor.adapters.sql.airflow_history import AirflowDbError, open_airflow_db, safe_url
+    from smartsensor.adapters.sql.status_store import SqlAirflowHistory
     from smartsensor.service.savings import savings_report
 
     every = interval or app.cfg.poke_interval
     engine = None
     try:
         engine = open_airflow_db(url)
-        figures = savings_report(engine, days, every)
+        figures = savings_report(SqlAirflowHistory(engine), days, every)
     except AirflowDbError as exc:
         raise UserError(f"--airflow-db {safe_url(url)}: {exc}") from None
     except Exception as exc:
-        problem = database_problem(exc)
+        cause = (exc.__cause__ or exc) if isinstance(exc, StoreUnavailable) else exc
+        problem = database_problem(cause)
         if problem is None:
             raise
         raise UserError(f"--airflow-db {safe_url(url)}: unreachable or not readable: {problem[1]}") from None

@@ -194,9 +194,10 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
 @click.pass_obj
 def status(app: App, as_json: bool) -> None:
     """Tasks per state and shard range, dedup ratio, workers' last rounds."""
+    from smartsensor.adapters.sql.status_store import SqlStatusReads
     from smartsensor.service.status import collect_status, status_lines
 
-    data = collect_status(app.engine(), app.cfg)
+    data = collect_status(SqlStatusReads(app.engine()), app.cfg)
     if as_json:
         click.echo(json.dumps(data.as_json()))
         return

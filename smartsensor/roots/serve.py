@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql.notifications import NotificationHub
+from smartsensor.adapters.sql.status_store import SqlExpiredRows, SqlOverviewReads, SqlStateSamples, SqlStatusReads
 from smartsensor.api.app import api_app
 from smartsensor.config import Config
 from smartsensor.external.ended_watch import EndedWatch
@@ -29,13 +30,16 @@ ENDED_WATCH = "ended-task watch"  # serve's hub: its log lines start with this
 def history_sampler(cfg: Config, engine: Engine) -> HistorySampler:
     """The sampler of tasks by state (``service.history``) that the page's chart reads; the app's lifespan
     schedules it from startup to shutdown (SIGTERM)."""
-    return HistorySampler(engine, cfg.settings.api.history_interval, cfg.settings.api.history_retention)
+    return HistorySampler(
+        SqlStateSamples(engine), cfg.settings.api.history_interval, cfg.settings.api.history_retention
+    )
 
 
 def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
     """The application over one engine, with everything it runs while it serves. ``token`` None: no auth."""
     watch = EndedWatch()
-    snapshot = StatusSnapshot(lambda: collect_status(engine, cfg), cfg.settings.api.status_max_age)
+    status_reads = SqlStatusReads(engine)
+    snapshot = StatusSnapshot(lambda: collect_status(status_reads, cfg), cfg.settings.api.status_max_age)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -46,7 +50,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         hub = NotificationHub(engine, stop, ENDED_POLL_INTERVAL, name=ENDED_WATCH)
         jobs = PeriodicJobs("serve")
         history_sampler(cfg, engine).schedule(jobs)
-        RetentionJob(engine, cfg).schedule(jobs)
+        RetentionJob(SqlExpiredRows(engine), cfg).schedule(jobs)
         watch.start(hub)
         hub.start()
         jobs.start()
@@ -57,4 +61,13 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
             jobs.stop(timeout=10)  # a sample or a prune batch in flight: waited for up to 10 s, then abandoned
             hub.close()
 
-    return api_app(cfg, engine, token, watch=watch, snapshot=snapshot, lifespan=lifespan)
+    return api_app(
+        cfg,
+        engine,
+        token,
+        watch=watch,
+        snapshot=snapshot,
+        status_reads=status_reads,
+        overview=SqlOverviewReads(engine),
+        lifespan=lifespan,
+    )

@@ -13,12 +13,9 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
-
 from smartsensor.adapters.periodic import PeriodicJobs
-from smartsensor.adapters.sql import history as history_sql
 from smartsensor.domain.clock import now as clock_now
+from smartsensor.ports import StateSamples
 from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger(__name__)
@@ -33,18 +30,13 @@ def bucket_of(now: datetime, interval: float) -> datetime:
     return EPOCH + timedelta(seconds=math.floor(seconds / interval) * interval)
 
 
-def sample_once(engine: Engine, interval: float, retention: float, now: datetime | None = None) -> str:
-    """Write the current bucket's counts unless a server did already (WRITTEN or TAKEN), then delete samples
-    older than ``retention`` seconds. 3-4 statements in 2 transactions; database errors propagate."""
+def sample_once(samples: StateSamples, interval: float, retention: float, now: datetime | None = None) -> str:
+    """Write the current bucket's counts unless a server did already (WRITTEN or TAKEN, also when another server
+    wrote it meanwhile), then delete samples older than ``retention`` seconds. 3-4 statements in 2 transactions
+    on SQL; the store's errors propagate."""
     now = now or clock_now()
-    bucket = bucket_of(now, interval)
-    outcome = TAKEN
-    try:
-        if history_sql.write_sample(engine, bucket):
-            outcome = WRITTEN
-    except IntegrityError:  # another server wrote this bucket between our read and our insert
-        outcome = TAKEN
-    history_sql.delete_samples_before(engine, now - timedelta(seconds=retention))
+    outcome = WRITTEN if samples.write_sample(bucket_of(now, interval)) else TAKEN
+    samples.delete_before(now - timedelta(seconds=retention))
     return outcome
 
 
@@ -55,15 +47,15 @@ class HistorySampler:
     JOB = "history-sampler"
 
     def __init__(
-        self, engine: Engine, interval: float, retention: float, clock: Callable[[], datetime] = clock_now
+        self, samples: StateSamples, interval: float, retention: float, clock: Callable[[], datetime] = clock_now
     ) -> None:
-        self.engine, self.interval, self.retention, self.clock = engine, interval, retention, clock
+        self.samples, self.interval, self.retention, self.clock = samples, interval, retention, clock
         self.last_outcome: str | None = None  # WRITTEN, TAKEN or FAILED, once a sample was tried
 
     def tick(self) -> str:
         """One sample; a failure is logged in one line and returned as FAILED, never raised."""
         try:
-            self.last_outcome = sample_once(self.engine, self.interval, self.retention, self.clock())
+            self.last_outcome = sample_once(self.samples, self.interval, self.retention, self.clock())
         except Exception as exc:  # noqa: BLE001 - the server must outlive any database trouble
             log.warning("status page history: sampling failed, trying again in %gs: %s", self.interval, first_line(exc))
             self.last_outcome = FAILED

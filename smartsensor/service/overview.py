@@ -8,11 +8,9 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql import overview as overview_sql
 from smartsensor.config import Config
 from smartsensor.domain import clock
+from smartsensor.ports import OverviewReads, StatusReads
 from smartsensor.service.status import collect_status
 from smartsensor.service.status_report import StatusReport
 
@@ -22,16 +20,20 @@ LANDINGS = 20
 
 
 def collect_overview(
-    engine: Engine, cfg: Config, now: datetime | None = None, status: StatusReport | None = None
+    reads: OverviewReads,
+    status_reads: StatusReads,
+    cfg: Config,
+    now: datetime | None = None,
+    status: StatusReport | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows: ``status`` (exactly ``collect_status``'s ``StatusReport``, or the one given: the
     server's shared snapshot), ``history`` [(time, {state: n})…] ending with the current counts, ``tables``
     [(label, waiting)…] (top 20), ``landings`` and the history settings (7 + 3 statements)."""
     now = now or clock.now()
-    status = status or collect_status(engine, cfg, now)
+    status = status or collect_status(status_reads, cfg, now)
     interval, retention = cfg.settings.api.history_interval, cfg.settings.api.history_retention
     since = now - timedelta(seconds=min(retention, MAX_BUCKETS * interval))
-    samples, checks, landings = overview_sql.read_overview(engine, since, LANDINGS)
+    samples, checks, landings = reads.read_overview(since, LANDINGS)
     history = series(samples)
     history.append((now, dict(status.tasks_by_state)))
     tables = waiting_per_table(checks)

@@ -37,13 +37,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable, Iterator
 
-from sqlalchemy import Engine
-
 from smartsensor.adapters.periodic import PeriodicJobs
-from smartsensor.adapters.sql import retention as retention_sql
-from smartsensor.adapters.sql.engine import statement_count
 from smartsensor.config import Config
 from smartsensor.domain.clock import now as clock_now
+from smartsensor.domain.status_rows import Key
+from smartsensor.ports import ExpiredRows
 from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger(__name__)
@@ -90,8 +88,8 @@ class PruneReport:
 class _Pass:
     """One pass's bookkeeping: the deadline, and each table's rows, statements and seconds."""
 
-    def __init__(self, engine: Engine, report: PruneReport, budget: float | None) -> None:
-        self.engine, self.report = engine, report
+    def __init__(self, rows: ExpiredRows, report: PruneReport, budget: float | None) -> None:
+        self.rows, self.report = rows, report
         self.deadline = None if budget is None else time.monotonic() + budget
 
     def over(self) -> bool:
@@ -104,16 +102,16 @@ class _Pass:
     def timed(self, table: str) -> Iterator[TableReport]:
         """``table``'s entry, to add rows to; the statements sent and the seconds taken meanwhile are added too."""
         entry = self.report.tables[table]
-        start, sent = time.monotonic(), statement_count(self.engine)
+        start, sent = time.monotonic(), self.rows.statements()
         try:
             yield entry
         finally:
-            entry.statements += statement_count(self.engine) - sent
+            entry.statements += self.rows.statements() - sent
             entry.seconds += time.monotonic() - start
 
 
 def prune(
-    engine: Engine,
+    rows: ExpiredRows,
     max_age: timedelta,
     batch_size: int,
     budget: float | None = None,
@@ -126,49 +124,49 @@ def prune(
     now = now or clock_now()
     cutoff = now - max_age
     report = PruneReport(cutoff, dry_run)
-    run = _Pass(engine, report, budget)
+    run = _Pass(rows, report, budget)
     for table, step in (
-        ("external_task", retention_sql.prune_keys_batch),
-        ("task_instance", retention_sql.prune_tasks_batch),
+        ("external_task", rows.prune_keys_batch),
+        ("task_instance", rows.prune_tasks_batch),
     ):
-        after: retention_sql.Key | None = None
+        after: Key | None = None
         while not run.over():
             with run.timed(table) as entry:
-                batch = step(engine, after, batch_size, cutoff, dry_run)
+                batch = step(after, batch_size, cutoff, dry_run)
                 entry.rows += batch.rows
             after = batch.after
             if after is None:
                 break
     if not run.over():
-        _forget_unwatched(engine, run, now, max_age, batch_size, dry_run)
+        _forget_unwatched(rows, run, now, max_age, batch_size, dry_run)
     if not run.over():
         with run.timed("worker_round") as entry:
-            entry.rows += retention_sql.prune_rounds(engine, cutoff, batch_size, dry_run)
+            entry.rows += rows.prune_rounds(cutoff, batch_size, dry_run)
     if not run.over():
         with run.timed("worker") as entry:
-            entry.rows += retention_sql.prune_workers(engine, cutoff, batch_size, dry_run)
+            entry.rows += rows.prune_workers(cutoff, batch_size, dry_run)
     return report
 
 
 def _forget_unwatched(
-    engine: Engine, run: _Pass, now: datetime, max_age: timedelta, batch_size: int, dry_run: bool
+    rows: ExpiredRows, run: _Pass, now: datetime, max_age: timedelta, batch_size: int, dry_run: bool
 ) -> None:
     """The outbox rows and watches of the tables Airflow no longer lists as watched, ``batch_size`` tables at a
     time in ``uri`` order."""
-    cutoff = retention_sql.watch_cutoff(engine, now, max_age)
+    cutoff = rows.watch_cutoff(now, max_age)
     after = ""
     while cutoff is not None and not run.over():
-        uris = retention_sql.read_unwatched(engine, cutoff, after, batch_size)
+        uris = rows.read_unwatched(cutoff, after, batch_size)
         if dry_run:
             with run.timed("landing_outbox") as entry:
-                entry.rows += retention_sql.count_unwatched_landings(engine, uris)
+                entry.rows += rows.count_unwatched_landings(uris)
         for uri in [] if dry_run else uris:
             while not run.over():
                 with run.timed("landing_outbox") as entry:
-                    rows, gone = retention_sql.forget_unwatched_batch(engine, uri, cutoff, batch_size)
-                    entry.rows += rows
+                    deleted, gone = rows.forget_unwatched_batch(uri, cutoff, batch_size)
+                    entry.rows += deleted
                 run.report.tables["asset_watch"].rows += gone
-                if gone or rows < batch_size:
+                if gone or deleted < batch_size:
                     break  # the watch went; or undelivered rows keep it, or Airflow listed it again meanwhile
         if len(uris) < batch_size:
             return
@@ -182,8 +180,8 @@ class RetentionJob:
 
     JOB = "retention"
 
-    def __init__(self, engine: Engine, cfg: Config, clock: Callable[[], datetime] = clock_now) -> None:
-        self.engine, self.clock = engine, clock
+    def __init__(self, rows: ExpiredRows, cfg: Config, clock: Callable[[], datetime] = clock_now) -> None:
+        self.rows, self.clock = rows, clock
         self.settings = cfg.settings.retention
         self.last: PruneReport | None = None
 
@@ -192,7 +190,7 @@ class RetentionJob:
         settings = self.settings
         try:
             self.last = prune(
-                self.engine,
+                self.rows,
                 timedelta(days=settings.max_age_days),
                 settings.batch_size,
                 budget=settings.time_budget,

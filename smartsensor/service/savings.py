@@ -36,9 +36,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql.airflow_history import AirflowHistory, SensorTry, TaskSettings, TiKey, read_history
+from smartsensor.domain.airflow_history import AirflowHistory, SensorTry, TaskSettings, TiKey
+from smartsensor.ports import AirflowSensorHistory
 from smartsensor.service.airflow_partitions import NAMED, Partition, partitions_of
 
 DEFAULT_POKE_INTERVAL = {NAMED: 180.0, "HivePartitionSensor": 180.0, "MetastorePartitionSensor": 60.0}
@@ -133,11 +132,13 @@ ASSUMPTIONS = [
 ]
 
 
-def savings_report(engine: Engine, days: int, interval: float, now: datetime | None = None) -> SavingsReport:
+def savings_report(
+    history: AirflowSensorHistory, days: int, interval: float, now: datetime | None = None
+) -> SavingsReport:
     """Read the last ``days`` days of Hive sensor tasks from an Airflow database and compute the report."""
     now = now or datetime.now(timezone.utc)
     since = now - timedelta(days=days)
-    return compute(read_history(engine, since), days, since, interval, now)
+    return compute(history.read_history(since), days, since, interval, now)
 
 
 def compute(history: AirflowHistory, days: int, since: datetime, interval: float, now: datetime) -> SavingsReport:

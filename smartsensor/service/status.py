@@ -9,14 +9,13 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql import landings as landing_sql, status as status_sql
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.landings import UNDELIVERED, parse_hive_uri
 from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.status_rows import Cutoffs, OverdueTask, StatusQuery, StuckRows
 from smartsensor.domain.timing import BadExecSettings, parse_exec
+from smartsensor.ports import StatusReads
 from smartsensor.service.status_report import (
     LandingsStatus,
     LeaseStatus,
@@ -32,7 +31,7 @@ from smartsensor.service.status_report import (
 )
 
 
-def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> StatusReport:
+def collect_status(reads: StatusReads, cfg: Config, now: datetime | None = None) -> StatusReport:
     """Everything `status` shows (``StatusReport.as_json``: what `status --json` prints): 9 statements, 11 while a
     task waits past its time limit (``collect_stuck``: 2, or 4); 6 more with ``[landings] publish`` on (the
     outbox: ``collect_landings``)."""
@@ -40,20 +39,21 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     ranges = cfg.resolved_shard_ranges
     rule = _StuckRule(cfg.convergence_bound, now)
     zombie_cutoff = now - timedelta(seconds=cfg.settings.scheduler.zombie_threshold)
-    stuck_rows, by_state, waiting, rounds, leases, live, zombies, stranded = status_sql.read_status(
-        engine,
-        rule.landed_before,
-        rule.past_limits,
-        [(r.lo, r.hi) for r in ranges],
-        zombie_cutoff,
-        cfg.shard_code_upper_limit,
+    stuck_rows, by_state, waiting, rounds, leases, live, zombies, stranded = reads.read_status(
+        StatusQuery(
+            rule.landed_before,
+            rule.past_limits,
+            [(r.lo, r.hi) for r in ranges],
+            zombie_cutoff,
+            cfg.shard_code_upper_limit,
+        )
     )
     stuck = rule.stuck(stuck_rows)
     shards = tuple(ShardRow(r.lo, r.hi, *waiting.per_range.get(i, (0, 0))) for i, r in enumerate(ranges))
     workers = tuple(_worker_round(w, now) for w in rounds)
     distinct = waiting.hashes
     landings = (
-        collect_landings(engine, now, cfg.settings.landings.unknown_outcome_patience)
+        collect_landings(reads, now, cfg.settings.landings.unknown_outcome_patience)
         if cfg.settings.landings.publish
         else None
     )
@@ -76,11 +76,11 @@ def collect_status(engine: Engine, cfg: Config, now: datetime | None = None) -> 
     )
 
 
-def collect_landings(engine: Engine, now: datetime, patience: float = 3600.0) -> LandingsStatus:
-    """The landing publisher's outbox as `status` shows it (``adapters.sql.landings.read_outbox_summary``); a
+def collect_landings(reads: StatusReads, now: datetime, patience: float = 3600.0) -> LandingsStatus:
+    """The landing publisher's outbox as `status` shows it (``reads.read_outbox_summary``); a
     landing of unknown outcome for longer than ``patience`` seconds (``[landings] unknown_outcome_patience``) is
     shown as unknowable (it still waits)."""
-    summary = landing_sql.read_outbox_summary(engine)
+    summary = reads.read_outbox_summary()
     oldest = summary.oldest_undelivered
     unknown = tuple(
         UnknownLanding(
@@ -158,7 +158,7 @@ def _live_worker(w: dict[str, Any], leases: Sequence[LeaseRow], now: datetime, l
     )
 
 
-def collect_stuck(engine: Engine, bound: float, now: datetime) -> Stuck:
+def collect_stuck(reads: StatusReads, bound: float, now: datetime) -> Stuck:
     """Smart tasks that still wait (``smart_pending`` or ``smart_running``) although a worker should have ended
     them ``bound`` seconds ago (``[smart_sensor] reconcile_interval`` + ``poke_interval``, ``cfg.convergence_bound``:
     within that a worker's index holds every waiting task of its ranges). Two kinds, each counted with its most
@@ -179,7 +179,7 @@ def collect_stuck(engine: Engine, bound: float, now: datetime) -> Stuck:
     only when some exec_dict's earliest start is past its cutoff, 2 more: the count over those exec_dicts
     (one OR'ed term each) and the most overdue task's key."""
     rule = _StuckRule(bound, now)
-    return rule.stuck(status_sql.read_stuck(engine, rule.landed_before, rule.past_limits))
+    return rule.stuck(reads.read_stuck(rule.landed_before, rule.past_limits))
 
 
 class _StuckRule:
@@ -193,10 +193,10 @@ class _StuckRule:
 
     def past_limits(
         self, starts: list[tuple[str | None, datetime]]
-    ) -> tuple[status_sql.Cutoffs, tuple[str | None, datetime] | None]:
+    ) -> tuple[Cutoffs, tuple[str | None, datetime] | None]:
         """past_time_limit's cutoffs: per exec_dict, its cutoff (now - time limit - bound); the exec_dicts whose
         earliest start is at or before theirs are counted, and the one furthest past it gives the oldest task."""
-        cutoffs: status_sql.Cutoffs = []
+        cutoffs: Cutoffs = []
         worst: tuple[float, str | None, datetime, float] | None = None  # (seconds late, exec_dict, cutoff, limit)
         for exec_dict, first_start in starts:
             try:
@@ -214,7 +214,7 @@ class _StuckRule:
         self._worst_limit = worst[3]
         return cutoffs, (worst[1], worst[2])
 
-    def stuck(self, rows: status_sql.StuckRows) -> Stuck:
+    def stuck(self, rows: StuckRows) -> Stuck:
         """The two kinds' counts and most overdue tasks (the oldest past its time limit is due at its start + its
         time limit)."""
         count, oldest = rows.after_landing
@@ -227,7 +227,7 @@ class _StuckRule:
         )
 
 
-def _overdue(task: status_sql.OverdueTask | None, now: datetime, bound: float) -> StuckTask | None:
+def _overdue(task: OverdueTask | None, now: datetime, bound: float) -> StuckTask | None:
     """A stuck kind's oldest task: its key and how many seconds it is past its due time + bound."""
     if task is None:
         return None

@@ -48,6 +48,7 @@ from scripts.airflow.stack import USER, AirflowStack, version_of
 from smartsensor.adapters import metastore_service
 from smartsensor.adapters.airflow_assets import AirflowAssets
 from smartsensor.adapters.sql.signals import SqlLandingSignals
+from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.landings import DELIVERED, HIVE_PARTITION, LANDING_ID, SENDING, EventLookup, partition_key
@@ -190,7 +191,9 @@ class FaultRun:
         self.processes.stop(names=["airflow-api-server"])
         self.pipeline.land(DAILY, "2026-10-08")
         self.pipeline.land(HOURLY, "2026-10-08", "04")
-        wait_until(lambda: collect_landings(self.engine, clock.now()).backlog == 2, timeout=120, step=0.5)
+        wait_until(
+            lambda: collect_landings(SqlStatusReads(self.engine), clock.now()).backlog == 2, timeout=120, step=0.5
+        )
         self.stack.start("api-server")
         self.stack.wait_healthy(timeout=300)
         phase.recovered = datetime.now(timezone.utc)
@@ -272,7 +275,7 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_through_faults(
         found = runs(run.stack)
         events = airflow_events(run.stack)
         rows = outbox_rows(run.engine)
-        status = collect_landings(run.engine, clock.now())
+        status = collect_landings(SqlStatusReads(run.engine), clock.now())
     extra_events = assert_each_landing_published(run.pipeline, found, events, rows, status)
     print(f"\nAirflow {version_of(venv)}: {report(run.pipeline.phases, found)}")
     print(
@@ -370,7 +373,7 @@ def test_a_worker_killed_while_its_post_is_in_flight_starts_no_second_run(
         found = runs(run.stack)
         by_landing = airflow_events_by_landing(run.stack)
         rows = outbox_rows(run.engine)
-        status = collect_landings(run.engine, clock.now())
+        status = collect_landings(SqlStatusReads(run.engine), clock.now())
         lookups = lookup_answers(run.api_log)
         blocked, other = listing_while_a_run_is_queued(run.stack, prefix)
     # Airflow 3.3.2's listing answers 500 while an event it would list created a run not started yet; filtered by

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from smartsensor.adapters.sql.airflow_history import open_airflow_db
+from smartsensor.adapters.sql.status_store import SqlAirflowHistory
 from smartsensor.service.savings import savings_report
 from tests.support.airflow_db import VERSIONS, AirflowDb, Try
 from tests.support.proc_helpers import cli_env, run_cli
@@ -119,7 +120,9 @@ EXPECTED = {
 def test_the_report_counts_a_known_history_exactly(airflow_db: AirflowDb) -> None:
     engine = open_airflow_db(airflow_db.url)
     try:
-        report = savings_report(engine, days=7, interval=60, now=NOW.replace(tzinfo=timezone.utc)).as_json()
+        report = savings_report(
+            SqlAirflowHistory(engine), days=7, interval=60, now=NOW.replace(tzinfo=timezone.utc)
+        ).as_json()
     finally:
         engine.dispose()
     assert report["airflow_schema"] == airflow_db.major

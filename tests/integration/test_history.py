@@ -13,6 +13,7 @@ from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import history as history_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.status_store import SqlStateSamples
 from smartsensor.service.history import FAILED, TAKEN, WRITTEN, HistorySampler, bucket_of, sample_once
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named, wait_until
@@ -30,12 +31,14 @@ def test_a_sample_is_the_counts_at_the_start_of_its_bucket(cfg, engine) -> None:
     register(SqlRegistrationStore(engine), [("a", named("w", "db.t/ds=1")), ("b", named("w", "db.t/ds=2"))], DAY, cfg)
     with engine.begin() as conn:
         conn.execute(text("UPDATE task_instance SET state = 'success' WHERE dag_id = 'b'"))
-    assert sample_once(engine, 60, WEEK, NOW) == WRITTEN
+    assert sample_once(SqlStateSamples(engine), 60, WEEK, NOW) == WRITTEN
     bucket = datetime(2026, 11, 23, 6, 0, 0, tzinfo=timezone.utc)
     assert bucket_of(NOW, 60) == bucket
     assert samples(engine) == [(bucket, "smart_pending", 1), (bucket, "success", 1)]
-    assert sample_once(engine, 60, WEEK, NOW + timedelta(seconds=10)) == TAKEN  # same bucket: nothing new
-    assert sample_once(engine, 60, WEEK, NOW + timedelta(seconds=30)) == WRITTEN
+    assert (
+        sample_once(SqlStateSamples(engine), 60, WEEK, NOW + timedelta(seconds=10)) == TAKEN
+    )  # same bucket: nothing new
+    assert sample_once(SqlStateSamples(engine), 60, WEEK, NOW + timedelta(seconds=30)) == WRITTEN
     assert [b for b, _, _ in samples(engine)][-1] == bucket + timedelta(seconds=60)
 
 
@@ -44,9 +47,9 @@ def test_two_servers_in_the_same_bucket_write_one_sample(cfg, engine, monkeypatc
     register(SqlRegistrationStore(engine), [("a", named("w", "db.t/ds=1"))], DAY, cfg)
     other = make_engine(cfg.sql_alchemy_conn)
     try:
-        assert sample_once(other, 60, WEEK, NOW) == WRITTEN
+        assert sample_once(SqlStateSamples(other), 60, WEEK, NOW) == WRITTEN
         monkeypatch.setattr(history_sql, "bucket_written", lambda conn, bucket: False)
-        assert sample_once(engine, 60, WEEK, NOW + timedelta(seconds=1)) == TAKEN
+        assert sample_once(SqlStateSamples(engine), 60, WEEK, NOW + timedelta(seconds=1)) == TAKEN
     finally:
         other.dispose()
     assert samples(engine) == [(bucket_of(NOW, 60), "smart_pending", 1)]
@@ -55,9 +58,11 @@ def test_two_servers_in_the_same_bucket_write_one_sample(cfg, engine, monkeypatc
 def test_samples_older_than_the_retention_are_pruned(cfg, engine) -> None:
     register(SqlRegistrationStore(engine), [("a", named("w", "db.t/ds=1"))], DAY, cfg)
     for minutes in range(5):
-        sample_once(engine, 60, 3600, NOW + timedelta(minutes=minutes))
+        sample_once(SqlStateSamples(engine), 60, 3600, NOW + timedelta(minutes=minutes))
     assert len(samples(engine)) == 5
-    sample_once(engine, 60, 180, NOW + timedelta(minutes=5))  # at 06:05:42.5: buckets before 06:02:42.5 go
+    sample_once(
+        SqlStateSamples(engine), 60, 180, NOW + timedelta(minutes=5)
+    )  # at 06:05:42.5: buckets before 06:02:42.5 go
     kept = [b for b, _, _ in samples(engine)]
     assert kept == [datetime(2026, 11, 23, 6, m, tzinfo=timezone.utc) for m in (3, 4, 5)]
 
@@ -65,7 +70,7 @@ def test_samples_older_than_the_retention_are_pruned(cfg, engine) -> None:
 def test_a_database_error_is_one_log_line_and_the_sampler_goes_on(cfg, tmp_path, caplog) -> None:
     home = tmp_path / "home"
     down = make_engine(f"sqlite:///{home / 'late.db'}", home=home)  # no schema yet: every query fails
-    sampler = HistorySampler(down, 0.2, WEEK)
+    sampler = HistorySampler(SqlStateSamples(down), 0.2, WEEK)
     jobs = PeriodicJobs("test")
     sampler.schedule(jobs)
     with caplog.at_level(logging.WARNING, logger="smartsensor.service.history"):
@@ -84,7 +89,7 @@ def test_a_database_error_is_one_log_line_and_the_sampler_goes_on(cfg, tmp_path,
 
 
 def test_stop_ends_the_sampler_at_once_between_samples(engine) -> None:
-    sampler = HistorySampler(engine, 3600, WEEK)
+    sampler = HistorySampler(SqlStateSamples(engine), 3600, WEEK)
     jobs = PeriodicJobs("test")
     sampler.schedule(jobs)
     jobs.start()

@@ -28,6 +28,7 @@ from smartsensor.adapters.catalog.backends import landing_listings
 from smartsensor.adapters.sql import landings as landing_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.landings import SqlOutboxStore
+from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.api.metrics import render_metrics
 from smartsensor.config import Config
 from smartsensor.domain import clock
@@ -227,7 +228,7 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         clock.advance(5)
         failed = two.cycle(everything)
         assert failed.retried == 2 and len(failed.errors) == 2
-        status = collect_landings(engine, clock())
+        status = collect_landings(SqlStatusReads(engine), clock())
         assert (status.backlog, status.oldest_age, status.watched_tables) == (2, 5.0, 2)
         assert any("backlog 2, the oldest landed 5 s ago" in line for line in landings_lines(status))
         assert any(f"({T0.replace(tzinfo=None).isoformat()})" in line for line in landings_lines(status))  # naive UTC
@@ -244,7 +245,7 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         assert {e["hive_partition"] for e in airflow.extras} == {"ds=2026-11-27/hr=00", "ds=2026-11-27/hr=05"}
         assert {e["landed_at"] for e in airflow.extras} == {T0.strftime("%Y-%m-%dT%H:%M:%SZ")}  # one offset: Z
         assert two.cycle(everything).claimed == 0 and sum(airflow.events.values()) == 2
-        status = collect_landings(engine, clock())
+        status = collect_landings(SqlStatusReads(engine), clock())
         assert (status.backlog, status.duplicates, status.unknown_outcomes) == (0, 0, 0)
         assert status.by_state == {BASELINE: 1, DELIVERED: 2}
     finally:
@@ -263,7 +264,7 @@ def status_with_landings(tmp_path: Path, db_url: str, engine: Engine, now: datet
         landings__airflow_password_file=str(tmp_path / "unused"),
         landings__asset_uri_prefix=PREFIX,
     )
-    return collect_status(engine, cfg, now)
+    return collect_status(SqlStatusReads(engine), cfg, now)
 
 
 @contextmanager
@@ -314,7 +315,7 @@ def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path
         assert not landing_sql.end_delivered(engine, second[0].id, "t2", clock(), 2)  # had w2 posted anyway
         (row,) = outbox(engine)
         assert (row["state"], row["posts"], row["unknown_outcomes"], row["event_id"]) == (DELIVERED, 2, 1, 1)
-        status = collect_landings(engine, clock())
+        status = collect_landings(SqlStatusReads(engine), clock())
         assert (status.duplicates, status.unknown_outcomes, status.unresolved) == (1, 1, 0)
 
 
@@ -369,7 +370,7 @@ def test_a_late_post_that_reached_airflow_is_never_posted_again(tmp_path: Path, 
         assert [(r["state"], r["posts"], r["event_id"]) for r in rows] == [(DELIVERED, 1, 11), (DELIVERED, 1, 12)]
         assert all(r["delivered_at"] is not None and r["claim_token"] is None for r in rows)
         assert one.cycle(ranges).claimed == 0
-        status = collect_landings(engine, clock())
+        status = collect_landings(SqlStatusReads(engine), clock())
         assert (status.backlog, status.duplicates, status.unknown_outcomes) == (0, 0, 2)  # two takeovers
 
 
@@ -400,7 +401,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         assert (waited.claimed, waited.unanswered, waited.delivered) == (1, 1, 0), waited
         (row,) = outbox(engine)
         assert (row["state"], row["unknown_outcomes"], row["unknown_since"]) == (PENDING, 1, T0 + timedelta(seconds=30))
-        status = collect_landings(engine, clock(), patience=60)
+        status = collect_landings(SqlStatusReads(engine), clock(), patience=60)
         assert status.unresolved == 1 and not status.unresolved_landings[0].unknowable
         (shown,) = [line for line in landings_lines(status) if line.startswith("  landing ")]
         assert f"landing {row['id']} db.a ds=1: outcome unknown since" in shown and "asking Airflow" in shown, shown
@@ -409,7 +410,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
             clock.advance(20)
             two.cycle(ranges)
         assert airflow.by_landing() == {row["id"]: 1} and outbox(engine)[0]["state"] == PENDING
-        status = collect_landings(engine, clock(), patience=60)
+        status = collect_landings(SqlStatusReads(engine), clock(), patience=60)
         assert status.unresolved_landings[0].unknowable
         assert any("UNKNOWABLE so far" in line for line in landings_lines(status))
         report = status_with_landings(tmp_path, db_url, engine, clock(), landings__unknown_outcome_patience="60")
@@ -423,7 +424,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         (row,) = outbox(engine)
         assert (row["state"], row["posts"], row["event_id"], row["unknown_since"]) == (DELIVERED, 0, 1, None)
         assert airflow.by_landing() == {row["id"]: 1}
-        assert collect_landings(engine, clock()).unresolved == 0
+        assert collect_landings(SqlStatusReads(engine), clock()).unresolved == 0
         # killed before the post left: Airflow holds nothing, so the next claimant posts it, once
         catalog["db.a"] += ["ds=2"]
         one.enqueue(ranges, clock(), CycleReport())
@@ -463,7 +464,9 @@ def test_a_late_2xx_after_two_claims_lapsed_is_never_followed_by_a_third_post(tm
         clock.advance(31)  # w2 dies; w3 comes after its claim lapsed
         three = publisher(engine, one.cfg, airflow, catalog, "w3", clock)
         assert three.cycle(ranges).claimed == 0
-        assert airflow.by_landing() == {row["id"]: 1} and collect_landings(engine, clock()).duplicates == 0
+        assert (
+            airflow.by_landing() == {row["id"]: 1} and collect_landings(SqlStatusReads(engine), clock()).duplicates == 0
+        )
 
 
 def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_path: Path, db_url: str) -> None:

@@ -21,6 +21,7 @@ from smartsensor.adapters.sql import retention as retention_sql, tasks as task_s
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
+from smartsensor.adapters.sql.status_store import SqlExpiredRows
 from smartsensor.cli import main
 from smartsensor.domain import clock as wall_clock
 from smartsensor.domain.keys import ExternalKey, TaskKey
@@ -105,9 +106,9 @@ def test_old_ended_tries_and_their_keys_go_never_a_waiting_task(cfg: Any, engine
         task_sql.set_state(conn, ended[failed], State.FAILED, now=now)
         task_sql.set_state(conn, ended[retry], State.UP_FOR_RETRY, now=now)
     before = task_states(engine)
-    early = prune(engine, MONTH, 2, now=now + MONTH - timedelta(days=1))
+    early = prune(SqlExpiredRows(engine), MONTH, 2, now=now + MONTH - timedelta(days=1))
     assert early.rows == 0 and task_states(engine) == before
-    report = prune(engine, MONTH, 2, now=now + MONTH + timedelta(days=1))
+    report = prune(SqlExpiredRows(engine), MONTH, 2, now=now + MONTH + timedelta(days=1))
     assert (report.tables["task_instance"].rows, report.tables["external_task"].rows) == (3, 2)
     assert report.complete and not report.dry_run
     left = task_states(engine)
@@ -154,9 +155,9 @@ def test_each_statement_deletes_a_batch_at_most(engine: Engine, deletes: list[tu
     now = wall_clock.now()
     old_ended(engine, 25, now - 2 * MONTH)
     old_ended(engine, 5, now - timedelta(days=1), dag_id="recent")
-    dry = prune(engine, MONTH, 10, dry_run=True, now=now)
+    dry = prune(SqlExpiredRows(engine), MONTH, 10, dry_run=True, now=now)
     assert (dry.tables["task_instance"].rows, dry.tables["external_task"].rows) == (25, 25) and deletes == []
-    report = prune(engine, MONTH, 10, now=now)
+    report = prune(SqlExpiredRows(engine), MONTH, 10, now=now)
     assert (report.tables["task_instance"].rows, report.tables["external_task"].rows) == (25, 25)
     assert [rows for table, rows in deletes if table == "task_instance"] == [10, 10, 5, 0]
     assert [rows for table, rows in deletes if table == "external_task"] == [10, 10, 5, 0]
@@ -182,7 +183,7 @@ def test_two_pruners_beside_a_worker_round_delete_each_row_once(cfg: Any, engine
     def pruner() -> None:
         start.wait()
         try:
-            reports.append(prune(engine, MONTH, 100, now=now))
+            reports.append(prune(SqlExpiredRows(engine), MONTH, 100, now=now))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -204,7 +205,7 @@ def test_idle_worker_rounds_go(engine: Engine) -> None:
     with engine.begin() as conn:
         for name, at in (("gone:0-5", now - 2 * MONTH), ("live:0-5", now)):
             conn.execute(insert(WR).values(range_rounds_id=name, shard_min=0, shard_max=5, last_round_at=at))
-    assert prune(engine, MONTH, 100, now=now).tables["worker_round"].rows == 1
+    assert prune(SqlExpiredRows(engine), MONTH, 100, now=now).tables["worker_round"].rows == 1
     with engine.connect() as conn:
         assert list(conn.execute(select(WR.c.range_rounds_id)).scalars()) == ["live:0-5"]
 
@@ -222,8 +223,8 @@ def test_a_worker_killed_long_ago_goes_unless_it_owns_a_lease(engine: Engine) ->
                 insert(Worker.__table__).values(worker_id=worker_id, started_at=started, heartbeat_at=heartbeat)
             )
         conn.execute(insert(ShardLease.__table__).values(shard_min=0, shard_max=5, owner="owner", epoch=3))
-    assert prune(engine, MONTH, 100, now=now, dry_run=True).tables["worker"].rows == 1
-    assert prune(engine, MONTH, 100, now=now).tables["worker"].rows == 1
+    assert prune(SqlExpiredRows(engine), MONTH, 100, now=now, dry_run=True).tables["worker"].rows == 1
+    assert prune(SqlExpiredRows(engine), MONTH, 100, now=now).tables["worker"].rows == 1
     with engine.connect() as conn:
         assert sorted(conn.execute(select(Worker.__table__.c.worker_id)).scalars()) == ["live", "never", "owner"]
 
@@ -299,7 +300,7 @@ def test_a_table_no_longer_watched_loses_its_landings_and_they_are_not_published
     assert world.cycle().delivered == 2
     del world.airflow.consumed["db.b"]
     world.days(31)
-    report = prune(world.engine, MONTH, 100, now=world.clock())
+    report = prune(SqlExpiredRows(world.engine), MONTH, 100, now=world.clock())
     assert (report.tables["landing_outbox"].rows, report.tables["asset_watch"].rows) == (2, 1)
     assert world.rows() == {("a", "ds=0"): BASELINE, ("a", "ds=1"): DELIVERED}
     world.airflow.consumed["db.b"] = 2
@@ -323,7 +324,7 @@ def test_an_undelivered_landing_keeps_its_row_and_its_watch(landings: Landings) 
     world.cycle()
     del world.airflow.consumed["db.b"]
     world.days(31)
-    report = prune(world.engine, MONTH, 100, now=world.clock())
+    report = prune(SqlExpiredRows(world.engine), MONTH, 100, now=world.clock())
     assert (report.tables["landing_outbox"].rows, report.tables["asset_watch"].rows) == (1, 0)  # its baseline
     assert world.rows()[("b", "ds=1")] == PENDING
     with world.engine.connect() as conn:
@@ -362,15 +363,17 @@ def test_serve_prunes_on_its_schedule(cfg: Any, engine: Engine, tmp_path: Path) 
     """``RetentionJob`` prunes with the ``[retention]`` settings, on serve's jobs (hourly) unless disabled; a database
     failure is logged, never raised."""
     old_ended(engine, 4, wall_clock.now() - 2 * MONTH)
-    job = RetentionJob(engine, cfg)
+    job = RetentionJob(SqlExpiredRows(engine), cfg)
     scheduled, off = PeriodicJobs("serve"), PeriodicJobs("serve")
     job.schedule(scheduled)
-    RetentionJob(engine, make_cfg(tmp_path / "off", cfg.sql_alchemy_conn, retention__enabled="false")).schedule(off)
+    RetentionJob(
+        SqlExpiredRows(engine), make_cfg(tmp_path / "off", cfg.sql_alchemy_conn, retention__enabled="false")
+    ).schedule(off)
     assert (scheduled.jobs(), off.jobs()) == ({"retention": 3600.0}, {})
     report = job.tick()
     assert report is not None and report.tables["task_instance"].rows == 4 and task_states(engine) == {}
     unmigrated = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
     try:
-        assert RetentionJob(unmigrated, cfg).tick() is None  # no such table: logged
+        assert RetentionJob(SqlExpiredRows(unmigrated), cfg).tick() is None  # no such table: logged
     finally:
         unmigrated.dispose()

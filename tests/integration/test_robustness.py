@@ -18,6 +18,7 @@ from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
+from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.domain.states import State
 from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import TaskInstance
@@ -130,7 +131,7 @@ def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_pa
     assert [got[f"builtin{i}"][0] for i in range(5)] == ["success"] * 5
     assert got["mine"][0] == State.SMART_RUNNING  # waiting within its timeout, not failed
     assert "no_such_sensor_mod" in result.module_errors and result.module_waiting == 1
-    problems = collect_status(engine, cfg).problems
+    problems = collect_status(SqlStatusReads(engine), cfg).problems
     assert any("no_such_sensor_mod" in p and "cannot be imported" in p for p in problems)
     # a classic run of a built-in class is not affected either
     classic = make_cfg(
@@ -372,7 +373,7 @@ def test_status_shows_checks_a_round_could_not_answer(engine, cfg) -> None:
 
     worker = spark_range(engine, cfg, lambda: pytest.fail("unused"), 0, 10000)
     worker.record(RoundResult(0, 10000, transient_errors=3, transient_example="Spark unavailable: Java not found"))
-    problems = collect_status(engine, cfg).problems
+    problems = collect_status(SqlStatusReads(engine), cfg).problems
     assert any("3 check(s) got no answer" in p and "Java not found" in p for p in problems)
 
 

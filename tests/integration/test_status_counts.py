@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import event, insert, select
 
 from smartsensor.adapters.sql import status as status_sql
+from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.config import Config
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
@@ -112,7 +113,7 @@ def test_status_fetches_a_row_per_range_not_per_waiting_task(cfg, engine) -> Non
 
     event.listen(engine, "after_cursor_execute", record)
     try:
-        data = collect_status(engine, cfg, T0).as_json()
+        data = collect_status(SqlStatusReads(engine), cfg, T0).as_json()
     finally:
         event.remove(engine, "after_cursor_execute", record)
     fetched = count_rows(engine, sent)
@@ -134,7 +135,7 @@ def test_waiting_by_range_with_no_waiting_task_no_range_one_range_null_shardcode
     figures = python_figures(engine, cfg)
     assert (everything.tasks, everything.hashes) == (none.tasks, none.hashes) == (WAITING, figures["distinct_hashes"])
     assert none.per_range == {} and everything.per_range[0][0] == sum(s["waiting"] for s in figures["shards"])
-    assert collect_status(engine, cfg, T0).as_json()["shards"] == figures["shards"]
+    assert collect_status(SqlStatusReads(engine), cfg, T0).as_json()["shards"] == figures["shards"]
 
 
 def test_a_range_rounds_last_round_is_keyed_by_its_range_rounds_id_and_by_the_deprecated_worker_id(cfg, engine) -> None:
@@ -146,8 +147,8 @@ def test_a_range_rounds_last_round_is_keyed_by_its_range_rounds_id_and_by_the_de
 
     served = RangeRounds(SqlRoundStore(engine), cfg, 0, 10, clock=lambda: T0, range_rounds_id="w1:0-10")
     served.record(RoundResult(shard_min=0, shard_max=10, seconds=0.5))
-    (row,) = collect_status(engine, cfg, T0).as_json()["workers"]
+    (row,) = collect_status(SqlStatusReads(engine), cfg, T0).as_json()["workers"]
     assert row["range_rounds_id"] == row["worker_id"] == "w1:0-10"
     assert (row["shard_min"], row["shard_max"], row["last_round_seconds"]) == (0, 10, 0.5)
     served.forget()
-    assert collect_status(engine, cfg, T0).as_json()["workers"] == []
+    assert collect_status(SqlStatusReads(engine), cfg, T0).as_json()["workers"] == []

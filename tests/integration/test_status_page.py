@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from smartsensor.adapters.sql import history as history_sql, leases as lease_sql
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.status_store import SqlStateSamples, SqlStatusReads
 from smartsensor.roots.serve import create_app
 from smartsensor.service.history import sample_once
 from smartsensor.service.status import collect_status
@@ -37,7 +38,7 @@ def client(cfg: Any, engine: Any, token: str | None = None) -> TestClient:
 def test_the_page_states_the_numbers_of_status_json(cfg, engine) -> None:
     populate_page_db(cfg, engine)
     html = client(cfg, engine).get("/").text
-    expected = collect_status(engine, cfg).as_json()
+    expected = collect_status(SqlStatusReads(engine), cfg).as_json()
     assert page_numbers(html) == status_numbers(expected)
     assert expected["stranded"] == 1 and expected["problems"] and len(expected["tasks_by_state"]) == 4
     assert any(lease["expired"] for lease in expected["leases"])
@@ -56,8 +57,8 @@ def test_the_page_references_nothing_outside_itself(cfg, engine) -> None:
 
 def test_tables_landings_and_history_are_on_the_page(cfg, engine) -> None:
     now = populate_page_db(cfg, engine)
-    sample_once(engine, 60, 3600, now - timedelta(minutes=2))
-    sample_once(engine, 60, 3600, now - timedelta(minutes=1))
+    sample_once(SqlStateSamples(engine), 60, 3600, now - timedelta(minutes=2))
+    sample_once(SqlStateSamples(engine), 60, 3600, now - timedelta(minutes=1))
     html = client(cfg, engine).get("/").text
     tables = dict(re.findall(r'data-table="([^"]+)" data-waiting="(\d+)"', html))
     assert tables == {"db0.t0": "1", "db0.t1": "1", "db0.t2": "2", "db1.t0": "2", "db1.t1": "2", "db1.t2": "2"}

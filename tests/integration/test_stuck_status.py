@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 
 from smartsensor.adapters.sql.engine import statement_count
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.domain.states import State
 from smartsensor.roots.serve import create_app
 from smartsensor.schema.models import TaskInstance
@@ -47,7 +48,7 @@ def place(engine: Any, dag_id: str, state: str, **values: Any) -> None:
 
 
 def stuck_of(engine: Any, cfg: Any) -> dict[str, Any]:
-    return collect_status(engine, cfg, T0).as_json()["stuck"]
+    return collect_status(SqlStatusReads(engine), cfg, T0).as_json()["stuck"]
 
 
 def test_a_task_waiting_after_its_check_landed_past_the_bound_is_stuck(cfg, engine) -> None:
@@ -169,10 +170,10 @@ def _one_of_each(engine: Any, cfg: Any) -> None:
 
 
 def test_stuck_tasks_are_loud_lines_and_problems(cfg, engine) -> None:
-    quiet = collect_status(engine, cfg, T0)
+    quiet = collect_status(SqlStatusReads(engine), cfg, T0)
     assert quiet.problems == () and not any("still wait" in line for line in status_lines(quiet, 10000))
     _one_of_each(engine, cfg)
-    data = collect_status(engine, cfg, T0)
+    data = collect_status(SqlStatusReads(engine), cfg, T0)
     date = DAY_TEXT
     expected = [
         f"1 task(s) still wait although their check landed more than 60 s ago (oldest: b.w @ {date}, 60 s late)",
@@ -186,13 +187,13 @@ def test_stuck_tasks_are_loud_lines_and_problems(cfg, engine) -> None:
 def test_collect_status_sends_9_statements_11_with_a_task_past_its_time_limit(cfg, engine) -> None:
     add(engine, cfg, "a", "db.t/ds=1")
     before = statement_count(engine)
-    collect_status(engine, cfg, T0)
+    collect_status(SqlStatusReads(engine), cfg, T0)
     assert statement_count(engine) - before == 9
     _one_of_each(engine, cfg)
     add(engine, cfg, "q", "db.u/ds=2", timeout=1200)  # a second exec_dict past its limit: still one count
     place(engine, "q", State.SMART_RUNNING, start_date=ago(1200 + BOUND + 1))
     before = statement_count(engine)
-    assert collect_status(engine, cfg, T0).stuck.past_time_limit.count == 2
+    assert collect_status(SqlStatusReads(engine), cfg, T0).stuck.past_time_limit.count == 2
     assert statement_count(engine) - before == 11
 
 

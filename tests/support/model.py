@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
 
 from hypothesis import HealthCheck, settings
+
+from smartsensor.adapters.sql.engine import init_db, make_engine
 
 
 def run_model(machine: Any, examples: int, steps: int) -> None:
@@ -22,3 +26,20 @@ def run_model(machine: Any, examples: int, steps: int) -> None:
     machine.TestCase().runTest()
     assert machine.steps >= examples * steps // 2, f"only {machine.steps} steps ran"
     print(f"{machine.__name__}: {machine.steps} steps")
+
+
+def run_parity(machine: Any, engine: Any, examples: int, steps: int) -> None:
+    """``run_model`` on a parity model (``machine``: the same operations on a store in memory and a SQL one, on
+    ``machine.engine``) bound to ``engine``."""
+    run_model(type(f"{machine.__name__}On{engine.dialect.name}", (machine,), {"engine": engine}), examples, steps)
+
+
+@contextmanager
+def sqlite_engine(path: Path) -> Iterator[Any]:
+    """An engine on a new SQLite file at ``path`` with smartsensor's schema; disposed at the end."""
+    engine = make_engine(f"sqlite:///{path}")
+    init_db(engine)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

@@ -45,6 +45,7 @@ SEAMS = {
     "smartsensor.adapters.sql.round_store",
     "smartsensor.adapters.sql.signals",
     "smartsensor.adapters.sql.registration_store",
+    "smartsensor.adapters.sql.status_store",
     "smartsensor.adapters.catalog.batch",
     "smartsensor.adapters.catalog.thrift_catalog",
     "smartsensor.adapters.catalog.metastore_db",

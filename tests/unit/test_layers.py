@@ -397,3 +397,58 @@ def f():
     assert [line.split(":")[0] for line in one_more] == ["smartsensor/adapters/sql/fine.py"] * 3 + [
         "smartsensor/standalone/bad.py"
     ] * 3
+
+
+# Modules (or packages: a prefix) that take ports, not an Engine, and stand further from the database than
+# ``PORTS_ONLY``: neither they nor anything of ours they import, however indirectly, imports SQLAlchemy (issue 56:
+# the status side).
+NO_SQLALCHEMY_REACHED = (
+    "smartsensor.service.status",
+    "smartsensor.service.status_report",
+    "smartsensor.service.status_snapshot",
+    "smartsensor.service.history",
+    "smartsensor.service.overview",
+    "smartsensor.service.retention",
+    "smartsensor.service.savings",
+    "smartsensor.service.airflow_partitions",
+    "smartsensor.api.page",
+)
+
+
+def _imports_sqlalchemy(path: Path) -> bool:
+    """Whether the module at ``path`` imports SQLAlchemy itself (lazily or not)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sqlalchemy" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "sqlalchemy":
+            return True
+    return False
+
+
+def sqlalchemy_reached(roots: tuple[str, ...], g: dict[str, set[str]], direct: set[str]) -> list[str]:
+    """Each module under ``roots`` (by prefix) from which ``g``'s imports reach a module in ``direct``, with the way."""
+    out = []
+    for start in sorted(m for m in g if any(m == r or m.startswith(r + ".") for r in roots)):
+        ways: dict[str, list[str]] = {start: [start]}
+        todo = [start]
+        while todo:
+            here = todo.pop()
+            if here in direct:
+                out.append(" → ".join(ways[here]) + " imports sqlalchemy")
+                break
+            for nxt in sorted(g.get(here, ())):
+                if nxt not in ways:
+                    ways[nxt] = [*ways[here], nxt]
+                    todo.append(nxt)
+    return out
+
+
+def test_no_sqlalchemy_is_reached_from_the_status_side() -> None:
+    mods = modules()
+    g = graph()
+    direct = {name for name, path in mods.items() if _imports_sqlalchemy(path)}
+    for entries in (PORTS_ONLY, NO_SQLALCHEMY_REACHED):
+        assert all(any(m == r or m.startswith(r + ".") for m in mods) for r in entries), "an entry names nothing"
+    assert sqlalchemy_reached(NO_SQLALCHEMY_REACHED, g, direct) == []
+    # the rule sees a real one: the SQL adapters the serve root wires do import it
+    assert sqlalchemy_reached(("smartsensor.adapters.sql.status_store",), g, direct)

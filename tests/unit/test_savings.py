@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from smartsensor.adapters.sql.airflow_history import Poke, SensorTry, TiKey
+from smartsensor.domain.airflow_history import Poke, SensorTry, TiKey
 from smartsensor.service.airflow_partitions import Partition, partitions_of
 from smartsensor.service.savings import rounds, try_cost
 

@@ -14,7 +14,6 @@ The functions on an ``Engine`` are the operations the services call, each in its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
@@ -32,6 +31,7 @@ from smartsensor.domain.landings import (
     ClaimedLanding,
     WatchRow,
 )
+from smartsensor.domain.status_rows import OutboxSummary, UnknownOutcome
 from smartsensor.schema.models import AssetWatch, LandingOutbox, UtcDateTime
 
 AW = AssetWatch.__table__
@@ -40,33 +40,6 @@ UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an
 SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 
 Ranges = Sequence[tuple[int, int]]  # shard ranges [lo, hi)
-
-
-@dataclass(frozen=True)
-class UnknownOutcome:
-    """An undelivered row whose earlier post may have reached Airflow, not settled yet (Airflow did not answer the
-    look-up): which landing, since when, and the last error (the look-up's, or the post's)."""
-
-    id: int
-    uri: str
-    partition_name: str
-    state: str
-    unknown_since: datetime
-    last_error: str | None
-
-
-@dataclass(frozen=True)
-class OutboxSummary:
-    """What `status` shows of the outbox: rows by state, the oldest undelivered landing, the duplicates known
-    (2xx answers past a row's first) and the attempts whose outcome was never known."""
-
-    by_state: dict[str, int]
-    oldest_undelivered: datetime | None
-    duplicates: int
-    unknown_outcomes: int
-    watched_tables: int
-    unresolved: int = 0  # undelivered rows whose outcome is unknown now (``unknown_since`` set)
-    unresolved_rows: tuple[UnknownOutcome, ...] = ()  # the SHOWN_UNKNOWN longest unknown of them
 
 
 def _in_ranges(column: Any, ranges: Ranges) -> Any:

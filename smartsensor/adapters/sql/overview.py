@@ -4,23 +4,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
 from smartsensor.adapters.sql import history as history_sql
 from smartsensor.domain.states import State
+from smartsensor.domain.status_rows import OverviewRows
 from smartsensor.schema.models import TaskInstance
 
 TI = TaskInstance.__table__
-
-
-class OverviewRows(NamedTuple):
-    """What ``read_overview`` read: ``history.load_samples``, ``waiting_checks`` and ``recent_landings``."""
-
-    samples: list[tuple[datetime, str, int]]
-    checks: list[tuple[str | None, str | None, int]]
-    landings: list[dict[str, Any]]
 
 
 def waiting_checks(conn: Connection) -> list[tuple[str | None, str | None, int]]:

@@ -14,7 +14,6 @@ own; those on a ``Connection`` are the statements they are made of. Values trave
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
@@ -22,6 +21,7 @@ from sqlalchemy import Column, Connection, Engine, and_, case, delete, exists, f
 
 from smartsensor.domain.landings import SETTLED
 from smartsensor.domain.states import State
+from smartsensor.domain.status_rows import Batch, Key
 from smartsensor.schema.models import (
     AssetWatch,
     ExternalTask,
@@ -50,17 +50,6 @@ EX_KEY: tuple[Column[Any], ...] = (
     EX.c.map_index,
     EX.c.instance,
 )  # its primary key, instance included
-
-Key = tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What one batch did: the rows it deleted (or, in a dry run, would delete) and the key the next window starts
-    after (None: the pass is over)."""
-
-    rows: int
-    after: Key | None
 
 
 def _at(cutoff: datetime) -> Any:

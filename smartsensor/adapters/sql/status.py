@@ -9,7 +9,7 @@ them, and the rest of what `status` shows, on one connection."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Sequence
 
 from sqlalchemy import (
     ColumnElement,
@@ -32,9 +32,15 @@ from sqlalchemy import (
 
 from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.tasks import in_range
-from smartsensor.domain.leases import LeaseRow
-from smartsensor.domain.rows import ZombieRow
 from smartsensor.domain.states import State
+from smartsensor.domain.status_rows import (  # noqa: F401 - named here too, where the queries are
+    Cutoffs,
+    OverdueTask,
+    PastLimits,
+    StatusRows,
+    StuckRows,
+    WaitingCounts,
+)
 from smartsensor.schema.models import WAITING_PREDICATE, TaskInstance, Worker, WorkerRound
 
 TI = TaskInstance.__table__
@@ -70,15 +76,6 @@ def record_round(
 def count_by_state(conn: Connection) -> dict[str, int]:
     """Task instances per state (1 statement)."""
     return {s or "none": n for s, n in conn.execute(select(TI.c.state, func.count()).group_by(TI.c.state))}
-
-
-class WaitingCounts(NamedTuple):
-    """``waiting_by_range``'s figures: waiting smart tasks and their distinct hashcodes (NULL counts as one), in
-    all and per range (``per_range[i]``: the i-th range given, a range without waiting tasks left out)."""
-
-    tasks: int
-    hashes: int
-    per_range: dict[int, tuple[int, int]]
 
 
 _TOTAL = -2  # the row of all waiting tasks; -1 groups the tasks in no range given
@@ -142,10 +139,6 @@ def forget_range_rounds(conn: Connection, range_rounds_id: str) -> None:
 def list_workers(conn: Connection) -> list[dict[str, Any]]:
     """Every worker row (1 statement)."""
     return [dict(r) for r in conn.execute(select(WK).order_by(WK.c.started_at)).mappings()]
-
-
-# (dag_id, task_id, execution_date, when it became due): the most overdue waiting task of a kind.
-OverdueTask = tuple[str, str, datetime, datetime]
 
 
 def waiting_after_landing(conn: Connection, cutoff: datetime) -> tuple[int, OverdueTask | None]:
@@ -231,34 +224,6 @@ def oldest_started_before(
         .limit(1)
     ).first()
     return None if row is None else (row[0], row[1], row[2], row[3])
-
-
-# (exec_dict, cutoff) pairs: the waiting tasks of that exec_dict that started at or before the cutoff are past it.
-Cutoffs = list[tuple[str | None, datetime]]
-# Given (exec_dict, earliest start) per exec_dict (``waiting_start_by_exec``): the cutoffs to count, and the
-# (exec_dict, cutoff) whose oldest task to name, None when no exec_dict is past its cutoff (nothing more is sent).
-PastLimits = Callable[[list[tuple[str | None, datetime]]], tuple[Cutoffs, "tuple[str | None, datetime] | None"]]
-
-
-class StuckRows(NamedTuple):
-    """What ``read_stuck`` read: ``waiting_after_landing``'s count and task; the count past their time limit
-    (``count_started_before``) and ``oldest_started_before``'s task, (0, None) when none is past it."""
-
-    after_landing: tuple[int, OverdueTask | None]
-    past_time_limit: tuple[int, "tuple[str, str, datetime, datetime] | None"]
-
-
-class StatusRows(NamedTuple):
-    """What ``read_status`` read, each part named for the query that read it."""
-
-    stuck: StuckRows
-    count_by_state: dict[str, int]
-    waiting_by_range: WaitingCounts
-    worker_rounds: list[dict[str, Any]]
-    load_leases: list[LeaseRow]
-    list_workers: list[dict[str, Any]]
-    load_zombies: list[ZombieRow]
-    stranded_count: int
 
 
 def _stuck_rows(conn: Connection, landed_before: datetime, past_limits: PastLimits) -> StuckRows:
