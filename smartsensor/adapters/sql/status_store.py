@@ -6,12 +6,11 @@ message the same), so that nothing above the adapters names them. ``roots.serve`
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import (
     airflow_history as airflow_sql,
@@ -22,18 +21,10 @@ from smartsensor.adapters.sql import (
     status as status_sql,
 )
 from smartsensor.adapters.sql.engine import current_revision, schema_problem, statement_count
+from smartsensor.adapters.sql.store_errors import any_error_unavailable
 from smartsensor.domain import status_rows as rows
 from smartsensor.domain.airflow_history import AirflowHistory
 from smartsensor.ports import StoreUnavailable
-
-
-@contextmanager
-def store_errors() -> Iterator[None]:
-    """SQLAlchemy's errors inside, raised as ``StoreUnavailable`` with the same message."""
-    try:
-        yield
-    except SQLAlchemyError as exc:
-        raise StoreUnavailable(str(exc)) from exc
 
 
 class SqlStatusReads:
@@ -45,22 +36,22 @@ class SqlStatusReads:
 
     def read_status(self, query: rows.StatusQuery) -> rows.StatusRows:
         """``status.read_status`` (9 statements, 11 when a task waits past its time limit)."""
-        with store_errors():
+        with any_error_unavailable():
             return status_sql.read_status(self.engine, *query)
 
     def read_stuck(self, landed_before: datetime, past_limits: rows.PastLimits) -> rows.StuckRows:
         """``status.read_stuck`` (2 statements, or 4)."""
-        with store_errors():
+        with any_error_unavailable():
             return status_sql.read_stuck(self.engine, landed_before, past_limits)
 
     def read_outbox_summary(self) -> rows.OutboxSummary:
         """``landings.read_outbox_summary`` (6 statements)."""
-        with store_errors():
+        with any_error_unavailable():
             return landing_sql.read_outbox_summary(self.engine)
 
     def schema_revision(self) -> str | None:
         """``engine.current_revision``."""
-        with store_errors():
+        with any_error_unavailable():
             return current_revision(self.engine)
 
     def schema_problem(self, revision: str | None) -> str | None:
@@ -78,7 +69,7 @@ class SqlStateSamples:
         """``history.write_sample``; False too when another server wrote the bucket between its read and its
         insert (the primary key refused ours)."""
         try:
-            with store_errors():
+            with any_error_unavailable():
                 return history_sql.write_sample(self.engine, bucket_at)
         except StoreUnavailable as exc:
             if isinstance(exc.__cause__, IntegrityError):
@@ -87,12 +78,12 @@ class SqlStateSamples:
 
     def delete_before(self, before: datetime) -> int:
         """``history.delete_samples_before`` (1 statement)."""
-        with store_errors():
+        with any_error_unavailable():
             return history_sql.delete_samples_before(self.engine, before)
 
     def samples_since(self, since: datetime) -> list[tuple[datetime, str, int]]:
         """``history.load_samples`` on a connection of its own (1 statement)."""
-        with store_errors(), self.engine.connect() as conn:
+        with any_error_unavailable(), self.engine.connect() as conn:
             return history_sql.load_samples(conn, since)
 
 
@@ -104,7 +95,7 @@ class SqlOverviewReads:
 
     def read_overview(self, since: datetime, landings: int) -> rows.OverviewRows:
         """``overview.read_overview`` (3 statements on one connection)."""
-        with store_errors():
+        with any_error_unavailable():
             return overview_sql.read_overview(self.engine, since, landings)
 
 
@@ -116,42 +107,42 @@ class SqlExpiredRows:
 
     def prune_keys_batch(self, after: rows.Key | None, size: int, cutoff: datetime, dry_run: bool) -> rows.Batch:
         """``retention.prune_keys_batch`` (2 statements)."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.prune_keys_batch(self.engine, after, size, cutoff, dry_run)
 
     def prune_tasks_batch(self, after: rows.Key | None, size: int, cutoff: datetime, dry_run: bool) -> rows.Batch:
         """``retention.prune_tasks_batch`` (2 statements)."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.prune_tasks_batch(self.engine, after, size, cutoff, dry_run)
 
     def prune_rounds(self, cutoff: datetime, size: int, dry_run: bool) -> int:
         """``retention.prune_rounds`` (1 statement)."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.prune_rounds(self.engine, cutoff, size, dry_run)
 
     def prune_workers(self, cutoff: datetime, size: int, dry_run: bool) -> int:
         """``retention.prune_workers`` (1 statement)."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.prune_workers(self.engine, cutoff, size, dry_run)
 
     def watch_cutoff(self, now: datetime, age: timedelta) -> datetime | None:
         """``retention.watch_cutoff`` (1 statement)."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.watch_cutoff(self.engine, now, age)
 
     def read_unwatched(self, cutoff: datetime, after: str, size: int) -> list[str]:
         """``retention.read_unwatched`` (1 statement)."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.read_unwatched(self.engine, cutoff, after, size)
 
     def count_unwatched_landings(self, uris: Sequence[str]) -> int:
         """``retention.count_unwatched_landings`` (1 statement)."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.count_unwatched_landings(self.engine, uris)
 
     def forget_unwatched_batch(self, uri: str, cutoff: datetime, size: int) -> tuple[int, bool]:
         """``retention.forget_unwatched_batch``."""
-        with store_errors():
+        with any_error_unavailable():
             return retention_sql.forget_unwatched_batch(self.engine, uri, cutoff, size)
 
     def statements(self) -> int:
@@ -168,5 +159,5 @@ class SqlAirflowHistory:
 
     def read_history(self, since: datetime) -> AirflowHistory:
         """``airflow_history.read_history``."""
-        with store_errors():
+        with any_error_unavailable():
             return airflow_sql.read_history(self.engine, since)

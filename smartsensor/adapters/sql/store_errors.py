@@ -24,6 +24,16 @@ def store_errors() -> Iterator[None]:
         raise StoreUnavailable(str(exc), first_line(exc.orig or exc)) from exc
 
 
+@contextmanager
+def any_error_unavailable() -> Iterator[None]:
+    """Every database error raised inside the block, an outage or not, as ``StoreUnavailable`` with its message (the
+    status side's reads: whatever went wrong, the answer is "not available now")."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
 def database_problem(exc: BaseException) -> tuple[bool, str] | None:
     """What a database library's error says, for a message: (whether the database is unreachable or unusable, the
     reason in one line); None for an error that is not the database library's."""
