@@ -15,11 +15,12 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
 
-from smartsensor.domain.keys import CohortRows, Fence
+from smartsensor.domain.keys import CohortRows, ExternalKey, Fence
 from smartsensor.domain.landings import ClaimedLanding, EventLookup, HiveAsset, PostOutcome, WatchRow
 from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.rows import ExternalState, TaskRow
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check, PartitionCheck
 from smartsensor.sensors.errors import CheckError
@@ -404,4 +405,58 @@ class LandingSignals(Protocol):
 
     def delete_before(self, cutoff: datetime) -> int:
         """Drop the signals recorded before ``cutoff``; how many went."""
+        ...
+
+
+class Superseded(NamedTuple):
+    """The errors a registration leaves on the task instance it supersedes while it waits."""
+
+    newer_try: str  # a newer try of the key was registered
+    other_check: str  # the same try was registered again with another check
+
+
+class TryRegistration(NamedTuple):
+    """What ``ExternalTryStore.register_try`` found: the try the key was at before (None: a new key), and that try's
+    task instance when it is the try registered (then nothing was written)."""
+
+    registered_try: int | None
+    task: TaskRow | None
+
+
+class NewTry(NamedTuple):
+    """A try to register under a key that has no mapping yet: its task instance ``row``."""
+
+    key: ExternalKey
+    try_number: int
+    row: TaskRow
+    logical_date: datetime | None
+
+
+class ExternalTryStore(Protocol):
+    """The external door's tries: another scheduler's keys, each mapped to the task instance of the try registered
+    last, and those task instances' states. Every change is guarded: a key moves only to a newer try (or the same
+    try's new check) from the mapping read, and the task instance it supersedes is skipped only while it still
+    waits, so an ended task is never resurrected or ended twice and a user's change wins. The SQL store
+    (``adapters.sql.external.SqlExternalTryStore``) and the memory one (``adapters.memory_external``) are held to
+    each other by tests/integration/test_external_store_parity.py."""
+
+    def register_try(
+        self, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None, superseded: Superseded
+    ) -> TryRegistration | None:
+        """In one transaction: a try already registered with the same wait (``TaskRow.waits_as``), or an older try
+        than the key's, writes nothing; a first or newer try, or the same try with another check, inserts ``row``
+        (waking the shard workers for a smart_pending one) and maps the key to it, skipping the previous task
+        instance while it still waits (with ``superseded``'s error for the case). None, nothing written, when
+        another registration inserted or moved the key meanwhile (ask again)."""
+        ...
+
+    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey] | None:
+        """In one transaction: the tries whose key has no mapping yet get their task instance and mapping; a key
+        that has one is left to ``register_try``. The keys registered; None, nothing written, when another
+        registration inserted one of them meanwhile, or ``tries`` names a key twice."""
+        ...
+
+    def read_states(self, keys: Sequence[ExternalKey]) -> dict[ExternalKey, ExternalState]:
+        """{key: its mapping's try and its task instance's state, error, hashcode} for those of ``keys`` mapped to a
+        task instance that exists."""
         ...

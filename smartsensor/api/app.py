@@ -25,6 +25,7 @@ from smartsensor.api.request_counts import RequestCounts
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.external.ended_watch import EndedWatch
+from smartsensor.ports import ExternalTryStore
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.status_snapshot import StatusSnapshot
 
@@ -47,13 +48,14 @@ def api_app(
     engine: Engine,
     token: str | None,
     *,
+    tries: ExternalTryStore,
     watch: EndedWatch,
     snapshot: StatusSnapshot,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
 ) -> FastAPI:
-    """The application's routes over one engine, with the parts ``roots.serve`` built: the ended watch the held
-    requests wait on, the status snapshot, and the lifespan that runs the side jobs and the hub. ``token`` None: no
-    auth (the server then listens on 127.0.0.1 only)."""
+    """The application's routes over one engine, with the parts ``roots.serve`` built: the external door's store of
+    tries (the task endpoints), the ended watch the held requests wait on, the status snapshot, and the lifespan that
+    runs the side jobs and the hub. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
     # The OpenAPI document is served below, behind the token like every route; no docs page (Swagger UI would
     # load its script from a CDN, which an offline host cannot reach and the page's policy forbids).
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)
@@ -95,7 +97,7 @@ def api_app(
             render_metrics(snapshot.get(), requests.snapshot()), media_type="text/plain; version=0.0.4"
         )
 
-    app.include_router(tasks_router(cfg, engine, watch, app.router.route_class, API))
+    app.include_router(tasks_router(cfg, tries, watch, app.router.route_class, API))
     app.include_router(page_router(cfg, engine, token, snapshot))
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,7 +1,7 @@
 """Tells a `serve` process that tasks may have ended, so that long-polling states requests read their keys again
 at once instead of on a timer.
 
-It hears ``ENDED_CHANNEL`` through the process's ``adapters.sql.notifications.NotificationHub`` (``subscribe``).
+It hears ``ENDED_CHANNEL`` through the process's notification hub (``ports.Notifications.subscribe``).
 PostgreSQL: every round that marks tasks (and `set-state`) NOTIFYs at commit, from any host, naming the hashcodes
 that ended: only the requests waiting on one of them wake. SQLite (one host): the hub polls ``PRAGMA data_version``,
 which changes whenever another connection commits, and every request wakes. Either way a wake-up is only a hint:
@@ -16,7 +16,7 @@ from collections import deque
 from typing import AbstractSet, Iterable
 
 from smartsensor.adapters.sql.channels import ENDED_CHANNEL, ended_hashcodes
-from smartsensor.adapters.sql.notifications import NotificationHub
+from smartsensor.ports import Notifications
 
 RECENT = 10_000  # changes remembered for requests that read between two of them; an older one wakes everyone
 
@@ -31,7 +31,7 @@ class EndedWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
 
-    def start(self, hub: NotificationHub) -> None:
+    def start(self, hub: Notifications) -> None:
         """Subscribe to ``hub`` (started by the caller afterwards). Call from the event loop that will await
         ``changed``."""
         self._loop = asyncio.get_running_loop()
