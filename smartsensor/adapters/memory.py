@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Collection, Iterable, Iterator, Sequence
@@ -41,6 +41,12 @@ class InMemoryStore:
         self._lock = threading.RLock()
         for row in rows:
             self.add_task(row)
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """The lock every operation holds (reentrant): what makes an operation of a door's store over these rows
+        (``adapters.memory_external``) one transaction."""
+        return self._lock
 
     # -- set-up and inspection (what registration, the lease manager or a user would do) ----------
     def add_task(self, row: TaskRow) -> None:
