@@ -323,3 +323,63 @@ def f(engine, app, sock):
         "smartsensor/service/bad.py:13: sa.text(): sqlalchemy.text",
         "smartsensor/service/bad.py:16: engine.raw_connection(): a DB-API connection taken from the pool",
     ]
+
+
+# Packages that reach storage through the ports only (``smartsensor.ports``: a store is passed in, built by the entry
+# point): no module in them imports SQLAlchemy, lazily or for type checking only, so none can take an ``Engine`` or
+# catch a driver's error. Issue 56 wants every package outside the adapters and the schema here; the next is one line.
+PORTS_ONLY = ("smartsensor.external",)
+
+
+def sqlalchemy_imports(sources: dict[str, tuple[str, str]], packages: tuple[str, ...] = PORTS_ONLY) -> list[str]:
+    """``path:line: imports sqlalchemy…`` for every import of SQLAlchemy in ``sources`` ({module: (path, source)})
+    inside ``packages``."""
+    found: list[tuple[str, int, str]] = []
+    for module, (path, source) in sorted(sources.items()):
+        if not any(module == p or module.startswith(p + ".") for p in packages):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [(path, node.lineno, name) for name in names if name.split(".")[0] == "sqlalchemy"]
+    return [f"{path}:{line}: imports {name}" for path, line, name in sorted(found)]
+
+
+def test_the_ports_only_packages_never_import_sqlalchemy() -> None:
+    """The external door takes its store (``ports.ExternalTryStore``), never an engine: ``roots.serve`` builds the
+    SQL one."""
+    assert sqlalchemy_imports(_sources()) == []
+
+
+def test_the_sqlalchemy_rule_sees_real_violations() -> None:
+    """The checker itself: a top-level, a lazy and a type-checking import in a ports-only package are found; the
+    same in an adapter, or a module merely named like SQLAlchemy, is not."""
+    door = """
+from typing import TYPE_CHECKING
+import sqlalchemy.exc as sa_exc
+from my_sqlalchemy_helpers import thing
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+def f():
+    from sqlalchemy.exc import OperationalError
+"""
+    sources = {
+        "smartsensor.external.bad": ("smartsensor/external/bad.py", door),
+        "smartsensor.adapters.sql.fine": ("smartsensor/adapters/sql/fine.py", door),
+        "smartsensor.externally": ("smartsensor/externally.py", door),
+    }
+    assert sqlalchemy_imports(sources) == [
+        "smartsensor/external/bad.py:3: imports sqlalchemy.exc",
+        "smartsensor/external/bad.py:7: imports sqlalchemy",
+        "smartsensor/external/bad.py:10: imports sqlalchemy.exc",
+    ]
+    one_more = sqlalchemy_imports(sources, (*PORTS_ONLY, "smartsensor.adapters"))  # a package added by one line
+    assert [line.split(":")[0] for line in one_more] == ["smartsensor/adapters/sql/fine.py"] * 3 + [
+        "smartsensor/external/bad.py"
+    ] * 3
