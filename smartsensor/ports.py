@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
 
-from smartsensor.domain.keys import CohortRows, ExternalKey, Fence
+from smartsensor.domain.keys import CohortRows, ExternalKey, Fence, TaskKey
 from smartsensor.domain.landings import ClaimedLanding, EventLookup, HiveAsset, PostOutcome, WatchRow
 from smartsensor.domain.leases import LeaseRow
-from smartsensor.domain.rows import ExternalState, TaskRow
+from smartsensor.domain.rows import ExternalState, RetryRow, TaskRow, ZombieRow
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.sensors.checks import Check, PartitionCheck
 from smartsensor.sensors.errors import CheckError
@@ -405,6 +405,121 @@ class LandingSignals(Protocol):
 
     def delete_before(self, cutoff: datetime) -> int:
         """Drop the signals recorded before ``cutoff``; how many went."""
+        ...
+
+
+class StoreError(Exception):
+    """An outcome of a store operation its caller decides on, raised by the adapter in place of its own error (the
+    ``__cause__``): a database library's exception types never reach the doors or the service."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or lost the connection (the database down or restarting): nothing was
+    written, or a write's outcome is not known; the operation may be tried again. ``str()`` is the adapter's message,
+    ``reason`` the driver's own words."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
+
+
+class InsertConflict(StoreError):
+    """Another writer inserted some of the rows meanwhile (a unique key): nothing was written; they exist now."""
+
+
+# A retry's next step, from its up_for_retry row: None (not due yet), (state, None) to queue its next try in that
+# state, or (state, error) to end it so (a row that cannot be retried fails alone).
+RetryPlan = Callable[[RetryRow], "tuple[str, str | None] | None"]
+# How a dead run's try ends, from its row: (state, error).
+DeadRunPlan = Callable[[ZombieRow], "tuple[str, str]"]
+# The state a try whose `run-task` exited without ending it ends in, from its row.
+ExitedRunPlan = Callable[[TaskRow], str]
+
+
+class RegistrationStore(Protocol):
+    """The task instances a standalone registration (``submit``) writes and reads, one execution date at a time."""
+
+    def register_rows(
+        self, rows: Sequence[TaskRow], execution_date: datetime, clear: bool
+    ) -> dict[tuple[str, str], str]:
+        """In one transaction: insert the rows that do not exist, overwrite the others with theirs when ``clear``,
+        and wake the shard workers for the smart_pending rows written. {(dag_id, task_id): state} of the rows that
+        existed, as they were. InsertConflict (nothing written) when another registration inserted some of them
+        meanwhile."""
+        ...
+
+    def read_states(self, execution_date: datetime, dag_ids: Iterable[str]) -> dict[tuple[str, str], str]:
+        """{(dag_id, task_id): state} of the task instances of ``dag_ids`` on ``execution_date``."""
+        ...
+
+
+class SchedulerStore(Protocol):
+    """The task instances as the standalone scheduler moves them: retries queued again, dead classic runs ended,
+    scheduled tries claimed for a `run-task` child, a child's try ended. Every change is guarded on the state (and
+    try, claim or beat) read, so a user's change, a run's own end or another scheduler's claim wins."""
+
+    def requeue_due_retries(self, now: datetime, plan: RetryPlan) -> list[tuple[str, bool]]:
+        """In one transaction: every up_for_retry task as ``plan`` says: its next try queued (try_number + 1, a fresh
+        start) or the task ended with the plan's error, each only if it is still up_for_retry in that try; the shard
+        workers woken if a next try went smart_pending. (state, whether the row changed) per task planned."""
+        ...
+
+    def end_dead_runs(self, cutoff: datetime, now: datetime, plan: DeadRunPlan) -> list[tuple[TaskKey, str, str]]:
+        """In one transaction: every `running` task whose run last beat before ``cutoff`` ended as ``plan`` says,
+        unless it beat or changed since it was read. (key, state, error) of those ended."""
+        ...
+
+    def scheduled_keys(self, limit: int) -> list[TaskKey]:
+        """Up to ``limit`` keys of `scheduled` tasks, oldest execution date first."""
+        ...
+
+    def claim_scheduled_try(self, key: TaskKey, now: datetime, claimant: str) -> int | None:
+        """scheduled → running under ``claimant`` (its start kept when set); the try claimed, None if the task was
+        not scheduled (another process got there first)."""
+        ...
+
+    def end_exited_try(
+        self, key: TaskKey, try_number: int, claimant: str, now: datetime, error: str, state_for: ExitedRunPlan
+    ) -> str | None:
+        """If the task is still `running` in ``try_number`` under ``claimant``'s claim, end that try in the state
+        ``state_for`` gives its row, with ``error``; the state it ended in, None when nothing ended."""
+        ...
+
+    def end_try(
+        self, key: TaskKey, new_state: str, now: datetime, error: str | None = None, try_number: int | None = None
+    ) -> bool:
+        """running → ``new_state`` (in ``try_number`` when given); False if the task left `running` (or that try)."""
+        ...
+
+
+class ClassicRunStore(Protocol):
+    """One task instance as its classic run (``run-task``) claims, keeps alive, ends or hands back. Every change is
+    guarded on `running` (and the run's try), so a user's change or the scheduler's end of a dead run wins."""
+
+    def claim_run(
+        self, key: TaskKey, now: datetime, hostname: str, claimed: bool
+    ) -> tuple[TaskRow | None, TaskRow | None]:
+        """In one transaction: read the task and claim it (scheduled → running) unless the scheduler ``claimed`` it
+        already (then it must be running). (the task as first read, None if there is none; the task as claimed, None
+        when it was not this run's)."""
+        ...
+
+    def beat(self, key: TaskKey, now: datetime) -> bool:
+        """The run is alive (``updated_at``); False once the task left `running`."""
+        ...
+
+    def hand_back(self, key: TaskKey, now: datetime) -> bool:
+        """running → scheduled, try and start kept (a stop request); False if the task left `running`."""
+        ...
+
+    def read_task(self, key: TaskKey) -> TaskRow | None:
+        """The task instance, None if there is none."""
+        ...
+
+    def end_try(
+        self, key: TaskKey, new_state: str, now: datetime, error: str | None = None, try_number: int | None = None
+    ) -> bool:
+        """running → ``new_state`` (in ``try_number`` when given); False if the task left `running` (or that try)."""
         ...
 
 

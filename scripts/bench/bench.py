@@ -68,6 +68,7 @@ from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
 from smartsensor.domain.keys import TaskKey
@@ -457,7 +458,7 @@ def classic_sample(engine: Any, cfg_path: Path, env: dict[str, str], sample: int
     per poke)."""
     keys: list[TaskKey] = []
     for dag_id in bench_workload.DAG_IDS:
-        states = registered_states(engine, dag_id, DAY)
+        states = registered_states(SqlRegistrationStore(engine), dag_id, DAY)
         keys += [TaskKey(dag_id, t, DAY) for t in sorted(states) if states[t] == State.SUCCESS][: sample - len(keys)]
         if len(keys) == sample:
             break
@@ -523,7 +524,9 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
         for kind, interval in (("sig", 600.0), ("poll", poll_interval))
         for i in range(samples)
     ]
-    register(engine, [("latency_probe", sensor) for sensor in probes], DAY, cfg)  # as `submit` does
+    register(
+        SqlRegistrationStore(engine), [("latency_probe", sensor) for sensor in probes], DAY, cfg
+    )  # as `submit` does
     rounds: list[RoundResult] = []
     stop = StopRequest()
     served = leased_ranges(engine, cfg, spark_provider=lambda: spark)
@@ -536,7 +539,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     def wait_success(task_id: str, timeout: float = 600) -> float:
         started = time.perf_counter()
         while time.perf_counter() - started < timeout:
-            if registered_states(engine, "latency_probe", DAY).get(task_id) == State.SUCCESS:
+            if registered_states(SqlRegistrationStore(engine), "latency_probe", DAY).get(task_id) == State.SUCCESS:
                 return time.perf_counter() - started
             time.sleep(0.01)
         raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")

@@ -22,6 +22,7 @@ from smartsensor.adapters.sql.engine import (
 )
 from smartsensor.config import Config, ConfigError, load_config
 from smartsensor.domain.clock import as_utc, iso
+from smartsensor.ports import StoreError
 from smartsensor.sensors.errors import (
     CheckError,
     SensorDefinitionError,
@@ -94,7 +95,9 @@ class SmartSensorGroup(click.Group):
 
 
 def describe_error(exc: BaseException, app: App | None) -> str:
-    """One line for the user."""
+    """One line for the user. A store's error (``ports.StoreError``) is told as the adapter's error it stands for."""
+    if isinstance(exc, StoreError) and exc.__cause__ is not None:
+        exc = exc.__cause__
     if isinstance(exc, DagFileError):  # only `submit` reads DAG files itself; it registers a file all or nothing
         return f"{first_line(exc)}; nothing was registered"
     if isinstance(

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.cli.app import App, UserError, jsonable, parse_day, parse_task_date
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
@@ -30,7 +31,9 @@ def submit(app: App, file: str, execution_date: str, clear: bool, as_json: bool)
     when = parse_day(execution_date)
     check_utf8("sensor file path", file)
     sensors = load_sensor_file(file, timeout=app.cfg.settings.core.dag_file_import_timeout)
-    results = register(app.engine(), sensors, when, app.cfg, clear=clear, fileloc=str(Path(file).resolve()))
+    results = register(
+        SqlRegistrationStore(app.engine()), sensors, when, app.cfg, clear=clear, fileloc=str(Path(file).resolve())
+    )
     if as_json:
         click.echo(
             json.dumps(
@@ -128,6 +131,7 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
     import signal
     import threading
 
+    from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
     from smartsensor.standalone.classic import TaskRunError, run_task
 
     stop = threading.Event()
@@ -135,7 +139,13 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         result = run_task(
-            app.engine(), app.cfg, dag_id, task_id, parse_task_date(execution_date), claimed=claimed, stop=stop
+            SqlClassicRunStore(app.engine()),
+            app.cfg,
+            dag_id,
+            task_id,
+            parse_task_date(execution_date),
+            claimed=claimed,
+            stop=stop,
         )
     except TaskRunError as exc:
         raise UserError(str(exc)) from None

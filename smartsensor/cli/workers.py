@@ -166,6 +166,7 @@ def workers(app: App, count: int | None, interval: float | None, as_json: bool, 
 def scheduler(app: App, once: bool, as_json: bool) -> None:
     """Re-queue retries after retry_delay; run scheduled tasks in classic mode (at most [scheduler] parallelism);
     end classic runs that stopped heartbeating (zombies)."""
+    from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
     from smartsensor.standalone.scheduler import Scheduler
 
     def emit(summary: dict[str, Any]) -> None:
@@ -186,7 +187,7 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
             click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
         sys.stdout.flush()
 
-    Scheduler(app.engine(), app.cfg, global_args(app)).run(once, emit)
+    Scheduler(SqlSchedulerStore(app.engine()), app.cfg, global_args(app)).run(once, emit)
 
 
 @click.command()

@@ -56,7 +56,7 @@ class TaskRow(NamedTuple):
 
 
 class RetryRow(NamedTuple):
-    """What the scheduler reads of an up_for_retry task to plan its next try (``tasks.load_up_for_retry``)."""
+    """What the scheduler reads of an up_for_retry task to plan its next try (``scheduler_store.load_up_for_retry``)."""
 
     dag_id: str
     task_id: str

@@ -14,19 +14,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
-
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import SparkNotInstalled, get_spark
-from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, ExecSettings, parse_exec, timeout_error, timeout_state
+from smartsensor.ports import ClassicRunStore, StoreUnavailable
 from smartsensor.sensors.base import BaseSensor, resolve_any_class
 from smartsensor.sensors.errors import (
     CheckError,
@@ -71,8 +68,8 @@ class RunHeartbeat:
 
     JOB = "run-heartbeat"
 
-    def __init__(self, engine: Engine, key: TaskKey, interval: float) -> None:
-        self.engine, self.key, self.interval = engine, key, interval
+    def __init__(self, store: ClassicRunStore, key: TaskKey, interval: float) -> None:
+        self.store, self.key, self.interval = store, key, interval
         self.lost = threading.Event()
         self._jobs: PeriodicJobs | None = None
 
@@ -84,7 +81,7 @@ class RunHeartbeat:
     def beat(self) -> None:
         """One beat; a failure (a DB outage) is logged and the next beat tries again."""
         try:
-            alive = task_sql.beat_run(self.engine, self.key, clock.now())
+            alive = self.store.beat(self.key, clock.now())
         except Exception as exc:  # noqa: BLE001 - a DB outage: the next beat tries again
             log.warning("heartbeat of %s.%s failed: %s", self.key.dag_id, self.key.task_id, first_line(exc))
             return
@@ -92,9 +89,6 @@ class RunHeartbeat:
             self.lost.set()
             if self._jobs is not None:
                 self._jobs.remove(self.JOB)
-
-
-DB_DOWN = (OperationalError, InterfaceError)
 
 
 def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float, sleep: Callable[[float], None]) -> bool:
@@ -107,7 +101,7 @@ def _retry_while_db_down(write: Callable[[], bool], what: str, patience: float, 
     while True:
         try:
             return write()
-        except DB_DOWN as exc:
+        except StoreUnavailable as exc:
             if waited >= patience:
                 raise
             log.warning("metadata DB unavailable writing %s, retrying in %.1f s: %s", what, delay, first_line(exc))
@@ -135,7 +129,7 @@ def load_sensor_class(row: TaskRow, cfg: Config) -> type[BaseSensor]:
 
 
 def run_task(
-    engine: Engine,
+    store: ClassicRunStore,
     cfg: Config,
     dag_id: str,
     task_id: str,
@@ -153,7 +147,7 @@ def run_task(
     """
     key = TaskKey(dag_id, task_id, execution_date)
     hostname = socket.gethostname()
-    found, row = task_sql.claim_run(engine, key, clock.now(), hostname, claimed)
+    found, row = store.claim_run(key, clock.now(), hostname, claimed)
     if found is None:
         raise TaskRunError(f"no task instance {dag_id}.{task_id} on {execution_date:%Y-%m-%d}")
     if row is None and claimed:
@@ -162,7 +156,7 @@ def run_task(
         raise TaskRunError(
             f"{dag_id}.{task_id} is {found.state}, not scheduled; use `submit --clear` or `set-state` to run it again"
         )
-    run = ClassicRun(engine, cfg, row, spark_provider, sleep, stop)
+    run = ClassicRun(store, cfg, row, spark_provider, sleep, stop)
     try:
         settings = parse_exec(row.exec_dict)
     except BadExecSettings as exc:  # a row written by hand or an older version: it fails alone, clearly
@@ -170,23 +164,23 @@ def run_task(
     interval = cfg.settings.scheduler.task_heartbeat_interval
     # The run's one scheduler of side jobs; a beat in flight at the end is waited for as long as one may take.
     with PeriodicJobs("run-task", stop_timeout=interval + 5) as jobs:
-        RunHeartbeat(engine, key, interval).schedule(jobs)
+        RunHeartbeat(store, key, interval).schedule(jobs)
         return run.poke_until_done(settings)
 
 
-def _hand_back(engine: Engine, row: TaskRow, patience: float, sleep: Callable[[float], None]) -> str:
+def _hand_back(store: ClassicRunStore, row: TaskRow, patience: float, sleep: Callable[[float], None]) -> str:
     """running → scheduled after a stop request; the state the task is in afterwards."""
     key = row.key
 
     def write() -> bool:
-        return task_sql.hand_back_run(engine, key, clock.now())
+        return store.hand_back(key, clock.now())
 
     if _retry_while_db_down(write, f"{key.dag_id}.{key.task_id} -> scheduled", patience, sleep):
         log.warning(
             "%s.%s: stopped, handed back to the scheduler (try %s goes on)", key.dag_id, key.task_id, row.try_number
         )
         return State.SCHEDULED
-    current = task_sql.read_task(engine, key)
+    current = store.read_task(key)
     return current.state if current else "deleted"
 
 
@@ -204,14 +198,14 @@ class ClassicRun:
 
     def __init__(
         self,
-        engine: Engine,
+        store: ClassicRunStore,
         cfg: Config,
         row: TaskRow,
         spark_provider: Callable[[], Any] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         stop: threading.Event | None = None,
     ) -> None:
-        self.engine, self.cfg, self.row, self.sleep, self.stop = engine, cfg, row, sleep, stop
+        self.store, self.cfg, self.row, self.sleep, self.stop = store, cfg, row, sleep, stop
         self.key = row.key
         self.start = row.start_date or clock.now()
         self.began = time.perf_counter()
@@ -276,8 +270,8 @@ class ClassicRun:
     def lost(self) -> RunResult | None:
         """A result when the task is no longer this run's (someone changed it, or a later try runs elsewhere)."""
         try:
-            current = task_sql.read_task(self.engine, self.key)
-        except DB_DOWN as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
+            current = self.store.read_task(self.key)
+        except StoreUnavailable as exc:  # cannot tell: assume still ours and keep poking; the heartbeat says the same
             log.warning("metadata DB unavailable, poking on: %s", first_line(exc))
             return None
         if current is not None and current.state == State.RUNNING and current.try_number == self.row.try_number:
@@ -307,19 +301,19 @@ class ClassicRun:
     def stopped(self) -> RunResult:
         """Hand the task back (same try); the DB patience is short: the stopping process should exit soon, and a
         failed hand-back is a zombie later."""
-        return self.result(_hand_back(self.engine, self.row, 10.0, self.sleep))
+        return self.result(_hand_back(self.store, self.row, 10.0, self.sleep))
 
     def finish(self, state: str, error: str | None = None) -> RunResult:
         """End the try: a guarded write from `running` in this try, retried while the DB is down (up to
         zombie_threshold). Someone else's change wins, and is what the result says."""
 
         def write() -> bool:
-            return task_sql.end_try(self.engine, self.key, state, error=error, try_number=self.row.try_number)
+            return self.store.end_try(self.key, state, clock.now(), error=error, try_number=self.row.try_number)
 
         patience = self.cfg.settings.scheduler.zombie_threshold
         if not _retry_while_db_down(write, f"{self.key.dag_id}.{self.key.task_id} -> {state}", patience, self.sleep):
             log.warning("%s.%s was changed by someone else; leaving it as it is", self.key.dag_id, self.key.task_id)
-            current = task_sql.read_task(self.engine, self.key)
+            current = self.store.read_task(self.key)
             state = current.state if current else state
         return self.result(state, error)
 

@@ -9,14 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
-
-from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain.clock import as_utc, iso
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
+from smartsensor.ports import InsertConflict, RegistrationStore
 from smartsensor.sensors.base import BaseSensor
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.sensors.validation import validate_id
@@ -88,7 +85,7 @@ def build_row(
 
 
 def register(
-    engine: Engine,
+    store: RegistrationStore,
     sensors: Iterable[tuple[str, BaseSensor]],
     execution_date: datetime,
     cfg: Config,
@@ -97,7 +94,7 @@ def register(
 ) -> list[Registered]:
     """Register (dag_id, sensor) pairs for one execution date, idempotently, in ONE transaction.
 
-    Every row is built and validated before the database is touched; then one statement finds the
+    Every row is built and validated before the store is touched; then one statement finds the
     rows that exist and the new ones are inserted in bulk, so a registration killed or failing half-way
     leaves nothing behind, on SQLite as on Postgres. An existing row is left as it is (a waiting or
     finished task is never reset) unless ``clear``.
@@ -111,24 +108,24 @@ def register(
             raise SensorDefinitionError(f"task {row.task_id!r} of DAG {row.dag_id!r} is given twice")
         seen.add(key)
     try:
-        return _register_rows(engine, built, execution_date, clear)
-    except IntegrityError:  # another registration inserted some of these rows meanwhile: they exist now
+        return _register_rows(store, built, execution_date, clear)
+    except InsertConflict:  # another registration inserted some of these rows meanwhile: they exist now
         log.info("another registration inserted some of these task instances at the same time; retrying once")
-        return _register_rows(engine, built, execution_date, clear)
+        return _register_rows(store, built, execution_date, clear)
 
 
-def registered_states(engine: Engine, dag_id: str, execution_date: datetime) -> dict[str, str]:
+def registered_states(store: RegistrationStore, dag_id: str, execution_date: datetime) -> dict[str, str]:
     """{task_id: state} of the task instances of ``dag_id`` on ``execution_date``: what ``register`` made of its
     sensors, as it stands now (the benchmark waits on it for its probes' ends). 1 statement."""
-    found = task_sql.read_states(engine, execution_date, [dag_id])
+    found = store.read_states(execution_date, [dag_id])
     return {task_id: state for (_, task_id), state in found.items()}
 
 
 def _register_rows(
-    engine: Engine, built: list[tuple[TaskRow, str]], execution_date: datetime, clear: bool
+    store: RegistrationStore, built: list[tuple[TaskRow, str]], execution_date: datetime, clear: bool
 ) -> list[Registered]:
-    """Register the built rows (``tasks.register_rows``, one transaction) and say what became of each."""
-    existing = task_sql.register_rows(engine, [row for row, _ in built], execution_date, clear)
+    """Register the built rows (``RegistrationStore.register_rows``, one transaction) and say what became of each."""
+    existing = store.register_rows([row for row, _ in built], execution_date, clear)
     out: list[Registered] = []
     for row, reason in built:
         key = (row.dag_id, row.task_id)

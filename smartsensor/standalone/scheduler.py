@@ -13,11 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
-
 from smartsensor.adapters.process import StderrTail, smartsensor_command
-from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.keys import TaskKey
@@ -25,12 +21,13 @@ from smartsensor.domain.routing import smart_route_for
 from smartsensor.domain.rows import RetryRow, TaskRow, ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import BadExecSettings, parse_exec, retry_or
+from smartsensor.ports import SchedulerStore, StoreUnavailable
 from smartsensor.sensors.errors import first_line
 
 log = logging.getLogger(__name__)
 
 
-def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
+def requeue_retries(store: SchedulerStore, cfg: Config, now: datetime | None = None) -> dict[str, int]:
     """up_for_retry → smart_pending (or scheduled) once retry_delay has passed, incrementing try_number.
 
     A row whose exec_dict cannot be read (out of bounds, not JSON) fails alone with the reason in
@@ -47,7 +44,7 @@ def requeue_retries(engine: Engine, cfg: Config, now: datetime | None = None) ->
         return (smart_route_for(row.classpath, cfg), None) if due else None
 
     counts: dict[str, int] = {}
-    for state, changed in task_sql.requeue_due_retries(engine, now, plan):
+    for state, changed in store.requeue_due_retries(now, plan):
         if changed or state == State.FAILED:  # a bad row counts as failed (alone) whatever its write found
             counts[state] = counts.get(state, 0) + 1
     return counts
@@ -59,7 +56,7 @@ def _fail_bad_row(key: TaskKey, error: str) -> tuple[str, str]:
     return State.FAILED, error
 
 
-def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dict[str, int]:
+def end_zombies(store: SchedulerStore, cfg: Config, now: datetime | None = None) -> dict[str, int]:
     """End `running` classic tasks whose run stopped heartbeating (its process died or was killed).
 
     up_for_retry while tries remain, else failed, with the reason in ``error``. Each end is a
@@ -76,7 +73,7 @@ def end_zombies(engine: Engine, cfg: Config, now: datetime | None = None) -> dic
         return _dead_run_state(row), error
 
     counts: dict[str, int] = {}
-    for key, state, error in task_sql.end_dead_runs(engine, now - timedelta(seconds=threshold), now, plan):
+    for key, state, error in store.end_dead_runs(now - timedelta(seconds=threshold), now, plan):
         log.warning("%s.%s: %s -> %s", key.dag_id, key.task_id, error, state)
         counts[state] = counts.get(state, 0) + 1
     return counts
@@ -109,7 +106,7 @@ class Scheduler:
     scheduler claimed. ``command`` builds a child's command line from its arguments.
     """
 
-    engine: Engine
+    store: SchedulerStore
     cfg: Config
     cli_args: list[str] = field(default_factory=list)
     children: dict[TaskKey, Child] = field(default_factory=dict)
@@ -137,7 +134,7 @@ class Scheduler:
             log.warning("%s.%s: %s", key.dag_id, key.task_id, error)
         now = clock.now()
         # ended by the run, handed back, or changed by someone: nothing ends (None)
-        state = task_sql.end_exited_try(self.engine, key, child.try_number, self.claimant, now, error, _dead_run_state)
+        state = self.store.end_exited_try(key, child.try_number, self.claimant, now, error, _dead_run_state)
         if state is not None:
             log.warning(
                 "%s.%s: its run-task exited without ending try %s -> %s",
@@ -153,8 +150,8 @@ class Scheduler:
         if free <= 0:
             return 0
         started = 0
-        for key in task_sql.read_keys_in_state(self.engine, State.SCHEDULED, limit=free):
-            try_number = task_sql.claim_scheduled_try(self.engine, key, clock.now(), self.claimant)
+        for key in self.store.scheduled_keys(free):
+            try_number = self.store.claim_scheduled_try(key, clock.now(), self.claimant)
             if try_number is None:
                 continue
             cmd = self.command(
@@ -171,14 +168,14 @@ class Scheduler:
                 self.children[key] = Child(proc, try_number, StderrTail(proc.stderr, sys.stderr))
                 started += 1
             except OSError as exc:
-                task_sql.end_try(self.engine, key, State.FAILED, error=f"could not start run-task: {exc}")
+                self.store.end_try(key, State.FAILED, clock.now(), error=f"could not start run-task: {exc}")
         return started
 
     def loop_once(self) -> dict[str, int]:
         """One pass: reap children, end dead runs (zombies), re-queue due retries, launch new ones."""
         finished = self.reap()
-        zombies = end_zombies(self.engine, self.cfg)
-        requeued = requeue_retries(self.engine, self.cfg)
+        zombies = end_zombies(self.store, self.cfg)
+        requeued = requeue_retries(self.store, self.cfg)
         launched = self.launch()
         return {
             "requeued_smart": requeued.get(State.SMART_PENDING, 0),
@@ -203,11 +200,11 @@ class Scheduler:
         while not stopping:
             try:
                 summary: dict[str, Any] = self.loop_once()
-            except (OperationalError, InterfaceError) as exc:  # the DB is down or restarting: keep the children
+            except StoreUnavailable as exc:  # the DB is down or restarting: keep the children
                 if once:
                     raise
-                log.warning("scheduler pass failed, retrying: %s", first_line(exc.orig or exc))
-                summary = {"error": first_line(exc.orig or exc), "running": len(self.children)}
+                log.warning("scheduler pass failed, retrying: %s", exc.reason)
+                summary = {"error": exc.reason, "running": len(self.children)}
             except Exception as exc:  # bad rows fail alone inside a pass; anything else must not
                 if once:  # take the scheduler (and every retry and classic run) down with it
                     raise
@@ -246,7 +243,5 @@ class Scheduler:
                 c.proc.wait()
         try:
             self.reap()
-        except (OperationalError, InterfaceError) as exc:
-            log.warning(
-                "could not end the tries of killed runs (the zombie check will): %s", first_line(exc.orig or exc)
-            )
+        except StoreUnavailable as exc:
+            log.warning("could not end the tries of killed runs (the zombie check will): %s", exc.reason)

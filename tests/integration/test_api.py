@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.roots.serve import create_app
 from smartsensor.service.status import collect_status
 from smartsensor.standalone.registration import register
@@ -33,7 +34,7 @@ def test_health_needs_no_token_and_names_the_schema(cfg, engine) -> None:
 
 def test_status_equals_what_the_cli_prints(cfg, engine) -> None:
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [("a", named("w", "db.t/ds=1")), ("b", named("w", "db.t/ds=1")), ("c", named("w", "db.t/ds=2"))],
         DAY,
         cfg,
@@ -47,7 +48,7 @@ def test_status_equals_what_the_cli_prints(cfg, engine) -> None:
 
 
 def test_metrics_are_prometheus_text_of_the_same_numbers(cfg, engine) -> None:
-    register(engine, [(f"d{i}", named("w", "db.t/ds=1")) for i in range(4)], DAY, cfg)
+    register(SqlRegistrationStore(engine), [(f"d{i}", named("w", "db.t/ds=1")) for i in range(4)], DAY, cfg)
     r = client(cfg, engine).get("/metrics", headers=auth())
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert 'smartsensor_tasks{state="smart_pending"} 4.0' in r.text
@@ -58,13 +59,13 @@ def test_metrics_are_prometheus_text_of_the_same_numbers(cfg, engine) -> None:
 def test_status_metrics_and_page_share_one_read_for_status_max_age(tmp_path, db_url, max_age, reads) -> None:
     cfg, engine = new_db(tmp_path, db_url, api__status_max_age=max_age)
     try:
-        register(engine, [(f"d{i}", named("w", "db.t/ds=1")) for i in range(2)], DAY, cfg)
+        register(SqlRegistrationStore(engine), [(f"d{i}", named("w", "db.t/ds=1")) for i in range(2)], DAY, cfg)
         app = create_app(cfg, engine, TOKEN)
         with TestClient(app, raise_server_exceptions=False) as c:
             for path in ("/api/v1/status", "/metrics", "/"):
                 assert c.get(path, headers=auth()).status_code == 200
             assert app.state.status_snapshot.computed == reads
-            register(engine, [("late", named("w", "db.t/ds=2"))], DAY, cfg)
+            register(SqlRegistrationStore(engine), [("late", named("w", "db.t/ds=2"))], DAY, cfg)
             waiting = c.get("/api/v1/status", headers=auth()).json()["waiting"]
             assert waiting == (3 if max_age == "0" else 2)  # within the max age: the shared snapshot
     finally:

@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import classic_store as classic_sql, scheduler_store as scheduler_sql, tasks as task_sql
+from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.sensors import NamedHivePartitionSensor
@@ -30,7 +33,7 @@ def cfg_overrides() -> dict[str, str]:
 
 
 def run(engine: Any, cfg: Any, spark: Any, task_id: str, **kw: Any):
-    return run_task(engine, cfg, "d", task_id, DAY, spark_provider=lambda: spark, **kw)
+    return run_task(SqlClassicRunStore(engine), cfg, "d", task_id, DAY, spark_provider=lambda: spark, **kw)
 
 
 def after_first_poke(action: Any) -> Any:
@@ -64,7 +67,7 @@ class StopAtPause(threading.Event):
 def test_run_task_success_after_landing(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 "d",
@@ -92,7 +95,7 @@ def test_run_task_timeouts(engine, cfg, spark, hive_db, retries, soft_fail, expe
     create_table(spark, hive_db, "t")
     spark.sql(f"SHOW PARTITIONS {hive_db}.t").collect()  # warm the catalog: the first poke is not the slow one
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 "d",
@@ -119,7 +122,7 @@ def test_run_task_timeouts(engine, cfg, spark, hive_db, retries, soft_fail, expe
 def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 "d",
@@ -132,7 +135,7 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
         cfg,
     )
     with pytest.raises(TaskRunError, match="no task instance"):
-        run_task(engine, cfg, "d", "nope", DAY)
+        run_task(SqlClassicRunStore(engine), cfg, "d", "nope", DAY)
 
     def mark_by_hand() -> None:
         with engine.begin() as conn:
@@ -147,7 +150,7 @@ def test_run_task_refuses_unscheduled_and_respects_manual_change(engine, cfg, sp
 def test_stopped_run_hands_its_task_back_and_the_next_run_continues_the_try(engine, cfg, spark, hive_db) -> None:
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 "d",
@@ -180,7 +183,7 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
 
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 "d",
@@ -204,8 +207,10 @@ def test_run_given_up_for_dead_never_ends_the_next_try(engine, cfg, spark, hive_
         if not stalls:
             stalls.append(seconds)
             later = datetime.now(timezone.utc) + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
-            assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1}
-            assert requeue_retries(engine, cfg, now=later) == {State.SCHEDULED: 1}  # smart mode is off here
+            assert end_zombies(SqlSchedulerStore(engine), cfg, now=later) == {State.UP_FOR_RETRY: 1}
+            assert requeue_retries(SqlSchedulerStore(engine), cfg, now=later) == {
+                State.SCHEDULED: 1
+            }  # smart mode is off here
             with engine.begin() as conn:
                 assert task_sql.claim_scheduled(conn, key, datetime.now(timezone.utc), "another-host")
         time.sleep(seconds)
@@ -221,7 +226,7 @@ def test_hand_back_never_resurrects_a_task_changed_meanwhile(engine, cfg, tmp_pa
     key = _running_task(engine, cfg, tmp_path, "w", retries=0)
     with engine.begin() as conn:
         task_sql.set_state(conn, key, State.FAILED)  # by hand
-        assert not task_sql.hand_back_running(conn, key, datetime.now(timezone.utc))
+        assert not classic_sql.hand_back_running(conn, key, datetime.now(timezone.utc))
         assert task_sql.get_task(conn, *key).state == State.FAILED
 
 
@@ -241,7 +246,10 @@ def _running_task(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: i
     from smartsensor.sensors import SuccessFileSensor
 
     register(
-        engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))], DAY, cfg
+        SqlRegistrationStore(engine),
+        [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
+        DAY,
+        cfg,
     )
     key = TaskKey("d", task_id, DAY)
     with engine.begin() as conn:
@@ -261,7 +269,7 @@ def test_run_heartbeat_beats_while_running_and_notices_a_manual_change(engine, c
         with engine.connect() as conn:
             return task_sql.get_task(conn, *key).updated_at > before
 
-    beat = RunHeartbeat(engine, key, interval=0.1)
+    beat = RunHeartbeat(SqlClassicRunStore(engine), key, interval=0.1)
     with PeriodicJobs("test") as jobs:
         beat.schedule(jobs)
         wait_until(beaten, timeout=60)
@@ -283,21 +291,21 @@ def test_scheduler_ends_runs_that_stopped_heartbeating(engine, cfg, tmp_path) ->
     alive = _running_task(engine, cfg, tmp_path, "alive", retries=0)
     later = datetime.now(timezone.utc) + timedelta(seconds=cfg.get("scheduler", "zombie_threshold") + 1)
     with engine.begin() as conn:
-        task_sql.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
-    assert end_zombies(engine, cfg, now=later) == {State.UP_FOR_RETRY: 1, State.FAILED: 1}
+        classic_sql.heartbeat_running(conn, alive, later - timedelta(seconds=5))  # beat recently
+    assert end_zombies(SqlSchedulerStore(engine), cfg, now=later) == {State.UP_FOR_RETRY: 1, State.FAILED: 1}
     with engine.connect() as conn:
         rows = {r.task_id: r for r in task_sql.list_tasks(conn)}
     assert rows["retry"].state == State.UP_FOR_RETRY and "stopped heartbeating" in rows["retry"].error
     assert rows["last"].state == State.FAILED and rows["last"].end_date == later
     assert rows["alive"].state == State.RUNNING
-    assert end_zombies(engine, cfg, now=later) == {}  # idempotent
+    assert end_zombies(SqlSchedulerStore(engine), cfg, now=later) == {}  # idempotent
     # compare-and-set: a run that beat after the scheduler read it is left alone
     with engine.connect() as conn:
         stale = rows["alive"].updated_at
     assert stale is not None
     with engine.begin() as conn:
-        task_sql.heartbeat_running(conn, alive, later)
-        assert not task_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
+        classic_sql.heartbeat_running(conn, alive, later)
+        assert not scheduler_sql.end_zombie(conn, alive, stale, State.FAILED, later, "x")
 
 
 # -- a run-task child that exits without ending its task -------------------------------------------
@@ -316,7 +324,10 @@ def _scheduled(engine: Any, cfg: Any, tmp_path: Any, task_id: str, retries: int)
     from smartsensor.sensors import SuccessFileSensor
 
     register(
-        engine, [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))], DAY, cfg
+        SqlRegistrationStore(engine),
+        [("d", SuccessFileSensor(task_id=task_id, path=str(tmp_path / "never"), retries=retries))],
+        DAY,
+        cfg,
     )
     return TaskKey("d", task_id, DAY)
 
@@ -343,7 +354,7 @@ def test_scheduler_ends_the_try_of_a_child_that_exited_without_ending_it(
     from smartsensor.standalone.scheduler import Scheduler
 
     key = _scheduled(engine, cfg, tmp_path, "w", retries)
-    scheduler = Scheduler(engine, cfg, command=_child(stderr, code))
+    scheduler = Scheduler(SqlSchedulerStore(engine), cfg, command=_child(stderr, code))
     assert scheduler.launch() == 1
     wait_until(lambda: scheduler.children[key].proc.poll() is not None, timeout=60)
     assert scheduler.reap() == 1 and scheduler.children == {}
@@ -358,11 +369,11 @@ def test_a_child_exit_never_ends_a_try_changed_or_claimed_by_someone_else(engine
     by_hand = _scheduled(engine, cfg, tmp_path, "by_hand", retries=1)
     reclaimed = _scheduled(engine, cfg, tmp_path, "reclaimed", retries=1)
     gate = tmp_path / "gate"
-    scheduler = Scheduler(engine, cfg, command=_child("boom\n", 1, gate))
+    scheduler = Scheduler(SqlSchedulerStore(engine), cfg, command=_child("boom\n", 1, gate))
     assert scheduler.launch() == 2
     with engine.begin() as conn:
         task_sql.set_state(conn, by_hand, State.SUCCESS)  # a user's change
-        assert task_sql.hand_back_running(conn, reclaimed, datetime.now(timezone.utc))  # handed back, then another
+        assert classic_sql.hand_back_running(conn, reclaimed, datetime.now(timezone.utc))  # handed back, then another
         assert task_sql.claim_scheduled(
             conn, reclaimed, datetime.now(timezone.utc), "another-host"
         )  # scheduler's claim

@@ -14,6 +14,7 @@ import pytest
 
 from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.roots.worker import leased_ranges, worker_loop
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.signals import send_signal
@@ -63,7 +64,7 @@ def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, sp
     n = 10
     # signalled tasks poke only every 10 minutes: without the signal they would wait that long
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 f"sig{i}",
@@ -128,7 +129,7 @@ def test_a_signal_is_served_while_a_timer_round_is_under_way(tmp_path, db_url, s
     )
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("slow", SlowSensor(task_id="w", seconds=12)),
             (
@@ -168,7 +169,7 @@ def test_a_check_registered_on_a_landed_partition_succeeds_without_waiting_for_a
     create_table(spark, hive_db, "t")
     land(spark, hive_db, "t", ds="1", hr="00")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [("first", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=0/hr=00"]))],
         DAY,
         cfg,
@@ -177,7 +178,7 @@ def test_a_check_registered_on_a_landed_partition_succeeds_without_waiting_for_a
         wait_until(lambda: any(x.loaded for x in r.results), timeout=60)
         t0 = time.monotonic()
         register(
-            engine,
+            SqlRegistrationStore(engine),
             [("late", NamedHivePartitionSensor(task_id="w", partition_names=[f"{hive_db}.t/ds=1/hr=00"]))],
             DAY,
             cfg,

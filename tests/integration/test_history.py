@@ -12,6 +12,7 @@ from sqlalchemy import text
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import history as history_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.service.history import FAILED, TAKEN, WRITTEN, HistorySampler, bucket_of, sample_once
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named, wait_until
@@ -26,7 +27,7 @@ def samples(engine) -> list[tuple[datetime, str, int]]:
 
 
 def test_a_sample_is_the_counts_at_the_start_of_its_bucket(cfg, engine) -> None:
-    register(engine, [("a", named("w", "db.t/ds=1")), ("b", named("w", "db.t/ds=2"))], DAY, cfg)
+    register(SqlRegistrationStore(engine), [("a", named("w", "db.t/ds=1")), ("b", named("w", "db.t/ds=2"))], DAY, cfg)
     with engine.begin() as conn:
         conn.execute(text("UPDATE task_instance SET state = 'success' WHERE dag_id = 'b'"))
     assert sample_once(engine, 60, WEEK, NOW) == WRITTEN
@@ -40,7 +41,7 @@ def test_a_sample_is_the_counts_at_the_start_of_its_bucket(cfg, engine) -> None:
 
 def test_two_servers_in_the_same_bucket_write_one_sample(cfg, engine, monkeypatch) -> None:
     """The second server's insert hits the primary key (as if both had read "not written" at once): ignored."""
-    register(engine, [("a", named("w", "db.t/ds=1"))], DAY, cfg)
+    register(SqlRegistrationStore(engine), [("a", named("w", "db.t/ds=1"))], DAY, cfg)
     other = make_engine(cfg.sql_alchemy_conn)
     try:
         assert sample_once(other, 60, WEEK, NOW) == WRITTEN
@@ -52,7 +53,7 @@ def test_two_servers_in_the_same_bucket_write_one_sample(cfg, engine, monkeypatc
 
 
 def test_samples_older_than_the_retention_are_pruned(cfg, engine) -> None:
-    register(engine, [("a", named("w", "db.t/ds=1"))], DAY, cfg)
+    register(SqlRegistrationStore(engine), [("a", named("w", "db.t/ds=1"))], DAY, cfg)
     for minutes in range(5):
         sample_once(engine, 60, 3600, NOW + timedelta(minutes=minutes))
     assert len(samples(engine)) == 5

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.hive_filter.names import escape
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
 from smartsensor.sensors.checks import PartitionCheck
@@ -35,7 +36,7 @@ def test_hostile_identifiers_stored_exactly(tmp_path: Path, db_url: str) -> None
                 ),
             )
         )
-    results = register(engine, sensors, DAY, cfg)
+    results = register(SqlRegistrationStore(engine), sensors, DAY, cfg)
     with engine.connect() as conn:
         rows = task_sql.list_tasks(conn)
     assert len(rows) == len(nasty) == len(results)
@@ -78,7 +79,9 @@ def test_ids_are_stored_exactly_or_refused_naming_the_field(tmp_path_factory: An
     home = tmp_path_factory.mktemp("ids")
     cfg, engine = new_db(home, f"sqlite:///{home}/m.db")
     try:
-        register(engine, [(dag_id, SuccessFileSensor(task_id=task_id, path="/d/_SUCCESS"))], DAY, cfg)
+        register(
+            SqlRegistrationStore(engine), [(dag_id, SuccessFileSensor(task_id=task_id, path="/d/_SUCCESS"))], DAY, cfg
+        )
     except SensorDefinitionError as exc:
         assert "dag_id" in str(exc) or "task_id" in str(exc)
         engine.dispose()

@@ -30,7 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from sqlalchemy import Engine, delete, insert, select, update
 
 from smartsensor.adapters.memory import InMemoryStore
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import scheduler_store as scheduler_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import Config
@@ -132,7 +132,7 @@ class MemoryRows:
         self.store.set_state(key, state, now=now)
 
     def requeue(self, key: Any, now: datetime) -> None:
-        row = self.store.tasks[key]  # tasks.requeue_retry
+        row = self.store.tasks[key]  # scheduler_store.requeue_retry
         if row.state == State.UP_FOR_RETRY:
             self.store.change_task(
                 key,
@@ -173,7 +173,7 @@ class SqlRows:
         with self.engine.begin() as conn:
             row = task_sql.get_task(conn, *key)
             assert row is not None
-            task_sql.requeue_retry(conn, key, row.try_number, State.SMART_PENDING, now)
+            scheduler_sql.requeue_retry(conn, key, row.try_number, State.SMART_PENDING, now)
 
     def set_lease(self, epoch: int, expires: datetime, limit: int) -> None:
         with self.engine.begin() as conn:

@@ -10,6 +10,7 @@ import pytest
 
 from smartsensor.adapters.sql import leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.lease_store import SqlLeaseStore
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.leases import LeaseManager
@@ -77,7 +78,7 @@ def test_join_rebalances_and_clean_stop_releases_at_once(engine, cfg) -> None:
 def test_expired_lease_taken_over_with_new_epoch_and_old_owner_fenced_out(engine, cfg, tmp_path, spark) -> None:
     flags = [tmp_path / f"f{i}" for i in range(10)]
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [(f"d{i}", SuccessFileSensor(task_id="s", path=str(flags[i]), poke_interval=1)) for i in range(10)],
         DAY,
         cfg,
@@ -168,7 +169,7 @@ def test_fenced_write_paused_before_commit_cannot_land_after_a_takeover(engine, 
     """The fence share-locks the lease row until the write commits: a takeover waits for it, so a write
     that passed the fence can never commit after another worker owns the range."""
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [(f"d{i}", SuccessFileSensor(task_id="s", path=str(tmp_path / f"f{i}"), poke_interval=1)) for i in range(10)],
         DAY,
         cfg,

@@ -14,7 +14,10 @@ import pytest
 from sqlalchemy import event, text, update
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import SuccessFileSensor
@@ -51,7 +54,7 @@ def test_worker_round_fails_a_bad_row_alone_and_marks_the_rest(engine, cfg, spar
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [(f"good{i}", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=1)) for i in range(3)]
         + [("bad", SuccessFileSensor(task_id="s", path=str(tmp_path / "x")))],
         DAY,
@@ -68,7 +71,7 @@ def test_worker_round_fails_a_bad_row_alone_and_marks_the_rest(engine, cfg, spar
 
 def test_scheduler_fails_a_bad_retry_row_alone(engine, cfg, tmp_path: Path) -> None:
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (d, SuccessFileSensor(task_id="s", path=str(tmp_path / d), retries=1, retry_delay=0))
             for d in ("good", "bad")
@@ -79,7 +82,7 @@ def test_scheduler_fails_a_bad_retry_row_alone(engine, cfg, tmp_path: Path) -> N
     with engine.begin() as conn:
         conn.execute(update(TI).values(state=State.UP_FOR_RETRY, end_date=DAY))
     set_exec(engine, "bad", retry_delay=1e12)
-    counts = requeue_retries(engine, cfg, now=DAY + timedelta(hours=1))
+    counts = requeue_retries(SqlSchedulerStore(engine), cfg, now=DAY + timedelta(hours=1))
     assert counts == {State.SMART_PENDING: 1, State.FAILED: 1}
     got = states(engine)
     assert got["good"][0] == State.SMART_PENDING
@@ -88,9 +91,13 @@ def test_scheduler_fails_a_bad_retry_row_alone(engine, cfg, tmp_path: Path) -> N
 
 def test_classic_run_of_a_bad_row_fails_it_clearly(engine, cfg, tmp_path: Path) -> None:
     classic = make_cfg(tmp_path / "home2", cfg.sql_alchemy_conn, smart_sensor__use_smart_sensor="False")
-    register(engine, [("bad", SuccessFileSensor(task_id="s", path=str(tmp_path / "x")))], DAY, classic)
+    register(
+        SqlRegistrationStore(engine), [("bad", SuccessFileSensor(task_id="s", path=str(tmp_path / "x")))], DAY, classic
+    )
     set_exec(engine, "bad", timeout=1e30)
-    result = run_task(engine, classic, "bad", "s", DAY, spark_provider=lambda: pytest.fail("must not poke"))
+    result = run_task(
+        SqlClassicRunStore(engine), classic, "bad", "s", DAY, spark_provider=lambda: pytest.fail("must not poke")
+    )
     assert result.state == State.FAILED and "timeout" in (result.error or "")
 
 
@@ -108,7 +115,7 @@ def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_pa
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [(f"builtin{i}", SuccessFileSensor(task_id="s", path=str(flag), timeout=3600)) for i in range(5)]
         + [("mine", SuccessFileSensor(task_id="s", path=str(tmp_path / "never")))],
         DAY,
@@ -131,8 +138,11 @@ def test_missing_sensor_module_spares_builtin_tasks_and_waits_for_its_own(tmp_pa
         smart_sensor__sensor_modules="no_such_sensor_mod",
         smart_sensor__use_smart_sensor="False",
     )
-    register(engine, [("classic", SuccessFileSensor(task_id="s", path=str(flag)))], DAY, classic)
-    assert run_task(engine, classic, "classic", "s", DAY, spark_provider=lambda: spark).state == State.SUCCESS
+    register(SqlRegistrationStore(engine), [("classic", SuccessFileSensor(task_id="s", path=str(flag)))], DAY, classic)
+    assert (
+        run_task(SqlClassicRunStore(engine), classic, "classic", "s", DAY, spark_provider=lambda: spark).state
+        == State.SUCCESS
+    )
     engine.dispose()
 
 
@@ -217,12 +227,14 @@ def test_registration_failing_half_way_leaves_nothing(engine, cfg, tmp_path: Pat
     event.listen(engine, "before_cursor_execute", fail_second_insert)
     try:
         with pytest.raises(RuntimeError, match="killed half-way"):
-            register(engine, sensors, DAY, cfg)
+            register(SqlRegistrationStore(engine), sensors, DAY, cfg)
     finally:
         event.remove(engine, "before_cursor_execute", fail_second_insert)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM task_instance")).scalar_one() == 0
-    assert len(register(engine, sensors, DAY, cfg)) == 12_000  # and a re-submit registers everything
+    assert (
+        len(register(SqlRegistrationStore(engine), sensors, DAY, cfg)) == 12_000
+    )  # and a re-submit registers everything
     with engine.connect() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM task_instance")).scalar_one() == 12_000
 
@@ -250,10 +262,17 @@ def test_classic_run_of_a_class_from_a_missing_module_waits_for_its_timeout(tmp_
         smart_sensor__sensor_modules="no_such_sensor_mod",
         smart_sensor__use_smart_sensor="False",
     )
-    register(engine, [("mine", SuccessFileSensor(task_id="s", path="/x", poke_interval=0.1, timeout=1))], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [("mine", SuccessFileSensor(task_id="s", path="/x", poke_interval=0.1, timeout=1))],
+        DAY,
+        cfg,
+    )
     with engine.begin() as conn:
         conn.execute(update(TI).values(classpath="no_such_sensor_mod.MySensor"))
-    result = run_task(engine, cfg, "mine", "s", DAY, spark_provider=lambda: pytest.fail("nothing to poke"))
+    result = run_task(
+        SqlClassicRunStore(engine), cfg, "mine", "s", DAY, spark_provider=lambda: pytest.fail("nothing to poke")
+    )
     assert result.state == State.FAILED  # by its own timeout, not by the missing module
     assert result.error.startswith("timed out waiting; last check error: sensor module 'no_such_sensor_mod'")
     engine.dispose()
@@ -289,9 +308,11 @@ def test_classic_run_tries_a_failed_spark_start_again_at_each_poke(
         smart_sensor__sensor_modules="tests.support.custom_sensors",
         smart_sensor__use_smart_sensor="False",
     )
-    register(engine, [("d", SparkSensor(task_id="s", key="k", poke_interval=0.1, timeout=1))], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine), [("d", SparkSensor(task_id="s", key="k", poke_interval=0.1, timeout=1))], DAY, cfg
+    )
     spark = SparkAtStart(failures)
-    result = run_task(engine, cfg, "d", "s", DAY, spark_provider=spark)
+    result = run_task(SqlClassicRunStore(engine), cfg, "d", "s", DAY, spark_provider=spark)
     assert result.state == state, result
     assert spark.calls == result.pokes and (pokes is None or result.pokes == pokes), result
     if state == State.FAILED:
@@ -323,7 +344,7 @@ def test_a_hanging_user_sensor_does_not_stall_its_round(tmp_path: Path, db_url: 
     custom_sensors.READY.add("ready")
     custom_sensors.HANG.clear()  # hang until this test's end (an earlier parametrisation released it)
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("files", SuccessFileSensor(task_id="s", path=str(flag))),
             ("mine", custom_sensors.KeySensor(task_id="s", key="ready")),
@@ -364,7 +385,7 @@ def test_a_class_that_cannot_rebuild_on_this_host_waits_and_its_timeout_says_why
         smart_sensor__sensors_enabled="KeySensor, FragileSensor",
     )
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("skew", custom_sensors.FragileSensor(task_id="s", key="k-skew", timeout=60)),
             ("fine", custom_sensors.KeySensor(task_id="s", key="k-fine")),

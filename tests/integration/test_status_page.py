@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from smartsensor.adapters.sql import history as history_sql, leases as lease_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.roots.serve import create_app
 from smartsensor.service.history import sample_once
 from smartsensor.service.status import collect_status
@@ -80,7 +81,7 @@ def test_an_empty_database_renders(cfg, engine) -> None:
 
 
 def test_the_lifespan_samples_history_while_the_app_runs(cfg, engine) -> None:
-    register(engine, [("a", named("w", "db.t/ds=1"))], DAY, cfg)
+    register(SqlRegistrationStore(engine), [("a", named("w", "db.t/ds=1"))], DAY, cfg)
     with TestClient(create_app(cfg, engine, None)):
         wait_until(lambda: bool(_samples(engine)), timeout=30)
     assert _samples(engine)[0][1:] == ("smart_pending", 1)
@@ -124,7 +125,7 @@ def test_without_a_token_the_page_is_open_and_login_leads_to_it(cfg, engine) -> 
 
 
 def test_hostile_values_are_escaped(cfg, engine) -> None:
-    register(engine, [("d", named("w", "db.t/ds=1"))], DAY, cfg)
+    register(SqlRegistrationStore(engine), [("d", named("w", "db.t/ds=1"))], DAY, cfg)
     now = datetime.now(timezone.utc)
     evil = "<script>alert(1)</script>\"'"
     with engine.begin() as conn:

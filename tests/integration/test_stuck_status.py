@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from smartsensor.adapters.sql.engine import statement_count
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.domain.states import State
 from smartsensor.roots.serve import create_app
 from smartsensor.schema.models import TaskInstance
@@ -36,7 +37,7 @@ def ago(seconds: float) -> datetime:
 
 def add(engine: Any, cfg: Any, dag_id: str, partition: str, **kw: Any) -> None:
     """Register dag_id.w waiting for ``partition`` (the same partition: the same check)."""
-    register(engine, [(dag_id, named("w", partition, **kw))], DAY, cfg)
+    register(SqlRegistrationStore(engine), [(dag_id, named("w", partition, **kw))], DAY, cfg)
 
 
 def place(engine: Any, dag_id: str, state: str, **values: Any) -> None:

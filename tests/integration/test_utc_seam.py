@@ -11,7 +11,9 @@ from sqlalchemy.exc import StatementError
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
 from smartsensor.adapters.sql.external import SqlExternalTryStore
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.domain.clock import NaiveDatetimeError
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
@@ -57,11 +59,12 @@ def test_times_come_back_aware_utc_and_the_same_instant(engine) -> None:
 
 
 def test_a_key_registered_and_read_back_equals_the_key_the_service_built(cfg, engine) -> None:
-    registered = register(engine, [("d", named())], DAY, cfg)
+    registered = register(SqlRegistrationStore(engine), [("d", named())], DAY, cfg)
     built = TaskKey("d", "t", registered[0].execution_date)
     assert built == TaskKey("d", "t", DAY)
-    assert task_sql.read_keys_in_state(engine, State.SMART_PENDING) == [built]
-    row = task_sql.read_task(engine, built)
+    with engine.connect() as conn:
+        assert task_sql.keys_in_state(conn, State.SMART_PENDING) == [built]
+    row = SqlClassicRunStore(engine).read_task(built)
     assert row is not None and row.key == built and row.execution_date.tzinfo is timezone.utc
 
 
@@ -77,4 +80,5 @@ def test_an_external_try_s_task_instance_reads_back_as_the_key_it_was_given(cfg,
         logical_date=datetime(2026, 11, 22, tzinfo=timezone.utc),
     )
     assert done.task_instance.execution_date.tzinfo is timezone.utc  # the registration time, microseconds kept
-    assert task_sql.read_keys_in_state(engine, State.SMART_PENDING) == [done.task_instance]
+    with engine.connect() as conn:
+        assert task_sql.keys_in_state(conn, State.SMART_PENDING) == [done.task_instance]

@@ -11,6 +11,8 @@ from sqlalchemy import event, update
 
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.schema.models import TaskInstance
@@ -39,7 +41,7 @@ def test_duplicates_across_dags_marked_together_from_one_poke(engine, cfg, spark
     create_table(spark, hive_db, "events")
     name = f"{hive_db}.events/ds={{{{ ds }}}}/hr=00"
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [(f"dag{i}", named("wait", name)) for i in range(3)]
         + [("other", named("wait", f"{hive_db}.events/ds={{{{ ds }}}}/hr=01"))],
         DAY,
@@ -62,7 +64,7 @@ def test_duplicates_across_dags_marked_together_from_one_poke(engine, cfg, spark
 def test_one_partition_1000_tasks_one_catalog_call_one_update(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "big")
     sensors = [(f"dag{i % 10}", named(f"t{i}", f"{hive_db}.big/ds={{{{ ds }}}}/hr=00")) for i in range(1000)]
-    register(engine, sensors, DAY, cfg)
+    register(SqlRegistrationStore(engine), sensors, DAY, cfg)
     w = make_worker(engine, cfg, spark, clock)
     w.run_round()
     land(spark, hive_db, "big", ds="2026-11-22", hr="00")
@@ -88,7 +90,7 @@ def test_one_partition_1000_tasks_one_catalog_call_one_update(engine, cfg, spark
 def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [("d", named("w", f"{hive_db}.t/ds=never/hr=00", poke_interval=10, timeout=30, retries=1, retry_delay=5))],
         DAY,
         cfg,
@@ -99,8 +101,10 @@ def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) ->
     assert w.run_round().marked == {}
     clock.advance(1)
     assert w.run_round().marked == {"up_for_retry": 1}
-    assert requeue_retries(engine, cfg, now=clock.now + timedelta(seconds=1)) == {}  # retry_delay not passed
-    assert requeue_retries(engine, cfg, now=clock.now + timedelta(seconds=5)) == {"smart_pending": 1}
+    assert (
+        requeue_retries(SqlSchedulerStore(engine), cfg, now=clock.now + timedelta(seconds=1)) == {}
+    )  # retry_delay not passed
+    assert requeue_retries(SqlSchedulerStore(engine), cfg, now=clock.now + timedelta(seconds=5)) == {"smart_pending": 1}
     with engine.connect() as conn:
         row = task_sql.get_task(conn, "d", "w", DAY)
     assert row.state == "smart_pending" and row.try_number == 2 and row.start_date is None
@@ -115,7 +119,7 @@ def test_timeout_with_retries_then_failed(engine, cfg, spark, hive_db, clock) ->
 def test_soft_fail_skips_and_execution_timeout_wins(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("d", named("soft", f"{hive_db}.t/ds=never/hr=00", timeout=100, soft_fail=True)),
             ("d", named("short", f"{hive_db}.t/ds=never/hr=01", timeout=1000, execution_timeout=50)),
@@ -136,7 +140,7 @@ def test_each_task_interval_respected(engine, cfg, spark, hive_db, clock) -> Non
     create_table(spark, hive_db, "t")
     create_table(spark, hive_db, "u")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("d", named("fast", f"{hive_db}.t/ds=1/hr=00", poke_interval=10)),
             ("d", named("slow_same", f"{hive_db}.t/ds=1/hr=00", poke_interval=300)),
@@ -159,7 +163,10 @@ def test_each_task_interval_respected(engine, cfg, spark, hive_db, clock) -> Non
 def test_exponential_backoff(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
     register(
-        engine, [("d", named("b", f"{hive_db}.t/ds=1/hr=00", poke_interval=10, exponential_backoff=True))], DAY, cfg
+        SqlRegistrationStore(engine),
+        [("d", named("b", f"{hive_db}.t/ds=1/hr=00", poke_interval=10, exponential_backoff=True))],
+        DAY,
+        cfg,
     )
     w = make_worker(engine, cfg, spark, clock)
     poked_at = []
@@ -172,7 +179,9 @@ def test_exponential_backoff(engine, cfg, spark, hive_db, clock) -> None:
 
 def test_range_bounds_min_inclusive_max_exclusive(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", named(f"t{i}", f"{hive_db}.t/ds={i}/hr=00")) for i in range(3)], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine), [("d", named(f"t{i}", f"{hive_db}.t/ds={i}/hr=00")) for i in range(3)], DAY, cfg
+    )
     with engine.begin() as conn:
         for i, code in enumerate((100, 199, 200)):
             conn.execute(update(TaskInstance).where(TaskInstance.task_id == f"t{i}").values(shardcode=code))
@@ -184,7 +193,12 @@ def test_range_bounds_min_inclusive_max_exclusive(engine, cfg, spark, hive_db, c
 
 def test_overlapping_workers_never_double_mark_or_resurrect(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [(f"d{i}", named("w", f"{hive_db}.t/ds={i % 5}/hr=00")) for i in range(50)], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [(f"d{i}", named("w", f"{hive_db}.t/ds={i % 5}/hr=00")) for i in range(50)],
+        DAY,
+        cfg,
+    )
     engine2 = make_engine(cfg.sql_alchemy_conn)
     a = make_worker(engine, cfg, spark, clock, 0, 7000)
     b = make_worker(engine2, cfg, spark, clock, 3000, 10000)
@@ -212,7 +226,7 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
 
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("d", named("r", f"{hive_db}.t/ds=never/hr=00", timeout=30, retries=1, retry_delay=0)),
             ("d", named("m", f"{hive_db}.t/ds=never/hr=01", timeout=30)),
@@ -227,7 +241,7 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
     plan = a.plan_round()  # A sees both tries as timed out ...
     poke_plans([plan], a.answerer, 60)
     assert b.run_round().marked == {"up_for_retry": 1, "failed": 1}  # ... but B ends them first
-    assert requeue_retries(engine, cfg, now=clock.now) == {"smart_pending": 1}
+    assert requeue_retries(SqlSchedulerStore(engine), cfg, now=clock.now) == {"smart_pending": 1}
     with engine.begin() as conn:
         task_sql.set_state(conn, TaskKey("d", "m", DAY), State.SMART_PENDING)  # a user gives m a fresh try
     clock.advance(1)
@@ -241,7 +255,12 @@ def test_stale_round_never_ends_a_newer_try(engine, cfg, spark, hive_db, clock) 
 
 def test_manual_override_wins(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
-    register(engine, [("d", named(f"t{i}", f"{hive_db}.t/ds=1/hr=00", timeout=100)) for i in range(3)], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [("d", named(f"t{i}", f"{hive_db}.t/ds=1/hr=00", timeout=100)) for i in range(3)],
+        DAY,
+        cfg,
+    )
     w = make_worker(engine, cfg, spark, clock)
     w.run_round()
     with engine.begin() as conn:
@@ -256,7 +275,7 @@ def test_manual_override_wins(engine, cfg, spark, hive_db, clock) -> None:
 def test_forced_hash_collision_never_marks_the_other_check(engine, cfg, spark, hive_db, clock) -> None:
     create_table(spark, hive_db, "t")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("d", named("a", f"{hive_db}.t/ds=1/hr=00")),
             ("d", named("a2", f"{hive_db}.t/ds=1/hr=00")),
@@ -282,7 +301,10 @@ def test_forced_hash_collision_never_marks_the_other_check(engine, cfg, spark, h
 def test_permanent_error_fails_with_message(engine, cfg, spark, hive_db, clock) -> None:
     spark.sql(f"CREATE TABLE {hive_db}.flat (x INT) STORED AS PARQUET")
     register(
-        engine, [("d", HivePartitionSensor(task_id="p", table=f"{hive_db}.flat", partition={"ds": "1"}))], DAY, cfg
+        SqlRegistrationStore(engine),
+        [("d", HivePartitionSensor(task_id="p", table=f"{hive_db}.flat", partition={"ds": "1"}))],
+        DAY,
+        cfg,
     )
     r = make_worker(engine, cfg, spark, clock).run_round()
     assert r.marked == {"failed": 1} and r.permanent_errors == 1
@@ -298,7 +320,7 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
 
     sys.path.insert(0, str(tmp_path))
     try:
-        register(engine, [("d", named("x", "a.b/ds=1"))], DAY, cfg)
+        register(SqlRegistrationStore(engine), [("d", named("x", "a.b/ds=1"))], DAY, cfg)
         with engine.begin() as conn:
             conn.execute(update(TaskInstance).values(classpath="evil_mod.Evil"))
         r = make_worker(engine, cfg, spark, clock).run_round()
@@ -318,7 +340,12 @@ def test_user_sensor_poked_once_per_distinct_hash(tmp_path, db_url, spark, clock
         smart_sensor__sensors_enabled="KeySensor",
     )
     custom_sensors.POKES.clear()
-    register(engine, [(f"d{i}", custom_sensors.KeySensor(task_id="k", key=f"key{i % 2}")) for i in range(6)], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [(f"d{i}", custom_sensors.KeySensor(task_id="k", key=f"key{i % 2}")) for i in range(6)],
+        DAY,
+        cfg,
+    )
     w = make_worker(engine, cfg, spark, clock)
     r = w.run_round()
     assert r.poke_calls == 2 and sorted(custom_sensors.POKES) == ["key0", "key1"] and r.catalog_calls == 0
@@ -333,7 +360,9 @@ def test_leased_worker_lists_each_table_once_for_all_its_ranges(engine, cfg, spa
     from smartsensor.roots.worker import leased_ranges
 
     create_table(spark, hive_db, "t")
-    register(engine, [(f"d{i}", named("w", f"{hive_db}.t/ds={i}/hr=00")) for i in range(40)], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine), [(f"d{i}", named("w", f"{hive_db}.t/ds={i}/hr=00")) for i in range(40)], DAY, cfg
+    )
     served = leased_ranges(engine, cfg, spark_provider=lambda: spark)
     served.follow_leases()
     assert len(served.ranges) == 5  # alone: it holds every range

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.standalone.registration import register
@@ -44,7 +46,7 @@ def test_stopping_the_scheduler_hands_its_classic_runs_back(tmp_path, db_url) ->
     home = tmp_path / "home"
     cfg, engine = new_db(home, db_url, smart_sensor__use_smart_sensor="False")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 "d",
@@ -92,7 +94,7 @@ def test_scheduler_runs_scheduled_tasks_in_child_processes(tmp_path, db_url) -> 
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             ("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2, timeout=60)),
             ("d", SuccessFileSensor(task_id="never", path=(tmp_path / "nope").as_uri(), poke_interval=0.2, timeout=1)),
@@ -154,7 +156,10 @@ def test_classic_runs_of_a_wheel_install_started_from_the_checkout_root(wheel_bi
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
     register(
-        engine, [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2, timeout=120))], DAY, cfg
+        SqlRegistrationStore(engine),
+        [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2, timeout=120))],
+        DAY,
+        cfg,
     )
     out = subprocess.run(
         [str(wheel_bin / "smartsensor"), "scheduler", "--once", "--json"],
@@ -178,7 +183,12 @@ def test_workers_of_a_wheel_install_started_from_the_checkout_root(wheel_bin: Pa
     cfg, engine = new_db(home, db_url)
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
-    register(engine, [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2))], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [("d", SuccessFileSensor(task_id="ok", path=flag.as_uri(), poke_interval=0.2))],
+        DAY,
+        cfg,
+    )
     log = tmp_path / "workers.log"
 
     def state() -> str:
@@ -220,7 +230,7 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     )
     cfg, engine = new_db(home, db_url, **overrides)
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 "d",
@@ -249,7 +259,7 @@ def test_killed_run_task_process_is_ended_by_the_scheduler(tmp_path, db_url) -> 
     assert last_beat is not None
     # not yet a zombie while its last beat is younger than zombie_threshold (judged at an explicit time, so a
     # loaded machine cannot turn "not yet" into "already")
-    assert end_zombies(engine, cfg, now=last_beat + timedelta(seconds=1)) == {}
+    assert end_zombies(SqlSchedulerStore(engine), cfg, now=last_beat + timedelta(seconds=1)) == {}
 
     def status_zombies() -> list[dict[str, Any]]:
         status = run_cli(["status", "--json"], env, timeout=60, check=True)

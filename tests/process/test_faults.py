@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from tests.support.common import DAY, new_db
 from tests.support.flag_workload import flag_workload
 from tests.support.pg import PrivateServer
@@ -131,7 +133,12 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark, private
         scheduler__zombie_threshold="60",
     )
     flag = tmp_path / "flag" / "_SUCCESS"
-    register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.3, timeout=600))], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.3, timeout=600))],
+        DAY,
+        cfg,
+    )
     poking = threading.Event()
     results: list[Any] = []
 
@@ -140,7 +147,10 @@ def test_classic_run_rides_out_a_postgres_restart(tmp_path: Path, spark, private
         return spark
 
     runner = threading.Thread(
-        target=lambda: results.append(run_task(engine, cfg, "d", "s", DAY, spark_provider=provider)), daemon=True
+        target=lambda: results.append(
+            run_task(SqlClassicRunStore(engine), cfg, "d", "s", DAY, spark_provider=provider)
+        ),
+        daemon=True,
     )
     try:
         runner.start()

@@ -43,6 +43,7 @@ import pytest
 
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.config import Config
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
@@ -205,7 +206,7 @@ def workload(servers: Servers, tmp_path: Path) -> Iterator[Workload]:
     engine = make_engine(db_url)
     init_db(engine)
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 f"d{i}",

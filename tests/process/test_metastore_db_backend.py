@@ -18,6 +18,7 @@ from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.sql.engine import init_db, make_engine, normalize_url
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.config import Config
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor
 from smartsensor.sensors.checks import PartitionCheck
@@ -163,7 +164,7 @@ def test_a_worker_on_the_database_backend_marks_its_tasks(landed: tuple[Config, 
         NamedHivePartitionSensor(task_id="escaped", partition_names=[f"{DB}.esc/ds=a%2Fb/hr=00"]),
         HivePartitionSensor(task_id="partial", table=f"{DB}.esc", partition={"ds": "ü日本"}),
     ]
-    register(engine, [(f"dag_{s.task_id}", s) for s in sensors], DAY, cfg)
+    register(SqlRegistrationStore(engine), [(f"dag_{s.task_id}", s) for s in sensors], DAY, cfg)
     engine.dispose()
     env = cli_env(
         home,

@@ -9,6 +9,7 @@ import pytest
 from smartsensor.adapters import metastore_service
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db, override_env
@@ -29,7 +30,7 @@ def test_metastore_outage_fails_nothing_early_and_rounds_resume(tmp_path: Path) 
     }
     cfg, engine = new_db(home, db_url, **overrides)
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (
                 f"d{i}",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.config import Config
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SuccessFileSensor
 from smartsensor.standalone.registration import register
@@ -74,7 +75,7 @@ def test_worker_on_thrift_backend_starts_no_jvm(service: Config, tmp_path: Path)
         HivePartitionSensor(task_id="partial", table=f"{DB}.esc", partition={"ds": "ü日本"}),
         SuccessFileSensor(task_id="flag", path=flag.as_uri()),
     ]
-    register(engine, [(f"dag_{s.task_id}", s) for s in sensors], DAY, cfg)
+    register(SqlRegistrationStore(engine), [(f"dag_{s.task_id}", s) for s in sensors], DAY, cfg)
     engine.dispose()
 
     env = cli_env(

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db
 from tests.support.proc_helpers import cli_env, run_cli
@@ -22,7 +23,12 @@ def test_worker_json_round_via_cli(tmp_path, db_url, spark_home, clock) -> None:
     cfg, engine = new_db(tmp_path / "home", db_url)
     flag = tmp_path / "_SUCCESS"
     flag.write_text("")
-    register(engine, [(f"d{i}", SuccessFileSensor(task_id="s", path=flag.as_uri())) for i in range(4)], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [(f"d{i}", SuccessFileSensor(task_id="s", path=flag.as_uri())) for i in range(4)],
+        DAY,
+        cfg,
+    )
     out = run_cli(
         ["worker", "--shard-min", "0", "--shard-max", "10000", "--once", "--json"],
         cli_env(tmp_path / "home", db_url),

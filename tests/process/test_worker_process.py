@@ -13,6 +13,7 @@ import pytest
 
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import status as status_sql, tasks as task_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db, override_env
@@ -26,7 +27,7 @@ def test_worker_killed_and_restarted_loses_nothing(tmp_path: Path, db_url: str) 
     cfg, engine = new_db(home, db_url)
     paths = [tmp_path / f"p{i}" / "_SUCCESS" for i in range(4)]
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [(f"dag{i}", SuccessFileSensor(task_id="s", path=paths[i % 4].as_uri(), poke_interval=0.5)) for i in range(20)],
         DAY,
         cfg,
@@ -72,7 +73,9 @@ def test_worker_once_keeps_its_leases_through_a_round_longer_than_lease_timeout(
         "smart_sensor__heartbeat_interval": "0.2",
     }
     cfg, engine = new_db(tmp_path / "home", db_url, **overrides)
-    register(engine, [("d", SlowSensor(task_id="slow", seconds=4))], DAY, cfg)  # 4 lease_timeouts long
+    register(
+        SqlRegistrationStore(engine), [("d", SlowSensor(task_id="slow", seconds=4))], DAY, cfg
+    )  # 4 lease_timeouts long
     with engine.connect() as conn:
         assert task_sql.get_task(conn, "d", "slow", DAY).state == "smart_pending"
     out = run_cli(
@@ -119,7 +122,7 @@ def test_status_and_metrics(tmp_path: Path, db_url: str) -> None:
     home = tmp_path / "home"
     cfg, engine = new_db(home, db_url)
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             (f"dag{i}", SuccessFileSensor(task_id="s", path=f"file:///nonexistent/{i % 3}", poke_interval=300))
             for i in range(9)
@@ -170,7 +173,12 @@ def test_worker_whose_spark_jvm_died_is_restarted_and_loses_nothing(tmp_path: Pa
     home = tmp_path / "home"
     cfg, engine = new_db(home, db_url)
     flag = tmp_path / "landed" / "_SUCCESS"
-    register(engine, [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.5))], DAY, cfg)
+    register(
+        SqlRegistrationStore(engine),
+        [("d", SuccessFileSensor(task_id="s", path=str(flag), poke_interval=0.5))],
+        DAY,
+        cfg,
+    )
     sup = CliProcess(["workers", "-n", "1", "--interval", "0.5", "--json"], cli_env(home, db_url))
     try:
         pid = int(sup.wait_for(lambda ln: ln.startswith("started 1 workers")).split("leased pid ")[1])

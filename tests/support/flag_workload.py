@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.config import Config
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.standalone.registration import register
@@ -57,7 +58,7 @@ def flag_workload(tmp_path: Path, db_url: str, n: int, timeout: float = 900) -> 
     cfg, engine = new_db(home, db_url, **LEASE)
     flags = [tmp_path / "flags" / f"f{i}" / "_SUCCESS" for i in range(n)]
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [
             # file:// paths are checked without a JVM (catalog/batch.py): these tests are about leases and
             # processes, and a Spark JVM per worker (per restart) was most of their CPU.

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import text
 
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql
+from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, named
 
@@ -21,7 +22,7 @@ def populate_page_db(cfg: Any, engine: Any) -> datetime:
     """Tasks in several states (one stranded, some stuck after their check landed an hour ago), two leases (one
     expired), a worker and its failed last round. Nothing in it changes with the clock for an hour."""
     register(
-        engine,
+        SqlRegistrationStore(engine),
         [(f"d{i}", named(f"w{j}", f"db{i % 2}.t{j}/ds={{{{ ds }}}}")) for i in range(6) for j in range(3)],
         DAY,
         cfg,

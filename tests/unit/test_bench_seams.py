@@ -37,10 +37,11 @@ SEAMS = {
     # the CLI itself, as a process, and a process's one stop
     "smartsensor.adapters.process",
     "smartsensor.adapters.lifecycle",
-    # the adapters the entry points wire behind the ports (the round store, the catalog backends), and the
-    # processes and engines they start (the metadata DB, Spark, the metastore service)
+    # the adapters the entry points wire behind the ports (the round and registration stores, the catalog backends),
+    # and the processes and engines they start (the metadata DB, Spark, the metastore service)
     "smartsensor.adapters.sql.engine",
     "smartsensor.adapters.sql.round_store",
+    "smartsensor.adapters.sql.registration_store",
     "smartsensor.adapters.catalog.batch",
     "smartsensor.adapters.catalog.thrift_catalog",
     "smartsensor.adapters.catalog.metastore_db",

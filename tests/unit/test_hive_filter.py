@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from smartsensor.sensors.hive import HivePartitionSensor
 from smartsensor.service.airflow_partitions import Partition, partitions_of
 from smartsensor_airflow.checks import check_of
 from tests.support.common import ROOT
+from tests.support.shipped import top_level_imports
 
 GRAMMAR = ROOT / "providers" / "airflow" / "smartsensor_airflow" / "hive_filter" / "__init__.py"
 
@@ -35,13 +35,7 @@ def test_both_distributions_load_the_one_file() -> None:
 
 def test_the_grammar_imports_only_the_standard_library() -> None:
     """Shipped by both distributions, it can import neither (nor Airflow)."""
-    found = set()
-    for node in ast.walk(ast.parse(GRAMMAR.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "a relative import would name a different package in each distribution"
-            found.add((node.module or "").split(".")[0])
+    found = top_level_imports(GRAMMAR)
     assert found == {"__future__", "re", "typing"}, found
 
 

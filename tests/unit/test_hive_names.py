@@ -4,7 +4,6 @@ backends, the landing publisher, ``airflow report``) goes through it."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from smartsensor.hive_filter.names import (
 from smartsensor.sensors.errors import SensorDefinitionError
 from smartsensor.sensors.partitions import parse_partition_name
 from tests.support.common import ROOT
+from tests.support.shipped import top_level_imports
 
 GRAMMAR = ROOT / "providers" / "airflow" / "smartsensor_airflow" / "hive_filter" / "names.py"
 values = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=20)
@@ -40,13 +40,7 @@ def test_both_distributions_load_the_one_file() -> None:
 
 
 def test_the_grammar_imports_only_the_standard_library() -> None:
-    found = set()
-    for node in ast.walk(ast.parse(GRAMMAR.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0
-            found.add((node.module or "").split(".")[0])
+    found = top_level_imports(GRAMMAR)
     assert found == {"__future__", "re", "typing"}, found
 
 

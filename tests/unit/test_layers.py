@@ -14,7 +14,8 @@ documents itself:
 SQL transactions live in the adapters: outside ``smartsensor.adapters`` and ``smartsensor.schema`` (the tables' DDL
 and the migrations) no module opens a connection or a transaction (``.begin()``, ``.connect()``), executes on an
 engine, makes an ORM ``Session`` or writes SQL text (``sqlalchemy.text``); it calls an adapter's operation, which does
-(``sql_outside_adapters``).
+(``sql_outside_adapters``). The packages of ``PORTS_ONLY`` (the two doors today) do not import SQLAlchemy at
+all: they take ports (``sqlalchemy_imports``).
 """
 
 from __future__ import annotations
@@ -328,7 +329,7 @@ def f(engine, app, sock):
 # Packages that reach storage through the ports only (``smartsensor.ports``: a store is passed in, built by the entry
 # point): no module in them imports SQLAlchemy, lazily or for type checking only, so none can take an ``Engine`` or
 # catch a driver's error. Issue 56 wants every package outside the adapters and the schema here; the next is one line.
-PORTS_ONLY = ("smartsensor.external",)
+PORTS_ONLY = ("smartsensor.standalone", "smartsensor.external")
 
 
 def sqlalchemy_imports(sources: dict[str, tuple[str, str]], packages: tuple[str, ...] = PORTS_ONLY) -> list[str]:
@@ -350,8 +351,9 @@ def sqlalchemy_imports(sources: dict[str, tuple[str, str]], packages: tuple[str,
 
 
 def test_the_ports_only_packages_never_import_sqlalchemy() -> None:
-    """The external door takes its store (``ports.ExternalTryStore``), never an engine: ``roots.serve`` builds the
-    SQL one."""
+    """The standalone door takes its stores (``ports.RegistrationStore``, ``SchedulerStore``, ``ClassicRunStore``),
+    never an engine: the CLI builds the SQL ones. So does the external door (``ports.ExternalTryStore``):
+    ``roots.serve`` builds the SQL one."""
     assert sqlalchemy_imports(_sources()) == []
 
 
@@ -370,16 +372,16 @@ def f():
     from sqlalchemy.exc import OperationalError
 """
     sources = {
-        "smartsensor.external.bad": ("smartsensor/external/bad.py", door),
+        "smartsensor.standalone.bad": ("smartsensor/standalone/bad.py", door),
         "smartsensor.adapters.sql.fine": ("smartsensor/adapters/sql/fine.py", door),
-        "smartsensor.externally": ("smartsensor/externally.py", door),
+        "smartsensor.standalonely": ("smartsensor/standalonely.py", door),
     }
     assert sqlalchemy_imports(sources) == [
-        "smartsensor/external/bad.py:3: imports sqlalchemy.exc",
-        "smartsensor/external/bad.py:7: imports sqlalchemy",
-        "smartsensor/external/bad.py:10: imports sqlalchemy.exc",
+        "smartsensor/standalone/bad.py:3: imports sqlalchemy.exc",
+        "smartsensor/standalone/bad.py:7: imports sqlalchemy",
+        "smartsensor/standalone/bad.py:10: imports sqlalchemy.exc",
     ]
     one_more = sqlalchemy_imports(sources, (*PORTS_ONLY, "smartsensor.adapters"))  # a package added by one line
     assert [line.split(":")[0] for line in one_more] == ["smartsensor/adapters/sql/fine.py"] * 3 + [
-        "smartsensor/external/bad.py"
+        "smartsensor/standalone/bad.py"
     ] * 3

@@ -4,7 +4,6 @@ not the shape it should be is refused with the field that was wrong (issue 56 it
 
 from __future__ import annotations
 
-import ast
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +30,7 @@ from smartsensor.wire import (
     try_state_json,
 )
 from tests.support.common import ROOT
+from tests.support.shipped import top_level_imports
 
 WIRE = ROOT / "providers" / "airflow" / "smartsensor_airflow" / "wire" / "__init__.py"
 KEY = TryKey("etl", "wait", "scheduled__2026-11-28", -1, 2)
@@ -53,13 +53,7 @@ def test_both_distributions_load_the_one_file() -> None:
 
 def test_the_wire_imports_only_the_standard_library() -> None:
     """Shipped by both distributions (and run on Airflow 2.10's Python 3.9), it can import neither, nor pydantic."""
-    found = set()
-    for node in ast.walk(ast.parse(WIRE.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "a relative import would name a different package in each distribution"
-            found.add((node.module or "").split(".")[0])
+    found = top_level_imports(WIRE)
     assert found == {"__future__", "dataclasses", "datetime", "typing"}, found
 
 

@@ -1,19 +1,22 @@
-"""Task-instance queries, by name: registration, the shard round, retries and classic runs.
+"""Task-instance queries, by name, that several callers share: registration (both doors), the shard round, the
+claim of a scheduled task, dead runs (``status`` counts them), a user's change. The queries only the standalone
+scheduler or a classic run sends live beside their stores (``scheduler_store``, ``classic_store``).
 
 State changes are guarded, idempotent updates (``... WHERE state IN (...)``): a second worker, a
 retried round or a user's manual change is never overwritten. Each function documents how many
 statements it sends; callers count them through ``smartsensor.adapters.sql.engine.statement_count``.
 Lease, signal and status queries live next to this module (``leases``, ``signals``, ``status``).
 
-The functions that take an ``Engine`` (at the end, by caller) are the operations the entry points and the doors
-call: each opens its own connection or transaction and sends the statements above, so that no caller holds one.
+The functions that take an ``Engine`` (at the end) are the operations the CLI calls: each opens its own connection or
+transaction and sends the statements above, so that no caller holds one. The standalone door's operations are its
+stores' methods (``registration_store``, ``scheduler_store``, ``classic_store``).
 """
 
 from __future__ import annotations
 
 import sys
 from datetime import datetime
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, Engine, exists, func, insert, literal, or_, select, text, tuple_, update
 
@@ -21,7 +24,7 @@ from smartsensor.adapters.sql import channels as channel_sql
 from smartsensor.domain import clock
 from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
-from smartsensor.domain.rows import RetryRow, TaskRow, ZombieRow
+from smartsensor.domain.rows import TaskRow, ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance, UtcDateTime
 
@@ -63,9 +66,16 @@ def _kept_start(now: datetime) -> Any:
     return func.coalesce(TI.c.start_date, literal(now, UtcDateTime()))
 
 
-def _is_task(key: TaskKey) -> tuple[Any, Any, Any]:
-    """The WHERE terms of one task instance, by primary key."""
+def is_task(key: TaskKey) -> tuple[Any, Any, Any]:
+    """The WHERE terms of one task instance, by primary key (the standalone door's stores' queries use it too)."""
     return TI.c.dag_id == key.dag_id, TI.c.task_id == key.task_id, TI.c.execution_date == key.execution_date
+
+
+def update_task(conn: Connection, key: TaskKey, where: Sequence[Any], **values: Any) -> bool:
+    """UPDATE one task instance (by key) setting ``values``, only while the ``where`` terms still hold (the state,
+    try, claim or beat read): whether it changed. The guarded single-task writes of the scheduler and classic runs.
+    1 statement."""
+    return conn.execute(update(TI).where(*is_task(key), *where).values(**values)).rowcount == 1
 
 
 def in_range(shard_min: Any, shard_max: Any) -> tuple[Any, Any]:
@@ -90,7 +100,7 @@ def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any
 
 def get_task(conn: Connection, dag_id: str, task_id: str, execution_date: datetime) -> TaskRow | None:
     """One task instance by primary key (1 statement)."""
-    row = conn.execute(select(TI).where(*_is_task(TaskKey(dag_id, task_id, execution_date)))).first()
+    row = conn.execute(select(TI).where(*is_task(TaskKey(dag_id, task_id, execution_date)))).first()
     return TaskRow._make(row) if row else None
 
 
@@ -117,7 +127,7 @@ def insert_tasks_bulk(conn: Connection, rows: Sequence[TaskRow]) -> None:
 def reset_task(conn: Connection, row: TaskRow) -> None:
     """Overwrite a task instance with a fresh registration (``submit --clear``; 1 statement)."""
     values = {k: v for k, v in row.columns().items() if k not in TaskKey._fields}
-    conn.execute(update(TI).where(*_is_task(row.key)).values(**values))
+    conn.execute(update(TI).where(*is_task(row.key)).values(**values))
 
 
 def list_tasks(conn: Connection, state: str | None = None, dag_id: str | None = None) -> list[TaskRow]:
@@ -144,7 +154,7 @@ def set_state(
     ``try_number``: only while the task is still in that try (a run ending its own try never ends a
     later one that another process started after this one was given up for dead).
     """
-    query = update(TI).where(*_is_task(key))
+    query = update(TI).where(*is_task(key))
     if from_states is not None:
         query = query.where(TI.c.state.in_(list(from_states)))
     if try_number is not None:
@@ -394,90 +404,20 @@ def start_pending_cohorts(
     )
 
 
-def load_up_for_retry(conn: Connection) -> list[RetryRow]:
-    """Task instances waiting to be retried (1 statement)."""
-    columns = [TI.c[name] for name in RetryRow._fields]
-    return [RetryRow._make(r) for r in conn.execute(select(*columns).where(TI.c.state == State.UP_FOR_RETRY))]
-
-
-def requeue_retry(conn: Connection, key: TaskKey, try_number: int, new_state: str, now: datetime) -> bool:
-    """up_for_retry → new_state for the next try, if nobody changed it meanwhile. 1 statement."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.UP_FOR_RETRY,
-                TI.c.try_number == try_number,
-            )
-            .values(
-                state=new_state,
-                try_number=try_number + 1,
-                start_date=None,
-                end_date=None,
-                hostname=None,
-                updated_at=now,
-            )
-        ).rowcount
-        == 1
-    )
-
-
 def claim_scheduled(conn: Connection, key: TaskKey, now: datetime, hostname: str) -> bool:
     """scheduled → running for a classic-mode run; False if another process got there first. 1 statement.
 
     start_date is kept when set: a run handed back on SIGTERM continues its try, not a new one.
     """
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.SCHEDULED,
-            )
-            .values(
-                state=State.RUNNING,
-                start_date=_kept_start(now),
-                end_date=None,
-                hostname=hostname,
-                updated_at=now,
-            )
-        ).rowcount
-        == 1
-    )
-
-
-def hand_back_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
-    """running → scheduled for a classic run stopped by SIGTERM/SIGINT (a scheduler stop, a deploy).
-
-    The try goes on in the next run: try_number and start_date are kept, so its timeout still counts
-    from the first start. False if the task left `running` meanwhile. 1 statement.
-    """
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-            )
-            .values(state=State.SCHEDULED, hostname=None, updated_at=now)
-        ).rowcount
-        == 1
-    )
-
-
-def heartbeat_running(conn: Connection, key: TaskKey, now: datetime) -> bool:
-    """A classic run says it is alive; False once its task left `running` (1 statement)."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-            )
-            .values(updated_at=now)
-        ).rowcount
-        == 1
+    return update_task(
+        conn,
+        key,
+        [TI.c.state == State.SCHEDULED],
+        state=State.RUNNING,
+        start_date=_kept_start(now),
+        end_date=None,
+        hostname=hostname,
+        updated_at=now,
     )
 
 
@@ -488,45 +428,6 @@ def load_zombies(conn: Connection, cutoff: datetime) -> list[ZombieRow]:
         ZombieRow._make(r)
         for r in conn.execute(select(*columns).where(TI.c.state == State.RUNNING, TI.c.updated_at < cutoff))
     ]
-
-
-def end_zombie(
-    conn: Connection, key: TaskKey, seen_updated_at: datetime, new_state: str, now: datetime, error: str
-) -> bool:
-    """End a dead run's task, unless it heartbeated or changed since it was read (1 statement)."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-                TI.c.updated_at == seen_updated_at,
-            )
-            .values(state=new_state, end_date=now, updated_at=now, error=error)
-        ).rowcount
-        == 1
-    )
-
-
-def end_exited_run(
-    conn: Connection, key: TaskKey, try_number: int, claimant: str, new_state: str, now: datetime, error: str
-) -> bool:
-    """End the try of a classic run whose process exited without ending it, while the task is still `running` in
-    that try under that claim (``hostname``): a run that ended, a hand-back, another claim or a user's change
-    wins. 1 statement."""
-    return (
-        conn.execute(
-            update(TI)
-            .where(
-                *_is_task(key),
-                TI.c.state == State.RUNNING,
-                TI.c.try_number == try_number,
-                TI.c.hostname == claimant,
-            )
-            .values(state=new_state, end_date=now, updated_at=now, error=error)
-        ).rowcount
-        == 1
-    )
 
 
 def keys_in_state(conn: Connection, state: str, limit: int | None = None) -> list[TaskKey]:
@@ -586,174 +487,15 @@ def set_state_by_hand(engine: Engine, key: TaskKey, new_state: str) -> bool:
         return True
 
 
-# The standalone door's registration (`submit`).
+# Classic runs: the standalone door's stores (``registration_store``, ``scheduler_store``, ``classic_store``) hold
+# their operations; this one both the scheduler's and run-task's share.
 
 
-def read_states(engine: Engine, execution_date: datetime, dag_ids: Iterable[str]) -> dict[tuple[str, str], str]:
-    """``existing_states`` on a connection of its own (1 statement per IN_CHUNK dag_ids)."""
-    with engine.connect() as conn:
-        return existing_states(conn, execution_date, dag_ids)
-
-
-def register_rows(
-    engine: Engine, rows: Sequence[TaskRow], execution_date: datetime, clear: bool
-) -> dict[tuple[str, str], str]:
-    """Register task rows of one execution date in ONE transaction: read which exist (``existing_states``), insert
-    the others in bulk, overwrite the existing ones with their row when ``clear`` (``reset_task``), then, on
-    PostgreSQL, NOTIFY the pending channel with the shardcodes of the smart_pending rows inserted or overwritten.
-    Returns {(dag_id, task_id): state} of the rows that existed, as they were. IntegrityError (nothing written)
-    when another registration inserted some of them meanwhile. Statements: ``existing_states``' and
-    ``insert_tasks_bulk``'s, 1 per row overwritten, and the NOTIFY."""
-    with engine.begin() as conn:
-        existing = existing_states(conn, execution_date, {row.dag_id for row in rows})
-        insert_tasks_bulk(conn, [row for row in rows if (row.dag_id, row.task_id) not in existing])
-        if clear:
-            for row in rows:
-                if (row.dag_id, row.task_id) in existing:
-                    reset_task(conn, row)
-        # their worker starts them and pokes their checks at once, not at its next round
-        channel_sql.notify_pending(
-            conn,
-            [
-                row.shardcode
-                for row in rows
-                if row.state == State.SMART_PENDING and (clear or (row.dag_id, row.task_id) not in existing)
-            ],
-        )
-    return existing
-
-
-# Classic runs (`run-task`).
-
-
-def read_task(engine: Engine, key: TaskKey) -> TaskRow | None:
-    """``get_task`` on a connection of its own (1 statement)."""
-    with engine.connect() as conn:
-        return get_task(conn, *key)
-
-
-def claim_run(
-    engine: Engine, key: TaskKey, now: datetime, hostname: str, claimed: bool
-) -> tuple[TaskRow | None, TaskRow | None]:
-    """In one transaction: read the task, claim it for a classic run (``claim_scheduled``, only when it is
-    scheduled) unless the scheduler ``claimed`` it already (then it must be running), and read it again. Returns
-    (the task as read first, None if there is none; the task as claimed, None when it was not this run's to claim).
-    1-3 statements."""
-    with engine.begin() as conn:
-        found = get_task(conn, *key)
-        if found is None:
-            return None, None
-        if claimed:
-            ours = found.state == State.RUNNING
-        else:
-            ours = found.state == State.SCHEDULED and claim_scheduled(conn, key, now, hostname)
-        return found, (get_task(conn, *key) if ours else None)
-
-
-def beat_run(engine: Engine, key: TaskKey, now: datetime) -> bool:
-    """``heartbeat_running`` in a transaction of its own; False once the task left `running` (1 statement)."""
-    with engine.begin() as conn:
-        return heartbeat_running(conn, key, now)
-
-
-def hand_back_run(engine: Engine, key: TaskKey, now: datetime) -> bool:
-    """``hand_back_running`` in a transaction of its own (1 statement)."""
-    with engine.begin() as conn:
-        return hand_back_running(conn, key, now)
-
-
-def end_try(
-    engine: Engine, key: TaskKey, new_state: str, error: str | None = None, try_number: int | None = None
+def end_running_try(
+    engine: Engine, key: TaskKey, new_state: str, now: datetime, error: str | None, try_number: int | None
 ) -> bool:
     """End a classic run's try, in a transaction of its own: running → ``new_state`` (``set_state`` guarded on
     `running` and, given, on ``try_number``); False if the task left `running` (or that try) meanwhile.
     1 statement."""
     with engine.begin() as conn:
-        return set_state(conn, key, new_state, from_states=[State.RUNNING], error=error, try_number=try_number)
-
-
-# The standalone scheduler.
-
-# A retry's next step, from its up_for_retry row: None (not due yet), (state, None) to queue its next try in that
-# state, or (state, error) to end it so (a row that cannot be retried fails alone).
-RetryPlan = Callable[[RetryRow], "tuple[str, str | None] | None"]
-
-
-def requeue_due_retries(engine: Engine, now: datetime, plan: RetryPlan) -> list[tuple[str, bool]]:
-    """In one transaction: every up_for_retry task (``load_up_for_retry``) as ``plan`` says: its next try queued
-    (``requeue_retry``) or the task ended (``set_state`` from up_for_retry in its try), then, on PostgreSQL, NOTIFY
-    pending if a next try went smart_pending. (state, whether the row changed) per task planned. 1 statement, 1 per
-    task planned, and the NOTIFY."""
-    done: list[tuple[str, bool]] = []
-    with engine.begin() as conn:
-        for row in load_up_for_retry(conn):
-            step = plan(row)
-            if step is None:
-                continue
-            key, (state, error) = row.key, step
-            if error is None:
-                changed = requeue_retry(conn, key, row.try_number, state, now)
-            else:
-                changed = set_state(
-                    conn,
-                    key,
-                    state,
-                    from_states=[State.UP_FOR_RETRY],
-                    now=now,
-                    error=error,
-                    try_number=row.try_number,
-                )
-            done.append((state, changed))
-        if any(changed and state == State.SMART_PENDING for state, changed in done):
-            channel_sql.notify_pending(conn)  # the workers start the next tries at once
-    return done
-
-
-def end_dead_runs(
-    engine: Engine, cutoff: datetime, now: datetime, plan: Callable[[ZombieRow], tuple[str, str]]
-) -> list[tuple[TaskKey, str, str]]:
-    """In one transaction: every `running` task whose run last heartbeated before ``cutoff`` (``load_zombies``)
-    ended as ``plan`` says, (state, error), unless it beat or changed since it was read (``end_zombie``). (key,
-    state, error) of those ended. 1 statement, and 1 per such task."""
-    ended: list[tuple[TaskKey, str, str]] = []
-    with engine.begin() as conn:
-        for row in load_zombies(conn, cutoff):
-            key, (state, error) = row.key, plan(row)
-            if end_zombie(conn, key, row.updated_at, state, now, error):
-                ended.append((key, state, error))
-    return ended
-
-
-def end_exited_try(
-    engine: Engine,
-    key: TaskKey,
-    try_number: int,
-    claimant: str,
-    now: datetime,
-    error: str,
-    state_for: Callable[[TaskRow], str],
-) -> str | None:
-    """In one transaction: if the task is still `running` in ``try_number``, end that try in the state
-    ``state_for`` gives its row (``end_exited_run``, under ``claimant``'s claim). The state it ended in, None when
-    nothing ended. 1 statement, 2 when it is still running."""
-    with engine.begin() as conn:
-        row = get_task(conn, *key)
-        if row is None or row.state != State.RUNNING or row.try_number != try_number:
-            return None  # ended by the run, handed back, or changed by someone: nothing to do
-        state = state_for(row)
-        return state if end_exited_run(conn, key, try_number, claimant, state, now, error) else None
-
-
-def read_keys_in_state(engine: Engine, state: str, limit: int | None = None) -> list[TaskKey]:
-    """``keys_in_state`` on a connection of its own (1 statement)."""
-    with engine.connect() as conn:
-        return keys_in_state(conn, state, limit=limit)
-
-
-def claim_scheduled_try(engine: Engine, key: TaskKey, now: datetime, claimant: str) -> int | None:
-    """In one transaction: claim a scheduled task for a run the scheduler starts (``claim_scheduled``) and read the
-    try it claimed; None if another process got there first. 1 statement, 2 when claimed."""
-    with engine.begin() as conn:
-        if not claim_scheduled(conn, key, now, claimant):
-            return None
-        return get_task(conn, *key).try_number  # type: ignore[union-attr]  # claimed just above
+        return set_state(conn, key, new_state, from_states=[State.RUNNING], now=now, error=error, try_number=try_number)
