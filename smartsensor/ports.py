@@ -557,18 +557,18 @@ class ExternalTryStore(Protocol):
 
     def register_try(
         self, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None, superseded: Superseded
-    ) -> TryRegistration | None:
+    ) -> TryRegistration:
         """In one transaction: a try already registered with the same wait (``TaskRow.waits_as``), or an older try
         than the key's, writes nothing; a first or newer try, or the same try with another check, inserts ``row``
         (waking the shard workers for a smart_pending one) and maps the key to it, skipping the previous task
-        instance while it still waits (with ``superseded``'s error for the case). None, nothing written, when
-        another registration inserted or moved the key meanwhile (ask again)."""
+        instance while it still waits (with ``superseded``'s error for the case). InsertConflict (nothing written)
+        when another registration inserted or moved the key meanwhile, or took ``row``'s key."""
         ...
 
-    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey] | None:
+    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey]:
         """In one transaction: the tries whose key has no mapping yet get their task instance and mapping; a key
-        that has one is left to ``register_try``. The keys registered; None, nothing written, when another
-        registration inserted one of them meanwhile, or ``tries`` names a key twice."""
+        that has one is left to ``register_try``. The keys registered. InsertConflict (nothing written) when another
+        registration inserted one of them meanwhile, or ``tries`` names a key (or a task instance) twice."""
         ...
 
     def read_states(self, keys: Sequence[ExternalKey]) -> dict[ExternalKey, ExternalState]:

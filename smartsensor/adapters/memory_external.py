@@ -3,9 +3,9 @@ beside the task rows of an ``adapters.memory.InMemoryStore`` (so a round and a u
 registrations write), with the SQL store's guards: a key moves only from the mapping read to a newer try (or the
 same try's new check), and the task instance it supersedes is skipped only while it still waits (``tasks.set_state``
 from the waiting states), so a task is never resurrected or ended twice and a user's manual change wins. Each
-operation is one transaction (the store's lock); a primary key already taken writes nothing and answers as the SQL
-store does on its IntegrityError. Held to ``adapters.sql.external.SqlExternalTryStore`` by
-tests/integration/test_external_store_parity.py. No NOTIFY: one process has no listener to wake."""
+operation is one transaction (the store's lock); a primary key already taken writes nothing and raises
+``InsertConflict``, as the SQL store does on its IntegrityError. Held to ``adapters.sql.external.SqlExternalTryStore``
+by tests/integration/test_external_store_parity.py. No NOTIFY: one process has no listener to wake."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from smartsensor.domain.clock import aware_utc
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.rows import ExternalRow, ExternalState, TaskRow
 from smartsensor.domain.states import State
-from smartsensor.ports import NewTry, Superseded, TryRegistration
+from smartsensor.ports import InsertConflict, NewTry, Superseded, TryRegistration
 
 SUPERSEDABLE = (*State.SMART_WAITING, State.UP_FOR_RETRY)  # the states a superseded try is skipped from
 
@@ -48,9 +48,10 @@ class MemoryExternalTryStore:
 
     def register_try(
         self, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None, superseded: Superseded
-    ) -> TryRegistration | None:
+    ) -> TryRegistration:
         """``SqlExternalTryStore.register_try``: ``get_external``, ``tasks.get_task``, ``tasks.insert_tasks_bulk``,
-        ``insert_external`` or ``tasks.set_state`` and ``move_external``; None when ``row``'s key is taken."""
+        ``insert_external`` or ``tasks.set_state`` and ``move_external``; InsertConflict when ``row``'s key is
+        taken."""
         row = _aware(row)
         with self.store.lock:
             mapped = self.mappings.get(key)
@@ -61,8 +62,8 @@ class MemoryExternalTryStore:
                 ti = self.store.tasks.get(mapped.ti_key)
                 if ti is not None and ti.waits_as(row):
                     return TryRegistration(try_number, ti)
-            if row.key in self.store.tasks:
-                return None  # the task instance's primary key: an IntegrityError there, nothing written
+            if row.key in self.store.tasks:  # the task instance's primary key: an IntegrityError there
+                raise InsertConflict(f"task instance {tuple(row.key)} exists")
             now = row.execution_date
             self.store.add_task(row)
             if mapped is None:
@@ -74,15 +75,15 @@ class MemoryExternalTryStore:
             )
             return TryRegistration(mapped.try_number, None)
 
-    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey] | None:
+    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey]:
         """``SqlExternalTryStore.register_new_tries``: ``mapped_keys``, ``tasks.insert_tasks_bulk`` and the mappings'
-        insert; None, nothing written, when a key or a task instance's key is taken or given twice."""
+        insert; InsertConflict, nothing written, when a key or a task instance's key is taken or given twice."""
         tries = [t._replace(row=_aware(t.row)) for t in tries]
         with self.store.lock:
             new = [t for t in tries if t.key not in self.mappings]
             keys, tis = [t.key for t in new], [t.row.key for t in new]
             if len(set(keys)) < len(keys) or len(set(tis)) < len(tis) or any(k in self.store.tasks for k in tis):
-                return None
+                raise InsertConflict(f"a key or a task instance of {len(new)} new tries is taken or given twice")
             for t in new:
                 self.store.add_task(t.row)
                 self.mappings[t.key] = _mapping(t.key, t.try_number, t.logical_date, t.row)

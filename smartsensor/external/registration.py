@@ -23,7 +23,7 @@ from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.external.states import OTHER_CHECK
-from smartsensor.ports import ExternalTryStore, NewTry, Superseded
+from smartsensor.ports import ExternalTryStore, InsertConflict, NewTry, Superseded
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
@@ -135,8 +135,9 @@ def register_externals(
             continue
         first_of.setdefault(t.key, place)
     new = [NewTry(tries[p].key, tries[p].try_number, rows[p], tries[p].logical_date) for p in first_of.values()]
-    together = store.register_new_tries(new)
-    if together is None:
+    try:
+        together = store.register_new_tries(new)
+    except InsertConflict:
         together = set()  # nothing written: each is registered on its own below
     for place, row in rows.items():
         t = tries[place]
@@ -180,10 +181,10 @@ def _register_row(
     it (on SQLite, whose reads take no lock, that is how concurrent tries meet): each lost race means another
     request committed, so this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try."""
     for _ in range(RACE_ATTEMPTS):
-        done = _register(store, key, try_number, row, logical_date)
-        if done is not None:
-            return done
-        row = row._replace(execution_date=clock.now())
+        try:
+            return _register(store, key, try_number, row, logical_date)
+        except InsertConflict:
+            row = row._replace(execution_date=clock.now())
     raise ExternalConflict(
         f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) met {RACE_ATTEMPTS} "
         f"concurrent registrations of the same task: ask again"
@@ -192,17 +193,14 @@ def _register_row(
 
 def _register(
     store: ExternalTryStore, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None
-) -> ExternalRegistered | None:
+) -> ExternalRegistered:
     """One transaction (``ExternalTryStore.register_try``): the same try gets its task instance back; a first or
-    newer try inserts ``row``. None when a concurrent registration moved the key meanwhile (nothing written)."""
+    newer try inserts ``row``."""
     superseded = Superseded(
         newer_try=f"superseded by try {try_number} of the Airflow task",
         other_check=f"{OTHER_CHECK}: try {try_number} of the Airflow task was registered again with another check",
     )
-    found = store.register_try(key, try_number, row, logical_date, superseded)
-    if found is None:
-        return None
-    registered_try, ti = found
+    registered_try, ti = store.register_try(key, try_number, row, logical_date, superseded)
     if registered_try is not None and registered_try > try_number:
         raise ExternalConflict(
             f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "

@@ -29,7 +29,7 @@ from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.external.registration import ti_task_id
 from smartsensor.external.states import Asked, external_states
-from smartsensor.ports import NewTry, Superseded
+from smartsensor.ports import InsertConflict, NewTry, Superseded
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.task_rows import task_row
@@ -73,6 +73,16 @@ def _mapped_key(row: ExternalRow) -> tuple[Any, ...]:
     return row.instance, row.dag_id, row.task_id, row.run_id, row.map_index
 
 
+CONFLICT = "InsertConflict"  # what ``Both.both`` returns for an operation that raised it (nothing written)
+
+
+def outcome(operation: Any, *args: Any) -> Any:
+    try:
+        return operation(*args)
+    except InsertConflict:
+        return CONFLICT
+
+
 class Both:
     """The SQL store and the memory one on the same operations: each answer compared, the SQL one returned."""
 
@@ -83,8 +93,8 @@ class Both:
         self.rounds: tuple[Any, InMemoryStore] = (SqlRoundStore(engine), self.memory.store)
 
     def both(self, operation: str, *args: Any) -> Any:
-        ours = getattr(self.sql, operation)(*args)
-        theirs = getattr(self.memory, operation)(*args)
+        """``operation`` on each store: the same answer, or both an InsertConflict (returned as ``CONFLICT``)."""
+        ours, theirs = (outcome(getattr(store, operation), *args) for store in (self.sql, self.memory))
         assert ours == theirs, (operation, args, ours, theirs)
         return ours
 
@@ -129,7 +139,7 @@ def test_the_memory_store_answers_a_script_as_the_sql_one(cfg: Config, engine: E
     assert both.both("register_try", key, 2, second, DAY, SUPERSEDED) == (1, None)  # a newer try
     assert both.both("register_try", key, 1, row(), DAY, SUPERSEDED) == (2, None)  # an older one: nothing written
     taken = second._replace(attr_dict=second.attr_dict.replace("ds=1", "ds=2"))
-    assert both.both("register_try", key, 2, taken, DAY, SUPERSEDED) is None  # its key is taken: nothing written
+    assert both.both("register_try", key, 2, taken, DAY, SUPERSEDED) == CONFLICT  # its key is taken: nothing written
     other = row(PARTITIONS[1])
     assert both.both("register_try", key, 2, other, DAY, SUPERSEDED) == (2, None)  # the same try, another check
     both.same_rows()
@@ -149,9 +159,9 @@ def test_the_memory_store_answers_a_script_as_the_sql_one(cfg: Config, engine: E
 
     clock.advance(1)  # KEYS 0, 1 and 3 have one task instance id ("wait"): at one time, one task instance key
     new = [NewTry(k, 1, make_row(cfg, k, PARTITIONS[0], 600, clock()), None) for k in KEYS]
-    assert both.both("register_new_tries", [new[1], new[1]]) is None  # a key named twice: nothing written
+    assert both.both("register_new_tries", [new[1], new[1]]) == CONFLICT  # a key named twice: nothing written
     assert both.both("register_new_tries", new[:3]) == set(KEYS[1:3])  # key 0 is mapped: left out
-    assert both.both("register_new_tries", new[3:]) is None  # its task instance's key is KEYS[1]'s: nothing written
+    assert both.both("register_new_tries", new[3:]) == CONFLICT  # its task instance's key is KEYS[1]'s: nothing written
     assert both.both("register_new_tries", new[:3]) == set()
     limit = cfg.shard_code_upper_limit
     assert both.round("start_new", 0, limit, clock(), "w", None)  # pending → running

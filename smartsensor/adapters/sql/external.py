@@ -1,6 +1,7 @@
 """Queries on the keys of another scheduler's tasks (``external_task``) and the task instances they map to, and
 ``SqlExternalTryStore``, the external door's store (``ports.ExternalTryStore``): each operation in a transaction or
-connection of its own, an IntegrityError (another registration got there first) answered as the port says."""
+connection of its own, an IntegrityError (another registration got there first) raised as the port's
+``InsertConflict``. A database away raises SQLAlchemy's own error, which the API answers 503."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.rows import ExternalRow, ExternalState, TaskRow
 from smartsensor.domain.states import State
-from smartsensor.ports import NewTry, Superseded, TryRegistration
+from smartsensor.ports import InsertConflict, NewTry, Superseded, TryRegistration
 from smartsensor.schema.models import ExternalTask, TaskInstance
 
 EX = ExternalTask.__table__
@@ -150,10 +151,6 @@ def mapped_keys(conn: Connection, keys: Sequence[ExternalKey]) -> set[ExternalKe
     return {ExternalKey(*row) for row in rows}
 
 
-class _KeyMoved(Exception):
-    """Raised inside ``register_try``'s transaction to roll it back: the mapping moved since it was read."""
-
-
 class SqlExternalTryStore:
     """``ports.ExternalTryStore`` on the metadata database (SQLite or PostgreSQL)."""
 
@@ -167,32 +164,33 @@ class SqlExternalTryStore:
 
     def register_try(
         self, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None, superseded: Superseded
-    ) -> TryRegistration | None:
+    ) -> TryRegistration:
         """One transaction, on the key's mapping locked (``get_external(for_update=True)``): a try already
         registered with the same wait (``TaskRow.waits_as``), or an older try than the key's, writes nothing; a first
         or newer try, or the same try with another check, inserts ``row`` (NOTIFY pending for a smart_pending one, on
         PostgreSQL) and maps the key to it, inserting the mapping, or moving it after ending the previous task
-        instance while it still waits (skipped, with ``superseded``'s error for the case). None (nothing written, an
-        IntegrityError or a mapping moved) when another registration inserted or moved the key meanwhile.
+        instance while it still waits (skipped, with ``superseded``'s error for the case). InsertConflict (nothing
+        written: an IntegrityError, or the mapping moved) when another registration inserted or moved the key
+        meanwhile.
         Statements: 1; 2 for the same try; 3-4 for a new key, 4-5 for a newer try or another check (the NOTIFY on
         PostgreSQL)."""
         try:
             with self.engine.begin() as conn:
                 return _register_try(conn, key, try_number, row, logical_date, superseded)
-        except (IntegrityError, _KeyMoved):
-            return None
+        except IntegrityError as exc:
+            raise InsertConflict(str(exc)) from exc
 
-    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey] | None:
+    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey]:
         """One transaction for many first registrations: the tries whose key has no mapping yet get their task
         instance and mapping (NOTIFY pending for the smart_pending ones, on PostgreSQL); a key that has one is left to
-        ``register_try``. The keys registered; None (an IntegrityError, nothing written) when another registration
-        inserted one of them meanwhile, or ``tries`` names a key twice. Statements: 1 when every key is mapped, else 4
-        whatever the number of tries (up to ``tasks.IN_CHUNK`` rows a statement)."""
+        ``register_try``. The keys registered; InsertConflict (an IntegrityError, nothing written) when another
+        registration inserted one of them meanwhile, or ``tries`` names a key twice. Statements: 1 when every key is
+        mapped, else 4 whatever the number of tries (up to ``tasks.IN_CHUNK`` rows a statement)."""
         try:
             with self.engine.begin() as conn:
                 return _register_new_tries(conn, tries)
-        except IntegrityError:
-            return None
+        except IntegrityError as exc:
+            raise InsertConflict(str(exc)) from exc
 
 
 def _register_try(
@@ -203,7 +201,7 @@ def _register_try(
     logical_date: datetime | None,
     superseded: Superseded,
 ) -> TryRegistration:
-    """``SqlExternalTryStore.register_try``'s statements, in its transaction (``_KeyMoved`` rolls it back)."""
+    """``SqlExternalTryStore.register_try``'s statements, in its transaction (an InsertConflict rolls it back)."""
     mapped = get_external(conn, key, for_update=True)
     if mapped is not None and mapped.try_number > try_number:
         return TryRegistration(mapped.try_number, None)
@@ -230,7 +228,7 @@ def _register_try(
         error=superseded.other_check if same_try else superseded.newer_try,
     )
     if not move_external(conn, key, mapped, try_number, row.task_id, now, now):
-        raise _KeyMoved(f"{key} moved meanwhile")
+        raise InsertConflict(f"external_task {tuple(key)} moved meanwhile: a concurrent registration")
     return TryRegistration(mapped.try_number, None)
 
 
