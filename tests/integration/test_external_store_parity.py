@@ -12,10 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from sqlalchemy import Engine, delete, select
+from hypothesis.stateful import invariant, rule
+from sqlalchemy import Engine, select
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.memory_external import SUPERSEDABLE, MemoryExternalTryStore
@@ -35,7 +34,7 @@ from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.task_rows import task_row
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, T0
-from tests.support.model import run_model
+from tests.support.model import StoreModel, run_model
 
 TI = TaskInstance.__table__
 # Keys that differ only by run (the same task instance id here), by map index and by deployment.
@@ -181,18 +180,13 @@ def test_the_memory_store_answers_a_script_as_the_sql_one(cfg: Config, engine: E
     both.same_rows()
 
 
-class ParityModel(RuleBasedStateMachine):
-    """Both stores on one clock (``machine_for`` binds the engine and the config)."""
+class ParityModel(StoreModel):
+    """Both stores on one clock, run ``on`` the SQL engine and config."""
 
-    engine: Engine
-    cfg: Config
-    steps = 0
+    emptied = (EX, TI)
 
     def __init__(self) -> None:
         super().__init__()
-        with self.engine.begin() as conn:
-            conn.execute(delete(EX))
-            conn.execute(delete(TI))
         self.stores = Both(self.engine)
         self.clock = Clock(T0)
         self.tries: dict[ExternalKey, int] = {}  # the try each key is at (the memory store's, compared with SQL's)
@@ -287,15 +281,6 @@ class ParityModel(RuleBasedStateMachine):
         self.stores.both("read_states", KEYS)
 
 
-def machine_for(engine: Engine, cfg: Config) -> type[ParityModel]:
-    return type("ExternalParity", (ParityModel,), {"engine": engine, "cfg": cfg})
-
-
-@pytest.fixture(autouse=True)
-def _no_steps_carried_over() -> None:
-    ParityModel.steps = 0
-
-
 def test_the_memory_store_keeps_step_with_the_sql_one(cfg: Config, engine: Engine) -> None:
     examples = 30 if engine.dialect.name == "sqlite" else 12
-    run_model(machine_for(engine, cfg), examples=examples, steps=30)
+    run_model(ParityModel.on(engine, cfg), examples=examples, steps=30)
