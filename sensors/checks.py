@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from smartsensor.hive_filter.names import TableName
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionCheck:
@@ -31,8 +33,9 @@ class PartitionCheck:
         return (PartitionCheck, (self.db, self.table, self.spec, self.exact))
 
     @property
-    def table_key(self) -> tuple[str, str]:
-        return (self.db, self.table)
+    def table_key(self) -> TableName:
+        """The table this check reads: what the batch and the index group checks by."""
+        return TableName(self.db, self.table)
 
 
 @dataclass(frozen=True, slots=True)

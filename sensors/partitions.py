@@ -51,7 +51,7 @@ def validate_value(field: str, key: str, value: object) -> str:
     return value
 
 
-def parse_table(field: str, name: object) -> tuple[str, str]:
+def parse_table(field: str, name: object) -> TableName:
     """``db.table`` or ``table`` (database ``default``) → (db, table), lower-cased and validated."""
     if not isinstance(name, str) or not name:
         raise SensorDefinitionError(f"field {field!r}: table must be a non-empty string 'db.table', got {name!r}")
@@ -59,7 +59,7 @@ def parse_table(field: str, name: object) -> tuple[str, str]:
         db, table = split_table(name)
     except UnsupportedPartitionFilter:
         raise SensorDefinitionError(f"field {field!r}: table {name!r} must be 'db.table' or 'table'") from None
-    return validate_identifier(field, "database", db), validate_identifier(field, "table", table)
+    return TableName(validate_identifier(field, "database", db), validate_identifier(field, "table", table))
 
 
 def parse_spec_path(field: str, text: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ from smartsensor.domain.landings import ClaimedLanding, EventLookup, HiveAsset, 
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.rows import ExternalState, RetryRow, TaskRow, ZombieRow
 from smartsensor.domain.transitions import RoundWrites
+from smartsensor.hive_filter.names import TableName
 from smartsensor.sensors.checks import Check, PartitionCheck
 from smartsensor.sensors.errors import CheckError
 
@@ -216,6 +217,11 @@ class ListingRequest:
     checks: tuple[PartitionCheck, ...]
     narrowing: dict[str, str]
 
+    @property
+    def table_name(self) -> TableName:
+        """The table this request lists: what a listing's answer is keyed by."""
+        return TableName(self.db, self.table)
+
 
 @dataclass(frozen=True)
 class AnsweredListing:
@@ -231,15 +237,15 @@ class BatchLister(PartitionLister, Protocol):
     """A backend that lists many tables in one go (several connections at once, or one statement)."""
 
     def fetch_types(
-        self, tables: Sequence[tuple[str, str]]
-    ) -> tuple[dict[tuple[str, str], dict[str, str] | None | CheckError], int]:
+        self, tables: Sequence[TableName]
+    ) -> tuple[dict[TableName, dict[str, str] | None | CheckError], int]:
         """The partition column types of ``tables`` (None: missing; a CheckError: could not be read), also put
         into ``types``' cache; and the catalog calls made."""
         ...
 
     def list_tables(
         self, requests: Sequence[ListingRequest]
-    ) -> tuple[dict[tuple[str, str], list[str] | AnsweredListing | None | CheckError], int]:
+    ) -> tuple[dict[TableName, list[str] | AnsweredListing | None | CheckError], int]:
         """For each request's table: escaped partition names, at least those its checks match, or an
         AnsweredListing (None: the table or its database is missing; a CheckError: that table could not be
         listed). Also the catalog calls made."""
@@ -343,9 +349,7 @@ class TableListings(Protocol):
 
     follows_changes: bool
 
-    def listings(
-        self, tables: Sequence[tuple[str, str]]
-    ) -> tuple[dict[tuple[str, str], list[str] | None | CheckError], int]:
+    def listings(self, tables: Sequence[TableName]) -> tuple[dict[TableName, list[str] | None | CheckError], int]:
         """The escaped partition names (None: the table is missing; a CheckError: it could not be listed) of those
         of ``tables`` whose partitions may have changed since a call last returned them (all of them, from a
         backend that lists), and the catalog calls made. A table left out has the names it had."""

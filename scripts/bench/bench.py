@@ -73,6 +73,7 @@ from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.checks import Check
@@ -368,7 +369,7 @@ def warm_types(spark: Any, listers: Listers, db: str, tables: int) -> None:
     """Read the partition column types of every table a backend's per-process cache lacks (never read, or past
     TYPES_TTL_SECONDS): a worker does this once per table and then every TYPES_TTL_SECONDS, so the measured rounds
     are steady-state rounds. Called before each strategy's round, as a W3 strategy can outlast the TTL."""
-    keys = [(db, partition_of(t, tables)[0]) for t in range(tables)]
+    keys = [TableName(db, partition_of(t, tables)[0]) for t in range(tables)]
     for checker in (BatchChecker(spark), BatchChecker(lister=listers.thrift)):
         for key in keys:
             if checker.types.cached(*key) is None:
@@ -514,6 +515,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     """
     import threading
 
+    from smartsensor.adapters.sql.signals import SqlLandingSignals
     from smartsensor.roots.worker import leased_ranges, worker_loop
     from smartsensor.service.signals import send_signal
 
@@ -553,7 +555,7 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
             for i in range(samples):
                 spark.sql(f"ALTER TABLE {db}.t000 ADD IF NOT EXISTS PARTITION (ds='{kind}{i}')")  # generated value
                 if kind == "sig":
-                    send_signal(engine, f"{db}.t000/ds={kind}{i}")
+                    send_signal(SqlLandingSignals(engine), f"{db}.t000/ds={kind}{i}")
                 lat.append(wait_success(f"{kind}{i}"))
             out["signal" if kind == "sig" else "no_signal"] = {
                 "p50": round(statistics.median(lat), 3),

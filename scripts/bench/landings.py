@@ -62,6 +62,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.config import Config, load_config
 from smartsensor.domain.landings import EventLookup, HiveAsset, PostOutcome
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import TableListings
 from smartsensor.schema.models import AssetWatch, LandingOutbox
 from smartsensor.sensors.errors import CheckError
@@ -122,14 +123,15 @@ class ListingAsBefore:
     def __init__(self, catalog: MetastoreDbCatalog) -> None:
         self.catalog = catalog
 
-    def listings(self, tables: Sequence[tuple[str, str]]) -> tuple[dict[tuple[str, str], Any], int]:
-        out: dict[tuple[str, str], Any] = {}
-        for db, table in tables:
+    def listings(self, tables: Sequence[TableName]) -> tuple[dict[TableName, Any], int]:
+        out: dict[TableName, Any] = {}
+        for key in tables:
+            db, table = key
             try:
                 columns = self.catalog.types.fetch(db, table)
-                out[(db, table)] = None if columns is None else self.catalog.list_rows(db, table, {}, columns)
+                out[key] = None if columns is None else self.catalog.list_rows(db, table, {}, columns)
             except CheckError as exc:
-                out[(db, table)] = exc
+                out[key] = exc
         return out, 2 * len(tables)
 
     def relist(self) -> None:
@@ -245,7 +247,7 @@ class Bench:
         lock = threading.Lock()
         reports: list[CycleReport] = []
 
-        def cycle(only: set[tuple[str, str]] | None = None) -> None:
+        def cycle(only: set[TableName] | None = None) -> None:
             with lock:
                 reports.append(publisher.cycle(ranges, only))
 

@@ -186,10 +186,11 @@ class Signaller:
     def send(self, name: str) -> None:
         if self.engine is None:
             return
+        from smartsensor.adapters.sql.signals import SqlLandingSignals
         from smartsensor.service.signals import send_signal
 
         try:
-            send_signal(self.engine, name)
+            send_signal(SqlLandingSignals(self.engine), name)
         except Exception as exc:  # noqa: BLE001 - signals are optional
             print(f"pipeline: signal for {name} failed: {exc}".splitlines()[0], file=sys.stderr, flush=True)
 

@@ -20,11 +20,23 @@ import socket
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stopping(Protocol):
+    """What a loop that ends on a stop waits on: a ``StopRequest`` (or, in a test, an ``Event``)."""
+
+    def is_set(self) -> bool:
+        """Whether the stop was requested."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the stop; True once it is requested."""
+        ...
 
 
 class StopRequest:

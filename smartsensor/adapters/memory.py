@@ -1,6 +1,6 @@
 """An in-memory store: ``RoundStore`` and ``LeaseStore`` with the SQL store's guards and fences, over dicts.
 
-It exists so the round's logic (dedup, due checks, timeouts, retries, collisions, fencing, a user's
+It exists so the round's logic (dedup, due vigils, timeouts, retries, collisions, fencing, a user's
 manual change winning) and the lease manager's (fair shares, takeover, epochs, reshaping) are
 unit-tested in milliseconds without a database or Spark. The integration tests run the same logic on
 SQLite and PostgreSQL; the rules here must stay those of ``adapters.sql.tasks`` and
@@ -19,7 +19,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from smartsensor.domain import clock
 from smartsensor.domain.clock import aware_utc
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.keys import Cohort, CohortRows, Fence, TaskKey, VigilKey
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
@@ -141,7 +141,7 @@ class InMemoryStore:
     def write_round(
         self, shard_min: int, shard_max: int, writes: RoundWrites, now: datetime, fence: Fence | None
     ) -> dict[str, int]:
-        """``tasks.mark_hashes`` / ``mark_check`` / ``end_tries``, all or nothing under the fence."""
+        """``tasks.mark_hashes`` / ``mark_vigil`` / ``end_tries``, all or nothing under the fence."""
         with self._lock:
             return self._write_round(shard_min, shard_max, writes, now, fence)
 
@@ -153,7 +153,7 @@ class InMemoryStore:
         marked: dict[str, int] = defaultdict(int)
         statements = (
             bool(writes.landed_hashes)
-            + len(writes.landed_checks)
+            + len(writes.landed_vigils)
             + len(writes.failed)
             + len(writes.ended)
             + len(writes.bad)
@@ -167,18 +167,18 @@ class InMemoryStore:
             State.SUCCESS,
             now,
         )
-        for check in writes.landed_checks:
+        for vigil in writes.landed_vigils:
             marked[State.SUCCESS] += self._update(
-                lambda r, c=check: _is_check(r, c, shard_min, shard_max), State.SUCCESS, now
+                lambda r, v=vigil: _in_vigil(r, v, shard_min, shard_max), State.SUCCESS, now
             )
-        for check, collided, error in writes.failed:
+        for vigil, collided, error in writes.failed:
             if collided:
                 marked[State.FAILED] += self._update(
-                    lambda r, c=check: _is_check(r, c, shard_min, shard_max), State.FAILED, now, error
+                    lambda r, v=vigil: _in_vigil(r, v, shard_min, shard_max), State.FAILED, now, error
                 )
             else:
                 marked[State.FAILED] += self._update(
-                    lambda r, h=check.hashcode: r.hashcode == h and _in_range(r, shard_min, shard_max),
+                    lambda r, h=vigil.hashcode: r.hashcode == h and _in_range(r, shard_min, shard_max),
                     State.FAILED,
                     now,
                     error,
@@ -321,7 +321,7 @@ class InMemoryStore:
 
     def _end_cohorts(
         self,
-        cohorts: set[tuple[CheckKey, Cohort]],
+        cohorts: set[tuple[VigilKey, Cohort]],
         shard_min: int,
         shard_max: int,
         state: str,
@@ -347,16 +347,16 @@ def _in_range(row: TaskRow, shard_min: int, shard_max: int, states: Collection[s
     return row.state in states and code is not None and shard_min <= code < shard_max
 
 
-def _cohort_of(row: TaskRow) -> tuple[CheckKey, Cohort]:
-    return row.check, Cohort(row.exec_dict or "", row.start_date, row.try_number)  # type: ignore[arg-type]  # started
+def _cohort_of(row: TaskRow) -> tuple[VigilKey, Cohort]:
+    return row.vigil, Cohort(row.exec_dict or "", row.start_date, row.try_number)  # type: ignore[arg-type]  # started
 
 
 def _per_cohort(rows: Iterable[TaskRow]) -> CohortRows:
-    counts: dict[tuple[CheckKey, Cohort], int] = defaultdict(int)
+    counts: dict[tuple[VigilKey, Cohort], int] = defaultdict(int)
     for r in rows:
         counts[_cohort_of(r)] += 1
     return [(key, cohort, n) for (key, cohort), n in counts.items()]
 
 
-def _is_check(row: TaskRow, check: CheckKey, shard_min: int, shard_max: int) -> bool:
-    return row.check == check and _in_range(row, shard_min, shard_max)
+def _in_vigil(row: TaskRow, vigil: VigilKey, shard_min: int, shard_max: int) -> bool:
+    return row.vigil == vigil and _in_range(row, shard_min, shard_max)

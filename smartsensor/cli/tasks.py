@@ -128,25 +128,11 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
 
     SIGTERM/SIGINT end it at the next poke and hand the task back to `scheduled`, its try going on.
     """
-    import signal
-    import threading
+    from smartsensor.roots.scheduler import run_classic
+    from smartsensor.standalone.classic import TaskRunError
 
-    from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
-    from smartsensor.standalone.classic import TaskRunError, run_task
-
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        result = run_task(
-            SqlClassicRunStore(app.engine()),
-            app.cfg,
-            dag_id,
-            task_id,
-            parse_task_date(execution_date),
-            claimed=claimed,
-            stop=stop,
-        )
+        result = run_classic(app.engine(), app.cfg, dag_id, task_id, parse_task_date(execution_date), claimed)
     except TaskRunError as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -163,8 +149,9 @@ def run_task_cmd(app: App, dag_id: str, task_id: str, execution_date: str, claim
 @click.pass_obj
 def signal_cmd(app: App, partition_names: tuple[str, ...]) -> None:
     """Tell the workers that partitions landed (db.table/k=v/...): the owner checks them at once."""
+    from smartsensor.adapters.sql.signals import SqlLandingSignals
     from smartsensor.service.signals import send_signal
 
     engine = app.engine()
     for name in partition_names:
-        click.echo(f"signalled {send_signal(engine, name)}")
+        click.echo(f"signalled {send_signal(SqlLandingSignals(engine), name)}")

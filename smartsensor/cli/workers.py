@@ -166,8 +166,7 @@ def workers(app: App, count: int | None, interval: float | None, as_json: bool, 
 def scheduler(app: App, once: bool, as_json: bool) -> None:
     """Re-queue retries after retry_delay; run scheduled tasks in classic mode (at most [scheduler] parallelism);
     end classic runs that stopped heartbeating (zombies)."""
-    from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
-    from smartsensor.standalone.scheduler import Scheduler
+    from smartsensor.roots.scheduler import build_scheduler
 
     def emit(summary: dict[str, Any]) -> None:
         if as_json:
@@ -187,7 +186,7 @@ def scheduler(app: App, once: bool, as_json: bool) -> None:
             click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
         sys.stdout.flush()
 
-    Scheduler(SqlSchedulerStore(app.engine()), app.cfg, global_args(app)).run(once, emit)
+    build_scheduler(app.engine(), app.cfg, global_args(app)).run(once, emit)
 
 
 @click.command()

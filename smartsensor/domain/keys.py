@@ -1,4 +1,4 @@
-"""The keys and records the layers pass each other: a task, one distinct check and its cohorts, a lease fence."""
+"""The keys and records the layers pass each other: a task, one vigil and its cohorts, a lease fence."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ class TaskKey(NamedTuple):
     execution_date: datetime
 
 
-class CheckKey(NamedTuple):
-    """One distinct check: the hash of what is checked, the sensor's class and its canonical attributes (a hash may
-    collide; the three together never do). A named tuple: the index hashes, sorts and compares millions of them."""
+class VigilKey(NamedTuple):
+    """One vigil: the tasks waiting on one distinct check, keyed by the hash of what is checked, the sensor's class
+    and its canonical attributes (a hash may collide; the three together never do). A named tuple: the index hashes,
+    sorts and compares millions of them."""
 
     hashcode: int
     classpath: str
@@ -26,16 +27,16 @@ class CheckKey(NamedTuple):
 
 
 class Cohort(NamedTuple):
-    """The tasks of one check that share their exec settings and their try (its number and its start): they are
+    """The tasks of one vigil that share their exec settings and their try (its number and its start): they are
     due, time out and retry together, so a shard worker keeps a count of them instead of a row per task. Tasks
-    started by the same round share a start, so a check has as many cohorts as distinct settings and starts."""
+    started by the same round share a start, so a vigil has as many cohorts as distinct settings and starts."""
 
     exec_dict: str
     start_date: datetime
     try_number: int
 
 
-CohortRows = list[tuple[CheckKey, Cohort, int]]  # (check, cohort, how many tasks): waiting tasks, aggregated
+CohortRows = list[tuple[VigilKey, Cohort, int]]  # (vigil, cohort, how many tasks): waiting tasks, aggregated
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from smartsensor.domain.keys import CheckKey, TaskKey
+from smartsensor.domain.keys import TaskKey, VigilKey
 
 
 class TaskRow(NamedTuple):
@@ -42,13 +42,14 @@ class TaskRow(NamedTuple):
         return TaskKey(self.dag_id, self.task_id, self.execution_date)
 
     @property
-    def check(self) -> CheckKey:
-        return CheckKey(self.hashcode, self.classpath, self.attr_dict)
+    def vigil(self) -> VigilKey:
+        """The vigil this task waits in: its hashcode, sensor class and canonical attr_dict."""
+        return VigilKey(self.hashcode, self.classpath, self.attr_dict)
 
     def waits_as(self, other: TaskRow) -> bool:
-        """Whether ``other`` is the same wait: the same check (class and canonical attr_dict) with the same exec
+        """Whether ``other`` is the same wait: the same vigil (class and canonical attr_dict) with the same exec
         fields (its timeout, its soft_fail…), so that this row's verdict answers it."""
-        return self.check == other.check and self.exec_dict == other.exec_dict
+        return self.vigil == other.vigil and self.exec_dict == other.exec_dict
 
     def columns(self) -> dict[str, Any]:
         """The row as the values of an INSERT or UPDATE, by column name."""

@@ -1,4 +1,5 @@
-"""What a round decides for the tasks of each distinct check: the state changes it asks the store to write.
+"""What a round decides for the tasks of each vigil (the tasks waiting on one distinct check): the state changes
+it asks the store to write.
 
 Pure: no database, no Spark, no clock of its own. The store applies these as guarded updates in one
 transaction (``smartsensor.ports.RoundStore.write_round``); states and who moves them are drawn in
@@ -11,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from smartsensor.domain.keys import CheckKey, Cohort
+from smartsensor.domain.keys import Cohort, VigilKey
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec, timed_out, timeout_error, timeout_state
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError
@@ -20,10 +21,11 @@ Outcome = bool | CheckError | None  # None: not poked this round
 
 
 @dataclass
-class CheckGroup:
-    """The tasks waiting on one distinct check, as cohorts with their counts, and what its poke said this round."""
+class DueVigil:
+    """A vigil a round took (the tasks waiting on one distinct check), as cohorts with their counts, and what its
+    poke said this round."""
 
-    key: CheckKey
+    key: VigilKey
     cohorts: dict[Cohort, int]
     outcome: Outcome = None
 
@@ -37,22 +39,22 @@ class RoundWrites:
     """The state changes of one range's round, grouped the way the store writes them."""
 
     landed_hashes: list[int] = field(default_factory=list)  # success for every waiting task of these hashes
-    landed_checks: list[CheckKey] = field(default_factory=list)  # success for one exact check (hash collision)
-    failed: list[tuple[CheckKey, bool, str]] = field(default_factory=list)  # (check, collided, error): failed
+    landed_vigils: list[VigilKey] = field(default_factory=list)  # success for one exact vigil (hash collision)
+    failed: list[tuple[VigilKey, bool, str]] = field(default_factory=list)  # (vigil, collided, error): failed
     # (state, error) → the cohorts whose tries timed out (each written by its exact try: start and number)
-    ended: dict[tuple[str, str | None], list[tuple[CheckKey, Cohort]]] = field(default_factory=dict)
-    bad: list[tuple[CheckKey, Cohort, str]] = field(default_factory=list)  # cohorts that cannot be planned: failed
+    ended: dict[tuple[str, str | None], list[tuple[VigilKey, Cohort]]] = field(default_factory=dict)
+    bad: list[tuple[VigilKey, Cohort, str]] = field(default_factory=list)  # cohorts that cannot be planned: failed
     ended_hashes: set[int] = field(default_factory=set)  # hashcodes of the cohorts in ``ended`` and ``bad``
 
     def empty(self) -> bool:
-        return not (self.landed_hashes or self.landed_checks or self.failed or self.ended or self.bad)
+        return not (self.landed_hashes or self.landed_vigils or self.failed or self.ended or self.bad)
 
     def hashcodes(self) -> set[int]:
         """Every hashcode these writes end tasks of (what a held states request waits on)."""
         return {
             *self.landed_hashes,
-            *(k.hashcode for k in self.landed_checks),
-            *(check.hashcode for check, _, _ in self.failed),
+            *(k.hashcode for k in self.landed_vigils),
+            *(vigil.hashcode for vigil, _, _ in self.failed),
             *self.ended_hashes,
         }
 
@@ -85,26 +87,26 @@ def _timeout(cohort: Cohort, now: datetime) -> str:
 
 
 def decide(
-    groups: list[CheckGroup], collided: set[int], now: datetime, bad: list[tuple[CheckKey, Cohort, str]] | None = None
+    groups: list[DueVigil], collided: set[int], now: datetime, bad: list[tuple[VigilKey, Cohort, str]] | None = None
 ) -> Decision:
     """The transition rules of a round.
 
-    - landed (True): every waiting task of the check → success;
-    - a permanent error: every waiting task of the check → failed, with the error;
+    - landed (True): every waiting task of the vigil → success;
+    - a permanent error: every waiting task of the vigil → failed, with the error;
     - otherwise (not landed, not poked, transient error): each cohort whose try has waited its own
       time limit ends: up_for_retry while tries remain, else skipped (soft_fail) or failed, with the
       last check error in ``error``; the others go on waiting;
     - a cohort that cannot be planned (its exec settings, dates that overflow) → failed alone, with the reason.
-    Checks whose hash collides with another check are written by exact check, never by hash.
+    Vigils whose hash collides with another vigil's are written by exact vigil, never by hash.
     """
     decision = Decision(RoundWrites())
     writes = decision.writes
-    ended: dict[tuple[str, str | None], list[tuple[CheckKey, Cohort]]] = defaultdict(list)
-    ending: dict[Cohort, str] = {}  # per cohort, its state after a timeout now ('' while it waits); checks share them
+    ended: dict[tuple[str, str | None], list[tuple[VigilKey, Cohort]]] = defaultdict(list)
+    ending: dict[Cohort, str] = {}  # per cohort, its state after a timeout now ('' while it waits); vigils share them
     for g in groups:
         if g.outcome is True:
             if g.key.hashcode in collided:
-                writes.landed_checks.append(g.key)
+                writes.landed_vigils.append(g.key)
             else:
                 writes.landed_hashes.append(g.key.hashcode)
             continue

@@ -54,6 +54,7 @@ from smartsensor.domain.landings import (
     partition_key,
     table_shardcode,
 )
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import AssetEvents, OutboxStore, TableListings
 from smartsensor.sensors.errors import CheckError, first_line
 
@@ -118,7 +119,7 @@ class LandingPublisher:
         self._known: dict[str, dict[str, int | None]] = {}
         self._forgot_at: dict[str, datetime] = {}  # uri → when its dropped partitions' rows were last deleted
         self._failing: dict[str, str] = {}  # what failed last (its kind → the line logged), one WARNING per outage
-        self.watched: set[tuple[str, str]] = set()  # (db, table) watched in the ranges of the latest enqueue
+        self.watched: set[TableName] = set()  # (db, table) watched in the ranges of the latest enqueue
 
     # -- the steps ---------------------------------------------------------------------------------------
 
@@ -150,7 +151,7 @@ class LandingPublisher:
         ranges: Sequence[tuple[int, int]],
         now: datetime,
         report: CycleReport,
-        only: set[tuple[str, str]] | None = None,
+        only: set[TableName] | None = None,
     ) -> None:
         """Put the partitions that landed on the watched tables of ``ranges`` (``only``: those of them among these
         tables) into the outbox, once each. A table that cannot be listed is skipped this cycle (logged)."""
@@ -159,7 +160,7 @@ class LandingPublisher:
         stale = timedelta(seconds=STALE_REFRESHES * self.settings.assets_refresh_interval)
         anchor = self._refreshed_at or self.store.newest_watch_seen() or now
         watches = self.store.read_watches(ranges, anchor - stale)
-        self.watched = {(w.db, w.table) for w in watches}
+        self.watched = {TableName(w.db, w.table) for w in watches}
         if only is None:  # what this worker no longer publishes (a range handed over, a table unwatched) is forgotten
             uris = {w.uri for w in watches}
             self._known = {uri: names for uri, names in self._known.items() if uri in uris}
@@ -173,12 +174,13 @@ class LandingPublisher:
             if known is None:
                 known = self._known[watch.uri] = self.store.read_outbox_names(watch.uri)
             knowns[watch.uri] = known
-        listed, calls = self.listings.listings(list(dict.fromkeys((w.db, w.table) for w in watches)))
+        listed, calls = self.listings.listings(list(dict.fromkeys(TableName(w.db, w.table) for w in watches)))
         report.catalog_calls += calls
         for watch in watches:
-            if (watch.db, watch.table) not in listed:
+            table = TableName(watch.db, watch.table)
+            if table not in listed:
                 continue  # its partitions have not changed since it was last listed
-            names = listed[(watch.db, watch.table)]
+            names = listed[table]
             if isinstance(names, CheckError):  # one table's catalog failure must not stop the others
                 report.errors.append(f"listing {watch.db}.{watch.table}: {first_line(names)}")
                 continue
@@ -376,7 +378,7 @@ class LandingPublisher:
 
     # -- the cycle -----------------------------------------------------------------------------------------
 
-    def cycle(self, ranges: Sequence[tuple[int, int]], only: set[tuple[str, str]] | None = None) -> CycleReport:
+    def cycle(self, ranges: Sequence[tuple[int, int]], only: set[TableName] | None = None) -> CycleReport:
         """One cycle over ``ranges`` (the shard ranges this worker holds): refresh the watches when due, enqueue
         (``only``: these tables, named by landing signals), publish. A failure of Airflow, the catalog or the
         database is logged (one WARNING per kind until it clears) and the next cycle retries; nothing is lost

@@ -8,6 +8,7 @@ import threading
 from typing import Callable, Protocol
 
 from smartsensor.config import Config
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -26,7 +27,7 @@ class ServedRanges(Protocol):
         """One timer round over every range served."""
         ...
 
-    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+    def wake_rounds(self, tables: set[TableName], shardcodes: set[int] | None) -> list[RoundResult]:
         """A wake-up round at once: checks on ``tables``, new tasks of ranges holding ``shardcodes`` (None: all)."""
         ...
 
@@ -98,7 +99,7 @@ class LeasedRanges:
         served = self._served()
         return [run_round(served, self.answerer)] if served else []
 
-    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+    def wake_rounds(self, tables: set[TableName], shardcodes: set[int] | None) -> list[RoundResult]:
         """A wake-up round at once, beside any timer round under way: the checks on ``tables`` (landing
         signals) in every range held, and the new tasks of the ranges holding ``shardcodes`` (None: all)."""
         return _wake_rounds(self._served(), self.wake_answerer, tables, shardcodes)
@@ -142,7 +143,7 @@ class PinnedRange:
     def timer_rounds(self) -> list[RoundResult]:
         return [run_round([self.served], self.answerer)]
 
-    def wake_rounds(self, tables: set[tuple[str, str]], shardcodes: set[int] | None) -> list[RoundResult]:
+    def wake_rounds(self, tables: set[TableName], shardcodes: set[int] | None) -> list[RoundResult]:
         return _wake_rounds([self.served], self.wake_answerer, tables, shardcodes)
 
     def stop(self, keep_rounds: bool = False) -> None:
@@ -157,7 +158,7 @@ class PinnedRange:
 def _wake_rounds(
     served: list[RangeRounds],
     answerer: Callable[[], CheckAnswerer],
-    tables: set[tuple[str, str]],
+    tables: set[TableName],
     shardcodes: set[int] | None,
 ) -> list[RoundResult]:
     if tables:  # every range: the checks on these tables, and whatever arrived

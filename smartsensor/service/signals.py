@@ -12,10 +12,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql import channels as channel_sql, signals as signal_sql
+from smartsensor.adapters.sql import channels as channel_sql
 from smartsensor.domain import clock
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import LandingSignals
 from smartsensor.sensors.partitions import format_partition_name, parse_partition_name
 
@@ -24,16 +23,16 @@ log = logging.getLogger(__name__)
 SIGNAL_RETENTION = timedelta(hours=1)  # signals are hints for the next second; older ones are pruned
 
 
-def canonical_signal(name: str) -> tuple[str, tuple[str, str]]:
+def canonical_signal(name: str) -> tuple[str, TableName]:
     """Validate ``db.table/k=v/...`` and return (canonical name, (db, table))."""
     db, table, spec = parse_partition_name("signal", name)
-    return format_partition_name(db, table, spec), (db, table)
+    return format_partition_name(db, table, spec), TableName(db, table)
 
 
-def send_signal(engine: Engine, name: str) -> str:
+def send_signal(signals: LandingSignals, name: str) -> str:
     """Record a landing signal (and NOTIFY on Postgres, delivered at commit). Returns the canonical name."""
     canonical, _ = canonical_signal(name)
-    signal_sql.record_signal(engine, canonical, clock.now())
+    signals.record(canonical, clock.now())
     return canonical
 
 
@@ -42,7 +41,7 @@ def prune_old_signals(signals: LandingSignals, now: datetime) -> None:
     signals.delete_before(now - SIGNAL_RETENTION)
 
 
-def signalled_tables(names: list[str]) -> set[tuple[str, str]]:
+def signalled_tables(names: list[str]) -> set[TableName]:
     """The tables of landing signals' partition names (``SIGNAL_CHANNEL``'s payloads); a malformed one is logged
     and ignored."""
     tables = set()

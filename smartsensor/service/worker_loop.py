@@ -22,6 +22,7 @@ from smartsensor.adapters.spark import jvm_exit_code as spark_jvm_exit_code
 from smartsensor.adapters.sql.channels import PENDING_CHANNEL, SIGNAL_CHANNEL
 from smartsensor.config import Config
 from smartsensor.domain import clock
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import LandingSignals, Notifications
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.landings import LandingPublisher
@@ -45,12 +46,12 @@ class WakeUps:
         self.served, self.stopping = served, stopping
         self.emit = emit
         self._lock = threading.Lock()
-        self._tables: set[tuple[str, str]] = set()
+        self._tables: set[TableName] = set()
         self._shards: set[int] | None = set()
         self._ready = threading.Event()
         stopping.on_request(self._ready.set)
 
-    def landed(self, tables: set[tuple[str, str]]) -> None:
+    def landed(self, tables: set[TableName]) -> None:
         """Landing signals named these tables."""
         with self._lock:
             self._tables |= tables
@@ -83,7 +84,7 @@ class WakeUps:
                 log.warning("wake-up round failed: %s", first_line(exc))
 
     def again(self, results: list[RoundResult]) -> None:
-        """Another wake-up round at once when a round left checks due at once (``RoundResult.due_again``)."""
+        """Another wake-up round at once when a round left vigils due at once (``RoundResult.due_again``)."""
         if any(r.due_again for r in results):
             self.pending(None)
 
@@ -95,18 +96,18 @@ class LandingTables:
     def __init__(self, landings: LandingPublisher, stopping: StopRequest) -> None:
         self.landings = landings
         self._lock = threading.Lock()
-        self._tables: set[tuple[str, str]] = set()
+        self._tables: set[TableName] = set()
         self._ready = threading.Event()
         stopping.on_request(self._ready.set)
 
-    def landed(self, tables: set[tuple[str, str]]) -> None:
+    def landed(self, tables: set[TableName]) -> None:
         watched = tables & self.landings.watched
         if watched:
             with self._lock:
                 self._tables |= watched
             self._ready.set()
 
-    def take(self) -> set[tuple[str, str]]:
+    def take(self) -> set[TableName]:
         """The tables named since the last take, waiting for one (none: the stop woke it)."""
         self._ready.wait()
         with self._lock:
@@ -186,7 +187,7 @@ class WorkerLoop:
         if self.landings is not None and not self.once:
             jobs.every("landings", self.landings.interval, self.publish_landings, at_once=True)
 
-    def publish_landings(self, only: set[tuple[str, str]] | None = None) -> None:
+    def publish_landings(self, only: set[TableName] | None = None) -> None:
         """One cycle of the landing publisher over the ranges held now (``only``: listing these tables alone), one at
         a time (the side job and the landing signals' wake-ups share the publisher). It logs its own failures."""
         if self.landings is not None:
@@ -270,7 +271,7 @@ class WorkerLoop:
                 target=self._publish_on_signals, args=(published,), name="landings-wake-ups", daemon=True
             ).start()
 
-            def on_signal(tables: set[tuple[str, str]]) -> None:
+            def on_signal(tables: set[TableName]) -> None:
                 wake_ups.landed(tables)
                 published.landed(tables)
 

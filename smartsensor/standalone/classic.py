@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from smartsensor.adapters.catalog.batch import BatchChecker
+from smartsensor.adapters.lifecycle import Stopping
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.spark import SparkNotInstalled, get_spark
 from smartsensor.config import Config
@@ -137,7 +138,7 @@ def run_task(
     claimed: bool = False,
     spark_provider: Callable[[], Any] | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    stop: threading.Event | None = None,
+    stop: Stopping | None = None,
 ) -> RunResult:
     """Run one task instance the classic way; every state change is a guarded update from `running`.
 
@@ -203,7 +204,7 @@ class ClassicRun:
         row: TaskRow,
         spark_provider: Callable[[], Any] | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        stop: threading.Event | None = None,
+        stop: Stopping | None = None,
     ) -> None:
         self.store, self.cfg, self.row, self.sleep, self.stop = store, cfg, row, sleep, stop
         self.key = row.key

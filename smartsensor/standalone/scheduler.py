@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.process import StderrTail, smartsensor_command
 from smartsensor.config import Config
 from smartsensor.domain import clock
@@ -112,6 +112,7 @@ class Scheduler:
     children: dict[TaskKey, Child] = field(default_factory=dict)
     command: Callable[..., list[str]] = smartsensor_command
     claimant: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    stop: StopRequest = field(default_factory=StopRequest)  # the process's one stop (SIGTERM/SIGINT in ``run``)
 
     def reap(self) -> int:
         """Forget finished children; returns how many finished.
@@ -194,10 +195,11 @@ class Scheduler:
         A pass that fails (the DB restarting, anything unexpected) is reported through ``emit`` as
         ``{"error": ...}`` and the loop carries on, keeping its children; with ``once`` it raises.
         """
-        stopping: list[int] = []  # signal handlers only append: nothing that takes a lock runs inside them
-        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-        signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
-        while not stopping:
+        with self.stop.signals():
+            self._passes(once, emit)
+
+    def _passes(self, once: bool, emit: Callable[[dict[str, Any]], None]) -> None:
+        while not self.stop.is_set():
             try:
                 summary: dict[str, Any] = self.loop_once()
             except StoreUnavailable as exc:  # the DB is down or restarting: keep the children
@@ -214,7 +216,7 @@ class Scheduler:
             if once:
                 self.wait_children()
                 return
-            time.sleep(self.cfg.settings.scheduler.loop_interval)
+            self.stop.wait(self.cfg.settings.scheduler.loop_interval)
         self.stop_children(grace=self.cfg.settings.scheduler.stop_grace)
 
     def wait_children(self, timeout: float | None = None) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from scripts.airflow.stack import airflow_env, states_requests, task_end_times, task_states, version_of
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
+from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.config import Config
 from smartsensor.service.signals import send_signal
 from tests.support.airflow_databases import AirflowDatabases
@@ -109,7 +110,7 @@ def test_dag_waits_through_smartsensor(
         requests_before, waiting_since = states_requests(f"http://127.0.0.1:{port}", TOKEN), time.monotonic()
         metastore.land("events", DS)
         landed = datetime.now(timezone.utc)  # committed: no task can succeed earlier
-        send_signal(engine, f"{db}.events/ds={DS}")
+        send_signal(SqlLandingSignals(engine), f"{db}.events/ds={DS}")
         output, _ = dags_test.communicate(timeout=400)
         requests = states_requests(f"http://127.0.0.1:{port}", TOKEN) - requests_before
         per_minute = requests / ((time.monotonic() - waiting_since) / 60)

@@ -47,6 +47,7 @@ from sqlalchemy.exc import OperationalError
 from scripts.airflow.stack import USER, AirflowStack, version_of
 from smartsensor.adapters import metastore_service
 from smartsensor.adapters.airflow_assets import AirflowAssets
+from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.landings import DELIVERED, HIVE_PARTITION, LANDING_ID, SENDING, EventLookup, partition_key
@@ -122,7 +123,7 @@ class Landings:
         name = "/".join(f"{c}={v}" for c, v in zip(("ds", "hr")[: len(values)], values, strict=True))
         self.phases[-1].landed[(table, partition_key(name))] = datetime.now(timezone.utc)
         if signal:
-            send_signal(self.engine, f"{DB}.{table}/{name}")
+            send_signal(SqlLandingSignals(self.engine), f"{DB}.{table}/{name}")
 
     def keys(self, table: str) -> list[str]:
         return sorted(k for p in self.phases for (t, k) in p.landed if t == table)

@@ -249,7 +249,7 @@ class ParityModel(StoreModel):
         if landed:
             writes = RoundWrites(landed_hashes=[hashcode])
         elif tasks:
-            writes = RoundWrites(failed=[(tasks[0].check, False, "db.t is not partitioned")])
+            writes = RoundWrites(failed=[(tasks[0].vigil, False, "db.t is not partitioned")])
         else:
             return
         self.stores.round("write_round", 0, self.cfg.shard_code_upper_limit, writes, self.clock(), None)

@@ -15,6 +15,7 @@ import pytest
 from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
+from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.roots.worker import leased_ranges, worker_loop
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.signals import send_signal
@@ -91,7 +92,7 @@ def test_landing_to_success_latency_with_and_without_signal(tmp_path, db_url, sp
         for i in range(n):
             land(spark, hive_db, "t", ds=f"s{i}", hr="00")
             t0 = time.monotonic()
-            send_signal(engine, f"{hive_db}.t/ds=s{i}/hr=00")
+            send_signal(SqlLandingSignals(engine), f"{hive_db}.t/ds=s{i}/hr=00")
             wait_until(partial(_succeeded, engine, f"sig{i}"), timeout=30, step=0.01)
             signalled.append(time.monotonic() - t0)
             time.sleep(0.3)
@@ -145,7 +146,7 @@ def test_a_signal_is_served_while_a_timer_round_is_under_way(tmp_path, db_url, s
         time.sleep(1.0)  # the timer round is in the slow sensor's poke now
         land(spark, hive_db, "t", ds="1", hr="00")
         t0 = time.monotonic()
-        send_signal(engine, f"{hive_db}.t/ds=1/hr=00")
+        send_signal(SqlLandingSignals(engine), f"{hive_db}.t/ds=1/hr=00")
         wait_until(lambda: _state(engine, "sig") == "success", timeout=15, step=0.02)
         took = time.monotonic() - t0
         assert _state(engine, "slow") == "smart_running"  # its round is still under way

@@ -39,6 +39,7 @@ from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec
 from smartsensor.domain.transitions import RoundWrites
+from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import ShardLease, TaskInstance, WorkerRound
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
@@ -113,7 +114,7 @@ class System:
         return w
 
     def index(self) -> dict[Any, dict[Cohort, int]]:
-        return {k: dict(c.cohorts) for k, c in self.worker.index.checks.items()}
+        return {k: dict(c.cohorts) for k, c in self.worker.index.vigils.items()}
 
 
 class MemoryRows:
@@ -357,7 +358,7 @@ class IndexModel(RuleBasedStateMachine):
     @rule(focus=st.sampled_from(["new", "t", "u"]))
     def start_wake_up_round(self, focus: str) -> None:
         """A NOTIFY of new pending tasks ("new"), or a landing signal naming a table."""
-        self._start("wake", set() if focus == "new" else {("db", focus)})
+        self._start("wake", set() if focus == "new" else {TableName("db", focus)})
 
     @precondition(lambda self: any(not f[0].written for f in self.flights.values()))
     @rule(data=st.data())
@@ -408,7 +409,7 @@ class IndexModel(RuleBasedStateMachine):
             def draw(self, _: Any) -> str:
                 return kind
 
-        self._start(kind, None if kind == "timer" else {("db", "t"), ("db", "u")})
+        self._start(kind, None if kind == "timer" else {TableName("db", "t"), TableName("db", "u")})
         if after_write:
             self.write_round(Pick())
         if inside == "join":
@@ -430,7 +431,7 @@ class IndexModel(RuleBasedStateMachine):
         """A wake-up round run whole: its feed counts new tasks in (it pokes only new checks)."""
         self._worker_step(lambda s: run_round([s.worker], lambda: self.catalog, focus=set()))
 
-    def _start(self, kind: str, tables: set[tuple[str, str]] | None) -> None:
+    def _start(self, kind: str, tables: set[TableName] | None) -> None:
         self.alone_since = self.clock() if kind == "timer" and not self.flights else None
 
         def start(s: System) -> Flight:
@@ -460,9 +461,9 @@ class IndexModel(RuleBasedStateMachine):
         for (dag, _, _), row in self.memory_rows.store.tasks.items():
             if row.state != State.SMART_RUNNING or dag in self.unseen:
                 continue
-            check = w.index.checks.get(row.check)
+            vigil = w.index.vigils.get(row.vigil)
             cohort = Cohort(row.exec_dict or "", row.start_date, row.try_number)  # type: ignore[arg-type]  # running
-            assert check is not None and cohort in check.cohorts, f"{dag} waits, missing from the index"
+            assert vigil is not None and cohort in vigil.cohorts, f"{dag} waits, missing from the index"
 
     @invariant()
     def no_task_waits_past_the_bound(self) -> None:

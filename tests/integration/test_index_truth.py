@@ -109,16 +109,16 @@ def test_set_state_smart_running_by_hand_reaches_the_index_on_sql(cfg, engine, c
     assert (result.reconciled, result.marked) == (1, {State.SUCCESS: 1})
 
 
-def test_mark_check_stays_in_its_shard_range(cfg, engine) -> None:
-    """Defect 9: a collided check is marked only in the range that writes it (a row moved by `db reshard` is the
+def test_mark_vigil_stays_in_its_shard_range(cfg, engine) -> None:
+    """Defect 9: a collided vigil is marked only in the range that writes it (a row moved by `db reshard` is the
     new owner's)."""
     row = row_for(cfg, "moved", "db.t/ds=1")._replace(state=State.SMART_RUNNING, start_date=T0)
     with engine.begin() as conn:
         conn.execute(insert(TI).values(**row.columns()))
-        check = row.check
+        vigil = row.vigil
         lo = row.shardcode + 1
-        assert task_sql.mark_check(conn, check, lo, lo + 10, State.SUCCESS, T0) == 0
-        assert task_sql.mark_check(conn, check, row.shardcode, lo, State.SUCCESS, T0) == 1
+        assert task_sql.mark_vigil(conn, vigil, lo, lo + 10, State.SUCCESS, T0) == 0
+        assert task_sql.mark_vigil(conn, vigil, row.shardcode, lo, State.SUCCESS, T0) == 1
 
 
 def test_two_writers_locking_in_opposite_orders_both_land(tmp_path, pg_url) -> None:
@@ -135,7 +135,7 @@ def test_two_writers_locking_in_opposite_orders_both_land(tmp_path, pg_url) -> N
             task_sql.insert_tasks_bulk(conn, [a, b])
 
         def key(r: TaskRow) -> Any:
-            return r.check
+            return r.vigil
 
         def cohort(r: TaskRow) -> Cohort:
             return Cohort(r.exec_dict, r.start_date, r.try_number)  # type: ignore[arg-type]  # started at T0

@@ -43,6 +43,7 @@ from smartsensor.domain.landings import (
     PostOutcome,
     partition_key,
 )
+from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import LandingOutbox
 from smartsensor.sensors.errors import CheckError, TransientCheckError
 from smartsensor.service.landings import CycleReport, LandingPublisher
@@ -156,15 +157,16 @@ class CatalogListings:
         self.ids = ids
         self.listed_ids: dict[tuple[str, str], dict[str, int]] = {}
 
-    def listings(self, tables: Sequence[tuple[str, str]]) -> tuple[dict[tuple[str, str], Any], int]:
-        out: dict[tuple[str, str], Any] = {}
-        for db, table in tables:
+    def listings(self, tables: Sequence[TableName]) -> tuple[dict[TableName, Any], int]:
+        out: dict[TableName, Any] = {}
+        for key in tables:
+            db, table = key
             try:
-                out[(db, table)] = self.names(db, table)
+                out[key] = self.names(db, table)
                 if self.ids is not None:
                     self.listed_ids[(db, table)] = self.ids(db, table)
             except CheckError as exc:
-                out[(db, table)] = exc
+                out[key] = exc
         return out, len(tables)
 
     def relist(self) -> None:
@@ -796,6 +798,7 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
     import threading
 
     from smartsensor.adapters.periodic import PeriodicJobs
+    from smartsensor.adapters.sql.signals import SqlLandingSignals
     from smartsensor.roots.worker import leased_ranges, worker_loop
     from smartsensor.service.signals import send_signal
     from tests.support.common import wait_until
@@ -818,7 +821,7 @@ def test_a_worker_publishes_the_landings_of_the_ranges_its_leases_hold(tmp_path:
         wait_until(lambda: {r["state"] for r in outbox(engine)} == {BASELINE}, timeout=60)
         assert served.held_ranges() == [(r.lo, r.hi) for r in cfg.resolved_shard_ranges]
         catalog["db.b"].append("ds=1/hr=2")
-        send_signal(engine, "db.b/ds=1/hr=2")
+        send_signal(SqlLandingSignals(engine), "db.b/ds=1/hr=2")
         wait_until(lambda: airflow.events == Counter({(2, "1|2"): 1}), timeout=60)
         wait_until(lambda: [r["state"] for r in outbox(engine)] == [BASELINE, DELIVERED], timeout=60)
     finally:

@@ -16,6 +16,7 @@ from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.sql import channels as channel_sql, notifications
 from smartsensor.adapters.sql.channels import ANY_CODES, ENDED_CHANNEL, PENDING_CHANNEL, SIGNAL_CHANNEL
 from smartsensor.adapters.sql.notifications import NotificationHub
+from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.service.signals import send_signal, signalled_tables
 from tests.support.common import wait_until
 from tests.support.pg import postgres_only
@@ -56,8 +57,8 @@ def test_landing_signals_reach_every_subscriber_once(engine, stop) -> None:
     hub.subscribe(SIGNAL_CHANNEL, heard.on(SIGNAL_CHANNEL))
     hub.subscribe(SIGNAL_CHANNEL, lambda names: tables.append(signalled_tables(names)))
     assert hub.start()
-    send_signal(engine, "demo.events/ds=2026-11-22")
-    send_signal(engine, "demo.other/ds=10:00")
+    send_signal(SqlLandingSignals(engine), "demo.events/ds=2026-11-22")
+    send_signal(SqlLandingSignals(engine), "demo.other/ds=10:00")
     wait_until(lambda: len(heard.of(SIGNAL_CHANNEL)) == 2, timeout=30)
     assert heard.of(SIGNAL_CHANNEL) == ["demo.events/ds=2026-11-22", "demo.other/ds=10%3A00"]
     wait_until(lambda: set().union(*tables) == {("demo", "events"), ("demo", "other")}, timeout=30)
@@ -75,7 +76,7 @@ def test_ended_tasks_wake_on_either_database(engine, stop) -> None:
     with engine.begin() as conn:
         channel_sql.notify_ended(conn, [7, 3])
         if engine.dialect.name == "sqlite":
-            send_signal(engine, "demo.events/ds=2026-11-22")  # a commit from another connection
+            send_signal(SqlLandingSignals(engine), "demo.events/ds=2026-11-22")  # a commit from another connection
     wait_until(lambda: bool(heard.of(ENDED_CHANNEL)), timeout=30)
     assert heard.of(ENDED_CHANNEL)[0] == ("3,7" if engine.dialect.name == "postgresql" else ANY_CODES)
 
@@ -121,7 +122,7 @@ def test_a_subscriber_that_fails_leaves_the_others_their_notifications(engine, s
     hub.subscribe(SIGNAL_CHANNEL, heard.on(SIGNAL_CHANNEL))
     assert hub.start()
     for day in ("2026-11-20", "2026-11-21"):
-        name = send_signal(engine, f"demo.events/ds={day}")
+        name = send_signal(SqlLandingSignals(engine), f"demo.events/ds={day}")
         wait_until(partial(heard.has, SIGNAL_CHANNEL, name), timeout=30)
     assert "a subscriber failed" in caplog.text and hub.running
 
@@ -143,7 +144,7 @@ def test_a_database_away_at_start_is_an_outage_then_it_listens(tmp_path, stop, c
     folder.mkdir()
     init_db(engine)
     wait_until(lambda: hub.listening, timeout=30)
-    send_signal(engine, "demo.events/ds=2026-11-22")
+    send_signal(SqlLandingSignals(engine), "demo.events/ds=2026-11-22")
     wait_until(lambda: bool(heard.of(SIGNAL_CHANNEL)), timeout=30)
     warnings = [r.getMessage() for r in caplog.records if r.name == notifications.__name__ and r.levelname == "WARNING"]
     assert len(warnings) == 1 and warnings[0].startswith("test hub: "), warnings

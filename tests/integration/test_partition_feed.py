@@ -21,6 +21,7 @@ from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.table_listings import FollowingChanges
 from smartsensor.adapters.sql.engine import normalize_url
+from smartsensor.hive_filter.names import TableName
 from smartsensor.sensors.checks import PartitionCheck
 from tests.support.hive_schema import HiveSchema
 from tests.support.mysql import drop_mysql_database, needs_test_mysql, new_mysql_database
@@ -472,7 +473,7 @@ class FeedMachine(RuleBasedStateMachine):
         catalog = self.changes.catalog
         assert catalog.feed is not None
         sent, resets, verifies, first = catalog.statements, catalog.feed.resets, catalog.feed.verifies, not self.view
-        listed, calls = self.changes.listings([(DB, "events"), (DB, "logs")])
+        listed, calls = self.changes.listings([TableName(DB, "events"), TableName(DB, "logs")])
         assert calls == catalog.statements - sent == 1 + first + (catalog.feed.resets - resets)
         read_again = first or catalog.feed.resets != resets or catalog.feed.verifies != verifies
         for (_, table), names in listed.items():

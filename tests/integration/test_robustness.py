@@ -19,6 +19,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.status import collect_status
@@ -184,10 +185,11 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
     from smartsensor.adapters.lifecycle import StopRequest
     from smartsensor.adapters.sql.channels import SIGNAL_CHANNEL
     from smartsensor.adapters.sql.notifications import NotificationHub
+    from smartsensor.adapters.sql.signals import SqlLandingSignals
     from smartsensor.service.signals import send_signal, signalled_tables
     from tests.support.common import wait_until
 
-    woken: list[set[tuple[str, str]]] = []
+    woken: list[set[TableName]] = []
     stopping = StopRequest()
     caplog.set_level(logging.WARNING)
     hub = NotificationHub(engine, stopping, 0.2, name="signal listener")
@@ -199,7 +201,7 @@ def test_a_dropped_signal_connection_logs_one_warning_and_no_traceback(
         with engine.connect() as conn:  # what a server restart does to every session, to this one alone
             assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first}).scalar_one()
         wait_until(lambda: _listener_pids(engine) not in ([], [first]), timeout=60)  # listening again
-        send_signal(engine, "demo.events/ds=2026-11-22")
+        send_signal(SqlLandingSignals(engine), "demo.events/ds=2026-11-22")
         wait_until(lambda: {("demo", "events")} in woken, timeout=30)
     finally:
         stopping.request()

@@ -15,6 +15,7 @@ from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import HivePartitionSensor
 from smartsensor.standalone.registration import register
@@ -374,7 +375,7 @@ def test_leased_worker_lists_each_table_once_for_all_its_ranges(engine, cfg, spa
         land(spark, hive_db, "t", ds=str(i), hr="00")
     served.follow_leases()  # landing 40 partitions can outlast lease_timeout on a loaded machine
     for w in served.ranges.values():
-        w.wake({(hive_db, "t")})
+        w.wake({TableName(hive_db, "t")})
     [result] = served.timer_rounds()
     assert result.catalog_calls == 1 and result.marked == {"success": 40} and result.woken == 5
     served.stop()

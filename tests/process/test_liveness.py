@@ -28,6 +28,7 @@ import pytest
 
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
+from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.clock import as_utc
@@ -222,7 +223,7 @@ def _events(
         store.land(check.table, check.ds)
         check.landed = clock.now()
         if check.signal:
-            send_signal(fleet.engine, check.partition)  # what a pipeline does right after its commit
+            send_signal(SqlLandingSignals(fleet.engine), check.partition)  # what a pipeline does right after its commit
 
     events: list[Event] = [(t.register_at, 1, lambda t=t: register(t)) for t in tasks]  # type: ignore[misc]
     events += [(c.land_at, 2, lambda c=c: land(c)) for c in checks]  # type: ignore[misc]

@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Engine
 
 from scripts.airflow.stack import AirflowStack
+from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.service.signals import send_signal
 from tests.support.liveness import Metastore
 
@@ -130,7 +131,7 @@ class Landing:
             self.metastore.land(table, ds)
         landed = datetime.now(timezone.utc)
         for table in tables:
-            send_signal(self.engine, f"{self.metastore.db}.{table}/ds={ds}")
+            send_signal(SqlLandingSignals(self.engine), f"{self.metastore.db}.{table}/ds={ds}")
         return landed
 
 

@@ -57,10 +57,10 @@ def test_linear_not_quadratic() -> None:
     n = 10_000
     listing = [{"ds": f"d{i:05d}", "hr": "00"} for i in range(n)]
     checks = [PartitionCheck("db", "t", (("ds", f"d{n + i:05d}"), ("hr", "00")), True) for i in range(n)]
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU: other work on a busy machine does not count
     answers = answer_checks("db", "t", listing, checks)
     assert not any(answers.values())
-    assert time.perf_counter() - started < 2.0  # a scan would be ~10 s here
+    assert time.thread_time() - started < 2.0  # a scan would be ~10 s here
 
 
 def test_null_partition_and_string_columns_need_no_spark() -> None:

@@ -16,12 +16,14 @@ BENCH = ROOT / "scripts" / "bench"
 
 # What any file of the benchmark may import from smartsensor.
 SEAMS = {
-    # the vocabulary every layer shares: settings, keys, rows and states, the ports, the sensor library, the schema
+    # the vocabulary every layer shares: settings, keys, rows and states, the ports (and the table names they take),
+    # the sensor library, the schema
     "smartsensor.config",
     "smartsensor.domain.keys",
     "smartsensor.domain.rows",
     "smartsensor.domain.states",
     "smartsensor.ports",
+    "smartsensor.hive_filter.names",
     "smartsensor.sensors",
     "smartsensor.sensors.checks",
     "smartsensor.sensors.errors",

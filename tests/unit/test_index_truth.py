@@ -14,6 +14,7 @@ from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.keys import Fence, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
+from smartsensor.hive_filter.names import TableName
 from smartsensor.sensors.checks import Check
 from smartsensor.sensors.errors import CheckError, PermanentCheckError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -63,8 +64,8 @@ def whole(store: InMemoryStore, cfg: Any, clock: Clock) -> RangeRounds:
 
 def waiting_in_index(w: RangeRounds, store: InMemoryStore, dag_id: str) -> bool:
     row = store.tasks[(dag_id, "w", DAY)]
-    check = w.index.checks.get(row.check)
-    return check is not None and any(c.start_date == row.start_date for c in check.cohorts)
+    vigil = w.index.vigils.get(row.vigil)
+    return vigil is not None and any(c.start_date == row.start_date for c in vigil.cohorts)
 
 
 @pytest.mark.parametrize("outcome", ["landed", "permanent error"])
@@ -114,7 +115,7 @@ def test_a_task_joining_a_check_while_the_wake_up_round_writes_it_is_kept(cfg, c
             run_round([w], lambda: catalog)
 
     store.then = join
-    run_round([w], lambda: catalog, focus={("db", "t")})
+    run_round([w], lambda: catalog, focus={TableName("db", "t")})
     assert state_of(store, "first", "w") == State.SUCCESS and waiting_in_index(w, store, "joined")
     clock.advance(1)
     run_round([w], lambda: catalog)

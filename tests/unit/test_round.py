@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
-from smartsensor.domain.keys import CheckKey, TaskKey
+from smartsensor.domain.keys import TaskKey, VigilKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
+from smartsensor.hive_filter.names import TableName
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError, TransientCheckError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -90,7 +91,7 @@ def test_a_landing_signal_makes_its_tables_checks_due_at_once(cfg, clock) -> Non
     clock.advance(1)
     catalog.land("db.t/ds=1")
     assert fleet.round().groups_due == 0  # not due for an hour
-    fleet.worker.wake({("db", "t")})
+    fleet.worker.wake({TableName("db", "t")})
     woken = fleet.round()
     assert (woken.woken, woken.marked) == (1, {State.SUCCESS: 1})
 
@@ -304,7 +305,7 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
     """What the round's NOTIFY names: landed, failed (collided or not), timed-out and unplannable tries."""
     from smartsensor.adapters.sql.channels import ended_hashcodes
     from smartsensor.domain.keys import Cohort
-    from smartsensor.domain.transitions import CheckGroup, decide
+    from smartsensor.domain.transitions import DueVigil, decide
     from smartsensor.sensors.errors import PermanentCheckError
 
     start = datetime(2026, 11, 22, tzinfo=timezone.utc)
@@ -313,13 +314,13 @@ def test_the_writes_name_every_hashcode_they_end_for_the_wake_up() -> None:
         return {Cohort(json.dumps({"timeout": timeout, "poke_interval": 10}), start, 1): 3}
 
     groups = [
-        CheckGroup(CheckKey(1, "c", "{}"), cohort(), True),
-        CheckGroup(CheckKey(2, "c", "{}"), cohort(), True),
-        CheckGroup(CheckKey(3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
-        CheckGroup(CheckKey(4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
-        CheckGroup(CheckKey(5, "c", "{}"), cohort(), False),
+        DueVigil(VigilKey(1, "c", "{}"), cohort(), True),
+        DueVigil(VigilKey(2, "c", "{}"), cohort(), True),
+        DueVigil(VigilKey(3, "c", "{}"), cohort(), PermanentCheckError("no such column")),
+        DueVigil(VigilKey(4, "c", "{}"), {**cohort(timeout=60), **cohort()}, False),
+        DueVigil(VigilKey(5, "c", "{}"), cohort(), False),
     ]
-    unplannable = (CheckKey(6, "c", "{}"), Cohort("{", start, 1), "bad exec")
+    unplannable = (VigilKey(6, "c", "{}"), Cohort("{", start, 1), "bad exec")
     writes = decide(groups, {2}, start + timedelta(seconds=61), bad=[unplannable]).writes
     assert writes.hashcodes() == {1, 2, 3, 4, 6}  # 5 still waits
     assert (

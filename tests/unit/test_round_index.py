@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from smartsensor.adapters.memory import InMemoryStore
-from smartsensor.domain.keys import CheckKey, Cohort, Fence, TaskKey
+from smartsensor.domain.keys import Cohort, Fence, TaskKey, VigilKey
 from smartsensor.domain.states import State
-from smartsensor.service.round.index import CheckIndex
+from smartsensor.hive_filter.names import TableName
+from smartsensor.service.round.index import VigilIndex
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, make_cfg, named
@@ -68,7 +69,7 @@ def test_cohorts_of_one_check_time_out_by_their_own_settings(cfg, clock) -> None
     add(store, cfg, "long", named("w", "db.t/ds=never", timeout=90, poke_interval=10))
     w = worker(store, cfg, clock)
     run_round([w], lambda: catalog)
-    assert len(w.index) == 1 and len(next(iter(w.index.checks.values())).cohorts) == 2
+    assert len(w.index) == 1 and len(next(iter(w.index.vigils.values())).cohorts) == 2
     clock.advance(30)
     assert run_round([w], lambda: catalog).marked == {State.FAILED: 1}
     assert state_of(store, "long", "w") == State.SMART_RUNNING and w.index.tasks == 1
@@ -85,7 +86,7 @@ def test_a_wake_up_round_pokes_only_the_named_tables_and_the_new_checks(cfg, clo
     add(store, cfg, "c", named("w", "db.c/ds=1", poke_interval=3600))
     catalog.land("db.c/ds=1")
     clock.advance(1)
-    woken = run_round([w], lambda: catalog, focus={("db", "a")})
+    woken = run_round([w], lambda: catalog, focus={TableName("db", "a")})
     assert woken.partial and woken.marked == {State.SUCCESS: 2}  # a (its table was named) and c (new)
     assert state_of(store, "b", "w") == State.SMART_RUNNING
     assert run_round([w], lambda: catalog, focus=set()).groups_due == 0  # nothing new, no table named
@@ -173,18 +174,18 @@ def test_a_kept_index_and_one_rebuilt_every_round_end_in_the_same_states(cfg, cl
 
 
 def test_the_index_counts_collisions_and_forgets_them_when_a_check_leaves() -> None:
-    index = CheckIndex()
+    index = VigilIndex()
     cohort = Cohort('{"poke_interval": 10}', START, 1)
     new, bad = index.add(
-        [(CheckKey(1, "a", "{}"), cohort, 2), (CheckKey(1, "b", "{}"), cohort, 1), (CheckKey(2, "a", "{}"), cohort, 1)]
+        [(VigilKey(1, "a", "{}"), cohort, 2), (VigilKey(1, "b", "{}"), cohort, 1), (VigilKey(2, "a", "{}"), cohort, 1)]
     )
     assert (len(new), bad, index.collided, index.tasks, index.hashes) == (3, [], {1}, 4, 2)
-    index.remove(CheckKey(1, "b", "{}"))
+    index.remove(VigilKey(1, "b", "{}"))
     assert (index.collided, index.tasks) == (set(), 3)
-    _, bad = index.add([(CheckKey(3, "a", "{}"), Cohort('{"poke_interval": -1}', START, 1), 1)])
+    _, bad = index.add([(VigilKey(3, "a", "{}"), Cohort('{"poke_interval": -1}', START, 1), 1)])
     assert len(bad) == 1 and "poke_interval" in bad[0][2]
     due = index.due(START)
     assert {c.key for c in due} == {(1, "a", "{}"), (2, "a", "{}")} and index.due(START) == []
-    for check in due:
-        index.done(check, START)
+    for vigil in due:
+        index.done(vigil, START)
     assert index.due(START + timedelta(seconds=9)) == [] and len(index.due(START + timedelta(seconds=10))) == 2

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from smartsensor.domain.keys import CheckKey, TaskKey
+from smartsensor.domain.keys import TaskKey, VigilKey
 from smartsensor.domain.rows import ExternalRow, RetryRow, TaskRow, ZombieRow
 from smartsensor.schema.models import ExternalTask, TaskInstance
 from tests.support.common import DAY
@@ -20,7 +20,7 @@ def test_a_row_names_its_task_and_its_check() -> None:
     values: dict[str, object] = {name: None for name in TaskRow._fields}
     values.update(dag_id="d", task_id="t", execution_date=DAY, hashcode=7, classpath="c.S", attr_dict="{}")
     row = TaskRow(**values)  # type: ignore[arg-type]  # the columns that do not matter here are NULL
-    assert row.key == TaskKey("d", "t", DAY) and row.check == CheckKey(7, "c.S", "{}")
+    assert row.key == TaskKey("d", "t", DAY) and row.vigil == VigilKey(7, "c.S", "{}")
     assert row.columns() == values
     ext = ExternalRow("d", "t", "run", -1, 1, None, "t", DAY, DAY)
     assert ext.ti_key == TaskKey("d", "t", DAY)

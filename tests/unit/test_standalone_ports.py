@@ -143,3 +143,30 @@ def test_the_cli_tells_a_store_error_as_the_database_error_behind_it() -> None:
     except StoreUnavailable as exc:
         told = describe_error(exc, None)
     assert told == "metadata database ? unreachable or unusable: connection refused"
+
+
+def test_a_stop_ends_the_schedulers_wait_between_passes_at_once(tmp_path: Path) -> None:
+    """One stop (issue 56): the scheduler waits its minute-long loop interval on its ``StopRequest``, so a stop
+    requested meanwhile ends it well within the interval (it used to sleep the interval out)."""
+    import threading
+    import time
+
+    from smartsensor.adapters.lifecycle import StopRequest
+    from smartsensor.standalone.scheduler import Scheduler
+
+    cfg = make_cfg(tmp_path, f"sqlite:///{tmp_path / 'unused.db'}", SCHEDULER__LOOP_INTERVAL="60")
+    assert cfg.settings.scheduler.loop_interval == 60
+    passes: list[dict[str, Any]] = []
+    stop = StopRequest()
+    scheduler = Scheduler(MemorySchedulerStore(InMemoryStore()), cfg, stop=stop)
+    thread = threading.Thread(target=scheduler.run, args=(False, passes.append), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not passes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert passes and "error" not in passes[0], passes
+    began = time.monotonic()
+    stop.request()
+    thread.join(30)
+    assert not thread.is_alive() and time.monotonic() - began < 30
+    assert len(passes) == 1  # no second pass: the stop came within the first wait

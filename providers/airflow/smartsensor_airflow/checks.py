@@ -4,7 +4,7 @@ attributes (the same names on Airflow's sensors, on the drop-ins and on tasks ro
 ``check_of(class_name, task)`` → a ``RegisteredSensor``, ``(smartsensor class, persist values)``: the sensor class
 the service knows the check by, and the rendered arguments it stores. A ``MetastorePartitionSensor`` waits for one
 partition by its full name, so it is registered as a one-partition ``NamedHivePartitionSensor``: identical waits of
-the two classes share one check.
+the two classes share one vigil (the service's group of tasks waiting on one distinct check).
 """
 
 from __future__ import annotations

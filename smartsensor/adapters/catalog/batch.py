@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 from smartsensor.adapters.catalog.catalog_errors import classify_error
 from smartsensor.adapters.catalog.partition_types import narrowing_spec
 from smartsensor.adapters.catalog.spark_catalog import SparkLister
-from smartsensor.hive_filter.names import parse_spec
+from smartsensor.hive_filter.names import TableName, parse_spec
 from smartsensor.ports import AnsweredListing, BatchLister, ListingRequest, PartitionLister, PartitionTypeCache
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
@@ -157,7 +157,7 @@ class BatchChecker:
 
     def check_all(self, checks: Iterable[Check]) -> dict[Check, bool | CheckError]:
         """Answer every check: True/False, or a TransientCheckError / PermanentCheckError."""
-        by_table: dict[tuple[str, str], list[PartitionCheck]] = defaultdict(list)
+        by_table: dict[TableName, list[PartitionCheck]] = defaultdict(list)
         paths: set[PathCheck] = set()
         for check in set(checks):
             if isinstance(check, PartitionCheck):
@@ -209,17 +209,15 @@ class BatchChecker:
             results[check] = answers[as_stored]
         return results
 
-    def _check_tables_at_once(
-        self, by_table: dict[tuple[str, str], list[PartitionCheck]]
-    ) -> dict[Check, bool | CheckError]:
+    def _check_tables_at_once(self, by_table: dict[TableName, list[PartitionCheck]]) -> dict[Check, bool | CheckError]:
         """A BatchLister's round: the column types of uncached tables in one go, every check normalized, then
         every table listed in one go (narrowed to what the checks need), and each check answered."""
         lister: BatchLister = self.lister  # type: ignore[assignment]
         results: dict[Check, bool | CheckError] = {}
         requests: list[ListingRequest] = []
-        ready: dict[tuple[str, str], list[tuple[PartitionCheck, PartitionCheck]]] = {}
+        ready: dict[TableName, list[tuple[PartitionCheck, PartitionCheck]]] = {}
         uncached = [key for key in by_table if self.types.cached(*key) is None]
-        fetched: dict[tuple[str, str], dict[str, str] | None | CheckError] = {}
+        fetched: dict[TableName, dict[str, str] | None | CheckError] = {}
         if uncached:
             started = time.perf_counter()
             fetched, calls = lister.fetch_types(uncached)
@@ -229,7 +227,7 @@ class BatchChecker:
             prepared = self._prepare(db, table, checks, results, fetched)
             if prepared is not None:
                 requests.append(prepared[0])
-                ready[(db, table)] = prepared[1]
+                ready[prepared[0].table_name] = prepared[1]
         started = time.perf_counter()
         listings, calls = lister.list_tables(requests) if requests else ({}, 0)
         # A per-table backend counts a call for every table asked about, as the table-by-table path does (a
@@ -237,7 +235,7 @@ class BatchChecker:
         self.catalog_calls += len(by_table) if getattr(lister, "calls_per_table", False) else calls
         self.catalog_seconds += time.perf_counter() - started
         for request in requests:
-            key = (request.db, request.table)
+            key = request.table_name
             pairs = ready[key]
             listing = listings.get(key)
             if isinstance(listing, CheckError):
@@ -265,13 +263,14 @@ class BatchChecker:
         table: str,
         checks: list[PartitionCheck],
         results: dict[Check, bool | CheckError],
-        fetched: dict[tuple[str, str], dict[str, str] | None | CheckError],
+        fetched: dict[TableName, dict[str, str] | None | CheckError],
     ) -> tuple[ListingRequest, list[tuple[PartitionCheck, PartitionCheck]]] | None:
         """One table's listing request and its checks as stored; checks answered without a listing (a missing
         or unpartitioned table, a value its column rejects, an unknown column) go into ``results``. The table's
         column types are in ``fetched`` when this round read them, else in the cache."""
         try:
-            columns = fetched[(db, table)] if (db, table) in fetched else self._columns(db, table)
+            key = TableName(db, table)
+            columns = fetched[key] if key in fetched else self._columns(db, table)
             if isinstance(columns, CheckError):
                 raise columns
             if columns is None:

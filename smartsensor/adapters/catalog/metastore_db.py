@@ -56,10 +56,9 @@ from smartsensor.adapters.catalog.partition_feed import FeedRead, PartitionFeed
 from smartsensor.adapters.catalog.partition_types import PartitionTypes
 from smartsensor.adapters.catalog.python_casts import python_cast_all, python_castable
 from smartsensor.adapters.sql.engine import CallWatchdog, guarded_connection_class, normalize_url
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import AnsweredListing, ListingRequest
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
-
-Key = tuple[str, str]
 
 # The statements below are templates: where a database is found by its name, @IN_HIVE@ restricts it to the hive
 # catalog, and where the feed reads a partition's database, @DB_NAME@ is its name (NULL in another catalog); see
@@ -309,8 +308,8 @@ class MetastoreDbCatalog:
         sequence's row where SEQUENCE_TABLE is readable."""
         return _STATEMENTS[(self.engine.dialect.name, bool(self.catalogs), bool(self.sequence))][kind]
 
-    def _types_of(self, tables: Sequence[Key]) -> dict[Key, dict[str, str] | None]:
-        found: dict[Key, dict[str, str] | None] = {key: None for key in tables}
+    def _types_of(self, tables: Sequence[TableName]) -> dict[TableName, dict[str, str] | None]:
+        found: dict[TableName, dict[str, str] | None] = {key: None for key in tables}
         if self.mysql:
             tables_json = json.dumps([[db, t, ""] for db, t in tables], ensure_ascii=False)
             rows = self._rows("types", "reading partition columns", tables=tables_json)
@@ -319,9 +318,10 @@ class MetastoreDbCatalog:
                 "types", "reading partition columns", dbs=[db for db, _ in tables], tbls=[t for _, t in tables]
             )
         for db, table, column, kind in rows:
-            columns = found.get((db, table))
+            key = TableName(db, table)
+            columns = found.get(key)
             if columns is None:
-                columns = found[(db, table)] = {}
+                columns = found[key] = {}
             if column is not None:
                 columns[column.lower()] = kind.lower()
         return found
@@ -329,19 +329,22 @@ class MetastoreDbCatalog:
     # -- the PartitionLister ---------------------------------------------------------------------------
 
     def _read_schema(self, db: str, table: str) -> dict[str, str] | None:
-        return self._types_of([(db, table)])[(db, table)]
+        key = TableName(db, table)
+        return self._types_of([key])[key]
 
     def list_rows(self, db: str, table: str, spec: dict[str, str], columns: dict[str, str]) -> list[str] | None:
         """The partition names of db.table starting with ``spec``'s leading columns (one statement)."""
         listings, _ = self.list_tables([ListingRequest(db, table, columns, (), dict(spec))])
-        listing = listings[(db, table)]
+        listing = listings[TableName(db, table)]
         if isinstance(listing, CheckError):
             raise listing
         return listing.names
 
     # -- the BatchLister -------------------------------------------------------------------------------
 
-    def fetch_types(self, tables: Sequence[Key]) -> tuple[dict[Key, dict[str, str] | None | CheckError], int]:
+    def fetch_types(
+        self, tables: Sequence[TableName]
+    ) -> tuple[dict[TableName, dict[str, str] | None | CheckError], int]:
         """Every table's partition columns in one statement, into the types cache."""
         try:
             found = self._types_of(tables)
@@ -355,24 +358,26 @@ class MetastoreDbCatalog:
                     self.feed.forget(db, table)
         return dict(found), 1
 
-    def list_tables(self, requests: Sequence[ListingRequest]) -> tuple[dict[Key, AnsweredListing | CheckError], int]:
+    def list_tables(
+        self, requests: Sequence[ListingRequest]
+    ) -> tuple[dict[TableName, AnsweredListing | CheckError], int]:
         """Every request's names in one statement: exact checks by name, partial ones (and a request without
         checks: its ``narrowing``) by the start of the name. Following the feed, only what is not covered yet is
         looked up, and the statement also reads the partitions added since the last one; when it finds that the
         database went back (the feed's reset), the round's statement runs once more, on a fresh coverage."""
-        listings: dict[Key, AnsweredListing | CheckError] = {}
+        listings: dict[TableName, AnsweredListing | CheckError] = {}
         with self._lock:
             feed = self.feed if self.feed is not None else PartitionFeed()  # without the feed: a fresh memory
             made, failed = self._read_round(feed, requests)
             if failed is not None:
-                return {(r.db, r.table): failed for r in requests}, made
+                return {r.table_name: failed for r in requests}, made
             for request in requests:
-                listings[(request.db, request.table)] = feed.listing(request)
+                listings[request.table_name] = feed.listing(request)
         return listings, made
 
     def list_changed(
-        self, tables: Sequence[tuple[Key, dict[str, str]]], seen: dict[Key, int]
-    ) -> tuple[dict[Key, list[str] | CheckError], int]:
+        self, tables: Sequence[tuple[TableName, dict[str, str]]], seen: dict[TableName, int]
+    ) -> tuple[dict[TableName, list[str] | CheckError], int]:
         """Every partition name of those of ``tables`` (each with its partition column types) whose partitions the
         feed saw change since ``seen`` says they were last read (absent: never; with the feed keeping ids, a name
         with another id than before is a change too), in one statement; ``seen`` is brought up to date. Without the
@@ -380,14 +385,14 @@ class MetastoreDbCatalog:
         statement and the names that came in, not the tables asked about (a table's first read, and every read
         after a verify or a reset, give all its names)."""
         requests = [ListingRequest(db, table, columns, (), {}) for (db, table), columns in tables]
-        out: dict[Key, list[str] | CheckError] = {}
+        out: dict[TableName, list[str] | CheckError] = {}
         with self._lock:
             feed = self.feed if self.feed is not None else PartitionFeed()
             made, failed = self._read_round(feed, requests)
             if failed is not None:
-                return {(r.db, r.table): failed for r in requests}, made
+                return {r.table_name: failed for r in requests}, made
             for request in requests:
-                key = (request.db, request.table)
+                key = request.table_name
                 serial = feed.changed_at(request.db, request.table)
                 if self.feed is not None and serial is not None and seen.get(key) == serial:
                     continue

@@ -54,11 +54,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from smartsensor.hive_filter.names import format_spec
+from smartsensor.hive_filter.names import TableName, format_spec
 from smartsensor.ports import AnsweredListing, ListingRequest
 from smartsensor.sensors.checks import PartitionCheck
-
-Key = tuple[str, str]
 
 VERIFY_SECONDS = 600.0
 BASELINE_SPAN = 1_000
@@ -164,10 +162,10 @@ class PartitionFeed:
         self.reset_pending = False  # absorb found a reset: the round's statement must run again (plan, absorb)
         self._verify_next = False  # at the next plan: the feed gave ids up or went back (this round's answers,
         # read in the same statement as the look-ups, still hold, except after a reset)
-        self._tables: dict[Key, _Table] = {}
+        self._tables: dict[TableName, _Table] = {}
         self.serial = 0  # counts the changes to the tables' memories: a table's ``changed`` is one of these
         # This round's requests: each check's text, and the exact names and prefixes asked (plan → listing).
-        self._asked: dict[Key, tuple[dict[PartitionCheck, tuple[bool, str]], set[str], set[str]]] = {}
+        self._asked: dict[TableName, tuple[dict[PartitionCheck, tuple[bool, str]], set[str], set[str]]] = {}
 
     # -- the round ---------------------------------------------------------------------------------------
 
@@ -183,7 +181,7 @@ class PartitionFeed:
         self._asked = {}
         for request in requests:
             state = self._table(request)
-            asked = self._asked[(request.db, request.table)] = self._texts(state, request)
+            asked = self._asked[request.table_name] = self._texts(state, request)
             names.extend((request.db, request.table, n) for n in asked[1] - state.names)
             prefixes.extend((request.db, request.table, p) for p in asked[2] - state.prefixes)
         return FeedRead(
@@ -219,13 +217,13 @@ class PartitionFeed:
                 self._reset()
                 return
         for db, table, name, found_id in found:
-            state = self._tables.get((db, table))
+            state = self._tables.get(TableName(db, table))
             if state is not None:
                 self._add(state, name, found_id)
         for db, table, name in read.names:
-            self._tables[(db, table)].names.add(name)
+            self._tables[TableName(db, table)].names.add(name)
         for db, table, prefix in read.prefixes:
-            self._tables[(db, table)].prefixes.add(prefix)
+            self._tables[TableName(db, table)].prefixes.add(prefix)
         if read.follow:
             self._follow(read, delivered, start, sequence)
 
@@ -254,7 +252,7 @@ class PartitionFeed:
         rows: dict[int, Row] = {}
         for part_id, of_db, table, name in delivered:
             rows[part_id] = (of_db, table, name)
-            state = self._tables.get((of_db, table)) if of_db is not None else None
+            state = self._tables.get(TableName(of_db, table)) if of_db is not None else None
             if state is not None:
                 self._add(state, name, part_id)
         new, changed = self._reread(read, rows)
@@ -363,7 +361,7 @@ class PartitionFeed:
         """``request``'s exact checks answered from the names known present, and the present names its partial
         checks (or its narrowing, without checks) ask for."""
         state = self._table(request)
-        asked = self._asked.get((request.db, request.table)) or self._texts(state, request)
+        asked = self._asked.get(request.table_name) or self._texts(state, request)
         present = state.present
         answers = {check: text in present for check, (exact, text) in asked[0].items() if exact}
         prefixes = asked[2]
@@ -384,29 +382,29 @@ class PartitionFeed:
 
     def forget(self, db: str, table: str) -> None:
         """Drop one table's coverage (it went missing, or a statement about it was refused)."""
-        self._tables.pop((db, table), None)
+        self._tables.pop(TableName(db, table), None)
 
     def changed_at(self, db: str, table: str) -> int | None:
         """The serial at which db.table's memory last changed (a name added, or the memory started again: after
         a verify, a reset or a change of its columns); None when the feed keeps no memory of it. Equal serials
         mean the same names: a table whose serial has not moved since it was last read needs no new read."""
-        state = self._tables.get((db, table))
+        state = self._tables.get(TableName(db, table))
         return state.changed if state is not None else None
 
     def partition_ids(self, db: str, table: str) -> dict[str, int]:
         """The PART_ID of each name of db.table the feed knows present, when it keeps ids (a name dropped since the
         last verify may still be among them)."""
-        state = self._tables.get((db, table))
+        state = self._tables.get(TableName(db, table))
         return dict(state.ids) if state is not None else {}
 
     def covered(self, db: str, table: str) -> tuple[set[str], set[str]]:
         """The names and prefixes of db.table looked up and followed since (empty when none)."""
-        state = self._tables.get((db, table))
+        state = self._tables.get(TableName(db, table))
         return (set(state.names), set(state.prefixes)) if state is not None else (set(), set())
 
     def _table(self, request: ListingRequest) -> _Table:
         columns = tuple(request.columns)
-        key = (request.db, request.table)
+        key = request.table_name
         state = self._tables.get(key)
         if state is None or state.columns != columns:  # new, or its partition columns changed
             self.serial += 1

@@ -16,11 +16,11 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_types import TYPES_TTL_SECONDS
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import AnsweredListing, ListingRequest, PartitionLister, PartitionTypeCache, TableListings
 from smartsensor.sensors.errors import CheckError
 
-Key = tuple[str, str]
-Listings = dict[Key, "list[str] | None | CheckError"]
+Listings = dict[TableName, "list[str] | None | CheckError"]
 
 
 class ListingEachTable:
@@ -31,22 +31,23 @@ class ListingEachTable:
     def __init__(self, lister: PartitionLister) -> None:
         self.lister = lister
 
-    def listings(self, tables: Sequence[Key]) -> tuple[Listings, int]:
+    def listings(self, tables: Sequence[TableName]) -> tuple[Listings, int]:
         out: Listings = {}
         calls = 0
-        for db, table in tables:
+        for key in tables:
+            db, table = key
             try:
                 columns = self.lister.types.cached(db, table)
                 if columns is None:
                     calls += 1
                     columns = self.lister.types.fetch(db, table)
                 if columns is None:
-                    out[(db, table)] = None
+                    out[key] = None
                     continue
                 calls += 1
-                out[(db, table)] = self.lister.list_rows(db, table, {}, columns)
+                out[key] = self.lister.list_rows(db, table, {}, columns)
             except CheckError as exc:
-                out[(db, table)] = exc
+                out[key] = exc
         return out, calls
 
     def relist(self) -> None:
@@ -64,9 +65,9 @@ class Batches(Protocol):
     @property
     def types(self) -> PartitionTypeCache: ...
 
-    def fetch_types(self, tables: Sequence[Key]) -> tuple[Mapping[Key, Any], int]: ...
+    def fetch_types(self, tables: Sequence[TableName]) -> tuple[Mapping[TableName, Any], int]: ...
 
-    def list_tables(self, requests: Sequence[ListingRequest]) -> tuple[Mapping[Key, Any], int]: ...
+    def list_tables(self, requests: Sequence[ListingRequest]) -> tuple[Mapping[TableName, Any], int]: ...
 
 
 class ListingInBatches:
@@ -77,10 +78,10 @@ class ListingInBatches:
     def __init__(self, lister: Batches) -> None:
         self.lister = lister
 
-    def listings(self, tables: Sequence[Key]) -> tuple[Listings, int]:
+    def listings(self, tables: Sequence[TableName]) -> tuple[Listings, int]:
         out: Listings = {}
         unknown = [key for key in tables if self.lister.types.cached(*key) is None]
-        found: Mapping[Key, Any] = {}
+        found: Mapping[TableName, Any] = {}
         calls = 0
         if unknown:
             found, calls = self.lister.fetch_types(unknown)
@@ -118,10 +119,12 @@ class FollowingChanges:
             raise ValueError("FollowingChanges needs the metastore database's feed ([catalog] metastore_db_feed)")
         self.catalog = catalog
         self.clock = clock
-        self._seen: dict[Key, int] = {}  # a table's feed serial when its names were last returned
-        self._missing: dict[Key, float] = {}  # a table found missing → when (its columns are read again after a TTL)
+        self._seen: dict[TableName, int] = {}  # a table's feed serial when its names were last returned
+        self._missing: dict[
+            TableName, float
+        ] = {}  # a table found missing → when (its columns are read again after a TTL)
 
-    def listings(self, tables: Sequence[Key]) -> tuple[Listings, int]:
+    def listings(self, tables: Sequence[TableName]) -> tuple[Listings, int]:
         now = self.clock()
         types = self.catalog.types
         unknown = [
@@ -131,7 +134,7 @@ class FollowingChanges:
         ]
         found, calls = self.catalog.fetch_types(unknown) if unknown else ({}, 0)
         out: Listings = {}
-        asked: list[tuple[Key, dict[str, str]]] = []
+        asked: list[tuple[TableName, dict[str, str]]] = []
         for key in tables:
             columns = found[key] if key in found else types.cached(*key)
             if isinstance(columns, CheckError):

@@ -29,6 +29,7 @@ from thrift.transport.TTransport import TBufferedTransport, TTransportException
 from smartsensor.adapters.catalog.partition_types import PartitionTypes, narrowing_spec
 from smartsensor.adapters.catalog.python_casts import python_cast_all, python_castable
 from smartsensor.config import Config
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import ListingRequest
 from smartsensor.sensors.errors import CheckError, PermanentCheckError, TransientCheckError, first_line
 
@@ -205,11 +206,11 @@ class ThriftCatalog:
             return list(pool.map(work, items))
 
     def fetch_types(
-        self, tables: Sequence[tuple[str, str]]
-    ) -> tuple[dict[tuple[str, str], dict[str, str] | None | CheckError], int]:
+        self, tables: Sequence[TableName]
+    ) -> tuple[dict[TableName, dict[str, str] | None | CheckError], int]:
         """One ``get_table`` per table, ``parallelism`` at a time, into the types cache."""
 
-        def fetch(key: tuple[str, str]) -> dict[str, str] | None | CheckError:
+        def fetch(key: TableName) -> dict[str, str] | None | CheckError:
             try:
                 return self.types.fetch(*key)
             except CheckError as exc:
@@ -220,7 +221,7 @@ class ThriftCatalog:
 
     def list_tables(
         self, requests: Sequence[ListingRequest]
-    ) -> tuple[dict[tuple[str, str], list[str] | None | CheckError], int]:
+    ) -> tuple[dict[TableName, list[str] | None | CheckError], int]:
         """One listing call per table (as ``list_rows``), ``parallelism`` at a time."""
 
         def listing(request: ListingRequest) -> list[str] | None | CheckError:
@@ -230,4 +231,4 @@ class ThriftCatalog:
                 return exc
 
         rows = self._each(listing, list(requests))
-        return {(r.db, r.table): out for r, out in zip(requests, rows, strict=True)}, len(requests)
+        return {r.table_name: out for r, out in zip(requests, rows, strict=True)}, len(requests)

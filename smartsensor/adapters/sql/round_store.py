@@ -97,18 +97,18 @@ class SqlRoundStore:
                 marked[State.SUCCESS] += task_sql.mark_hashes(
                     conn, writes.landed_hashes, shard_min, shard_max, State.SUCCESS, now, fence=fence
                 )
-            for check in writes.landed_checks:
-                marked[State.SUCCESS] += task_sql.mark_check(
-                    conn, check, shard_min, shard_max, State.SUCCESS, now, fence=fence
+            for vigil in writes.landed_vigils:
+                marked[State.SUCCESS] += task_sql.mark_vigil(
+                    conn, vigil, shard_min, shard_max, State.SUCCESS, now, fence=fence
                 )
-            for check, collided, error in writes.failed:
+            for vigil, collided, error in writes.failed:
                 if collided:
-                    marked[State.FAILED] += task_sql.mark_check(
-                        conn, check, shard_min, shard_max, State.FAILED, now, error=error, fence=fence
+                    marked[State.FAILED] += task_sql.mark_vigil(
+                        conn, vigil, shard_min, shard_max, State.FAILED, now, error=error, fence=fence
                     )
                 else:
                     marked[State.FAILED] += task_sql.mark_hashes(
-                        conn, [check.hashcode], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
+                        conn, [vigil.hashcode], shard_min, shard_max, State.FAILED, now, error=error, fence=fence
                     )
             for (state, ended_error), cohorts in writes.ended.items():
                 marked[state] += task_sql.end_cohorts(

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, exists, func, insert, literal, or_, s
 from smartsensor.adapters.sql import channels as channel_sql
 from smartsensor.domain import clock
 from smartsensor.domain.clock import as_utc
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence, TaskKey
+from smartsensor.domain.keys import Cohort, CohortRows, Fence, TaskKey, VigilKey
 from smartsensor.domain.rows import TaskRow, ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance, UtcDateTime
@@ -188,7 +188,7 @@ def mark_hashes(
 ) -> int:
     """Every waiting task with one of ``hashcodes`` in the range → ``new_state``.
 
-    Only for hashes whose tasks all share one check (no collision). 1 statement per IN_CHUNK hashes.
+    Only for hashes whose tasks all share one vigil (no collision). 1 statement per IN_CHUNK hashes.
     """
     total = 0
     values = _ended(new_state, now, error)
@@ -207,9 +207,9 @@ def mark_hashes(
     return total
 
 
-def mark_check(
+def mark_vigil(
     conn: Connection,
-    check: CheckKey,
+    vigil: VigilKey,
     shard_min: int,
     shard_max: int,
     new_state: str,
@@ -217,18 +217,18 @@ def mark_check(
     error: str | None = None,
     fence: Fence | None = None,
 ) -> int:
-    """Waiting tasks of one exact check (hash AND classpath AND attr_dict) in the range → ``new_state``.
+    """Waiting tasks of one exact vigil (hash AND classpath AND attr_dict) in the range → ``new_state``.
 
-    Used when two different checks collide on a hash, so that they are never marked together.
+    Used when two different vigils collide on a hash, so that they are never marked together.
     1 statement.
     """
     values = _ended(new_state, now, error)
     return conn.execute(
         _fenced(
             update(TI).where(
-                TI.c.hashcode == check.hashcode,
-                TI.c.classpath == check.classpath,
-                TI.c.attr_dict == check.attr_dict,
+                TI.c.hashcode == vigil.hashcode,
+                TI.c.classpath == vigil.classpath,
+                TI.c.attr_dict == vigil.attr_dict,
                 *in_range(shard_min, shard_max),
                 TI.c.state.in_(State.SMART_WAITING),
             ),
@@ -243,7 +243,7 @@ COHORT_CHUNK = 1000  # cohorts per statement: 6 bound values each
 
 def end_cohorts(
     conn: Connection,
-    cohorts: Sequence[tuple[CheckKey, Cohort]],
+    cohorts: Sequence[tuple[VigilKey, Cohort]],
     shard_min: int,
     shard_max: int,
     new_state: str,
@@ -254,7 +254,7 @@ def end_cohorts(
     """End the tries of these cohorts → ``new_state``: a timeout (up_for_retry, failed or skipped), or a cohort
     that cannot be planned (failed, with the reason).
 
-    Guarded on the exact try the worker knows (state smart_running, try_number and start_date, the check and
+    Guarded on the exact try the worker knows (state smart_running, try_number and start_date, the vigil and
     its exec settings), so a round that knew a try which was retried or reset by hand meanwhile never ends the
     newer try. 1 statement per COHORT_CHUNK cohorts.
     """
@@ -290,19 +290,19 @@ def _keep(text: str | None) -> str:
 
 
 def _cohort_rows(rows: Iterable[Any]) -> CohortRows:
-    """(check, cohort, count) from (hashcode, classpath, attr_dict, exec_dict, start_date, try_number[, count])."""
+    """(vigil, cohort, count) from (hashcode, classpath, attr_dict, exec_dict, start_date, try_number[, count])."""
     counts: dict[tuple[Any, ...], int] = {}  # counted by the row's plain values; the keys are made once per cohort
     for h, cp, ad, ed, sd, tn, *n in rows:
         k = (h, cp, ad, ed or "", sd, tn)
         counts[k] = counts.get(k, 0) + (n[0] if n else 1)
     return [
-        (CheckKey(h, _keep(cp), _keep(ad)), Cohort(_keep(ed), sd, tn), n)
+        (VigilKey(h, _keep(cp), _keep(ad)), Cohort(_keep(ed), sd, tn), n)
         for (h, cp, ad, ed, sd, tn), n in counts.items()
     ]
 
 
 def load_waiting_cohorts(conn: Connection, shard_min: int, shard_max: int) -> CohortRows:
-    """The started (smart_running) tasks of [shard_min, shard_max), counted per check and cohort by the database:
+    """The started (smart_running) tasks of [shard_min, shard_max), counted per vigil and cohort by the database:
     one row per cohort reaches Python, not one per task. Tasks without a start (rows of older versions or written
     by hand) come as cohorts whose start_date is None: ``adopt_unstarted`` gives them one. 1 statement. Fetched at
     once, not through a server-side cursor: a cursor makes PostgreSQL plan for its first rows
@@ -365,7 +365,7 @@ def oldest_open_transaction(conn: Connection) -> datetime | None:
 
 
 def changed_cohorts(conn: Connection, shard_min: int, shard_max: int, since: datetime, starter: str) -> CohortRows:
-    """The range's started (smart_running) tasks whose row changed at or after ``since``, per check and cohort: what
+    """The range's started (smart_running) tasks whose row changed at or after ``since``, per vigil and cohort: what
     a worker's reconciliation compares with its index (a set-state by hand, another process, `db reshard`). Rows
     ``starter`` started (its feed stamps ``hostname``, and start_date = updated_at) and nobody changed since are
     left out: that worker counted them as it started them, and a burst of a million starts is not read again. An

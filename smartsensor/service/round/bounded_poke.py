@@ -2,8 +2,8 @@
 deadlock) cannot stall a worker's round, and with it every other task of its ranges.
 
 Pokes run one at a time on a daemon helper thread; the caller waits at most ``limit`` seconds. A poke
-past its limit is a transient error for its check: the thread is abandoned (Python cannot stop it) and
-a fresh one serves the next pokes. While an abandoned poke of a check still runs, that check is not
+past its limit is a transient error for its vigil: the thread is abandoned (Python cannot stop it) and
+a fresh one serves the next pokes. While an abandoned poke of a vigil still runs, that vigil is not
 poked again (it would only pile up threads); its tasks wait, within their own timeouts, like in any
 outage. Anything a poke raises, even SystemExit or KeyboardInterrupt, comes back as an error value.
 """
@@ -79,7 +79,7 @@ class BoundedPoker:
 
     @property
     def overrunning(self) -> int:
-        """Checks whose last poke overran and has not returned yet."""
+        """Vigils whose last poke overran and has not returned yet."""
         with self._lock:
             return sum(1 for future, _ in self._overrun.values() if not future.done())
 

@@ -1,5 +1,5 @@
 """The poke step of a round, for all ranges of a process at once: one batch of catalog calls, one
-``poke()`` per distinct user check, each within ``[smart_sensor] poke_timeout``."""
+``poke()`` per vigil of a user sensor, each within ``[smart_sensor] poke_timeout``."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class PokeContext(dict[str, Any]):
 
 
 def poke_plans(plans: list[RoundPlan], answerer: Callable[[], CheckAnswerer], poke_timeout: float) -> Counters:
-    """Answer the due checks of every plan; outcomes go into the plans' groups. Returns the call counters."""
+    """Answer the due vigils of every plan; outcomes go into the plans' groups. Returns the call counters."""
     counters: Counters = {"catalog_calls": 0, "schema_calls": 0, "fs_calls": 0, "poke_calls": 0, "catalog_seconds": 0.0}
     if not any(p.batched or p.sensors for p in plans):
         return counters

@@ -1,9 +1,9 @@
 """A shard round, as named steps.
 
 Per range (``RangeRounds.plan_round``): refresh the index (change feed, reconciliation or rebuild) → pick the due
-checks and hold them → build their checks. For all ranges of a process at once: poke (``round.poke``: one catalog
+vigils and hold them → build their checks. For all ranges of a process at once: poke (``round.poke``: one catalog
 call per table). Per range again (``finish_round``): ``decide`` (``domain.transitions``) → ``write`` (one
-transaction of guarded, fenced updates) → ``apply`` (release the held checks in the index).
+transaction of guarded, fenced updates) → ``apply`` (release the held vigils in the index).
 ``run_round`` is the one entry point that runs these steps; ``served_ranges`` calls it on the worker loop's timer
 and on wake-ups.
 """
@@ -24,8 +24,9 @@ from typing import Callable
 
 from smartsensor.config import Config
 from smartsensor.domain.clock import now as clock_now
-from smartsensor.domain.keys import CheckKey, Cohort, CohortRows, Fence
-from smartsensor.domain.transitions import CheckGroup, RoundWrites, decide
+from smartsensor.domain.keys import Cohort, CohortRows, Fence, VigilKey
+from smartsensor.domain.transitions import DueVigil, RoundWrites, decide
+from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.sensors.base import BaseSensor, resolve_smart_class
 from smartsensor.sensors.checks import Check, PartitionCheck, PathCheck
@@ -38,7 +39,7 @@ from smartsensor.sensors.errors import (
     UnknownSensorClass,
     first_line,
 )
-from smartsensor.service.round.index import BadCohort, CheckIndex, WaitingCheck
+from smartsensor.service.round.index import BadCohort, Vigil, VigilIndex
 from smartsensor.service.round.plan import RoundPlan
 from smartsensor.service.round.poke import poke_plans
 from smartsensor.service.round.report import RoundResult, combine_results
@@ -50,15 +51,15 @@ _STARTERS = itertools.count(1)  # tells apart the RangeRounds of one process (a 
 
 
 class RangeRounds:
-    """The round steps of shard range [shard_min, shard_max), over an index of its waiting checks
-    (``round.index.CheckIndex``). How the index is built and kept true is described once, in ARCHITECTURE.md
+    """The round steps of shard range [shard_min, shard_max), over an index of its vigils
+    (``round.index.VigilIndex``). How the index is built and kept true is described once, in ARCHITECTURE.md
     ("The incremental round and the wake-up path").
 
-    Poke times per check are kept in memory; the schedule itself derives from each task's start of try, so
-    after a restart every waiting check is simply poked once at once, and nothing is lost.
+    Poke times per vigil are kept in memory; the schedule itself derives from each task's start of try, so
+    after a restart every vigil is simply poked once at once, and nothing is lost.
     ``fence`` is set by ``served_ranges.LeasedRanges`` (None for a pinned range): writes apply only under it.
     Two rounds may run at once on one worker (a timer round and a wake-up round): the index is changed only
-    under a lock, and the writes are guarded, so the later of two writes for one check changes nothing.
+    under a lock, and the writes are guarded, so the later of two writes for one vigil changes nothing.
     """
 
     def __init__(
@@ -88,7 +89,7 @@ class RangeRounds:
         self.reconcile_interval = timedelta(seconds=cfg.settings.smart_sensor.reconcile_interval)
         self.reconcile_lookback = timedelta(seconds=cfg.settings.smart_sensor.reconcile_lookback)
         self.fence: Fence | None = None
-        self.index = CheckIndex()
+        self.index = VigilIndex()
         self._built_at: datetime | None = None  # None: rebuild the index at the next round
         self._built_under: Fence | None = None
         self._reconciled_at = datetime.min  # when the last reconciliation (or build) read
@@ -100,10 +101,10 @@ class RangeRounds:
         self._lock = threading.RLock()
         self._write_lock = threading.Lock()  # one write of this range at a time: two can deadlock on PostgreSQL
         self._wake_lock = threading.Lock()
-        self._wake_tables: set[tuple[str, str]] = set()
+        self._wake_tables: set[TableName] = set()
 
-    def wake(self, tables: set[tuple[str, str]]) -> None:
-        """A landing signal: checks on these (db, table) are due at the next round, whatever their interval."""
+    def wake(self, tables: set[TableName]) -> None:
+        """A landing signal: vigils on these (db, table) are due at the next round, whatever their interval."""
         with self._wake_lock:
             self._wake_tables |= tables
 
@@ -127,9 +128,9 @@ class RangeRounds:
         return result
 
     # -- steps before the poke ---------------------------------------------------------------
-    def plan_round(self, focus: set[tuple[str, str]] | None = None) -> RoundPlan:
-        """Refresh the index, pick the due checks and build them. ``focus`` (a wake-up round): only the checks
-        on these tables and the checks new to the index this round, whatever their schedule. A cohort that
+    def plan_round(self, focus: set[TableName] | None = None) -> RoundPlan:
+        """Refresh the index, pick the due vigils and build their checks. ``focus`` (a wake-up round): only the
+        vigils on these tables and the vigils new to the index this round, whatever their schedule. A cohort that
         cannot be planned (exec settings out of bounds, dates that overflow) is set aside to fail alone."""
         now = self.clock()
         fence = self.fence  # read once: a heartbeat may change it meanwhile, and the whole step is under this one
@@ -142,16 +143,16 @@ class RangeRounds:
                 with self._wake_lock:
                     woken, self._wake_tables = self._wake_tables, set()
                 due = self.index.due(now)
-                picked = {c.key for c in due}
-                due += [c for c in self.index.on_tables(woken) if c.key not in picked]
-            else:  # a wake-up round also takes what is due anyway: a check made due at once waits for no timer
+                picked = {v.key for v in due}
+                due += [v for v in self.index.on_tables(woken) if v.key not in picked]
+            else:  # a wake-up round also takes what is due anyway: a vigil made due at once waits for no timer
                 woken = focus
-                due = list({c.key: c for c in self.index.on_tables(focus) + new + self.index.due(now)}.values())
+                due = list({v.key: v for v in self.index.on_tables(focus) + new + self.index.due(now)}.values())
             plan = RoundPlan(
                 result,
                 set(self.index.collided),
                 now,
-                [CheckGroup(c.key, self.index.hold(c)) for c in due],
+                [DueVigil(v.key, self.index.hold(v)) for v in due],
                 bad=bad,
                 fence=fence,
                 index=self.index,
@@ -171,9 +172,9 @@ class RangeRounds:
         result: RoundResult,
         bad: list[BadCohort],
         changed: tuple[CohortRows, datetime] | None = None,
-    ) -> list[WaitingCheck]:
+    ) -> list[Vigil]:
         """Bring the index up to date: rebuild it, or count in the tasks that arrived (and ``changed``, what a
-        reconciliation read). Returns the checks new to the index this round."""
+        reconciliation read). Returns the vigils new to the index this round."""
         if not self._stale(now, fence):
             rows = self.store.start_new(self.shard_min, self.shard_max, now, self.starter, fence)
             new, unplannable = self.index.add(rows)
@@ -182,18 +183,18 @@ class RangeRounds:
             if changed is not None:
                 self._reconcile(now, changed, result, bad)
             return new
-        known = {k: c for k, c in self.index.checks.items() if c.last_poke is not None or c.tables}
+        known = {k: v for k, v in self.index.vigils.items() if v.last_poke is not None or v.tables}
         read_from = self._read_from(now)  # before the build's read, as for a reconciliation
         rows, result.started = self.store.load_cohorts(self.shard_min, self.shard_max, now, self.starter, fence)
-        self.index = CheckIndex(self.index.seq)
+        self.index = VigilIndex(self.index.seq)
         new, unplannable = self.index.add(rows)
         bad.extend(unplannable)
-        for check in new:  # a rebuilt index keeps the poke times and tables it knew: no poke storm every rebuild
-            old = known.get(check.key)
+        for vigil in new:  # a rebuilt index keeps the poke times and tables it knew: no poke storm every rebuild
+            old = known.get(vigil.key)
             if old is not None:
-                self.index.set_tables(check, old.tables)
+                self.index.set_tables(vigil, old.tables)
                 if old.last_poke is not None:
-                    bad.extend(self.index.done(check, old.last_poke))
+                    bad.extend(self.index.done(vigil, old.last_poke))
         self._built_at, self._built_under, self._reconciled_at = now, fence, now
         self._reconcile_from = read_from
         result.rebuilt = 1
@@ -260,7 +261,7 @@ class RangeRounds:
         )
 
     def _build_checks(self, plan: RoundPlan) -> None:
-        """Rebuild each due check's sensor from attr_dict (allow-listed classes only) and ask it for its checks.
+        """Rebuild each due vigil's sensor from attr_dict (allow-listed classes only) and ask it for its checks.
         A sensor that cannot be built gets its outcome here: permanent or transient, by the reason."""
         for g in plan.due:
             try:
@@ -281,9 +282,9 @@ class RangeRounds:
                     f"{g.key.classpath}.checks() raised {type(exc).__name__}: {first_line(exc)}"
                 )
                 continue
-            check = self.index.checks.get(g.key)
-            if check is not None and check.tables is not tables:
-                self.index.set_tables(check, tables)
+            vigil = self.index.vigils.get(g.key)
+            if vigil is not None and vigil.tables is not tables:
+                self.index.set_tables(vigil, tables)
             if checks is None:
                 plan.sensors[g.key] = sensor  # type: ignore[assignment]  # a sensor is kept exactly when checks is None
             else:
@@ -307,8 +308,8 @@ class RangeRounds:
 
     # -- steps after the poke ----------------------------------------------------------------
     def finish_round(self, plan: RoundPlan) -> RoundResult:
-        """Decide every due check's transitions, write them in one transaction, then update the index: ended
-        checks and cohorts leave it, the others are rescheduled from this poke."""
+        """Decide every due vigil's transitions, write them in one transaction, then update the index: ended
+        vigils and cohorts leave it, the others are rescheduled from this poke."""
         writes = self.decide(plan)
         self.write(plan, writes)
         self.apply(plan, writes)
@@ -353,7 +354,7 @@ class RangeRounds:
                 result.fenced_out = not self.store.holds(plan.fence, now)
 
     def apply(self, plan: RoundPlan, writes: RoundWrites) -> None:
-        """Release the round's checks in the index after its write (``_applied``). Poke times are those of the plan,
+        """Release the round's vigils in the index after its write (``_applied``). Poke times are those of the plan,
         taken before the catalog was asked: a task that joined after it is poked on its own schedule."""
         with self._lock:
             if plan.result.fenced_out:
@@ -389,12 +390,12 @@ class RangeRounds:
 @lru_cache(maxsize=200_000)
 def _rebuilt_with_checks(
     cls: type[BaseSensor], attr_dict: str
-) -> tuple[BaseSensor | None, tuple[Check, ...] | None, frozenset[tuple[str, str]]]:
+) -> tuple[BaseSensor | None, tuple[Check, ...] | None, frozenset[TableName]]:
     """A sensor rebuilt from attr_dict, its checks() validated, and the tables they read, cached per (class,
-    attr_dict): a check waiting for hours is parsed and validated once per process, not every round (on W3,
-    100,000 distinct checks a round). checks() depends only on the persisted fields (BaseSensor.checks); one
+    attr_dict): a vigil waiting for hours is parsed and validated once per process, not every round (on W3,
+    100,000 vigils a round). checks() depends only on the persisted fields (BaseSensor.checks); one
     that raises is not cached, so it is tried again next round. The sensor itself is kept only when it pokes
-    on its own (checks() is None): a batched check needs only its checks, which is most of the cache's memory.
+    on its own (checks() is None): a batched vigil needs only its checks, which is most of the cache's memory.
     """
     sensor = cls.from_stored(attr_dict)
     checks = sensor.checks()
@@ -406,34 +407,34 @@ def _rebuilt_with_checks(
             f"got {type(checks).__name__}"
         )
     tables = frozenset(c.table_key for c in checks if isinstance(c, PartitionCheck))
-    if len(_TABLE_SETS) > 200_000:  # bounded like the cache above: a long-lived worker sees checks come and go
+    if len(_TABLE_SETS) > 200_000:  # bounded like the cache above: a long-lived worker sees vigils come and go
         _TABLE_SETS.clear()
     return None, tuple(checks), _TABLE_SETS.setdefault(tables, tables)
 
 
-_TABLE_SETS: dict[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] = {}  # one object per distinct set
+_TABLE_SETS: dict[frozenset[TableName], frozenset[TableName]] = {}  # one object per distinct set
 
 
-def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time: datetime) -> list[BadCohort]:
-    """Release a round's checks after its writes: the cohorts it planned of the checks that landed or failed leave
+def _applied(index: VigilIndex, plan: RoundPlan, writes: RoundWrites, poke_time: datetime) -> list[BadCohort]:
+    """Release a round's vigils after its writes: the cohorts it planned of the vigils that landed or failed leave
     the index, as do the cohorts that timed out or failed alone; cohorts that joined after the plan stay (a landed
-    check with some left is due at once). Every other due check is rescheduled (from this poke if it was poked).
+    vigil with some left is due at once). Every other due vigil is rescheduled (from this poke if it was poked).
     Returns cohorts whose next poke can no longer be computed (failed by the next round)."""
     # Cohorts that cannot be planned (writes.bad) never enter the index, or left it when found: nothing to release.
-    ending: dict[CheckKey, list[Cohort]] = defaultdict(list)
+    ending: dict[VigilKey, list[Cohort]] = defaultdict(list)
     for cohorts in writes.ended.values():
         for key, cohort in cohorts:
             ending[key].append(cohort)
-    ends_whole = _ends_whole_check(writes)
+    ends_whole = _ends_whole_vigil(writes)
     late_bad: list[BadCohort] = []
     for g in plan.due:
-        check = index.checks.get(g.key)
-        if check is None:
+        vigil = index.vigils.get(g.key)
+        if vigil is None:
             continue
         ended = ends_whole(g.key)
         late_bad.extend(
             index.release(
-                check,
+                vigil,
                 plan.seq,
                 g.cohorts if ended else ending.get(g.key, ()),
                 poke_time if g.outcome is not None else None,
@@ -444,38 +445,38 @@ def _applied(index: CheckIndex, plan: RoundPlan, writes: RoundWrites, poke_time:
     return late_bad
 
 
-def _due_again(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> int:
-    """How many of the checks a round ended are due again at once: tasks joined them while it checked (registered
+def _due_again(index: VigilIndex, plan: RoundPlan, writes: RoundWrites) -> int:
+    """How many of the vigils a round ended are due again at once: tasks joined them while it checked (registered
     or started meanwhile), and no other round holds them."""
-    ends_whole = _ends_whole_check(writes)
+    ends_whole = _ends_whole_vigil(writes)
     return sum(
         1
         for g in plan.due
         if ends_whole(g.key)
-        and (check := index.checks.get(g.key)) is not None
-        and not check.holders
-        and check.attention is not None
-        and check.attention <= plan.now
+        and (vigil := index.vigils.get(g.key)) is not None
+        and not vigil.holders
+        and vigil.attention is not None
+        and vigil.attention <= plan.now
     )
 
 
-def _ends_whole_check(writes: RoundWrites) -> Callable[[CheckKey], bool]:
-    """Whether these writes end every waiting task of a check: it landed (by hash or by exact check) or failed."""
+def _ends_whole_vigil(writes: RoundWrites) -> Callable[[VigilKey], bool]:
+    """Whether these writes end every waiting task of a vigil: it landed (by hash or by exact vigil) or failed."""
     landed = set(writes.landed_hashes)
-    whole = {*writes.landed_checks, *(key for key, _, _ in writes.failed)}
+    whole = {*writes.landed_vigils, *(key for key, _, _ in writes.failed)}
     return lambda key: key in whole or key.hashcode in landed
 
 
-def _after_rebuild(index: CheckIndex, plan: RoundPlan, writes: RoundWrites) -> list[BadCohort]:
+def _after_rebuild(index: VigilIndex, plan: RoundPlan, writes: RoundWrites) -> list[BadCohort]:
     """A round whose index was rebuilt during its write: the new index was read from the database after the plan,
-    so it is left as read, except that the checks the round saw end are due at once: their tasks in it either were
+    so it is left as read, except that the vigils the round saw end are due at once: their tasks in it either were
     marked by this write (a no-op poke) or started after it. Returns cohorts whose next poke cannot be computed."""
-    ends_whole, late_bad = _ends_whole_check(writes), []
+    ends_whole, late_bad = _ends_whole_vigil(writes), []
     for g in plan.due:
-        check = index.checks.get(g.key)
-        if check is not None and ends_whole(g.key) and not check.holders:
-            check.urgent = True
-            late_bad.extend(index.done(check, None, plan.now))
+        vigil = index.vigils.get(g.key)
+        if vigil is not None and ends_whole(g.key) and not vigil.holders:
+            vigil.urgent = True
+            late_bad.extend(index.done(vigil, None, plan.now))
     return late_bad
 
 
@@ -524,11 +525,11 @@ def combine_finished(
 
 
 def run_round(
-    served: list[RangeRounds], answerer: Callable[[], CheckAnswerer], focus: set[tuple[str, str]] | None = None
+    served: list[RangeRounds], answerer: Callable[[], CheckAnswerer], focus: set[TableName] | None = None
 ) -> RoundResult:
     """One round over the ranges one process owns, reported as one result (``ranges`` lists them).
 
-    Loads and writes stay per range (each write fenced by its own lease); the checks of all ranges
+    Loads and writes stay per range (each write fenced by its own lease); the checks of all ranges' due vigils
     are answered together, so a table is listed once per round per process, not once per range.
     A failure (a database outage) is reported in ``error`` instead of raised: the next round retries.
     """

@@ -37,8 +37,8 @@ class RoundResult:
     fenced_out: bool = False
     reconciled: int = 0  # waiting tasks a reconciliation found missing from the index (set-state by hand, …)
     rebuilt: int = 0  # ranges whose index was rebuilt from the database this round (first round, takeover, …)
-    partial: bool = False  # a wake-up round: the checks of the tables a signal named, new checks and due ones
-    # checks this round left due at once: they ended (landed or failed) with tasks that joined while it checked them;
+    partial: bool = False  # a wake-up round: the vigils of the tables a signal named, new vigils and due ones
+    # vigils this round left due at once: they ended (landed or failed) with tasks that joined while it checked them;
     # a wake-up round follows at once instead of the next timer round
     due_again: int = 0
     seconds: float = 0.0
