@@ -15,12 +15,12 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from smartsensor.domain.keys import CohortRows, ExternalKey, Fence, TaskKey
 from smartsensor.domain.landings import ClaimedLanding, EventLookup, HiveAsset, PostOutcome, WatchRow
 from smartsensor.domain.leases import LeaseRow
-from smartsensor.domain.rows import ExternalState, RetryRow, TaskRow, ZombieRow
+from smartsensor.domain.rows import ExternalState, NewTry, RetryRow, Superseded, TaskRow, TryRegistration, ZombieRow
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.hive_filter.names import TableName
 from smartsensor.sensors.checks import Check, PartitionCheck
@@ -525,30 +525,6 @@ class ClassicRunStore(Protocol):
     ) -> bool:
         """running → ``new_state`` (in ``try_number`` when given); False if the task left `running` (or that try)."""
         ...
-
-
-class Superseded(NamedTuple):
-    """The errors a registration leaves on the task instance it supersedes while it waits."""
-
-    newer_try: str  # a newer try of the key was registered
-    other_check: str  # the same try was registered again with another check
-
-
-class TryRegistration(NamedTuple):
-    """What ``ExternalTryStore.register_try`` found: the try the key was at before (None: a new key), and that try's
-    task instance when it is the try registered (then nothing was written)."""
-
-    registered_try: int | None
-    task: TaskRow | None
-
-
-class NewTry(NamedTuple):
-    """A try to register under a key that has no mapping yet: its task instance ``row``."""
-
-    key: ExternalKey
-    try_number: int
-    row: TaskRow
-    logical_date: datetime | None
 
 
 class ExternalTryStore(Protocol):

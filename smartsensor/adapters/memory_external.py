@@ -15,9 +15,9 @@ from typing import Sequence
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.domain.clock import aware_utc
 from smartsensor.domain.keys import ExternalKey, TaskKey
-from smartsensor.domain.rows import ExternalRow, ExternalState, TaskRow
+from smartsensor.domain.rows import ExternalRow, ExternalState, NewTry, Superseded, TaskRow, TryRegistration
 from smartsensor.domain.states import State
-from smartsensor.ports import InsertConflict, NewTry, Superseded, TryRegistration
+from smartsensor.ports import InsertConflict
 
 SUPERSEDABLE = (*State.SMART_WAITING, State.UP_FOR_RETRY)  # the states a superseded try is skipped from
 

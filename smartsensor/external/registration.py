@@ -20,10 +20,10 @@ from typing import Any, NamedTuple, Sequence
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.keys import ExternalKey, TaskKey
-from smartsensor.domain.rows import TaskRow
+from smartsensor.domain.rows import NewTry, Superseded, TaskRow
 from smartsensor.domain.states import State
 from smartsensor.external.states import OTHER_CHECK
-from smartsensor.ports import ExternalTryStore, InsertConflict, NewTry, Superseded
+from smartsensor.ports import ExternalTryStore, InsertConflict
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id

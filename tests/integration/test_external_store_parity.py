@@ -23,12 +23,12 @@ from smartsensor.adapters.sql.external import EX, SqlExternalTryStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import Config
 from smartsensor.domain.keys import ExternalKey, TaskKey
-from smartsensor.domain.rows import ExternalRow, TaskRow
+from smartsensor.domain.rows import ExternalRow, NewTry, Superseded, TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.external.registration import ti_task_id
 from smartsensor.external.states import Asked, external_states
-from smartsensor.ports import InsertConflict, NewTry, Superseded
+from smartsensor.ports import InsertConflict
 from smartsensor.schema.models import TaskInstance
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.task_rows import task_row

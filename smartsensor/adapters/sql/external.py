@@ -14,9 +14,9 @@ from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.domain.keys import ExternalKey
-from smartsensor.domain.rows import ExternalRow, ExternalState, TaskRow
+from smartsensor.domain.rows import ExternalRow, ExternalState, NewTry, Superseded, TaskRow, TryRegistration
 from smartsensor.domain.states import State
-from smartsensor.ports import InsertConflict, NewTry, Superseded, TryRegistration
+from smartsensor.ports import InsertConflict
 from smartsensor.schema.models import ExternalTask, TaskInstance
 
 EX = ExternalTask.__table__
