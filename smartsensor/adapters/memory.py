@@ -44,8 +44,8 @@ class InMemoryStore:
 
     @property
     def lock(self) -> AbstractContextManager[Any]:
-        """The lock every operation holds (reentrant): what makes an operation of the standalone door's stores over
-        these rows (``adapters.memory_standalone``) one transaction."""
+        """The lock every operation holds (reentrant): what makes an operation of the doors' stores over these rows
+        (``adapters.memory_standalone``, ``adapters.memory_external``) one transaction."""
         return self._lock
 
     # -- set-up and inspection (what registration, the lease manager or a user would do) ----------

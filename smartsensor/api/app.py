@@ -11,8 +11,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from smartsensor.api.auth import token_route
@@ -24,7 +22,7 @@ from smartsensor.api.request_counts import RequestCounts
 from smartsensor.api.tasks import tasks_router
 from smartsensor.config import Config
 from smartsensor.external.ended_watch import EndedWatch
-from smartsensor.ports import OverviewReads, StatusReads, StoreUnavailable
+from smartsensor.ports import ExternalTryStore, OverviewReads, StatusReads, StoreUnavailable
 from smartsensor.sensors.errors import first_line
 from smartsensor.service.status_snapshot import StatusSnapshot
 
@@ -44,18 +42,19 @@ class Health(BaseModel):
 
 def api_app(
     cfg: Config,
-    engine: Engine,
     token: str | None,
     *,
+    tries: ExternalTryStore,
     watch: EndedWatch,
     snapshot: StatusSnapshot,
     status_reads: StatusReads,
     overview: OverviewReads,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
 ) -> FastAPI:
-    """The application's routes over one engine, with the parts ``roots.serve`` built: the ended watch the held
-    requests wait on, the status snapshot and the status side's reads (health, the page), and the lifespan that runs
-    the side jobs and the hub. ``token`` None: no auth (the server then listens on 127.0.0.1 only)."""
+    """The application's routes over the parts ``roots.serve`` built: the external door's store of
+    tries (the task endpoints), the ended watch the held requests wait on, the status snapshot and the status side's
+    reads (health, the page), and the lifespan that runs the side jobs and the hub. ``token`` None: no auth (the
+    server then listens on 127.0.0.1 only)."""
     # The OpenAPI document is served below, behind the token like every route; no docs page (Swagger UI would
     # load its script from a CDN, which an offline host cannot reach and the page's policy forbids).
     app = FastAPI(title="smartsensor", version="1", docs_url=None, openapi_url=None, redoc_url=None, lifespan=lifespan)
@@ -97,7 +96,7 @@ def api_app(
             render_metrics(snapshot.get(), requests.snapshot()), media_type="text/plain; version=0.0.4"
         )
 
-    app.include_router(tasks_router(cfg, engine, watch, app.router.route_class, API))
+    app.include_router(tasks_router(cfg, tries, watch, app.router.route_class, API))
     app.include_router(page_router(cfg, overview, status_reads, token, snapshot))
 
     @app.exception_handler(StarletteHTTPException)
@@ -110,7 +109,6 @@ def api_app(
         where = ".".join(str(p) for p in first.get("loc", ()))
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, 422)
 
-    @app.exception_handler(SQLAlchemyError)
     @app.exception_handler(StoreUnavailable)
     async def database_down(_: Request, exc: Exception) -> JSONResponse:
         log.warning("request failed on the metadata database: %s", first_line(exc))

@@ -26,7 +26,6 @@ from pydantic import (
     ValidationInfo,
     create_model,
 )
-from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from smartsensor.api.errors import error_responses
@@ -42,6 +41,7 @@ from smartsensor.external.registration import (
     register_externals,
 )
 from smartsensor.external.states import Asked, TerminalAnswers, end_reason, external_states, still_waiting
+from smartsensor.ports import ExternalTryStore
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
 from smartsensor.wire import (
@@ -231,13 +231,13 @@ def refusal_status(exc: Exception) -> int:
 
 
 def register_one(
-    engine: Engine, cfg: Config, ended: TerminalAnswers, body: Any
+    store: ExternalTryStore, cfg: Config, ended: TerminalAnswers, body: Any
 ) -> tuple[ExternalRegistered | None, int, str]:
     """Register one try (call from a worker thread): what was registered, else the status (``refusal_status``) and
     reason of a refusal."""
     try:
         done = register_external(
-            engine,
+            store,
             cfg,
             body.key.external(),
             body.key.try_number,
@@ -274,8 +274,10 @@ def refused_answer(key: Key, refusal: Exception) -> dict[str, Any]:
     return WireRefused(key.wire(), refusal_status(refusal), str(refusal)).to_json()
 
 
-def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: type[APIRoute], prefix: str) -> APIRouter:
-    """``POST {prefix}/tasks``, ``POST {prefix}/tasks/batch`` and ``POST {prefix}/tasks/states`` over one engine;
+def tasks_router(
+    cfg: Config, store: ExternalTryStore, watch: EndedWatch, route_class: type[APIRoute], prefix: str
+) -> APIRouter:
+    """``POST {prefix}/tasks``, ``POST {prefix}/tasks/batch`` and ``POST {prefix}/tasks/states`` over one store;
     ``watch`` wakes held states requests; ``route_class`` asks for the token (``auth.token_route``). The routes
     carry the prefix themselves, so that the route a request matched names its full path
     (``request_counts.matched_route``)."""
@@ -290,7 +292,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
         deadline = loop.time() + wait
         while True:
             seen = watch.generation  # read before the query: a change during it is not missed
-            answers = await run_in_threadpool(external_states, engine, asked, ended)
+            answers = await run_in_threadpool(external_states, store, asked, ended)
             left = deadline - loop.time()
             # answered when the wait is over, when there is nothing to wait on, or when a try no longer waits
             if left <= 0 or not answers or not all(still_waiting(a["state"]) for a in answers):
@@ -310,7 +312,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
         """Register one try (idempotent for the same try; a newer try starts afresh), and with ``wait`` hold the
         answer until it ends (or is superseded) or ``wait`` seconds pass. 409: an older try, or one that kept
         meeting concurrent registrations of the same task (ask again)."""
-        done, status, reason = await run_in_threadpool(register_one, engine, cfg, ended, body)
+        done, status, reason = await run_in_threadpool(register_one, store, cfg, ended, body)
         if done is None:
             raise HTTPException(status, reason)
         state, error = done.state, done.error
@@ -351,7 +353,7 @@ def tasks_router(cfg: Config, engine: Engine, watch: EndedWatch, route_class: ty
                 for one in body.tries
             ]
             answers = []
-            for one, done in zip(body.tries, register_externals(engine, cfg, tries), strict=True):
+            for one, done in zip(body.tries, register_externals(store, cfg, tries), strict=True):
                 if isinstance(done, ExternalRegistered):
                     if done.created:
                         ended.forget(done.key, done.try_number)

@@ -1,6 +1,7 @@
 """The rows the storage seam hands out and takes, typed: a task instance whole (``TaskRow``), the few columns the
 scheduler reads of a retry or of a dead run (``RetryRow``, ``ZombieRow``), an external key's mapping and its
-states answer (``ExternalRow``, ``ExternalState``). Named tuples, built straight from a result row (``_make``), read
+states answer (``ExternalRow``, ``ExternalState``), and what the external door's store takes and answers
+(``NewTry``, ``Superseded``, ``TryRegistration``). Named tuples, built straight from a result row (``_make``), read
 by attribute; times aware UTC (``domain.clock``). Only attr_dict and exec_dict stay free-form: JSON text."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from smartsensor.domain.keys import TaskKey, VigilKey
+from smartsensor.domain.keys import ExternalKey, TaskKey, VigilKey
 
 
 class TaskRow(NamedTuple):
@@ -116,3 +117,27 @@ class ExternalState(NamedTuple):
     state: str
     error: str | None
     hashcode: int
+
+
+class Superseded(NamedTuple):
+    """The errors a registration leaves on the task instance it supersedes while it waits."""
+
+    newer_try: str  # a newer try of the key was registered
+    other_check: str  # the same try was registered again with another check
+
+
+class TryRegistration(NamedTuple):
+    """What ``ExternalTryStore.register_try`` found: the try the key was at before (None: a new key), and that try's
+    task instance when it is the try registered (then nothing was written)."""
+
+    registered_try: int | None
+    task: TaskRow | None
+
+
+class NewTry(NamedTuple):
+    """A try to register under a key that has no mapping yet: its task instance ``row``."""
+
+    key: ExternalKey
+    try_number: int
+    row: TaskRow
+    logical_date: datetime | None

@@ -1,7 +1,7 @@
 """Tells a `serve` process that tasks may have ended, so that long-polling states requests read their keys again
 at once instead of on a timer.
 
-It hears ``ENDED_CHANNEL`` through the process's ``adapters.sql.notifications.NotificationHub`` (``subscribe``).
+It hears ``ENDED_CHANNEL`` through the process's notification hub (``ports.Notifications.subscribe``).
 PostgreSQL: every round that marks tasks (and `set-state`) NOTIFYs at commit, from any host, naming the hashcodes
 that ended: only the requests waiting on one of them wake. SQLite (one host): the hub polls ``PRAGMA data_version``,
 which changes whenever another connection commits, and every request wakes. Either way a wake-up is only a hint:

@@ -17,16 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, Sequence
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
-
-from smartsensor.adapters.sql import external as external_sql
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.keys import ExternalKey, TaskKey
-from smartsensor.domain.rows import TaskRow
+from smartsensor.domain.rows import NewTry, Superseded, TaskRow
 from smartsensor.domain.states import State
 from smartsensor.external.states import OTHER_CHECK
+from smartsensor.ports import ExternalTryStore, InsertConflict
 from smartsensor.sensors.base import BaseSensor, import_sensor_modules, smart_classes_named
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
@@ -93,7 +90,7 @@ def validate_key(key: ExternalKey, try_number: Any) -> None:
 
 
 def register_external(
-    engine: Engine,
+    store: ExternalTryStore,
     cfg: Config,
     key: ExternalKey,
     try_number: int,
@@ -106,7 +103,7 @@ def register_external(
     rendered by the caller). Only sensors the shard workers here serve (``served_here``): the caller runs any
     other itself."""
     row = _task_row(cfg, key, try_number, class_name, persist, exec_values)
-    return _register_row(engine, key, try_number, row, logical_date)
+    return _register_row(store, key, try_number, row, logical_date)
 
 
 class ExternalTry(NamedTuple):
@@ -121,11 +118,11 @@ class ExternalTry(NamedTuple):
 
 
 def register_externals(
-    engine: Engine, cfg: Config, tries: Sequence[ExternalTry]
+    store: ExternalTryStore, cfg: Config, tries: Sequence[ExternalTry]
 ) -> list[ExternalRegistered | ExternalConflict | SensorDefinitionError | SensorModuleUnavailable]:
     """Register many tries, each as ``register_external`` registers it: what each registration gave, or why it was
     refused, in order. The first registrations of keys with no mapping yet (a scheduler's new tries: the common
-    case) share one transaction (``external.register_new_tries``); the others, and all of them if a concurrent
+    case) share one transaction (``ExternalTryStore.register_new_tries``); the others, and all of them if a concurrent
     registration meets that transaction, go one by one."""
     out: dict[int, ExternalRegistered | ExternalConflict | SensorDefinitionError | SensorModuleUnavailable] = {}
     rows: dict[int, TaskRow] = {}  # place → the row of each try that is valid, validated and hashed once
@@ -137,13 +134,10 @@ def register_externals(
             out[place] = exc
             continue
         first_of.setdefault(t.key, place)
-    new = [
-        external_sql.NewTry(tries[p].key, tries[p].try_number, rows[p], tries[p].logical_date)
-        for p in first_of.values()
-    ]
+    new = [NewTry(tries[p].key, tries[p].try_number, rows[p], tries[p].logical_date) for p in first_of.values()]
     try:
-        together = external_sql.register_new_tries(engine, new)
-    except IntegrityError:
+        together = store.register_new_tries(new)
+    except InsertConflict:
         together = set()  # nothing written: each is registered on its own below
     for place, row in rows.items():
         t = tries[place]
@@ -151,7 +145,7 @@ def register_externals(
             out[place] = ExternalRegistered(t.key, t.try_number, row.state, None, row.hashcode, True, row.key)
             continue
         try:
-            out[place] = _register_row(engine, t.key, t.try_number, row, t.logical_date)
+            out[place] = _register_row(store, t.key, t.try_number, row, t.logical_date)
         except ExternalConflict as exc:
             out[place] = exc
     return [out[place] for place in range(len(tries))]
@@ -181,15 +175,15 @@ def _task_row(
 
 
 def _register_row(
-    engine: Engine, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None
+    store: ExternalTryStore, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None
 ) -> ExternalRegistered:
     """Register ``row`` as ``key``'s try ``try_number``, reading the key again while concurrent registrations move
     it (on SQLite, whose reads take no lock, that is how concurrent tries meet): each lost race means another
     request committed, so this ends; past RACE_ATTEMPTS the caller is told to ask again, as for a stale try."""
     for _ in range(RACE_ATTEMPTS):
         try:
-            return _register(engine, key, try_number, row, logical_date)
-        except IntegrityError:
+            return _register(store, key, try_number, row, logical_date)
+        except InsertConflict:
             row = row._replace(execution_date=clock.now())
     raise ExternalConflict(
         f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) met {RACE_ATTEMPTS} "
@@ -198,15 +192,15 @@ def _register_row(
 
 
 def _register(
-    engine: Engine, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None
+    store: ExternalTryStore, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None
 ) -> ExternalRegistered:
-    """One transaction (``external.register_try``): the same try gets its task instance back; a first or newer try
-    inserts ``row``."""
-    superseded = external_sql.Superseded(
+    """One transaction (``ExternalTryStore.register_try``): the same try gets its task instance back; a first or
+    newer try inserts ``row``."""
+    superseded = Superseded(
         newer_try=f"superseded by try {try_number} of the Airflow task",
         other_check=f"{OTHER_CHECK}: try {try_number} of the Airflow task was registered again with another check",
     )
-    registered_try, ti = external_sql.register_try(engine, key, try_number, row, logical_date, superseded)
+    registered_try, ti = store.register_try(key, try_number, row, logical_date, superseded)
     if registered_try is not None and registered_try > try_number:
         raise ExternalConflict(
             f"try {try_number} of {key.dag_id}.{key.task_id} ({key.run_id}) is older than "

@@ -7,13 +7,11 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple, Sequence
 
-from sqlalchemy import Engine
-
-from smartsensor.adapters.sql import external as external_sql
 from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.rows import ExternalState
 from smartsensor.domain.states import State
 from smartsensor.domain.timing import is_timeout_error
+from smartsensor.ports import ExternalTryStore
 from smartsensor.wire import try_state_json
 
 SUPERSEDED = "superseded"  # a states answer: the key has moved on to a newer try than the one asked about
@@ -84,7 +82,7 @@ class TerminalAnswers:
 
 
 def external_states(
-    engine: Engine, asked: Sequence[Asked], cache: TerminalAnswers | None = None
+    store: ExternalTryStore, asked: Sequence[Asked], cache: TerminalAnswers | None = None
 ) -> list[dict[str, Any]]:
     """The state of each try asked about, in order: the task instance's state and error, ``superseded`` when the
     key is at a newer try (or, asked with its hashcode, at another check of the same try), ``unknown`` when that try
@@ -94,7 +92,7 @@ def external_states(
     cached = {a: hit for a in asked if cache is not None and (hit := cache.get(a, now)) is not None}
     found: dict[ExternalKey, ExternalState] = {}
     if len(cached) < len(asked):
-        found = external_sql.read_external_states(engine, [a.key for a in asked if a not in cached])
+        found = store.read_states([a.key for a in asked if a not in cached])
     out = []
     for one in asked:
         answer = cached.get(one)

@@ -1,7 +1,7 @@
 """The ``smartsensor serve`` process's parts, built in one place: the application (``api.app.api_app``) with its
-status snapshot, the ended watch its held requests wait on, and its lifespan: the process's one ``PeriodicJobs``
-(the page's history sampler, the retention job) and one ``NotificationHub`` (the ended tasks' channel), stopped by
-its ``StopRequest`` when the server shuts down."""
+status snapshot, the external door's store of tries (``SqlExternalTryStore``), the ended watch its held requests
+wait on, and its lifespan: the process's one ``PeriodicJobs`` (the page's history sampler, the retention job) and one
+``NotificationHub`` (the ended tasks' channel), stopped by its ``StopRequest`` when the server shuts down."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.periodic import PeriodicJobs
+from smartsensor.adapters.sql.external import SqlExternalTryStore
 from smartsensor.adapters.sql.notifications import NotificationHub
 from smartsensor.adapters.sql.status_store import SqlExpiredRows, SqlOverviewReads, SqlStateSamples, SqlStatusReads
 from smartsensor.api.app import api_app
@@ -63,8 +64,8 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
 
     return api_app(
         cfg,
-        engine,
         token,
+        tries=SqlExternalTryStore(engine),
         watch=watch,
         snapshot=snapshot,
         status_reads=status_reads,

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.external import SqlExternalTryStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import ExternalKey, TaskKey
@@ -40,7 +41,7 @@ def reg(
     engine: Any, cfg: Any, key: ExternalKey = KEY, try_number: int = 1, persist: dict | None = None, **exec_values: Any
 ) -> Any:
     return register_external(
-        engine,
+        SqlExternalTryStore(engine),
         cfg,
         key,
         try_number,
@@ -71,7 +72,7 @@ def test_a_new_try_starts_fresh_and_ends_the_old_one(cfg, engine) -> None:
     with engine.connect() as conn:
         old = task_sql.get_task(conn, *second.task_instance)
     assert old.state == State.SKIPPED and "superseded by try 3" in old.error
-    assert external_states(engine, [Asked(KEY, 1), Asked(KEY, 3), Asked(KEY, 4)]) == [
+    assert external_states(SqlExternalTryStore(engine), [Asked(KEY, 1), Asked(KEY, 3), Asked(KEY, 4)]) == [
         {
             **_key(KEY),
             "try_number": 1,
@@ -129,7 +130,13 @@ def test_bad_registrations_are_refused_with_the_reason(cfg, engine, change: dict
     }
     with pytest.raises(SensorDefinitionError, match=message):
         register_external(
-            engine, cfg, args["key"], args["try_number"], args["class_name"], args["persist"], args["exec_values"]
+            SqlExternalTryStore(engine),
+            cfg,
+            args["key"],
+            args["try_number"],
+            args["class_name"],
+            args["persist"],
+            args["exec_values"],
         )
     with engine.connect() as conn:
         assert task_sql.list_tasks(conn) == []
@@ -148,7 +155,7 @@ def test_new_tries_register_together_in_four_statements(cfg, engine) -> None:
     ``register_external`` would give."""
     keys = [ExternalKey("etl", f"t{i}", "r1") for i in range(300)]
     before = engine.statement_counter.count
-    done = register_externals(engine, cfg, many(keys))
+    done = register_externals(SqlExternalTryStore(engine), cfg, many(keys))
     assert engine.statement_counter.count - before == (4 if engine.dialect.name == "postgresql" else 3)
     assert all(isinstance(d, ExternalRegistered) and d.created for d in done)
     one_by_one = [reg(engine, cfg, k) for k in keys[:3]]
@@ -167,7 +174,7 @@ def test_registering_together_meets_registrations_of_the_same_keys(cfg, engine) 
     reg(engine, cfg, keys[1], try_number=2)
     tries = many(keys) + many(keys[2:3])
     with ThreadPoolExecutor(2) as pool:
-        first, second = pool.map(lambda _: register_externals(engine, cfg, tries), range(2))
+        first, second = pool.map(lambda _: register_externals(SqlExternalTryStore(engine), cfg, tries), range(2))
     for answers in (first, second):
         assert isinstance(answers[1], ExternalConflict)  # try 1 is older than the registered try 2
         assert all(isinstance(a, ExternalRegistered) for i, a in enumerate(answers) if i != 1)
@@ -188,7 +195,9 @@ def test_a_round_serves_external_tasks_with_one_check_for_identical_waits(cfg, e
     worker = RangeRounds(SqlRoundStore(engine), cfg, 0, cfg.shard_code_upper_limit)
     result = run_round([worker], lambda: catalog)
     assert result.distinct_checks == 1 and result.marked == {State.SUCCESS: 3}
-    states = external_states(engine, [Asked(ExternalKey("etl", f"t{i}", "r1"), 1) for i in range(3)])
+    states = external_states(
+        SqlExternalTryStore(engine), [Asked(ExternalKey("etl", f"t{i}", "r1"), 1) for i in range(3)]
+    )
     assert [s["state"] for s in states] == [State.SUCCESS] * 3 and len({t.hashcode for t in tries}) == 1
 
 
@@ -396,7 +405,9 @@ def test_concurrent_tries_of_one_key_end_on_the_newest_without_errors(cfg, engin
         for future in [pool.submit(one, key, t) for key in keys for t in range(1, 11)]:
             future.result()  # re-raises anything that is neither a registration nor a 409
     assert len(outcomes) == 200 and "ok" in outcomes
-    assert [s["state"] for s in external_states(engine, [Asked(k, 10) for k in keys])] == [State.SMART_PENDING] * 20
+    assert [s["state"] for s in external_states(SqlExternalTryStore(engine), [Asked(k, 10) for k in keys])] == [
+        State.SMART_PENDING
+    ] * 20
     with engine.connect() as conn:
         waiting = [r for r in task_sql.list_tasks(conn) if r.state == State.SMART_PENDING]
     assert sorted(r.task_id for r in waiting) == sorted(k.task_id for k in keys)
@@ -415,16 +426,24 @@ def test_ended_answers_are_kept_and_waiting_or_unknown_ones_are_read_again(cfg, 
         Asked(ExternalKey("etl", "w", "r1"), 1),
         Asked(ExternalKey("etl", "x", "r1"), 1),
     ]
-    first = external_states(engine, asked, cache)
+    first = external_states(SqlExternalTryStore(engine), asked, cache)
     before = engine.statement_counter.count
-    assert external_states(engine, asked, cache) == first and cache.hits == 1  # the ended one came from memory
+    assert (
+        external_states(SqlExternalTryStore(engine), asked, cache) == first and cache.hits == 1
+    )  # the ended one came from memory
     assert engine.statement_counter.count - before == 1  # the other two were read again
     before = engine.statement_counter.count
-    assert external_states(engine, asked[:1], cache) == first[:1] and engine.statement_counter.count == before
+    assert (
+        external_states(SqlExternalTryStore(engine), asked[:1], cache) == first[:1]
+        and engine.statement_counter.count == before
+    )
     assert [a["state"] for a in first] == [State.SUCCESS, State.SMART_PENDING, "unknown"]
     with engine.begin() as conn:  # a user restarts the wait by hand: seen once the kept answer expires
         task_sql.set_state(conn, done.task_instance, State.SMART_PENDING)
-    assert external_states(engine, asked[:1], TerminalAnswers(ttl=0))[0]["state"] == State.SMART_PENDING
+    assert (
+        external_states(SqlExternalTryStore(engine), asked[:1], TerminalAnswers(ttl=0))[0]["state"]
+        == State.SMART_PENDING
+    )
 
 
 OTHER = {"partition_names": ["db.events/ds=2026-11-23"]}
@@ -440,7 +459,9 @@ def test_the_same_try_registered_with_another_check_never_gets_the_old_checks_ve
     assert other.created and other.state == State.SMART_PENDING and other.hashcode != first.hashcode
     assert other.task_instance != first.task_instance
     assert reg(engine, cfg, persist=OTHER).task_instance == other.task_instance  # the same wait again: idempotent
-    answers = external_states(engine, [Asked(KEY, 1, first.hashcode), Asked(KEY, 1, other.hashcode), Asked(KEY, 1)])
+    answers = external_states(
+        SqlExternalTryStore(engine), [Asked(KEY, 1, first.hashcode), Asked(KEY, 1, other.hashcode), Asked(KEY, 1)]
+    )
     assert [(a["state"], a["reason"]) for a in answers] == [
         ("superseded", "superseded"),  # asked by its own check: never the other check's state
         (State.SMART_PENDING, None),
@@ -471,7 +492,9 @@ def test_two_airflow_deployments_under_one_key_each_have_their_own_task_instance
     assert on_a.created and on_b.created and on_a.task_instance != on_b.task_instance
     with engine.begin() as conn:
         task_sql.set_state(conn, on_a.task_instance, State.SUCCESS)
-    answers = external_states(engine, [Asked(a, 1, on_a.hashcode), Asked(b, 1, on_b.hashcode), Asked(KEY, 1)])
+    answers = external_states(
+        SqlExternalTryStore(engine), [Asked(a, 1, on_a.hashcode), Asked(b, 1, on_b.hashcode), Asked(KEY, 1)]
+    )
     assert [x["state"] for x in answers] == [State.SUCCESS, State.SMART_PENDING, "unknown"]
     assert not reg(engine, cfg, a).created and not reg(engine, cfg, b, persist=OTHER).created
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.external import SqlExternalTryStore
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.external.registration import register_external
@@ -31,7 +32,13 @@ def sampled(engine: Any) -> bool:
 def registered(engine: Any, cfg: Any, task_id: str) -> tuple[dict[str, Any], TaskKey]:
     key = ExternalKey("etl", task_id, "r1")
     done = register_external(
-        engine, cfg, key, 1, "NamedHivePartitionSensor", {"partition_names": [f"db.t/ds={task_id}"]}, {"timeout": 600}
+        SqlExternalTryStore(engine),
+        cfg,
+        key,
+        1,
+        "NamedHivePartitionSensor",
+        {"partition_names": [f"db.t/ds={task_id}"]},
+        {"timeout": 600},
     )
     return {"dag_id": "etl", "task_id": task_id, "run_id": "r1", "map_index": -1, "try_number": 1}, done.task_instance
 

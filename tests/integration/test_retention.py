@@ -19,6 +19,7 @@ from sqlalchemy import Engine, event, insert, select
 from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.adapters.sql import retention as retention_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.external import SqlExternalTryStore
 from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.adapters.sql.status_store import SqlExpiredRows
@@ -116,7 +117,7 @@ def test_old_ended_tries_and_their_keys_go_never_a_waiting_task(cfg: Any, engine
     with engine.connect() as conn:
         assert task_sql.get_task(conn, *first) is None and task_sql.get_task(conn, *newest) is not None
     assert keys(engine) == {"etl.waiting", "etl.retry", "etl.superseded"}
-    answers = external_states(engine, [Asked(done, 1), Asked(superseded, 2)])
+    answers = external_states(SqlExternalTryStore(engine), [Asked(done, 1), Asked(superseded, 2)])
     assert [a["state"] for a in answers] == ["unknown", State.SMART_PENDING]
 
 

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from sqlalchemy import Engine, delete
+from hypothesis.stateful import invariant, rule
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from smartsensor.adapters.memory import InMemoryStore
@@ -44,7 +44,7 @@ from smartsensor.standalone.registration import build_row, register
 from smartsensor.standalone.scheduler import end_zombies, requeue_retries
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, T0, named
-from tests.support.model import run_model
+from tests.support.model import StoreModel, run_model
 
 TI = TaskInstance.__table__
 
@@ -221,17 +221,13 @@ PROCESS_MOVES = {
 }
 
 
-class StandaloneModel(RuleBasedStateMachine):
-    """Set by ``machine_for``: the SQL engine and config."""
+class StandaloneModel(StoreModel):
+    """Run ``on`` the SQL engine and config."""
 
-    engine: Engine
-    cfg: Config
-    steps = 0
+    emptied = (TI,)
 
     def __init__(self) -> None:
         super().__init__()
-        with self.engine.begin() as conn:
-            conn.execute(delete(TI))
         self.clock = Clock(T0)
         self.systems = [memory_stores(), sql_stores(self.engine)]
 
@@ -329,14 +325,5 @@ class StandaloneModel(RuleBasedStateMachine):
         assert self.systems[0].rows() == self.systems[1].rows()
 
 
-def machine_for(engine: Engine, cfg: Config) -> type[StandaloneModel]:
-    return type("StandaloneOn" + engine.dialect.name.title(), (StandaloneModel,), {"engine": engine, "cfg": cfg})
-
-
-@pytest.fixture(autouse=True)
-def _no_steps_carried_over() -> None:
-    StandaloneModel.steps = 0
-
-
 def test_the_memory_stores_keep_the_sql_guards_in_every_interleaving(cfg: Config, engine: Engine) -> None:
-    run_model(machine_for(engine, cfg), examples=30 if engine.dialect.name == "sqlite" else 10, steps=40)
+    run_model(StandaloneModel.on(engine, cfg), examples=30 if engine.dialect.name == "sqlite" else 10, steps=40)

@@ -12,6 +12,7 @@ from sqlalchemy.exc import StatementError
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.classic_store import SqlClassicRunStore
+from smartsensor.adapters.sql.external import SqlExternalTryStore
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.domain.clock import NaiveDatetimeError
 from smartsensor.domain.keys import ExternalKey, TaskKey
@@ -69,7 +70,7 @@ def test_a_key_registered_and_read_back_equals_the_key_the_service_built(cfg, en
 
 def test_an_external_try_s_task_instance_reads_back_as_the_key_it_was_given(cfg, engine) -> None:
     done = register_external(
-        engine,
+        SqlExternalTryStore(engine),
         cfg,
         ExternalKey("etl", "wait", "scheduled__2026-11-22T00:00:00+00:00"),
         1,

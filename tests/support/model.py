@@ -1,4 +1,5 @@
-"""Running the suite's hypothesis state machines (``tests/integration/test_index_model.py``, ``test_landings.py``)."""
+"""Running the suite's hypothesis state machines (``tests/integration/test_index_model.py``, ``test_landings.py``),
+and the base of those that hold a memory store to its SQL one (``StoreModel``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,32 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine
+from sqlalchemy import Engine, Table, delete
 
 from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.config import Config
+
+
+class StoreModel(RuleBasedStateMachine):
+    """A state machine over a SQL store and its memory twin: ``on`` binds the SQL engine and the config (a class of
+    its own, so its ``steps`` start at 0), and every example starts with the ``emptied`` tables empty."""
+
+    engine: Engine
+    cfg: Config
+    emptied: tuple[Table, ...] = ()
+    steps = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        with self.engine.begin() as conn:
+            for table in self.emptied:
+                conn.execute(delete(table))
+
+    @classmethod
+    def on(cls, engine: Engine, cfg: Config) -> type[StoreModel]:
+        """This machine on ``engine`` with ``cfg``."""
+        return type(f"{cls.__name__}On{engine.dialect.name.title()}", (cls,), {"engine": engine, "cfg": cfg})
 
 
 def run_model(machine: Any, examples: int, steps: int) -> None:

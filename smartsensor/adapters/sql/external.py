@@ -1,20 +1,23 @@
-"""Queries on the keys of another scheduler's tasks (``external_task``) and the task instances they map to.
-``register_try`` and ``read_external_states`` are the external door's operations, each in a transaction or
-connection of its own."""
+"""Queries on the keys of another scheduler's tasks (``external_task``) and the task instances they map to, and
+``SqlExternalTryStore``, the external door's store (``ports.ExternalTryStore``): each operation in a transaction or
+connection of its own, an IntegrityError (another registration got there first) raised as the port's
+``InsertConflict``. A database away raises SQLAlchemy's own error, which the API answers 503."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 from sqlalchemy import Connection, Engine, insert, select, text, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.adapters.sql import channels as channel_sql, tasks as task_sql
+from smartsensor.adapters.sql.store_errors import any_error_unavailable
 from smartsensor.domain.keys import ExternalKey
-from smartsensor.domain.rows import ExternalRow, ExternalState, TaskRow
+from smartsensor.domain.rows import ExternalRow, ExternalState, NewTry, Superseded, TaskRow, TryRegistration
 from smartsensor.domain.states import State
+from smartsensor.ports import InsertConflict
 from smartsensor.schema.models import ExternalTask, TaskInstance
 
 EX = ExternalTask.__table__
@@ -140,82 +143,6 @@ def external_states(conn: Connection, keys: Sequence[ExternalKey]) -> dict[Exter
     }
 
 
-def read_external_states(engine: Engine, keys: Sequence[ExternalKey]) -> dict[ExternalKey, ExternalState]:
-    """``external_states`` on a connection of its own (1 statement)."""
-    with engine.connect() as conn:
-        return external_states(conn, keys)
-
-
-class Superseded(NamedTuple):
-    """The errors a registration leaves on the task instance it supersedes while it waits."""
-
-    newer_try: str  # a newer try of the key was registered
-    other_check: str  # the same try was registered again with another check
-
-
-class TryRegistration(NamedTuple):
-    """What ``register_try`` found: the try the key was at before (None: a new key), and that try's task instance
-    when it is the try registered (then nothing was written)."""
-
-    registered_try: int | None
-    task: TaskRow | None
-
-
-def register_try(
-    engine: Engine,
-    key: ExternalKey,
-    try_number: int,
-    row: TaskRow,
-    logical_date: datetime | None,
-    superseded: Superseded,
-) -> TryRegistration:
-    """One transaction, on the key's mapping locked (``get_external(for_update=True)``): a try already registered
-    with the same wait (``TaskRow.waits_as``), or an older try than the key's, writes nothing; a first or newer try,
-    or the same try with another check, inserts ``row`` (NOTIFY pending for a smart_pending one, on PostgreSQL) and
-    maps the key to it, inserting the mapping, or moving it after ending the previous task instance while it still
-    waits (skipped, with ``superseded``'s error for the case). IntegrityError (nothing written) when another
-    registration inserted or moved the key meanwhile. Statements: 1; 2 for the same try; 3-4 for a new key, 4-5 for
-    a newer try or another check (the NOTIFY on PostgreSQL)."""
-    with engine.begin() as conn:
-        mapped = get_external(conn, key, for_update=True)
-        if mapped is not None and mapped.try_number > try_number:
-            return TryRegistration(mapped.try_number, None)
-        same_try = mapped is not None and mapped.try_number == try_number
-        if mapped is not None and same_try:
-            ti = task_sql.get_task(conn, *mapped.ti_key)
-            if ti is not None and ti.waits_as(row):
-                return TryRegistration(try_number, ti)
-            # Another wait under the same key and try (a run created again, a reset Airflow, another deployment
-            # without its own instance name): a new task instance, never the old one's verdict.
-        now = row.execution_date
-        task_sql.insert_tasks_bulk(conn, [row])
-        if row.state == State.SMART_PENDING:
-            channel_sql.notify_pending(conn, [row.shardcode])
-        if mapped is None:
-            insert_external(conn, key, try_number, logical_date, row.task_id, now, now)
-            return TryRegistration(None, None)
-        task_sql.set_state(
-            conn,
-            mapped.ti_key,
-            State.SKIPPED,
-            from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
-            now=now,
-            error=superseded.other_check if same_try else superseded.newer_try,
-        )
-        if not move_external(conn, key, mapped, try_number, row.task_id, now, now):
-            raise IntegrityError("external_task moved meanwhile", None, Exception("concurrent registration"))
-        return TryRegistration(mapped.try_number, None)
-
-
-class NewTry(NamedTuple):
-    """A try to register under a key that has no mapping yet: its task instance ``row``."""
-
-    key: ExternalKey
-    try_number: int
-    row: TaskRow
-    logical_date: datetime | None
-
-
 def mapped_keys(conn: Connection, keys: Sequence[ExternalKey]) -> set[ExternalKey]:
     """Which of ``keys`` have a mapping row (1 statement)."""
     if not keys:
@@ -225,35 +152,114 @@ def mapped_keys(conn: Connection, keys: Sequence[ExternalKey]) -> set[ExternalKe
     return {ExternalKey(*row) for row in rows}
 
 
-def register_new_tries(engine: Engine, tries: Sequence[NewTry]) -> set[ExternalKey]:
-    """One transaction for many first registrations: the tries whose key has no mapping yet get their task instance
-    and mapping (NOTIFY pending for the smart_pending ones, on PostgreSQL); a key that has one is left to
-    ``register_try``. The keys registered. IntegrityError (nothing written) when another registration inserted one
-    of them meanwhile, or ``tries`` names a key twice. Statements: 1 when every key is mapped, else 4 whatever the
-    number of tries (up to ``tasks.IN_CHUNK`` rows a statement)."""
-    with engine.begin() as conn:
-        mapped = mapped_keys(conn, [t.key for t in tries])
-        new = [t for t in tries if t.key not in mapped]
-        if not new:
-            return set()
-        task_sql.insert_tasks_bulk(conn, [t.row for t in new])
-        channel_sql.notify_pending(conn, [t.row.shardcode for t in new if t.row.state == State.SMART_PENDING])
-        conn.execute(
-            insert(EX),
-            [
-                {
-                    "instance": t.key.instance,
-                    "dag_id": t.key.dag_id,
-                    "task_id": t.key.task_id,
-                    "run_id": t.key.run_id,
-                    "map_index": t.key.map_index,
-                    "try_number": t.try_number,
-                    "logical_date": t.logical_date,
-                    "ti_task_id": t.row.task_id,
-                    "ti_execution_date": t.row.execution_date,
-                    "registered_at": t.row.execution_date,
-                }
-                for t in new
-            ],
-        )
+class SqlExternalTryStore:
+    """``ports.ExternalTryStore`` on the metadata database (SQLite or PostgreSQL); any other database error is
+    ``ports.StoreUnavailable`` (the API's 503), its message the database's."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def read_states(self, keys: Sequence[ExternalKey]) -> dict[ExternalKey, ExternalState]:
+        """``external_states`` on a connection of its own (1 statement)."""
+        with any_error_unavailable(), self.engine.connect() as conn:
+            return external_states(conn, keys)
+
+    def register_try(
+        self, key: ExternalKey, try_number: int, row: TaskRow, logical_date: datetime | None, superseded: Superseded
+    ) -> TryRegistration:
+        """One transaction, on the key's mapping locked (``get_external(for_update=True)``): a try already
+        registered with the same wait (``TaskRow.waits_as``), or an older try than the key's, writes nothing; a first
+        or newer try, or the same try with another check, inserts ``row`` (NOTIFY pending for a smart_pending one, on
+        PostgreSQL) and maps the key to it, inserting the mapping, or moving it after ending the previous task
+        instance while it still waits (skipped, with ``superseded``'s error for the case). InsertConflict (nothing
+        written: an IntegrityError, or the mapping moved) when another registration inserted or moved the key
+        meanwhile.
+        Statements: 1; 2 for the same try; 3-4 for a new key, 4-5 for a newer try or another check (the NOTIFY on
+        PostgreSQL)."""
+        with any_error_unavailable():
+            try:
+                with self.engine.begin() as conn:
+                    return _register_try(conn, key, try_number, row, logical_date, superseded)
+            except IntegrityError as exc:
+                raise InsertConflict(str(exc)) from exc
+
+    def register_new_tries(self, tries: Sequence[NewTry]) -> set[ExternalKey]:
+        """One transaction for many first registrations: the tries whose key has no mapping yet get their task
+        instance and mapping (NOTIFY pending for the smart_pending ones, on PostgreSQL); a key that has one is left to
+        ``register_try``. The keys registered; InsertConflict (an IntegrityError, nothing written) when another
+        registration inserted one of them meanwhile, or ``tries`` names a key twice. Statements: 1 when every key is
+        mapped, else 4 whatever the number of tries (up to ``tasks.IN_CHUNK`` rows a statement)."""
+        with any_error_unavailable():
+            try:
+                with self.engine.begin() as conn:
+                    return _register_new_tries(conn, tries)
+            except IntegrityError as exc:
+                raise InsertConflict(str(exc)) from exc
+
+
+def _register_try(
+    conn: Connection,
+    key: ExternalKey,
+    try_number: int,
+    row: TaskRow,
+    logical_date: datetime | None,
+    superseded: Superseded,
+) -> TryRegistration:
+    """``SqlExternalTryStore.register_try``'s statements, in its transaction (an InsertConflict rolls it back)."""
+    mapped = get_external(conn, key, for_update=True)
+    if mapped is not None and mapped.try_number > try_number:
+        return TryRegistration(mapped.try_number, None)
+    same_try = mapped is not None and mapped.try_number == try_number
+    if mapped is not None and same_try:
+        ti = task_sql.get_task(conn, *mapped.ti_key)
+        if ti is not None and ti.waits_as(row):
+            return TryRegistration(try_number, ti)
+        # Another wait under the same key and try (a run created again, a reset Airflow, another deployment
+        # without its own instance name): a new task instance, never the old one's verdict.
+    now = row.execution_date
+    task_sql.insert_tasks_bulk(conn, [row])
+    if row.state == State.SMART_PENDING:
+        channel_sql.notify_pending(conn, [row.shardcode])
+    if mapped is None:
+        insert_external(conn, key, try_number, logical_date, row.task_id, now, now)
+        return TryRegistration(None, None)
+    task_sql.set_state(
+        conn,
+        mapped.ti_key,
+        State.SKIPPED,
+        from_states=[*State.SMART_WAITING, State.UP_FOR_RETRY],
+        now=now,
+        error=superseded.other_check if same_try else superseded.newer_try,
+    )
+    if not move_external(conn, key, mapped, try_number, row.task_id, now, now):
+        raise InsertConflict(f"external_task {tuple(key)} moved meanwhile: a concurrent registration")
+    return TryRegistration(mapped.try_number, None)
+
+
+def _register_new_tries(conn: Connection, tries: Sequence[NewTry]) -> set[ExternalKey]:
+    """``SqlExternalTryStore.register_new_tries``'s statements, in its transaction."""
+    mapped = mapped_keys(conn, [t.key for t in tries])
+    new = [t for t in tries if t.key not in mapped]
+    if not new:
+        return set()
+    task_sql.insert_tasks_bulk(conn, [t.row for t in new])
+    channel_sql.notify_pending(conn, [t.row.shardcode for t in new if t.row.state == State.SMART_PENDING])
+    conn.execute(
+        insert(EX),
+        [
+            {
+                "instance": t.key.instance,
+                "dag_id": t.key.dag_id,
+                "task_id": t.key.task_id,
+                "run_id": t.key.run_id,
+                "map_index": t.key.map_index,
+                "try_number": t.try_number,
+                "logical_date": t.logical_date,
+                "ti_task_id": t.row.task_id,
+                "ti_execution_date": t.row.execution_date,
+                "registered_at": t.row.execution_date,
+            }
+            for t in new
+        ],
+    )
     return {t.key for t in new}
