@@ -14,8 +14,8 @@ documents itself:
 SQL transactions live in the adapters: outside ``smartsensor.adapters`` and ``smartsensor.schema`` (the tables' DDL
 and the migrations) no module opens a connection or a transaction (``.begin()``, ``.connect()``), executes on an
 engine, makes an ORM ``Session`` or writes SQL text (``sqlalchemy.text``); it calls an adapter's operation, which does
-(``sql_outside_adapters``). The packages of ``PORTS_ONLY`` (both doors and most of the service today) do not import
-SQLAlchemy at all: they take ports (``sqlalchemy_imports``).
+(``sql_outside_adapters``). Outside the adapters, the schema and the composition roots (``SQL_ALLOWED``) no module
+imports SQLAlchemy at all: they take ports (``sqlalchemy_imports``).
 """
 
 from __future__ import annotations
@@ -326,22 +326,13 @@ def f(engine, app, sock):
     ]
 
 
-# Packages that reach storage through the ports only (``smartsensor.ports``: a store is passed in, built by the entry
-# point): no module in them imports SQLAlchemy, lazily or for type checking only, so none can take an ``Engine`` or
-# catch a driver's error. Issue 56 wants every package outside the adapters and the schema here; the next is one line.
-PORTS_ONLY = (
-    "smartsensor.standalone",
-    "smartsensor.hive_filter",
-    "smartsensor.wire",
-    "smartsensor.service.round",
-    "smartsensor.service.worker_loop",
-    "smartsensor.service.served_ranges",
-    "smartsensor.service.supervisor",
-    "smartsensor.service.signals",
-    "smartsensor.service.landings",
-    "smartsensor.service.leases",
-    "smartsensor.external",
-    "smartsensor.cli",
+# Where SQLAlchemy may be imported: the adapters, the schema (its tables and migrations) and the composition roots,
+# which build the SQL adapters from an engine. Every other module reaches storage through the ports only
+# (``smartsensor.ports``: a store is passed in): none imports SQLAlchemy, lazily or for type checking only, so none
+# can take an ``Engine`` or catch a driver's error (issue 56).
+SQL_ALLOWED = ("smartsensor.adapters", "smartsensor.schema", "smartsensor.roots")
+PORTS_ONLY = tuple(
+    sorted({".".join(m.split(".")[:2]) for m in modules() if not m.startswith(SQL_ALLOWED) and m != "smartsensor"})
 )
 
 
