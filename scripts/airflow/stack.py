@@ -187,6 +187,21 @@ class Processes:
                 del self.procs[name]
 
 
+def admin_user_args(password: str) -> list[str]:
+    """``airflow users create`` for the REST calls' ``admin`` (2.x). The password goes as ``--password=…``: a random one
+    may start with ``-`` (``secrets.token_urlsafe``), which argparse would take for an option as a separate word."""
+    return [
+        "users",
+        "create",
+        "--username",
+        USER,
+        f"--password={password}",
+        "--role",
+        "Admin",
+        *("--email", "admin@example.invalid", "--firstname", "smart", "--lastname", "sensor"),
+    ]
+
+
 class AirflowStack:
     """One Airflow installation (a venv with the provider installed, one AIRFLOW_HOME) and its processes."""
 
@@ -303,9 +318,7 @@ class AirflowStack:
         if self.major >= 3:
             (self.home / "passwords.json").write_text(json.dumps({USER: self.password}) + "\n")
         elif self.rest and not (self.home / "admin-created").exists():
-            user = ["users", "create", "--username", USER, "--password", self.password, "--role", "Admin"]
-            about = ["--email", "admin@example.invalid", "--firstname", "smart", "--lastname", "sensor"]
-            run_airflow(self.venv, user + about, self.env, timeout=300)
+            run_airflow(self.venv, admin_user_args(self.password), self.env, timeout=300)
             (self.home / "admin-created").write_text(USER + "\n")
         for name, args in self.components().items():
             if not names or name in names:
