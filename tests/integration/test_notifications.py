@@ -111,6 +111,20 @@ def test_a_stop_ends_the_hub_in_the_middle_of_its_wait(engine, stop, monkeypatch
     assert time.monotonic() - started < 30
 
 
+def test_a_stale_wake_up_byte_does_not_cut_the_reconnect_pause_short(engine, stop) -> None:
+    """A wake-up byte with neither a stop nor a close behind it is drained and the pause goes on to its end (before,
+    it returned at once: a reconnect loop could spin)."""
+    hub = NotificationHub(engine, stop, name="test hub")
+    hub._wake_writer.send(b"x")
+    started = time.monotonic()
+    hub._pause(0.5)
+    assert time.monotonic() - started >= 0.45
+    stop.request()
+    started = time.monotonic()
+    hub._pause(60.0)  # the stop's own byte ends it at once
+    assert time.monotonic() - started < 30
+
+
 def test_a_subscriber_that_fails_leaves_the_others_their_notifications(engine, stop, caplog) -> None:
     heard = Heard()
 

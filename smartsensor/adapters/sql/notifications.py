@@ -19,6 +19,7 @@ import logging
 import select
 import socket
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import partial
@@ -66,6 +67,7 @@ class NotificationHub:
         self._subscriptions: list[Subscription] = []
         self._listening = threading.Event()
         self._closed = threading.Event()
+        self._failing = False  # the last attempt failed: its next failure is logged at DEBUG, not WARNING
         self._thread: threading.Thread | None = None
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_writer.setblocking(False)
@@ -115,8 +117,6 @@ class NotificationHub:
 
     def _ending(self) -> bool:
         return self._closed.is_set() or self.stop.is_set()
-
-    _failing = False
 
     def _run(self) -> None:
         source: _Source | None = None
@@ -172,11 +172,12 @@ class NotificationHub:
 
     def _pause(self, seconds: float) -> None:
         """Wait ``seconds``, or less if the hub is ending (the stop, ``close``)."""
-        ready, _, _ = select.select([self._wake_reader], [], [], seconds)
-        if ready and self._ending():
-            return
-        if ready:  # a stale wake-up byte: drained, nothing to end
-            self._drain()
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self._wake_reader], [], [], left)
+            if not ready or self._ending():
+                return
+            self._drain()  # a stale wake-up byte: nothing to end, wait on
 
     def _drain(self) -> None:
         self._wake_reader.setblocking(False)
