@@ -3,16 +3,19 @@
 # Chromium for the status page, faketime for the clock-step test, pytest.
 # Extra arguments go to pytest (e.g. ./scripts/test.sh -k config -x).
 # --fast: the inner loop while working (unit and the integration tests marked neither slow nor spark; no Airflow
-# venvs, no SparkSession, no process or Airflow tiers), e.g. ./scripts/test.sh --fast -x. CI runs everything.
+# venvs, no SparkSession, no process or Airflow tiers), e.g. ./scripts/test.sh --fast -x.
+# --all: the whole suite, the extended tier too (tests/support/tier.py: the older Airflow version's runs, scale,
+# benchmarks, the Airflow demo, the several-host matrix, bigger example counts; about twice CI's time). Without a
+# flag, CI's run: every test but the extended tier (.ci/run).
 # The tests run on SMARTSENSOR_TEST_WORKERS pytest-xdist workers (default 4: most of a test's time is waiting on the
 # processes it started); tests/conftest.py keeps the SparkSession's tests, and the tests sharing a module's metastore
 # service or Airflow deployment, in one worker each. SMARTSENSOR_TEST_WORKERS=0 runs them in this process (-x, pdb).
 set -euo pipefail
 FAST=0
-if [ "${1:-}" = "--fast" ]; then
-  FAST=1
-  shift
-fi
+case "${1:-}" in
+  --fast) FAST=1; shift ;;
+  --all) export SMARTSENSOR_TIER=all SMARTSENSOR_HOSTS_MATRIX=1; shift ;;
+esac
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/env.sh"
 source "$HERE/pg.sh"
@@ -47,6 +50,7 @@ set +e
 if [ "$FAST" = 1 ]; then
   python -m pytest -p no:cacheprovider "${workers[@]}" -m "not slow and not spark" tests/unit tests/integration "$@"
 else
+  [ "${SMARTSENSOR_TIER:-ci}" = all ] || log "CI's tier: the tests marked extended are left out (./scripts/test.sh --all runs them)"
   python -m pytest -p no:cacheprovider "${workers[@]}" "$@"
 fi
 status=$?

@@ -22,6 +22,7 @@ from tests.support.common import T0, make_cfg
 from tests.support.metastore_service import derby_service, mysql_service_fixture, pg_service_fixture  # noqa: F401 - fixtures
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
 from tests.support.run_seconds import CPU_PROPERTY, PhaseCpu, RunSeconds, cpu_property
+from tests.support.tier import ALL, version_key
 
 TESTS = Path(__file__).resolve().parent
 LAYERS = ("unit", "integration", "process", "airflow")
@@ -65,6 +66,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
     if wrong:
         raise pytest.UsageError("tests in the wrong layer:\n  " + "\n  ".join(wrong))
+    mark_older_airflow_extended(items)
+    if not ALL:
+        extended = [item for item in items if item.get_closest_marker("extended")]
+        if extended:
+            config.hook.pytest_deselected(items=extended)
+            items[:] = [item for item in items if not item.get_closest_marker("extended")]
+            EXTENDED_LEFT_OUT.extend(item.nodeid for item in extended)
+
+
+EXTENDED_LEFT_OUT: list[str] = []
+
+
+def airflow_venv(item: pytest.Item) -> Path | None:
+    """The Airflow venv an Airflow test runs in (its parameter ``airflow-X.Y.Z``), if any."""
+    params = getattr(item, "callspec", None)
+    for value in params.params.values() if params is not None else ():
+        if isinstance(value, Path) and value.name.startswith("airflow-"):
+            return value
+    return None
+
+
+def mark_older_airflow_extended(items: list[pytest.Item]) -> None:
+    """CI runs the Airflow tests on the newest supported version; on the older ones only those marked
+    ``every_version``, the rest go to the extended tier (tests/support/tier.py)."""
+    venvs = {venv.name for item in items if (venv := airflow_venv(item)) is not None}
+    if len(venvs) < 2:
+        return
+    newest = max(venvs, key=version_key)
+    for item in items:
+        venv = airflow_venv(item)
+        if venv is not None and venv.name != newest and not item.get_closest_marker("every_version"):
+            item.add_marker(pytest.mark.extended)
 
 
 GROUPS_LOST = (
@@ -114,6 +147,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """With ``--durations``: the run's test seconds, and the CPU seconds, by xdist group and by folder, and the
     modules and tests costing the most CPU (tests.support.run_seconds.py)."""
+    if EXTENDED_LEFT_OUT:
+        terminalreporter.write_line(
+            f"{len(EXTENDED_LEFT_OUT)} tests of the extended tier left out: ./scripts/test.sh --all runs them"
+        )
     if config.getoption("durations", None) is not None and SECONDS.by_group:
         terminalreporter.section("test seconds")
         for line in SECONDS.lines(top=40, top_tests=40):
@@ -144,11 +181,9 @@ def xdist_group(item: pytest.Item, layer: str) -> str | None:
     fixtures = set(item.fixturenames)  # type: ignore[attr-defined]  # pytest.Function
     if SERVICES_GROUP_FIXTURES & fixtures or getattr(item.module, "USES_SERVICES_GROUP", False):  # type: ignore[attr-defined]
         return "spark"
-    params = getattr(item, "callspec", None)
-    if layer == "airflow" and params is not None:
-        for value in params.params.values():
-            if isinstance(value, Path) and value.name.startswith("airflow-"):  # a venv: airflow-3.3.2
-                return value.name
+    venv = airflow_venv(item) if layer == "airflow" else None
+    if venv is not None:
+        return venv.name
     info = item._fixtureinfo  # type: ignore[attr-defined]  # pytest.Function
     if any(defs and defs[-1].scope in ("module", "package") for defs in info.name2fixturedefs.values()):
         return item.module.__name__  # type: ignore[attr-defined]

@@ -168,6 +168,7 @@ def test_the_demo_dag_files_load_in_both_modes(venv: Path, tmp_path: Path) -> No
     assert sensors >= 20  # demo_scale's default sizes
 
 
+@pytest.mark.extended  # the front door ./scripts/airflow_demo.sh, whole; CI loads its DAG files in both modes
 @pytest.mark.timeout(TIMEOUT + 150)
 def test_the_airflow_demo_runs_with_the_cluster_policy_and_schedules_on_landings(tmp_path: Path) -> None:
     """--policy: the same DAG files with Airflow's own Hive sensors; the cluster policy sends each through

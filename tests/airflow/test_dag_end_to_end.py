@@ -27,7 +27,7 @@ from tests.support.common import ROOT, override_env, wait_until
 from tests.support.liveness import Metastore
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.every_version]  # one DAG through a real deployment, on each version
 
 DS = "2026-11-22"
 TOKEN = "e2e-token"

@@ -303,6 +303,7 @@ with DAG(
 """
 
 
+@pytest.mark.extended  # CI runs the faults above and the outbox's model (tests/integration/test_landings.py)
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("venv", AIRFLOW_33, ids=version_of)
 def test_a_worker_killed_while_its_post_is_in_flight_starts_no_second_run(

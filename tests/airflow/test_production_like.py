@@ -305,6 +305,7 @@ def test_the_savings_report_reads_this_airflow_database(deployment: Deployment) 
     assert TASKS_HEADING in human and COMPARE_HEADING in human and "Assumptions" in human
 
 
+@pytest.mark.extended  # minutes of a whole deployment at scale; CI's drop-in, policy and outage tests hold its rules
 @pytest.mark.timeout(3600 + 20 * SCALE_DAGS * SCALE_SENSORS * SCALE_RUNS)
 def test_at_scale(deployment: Deployment, statsd: StatsdSink) -> None:
     """Many sensors in one Airflow, each strategy in turn through the three cases: what they cost Airflow (worker

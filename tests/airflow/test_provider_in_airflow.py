@@ -14,7 +14,7 @@ from scripts.airflow.stack import airflow_env, run_airflow, version_of
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import airflow_venvs, seen_inside
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.every_version]  # the provider's compatibility layer, on each version
 
 
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)

@@ -55,6 +55,7 @@ with DAG("fanout", start_date=datetime(2026, 11, 1), schedule=None, catchup=Fals
 """
 
 
+@pytest.mark.extended  # a whole triggerer for minutes; the poller's one request: test_provider_poller.py
 @pytest.mark.parametrize("venv", airflow_venvs(), ids=version_of)
 def test_one_states_request_per_interval_for_a_whole_triggerer(
     venv: Path, tmp_path: Path, pg_url: str, processes: Processes, airflow_databases: AirflowDatabases

@@ -34,6 +34,7 @@ from sqlalchemy import create_engine
 
 from smartsensor.api.tasks import MAX_WAIT
 from smartsensor.roots.serve import create_app
+from tests.support import tier
 from tests.support.common import make_cfg
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.slow
 TOKEN = "fuzz-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SEED = 23  # the issue that asked for this test
-MAX_EXAMPLES = 150  # per operation, fuzzing phase, with the token (the coverage phase adds its own cases)
+MAX_EXAMPLES = tier.examples(75, 150)  # per operation, fuzzing phase, with the token (the coverage phase adds its own)
 MAX_EXAMPLES_NO_TOKEN = 25  # without it everything but health is a 401: fewer suffice
 # Set to a file: every failing case is appended there (one JSON line each) and the run goes on through its whole
 # budget, instead of stopping each operation at its first failure (for a survey of everything that fails).

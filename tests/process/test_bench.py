@@ -17,7 +17,7 @@ from tests.support.common import ROOT
 from tests.support.pg import needs_test_pg
 from tests.support.proc_helpers import run_script
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]  # minutes; the choices it makes: tests/unit/test_bench_choices.py
 
 
 @needs_test_pg  # PostgreSQL's binaries (bench.sh --postgres starts a server of its own, with pg_stat_statements)

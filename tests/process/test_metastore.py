@@ -202,6 +202,7 @@ def test_jvm_dying_at_startup_reports_the_log_tail(tmp_path: Path) -> None:
 # -- several Spark processes on one catalog --------------------------------------------------------
 
 
+@pytest.mark.extended  # two Spark JVMs; the service shared by processes is held in CI by tests/process/test_hosts.py
 def test_two_spark_processes_share_the_catalog(service: Config, procs: Procs, tmp_path: Path) -> None:
     db = f"t_{uuid.uuid4().hex[:10]}"
     reader_done = tmp_path / "reader-done"
