@@ -45,6 +45,8 @@ from smartsensor.ports import ExternalTryStore
 from smartsensor.sensors.errors import SensorDefinitionError, SensorModuleUnavailable
 from smartsensor.sensors.validation import validate_id
 from smartsensor.wire import (
+    INSTANCE_MAX_LENGTH,
+    INSTANCE_PATTERN,
     Refused as WireRefused,
     Registered as WireRegistered,
     TaskInstanceRef as WireTaskInstance,
@@ -66,7 +68,6 @@ REGISTER_WAIT_HELP = (
 )
 # What validate_id takes, as a pattern the schema can state: no control characters, not only spaces.
 ID_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
-INSTANCE_PATTERN = r"^[A-Za-z0-9._-]*$"
 INSTANCE_HELP = (
     "The Airflow deployment the key belongs to (the `instance` extra of the provider's connection), empty when it "
     "names none: two deployments sharing a service have the same run ids, and must not share keys."
@@ -98,7 +99,7 @@ def _aware_utc(value: datetime) -> datetime:
 
 
 Id = Annotated[str, Field(min_length=1, max_length=250, pattern=ID_PATTERN), AfterValidator(_valid_id)]
-Instance = Annotated[str, Field(max_length=64, pattern=INSTANCE_PATTERN)]
+Instance = Annotated[str, Field(max_length=INSTANCE_MAX_LENGTH, pattern=INSTANCE_PATTERN)]
 LogicalDate = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_aware_utc)]
 
 

@@ -494,6 +494,9 @@ def test_two_airflow_deployments_sharing_a_service_each_hear_their_own_check(cfg
         ({"instance": "prod-a"}, "prod-a"),
         ({"instance": "a b"}, ApiError),
         ({"instance": 3}, ApiError),
+        ({"instance": "x" * 64}, "x" * 64),
+        ({"instance": "x" * 65}, ApiError),  # the service's limit (wire.INSTANCE_MAX_LENGTH)
+        ({"instance": "prod\n"}, ApiError),
     ],
 )
 def test_the_connection_names_its_deployment(extra: dict[str, Any], expected: Any) -> None:

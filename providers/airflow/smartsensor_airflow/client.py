@@ -19,7 +19,15 @@ from typing import Any, Coroutine, Mapping, TypeVar, Union
 import httpx
 
 from smartsensor_airflow.off_loop_log import as_sync_caller, log_off_loop
-from smartsensor_airflow.wire import Registered, Registration, TryKey, TryState, WireError
+from smartsensor_airflow.wire import (
+    INSTANCE_MAX_LENGTH,
+    INSTANCE_PATTERN,
+    Registered,
+    Registration,
+    TryKey,
+    TryState,
+    WireError,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,7 +72,7 @@ class ApiError(Exception):
         self.transient = transient
 
 
-INSTANCE = re.compile(r"[A-Za-z0-9._-]{0,64}")  # what the service takes as an instance name
+INSTANCE = re.compile(INSTANCE_PATTERN)  # what the service takes as an instance name
 
 
 def connection_instance(conn: Any, conn_id: str) -> str:
@@ -78,10 +86,10 @@ def connection_instance(conn: Any, conn_id: str) -> str:
         except ValueError:
             extra = {}
     instance = extra.get("instance", "") if isinstance(extra, dict) else ""
-    if not isinstance(instance, str) or not INSTANCE.fullmatch(instance):
+    if not isinstance(instance, str) or len(instance) > INSTANCE_MAX_LENGTH or not INSTANCE.fullmatch(instance):
         raise ApiError(
             f"Airflow connection {conn_id!r} has an invalid instance {instance!r}: "
-            "up to 64 letters, digits, '.', '_' or '-'"
+            f"up to {INSTANCE_MAX_LENGTH} letters, digits, '.', '_' or '-'"
         )
     return instance
 

@@ -28,6 +28,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Union
 
 # The fields of a key that every request and answer carries (``instance`` only when set).
 KEY_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
+# An Airflow deployment's name in a key (the provider connection's ``instance`` extra): the service's schema states
+# it, the provider checks a connection's against it before any request.
+INSTANCE_PATTERN = r"^[A-Za-z0-9._-]*$"
+INSTANCE_MAX_LENGTH = 64
 
 Json = Dict[str, Any]
 
