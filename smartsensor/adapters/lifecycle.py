@@ -20,7 +20,7 @@ import socket
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Mapping, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +80,23 @@ class StopRequest:
         hook()
 
     @contextmanager
-    def signals(self, signums: tuple[int, ...] = STOP_SIGNALS) -> Iterator[StopRequest]:
-        """While inside: ``signums`` (SIGTERM and SIGINT) request this stop. Main thread only (Python's rule for
-        signal handlers); elsewhere nothing is installed and the stop is requested by ``request`` alone. The
+    def signals(
+        self, signums: tuple[int, ...] = STOP_SIGNALS, also: Mapping[int, Callable[[], None]] | None = None
+    ) -> Iterator[StopRequest]:
+        """While inside: ``signums`` (SIGTERM and SIGINT) request this stop, and each signal of ``also`` runs its
+        callback (in the stop request's thread: e.g. SIGCHLD waking a supervisor). Main thread only (Python's rule
+        for signal handlers); elsewhere nothing is installed and the stop is requested by ``request`` alone. The
         previous handlers and wake-up fd are restored on the way out."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
+        callbacks = dict(also or {})
         reader, writer = socket.socketpair()
         writer.setblocking(False)
         previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        previous = {s: signal.signal(s, _noted) for s in signums}
+        previous = {s: signal.signal(s, _noted) for s in (*signums, *callbacks)}
         thread = threading.Thread(
-            target=self._read_signals, args=(reader, set(signums)), name="stop-signals", daemon=True
+            target=self._read_signals, args=(reader, set(signums), callbacks), name="stop-signals", daemon=True
         )
         thread.start()
         try:
@@ -105,8 +109,11 @@ class StopRequest:
             thread.join(timeout=5)
             reader.close()
 
-    def _read_signals(self, reader: socket.socket, signums: set[int]) -> None:
-        """The stop request's thread: a stop signal's number arriving on the wake-up socket requests the stop."""
+    def _read_signals(
+        self, reader: socket.socket, signums: set[int], callbacks: Mapping[int, Callable[[], None]]
+    ) -> None:
+        """The stop request's thread: a stop signal's number arriving on the wake-up socket requests the stop; another
+        signal's runs its callback."""
         while True:
             try:
                 data = reader.recv(64)
@@ -115,6 +122,11 @@ class StopRequest:
             if not data:
                 return
             for signum in data:
+                if signum in callbacks:
+                    try:
+                        callbacks[signum]()
+                    except Exception:  # a callback's failure must not end the stop's thread
+                        log.exception("the callback of signal %d failed", signum)
                 if signum in signums:
                     name = signal.Signals(signum).name
                     if not self.is_set():

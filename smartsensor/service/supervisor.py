@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
+import threading
 import sys
 import time
 from dataclasses import dataclass
@@ -15,7 +17,9 @@ from smartsensor.config import Config, ShardRange
 
 log = logging.getLogger(__name__)
 
-RESTART_LOOK = 0.5  # seconds between two looks for a worker that exited (a stop ends the wait at once)
+# A worker's exit is delivered (SIGCHLD wakes the supervisor); this is only the longest wait without one, in case a
+# signal is lost (the wake-up socket full) or the supervisor runs where no handler can be installed.
+CHILD_LOOK = 5.0
 
 
 def assign_ranges(ranges: list[ShardRange], n: int) -> list[ShardRange]:
@@ -66,8 +70,9 @@ def supervise_workers(
         # SIGTERM, stop cleanly and release their leases; a restarted supervisor starts a fresh set.
         return subprocess.Popen(cmd, preexec_fn=pdeathsig_preexec())
 
-    with stop.signals():
-        return _supervise(slots, spawn, stop, out, max_backoff)
+    exited = threading.Event()
+    with stop.signals(also={signal.SIGCHLD: exited.set}):
+        return _supervise(slots, spawn, stop, out, max_backoff, exited)
 
 
 def _supervise(
@@ -76,21 +81,32 @@ def _supervise(
     stop: StopRequest,
     out: TextIO,
     max_backoff: float,
+    exited: threading.Event,
 ) -> int:
-    """Start a worker per slot, restart the ones that exit (backing off), until ``stop``; then stop them all."""
+    """Start a worker per slot, restart the ones that exit (backing off), until ``stop``; then stop them all.
+    ``exited`` is set when a worker may have exited (SIGCHLD); the stop sets it too."""
+    stop.on_request(exited.set)
     children = [_Child(r, spawn(r), time.monotonic()) for r in slots]
     print(
         f"started {len(children)} workers: " + ", ".join(f"{c.label} pid {c.proc.pid}" for c in children),
         file=out,
         flush=True,
     )
-    while not stop.wait(RESTART_LOOK):
+    look = CHILD_LOOK
+    while True:
+        exited.wait(look)
+        exited.clear()  # before the looks below: an exit after them sets it again
+        if stop.is_set():
+            break
+        look = CHILD_LOOK
         for i, c in enumerate(children):
             code = c.proc.poll()
-            if code is None or stop.is_set():
+            if code is None:
                 continue
             backoff = min(max_backoff, 2 ** min(c.restarts, 5))
-            if time.monotonic() - c.started < backoff:
+            wait_more = c.started + backoff - time.monotonic()
+            if wait_more > 0:  # restarted too recently: look again when its back-off ends
+                look = min(look, wait_more)
                 continue
             c.restarts += 1
             c.proc = spawn(c.shard)

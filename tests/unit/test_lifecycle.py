@@ -69,3 +69,13 @@ def test_outside_the_main_thread_no_handler_is_installed() -> None:
 
 def _fails() -> None:
     raise RuntimeError("a hook's bug")
+
+
+def test_another_signal_runs_its_callback_inside_and_only_inside() -> None:
+    """``also``: e.g. SIGCHLD waking a supervisor (SIGUSR1 here), in the stop's thread; it is no stop."""
+    stop, heard, before = StopRequest(), threading.Event(), signal.getsignal(signal.SIGUSR1)
+    with stop.signals(also={signal.SIGUSR1: heard.set}):
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert heard.wait(30)
+    assert not stop.is_set()
+    assert signal.getsignal(signal.SIGUSR1) is before
