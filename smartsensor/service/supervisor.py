@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
-import threading
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, TextIO
