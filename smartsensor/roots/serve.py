@@ -1,13 +1,15 @@
 """The ``smartsensor serve`` process's parts, built in one place: the application (``api.app.api_app``) with its
 status snapshot, the external door's store of tries (``SqlExternalTryStore``), the ended watch its held requests
 wait on, and its lifespan: the process's one ``PeriodicJobs`` (the page's history sampler, the retention job) and one
-``NotificationHub`` (the ended tasks' channel), stopped by its ``StopRequest`` when the server shuts down."""
+``NotificationHub`` (the ended tasks' channel); and the server itself (``serve_until_stopped``), which ends, like every
+smartsensor process, on the process's one ``StopRequest`` (SIGTERM, SIGINT), the hub and the jobs with it."""
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Iterator
 
+import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
@@ -36,8 +38,9 @@ def history_sampler(cfg: Config, engine: Engine) -> HistorySampler:
     )
 
 
-def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
-    """The application over one engine, with everything it runs while it serves. ``token`` None: no auth."""
+def create_app(cfg: Config, engine: Engine, token: str | None, stop: StopRequest | None = None) -> FastAPI:
+    """The application over one engine, with everything it runs while it serves. ``token`` None: no auth. ``stop``:
+    the process's stop, which ends the hub at once (each lifespan makes one of its own without it: tests)."""
     watch = EndedWatch()
     status_reads = SqlStatusReads(engine)
     snapshot = StatusSnapshot(lambda: collect_status(status_reads, cfg), cfg.settings.api.status_max_age)
@@ -47,8 +50,8 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         """While the server runs, on the process's one ``PeriodicJobs``: the page's history sampler and the
         retention job (``[retention]``); on its one ``NotificationHub``, the watch that wakes long-polling requests
         (the ended tasks' channel on PostgreSQL, SQLite's data version polled)."""
-        stop = StopRequest()
-        hub = NotificationHub(engine, stop, ENDED_POLL_INTERVAL, name=ENDED_WATCH)
+        ending = stop or StopRequest()
+        hub = NotificationHub(engine, ending, ENDED_POLL_INTERVAL, name=ENDED_WATCH)
         jobs = PeriodicJobs("serve")
         history_sampler(cfg, engine).schedule(jobs)
         RetentionJob(SqlExpiredRows(engine), cfg).schedule(jobs)
@@ -58,7 +61,7 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         try:
             yield
         finally:
-            stop.request("serve is stopping")
+            ending.request("serve is stopping")
             jobs.stop(timeout=10)  # a sample or a prune batch in flight: waited for up to 10 s, then abandoned
             hub.close()
 
@@ -72,3 +75,23 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         overview=SqlOverviewReads(engine),
         lifespan=lifespan,
     )
+
+
+class _StoppedServer(uvicorn.Server):
+    """uvicorn's server without signal handlers of its own: the process's ``StopRequest`` hears SIGTERM and SIGINT
+    and ends it (a graceful shutdown: requests in flight answered, the lifespan's shutdown run)."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def serve_until_stopped(api: FastAPI, host: str, port: int, stop: StopRequest, **options: Any) -> None:
+    """Serve ``api`` on ``host``:``port`` until ``stop`` (inside ``stop.signals()``: SIGTERM or SIGINT). uvicorn's
+    ``SystemExit`` (it exits 1 when it cannot bind) goes to the caller."""
+    server = _StoppedServer(uvicorn.Config(api, host=host, port=port, **options))
+    stop.on_request(lambda: setattr(server, "should_exit", True))
+    with stop.signals():
+        server.run()
+    if not server.started and not stop.is_set():  # as uvicorn.run: it never served (its startup failed)
+        raise SystemExit(1)

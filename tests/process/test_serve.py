@@ -54,6 +54,28 @@ def test_serve_answers_and_guards_with_the_token(tmp_path: Path, db_url: str) ->
     assert server.proc.returncode == 0, server.stderr_tail()
 
 
+def test_sigint_and_sigterm_end_it_gracefully_and_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    """The process's one stop (issue 56): SIGINT or SIGTERM ends the server (its lifespan's shutdown run: its
+    notification hub closed) and the process exits 0; a port another server holds is an error, not a hang."""
+    import signal
+
+    db_url = f"sqlite:///{tmp_path}/m.db"
+    env = cli_env(tmp_path / "home", db_url)
+    assert run_cli(["db", "init"], env).returncode == 0
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        port = free_port()
+        server = CliProcess(["serve", "--port", str(port)], env)
+        try:
+            health = f"http://127.0.0.1:{port}/api/v1/health"
+            wait_until(lambda: answers(health), timeout=60)  # noqa: B023 - called here, in this pass of the loop
+            with socket.create_server(("127.0.0.1", 0)) as taken:  # a second server on a port in use
+                busy = run_cli(["serve", "--port", str(taken.getsockname()[1])], env)
+            assert busy.returncode != 0 and "cannot serve on 127.0.0.1:" in busy.stderr, busy.stderr[-2000:]
+        finally:
+            code = server.stop(sig, timeout=60)
+        assert code == 0, server.stderr_tail()
+
+
 def test_without_a_token_it_listens_on_loopback_only_and_says_so(tmp_path: Path, db_url: str) -> None:
     home = tmp_path / "home"
     env = cli_env(home, db_url)
