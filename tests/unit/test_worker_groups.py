@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.common import ROOT
+from tests.support.tier import version_key
 
 # Prints each collected test's xdist group, or "-": loaded into the collecting pytest with -p.
 SHOW_GROUPS = """
@@ -19,8 +22,9 @@ def pytest_collection_finish(session):
 """
 
 
-def groups(tmp_path: Path, *paths: str) -> dict[str, str]:
-    """Node id → group of the tests in ``paths``, with two stand-in Airflow venvs named as test.sh names them."""
+def groups(tmp_path: Path, *paths: str, tier: str = "all") -> dict[str, str]:
+    """Node id → group of the tests in ``paths`` that ``tier`` runs (tests/support/tier.py: "all", or "ci", which
+    leaves the extended tier out), with two stand-in Airflow venvs named as test.sh names them."""
     venvs = [tmp_path / f"airflow-{version}" for version in ("2.10.5", "3.3.2")]
     for venv in venvs:
         (venv / "bin").mkdir(parents=True)
@@ -30,6 +34,7 @@ def groups(tmp_path: Path, *paths: str) -> dict[str, str]:
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": f"{tmp_path}:{ROOT}",
         "SMARTSENSOR_AIRFLOW_VENVS": " ".join(map(str, venvs)),
+        "SMARTSENSOR_TIER": tier,
     }
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "show_groups", *paths],
@@ -82,3 +87,22 @@ def test_spark_each_airflow_version_and_each_shared_service_keep_one_worker(tmp_
         "airflow-3.3.2",
         "-",
     }
+
+
+def test_ci_leaves_out_the_extended_tier_and_the_older_airflows_runs_but_every_version_tests(tmp_path: Path) -> None:
+    modules = ("tests/airflow/test_dag_end_to_end.py", "tests/airflow/test_triggerer.py", "tests/process/test_bench.py")
+    ci = set(groups(tmp_path / "ci", *modules, tier="ci"))
+    assert "tests/airflow/test_dag_end_to_end.py::test_dag_waits_through_smartsensor[2.10.5]" in ci  # every_version
+    assert "tests/airflow/test_dag_end_to_end.py::test_dag_waits_through_smartsensor[3.3.2]" in ci
+    assert not [node for node in ci if "test_triggerer" in node or "test_bench" in node], ci  # marked extended
+    whole = set(groups(tmp_path / "all", *modules, tier="all"))
+    triggerer = "tests/airflow/test_triggerer.py::test_one_states_request_per_interval_for_a_whole_triggerer"
+    assert (
+        ci < whole
+        and {f"{triggerer}[2.10.5]", f"{triggerer}[3.3.2]", "tests/process/test_bench.py::test_bench"} <= whole
+    )
+
+
+@pytest.mark.parametrize(("older", "newer"), [("airflow-2.10.5", "airflow-3.3.2"), ("airflow-3.3.2", "airflow-3.10.0")])
+def test_airflow_versions_compare_as_numbers(older: str, newer: str) -> None:
+    assert version_key(older) < version_key(newer)
