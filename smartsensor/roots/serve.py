@@ -48,7 +48,13 @@ def create_app(cfg: Config, engine: Engine, token: str | None) -> FastAPI:
         retention job (``[retention]``); on its one ``NotificationHub``, the watch that wakes long-polling requests
         (the ended tasks' channel on PostgreSQL, SQLite's data version polled)."""
         stop = StopRequest()
-        hub = NotificationHub(engine, stop, ENDED_POLL_INTERVAL, name=ENDED_WATCH)
+        hub = NotificationHub(
+            engine,
+            stop,
+            ENDED_POLL_INTERVAL,
+            name=ENDED_WATCH,
+            check_interval=cfg.settings.core.listen_check_interval,
+        )
         jobs = PeriodicJobs("serve")
         history_sampler(cfg, engine).schedule(jobs)
         RetentionJob(SqlExpiredRows(engine), cfg).schedule(jobs)
