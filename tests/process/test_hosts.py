@@ -1084,7 +1084,8 @@ def test_postgres_link_of_300ms_and_5pc_drops_marks_each_task_once(
         print(
             f"\nPostgreSQL link {latency * 1000:g} ms a chunk, {drop:.0%} dropped ({N} partitions landed by "
             f"{landing.seconds:.2f} s): all ended {drained:.2f} s after landing began (ranges then {held}); "
-            f"the slow host's rounds {rounds} ({failed} failed); link right: serving again {recovered:.2f} s after"
+            f"the slow host's rounds {rounds} ({failed} failed; {proxy.dropped} connections broken by a drop); link "
+            f"right: serving again {recovered:.2f} s after"
         )
         assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
         assert set(w1.pids()) == a_pids and a.proc.poll() is None and b.proc.poll() is None
@@ -1112,10 +1113,11 @@ def test_airflow_to_serve_link_of_300ms_and_5pc_drops_hears_every_answer_once(
         proxy.latency, proxy.drop = latency, drop
         via = f"http://{proxy.address[0]}:{proxy.address[1]}"
         watch = Watch(work)
-        times = []
+        times: list[float] = []
         for first, hold in ((0, HOLD), (K, 0.0)):  # held registrations, then the poller
             client = start_client(work, servers.client, via, first=first, hold=hold)
-            wait_until(lambda first=first: len(client_tries(work)) == first + K, timeout=120, step=0.1)
+            expected = first + K
+            wait_until(lambda: len(client_tries(work)) == expected, timeout=120, step=0.1)  # noqa: B023 - waited here
             if not hold:
                 client.wait_for(lambda line: '"polling"' in line, timeout=120)
             landed = time.monotonic()
@@ -1125,10 +1127,10 @@ def test_airflow_to_serve_link_of_300ms_and_5pc_drops_hears_every_answer_once(
             assert answers_heard_once(client, first) == {i: "success" for i in range(first, first + K)}
         a.settle()
         assert watch.stop() == []
-        broken = proxy.connections
         print(
             f"\nAirflow-serve link {latency * 1000:g} ms a chunk, {drop:.0%} dropped: every held registration's answer "
-            f"heard {times[0]:.2f} s after landing, every polled answer {times[1]:.2f} s; {broken} connections"
+            f"heard {times[0]:.2f} s after landing, every polled answer {times[1]:.2f} s; {proxy.connections} "
+            f"connections, {proxy.dropped} broken by a drop"
         )
         assert set(client_tries(work).values()) == {"success"} and len(client_tries(work)) == 2 * K
         assert a.marked() == 2 * K, a.marks_seen()
