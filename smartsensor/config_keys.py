@@ -106,6 +106,17 @@ KEYS: tuple[Key, ...] = (
         bounds=(1, DAY),
     ),
     Key(
+        "core",
+        "listen_check_interval",
+        "10",
+        parse_float,
+        "PostgreSQL: seconds a process's LISTEN connection (a worker's wake-ups, `serve`'s held requests) may hear "
+        "nothing before it is asked `SELECT 1`, an answer awaited at most `sql_call_timeout`; a connection that "
+        "stalled without closing fails there and a new one listens. A stalled LISTEN connection is noticed within "
+        "this plus `sql_call_timeout`; without the check, notifications would be lost until a restart.",
+        bounds=(0.5, DAY),
+    ),
+    Key(
         "smart_sensor",
         "use_smart_sensor",
         "True",

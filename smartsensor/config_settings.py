@@ -35,6 +35,7 @@ class CoreSettings:
     sql_alchemy_conn: str
     dag_file_import_timeout: float
     sql_call_timeout: float
+    listen_check_interval: float
 
 
 @dataclass(frozen=True)

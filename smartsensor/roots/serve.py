@@ -51,7 +51,13 @@ def create_app(cfg: Config, engine: Engine, token: str | None, stop: StopRequest
         retention job (``[retention]``); on its one ``NotificationHub``, the watch that wakes long-polling requests
         (the ended tasks' channel on PostgreSQL, SQLite's data version polled)."""
         ending = stop or StopRequest()
-        hub = NotificationHub(engine, ending, ENDED_POLL_INTERVAL, name=ENDED_WATCH)
+        hub = NotificationHub(
+            engine,
+            ending,
+            ENDED_POLL_INTERVAL,
+            name=ENDED_WATCH,
+            check_interval=cfg.settings.core.listen_check_interval,
+        )
         jobs = PeriodicJobs("serve")
         history_sampler(cfg, engine).schedule(jobs)
         RetentionJob(SqlExpiredRows(engine), cfg).schedule(jobs)

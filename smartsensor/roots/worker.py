@@ -81,7 +81,13 @@ def worker_loop(
     stop = stop or StopRequest()
     hub = None
     if wake_ups and not once:
-        hub = NotificationHub(engine, stop, cfg.settings.smart_sensor.signal_poll_interval, name=SIGNAL_LISTENER)
+        hub = NotificationHub(
+            engine,
+            stop,
+            cfg.settings.smart_sensor.signal_poll_interval,
+            name=SIGNAL_LISTENER,
+            check_interval=cfg.settings.core.listen_check_interval,
+        )
     return WorkerLoop(
         served,
         cfg,

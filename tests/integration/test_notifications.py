@@ -11,15 +11,18 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from smartsensor.adapters.lifecycle import StopRequest
 from smartsensor.adapters.sql import channels as channel_sql, notifications
 from smartsensor.adapters.sql.channels import ANY_CODES, ENDED_CHANNEL, PENDING_CHANNEL, SIGNAL_CHANNEL
+from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.adapters.sql.notifications import NotificationHub
 from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.service.signals import send_signal, signalled_tables
 from tests.support.common import wait_until
-from tests.support.pg import postgres_only
+from tests.support.fault_proxy import FaultProxy
+from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database, postgres_only
 
 
 class Heard:
@@ -162,3 +165,42 @@ def test_a_database_away_at_start_is_an_outage_then_it_listens(tmp_path, stop, c
     wait_until(lambda: bool(heard.of(SIGNAL_CHANNEL)), timeout=30)
     warnings = [r.getMessage() for r in caplog.records if r.name == notifications.__name__ and r.levelname == "WARNING"]
     assert len(warnings) == 1 and warnings[0].startswith("test hub: "), warnings
+
+
+@needs_test_pg
+def test_a_stalled_listen_connection_is_replaced_and_notifications_heard_again(stop, caplog) -> None:
+    """The LISTEN connection stalls without closing (tests.support.fault_proxy: no RST, no FIN, its kernel still
+    acknowledging): to ``select`` that is a quiet channel, for good. The hub asks it ``SELECT 1`` after
+    ``check_interval`` seconds of silence, bounded by the call watchdog (``[core] sql_call_timeout``), drops it and
+    listens on a new one once connections go through: a notification sent then is heard, without a restart (issue
+    57; without the check it never was)."""
+    name, url = new_pg_database()
+    server = make_url(url)
+    proxy = FaultProxy("127.0.0.1", (server.host or "127.0.0.1", server.port or 5432))
+    via_proxy = server.set(host=proxy.address[0], port=proxy.address[1]).render_as_string(hide_password=False)
+    engine, direct = make_engine(via_proxy, call_timeout=1.0), make_engine(url)
+    heard = Heard()
+    hub = NotificationHub(engine, stop, 0.05, name="test hub", check_interval=0.5)
+    try:
+        hub.subscribe(ENDED_CHANNEL, heard.on(ENDED_CHANNEL))
+        assert hub.start()
+        with direct.begin() as conn:
+            channel_sql.notify_ended(conn, [1])
+        wait_until(lambda: heard.of(ENDED_CHANNEL) == ["1"], timeout=30)
+        proxy.stall()
+        stalled = time.monotonic()
+        wait_until(lambda: not hub.listening, timeout=30, step=0.05)  # noticed: checked, failed, reconnecting
+        noticed = time.monotonic() - stalled
+        proxy.heal()  # new connections go through; the stalled one stays open and silent
+        wait_until(lambda: hub.listening, timeout=30, step=0.05)
+        with direct.begin() as conn:
+            channel_sql.notify_ended(conn, [2])
+        wait_until(lambda: heard.of(ENDED_CHANNEL) == ["1", "2"], timeout=30)
+        assert noticed <= 0.5 + 1.0 + 2, noticed  # check_interval + the call's bound + slack
+        assert hub.running
+    finally:
+        hub.close()
+        proxy.close()
+        engine.dispose()
+        direct.dispose()
+        drop_pg_database(name)

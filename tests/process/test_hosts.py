@@ -799,3 +799,341 @@ def test_slow_or_lossy_postgres_link_marks_each_task_once(workload: Workload, la
         assert a.proc.poll() is None and b.proc.poll() is None
     finally:
         proxy.close()
+
+
+# Issue 57, the links: slow and lossy links (300 ms per chunk, 5 % of chunks dropped: the connection then breaks)
+# between the workers and PostgreSQL and between the client (Airflow) and `serve`; a connection to `serve` that
+# stalls (no RST, no FIN) under a held registration and under the poller's held states request; `serve` behind a
+# stalled connection to PostgreSQL. Each with its invariants checked while and after, its recovery measured.
+
+SLOW, LOSSY = 0.3, 0.05  # the issue's numbers: seconds per chunk, share of chunks dropped
+LISTEN_CHECK = {"core__listen_check_interval": "1"}  # a stalled LISTEN connection noticed within 1 s + CALL_TIMEOUT
+STALL_HOLD = 5.0  # ?wait= of the registrations whose connections stall (CI: shorter than HOLD)
+POLL_BOUND = 30.0 + 30.0  # the poller's client timeout (smartsensor_airflow.poller: MAX_WAIT + 30 s)
+
+
+def start_serve(work: Workload, db_url: str | None = None) -> tuple[CliProcess, str]:
+    """`smartsensor serve` on the serve host over the workload's database (or ``db_url``, e.g. through a fault
+    proxy), healthy; its base URL."""
+    sv = work.servers.serve
+    env = dict(work.worker_env(sv, db_url, **override_env(LISTEN_CHECK)), SMARTSENSOR__API__TOKEN=TOKEN)
+    serve = CliProcess(
+        ["serve", "--host", sv.address, "--port", str(SERVE_PORT)],
+        env,
+        program=sv.command(sys.executable, "-m", "smartsensor.cli"),
+    )
+    work.procs.append(serve)
+    base = f"http://{sv.address}:{SERVE_PORT}"
+    try:
+        wait_until(lambda: healthy(base), timeout=90, step=0.2)
+    except AssertionError:
+        raise AssertionError(f"serve not healthy: {serve.stderr_tail()}") from None
+    return serve, base
+
+
+def client_tries(work: Workload) -> dict[str, str]:
+    """The client's tries (DAG ``af<i>``) in the database: one task instance each, by DAG id, and its state."""
+    with work.engine.connect() as conn:
+        rows = [r for r in task_sql.list_tasks(conn) if r.dag_id.startswith("af")]
+    assert len({r.dag_id for r in rows}) == len(rows), [(r.dag_id, r.state) for r in rows]  # none registered twice
+    return {r.dag_id: r.state for r in rows}
+
+
+def land_client_tries(work: Workload, first: int) -> None:
+    for i in range(first, first + K):
+        work.metastore.land("t", "2026-11-22", f"{N + i:02d}")
+
+
+def answers_heard_once(client: CliProcess, first: int) -> dict[int, str]:
+    """Each of the client's tries ``first``..``first + K``: the one answer it heard (its registration's, or the
+    poller's); fails if one was heard twice or gave up."""
+    events = client.json_rounds()
+    assert not [e for e in events if e["event"] == "register_failed"], events
+    heard: dict[int, str] = {}
+    for e in events:
+        if e["event"] == "answer" or (e["event"] == "registered" and e["state"] in ("success", "failed", "skipped")):
+            assert e["i"] not in heard, f"try {e['i']} heard twice: {events}"
+            heard[e["i"]] = e["state"]
+    assert set(heard) == set(range(first, first + K)), events
+    return heard
+
+
+def attempts_failed(client: CliProcess, attempt: int) -> int:
+    """The registrations' failed attempts number ``attempt`` the client logged (client._Retries)."""
+    return sum(f"(attempt {attempt};" in line for line in client.stderr_lines)
+
+
+def test_stalled_serve_connection_ends_each_held_registration_by_its_bound(workload: Workload) -> None:
+    """The client's connections to `serve` stall without closing (the fault proxy between them: no RST, no FIN,
+    its kernel still acknowledging) while `serve` holds its K registrations (``?wait=5``, ``timeout=3``), and every
+    new connection stalls too. Each held attempt ends by its bound (timeout + wait: httpx's read timeout, no byte
+    comes) and is retried without a hold; those end by theirs (timeout) and are retried with back-off; none gives up.
+    Once connections go through, every try's answer is heard, once; the worker marked each once; `serve` the same
+    process throughout."""
+    work = workload
+    servers = work.servers
+    a = work.start_workers(servers.workers[0])
+    serve, _ = start_serve(work)
+    serve_pids = set(servers.serve.pids())
+    proxy = FaultProxy(servers.bed.gateway, (servers.serve.address, SERVE_PORT))
+    try:
+        via = f"http://{proxy.address[0]}:{proxy.address[1]}"
+        watch = Watch(work)
+        client = start_client(work, servers.client, via, first=0, hold=STALL_HOLD)
+        wait_until(lambda: len(client_tries(work)) == K, timeout=90, step=0.1)  # registered: their answers held
+        stalled = time.monotonic()
+        proxy.stall()
+        land_client_tries(work, 0)
+        wait_until(lambda: set(client_tries(work).values()) == {"success"}, timeout=60, step=0.1)
+        ended = time.monotonic() - stalled
+        # each held attempt ends by its bound, from its start (before the stall), and is retried without a hold
+        wait_until(lambda: attempts_failed(client, 1) >= K, timeout=REGISTER_TIMEOUT + STALL_HOLD + 30, step=0.1)
+        held_ended = time.monotonic() - stalled
+        wait_until(lambda: attempts_failed(client, 2) >= K, timeout=1 + REGISTER_TIMEOUT + 30, step=0.1)
+        retry_ended = time.monotonic() - stalled
+        assert not [e for e in client.json_rounds() if e["event"] == "registered"]  # nothing heard while stalled
+        assert proxy.stalled_connections() >= 2 * K
+        healed = time.monotonic()
+        proxy.heal()  # new connections go through; the stalled ones stay open and silent
+        client.wait_for(lambda line: '"done"' in line, timeout=120)
+        heard = time.monotonic() - healed
+        a.settle()
+        assert watch.stop() == []
+        print(
+            f"\nconnections to serve stalled under {K} held registrations (?wait={STALL_HOLD:g}, timeout "
+            f"{REGISTER_TIMEOUT:g}): tries ended by the worker {ended:.2f} s into the stall; every held attempt "
+            f"ended {held_ended:.2f} s after the stall (bound {REGISTER_TIMEOUT + STALL_HOLD:g} s from its start), "
+            f"every retry {retry_ended:.2f} s; every answer heard {heard:.2f} s after connections went through"
+        )
+        assert answers_heard_once(client, 0) == {i: "success" for i in range(K)}
+        assert held_ended <= REGISTER_TIMEOUT + STALL_HOLD + 5, held_ended  # by its bound (and the log's slack)
+        assert heard <= REGISTER_TIMEOUT + 15 + 10, heard  # an attempt and the longest back-off
+        assert a.marked() == K, a.marks_seen()  # the client's tries, each once
+        assert set(servers.serve.pids()) == serve_pids and serve.proc.poll() is None
+    finally:
+        proxy.close()
+
+
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+def test_stalled_serve_connection_ends_the_pollers_held_request_by_its_bound(workload: Workload) -> None:
+    """The client's connection to `serve` stalls (no RST, no FIN) under the provider's StatesPoller, whose held
+    states request (``?wait=1``) is under way: the request ends by the poller's own bound (its HTTP client's
+    timeout, MAX_WAIT + 30 = 60 s: no byte comes), the poller asks again every interval (those stall too), and once
+    connections go through every try's answer is heard, once. Matrix: it waits out the 60 s."""
+    work = workload
+    servers = work.servers
+    a = work.start_workers(servers.workers[0])
+    serve, _ = start_serve(work)
+    serve_pids = set(servers.serve.pids())
+    proxy = FaultProxy(servers.bed.gateway, (servers.serve.address, SERVE_PORT))
+    try:
+        via = f"http://{proxy.address[0]}:{proxy.address[1]}"
+        watch = Watch(work)
+        client = start_client(work, servers.client, via, first=0, hold=0.0)
+        client.wait_for(lambda line: '"polling"' in line, timeout=90)
+        wait_until(lambda: proxy.connections > K, timeout=30, step=0.05)  # the poller's own connection is open
+        stalled = time.monotonic()
+        proxy.stall()
+        land_client_tries(work, 0)
+        wait_until(lambda: set(client_tries(work).values()) == {"success"}, timeout=60, step=0.1)
+        healed = time.monotonic()  # the path is back for new connections; the poller's request in flight stays stalled
+        proxy.heal()
+        client.wait_for(lambda line: '"done"' in line, timeout=POLL_BOUND + 60)
+        heard = time.monotonic() - stalled
+        # it ended by the poller's bound (no answer came: an outage logged, "... keep waiting"), then asked again
+        assert any("keep waiting" in line for line in client.stderr_lines), client.stderr_tail()
+        a.settle()
+        assert watch.stop() == []
+        print(
+            f"\nconnection to serve stalled under the poller's held states request (new connections through again "
+            f"{healed - stalled:.2f} s after): the stalled request ended by its bound ({POLL_BOUND:g} s) and was "
+            f"asked again; every answer heard {heard:.2f} s after the stall"
+        )
+        assert answers_heard_once(client, 0) == {i: "success" for i in range(K)}
+        # the stalled request's bound (no earlier: nothing came through it), then the next request at once
+        assert POLL_BOUND - 5 <= heard <= POLL_BOUND + 10, heard
+        assert a.marked() == K, a.marks_seen()
+        assert set(servers.serve.pids()) == serve_pids and serve.proc.poll() is None
+    finally:
+        proxy.close()
+
+
+ASKED = {"dag_id": "af0", "task_id": "wait", "run_id": "hosts", "map_index": -1, "try_number": 1}  # a states key
+
+
+def timed(call: Callable[[], httpx.Response]) -> tuple[int | str, float]:
+    """(status code, or the error's name; seconds) of one request."""
+    started = time.monotonic()
+    try:
+        status: int | str = call().status_code
+    except httpx.HTTPError as exc:
+        status = type(exc).__name__
+    return status, time.monotonic() - started
+
+
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+def test_serve_behind_a_stalled_postgres_connection_answers_503_then_recovers(workload: Workload) -> None:
+    """`serve` reaches PostgreSQL through the fault proxy, which stalls (no RST, no FIN; new connections stall too).
+    Its requests answer 503 within their bound (each call at most ``[core] sql_call_timeout``, 3 s here, each
+    connection attempt 5 s) instead of hanging; once connections go through it is healthy again, the same process,
+    and its held registrations are woken by the end of their tries at once (its LISTEN connection, stalled too, was
+    replaced: ``[core] listen_check_interval``), not at the end of their hold."""
+    work = workload
+    servers = work.servers
+    pg = servers.pg
+    a = work.start_workers(servers.workers[0])
+    proxy = FaultProxy(servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        serve, base = start_serve(work, db_url=via_proxy)
+        serve_pids = set(servers.serve.pids())
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        watch = Watch(work)
+        proxy.stall()
+        calls = {
+            "health": lambda: httpx.get(f"{base}/api/v1/health", timeout=120),
+            "status": lambda: httpx.get(f"{base}/api/v1/status", headers=auth, timeout=120),
+            "states": lambda: httpx.post(
+                f"{base}/api/v1/tasks/states",
+                params={"wait": "5"},
+                json={"keys": [ASKED]},
+                headers=auth,
+                timeout=120,
+            ),
+        }
+        results: dict[str, tuple[int | str, float]] = {}
+        threads = [
+            threading.Thread(target=lambda n=n, c=c: results.__setitem__(n, timed(c)), daemon=True)
+            for n, c in calls.items()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(150)
+        second = timed(calls["health"])  # a later request meets the stall from the start: a new connection's attempt
+        assert proxy.stalled_connections() >= 1
+        healed = time.monotonic()
+        proxy.heal()
+        wait_until(lambda: healthy(base), timeout=60, step=0.1)
+        recovered = time.monotonic() - healed
+        # held registrations after the heal: answered as soon as their tries end, not when their hold (20 s) ends
+        client = start_client(work, servers.client, base, first=0, hold=20.0)
+        wait_until(lambda: len(client_tries(work)) == K, timeout=90, step=0.1)
+        landed = time.monotonic()
+        land_client_tries(work, 0)
+        client.wait_for(lambda line: '"done"' in line, timeout=120)
+        woken = time.monotonic() - landed
+        a.settle()
+        assert watch.stop() == []
+        print(
+            f"\nserve behind a stalled PostgreSQL connection (sql_call_timeout {CALL_TIMEOUT:g} s): "
+            + ", ".join(f"{n} answered {s} after {t:.2f} s" for n, (s, t) in results.items())
+            + f", a later health check {second[0]} after {second[1]:.2f} s; healthy again {recovered:.2f} s after "
+            f"connections went through; held registrations answered {woken:.2f} s after their partitions landed"
+        )
+        assert set(results) == set(calls), results  # none still waiting after 150 s
+        bound = 2 * (CALL_TIMEOUT + 5) + 5 + 5  # two calls, each its call bound and a connection attempt; the hold
+        assert all(s == 503 and t <= bound for s, t in [*results.values(), second]), (results, second)
+        assert answers_heard_once(client, 0) == {i: "success" for i in range(K)}
+        assert woken <= 12, woken  # woken by the ended tries' NOTIFY, well before the hold's 20 s
+        assert set(servers.serve.pids()) == serve_pids and serve.proc.poll() is None
+    finally:
+        proxy.close()
+
+
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@pytest.mark.parametrize(
+    ("latency", "drop"), [(SLOW, 0.0), (0.0, LOSSY), (SLOW, LOSSY)], ids=["300ms", "drops-5pc", "300ms-drops-5pc"]
+)
+def test_postgres_link_of_300ms_and_5pc_drops_marks_each_task_once(
+    workload: Workload, latency: float, drop: float
+) -> None:
+    """One worker host reaches PostgreSQL through the fault proxy at the issue's numbers: each chunk 300 ms late,
+    and/or 5 % of chunks dropped (the connection then breaks). 300 ms a chunk makes a lease heartbeat's
+    transaction longer than the 2 s lease here: the slow host loses ranges and takes them back (new epochs), its
+    writes under a lost lease fenced. Checked while: no lease epoch back, no task out of the waiting states or
+    leaving success. After: every task marked once, none lost (all ended within 180 s); the slow host's processes
+    the same, and with the link right again it serves a clean round with ranges again, without a restart."""
+    work = workload
+    w1, w2 = work.servers.workers
+    pg = work.servers.pg
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        a, b = work.start_workers(w1, db_url=via_proxy), work.start_workers(w2)
+        both_serving(work, a, b)
+        a_pids = set(w1.pids())
+        watch = Watch(work)
+        proxy.latency, proxy.drop = latency, drop
+        started = time.monotonic()
+        landing = work.land_all_in_background(started)
+        landing.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=180, step=0.2)
+        drained = time.monotonic() - started
+        held = work.owners_by_host()
+        rounds = len(a.json_rounds())
+        proxy.latency, proxy.drop = 0.0, 0.0
+        healed = time.monotonic()
+        a.wait_round(lambda r: not r.get("error") and not r["partial"] and r["ranges"], timeout=120)
+        wait_until(lambda: {"w1", "w2"} <= work.owners_by_host().keys(), timeout=60, step=0.1)
+        recovered = time.monotonic() - healed
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        failed = sum(bool(r.get("error")) for r in a.json_rounds()[:rounds])
+        print(
+            f"\nPostgreSQL link {latency * 1000:g} ms a chunk, {drop:.0%} dropped ({N} partitions landed by "
+            f"{landing.seconds:.2f} s): all ended {drained:.2f} s after landing began (ranges then {held}); "
+            f"the slow host's rounds {rounds} ({failed} failed; {proxy.dropped} connections broken by a drop); link "
+            f"right: serving again {recovered:.2f} s after"
+        )
+        assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        assert set(w1.pids()) == a_pids and a.proc.poll() is None and b.proc.poll() is None
+    finally:
+        proxy.close()
+
+
+@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@pytest.mark.parametrize(("latency", "drop"), [(SLOW, LOSSY)], ids=["300ms-drops-5pc"])
+def test_airflow_to_serve_link_of_300ms_and_5pc_drops_hears_every_answer_once(
+    workload: Workload, latency: float, drop: float
+) -> None:
+    """The client (the provider's own ``register_try`` and ``StatesPoller``) reaches `serve` through the fault proxy,
+    each chunk 300 ms late and 5 % dropped (a dropped chunk breaks the connection: a registration's or a states
+    request's answer may be lost after `serve` acted on it). K tries registered with held answers (``?wait=8``),
+    then K more awaited by the poller. Every try has one task instance (a registration asked again gets its
+    task back), every answer is heard once, none gives up; `serve` the same process."""
+    work = workload
+    servers = work.servers
+    a = work.start_workers(servers.workers[0])
+    serve, _ = start_serve(work)
+    serve_pids = set(servers.serve.pids())
+    proxy = FaultProxy(servers.bed.gateway, (servers.serve.address, SERVE_PORT))
+    try:
+        proxy.latency, proxy.drop = latency, drop
+        via = f"http://{proxy.address[0]}:{proxy.address[1]}"
+        watch = Watch(work)
+        times: list[float] = []
+        for first, hold in ((0, HOLD), (K, 0.0)):  # held registrations, then the poller
+            client = start_client(work, servers.client, via, first=first, hold=hold)
+            expected = first + K
+            wait_until(lambda: len(client_tries(work)) == expected, timeout=120, step=0.1)  # noqa: B023 - waited here
+            if not hold:
+                client.wait_for(lambda line: '"polling"' in line, timeout=120)
+            landed = time.monotonic()
+            land_client_tries(work, first)
+            client.wait_for(lambda line: '"done"' in line, timeout=180)
+            times.append(time.monotonic() - landed)
+            assert answers_heard_once(client, first) == {i: "success" for i in range(first, first + K)}
+        a.settle()
+        assert watch.stop() == []
+        print(
+            f"\nAirflow-serve link {latency * 1000:g} ms a chunk, {drop:.0%} dropped: every held registration's answer "
+            f"heard {times[0]:.2f} s after landing, every polled answer {times[1]:.2f} s; {proxy.connections} "
+            f"connections, {proxy.dropped} broken by a drop"
+        )
+        assert set(client_tries(work).values()) == {"success"} and len(client_tries(work)) == 2 * K
+        assert a.marked() == 2 * K, a.marks_seen()
+        assert set(servers.serve.pids()) == serve_pids and serve.proc.poll() is None
+    finally:
+        proxy.close()

@@ -1,7 +1,9 @@
 """A TCP fault proxy of the tests' own (this kernel has no ``netem``): it listens on an address of the test process
 and forwards each connection to one target, with faults switched at run time:
 
-- ``latency``: each chunk forwarded that many seconds late (both directions);
+- ``latency``: each chunk (what one ``recv`` returned, up to 64 KiB) forwarded that many seconds late, in both
+  directions; a direction's chunks wait in turn, so a request of several chunks, or a chunk that arrives while the
+  one before is delayed, waits longer (closer to a slow link's per-segment delay than to a fixed round-trip time);
 - ``drop``: each chunk dropped with that probability (the stream breaks as a lossy middlebox breaks it: the
   connection is then closed, as TCP would after the retries a lost segment costs);
 - ``stall()``: every open connection, and every new one, stops forwarding for good: nothing is read or written,
@@ -48,6 +50,7 @@ class FaultProxy:
         self._listener.settimeout(TICK)
         self.address: tuple[str, int] = self._listener.getsockname()[:2]
         self.connections = 0  # accepted so far
+        self.dropped = 0  # connections broken by a dropped chunk so far
         threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
 
     def stall(self) -> None:
@@ -99,6 +102,7 @@ class FaultProxy:
                 if not data:
                     break
                 if self.drop and self._rng.random() < self.drop:
+                    self.dropped += 1
                     break  # a lost segment the stream cannot recover here: the connection breaks
                 if self.latency:
                     time.sleep(self.latency)

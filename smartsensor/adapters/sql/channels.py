@@ -113,6 +113,17 @@ class PgListener:
         self._pg.notifies.clear()
         return notes
 
+    def check(self) -> list[tuple[str, str]]:
+        """Ask the server a trivial question on this connection (``SELECT 1``) and return the notifications that
+        arrived meanwhile. A connection that stalls without closing (no RST, no FIN: a hung proxy or pooler) looks
+        like a quiet channel to ``receive``; this call is bounded by the engine's ``[core] sql_call_timeout``
+        (its cursor's watchdog), so such a connection fails here and is replaced."""
+        with self._pg.cursor() as cur:
+            cur.execute("SELECT 1")
+        notes = [(n.channel, n.payload) for n in self._pg.notifies]
+        self._pg.notifies.clear()
+        return notes
+
     def close(self) -> None:
         """Drop the connection. It is invalidated, never handed back to the pool: after an error it is dead (the
         pool's reset would log a traceback at ERROR), and alive it would still be LISTENing."""

@@ -7,6 +7,11 @@ their own: new rows of ``partition_signal`` for ``SIGNAL_CHANNEL``, and ``PRAGMA
 connection's commit) for ``ENDED_CHANNEL``, delivered as ``ANY_CODES``. ``PENDING_CHANNEL`` has none there: a
 worker's next round starts pending tasks.
 
+A LISTENing connection that stalls without closing (no RST, no FIN) would look like quiet channels for good, and
+the process would never hear a notification again: after ``check_interval`` seconds without one the hub asks the
+server ``SELECT 1`` on it (bounded by ``[core] sql_call_timeout``, the engine's call watchdog) and, with no answer,
+drops it and listens on a new one (``[core] listen_check_interval``).
+
 One thread delivers everything, reconnecting every second while the database is away: one WARNING per outage (no
 traceback), every subscriber's ``on_outage`` called (a waiter may read again), and an INFO when it listens again. A
 notification is only a hint: whoever hears it reads the database before acting on it. The process's
@@ -37,6 +42,7 @@ log = logging.getLogger(__name__)
 RECONNECT_AFTER = 1.0  # seconds between two tries to reach the database while it is down
 LISTEN_WAIT = 0.5  # PostgreSQL: the longest one wait for a notification (a stop ends it at once)
 START_TIMEOUT = 30.0  # seconds ``start`` waits for the hub to listen (or fail its first attempt)
+CHECK_INTERVAL = 10.0  # PostgreSQL: seconds of silence after which the LISTEN connection is asked if it is alive
 
 Deliver = Callable[[list[str]], None]
 
@@ -61,9 +67,15 @@ class NotificationHub:
     what its log lines start with."""
 
     def __init__(
-        self, engine: Engine, stop: StopRequest, poll_interval: float = 0.2, name: str = "notifications"
+        self,
+        engine: Engine,
+        stop: StopRequest,
+        poll_interval: float = 0.2,
+        name: str = "notifications",
+        check_interval: float = CHECK_INTERVAL,
     ) -> None:
         self.engine, self.stop, self.poll_interval, self.name = engine, stop, poll_interval, name
+        self.check_interval = check_interval
         self._subscriptions: list[Subscription] = []
         self._listening = threading.Event()
         self._closed = threading.Event()
@@ -144,7 +156,7 @@ class NotificationHub:
 
     def _open(self) -> _Source:
         if self.engine.dialect.name == "postgresql":
-            return _PgSource(PgListener(self.engine, self.channels), self._wake_reader)
+            return _PgSource(PgListener(self.engine, self.channels), self._wake_reader, self.check_interval)
         return _SqliteSource(self.engine, self.channels, self.poll_interval, self._pause)
 
     def _failed(self, exc: Exception) -> None:
@@ -191,13 +203,23 @@ class NotificationHub:
 
 
 class _PgSource:
-    """PostgreSQL: one LISTENing connection; a wait also ends when the hub is woken."""
+    """PostgreSQL: one LISTENing connection; a wait also ends when the hub is woken. After ``check_interval``
+    seconds without a notification, the connection is checked (``PgListener.check``): one that stalled fails there
+    (the call watchdog), and the hub listens on a new one."""
 
-    def __init__(self, listener: PgListener, wake: socket.socket) -> None:
-        self.listener, self.wake = listener, wake
+    def __init__(self, listener: PgListener, wake: socket.socket, check_interval: float) -> None:
+        self.listener, self.wake, self.check_interval = listener, wake, check_interval
+        self.heard = time.monotonic()
 
     def receive(self, timeout: float) -> list[tuple[str, str]]:
-        return self.listener.receive(timeout, also=(self.wake,))
+        notes = self.listener.receive(timeout, also=(self.wake,))
+        now = time.monotonic()
+        if notes:
+            self.heard = now
+        elif now - self.heard >= self.check_interval:
+            notes = self.listener.check()  # raises on a connection that stalled: the hub reconnects
+            self.heard = time.monotonic()
+        return notes
 
     def close(self) -> None:
         self.listener.close()
