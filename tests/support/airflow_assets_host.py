@@ -36,6 +36,7 @@ class Stand:
         self.hold: bool | None = None  # the next post is held: recorded first (True) or lost (False)
         self.release = threading.Event()
         self.lookups = 0
+        self.posts = 0  # every post's id is its number, a lost one's too: an id is never given twice
         self.lock = threading.Lock()
 
 
@@ -143,8 +144,9 @@ class Handler(BaseHTTPRequestHandler):
         with stand.lock:
             hold, stand.hold = stand.hold, None
             release = stand.release
+            stand.posts += 1
             event = {
-                "id": len(stand.events) + 1,
+                "id": stand.posts,
                 "asset_id": int(body["asset_id"]),
                 "partition_key": body.get("partition_key"),
                 "extra": body.get("extra") or {},
