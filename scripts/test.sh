@@ -14,7 +14,7 @@ set -euo pipefail
 FAST=0
 case "${1:-}" in
   --fast) FAST=1; shift ;;
-  --all) export SMARTSENSOR_TIER=all SMARTSENSOR_HOSTS_MATRIX=1; shift ;;
+  --all) export SMARTSENSOR_TIER=all; shift ;;
 esac
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/env.sh"

@@ -20,6 +20,11 @@ faults between them, each with its invariants checked while and after it runs:
 - the worker hosts' wall clocks 10 minutes ahead and 10 minutes behind (libfaketime, tests.support.fake_clock):
   leases are judged by each worker's own clock, so the host ahead holds every range, the host behind none; each
   task marked once; with the clocks set right the ranges are shared again.
+- PostgreSQL lost from one worker host at the COMMIT of its round's marks (``FaultProxy.cut_at_commit``): the COMMIT
+  taken and its answer lost, or (matrix) never taken; a trigger of the test's own audits every committed mark (its
+  client, its lease): each task marked once, by its lease's owner within its lease, none counted twice;
+- the landings publisher's host cut while Airflow (a stand-in on the client host: tests.support.airflow_assets_host)
+  holds the answer to its post: the other host asks Airflow before posting again; one event per landing.
 
 Recovery times are printed (``-s``) and kept in docs/deployment.md, "What several hosts survive". Skipped unless
 root with ``ip netns``. The module's bed (servers included) is started once for its tests.
@@ -45,6 +50,7 @@ from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, 
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.config import Config
+from smartsensor.domain.landings import table_shardcode
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, ROOT, lease_owners, make_cfg, override_env, wait_until
@@ -56,8 +62,10 @@ from tests.support.liveness import Metastore
 from tests.support.proc_helpers import CliProcess, cli_env
 
 WHY_NOT = unavailable()
-# SMARTSENSOR_HOSTS_MATRIX=1: the bigger matrix (longer cuts, slow and lossy links), minutes more; CI runs the rest
-MATRIX = os.environ.get("SMARTSENSOR_HOSTS_MATRIX") == "1"
+# The bigger matrix (longer cuts, slow and lossy links, stalls to and behind serve, one server's path cut, a COMMIT
+# never sent, the landings publisher cut mid-post): the extended tier (./scripts/test.sh --all), minutes more. CI runs
+# a few faults, one of each kind: a host cut, a stalled connection, a lost COMMIT, skewed clocks, the serve host cut.
+MATRIX = pytest.mark.extended
 pytestmark = [pytest.mark.slow, pytest.mark.fault, pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
 
 N = 16  # tasks, one partition each
@@ -122,10 +130,10 @@ class Workload:
         self, host: Host, db_url: str | None = None, metastore_uris: str | None = None, **extra: str
     ) -> dict[str, str]:
         """The environment of `smartsensor` on ``host``: the bed's database (or ``db_url``), metastore (or
-        ``metastore_uris``) and SETTINGS, plus ``extra`` variables."""
+        ``metastore_uris``) and SETTINGS, plus ``extra`` variables (which win over SETTINGS')."""
         uris = metastore_uris or self.servers.metastore.get("spark", "metastore_uris")
         env = override_env(dict(SETTINGS, spark__metastore_uris=uris))
-        return cli_env(self.tmp_path / host.name, db_url or self.db_url, **env, **extra)
+        return cli_env(self.tmp_path / host.name, db_url or self.db_url, **{**env, **extra})
 
     def start_workers(
         self, host: Host, db_url: str | None = None, metastore_uris: str | None = None, **extra: str
@@ -299,7 +307,7 @@ class Watch:
         return self.violations
 
 
-@pytest.mark.parametrize("leases", [3, *([15] if MATRIX else [])])
+@pytest.mark.parametrize("leases", [3, pytest.param(15, marks=MATRIX)])
 def test_worker_host_cut_past_its_lease_is_fenced_and_taken_over(workload: Workload, leases: int) -> None:
     work = workload
     w1, w2 = work.servers.workers
@@ -392,6 +400,137 @@ def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload) 
         proxy.close()
 
 
+# The marks that reach the database, audited by the database itself: a trigger on task_instance records, in the
+# marking transaction (so a rolled-back mark leaves no row), who sent it (the client address PostgreSQL sees) and
+# the lease of the task's range as that transaction saw it (the fence's own read: it locks the lease row).
+AUDIT = """
+CREATE TABLE mark_audit (
+    dag_id text, state text, client inet, owner text, epoch integer, in_lease boolean, txid bigint,
+    at timestamptz DEFAULT clock_timestamp()
+);
+CREATE FUNCTION audit_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE lease record;
+BEGIN
+    SELECT owner, epoch, expires_at INTO lease FROM shard_lease
+    WHERE shard_min <= NEW.shardcode AND NEW.shardcode < shard_max;
+    INSERT INTO mark_audit (dag_id, state, client, owner, epoch, in_lease, txid)
+    VALUES (NEW.dag_id, NEW.state, inet_client_addr(), lease.owner, lease.epoch,
+            NEW.end_date < lease.expires_at, txid_current());
+    RETURN NEW;
+END $$;
+CREATE TRIGGER audit_mark AFTER UPDATE OF state ON task_instance FOR EACH ROW
+WHEN (OLD.state IS DISTINCT FROM NEW.state AND NEW.state IN ('success', 'failed'))
+EXECUTE FUNCTION audit_mark();
+"""
+
+
+def audit_marks(work: Workload) -> None:
+    """Install the mark audit (``AUDIT``) in the workload's database."""
+    with work.engine.begin() as conn:
+        conn.exec_driver_sql(AUDIT)
+
+
+def audited_marks(work: Workload) -> list[dict[str, Any]]:
+    """Every committed mark: dag id, state, client address, the lease's owner and epoch, whether the write's time
+    was within the lease, its transaction."""
+    with work.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT dag_id, state, host(client), owner, epoch, in_lease, txid FROM mark_audit")
+        keys = ("dag_id", "state", "client", "owner", "epoch", "in_lease", "txid")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def audit_violations(work: Workload, writers: dict[str, Host]) -> list[str]:
+    """What the audit shows against the rules: a task marked more than once (committed), a mark written outside its
+    lease's time, or by a host other than the lease owner's (``writers``: the client address PostgreSQL sees → the
+    host whose worker writes from it). A lease owner is a worker id ``host:pid:…``; its pid names its host."""
+    marks = audited_marks(work)
+    hosts_by_pid = {pid: host.name for host in writers.values() for pid in host.pids()}
+    seen: dict[str, int] = {}
+    wrong = []
+    for m in marks:
+        seen[m["dag_id"]] = seen.get(m["dag_id"], 0) + 1
+        writer = writers.get(m["client"])
+        owner_pid = int(str(m["owner"]).split(":")[1]) if m["owner"] and m["owner"].count(":") >= 2 else None
+        if writer is None or hosts_by_pid.get(owner_pid or -1) != writer.name:
+            wrong.append(f"{m['dag_id']} marked from {m['client']} under a lease of {m['owner']}")
+        if not m["in_lease"]:
+            wrong.append(f"{m['dag_id']} marked after its lease's expiry ({m['owner']}, epoch {m['epoch']})")
+    wrong += [f"{dag} marked {n} times" for dag, n in seen.items() if n > 1]
+    return wrong
+
+
+MARKING = b"UPDATE task_instance SET state='success'"  # a round's guarded update of landed tasks, as psycopg2 sends it
+
+
+@pytest.mark.parametrize("committed", [True, pytest.param(False, marks=MATRIX)], ids=lambda c: f"committed-{c}")
+def test_postgres_lost_mid_commit_marks_each_task_once(workload: Workload, committed: bool) -> None:
+    """One worker host reaches PostgreSQL through the fault proxy, which cuts it at the COMMIT of the worker's first
+    round that marks landed tasks (``FaultProxy.cut_at_commit``): the COMMIT reaches the server and its answer is lost
+    (``committed``: the server committed, the worker cannot know), or it never reaches it (the server ends the
+    session and rolls back). From then on PostgreSQL is unreachable from that host (every connection, open and new,
+    stalled) for three leases, then reachable again. Checked: the worker's round fails within its call bound
+    and its marks are not counted; a mark that committed is neither made nor counted again, one that did not is made
+    later by someone; the database's own audit shows every task marked once, each mark by its lease's owner within
+    its lease; lease epochs never go back; the worker recovers without a restart."""
+    work = workload
+    w1, w2 = work.servers.workers
+    pg = work.servers.pg
+    audit_marks(work)
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        a, b = work.start_workers(w1, db_url=via_proxy), work.start_workers(w2)
+        both_serving(work, a, b)
+        a_pids = set(w1.pids())
+        cut = proxy.cut_at_commit(MARKING, forward_commit=committed)
+        watch = Watch(work)
+        started = time.monotonic()
+        landed = work.land_all_in_background(started)
+        wait_until(lambda: cut.fired_at is not None, timeout=120, step=0.05)
+        assert cut.fired_at is not None
+        lost = sum(cut.updated)
+        assert lost > 0, cut  # the cut transaction marked tasks
+        before = len(a.json_rounds())
+        wait_until(lambda: work.owners_by_host().keys() == {"w2"}, timeout=60, step=0.1)
+        takeover = time.monotonic() - cut.fired_at
+        landed.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+        drained = time.monotonic() - cut.fired_at
+        time.sleep(max(0.0, 3 * LEASE_TIMEOUT - (time.monotonic() - cut.fired_at)))  # unreachable 3 leases at least
+        cut_for = time.monotonic() - cut.fired_at
+        healed = time.monotonic()
+        proxy.heal()  # new connections go through; those open at the cut stay silent (their calls time out)
+        # its round fails within its bounds (each call at most CALL_TIMEOUT, each connection attempt 5 s): no hang
+        failed = a.wait_round(lambda r: bool(r.get("error")), timeout=120)
+        round_failed = time.monotonic() - cut.fired_at
+        a.wait_round(lambda r: not r.get("error") and not r["partial"] and r["ranges"], timeout=120)
+        wait_until(lambda: "w1" in work.owners_by_host(), timeout=60, step=0.1)
+        recovered = time.monotonic() - healed
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        after = rounds_since(a, before)
+        print(
+            f"\nPostgreSQL lost mid-COMMIT ({'committed' if committed else 'not committed'}: {lost} tasks in the cut "
+            f"transaction; {N} partitions landed by {landed.seconds:.2f} s; unreachable {cut_for:.1f} s): takeover "
+            f"{takeover:.2f} s, all {N} ended {drained:.2f} s after the cut; the worker's round failed (by "
+            f"{round_failed:.2f} s); serving again {recovered:.2f} s after PostgreSQL was reachable again"
+        )
+        assert "sql_call_timeout" in "\n".join(a.stderr_lines) or "closed" in str(failed.get("error")), failed
+        # counted once: the lost commit's marks by nobody (its round failed), every other mark by the round that
+        # made it; marked once: what committed was not marked again, what did not was marked by someone
+        assert a.marked() + b.marked() + (lost if committed else 0) == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        writers = {work.servers.bed.gateway: w1, w2.address: w2}
+        marks = audited_marks(work)
+        assert audit_violations(work, writers) == [], marks
+        assert sorted(m["dag_id"] for m in marks) == sorted(f"d{i}" for i in range(N)), marks
+        assert sum(m["client"] == work.servers.bed.gateway for m in marks) >= (lost if committed else 0), marks
+        assert all(not r.get("error") for r in after[-2:]), a.marks_seen()
+        assert set(w1.pids()) == a_pids and a.proc.poll() is None  # the same processes: none restarted
+    finally:
+        proxy.close()
+
+
 METASTORE_TIMEOUT = float(METASTORE_BOUND["smart_sensor__metastore_timeout"])
 
 
@@ -448,6 +587,7 @@ def metastore_fault_and_back(
     )
 
 
+@MATRIX
 def test_stalled_metastore_connection_ends_the_round_and_recovers(workload: Workload) -> None:
     """One worker host reaches the metastore through the fault proxy, which stalls (no RST, no FIN): its round
     ends within ``[smart_sensor] metastore_timeout`` a call, it keeps its ranges, and it answers again once new
@@ -467,7 +607,7 @@ def test_stalled_metastore_connection_ends_the_round_and_recovers(workload: Work
         proxy.close()
 
 
-@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@MATRIX
 def test_stalled_first_metastore_fails_over_to_the_second(workload: Workload) -> None:
     """One worker host has two metastore URIs, the first through the fault proxy, which stalls: its calls time out
     there once, are tried again on the second URI (the first is tried last for a while), and its tasks end during
@@ -503,7 +643,8 @@ def test_stalled_first_metastore_fails_over_to_the_second(workload: Workload) ->
         proxy.close()
 
 
-@pytest.mark.parametrize("server", ["metastore", *(["postgres"] if MATRIX else [])])
+@MATRIX
+@pytest.mark.parametrize("server", ["metastore", "postgres"])
 def test_worker_host_cut_from_one_server_only(workload: Workload, server: str) -> None:
     """One worker host loses its path to one server, silently (tests.support.hosts: ``cut_path``), the rest of its
     network untouched. The metastore: as its stalled connection (it keeps its ranges, their tasks wait, it answers
@@ -556,6 +697,7 @@ def test_worker_host_cut_from_one_server_only(workload: Workload, server: str) -
     assert takeover <= 3 * LEASE_TIMEOUT + CALL_TIMEOUT + 2, takeover
 
 
+@MATRIX
 def test_whole_worker_host_killed_and_replaced(workload: Workload) -> None:
     """Every process of one worker host killed at once (SIGKILL: the supervisor and its worker, no release of its
     leases), the host gone, then a new host with the same name and address starting `smartsensor workers` anew:
@@ -769,7 +911,7 @@ def start_client(work: Workload, af: Host, base: str, first: int, hold: float) -
     return client
 
 
-@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@MATRIX
 @pytest.mark.parametrize(("latency", "drop"), [(0.05, 0.0), (0.0, 0.02)], ids=["latency-50ms", "drops-2pc"])
 def test_slow_or_lossy_postgres_link_marks_each_task_once(workload: Workload, latency: float, drop: float) -> None:
     """One worker host reaches PostgreSQL through the fault proxy, each chunk ``latency`` late or dropped (the
@@ -863,6 +1005,7 @@ def attempts_failed(client: CliProcess, attempt: int) -> int:
     return sum(f"(attempt {attempt};" in line for line in client.stderr_lines)
 
 
+@MATRIX
 def test_stalled_serve_connection_ends_each_held_registration_by_its_bound(workload: Workload) -> None:
     """The client's connections to `serve` stall without closing (the fault proxy between them: no RST, no FIN,
     its kernel still acknowledging) while `serve` holds its K registrations (``?wait=5``, ``timeout=3``), and every
@@ -914,7 +1057,7 @@ def test_stalled_serve_connection_ends_each_held_registration_by_its_bound(workl
         proxy.close()
 
 
-@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@MATRIX
 def test_stalled_serve_connection_ends_the_pollers_held_request_by_its_bound(workload: Workload) -> None:
     """The client's connection to `serve` stalls (no RST, no FIN) under the provider's StatesPoller, whose held
     states request (``?wait=1``) is under way: the request ends by the poller's own bound (its HTTP client's
@@ -971,7 +1114,7 @@ def timed(call: Callable[[], httpx.Response]) -> tuple[int | str, float]:
     return status, time.monotonic() - started
 
 
-@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@MATRIX
 def test_serve_behind_a_stalled_postgres_connection_answers_503_then_recovers(workload: Workload) -> None:
     """`serve` reaches PostgreSQL through the fault proxy, which stalls (no RST, no FIN; new connections stall too).
     Its requests answer 503 within their bound (each call at most ``[core] sql_call_timeout``, 3 s here, each
@@ -1041,7 +1184,7 @@ def test_serve_behind_a_stalled_postgres_connection_answers_503_then_recovers(wo
         proxy.close()
 
 
-@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@MATRIX
 @pytest.mark.parametrize(
     ("latency", "drop"), [(SLOW, 0.0), (0.0, LOSSY), (SLOW, LOSSY)], ids=["300ms", "drops-5pc", "300ms-drops-5pc"]
 )
@@ -1093,7 +1236,7 @@ def test_postgres_link_of_300ms_and_5pc_drops_marks_each_task_once(
         proxy.close()
 
 
-@pytest.mark.skipif(not MATRIX, reason="the bigger matrix: SMARTSENSOR_HOSTS_MATRIX=1")
+@MATRIX
 @pytest.mark.parametrize(("latency", "drop"), [(SLOW, LOSSY)], ids=["300ms-drops-5pc"])
 def test_airflow_to_serve_link_of_300ms_and_5pc_drops_hears_every_answer_once(
     workload: Workload, latency: float, drop: float
@@ -1137,3 +1280,181 @@ def test_airflow_to_serve_link_of_300ms_and_5pc_drops_hears_every_answer_once(
         assert set(servers.serve.pids()) == serve_pids and serve.proc.poll() is None
     finally:
         proxy.close()
+
+
+AIRFLOW_PORT = 8795  # the stand-in for Airflow's api-server, on the client host
+POST_TIMEOUT, LANDINGS_LEASE = 3.0, 4.5  # [landings] request_timeout and the lease_timeout it must stay under
+
+
+class StandIn:
+    """The client host's stand-in for Airflow's REST API (tests.support.airflow_assets_host), driven from here."""
+
+    def __init__(self, work: Workload, host: Host, assets: list[dict[str, Any]]) -> None:
+        self.base = f"http://{host.address}:{AIRFLOW_PORT}"
+        args = {"address": host.address, "port": AIRFLOW_PORT, "assets": assets}
+        self.proc = CliProcess(
+            [json.dumps(args)],
+            dict(os.environ, PYTHONPATH=str(ROOT)),
+            program=host.command(sys.executable, "-m", "tests.support.airflow_assets_host"),
+        )
+        work.procs.append(self.proc)
+        self.proc.wait_for(lambda line: line == "ready", timeout=60)
+
+    def state(self) -> dict[str, Any]:
+        answer = httpx.get(f"{self.base}/_bed/state", timeout=10)
+        answer.raise_for_status()
+        result: dict[str, Any] = answer.json()
+        return result
+
+    def control(self, what: str, **body: Any) -> None:
+        httpx.post(f"{self.base}/_bed/{what}", json=body, timeout=10).raise_for_status()
+
+
+def outbox(work: Workload) -> list[dict[str, Any]]:
+    """The landing outbox's rows (baselines left out): uri, partition name, state, posts, unknown outcomes, event."""
+    with work.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT uri, partition_name, state, posts, unknown_outcomes, event_id FROM landing_outbox "
+            "WHERE state <> 'baseline'"
+        )
+        keys = ("uri", "partition_name", "state", "posts", "unknown_outcomes", "event_id")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def baselines(work: Workload) -> int:
+    with work.engine.connect() as conn:
+        return int(conn.exec_driver_sql("SELECT count(*) FROM asset_watch WHERE baselined_at IS NOT NULL").scalar())
+
+
+def one_table_per_range(work: Workload) -> list[str]:
+    """Table names whose shardcodes (where the landing publisher publishes them) fall one in each shard range: which
+    ever ranges a host holds, it publishes some."""
+    uris = work.servers.metastore.get("spark", "metastore_uris")
+    cfg = make_cfg(work.tmp_path / "ranges", work.db_url, **SETTINGS, spark__metastore_uris=uris)
+    limit = cfg.shard_code_upper_limit
+    names: list[str] = []
+    for r in cfg.resolved_shard_ranges:
+        names.append(
+            next(
+                f"l{i}"
+                for i in range(10_000)
+                if r.lo <= table_shardcode(work.metastore.db, f"l{i}", limit) < r.hi and f"l{i}" not in names
+            )
+        )
+    return names
+
+
+@MATRIX
+@pytest.mark.parametrize("committed", [True, False], ids=lambda c: f"committed-{c}")
+def test_landings_publisher_host_cut_mid_post(workload: Workload, committed: bool) -> None:
+    """Both worker hosts publish landings (``[landings] publish``) to the client host's stand-in for Airflow's REST
+    API, one watched table in each shard range. A post is held at the stand-in (``committed``: Airflow took the
+    event, its answer is late; else the post is lost, never taken), and the host that sent it is cut while it waits:
+    its publisher cannot learn the outcome, nor record it. Checked, as docs/airflow.md ("The guarantee") promises:
+    the other host takes the ranges over and, the claim lapsed, asks Airflow before posting again: the held event
+    settles its row delivered without a second post, a lost one is posted once; every landing of the cut ends
+    delivered with exactly one event in Airflow; back, the cut host's publisher (the same process) posts again;
+    lease epochs never go back."""
+    work = workload
+    w1, w2 = work.servers.workers
+    tables = one_table_per_range(work)
+    work.metastore.create_tables(tables)
+    ms = urlsplit(work.servers.metastore.get("spark", "metastore_uris"))
+    prefix = f"hive://{ms.hostname}:{ms.port}/"
+    assets = [{"id": i + 1, "uri": f"{prefix}{work.metastore.db}/{t}"} for i, t in enumerate(tables)]
+    airflow = StandIn(work, work.servers.client, assets)
+    password = work.tmp_path / "airflow-password"
+    password.write_text("bed\n")
+    landings = override_env(
+        {
+            "landings__publish": "true",
+            "landings__airflow_url": airflow.base,
+            "landings__airflow_username": "bed",
+            "landings__airflow_password_file": str(password),
+            "landings__asset_uri_prefix": prefix,
+            "landings__interval": "0.3",
+            "landings__assets_refresh_interval": "1",
+            # the cut must come while the held post waits: a post that times out first is settled before it
+            "landings__request_timeout": str(POST_TIMEOUT),
+            "landings__retry_base": "0.2",
+            "landings__retry_max": "1",
+            # a post's time must stay under the lease, less 1 s: the lease (and a claim) is longer here
+            "smart_sensor__lease_timeout": str(LANDINGS_LEASE),
+        }
+    )
+    a, b = work.start_workers(w1, **landings), work.start_workers(w2, **landings)
+    procs = {w1.name: a, w2.name: b}
+    both_serving(work, a, b)
+    wait_until(lambda: baselines(work) == len(tables), timeout=90, step=0.2)
+
+    def events() -> list[dict[str, Any]]:
+        return list(airflow.state()["events"])
+
+    def delivered(ds: str) -> bool:
+        rows = [r for r in outbox(work) if r["partition_name"] == f"ds={ds}"]
+        return len(rows) == len(tables) and all(r["state"] == "delivered" for r in rows)
+
+    for t in tables:  # the publishers work: one landing per table delivered
+        work.metastore.land(t, "2026-11-01")
+    wait_until(lambda: delivered("2026-11-01"), timeout=90, step=0.1)
+
+    airflow.control("hold", commit=committed)
+    for t in tables:
+        work.metastore.land(t, "2026-11-02")
+    wait_until(lambda: bool(airflow.state()["held"]), timeout=90, step=0.05)
+    held = airflow.state()["held"][0]
+    cut_host = next(h for h in (w1, w2) if h.address == held["client"])
+    other = w2 if cut_host is w1 else w1
+    pids = set(cut_host.pids())
+    watch = Watch(work)
+    cut_host.cut()
+    cut = time.monotonic()
+    airflow.control("release")  # its answer goes to a host cut off: lost (or, not taken, the connection closed)
+    wait_until(lambda: delivered("2026-11-02"), timeout=120, step=0.1)
+    settled = time.monotonic() - cut
+    assert work.owners_by_host().keys() == {other.name}, work.owners_by_host()
+    time.sleep(max(0.0, 3 * LANDINGS_LEASE - (time.monotonic() - cut)))  # cut for 3 leases at least
+    cut_for = time.monotonic() - cut
+    cut_host.restore()
+    back = time.monotonic()
+    wait_until(lambda: cut_host.name in work.owners_by_host(), timeout=60, step=0.1)
+    for t in tables:  # back, the cut host publishes the tables of the ranges it holds again
+        work.metastore.land(t, "2026-11-03")
+    wait_until(lambda: delivered("2026-11-03"), timeout=90, step=0.1)
+    recovered = time.monotonic() - back
+    procs[cut_host.name].settle()
+    procs[other.name].settle()
+    assert watch.stop() == []
+    posted = events()
+    rows = outbox(work)
+    how = "found by the other host's look-up" if committed else "not found by the other host's look-up, posted"
+    print(
+        f"\nlandings publisher's host cut mid-post ({'taken by Airflow' if committed else 'lost'}, cut "
+        f"{cut_for:.1f} s): the landings of the cut ({len(tables)}) delivered {settled:.2f} s after it, the held one "
+        f"{how}; back: the cut host's publisher posting again, all {len(tables)} new landings delivered "
+        f"{recovered:.2f} s after the link came back ({airflow.state()['lookups']} look-ups)"
+    )
+    # no landing lost, none published twice: one event in Airflow per landing, every row delivered with it
+    keys = [(e["asset_id"], e["partition_key"]) for e in posted]
+    assert len(keys) == len(set(keys)) == 3 * len(tables), posted
+    assert all(r["state"] == "delivered" and r["event_id"] is not None for r in rows), rows
+    held_row = next(
+        r
+        for r in rows
+        if str(r["uri"]).endswith(f"/{tables[held['asset_id'] - 1]}") and r["partition_name"] == "ds=2026-11-02"
+    )
+    assert held_row["unknown_outcomes"] >= 1, held_row  # its outcome was lost: looked up, not posted blindly
+    held_event = next(e for e in posted if (e["asset_id"], e["partition_key"]) == (held["asset_id"], "2026-11-02"))
+    if committed:  # the event Airflow took is the one the row names: found, not posted again
+        assert held_event["id"] == held["id"] == held_row["event_id"], (held, held_row)
+    else:  # never taken: posted once more, by the host that took the range over
+        assert held_event["client"] == other.address and held_row["event_id"] == held_event["id"], (held, held_event)
+    assert [e for e in posted if e["client"] == cut_host.address and e["partition_key"] == "2026-11-03"], posted
+    # the cut came while the held post waited: the cut host posted nothing more until it was back
+    assert not [
+        e
+        for e in posted
+        if e["client"] == cut_host.address and e["partition_key"] == "2026-11-02" and e["id"] != held["id"]
+    ], posted
+    assert airflow.state()["lookups"] >= 1  # the held row was looked up before anything else
+    assert set(cut_host.pids()) == pids and procs[cut_host.name].proc.poll() is None  # recovered, not restarted

@@ -10,7 +10,14 @@ and forwards each connection to one target, with faults switched at run time:
   nothing closed: no RST, no FIN. The proxy's kernel still acknowledges what is sent to it, so the client's TCP
   sees a live peer that never answers (a hung middlebox, a frozen server process): keepalives and
   ``tcp_user_timeout`` cannot notice it, only a client's own deadline can;
-- ``heal()``: new connections are forwarded again; those stalled stay stalled (open, silent) until ``close``.
+- ``heal()``: new connections are forwarded again; those stalled stay stalled (open, silent) until ``close``;
+- ``cut_at_commit(armed_by, forward_commit)``: one shot, a path lost mid-transaction. The first connection whose
+  client sends ``armed_by`` (a statement of the transaction to cut) is armed; when its client then sends COMMIT
+  (PostgreSQL's simple Query message, what psycopg2's ``commit()`` sends), the proxy stalls, as ``stall()``, every
+  connection, open and new, and either forwards that COMMIT first (``forward_commit``: the server commits, and its
+  answer is never forwarded: the client cannot know it committed) or never forwards it (the server never sees it,
+  and ends the session at its ``idle_in_transaction_session_timeout``, rolling it back). ``commit_cut`` records
+  when it fired and the UPDATE counts the server answered in the cut transaction.
 
 Threads of the test process, bounded: each pump waits at most ``TICK`` seconds per call and ends with ``close``.
 """
@@ -18,13 +25,31 @@ Threads of the test process, bounded: each pump waits at most ``TICK`` seconds p
 from __future__ import annotations
 
 import random
+import re
 import select
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 TICK = 0.2  # seconds a pump waits on a socket before looking at the switches again
+# PostgreSQL's wire protocol: a simple Query message ('Q', its length, the text, NUL) of COMMIT or ROLLBACK, and the
+# CommandComplete message ('C', its length, the tag) of an UPDATE, whose tag carries the rows it changed
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+ROLLBACK = b"Q\x00\x00\x00\x0dROLLBACK\x00"
+UPDATED = re.compile(rb"C\x00\x00\x00.UPDATE (\d+)\x00", re.DOTALL)
+
+
+@dataclass
+class CommitCut:
+    """``cut_at_commit``'s one shot: what arms it, whether the COMMIT is forwarded, and once it fired, when
+    (``time.monotonic``) and the rows each UPDATE of the cut transaction changed (the server's answers, forwarded
+    before the COMMIT)."""
+
+    armed_by: bytes
+    forward_commit: bool
+    fired_at: float | None = None
+    updated: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -32,6 +57,8 @@ class _Pair:
     client: socket.socket
     server: socket.socket | None
     stalled: bool = False
+    armed: bool = False  # its client sent ``CommitCut.armed_by`` in the transaction under way
+    updated: list[int] = field(default_factory=list)  # the rows each UPDATE changed since it was armed
 
 
 class FaultProxy:
@@ -51,6 +78,7 @@ class FaultProxy:
         self.address: tuple[str, int] = self._listener.getsockname()[:2]
         self.connections = 0  # accepted so far
         self.dropped = 0  # connections broken by a dropped chunk so far
+        self.commit_cut: CommitCut | None = None
         threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
 
     def stall(self) -> None:
@@ -59,6 +87,12 @@ class FaultProxy:
             self._stalling = True
             for pair in self._pairs:
                 pair.stalled = True
+
+    def cut_at_commit(self, armed_by: bytes, forward_commit: bool) -> CommitCut:
+        """Arm the one-shot cut at the COMMIT of the first transaction that sends ``armed_by`` (module docstring)."""
+        with self._lock:
+            self.commit_cut = CommitCut(armed_by, forward_commit)
+            return self.commit_cut
 
     def heal(self) -> None:
         """Forward new connections again (the stalled ones stay silent)."""
@@ -106,7 +140,7 @@ class FaultProxy:
                     break  # a lost segment the stream cannot recover here: the connection breaks
                 if self.latency:
                     time.sleep(self.latency)
-                dst.sendall(data)
+                self._forward(pair, src is pair.client, data, dst)
         except OSError:
             pass
         if not pair.stalled:
@@ -115,6 +149,36 @@ class FaultProxy:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def _forward(self, pair: _Pair, from_client: bool, data: bytes, dst: socket.socket) -> None:
+        """Send ``data`` on, unless the pair stalled (a chunk read as the stall began is never forwarded after it);
+        ``cut_at_commit``'s watch sees it first."""
+        with self._lock:
+            if pair.stalled:
+                return
+            cut = self.commit_cut
+            if cut is not None and cut.fired_at is None:
+                self._watch_commit(pair, from_client, data, cut)
+                if pair.stalled and not cut.forward_commit:  # it fired on this chunk, its COMMIT: never sent
+                    return
+            dst.sendall(data)
+
+    def _watch_commit(self, pair: _Pair, from_client: bool, data: bytes, cut: CommitCut) -> None:
+        """``cut_at_commit``'s watch of one chunk (under the lock): arm, disarm, count an UPDATE's rows, or fire
+        (every connection stalled, this one first)."""
+        if not from_client:
+            if pair.armed:
+                pair.updated += [int(n) for n in UPDATED.findall(data)]
+            return
+        if pair.armed and COMMIT in data:
+            cut.fired_at, cut.updated = time.monotonic(), list(pair.updated)
+            self._stalling = True
+            for each in self._pairs:
+                each.stalled = True
+        elif pair.armed and ROLLBACK in data:
+            pair.armed, pair.updated = False, []
+        elif not pair.armed and cut.armed_by in data:
+            pair.armed, pair.updated = True, []
 
     def close(self) -> None:
         """Stop everything and close every socket (stalled ones too)."""
