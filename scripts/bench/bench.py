@@ -60,21 +60,22 @@ from scripts.bench import (
 )
 from scripts.bench.metastore_load import MetastoreLoad, RecordingMetastoreDbCatalog
 from scripts.bench.workload import partition_of
+from scripts.harness.databases import drop_database, new_database
+from scripts.harness.usage import tree_peak_rss_mb
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.lifecycle import StopRequest
-from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
-from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer
+from smartsensor.roots.worker import range_rounds
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.checks import Check
 from smartsensor.sensors.errors import CheckError
@@ -123,8 +124,7 @@ def shard_workers(engine: Any, cfg: Any, shards: int) -> list[RangeRounds]:
     """Fresh workers over ``shards`` equal ranges, their indexes not built yet."""
     limit = cfg.shard_code_upper_limit
     bounds = [i * limit // shards for i in range(shards + 1)]
-    store = SqlRoundStore(engine)
-    return [RangeRounds(store, cfg, bounds[i], bounds[i + 1], record_rounds=False) for i in range(shards)]
+    return [range_rounds(engine, cfg, bounds[i], bounds[i + 1], record_rounds=False) for i in range(shards)]
 
 
 def build_index(workers: list[RangeRounds]) -> float:
@@ -1212,15 +1212,9 @@ def main() -> int:
     args = parse_args()
     home = Path(args.home or tempfile.mkdtemp(prefix="smartsensor-bench-"))
     home.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     db_url = args.db_url or f"sqlite:///{home}/bench.db"
-    metastore_db = bench_metastore.create_database(db_url) if args.metastore_kind == "postgresql" else None
-    cfg_path = home / "airflow.cfg"
-    cfg_path.write_text(
-        f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
-        f"metastore_uris = thrift://127.0.0.1:{port}\n[metastore]\nport = {port}\n"
-        + (f"database_url = {metastore_db[1]}\n" if metastore_db else "")
-    )
+    metastore_db = new_database(db_url, "bench_metastore") if args.metastore_kind == "postgresql" else None
+    cfg_path = bench_metastore.write_config(home, db_url, metastore_db[1] if metastore_db else None)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     env.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     os.environ.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
@@ -1245,16 +1239,14 @@ def main() -> int:
         for i, name in enumerate(args.workload):
             measure_rss = i == 0 or not args.worker_rss_once
             reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, listers, measure_rss))
-            reports[-1]["metastore_peak_rss_mb"] = (
-                round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
-            )
+            reports[-1]["metastore_peak_rss_mb"] = round(tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
             print_table(reports[-1])
             print_index(reports[-1])
             print_metastore_load(reports[-1], listers)
             print_profiles(reports[-1])
             console.print(
                 f"metastore service (JVM) peak RSS so far: {reports[-1]['metastore_peak_rss_mb']} MB; "
-                f"this bench process: {bench_catalog.tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
+                f"this bench process: {tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
                 f"its children included)"
             )
     finally:
@@ -1262,7 +1254,7 @@ def main() -> int:
             listers.close()
         metastore_service.stop(cfg)
         if metastore_db:
-            bench_metastore.drop_database(db_url, metastore_db[0])
+            drop_database(db_url, metastore_db[0])
     print_over_workloads(reports)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:

@@ -17,13 +17,13 @@ from typing import Any, Callable, Iterator
 from sqlalchemy.engine import Engine
 
 from scripts.airflow.stack import USER, AirflowStack, Processes, version_of
+from scripts.harness.hive_tables import Metastore
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import leases as lease_sql
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_race import Landing
 from tests.support.common import ROOT, new_db, override_env, wait_until
-from tests.support.liveness import Metastore
 from tests.support.pg import drop_pg_database, new_pg_database
 from tests.support.proc_helpers import cli_env
 
