@@ -62,6 +62,7 @@ from scripts.bench.metastore_load import MetastoreLoad, RecordingMetastoreDbCata
 from scripts.bench.workload import partition_of
 from scripts.harness.databases import drop_database, new_database
 from scripts.harness.usage import tree_peak_rss_mb
+from scripts.harness.waiting import NotReached, wait_until
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
@@ -526,9 +527,8 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
         for kind, interval in (("sig", 600.0), ("poll", poll_interval))
         for i in range(samples)
     ]
-    register(
-        SqlRegistrationStore(engine), [("latency_probe", sensor) for sensor in probes], DAY, cfg
-    )  # as `submit` does
+    store = SqlRegistrationStore(engine)
+    register(store, [("latency_probe", sensor) for sensor in probes], DAY, cfg)  # as `submit` does
     rounds: list[RoundResult] = []
     stop = StopRequest()
     served = leased_ranges(engine, cfg, spark_provider=lambda: spark)
@@ -539,12 +539,12 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     thread.start()
 
     def wait_success(task_id: str, timeout: float = 600) -> float:
-        started = time.perf_counter()
-        while time.perf_counter() - started < timeout:
-            if registered_states(SqlRegistrationStore(engine), "latency_probe", DAY).get(task_id) == State.SUCCESS:
-                return time.perf_counter() - started
-            time.sleep(0.01)
-        raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")
+        try:
+            return wait_until(
+                lambda: registered_states(store, "latency_probe", DAY).get(task_id) == State.SUCCESS, timeout, 0.01
+            )
+        except NotReached:
+            raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s") from None
 
     out: dict[str, Any] = {"poll_interval": poll_interval}
     try:
