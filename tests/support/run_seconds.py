@@ -238,12 +238,6 @@ class TreeCpu:
         return seen
 
 
-def cpu_seconds_of_tree(pid: int | None = None) -> float:
-    """The CPU seconds a process and its live descendants have used so far, read once (``TreeCpu`` without
-    history: a descendant that already left the tree is not counted)."""
-    return TreeCpu(pid).read()
-
-
 def _descendants(root: int, proc: Path = PROC) -> dict[int, Stat]:
     """Every live descendant of ``root`` (in the /proc at ``proc``)."""
     found: dict[int, Stat] = {}
