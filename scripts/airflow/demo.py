@@ -226,15 +226,11 @@ def write_config(
     return cfg
 
 
-def landings_settings(airflow_url: str, password_file: Path, uri_prefix: str) -> dict[str, str]:
+def landings_settings(stack: AirflowStack, password_file: Path, uri_prefix: str) -> dict[str, str]:
     """``[landings]`` for --assets: publish to the stack's api-server as its admin, the metastore's hive:// assets;
     Airflow's assets read every 2 s (not 60: the demo's consumers are new), posts retried soon."""
     return {
-        "publish": "true",
-        "airflow_url": airflow_url,
-        "airflow_username": USER,
-        "airflow_password_file": str(password_file),
-        "asset_uri_prefix": uri_prefix,
+        **stack.publisher_settings(password_file, uri_prefix),
         "assets_refresh_interval": "2",
         "retry_base": "0.5",
         "retry_max": "5",
@@ -277,11 +273,7 @@ class Demo:
         self.stack.env.update(airflow_env)
         landings = None
         if args.assets:
-            self.ss_home.mkdir(parents=True, exist_ok=True)
-            password_file = self.ss_home / "airflow-password"
-            password_file.write_text(self.stack.password + "\n")
-            password_file.chmod(0o600)
-            landings = landings_settings(self.stack.url, password_file, self.hive_assets)
+            landings = landings_settings(self.stack, self.ss_home / "airflow-password", self.hive_assets)
             for dag in sorted(ASSET_DAGS.glob("*.py")):
                 (self.stack.dags / dag.name).write_text(dag.read_text())
         write_config(self.ss_home, self.db_url, self.metastore_port, self.token, landings)

@@ -397,6 +397,21 @@ class AirflowStack:
         auth)."""
         return _call(method, f"{self.url}{path}", body, self.auth_headers())
 
+    def publisher_settings(self, password_file: Path, uri_prefix: str, url: str | None = None) -> dict[str, str]:
+        """smartsensor's ``[landings]`` keys that publish to this stack (its api-server at ``url``, by default its own
+        URL) as ``admin``, the ``hive://`` assets under ``uri_prefix``; the password written to ``password_file``
+        (only its owner may read it)."""
+        password_file.parent.mkdir(parents=True, exist_ok=True)
+        password_file.write_text(self.password + "\n")
+        password_file.chmod(0o600)
+        return {
+            "publish": "true",
+            "airflow_url": url or self.url,
+            "airflow_username": USER,
+            "airflow_password_file": str(password_file),
+            "asset_uri_prefix": uri_prefix,
+        }
+
     def auth_headers(self) -> dict[str, str]:
         """The headers that authenticate a REST call as ``admin``."""
         if self.major < 3:

@@ -45,37 +45,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.harness.usage import cpu_seconds, status_kb
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import pdeathsig_preexec
 
 HOST = "127.0.0.1"
 DAY = "2026-11-22"
 REQUEST_TIMEOUT = 120.0  # seconds for one answer: a slower one is an error, not a hang
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # --- the server ------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (all its threads) so far, from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 (state) is fields[0]
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Server:
@@ -393,7 +372,7 @@ def measured(server: Server, phase: Phase, run: Any, limit: float) -> Phase:
     phase.seconds = time.perf_counter() - t0
     phase.client_cpu = time.process_time() - client0
     phase.server_cpu = cpu_seconds(pid) - cpu0
-    phase.server_rss_mb = rss_mb(pid)
+    phase.server_rss_mb = status_kb(pid, "VmRSS") / 1024
     return phase
 
 

@@ -49,32 +49,33 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from rich.console import Console
-from rich.table import Table
-
 from scripts.bench import (
     catalog as bench_catalog,
     metastore_db as bench_metastore,
     sql as bench_sql,
+    tables as bench_tables,
     workload as bench_workload,
 )
+from scripts.bench.measures import ALL_STRATEGIES, IN_PROCESS, Measure, console
 from scripts.bench.metastore_load import MetastoreLoad, RecordingMetastoreDbCatalog
 from scripts.bench.workload import partition_of
+from scripts.harness.databases import drop_database, new_database
+from scripts.harness.usage import tree_peak_rss_mb
+from scripts.harness.waiting import NotReached, wait_until
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.lifecycle import StopRequest
-from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.process import smartsensor_command
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
-from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.config import load_config
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer
+from smartsensor.roots.worker import range_rounds
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.checks import Check
 from smartsensor.sensors.errors import CheckError
@@ -82,29 +83,8 @@ from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.service.round.report import RoundResult
 from smartsensor.standalone.registration import register, registered_states
 
-console = Console(width=int(os.environ.get("COLUMNS", "170")))
 DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)
 WORKLOADS = {"W1": (10_000, 1_000, 20), "W2": (100_000, 10_000, 100), "W3": (1_000_000, 100_000, 1_000)}
-
-
-@dataclass
-class Measure:
-    """One strategy's numbers for one kind of round."""
-
-    catalog_calls: float = 0
-    db_statements: float = 0
-    wall: float = 0.0
-    catalog_seconds: float = 0.0
-    marked: int = 0
-    extrapolated: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-    schema_calls: float = (
-        0  # partition-type look-ups, cached per process (smartsensor.adapters.catalog.partition_types)
-    )
-
-    @property
-    def wall_excl_catalog(self) -> float:
-        return self.wall - self.catalog_seconds
 
 
 def sizes(name: str, scale: float) -> tuple[int, int, int]:
@@ -123,8 +103,7 @@ def shard_workers(engine: Any, cfg: Any, shards: int) -> list[RangeRounds]:
     """Fresh workers over ``shards`` equal ranges, their indexes not built yet."""
     limit = cfg.shard_code_upper_limit
     bounds = [i * limit // shards for i in range(shards + 1)]
-    store = SqlRoundStore(engine)
-    return [RangeRounds(store, cfg, bounds[i], bounds[i + 1], record_rounds=False) for i in range(shards)]
+    return [range_rounds(engine, cfg, bounds[i], bounds[i + 1], record_rounds=False) for i in range(shards)]
 
 
 def build_index(workers: list[RangeRounds]) -> float:
@@ -276,24 +255,6 @@ def reset(engine: Any) -> None:
     with engine.begin() as conn:
         bench_sql.reset_to_waiting_for_benchmark(conn, datetime.now(timezone.utc))
         bench_sql.analyze_for_benchmark(conn)
-
-
-ALL_STRATEGIES = (
-    "classic",
-    "per-hash",
-    "batched",
-    "incremental",
-    "thrift-parallel",
-    "metastore-db",
-    "metastore-db-lookup",
-    "fleet",
-    "triggerer",
-)
-# The product's round in this process (each range's index built once, timed apart, then a round with every check
-# due): on each catalog backend, and Airflow's one check per hash.
-IN_PROCESS = ("per-hash", "batched", "incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
-# The strategies whose round is one process's catalog term, in the metastore-load and catalog-growth tables.
-CATALOG_ROUNDS = ("batched", "incremental", "thrift-parallel", "metastore-db", "metastore-db-lookup")
 
 
 @dataclass
@@ -526,9 +487,8 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
         for kind, interval in (("sig", 600.0), ("poll", poll_interval))
         for i in range(samples)
     ]
-    register(
-        SqlRegistrationStore(engine), [("latency_probe", sensor) for sensor in probes], DAY, cfg
-    )  # as `submit` does
+    store = SqlRegistrationStore(engine)
+    register(store, [("latency_probe", sensor) for sensor in probes], DAY, cfg)  # as `submit` does
     rounds: list[RoundResult] = []
     stop = StopRequest()
     served = leased_ranges(engine, cfg, spark_provider=lambda: spark)
@@ -539,12 +499,12 @@ def measure_latency(engine: Any, cfg: Any, spark: Any, db: str, samples: int, po
     thread.start()
 
     def wait_success(task_id: str, timeout: float = 600) -> float:
-        started = time.perf_counter()
-        while time.perf_counter() - started < timeout:
-            if registered_states(SqlRegistrationStore(engine), "latency_probe", DAY).get(task_id) == State.SUCCESS:
-                return time.perf_counter() - started
-            time.sleep(0.01)
-        raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s")
+        try:
+            return wait_until(
+                lambda: registered_states(store, "latency_probe", DAY).get(task_id) == State.SUCCESS, timeout, 0.01
+            )
+        except NotReached:
+            raise SystemExit(f"latency probe {task_id} did not succeed within {timeout} s") from None
 
     out: dict[str, Any] = {"poll_interval": poll_interval}
     try:
@@ -643,428 +603,6 @@ def run_workload(
         "results": {k: [vars(w), vars(ld)] for k, (w, ld) in results.items()},
         "_measures": results,
     }
-
-
-def _calls(m: Measure) -> str:
-    return f"{m.catalog_calls:,.0f}" + (f" +{m.schema_calls:,.0f} types" if m.schema_calls else "")
-
-
-def _per_call_ms(m: Measure) -> float | None:
-    return 1000 * m.catalog_seconds / m.catalog_calls if m.catalog_calls else None
-
-
-def print_table(report: dict[str, Any]) -> None:
-    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
-    ours_w, ours_l = res["batched"]
-    floor_ms = 1000 * report["metastore_floor_seconds"]
-    t = Table(
-        title=f"{report['workload']}: {report['tasks']:,} tasks / {report['partitions']:,} partitions / "
-        f"{report['tables']} tables, {report['shards']} shards, {report['landed_partitions']:,} landed"
-    )
-    for col in (
-        "strategy",
-        "catalog calls/round",
-        "DB stmts/round",
-        "round s",
-        "excl. catalog s",
-        "ms/call",
-        "landing: calls",
-        "stmts",
-        "s",
-        "ms/call",
-        "vs floor",
-        "marked",
-        "peak RSS MB",
-        "calls vs ours",
-        "round vs incremental",
-    ):
-        t.add_column(col, justify="right" if col != "strategy" else "left")
-    sample, rss_of = report["classic_sample"], report["worker_rss"]
-    spark_rss, thrift_rss = (f"{rss_of[b]['peak_rss_mb']:,.0f}" if b in rss_of else "-" for b in ("spark", "thrift"))
-    fastest = res["incremental"][0].wall if "incremental" in res else None
-    for name in ALL_STRATEGIES:
-        if name not in res:
-            continue
-        w, ld = res[name]
-        ext = (
-            " (extrap.)"
-            if name == "classic"
-            else f" ({w.extra['processes']} proc.)"
-            if name == "fleet"
-            else f" (sim., {w.extra['sample']:,} real)"
-            if name == "triggerer" and w.extrapolated
-            else " (sim.)"
-            if name == "triggerer"
-            else f" (x{w.extra.get('parallelism', '?')})"
-            if name == "thrift-parallel"
-            else ""
-        )
-        rss = {
-            "classic": f"{sample.get('process_peak_rss_mb', 0) * report['tasks']:,.0f} (extrap.)",
-            "per-hash": spark_rss,
-            "batched": spark_rss,
-            "incremental": thrift_rss,
-            "thrift-parallel": thrift_rss,
-            "metastore-db": "-",
-            "metastore-db-lookup": "-",
-            "fleet": f"{w.extra.get('peak_rss_mb_max', 0):,.0f} each, {w.extra.get('peak_rss_mb_sum', 0):,.0f} all",
-            "triggerer": f"{w.extra.get('peak_rss_mb', 0):,.0f} (sim.)",
-        }[name]
-        wall = f"{w.wall:.1f}/task" if name == "classic" else f"{w.wall:.2f}"
-        excl = "-" if name in ("classic", "triggerer") else f"{w.wall_excl_catalog:.2f}"
-        per_call, lper_call = (None, None) if name in ("classic", "fleet") else (_per_call_ms(w), _per_call_ms(ld))
-        lwall = "-" if name == "classic" else f"{ld.wall:.2f}"
-        ratio = f"{w.catalog_calls / ours_w.catalog_calls:,.3g}x" if ours_w.catalog_calls else "-"
-        vs = "-" if name == "classic" or not fastest else f"{w.wall / fastest:.1f}x"
-        t.add_row(
-            name + ext,
-            _calls(w),
-            f"{w.db_statements:,.0f}",
-            wall,
-            excl,
-            "-" if per_call is None else f"{per_call:.1f}",
-            _calls(ld),
-            f"{ld.db_statements:,.0f}",
-            lwall,
-            "-" if lper_call is None else f"{lper_call:.1f}",
-            "-"
-            if lper_call is None or name in ("triggerer", "metastore-db", "metastore-db-lookup")
-            else f"{lper_call / floor_ms:.1f}x",
-            f"{ld.marked:,}",
-            rss,
-            ratio,
-            vs,
-        )
-    t.caption = (
-        "Steady-state rounds: sensors rebuilt and partition types read once before (a worker's first "
-        "round does this; +N types would count look-ups inside a round). peak RSS: a real `worker --once` over "
-        + (
-            f"every shard on that backend, its JVM included (spark: JVM {rss_of['spark']['jvm']}; thrift: JVM "
-            f"{rss_of['thrift']['jvm']})"
-            if rss_of
-            else "every shard on that backend, measured on the first workload only (--worker-rss-once)"
-        )
-        + "; classic: per process x tasks; triggerer: the simulation's own process "
-        f"(Airflow's imports not included). Metastore floor per full listing (fastest of 3 on one warm "
-        f"connection, median over tables): {floor_ms:.1f} ms; 'vs floor' = landing ms/call / floor. "
-        "fleet: real `worker --once` processes (thrift) owning equal shares of the shards, started together; "
-        "round s = the slowest process's first round (cold: sensors rebuilt, types read), calls summed. "
-        "per-hash, batched, incremental, thrift-parallel, metastore-db: the round as it runs now, its index built "
-        "before (timed apart); metastore-db: one statement per round, so 'ms/call' is its whole catalog term. "
-        "triggerer: simulated, DB writes not counted"
-        + (
-            f"; rounds extrapolated from {res['triggerer'][0].extra['sample']:,} real pokes"
-            if "triggerer" in res and res["triggerer"][0].extrapolated
-            else ""
-        )
-        + "."
-    )
-    console.print(t)
-    lat = report.get("latency")
-    if lat:
-        lt = Table(
-            title=f"batched, leased worker loop: landing → success ({len(lat['signal']['samples'])} samples each)"
-        )
-        for col in ("", "p50 s", "p95 s", "samples s"):
-            lt.add_column(col, justify="right" if col else "left")
-        lt.add_row(
-            "with a landing signal (task poke_interval 600 s)",
-            f"{lat['signal']['p50']:.3f}",
-            f"{lat['signal']['p95']:.3f}",
-            ", ".join(f"{x:.2f}" for x in lat["signal"]["samples"]),
-        )
-        lt.add_row(
-            f"without (task poke_interval {lat['poll_interval']:g} s)",
-            f"{lat['no_signal']['p50']:.3f}",
-            f"{lat['no_signal']['p95']:.3f}",
-            ", ".join(f"{x:.2f}" for x in lat["no_signal"]["samples"]),
-        )
-        console.print(lt)
-        console.print(f"median busy round of that loop: {lat['round_seconds_median']} s")
-
-
-def print_index(report: dict[str, Any]) -> None:
-    """Per in-process strategy: its index build, its all-due round per check, incremental's quiet round and
-    reconciliation, and the landing round's marking beside PostgreSQL's raw-UPDATE floor."""
-    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
-    names = [n for n in IN_PROCESS if n in res]
-    if not names:
-        return
-    t = Table(title=f"{report['workload']}: the round as it runs now (one process, {report['shards']} ranges)")
-    for col in (
-        "strategy",
-        "index build s",
-        "waiting round s (all due)",
-        "excl. catalog s",
-        "catalog s",
-        "µs/check excl. catalog",
-        "quiet round s (none due)",
-        "quiet stmts",
-        "reconcile s (stmts)",
-        "landing round s",
-        "marked",
-        "marking s",
-        "marking µs/row",
-        "raw UPDATE floor µs/row",
-    ):
-        t.add_column(col, justify="right" if col != "strategy" else "left")
-    floor = _floor(res)
-    for name in names:
-        w, ld = res[name]
-        checks = w.extra.get("checks") or report["partitions"] or 1
-        quiet = "quiet_round_seconds" in w.extra
-        write_s = ld.extra.get("write_seconds")
-        build_s = w.extra.get("index_build_seconds")
-        t.add_row(
-            name,
-            "-" if build_s is None else f"{build_s:.2f}",
-            f"{w.wall:.2f}",
-            f"{w.wall_excl_catalog:.2f}",
-            f"{w.catalog_seconds:.2f}",
-            f"{1e6 * w.wall_excl_catalog / checks:.1f}",
-            f"{w.extra['quiet_round_seconds']:.3f}" if quiet else "-",
-            f"{w.extra['quiet_round_statements']}" if quiet else "-",
-            f"{w.extra['reconcile_seconds']:.3f} ({w.extra['reconcile_statements']})" if quiet else "-",
-            f"{ld.wall:.2f}",
-            f"{ld.marked:,}",
-            f"{write_s:.2f}" if write_s is not None else "-",
-            f"{1e6 * write_s / ld.marked:.1f}" if write_s and ld.marked else "-",
-            f"{floor['us_per_row']}" if floor.get("us_per_row") else "-",
-        )
-    t.caption = (
-        "index build: each range's index read from the database before the round (a worker's first round, a "
-        "takeover), timed apart. marking s: the landing round's writes summed over its ranges. "
-        f"Raw floor: UPDATE … SET state, end_date, updated_at WHERE hashcode = ANY(…) of the same "
-        f"{floor.get('rows', 0):,} rows, no range, guard or fence, fastest of 2: {floor.get('seconds')} s."
-    )
-    console.print(t)
-
-
-def _work(name: str, m: Measure) -> str:
-    """The metastore's own work in a round: thrift calls (listings + column-type reads), or our statements."""
-    if name.startswith("metastore-db"):
-        return f"{m.extra.get('metastore_statements', m.catalog_calls + m.schema_calls):,} stmt"
-    return f"{m.catalog_calls + m.schema_calls:,.0f} calls"
-
-
-def _db(m: Measure, key: str, fmt: str = "{:,.1f}") -> str:
-    load = m.extra.get("metastore_db")
-    return "-" if not load or load.get(key) is None else fmt.format(load[key])
-
-
-def _vs(m: Measure, base: Measure | None, key: str = "exec_ms") -> str:
-    load, base_load = m.extra.get("metastore_db"), base.extra.get("metastore_db") if base else None
-    if not load or not base_load or load.get(key) is None or not base_load.get(key):
-        return "-"
-    return f"{load[key] / base_load[key]:.3f}x"
-
-
-def _floor(res: dict[str, tuple[Measure, Measure]]) -> dict[str, Any]:
-    return next((res[n][1].extra["raw_floor"] for n in IN_PROCESS if n in res and "raw_floor" in res[n][1].extra), {})
-
-
-def print_metastore_load(report: dict[str, Any], listers: Listers) -> None:
-    """Per catalog strategy and round: the round beside its catalog term, the metastore's own work (calls or
-    statements) and its database's time (pg_stat_statements), and on the landing round the marking beside
-    PostgreSQL's raw-UPDATE floor."""
-    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
-    names = [n for n in CATALOG_ROUNDS if n in res]
-    base_name = "incremental" if "incremental" in res else None  # the thrift round the others are compared with
-    floor = _floor(res)
-    for kind, title in ((0, "waiting round, every check due"), (1, "landing round")):
-        t = Table(
-            title=f"{report['workload']}: {title}: the catalog term and the metastore's load "
-            f"({report['tables']:,} tables, {report['partitions']:,} checks, one process)"
-        )
-        cols = ["strategy", "round s", "catalog s", "round / catalog", "metastore work", "metastore DB stmts"]
-        cols += ["DB exec ms", "DB plan ms", "DB CPU ms", "service CPU ms", f"DB exec vs {base_name or 'thrift'}"]
-        cols += ["DB CPU vs it"]
-        if kind == 1:
-            cols += ["marked", "finish s", "finish µs/row", "raw UPDATE floor µs/row", "finish vs floor"]
-        for col in cols:
-            t.add_column(col, justify="left" if col == "strategy" else "right")
-        base = res[base_name][kind] if base_name else None
-        for name in names:
-            m = res[name][kind]
-            row = [
-                name,
-                f"{m.wall:.3f}",
-                f"{m.catalog_seconds:.3f}",
-                f"{m.wall / m.catalog_seconds:.2f}x" if m.catalog_seconds else "-",
-                _work(name, m),
-                _db(m, "statements", "{:,}"),
-                _db(m, "exec_ms"),
-                _db(m, "plan_ms"),
-                _db(m, "backend_cpu_ms", "{:,.0f}"),
-                _db(m, "service_cpu_ms", "{:,.0f}"),
-                _vs(m, base),
-                _vs(m, base, "backend_cpu_ms"),
-            ]
-            if kind == 1:
-                finish_s = m.extra.get("finish_wall_seconds")
-                us = 1e6 * finish_s / m.marked if finish_s and m.marked else None
-                fus = floor.get("us_per_row")
-                row += [
-                    f"{m.marked:,}",
-                    "-" if finish_s is None else f"{finish_s:.2f}",
-                    "-" if us is None else f"{us:.1f}",
-                    "-" if not fus else f"{fus}",
-                    "-" if us is None or not fus else f"{us / fus:.2f}x",
-                ]
-            t.add_row(*row)
-        t.caption = (
-            "metastore work: thrift calls (listings + column-type reads) or our statements (metastore-db). "
-            "metastore DB: what the metastore's own PostgreSQL database executed during the round "
-            "(pg_stat_statements: statements incl. BEGIN/ROLLBACK, SET and pings; executor and planner ms, wall time "
-            "there, so CPU plus any wait for a core, parsing not included; on thrift the service's JDBC queries, on "
-            "metastore-db ours). DB CPU: user + system CPU of that database's server processes over the round (/proc, "
-            "10 ms ticks); service CPU: the metastore service's JVM's. 'vs' columns: against the thrift round of the "
-            "same kind. finish: the wall time of the round's finish step (decide, mark, update the index; "
-            "write_threads ranges at once), the landing round's marking part. "
-            + (f"Not measured: {listers.load.unavailable}. " if listers.load.unavailable else "")
-            + "".join(f"{n}: skipped: {why}. " for n, why in listers.skipped.items())
-            + _cold(res, kind)
-            + (
-                f"Raw UPDATE floor: the same {floor.get('rows', 0):,} rows marked by a plain UPDATE … WHERE hashcode "
-                f"= ANY(…), fastest of 2: {floor.get('seconds')} s."
-                if kind == 1 and floor
-                else ""
-            )
-        )
-        console.print(t)
-
-
-def _cold(res: dict[str, tuple[Measure, Measure]], kind: int) -> str:
-    """The caption's note of metastore-db's cold round (every due check looked up), timed before its waiting round."""
-    cold = res["metastore-db"][0].extra.get("cold_round") if kind == 0 and "metastore-db" in res else None
-    if not cold:
-        return ""
-    return (
-        f"metastore-db follows its feed; its cold round (a process's first over these checks, and each verify, "
-        f"every metastore_db_verify_seconds) took {cold['seconds']:.3f} s, catalog {cold['catalog_seconds']:.3f} s, "
-        f"{cold['statements']} statement(s). "
-    )
-
-
-def print_profiles(report: dict[str, Any]) -> None:
-    """``--profile``: metastore-db's rounds again under cProfile, and its statement under EXPLAIN ANALYZE."""
-    res: dict[str, tuple[Measure, Measure]] = report["_measures"]
-    if "metastore-db" not in res:
-        return
-    for kind, m in zip(("waiting round, every check due", "landing round"), res["metastore-db"], strict=True):
-        prof = m.extra.get("profile")
-        if not prof:
-            continue
-        console.print(
-            f"[bold]{report['workload']}: metastore-db {kind}, again under cProfile[/bold]: {prof['seconds']:.2f} s "
-            f"(catalog {prof['catalog_seconds']:.2f} s, {prof['marked']:,} marked; cProfile slows Python ~2x)"
-        )
-        for key in ("cumulative", "tottime"):
-            console.print(f"top functions by {key}:", markup=False)
-            console.print(prof[key], markup=False, highlight=False, soft_wrap=True)
-        if "explain" in prof:
-            console.print("its statement, EXPLAIN (ANALYZE, BUFFERS):", markup=False)
-            console.print(prof["explain"], markup=False, highlight=False, soft_wrap=True)
-
-
-def print_catalog_growth(reports: list[dict[str, Any]]) -> None:
-    """The catalog term per strategy over the workloads: flat in tables or not (catalog s, the metastore's work and
-    its database's time per round)."""
-    names = [n for n in CATALOG_ROUNDS if all(n in r["_measures"] for r in reports)]
-    g = Table(title="the catalog term over the workloads (one process; flat in tables = the same figure per row)")
-    for col in (
-        "strategy",
-        "workload",
-        "tables",
-        "checks due",
-        "waiting: catalog s",
-        "ms/table",
-        "landing: catalog s",
-        "metastore work/round",
-        "metastore DB stmts",
-        "DB exec ms waiting",
-        "DB exec ms landing",
-        "DB CPU ms waiting",
-        "DB CPU ms landing",
-        "service CPU ms waiting",
-        "DB exec µs/table",
-        "catalog s vs first",
-        "tables vs first",
-    ):
-        g.add_column(col, justify="left" if col in ("strategy", "workload") else "right")
-    for name in names:
-        first = reports[0]["_measures"][name][0]
-        for r in reports:
-            w, ld = r["_measures"][name]
-            load = w.extra.get("metastore_db")
-            g.add_row(
-                name,
-                r["workload"],
-                f"{r['tables']:,}",
-                f"{r['partitions']:,}",
-                f"{w.catalog_seconds:.3f}",
-                f"{1000 * w.catalog_seconds / r['tables']:.2f}",
-                f"{ld.catalog_seconds:.3f}",
-                _work(name, w),
-                _db(w, "statements", "{:,}"),
-                _db(w, "exec_ms"),
-                _db(ld, "exec_ms"),
-                _db(w, "backend_cpu_ms", "{:,.0f}"),
-                _db(ld, "backend_cpu_ms", "{:,.0f}"),
-                _db(w, "service_cpu_ms", "{:,.0f}"),
-                "-" if not load or load["exec_ms"] is None else f"{1000 * load['exec_ms'] / r['tables']:,.1f}",
-                f"{w.catalog_seconds / max(first.catalog_seconds, 1e-9):.1f}x",
-                f"{r['tables'] / reports[0]['tables']:.1f}x",
-            )
-        g.add_section()
-    console.print(g)
-
-
-def print_over_workloads(reports: list[dict[str, Any]]) -> None:
-    """The tables comparing the workloads (growth, and the catalog term's growth): with two workloads or more only."""
-    if len(reports) > 1:
-        print_growth(reports)
-        print_catalog_growth(reports)
-
-
-def print_growth(reports: list[dict[str, Any]]) -> None:
-    """How our round grows from one workload to the next: time per task, per check and per table should stay flat.
-    Of the incremental round (thrift) if every workload measured it, else of batched (Spark)."""
-    name = "incremental" if all("incremental" in r["_measures"] for r in reports) else "batched"
-    g = Table(title=f"{name}: growth over the workloads (waiting round; linear = flat per-unit columns)")
-    for col in (
-        "workload",
-        "tasks",
-        "checks",
-        "tables",
-        "round s",
-        "excl. catalog s",
-        "µs/task excl. catalog",
-        "µs/check excl. catalog",
-        "catalog s",
-        "ms/table",
-        "excl. catalog vs first",
-        "checks vs first",
-    ):
-        g.add_column(col, justify="right")
-    first = reports[0]["_measures"][name][0]
-    for r in reports:
-        m = r["_measures"][name][0]
-        g.add_row(
-            r["workload"],
-            f"{r['tasks']:,}",
-            f"{r['partitions']:,}",
-            f"{r['tables']:,}",
-            f"{m.wall:.2f}",
-            f"{m.wall_excl_catalog:.2f}",
-            f"{1e6 * m.wall_excl_catalog / r['tasks']:.1f}",
-            f"{1e6 * m.wall_excl_catalog / r['partitions']:.1f}",
-            f"{m.catalog_seconds:.2f}",
-            f"{1000 * m.catalog_seconds / r['tables']:.1f}",
-            f"{m.wall_excl_catalog / max(first.wall_excl_catalog, 1e-9):.1f}x",
-            f"{r['partitions'] / reports[0]['partitions']:.1f}x",
-        )
-    console.print(g)
 
 
 def parse_args() -> argparse.Namespace:
@@ -1212,15 +750,9 @@ def main() -> int:
     args = parse_args()
     home = Path(args.home or tempfile.mkdtemp(prefix="smartsensor-bench-"))
     home.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     db_url = args.db_url or f"sqlite:///{home}/bench.db"
-    metastore_db = bench_metastore.create_database(db_url) if args.metastore_kind == "postgresql" else None
-    cfg_path = home / "airflow.cfg"
-    cfg_path.write_text(
-        f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
-        f"metastore_uris = thrift://127.0.0.1:{port}\n[metastore]\nport = {port}\n"
-        + (f"database_url = {metastore_db[1]}\n" if metastore_db else "")
-    )
+    metastore_db = new_database(db_url, "bench_metastore") if args.metastore_kind == "postgresql" else None
+    cfg_path = bench_metastore.write_config(home, db_url, metastore_db[1] if metastore_db else None)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR")}
     env.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     os.environ.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
@@ -1245,16 +777,14 @@ def main() -> int:
         for i, name in enumerate(args.workload):
             measure_rss = i == 0 or not args.worker_rss_once
             reports.append(run_workload(name, args, spark, engine, cfg, cfg_path, env, listers, measure_rss))
-            reports[-1]["metastore_peak_rss_mb"] = (
-                round(bench_catalog.tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
-            )
-            print_table(reports[-1])
-            print_index(reports[-1])
-            print_metastore_load(reports[-1], listers)
-            print_profiles(reports[-1])
+            reports[-1]["metastore_peak_rss_mb"] = round(tree_peak_rss_mb(metastore_pid), 1) if metastore_pid else None
+            bench_tables.print_table(reports[-1])
+            bench_tables.print_index(reports[-1])
+            bench_tables.print_metastore_load(reports[-1], listers.skipped, listers.load.unavailable)
+            bench_tables.print_profiles(reports[-1])
             console.print(
                 f"metastore service (JVM) peak RSS so far: {reports[-1]['metastore_peak_rss_mb']} MB; "
-                f"this bench process: {bench_catalog.tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
+                f"this bench process: {tree_peak_rss_mb(os.getpid()):.0f} MB (Spark JVM and "
                 f"its children included)"
             )
     finally:
@@ -1262,8 +792,8 @@ def main() -> int:
             listers.close()
         metastore_service.stop(cfg)
         if metastore_db:
-            bench_metastore.drop_database(db_url, metastore_db[0])
-    print_over_workloads(reports)
+            drop_database(db_url, metastore_db[0])
+    bench_tables.print_over_workloads(reports)
     out = [{k: v for k, v in r.items() if not k.startswith("_")} for r in reports]
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)

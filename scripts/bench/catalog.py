@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench import sql as bench_sql
+from scripts.harness.usage import command_name, tree, tree_peak_rss_mb
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.process import smartsensor_command
 
@@ -191,7 +192,7 @@ def run_sampled_many(
                 for i, p in enumerate(procs):
                     if p.poll() is None:
                         peak[i] = max(peak[i], tree_peak_rss_mb(p.pid))
-                        java[i] = java[i] or any(_comm(c) == "java" for c in _tree(p.pid))
+                        java[i] = java[i] or any(command_name(c) == "java" for c in tree(p.pid))
                         ended[i] = time.perf_counter() - started
                 if time.perf_counter() - started > limit_s:
                     raise SystemExit(f"{what} did not finish within {limit_s:g} s")
@@ -229,42 +230,6 @@ def worker_peak_rss(cfg_path: Path, env: dict[str, str], backend: str, limit: in
         "round_seconds": last.get("seconds"),
         "marked": sum(last.get("marked", {}).values()),
     }
-
-
-def _tree(pid: int) -> list[int]:
-    """A process and its descendants."""
-    out, stack = [], [pid]
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                stack += [int(x) for x in f.read().split()]
-        except OSError:
-            pass
-    return out
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def tree_peak_rss_mb(pid: int) -> float:
-    """Sum of VmHWM (peak RSS) over a process and its descendants, in MB."""
-    total = 0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
 
 
 if __name__ == "__main__":  # the simulated triggerer's own process: python -m scripts.bench.catalog SPEC.json

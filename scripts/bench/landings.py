@@ -17,7 +17,8 @@ bench's PostgreSQL, where the tables are created and the partitions land (``add_
 commits); the publisher (``LandingPublisher``) with its outbox on PostgreSQL. Airflow's API is a recorder in this
 process (``RecordingAirflow``): it takes each post at once, so "posted" is when the publisher posted, and the
 figures are smartsensor's part (Airflow's own is measured by tests/airflow/test_landings_in_airflow.py). Metastore
-calls and outbox statements are counted in code (the publisher's ``CycleReport.catalog_calls``; a SQLAlchemy event).
+calls and outbox statements are counted in code (the publisher's ``CycleReport.catalog_calls``; the engine's
+statement count).
 
     .venv/bin/python -m scripts.bench.landings --postgres                  # 1,000 tables, 20 s idle, 30 s at 10/s
     .venv/bin/python -m scripts.bench.landings --postgres --tables 100 --idle 5 --landing 10   # a quick look
@@ -26,7 +27,6 @@ calls and outbox statements are counted in code (the publisher's ``CycleReport.c
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import queue
 import random
@@ -40,25 +40,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from hmsclient.genthrift.hive_metastore.ttypes import (
-    AddPartitionsRequest,
-    Database,
-    FieldSchema,
-    Partition,
-    SerDeInfo,
-    StorageDescriptor,
-    Table,
-)
-from sqlalchemy import Engine, delete, event
+from sqlalchemy import Engine, delete
 
 from scripts.bench import metastore_db as bench_metastore
+from scripts.harness.databases import drop_database, new_database, on_a_database
+from scripts.harness.hive_tables import Metastore
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.catalog.table_listings import FollowingChanges, ListingInBatches
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
-from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.periodic import PeriodicJobs
-from smartsensor.adapters.sql.engine import init_db, make_engine
+from smartsensor.adapters.sql.engine import init_db, make_engine, statement_count
 from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.config import Config, load_config
 from smartsensor.domain.landings import EventLookup, HiveAsset, PostOutcome
@@ -169,57 +161,16 @@ class Bench:
     def __init__(self, cfg: Config, engine: Engine, metastore_db_url: str, tables: int) -> None:
         self.cfg, self.engine, self.metastore_db_url = cfg, engine, metastore_db_url
         self.tables = [f"t{i:04d}" for i in range(tables)]
-        self.thrift = ThriftCatalog.from_config(cfg)
-        self.statements = 0
+        self.metastore = Metastore(cfg, DB)
         self.next_day = 1
-        event.listen(engine, "before_cursor_execute", self._count)
 
-    def _count(self, *_: Any) -> None:
-        self.statements += 1
-
-    def create_tables(self, home: Path) -> float:
+    def create_tables(self) -> float:
+        """The watched tables, one partition each (d0000), as a pipeline's first commit leaves them; seconds."""
         started = time.perf_counter()
-        warehouse = home / "warehouse"
-        self.thrift.call("creating the database", "create_database", Database(DB, "", f"file://{warehouse}/{DB}", {}))
+        self.metastore.create_tables(self.tables)
         for name in self.tables:
-            sd = StorageDescriptor(
-                cols=[FieldSchema("x", "int", "")],
-                location=f"file://{warehouse}/{DB}/{name}",
-                inputFormat="org.apache.hadoop.mapred.TextInputFormat",
-                outputFormat="org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat",
-                compressed=False,
-                numBuckets=-1,
-                serdeInfo=SerDeInfo(name, "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe", {}),
-                bucketCols=[],
-                sortCols=[],
-                parameters={},
-            )
-            table = Table(
-                tableName=name,
-                dbName=DB,
-                owner="bench",
-                sd=sd,
-                partitionKeys=[FieldSchema("ds", "string", "")],
-                parameters={"EXTERNAL": "TRUE"},
-                tableType="EXTERNAL_TABLE",
-            )
-            self.thrift.call(f"creating {name}", "create_table", table)
-            self.land(name, "d0000")
+            self.metastore.land(name, "d0000")
         return time.perf_counter() - started
-
-    def land(self, table: str, ds: str) -> None:
-        """Partition ds of table, committed by the metastore service as a pipeline's commit does."""
-        sd = copy.deepcopy(self._sd(table))
-        sd.location = f"{sd.location}/ds={ds}"
-        part = Partition(values=[ds], dbName=DB, tableName=table, sd=sd, parameters={})
-        request = AddPartitionsRequest(dbName=DB, tblName=table, parts=[part], ifNotExists=True, needResult=False)
-        self.thrift.call(f"landing on {table}", "add_partitions_req", request)
-
-    def _sd(self, table: str) -> Any:
-        cache = self.__dict__.setdefault("_sds", {})
-        if table not in cache:
-            cache[table] = self.thrift.call(f"reading {table}", "get_table", DB, table).sd
-        return cache[table]
 
     def listings(self, strategy: str) -> tuple[TableListings, Callable[[], None]]:
         """A fresh client of the strategy's backend (a worker's, just started), and how to close it."""
@@ -283,13 +234,16 @@ class Bench:
         return result
 
     def _phase(self, reports: list[CycleReport], seconds: float, work: Callable[[], None]) -> Phase:
-        first, statements, started = len(reports), self.statements, time.monotonic()
+        first, statements, started = len(reports), statement_count(self.engine), time.monotonic()
         work()
         while time.monotonic() - started < seconds:
             time.sleep(0.05)
         done = reports[first:]
         return Phase(
-            time.monotonic() - started, len(done), sum(r.catalog_calls for r in done), self.statements - statements
+            time.monotonic() - started,
+            len(done),
+            sum(r.catalog_calls for r in done),
+            statement_count(self.engine) - statements,
         )
 
     def _land_at(
@@ -308,7 +262,7 @@ class Bench:
             index = rng.randrange(len(self.tables))
             ds = f"d{self.next_day:04d}"
             self.next_day += 1
-            self.land(self.tables[index], ds)
+            self.metastore.land(self.tables[index], ds)
             landed[(index + 1, ds)] = time.monotonic()
             if signals is not None:
                 signals.put((DB, self.tables[index]))
@@ -368,14 +322,9 @@ def run(db_url: str, args: argparse.Namespace) -> int:
         print("the landings bench needs PostgreSQL (--postgres, or --db-url of a PostgreSQL database)")
         return 2
     home = Path(tempfile.mkdtemp(prefix="smartsensor-landings-bench-"))
-    port = free_port()
-    metastore = bench_metastore.create_database(db_url, prefix="landings_metastore")
-    cfg_path = home / "airflow.cfg"
-    cfg_path.write_text(
-        f"[core]\nsql_alchemy_conn = {db_url}\n[spark]\nwarehouse_dir = {home}/warehouse\n"
-        f"metastore_uris = thrift://127.0.0.1:{port}\n[metastore]\nport = {port}\ndatabase_url = {metastore[1]}\n"
-        f"[landings]\nasset_uri_prefix = {PREFIX}\nbatch = 1000\n"
-    )
+    metastore = new_database(db_url, "landings_metastore")
+    more = f"[landings]\nasset_uri_prefix = {PREFIX}\nbatch = 1000\n"
+    cfg_path = bench_metastore.write_config(home, db_url, metastore[1], more)
     os.environ.update(SMARTSENSOR_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     cfg = load_config(str(cfg_path))
     from smartsensor.adapters import metastore_service
@@ -388,7 +337,7 @@ def run(db_url: str, args: argparse.Namespace) -> int:
         metastore_service.start(cfg, die_with_parent=True)
         print(f"metastore service on PostgreSQL started in {time.perf_counter() - started:.1f} s")
         bench = Bench(cfg, engine, metastore[1], args.tables)
-        print(f"{args.tables:,} tables created, one partition each, in {bench.create_tables(home):.1f} s")
+        print(f"{args.tables:,} tables created, one partition each, in {bench.create_tables():.1f} s")
         for strategy in args.strategies.split(","):
             result = bench.run(strategy, args)
             print(
@@ -396,11 +345,11 @@ def run(db_url: str, args: argparse.Namespace) -> int:
                 f"landing; p95 {_percentile(result.latencies, 0.95):.2f} s; {result.missed} not posted"
             )
             results.append(result)
-        bench.thrift.close()
+        bench.metastore.close()
     finally:
         metastore_service.stop(cfg)
         engine.dispose()
-        bench_metastore.drop_database(db_url, metastore[0])
+        drop_database(db_url, metastore[0])
     print_table(results, args)
     return 0 if all(r.missed == 0 for r in results) else 1
 
@@ -409,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     args.postgres = True  # the metastore database and the outbox: PostgreSQL, as in production
-    return bench_metastore.on_a_database(argv, args, "scripts.bench.landings", run)
+    return on_a_database(argv, args, "scripts.bench.landings", run)
 
 
 if __name__ == "__main__":

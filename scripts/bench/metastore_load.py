@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
+from scripts.harness.usage import cpu_ticks
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
 from smartsensor.adapters.sql.engine import normalize_url
@@ -60,11 +61,9 @@ def process_cpu_ticks(pids: list[int]) -> dict[int, int] | None:
     out = {}
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            out[pid] = cpu_ticks(pid)
         except OSError:
             return None
-        out[pid] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
     return out
 
 

@@ -46,8 +46,8 @@ from typing import Any, Callable
 import httpx
 
 from scripts.airflow.stack import AirflowStack, Processes, StackError
-from scripts.airflow.usage import group_usage
-from scripts.bench.metastore_db import create_database, drop_database, under_throwaway_pg
+from scripts.harness.databases import drop_database, new_database, under_throwaway_pg
+from scripts.harness.usage import group_usage
 
 POOL = "smartsensor_parked"
 VENVS = Path(os.environ.get("SMARTSENSOR_AIRFLOW_VENVS", Path.home() / ".cache" / "smartsensor"))
@@ -233,7 +233,7 @@ def bench_version(version: str, admin_url: str, args: argparse.Namespace, work: 
     venv = VENVS / f"airflow-{version}"
     if not (venv / "bin" / "airflow").exists():
         raise SystemExit(f"no Airflow venv at {venv}: build it with scripts/airflow_env.sh (ensure_airflow_venvs)")
-    name, url = create_database(admin_url, prefix=f"bench_parking_{version.replace('.', '_')}")
+    name, url = new_database(admin_url, f"bench_parking_{version.replace('.', '_')}")
     home = work / version
     stack = AirflowStack(
         venv, home / "airflow", Processes(home / "logs"), parallelism=8, db_url=url, rest=True, api_workers=1

@@ -23,8 +23,8 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import Engine, func, select
 
-from scripts.bench import metastore_db as bench_metastore
 from scripts.bench.sql import database_bytes_for_benchmark, insert_ended_tries_for_benchmark, vacuum_for_benchmark
+from scripts.harness.databases import on_a_database
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.status_store import SqlExpiredRows
 from smartsensor.domain.states import State
@@ -98,7 +98,7 @@ def run(db_url: str, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    return bench_metastore.on_a_database(argv, args, "scripts.bench.prune", run)
+    return on_a_database(argv, args, "scripts.bench.prune", run)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterator
 
 from sqlalchemy import Connection, Engine, func, select, text
 
-from scripts.bench import metastore_db as bench_metastore
 from scripts.bench.sql import analyze_for_benchmark, insert_tasks_for_benchmark
 from scripts.bench.workload import task_rows
+from scripts.harness.databases import on_a_database
 from smartsensor.adapters.sql import leases as lease_sql, status as status_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine, statement_count
 from smartsensor.adapters.sql.status_store import SqlStatusReads
@@ -209,7 +209,7 @@ def run(db_url: str, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    return bench_metastore.on_a_database(argv, args, "scripts.bench.status_scrape", run, keep=args.keep)
+    return on_a_database(argv, args, "scripts.bench.status_scrape", run, keep=args.keep)
 
 
 if __name__ == "__main__":

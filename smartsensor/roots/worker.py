@@ -41,11 +41,17 @@ def leased_ranges(
     )
 
 
+def range_rounds(
+    engine: Engine, cfg: Config, shard_min: int, shard_max: int, *, record_rounds: bool = True
+) -> RangeRounds:
+    """One range's rounds over the SQL round store, no lease: a pinned range's, or (``record_rounds`` off: no
+    ``worker_round`` row) a benchmark's."""
+    return RangeRounds(SqlRoundStore(engine), cfg, shard_min, shard_max, record_rounds=record_rounds)
+
+
 def pinned_range(engine: Engine, cfg: Config, shard_min: int, shard_max: int) -> PinnedRange:
     """One fixed range (``--shard-min/--shard-max``): no lease, no fence."""
-    return PinnedRange(
-        RangeRounds(SqlRoundStore(engine), cfg, shard_min, shard_max), answerer_factory(cfg), answerer_factory(cfg)
-    )
+    return PinnedRange(range_rounds(engine, cfg, shard_min, shard_max), answerer_factory(cfg), answerer_factory(cfg))
 
 
 def landing_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:

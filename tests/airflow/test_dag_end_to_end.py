@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from scripts.airflow.stack import airflow_env, states_requests, task_end_times, task_states, version_of
+from scripts.harness.hive_tables import Metastore
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 from smartsensor.adapters.sql.signals import SqlLandingSignals
@@ -24,7 +25,6 @@ from smartsensor.service.signals import send_signal
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.common import ROOT, override_env, wait_until
-from tests.support.liveness import Metastore
 from tests.support.proc_helpers import CliProcess, cli_env, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.every_version]  # one DAG through a real deployment, on each version

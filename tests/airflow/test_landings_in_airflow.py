@@ -45,6 +45,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import OperationalError
 
 from scripts.airflow.stack import USER, AirflowStack, version_of
+from scripts.harness.hive_tables import Metastore
 from smartsensor.adapters import metastore_service
 from smartsensor.adapters.airflow_assets import AirflowAssets
 from smartsensor.adapters.sql.signals import SqlLandingSignals
@@ -60,7 +61,6 @@ from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.answer_hold import AnswerHold
 from tests.support.common import wait_until
-from tests.support.liveness import Metastore
 from tests.support.pg import database_unreachable
 
 pytestmark = pytest.mark.slow

@@ -38,7 +38,7 @@ from typing import Iterator
 import pytest
 
 from scripts.airflow.stack import version_of
-from scripts.airflow.usage import group_usage, process_rss
+from scripts.harness.usage import group_usage, process_rss
 from smartsensor.config import Config
 from tests.support import airflow_policy as policy
 from tests.support.airflow_databases import AirflowDatabases

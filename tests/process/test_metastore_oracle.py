@@ -55,6 +55,7 @@ from hmsclient.genthrift.hive_metastore.ttypes import (
 from hmsclient.hmsclient import HMSClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from scripts.harness.hive_tables import parquet_table
 from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.metastore_db import MetastoreDbCatalog
 from smartsensor.adapters.catalog.partition_feed import PartitionFeed
@@ -67,7 +68,6 @@ from smartsensor.sensors.partitions import quote_identifier, sql_string_literal
 from smartsensor_airflow.checks import check_of
 from smartsensor_airflow.hive_filter import UnsupportedPartitionFilter, parse_partition_filter
 from tests.support.catalog_cases import outcome
-from tests.support.liveness import parquet_table
 from tests.support.mysql import needs_test_mysql
 from tests.support.pg import needs_test_pg
 
@@ -81,7 +81,6 @@ CI_SPARK_EXAMPLES = 15
 
 COLUMNS = ("ds", "hr", "cty")
 PIECES = tuple("a B zZ 0 7 / = : % ' \" . - _ ü É 日本 %2F k=v/".split(" ")) + (" ", " and ", " AND ")
-PARQUET = "org.apache.hadoop.hive.ql.io.parquet"
 # Characters Hive escapes in a partition name as %XX (its FileUtils.escapePathName, outside Windows).
 HIVE_ESCAPED = frozenset("\"#%'*/:=?\\{[]^\x7f") | {chr(c) for c in range(1, 32)}
 

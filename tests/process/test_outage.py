@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness.hive_tables import Metastore
 from smartsensor.adapters import metastore_service
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import tasks as task_sql
@@ -13,7 +14,6 @@ from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, new_db, override_env
-from tests.support.liveness import Metastore
 from tests.support.proc_helpers import CliProcess, cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]

@@ -16,14 +16,14 @@ from typing import Any, Callable, Iterator
 
 from sqlalchemy.engine import Engine
 
-from scripts.airflow.stack import USER, AirflowStack, Processes, version_of
+from scripts.airflow.stack import AirflowStack, Processes, version_of
+from scripts.harness.hive_tables import Metastore
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql import leases as lease_sql
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_race import Landing
 from tests.support.common import ROOT, new_db, override_env, wait_until
-from tests.support.liveness import Metastore
 from tests.support.pg import drop_pg_database, new_pg_database
 from tests.support.proc_helpers import cli_env
 
@@ -126,15 +126,9 @@ def deployed(
         **(smartsensor_settings or {}),
     }
     if landings_prefix is not None:
-        password_file = tmp / "airflow-password"
-        password_file.write_text(stack.password + "\n")
-        settings.update(
-            landings__publish="true",
-            landings__airflow_url=landings_via(stack.url) if landings_via is not None else stack.url,
-            landings__airflow_username=USER,
-            landings__airflow_password_file=str(password_file),
-            landings__asset_uri_prefix=landings_prefix,
-        )
+        url = landings_via(stack.url) if landings_via is not None else None
+        publishing = stack.publisher_settings(tmp / "airflow-password", landings_prefix, url)
+        settings.update({f"landings__{key}": value for key, value in publishing.items()})
     home = tmp / "smartsensor"
     _, engine = new_db(home, smartsensor_url, **settings)
     env = cli_env(home, smartsensor_url, PYTHONPATH=str(ROOT), **override_env(settings))

@@ -24,9 +24,9 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Engine
 
 from scripts.airflow.stack import AirflowStack
+from scripts.harness.hive_tables import Metastore
 from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.service.signals import send_signal
-from tests.support.liveness import Metastore
 
 DB = "race"
 TABLES = ("events", "clicks")

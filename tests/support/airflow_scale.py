@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.airflow.usage import group_usage, machine_busy_seconds
+from scripts.harness.usage import group_usage, machine_busy_seconds
 from tests.support.airflow_race import CASES, Outcome, p
 
 SAMPLE = 0.25  # seconds between samples of the running sensor tasks

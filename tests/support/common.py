@@ -4,11 +4,11 @@ and polling."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from scripts.harness.waiting import wait_until as wait_until  # the tests import it from here
 from smartsensor.adapters.sql import channels as channel_sql, leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
@@ -66,13 +66,3 @@ def end_waiting(engine: Any, state: str, task_ids: set[str] | None = None) -> in
         )
         channel_sql.notify_ended(conn)
     return marked
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> float:
-    """Poll ``predicate`` until true; return the seconds it took, or fail after ``timeout``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(step)
-    raise AssertionError("condition not reached in time")

@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -15,6 +14,7 @@ from typing import Iterator
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
+from scripts.harness.databases import drop_database, new_database
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.adapters.sql.engine import make_engine
 
@@ -23,23 +23,14 @@ PG_ADMIN_URL = os.environ.get("SMARTSENSOR_TEST_PG_ADMIN_URL")
 
 
 def new_pg_database(admin_url: str | None = None, template: str | None = None) -> tuple[str, str]:
-    """A new database on the test server (or on the server of ``admin_url``): its name and URL. Empty, or a copy of
-    the database named ``template`` (which nobody may be connected to meanwhile: PostgreSQL refuses the copy)."""
-    admin_url = admin_url or PG_ADMIN_URL
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
-    copy = "" if template is None else f' TEMPLATE "{template}"'  # our own names only: t_<hex>
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"{copy}'))
-    admin.dispose()
-    return name, admin_url.rsplit("/", 1)[0] + "/" + name
+    """A new database ``t_<12 hex digits>`` on the test server (or on the server of ``admin_url``): its name and URL.
+    Empty, or a copy of the database named ``template`` (nobody connected to it meanwhile)."""
+    return new_database(admin_url or PG_ADMIN_URL or "", "t", template)
 
 
 def drop_pg_database(name: str) -> None:
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]  # set: PG tests only
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    """Drop database ``name`` of the test server, its sessions ended first."""
+    drop_database(PG_ADMIN_URL or "", name)
 
 
 @contextmanager

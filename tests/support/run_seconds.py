@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from scripts.harness.usage import stat_fields
+
 UNGROUPED = "(ungrouped)"
 CPU_PROPERTY = "cpu_seconds"  # the user_properties key a test report carries its phase's CPU seconds under
 
@@ -125,10 +127,8 @@ class Stat:
 
 
 def parse_stat(text: str) -> Stat:
-    """The text of a ``/proc/<pid>/stat``; the command name in parentheses may hold spaces and parentheses itself,
-    so the fields are counted from its last ")"."""
-    fields = text[text.rindex(")") + 2 :].split()
-    # fields[0] is the state (field 3 of proc(5)): ppid is field 4, utime..cstime fields 14-17, starttime field 22
+    """The text of a ``/proc/<pid>/stat`` (its fields: ``scripts.harness.usage.stat_fields``)."""
+    fields = stat_fields(text)
     utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
     return Stat(int(fields[1]), utime + stime, cutime + cstime, int(fields[19]))
 
@@ -236,12 +236,6 @@ class TreeCpu:
                 seen[pid] = st
                 seen.update(_descendants(pid, self.proc))
         return seen
-
-
-def cpu_seconds_of_tree(pid: int | None = None) -> float:
-    """The CPU seconds a process and its live descendants have used so far, read once (``TreeCpu`` without
-    history: a descendant that already left the tree is not counted)."""
-    return TreeCpu(pid).read()
 
 
 def _descendants(root: int, proc: Path = PROC) -> dict[int, Stat]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scripts.bench import bench, metastore_db as bench_metastore
+from scripts.bench import bench, metastore_db as bench_metastore, tables as bench_tables
 from scripts.bench.metastore_load import MetastoreLoad
 from smartsensor.adapters import metastore_db_setup
 
@@ -72,5 +72,5 @@ def test_without_a_metastore_db_lister_there_is_no_metastore_db_strategy() -> No
 
 
 def test_the_tables_over_the_workloads_need_two_workloads(capsys: pytest.CaptureFixture[str]) -> None:
-    bench.print_over_workloads([{"workload": "W1"}])  # one workload: nothing to compare it with
+    bench_tables.print_over_workloads([{"workload": "W1"}])  # one workload: nothing to compare it with
     assert capsys.readouterr().out == ""

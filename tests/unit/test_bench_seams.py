@@ -1,6 +1,7 @@
-"""The benchmark (``scripts/bench/``) drives the product through its public seams only (ARCHITECTURE.md, "scripts/"):
-what it may import from smartsensor is listed here, by module, and nothing private (a ``_name``) is imported, read
-off a smartsensor module or overridden in a subclass of a smartsensor class. A micro-benchmark whose subject is one
+"""The benchmark (``scripts/bench/``, and the set-up it shares with the tests: ``scripts/harness/``) drives the product
+through its public seams only (ARCHITECTURE.md, "scripts/"): what it may import from smartsensor is listed here, by
+module, and nothing private (a ``_name``) is imported, read off a smartsensor module or overridden in a subclass of a
+smartsensor class. A micro-benchmark whose subject is one
 component may import that component too (``SUBJECTS``). The bench's own set-up of its throwaway database is its own
 SQL on the schema, ``scripts/bench/sql.py``.
 """
@@ -8,11 +9,18 @@ SQL on the schema, ``scripts/bench/sql.py``.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 from tests.support.common import ROOT
 from tests.unit.test_layers import modules
 
 BENCH = ROOT / "scripts" / "bench"
+HARNESS = ROOT / "scripts" / "harness"  # the set-up the benchmarks share with tests/support: held to the same seams
+
+
+def _files() -> list[Path]:
+    return sorted([*BENCH.glob("*.py"), *HARNESS.glob("*.py")])
+
 
 # What any file of the benchmark may import from smartsensor.
 SEAMS = {
@@ -39,10 +47,9 @@ SEAMS = {
     # the CLI itself, as a process, and a process's one stop
     "smartsensor.adapters.process",
     "smartsensor.adapters.lifecycle",
-    # the adapters the entry points wire behind the ports (the round and registration stores, the catalog backends),
-    # and the processes and engines they start (the metadata DB, Spark, the metastore service)
+    # the adapters the entry points wire behind the ports (the registration, signal and status stores, the catalog
+    # backends), and the processes and engines they start (the metadata DB, Spark, the metastore service)
     "smartsensor.adapters.sql.engine",
-    "smartsensor.adapters.sql.round_store",
     "smartsensor.adapters.sql.signals",
     "smartsensor.adapters.sql.registration_store",
     "smartsensor.adapters.sql.status_store",
@@ -136,7 +143,7 @@ def _private_in_subclass(node: ast.ClassDef) -> list[str]:
 
 def test_the_benchmark_uses_only_the_public_seams() -> None:
     known = set(modules())
-    found = [v for path in sorted(BENCH.glob("*.py")) for v in violations(path.read_text(), path.name, known)]
+    found = [v for path in _files() for v in violations(path.read_text(), path.name, known)]
     assert found == []
 
 
@@ -147,7 +154,7 @@ def test_the_seams_are_real_modules_and_used() -> None:
     assert listed - known == set()
     used = {
         module
-        for path in BENCH.glob("*.py")
+        for path in _files()
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for module, _ in _module_of(node, known)
