@@ -1,0 +1,276 @@
+"""Retention's deletes in memory (``adapters.memory_retention.MemoryExpiredRows``) against the SQL ones
+(``adapters.sql.status_store.SqlExpiredRows``) on SQLite and PostgreSQL: a hypothesis state machine writes task
+instances, Airflow keys, range rounds, workers, leases, watches and outbox rows of various ages to both (and moves
+tasks by hand, as a user would), runs every ``ports.ExpiredRows`` operation on both (batches with and without
+``dry_run``, paged by ``after`` or started over, cutoffs on a row's own time, whole passes of
+``service.retention.prune``), and after every step compares what each answered, the statements each counted and
+every row each holds."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, rule
+from sqlalchemy import Engine, insert, select, update
+
+from smartsensor.adapters.memory_external import MemoryExternalTryStore
+from smartsensor.adapters.memory_outbox import Landing, MemoryOutboxStore, Watch
+from smartsensor.adapters.memory_retention import MemoryExpiredRows
+from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql.lease_store import SqlLeaseStore
+from smartsensor.adapters.sql.retention import AW, EX, LO, SL, TI, WK, WR
+from smartsensor.adapters.sql.round_store import SqlRoundStore
+from smartsensor.adapters.sql.status_store import SqlExpiredRows
+from smartsensor.config import Config
+from smartsensor.domain.keys import ExternalKey, TaskKey
+from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING, REJECTED, SENDING
+from smartsensor.domain.rows import ExternalRow, TaskRow
+from smartsensor.domain.states import State
+from smartsensor.service.retention import prune
+from tests.support.common import T0
+from tests.support.model import StoreModel, run_model
+
+NOW = T0 + timedelta(days=60)
+MAX_AGE = timedelta(days=30)
+TIMES = [NOW - timedelta(days=d) for d in (0, 10, 30, 31, 45)]  # NOW - 30 days is the pass's cutoff: a boundary
+MAYBE_TIMES = st.one_of(st.none(), st.sampled_from(TIMES))
+SIZES = st.integers(1, 3)
+STATES = [
+    State.SUCCESS,
+    State.FAILED,
+    State.SKIPPED,
+    State.SMART_PENDING,
+    State.SMART_RUNNING,
+    State.UP_FOR_RETRY,
+    State.RUNNING,
+]
+DAGS, TASKS = ["d0", "d1"], ["t0", "t1"]
+URIS = ["hive://m:1/db/a", "hive://m:1/db/b", "hive://m:1/db/c"]
+LANDING_STATES = [BASELINE, DELIVERED, REJECTED, PENDING, SENDING]
+WORKERS = ["w0", "w1", "w2"]
+
+
+def task(key: TaskKey, state: str, end: datetime | None, updated: datetime | None) -> TaskRow:
+    return TaskRow(
+        *key, state, 1, 0, None, end, updated, "Op", "sensors.Op", None, None, None, '{"t": 1}', "{}", 7, 7
+    )
+
+
+def sql_rows(engine: Engine) -> dict[str, list[Any]]:
+    """Every row of the tables retention deletes from (and the leases that keep a worker), in key order."""
+    with engine.connect() as conn:
+
+        def rows(table: Any, *order: Any) -> list[dict[str, Any]]:
+            return [dict(r._mapping) for r in conn.execute(select(table).order_by(*order))]
+
+        return {
+            "tasks": task_sql.list_tasks(conn),
+            "keys": sorted(ExternalRow._make(r) for r in conn.execute(select(EX))),
+            "watches": rows(AW, AW.c.uri),
+            "outbox": rows(LO, LO.c.id),
+            "rounds": rows(WR, WR.c.range_rounds_id),
+            "workers": rows(WK, WK.c.worker_id),
+            "leases": rows(SL, SL.c.shard_min),
+        }
+
+
+def memory_rows(rows: MemoryExpiredRows) -> dict[str, list[Any]]:
+    store, outbox = rows.store, rows.outbox
+    return {
+        "tasks": [store.tasks[k] for k in sorted(store.tasks)],
+        "keys": sorted(rows.external.mappings.values()),
+        "watches": [dataclasses.asdict(w) for _, w in sorted(outbox.watches.items())],
+        "outbox": [dataclasses.asdict(r) for _, r in sorted(outbox.outbox.items())],
+        "rounds": [store.rounds[k] for k in sorted(store.rounds)],
+        "workers": [store.workers[k] for k in sorted(store.workers)],
+        "leases": [dataclasses.asdict(lease) for lease in store.load_leases()],
+    }
+
+
+class ParityModel(StoreModel):
+    """Both stores over the same rows, run ``on`` the SQL engine and config."""
+
+    emptied = (EX, TI, LO, AW, WR, WK, SL)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sql = SqlExpiredRows(self.engine)
+        self.memory = MemoryExpiredRows(MemoryExternalTryStore(), MemoryOutboxStore())
+        self.store = self.memory.store
+        self.after: dict[str, Any] = {"prune_keys_batch": None, "prune_tasks_batch": None}
+        self.next_id = 1
+
+    def both(self, operation: str, *args: Any) -> Any:
+        """``operation`` on both: the same answer and the same statements sent, the answer returned."""
+        answers = []
+        for rows in (self.sql, self.memory):
+            sent = rows.statements()
+            answers.append((getattr(rows, operation)(*args), rows.statements() - sent))
+        assert answers[0] == answers[1], (operation, args, answers)
+        return answers[0][0]
+
+    def write(self, table: Any, row: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(insert(table).values(**row))
+
+    # -- rows of various ages ------------------------------------------------------------------------------------
+
+    @rule(
+        dag=st.sampled_from(DAGS),
+        task_id=st.sampled_from(TASKS),
+        when=st.sampled_from(TIMES),
+        state=st.sampled_from(STATES),
+        end=MAYBE_TIMES,
+        updated=MAYBE_TIMES,
+    )
+    def add_task(
+        self, dag: str, task_id: str, when: datetime, state: str, end: datetime | None, updated: datetime | None
+    ) -> None:
+        key = TaskKey(dag, task_id, when)
+        if key not in self.store.tasks:
+            row = task(key, state, end, updated)
+            self.write(TI, row.columns())
+            self.store.add_task(row)
+
+    @rule(data=st.data(), state=st.sampled_from(STATES), when=st.sampled_from(TIMES))
+    def user_sets(self, data: st.DataObject, state: str, when: datetime) -> None:
+        """A user's ``set-state``: an ended task sent back to wait, or a waiting one ended."""
+        if self.store.tasks:
+            key = data.draw(st.sampled_from(sorted(self.store.tasks)))
+            with self.engine.begin() as conn:
+                task_sql.set_state(conn, key, state, now=when)
+            self.store.set_state(key, state, now=when)
+
+    @rule(
+        dag=st.sampled_from(DAGS),
+        run=st.sampled_from(["r0", "r1"]),
+        map_index=st.sampled_from([-1, 0]),
+        instance=st.sampled_from(["", "b"]),
+        task_id=st.sampled_from(TASKS),
+        ti_when=st.sampled_from(TIMES),
+        registered=st.sampled_from(TIMES),
+    )
+    def add_key(
+        self,
+        dag: str,
+        run: str,
+        map_index: int,
+        instance: str,
+        task_id: str,
+        ti_when: datetime,
+        registered: datetime,
+    ) -> None:
+        """An Airflow key mapped to a task instance (which may not be there, or be gone later)."""
+        key = ExternalKey(dag, "wait", run, map_index, instance)
+        if key not in self.memory.external.mappings:
+            row = ExternalRow(dag, "wait", run, map_index, 1, None, task_id, ti_when, registered, instance)
+            self.write(EX, row._asdict())
+            self.memory.external.mappings[key] = row
+
+    @rule(rounds_id=st.sampled_from(["r0", "r1", "r2"]), shard_min=st.sampled_from([0, 5]), when=MAYBE_TIMES)
+    def record_round(self, rounds_id: str, shard_min: int, when: datetime | None) -> None:
+        for store in (SqlRoundStore(self.engine), self.store):
+            store.record_round(rounds_id, "h", 1, shard_min, shard_min + 5, when, 0.5, "{}")  # type: ignore[arg-type]
+
+    @rule(worker=st.sampled_from(WORKERS), started=st.sampled_from(TIMES), beat=MAYBE_TIMES)
+    def heartbeat(self, worker: str, started: datetime, beat: datetime | None) -> None:
+        """A worker's heartbeat (None: a row of a worker that never beat)."""
+        if beat is None:
+            if worker not in self.store.workers:
+                row = {"worker_id": worker, "hostname": "h", "pid": 1, "started_at": started, "heartbeat_at": None}
+                self.write(WK, row)
+                self.store.workers[worker] = row
+            return
+        with SqlLeaseStore(self.engine).transaction() as ops:
+            ops.upsert_worker(worker, "h", 1, started, beat)
+        with self.store.transaction() as ops:
+            ops.upsert_worker(worker, "h", 1, started, beat)
+
+    @rule(shard_min=st.sampled_from([0, 5]), owner=st.one_of(st.none(), st.sampled_from(WORKERS)))
+    def lease(self, shard_min: int, owner: str | None) -> None:
+        """A lease held by a worker, or free."""
+        if shard_min in self.store.leases:
+            with self.engine.begin() as conn:
+                conn.execute(update(SL).where(SL.c.shard_min == shard_min).values(owner=owner))
+        else:
+            self.write(SL, {"shard_min": shard_min, "shard_max": shard_min + 5, "owner": owner, "epoch": 1})
+        self.store.set_lease(shard_min, shard_min + 5, owner, 1, None)
+
+    @rule(uri=st.sampled_from(URIS), seen=st.sampled_from(TIMES), baselined=st.booleans())
+    def watch(self, uri: str, seen: datetime, baselined: bool) -> None:
+        """A table watched (seen by Airflow at ``seen``), or listed again."""
+        old = self.memory.outbox.watches.get(uri)
+        if old is not None:
+            with self.engine.begin() as conn:
+                conn.execute(update(AW).where(AW.c.uri == uri).values(seen_at=seen))
+            self.memory.outbox.watches[uri] = dataclasses.replace(old, seen_at=seen)
+            return
+        row = Watch(uri, 1, "db", uri[-1], 3, TIMES[-1], seen, TIMES[-1] if baselined else None)
+        self.write(AW, dataclasses.asdict(row))
+        self.memory.outbox.watches[uri] = row
+
+    @rule(uri=st.sampled_from(URIS), state=st.sampled_from(LANDING_STATES), landed=st.sampled_from(TIMES))
+    def landing(self, uri: str, state: str, landed: datetime) -> None:
+        row = Landing(self.next_id, uri, f"ds={self.next_id}", f"k{self.next_id}", 3, state, landed, landed)
+        self.write(LO, dataclasses.asdict(row))
+        self.memory.outbox.outbox[row.id] = row
+        self.next_id += 1
+
+    # -- retention -----------------------------------------------------------------------------------------------
+
+    @rule(
+        table=st.sampled_from(["prune_keys_batch", "prune_tasks_batch"]),
+        restart=st.booleans(),
+        size=SIZES,
+        cutoff=st.sampled_from(TIMES),
+        dry_run=st.booleans(),
+    )
+    def prune_batch(self, table: str, restart: bool, size: int, cutoff: datetime, dry_run: bool) -> None:
+        """One window of keys or of task instances: the next one of the pass, or the first again."""
+        after = None if restart else self.after[table]
+        self.after[table] = self.both(table, after, size, cutoff, dry_run).after
+
+    @rule(
+        operation=st.sampled_from(["prune_rounds", "prune_workers"]),
+        cutoff=st.sampled_from(TIMES),
+        size=SIZES,
+        dry_run=st.booleans(),
+    )
+    def prune_limited(self, operation: str, cutoff: datetime, size: int, dry_run: bool) -> None:
+        self.both(operation, cutoff, size, dry_run)
+
+    @rule(now=st.sampled_from(TIMES), days=st.sampled_from([0, 30]))
+    def watch_cutoff(self, now: datetime, days: int) -> None:
+        self.both("watch_cutoff", now, timedelta(days=days))
+
+    @rule(cutoff=st.sampled_from(TIMES), after=st.sampled_from(["", *URIS]), size=SIZES)
+    def read_unwatched(self, cutoff: datetime, after: str, size: int) -> None:
+        self.both("read_unwatched", cutoff, after, size)
+
+    @rule(uris=st.lists(st.sampled_from(URIS), max_size=3))
+    def count_unwatched_landings(self, uris: list[str]) -> None:
+        self.both("count_unwatched_landings", uris)
+
+    @rule(uri=st.sampled_from(URIS), cutoff=st.sampled_from(TIMES), size=SIZES)
+    def forget_unwatched(self, uri: str, cutoff: datetime, size: int) -> None:
+        self.both("forget_unwatched_batch", uri, cutoff, size)
+
+    @rule(size=SIZES, dry_run=st.booleans())
+    def prune_pass(self, size: int, dry_run: bool) -> None:
+        """A whole pass of ``service.retention.prune``: the same rows and statements per table."""
+        reports = [prune(rows, MAX_AGE, size, dry_run=dry_run, now=NOW) for rows in (self.sql, self.memory)]
+        shown = [{t: (r.rows, r.statements) for t, r in report.tables.items()} for report in reports]
+        assert shown[0] == shown[1]
+
+    @invariant()
+    def both_hold_the_same_rows(self) -> None:
+        type(self).steps += 1
+        assert sql_rows(self.engine) == memory_rows(self.memory)
+
+
+def test_the_memory_retention_keeps_step_with_the_sql_one(cfg: Config, engine: Engine) -> None:
+    examples = 25 if engine.dialect.name == "sqlite" else 10
+    run_model(ParityModel.on(engine, cfg), examples=examples, steps=30)
