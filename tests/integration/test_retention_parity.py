@@ -37,6 +37,7 @@ NOW = T0 + timedelta(days=60)
 MAX_AGE = timedelta(days=30)
 TIMES = [NOW - timedelta(days=d) for d in (0, 10, 30, 31, 45)]  # NOW - 30 days is the pass's cutoff: a boundary
 MAYBE_TIMES = st.one_of(st.none(), st.sampled_from(TIMES))
+CUTOFFS = [*TIMES, NOW + timedelta(seconds=1)]  # the last: after every row
 SIZES = st.integers(1, 3)
 STATES = [
     State.SUCCESS,
@@ -48,9 +49,9 @@ STATES = [
     State.RUNNING,
 ]
 DAGS, TASKS = ["d0", "d1"], ["t0", "t1"]
-URIS = ["hive://m:1/db/a", "hive://m:1/db/b", "hive://m:1/db/c"]
+URIS = ["hive://m:1/db/a", "hive://m:1/db/b"]
 LANDING_STATES = [BASELINE, DELIVERED, REJECTED, PENDING, SENDING]
-WORKERS = ["w0", "w1", "w2"]
+WORKERS = ["w0", "w1"]
 
 
 def task(key: TaskKey, state: str, end: datetime | None, updated: datetime | None) -> TaskRow:
@@ -175,23 +176,34 @@ class ParityModel(StoreModel):
         for store in (SqlRoundStore(self.engine), self.store):
             store.record_round(rounds_id, "h", 1, shard_min, shard_min + 5, when, 0.5, "{}")  # type: ignore[arg-type]
 
-    @rule(worker=st.sampled_from(WORKERS), started=st.sampled_from(TIMES), beat=MAYBE_TIMES)
-    def heartbeat(self, worker: str, started: datetime, beat: datetime | None) -> None:
-        """A worker's heartbeat (None: a row of a worker that never beat)."""
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        started=st.sampled_from(TIMES),
+        beat=MAYBE_TIMES,
+        holds=st.sampled_from([None, 0, 5]),
+    )
+    def heartbeat(self, worker: str, started: datetime, beat: datetime | None, holds: int | None) -> None:
+        """A worker's heartbeat (None: a row of a worker that never beat), holding a lease or not."""
         if beat is None:
             if worker not in self.store.workers:
                 row = {"worker_id": worker, "hostname": "h", "pid": 1, "started_at": started, "heartbeat_at": None}
                 self.write(WK, row)
                 self.store.workers[worker] = row
-            return
-        with SqlLeaseStore(self.engine).transaction() as ops:
-            ops.upsert_worker(worker, "h", 1, started, beat)
-        with self.store.transaction() as ops:
-            ops.upsert_worker(worker, "h", 1, started, beat)
+        else:
+            with SqlLeaseStore(self.engine).transaction() as ops:
+                ops.upsert_worker(worker, "h", 1, started, beat)
+            with self.store.transaction() as ops:
+                ops.upsert_worker(worker, "h", 1, started, beat)
+        if holds is not None:
+            self.lease(holds, worker)
 
-    @rule(shard_min=st.sampled_from([0, 5]), owner=st.one_of(st.none(), st.sampled_from(WORKERS)))
+    @rule(shard_min=st.sampled_from([0, 5]))
+    def lease_lapses(self, shard_min: int) -> None:
+        """A lease given up: its worker may go."""
+        self.lease(shard_min, None)
+
     def lease(self, shard_min: int, owner: str | None) -> None:
-        """A lease held by a worker, or free."""
+        """A lease held by ``owner``, or free."""
         if shard_min in self.store.leases:
             with self.engine.begin() as conn:
                 conn.execute(update(SL).where(SL.c.shard_min == shard_min).values(owner=owner))
@@ -212,12 +224,18 @@ class ParityModel(StoreModel):
         self.write(AW, dataclasses.asdict(row))
         self.memory.outbox.watches[uri] = row
 
-    @rule(uri=st.sampled_from(URIS), state=st.sampled_from(LANDING_STATES), landed=st.sampled_from(TIMES))
-    def landing(self, uri: str, state: str, landed: datetime) -> None:
-        row = Landing(self.next_id, uri, f"ds={self.next_id}", f"k{self.next_id}", 3, state, landed, landed)
-        self.write(LO, dataclasses.asdict(row))
-        self.memory.outbox.outbox[row.id] = row
-        self.next_id += 1
+    @rule(
+        uri=st.sampled_from(URIS),
+        states=st.lists(st.sampled_from(LANDING_STATES), min_size=1, max_size=4),
+        landed=st.sampled_from(TIMES),
+    )
+    def landings(self, uri: str, states: list[str], landed: datetime) -> None:
+        """Outbox rows of a table (watched or not), settled or not."""
+        for state in states:
+            row = Landing(self.next_id, uri, f"ds={self.next_id}", f"k{self.next_id}", 3, state, landed, landed)
+            self.write(LO, dataclasses.asdict(row))
+            self.memory.outbox.outbox[row.id] = row
+            self.next_id += 1
 
     # -- retention -----------------------------------------------------------------------------------------------
 
@@ -225,7 +243,7 @@ class ParityModel(StoreModel):
         table=st.sampled_from(["prune_keys_batch", "prune_tasks_batch"]),
         restart=st.booleans(),
         size=SIZES,
-        cutoff=st.sampled_from(TIMES),
+        cutoff=st.sampled_from(CUTOFFS),
         dry_run=st.booleans(),
     )
     def prune_batch(self, table: str, restart: bool, size: int, cutoff: datetime, dry_run: bool) -> None:
@@ -235,7 +253,7 @@ class ParityModel(StoreModel):
 
     @rule(
         operation=st.sampled_from(["prune_rounds", "prune_workers"]),
-        cutoff=st.sampled_from(TIMES),
+        cutoff=st.sampled_from(CUTOFFS),
         size=SIZES,
         dry_run=st.booleans(),
     )
@@ -246,7 +264,7 @@ class ParityModel(StoreModel):
     def watch_cutoff(self, now: datetime, days: int) -> None:
         self.both("watch_cutoff", now, timedelta(days=days))
 
-    @rule(cutoff=st.sampled_from(TIMES), after=st.sampled_from(["", *URIS]), size=SIZES)
+    @rule(cutoff=st.sampled_from(CUTOFFS), after=st.sampled_from(["", *URIS]), size=SIZES)
     def read_unwatched(self, cutoff: datetime, after: str, size: int) -> None:
         self.both("read_unwatched", cutoff, after, size)
 
@@ -254,7 +272,7 @@ class ParityModel(StoreModel):
     def count_unwatched_landings(self, uris: list[str]) -> None:
         self.both("count_unwatched_landings", uris)
 
-    @rule(uri=st.sampled_from(URIS), cutoff=st.sampled_from(TIMES), size=SIZES)
+    @rule(uri=st.sampled_from(URIS), cutoff=st.sampled_from(CUTOFFS), size=SIZES)
     def forget_unwatched(self, uri: str, cutoff: datetime, size: int) -> None:
         self.both("forget_unwatched_batch", uri, cutoff, size)
 
