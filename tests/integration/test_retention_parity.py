@@ -51,7 +51,7 @@ STATES = [
 DAGS, TASKS = ["d0", "d1"], ["t0", "t1"]
 URIS = ["hive://m:1/db/a", "hive://m:1/db/b"]
 LANDING_STATES = [BASELINE, DELIVERED, REJECTED, PENDING, SENDING]
-WORKERS = ["w0", "w1"]
+WORKERS = ["w0", "w1", "w2"]
 
 
 def task(key: TaskKey, state: str, end: datetime | None, updated: datetime | None) -> TaskRow:
@@ -171,31 +171,38 @@ class ParityModel(StoreModel):
             self.write(EX, row._asdict())
             self.memory.external.mappings[key] = row
 
-    @rule(rounds_id=st.sampled_from(["r0", "r1", "r2"]), shard_min=st.sampled_from([0, 5]), when=MAYBE_TIMES)
-    def record_round(self, rounds_id: str, shard_min: int, when: datetime | None) -> None:
-        for store in (SqlRoundStore(self.engine), self.store):
-            store.record_round(rounds_id, "h", 1, shard_min, shard_min + 5, when, 0.5, "{}")  # type: ignore[arg-type]
+    @rule(
+        rounds=st.lists(
+            st.tuples(st.sampled_from(["r0", "r1", "r2"]), st.sampled_from([0, 5]), MAYBE_TIMES), min_size=1, max_size=3
+        )
+    )
+    def record_rounds(self, rounds: list[tuple[str, int, datetime | None]]) -> None:
+        """Range rounds' last rounds (None: a row that never had one)."""
+        for rounds_id, shard_min, when in rounds:
+            for store in (SqlRoundStore(self.engine), self.store):
+                store.record_round(rounds_id, "h", 1, shard_min, shard_min + 5, when, 0.5, "{}")  # type: ignore[arg-type]
 
     @rule(
-        worker=st.sampled_from(WORKERS),
+        workers=st.lists(st.sampled_from(WORKERS), min_size=1, max_size=3, unique=True),
         started=st.sampled_from(TIMES),
         beat=MAYBE_TIMES,
         holds=st.sampled_from([None, 0, 5]),
     )
-    def heartbeat(self, worker: str, started: datetime, beat: datetime | None, holds: int | None) -> None:
-        """A worker's heartbeat (None: a row of a worker that never beat), holding a lease or not."""
-        if beat is None:
-            if worker not in self.store.workers:
-                row = {"worker_id": worker, "hostname": "h", "pid": 1, "started_at": started, "heartbeat_at": None}
-                self.write(WK, row)
-                self.store.workers[worker] = row
-        else:
+    def heartbeat(self, workers: list[str], started: datetime, beat: datetime | None, holds: int | None) -> None:
+        """Workers' heartbeats (None: rows of workers that never beat), the first holding a lease or not."""
+        for worker in workers:
+            if beat is None:
+                if worker not in self.store.workers:
+                    row = {"worker_id": worker, "hostname": "h", "pid": 1, "started_at": started, "heartbeat_at": None}
+                    self.write(WK, row)
+                    self.store.workers[worker] = row
+                continue
             with SqlLeaseStore(self.engine).transaction() as ops:
                 ops.upsert_worker(worker, "h", 1, started, beat)
             with self.store.transaction() as ops:
                 ops.upsert_worker(worker, "h", 1, started, beat)
         if holds is not None:
-            self.lease(holds, worker)
+            self.lease(holds, workers[0])
 
     @rule(shard_min=st.sampled_from([0, 5]))
     def lease_lapses(self, shard_min: int) -> None:
@@ -213,14 +220,15 @@ class ParityModel(StoreModel):
 
     @rule(uri=st.sampled_from(URIS), seen=st.sampled_from(TIMES), baselined=st.booleans())
     def watch(self, uri: str, seen: datetime, baselined: bool) -> None:
-        """A table watched (seen by Airflow at ``seen``), or listed again."""
+        """A table watched, or listed again (seen by Airflow at ``seen``), with its baseline taken or not."""
+        baseline = TIMES[-1] if baselined else None
         old = self.memory.outbox.watches.get(uri)
         if old is not None:
             with self.engine.begin() as conn:
-                conn.execute(update(AW).where(AW.c.uri == uri).values(seen_at=seen))
-            self.memory.outbox.watches[uri] = dataclasses.replace(old, seen_at=seen)
+                conn.execute(update(AW).where(AW.c.uri == uri).values(seen_at=seen, baselined_at=baseline))
+            self.memory.outbox.watches[uri] = dataclasses.replace(old, seen_at=seen, baselined_at=baseline)
             return
-        row = Watch(uri, 1, "db", uri[-1], 3, TIMES[-1], seen, TIMES[-1] if baselined else None)
+        row = Watch(uri, 1, "db", uri[-1], 3, TIMES[-1], seen, baseline)
         self.write(AW, dataclasses.asdict(row))
         self.memory.outbox.watches[uri] = row
 
