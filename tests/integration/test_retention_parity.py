@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, rule
+from hypothesis.stateful import initialize, invariant, rule
 from sqlalchemy import Engine, insert, select, update
 
 from smartsensor.adapters.memory_external import MemoryExternalTryStore
@@ -52,12 +52,28 @@ DAGS, TASKS = ["d0", "d1"], ["t0", "t1"]
 URIS = ["hive://m:1/db/a", "hive://m:1/db/b"]
 LANDING_STATES = [BASELINE, DELIVERED, REJECTED, PENDING, SENDING]
 WORKERS = ["w0", "w1", "w2"]
+TASK = st.tuples(
+    st.sampled_from(DAGS),
+    st.sampled_from(TASKS),
+    st.sampled_from(TIMES),
+    st.sampled_from(STATES),
+    MAYBE_TIMES,
+    MAYBE_TIMES,
+)  # dag_id, task_id, execution_date, state, end_date, updated_at
+KEY = st.tuples(
+    st.sampled_from(DAGS),
+    st.sampled_from(["r0", "r1"]),
+    st.sampled_from([-1, 0]),
+    st.sampled_from(["", "b"]),
+    st.sampled_from(TASKS),
+    st.sampled_from(TIMES),
+    st.sampled_from(TIMES),
+)  # dag_id, run_id, map_index, instance; the task instance's task_id and execution_date; registered_at
+WATCH = st.tuples(st.sampled_from(URIS), st.sampled_from(TIMES), st.booleans())  # uri, seen_at, baselined
 
 
 def task(key: TaskKey, state: str, end: datetime | None, updated: datetime | None) -> TaskRow:
-    return TaskRow(
-        *key, state, 1, 0, None, end, updated, "Op", "sensors.Op", None, None, None, '{"t": 1}', "{}", 7, 7
-    )
+    return TaskRow(*key, state, 1, 0, None, end, updated, "Op", "sensors.Op", None, None, None, '{"t": 1}', "{}", 7, 7)
 
 
 def sql_rows(engine: Engine) -> dict[str, list[Any]]:
@@ -117,24 +133,37 @@ class ParityModel(StoreModel):
         with self.engine.begin() as conn:
             conn.execute(insert(table).values(**row))
 
+    @initialize(
+        tasks=st.lists(TASK, max_size=6),
+        keys=st.lists(KEY, max_size=4),
+        watches=st.lists(WATCH, max_size=2),
+        landings=st.lists(st.tuples(st.sampled_from(URIS), st.sampled_from(LANDING_STATES), st.sampled_from(TIMES))),
+    )
+    def some_rows(
+        self,
+        tasks: list[tuple[Any, ...]],
+        keys: list[tuple[Any, ...]],
+        watches: list[tuple[str, datetime, bool]],
+        landings: list[tuple[str, str, datetime]],
+    ) -> None:
+        """Rows of each kind to start with, so that retention finds some at once."""
+        self.add_tasks(tasks)
+        self.add_keys(keys)
+        self.watches(watches)
+        for uri, state, landed in landings:
+            self.landings(uri, [state], landed)
+
     # -- rows of various ages ------------------------------------------------------------------------------------
 
-    @rule(
-        dag=st.sampled_from(DAGS),
-        task_id=st.sampled_from(TASKS),
-        when=st.sampled_from(TIMES),
-        state=st.sampled_from(STATES),
-        end=MAYBE_TIMES,
-        updated=MAYBE_TIMES,
-    )
-    def add_task(
-        self, dag: str, task_id: str, when: datetime, state: str, end: datetime | None, updated: datetime | None
-    ) -> None:
-        key = TaskKey(dag, task_id, when)
-        if key not in self.store.tasks:
-            row = task(key, state, end, updated)
-            self.write(TI, row.columns())
-            self.store.add_task(row)
+    @rule(tasks=st.lists(TASK, min_size=1, max_size=3))
+    def add_tasks(self, tasks: list[tuple[Any, ...]]) -> None:
+        """Task instances (dag_id, task_id, execution_date, state, end_date, updated_at), each key once."""
+        for dag, task_id, when, state, end, updated in tasks:
+            key = TaskKey(dag, task_id, when)
+            if key not in self.store.tasks:
+                row = task(key, state, end, updated)
+                self.write(TI, row.columns())
+                self.store.add_task(row)
 
     @rule(data=st.data(), state=st.sampled_from(STATES), when=st.sampled_from(TIMES))
     def user_sets(self, data: st.DataObject, state: str, when: datetime) -> None:
@@ -145,31 +174,16 @@ class ParityModel(StoreModel):
                 task_sql.set_state(conn, key, state, now=when)
             self.store.set_state(key, state, now=when)
 
-    @rule(
-        dag=st.sampled_from(DAGS),
-        run=st.sampled_from(["r0", "r1"]),
-        map_index=st.sampled_from([-1, 0]),
-        instance=st.sampled_from(["", "b"]),
-        task_id=st.sampled_from(TASKS),
-        ti_when=st.sampled_from(TIMES),
-        registered=st.sampled_from(TIMES),
-    )
-    def add_key(
-        self,
-        dag: str,
-        run: str,
-        map_index: int,
-        instance: str,
-        task_id: str,
-        ti_when: datetime,
-        registered: datetime,
-    ) -> None:
-        """An Airflow key mapped to a task instance (which may not be there, or be gone later)."""
-        key = ExternalKey(dag, "wait", run, map_index, instance)
-        if key not in self.memory.external.mappings:
-            row = ExternalRow(dag, "wait", run, map_index, 1, None, task_id, ti_when, registered, instance)
-            self.write(EX, row._asdict())
-            self.memory.external.mappings[key] = row
+    @rule(keys=st.lists(KEY, min_size=1, max_size=3))
+    def add_keys(self, keys: list[tuple[Any, ...]]) -> None:
+        """Airflow keys (dag_id, run_id, map_index, instance) mapped to a task instance (task_id, execution_date)
+        that may not be there, or be gone later, registered at a time."""
+        for dag, run, map_index, instance, task_id, ti_when, registered in keys:
+            key = ExternalKey(dag, "wait", run, map_index, instance)
+            if key not in self.memory.external.mappings:
+                row = ExternalRow(dag, "wait", run, map_index, 1, None, task_id, ti_when, registered, instance)
+                self.write(EX, row._asdict())
+                self.memory.external.mappings[key] = row
 
     @rule(
         rounds=st.lists(
@@ -218,7 +232,11 @@ class ParityModel(StoreModel):
             self.write(SL, {"shard_min": shard_min, "shard_max": shard_min + 5, "owner": owner, "epoch": 1})
         self.store.set_lease(shard_min, shard_min + 5, owner, 1, None)
 
-    @rule(uri=st.sampled_from(URIS), seen=st.sampled_from(TIMES), baselined=st.booleans())
+    @rule(watches=st.lists(WATCH, min_size=1, max_size=2))
+    def watches(self, watches: list[tuple[str, datetime, bool]]) -> None:
+        for uri, seen, baselined in watches:
+            self.watch(uri, seen, baselined)
+
     def watch(self, uri: str, seen: datetime, baselined: bool) -> None:
         """A table watched, or listed again (seen by Airflow at ``seen``), with its baseline taken or not."""
         baseline = TIMES[-1] if baselined else None
