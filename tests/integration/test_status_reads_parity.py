@@ -31,7 +31,7 @@ from tests.support.common import T0
 
 NOW = T0 + timedelta(days=10)
 TIMES = [NOW - timedelta(minutes=m) for m in (0, 2, 30, 90)] + [NOW - timedelta(days=d) for d in (2, 8)]
-MAYBE = st.one_of(st.none(), st.sampled_from(TIMES))
+MAYBE = st.sampled_from([None, *TIMES])
 EXECS = ['{"timeout": 60}', '{"timeout": 86400}', "{}", None, "not json"]
 CHECKS = [(1, "sensors.A", '{"t": 1}'), (1, "sensors.B", '{"t": 1}'), (2, "sensors.A", '{"t": 2}')]  # 1: a collision
 STATES = [  # the waiting ones and success (a landing) twice as likely
@@ -153,7 +153,7 @@ def status_parity(engine: Engine, data: tuple[Any, ...]) -> MemoryStatusReads:
 
 
 DATA = st.tuples(
-    st.lists(TASK, max_size=20),
+    st.lists(TASK, min_size=6, max_size=20),
     st.lists(ROUND, max_size=3),
     st.lists(WORKER, max_size=2, unique_by=lambda w: w[0]),
     st.lists(LANDING, max_size=6),
