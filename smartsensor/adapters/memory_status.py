@@ -136,7 +136,10 @@ class MemoryStatusReads:
                 self.read_stuck(query.landed_before, query.past_limits),
                 dict(Counter(r.state or "none" for r in tasks)),
                 _waiting_by_range([r for r in tasks if r.state in State.SMART_WAITING], query.ranges),
-                [dict(r) for r in sorted(self.store.rounds.values(), key=lambda r: (r["shard_min"], r["range_rounds_id"]))],
+                [
+                    dict(r)
+                    for r in sorted(self.store.rounds.values(), key=lambda r: (r["shard_min"], r["range_rounds_id"]))
+                ],
                 self.store.load_leases(),
                 [dict(w) for w in sorted(self.store.workers.values(), key=_by_start)],
                 [
@@ -219,6 +222,11 @@ class MemoryStatusReads:
 def _comparable(row: TaskRow) -> bool:
     """Whether the row's check can equal another's in SQL (NULL equals nothing)."""
     return None not in (row.hashcode, row.classpath, row.attr_dict)
+
+
+def _by_range(row: Mapping[str, Any]) -> tuple[int, str]:
+    """Range rounds by shard_min, then id."""
+    return row["shard_min"], row["range_rounds_id"]
 
 
 def _by_start(worker: Mapping[str, Any]) -> tuple[bool, datetime]:

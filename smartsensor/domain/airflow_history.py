@@ -10,7 +10,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 SENSOR_OPERATORS = ("NamedHivePartitionSensor", "HivePartitionSensor", "MetastorePartitionSensor")
 
@@ -71,6 +71,20 @@ class AirflowHistory:
     def poke_durations_recorded(self) -> bool:
         """Whether ``task_reschedule`` rows hold each poke's own start and end (2.x; 3.x stamps them at the end)."""
         return self.airflow < 3
+
+
+def sensor_try(row: Mapping[str, Any]) -> SensorTry:
+    """A try as read from its ``task_instance`` or ``task_instance_history`` row (by column name)."""
+    return SensorTry(
+        TiKey(row["dag_id"], row["task_id"], row["run_id"], int(row["map_index"])),
+        int(row["try_number"] or 0),
+        row["operator"],
+        row["state"],
+        as_utc(row["start_date"]),
+        as_utc(row["end_date"]),
+        as_utc(row["queued_dttm"]),
+        row["next_method"],
+    )
 
 
 def merge_tries(current: list[SensorTry], earlier: list[SensorTry]) -> list[SensorTry]:

@@ -50,6 +50,7 @@ from smartsensor.domain.airflow_history import (
     as_utc,
     merge_tries,
     parse_json,
+    sensor_try,
     serialized_settings,
 )
 
@@ -209,19 +210,6 @@ def _in_period(table: Table, bound: datetime) -> Any:
     )
 
 
-def _try(row: Any) -> SensorTry:
-    return SensorTry(
-        TiKey(row.dag_id, row.task_id, row.run_id, int(row.map_index)),
-        int(row.try_number or 0),
-        row.operator,
-        row.state,
-        as_utc(row.start_date),
-        as_utc(row.end_date),
-        as_utc(row.queued_dttm),
-        row.next_method,
-    )
-
-
 def _current_tries(conn: Any, tables: dict[str, Table], bound: datetime) -> tuple[list[SensorTry], dict[TiKey, Any]]:
     """The current try of each task instance of the period, and the task instance's rendered fields."""
     ti = tables["task_instance"]
@@ -235,7 +223,7 @@ def _current_tries(conn: Any, tables: dict[str, Table], bound: datetime) -> tupl
     out: list[SensorTry] = []
     rendered: dict[TiKey, Any] = {}
     for row in conn.execute(query.where(_in_period(ti, bound))):
-        one = _try(row)
+        one = sensor_try(row._mapping)
         out.append(one)
         if rtif is not None and row.rendered_fields is not None:
             rendered[one.key] = parse_json(row.rendered_fields)
@@ -247,7 +235,7 @@ def _earlier_tries(conn: Any, tables: dict[str, Table], bound: datetime) -> list
     if tih is None:
         return []
     columns = [c for c in tih.c if c.name != "id"]
-    return [_try(row) for row in conn.execute(select(*columns).where(_in_period(tih, bound)))]
+    return [sensor_try(row._mapping) for row in conn.execute(select(*columns).where(_in_period(tih, bound)))]
 
 
 def _attach_pokes(conn: Any, tables: dict[str, Table], tries: list[SensorTry], airflow: int, bound: datetime) -> None:
