@@ -95,9 +95,7 @@ class MemoryAirflowHistory:
         """(dag_id, task_id) → the settings of the newest serialized version of each DAG (by ``last_updated``)."""
         rows = [r for r in self.tables.get("serialized_dag", ()) if r["dag_id"] in dag_ids]
         out: dict[tuple[str, str], TaskSettings] = {}
-        for row in sorted(
-            rows, key=lambda r: as_utc(r.get("last_updated")) or datetime.min.replace(tzinfo=timezone.utc)
-        ):
+        for row in sorted(rows, key=lambda r: as_utc(r.get("last_updated")) or _NEVER):
             for task_id, settings in serialized_settings(row.get("data"), row.get("data_compressed")):
                 out[(row["dag_id"], task_id)] = settings
         return out
