@@ -1,15 +1,16 @@
-"""The status page's stores in memory, for tests of the sampler and the page without a database (held to
-``adapters.sql.status_store``'s by tests/integration/test_status_parity.py): ``MemoryStateSamples``
-(``ports.StateSamples``: one sample per bucket with the SQL store's rules: the first write of a bucket wins; a
-bucket with no task to count holds no row, so it may be written again) and ``MemoryOverviewReads``
-(``ports.OverviewReads``, over an ``adapters.memory.InMemoryStore``'s tasks). One lock makes each operation a
-transaction; not shared between processes."""
+"""The status side's read stores in memory, for tests of `status`, the sampler and the page without a database (held
+to ``adapters.sql.status_store``'s by tests/integration/test_status_parity.py and test_status_reads_parity.py):
+``MemoryStateSamples`` (``ports.StateSamples``: one sample per bucket with the SQL store's rules: the first write of a
+bucket wins; a bucket with no task to count holds no row, so it may be written again), ``MemoryOverviewReads``
+(``ports.OverviewReads``, over an ``adapters.memory.InMemoryStore``'s tasks) and ``MemoryStatusReads``
+(``ports.StatusReads``, over an ``InMemoryStore``'s rows and an ``adapters.memory_outbox.MemoryOutboxStore``'s). One
+lock makes each operation a transaction; not shared between processes."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from smartsensor.adapters.memory import InMemoryStore
@@ -231,7 +232,7 @@ def _by_range(row: Mapping[str, Any]) -> tuple[int, str]:
 
 def _by_start(worker: Mapping[str, Any]) -> tuple[bool, datetime]:
     """Workers by ``started_at``, NULL last (PostgreSQL's order; a worker always writes it)."""
-    return worker["started_at"] is None, worker["started_at"] or datetime.max.replace(tzinfo=UTC)
+    return worker["started_at"] is None, worker["started_at"] or datetime.max.replace(tzinfo=timezone.utc)
 
 
 def _started_by(row: TaskRow, cutoff: datetime) -> bool:

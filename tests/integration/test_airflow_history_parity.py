@@ -76,7 +76,7 @@ def write(path: Path, version: str, data: tuple[Any, ...]) -> AirflowDb:
     tasks, dags, _ = data
     db = AirflowDb(path, version)
     for dag, task_id, run, operator, tries, rendered in tasks:
-        db.task(dag, task_id, run, operator, _tries(tries), rendered)  # type: ignore[arg-type]
+        db.task(dag, task_id, run, operator, _tries(tries), rendered)
     if db.major < 3:
         dags = list({d[0]: d for d in sorted(dags, key=lambda d: d[3])}.values())
     for dag, tasks_settings, compressed, minutes in dags:

@@ -70,8 +70,26 @@ RANGES = st.lists(st.tuples(st.sampled_from([0, 3, 5]), st.sampled_from([5, 10])
 
 def task(spec: tuple[Any, ...]) -> TaskRow:
     dag, task_id, when, state, (hashcode, classpath, attr), exec_dict, (start, end, updated), shard = spec
-    row = TaskRow(dag, task_id, when, state, 1, 0, start, end, updated, "Op", classpath, None, "h", None, attr, "", 0, 0)
-    return row._replace(exec_dict=exec_dict, hashcode=hashcode, shardcode=shard)
+    return TaskRow(
+        dag,
+        task_id,
+        when,
+        state,
+        1,
+        0,
+        start,
+        end,
+        updated,
+        "Op",
+        classpath,
+        None,
+        "h",
+        None,
+        attr,
+        exec_dict,
+        hashcode,
+        shard,
+    )
 
 
 def landing(i: int, spec: tuple[Any, ...]) -> Landing:
@@ -90,7 +108,7 @@ class Stores:
             row = task(spec)
             self.store.tasks.setdefault(row.key, row)
         for rounds_id, shard_min, when in rounds:
-            self.store.record_round(rounds_id, "h", 1, shard_min, shard_min + 5, when, 0.5, "{}")  # type: ignore[arg-type]
+            self.store.record_round(rounds_id, "h", 1, shard_min, shard_min + 5, when, 0.5, "{}")
         for name, started, beat in workers:
             start = NOW - timedelta(hours=started)  # distinct starts: `status` lists workers by start
             self.store.workers[name] = {"worker_id": name, "hostname": "h", "pid": 1, "started_at": start}
@@ -125,9 +143,7 @@ class AskedLimits:
         self.rule = _StuckRule(bound, NOW)
         self.asked: list[list[tuple[str | None, datetime]]] = []
 
-    def __call__(
-        self, starts: list[tuple[str | None, datetime]]
-    ) -> tuple[Cutoffs, tuple[str | None, datetime] | None]:
+    def __call__(self, starts: list[tuple[str | None, datetime]]) -> tuple[Cutoffs, tuple[str | None, datetime] | None]:
         ordered = sorted(starts, key=lambda s: (s[0] is not None, s[0] or ""))
         self.asked.append(ordered)
         return self.rule.past_limits(ordered)
@@ -180,7 +196,7 @@ def test_a_stuck_task_and_an_unknown_outcome_are_read_alike(engine: Engine) -> N
     waits = ("d1", "t0", TIMES[4], State.SMART_RUNNING, CHECKS[0], '{"timeout": 60}', (TIMES[4], None, None), 3)
     stranded = ("d1", "t1", TIMES[4], State.SMART_PENDING, CHECKS[2], None, (None, None, TIMES[5]), 10)
     lands = [("hive://m:1/db/a", SENDING, TIMES[2], 2, 1, TIMES[1])]
-    data = ([landed, waits, stranded], [], [("w0", 1, TIMES[0])], lands, [(0, 5)], NOW, NOW, 0.0)
+    data: tuple[Any, ...] = ([landed, waits, stranded], [], [("w0", 1, TIMES[0])], lands, [(0, 5)], NOW, NOW, 0.0)
     memory = status_parity(engine, data)
     rows = memory.read_status(StatusQuery(NOW, AskedLimits(0.0), [(0, 5)], NOW, 10))
     assert rows.stuck.after_landing == (1, ("d1", "t0", TIMES[4], TIMES[3]))
