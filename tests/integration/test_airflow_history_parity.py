@@ -99,7 +99,7 @@ def history_parity(tmp_path: Path, version: str, data: tuple[Any, ...]) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_memory_history_reads_as_airflows_database(tmp_path: Path, version: str) -> None:
-    @settings(max_examples=40, deadline=None, derandomize=True)
+    @settings(max_examples=30, deadline=None, derandomize=True)
     @given(DATA)
     def check(data: tuple[Any, ...]) -> None:
         history_parity(tmp_path, version, data)

@@ -316,5 +316,5 @@ class ParityModel(StoreModel):
 
 
 def test_the_memory_retention_keeps_step_with_the_sql_one(cfg: Config, engine: Engine) -> None:
-    examples = 25 if engine.dialect.name == "sqlite" else 10
+    examples = 20 if engine.dialect.name == "sqlite" else 8
     run_model(ParityModel.on(engine, cfg), examples=examples, steps=30)
