@@ -29,6 +29,7 @@ from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING, REJECTED, SENDING
 from smartsensor.domain.rows import ExternalRow, TaskRow
 from smartsensor.domain.states import State
+from smartsensor.domain.status_rows import Batch
 from smartsensor.service.retention import prune
 from tests.support.common import T0
 from tests.support.model import StoreModel, run_model
@@ -318,3 +319,29 @@ class ParityModel(StoreModel):
 def test_the_memory_retention_keeps_step_with_the_sql_one(cfg: Config, engine: Engine) -> None:
     examples = 20 if engine.dialect.name == "sqlite" else 8
     run_model(ParityModel.on(engine, cfg), examples=examples, steps=30)
+
+
+def test_the_memory_retention_answers_a_script_as_the_sql_one(cfg: Config, engine: Engine) -> None:
+    """The rules a run of the machine may meet rarely, with what both must answer."""
+    both = ParityModel.on(engine, cfg)()
+    old, cutoff = TIMES[4], NOW - MAX_AGE
+    both.watch(URIS[0], old, True)
+    both.landings(URIS[0], [DELIVERED, REJECTED, PENDING], old)
+    assert both.both("forget_unwatched_batch", URIS[0], cutoff, 1) == (1, False)  # the batch's size: the watch stays
+    assert both.memory.outbox.watches[URIS[0]].baselined_at is None  # without its baseline
+    assert both.both("forget_unwatched_batch", URIS[0], cutoff, 5) == (1, False)  # an undelivered row keeps it
+    assert both.both("read_unwatched", cutoff, "", 5) == [URIS[0]]
+    both.heartbeat(WORKERS, old, old, holds=0)  # w0 holds a lease: it stays
+    assert both.both("prune_workers", cutoff, 1, True) == 2  # a dry run counts them all
+    assert both.both("prune_workers", cutoff, 1, False) == 1
+    both.record_rounds([("r0", 0, old), ("r1", 5, old), ("r2", 0, NOW)])
+    assert both.both("prune_rounds", cutoff, 1, True) == 2
+    assert both.both("prune_rounds", cutoff, 1, False) == 1
+    both.add_tasks(
+        [("d0", t, old, State.SUCCESS, old, None) for t in TASKS] + [("d1", "t0", old, State.RUNNING, old, None)]
+    )
+    first = both.both("prune_tasks_batch", None, 2, cutoff, True)
+    assert first == Batch(2, ("d0", "t1", old))  # a dry run: nothing deleted
+    assert both.both("prune_tasks_batch", first.after, 2, cutoff, False) == Batch(0, None)  # running: kept
+    assert both.both("prune_tasks_batch", None, 2, cutoff, False) == Batch(2, ("d0", "t1", old))
+    both.both_hold_the_same_rows()
