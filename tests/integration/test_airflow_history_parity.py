@@ -44,13 +44,13 @@ SETTING = st.sampled_from(
 )
 DAG = st.tuples(
     st.sampled_from(["a", "b"]),
-    st.lists(st.tuples(st.sampled_from(["s0", "s1"]), SETTING), max_size=2),
+    st.tuples(SETTING, SETTING),  # the settings of s0 and s1
     st.booleans(),  # compressed
     st.sampled_from([-90, -60, -30]),  # minutes: when this version was serialized
 )
 DATA = st.tuples(
-    st.lists(TASK, min_size=1, max_size=6, unique_by=lambda t: t[:3]),
-    st.lists(DAG, max_size=3, unique_by=lambda d: d[3]),
+    st.lists(TASK, min_size=2, max_size=6, unique_by=lambda t: t[:3]),
+    st.lists(DAG, min_size=1, max_size=3, unique_by=lambda d: d[3]),
     st.sampled_from([-60, 0, 10]),  # the period's start, minutes from BASE
 )
 _files = itertools.count()
@@ -80,7 +80,10 @@ def write(path: Path, version: str, data: tuple[Any, ...]) -> AirflowDb:
     if db.major < 3:
         dags = list({d[0]: d for d in sorted(dags, key=lambda d: d[3])}.values())
     for dag, tasks_settings, compressed, minutes in dags:
-        serialized = [{"__type": "operator", "__var": {"task_id": t, **s}} for t, s in tasks_settings]
+        serialized = [
+            {"__type": "operator", "__var": {"task_id": t, **s}}
+            for t, s in zip(["s0", "s1"], tasks_settings, strict=True)
+        ]
         db.serialized_dag(dag, serialized, compressed, _at(minutes))
     db.close()
     return db
