@@ -6,6 +6,7 @@ processes."""
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
@@ -77,6 +78,12 @@ class MemoryOutboxStore:
         self.outbox: dict[int, Landing] = {}
         self._next_id = 1
         self._lock = threading.Lock()
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """The lock every operation holds: what makes an operation of another store over these rows
+        (``adapters.memory_retention``) one transaction."""
+        return self._lock
 
     # -- watches ---------------------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ BASELINE, PENDING, SENDING, DELIVERED, REJECTED = "baseline", "pending", "sendin
 UNDELIVERED = (PENDING, SENDING)
 SETTLED = (BASELINE, DELIVERED, REJECTED)  # never posted again: the rows retention may delete (never an undelivered)
 CLAIMABLE = (PENDING, SENDING)  # a sending row is claimable once its claim lapsed (its worker died or stalled)
+SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 
 LANDING_ID = "smartsensor_landing_id"  # the key of an event's ``extra`` that names its outbox row
 HIVE_PARTITION = "hive_partition"  # the key of an event's ``extra`` that holds the Hive partition's name

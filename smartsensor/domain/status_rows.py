@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.domain.rows import ZombieRow
@@ -108,3 +108,22 @@ class Batch:
 
     rows: int
     after: Key | None
+
+
+def revision_problem(revision: str | None, known: Sequence[str]) -> str | None:
+    """Why a database at schema ``revision`` cannot be used by a smartsensor whose migrations define ``known``
+    (newest, its head, first), with which side to upgrade (a host upgraded before or after the database); None when
+    it can."""
+    if revision == known[0]:
+        return None
+    if revision is None:
+        return "is not initialised: run `smartsensor db init`"
+    if revision in known:
+        return (
+            f"is at schema revision {revision}, this smartsensor needs {known[0]}: "
+            "run `smartsensor db init` to upgrade it"
+        )
+    return (
+        f"is at schema revision {revision}, newer than this smartsensor knows ({known[0]}): "
+        "upgrade smartsensor on this host"
+    )

@@ -19,7 +19,9 @@ from smartsensor.domain.status_rows import (
 
 
 class StatusReads(Protocol):
-    """What `status` reads (``service.status``), each call on one connection. ``adapters.sql.status_store``."""
+    """What `status` reads (``service.status``), each call on one connection.
+    ``adapters.sql.status_store.SqlStatusReads`` and ``adapters.memory_status.MemoryStatusReads``, held to each other
+    by tests/integration/test_status_reads_parity.py."""
 
     def read_status(self, query: StatusQuery) -> StatusRows:
         """Everything `status` shows but the outbox: the stuck-task figures (``read_stuck``), tasks per state,
@@ -73,7 +75,9 @@ class OverviewReads(Protocol):
 
 class ExpiredRows(Protocol):
     """Retention's guarded deletes (``service.retention``), each batch in a transaction of its own; with
-    ``dry_run`` a batch counts what it would delete. ``adapters.sql.status_store.SqlExpiredRows``."""
+    ``dry_run`` a batch counts what it would delete. ``adapters.sql.status_store.SqlExpiredRows`` and
+    ``adapters.memory_retention.MemoryExpiredRows``, held to each other by
+    tests/integration/test_retention_parity.py."""
 
     def prune_keys_batch(self, after: Key | None, size: int, cutoff: datetime, dry_run: bool) -> Batch:
         """One window of ``size`` Airflow keys after ``after``: those registered before ``cutoff`` whose task
@@ -114,7 +118,9 @@ class ExpiredRows(Protocol):
 
 
 class AirflowSensorHistory(Protocol):
-    """An Airflow installation's Hive sensor tries, read-only (``service.savings``: `airflow report`)."""
+    """An Airflow installation's Hive sensor tries, read-only (``service.savings``: `airflow report`).
+    ``adapters.sql.status_store.SqlAirflowHistory`` and ``adapters.memory_airflow_history.MemoryAirflowHistory``, held
+    to each other by tests/integration/test_airflow_history_parity.py."""
 
     def read_history(self, since: datetime) -> AirflowHistory:
         """Every try of a Hive sensor task that started or ended at or after ``since``, with its pokes, the rendered

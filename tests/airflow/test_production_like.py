@@ -262,8 +262,8 @@ def test_the_savings_report_reads_this_airflow_database(deployment: Deployment) 
     import subprocess
     import sys
 
-    from smartsensor.adapters.sql.airflow_history import SENSOR_OPERATORS
     from smartsensor.cli.airflow_report import COMPARE_HEADING, TASKS_HEADING
+    from smartsensor.domain.airflow_history import SENSOR_OPERATORS
 
     def ran(where: str = "") -> int:
         sql = f"SELECT count(*) FROM task_instance WHERE operator IN :ops AND start_date IS NOT NULL {where}"

@@ -47,6 +47,7 @@ class AirflowDb:
         self.major = int(version.split(".")[0])
         self.conn = sqlite3.connect(path)
         self.conn.executescript((SCHEMAS / f"airflow-{version}.sql").read_text())
+        self.rows: dict[str, list[dict[str, Any]]] = {}  # every row written, by table, times as datetimes
 
     @property
     def url(self) -> str:
@@ -82,11 +83,11 @@ class AirflowDb:
             dag_id=dag_id,
             data=None if compressed else text,
             data_compressed=zlib.compress(text.encode()) if compressed else None,
-            last_updated=_ts(updated),
+            last_updated=updated,
             dag_hash="0" * 32,
         )
         if self.major >= 3:
-            row.update(id=uuid.uuid4().hex, created_at=_ts(updated), dag_version_id=uuid.uuid4().hex)
+            row.update(id=uuid.uuid4().hex, created_at=updated, dag_version_id=uuid.uuid4().hex)
         else:
             row.update(fileloc=f"/dags/{dag_id}.py", fileloc_hash=next(_ids))
         self._insert("serialized_dag", row)
@@ -98,14 +99,14 @@ class AirflowDb:
             run_id=run_id,
             map_index=-1,
             try_number=one.number,
-            start_date=_ts(one.start),
-            end_date=_ts(one.end),
+            start_date=one.start,
+            end_date=one.end,
             duration=(one.end - one.start).total_seconds(),
             state=one.state,
             operator=operator,
             pool="default_pool",
             pool_slots=1,
-            queued_dttm=_ts(one.queued or one.start - timedelta(seconds=1)),
+            queued_dttm=one.queued or one.start - timedelta(seconds=1),
             next_method=one.next_method,
         )
         if self.major >= 3:
@@ -116,12 +117,12 @@ class AirflowDb:
         for started in one.pokes:
             ended = started + timedelta(seconds=one.poke_seconds)
             row: dict[str, Any] = dict(
-                end_date=_ts(ended),
-                reschedule_date=_ts(ended + timedelta(seconds=one.poke_interval)),
+                end_date=ended,
+                reschedule_date=ended + timedelta(seconds=one.poke_interval),
                 duration=int(one.poke_seconds),
             )
             if self.major >= 3:  # stamped by the API when it records the reschedule, at the end of the poke
-                row.update(ti_id=ti_id, start_date=_ts(ended), duration=0)
+                row.update(ti_id=ti_id, start_date=ended, duration=0)
             else:
                 row.update(
                     dag_id=dag_id,
@@ -129,11 +130,14 @@ class AirflowDb:
                     run_id=run_id,
                     map_index=-1,
                     try_number=one.number,
-                    start_date=_ts(started),
+                    start_date=started,
                 )
             self._insert("task_reschedule", row)
 
     def _insert(self, table: str, row: dict[str, Any]) -> None:
+        """``row`` into ``table`` (its times as Airflow's SQLite text), and as it is into ``rows``."""
+        self.rows.setdefault(table, []).append(row)
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
-        self.conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", list(row.values()))
+        values = [_ts(v) if isinstance(v, datetime) else v for v in row.values()]
+        self.conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", values)

@@ -16,11 +16,9 @@ connection is read-only: SQLite opens the file with ``mode=ro``, PostgreSQL sess
 
 from __future__ import annotations
 
-import json
-import zlib
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 from urllib.parse import quote
 
 from sqlalchemy import (
@@ -42,9 +40,20 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from smartsensor.domain.airflow_history import AirflowHistory, Poke, SensorTry, TaskSettings, TiKey
+from smartsensor.domain.airflow_history import (
+    SENSOR_OPERATORS,
+    AirflowHistory,
+    Poke,
+    SensorTry,
+    TaskSettings,
+    TiKey,
+    as_utc,
+    merge_tries,
+    parse_json,
+    sensor_try,
+    serialized_settings,
+)
 
-SENSOR_OPERATORS = ("NamedHivePartitionSensor", "HivePartitionSensor", "MetastorePartitionSensor")
 REQUIRED = ("dag_id", "task_id", "run_id", "map_index", "try_number", "start_date", "end_date", "state", "operator")
 _CHUNK = 500  # values per IN list
 
@@ -187,7 +196,7 @@ def read_history(engine: Engine, since: datetime) -> AirflowHistory:
     with engine.connect() as conn:
         current, rendered = _current_tries(conn, tables, bound)
         earlier = _earlier_tries(conn, tables, bound)
-        tries = _merge(current, earlier)
+        tries = merge_tries(current, earlier)
         if tries and "task_reschedule" in tables:
             _attach_pokes(conn, tables, tries, airflow, bound)
         settings = _settings(conn, tables, {t.key.dag_id for t in tries})
@@ -198,19 +207,6 @@ def _in_period(table: Table, bound: datetime) -> Any:
     return and_(
         table.c.operator.in_(SENSOR_OPERATORS),
         or_(table.c.start_date >= bound, table.c.end_date >= bound),
-    )
-
-
-def _try(row: Any) -> SensorTry:
-    return SensorTry(
-        TiKey(row.dag_id, row.task_id, row.run_id, int(row.map_index)),
-        int(row.try_number or 0),
-        row.operator,
-        row.state,
-        _utc(row.start_date),
-        _utc(row.end_date),
-        _utc(row.queued_dttm),
-        row.next_method,
     )
 
 
@@ -227,10 +223,10 @@ def _current_tries(conn: Any, tables: dict[str, Table], bound: datetime) -> tupl
     out: list[SensorTry] = []
     rendered: dict[TiKey, Any] = {}
     for row in conn.execute(query.where(_in_period(ti, bound))):
-        one = _try(row)
+        one = sensor_try(row._mapping)
         out.append(one)
         if rtif is not None and row.rendered_fields is not None:
-            rendered[one.key] = _json(row.rendered_fields)
+            rendered[one.key] = parse_json(row.rendered_fields)
     return out, rendered
 
 
@@ -239,18 +235,7 @@ def _earlier_tries(conn: Any, tables: dict[str, Table], bound: datetime) -> list
     if tih is None:
         return []
     columns = [c for c in tih.c if c.name != "id"]
-    return [_try(row) for row in conn.execute(select(*columns).where(_in_period(tih, bound)))]
-
-
-def _merge(current: list[SensorTry], earlier: list[SensorTry]) -> list[SensorTry]:
-    """Every try once: a try in the history (a finished try's record) wins over a task instance row left at the
-    same try number (cleared, not started again)."""
-    tries: dict[tuple[TiKey, int], SensorTry] = {(t.key, t.try_number): t for t in earlier}
-    for one in current:
-        tries.setdefault((one.key, one.try_number), one)
-    return sorted(
-        tries.values(), key=lambda t: (t.key.dag_id, t.key.task_id, t.key.run_id, t.key.map_index, t.try_number)
-    )
+    return [sensor_try(row._mapping) for row in conn.execute(select(*columns).where(_in_period(tih, bound)))]
 
 
 def _attach_pokes(conn: Any, tables: dict[str, Table], tries: list[SensorTry], airflow: int, bound: datetime) -> None:
@@ -275,7 +260,7 @@ def _attach_pokes(conn: Any, tables: dict[str, Table], tries: list[SensorTry], a
     )
     for row in conn.execute(query):
         one = by_key.get((TiKey(row.dag_id, row.task_id, row.run_id, int(row.map_index)), int(row.try_number)))
-        start, end, again = _utc(row.start_date), _utc(row.end_date), _utc(row.reschedule_date)
+        start, end, again = as_utc(row.start_date), as_utc(row.end_date), as_utc(row.reschedule_date)
         if one is not None and start is not None and end is not None and again is not None:
             one.pokes.append(Poke(start, end, again))
 
@@ -290,59 +275,9 @@ def _settings(conn: Any, tables: dict[str, Table], dag_ids: set[str]) -> dict[tu
     for chunk in _chunks(sorted(dag_ids)):
         query = select(sd.c.dag_id, sd.c.data, sd.c.data_compressed).where(sd.c.dag_id.in_(chunk)).order_by(*order)
         for row in conn.execute(query):  # oldest first: a newer version of a DAG overwrites an older one
-            for task_id, settings in _sensor_settings(_serialized(row.data, row.data_compressed)):
+            for task_id, settings in serialized_settings(row.data, row.data_compressed):
                 out[(row.dag_id, task_id)] = settings
     return out
-
-
-def _serialized(data: Any, compressed: bytes | None) -> Any:
-    if data is None and compressed is not None:
-        try:
-            return json.loads(zlib.decompress(bytes(compressed)))
-        except (zlib.error, ValueError):
-            return None
-    return _json(data)
-
-
-def _sensor_settings(doc: Any) -> Iterator[tuple[str, TaskSettings]]:
-    """The tasks of a serialized DAG (``{"__version": …, "dag": {"tasks": [{"__type": "operator", "__var": {…}}]}}``)
-    with a poke_interval or a mode. Neither 2.10.5 nor 3.3.2 serializes poke_interval; a sensor class that adds it
-    to its serialized fields is read."""
-    dag = doc.get("dag") if isinstance(doc, dict) else None
-    tasks = dag.get("tasks") if isinstance(dag, dict) else None
-    for task in tasks if isinstance(tasks, list) else []:
-        var = task.get("__var", task) if isinstance(task, dict) else None
-        if not isinstance(var, dict) or not isinstance(var.get("task_id"), str):
-            continue
-        interval = _seconds(var.get("poke_interval"))
-        reschedule = var.get("reschedule")
-        if interval is not None or isinstance(reschedule, bool):
-            yield var["task_id"], TaskSettings(interval, reschedule if isinstance(reschedule, bool) else None)
-
-
-def _seconds(value: Any) -> float | None:
-    """A serialized number of seconds, or a serialized timedelta (``{"__type": "timedelta", "__var": seconds}``)."""
-    if isinstance(value, dict) and value.get("__type") == "timedelta":
-        value = value.get("__var")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e9:
-        return float(value)
-    return None
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, (bytes, str)):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
-
-
-def _utc(value: Any) -> datetime | None:
-    """An aware UTC datetime (Airflow writes UTC; SQLite gives it back naive)."""
-    if not isinstance(value, datetime):
-        return None
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 def _as_bound(when: datetime, like: datetime) -> datetime:

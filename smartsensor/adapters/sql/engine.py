@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from smartsensor import schema
+from smartsensor.domain.status_rows import revision_problem
 
 MIGRATIONS_DIR = Path(schema.__file__).resolve().parent / "migrations"
 CONNECT_TIMEOUT = 5  # seconds libpq may take to connect (TCP, TLS, startup, authentication)
@@ -296,18 +297,6 @@ def known_revisions() -> tuple[str, ...]:
 
 def schema_problem(revision: str | None) -> str | None:
     """Why a database at schema ``revision`` cannot be used by this smartsensor, with which side to upgrade
-    (a host upgraded before or after the database); None when it can."""
-    known = known_revisions()
-    if revision == known[0]:
-        return None
-    if revision is None:
-        return "is not initialised: run `smartsensor db init`"
-    if revision in known:
-        return (
-            f"is at schema revision {revision}, this smartsensor needs {known[0]}: "
-            "run `smartsensor db init` to upgrade it"
-        )
-    return (
-        f"is at schema revision {revision}, newer than this smartsensor knows ({known[0]}): "
-        "upgrade smartsensor on this host"
-    )
+    (a host upgraded before or after the database); None when it can (``status_rows.revision_problem`` against this
+    smartsensor's migrations)."""
+    return revision_problem(revision, known_revisions())

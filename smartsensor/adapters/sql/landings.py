@@ -27,6 +27,7 @@ from smartsensor.domain.landings import (
     REJECTED,
     SENDING,
     SETTLED,
+    SHOWN_UNKNOWN,
     UNDELIVERED,
     ClaimedLanding,
     WatchRow,
@@ -37,7 +38,6 @@ from smartsensor.schema.models import AssetWatch, LandingOutbox, UtcDateTime
 AW = AssetWatch.__table__
 LO = LandingOutbox.__table__
 UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an event found in Airflow, ends
-SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 
 Ranges = Sequence[tuple[int, int]]  # shard ranges [lo, hi)
 

@@ -151,16 +151,17 @@ def settled_landings_of(conn: Connection, uris: Sequence[str]) -> int:
 def forget_unwatched(conn: Connection, uri: str, cutoff: datetime, size: int) -> tuple[int, bool]:
     """One batch of forgetting the table ``uri`` Airflow has not listed since before ``cutoff``: its watch loses
     its baseline (a later watch takes a new one: everything listed then goes in as its baseline), then up to
-    ``size`` of its settled outbox rows go, then, when none is left (an undelivered row keeps it), the watch
-    itself. How many outbox rows went, and whether the watch did. 2-5 statements, each guarded by the watch being
-    still unlisted since before ``cutoff`` (on PostgreSQL, its row locked first: a refresh that lists it again, or
-    a publisher that enqueues on it, waits for this transaction, then sees it without a baseline)."""
+    ``size`` of its settled outbox rows go (the lowest ids first: a twin deletes the same ones), then, when none is
+    left (an undelivered row keeps it), the watch itself. How many outbox rows went, and whether the watch did. 2-5
+    statements, each guarded by the watch being still unlisted since before ``cutoff`` (on PostgreSQL, its row locked
+    first: a refresh that lists it again, or a publisher that enqueues on it, waits for this transaction, then sees
+    it without a baseline)."""
     stale = and_(AW.c.uri == uri, AW.c.seen_at < cutoff)
     if conn.execute(select(AW.c.uri).where(stale).with_for_update()).first() is None:
         return 0, False
     conn.execute(update(AW).where(stale, AW.c.baselined_at.is_not(None)).values(baselined_at=None))
     unbaselined = exists().where(stale, AW.c.baselined_at.is_(None))
-    ids = select(LO.c.id).where(LO.c.uri == uri, LO.c.state.in_(SETTLED)).limit(size)
+    ids = select(LO.c.id).where(LO.c.uri == uri, LO.c.state.in_(SETTLED)).order_by(LO.c.id).limit(size)
     rows = conn.execute(delete(LO).where(LO.c.id.in_(ids), LO.c.state.in_(SETTLED), unbaselined)).rowcount
     if rows == size:
         return rows, False
