@@ -60,7 +60,7 @@ class Metastore:
 
     def __init__(self, service: Config, db: str = "live") -> None:
         self.catalog = ThriftCatalog.from_config(service)
-        self.warehouse = service.get("spark", "warehouse_dir")
+        self.warehouse = service.settings.spark.warehouse_dir
         self.db = db
 
     def create_tables(self, tables: Iterable[str], columns: tuple[str, ...] = ("ds",)) -> None:
