@@ -23,6 +23,7 @@ from smartsensor.adapters.catalog.table_listings import FollowingChanges
 from smartsensor.adapters.sql.engine import normalize_url
 from smartsensor.hive_filter.names import TableName
 from smartsensor.sensors.checks import PartitionCheck
+from tests.support import tier
 from tests.support.hive_schema import HiveSchema
 from tests.support.mysql import drop_mysql_database, needs_test_mysql, new_mysql_database
 from tests.support.pg import drop_pg_database, needs_test_pg, new_pg_database
@@ -500,14 +501,14 @@ class FeedMachine(RuleBasedStateMachine):
 def test_the_feed_answers_as_the_database_through_every_interleaving(hive: HiveSchema) -> None:
     FeedMachine.hive, FeedMachine.rounds, FeedMachine.resets = hive, 0, 0
     FeedMachine.TestCase.settings = settings(  # the same examples every run, unless SMARTSENSOR_MODEL_RANDOM is set
-        max_examples=60,
+        max_examples=tier.examples(30, 60),
         stateful_step_count=40,
         deadline=None,
         suppress_health_check=list(HealthCheck),
         derandomize=os.environ.get("SMARTSENSOR_MODEL_RANDOM") is None,
     )
     FeedMachine.TestCase().runTest()
-    assert FeedMachine.rounds >= 60 * 40 // 2, f"only {FeedMachine.rounds} rounds ran"
+    assert FeedMachine.rounds >= tier.examples(30, 60) * 40 // 2, f"only {FeedMachine.rounds} rounds ran"
     assert FeedMachine.resets > 0, "no example went back"
 
 

@@ -58,7 +58,11 @@ DATABASES = {
 
 @pytest.fixture(
     scope="module",
-    params=[pytest.param("postgresql", marks=needs_test_pg), pytest.param("mysql", marks=needs_test_mysql)],
+    params=[
+        pytest.param("postgresql", marks=needs_test_pg),
+        # CI: MySQL's metastore database through the oracle (test_metastore_oracle.py) and the schema test below
+        pytest.param("mysql", marks=[needs_test_mysql, pytest.mark.extended]),
+    ],
 )
 def landed(request: pytest.FixtureRequest) -> tuple[Config, str]:
     """The matrix's tables and partitions, landed through Spark on the service on PostgreSQL, then MySQL."""
