@@ -478,7 +478,7 @@ def test_worker_host_cut_past_its_lease_is_fenced_and_taken_over(
 
 def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload) -> None:
     work = workload
-    w1, w2 = work.servers.workers
+    w1 = work.servers.workers[0]
     pg = work.servers.pg
     proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
     try:
@@ -721,7 +721,7 @@ def test_stalled_metastore_connection_ends_the_round_and_recovers(workload: Work
     ends within ``[smart_sensor] metastore_timeout`` a call, it keeps its ranges, and it answers again once new
     connections go through (the stalled ones stay open and silent)."""
     work = workload
-    w1, w2 = work.servers.workers
+    w1, w2 = work.servers.workers[:2]
     ms = urlsplit(work.servers.metastore.get("spark", "metastore_uris"))
     proxy = FaultProxy(work.servers.bed.gateway, (str(ms.hostname), int(ms.port or 9083)))
     try:
@@ -767,7 +767,7 @@ def test_stalled_first_metastore_fails_over_to_the_second(workload: Workload) ->
     there once, are tried again on the second URI (the first is tried last for a while), and its tasks end during
     the stall, each once."""
     work = workload
-    w1, w2 = work.servers.workers
+    w1, w2 = work.servers.workers[:2]
     real = work.servers.metastore.get("spark", "metastore_uris")
     ms = urlsplit(real)
     proxy = FaultProxy(work.servers.bed.gateway, (str(ms.hostname), int(ms.port or 9083)))
@@ -806,7 +806,7 @@ def test_worker_host_cut_from_one_server_only(workload: Workload, server: str) -
     lease heartbeat fails, the other host takes its ranges over and drains the backlog, and back, it writes nothing
     under its lost leases and serves its share again."""
     work = workload
-    w1, w2 = work.servers.workers
+    w1, w2 = work.servers.workers[:2]
     if server == "metastore":
         ms_host = work.servers.bed.hosts["ms"]
         a = work.start_workers(w1, **override_env(METASTORE_BOUND))
@@ -908,7 +908,7 @@ def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload) -> 
     nothing; the epoch fences its writes. Each task is marked once; with the clocks right again the ranges are
     shared again."""
     work = workload
-    w1, w2 = work.servers.workers
+    w1, w2 = work.servers.workers[:2]
     ahead, behind = FakeClock(work.tmp_path / "clock-w1"), FakeClock(work.tmp_path / "clock-w2")
     a, b = work.start_workers(w1, **ahead.env), work.start_workers(w2, **behind.env)
     both_serving(work, a, b)
@@ -1075,7 +1075,7 @@ def test_slow_or_lossy_postgres_link_marks_each_task_once(workload: Workload, la
     connection then breaks) with probability ``drop``; the other directly. Every task ends once, the slow host's
     worker keeps running."""
     work = workload
-    w1, w2 = work.servers.workers
+    w1, w2 = work.servers.workers[:2]
     pg = work.servers.pg
     proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
     try:
@@ -1355,7 +1355,7 @@ def test_postgres_link_of_300ms_and_5pc_drops_marks_each_task_once(
     leaving success. After: every task marked once, none lost (all ended within 180 s); the slow host's processes
     the same, and with the link right again it serves a clean round with ranges again, without a restart."""
     work = workload
-    w1, w2 = work.servers.workers
+    w1, w2 = work.servers.workers[:2]
     pg = work.servers.pg
     proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
     try:
@@ -1513,7 +1513,7 @@ def test_landings_publisher_host_cut_mid_post(workload: Workload, committed: boo
     delivered with exactly one event in Airflow; back, the cut host's publisher (the same process) posts again;
     lease epochs never go back."""
     work = workload
-    w1, w2 = work.servers.workers
+    w1, w2 = work.servers.workers[:2]
     tables = one_table_per_range(work)
     work.metastore.create_tables(tables)
     ms = urlsplit(work.servers.metastore.get("spark", "metastore_uris"))
