@@ -12,8 +12,8 @@ class Notifications(Protocol):
     def subscribe(
         self, channel: str, deliver: Callable[[list[str]], None], on_outage: Callable[[], None] | None = None
     ) -> None:
-        """Deliver ``channel``'s payloads to ``deliver``; ``on_outage`` hears that the database is away. Before
-        ``start``."""
+        """Deliver ``channel``'s payloads to ``deliver``; ``on_outage`` hears that the database is away, and again
+        when notifications are heard again (one sent in between was lost: read again). Before ``start``."""
         ...
 
     def start(self, timeout: float = 30.0) -> bool:

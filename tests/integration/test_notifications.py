@@ -204,3 +204,34 @@ def test_a_stalled_listen_connection_is_replaced_and_notifications_heard_again(s
         engine.dispose()
         direct.dispose()
         drop_pg_database(name)
+
+
+@postgres_only
+def test_listening_again_after_an_outage_tells_the_subscribers_to_read_again(engine, stop) -> None:
+    """The LISTEN connection is lost (its backend terminated): the hub calls ``on_outage`` and reconnects a second
+    later. A notification sent in between is heard by nobody, so once the hub listens again it calls ``on_outage``
+    once more, and a waiter reads again: before, a held request woken at the failure, whose task ended in that gap,
+    waited until its hold ran out (tests/process/test_hosts.py, `serve` behind a stalled PostgreSQL: 20 s)."""
+    calls: list[bool] = []  # whether the hub listened when on_outage was called
+    heard = Heard()
+    hub = NotificationHub(engine, stop, 0.05, name="test hub")
+    hub.subscribe(ENDED_CHANNEL, heard.on(ENDED_CHANNEL), on_outage=lambda: calls.append(hub.listening))
+    try:
+        assert hub.start()
+        with engine.begin() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+                )
+            ).all()
+        assert ended == [(True,)], ended
+        wait_until(lambda: bool(calls), timeout=30, step=0.02)  # the failure: nothing is heard until it listens
+        with engine.begin() as conn:
+            channel_sql.notify_ended(conn, [1])  # sent while nobody listens: lost
+        wait_until(lambda: hub.listening, timeout=30, step=0.02)
+        wait_until(lambda: True in calls, timeout=5, step=0.02)  # told again, listening: a waiter reads again
+        assert calls[0] is False, calls
+        assert heard.of(ENDED_CHANNEL) == []  # the lost one was not heard: only the reading again tells
+    finally:
+        hub.close()

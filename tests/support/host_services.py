@@ -1,6 +1,8 @@
 """The servers of the several-host bed (``tests.support.hosts``), each on a host of its own: a PostgreSQL started as
 ./scripts/pg.sh starts one (``initdb`` and ``pg_ctl`` as user ``postgres``: initdb refuses root) but listening on
-its host's address, and the Hive metastore service (embedded Derby) bound on its host."""
+its host's address, and the Hive metastore service bound on its host: its catalog in embedded Derby, or
+(``database_url``) in a PostgreSQL database, as production metastores keep it (the first start creates the schema
+with SchemaTool, ``smartsensor.adapters.metastore_db_setup``; the JDBC driver is ``/usr/share/java/postgresql.jar``)."""
 
 from __future__ import annotations
 
@@ -115,11 +117,13 @@ class HostPostgres:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def metastore_cfg(host: Host, home: Path) -> Config:
-    """The Config of a metastore service on ``host`` (embedded Derby under ``home``), as its clients see it."""
+def metastore_cfg(host: Host, home: Path, database_url: str = "") -> Config:
+    """The Config of a metastore service on ``host`` (its catalog in embedded Derby under ``home``, or in the
+    database at ``database_url``), as its clients see it."""
     return make_cfg(
         home,
         "sqlite://",
+        metastore__database_url=database_url,
         metastore__host=host.address,
         metastore__port=str(METASTORE_PORT),
         metastore__start_timeout="240",
@@ -136,14 +140,16 @@ metastore_service.start(load_config())
 """
 
 
-def start_metastore(host: Host, home: Path) -> Config:
+def start_metastore(host: Host, home: Path, database_url: str = "") -> Config:
     """Start the metastore service inside ``host`` (it outlives the starting process; ``stop_metastore`` or the
-    bed's teardown ends it); return its Config once its port answers."""
-    cfg = metastore_cfg(host, home)
+    bed's teardown ends it), its catalog in Derby or, given ``database_url`` (a new, empty PostgreSQL database: the
+    first start creates the schema), in that database; return its Config once its port answers."""
+    cfg = metastore_cfg(host, home, database_url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMARTSENSOR__")}
     env.pop("SMARTSENSOR_CONFIG", None)
     env.update(
         SMARTSENSOR_HOME=str(home),
+        SMARTSENSOR__METASTORE__DATABASE_URL=database_url,
         SMARTSENSOR__METASTORE__HOST=host.address,
         SMARTSENSOR__METASTORE__PORT=str(METASTORE_PORT),
         SMARTSENSOR__METASTORE__START_TIMEOUT="240",

@@ -13,7 +13,9 @@ server ``SELECT 1`` on it (bounded by ``[core] sql_call_timeout``, the engine's 
 drops it and listens on a new one (``[core] listen_check_interval``).
 
 One thread delivers everything, reconnecting every second while the database is away: one WARNING per outage (no
-traceback), every subscriber's ``on_outage`` called (a waiter may read again), and an INFO when it listens again. A
+traceback), every subscriber's ``on_outage`` called (a waiter may read again), and an INFO when it listens again,
+with every ``on_outage`` called once more: a notification sent between the failure and the new LISTEN was never
+heard (a held request woken at the failure, whose task ended in that gap, waited until its hold ran out). A
 notification is only a hint: whoever hears it reads the database before acting on it. The process's
 ``StopRequest`` ends the hub at once, even in the middle of a wait.
 """
@@ -137,10 +139,10 @@ class NotificationHub:
                 try:
                     if source is None:
                         source = self._open()
-                        if self._failing:
-                            log.info("%s: listening again", self.name)
-                        self._failing = False
+                        resumed, self._failing = self._failing, False
                         self._listening.set()
+                        if resumed:
+                            self._resumed()
                     notes = source.receive(LISTEN_WAIT)
                 except Exception as exc:  # noqa: BLE001 - the database is away: tell, retry in a second
                     self._failed(exc)
@@ -163,6 +165,14 @@ class NotificationHub:
         log.log(logging.DEBUG if self._failing else logging.WARNING, "%s: %s", self.name, first_line(exc))
         self._failing = True
         self._listening.set()  # ``start`` returns: the first attempt failed
+        for sub in self._subscriptions:
+            if sub.on_outage is not None:
+                self._call(sub.on_outage)
+
+    def _resumed(self) -> None:
+        """Listening again after an outage: what was notified meanwhile was not heard, so every subscriber's
+        ``on_outage`` is called once more (a waiter reads again, now that a later notification will be heard)."""
+        log.info("%s: listening again", self.name)
         for sub in self._subscriptions:
             if sub.on_outage is not None:
                 self._call(sub.on_outage)
