@@ -5,7 +5,7 @@
 # --fast: the inner loop while working (unit and the integration tests marked neither slow nor spark; no Airflow
 # venvs, no SparkSession, no process or Airflow tiers), e.g. ./scripts/test.sh --fast -x.
 # --all: the whole suite, the extended tier too (tests/support/tier.py: the older Airflow version's runs, scale,
-# benchmarks, the Airflow demo, the several-host matrix, bigger example counts; about twice CI's time). Without a
+# benchmarks, the Airflow demo, the several-host matrix, bigger example counts; about 25-30 minutes here). Without a
 # flag, CI's run: every test but the extended tier (.ci/run).
 # The tests run on SMARTSENSOR_TEST_WORKERS pytest-xdist workers (default 4: most of a test's time is waiting on the
 # processes it started); tests/conftest.py keeps the SparkSession's tests, and the tests sharing a module's metastore
