@@ -56,6 +56,10 @@ fi
 status=$?
 set -e
 read -r busy1 total1 < <(cpu_jiffies)
+# The database servers' share (their own and their ended backends' CPU; the suite's accounting counts only the test
+# processes and their descendants): where the rest of the busy core-seconds went.
+server_cpu() { [ -r "/proc/$1/stat" ] && awk -v hz="$(getconf CLK_TCK)" '{printf "%.0f", ($14+$15+$16+$17)/hz}' "/proc/$1/stat" || echo "?"; }
+log "database servers' CPU seconds: PostgreSQL $(server_cpu "$(head -1 "$PG_TMP/data/postmaster.pid" 2>/dev/null)"), MariaDB $(server_cpu "$(cat "$MYSQL_TMP/mysqld.pid" 2>/dev/null)")"
 log "machine CPU while the tests ran: $(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) -v s=$((SECONDS - started)) \
   -v n="$(nproc)" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f%% busy over %d s (%.0f of %.0f core-seconds, %d cores)", t ? 100 * b / t : 0, s, b / hz, t / hz, n }')"
 exit $status
