@@ -6,6 +6,7 @@ test that asks for a database or Spark is refused at collection."""
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -155,6 +156,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.section("test seconds")
         for line in SECONDS.lines(top=40, top_tests=40):
             terminalreporter.write_line(line)
+        if dump := os.environ.get("SMARTSENSOR_TEST_SECONDS_JSON"):
+            SECONDS.dump(Path(dump))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -11,6 +11,7 @@ most are listed."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import threading
@@ -85,6 +86,15 @@ class RunSeconds:
         out += [f"top {top_tests} tests (setup + call + teardown):"]
         out += [f"  {seconds:8,.1f}  {test}" for test, seconds in _largest(self.cpu_by_test)[:top_tests]]
         return out
+
+
+    def dump(self, path: Path) -> None:
+        """Every test's and module's CPU seconds as JSON at ``path`` (to compare two runs beyond the top lines)."""
+        path.write_text(
+            json.dumps(
+                {"modules": dict(_largest(self.cpu_by_module)), "tests": dict(_largest(self.cpu_by_test))}, indent=1
+            )
+        )
 
 
 def _split(nodeid: str) -> tuple[str, str, str]:
