@@ -4,15 +4,16 @@ cost (read-only, from its metadata database) and what smartsensor would make of 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from smartsensor.adapters.sql.store_errors import database_problem
 from smartsensor.cli.app import INTERVAL, App, UserError
 from smartsensor.ports import StoreUnavailable
+
+if TYPE_CHECKING:  # rich is imported by the command that prints with it: every other command starts without it
+    from rich.table import Table
 
 TASKS_HEADING = "Hive sensor tasks in Airflow"
 COMPARE_HEADING = "Airflow's own sensors against smartsensor, same waits"
@@ -68,6 +69,8 @@ def report(app: App, url: str, days: int, interval: float | None, as_json: bool)
     if as_json:
         click.echo(json.dumps(data))
         return
+    from rich.console import Console
+
     console = Console(highlight=False, soft_wrap=False)
     console.print(tasks_table(data))
     console.print(compare_table(data))
@@ -82,6 +85,8 @@ def _hours(hours: float) -> str:
 
 def tasks_table(d: dict[str, Any]) -> Table:
     """What ran: tasks, tries, checks and partitions, slot time."""
+    from rich.table import Table
+
     table = Table(
         title=f"{TASKS_HEADING}, last {d['days']} days (since {d['since'][:16].replace('T', ' ')} UTC; "
         f"Airflow {d['airflow_schema']} schema)",
@@ -112,6 +117,8 @@ def tasks_table(d: dict[str, Any]) -> Table:
 
 def compare_table(d: dict[str, Any]) -> Table:
     """Airflow's own sensors against smartsensor for the same waits."""
+    from rich.table import Table
+
     table = Table(title=COMPARE_HEADING, title_justify="left")
     table.add_column("")
     table.add_column("Airflow's own", justify="right")

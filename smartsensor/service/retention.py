@@ -35,14 +35,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from smartsensor.adapters.periodic import PeriodicJobs
 from smartsensor.config import Config
 from smartsensor.domain.clock import now as clock_now
 from smartsensor.domain.status_rows import Key
 from smartsensor.ports import ExpiredRows
 from smartsensor.sensors.errors import first_line
+
+if TYPE_CHECKING:  # the one-shot `db prune` needs no scheduler (APScheduler's import is a command's CPU)
+    from smartsensor.adapters.periodic import PeriodicJobs
 
 log = logging.getLogger(__name__)
 

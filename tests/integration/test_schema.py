@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from smartsensor.adapters.sql.engine import alembic_config, current_revision, init_db, make_engine
+from smartsensor.adapters.sql import engine as engine_module
+from smartsensor.adapters.sql.engine import alembic_config, current_revision, init_db, known_revisions, make_engine
 from smartsensor.schema.models import Base
 from tests.support.pg import postgres_only
 
@@ -43,6 +47,59 @@ def test_db_init_is_idempotent(db_url: str) -> None:
     again_before, again_head = init_db(engine)
     assert again_before == head == again_head == current_revision(engine)
     engine.dispose()
+
+
+def test_the_revisions_read_without_alembic_are_alembics_own(db_url: str) -> None:
+    """``known_revisions`` (the scripts' assignments, read without importing them) is Alembic's walk from head, and
+    ``current_revision`` (the version table's row) is what Alembic reads, before ``db init``, at every revision up
+    and down the line, and at head."""
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
+    engine = make_engine(db_url)
+    walked = tuple(rev.revision for rev in ScriptDirectory.from_config(alembic_config(engine)).walk_revisions())
+    assert known_revisions() == walked and len(walked) >= 11
+
+    def alembics() -> str | None:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    assert current_revision(engine) is None is alembics()
+    for revision in reversed(walked):
+        migrate(engine, command.upgrade, revision)
+        assert current_revision(engine) == revision == alembics()
+    migrate(engine, command.downgrade, walked[-1])
+    assert current_revision(engine) == walked[-1] == alembics()
+    migrate(engine, command.downgrade, "base")
+    assert current_revision(engine) is None is alembics()
+    assert init_db(engine) == (None, walked[0])
+    engine.dispose()
+
+
+def test_a_migration_line_that_forks_or_breaks_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two heads, or a script whose down_revision is missing, is an error naming the migrations, not a guess."""
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    monkeypatch.setattr(engine_module, "MIGRATIONS_DIR", tmp_path)
+
+    def scripts(**pairs: str | None) -> None:
+        for old in versions.glob("*.py"):
+            old.unlink()
+        for revision, down in pairs.items():
+            (versions / f"{revision}.py").write_text(f"revision = {revision!r}\ndown_revision = {down!r}\n")
+        known_revisions.cache_clear()
+
+    try:
+        scripts(a=None, b="a", c="b")
+        assert known_revisions() == ("c", "b", "a")
+        scripts(a=None, b="a", c="a")
+        with pytest.raises(RuntimeError, match="2 heads"):
+            known_revisions()
+        scripts(b="x", c="b")
+        with pytest.raises(RuntimeError, match="one line"):
+            known_revisions()
+    finally:
+        known_revisions.cache_clear()
 
 
 @postgres_only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import logging
 import os
@@ -10,20 +11,20 @@ import threading
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from smartsensor import schema
 from smartsensor.domain.status_rows import revision_problem
 
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
+
 MIGRATIONS_DIR = Path(schema.__file__).resolve().parent / "migrations"
+VERSION_TABLE = "alembic_version"  # Alembic's default, which schema/migrations/env.py keeps
 CONNECT_TIMEOUT = 5  # seconds libpq may take to connect (TCP, TLS, startup, authentication)
 
 log = logging.getLogger(__name__)
@@ -262,7 +263,11 @@ def statement_count(engine: Engine) -> int:
     return engine.statement_counter.count  # type: ignore[attr-defined]  # set by make_engine
 
 
+# Alembic is imported where a migration runs (``db init``) and nowhere else: with Mako and Pygments behind it, it
+# costs a command about a third of a second of CPU before it starts, and every other command only reads the version.
 def alembic_config(engine: Engine) -> AlembicConfig:
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
@@ -271,28 +276,64 @@ def alembic_config(engine: Engine) -> AlembicConfig:
 
 def init_db(engine: Engine) -> tuple[str | None, str]:
     """Create or upgrade the schema to head. Idempotent. Returns (revision before, head)."""
+    from alembic import command
+
     cfg = alembic_config(engine)
+    before = current_revision(engine)
     with engine.begin() as conn:
-        before = MigrationContext.configure(conn).get_current_revision()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-    return before, head or ""
+    return before, known_revisions()[0]
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The schema revision the database is at (None if never initialised)."""
+    """The schema revision the database is at (None if never initialised): the row of Alembic's version table."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        if not inspect(conn).has_table(VERSION_TABLE):
+            return None
+        versions = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    if len(versions) > 1:
+        raise RuntimeError(f"the database's {VERSION_TABLE} table names several revisions: {sorted(versions)}")
+    return versions[0] if versions else None
 
 
 @lru_cache(maxsize=1)
 def known_revisions() -> tuple[str, ...]:
     """Every schema revision this smartsensor's migrations define, newest (head) first. Read once per
-    process: the migration scripts do not change under a running process, and health checks ask often."""
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return tuple(rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions())
+    process: the migration scripts do not change under a running process, and health checks ask often.
+
+    Read from each script's ``revision`` and ``down_revision`` assignments, without importing the scripts or
+    Alembic (``tests/integration/test_schema.py`` holds the order to Alembic's own walk)."""
+    down: dict[str, str | None] = {}
+    for script in sorted((MIGRATIONS_DIR / "versions").glob("*.py")):
+        names = _revision_names(ast.parse(script.read_text(encoding="utf-8"), str(script)))
+        if "revision" in names:
+            down[str(names["revision"])] = names.get("down_revision")
+    heads = set(down) - set(down.values())
+    if len(heads) != 1:
+        raise RuntimeError(f"the migrations in {MIGRATIONS_DIR} have {len(heads)} heads, not one: {sorted(heads)}")
+    chain: list[str] = []
+    revision: str | None = heads.pop()
+    while revision is not None:
+        if revision in chain or revision not in down:
+            raise RuntimeError(f"the migrations in {MIGRATIONS_DIR} do not form one line at {revision!r}")
+        chain.append(revision)
+        revision = down[revision]
+    if len(chain) != len(down):
+        raise RuntimeError(f"the migrations in {MIGRATIONS_DIR} do not form one line: {sorted(set(down) - set(chain))}")
+    return tuple(chain)
+
+
+def _revision_names(module: ast.Module) -> dict[str, str | None]:
+    """A migration script's module-level ``revision`` and ``down_revision`` (a string, or None)."""
+    found: dict[str, str | None] = {}
+    for node in module.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in ("revision", "down_revision") and isinstance(node.value, ast.Constant):
+                if node.value.value is None or isinstance(node.value.value, str):
+                    found[name] = node.value.value
+    return found
 
 
 def schema_problem(revision: str | None) -> str | None:
