@@ -87,7 +87,6 @@ class RunSeconds:
         out += [f"  {seconds:8,.1f}  {test}" for test, seconds in _largest(self.cpu_by_test)[:top_tests]]
         return out
 
-
     def dump(self, path: Path) -> None:
         """Every test's and module's CPU seconds as JSON at ``path`` (to compare two runs beyond the top lines)."""
         path.write_text(
