@@ -15,11 +15,10 @@ from typing import Any, Generator, Iterator
 import pytest
 
 from scripts.airflow.stack import Processes
-from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.config import Config, load_config
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.catalog_doubles import Clock
-from tests.support.common import T0, make_cfg
+from tests.support.common import T0, initialised_engine, make_cfg
 from tests.support.metastore_service import derby_service, mysql_service_fixture, pg_service_fixture  # noqa: F401 - fixtures
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database
 from tests.support.run_seconds import CPU_PROPERTY, PhaseCpu, RunSeconds, cpu_property
@@ -90,14 +89,21 @@ def airflow_venv(item: pytest.Item) -> Path | None:
 
 def mark_older_airflow_extended(items: list[pytest.Item]) -> None:
     """CI runs the Airflow tests on the newest supported version; on the older ones only those marked
-    ``every_version``, the rest go to the extended tier (tests/support/tier.py)."""
+    ``every_version`` or ``older_versions``, the rest go to the extended tier (tests/support/tier.py). A test marked
+    ``older_versions`` runs on the newest in the extended tier only: the newest's production-like deployments hold
+    what it checks in CI."""
     venvs = {venv.name for item in items if (venv := airflow_venv(item)) is not None}
     if len(venvs) < 2:
         return
     newest = max(venvs, key=version_key)
     for item in items:
         venv = airflow_venv(item)
-        if venv is not None and venv.name != newest and not item.get_closest_marker("every_version"):
+        if venv is None:
+            continue
+        older_only = item.get_closest_marker("older_versions") is not None
+        if venv.name == newest and older_only:
+            item.add_marker(pytest.mark.extended)
+        elif venv.name != newest and not older_only and not item.get_closest_marker("every_version"):
             item.add_marker(pytest.mark.extended)
 
 
@@ -270,8 +276,8 @@ def cfg(tmp_path: Path, db_url: str, cfg_overrides: dict[str, str]) -> Config:
 
 @pytest.fixture
 def engine(cfg: Config) -> Iterator[Any]:
-    eng = make_engine(cfg.sql_alchemy_conn)
-    init_db(eng)
+    """An engine on ``cfg``'s metadata database at the schema's head (``initialised_engine``)."""
+    eng = initialised_engine(cfg.sql_alchemy_conn)
     yield eng
     eng.dispose()
 

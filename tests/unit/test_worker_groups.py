@@ -90,17 +90,26 @@ def test_spark_each_airflow_version_and_each_shared_service_keep_one_worker(tmp_
 
 
 def test_ci_leaves_out_the_extended_tier_and_the_older_airflows_runs_but_every_version_tests(tmp_path: Path) -> None:
-    modules = ("tests/airflow/test_dag_end_to_end.py", "tests/airflow/test_triggerer.py", "tests/process/test_bench.py")
+    modules = (
+        "tests/airflow/test_dag_end_to_end.py",
+        "tests/airflow/test_provider_in_airflow.py",
+        "tests/airflow/test_triggerer.py",
+        "tests/process/test_bench.py",
+    )
     ci = set(groups(tmp_path / "ci", *modules, tier="ci"))
-    assert "tests/airflow/test_dag_end_to_end.py::test_dag_waits_through_smartsensor[2.10.5]" in ci  # every_version
-    assert "tests/airflow/test_dag_end_to_end.py::test_dag_waits_through_smartsensor[3.3.2]" in ci
+    provider = "tests/airflow/test_provider_in_airflow.py::test_provider_checks_inside_airflow"
+    assert {f"{provider}[2.10.5]", f"{provider}[3.3.2]"} <= ci  # every_version
+    dag = "tests/airflow/test_dag_end_to_end.py::test_dag_waits_through_smartsensor"
+    assert f"{dag}[2.10.5]" in ci and f"{dag}[3.3.2]" not in ci  # older_versions
     assert not [node for node in ci if "test_triggerer" in node or "test_bench" in node], ci  # marked extended
     whole = set(groups(tmp_path / "all", *modules, tier="all"))
     triggerer = "tests/airflow/test_triggerer.py::test_one_states_request_per_interval_for_a_whole_triggerer"
-    assert (
-        ci < whole
-        and {f"{triggerer}[2.10.5]", f"{triggerer}[3.3.2]", "tests/process/test_bench.py::test_bench"} <= whole
-    )
+    assert ci < whole and {
+        f"{triggerer}[2.10.5]",
+        f"{triggerer}[3.3.2]",
+        f"{dag}[3.3.2]",
+        "tests/process/test_bench.py::test_bench",
+    } <= whole
 
 
 @pytest.mark.parametrize(("older", "newer"), [("airflow-2.10.5", "airflow-3.3.2"), ("airflow-3.3.2", "airflow-3.10.0")])
