@@ -56,7 +56,7 @@ from smartsensor.config import Config, load_config
 from smartsensor.domain.landings import EventLookup, HiveAsset, PostOutcome
 from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import TableListings
-from smartsensor.schema.models import AssetWatch, LandingOutbox
+from smartsensor.schema.models import asset_watch, landing_outbox
 from smartsensor.sensors.errors import CheckError
 from smartsensor.service.landings import CycleReport, LandingPublisher
 
@@ -185,8 +185,8 @@ class Bench:
 
     def reset_outbox(self) -> None:
         with self.engine.begin() as conn:
-            conn.execute(delete(LandingOutbox.__table__))
-            conn.execute(delete(AssetWatch.__table__))
+            conn.execute(delete(landing_outbox))
+            conn.execute(delete(asset_watch))
 
     def run(self, strategy: str, args: argparse.Namespace) -> Result:
         self.reset_outbox()

@@ -28,12 +28,10 @@ from scripts.harness.databases import on_a_database
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.status_store import SqlExpiredRows
 from smartsensor.domain.states import State
-from smartsensor.schema.models import ExternalTask, TaskInstance
+from smartsensor.schema.models import external_task as EX, task_instance as TI
 from smartsensor.service.retention import prune
 
 MB = 1024 * 1024
-TI = TaskInstance.__table__
-EX = ExternalTask.__table__
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

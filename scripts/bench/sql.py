@@ -11,11 +11,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, te
 
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
-from smartsensor.schema.models import ExternalTask, TaskInstance
-
-TI = TaskInstance.__table__
-EX = ExternalTask.__table__
-
+from smartsensor.schema.models import external_task as EX, task_instance as TI
 
 INSERT_CHUNK = 5000  # rows per executemany
 

@@ -37,12 +37,11 @@ from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.config import Config, load_config
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.service.status import collect_status, collect_stuck
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)  # the scrape's clock: every row's times are relative to it
 DAY = datetime(2025, 12, 31, tzinfo=timezone.utc)
-TI = TaskInstance.__table__
 
 # The table's rows, in order: collect_status as a whole, then each named query it sends (the first two together
 # are collect_stuck; count_started_before and oldest_started_before only run when a task is past its time limit).

@@ -53,7 +53,7 @@ from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.config import Config
 from smartsensor.domain import clock
 from smartsensor.domain.landings import DELIVERED, HIVE_PARTITION, LANDING_ID, SENDING, EventLookup, partition_key
-from smartsensor.schema.models import AssetWatch, LandingOutbox
+from smartsensor.schema.models import asset_watch as AW, landing_outbox
 from smartsensor.service.signals import send_signal
 from smartsensor.service.status import LandingsStatus, collect_landings
 from tests.support.airflow_databases import AirflowDatabases
@@ -64,7 +64,6 @@ from tests.support.common import wait_until
 from tests.support.pg import database_unreachable
 
 pytestmark = pytest.mark.slow
-AW = AssetWatch.__table__
 
 AIRFLOW_33 = [v for v in airflow_venvs() if not isinstance(v, Path) or version_of(v).startswith("3.3")]
 DB = "landings"
@@ -506,7 +505,7 @@ class OutboxRow:
 
 def outbox_rows(engine: Engine) -> list[OutboxRow]:
     """Every outbox row."""
-    lo = LandingOutbox.__table__
+    lo = landing_outbox
     with engine.connect() as conn:
         query = select(
             lo.c.id, lo.c.uri, lo.c.partition_name, lo.c.state, lo.c.posts, lo.c.unknown_outcomes, lo.c.partition_key
@@ -522,7 +521,7 @@ def baselines(engine: Engine) -> int:
 
 def failed_posts(engine: Engine) -> int:
     """Outbox rows with a failed attempt on record."""
-    lo = LandingOutbox.__table__
+    lo = landing_outbox
     with engine.connect() as conn:
         return len(list(conn.execute(select(lo.c.id).where(lo.c.last_error.is_not(None)))))
 

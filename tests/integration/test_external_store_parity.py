@@ -29,14 +29,13 @@ from smartsensor.domain.transitions import RoundWrites
 from smartsensor.external.registration import ti_task_id
 from smartsensor.external.states import Asked, external_states
 from smartsensor.ports import InsertConflict
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.service.task_rows import task_row
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, T0
 from tests.support.model import StoreModel, run_model
 
-TI = TaskInstance.__table__
 # Keys that differ only by run (the same task instance id here), by map index and by deployment.
 KEYS = [
     ExternalKey("etl", "wait", "r1"),

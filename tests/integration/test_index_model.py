@@ -40,7 +40,7 @@ from smartsensor.domain.states import State
 from smartsensor.domain.timing import parse_exec
 from smartsensor.domain.transitions import RoundWrites
 from smartsensor.hive_filter.names import TableName
-from smartsensor.schema.models import ShardLease, TaskInstance, WorkerRound
+from smartsensor.schema.models import shard_lease as SL, task_instance as TI, worker_round
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.round.plan import RoundPlan
@@ -51,9 +51,6 @@ from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg
 from tests.support.model import run_model
 from tests.support.pg import needs_test_pg, pg_engine
-
-TI = TaskInstance.__table__
-SL = ShardLease.__table__
 
 DAGS = ["d0", "d1", "d2"]
 PARTITIONS = ["db.t/ds=1", "db.u/ds=1"]
@@ -197,7 +194,7 @@ class SqlRows:
 
 def empty(engine: Engine) -> None:
     with engine.begin() as conn:
-        for table in (TI, SL, WorkerRound.__table__):
+        for table in (TI, SL, worker_round):
             conn.execute(delete(table))
 
 

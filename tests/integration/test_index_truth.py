@@ -18,13 +18,11 @@ from smartsensor.domain.keys import Cohort, TaskKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0, make_cfg, named
-
-TI = TaskInstance.__table__
 
 
 def row_for(cfg: Any, dag: str, partition: str, **kw: Any) -> TaskRow:

@@ -45,7 +45,7 @@ from smartsensor.domain.landings import (
     partition_key,
 )
 from smartsensor.hive_filter.names import TableName
-from smartsensor.schema.models import LandingOutbox
+from smartsensor.schema.models import landing_outbox as LO
 from smartsensor.sensors.errors import CheckError, TransientCheckError
 from smartsensor.service.landings import CycleReport, LandingPublisher
 from smartsensor.service.status import collect_landings, collect_status, landings_lines
@@ -56,7 +56,6 @@ from tests.support.hive_schema import HiveSchema
 from tests.support.model import run_model
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database, pg_engine
 
-LO = LandingOutbox.__table__
 PREFIX = "hive://meta:10000/"
 CONSUMED = {"db.a": 1, "db.b": 2}  # tables DAGs are scheduled on → their asset ids
 UNCONSUMED = {"db.c": 3}  # an asset nobody is scheduled on: never published

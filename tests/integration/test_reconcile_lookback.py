@@ -16,14 +16,13 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.domain.states import State
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import DictCatalog
 from tests.support.common import DAY, make_cfg, named, wait_until
 from tests.support.pg import needs_test_pg
 
-TI = TaskInstance.__table__
 LOOKBACK = 0.5  # seconds: [smart_sensor] reconcile_lookback, short so that the transaction outlasts it soon
 
 

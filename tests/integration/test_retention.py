@@ -29,7 +29,14 @@ from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.landings import BASELINE, DELIVERED, PENDING
 from smartsensor.domain.states import State
 from smartsensor.external.states import Asked, external_states
-from smartsensor.schema.models import AssetWatch, ExternalTask, ShardLease, TaskInstance, Worker, WorkerRound
+from smartsensor.schema.models import (
+    asset_watch as AW,
+    external_task as EX,
+    shard_lease as SL,
+    task_instance as TI,
+    worker as WK,
+    worker_round as WR,
+)
 from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.retention import RetentionJob, prune
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
@@ -38,10 +45,6 @@ from tests.integration.test_landings import AirflowDouble, landings_cfg, listing
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import T0, make_cfg
 
-TI = TaskInstance.__table__
-EX = ExternalTask.__table__
-AW = AssetWatch.__table__
-WR = WorkerRound.__table__
 MONTH = timedelta(days=30)
 
 
@@ -220,14 +223,12 @@ def test_a_worker_killed_long_ago_goes_unless_it_owns_a_lease(engine: Engine) ->
     with engine.begin() as conn:
         for worker_id, heartbeat in (("killed", long_ago), ("live", now), ("owner", long_ago), ("never", None)):
             started = long_ago if worker_id != "never" else now
-            conn.execute(
-                insert(Worker.__table__).values(worker_id=worker_id, started_at=started, heartbeat_at=heartbeat)
-            )
-        conn.execute(insert(ShardLease.__table__).values(shard_min=0, shard_max=5, owner="owner", epoch=3))
+            conn.execute(insert(WK).values(worker_id=worker_id, started_at=started, heartbeat_at=heartbeat))
+        conn.execute(insert(SL).values(shard_min=0, shard_max=5, owner="owner", epoch=3))
     assert prune(SqlExpiredRows(engine), MONTH, 100, now=now, dry_run=True).tables["worker"].rows == 1
     assert prune(SqlExpiredRows(engine), MONTH, 100, now=now).tables["worker"].rows == 1
     with engine.connect() as conn:
-        assert sorted(conn.execute(select(Worker.__table__.c.worker_id)).scalars()) == ["live", "never", "owner"]
+        assert sorted(conn.execute(select(WK.c.worker_id)).scalars()) == ["live", "never", "owner"]
 
 
 def test_db_prune_prints_what_it_deleted_per_table(cfg: Any, engine: Engine) -> None:

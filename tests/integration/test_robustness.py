@@ -21,7 +21,7 @@ from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.domain.states import State
 from smartsensor.hive_filter.names import TableName
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.sensors import SuccessFileSensor
 from smartsensor.service.status import collect_status
 from smartsensor.standalone.classic import run_task
@@ -30,8 +30,6 @@ from smartsensor.standalone.scheduler import requeue_retries
 from tests.support.common import DAY, make_cfg, new_db
 from tests.support.pg import PG_URL, postgres_only
 from tests.support.round_helpers import spark_range
-
-TI = TaskInstance.__table__
 
 
 def states(engine: Any) -> dict[str, tuple[str, str | None]]:

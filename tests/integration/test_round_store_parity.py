@@ -18,16 +18,13 @@ from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.domain.keys import Fence, TaskKey
 from smartsensor.domain.rows import TaskRow
-from smartsensor.schema.models import ShardLease, TaskInstance
+from smartsensor.schema.models import shard_lease as SL, task_instance as TI
 from smartsensor.sensors import NamedHivePartitionSensor
 from smartsensor.sensors.errors import PermanentCheckError
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
 from smartsensor.standalone.registration import build_row
 from tests.support.catalog_doubles import Clock, DictCatalog
 from tests.support.common import DAY, T0
-
-TI = TaskInstance.__table__
-SL = ShardLease.__table__
 
 
 def rows(cfg: Any) -> list[TaskRow]:

@@ -13,7 +13,7 @@ from sqlalchemy import inspect
 
 from smartsensor.adapters.sql import engine as engine_module
 from smartsensor.adapters.sql.engine import alembic_config, current_revision, init_db, known_revisions, make_engine
-from smartsensor.schema.models import Base
+from smartsensor.schema.models import metadata
 from tests.support.pg import postgres_only
 
 
@@ -30,7 +30,7 @@ def test_migrations_equal_models(db_url: str) -> None:
     before, head = init_db(engine)
     assert before is None and head
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
     assert diff == []
     indexes = {ix["name"] for ix in inspect(engine).get_indexes("task_instance")}
     assert {"ti_hashcode", "ti_pending_shardcode", "ti_waiting_shardcode", "ti_classic_state"} <= indexes

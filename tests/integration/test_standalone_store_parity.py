@@ -39,14 +39,12 @@ from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.ports import InsertConflict, StoreUnavailable
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.standalone.registration import build_row, register
 from smartsensor.standalone.scheduler import end_zombies, requeue_retries
 from tests.support.catalog_doubles import Clock
 from tests.support.common import DAY, T0, named
 from tests.support.model import StoreModel, run_model
-
-TI = TaskInstance.__table__
 
 
 class Stores:

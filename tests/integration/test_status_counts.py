@@ -16,11 +16,10 @@ from smartsensor.adapters.sql import status as status_sql
 from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.config import Config
 from smartsensor.domain.states import State
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.service.status import collect_status
 from tests.support.common import T0
 
-TI = TaskInstance.__table__
 WAITING = 5000
 OTHER_STATES = (State.SUCCESS, State.SCHEDULED, State.UP_FOR_RETRY, State.FAILED)
 

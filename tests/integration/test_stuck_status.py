@@ -16,12 +16,11 @@ from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.adapters.sql.status_store import SqlStatusReads
 from smartsensor.domain.states import State
 from smartsensor.roots.serve import create_app
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.service.status import collect_status, status_lines
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, T0, named
 
-TI = TaskInstance.__table__
 DAY_TEXT = "2026-11-22T00:00:00"  # DAY as status prints it: naive UTC, as it always has
 BOUND = 60.0  # reconcile_interval 40 + poke_interval 20
 WEEK = 7 * 24 * 3600

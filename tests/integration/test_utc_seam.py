@@ -18,11 +18,9 @@ from smartsensor.domain.clock import NaiveDatetimeError
 from smartsensor.domain.keys import ExternalKey, TaskKey
 from smartsensor.domain.states import State
 from smartsensor.external.registration import register_external
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance as TI
 from smartsensor.standalone.registration import build_row, register
 from tests.support.common import DAY, T0, named
-
-TI = TaskInstance.__table__
 
 
 def test_a_naive_datetime_is_refused_at_the_seam(engine) -> None:

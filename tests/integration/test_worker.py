@@ -16,7 +16,7 @@ from smartsensor.adapters.sql.scheduler_store import SqlSchedulerStore
 from smartsensor.domain.keys import TaskKey
 from smartsensor.domain.states import State
 from smartsensor.hive_filter.names import TableName
-from smartsensor.schema.models import TaskInstance
+from smartsensor.schema.models import task_instance
 from smartsensor.sensors import HivePartitionSensor
 from smartsensor.standalone.registration import register
 from smartsensor.standalone.scheduler import requeue_retries
@@ -185,7 +185,7 @@ def test_range_bounds_min_inclusive_max_exclusive(engine, cfg, spark, hive_db, c
     )
     with engine.begin() as conn:
         for i, code in enumerate((100, 199, 200)):
-            conn.execute(update(TaskInstance).where(TaskInstance.task_id == f"t{i}").values(shardcode=code))
+            conn.execute(update(task_instance).where(task_instance.c.task_id == f"t{i}").values(shardcode=code))
     w = make_worker(engine, cfg, spark, clock, 100, 200)
     assert w.run_round().loaded == 2
     assert states(engine)[("d", "t2")] == "smart_pending"
@@ -288,8 +288,8 @@ def test_forced_hash_collision_never_marks_the_other_check(engine, cfg, spark, h
     with engine.begin() as conn:
         row_a = task_sql.get_task(conn, "d", "a", DAY)
         conn.execute(
-            update(TaskInstance)
-            .where(TaskInstance.task_id == "b")
+            update(task_instance)
+            .where(task_instance.c.task_id == "b")
             .values(hashcode=row_a.hashcode, shardcode=row_a.shardcode)
         )
     land(spark, hive_db, "t", ds="1", hr="00")
@@ -323,7 +323,7 @@ def test_row_with_unknown_classpath_is_never_imported(engine, cfg, spark, clock,
     try:
         register(SqlRegistrationStore(engine), [("d", named("x", "a.b/ds=1"))], DAY, cfg)
         with engine.begin() as conn:
-            conn.execute(update(TaskInstance).values(classpath="evil_mod.Evil"))
+            conn.execute(update(task_instance).values(classpath="evil_mod.Evil"))
         r = make_worker(engine, cfg, spark, clock).run_round()
     finally:
         sys.path.remove(str(tmp_path))

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from smartsensor.domain.keys import TaskKey, VigilKey
 from smartsensor.domain.rows import ExternalRow, RetryRow, TaskRow, ZombieRow
-from smartsensor.schema.models import ExternalTask, TaskInstance
+from smartsensor.schema.models import external_task, task_instance
 from tests.support.common import DAY
 
 
 def test_rows_hold_their_tables_columns_in_order() -> None:
-    assert TaskRow._fields == tuple(TaskInstance.__table__.c.keys())
-    assert ExternalRow._fields == tuple(ExternalTask.__table__.c.keys())
+    assert TaskRow._fields == tuple(task_instance.c.keys())
+    assert ExternalRow._fields == tuple(external_task.c.keys())
     for partial in (RetryRow, ZombieRow):
         assert set(partial._fields) < set(TaskRow._fields), partial
 

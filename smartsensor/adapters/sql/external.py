@@ -18,10 +18,7 @@ from smartsensor.domain.keys import ExternalKey
 from smartsensor.domain.rows import ExternalRow, ExternalState, NewTry, Superseded, TaskRow, TryRegistration
 from smartsensor.domain.states import State
 from smartsensor.ports import InsertConflict
-from smartsensor.schema.models import ExternalTask, TaskInstance
-
-EX = ExternalTask.__table__
-TI = TaskInstance.__table__
+from smartsensor.schema.models import external_task as EX
 
 
 def _is_key(key: ExternalKey) -> tuple[Any, ...]:

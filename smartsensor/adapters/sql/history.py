@@ -11,9 +11,7 @@ from typing import Mapping
 from sqlalchemy import Connection, Engine, delete, insert, select
 
 from smartsensor.adapters.sql import status as status_sql
-from smartsensor.schema.models import StateSample
-
-SS = StateSample.__table__
+from smartsensor.schema.models import state_sample as SS
 
 
 def bucket_written(conn: Connection, bucket_at: datetime) -> bool:

@@ -33,10 +33,8 @@ from smartsensor.domain.landings import (
     WatchRow,
 )
 from smartsensor.domain.status_rows import OutboxSummary, UnknownOutcome
-from smartsensor.schema.models import AssetWatch, LandingOutbox, UtcDateTime
+from smartsensor.schema.models import UtcDateTime, asset_watch as AW, landing_outbox as LO
 
-AW = AssetWatch.__table__
-LO = LandingOutbox.__table__
 UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an event found in Airflow, ends
 
 Ranges = Sequence[tuple[int, int]]  # shard ranges [lo, hi)

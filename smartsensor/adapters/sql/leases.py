@@ -12,10 +12,7 @@ from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.domain.leases import LeaseRow
-from smartsensor.schema.models import ShardLease, Worker
-
-SL = ShardLease.__table__
-WK = Worker.__table__
+from smartsensor.schema.models import shard_lease as SL, worker as WK
 
 
 def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:

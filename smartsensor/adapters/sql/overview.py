@@ -11,9 +11,7 @@ from sqlalchemy import Connection, Engine, func, select
 from smartsensor.adapters.sql import history as history_sql
 from smartsensor.domain.states import State
 from smartsensor.domain.status_rows import OverviewRows
-from smartsensor.schema.models import TaskInstance
-
-TI = TaskInstance.__table__
+from smartsensor.schema.models import task_instance as TI
 
 
 def waiting_checks(conn: Connection) -> list[tuple[str | None, str | None, int]]:

@@ -23,23 +23,15 @@ from smartsensor.domain.landings import SETTLED
 from smartsensor.domain.states import State
 from smartsensor.domain.status_rows import Batch, Key
 from smartsensor.schema.models import (
-    AssetWatch,
-    ExternalTask,
-    LandingOutbox,
-    ShardLease,
-    TaskInstance,
     UtcDateTime,
-    Worker,
-    WorkerRound,
+    asset_watch as AW,
+    external_task as EX,
+    landing_outbox as LO,
+    shard_lease as SL,
+    task_instance as TI,
+    worker as WK,
+    worker_round as WR,
 )
-
-TI = TaskInstance.__table__
-EX = ExternalTask.__table__
-AW = AssetWatch.__table__
-LO = LandingOutbox.__table__
-WR = WorkerRound.__table__
-WK = Worker.__table__
-SL = ShardLease.__table__
 
 ENDED = State.FINISHED  # success, failed, skipped: never waiting, running, scheduled or up for retry
 TI_KEY: tuple[Column[Any], ...] = (TI.c.dag_id, TI.c.task_id, TI.c.execution_date)

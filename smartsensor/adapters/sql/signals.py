@@ -11,9 +11,7 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, delete, func, insert, select
 
 from smartsensor.adapters.sql import channels as channel_sql
-from smartsensor.schema.models import PartitionSignal
-
-SG = PartitionSignal.__table__
+from smartsensor.schema.models import partition_signal as SG
 
 
 def insert_signal(conn: Connection, name: str, now: datetime) -> None:

@@ -41,11 +41,7 @@ from smartsensor.domain.status_rows import (  # noqa: F401 - named here too, whe
     StuckRows,
     WaitingCounts,
 )
-from smartsensor.schema.models import WAITING_PREDICATE, TaskInstance, Worker, WorkerRound
-
-TI = TaskInstance.__table__
-WR = WorkerRound.__table__
-WK = Worker.__table__
+from smartsensor.schema.models import WAITING_PREDICATE, task_instance as TI, worker as WK, worker_round as WR
 
 
 def record_round(

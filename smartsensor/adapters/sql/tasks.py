@@ -26,10 +26,13 @@ from smartsensor.domain.clock import as_utc
 from smartsensor.domain.keys import Cohort, CohortRows, Fence, TaskKey, VigilKey
 from smartsensor.domain.rows import TaskRow, ZombieRow
 from smartsensor.domain.states import State
-from smartsensor.schema.models import RUNNING_PREDICATE, WAITING_PREDICATE, ShardLease, TaskInstance, UtcDateTime
-
-TI = TaskInstance.__table__
-SL = ShardLease.__table__
+from smartsensor.schema.models import (
+    RUNNING_PREDICATE,
+    WAITING_PREDICATE,
+    UtcDateTime,
+    shard_lease as SL,
+    task_instance as TI,
+)
 
 # Stay far below SQLite's bound-parameter limit (32766) and keep Postgres plans cheap.
 IN_CHUNK = 5000
