@@ -104,12 +104,16 @@ def test_ci_leaves_out_the_extended_tier_and_the_older_airflows_runs_but_every_v
     assert not [node for node in ci if "test_triggerer" in node or "test_bench" in node], ci  # marked extended
     whole = set(groups(tmp_path / "all", *modules, tier="all"))
     triggerer = "tests/airflow/test_triggerer.py::test_one_states_request_per_interval_for_a_whole_triggerer"
-    assert ci < whole and {
-        f"{triggerer}[2.10.5]",
-        f"{triggerer}[3.3.2]",
-        f"{dag}[3.3.2]",
-        "tests/process/test_bench.py::test_bench",
-    } <= whole
+    assert (
+        ci < whole
+        and {
+            f"{triggerer}[2.10.5]",
+            f"{triggerer}[3.3.2]",
+            f"{dag}[3.3.2]",
+            "tests/process/test_bench.py::test_bench",
+        }
+        <= whole
+    )
 
 
 @pytest.mark.parametrize(("older", "newer"), [("airflow-2.10.5", "airflow-3.3.2"), ("airflow-3.3.2", "airflow-3.10.0")])
