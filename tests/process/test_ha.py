@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from scripts.harness.waiting import NotReached
 from smartsensor.adapters.sql import status as status_sql
 from tests.support.common import wait_until
 from tests.support.flag_workload import FlagWorkload, flag_workload
@@ -40,6 +41,20 @@ def start_two(work: FlagWorkload, procs: list[CliProcess]) -> tuple[CliProcess, 
     a.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)  # both past a first poke
     b.wait_round(lambda r: r["loaded"] > 0 and r["groups_poked"] > 0, timeout=120)
     return a, b, pid_owner(work.engine, a.proc.pid)
+
+
+def taken_over_or_say_why(work: FlagWorkload, owner: str, survivor: CliProcess, timeout: float) -> None:
+    """``work.wait_taken_over``; if it is not, fail with what the survivor did meanwhile (alive or not, its last rounds,
+    its standard error) and the leases: once, on a loaded CI run (SQLite), the ranges stayed with the paused worker
+    for 60 s and the failure said nothing more."""
+    try:
+        work.wait_taken_over(owner, timeout=timeout)
+    except NotReached:
+        raise AssertionError(
+            f"{owner}'s ranges not taken over in {timeout} s; leases {work.lease_owners()}; the survivor "
+            f"{'alive' if survivor.proc.poll() is None else f'exited {survivor.proc.returncode}'}, its last rounds "
+            f"{survivor.seen[-3:]}\nits stderr:\n{survivor.stderr_tail(60)}"
+        ) from None
 
 
 def pid_owner(engine: Any, pid: int) -> str:
@@ -95,8 +110,8 @@ def test_sigstopped_worker_writes_nothing_after_losing_its_lease(ha_setup) -> No
     work, procs = ha_setup
     a, b, a_id = start_two(work, procs)
     pause_outside_sqlite_write(a, work.engine)
-    work.wait_taken_over(a_id, timeout=60)  # no bound meant here (the kill -9 test times the takeover): a loaded
-    # machine has taken longer than 10 s for b's next heartbeats (run F)
+    taken_over_or_say_why(work, a_id, b, timeout=60)  # no bound meant here (the kill -9 test times the takeover): a
+    # loaded machine has taken longer than 10 s for b's next heartbeats (run F)
     work.land(work.flags)
     work.wait_all_success(timeout=60)
     seen_before = len(a.seen)
