@@ -19,6 +19,7 @@ from smartsensor.hive_filter.names import escape
 from smartsensor.sensors import HivePartitionSensor, NamedHivePartitionSensor, SensorDefinitionError, SuccessFileSensor
 from smartsensor.sensors.checks import PartitionCheck
 from smartsensor.standalone.registration import register
+from tests.support import tier
 from tests.support.common import DAY, new_db
 from tests.support.hive_helpers import create_table, land
 
@@ -79,7 +80,9 @@ ID_TEXT = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=tier.examples(75, 150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(dag_id=st.one_of(ID_TEXT, st.lists(st.text(max_size=3), max_size=2), st.integers()), task_id=ID_TEXT)
 def test_ids_are_stored_exactly_or_refused_naming_the_field(tmp_path_factory: Any, dag_id: Any, task_id: Any) -> None:
     home = tmp_path_factory.mktemp("ids")
