@@ -12,8 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import make_url
-
 from scripts.harness.waiting import wait_until as wait_until  # the tests import it from here
 from smartsensor.adapters.sql import channels as channel_sql, leases as lease_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
@@ -53,12 +51,12 @@ def initialised_engine(db_url: str) -> Any:
     database ``init_db`` made (the same migrations, run once: a test that wants a database ready pays ~70 ms of CPU
     for them otherwise, and hundreds do, some once per generated example); any other database is migrated by
     ``init_db`` (the tests of migrations and of ``db init`` itself start from an empty one: ``db_url``)."""
-    path = make_url(db_url).database if db_url.startswith("sqlite") else None
-    if path and path != ":memory:" and not Path(path).exists():
-        shutil.copyfile(_sqlite_at_head(), path)
-        return make_engine(db_url)
-    engine = make_engine(db_url)
-    init_db(engine)
+    engine = make_engine(db_url)  # for a SQLite file, its folder made first
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if path and path != ":memory:" and not path.startswith("file:") and not Path(path).expanduser().exists():
+        shutil.copyfile(_sqlite_at_head(), Path(path).expanduser())
+    else:
+        init_db(engine)
     return engine
 
 

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -279,8 +279,8 @@ def init_db(engine: Engine) -> tuple[str | None, str]:
     from alembic import command
 
     cfg = alembic_config(engine)
-    before = current_revision(engine)
     with engine.begin() as conn:
+        before = _revision_of(conn)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return before, known_revisions()[0]
@@ -289,9 +289,14 @@ def init_db(engine: Engine) -> tuple[str | None, str]:
 def current_revision(engine: Engine) -> str | None:
     """The schema revision the database is at (None if never initialised): the row of Alembic's version table."""
     with engine.connect() as conn:
-        if not inspect(conn).has_table(VERSION_TABLE):
-            return None
-        versions = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+        return _revision_of(conn)
+
+
+def _revision_of(conn: Connection) -> str | None:
+    """``current_revision`` on ``conn`` (inside a transaction already open: ``init_db``'s)."""
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    versions = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
     if len(versions) > 1:
         raise RuntimeError(f"the database's {VERSION_TABLE} table names several revisions: {sorted(versions)}")
     return versions[0] if versions else None
