@@ -116,6 +116,16 @@ def success_event() -> Any:
     return EndedSuccessEvent() if airflow_version()[0] == 2 else TaskSuccessEvent()
 
 
+def parsing_for_task_run() -> bool:
+    """Whether this process parses DAG files to run one task (a worker: Airflow sets its parsing context, on 2.10
+    and 3.x), rather than to serialize them (the dag-processor) or to test a DAG."""
+    try:
+        from airflow.sdk import get_parsing_context
+    except ImportError:
+        from airflow.utils.dag_parsing_context import get_parsing_context
+    return get_parsing_context().task_id is not None
+
+
 def has_listeners() -> bool:
     """Whether this process has listener plugins (OpenLineage…): Airflow refuses a DAG whose task ends from the
     triggerer then, because listeners would not hear of that end."""

@@ -121,6 +121,107 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
     return applied
 
 
+@dataclass(frozen=True)
+class HandBack:
+    """A parked try handed back to Airflow: moved to ``pool`` (its task's own), where the scheduler queues it and a
+    worker runs it as it runs any try (its ``execute``, with Airflow's context, callbacks, listeners, log), and why."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    pool: str
+    why: str
+
+    @property
+    def key(self) -> Key:
+        return (self.dag_id, self.run_id, self.task_id, self.map_index)
+
+
+def hand_back(backs: Sequence[HandBack], park: str, session: Any) -> list[HandBack]:
+    """Move each try of ``backs`` that is still that try, ``scheduled`` and in the parking pool ``park`` to its own
+    pool: one guarded update per try, sent as one batch; flushes, does not commit. The tries moved (a try a user
+    changed, cleared or that another attendant ended or moved meanwhile is left as it is)."""
+    from sqlalchemy import and_, bindparam, select, tuple_, update
+
+    TaskInstance = task_instance_model()
+    if not backs:
+        return []
+    ti = TaskInstance.__table__.c
+    key = (ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+    wanted = {(*b.key, b.try_number): b for b in backs}
+    found = session.execute(
+        select(*key, ti.try_number)
+        .where(tuple_(*key).in_([b.key for b in backs]), ti.state == "scheduled", ti.pool == park)
+        .with_for_update()
+    ).all()
+    moved = [wanted[tuple(row)] for row in found if tuple(row) in wanted]
+    if moved:
+        guarded = (
+            update(TaskInstance.__table__)
+            .where(
+                and_(
+                    ti.dag_id == bindparam("b_dag_id"),
+                    ti.run_id == bindparam("b_run_id"),
+                    ti.task_id == bindparam("b_task_id"),
+                    ti.map_index == bindparam("b_map_index"),
+                    ti.try_number == bindparam("b_try_number"),
+                    ti.state == "scheduled",
+                    ti.pool == park,
+                )
+            )
+            .values(pool=bindparam("b_pool"))
+        )
+        session.execute(
+            guarded,
+            [
+                {
+                    "b_dag_id": b.dag_id,
+                    "b_run_id": b.run_id,
+                    "b_task_id": b.task_id,
+                    "b_map_index": b.map_index,
+                    "b_try_number": b.try_number,
+                    "b_pool": b.pool,
+                }
+                for b in moved
+            ],
+        )
+    session.flush()
+    return moved
+
+
+def mark_waiting(tries: Sequence[tuple[Key, int]], park: str, now: datetime, session: Any) -> None:
+    """Record when each parked try (key, try number) began to wait, as its start date, where Airflow recorded none
+    (2.10 has no ``scheduled_dttm``): an attendant that restarts, or another one, counts the try's
+    ``execution_timeout`` from there. One guarded update, sent as one batch; flushes, does not commit."""
+    from sqlalchemy import bindparam, update
+
+    if not tries:
+        return
+    TaskInstance = task_instance_model()
+    ti = TaskInstance.__table__.c
+    session.execute(
+        update(TaskInstance.__table__)
+        .where(
+            ti.dag_id == bindparam("b_dag_id"),
+            ti.run_id == bindparam("b_run_id"),
+            ti.task_id == bindparam("b_task_id"),
+            ti.map_index == bindparam("b_map_index"),
+            ti.try_number == bindparam("b_try_number"),
+            ti.state == "scheduled",
+            ti.pool == park,
+            ti.start_date.is_(None),
+        )
+        .values(start_date=now),
+        [
+            {"b_dag_id": k[0], "b_run_id": k[1], "b_task_id": k[2], "b_map_index": k[3], "b_try_number": n}
+            for k, n in tries
+        ],
+    )
+    session.flush()
+
+
 def state_of(end: str, try_number: int, max_tries: int | None) -> str:
     """The state a try ends in: an ``error`` is retried while the task has tries left, as Airflow retries a try
     that raised (``max_tries`` counts the retries: tries 1 … max_tries + 1)."""
@@ -130,7 +231,7 @@ def state_of(end: str, try_number: int, max_tries: int | None) -> str:
 
 
 def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:
-    """Each end's note on its task instance, through Airflow's model (an insert, or the user's note replaced)."""
+    """Each end's note on its task instance, through Airflow's model, where it has none: a user's note stays."""
     if not ends:
         return
     load_note_models()
@@ -144,7 +245,8 @@ def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:
     for ti in session.scalars(
         select(TaskInstance).where(tuple_(*key).in_(list(notes))).options(selectinload(TaskInstance.task_instance_note))
     ):
-        ti.note = (notes[(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)] or "")[:NOTE_LIMIT]
+        if not ti.note:
+            ti.note = (notes[(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)] or "")[:NOTE_LIMIT]
 
 
 def in_batches(ends: Iterable[ParkedEnd], size: int) -> Iterable[list[ParkedEnd]]:

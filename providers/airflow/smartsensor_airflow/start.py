@@ -38,6 +38,7 @@ from smartsensor_airflow._compat import (
     airflow_conf,
     airflow_version,
     can_start_from_trigger,
+    parsing_for_task_run,
     serialize_value,
     template_environment,
 )
@@ -160,16 +161,57 @@ def parked_start_args(task: Any) -> StartTriggerArgs | None:
     return start_trigger_args(task, parked=True) if park_pool(task) is not None else None
 
 
+# What Airflow runs after a try ends, by how it ends, that only a worker runs for a parked try (``after_end``).
+AFTER_END_CALLBACKS = {
+    "success": ("on_success_callback",),
+    "skipped": ("on_skipped_callback",),
+    "failed": ("on_failure_callback",),
+    "error": ("on_failure_callback", "on_retry_callback"),
+}
+
+
+def own_pool(task: Any) -> str:
+    """The pool ``task`` was given (Airflow's default pool when none): where its tries run when not parked."""
+    return task.__dict__.get("_smartsensor_own_pool") or task.__dict__.get("pool") or DEFAULT_POOL
+
+
+def after_end(task: Any) -> dict[str, list[str]]:
+    """end → what ``task`` has Airflow run after a try ends that way (its callbacks, ``email`` on failure or retry,
+    its ``outlets``' asset events), by name; an end with nothing listed needs no worker. Read when the DAG is
+    serialized (callbacks are not serialized as such)."""
+    work: dict[str, list[str]] = {}
+    emails = bool(getattr(task, "email", None))
+    for end, names in AFTER_END_CALLBACKS.items():
+        have = [n for n in (*names, "on_execute_callback") if getattr(task, n, None)]
+        if end == "success" and getattr(task, "outlets", None):
+            have.append("outlets")
+        if (
+            end in ("failed", "error")
+            and emails
+            and (getattr(task, "email_on_failure", False) or getattr(task, "email_on_retry", False))
+        ):
+            have.append("email")
+        if have:
+            work[end] = have
+    return work
+
+
 def parked_check(task: Any) -> str | None:
     """What a parked task carries for the attendant in its serialized DAG (``PARKED_FIELD``): its start arguments
-    (``parked_start_args``) as Airflow's serializer encodes them, in a JSON string, which every Airflow version keeps
-    and reads back as it is; None when its tries do not park. Not in ``start_trigger_args``: Airflow 2.10's scheduler
-    builds a try's whole template context for every task that has them (``DagRun.schedule_tis``: three queries for
-    the previous runs a try), ~1 s for 300 tries on the scheduler's loop."""
+    (``parked_start_args``), its own pool (where a try the attendant hands back runs: ``own_pool``) and what Airflow
+    runs after its tries end (``after_end``), as Airflow's serializer encodes them, in a JSON string, which every
+    Airflow version keeps and reads back as it is; None when its tries do not park. Not in ``start_trigger_args``:
+    Airflow 2.10's scheduler builds a try's whole template context for every task that has them
+    (``DagRun.schedule_tis``: three queries for the previous runs a try), ~1 s for 300 tries on the scheduler's loop."""
     args = parked_start_args(task)
     if args is None:
         return None
-    return json.dumps(serialize_value(args.trigger_kwargs))
+    try:
+        extra = {"pool": own_pool(task), "after_end": after_end(task)}
+    except Exception:  # read while Airflow serializes the DAG: never fail the file for it
+        log.warning("smartsensor: %s: what runs after its end unread", getattr(task, "task_id", "?"), exc_info=True)
+        extra = {"pool": own_pool(task), "after_end": {end: ["unknown"] for end in AFTER_END_CALLBACKS}}
+    return json.dumps(serialize_value({**args.trigger_kwargs, **extra}))
 
 
 def start_trigger_args(task: Any, parked: bool = False) -> StartTriggerArgs | None:
@@ -292,14 +334,18 @@ class ParkedCheck:
 class ParkingPool:
     """A smartsensor task's ``pool``: the parking pool (``park_pool``) when its tries park, else the pool
     it was given (Airflow's default pool when none). Computed when Airflow reads it: when it serializes the DAG (the
-    scheduler then parks the task's tries), and on a 2.10 worker, whose check of the pool's slots then counts the
-    parking pool's (open only while the safety valve has opened it)."""
+    scheduler then parks the task's tries); on a worker (parsing to run a try) the task's own pool."""
 
     def __get__(self, task: Any, owner: type | None = None) -> Any:
         if task is None:
             return DEFAULT_POOL
         # A task the policy routed was given its pool before its class gained this descriptor: its own attribute.
-        own = task.__dict__.get("_smartsensor_own_pool") or task.__dict__.get("pool") or DEFAULT_POOL
+        own = own_pool(task)
+        if airflow_version()[0] == 2 and parsing_for_task_run():
+            # A 2.10 worker checks the slots of the task's pool before it runs a try: a try here was queued from its
+            # own pool (handed back by the attendant) or from the parking pool the valve opened (whose slots the
+            # scheduler already counted); the parking pool's 0 slots would send the first back for good.
+            return own
         return park_pool(task) if parked_start_args(task) is not None else own
 
     def __set__(self, task: Any, value: Any) -> None:

@@ -57,21 +57,23 @@ def row_context(
 ) -> dict[str, Any]:
     """The template context a check is rendered with from its run's row alone (``start.CONTEXT_2_10``): the run's
     id, logical date, data interval and conf, and the task's ``params`` (as parsed) overridden by the run's conf as
-    Airflow does by default. What 2.10's trigger and a parked try's attendant render with."""
+    Airflow does by default; on Airflow 3 only what its own context has (no ``execution_date``; a data interval
+    only with a logical date). What 2.10's trigger and a parked try's attendant render with."""
     import pendulum
 
     values = dict(params or {})
     if conf and airflow_conf.getboolean("core", "dag_run_conf_overrides_params", fallback=True):
         values.update(conf)
-    context: dict[str, Any] = {
+    interval = {
         "data_interval_start": pendulum.instance(start) if start is not None else None,
         "data_interval_end": pendulum.instance(end) if end is not None else None,
-        "run_id": run_id,
-        "params": values,
-        "macros": macros_module(),
     }
-    if logical is None:  # Airflow 3: a run without a logical date has no ds, ts… (a template using them fails)
-        return context
+    context: dict[str, Any] = {"run_id": run_id, "params": values, "macros": macros_module()}
+    airflow_3 = airflow_version()[0] >= 3
+    if logical is None:
+        # Airflow 3: a run without a logical date has no ds, ts… nor a data interval in its context (a template
+        # using them fails); 2.10's runs all have one.
+        return context if airflow_3 else {**interval, **context}
     logical = pendulum.instance(logical)
     ds = logical.strftime("%Y-%m-%d")
     ts = logical.isoformat()
@@ -82,7 +84,8 @@ def row_context(
         "ts_nodash": logical.strftime("%Y%m%dT%H%M%S"),
         "ts_nodash_with_tz": ts.replace("-", "").replace(":", ""),
         "logical_date": logical,
-        "execution_date": logical,
+        **({} if airflow_3 else {"execution_date": logical}),  # Airflow 3's context has no execution_date
+        **interval,
         **context,
     }
 
