@@ -8,6 +8,7 @@ task that no longer parks left parked."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,25 @@ def test_each_try_is_asked_at_its_own_tasks_connection(seen: dict[str, Any]) -> 
     assert own["registered"] == {"smartsensor_default": ["plain"], "svc_b": ["other_conn"]}
     assert own["ended"] == {"plain": "success"}
     assert own["watched"] == ["other_conn"]
+
+
+def test_a_parked_try_has_a_log_beside_airflows_own(seen: dict[str, Any]) -> None:
+    """``attempt=1.log.attendant.log``, in the version's own format: what it waits for, where it was registered,
+    how it ended."""
+    logs = seen["own_connection"]["logs"]
+    plain = logs["plain"]
+    if seen["airflow"][0] >= 3:
+        events = [json.loads(line)["event"] for line in plain.splitlines()]
+    else:
+        events = [line.split(" INFO - ", 1)[1] for line in plain.splitlines()]
+    assert len(events) == 2, plain
+    assert (
+        events[0].startswith("smartsensor: waiting since ")
+        and '{"partition_names": ["db.t/ds=2026-11-22"]}' in events[0]
+    )
+    assert "registered with the service of connection 'smartsensor_default'" in events[0]
+    assert events[1] == "smartsensor: ended success by the attendant, no worker: what it waits for is there"
+    assert "connection 'svc_b'" in logs["other_conn"] and "ended" not in logs["other_conn"]
 
 
 def test_answers_are_matched_to_tries_by_key(seen: dict[str, Any]) -> None:

@@ -3,10 +3,12 @@ scheduler, triggerer, 3.x's dag-processor and api-server, LocalExecutor, its dat
 ``serve`` and ``workers -n 2`` on thrift) with ``[smartsensor] park`` on and the parking attendant running beside
 the scheduler (``python -m smartsensor_airflow.attendant``, Airflow's environment).
 
-A drop-in sensor's tries park in the parking pool: no worker, no trigger. The attendant registers them and ends
-them: a partition already there, one landing while they wait; a timeout ends the try failed with its reason as the
-note, soft_fail skips it; with the service out of reach past the grace the pool opens and the tries run today's
-way, checking on their own."""
+A drop-in sensor's tries park in the parking pool: no worker, no trigger. The attendant registers them, each with
+its task's own connection's service, and ends them: a partition already there, one landing while they wait;
+soft_fail skips a try. What Airflow runs after an end only on a worker (a failure's handling, callbacks, outlets) is
+left to one: the attendant hands such a try back to its task's own pool and a worker ends it as Airflow ends any try
+(issue 66); so is a check it cannot render. With the service out of reach past the grace the pool opens and the
+tries run today's way, checking on their own."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from scripts.airflow.stack import run_airflow, version_of
+from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
-from tests.support.airflow_deployment import Deployment, deployed, metastore_connection, tmp_for
+from tests.support.airflow_deployment import TOKEN, Deployment, deployed, metastore_connection, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.airflow_race import TABLES, registered_tries
 
@@ -37,7 +40,11 @@ DAG_IDS = [
     "parked_rules",
     "parked_dagrun_timeout",
     "parked_deleted",
+    "parked_after_end",
+    "parked_consumer",
+    "parked_elsewhere",
 ]
+ASSET = "smartsensor-test://parked/outlet"
 # A DAG of its own file, deleted while its try is parked (the file stays: Airflow parses it again, with no run).
 DELETED_DAG_FILE = """
 from datetime import datetime
@@ -53,6 +60,13 @@ DAG_FILE = """
 from datetime import datetime, timedelta
 
 from airflow import DAG
+
+try:
+    from airflow.sdk import Asset
+    from airflow.providers.standard.operators.empty import EmptyOperator
+except ImportError:
+    from airflow.datasets import Dataset as Asset
+    from airflow.operators.empty import EmptyOperator
 
 from smartsensor_airflow.sensors import HivePartitionSensor, NamedHivePartitionSensor
 
@@ -96,6 +110,33 @@ with DAG(
 ):
     NamedHivePartitionSensor(task_id="never", partition_names=["@DB@.events/ds=1999-01-03"], poke_interval=30)
 
+def write_marker(context):
+    with open("@MARKERS@/" + context["ti"].task_id + "." + context["run_id"].replace(":", "_"), "w") as f:
+        f.write("success callback")
+
+with DAG("parked_after_end", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    NamedHivePartitionSensor(task_id="plain", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=30)
+    NamedHivePartitionSensor(
+        task_id="callback", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=30,
+        on_success_callback=write_marker,
+    )
+    NamedHivePartitionSensor(
+        task_id="outlet", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=30, outlets=[Asset("@ASSET@")],
+    )
+    NamedHivePartitionSensor(
+        task_id="stored", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=30,
+        smartsensor_conn_id="smartsensor_stored",
+    )
+
+with DAG("parked_consumer", start_date=datetime(2026, 1, 1), schedule=[Asset("@ASSET@")], catchup=False):
+    EmptyOperator(task_id="consume")
+
+with DAG("parked_elsewhere", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
+    NamedHivePartitionSensor(
+        task_id="elsewhere", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=2, timeout=600,
+        smartsensor_conn_id="smartsensor_elsewhere", smartsensor_fallback_grace=3,
+    )
+
 with DAG("parked_valve", start_date=datetime(2026, 1, 1), schedule=None, catchup=False):
     NamedHivePartitionSensor(
         task_id="valve", partition_names=["@DB@.events/ds={{ ds }}"], poke_interval=2, timeout=600,
@@ -113,11 +154,19 @@ def deployment(
 ) -> Iterator[Deployment]:
     venv: Path = request.param
     db = "parked_" + version_of(venv).replace(".", "_")
-    source = DAG_FILE.replace("@SENSORS@", str(SENSORS)).replace("@DB@", db)
+    tmp = tmp_for(tmp_path_factory, venv)
+    markers = markers_of(tmp / "logs")
+    markers.mkdir(parents=True, exist_ok=True)
+    source = (
+        DAG_FILE.replace("@SENSORS@", str(SENSORS))
+        .replace("@DB@", db)
+        .replace("@MARKERS@", str(markers))
+        .replace("@ASSET@", ASSET)
+    )
     with deployed(
         venv,
         airflow_databases,
-        tmp_for(tmp_path_factory, venv),
+        tmp,
         service,
         db,
         TABLES,
@@ -131,8 +180,21 @@ def deployment(
             **metastore_connection(service),
         },
     ) as running:
+        # Connections stored in Airflow's database: the default one's service under another id, and one whose
+        # service is not there (a closed port).
+        stored = f"http://:{TOKEN}@127.0.0.1:{running.port}"
+        for conn_id, uri in (
+            ("smartsensor_stored", stored),
+            ("smartsensor_elsewhere", f"http://127.0.0.1:{free_port()}"),
+        ):
+            run_airflow(venv, ["connections", "add", conn_id, "--conn-uri", uri], running.stack.env)
         running.start_attendant()
         yield running
+
+
+def markers_of(logs: Path) -> Path:
+    """Where the DAGs' success callbacks write their markers: beside the deployment's logs."""
+    return logs.parent / "markers"
 
 
 def states(deployment: Deployment, run_ids: list[str]) -> dict[tuple[str, str], str | None]:
@@ -206,6 +268,8 @@ def test_parked_tries_end_with_no_worker_and_no_trigger(deployment: Deployment) 
 def test_a_timeout_fails_soft_fail_skips_and_an_unrenderable_check_fails_with_airflows_error(
     deployment: Deployment,
 ) -> None:
+    """soft_fail's skip is ended by the attendant; the timeout and the check it cannot render are handed back, and a
+    worker ends each as Airflow does: AirflowSensorTimeout (no retry), Airflow's own rendering error."""
     stack = deployment.stack
     (run_id,) = stack.trigger_many(["parked_timeouts"], "2026-11-22")
     stack.wait(
@@ -220,10 +284,48 @@ def test_a_timeout_fails_soft_fail_skips_and_an_unrenderable_check_fails_with_ai
         ),
         timeout=300,
     )
-    notes = notes_of(deployment, run_id)
-    assert "timed out" in notes["times_out"], notes
-    assert "UndefinedError" in notes["undefined"], notes
-    assert worker_tries(deployment, [run_id]) == 0
+    ran = {t: stack.worker_tries("parked_timeouts", run_id, t) for t in ("times_out", "soft", "undefined")}
+    assert ran == {"times_out": 1, "soft": 0, "undefined": 1}
+    assert "AirflowSensorTimeout" in worker_log(deployment, "parked_timeouts", run_id, "times_out")
+    assert "UndefinedError" in worker_log(deployment, "parked_timeouts", run_id, "undefined")
+    assert tries(deployment, run_id)["times_out"] == ("failed", 1)  # a sensor's timeout is not retried
+
+
+def worker_log(deployment: Deployment, dag_id: str, run_id: str, task_id: str) -> str:
+    """The text of the task's worker logs (every try's)."""
+    folder = deployment.stack.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    return "\n".join(
+        p.read_text(errors="replace") for p in sorted(folder.rglob("attempt=*.log")) if ".trigger." not in p.name
+    )
+
+
+def test_what_airflow_runs_after_an_end_runs_and_each_try_asks_its_own_service(deployment: Deployment) -> None:
+    """A success with nothing after it is ended by the attendant (no worker), also for a task whose connection is
+    stored in Airflow's database; a task with an on_success_callback or outlets is handed back and a worker ends it:
+    the callback runs, the outlet's asset event schedules its consumer DAG. A task whose own connection's service is
+    not there is never answered by the default connection's service, where its partition is (a false success before
+    issue 66): the valve opens for it, a worker runs it and checks on its own."""
+    stack = deployment.stack
+    day = "2026-11-16"
+    deployment.landing.land(day)
+    (run_id,) = stack.trigger_many(["parked_after_end"], day)
+    wait_all(deployment, [run_id], {"success"}, "every after-end sensor ended")
+    ran = {t: stack.worker_tries("parked_after_end", run_id, t) for t in ("plain", "stored", "callback", "outlet")}
+    assert ran == {"plain": 0, "stored": 0, "callback": 1, "outlet": 1}
+    assert (markers_of(deployment.logs) / f"callback.{run_id.replace(':', '_')}").read_text() == "success callback"
+    stack.wait(
+        "the outlet's consumer DAG ran",
+        lambda: bool(stack.rows("SELECT run_id FROM dag_run WHERE dag_id = 'parked_consumer'")),
+        timeout=300,
+    )
+    (elsewhere,) = stack.trigger_many(["parked_elsewhere"], day)
+    stack.wait(
+        "the try of the service that is not there ended (by a worker, checking on its own)",
+        lambda: states(deployment, [elsewhere]) == {("parked_elsewhere", "elsewhere"): "success"},
+        timeout=600,
+    )
+    assert stack.worker_tries("parked_elsewhere", elsewhere, "elsewhere") == 1
+    stack.wait("the parking pool closed again", lambda: pool_slots(deployment) == 0, timeout=120)
 
 
 def test_with_the_service_out_of_reach_the_pool_opens_and_the_tries_run_as_today(deployment: Deployment) -> None:
@@ -422,8 +524,8 @@ def left_of(deployment: Deployment, run_id: str) -> tuple[int, int]:
 # What the attendant reads and writes in Airflow's database (docs/airflow.md, "What the attendant reads and
 # writes"), as PostgreSQL grants: its row locks (SELECT … FOR UPDATE) need an UPDATE privilege, a column's is enough.
 ATTENDANT_GRANTS = (
-    "GRANT SELECT ON task_instance, dag_run, serialized_dag, slot_pool, task_instance_note TO {role}",
-    "GRANT UPDATE (state, start_date, end_date, duration, updated_at) ON task_instance TO {role}",
+    "GRANT SELECT ON task_instance, dag_run, serialized_dag, slot_pool, task_instance_note, connection TO {role}",
+    "GRANT UPDATE (state, start_date, end_date, duration, pool, updated_at) ON task_instance TO {role}",
     "GRANT INSERT, UPDATE ON task_instance_note TO {role}",
     "GRANT INSERT, UPDATE (slots) ON slot_pool TO {role}",
     "GRANT USAGE ON SEQUENCE slot_pool_id_seq TO {role}",
@@ -432,8 +534,8 @@ ATTENDANT_GRANTS = (
 
 def test_the_attendant_needs_no_more_than_it_reads_and_writes(deployment: Deployment) -> None:
     """The attendant under a database role granted only ATTENDANT_GRANTS (the deployment's own stopped meanwhile):
-    it ends a try whose partition is there, a timeout and an unrenderable check with their notes, a soft_fail, and
-    opens and closes the pool for the safety valve."""
+    it ends a try whose partition is there, one whose connection is stored in Airflow's database, a soft_fail, hands
+    back a timeout and an unrenderable check, and opens and closes the pool for the safety valve."""
     stack = deployment.stack
     role, password = f"attendant_{secrets.token_hex(4)}", secrets.token_urlsafe(12)
     owner = create_engine(stack.db_url, isolation_level="AUTOCOMMIT")
@@ -451,14 +553,15 @@ def test_the_attendant_needs_no_more_than_it_reads_and_writes(deployment: Deploy
             (run_id,) = stack.trigger_many(["parked_0"], day)
             # Days of their own: on 2.x, runs of one logical date share their run_id.
             (timeouts,) = stack.trigger_many(["parked_timeouts"], "2026-11-18")
+            (after,) = stack.trigger_many(["parked_after_end"], day)
             wait_all(deployment, [run_id], {"success"}, f"parked_0 of {day} ended by the restricted attendant")
             stack.wait(
-                "the timeouts ended by the restricted attendant",
+                "the timeouts ended or handed back by the restricted attendant",
                 lambda: set(states(deployment, [timeouts]).values()) == {"failed", "skipped"},
                 timeout=300,
             )
-            notes = notes_of(deployment, timeouts)
-            assert "timed out" in notes["times_out"] and "UndefinedError" in notes["undefined"], notes
+            wait_all(deployment, [after], {"success"}, "the after-end sensors ended")
+            assert stack.worker_tries("parked_after_end", after, "stored") == 0  # its stored connection read
             deployment.stop_serve()
             try:
                 deployment.landing.metastore.land(TABLES[0], "2026-11-17")

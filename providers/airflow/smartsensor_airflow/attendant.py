@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -68,6 +69,7 @@ from smartsensor_airflow.client import (
 )
 from smartsensor_airflow.parking import HandBack, Key, ParkedEnd
 from smartsensor_airflow.start import DEFAULT_POOL
+from smartsensor_airflow.try_log import TryJournal
 from smartsensor_airflow.wire import (
     AskedTry,
     Refused,
@@ -170,6 +172,7 @@ class Attendant(AirflowSide, ServiceLinks):
         self.look_up_at: dict[str, float] = {}  # connection id → when to look it up again
         self.refusals: dict[tuple[Key, int], int] = {}  # a try → registrations refused for now (409, 503) in a row
         self.pending: list[Registration] = []  # the registrations of the last cycle that read new tries
+        self.journal = TryJournal()  # the parked tries' logs (try_log)
         self.listeners = False  # listener plugins in this deployment: every end is left to a worker (serve)
         self.http: httpx.AsyncClient | None = None
         self.db = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="smartsensor-attendant-db")
@@ -219,6 +222,8 @@ class Attendant(AirflowSide, ServiceLinks):
         report.errors = sum(1 for e in ends if isinstance(e, ParkedEnd) and e.state == "error")
         took("end")
         await self.in_db(self.mind_valve)
+        if self.journal.pending:
+            await self.in_db(self.journal.flush)
         report.valve_open = self.valve_open
         return report
 
@@ -336,6 +341,12 @@ class Attendant(AirflowSide, ServiceLinks):
                 conn_id,
                 r.pool,
                 r.after_end,
+            )
+            self.journal.note(
+                r.key,
+                r.try_number,
+                f"waiting since {since:%Y-%m-%d %H:%M:%S} UTC for {r.body.sensor_class} {json.dumps(r.body.persist)};"
+                f" registered with the service of connection {conn_id!r} (check {answer.hashcode}: {answer.state})",
             )
             end = self.end_for(w, answer)
             if end is not None:

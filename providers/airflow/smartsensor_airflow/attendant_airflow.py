@@ -21,6 +21,7 @@ from smartsensor_airflow.parked_checks import rendered_check, serialized_tasks, 
 from smartsensor_airflow.parking import HandBack, Key, ParkedEnd, end_parked, hand_back, in_batches, mark_waiting
 from smartsensor_airflow.start import DEFAULT_PARK_POOL, DEFAULT_POOL
 from smartsensor_airflow.trigger_context import row_context
+from smartsensor_airflow.try_log import TryJournal
 from smartsensor_airflow.wire import Registration as TryRegistration, TryKey
 
 log = logging.getLogger("smartsensor_airflow.attendant")
@@ -93,6 +94,7 @@ class AirflowSide:
     specs_read: dict[Any, float]
     unreachable_since: dict[str, float]
     valve_open: bool
+    journal: TryJournal
 
     def parked_tries(self, changed_since: datetime | None = None) -> tuple[dict[Key, Parked], datetime | None]:
         """key → ``Parked`` of every try parked in the pool, or of those changed since ``changed_since`` (Airflow's
@@ -222,27 +224,41 @@ class AirflowSide:
         return {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in rows}
 
     def apply(self, ends: list[ParkedEnd | HandBack]) -> tuple[dict[str, int], int]:
-        """``end_parked`` and ``hand_back`` a transaction per batch of ``Settings.batch``."""
+        """End and hand back ``ends`` (``end_in_airflow``, ``hand_back_in_airflow``) a transaction per batch of
+        ``Settings.batch``; each try's log says how it ended once its transaction committed."""
         applied: dict[str, int] = {}
         handed = 0
-        finished = [e for e in ends if isinstance(e, ParkedEnd)]
-        for batch in in_batches(finished, self.settings.batch):
-            with self.session_factory() as session:
-                for end in end_parked(batch, self.settings.pool, session):
-                    applied[end.state] = applied.get(end.state, 0) + 1
+        for batch in in_batches([e for e in ends if isinstance(e, ParkedEnd)], self.settings.batch):
+            for end in self.end_in_airflow(batch):
+                applied[end.state] = applied.get(end.state, 0) + 1
+                why = end.note or ("what it waits for is there" if end.state == "success" else "")
+                self.journal.note(end.key, end.try_number, f"ended {end.state} by the attendant, no worker: {why}")
         backs = [e for e in ends if isinstance(e, HandBack)]
         for start in range(0, len(backs), self.settings.batch):
-            with self.session_factory() as session:
-                for back in hand_back(backs[start : start + self.settings.batch], self.settings.pool, session):
-                    handed += 1
-                    log.info(
-                        "smartsensor attendant: %s try %s handed back to pool %r: %s",
-                        back.key,
-                        back.try_number,
-                        back.pool,
-                        back.why,
-                    )
+            for back in self.hand_back_in_airflow(backs[start : start + self.settings.batch]):
+                handed += 1
+                log.info(
+                    "smartsensor attendant: %s try %s handed back to %r: %s",
+                    back.key,
+                    back.try_number,
+                    back.pool,
+                    back.why,
+                )
+                self.journal.note(
+                    back.key, back.try_number, f"handed back to pool {back.pool!r} ({back.why}): a worker runs this try"
+                )
+        self.journal.flush()
         return applied, handed
+
+    def end_in_airflow(self, batch: list[ParkedEnd]) -> list[ParkedEnd]:
+        """``end_parked`` one batch in a transaction of its own: the ends applied."""
+        with self.session_factory() as session:
+            return end_parked(batch, self.settings.pool, session)
+
+    def hand_back_in_airflow(self, batch: list[HandBack]) -> list[HandBack]:
+        """``hand_back`` one batch in a transaction of its own: the tries moved."""
+        with self.session_factory() as session:
+            return hand_back(batch, self.settings.pool, session)
 
     def set_pool_slots(self, expected: int, slots: int) -> None:
         """The parking pool's slots from ``expected`` to ``slots`` (a guarded update: a pool a user resized is left)."""

@@ -218,7 +218,9 @@ def start_trigger_args(task: Any, parked: bool = False) -> StartTriggerArgs | No
     """What Airflow starts ``task`` with in the triggerer, or None when the task takes the ``execute`` path.
     ``parked``: what a parked try's attendant reads from the serialized DAG (the same arguments, with the task's
     params on every version), or None when it cannot render the task's check."""
-    if not can_start_from_trigger() or not getattr(task, "smartsensor_start_from_trigger", False):
+    if not getattr(task, "smartsensor_start_from_trigger", False):
+        return None
+    if not parked and not can_start_from_trigger():  # a parked try needs no trigger: it parks on 3.0-3.2 too
         return None
     try:
         fields = check_fields(task)

@@ -16,7 +16,7 @@ from typing import Any
 
 os.environ["AIRFLOW__SMARTSENSOR__PARK"] = "True"  # before Airflow reads its configuration
 
-import airflow  # noqa: E402, F401 - first, as the attendant's program does
+import airflow  # noqa: F401 - first, as the attendant's program does
 import httpx
 
 from smartsensor_airflow import attendant as attendant_module
@@ -28,6 +28,7 @@ from smartsensor_airflow.parked_checks import start_kwargs
 from smartsensor_airflow.parking import HandBack, Key, ParkedEnd
 from smartsensor_airflow.sensors import NamedHivePartitionSensor
 from smartsensor_airflow.start import PARKED_FIELD
+from smartsensor_airflow.try_log import log_file
 from smartsensor_airflow.wire import Registered, TaskInstanceRef, TryKey, try_state_json
 
 try:
@@ -149,20 +150,15 @@ class TwinAttendant(Attendant):
     def record_waiting(self, tries: list[tuple[Key, int]]) -> None:
         self.waiting_recorded += tries
 
-    def apply(self, ends: list[ParkedEnd | HandBack]) -> tuple[dict[str, int], int]:
-        applied: dict[str, int] = {}
-        handed = 0
-        for end in ends:
-            if end.key not in self.parked:
-                continue
-            del self.parked[end.key]
-            if isinstance(end, HandBack):
-                self.backs.append(end)
-                handed += 1
-            else:
-                self.ended.append(end)
-                applied[end.state] = applied.get(end.state, 0) + 1
-        return applied, handed
+    def end_in_airflow(self, batch: list[ParkedEnd]) -> list[ParkedEnd]:
+        done = [end for end in batch if self.parked.pop(end.key, None) is not None]
+        self.ended += done
+        return done
+
+    def hand_back_in_airflow(self, batch: list[HandBack]) -> list[HandBack]:
+        moved = [back for back in batch if self.parked.pop(back.key, None) is not None]
+        self.backs += moved
+        return moved
 
     def set_pool_slots(self, expected: int, slots: int) -> None:
         if self.pool_slots == expected:
@@ -198,6 +194,12 @@ class TwinAttendant(Attendant):
         self.db.shutdown(wait=True)
 
 
+def try_log_text(task_id: str, try_number: int = 1) -> str | None:
+    """The text of the attendant's log of a try of ``task_id`` (None when it wrote none)."""
+    path = log_file(("checks", RUN_ID, task_id, -1), try_number)
+    return None if path is None or not path.exists() else path.read_text()
+
+
 def waiting(try_number: int = 1, since: datetime | None = None) -> Parked:
     return Parked(try_number, "v1", since)
 
@@ -210,7 +212,8 @@ async def own_connection() -> dict[str, Any]:
     try:
         await att.cycle()
         await att.settle(lambda: False, timeout=0.5)
-        return att.seen()
+        logs = {name: try_log_text(name) for name in ("plain", "other_conn")}
+        return {**att.seen(), "logs": logs}
     finally:
         await att.close()
 
