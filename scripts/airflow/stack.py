@@ -473,9 +473,14 @@ class AirflowStack:
     def worker_tries(self, dag_id: str, run_id: str, task_id: str) -> int:
         """How many tries of this task (all its map indexes) ran a task process on a worker: each such try writes
         ``attempt=N.log`` (a resume appends to it), while a trigger's lines go to ``attempt=N.log.trigger.<job>.log``
-        on 2.10 and 3.x alike. 0: no worker ever ran it (it started and ended in the triggerer)."""
+        on 2.10 and 3.x alike, and the parking attendant's to ``attempt=N.log.attendant.log``. 0: no worker ever ran
+        it (it started and ended in the triggerer, or parked)."""
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-        return sum(1 for path in folder.rglob("attempt=*.log") if ".trigger." not in path.name)
+        return sum(
+            1
+            for path in folder.rglob("attempt=*.log")
+            if ".trigger." not in path.name and not path.name.endswith(".attendant.log")
+        )
 
     def run_states(self) -> dict[str, str]:
         """dag_id → state of its (latest) run."""

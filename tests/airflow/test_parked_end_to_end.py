@@ -12,7 +12,9 @@ tries run today's way, checking on their own."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -20,7 +22,7 @@ from typing import Iterator
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from scripts.airflow.stack import run_airflow, version_of
+from scripts.airflow.stack import ATTENDANT_READY, run_airflow, version_of
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
@@ -318,7 +320,9 @@ def test_what_airflow_runs_after_an_end_runs_and_each_try_asks_its_own_service(d
         lambda: bool(stack.rows("SELECT run_id FROM dag_run WHERE dag_id = 'parked_consumer'")),
         timeout=300,
     )
-    (elsewhere,) = stack.trigger_many(["parked_elsewhere"], day)
+    other_day = "2026-11-14"  # a day of its own: on 2.x, runs of one logical date share their run_id
+    deployment.landing.land(other_day)
+    (elsewhere,) = stack.trigger_many(["parked_elsewhere"], other_day)
     stack.wait(
         "the try of the service that is not there ended (by a worker, checking on its own)",
         lambda: states(deployment, [elsewhere]) == {("parked_elsewhere", "elsewhere"): "success"},
@@ -509,6 +513,46 @@ def test_a_dag_deleted_while_its_tries_are_parked(deployment: Deployment) -> Non
     stack.processes.check_alive()  # the attendant among them
     log = (stack.processes.logs / "attendant.log").read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_two_attendants_and_one_is_killed(deployment: Deployment) -> None:
+    """A second attendant beside the first: both register the parked tries (the service takes the same try twice as
+    one); the first is killed (SIGKILL, nothing cleaned up) while every try waits, and the second ends them all, once
+    each, with no worker."""
+    stack = deployment.stack
+    second = "attendant-2"
+    log = stack.processes.logs / f"{second}.log"
+    stack.processes.start(
+        second, [str(stack.venv / "bin" / "python"), "-m", "smartsensor_airflow.attendant"], stack.env
+    )
+    try:
+        stack.wait("the second attendant watching", lambda: log.exists() and ATTENDANT_READY in log.read_text(), 120)
+        day = "2026-11-15"
+        run_ids = stack.trigger_many(["parked_0"], day)
+        wait_all(deployment, run_ids, {"scheduled"}, "every sensor parked")
+        stack.wait(
+            "both attendants registered the parked tries",
+            lambda: registered_tries(deployment.engine, run_ids) == SENSORS and "registered=" in log.read_text(),
+            timeout=120,
+            step=0.5,
+        )
+        first = stack.processes.procs.pop("attendant")
+        stack.processes.services.discard("attendant")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        deployment.landing.land(day)
+        wait_all(deployment, run_ids, {"success"}, "the second attendant ended every try")
+        assert worker_tries(deployment, run_ids) == 0
+        ended = stack.rows(
+            "SELECT count(*) FROM task_instance WHERE run_id IN :runs AND state = 'success' AND try_number = 1",
+            expanding=["runs"],
+            runs=run_ids,
+        )
+        assert int(ended[0][0]) == SENSORS
+    finally:
+        stack.processes.stop(names=[second])
+        if "attendant" not in stack.processes.procs:
+            stack.start_attendant()
 
 
 def left_of(deployment: Deployment, run_id: str) -> tuple[int, int]:

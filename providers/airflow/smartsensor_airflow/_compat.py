@@ -116,6 +116,16 @@ def success_event() -> Any:
     return EndedSuccessEvent() if airflow_version()[0] == 2 else TaskSuccessEvent()
 
 
+def server_connection(conn_id: str) -> Any:
+    """Airflow's connection ``conn_id`` as a process of the deployment reads it (the attendant: not a task), from
+    every secrets backend the deployment has, its metadata database included. Airflow 3's Task SDK reads only
+    environment variables and configured backends outside a task, so its ``BaseHook`` does not see a connection
+    stored in the database; airflow-core's model does, on 2.10 and 3.x alike."""
+    from airflow.models.connection import Connection
+
+    return Connection.get_connection_from_secrets(conn_id)
+
+
 def parsing_for_task_run() -> bool:
     """Whether this process parses DAG files to run one task (a worker: Airflow sets its parsing context, on 2.10
     and 3.x), rather than to serialize them (the dag-processor) or to test a DAG."""

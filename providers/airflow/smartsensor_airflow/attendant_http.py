@@ -9,7 +9,7 @@ from typing import Any, Callable, TypeVar
 
 import httpx
 
-from smartsensor_airflow._compat import BaseHook
+from smartsensor_airflow._compat import server_connection
 from smartsensor_airflow.client import API, ApiError, Endpoint, endpoint_from_connection, error_message
 from smartsensor_airflow.wire import TryKey, WireError
 
@@ -104,7 +104,7 @@ class ServiceLinks:
 
     def _connection_endpoint(self, conn_id: str) -> Endpoint:
         try:
-            conn = BaseHook.get_connection(conn_id)
+            conn = server_connection(conn_id)
         except Exception as exc:  # noqa: BLE001 - a secrets backend out of reach: the service is, for us
             raise ApiError(f"connection {conn_id!r}: {exc}", transient=True) from None
         return endpoint_from_connection(conn, conn_id)
