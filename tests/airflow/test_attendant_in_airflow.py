@@ -97,11 +97,20 @@ def test_what_airflow_runs_after_an_end_is_left_to_a_worker(seen: dict[str, Any]
     assert pool == "own_pool" and why.startswith("UndefinedError"), why
     assert "undefined" not in ends["registered"]["smartsensor_default"]
     assert seen["worker_ends"]["listeners"]["backs"] == {"plain": ["own_pool", "success: a worker runs the listeners"]}
+    # Resumed as the provider's trigger resumes a try: its execute_complete gets the answer as its event.
+    key = {"dag_id": "checks", "task_id": "callback", "run_id": "manual__2026-11-22", "map_index": -1, "try_number": 1}
+    assert ends["events"]["callback"] == {"state": "success", "error": None, "reason": None, "hashcode": 7, "key": key}
+    assert ends["events"]["timeout"]["state"] == "failed" and ends["events"]["timeout"]["reason"] == "timeout"
+    assert "undefined" not in ends["events"]  # not answered: the worker runs it from the start
 
 
 def test_execution_timeout_counts_from_when_the_try_began_to_wait(seen: dict[str, Any]) -> None:
     timing = seen["execution_timeout"]
-    assert timing["ended"] == {"timeout": "error"}  # waited an hour, 60 s allowed: ended at first sight
+    # Waited an hour, 60 s allowed: at first sight it is resumed on a worker with the trigger's execution_timeout
+    # event (execute_complete raises AirflowTaskTimeout; Airflow's failure handling and retries run there).
+    assert timing["ended"] == {}
+    assert timing["events"]["timeout"]["state"] == "execution_timeout"
+    assert timing["backs"]["timeout"][1].startswith("error: a worker runs Airflow's failure handling")
     assert timing["watched"] == ["soft"]
     assert timing["recorded"] == ["soft"]  # no record of when it began to wait: recorded in Airflow
 

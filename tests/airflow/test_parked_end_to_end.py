@@ -389,8 +389,8 @@ def aware(when: datetime) -> datetime:
 
 def test_a_sensor_parks_once_its_upstream_is_done_and_execution_timeout_retries(deployment: Deployment) -> None:
     """``first >> after_first``: the second parks (and is registered) only once the first ended, as the scheduler
-    schedules it; ``execution_timeout`` ends a parked try as Airflow's ``AirflowTaskTimeout`` does, retried while
-    it has retries (its retry parks again), then failed."""
+    schedules it; ``execution_timeout`` ends a parked try as the provider's trigger does, resumed on a worker where
+    Airflow raises ``AirflowTaskTimeout``, retried while it has retries (its retry parks again), then failed."""
     stack = deployment.stack
     day = "2026-11-24"
     deployment.landing.land(day, tables=("clicks",))
@@ -419,8 +419,16 @@ def test_a_sensor_parks_once_its_upstream_is_done_and_execution_timeout_retries(
     second = registered_at(deployment, run_id, "after_first")
     assert second is not None and aware(second) >= aware(first_end)
     assert tries(deployment, run_id)["execution_timeout"][1] == 2  # try 1 up_for_retry, try 2 failed
-    assert "execution_timeout" in notes_of(deployment, run_id)["execution_timeout"]
-    assert worker_tries(deployment, [run_id]) == 0
+    # Each try reached its execution_timeout parked and was resumed on a worker with the trigger's event, where
+    # Airflow raised AirflowTaskTimeout (its failure handling, its retry); the retry parked again.
+    ran = {t: stack.worker_tries("parked_rules", run_id, t) for t in ("first", "after_first", "execution_timeout")}
+    assert ran == {"first": 0, "after_first": 0, "execution_timeout": 2}
+    assert "AirflowTaskTimeout" in worker_log(deployment, "parked_rules", run_id, "execution_timeout")
+    folder = stack.home / "logs" / "dag_id=parked_rules" / f"run_id={run_id}" / "task_id=execution_timeout"
+    assert sorted(p.name for p in folder.glob("*.attendant.log")) == [
+        "attempt=1.log.attendant.log",
+        "attempt=2.log.attendant.log",
+    ]
 
 
 def test_a_cleared_try_parks_again_and_a_paused_dags_tries_still_end(deployment: Deployment) -> None:
@@ -470,7 +478,9 @@ def test_a_cleared_try_parks_again_and_a_paused_dags_tries_still_end(deployment:
     )
     stack.wait("its try ended by Airflow", lambda: tries(deployment, timed_out)["never"][0] == "skipped", timeout=120)
     assert "never" not in notes_of(deployment, timed_out)  # the attendant never ended it
-    assert worker_tries(deployment, [run_id, paused, timed_out]) == 0
+    waited = [("parked_rules", r, t) for r in (run_id, paused) for t in ("first", "after_first")]
+    waited.append(("parked_dagrun_timeout", timed_out, "never"))
+    assert sum(stack.worker_tries(*one) for one in waited) == 0  # (execution_timeout's tries end on a worker)
 
 
 def test_a_dag_deleted_while_its_tries_are_parked(deployment: Deployment) -> None:

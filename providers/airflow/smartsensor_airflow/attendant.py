@@ -16,11 +16,13 @@ It runs on one event loop:
    of its own that holds one ``POST /tasks/states?wait=`` request (the service answers it the moment one of them
    ends; answers are matched to tries by key). A success or a skip (soft_fail) of a task for which Airflow runs
    nothing after that end is ended at once through Airflow's models (``parking.end_parked``), as Airflow ends a try
-   from its trigger; every other end is **handed back** (``parking.hand_back``): the try moves to its task's own
-   pool, the scheduler queues it, and a worker runs it as Airflow runs any try: its registration gets the same
-   answer at once and Airflow's own code ends it, with its callbacks, email, listeners, outlets, retries, history
-   and log. So is a try the attendant cannot serve: a check it cannot render or read (the worker renders it in
-   Airflow's own context), one the service keeps refusing (``REFUSALS``), a task that no longer parks;
+   from its trigger; every other end (and a try past its ``execution_timeout``) is **resumed on a worker** as
+   Airflow resumes a deferred try whose trigger fired (``parking.hand_back`` with the trigger's event): the try moves
+   to its task's own pool with ``next_method`` ``execute_complete``, the scheduler queues it, and Airflow's own code
+   ends it, with its callbacks, email, listeners, outlets, retries, history and log; its retry parks again
+   (``repark_retries``). A try the attendant cannot serve is handed back to run from the start: a check it cannot
+   render or read (the worker renders it in Airflow's own context), one the service keeps refusing
+   (``REFUSALS``), a task that no longer parks;
 3. the safety valve: while a service stays out of reach (no answer, a 5xx, a refused token) for longer than
    ``[smartsensor] park_fallback_grace`` seconds, the parking pool gets ``[smartsensor] park_valve_slots`` slots, so
    the scheduler runs the parked tries today's way (their ``execute`` checks on its own); once it answers again the
@@ -66,6 +68,7 @@ from smartsensor_airflow.client import (
     ApiError,
     Endpoint,
     is_timeout,
+    outcome,
 )
 from smartsensor_airflow.parking import HandBack, Key, ParkedEnd
 from smartsensor_airflow.start import DEFAULT_POOL
@@ -135,6 +138,7 @@ class CycleReport:
     registered: int = 0
     ended: dict[str, int] = field(default_factory=dict)
     handed_back: int = 0  # tries moved to their own pool, for a worker to run (``HandBack``)
+    reparked: int = 0  # retries of tries that ended on a worker, parked again (``repark_retries``)
     errors: int = 0
     reachable: bool = True
     valve_open: bool = False
@@ -202,6 +206,7 @@ class Attendant(AirflowSide, ServiceLinks):
             self.newest = newest
         if since is None:
             self.full_read_at = self.clock() + FULL_READ_EVERY
+            report.reparked = await self.in_db(self.repark_retries)
             gone = [k for k, w in self.watched.items() if k not in parked or parked[k].try_number != w.try_number]
         else:  # a try that left the pool is not in a read of changes: the next full read says so
             gone = [k for k, p in parked.items() if k in self.watched and self.watched[k].try_number != p.try_number]
@@ -227,21 +232,22 @@ class Attendant(AirflowSide, ServiceLinks):
         report.valve_open = self.valve_open
         return report
 
-    def overdue(self) -> list[ParkedEnd]:
+    def overdue(self) -> list[ParkedEnd | HandBack]:
         """The ends of the watched tries past their ``execution_timeout`` (counted from when the try began to wait),
-        as Airflow ends a try its execution_timeout interrupts: an error, retried while the task has tries left
-        (``AirflowTaskTimeout``), or skipped with soft_fail, as Airflow's sensor skips such a poke."""
+        as the provider's trigger ends such a try: resumed on a worker with an ``execution_timeout`` event, whose
+        ``execute_complete`` raises Airflow's ``AirflowTaskTimeout`` (retried while the task has tries left) or skips
+        with soft_fail; a soft_fail skip with nothing after it is ended here."""
         now = self.clock()
-        ends = []
+        ends: list[ParkedEnd | HandBack] = []
         for w in self.watched.values():
             if w.deadline is not None and now >= w.deadline:
                 why = f"smartsensor: the try reached its execution_timeout ({w.limit:g} s)"
                 state = "skipped" if w.soft_fail else "error"
-                ends.append(
-                    self.end_of(
-                        w.key, w.try_number, state, why + ("; soft_fail skips it" if w.soft_fail else ""), w.since
-                    )
+                end = self.end_of(
+                    w.key, w.try_number, state, why + ("; soft_fail skips it" if w.soft_fail else ""), w.since
                 )
+                event = {"state": "execution_timeout", "error": why, "key": w.asked.key.in_instance("").to_json()}
+                ends.append(self.resumed_if_needed(w, end, event))
         return ends
 
     def forget(self, key: Key) -> None:
@@ -493,9 +499,9 @@ class Attendant(AirflowSide, ServiceLinks):
 
     def end_for(self, w: Watched, answer: Registered | TryState) -> ParkedEnd | HandBack | None:
         """How a watched try ends for the service's answer, or None while it waits. A try ends here (as Airflow
-        ends a try from its trigger) only when Airflow runs nothing after that end: a failure, a task with callbacks,
-        email or outlets for that end, or a deployment with listener plugins, are handed back to a worker, which
-        registers the same try, gets the same answer at once and ends it as Airflow ends any try."""
+        ends a try from its trigger with ``end_from_trigger``) only when Airflow runs nothing after that end; a
+        failure, a task with callbacks, email or outlets for that end, or a deployment with listener plugins, is
+        resumed on a worker with the answer as its event, as the triggerer path resumes it (``parking.HandBack``)."""
         state, error = answer.state, answer.error
         if state == "success":
             end = self.end_of(w.key, w.try_number, "success", None, w.since)
@@ -507,9 +513,15 @@ class Attendant(AirflowSide, ServiceLinks):
             end = self.end_of(w.key, w.try_number, "error", f"smartsensor: {error or state}", w.since)
         else:
             return None
+        event = {**outcome(answer), "hashcode": answer.hashcode, "key": w.asked.key.in_instance("").to_json()}
+        return self.resumed_if_needed(w, end, event)
+
+    def resumed_if_needed(self, w: Watched, end: ParkedEnd, event: dict[str, Any]) -> ParkedEnd | HandBack:
+        """``end``, or, when Airflow runs work after it that only a worker runs (``work_after``), the try resumed
+        on a worker with ``event``."""
         work = self.work_after(w, end.state)
         if work:
-            return back_of(w.key, w.try_number, w.pool, f"{end.state}: a worker runs {', '.join(work)}")
+            return back_of(w.key, w.try_number, w.pool, f"{end.state}: a worker runs {', '.join(work)}", event)
         return end
 
     def work_after(self, w: Watched, end: str) -> list[str]:

@@ -77,9 +77,9 @@ class Settings:
         )
 
 
-def back_of(key: Key, try_number: int, pool: str, why: str) -> HandBack:
-    """The hand-back of one parked try to ``pool``."""
-    return HandBack(key[0], key[1], key[2], key[3], try_number, pool, why)
+def back_of(key: Key, try_number: int, pool: str, why: str, event: dict[str, Any] | None = None) -> HandBack:
+    """The hand-back of one parked try to ``pool``, resumed with ``event`` when given (``parking.HandBack``)."""
+    return HandBack(key[0], key[1], key[2], key[3], try_number, pool, why, event)
 
 
 class AirflowSide:
@@ -237,16 +237,13 @@ class AirflowSide:
         for start in range(0, len(backs), self.settings.batch):
             for back in self.hand_back_in_airflow(backs[start : start + self.settings.batch]):
                 handed += 1
-                log.info(
-                    "smartsensor attendant: %s try %s handed back to %r: %s",
-                    back.key,
-                    back.try_number,
-                    back.pool,
-                    back.why,
+                how = (
+                    "resumed on a worker with the answer"
+                    if back.event is not None
+                    else "run on a worker from the start"
                 )
-                self.journal.note(
-                    back.key, back.try_number, f"handed back to pool {back.pool!r} ({back.why}): a worker runs this try"
-                )
+                log.info("smartsensor attendant: %s try %s %s (%s)", back.key, back.try_number, how, back.why)
+                self.journal.note(back.key, back.try_number, f"handed back to pool {back.pool!r}, {how}: {back.why}")
         self.journal.flush()
         return applied, handed
 
@@ -288,6 +285,53 @@ class AirflowSide:
                 )
                 return 0
             return int(slots)
+
+    def repark_retries(self) -> int:
+        """Park again the retries of parked tries that ended on a worker: a try ``up_for_retry`` outside the parking
+        pool, in its task's own pool, whose task parks, goes back to the parking pool before the scheduler schedules
+        it (a guarded update: still ``up_for_retry``, still that try and pool; one the scheduler already moved on
+        is left, and runs today's way). How many."""
+        TaskInstance = task_instance_model()
+        from sqlalchemy import bindparam, select, update
+
+        ti = TaskInstance.__table__.c
+        version = ti.dag_version_id if "dag_version_id" in ti else ti.dag_id
+        with self.session_factory() as session:
+            rows = session.execute(
+                select(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number, ti.pool, version).where(
+                    ti.state == "up_for_retry", ti.pool != self.settings.pool
+                )
+            ).all()
+        if not rows:
+            return 0
+        retries = {(r[0], r[1], r[2], r[3]): Parked(r[4], r[6], None) for r in rows}
+        kwargs_of = self.start_kwargs_of(retries)
+        wanted = []
+        for r in rows:
+            kwargs, _ = kwargs_of.get((r[6], r[2]), (None, DEFAULT_POOL))
+            if kwargs is not None and str(kwargs.get("pool") or DEFAULT_POOL) == r[5]:
+                wanted.append({"b_d": r[0], "b_r": r[1], "b_t": r[2], "b_m": r[3], "b_n": r[4], "b_pool": r[5]})
+        if not wanted:
+            return 0
+        with self.session_factory() as session:
+            result = session.execute(
+                update(TaskInstance.__table__)
+                .where(
+                    ti.dag_id == bindparam("b_d"),
+                    ti.run_id == bindparam("b_r"),
+                    ti.task_id == bindparam("b_t"),
+                    ti.map_index == bindparam("b_m"),
+                    ti.try_number == bindparam("b_n"),
+                    ti.state == "up_for_retry",
+                    ti.pool == bindparam("b_pool"),
+                )
+                .values(pool=self.settings.pool),
+                wanted,
+            )
+            moved = int(result.rowcount or 0)
+        if moved:
+            log.info("smartsensor attendant: %d retries of parked tries park again", moved)
+        return moved
 
     def release_backs(self) -> list[ParkedEnd | HandBack]:
         """The hand-back of every parked try, each to its task's own pool (parking switched off)."""

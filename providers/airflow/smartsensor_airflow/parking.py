@@ -121,10 +121,17 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
     return applied
 
 
+RESUME_METHOD = "execute_complete"  # what a resumed try runs on a worker: a smartsensor task's, as after its trigger
+
+
 @dataclass(frozen=True)
 class HandBack:
     """A parked try handed back to Airflow: moved to ``pool`` (its task's own), where the scheduler queues it and a
-    worker runs it as it runs any try (its ``execute``, with Airflow's context, callbacks, listeners, log), and why."""
+    worker runs it as it runs any try, and why. With an ``event`` the worker **resumes** it as Airflow resumes a
+    deferred try whose trigger fired (``next_method`` ``execute_complete``, ``next_kwargs`` ``{"event": …}``: the
+    same event the provider's trigger sends), so Airflow's own code ends it: callbacks, email, listeners, outlets,
+    retries, history, log. Without one the worker runs its ``execute`` from the start (a check the attendant could
+    not serve)."""
 
     dag_id: str
     run_id: str
@@ -133,6 +140,7 @@ class HandBack:
     try_number: int
     pool: str
     why: str
+    event: dict[str, Any] | None = None
 
     @property
     def key(self) -> Key:
@@ -158,6 +166,7 @@ def hand_back(backs: Sequence[HandBack], park: str, session: Any) -> list[HandBa
     ).all()
     moved = [wanted[tuple(row)] for row in found if tuple(row) in wanted]
     if moved:
+        kwargs_type = ti.next_kwargs.type
         guarded = (
             update(TaskInstance.__table__)
             .where(
@@ -171,7 +180,11 @@ def hand_back(backs: Sequence[HandBack], park: str, session: Any) -> list[HandBa
                     ti.pool == park,
                 )
             )
-            .values(pool=bindparam("b_pool"))
+            .values(
+                pool=bindparam("b_pool"),
+                next_method=bindparam("b_next_method"),
+                next_kwargs=bindparam("b_next_kwargs", type_=kwargs_type),
+            )
         )
         session.execute(
             guarded,
@@ -183,12 +196,25 @@ def hand_back(backs: Sequence[HandBack], park: str, session: Any) -> list[HandBa
                     "b_map_index": b.map_index,
                     "b_try_number": b.try_number,
                     "b_pool": b.pool,
+                    "b_next_method": None if b.event is None else RESUME_METHOD,
+                    "b_next_kwargs": None if b.event is None else encode_next_kwargs({"event": b.event}, kwargs_type),
                 }
                 for b in moved
             ],
         )
     session.flush()
     return moved
+
+
+def encode_next_kwargs(kwargs: dict[str, Any], column_type: Any) -> Any:
+    """``next_kwargs`` as the running Airflow stores a trigger event's (its ``handle_event_submit``): 2.10 and 3.1 keep
+    them in an ``ExtendedJSON`` column, which encodes on write; 3.3 keeps plain JSON, encoded with the Task SDK's
+    serde."""
+    if type(column_type).__name__ == "ExtendedJSON":
+        return kwargs
+    from airflow.sdk.serde import serialize
+
+    return serialize(kwargs)
 
 
 def mark_waiting(tries: Sequence[tuple[Key, int]], park: str, now: datetime, session: Any) -> None:

@@ -160,6 +160,9 @@ class TwinAttendant(Attendant):
         self.backs += moved
         return moved
 
+    def repark_retries(self) -> int:
+        return 0  # no retries here: tests/airflow/test_parked_end_to_end.py parks them again in real Airflow
+
     def set_pool_slots(self, expected: int, slots: int) -> None:
         if self.pool_slots == expected:
             self.pool_slots = slots
@@ -171,6 +174,7 @@ class TwinAttendant(Attendant):
         return {
             "ended": {e.task_id: e.state for e in self.ended},
             "backs": {b.task_id: [b.pool, b.why] for b in self.backs},
+            "events": {b.task_id: b.event for b in self.backs if b.event is not None},
             "watched": sorted(k[2] for k in self.watched),
             "registered": {name: s.registered for name, s in self.services.items()},
             "pool_slots": self.pool_slots,
