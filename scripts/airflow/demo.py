@@ -265,8 +265,7 @@ class Demo:
         if args.policy:
             airflow_env["AIRFLOW__SMARTSENSOR__USE_SMART_SENSOR"] = "True"
         self.parks = not args.no_park
-        if self.parks:
-            airflow_env["AIRFLOW__SMARTSENSOR__PARK"] = "True"
+        airflow_env["AIRFLOW__SMARTSENSOR__PARK"] = "True" if self.parks else "False"
         self.stack = AirflowStack(
             Path(args.airflow_venv), self.home / "airflow", self.processes, args.parallelism, args.airflow_port
         )

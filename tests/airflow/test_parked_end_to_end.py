@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -103,7 +104,7 @@ with DAG("parked_rules", start_date=datetime(2026, 1, 1), schedule=None, catchup
     first >> after_first
     NamedHivePartitionSensor(
         task_id="execution_timeout", partition_names=["@DB@.events/ds=1999-01-02"], poke_interval=30, timeout=900,
-        execution_timeout=timedelta(seconds=3), retries=1, retry_delay=timedelta(seconds=1),
+        execution_timeout=timedelta(seconds=3), retries=1, retry_delay=timedelta(seconds=5),
     )
 
 with DAG(
@@ -550,6 +551,7 @@ def test_two_attendants_and_one_is_killed(deployment: Deployment) -> None:
         stack.processes.services.discard("attendant")
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
+        assert attendant_status(deployment)[0] == 0  # the second one's heartbeat
         deployment.landing.land(day)
         wait_all(deployment, run_ids, {"success"}, "the second attendant ended every try")
         assert worker_tries(deployment, run_ids) == 0
@@ -563,6 +565,46 @@ def test_two_attendants_and_one_is_killed(deployment: Deployment) -> None:
         stack.processes.stop(names=[second])
         if "attendant" not in stack.processes.procs:
             stack.start_attendant()
+
+
+def attendant_status(deployment: Deployment, **env: str) -> tuple[int, str]:
+    """``python -m smartsensor_airflow.attendant status``: its exit code and what it printed."""
+    stack = deployment.stack
+    proc = subprocess.run(
+        [str(stack.venv / "bin" / "python"), "-m", "smartsensor_airflow.attendant", "status"],
+        env={**stack.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode, proc.stdout
+
+
+def test_tries_that_wait_with_no_attendant_are_told(deployment: Deployment) -> None:
+    """With no attendant running, parked tries wait (as deferred tries wait while no triggerer runs): ``status``
+    says how many wait with no attendant (exit 1) once the last heartbeat is older than
+    ``park_attendant_timeout``; an attendant started again registers and ends them."""
+    stack = deployment.stack
+    stack.processes.stop(names=["attendant"])
+    try:
+        day = "2026-11-13"
+        run_ids = stack.trigger_many(["parked_1"], day)
+        wait_all(deployment, run_ids, {"scheduled"}, "every sensor parked, no attendant running")
+        stack.wait(  # the last heartbeat ages past the timeout given
+            "status saying the tries wait with no attendant",
+            lambda: attendant_status(deployment, AIRFLOW__SMARTSENSOR__PARK_ATTENDANT_TIMEOUT="2")[0] == 1,
+            timeout=120,
+        )
+        code, out = attendant_status(deployment, AIRFLOW__SMARTSENSOR__PARK_ATTENDANT_TIMEOUT="2")
+        assert code == 1, out
+        assert f"UNATTENDED: {SENSORS} tries wait with no attendant" in out, out
+    finally:
+        stack.start_attendant()
+    deployment.landing.land(day)
+    wait_all(deployment, run_ids, {"success"}, "the attendant started again ended every try")
+    code, out = attendant_status(deployment)
+    assert code == 0 and " attended" in out, out
+    assert worker_tries(deployment, run_ids) == 0
 
 
 def left_of(deployment: Deployment, run_id: str) -> tuple[int, int]:
@@ -579,9 +621,12 @@ def left_of(deployment: Deployment, run_id: str) -> tuple[int, int]:
 # writes"), as PostgreSQL grants: its row locks (SELECT … FOR UPDATE) need an UPDATE privilege, a column's is enough.
 ATTENDANT_GRANTS = (
     "GRANT SELECT ON task_instance, dag_run, serialized_dag, slot_pool, task_instance_note, connection TO {role}",
-    "GRANT UPDATE (state, start_date, end_date, duration, pool, updated_at) ON task_instance TO {role}",
+    "GRANT UPDATE (state, start_date, end_date, duration, pool, next_method, next_kwargs, updated_at)"
+    " ON task_instance TO {role}",
     "GRANT INSERT, UPDATE ON task_instance_note TO {role}",
-    "GRANT INSERT, UPDATE (slots) ON slot_pool TO {role}",
+    "GRANT INSERT, UPDATE (slots, description) ON slot_pool TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON variable TO {role}",
+    "GRANT USAGE ON SEQUENCE variable_id_seq TO {role}",
     "GRANT USAGE ON SEQUENCE slot_pool_id_seq TO {role}",
 )
 
@@ -632,6 +677,7 @@ def test_the_attendant_needs_no_more_than_it_reads_and_writes(deployment: Deploy
             )
             log = (stack.processes.logs / "attendant.log").read_text(errors="replace")
             assert "permission denied" not in log.lower(), log[-3000:]
+            assert attendant_status(deployment)[0] == 0  # its heartbeat written under the role
         finally:
             stack.processes.stop(names=["attendant"])
             stack.start_attendant()

@@ -163,6 +163,9 @@ def deployment(
         parse_timeout=max(300.0, len(dag_ids) * SCALE_SENSORS / 20),  # 20,000 sensors: 1,000 s
         airflow_env={
             **policy.AIRFLOW_ENV,
+            # Each strategy says where its tries go: the parked one per task (smartsensor_park), the others start in
+            # the triggerer even while the scale test's attendant runs (park = auto would park them too).
+            "AIRFLOW__SMARTSENSOR__PARK": "False",
             "AIRFLOW__TRIGGERER__CAPACITY": str(TRIGGERER_CAPACITY),  # 3.x
             "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": str(TRIGGERER_CAPACITY),  # 2.10
             "AIRFLOW__METRICS__STATSD_ON": "True",

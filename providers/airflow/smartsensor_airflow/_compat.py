@@ -126,6 +126,28 @@ def server_connection(conn_id: str) -> Any:
     return Connection.get_connection_from_secrets(conn_id)
 
 
+def read_variable(key: str) -> str | None:
+    """Airflow Variable ``key`` as DAG-parsing code reads it (3.x: the Task SDK, through the dag-processor's
+    supervisor; 2.10: the metadata database), None when it is not set."""
+    try:
+        from airflow.sdk import Variable
+    except ImportError:
+        from airflow.models import Variable
+
+        value = Variable.get(key, default_var=None)
+    else:
+        value = Variable.get(key, default=None)
+    return None if value is None else str(value)
+
+
+def write_variable(key: str, value: str, session: Any) -> None:
+    """Set Airflow Variable ``key`` as a process of the deployment (not a task) does: airflow-core's model, in
+    ``session`` (encrypted with the deployment's Fernet key where it has one)."""
+    from airflow.models.variable import Variable
+
+    Variable.set(key, value, session=session)
+
+
 def parsing_for_task_run() -> bool:
     """Whether this process parses DAG files to run one task (a worker: Airflow sets its parsing context, on 2.10
     and 3.x), rather than to serialize them (the dag-processor) or to test a DAG."""

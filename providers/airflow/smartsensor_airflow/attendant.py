@@ -29,7 +29,9 @@ It runs on one event loop:
    pool closes and new tries park again. The valve's state is the pool's slots, in Airflow: an attendant that
    starts with the pool open closes it once the service answers.
 
-``python -m smartsensor_airflow.attendant release`` hands every parked try back (parking switched off).
+``python -m smartsensor_airflow.attendant release`` hands every parked try back (parking switched off); ``… status``
+prints the parked tries and their attendant's heartbeat (``parking_health``: the parking pool's description), exit 1
+when tries wait with no attendant alive.
 
 Airflow's database is used from ``DB_THREADS`` threads. Several attendants may run (each ends or hands back only what
 is still parked, under a row lock). It never writes anything of Airflow's but the parked tries it ends or hands back
@@ -58,6 +60,7 @@ import airflow  # noqa: F401
 import httpx
 
 from smartsensor_airflow._compat import (
+    airflow_conf,
     airflow_session,
     has_listeners,
     load_note_models,
@@ -71,6 +74,7 @@ from smartsensor_airflow.client import (
     outcome,
 )
 from smartsensor_airflow.parking import HandBack, Key, ParkedEnd
+from smartsensor_airflow.parking_health import HEARTBEAT_EVERY, heartbeat, parking_health
 from smartsensor_airflow.start import DEFAULT_POOL
 from smartsensor_airflow.try_log import TryJournal
 from smartsensor_airflow.wire import (
@@ -177,6 +181,8 @@ class Attendant(AirflowSide, ServiceLinks):
         self.refusals: dict[tuple[Key, int], int] = {}  # a try → registrations refused for now (409, 503) in a row
         self.pending: list[Registration] = []  # the registrations of the last cycle that read new tries
         self.journal = TryJournal()  # the parked tries' logs (try_log)
+        self.heartbeat_at = 0.0  # when to write the next heartbeat (parking_health)
+        self.beat_error = ""  # the last heartbeat's error, logged once
         self.listeners = False  # listener plugins in this deployment: every end is left to a worker (serve)
         self.http: httpx.AsyncClient | None = None
         self.db = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="smartsensor-attendant-db")
@@ -204,9 +210,9 @@ class Attendant(AirflowSide, ServiceLinks):
         report.parked, report.full_read = len(parked), since is None
         if newest is not None and (self.newest is None or newest > self.newest):
             self.newest = newest
+        report.reparked = await self.in_db(self.repark_retries)
         if since is None:
             self.full_read_at = self.clock() + FULL_READ_EVERY
-            report.reparked = await self.in_db(self.repark_retries)
             gone = [k for k, w in self.watched.items() if k not in parked or parked[k].try_number != w.try_number]
         else:  # a try that left the pool is not in a read of changes: the next full read says so
             gone = [k for k, p in parked.items() if k in self.watched and self.watched[k].try_number != p.try_number]
@@ -227,6 +233,9 @@ class Attendant(AirflowSide, ServiceLinks):
         report.errors = sum(1 for e in ends if isinstance(e, ParkedEnd) and e.state == "error")
         took("end")
         await self.in_db(self.mind_valve)
+        if self.clock() >= self.heartbeat_at:
+            self.heartbeat_at = self.clock() + HEARTBEAT_EVERY
+            await self.in_db(self.beat)
         if self.journal.pending:
             await self.in_db(self.journal.flush)
         report.valve_open = self.valve_open
@@ -551,6 +560,20 @@ class Attendant(AirflowSide, ServiceLinks):
             self.refusals.pop((end.key, end.try_number), None)
         return applied, handed
 
+    def beat(self) -> None:
+        """This attendant's heartbeat (``parking_health.heartbeat``). One that cannot be written (a role without the
+        grants) is logged, once per error: the parked tries are still ended, but ``status`` and ``park = auto``
+        cannot see this attendant."""
+        try:
+            with self.session_factory() as session:
+                heartbeat(session, self.settings.pool, len(self.watched))
+        except Exception as exc:  # noqa: BLE001 - the cycle goes on
+            if repr(exc) != self.beat_error:
+                log.warning("smartsensor attendant: its heartbeat could not be written: %s", exc)
+            self.beat_error = repr(exc)
+        else:
+            self.beat_error = ""
+
     def release(self) -> int:
         """Hand every parked try back to Airflow, each to its task's own pool (``python -m
         smartsensor_airflow.attendant release``: parking switched off with no attendant to run); how many."""
@@ -626,14 +649,26 @@ def release() -> int:
         attendant.db.shutdown(wait=True)
 
 
+def status() -> int:
+    """Print the parked tries and their attendant (``parking_health``); 1 when tries wait with no attendant alive."""
+    settings = Settings.from_airflow()
+    alive_for = float(airflow_conf.get("smartsensor", "park_attendant_timeout", fallback="60"))
+    with airflow_session() as session:
+        health = parking_health(session, settings.pool, alive_for=alive_for)
+    print(f"smartsensor parking ({settings.pool}): {health.line()}")
+    return 1 if health.unattended else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = sys.argv[1:] if argv is None else argv
     if args == ["release"]:
         print(f"smartsensor attendant: {release()} parked tries handed back to their own pools")
         return 0
+    if args == ["status"]:
+        return status()
     if args:
-        print("usage: python -m smartsensor_airflow.attendant [release]", file=sys.stderr)
+        print("usage: python -m smartsensor_airflow.attendant [release | status]", file=sys.stderr)
         return 2
     run()
     return 0

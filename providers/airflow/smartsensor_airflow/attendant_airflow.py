@@ -18,7 +18,18 @@ from smartsensor_airflow._compat import (
     task_instance_model,
 )
 from smartsensor_airflow.parked_checks import rendered_check, serialized_tasks, start_kwargs
-from smartsensor_airflow.parking import HandBack, Key, ParkedEnd, end_parked, hand_back, in_batches, mark_waiting
+from smartsensor_airflow.parking import (
+    HandBack,
+    Key,
+    ParkedEnd,
+    end_parked,
+    hand_back,
+    in_batches,
+    mark_waiting,
+    this_try,
+    try_row,
+)
+from smartsensor_airflow.parking_health import DESCRIPTION
 from smartsensor_airflow.start import DEFAULT_PARK_POOL, DEFAULT_POOL
 from smartsensor_airflow.trigger_context import row_context
 from smartsensor_airflow.try_log import TryJournal
@@ -279,7 +290,7 @@ class AirflowSide:
                     Pool(
                         pool=self.settings.pool,
                         slots=0,
-                        description="smartsensor: parked sensor tries",
+                        description=DESCRIPTION,
                         include_deferred=False,
                     )
                 )
@@ -289,8 +300,8 @@ class AirflowSide:
     def repark_retries(self) -> int:
         """Park again the retries of parked tries that ended on a worker: a try ``up_for_retry`` outside the parking
         pool, in its task's own pool, whose task parks, goes back to the parking pool before the scheduler schedules
-        it (a guarded update: still ``up_for_retry``, still that try and pool; one the scheduler already moved on
-        is left, and runs today's way). How many."""
+        it (every cycle; a guarded update: still ``up_for_retry``, still that try and pool; one the scheduler already
+        moved on, a ``retry_delay`` shorter than a cycle or two, is left, and runs today's way). How many."""
         TaskInstance = task_instance_model()
         from sqlalchemy import bindparam, select, update
 
@@ -310,21 +321,13 @@ class AirflowSide:
         for r in rows:
             kwargs, _ = kwargs_of.get((r[6], r[2]), (None, DEFAULT_POOL))
             if kwargs is not None and str(kwargs.get("pool") or DEFAULT_POOL) == r[5]:
-                wanted.append({"b_d": r[0], "b_r": r[1], "b_t": r[2], "b_m": r[3], "b_n": r[4], "b_pool": r[5]})
+                wanted.append(try_row((r[0], r[1], r[2], r[3]), r[4], pool=r[5]))
         if not wanted:
             return 0
         with self.session_factory() as session:
             result = session.execute(
                 update(TaskInstance.__table__)
-                .where(
-                    ti.dag_id == bindparam("b_d"),
-                    ti.run_id == bindparam("b_r"),
-                    ti.task_id == bindparam("b_t"),
-                    ti.map_index == bindparam("b_m"),
-                    ti.try_number == bindparam("b_n"),
-                    ti.state == "up_for_retry",
-                    ti.pool == bindparam("b_pool"),
-                )
+                .where(*this_try(ti, "up_for_retry", bindparam("b_pool")))
                 .values(pool=self.settings.pool),
                 wanted,
             )

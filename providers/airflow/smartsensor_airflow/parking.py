@@ -53,6 +53,35 @@ class ParkedEnd:
         return (self.dag_id, self.run_id, self.task_id, self.map_index)
 
 
+def this_try(ti: Any, state: str, pool: Any) -> list[Any]:
+    """The guard of one try's update in a batch (``session.execute(update…, rows)``): its key and try number, bound
+    per row (``try_row``), still ``state`` and in ``pool`` (a pool's name, or a bound parameter)."""
+    from sqlalchemy import bindparam
+
+    return [
+        ti.dag_id == bindparam("b_dag_id"),
+        ti.run_id == bindparam("b_run_id"),
+        ti.task_id == bindparam("b_task_id"),
+        ti.map_index == bindparam("b_map_index"),
+        ti.try_number == bindparam("b_try_number"),
+        ti.state == state,
+        ti.pool == pool,
+    ]
+
+
+def try_row(key: Key, try_number: int, **values: Any) -> dict[str, Any]:
+    """One row of a batch guarded by ``this_try``: the try's key and number, and ``values`` (``b_``-named)."""
+    dag_id, run_id, task_id, map_index = key
+    return {
+        "b_dag_id": dag_id,
+        "b_run_id": run_id,
+        "b_task_id": task_id,
+        "b_map_index": map_index,
+        "b_try_number": try_number,
+        **{f"b_{name}": value for name, value in values.items()},
+    }
+
+
 def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[ParkedEnd]:
     """End every try of ``ends`` that is, read under a row lock, still that try, ``scheduled`` and in ``pool``: its
     state, start and end dates and duration set as Airflow's own state change sets them (the start: when it began
@@ -84,30 +113,19 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
             continue  # another try of the task (cleared and scheduled again): not this answer's
         started = start_date or (min(end.since, now) if end.since is not None else now)
         rows.append(
-            {
-                "b_dag_id": dag_id,
-                "b_run_id": run_id,
-                "b_task_id": task_id,
-                "b_map_index": map_index,
-                "b_try_number": try_number,
-                "b_state": state_of(end.state, try_number, max_tries),
-                "b_start_date": started,
-                "b_duration": max(0.0, (now - started).total_seconds()),
-            }
+            try_row(
+                end.key,
+                try_number,
+                state=state_of(end.state, try_number, max_tries),
+                start_date=started,
+                duration=max(0.0, (now - started).total_seconds()),
+            )
         )
         applied.append(end)
     if rows:
         guarded = (
             update(TaskInstance.__table__)
-            .where(
-                ti.dag_id == bindparam("b_dag_id"),
-                ti.run_id == bindparam("b_run_id"),
-                ti.task_id == bindparam("b_task_id"),
-                ti.map_index == bindparam("b_map_index"),
-                ti.try_number == bindparam("b_try_number"),
-                ti.state == "scheduled",
-                ti.pool == pool,
-            )
+            .where(*this_try(ti, "scheduled", pool))
             .values(
                 state=bindparam("b_state"),
                 start_date=bindparam("b_start_date"),
@@ -151,7 +169,7 @@ def hand_back(backs: Sequence[HandBack], park: str, session: Any) -> list[HandBa
     """Move each try of ``backs`` that is still that try, ``scheduled`` and in the parking pool ``park`` to its own
     pool: one guarded update per try, sent as one batch; flushes, does not commit. The tries moved (a try a user
     changed, cleared or that another attendant ended or moved meanwhile is left as it is)."""
-    from sqlalchemy import and_, bindparam, select, tuple_, update
+    from sqlalchemy import bindparam, select, tuple_, update
 
     TaskInstance = task_instance_model()
     if not backs:
@@ -165,42 +183,28 @@ def hand_back(backs: Sequence[HandBack], park: str, session: Any) -> list[HandBa
         .with_for_update()
     ).all()
     moved = [wanted[tuple(row)] for row in found if tuple(row) in wanted]
-    if moved:
-        kwargs_type = ti.next_kwargs.type
-        guarded = (
+    kwargs_type = ti.next_kwargs.type
+    resumed = [
+        try_row(b.key, b.try_number, pool=b.pool, kwargs=encode_next_kwargs({"event": b.event}, kwargs_type))
+        for b in moved
+        if b.event is not None
+    ]
+    if resumed:  # as Airflow's handle_event_submit resumes a deferred try: next_method and the event
+        session.execute(
             update(TaskInstance.__table__)
-            .where(
-                and_(
-                    ti.dag_id == bindparam("b_dag_id"),
-                    ti.run_id == bindparam("b_run_id"),
-                    ti.task_id == bindparam("b_task_id"),
-                    ti.map_index == bindparam("b_map_index"),
-                    ti.try_number == bindparam("b_try_number"),
-                    ti.state == "scheduled",
-                    ti.pool == park,
-                )
-            )
+            .where(*this_try(ti, "scheduled", park))
             .values(
                 pool=bindparam("b_pool"),
-                next_method=bindparam("b_next_method"),
-                next_kwargs=bindparam("b_next_kwargs", type_=kwargs_type),
-            )
+                next_method=RESUME_METHOD,
+                next_kwargs=bindparam("b_kwargs", type_=kwargs_type),
+            ),
+            resumed,
         )
+    fresh = [try_row(b.key, b.try_number, pool=b.pool) for b in moved if b.event is None]
+    if fresh:  # its execute from the start
         session.execute(
-            guarded,
-            [
-                {
-                    "b_dag_id": b.dag_id,
-                    "b_run_id": b.run_id,
-                    "b_task_id": b.task_id,
-                    "b_map_index": b.map_index,
-                    "b_try_number": b.try_number,
-                    "b_pool": b.pool,
-                    "b_next_method": None if b.event is None else RESUME_METHOD,
-                    "b_next_kwargs": None if b.event is None else encode_next_kwargs({"event": b.event}, kwargs_type),
-                }
-                for b in moved
-            ],
+            update(TaskInstance.__table__).where(*this_try(ti, "scheduled", park)).values(pool=bindparam("b_pool")),
+            fresh,
         )
     session.flush()
     return moved
@@ -221,7 +225,7 @@ def mark_waiting(tries: Sequence[tuple[Key, int]], park: str, now: datetime, ses
     """Record when each parked try (key, try number) began to wait, as its start date, where Airflow recorded none
     (2.10 has no ``scheduled_dttm``): an attendant that restarts, or another one, counts the try's
     ``execution_timeout`` from there. One guarded update, sent as one batch; flushes, does not commit."""
-    from sqlalchemy import bindparam, update
+    from sqlalchemy import update
 
     if not tries:
         return
@@ -229,21 +233,9 @@ def mark_waiting(tries: Sequence[tuple[Key, int]], park: str, now: datetime, ses
     ti = TaskInstance.__table__.c
     session.execute(
         update(TaskInstance.__table__)
-        .where(
-            ti.dag_id == bindparam("b_dag_id"),
-            ti.run_id == bindparam("b_run_id"),
-            ti.task_id == bindparam("b_task_id"),
-            ti.map_index == bindparam("b_map_index"),
-            ti.try_number == bindparam("b_try_number"),
-            ti.state == "scheduled",
-            ti.pool == park,
-            ti.start_date.is_(None),
-        )
+        .where(*this_try(ti, "scheduled", park), ti.start_date.is_(None))
         .values(start_date=now),
-        [
-            {"b_dag_id": k[0], "b_run_id": k[1], "b_task_id": k[2], "b_map_index": k[3], "b_try_number": n}
-            for k, n in tries
-        ],
+        [try_row(key, n) for key, n in tries],
     )
     session.flush()
 

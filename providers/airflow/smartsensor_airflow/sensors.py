@@ -26,8 +26,8 @@ Extra arguments:
   ``start.py`` for when it cannot), so that no worker runs the task; False keeps every try on the ``execute``
   path below.
 - ``smartsensor_park``: park each try in the parking pool for the parking attendant (``start.py``), no trigger
-  and no worker; default None: as ``[smartsensor] park`` says. A task whose check the attendant cannot render
-  starts in the triggerer instead.
+  and no worker; default None: as ``[smartsensor] park`` says (``auto``, its default: while an attendant runs). A
+  task whose check the attendant cannot render starts in the triggerer instead.
 
 The service checks with its own metastore: ``metastore_conn_id`` (and ``mysql_conn_id``) are accepted, templated
 as Airflow's, and used only by the safety valve, which checks through Airflow's own sensor of the same class.

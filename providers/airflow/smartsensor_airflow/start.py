@@ -27,6 +27,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
@@ -39,6 +41,7 @@ from smartsensor_airflow._compat import (
     airflow_version,
     can_start_from_trigger,
     parsing_for_task_run,
+    read_variable,
     serialize_value,
     template_environment,
 )
@@ -144,15 +147,59 @@ def template_problem(task: Any, parked: bool = False) -> str | None:
     return None
 
 
+def park_setting() -> bool | None:
+    """``[smartsensor] park``: True (always park), False (never), or None for ``auto``, the default (park while a
+    parking attendant is alive: ``attendant_alive``). A value it cannot read is ``auto``, logged."""
+    text = str(airflow_conf.get("smartsensor", "park", fallback="auto") or "auto").strip().lower()
+    if text in ("true", "on", "yes", "1"):
+        return True
+    if text in ("false", "off", "no", "0"):
+        return False
+    if text != "auto":
+        log.error("smartsensor: [smartsensor] park = %r: expected auto, True or False; auto it is", text)
+    return None
+
+
 def park_pool(task: Any = None) -> str | None:
     """The pool ``task``'s tries park in (``[smartsensor] park_pool``) when parking is on for it (its
-    ``smartsensor_park``, else ``[smartsensor] park``), else None."""
+    ``smartsensor_park``, else ``[smartsensor] park``; ``auto`` while an attendant is alive), else None."""
     wanted = getattr(task, "smartsensor_park", None) if task is not None else None
     if wanted is None:
-        wanted = airflow_conf.getboolean("smartsensor", "park", fallback=False)
+        wanted = park_setting()
+        if wanted is None:
+            wanted = attendant_alive()
     if not wanted:
         return None
     return airflow_conf.get("smartsensor", "park_pool", fallback=DEFAULT_PARK_POOL) or DEFAULT_PARK_POOL
+
+
+ATTENDANT_VARIABLE = "smartsensor_parking"  # the attendants' heartbeat, as DAG parsing can read it (parking_health)
+ALIVE_CACHE = 10.0  # seconds a process keeps what it read of the heartbeat
+_alive: list[Any] = [None, -1e9]  # what was read, and when (monotonic)
+
+
+def attendant_alive() -> bool:
+    """Whether a parking attendant is alive, by its heartbeat (the ``ATTENDANT_VARIABLE`` Variable, younger than
+    ``[smartsensor] park_attendant_timeout``), read at most every ``ALIVE_CACHE`` seconds per process. Never on a
+    worker that parses to run a try (its pool is its own there) and False when it cannot be read: with ``park =
+    auto`` a deployment with no attendant keeps the triggerer path, and tries park once one runs (at the next parse
+    of their DAG files)."""
+    if parsing_for_task_run():
+        return False
+    now = time.monotonic()
+    if now - _alive[1] >= ALIVE_CACHE:
+        try:
+            text = read_variable(ATTENDANT_VARIABLE)
+            alive_at = None if text is None else datetime.fromisoformat(json.loads(text)["alive_at"])
+        except Exception:
+            log.warning("smartsensor: the parking attendant's heartbeat could not be read", exc_info=True)
+            alive_at = None
+        _alive[0], _alive[1] = alive_at, now
+    alive_at = _alive[0]
+    if alive_at is None:
+        return False
+    limit = float(airflow_conf.get("smartsensor", "park_attendant_timeout", fallback="60") or 60)
+    return bool((datetime.now(timezone.utc) - alive_at).total_seconds() <= limit)
 
 
 def parked_start_args(task: Any) -> StartTriggerArgs | None:

@@ -160,6 +160,9 @@ class TwinAttendant(Attendant):
         self.backs += moved
         return moved
 
+    def beat(self) -> None:
+        pass  # the heartbeat is Airflow's database's: tests/airflow/test_parked_end_to_end.py and test_parking_auto.py
+
     def repark_retries(self) -> int:
         return 0  # no retries here: tests/airflow/test_parked_end_to_end.py parks them again in real Airflow
 
