@@ -13,6 +13,7 @@ tries run today's way, checking on their own."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -597,10 +598,11 @@ def test_tries_that_wait_with_no_attendant_are_told(deployment: Deployment) -> N
         )
         code, out = attendant_status(deployment, AIRFLOW__SMARTSENSOR__PARK_ATTENDANT_TIMEOUT="2")
         assert code == 1, out
-        assert f"UNATTENDED: {SENSORS} tries wait with no attendant" in out, out
+        unattended = re.search(r"UNATTENDED: (\d+) tries wait with no attendant", out)
+        assert unattended is not None and int(unattended.group(1)) >= SENSORS, out  # (and any an earlier test left)
     finally:
         stack.start_attendant()
-    deployment.landing.land(day)
+        deployment.landing.land(day)  # even when the test failed: its tries end, and take no worker slot later
     wait_all(deployment, run_ids, {"success"}, "the attendant started again ended every try")
     code, out = attendant_status(deployment)
     assert code == 0 and " attended" in out, out

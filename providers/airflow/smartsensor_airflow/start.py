@@ -150,7 +150,12 @@ def template_problem(task: Any, parked: bool = False) -> str | None:
 def park_setting() -> bool | None:
     """``[smartsensor] park``: True (always park), False (never), or None for ``auto``, the default (park while a
     parking attendant is alive: ``attendant_alive``). A value it cannot read is ``auto``, logged."""
-    text = str(airflow_conf.get("smartsensor", "park", fallback="auto") or "auto").strip().lower()
+    return _park_value(str(airflow_conf.get("smartsensor", "park", fallback="auto") or "auto").strip().lower())
+
+
+@functools.lru_cache(maxsize=8)
+def _park_value(text: str) -> bool | None:
+    """``park_setting`` of one text (a value it cannot read logged once per process)."""
     if text in ("true", "on", "yes", "1"):
         return True
     if text in ("false", "off", "no", "0"):
