@@ -126,6 +126,13 @@ def server_connection(conn_id: str) -> Any:
     return Connection.get_connection_from_secrets(conn_id)
 
 
+def sdk_serialize(value: Any) -> Any:
+    """``value`` encoded with the Task SDK's serde (Airflow 3.3 stores a resumed try's ``next_kwargs`` so)."""
+    from airflow.sdk.serde import serialize
+
+    return serialize(value)
+
+
 def read_variable(key: str) -> str | None:
     """Airflow Variable ``key`` as DAG-parsing code reads it (3.x: the Task SDK, through the dag-processor's
     supervisor; 2.10: the metadata database), None when it is not set."""

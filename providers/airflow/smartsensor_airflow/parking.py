@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
-from smartsensor_airflow._compat import load_note_models, task_instance_model
+from smartsensor_airflow._compat import load_note_models, sdk_serialize, task_instance_model
 
 # What a parked try can end as. "error": the try failed in a way Airflow retries (its check could not be rendered
 # or read, or its check errored): up_for_retry while the task has tries left (max_tries), else failed.
@@ -216,9 +216,7 @@ def encode_next_kwargs(kwargs: dict[str, Any], column_type: Any) -> Any:
     serde."""
     if type(column_type).__name__ == "ExtendedJSON":
         return kwargs
-    from airflow.sdk.serde import serialize
-
-    return serialize(kwargs)
+    return sdk_serialize(kwargs)
 
 
 def mark_waiting(tries: Sequence[tuple[Key, int]], park: str, now: datetime, session: Any) -> None:
