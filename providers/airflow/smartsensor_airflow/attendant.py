@@ -306,9 +306,10 @@ class Attendant(AirflowSide, ServiceLinks):
                     raise
                 self.out_of_reach(conn_id, exc)
                 self.read_all_next()  # the tries not registered yet: a read of changes would not see them again
-        unrecorded = [(r.key, r.try_number) for r in bodies if r.since is None]
+        watching = set(waiting)
+        unrecorded = [(r.key, r.try_number) for r in bodies if r.since is None and (r.key, r.try_number) in watching]
         if unrecorded:  # 2.10: when each began to wait, kept in Airflow (a restarted attendant counts from there)
-            await self.in_db(self.record_waiting, [t for t in unrecorded if t in set(waiting)])
+            await self.in_db(self.record_waiting, unrecorded)
         return registered, ends
 
     async def register_batch(
