@@ -595,6 +595,7 @@ def test_tries_that_wait_with_no_attendant_are_told(deployment: Deployment) -> N
             "status saying the tries wait with no attendant",
             lambda: attendant_status(deployment, AIRFLOW__SMARTSENSOR__PARK_ATTENDANT_TIMEOUT="2")[0] == 1,
             timeout=120,
+            step=5,  # each call starts a Python with Airflow (seconds of CPU)
         )
         code, out = attendant_status(deployment, AIRFLOW__SMARTSENSOR__PARK_ATTENDANT_TIMEOUT="2")
         assert code == 1, out
