@@ -50,7 +50,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, TypeVar
 
@@ -317,11 +317,7 @@ class Attendant(AirflowSide, ServiceLinks):
     ) -> list[Watched]:
         """Register one batch with ``conn_id``'s service: the tries it watches now; the ends and hand-backs its
         answers call for are added to ``ends``. Answers are matched to tries by their key."""
-        bodies = [r.body.key.in_instance(endpoint.instance) for r in batch]
-        sent = [
-            TryRegistration(k, r.body.sensor_class, r.body.persist, r.body.exec_values, r.body.logical_date)
-            for k, r in zip(bodies, batch, strict=True)
-        ]
+        sent = [replace(r.body, key=r.body.key.in_instance(endpoint.instance)) for r in batch]
         many = await self.post(conn_id, endpoint, "/tasks/batch", {"tries": [b.to_json() for b in sent]})
         if "status" in many:  # the whole batch refused: a service before /tasks/batch, or a body it cannot take
             answers = [await self.register_one(conn_id, endpoint, b) for b in sent]

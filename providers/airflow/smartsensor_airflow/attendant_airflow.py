@@ -151,7 +151,6 @@ class AirflowSide:
             if kwargs is None:
                 backs.append(back_of(key, parked.try_number, pool, "its task no longer parks"))
                 continue
-            pool = str(kwargs.get("pool") or DEFAULT_POOL)
             try:
                 context = row_context(key[1], *run, kwargs.get("params"))
                 registered_as, persist = rendered_check(kwargs, context)
@@ -191,7 +190,7 @@ class AirflowSide:
 
     def start_kwargs_of(self, new: dict[Key, Parked]) -> dict[tuple[Any, str], tuple[dict[str, Any] | None, str]]:
         """(DAG version, task_id) → the start kwargs the serialized DAG carries for each new try's task (None when
-        none), and the pool the serialized task names (its own when it no longer parks)."""
+        none), and the task's own pool: where a try it hands back runs (``own_pool_of``)."""
         now = self.clock()
         missing = {
             p.version
@@ -203,15 +202,18 @@ class AirflowSide:
             with self.session_factory() as session:
                 for version, data in serialized_dag_rows(session, missing):
                     self.specs[version] = {
-                        t: (start_kwargs(e), self.own_pool_of(e)) for t, e in serialized_tasks(data).items()
+                        t: ((kw := start_kwargs(e)), self.own_pool_of(e, kw)) for t, e in serialized_tasks(data).items()
                     }
                     self.specs_read[version] = now
         return {
             (p.version, k[2]): self.specs.get(p.version, {}).get(k[2], (None, DEFAULT_POOL)) for k, p in new.items()
         }
 
-    def own_pool_of(self, task_entry: dict[str, Any]) -> str:
-        """The pool a serialized task names, unless it is the parking pool (Airflow's default pool then)."""
+    def own_pool_of(self, task_entry: dict[str, Any], kwargs: dict[str, Any] | None) -> str:
+        """A serialized task's own pool: the one its parked check carries (``start.own_pool``), else the pool the
+        task names unless it is the parking pool (a task that no longer parks; Airflow's default pool then)."""
+        if kwargs is not None:
+            return str(kwargs.get("pool") or DEFAULT_POOL)
         pool = task_entry.get("pool")
         return str(pool) if pool and pool != self.settings.pool else DEFAULT_POOL
 
@@ -319,8 +321,8 @@ class AirflowSide:
         kwargs_of = self.start_kwargs_of(retries)
         wanted = []
         for r in rows:
-            kwargs, _ = kwargs_of.get((r[6], r[2]), (None, DEFAULT_POOL))
-            if kwargs is not None and str(kwargs.get("pool") or DEFAULT_POOL) == r[5]:
+            kwargs, pool = kwargs_of.get((r[6], r[2]), (None, DEFAULT_POOL))
+            if kwargs is not None and pool == r[5]:
                 wanted.append(try_row((r[0], r[1], r[2], r[3]), r[4], pool=r[5]))
         if not wanted:
             return 0
@@ -342,9 +344,7 @@ class AirflowSide:
         kwargs_of = self.start_kwargs_of(parked)
         backs: list[ParkedEnd | HandBack] = []
         for key, p in parked.items():
-            kwargs, pool = kwargs_of.get((p.version, key[2]), (None, DEFAULT_POOL))
-            if kwargs is not None:
-                pool = str(kwargs.get("pool") or DEFAULT_POOL)
+            _, pool = kwargs_of.get((p.version, key[2]), (None, DEFAULT_POOL))
             backs.append(back_of(key, p.try_number, pool, "released: parking switched off"))
         return backs
 

@@ -10,6 +10,7 @@ lines). The reader sees it where it sees the local logs: the host it runs on, or
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -38,15 +39,17 @@ def log_file(key: Key, try_number: int) -> Path | None:
     dag_id, run_id, task_id, map_index = key
     ti = SimpleNamespace(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, try_number=try_number)
     try:
-        name = (
-            jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
-            .from_string(template)
-            .render(ti=ti, try_number=try_number)
-        )
+        name = _compiled(template).render(ti=ti, try_number=try_number)
     except Exception as exc:  # noqa: BLE001 - a template about more than the key: no log, said once per process
         _warn_once(f"no parked try logs: [logging] log_filename_template needs more than the try's key: {exc}")
         return None
     return Path(base, name + SUFFIX)
+
+
+@functools.lru_cache(maxsize=4)
+def _compiled(template: str) -> jinja2.Template:
+    """Airflow's log file name template, compiled once per process (a flush names many tries' files)."""
+    return jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined).from_string(template)
 
 
 def line(when: datetime, text: str) -> str:

@@ -142,7 +142,12 @@ class TwinAttendant(Attendant):
         return dict(self.parked), None
 
     def start_kwargs_of(self, new: dict[Key, Parked]) -> dict[tuple[Any, str], tuple[dict[str, Any] | None, str]]:
-        return {(p.version, k[2]): (KWARGS.get(k[2]), "serialized_pool") for k, p in new.items()}
+        # As the real one: the pool a parked check carries, else the serialized task's ("serialized_pool" here).
+        found = {k[2]: KWARGS.get(k[2]) for k in new}
+        return {
+            (p.version, k[2]): (found[k[2]], str((found[k[2]] or {}).get("pool") or "serialized_pool"))
+            for k, p in new.items()
+        }
 
     def run_rows(self, runs: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[Any, Any, Any, Any]]:
         return {run: (DAY, DAY - timedelta(days=1), DAY, {}) for run in runs}
