@@ -479,7 +479,10 @@ def test_a_cleared_try_parks_again_and_a_paused_dags_tries_still_end(deployment:
         timeout=300,
     )
     stack.wait("its try ended by Airflow", lambda: tries(deployment, timed_out)["never"][0] == "skipped", timeout=120)
-    assert "never" not in notes_of(deployment, timed_out)  # the attendant never ended it
+    folder = stack.home / "logs" / "dag_id=parked_dagrun_timeout" / f"run_id={timed_out}" / "task_id=never"
+    attended = "".join(path.read_text(errors="replace") for path in folder.glob("*.attendant.log"))
+    assert "ended" not in attended and "handed back" not in attended  # the attendant never ended it
+    assert notes_of(deployment, timed_out) == {}  # nor wrote a note: a note is its users'
     waited = [("parked_rules", r, t) for r in (run_id, paused) for t in ("first", "after_first")]
     waited.append(("parked_dagrun_timeout", timed_out, "never"))
     assert sum(stack.worker_tries(*one) for one in waited) == 0  # (execution_timeout's tries end on a worker)
@@ -623,10 +626,9 @@ def left_of(deployment: Deployment, run_id: str) -> tuple[int, int]:
 # What the attendant reads and writes in Airflow's database (docs/airflow.md, "What the attendant reads and
 # writes"), as PostgreSQL grants: its row locks (SELECT … FOR UPDATE) need an UPDATE privilege, a column's is enough.
 ATTENDANT_GRANTS = (
-    "GRANT SELECT ON task_instance, dag_run, serialized_dag, slot_pool, task_instance_note, connection TO {role}",
+    "GRANT SELECT ON task_instance, dag_run, serialized_dag, slot_pool, connection TO {role}",
     "GRANT UPDATE (state, start_date, end_date, duration, pool, next_method, next_kwargs, updated_at)"
     " ON task_instance TO {role}",
-    "GRANT INSERT, UPDATE ON task_instance_note TO {role}",
     "GRANT INSERT, UPDATE (slots, description) ON slot_pool TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON variable TO {role}",
     "GRANT USAGE ON SEQUENCE variable_id_seq TO {role}",

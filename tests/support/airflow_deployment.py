@@ -102,6 +102,7 @@ def deployed(
     landings_via: Callable[[str], str] | None = None,
     rest: bool = False,
     parse_timeout: float = 300,
+    home_files: dict[str, str] | None = None,
 ) -> Iterator[Deployment]:
     """smartsensor and Airflow (``venv``; its database a copy of one migrated by ``databases``) with the DAG files
     ``dags`` (file name → source), ``local_settings`` as ``$AIRFLOW_HOME/config/airflow_local_settings.py`` and
@@ -109,7 +110,8 @@ def deployed(
     service. ``smartsensor_settings`` (``section__option``) go to smartsensor's processes; ``landings_prefix``
     switches the landing publisher on (``[landings]``, Airflow 3: this stack's api-server, its admin user, the
     ``hive://`` assets under that prefix; ``landings_via`` maps the api-server's URL to the one the workers are given,
-    e.g. a proxy's); ``rest``: 2.x runs its webserver too, and runs are triggered through its REST API as on 3.x.
+    e.g. a proxy's); ``rest``: 2.x runs its webserver too, and runs are triggered through its REST API as on 3.x;
+    ``home_files``: more files under $AIRFLOW_HOME before Airflow starts (path → source: plugins, templates).
     Waits until ``dag_ids`` are parsed (``parse_timeout`` seconds at most)."""
     (smartsensor_db, smartsensor_url), (airflow_db, airflow_url) = new_pg_database(), databases.new_pg(venv)
     processes = Processes(tmp / "logs")
@@ -135,9 +137,12 @@ def deployed(
     metastore = Metastore(service, db)
     for name, source in dags.items():
         (stack.dags / name).write_text(source)
+    files = dict(home_files or {})
     if local_settings is not None:
-        (stack.home / "config").mkdir(parents=True, exist_ok=True)
-        (stack.home / "config" / "airflow_local_settings.py").write_text(local_settings)
+        files["config/airflow_local_settings.py"] = local_settings
+    for relative, source in files.items():
+        (stack.home / relative).parent.mkdir(parents=True, exist_ok=True)
+        (stack.home / relative).write_text(source)
     deployment = Deployment(stack, Landing(metastore, engine), engine, tmp / "logs", port, env, airflow_db)
     try:
         metastore.create_tables(tables)

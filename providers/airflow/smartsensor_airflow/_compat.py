@@ -223,8 +223,8 @@ def deserialize_value(encoded: Any) -> Any:
 
 def load_note_models() -> None:
     """Airflow 2.10's task-instance note refers to the FAB auth manager's user table, whose model must be known
-    before a note is written (Airflow's webserver has imported it; a scheduler may not have). Airflow 3: a note's
-    user is a plain string, nothing to load."""
+    before the first ORM query configures every mapper (Airflow's webserver has imported it; a scheduler or the
+    attendant may not have). Airflow 3: a note's user is a plain string, nothing to load."""
     try:
         import airflow.providers.fab.auth_manager.models  # noqa: F401
     except ImportError:

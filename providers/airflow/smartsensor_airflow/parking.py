@@ -20,19 +20,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
-from smartsensor_airflow._compat import load_note_models, sdk_serialize, task_instance_model
+from smartsensor_airflow._compat import sdk_serialize, task_instance_model
 
 # What a parked try can end as. "error": the try failed in a way Airflow retries (its check could not be rendered
 # or read, or its check errored): up_for_retry while the task has tries left (max_tries), else failed.
 ENDS = frozenset({"success", "failed", "skipped", "error"})
-NOTE_LIMIT = 1000  # characters: task_instance_note.content is String(1000) on 2.10 and 3.x
 Key = tuple[str, str, str, int]  # a task instance's: dag_id, run_id, task_id, map_index
 
 
 @dataclass(frozen=True)
 class ParkedEnd:
-    """How one parked try ends: its key, its new state (``ENDS``), the note the UI shows on it, and since when it
-    waited (its start date; None: the moment it ends, as Airflow's own state change does)."""
+    """How one parked try ends: its key, its new state (``ENDS``), why (for the try's own log: ``try_log``; a task
+    instance's note is its users', never written here), and since when it waited (its start date; None: the moment
+    it ends, as Airflow's own state change does)."""
 
     dag_id: str
     run_id: str
@@ -85,8 +85,8 @@ def try_row(key: Key, try_number: int, **values: Any) -> dict[str, Any]:
 def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[ParkedEnd]:
     """End every try of ``ends`` that is, read under a row lock, still that try, ``scheduled`` and in ``pool``: its
     state, start and end dates and duration set as Airflow's own state change sets them (the start: when it began
-    to wait, ``since``), and its note. Three statements whatever the batch's size (the lock, one guarded update per
-    try sent as one batch, the notes); flushes, does not commit (the caller's transaction:
+    to wait, ``since``). Two statements whatever the batch's size (the lock, one guarded update per try sent as
+    one batch); flushes, does not commit (the caller's transaction:
     ``airflow.utils.session.create_session``). The ends applied; the others were no longer this try's to end."""
     from sqlalchemy import bindparam, select, tuple_, update
 
@@ -134,7 +134,6 @@ def end_parked(ends: Sequence[ParkedEnd], pool: str, session: Any) -> list[Parke
             )
         )
         session.execute(guarded, rows)
-    _write_notes([end for end in applied if end.note], session)
     session.flush()
     return applied
 
@@ -244,25 +243,6 @@ def state_of(end: str, try_number: int, max_tries: int | None) -> str:
     if end != "error":
         return end
     return "up_for_retry" if try_number <= (max_tries or 0) else "failed"
-
-
-def _write_notes(ends: Sequence[ParkedEnd], session: Any) -> None:
-    """Each end's note on its task instance, through Airflow's model, where it has none: a user's note stays."""
-    if not ends:
-        return
-    load_note_models()
-    from sqlalchemy import select, tuple_
-    from sqlalchemy.orm import selectinload
-
-    TaskInstance = task_instance_model()
-
-    notes = {end.key: end.note for end in ends}
-    key = (TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index)
-    for ti in session.scalars(
-        select(TaskInstance).where(tuple_(*key).in_(list(notes))).options(selectinload(TaskInstance.task_instance_note))
-    ):
-        if not ti.note:
-            ti.note = (notes[(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)] or "")[:NOTE_LIMIT]
 
 
 def in_batches(ends: Iterable[ParkedEnd], size: int) -> Iterable[list[ParkedEnd]]:
