@@ -30,7 +30,7 @@ from smartsensor.config import Config
 from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_deployment import Deployment, deployed, metastore_connection, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
-from tests.support.airflow_race import TABLES, registered_tries
+from tests.support.airflow_race import TABLES
 
 pytestmark = pytest.mark.slow
 
@@ -237,19 +237,20 @@ def test_the_same_dag_three_ways(deployment: tuple[Deployment, Path], mailbox: M
 
     def all_waiting() -> bool:
         for dag_id, predicate in waiting.items():
-            sql = f"SELECT count(*) FROM task_instance WHERE run_id = :r AND task_id = 'success' AND {predicate}"
-            if stack.rows(sql, r=runs[dag_id])[0][0] != 1:
+            sql = (
+                "SELECT count(*) FROM task_instance WHERE dag_id = :d AND run_id = :r AND task_id = 'success' "
+                f"AND {predicate}"
+            )
+            if stack.rows(sql, d=dag_id, r=runs[dag_id])[0][0] != 1:
                 return False
-        return registered_tries(running.engine, [runs["three_parked"], runs["three_triggerer"]]) >= 2
+        return registered_success(running.engine) == 2
 
     stack.wait("each way's success task waiting (parked, deferred, poking)", all_waiting, timeout=600, step=0.5)
     write_notes(stack, runs)
     running.landing.land(DAY)
 
     def ended() -> bool:
-        states = [
-            s for (s,) in stack.rows("SELECT state FROM task_instance WHERE run_id IN :r", ["r"], r=[*runs.values()])
-        ]
+        states = [s for dag_id, run_id in runs.items() for s in states_of(stack, dag_id, run_id)]
         return len(states) == len(WAYS) * len(SCENARIOS) and all(s in ENDED for s in states)
 
     stack.wait("every task of the three DAGs ended", ended, timeout=900, step=1)
@@ -276,30 +277,50 @@ def test_the_same_dag_three_ways(deployment: tuple[Deployment, Path], mailbox: M
     assert "1 retry" in seen["airflow"]["retry"].callbacks and seen["airflow"]["retry"].mails
 
 
+def registered_success(engine: Any) -> int:
+    """How many of the parked and triggerer ways' success tasks smartsensor registered."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM external_task WHERE task_id = 'success' "
+                    "AND dag_id IN ('three_parked', 'three_triggerer')"
+                )
+            ).scalar_one()
+        )
+
+
+def states_of(stack: Any, dag_id: str, run_id: str) -> list[str]:
+    return [
+        s
+        for (s,) in stack.rows("SELECT state FROM task_instance WHERE dag_id = :d AND run_id = :r", d=dag_id, r=run_id)
+    ]
+
+
 def write_notes(stack: Any, runs: dict[str, str]) -> None:
     """A user's note on each way's waiting success task, as Airflow's UI writes it (its table, this version's
     columns)."""
     engine = create_engine(stack.db_url)
     try:
         with engine.begin() as conn:
-            for run_id in runs.values():
+            for dag_id, run_id in runs.items():
                 if stack.major >= 3:
                     conn.execute(
                         text(
                             "INSERT INTO task_instance_note (ti_id, user_id, content, created_at, updated_at) "
                             "SELECT id, 'on-call', :note, now(), now() FROM task_instance "
-                            "WHERE run_id = :r AND task_id = 'success'"
+                            "WHERE dag_id = :d AND run_id = :r AND task_id = 'success'"
                         ),
-                        {"note": NOTE, "r": run_id},
+                        {"note": NOTE, "d": dag_id, "r": run_id},
                     )
                 else:
                     conn.execute(
                         text(
                             "INSERT INTO task_instance_note (dag_id, task_id, run_id, map_index, content, created_at, "
                             "updated_at) SELECT dag_id, task_id, run_id, map_index, :note, now(), now() "
-                            "FROM task_instance WHERE run_id = :r AND task_id = 'success'"
+                            "FROM task_instance WHERE dag_id = :d AND run_id = :r AND task_id = 'success'"
                         ),
-                        {"note": NOTE, "r": run_id},
+                        {"note": NOTE, "d": dag_id, "r": run_id},
                     )
     finally:
         engine.dispose()
@@ -314,18 +335,17 @@ def gather(stack: Any, marks: Path, mailbox: Mailbox, way: str, run_id: str) -> 
     dag_id = f"three_{way}"
     notes_sql = (
         "SELECT t.task_id, n.content FROM task_instance_note n JOIN task_instance t ON n.ti_id = t.id "
-        "WHERE t.run_id = :r"
+        "WHERE t.dag_id = :d AND t.run_id = :r"
         if stack.major >= 3
-        else "SELECT task_id, content FROM task_instance_note WHERE run_id = :r"
+        else "SELECT task_id, content FROM task_instance_note WHERE dag_id = :d AND run_id = :r"
     )
-    notes = dict(stack.rows(notes_sql, r=run_id))
-    history = Counter(
-        task_id for (task_id,) in stack.rows("SELECT task_id FROM task_instance_history WHERE run_id = :r", r=run_id)
-    )
+    notes = dict(stack.rows(notes_sql, d=dag_id, r=run_id))
+    history_sql = "SELECT task_id FROM task_instance_history WHERE dag_id = :d AND run_id = :r"
+    history = Counter(task_id for (task_id,) in stack.rows(history_sql, d=dag_id, r=run_id))
     callbacks, listener = lines_of(marks / "callbacks.log", dag_id), lines_of(marks / "listener.log", dag_id)
     seen: dict[str, Seen] = {}
     for task_id, state, tries in stack.rows(
-        "SELECT task_id, state, try_number FROM task_instance WHERE run_id = :r", r=run_id
+        "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = :d AND run_id = :r", d=dag_id, r=run_id
     ):
         folder = stack.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
         seen[task_id] = Seen(
@@ -355,7 +375,7 @@ def lines_of(path: Path, dag_id: str) -> dict[str, list[str]]:
 
 
 def mails_of(subjects: list[str], dag_id: str, task_id: str) -> tuple[str, ...]:
-    """"<try> of <tries>" of each mail about ``dag_id``.``task_id`` (its subject: SUBJECT), sorted."""
+    """ "<try> of <tries>" of each mail about ``dag_id``.``task_id`` (its subject: SUBJECT), sorted."""
     prefix = f"three ways: {dag_id} {task_id} "
     return tuple(sorted(s.removeprefix(prefix) for s in subjects if s.startswith(prefix)))
 
