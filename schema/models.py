@@ -237,6 +237,7 @@ landing_outbox = Table(
     Column("unknown_since", UtcDateTime),
     Column("generation", Integer, nullable=False, default=0, server_default="0"),
     Column("part_id", BigInteger),
+    Column("post_started_at", UtcDateTime),
     Index("outbox_landing", "uri", "partition_name", "generation", unique=True),
     Index(
         "outbox_undelivered",

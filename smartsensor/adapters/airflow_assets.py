@@ -11,7 +11,12 @@ scheduled on, and one asset event per landed partition.
 - ``POST /auth/token`` with ``{username, password}`` for a bearer token (Airflow's auth managers answer it), taken
   again once when a call is answered 401.
 
-Every call has ``timeout`` seconds (connect, read, write and pool alike). A failure is classified for the outbox
+Every call has ``timeout`` seconds (connect, read, write and pool alike). A redirect to the same API route on the same
+host (http → https, another port or path prefix in front: a proxy) is followed with the same method, body and token,
+up to ``MAX_REDIRECTS`` (a permanent one is logged once: set ``[landings] airflow_url`` to it); any other redirect is
+not followed and the call is retried later. Only Airflow's own answers (JSON with a ``detail``) can refuse an event
+for good: a proxy's 400 or 413 page is retried, and a 2xx that is not Airflow's answer to a post (no event id) is
+of unknown outcome, looked up before it is posted again. A failure is classified for the outbox
 (``domain.landings.PostOutcome``), never raised from ``post_event``; ``consumed_hive_assets`` raises
 ``AirflowApiError`` with one line saying what failed.
 """
@@ -36,6 +41,9 @@ PAGE = 100  # assets per GET /api/v2/assets page, events per GET /api/v2/assets/
 ONE_OFF = {"Connection": "close"}
 LOOKUP_PAGES = 10  # pages of events one look-up reads at most: more events of the asset since then is "cannot tell"
 DETAIL_LIMIT = 300  # characters of an error answer kept in a log line or an outbox row
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+PERMANENT = frozenset({301, 308})
+MAX_REDIRECTS = 3  # hops one call follows
 
 
 class AirflowApiError(Exception):
@@ -43,12 +51,20 @@ class AirflowApiError(Exception):
 
 
 def _detail(response: httpx.Response) -> str:
+    return _answer(response)[0]
+
+
+def _answer(response: httpx.Response) -> tuple[str, bool]:
+    """What an error answer says (one line), and whether it is Airflow's API's own (JSON with a ``detail``)."""
     try:
         body: Any = response.json()
     except ValueError:
         body = response.text
+    ours = isinstance(body, dict) and "detail" in body
     detail = body.get("detail", body) if isinstance(body, dict) else body
-    return str(detail).replace("\n", " ")[:DETAIL_LIMIT]
+    if response.status_code in REDIRECTS:
+        detail = f"redirected to {response.headers.get('location', '?')}, not followed: {detail}"
+    return str(detail).replace("\n", " ")[:DETAIL_LIMIT], ours
 
 
 class AirflowAssets:
@@ -68,6 +84,7 @@ class AirflowAssets:
         self.client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout), transport=transport)
         self._token: str | None = None
         self._lock = threading.Lock()
+        self._moved: set[str] = set()  # permanent redirects logged (once each)
         self.calls = 0  # requests sent, the token's included (the tests and the bench read it)
 
     def close(self) -> None:
@@ -81,7 +98,10 @@ class AirflowAssets:
             raise AirflowApiError(f"POST /auth/token: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 300:
             raise AirflowApiError(f"POST /auth/token: HTTP {response.status_code}: {_detail(response)}")
-        token = response.json().get("access_token")
+        try:
+            token = response.json().get("access_token")
+        except (ValueError, AttributeError):  # a proxy's page, not Airflow's answer
+            raise AirflowApiError(f"POST /auth/token: not Airflow's answer: {_detail(response)}") from None
         if not isinstance(token, str) or not token:
             raise AirflowApiError("POST /auth/token: the answer holds no access_token")
         return token
@@ -94,11 +114,32 @@ class AirflowAssets:
                 if self._token is None or fresh:
                     self._token = self._login()
                 token = self._token
-            self.calls += 1
             sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
-            response = self.client.request(method, path, headers=sent, **kwargs)
+            response = self._following(method, path, sent, **kwargs)
             if response.status_code != 401:
                 return response
+        return response
+
+    def _following(self, method: str, path: str, headers: dict[str, str], **kwargs: Any) -> httpx.Response:
+        """One call, following redirects to the same route on the same host (module docstring)."""
+        url: httpx.URL | str = path
+        for _ in range(MAX_REDIRECTS + 1):
+            self.calls += 1
+            response = self.client.request(method, url, headers=headers, **kwargs)
+            location = response.headers.get("location")
+            if response.status_code not in REDIRECTS or not location:
+                return response
+            target = response.url.join(location).copy_with(query=None)  # the call's own parameters are sent again
+            if target.host != response.url.host or not target.path.endswith(path):
+                return response  # elsewhere (another host, a maintenance page): not followed, retried later
+            if response.status_code in PERMANENT and str(target) not in self._moved:
+                self._moved.add(str(target))
+                log.warning(
+                    "landings: Airflow's API moved: %s redirects to %s for good; set [landings] airflow_url to it",
+                    response.url,
+                    target,
+                )
+            url = target
         return response
 
     def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
@@ -138,19 +179,23 @@ class AirflowAssets:
             return PostOutcome("retry", f"{type(exc).__name__}: {exc}")
         except httpx.HTTPError as exc:  # sent, and maybe taken: a read timeout, a connection dropped mid-answer
             return PostOutcome("unknown", f"{type(exc).__name__}: {exc}")
-        event_id = None
         if 200 <= response.status_code < 300:
             try:
                 event_id = int(response.json().get("id"))
-            except (ValueError, TypeError, AttributeError):
-                event_id = None
-        return outcome_of_status(response.status_code, _detail(response), event_id)
+            except (ValueError, TypeError, AttributeError):  # a 2xx that is not Airflow's answer to a post
+                detail = f"HTTP {response.status_code} without an event id: {_detail(response)}"
+                return PostOutcome("unknown", detail)
+            return PostOutcome("delivered", "", event_id)
+        detail, ours = _answer(response)
+        return outcome_of_status(response.status_code, detail, None, ours)
 
-    def find_events(self, asset_id: int, since: datetime, marks: dict[str, Any]) -> EventLookup:
-        """``GET /api/v2/assets/events`` of ``asset_id`` from ``since`` (Airflow's clock), oldest first, at most
-        ``LOOKUP_PAGES`` pages: the ids of the events whose ``extra`` holds every item of ``marks``. Not answered
-        (never raised) when a call fails, answers other than 200 (a 500 while a run an event created has not
-        started: module docstring), or the events do not fit in the pages."""
+    def find_events(
+        self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]
+    ) -> EventLookup:
+        """``GET /api/v2/assets/events`` of ``asset_id`` from ``since`` to ``until`` (Airflow's clock; None: no end),
+        oldest first, at most ``LOOKUP_PAGES`` pages: the ids of the events whose ``extra`` holds every item of
+        ``marks``. Not answered (never raised) when a call fails, answers other than 200 (a 500 while a run an
+        event created has not started: module docstring), or the events do not fit in the pages."""
         found: list[int] = []
         offset = 0
         for _ in range(LOOKUP_PAGES):
@@ -161,6 +206,8 @@ class AirflowAssets:
                 "limit": PAGE,
                 "offset": offset,
             }
+            if until is not None:
+                params["timestamp_lte"] = clock.iso(until) + "Z"
             try:
                 response = self._send("GET", "/api/v2/assets/events", headers=ONE_OFF, params=params)
             except (AirflowApiError, httpx.HTTPError) as exc:

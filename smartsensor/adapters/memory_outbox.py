@@ -64,6 +64,7 @@ class Landing:
     delivered_at: datetime | None = None
     event_id: int | None = None
     unknown_since: datetime | None = None
+    post_started_at: datetime | None = None
 
 
 def _in(shardcode: int, ranges: Sequence[tuple[int, int]]) -> bool:
@@ -174,11 +175,14 @@ class MemoryOutboxStore:
             if not listed or not self._baseline_kept(watch.uri):
                 return 0, {}
             latest = self._latest(watch.uri, set(listed))
+            seen = {
+                (row.partition_name, row.part_id) for row in self.outbox.values() if row.uri == watch.uri
+            }  # every id each name's generations had: one seen before is a database that went back
             record: dict[str, int | None] = {name: row[1] for name, row in latest.items()}
             new: list[tuple[str, str, int, int | None]] = []
             for name, (generation, part_id) in latest.items():
                 key, now_id = listed[name]
-                if part_id is not None and part_id >= now_id:
+                if part_id is not None and (name, now_id) in seen:
                     continue
                 record[name] = now_id
                 if part_id is None:
@@ -229,7 +233,7 @@ class MemoryOutboxStore:
             )[:limit]
             claimed = []
             for row in due:
-                lapsed = row.state == SENDING
+                posted = row.state == SENDING and row.post_started_at is not None  # the lapsed claim had posted
                 taken = replace(
                     row,
                     state=SENDING,
@@ -237,8 +241,9 @@ class MemoryOutboxStore:
                     claimed_by=owner,
                     claimed_until=until,
                     attempts=row.attempts + 1,
-                    unknown_outcomes=row.unknown_outcomes + (1 if lapsed else 0),
-                    unknown_since=(row.unknown_since or row.claimed_until) if lapsed else row.unknown_since,
+                    unknown_outcomes=row.unknown_outcomes + (1 if posted else 0),
+                    unknown_since=(row.unknown_since or row.post_started_at) if posted else row.unknown_since,
+                    post_started_at=None,
                 )
                 self.outbox[row.id] = taken
                 claimed.append(
@@ -279,23 +284,27 @@ class MemoryOutboxStore:
                         attempts=row.attempts - 1,
                         claim_token=None,
                         claimed_until=None,
+                        post_started_at=None,
                     )
                     released += 1
             return released
 
-    def holds(self, row_id: int, token: str, until: datetime) -> bool:
+    def begin_post(self, row_id: int, token: str, now: datetime, until: datetime) -> bool:
         with self._lock:
             row = self._held(row_id, token)
-            return row is not None and row.claimed_until is not None and row.claimed_until >= until
+            if row is None or row.claimed_until is None or row.claimed_until <= now:
+                return False
+            self.outbox[row_id] = replace(row, claimed_until=until, post_started_at=now, unknown_since=None)
+            return True
 
-    def _settle(self, row_id: int, token: str, values: dict[str, Any], counted: bool) -> bool:
+    def _settle(self, row_id: int, token: str, values: dict[str, Any], counted: bool, events: int = 0) -> bool:
         """Settle the row ``delivered`` with ``values`` (``counted``: one more 2xx): under the claim if it holds;
         else whoever holds it unless it is settled already (then only the 2xx is counted). Whether it held."""
         row = self.outbox.get(row_id)
         if row is None:
             return False
-        settled = {**values, "claim_token": None, "claimed_until": None, "unknown_since": None}
-        posts = row.posts + (1 if counted else 0)
+        settled = {**values, "claim_token": None, "claimed_until": None, "unknown_since": None, "post_started_at": None}
+        posts = max(row.posts + (1 if counted else 0), events)
         if self._held(row_id, token) is not None:
             self.outbox[row_id] = replace(row, **settled, posts=posts)
             return True
@@ -309,9 +318,10 @@ class MemoryOutboxStore:
         with self._lock:
             return self._settle(row_id, token, {"state": DELIVERED, "delivered_at": now, "event_id": event_id}, True)
 
-    def end_found(self, row_id: int, token: str, now: datetime, event_id: int) -> bool:
+    def end_found(self, row_id: int, token: str, now: datetime, event_id: int, events: int = 1) -> bool:
         with self._lock:
-            return self._settle(row_id, token, {"state": DELIVERED, "delivered_at": now, "event_id": event_id}, False)
+            values = {"state": DELIVERED, "delivered_at": now, "event_id": event_id}
+            return self._settle(row_id, token, values, False, events)
 
     def end_unanswered(self, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str) -> bool:
         with self._lock:
@@ -325,6 +335,7 @@ class MemoryOutboxStore:
                 last_error=error,
                 claim_token=None,
                 claimed_until=None,
+                post_started_at=None,
             )
             return True
 
@@ -344,6 +355,7 @@ class MemoryOutboxStore:
                 unknown_since=(row.unknown_since or now) if unknown else None,
                 claim_token=None,
                 claimed_until=None,
+                post_started_at=None,
             )
             return True
 
@@ -358,6 +370,7 @@ class MemoryOutboxStore:
                 last_error=error,
                 claim_token=None,
                 claimed_until=None,
+                post_started_at=None,
                 unknown_since=None,
             )
             return True

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from smartsensor.adapters.sql import landings as landing_sql
 from smartsensor.adapters.sql import tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, normalize_url
 from smartsensor.adapters.sql.status_store import SqlExpiredRows
@@ -47,7 +48,9 @@ def db_reshard(app: App) -> None:
     """Recompute shardcodes after shard_code_upper_limit changed (safe while workers run)."""
     limit = app.cfg.shard_code_upper_limit
     moved = task_sql.reshard_tasks(app.engine(), limit)
+    tables = landing_sql.reshard_watches(app.engine(), limit)
     click.echo(f"{moved} task instance(s) moved to shardcode = hashcode mod {limit}")
+    click.echo(f"{tables} watched table(s) moved, with their landings, to shardcodes below {limit}")
 
 
 @db.command("prune")

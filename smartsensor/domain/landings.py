@@ -78,13 +78,25 @@ def partition_key(name: str) -> str:
         raise ValueError(f"not a Hive partition name: {name!r}") from None
 
 
-def key_problem(key: str) -> str | None:
+def key_problem(key: str, name: str | None = None) -> str | None:
     """Why Airflow 3.3 would refuse ``key`` as a partition key (its API model: at least one non-blank character,
-    at most 250), or None."""
+    at most 250), or why a consumer could not read it back: a value of a partition of several columns (``name``)
+    that holds the delimiter ``|`` (``ProductMapper`` would split it into more fields than columns, fail inside
+    Airflow and start no run, while the post is answered 2xx); None when it can be published."""
     if not key.strip():
         return "the partition key is blank"
     if len(key) > MAX_KEY_LENGTH:
         return f"the partition key is {len(key)} characters long; Airflow takes {MAX_KEY_LENGTH} at most"
+    if name is not None:
+        try:
+            values = [value for _, value in parse_spec(name)]
+        except PartitionNameError:
+            return f"not a Hive partition name: {name!r}"
+        if len(values) > 1 and any(KEY_DELIMITER in value for value in values):
+            return (
+                f"a value holds {KEY_DELIMITER!r}, the delimiter of the key's {len(values)} columns: a consumer's "
+                "mapper could not split the key back"
+            )
     return None
 
 
@@ -113,12 +125,15 @@ class PostOutcome:
 RETRY_STATUSES = frozenset({401, 403, 404, 408, 409, 425, 429})
 
 
-def outcome_of_status(status: int, detail: str, event_id: int | None = None) -> PostOutcome:
-    """The outcome of an HTTP answer with ``status``."""
+def outcome_of_status(status: int, detail: str, event_id: int | None = None, from_airflow: bool = True) -> PostOutcome:
+    """The outcome of an HTTP answer with ``status``. ``from_airflow``: the answer is Airflow's API's own (JSON with
+    a ``detail``); any other (a proxy's or a load balancer's page: a 400, a 413, a redirect not followed) is never
+    ``rejected``, it says nothing of whether Airflow would take the event: retried."""
     if 200 <= status < 300:
         return PostOutcome("delivered", "", event_id)
-    if status in RETRY_STATUSES or status >= 500:
-        return PostOutcome("retry", f"HTTP {status}: {detail}")
+    if status in RETRY_STATUSES or status >= 500 or status < 400 or not from_airflow:
+        source = "" if from_airflow or status >= 500 else " (not Airflow's answer)"
+        return PostOutcome("retry", f"HTTP {status}{source}: {detail}")
     return PostOutcome("rejected", f"HTTP {status}: {detail}")
 
 
@@ -134,14 +149,22 @@ class EventLookup:
     detail: str = ""
 
 
-def lookup_since(unknown_since: datetime | None, landed_at: datetime, claim_seconds: float) -> datetime:
-    """The earliest time (Airflow's clock) at which an event of a row whose outcome became unknown at
-    ``unknown_since`` can have been taken: a post starts under a claim, at most ``claim_seconds`` before the claim
-    lapses or its timeout is seen, less ``CLOCK_SKEW``. A row without ``unknown_since`` (one from before migration
-    0010) is looked up from its landing."""
+def lookup_window(
+    unknown_since: datetime | None, landed_at: datetime, claim_seconds: float, request_seconds: float
+) -> tuple[datetime, datetime | None]:
+    """When (Airflow's clock) an event of a row whose outcome became unknown at ``unknown_since`` can have been
+    taken: from ``claim_seconds`` before it (a post begins under a claim that lasts that long: a timeout is seen at
+    most that long after the post began), to ``claim_seconds`` + ``request_seconds`` after it (the post that began
+    then, if its claim lapsed, ends within its request's time), each widened by ``CLOCK_SKEW``. Bounded at both
+    ends, so the events of a busy asset taken later never fill the look-up. A row without ``unknown_since`` is
+    looked up from its landing, with no end."""
+    skew = timedelta(seconds=CLOCK_SKEW)
     if unknown_since is None:
-        return landed_at - timedelta(seconds=CLOCK_SKEW)
-    return unknown_since - timedelta(seconds=claim_seconds + CLOCK_SKEW)
+        return landed_at - skew, None
+    return (
+        unknown_since - timedelta(seconds=claim_seconds) - skew,
+        unknown_since + timedelta(seconds=claim_seconds + request_seconds) + skew,
+    )
 
 
 @dataclass(frozen=True)

@@ -74,16 +74,19 @@ class OutboxStore(Protocol):
         """Hand rows ``token`` holds back unposted; how many."""
         ...
 
-    def holds(self, row_id: int, token: str, until: datetime) -> bool:
-        """Whether ``token`` still holds the row until at least ``until``."""
+    def begin_post(self, row_id: int, token: str, now: datetime, until: datetime) -> bool:
+        """Just before a post: whether ``token`` still holds the row at ``now``; if so its claim lasts until
+        ``until``, the row is marked as posting (a claim that lapses from here on leaves it of unknown outcome) and
+        nothing earlier is unknown any more (it is posted only once Airflow was found not to hold it)."""
         ...
 
     def end_delivered(self, row_id: int, token: str, now: datetime, event_id: int | None) -> bool:
         """Airflow took the row's event (counted whoever holds it); whether the claim held."""
         ...
 
-    def end_found(self, row_id: int, token: str, now: datetime, event_id: int) -> bool:
-        """Airflow was found to hold the row's event; whether the claim held."""
+    def end_found(self, row_id: int, token: str, now: datetime, event_id: int, events: int = 1) -> bool:
+        """Airflow was found to hold the row's event (``events`` of them: more than one, a duplicate, counted);
+        whether the claim held."""
         ...
 
     def end_unanswered(self, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str) -> bool:
@@ -135,10 +138,12 @@ class AssetEvents(Protocol):
         """Post one asset event; what it came to (never raises for a failure of Airflow or of the way to it)."""
         ...
 
-    def find_events(self, asset_id: int, since: datetime, marks: dict[str, Any]) -> EventLookup:
-        """The events of ``asset_id`` taken at or after ``since`` whose ``extra`` holds every item of ``marks``, or
-        that Airflow could not tell (bounded in time and pages; never raises for a failure of Airflow or of the way
-        to it)."""
+    def find_events(
+        self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]
+    ) -> EventLookup:
+        """The events of ``asset_id`` taken from ``since`` to ``until`` (None: no end) whose ``extra`` holds every
+        item of ``marks``, or that Airflow could not tell (bounded in time and pages; never raises for a failure of
+        Airflow or of the way to it)."""
         ...
 
 

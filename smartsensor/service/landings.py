@@ -50,7 +50,7 @@ from smartsensor.domain.landings import (
     WatchRow,
     backoff,
     key_problem,
-    lookup_since,
+    lookup_window,
     partition_key,
     table_shardcode,
 )
@@ -262,22 +262,22 @@ class LandingPublisher:
             return
         asset_ids = {w.uri: w.asset_id for w in self.store.read_watches(ranges, EVER)}
         # Stop early, handing the rows not posted back at once, when Airflow fails FAILING_IN_A_ROW times running (it
-        # is down: the rest would only wait out their timeouts) or the claim has less than a request's time left (a
-        # post must end before another worker may take the row over).
-        last_start = until - timedelta(seconds=self.settings.request_timeout + 1)
+        # is down: the rest would only wait out their timeouts). Each post extends its row's claim as it begins
+        # (``begin_post``): a slow look-up or post before it costs the rest of the batch nothing but waiting, and a
+        # row whose claim lapsed meanwhile is not posted (another worker may hold it now).
         failures = 0
         for i, row in enumerate(claimed):
-            if failures >= FAILING_IN_A_ROW or (i > 0 and self.clock() >= last_start):
-                report.released = self.store.release_unposted([r.id for r in claimed[i:]], token, self.clock())
+            if failures >= FAILING_IN_A_ROW:
+                report.released += self.store.release_unposted([r.id for r in claimed[i:]], token, self.clock())
                 return
             failed = self._attempt(row, asset_ids.get(row.uri), report)
             failures = failures + 1 if failed else 0
 
     def _attempt(self, row: ClaimedLanding, asset_id: int | None, report: CycleReport) -> bool:
         """Post one claimed row and end it under its claim; whether Airflow or the way to it failed. A row of
-        unknown outcome is looked up first (``_settled_by_lookup``); a row is posted only while its claim holds
-        it for at least a request's time more."""
-        problem = key_problem(row.partition_key)
+        unknown outcome is looked up first (``_settled_by_lookup``); a row is posted only while its claim still
+        holds it, extended as the post begins (``begin_post``)."""
+        problem = key_problem(row.partition_key, row.partition_name)
         if problem is not None or asset_id is None:
             why = problem or f"{row.uri} is no longer watched"
             if self.store.end_rejected(row.id, row.token, self.clock(), why):
@@ -286,13 +286,14 @@ class LandingPublisher:
             else:
                 report.lost_claims += 1
             return False
-        if row.unknown_outcomes > 0:
+        if row.unknown_since is not None:  # unknown now (an outcome known since, a 503, cleared it)
             settled = self._settled_by_lookup(row, asset_id, report)
             if settled is not None:
                 return settled
-        if not self.store.holds(
-            row.id, row.token, self.clock() + timedelta(seconds=self.settings.request_timeout)
-        ):  # the claim lapsed (or runs short: handed back), or a late 2xx settled the row: not posted
+        now = self.clock()
+        if not self.store.begin_post(
+            row.id, row.token, now, now + timedelta(seconds=self.claim_seconds)
+        ):  # the claim lapsed (another worker may hold the row now), or a late 2xx settled the row: not posted
             if self.store.release_unposted([row.id], row.token, self.clock()):
                 report.released += 1
             else:
@@ -309,11 +310,14 @@ class LandingPublisher:
         """Ask Airflow whether it holds the event of a row whose earlier post had an unknown outcome. Found: the
         row is ``delivered`` (False: not a failure). Airflow cannot tell: the row waits a backoff, not posted
         (True: a failure). Not found: None, post it."""
-        since = lookup_since(row.unknown_since, row.landed_at, self.claim_seconds)
-        lookup = self.events.find_events(asset_id, since, {LANDING_ID: row.id, HIVE_PARTITION: row.partition_name})
+        since, until = lookup_window(
+            row.unknown_since, row.landed_at, self.claim_seconds, self.settings.request_timeout
+        )
+        marks = {LANDING_ID: row.id, HIVE_PARTITION: row.partition_name}
+        lookup = self.events.find_events(asset_id, since, until, marks)
         now = self.clock()
         if lookup.answered and lookup.event_ids:
-            if self.store.end_found(row.id, row.token, now, lookup.event_ids[0]):
+            if self.store.end_found(row.id, row.token, now, lookup.event_ids[0], len(lookup.event_ids)):
                 report.found += 1
             else:
                 report.lost_claims += 1
@@ -418,9 +422,11 @@ class LandingPublisher:
 
 
 def _newer(part_id: int, known: int | None) -> bool:
-    """Whether a partition listed with ``part_id`` may be newer than the landing on record (``known``: its id;
-    None: not known). Ids only grow: a lower one is a database that went back, not a partition added again."""
-    return known is None or part_id > known
+    """Whether a partition listed with ``part_id`` is another landing than the one on record (``known``: its id;
+    None: not known). Any other id, lower too: each metastore instance hands out ids from a block of its own, so a
+    partition made again through another instance may get a lower one (a metastore database restored from a backup
+    also gives other ids: its partitions are published again, docs/airflow.md "The guarantee")."""
+    return known is None or part_id != known
 
 
 def _keyed(names: list[str], ids: dict[str, int]) -> list[tuple[str, str, int | None]]:

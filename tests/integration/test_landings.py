@@ -84,6 +84,8 @@ class AirflowDouble:
         self.taken: list[tuple[int, dict[str, Any], datetime]] = []  # (event id, extra, when) of every event taken
         self.lookups = 0
         self.lookups_down = False
+        self.windows: list[tuple[datetime, datetime | None]] = []  # each look-up's (since, until)
+        self.clock_on_lookup: Callable[[], None] = lambda: None  # what a look-up does to time (a slow one)
         self.assets_down = False
         self.consumed = dict(CONSUMED)  # the tables DAGs are scheduled on now
 
@@ -112,8 +114,12 @@ class AirflowDouble:
             return PostOutcome("retry", "ConnectError: connection refused")
         return PostOutcome("unknown", "ReadTimeout: read timed out")
 
-    def find_events(self, asset_id: int, since: datetime, marks: dict[str, Any]) -> EventLookup:
+    def find_events(
+        self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]
+    ) -> EventLookup:
         self.lookups += 1
+        self.windows.append((since, until))
+        self.clock_on_lookup()
         if self.lookups_down or self.mode not in ("ok", "reject", "freeze"):
             return EventLookup(False, detail="HTTP 500: Internal Server Error")
         return EventLookup(
@@ -121,7 +127,10 @@ class AirflowDouble:
             tuple(
                 i
                 for i, extra, at in self.taken
-                if extra["asset_id"] == asset_id and at >= since and all(extra.get(k) == v for k, v in marks.items())
+                if extra["asset_id"] == asset_id
+                and at >= since
+                and (until is None or at <= until)
+                and all(extra.get(k) == v for k, v in marks.items())
             ),
         )
 
@@ -299,17 +308,17 @@ def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path
         first = landing_sql.claim_landings(engine, ranges, "w1", "t1", clock(), clock() + timedelta(seconds=30), 5)
         assert [r.partition_key for r in first] == ["1"]
         assert landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 5) == []
-        clock.advance(31)  # w1 stalls past its claim
+        assert landing_sql.begin_post(engine, first[0].id, "t1", clock(), clock() + timedelta(seconds=30))
+        clock.advance(31)  # w1 stalls past its claim, mid-post
         second = landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 5)
         assert [r.id for r in second] == [first[0].id] and second[0].attempts == 2
         assert not landing_sql.end_failed(engine, first[0].id, "t1", clock(), clock(), "late", unknown=False)
         until = clock() + timedelta(seconds=10)
-        assert landing_sql.holds(engine, second[0].id, "t2", until)
         # w1's post landed late: the row is delivered at once, though w2 holds it; w2 then does not post it
         assert not landing_sql.end_delivered(engine, first[0].id, "t1", clock(), 1)
         (row,) = outbox(engine)
         assert (row["state"], row["posts"], row["claim_token"], row["unknown_since"]) == (DELIVERED, 1, None, None)
-        assert not landing_sql.holds(engine, second[0].id, "t2", until)
+        assert not landing_sql.begin_post(engine, second[0].id, "t2", clock(), until)
         assert landing_sql.claim_landings(engine, ranges, "w3", "t3", clock() + timedelta(days=1), until, 5) == []
         assert not landing_sql.end_delivered(engine, second[0].id, "t2", clock(), 2)  # had w2 posted anyway
         (row,) = outbox(engine)
@@ -352,6 +361,8 @@ def test_a_late_post_that_reached_airflow_is_never_posted_again(tmp_path: Path, 
         one.enqueue(ranges, clock(), CycleReport())
         claim = landing_sql.claim_landings(engine, ranges, "w1", "t1", clock(), clock() + timedelta(seconds=30), 5)
         assert [r.partition_key for r in claim] == ["1", "2"]
+        for row in claim:  # w1 posts both
+            assert landing_sql.begin_post(engine, row.id, "t1", clock(), clock() + timedelta(seconds=30))
         clock.advance(31)  # w1 stalls past its claims; w2 takes the second row over, and its post fails
         (second,) = landing_sql.claim_landings(engine, ranges, "w2", "t2", clock(), clock() + timedelta(seconds=30), 1)
         assert second.partition_key == "1"
@@ -399,7 +410,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         waited = two.cycle(ranges)
         assert (waited.claimed, waited.unanswered, waited.delivered) == (1, 1, 0), waited
         (row,) = outbox(engine)
-        assert (row["state"], row["unknown_outcomes"], row["unknown_since"]) == (PENDING, 1, T0 + timedelta(seconds=30))
+        assert (row["state"], row["unknown_outcomes"], row["unknown_since"]) == (PENDING, 1, T0)  # since its post
         status = collect_landings(SqlStatusReads(engine), clock(), patience=60)
         assert status.unresolved == 1 and not status.unresolved_landings[0].unknowable
         (shown,) = [line for line in landings_lines(status) if line.startswith("  landing ")]
@@ -424,14 +435,26 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         assert (row["state"], row["posts"], row["event_id"], row["unknown_since"]) == (DELIVERED, 0, 1, None)
         assert airflow.by_landing() == {row["id"]: 1}
         assert collect_landings(SqlStatusReads(engine), clock()).unresolved == 0
-        # killed before the post left: Airflow holds nothing, so the next claimant posts it, once
+        # killed as its post began, before it left: Airflow holds nothing, so the next claimant posts it, once
         catalog["db.a"] += ["ds=2"]
         one.enqueue(ranges, clock(), CycleReport())
         claimed = landing_sql.claim_landings(engine, ranges, "w1", "t9", clock(), clock() + timedelta(seconds=30), 5)
         assert [c.partition_key for c in claimed] == ["2"]
+        assert landing_sql.begin_post(engine, claimed[0].id, "t9", clock(), clock() + timedelta(seconds=30))
         clock.advance(31)
-        assert two.cycle(ranges).delivered == 1
+        asked = airflow.lookups
+        assert two.cycle(ranges).delivered == 1 and airflow.lookups == asked + 1
         assert sorted(airflow.by_landing().values()) == [1, 1]
+        # issue 67, defect 7: killed after claiming, before any post began: claimed again, nothing to look up
+        catalog["db.a"] += ["ds=3"]
+        one.enqueue(ranges, clock(), CycleReport())
+        claimed = landing_sql.claim_landings(engine, ranges, "w1", "t10", clock(), clock() + timedelta(seconds=30), 5)
+        assert [c.partition_key for c in claimed] == ["3"]
+        clock.advance(31)
+        asked = airflow.lookups
+        assert two.cycle(ranges).delivered == 1 and airflow.lookups == asked
+        assert outbox(engine)[-1]["unknown_outcomes"] == 0
+        assert sorted(airflow.by_landing().values()) == [1, 1, 1]
 
 
 def test_a_late_2xx_after_two_claims_lapsed_is_never_followed_by_a_third_post(tmp_path: Path, db_url: str) -> None:
@@ -528,6 +551,7 @@ class OutboxModel(RuleBasedStateMachine):
         # The metastore's id of each partition (a partition dropped and added again gets the next one), and how
         # often each was re-created: db.a's re-creations are published again (RECREATED), the others' never.
         self.ids: dict[str, dict[str, int]] = {"db.a": {"ds=0": 1}, "db.b": {}, "db.c": {"ds=0": 2}}
+        self.history: dict[tuple[str, str], list[int]] = {("db.a", "ds=0"): [1], ("db.c", "ds=0"): [2]}  # its ids
         self.next_id = 3
         self.recreations: Counter[tuple[str, str]] = Counter()
         self.replica_ids: dict[str, dict[str, int]] = {}
@@ -567,17 +591,22 @@ class OutboxModel(RuleBasedStateMachine):
         if name not in self.catalog[table]:
             self.catalog[table].append(name)
             self.ids[table][name] = self.next_id
+            self.history[(table, name)] = [self.next_id]
             self.next_id += 1
         for worker in WORKERS:
             self.workers[worker].enqueue(self.ranges(worker), self.clock(), CycleReport())
 
-    @rule(table=st.sampled_from(sorted(CONSUMED) + sorted(UNCONSUMED)), data=st.data())
-    def recreate(self, table: str, data: st.DataObject) -> None:
-        """A partition is dropped and added again (the metastore gives it the next id), and each worker lists."""
+    @rule(table=st.sampled_from(sorted(CONSUMED) + sorted(UNCONSUMED)), data=st.data(), lower=st.booleans())
+    def recreate(self, table: str, data: st.DataObject, lower: bool) -> None:
+        """A partition is dropped and added again, and each worker lists. The metastore instance that adds it gives
+        it the next id of its block, or (``lower``, issue 67 defect 3) another instance gives it an id below every
+        one it had: each instance hands ids out from a block of its own."""
         if not self.catalog[table]:
             return
         name = data.draw(st.sampled_from(self.catalog[table]))
-        self.ids[table][name] = self.next_id
+        new_id = -self.next_id if lower else self.next_id  # below every id handed out so far
+        self.ids[table][name] = new_id
+        self.history[(table, name)].append(new_id)
         self.next_id += 1
         self.recreations[(table, name)] += 1
         for worker in WORKERS:
@@ -647,9 +676,9 @@ class OutboxModel(RuleBasedStateMachine):
         lists as missing), or it is whole again."""
         if state == "behind" and self.metastore != "behind":
             self.replica = {t: names[: (len(names) + 1) // 2] for t, names in self.catalog.items() if t != "db.b"}
-            # the replica's ids: what they were, or lower (a re-creation it has not received yet)
-            self.replica_ids = {  # the replica lags behind: a re-created partition has its older id there
-                t: {n: self.ids[t][n] - (1 if self.recreations[(t, n)] else 0) for n in names}
+            # the replica lags behind: a re-created partition has the id it had before there
+            self.replica_ids = {
+                t: {n: self.history[(t, n)][-2 if len(self.history[(t, n)]) > 1 else -1] for n in names}
                 for t, names in self.replica.items()
             }
         self.metastore = state
@@ -737,7 +766,8 @@ class OutboxModel(RuleBasedStateMachine):
                 assert row is not None, (table, name)  # every landing reached the outbox
                 assert row["state"] in (BASELINE, DELIVERED, REJECTED), row
                 if table in RECREATED:  # its latest re-creation reached the outbox too
-                    assert row["part_id"] == self.ids[table][name], (table, name, row, self.ids[table])
+                    ids = {r["part_id"] for r in outbox(self.engine) if (r["uri"], r["partition_name"]) == (uri, name)}
+                    assert self.ids[table][name] in ids, (table, name, ids, self.ids[table])
         self.nothing_lost_nothing_twice_unnoticed()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,11 @@ import pytest
 from smartsensor.adapters.airflow_assets import AirflowApiError, AirflowAssets
 from smartsensor.config import ConfigError
 from smartsensor.domain.landings import (
+    CLOCK_SKEW,
     MAX_KEY_LENGTH,
     backoff,
     key_problem,
+    lookup_window,
     outcome_of_status,
     parse_hive_uri,
     partition_key,
@@ -183,10 +185,10 @@ def test_a_landing_s_events_are_looked_up_by_its_id_page_by_page_and_a_500_canno
         return httpx.Response(200, json={"asset_events": events[offset : offset + limit], "total_entries": len(events)})
 
     handler, calls = _token_then(answer)
-    found = _airflow(handler).find_events(7, since, {"smartsensor_landing_id": 3, "hive_partition": "ds=3"})
+    found = _airflow(handler).find_events(7, since, None, {"smartsensor_landing_id": 3, "hive_partition": "ds=3"})
     assert found.answered and found.event_ids == tuple(10 + i for i in range(150) if i % 4 == 3)
     assert [c.url.params.get("offset") for c in calls] == [None, "0", "100"]
-    absent = _airflow(_token_then(answer)[0]).find_events(7, since, {"smartsensor_landing_id": 9})
+    absent = _airflow(_token_then(answer)[0]).find_events(7, since, None, {"smartsensor_landing_id": 9})
     assert absent.answered and absent.event_ids == ()
 
     def started_none(request: httpx.Request) -> httpx.Response:
@@ -200,7 +202,7 @@ def test_a_landing_s_events_are_looked_up_by_its_id_page_by_page_and_a_500_canno
         return httpx.Response(200, json={"asset_events": events[:100], "total_entries": 10_000 + offset})
 
     for failing, said in ((started_none, "HTTP 500"), (refused, "ConnectError"), (endless, "more than 1000 events")):
-        lookup = _airflow(_token_then(failing)[0]).find_events(7, since, {"smartsensor_landing_id": 1})
+        lookup = _airflow(_token_then(failing)[0]).find_events(7, since, None, {"smartsensor_landing_id": 1})
         assert not lookup.answered and said in lookup.detail, (failing.__name__, lookup)
 
 
@@ -236,3 +238,84 @@ def test_publishing_needs_airflow_the_user_and_a_hive_prefix(tmp_path: Path) -> 
     ):
         with pytest.raises(ConfigError, match=re.escape(said)):
             make_cfg(tmp_path, url, **{**good, name: value})
+
+
+def test_a_look_up_is_bounded_at_both_ends_when_it_can_be() -> None:
+    """Issue 67, defect 2: a look-up's window ends a claim and a request after the outcome became unknown (with the
+    clock skew), so the events of a busy asset taken later never fill its pages."""
+    unknown = datetime(2026, 11, 27, 3, 0, tzinfo=timezone.utc)
+    since, until = lookup_window(unknown, unknown, 15.0, 10.0)
+    assert since == unknown - timedelta(seconds=15 + CLOCK_SKEW)
+    assert until == unknown + timedelta(seconds=25 + CLOCK_SKEW)
+    assert lookup_window(None, unknown, 15.0, 10.0) == (unknown - timedelta(seconds=CLOCK_SKEW), None)
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"asset_events": [], "total_entries": 0})
+
+    assert _airflow(_token_then(answer)[0]).find_events(7, since, until, {"smartsensor_landing_id": 1}).answered
+    assert seen[-1].url.params["timestamp_lte"] == "2026-11-27T03:05:25Z"
+
+
+def test_redirects_to_the_same_route_on_the_same_host_are_followed_with_the_same_post(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 67, defect 5: an http → https 308 (or a proxy's path prefix) is followed with the same method, body and
+    token, the move logged once; a redirect elsewhere (a maintenance page, another host) is not followed and the
+    post is retried, never refused for good."""
+    posted: list[httpx.Request] = []
+
+    def moved(request: httpx.Request) -> httpx.Response:
+        if request.url.scheme == "http":
+            return httpx.Response(308, headers={"location": f"https://airflow:8443/airflow{request.url.path}"})
+        posted.append(request)
+        return httpx.Response(200, json={"id": 41})
+
+    handler, calls = _token_then(moved)
+    airflow = _airflow(handler)
+    for _ in range(2):
+        outcome = airflow.post_event(3, "2026-11-27", {"hive_partition": "ds=2026-11-27"})
+        assert (outcome.kind, outcome.event_id) == ("delivered", 41)
+    assert [(r.method, r.url.path) for r in posted] == [("POST", "/airflow/api/v2/assets/events")] * 2
+    assert json.loads(posted[0].content)["partition_key"] == "2026-11-27"
+    assert posted[0].headers["Authorization"].startswith("Bearer tok")
+    assert sum("moved" in r.getMessage() for r in caplog.records) == 1
+
+    for location in ("http://airflow:8080/maintenance.html", "https://elsewhere:8443/api/v2/assets/events"):
+
+        def away(request: httpx.Request, location: str = location) -> httpx.Response:
+            return httpx.Response(302, headers={"location": location}, text="<html>see elsewhere</html>")
+
+        outcome = _airflow(_token_then(away)[0]).post_event(3, "k", {})
+        assert outcome.kind == "retry" and f"redirected to {location}" in outcome.detail, outcome
+
+
+def test_only_airflows_own_answers_refuse_an_event_for_good() -> None:
+    """Issue 67, defect 5: a proxy's 400 or 413 page is retried; Airflow's own 422 is a rejection; a 2xx that is not
+    Airflow's answer to a post is of unknown outcome (looked up before a second post); a token endpoint that answers
+    a page is a failure to retry, never an exception out of ``post_event``."""
+    for status, answer, kind in (
+        (400, httpx.Response(400, text="<html>Bad Request</html>"), "retry"),
+        (413, httpx.Response(413, text="<html>Request Entity Too Large</html>"), "retry"),
+        (422, httpx.Response(422, json={"detail": [{"msg": "invalid"}]}), "rejected"),
+        (200, httpx.Response(200, text="<html>maintenance</html>"), "unknown"),
+    ):
+        handler, _ = _token_then(lambda request, answer=answer: answer)
+        assert _airflow(handler).post_event(1, "k", {}).kind == kind, status
+
+    def page(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>login</html>")
+
+    outcome = _airflow(page).post_event(1, "k", {})
+    assert outcome.kind == "retry" and "not Airflow's answer" in outcome.detail
+
+
+def test_a_key_whose_value_holds_the_delimiter_is_not_published() -> None:
+    """Issue 67, defect 9: ``region=eu|us/ds=…`` would be three fields for two columns."""
+    name = "region=eu%7Cus/ds=2026-11-27"
+    assert key_problem(partition_key(name), name) is not None and "delimiter" in str(
+        key_problem(partition_key(name), name)
+    )
+    assert key_problem(partition_key("ds=a%7Cb"), "ds=a%7Cb") is None  # one column: the whole value is the key
+    assert key_problem("2026-11-27|eu", "ds=2026-11-27/region=eu") is None

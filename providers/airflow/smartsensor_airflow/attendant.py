@@ -65,7 +65,7 @@ from smartsensor_airflow._compat import (
     has_listeners,
     load_note_models,
 )
-from smartsensor_airflow.attendant_airflow import AirflowSide, Parked, Registration, Settings, back_of
+from smartsensor_airflow.attendant_airflow import AirflowSide, Registration, Settings, back_of
 from smartsensor_airflow.attendant_http import ServiceLinks, read_answer, try_id
 from smartsensor_airflow.client import (
     ApiError,
@@ -93,6 +93,7 @@ log = logging.getLogger("smartsensor_airflow.attendant")
 STATES_CHUNK = 1000  # tries per group: keys per held states request
 REGISTER_BATCH = 100  # tries per registration request (the service takes up to 1,000): each batch is asked about
 # while the next registers
+REGISTER_PARALLEL = 4  # registration requests in flight at once per service (tries parked together register together)
 HOLD = 25.0  # seconds the service holds a group's states request (it allows 30)
 FULL_READ_EVERY = 10.0  # seconds between two reads of every parked try; the cycles between read what changed
 LOOKBACK = 5.0  # seconds a read of changes reaches back before the newest change seen
@@ -222,7 +223,9 @@ class Attendant(AirflowSide, ServiceLinks):
         new = {k: v for k, v in parked.items() if k not in self.watched}
         self.pending = []
         if new:
-            report.registered, answered = await self.register(new)
+            bodies, backs = await self.in_db(self.registrations, new)
+            took("prepare")
+            report.registered, answered = await self.register(bodies, backs)
             ends += answered
             took("register")
         self.forget_unused_services({r.conn_id for r in self.pending})
@@ -280,32 +283,47 @@ class Attendant(AirflowSide, ServiceLinks):
 
     # -- registering -------------------------------------------------------------------------------------------
 
-    async def register(self, new: dict[Key, Parked]) -> tuple[int, list[ParkedEnd | HandBack]]:
-        """Register the new parked tries with their connections' services, ``REGISTER_BATCH`` a request (``POST
-        /tasks/batch``; one by one where the service refuses a whole batch, e.g. one without that endpoint): how
-        many it watches now, and the ends that the answers already call for (a partition already there; a check
-        the service refuses) with the hand-backs of the tries it cannot serve."""
-        bodies, backs = await self.in_db(self.registrations, new)
+    async def register(
+        self, bodies: list[Registration], backs: list[HandBack]
+    ) -> tuple[int, list[ParkedEnd | HandBack]]:
+        """Register new parked tries (``bodies``, as ``registrations`` read and rendered them; ``backs``: those it
+        cannot serve) with their connections' services, ``REGISTER_BATCH`` a request (``POST /tasks/batch``; one by
+        one where the service refuses a whole batch, e.g. one without that endpoint), up to ``REGISTER_PARALLEL``
+        at once: how many it watches now, and the ends that the answers already call for (a partition already
+        there; a check the service refuses) with the hand-backs."""
         self.pending = bodies
         ends: list[ParkedEnd | HandBack] = list(backs)
         by_conn: dict[str, list[Registration]] = {}
         for r in bodies:
             by_conn.setdefault(r.conn_id, []).append(r)
-        registered = 0
         waiting: list[tuple[Key, int]] = []
+        lanes = asyncio.Semaphore(REGISTER_PARALLEL)
+
+        async def one_batch(conn_id: str, endpoint: Endpoint, batch: list[Registration]) -> None:
+            async with lanes:
+                joined = await self.register_batch(conn_id, endpoint, batch, ends)
+            waiting.extend((w.key, w.try_number) for w in joined)
+            self.join(joined)  # asked about while the other batches register
+
         for conn_id, regs in by_conn.items():
             try:
                 endpoint = await self.endpoint_of(conn_id)
-                for start in range(0, len(regs), REGISTER_BATCH):
-                    joined = await self.register_batch(conn_id, endpoint, regs[start : start + REGISTER_BATCH], ends)
-                    waiting += [(w.key, w.try_number) for w in joined]
-                    registered += len(joined)
-                    self.join(joined)  # asked about while the next batch registers
+                batches = [regs[start : start + REGISTER_BATCH] for start in range(0, len(regs), REGISTER_BATCH)]
+                failed = [
+                    exc
+                    for exc in await asyncio.gather(
+                        *(one_batch(conn_id, endpoint, batch) for batch in batches), return_exceptions=True
+                    )
+                    if exc is not None
+                ]
+                if failed:
+                    raise failed[0]
             except ApiError as exc:
                 if not exc.transient:
                     raise
                 self.out_of_reach(conn_id, exc)
                 self.read_all_next()  # the tries not registered yet: a read of changes would not see them again
+        registered = len(waiting)
         watching = set(waiting)
         unrecorded = [(r.key, r.try_number) for r in bodies if r.since is None and (r.key, r.try_number) in watching]
         if unrecorded:  # 2.10: when each began to wait, kept in Airflow (a restarted attendant counts from there)

@@ -6,8 +6,8 @@ claim that lapsed, that no 2xx was counted for, and only at or after their ``nex
 (delivered, found in Airflow, failed, unanswered, rejected) matches the claim's token and ``sending``. So two
 workers, a retry or a worker that stalled past its claim never end a row they do not hold; what they did anyway (a
 post Airflow took after the claim lapsed) is counted on the row (``posts``) and settles it ``delivered`` whoever
-holds it now, never lost. A row whose outcome became unknown (a claim of a lapsed ``sending`` row, a timeout) keeps
-``unknown_since`` until an answer settles it. Values travel as bound parameters only.
+holds it now, never lost. A row whose outcome became unknown (a claim of a lapsed ``sending`` row whose post had
+begun, a timeout) keeps ``unknown_since`` until an answer settles it. Values travel as bound parameters only.
 
 The functions on an ``Engine`` are the operations the services call, each in its own transaction; those on a
 ``Connection`` are the statements they are made of."""
@@ -31,6 +31,7 @@ from smartsensor.domain.landings import (
     UNDELIVERED,
     ClaimedLanding,
     WatchRow,
+    table_shardcode,
 )
 from smartsensor.domain.status_rows import OutboxSummary, UnknownOutcome
 from smartsensor.schema.models import UtcDateTime, asset_watch as AW, landing_outbox as LO
@@ -85,7 +86,7 @@ def watches_in(conn: Connection, ranges: Ranges, seen_since: datetime) -> list[W
 def outbox_names(conn: Connection, uri: str, names: Sequence[str] | None = None) -> dict[str, int | None]:
     """The partition names of ``uri`` (among ``names``) the outbox holds, in any state, each with the metastore's
     id of the partition its latest generation was (None: not known) (1 statement)."""
-    return {name: part_id for name, (_, part_id) in _latest_generations(conn, uri, names).items()}
+    return {name: part_id for name, (_, part_id) in _latest_generations(conn, uri, names)[0].items()}
 
 
 def take_baseline(conn: Connection, uri: str, now: datetime) -> bool:
@@ -182,21 +183,21 @@ def enqueue_recreated(
     engine: Engine, watch: WatchRow, listed: dict[str, tuple[str, int]], now: datetime
 ) -> tuple[int, dict[str, int | None]]:
     """Partitions of ``watch``'s table listed (name → (partition key, the metastore's id now)) whose id may differ
-    from their latest outbox row's. A latest row with a lower id: the partition was dropped and added again (the
-    metastore hands ids out in increasing order), a new landing, the next generation (``pending``). A higher id: a
-    database that went back (a lagging replica), nothing. A latest row without an id (enqueued from a listing)
-    takes this one, publishing nothing. Decided on the rows as they are in this transaction, while the table's
+    from their latest outbox row's. An id no row of that name ever had: the partition was dropped and added again, a
+    new landing, the next generation (``pending``); lower ids too (each metastore instance hands ids out from a block
+    of its own). An id an earlier generation had: a database that went back (a lagging replica), nothing. A latest
+    row without an id (enqueued from a listing) takes this one, publishing nothing. Decided on the rows as they are in this transaction, while the table's
     baseline holds, so two workers add a generation once. Returns how many went in, and each listed name's id on
     record now. One transaction (3 statements, and 1 per row given its id)."""
     with engine.begin() as conn:
         if not listed or not keep_baseline(conn, watch.uri):
             return 0, {}
-        latest = _latest_generations(conn, watch.uri, sorted(listed))
+        latest, seen = _latest_generations(conn, watch.uri, sorted(listed))
         record: dict[str, int | None] = {name: row[1] for name, row in latest.items()}
         rows = []
         for name, (generation, part_id) in latest.items():
             key, now_id = listed[name]
-            if part_id is not None and part_id >= now_id:
+            if part_id is not None and now_id in seen[name]:
                 continue
             record[name] = now_id
             if part_id is None:
@@ -211,17 +212,22 @@ def enqueue_recreated(
         return _insert_ignoring_duplicates(conn, LO, rows), record
 
 
-def _latest_generations(conn: Connection, uri: str, names: Sequence[str] | None) -> dict[str, tuple[int, int | None]]:
-    """The latest outbox row of ``uri`` of each name (of ``names``; None: every one): (generation, part_id) (1
-    statement)."""
+def _latest_generations(
+    conn: Connection, uri: str, names: Sequence[str] | None
+) -> tuple[dict[str, tuple[int, int | None]], dict[str, set[int]]]:
+    """The latest outbox row of ``uri`` of each name (of ``names``; None: every one): (generation, part_id); and the
+    ids every generation of each name had (1 statement)."""
     latest: dict[str, tuple[int, int | None]] = {}
+    seen: dict[str, set[int]] = {}
     query = select(LO.c.partition_name, LO.c.generation, LO.c.part_id).where(LO.c.uri == uri)
     if names is not None:
         query = query.where(LO.c.partition_name.in_(list(names)))
     for name, generation, part_id in conn.execute(query):
         if name not in latest or generation > latest[name][0]:
             latest[name] = (generation, part_id)
-    return latest
+        if part_id is not None:
+            seen.setdefault(name, set()).add(part_id)
+    return latest, seen
 
 
 def forget_dropped(engine: Engine, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
@@ -245,8 +251,9 @@ def claim_landings(
     engine: Engine, ranges: Ranges, owner: str, token: str, now: datetime, until: datetime, limit: int
 ) -> list[ClaimedLanding]:
     """Claim up to ``limit`` due rows of ``ranges`` under ``token`` until ``until``, the oldest landings first: a
-    ``pending`` row whose backoff is over, or a ``sending`` one whose claim lapsed (its attempt's outcome is then
-    unknown: counted, and unknown since the lapsed claim's end unless it was already). Never a row a 2xx was counted
+    ``pending`` row whose backoff is over, or a ``sending`` one whose claim lapsed (if that claim had begun to post
+    it, ``post_started_at``, its outcome is unknown: counted, and unknown since that post began unless it was
+    already; a row the lapsed claim never posted is simply claimed again). Never a row a 2xx was counted
     for (``posts``: settled ``delivered`` by ``end_delivered``; guarded here too). One transaction (2 statements: the
     candidates, then one guarded UPDATE … RETURNING the rows it took; a row another worker took in between is not
     among them)."""
@@ -254,6 +261,7 @@ def claim_landings(
         return []
     lapsed = and_(LO.c.state == SENDING, LO.c.claimed_until <= now)
     claimable = and_(or_(LO.c.state == PENDING, lapsed), LO.c.posts == 0)
+    posted = and_(LO.c.state == SENDING, LO.c.post_started_at.is_not(None))  # the lapsed claim had begun its post
     with engine.begin() as conn:
         ids = list(
             conn.execute(
@@ -275,11 +283,12 @@ def claim_landings(
                 claimed_by=owner,
                 claimed_until=until,
                 attempts=LO.c.attempts + 1,
-                unknown_outcomes=LO.c.unknown_outcomes + case((LO.c.state == SENDING, 1), else_=0),
+                unknown_outcomes=LO.c.unknown_outcomes + case((posted, 1), else_=0),
                 unknown_since=case(
-                    (LO.c.state == SENDING, func.coalesce(LO.c.unknown_since, LO.c.claimed_until)),
+                    (posted, func.coalesce(LO.c.unknown_since, LO.c.post_started_at)),
                     else_=LO.c.unknown_since,
                 ),
+                post_started_at=None,
             )
             .returning(
                 LO.c.id,
@@ -300,7 +309,7 @@ def _held(row_id: int, token: str) -> Any:
     return and_(LO.c.id == row_id, LO.c.state == SENDING, LO.c.claim_token == token)
 
 
-_RELEASED = {"claim_token": None, "claimed_until": None}
+_RELEASED = {"claim_token": None, "claimed_until": None, "post_started_at": None}
 _SETTLED_NOW = {**_RELEASED, "unknown_since": None}  # an answer settled the row: nothing about it is unknown now
 
 
@@ -342,12 +351,18 @@ def end_delivered(engine: Engine, row_id: int, token: str, now: datetime, event_
         return False
 
 
-def end_found(engine: Engine, row_id: int, token: str, now: datetime, event_id: int) -> bool:
-    """Airflow holds the row's event (looked up after an attempt of unknown outcome): ``delivered`` with that event,
-    ``posts`` left as it is (the 2xx answers read). Like a late 2xx, it settles the row whoever holds it, unless
-    it is ``delivered`` already. Whether this claim still held it. One transaction (1 statement, 2 when the claim
-    was lost)."""
-    values = {"state": DELIVERED, "delivered_at": now, "event_id": event_id, **_SETTLED_NOW}
+def end_found(engine: Engine, row_id: int, token: str, now: datetime, event_id: int, events: int = 1) -> bool:
+    """Airflow holds the row's event (looked up after an attempt of unknown outcome): ``delivered`` with that event;
+    ``posts`` is at least ``events`` (the events Airflow holds for it: more than one is a duplicate, counted). Like a
+    late 2xx, it settles the row whoever holds it, unless it is ``delivered`` already. Whether this claim still
+    held it. One transaction (1 statement, 2 when the claim was lost)."""
+    values = {
+        "state": DELIVERED,
+        "delivered_at": now,
+        "event_id": event_id,
+        "posts": case((LO.c.posts < events, events), else_=LO.c.posts),
+        **_SETTLED_NOW,
+    }
     with engine.begin() as conn:
         if conn.execute(update(LO).where(_held(row_id, token)).values(**values)).rowcount == 1:
             return True
@@ -372,12 +387,21 @@ def end_unanswered(
         )
 
 
-def holds(engine: Engine, row_id: int, token: str, until: datetime) -> bool:
-    """Whether ``token`` still holds the row, its claim lasting at least until ``until`` (checked just before a
-    post: a row whose claim lapsed, or that a late answer settled, is not posted) (1 statement)."""
-    with engine.connect() as conn:
-        found = conn.execute(select(LO.c.id).where(_held(row_id, token), LO.c.claimed_until >= until)).first()
-    return found is not None
+def begin_post(engine: Engine, row_id: int, token: str, now: datetime, until: datetime) -> bool:
+    """Just before a post: whether ``token`` still holds the row (its claim not lapsed at ``now``, no late answer
+    settled it); if so its claim is extended to ``until`` and the row marked as posting since ``now`` (a claim
+    that lapses from here on leaves it of unknown outcome, since ``now``). Whatever was unknown before is known now
+    (a row is posted only once Airflow was found not to hold its event): ``unknown_since`` is cleared, so a look-up
+    of this post's outcome starts from it. 1 statement."""
+    with engine.begin() as conn:
+        return (
+            conn.execute(
+                update(LO)
+                .where(_held(row_id, token), LO.c.claimed_until > now)
+                .values(claimed_until=until, post_started_at=now, unknown_since=None)
+            ).rowcount
+            == 1
+        )
 
 
 def end_failed(
@@ -432,6 +456,26 @@ def release_unposted(engine: Engine, row_ids: list[int], token: str, now: dateti
             .where(LO.c.id.in_(row_ids), LO.c.state == SENDING, LO.c.claim_token == token)
             .values(**_unless_taken(PENDING, now), attempts=LO.c.attempts - 1, **_RELEASED)
         ).rowcount
+
+
+def reshard_watches(engine: Engine, limit: int) -> int:
+    """After ``shard_code_upper_limit`` changed (``db reshard``): each watched table's shardcode and its outbox rows'
+    recomputed (``domain.landings.table_shardcode``), so every table falls in a range some worker holds. Not a state
+    change, safe while workers run: a worker that still holds the old range publishes nothing of a moved table (its
+    reads and claims are by range), the new range's holder takes it on. How many tables moved. One transaction (1
+    statement, and 2 per table moved)."""
+    moved = 0
+    with engine.begin() as conn:
+        for uri, db, table, shardcode in conn.execute(
+            select(AW.c.uri, AW.c.db_name, AW.c.table_name, AW.c.shardcode)
+        ).all():
+            wanted = table_shardcode(db, table, limit)
+            if wanted == shardcode:
+                continue
+            conn.execute(update(AW).where(AW.c.uri == uri).values(shardcode=wanted))
+            conn.execute(update(LO).where(LO.c.uri == uri).values(shardcode=wanted))
+            moved += 1
+    return moved
 
 
 def read_outbox_summary(engine: Engine) -> OutboxSummary:
@@ -505,14 +549,14 @@ class SqlOutboxStore:
     def release_unposted(self, row_ids: list[int], token: str, now: datetime) -> int:
         return release_unposted(self.engine, row_ids, token, now)
 
-    def holds(self, row_id: int, token: str, until: datetime) -> bool:
-        return holds(self.engine, row_id, token, until)
+    def begin_post(self, row_id: int, token: str, now: datetime, until: datetime) -> bool:
+        return begin_post(self.engine, row_id, token, now, until)
 
     def end_delivered(self, row_id: int, token: str, now: datetime, event_id: int | None) -> bool:
         return end_delivered(self.engine, row_id, token, now, event_id)
 
-    def end_found(self, row_id: int, token: str, now: datetime, event_id: int) -> bool:
-        return end_found(self.engine, row_id, token, now, event_id)
+    def end_found(self, row_id: int, token: str, now: datetime, event_id: int, events: int = 1) -> bool:
+        return end_found(self.engine, row_id, token, now, event_id, events)
 
     def end_unanswered(self, row_id: int, token: str, now: datetime, next_attempt_at: datetime, error: str) -> bool:
         return end_unanswered(self.engine, row_id, token, now, next_attempt_at, error)

@@ -1,0 +1,41 @@
+"""When the claim that holds an outbox row began to post it (``landing_outbox.post_started_at``).
+
+A claim takes a batch of rows, then posts them one by one; before this, a claim that lapsed (its worker killed or
+stalled) made every row of the batch of unknown outcome, posted or not, and each was looked up in Airflow before it
+could be posted again. Now a claim marks a row just before its post (and extends its claim then): only a row whose
+post began may have reached Airflow. NULL: no post under the current claim.
+
+Rows already there: a ``sending`` row is taken as posting since its claim's end (the workers that claimed it did not
+mark it), and an undelivered row that counted an unknown outcome but has no ``unknown_since`` is unknown since its
+landing (its look-up then starts there, as it did): the publisher now asks Airflow about a row only while
+``unknown_since`` is set.
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-12-02
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0012"
+down_revision = "0011"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("landing_outbox") as batch:
+        batch.add_column(sa.Column("post_started_at", sa.DateTime(), nullable=True))
+    op.execute(sa.text("UPDATE landing_outbox SET post_started_at = claimed_until WHERE state = 'sending'"))
+    op.execute(
+        sa.text(
+            "UPDATE landing_outbox SET unknown_since = landed_at "
+            "WHERE unknown_outcomes > 0 AND unknown_since IS NULL AND state IN ('pending', 'sending')"
+        )
+    )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("landing_outbox") as batch:
+        batch.drop_column("post_started_at")
