@@ -77,6 +77,18 @@ class Usage:
     rss_bytes: int
 
 
+def tree_groups(pid: int) -> set[int]:
+    """The process groups of a process and its descendants (Airflow 2.10's DAG processor manager, a child of the
+    scheduler, makes a group of its own)."""
+    groups = set()
+    for p in tree(pid):
+        try:
+            groups.add(int(stat_fields(Path(f"/proc/{p}/stat").read_text())[2]))
+        except (OSError, IndexError, ValueError):
+            pass
+    return groups
+
+
 def group_usage(pgid: int) -> Usage:
     """CPU seconds (user + system, with reaped children) and resident memory of every process in a group."""
     cpu, rss = 0.0, 0

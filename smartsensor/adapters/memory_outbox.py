@@ -304,7 +304,7 @@ class MemoryOutboxStore:
         if row is None:
             return False
         settled = {**values, "claim_token": None, "claimed_until": None, "unknown_since": None, "post_started_at": None}
-        posts = max(row.posts + (1 if counted else 0), events)
+        posts = max(row.posts + (1 if counted else 0), events if events > 1 else 0)
         if self._held(row_id, token) is not None:
             self.outbox[row_id] = replace(row, **settled, posts=posts)
             return True

@@ -416,9 +416,9 @@ def listing_while_a_run_is_queued(stack: AirflowStack, prefix: str) -> tuple[Eve
             return sorted((state, start is None) for state, start in rows) == [("queued", True), ("running", False)]
 
         wait_until(one_running_one_queued, timeout=300, step=1.0)
-        blocked = client.find_events(asset_id, since, {LANDING_ID: -1})
+        blocked = client.find_events(asset_id, since, None, {LANDING_ID: -1})
         (orders,) = [a for a in client.consumed_hive_assets(prefix) if a.table == DAILY]
-        other = client.find_events(orders.asset_id, since, {HIVE_PARTITION: "ds=2026-09-01"})
+        other = client.find_events(orders.asset_id, since, None, {HIVE_PARTITION: "ds=2026-09-01"})
         return blocked, other
     finally:
         client.close()

@@ -47,7 +47,7 @@ from smartsensor.domain.landings import (
 from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import landing_outbox as LO
 from smartsensor.sensors.errors import CheckError, TransientCheckError
-from smartsensor.service.landings import CycleReport, LandingPublisher
+from smartsensor.service.landings import EVER, CycleReport, LandingPublisher
 from smartsensor.service.status import collect_landings, collect_status, landings_lines
 from smartsensor.service.status_report import StatusReport
 from tests.support.catalog_doubles import Clock
@@ -85,7 +85,7 @@ class AirflowDouble:
         self.lookups = 0
         self.lookups_down = False
         self.windows: list[tuple[datetime, datetime | None]] = []  # each look-up's (since, until)
-        self.clock_on_lookup: Callable[[], None] = lambda: None  # what a look-up does to time (a slow one)
+        self.after_lookup: Callable[[], None] = lambda: None  # what a look-up leaves behind (time it took, a mode)
         self.assets_down = False
         self.consumed = dict(CONSUMED)  # the tables DAGs are scheduled on now
 
@@ -114,25 +114,25 @@ class AirflowDouble:
             return PostOutcome("retry", "ConnectError: connection refused")
         return PostOutcome("unknown", "ReadTimeout: read timed out")
 
-    def find_events(
-        self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]
-    ) -> EventLookup:
+    def find_events(self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]) -> EventLookup:
         self.lookups += 1
         self.windows.append((since, until))
-        self.clock_on_lookup()
         if self.lookups_down or self.mode not in ("ok", "reject", "freeze"):
-            return EventLookup(False, detail="HTTP 500: Internal Server Error")
-        return EventLookup(
-            True,
-            tuple(
-                i
-                for i, extra, at in self.taken
-                if extra["asset_id"] == asset_id
-                and at >= since
-                and (until is None or at <= until)
-                and all(extra.get(k) == v for k, v in marks.items())
-            ),
-        )
+            found = EventLookup(False, detail="HTTP 500: Internal Server Error")
+        else:
+            found = EventLookup(
+                True,
+                tuple(
+                    i
+                    for i, extra, at in self.taken
+                    if extra["asset_id"] == asset_id
+                    and at >= since
+                    and (until is None or at <= until)
+                    and all(extra.get(k) == v for k, v in marks.items())
+                ),
+            )
+        self.after_lookup()
+        return found
 
 
 LANDINGS_SETTINGS = {
@@ -430,6 +430,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         airflow.lookups_down = False
         clock.advance(20)
         found = two.cycle(ranges)
+        assert airflow.windows[-1] == (T0 - timedelta(seconds=30 + 300), T0 + timedelta(seconds=30 + 10 + 300))
         assert (found.found, found.delivered) == (1, 0), found
         (row,) = outbox(engine)
         assert (row["state"], row["posts"], row["event_id"], row["unknown_since"]) == (DELIVERED, 0, 1, None)
@@ -514,6 +515,90 @@ def test_a_cycle_hands_back_what_it_did_not_post_once_airflow_keeps_failing(tmp_
         clock.advance(2)
         assert one.cycle(ranges).delivered == 3
         assert sorted(airflow.events.values()) == [1, 1, 1, 1, 1]
+
+
+def test_a_slow_look_up_still_posts_its_row_and_holds_up_nothing(tmp_path: Path, db_url: str) -> None:
+    """Issue 67, defect 1: a row of unknown outcome whose look-up takes 25 s of a 30 s claim (Airflow slow, 10 pages
+    of 10 s would be worse): once Airflow says it holds nothing the row is posted (its claim extended as the post
+    begins), and the rows claimed with it are posted in the same cycle. Before, the row was handed back unposted
+    every cycle, and every other row of the worker's ranges with it."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        catalog["db.a"] += ["ds=1"]
+        airflow.mode = "timeout_before"  # lost on the way: of unknown outcome, Airflow holds nothing
+        assert one.cycle(ranges).retried == 1
+        catalog["db.a"] += ["ds=2", "ds=3"]
+        one.enqueue(ranges, clock(), CycleReport())
+        airflow.mode = "ok"
+        airflow.after_lookup = lambda: clock.advance(25)
+        clock.advance(2)
+        report = one.cycle(ranges)
+        assert (report.claimed, report.delivered, report.released, report.lost_claims) == (3, 3, 0, 0), report
+        assert airflow.lookups == 1 and sorted(airflow.by_landing().values()) == [1, 1, 1]
+        assert all(r["state"] == DELIVERED and r["post_started_at"] is None for r in outbox(engine)[-3:])
+
+
+def test_an_outcome_known_since_is_not_looked_up_again(tmp_path: Path, db_url: str) -> None:
+    """Issue 67, defect 2: a look-up found nothing, the post that followed failed in a way Airflow did not take (a
+    503): nothing is unknown any more, so the next attempt posts with no look-up, and `status` does not list it as
+    unresolved meanwhile. A look-up's window ends a claim and a request after the outcome became unknown."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        catalog["db.a"] += ["ds=1"]
+        airflow.mode = "timeout_before"
+        one.cycle(ranges)
+        (row,) = outbox(engine)
+        assert row["unknown_since"] == T0
+        airflow.mode = "ok"
+        airflow.after_lookup = lambda: setattr(airflow, "mode", "down")  # found nothing; then the post meets a 503
+        clock.advance(2)
+        assert one.cycle(ranges).retried == 1 and airflow.lookups == 1
+        assert airflow.windows == [(T0 - timedelta(seconds=30 + 300), T0 + timedelta(seconds=30 + 10 + 300))]
+        (row,) = outbox(engine)
+        assert (row["state"], row["unknown_since"], row["unknown_outcomes"]) == (PENDING, None, 1)
+        assert collect_landings(SqlStatusReads(engine), clock()).unresolved == 0
+        airflow.after_lookup, airflow.mode = (lambda: None), "ok"
+        clock.advance(4)
+        assert one.cycle(ranges).delivered == 1 and airflow.lookups == 1  # posted, not looked up
+        assert airflow.by_landing() == {row["id"]: 1}
+
+
+def test_reshard_moves_the_watched_tables_with_their_landings(tmp_path: Path, db_url: str) -> None:
+    """Issue 67, defect 4: after ``shard_code_upper_limit`` is lowered (the documented procedure), `db reshard`
+    moves each watched table and its outbox rows below the new limit, where a worker's ranges find them; before,
+    only the tasks moved and a table could fall in no range, its landings never published."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        catalog["db.a"] += ["ds=1"]
+        airflow.mode = "down"
+        one.cycle(ranges)  # enqueued, not delivered
+        limit = 10
+        cfg = landings_cfg(tmp_path / "lower", db_url, smart_sensor__shard_code_upper_limit=str(limit))
+        smaller = publisher(engine, cfg, airflow, catalog, "w2", clock)
+        assert all(w.shardcode >= limit for w in SqlOutboxStore(engine).read_watches([(0, 10**9)], EVER)), (
+            "pick tables whose shardcodes are above the lower limit"
+        )
+        airflow.mode = "ok"
+        clock.advance(60)
+        assert smaller.cycle([(0, limit)]).delivered == 0  # nothing in its ranges
+        assert landing_sql.reshard_watches(engine, limit) == 2
+        assert landing_sql.reshard_watches(engine, limit) == 0  # idempotent
+        catalog["db.b"] += ["ds=2"]
+        report = smaller.cycle([(0, limit)])
+        assert (report.watched, report.delivered) == (2, 2), report
+        assert all(r["shardcode"] < limit for r in outbox(engine))
+        assert sorted(airflow.by_landing().values()) == [1, 1]
+
+
+def test_two_events_found_for_one_landing_are_a_duplicate_counted(tmp_path: Path, db_url: str) -> None:
+    """Issue 67, defect 10: a look-up that finds two events for a row counts one duplicate."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        catalog["db.a"] += ["ds=1"]
+        one.enqueue(ranges, clock(), CycleReport())
+        (row,) = landing_sql.claim_landings(engine, ranges, "w1", "t1", clock(), clock() + timedelta(seconds=30), 5)
+        assert landing_sql.end_found(engine, row.id, "t1", clock(), 7, events=2)
+        assert collect_landings(SqlStatusReads(engine), clock()).duplicates == 1
 
 
 # -- the stateful model ------------------------------------------------------------------------------------
@@ -1074,6 +1159,20 @@ def test_a_partition_dropped_and_added_again_is_published_again_only_where_chose
         assert cycle(later).recreated == 1
         cycle(later)
         assert airflow.events[(1, "1")] == 3
+        # issue 67, defect 3: added again through another metastore instance, which hands out a lower block of ids
+        hive.drop("db", "a", "ds=1")
+        hive.add("db", "a", "ds=1", 0)
+        other = LandingPublisher(SqlOutboxStore(engine), cfg, airflow, landing_listings(cfg), "5", clock=clock)
+        assert cycle(other).recreated == 1
+        cycle(other)
+        assert airflow.events[(1, "1")] == 4
+        # a database that went back shows an id the partition had before: nothing
+        hive.drop("db", "a", "ds=1")
+        hive.add("db", "a", "ds=1", 8)
+        back = LandingPublisher(SqlOutboxStore(engine), cfg, airflow, landing_listings(cfg), "6", clock=clock)
+        assert cycle(back).recreated == 0
+        cycle(back)
+        assert airflow.events[(1, "1")] == 4
         engine.dispose()
     finally:
         meta.dispose()

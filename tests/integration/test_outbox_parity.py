@@ -139,16 +139,20 @@ class ParityModel(RuleBasedStateMachine):
         return data.draw(st.sampled_from(self.claims))
 
     @precondition(lambda self: bool(self.claims))
-    @rule(data=st.data(), ahead=st.sampled_from([0, 10, 40]))
-    def holds(self, data: st.DataObject, ahead: int) -> None:
+    @rule(data=st.data(), ahead=st.sampled_from([10, 40]))
+    def begin_post(self, data: st.DataObject, ahead: int) -> None:
         row_id, token = self.a_claim(data)
-        self.both("holds", row_id, token, self.clock() + timedelta(seconds=ahead))
+        self.both("begin_post", row_id, token, self.clock(), self.clock() + timedelta(seconds=ahead))
 
     @precondition(lambda self: bool(self.claims))
-    @rule(data=st.data(), event=st.integers(1, 5), found=st.booleans())
-    def end_delivered_or_found(self, data: st.DataObject, event: int, found: bool) -> None:
+    @rule(data=st.data(), event=st.integers(1, 5), found=st.sampled_from([0, 1, 2]))
+    def end_delivered_or_found(self, data: st.DataObject, event: int, found: int) -> None:
+        """A 2xx read (``found`` 0), or Airflow found to hold one or two events of the row."""
         row_id, token = self.a_claim(data)
-        self.both("end_found" if found else "end_delivered", row_id, token, self.clock(), event)
+        if found:
+            self.both("end_found", row_id, token, self.clock(), event, found)
+        else:
+            self.both("end_delivered", row_id, token, self.clock(), event)
 
     @precondition(lambda self: bool(self.claims))
     @rule(data=st.data(), unknown=st.booleans(), answered=st.booleans(), backoff=st.sampled_from([0, 3]))

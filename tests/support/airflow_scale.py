@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.harness.usage import group_usage, machine_busy_seconds
+from scripts.harness.usage import group_usage, machine_busy_seconds, tree_groups
 from tests.support.airflow_race import CASES, Outcome, p
 
 SAMPLE = 0.25  # seconds between samples of the running sensor tasks
@@ -105,24 +105,30 @@ class SlotSampler:
 
 
 class BusyElsewhere:
-    """The machine's CPU spent outside the process groups ``pgids`` over a ``with`` block, in cores on average:
-    other tests, other jobs on a shared machine (and the shared PostgreSQL)."""
+    """The machine's CPU spent outside the process groups ``pgids`` and those of their descendants (2.10's DAG
+    processor manager makes a group of its own) over a ``with`` block, in cores on average: other tests, other jobs
+    on a shared machine (and the shared PostgreSQL)."""
 
     def __init__(self, pgids: list[int]) -> None:
         self.pgids = pgids
         self.cores = 0.0
 
-    def ours(self) -> float:
-        return sum(group_usage(pgid).cpu_seconds for pgid in self.pgids)
+    def groups(self) -> set[int]:
+        return set(self.pgids).union(*(tree_groups(pgid) for pgid in self.pgids))
+
+    def ours(self, groups: set[int]) -> float:
+        return sum(group_usage(pgid).cpu_seconds for pgid in groups)
 
     def __enter__(self) -> BusyElsewhere:
-        self._start = (time.monotonic(), machine_busy_seconds(), self.ours())
+        self._groups = self.groups()
+        self._start = (time.monotonic(), machine_busy_seconds(), self.ours(self._groups))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        at, machine, ours = self._start
+        at, machine, before = self._start
         wall = time.monotonic() - at
-        spent = (machine_busy_seconds() - machine) - (self.ours() - ours)
+        groups = self._groups | self.groups()  # a group made meanwhile spent all its CPU in the block
+        spent = (machine_busy_seconds() - machine) - (self.ours(groups) - before)
         self.cores = max(0.0, spent / wall) if wall > 0 else 0.0
 
 

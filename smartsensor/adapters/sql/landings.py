@@ -353,14 +353,15 @@ def end_delivered(engine: Engine, row_id: int, token: str, now: datetime, event_
 
 def end_found(engine: Engine, row_id: int, token: str, now: datetime, event_id: int, events: int = 1) -> bool:
     """Airflow holds the row's event (looked up after an attempt of unknown outcome): ``delivered`` with that event;
-    ``posts`` is at least ``events`` (the events Airflow holds for it: more than one is a duplicate, counted). Like a
+    ``posts`` (the 2xx answers read) left as it is, or made ``events`` when Airflow holds more than one for it (a
+    duplicate, counted). Like a
     late 2xx, it settles the row whoever holds it, unless it is ``delivered`` already. Whether this claim still
     held it. One transaction (1 statement, 2 when the claim was lost)."""
     values = {
         "state": DELIVERED,
         "delivered_at": now,
         "event_id": event_id,
-        "posts": case((LO.c.posts < events, events), else_=LO.c.posts),
+        "posts": case((LO.c.posts < events, events), else_=LO.c.posts) if events > 1 else LO.c.posts,
         **_SETTLED_NOW,
     }
     with engine.begin() as conn:
