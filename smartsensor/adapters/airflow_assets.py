@@ -189,9 +189,7 @@ class AirflowAssets:
         detail, ours = _answer(response)
         return outcome_of_status(response.status_code, detail, None, ours)
 
-    def find_events(
-        self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]
-    ) -> EventLookup:
+    def find_events(self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]) -> EventLookup:
         """``GET /api/v2/assets/events`` of ``asset_id`` from ``since`` to ``until`` (Airflow's clock; None: no end),
         oldest first, at most ``LOOKUP_PAGES`` pages: the ids of the events whose ``extra`` holds every item of
         ``marks``. Not answered (never raised) when a call fails, answers other than 200 (a 500 while a run an

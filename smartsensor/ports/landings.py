@@ -138,9 +138,7 @@ class AssetEvents(Protocol):
         """Post one asset event; what it came to (never raises for a failure of Airflow or of the way to it)."""
         ...
 
-    def find_events(
-        self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]
-    ) -> EventLookup:
+    def find_events(self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]) -> EventLookup:
         """The events of ``asset_id`` taken from ``since`` to ``until`` (None: no end) whose ``extra`` holds every
         item of ``marks``, or that Airflow could not tell (bounded in time and pages; never raises for a failure of
         Airflow or of the way to it)."""
