@@ -198,6 +198,7 @@ asset_watch = Table(
     Column("watched_since", UtcDateTime, nullable=False),
     Column("baselined_at", UtcDateTime),
     Column("seen_at", UtcDateTime, nullable=False),
+    Column("forgotten_at", UtcDateTime),
     Index("asset_watch_shardcode", "shardcode"),
 )
 

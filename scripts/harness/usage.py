@@ -78,14 +78,26 @@ class Usage:
 
 
 def tree_groups(pid: int) -> set[int]:
-    """The process groups of a process and its descendants (Airflow 2.10's DAG processor manager, a child of the
-    scheduler, makes a group of its own)."""
-    groups = set()
-    for p in tree(pid):
-        try:
-            groups.add(int(stat_fields(Path(f"/proc/{p}/stat").read_text())[2]))
-        except (OSError, IndexError, ValueError):
-            pass
+    """The process groups of a process and all its descendants, whichever of its threads started them (Airflow
+    2.10's DAG processor manager, a child of the scheduler, makes a group of its own), by the parent of every
+    process of the machine."""
+    parent: dict[int, tuple[int, int]] = {}  # pid → (ppid, pgrp)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = stat_fields((entry / "stat").read_text())
+                parent[int(entry.name)] = (int(fields[1]), int(fields[2]))
+            except (OSError, IndexError, ValueError):
+                continue
+    children: dict[int, list[int]] = {}
+    for child, (ppid, _) in parent.items():
+        children.setdefault(ppid, []).append(child)
+    groups, stack = set(), [pid]
+    while stack:
+        p = stack.pop()
+        if p in parent:
+            groups.add(parent[p][1])
+        stack += children.get(p, [])
     return groups
 
 

@@ -38,6 +38,12 @@ class Watch:
     watched_since: datetime
     seen_at: datetime
     baselined_at: datetime | None = None
+    forgotten_at: datetime | None = None  # when retention forgot it (its last ``seen_at``); it stays, marked
+
+    @property
+    def watched(self) -> bool:
+        """Not forgotten, or listed again since (``adapters.sql.landings.WATCHED``)."""
+        return self.forgotten_at is None or self.seen_at > self.forgotten_at
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,8 @@ class MemoryOutboxStore:
                 state, chosen = PENDING, list(landings)
             elif stored is not None:
                 self.watches[watch.uri] = replace(stored, baselined_at=now)
-                state, chosen = (PENDING if publish_existing else BASELINE), list(listed())
+                fresh = publish_existing and stored.forgotten_at is None
+                state, chosen = (PENDING if fresh else BASELINE), list(listed())
             else:
                 return PENDING, 0
             return state, self._insert(watch, ((n, k, 0, i) for n, k, i in chosen), state, now)

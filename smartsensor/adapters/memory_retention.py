@@ -110,7 +110,9 @@ class MemoryExpiredRows:
         """``retention.unwatched_uris``."""
         with self.outbox.lock:
             self._statements += 1
-            return sorted(u for u, w in self.outbox.watches.items() if u > after and w.seen_at < cutoff)[:size]
+            return sorted(u for u, w in self.outbox.watches.items() if u > after and w.seen_at < cutoff and w.watched)[
+                :size
+            ]
 
     def count_unwatched_landings(self, uris: Sequence[str]) -> int:
         """``retention.settled_landings_of`` (no statement for no uri)."""
@@ -122,11 +124,12 @@ class MemoryExpiredRows:
 
     def forget_unwatched_batch(self, uri: str, cutoff: datetime, size: int) -> tuple[int, bool]:
         """``retention.forget_unwatched``: while ``uri``'s watch is unlisted since before ``cutoff``, its baseline
-        dropped, up to ``size`` settled rows (lowest ids first), then the watch once it has no row left."""
+        dropped, up to ``size`` settled rows (lowest ids first), then the watch marked forgotten once it has no row
+        left."""
         with self.outbox.lock:
             self._statements += 1
             watch = self.outbox.watches.get(uri)
-            if watch is None or not watch.seen_at < cutoff:
+            if watch is None or not watch.seen_at < cutoff or not watch.watched:
                 return 0, False
             self._statements += 2
             self.outbox.watches[uri] = replace(watch, baselined_at=None)
@@ -138,7 +141,7 @@ class MemoryExpiredRows:
             self._statements += 1
             if any(r.uri == uri for r in rows.values()):
                 return len(gone), False
-            del self.outbox.watches[uri]
+            self.outbox.watches[uri] = replace(self.outbox.watches[uri], forgotten_at=watch.seen_at)
             return len(gone), True
 
     def statements(self) -> int:

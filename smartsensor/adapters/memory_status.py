@@ -195,7 +195,7 @@ class MemoryStatusReads:
         outcomes counted, the watches, and the ``SHOWN_UNKNOWN`` undelivered rows unknown longest."""
         with self.outbox.lock:
             rows = list(self.outbox.outbox.values())
-            watched = len(self.outbox.watches)
+            watched = sum(1 for w in self.outbox.watches.values() if w.watched)
         undelivered = [r for r in rows if r.state in UNDELIVERED]
         unknown = sorted((r for r in undelivered if r.unknown_since is not None), key=lambda r: (r.unknown_since, r.id))
         return OutboxSummary(

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from smartsensor.adapters.sql import landings as landing_sql
-from smartsensor.adapters.sql import tasks as task_sql
+from smartsensor.adapters.sql import landings as landing_sql, tasks as task_sql
 from smartsensor.adapters.sql.engine import init_db, normalize_url
 from smartsensor.adapters.sql.status_store import SqlExpiredRows
 from smartsensor.cli.app import App, UserError

@@ -22,7 +22,7 @@ from smartsensor.adapters.sql.engine import init_db, make_engine
 from smartsensor.adapters.sql.external import SqlExternalTryStore
 from smartsensor.adapters.sql.landings import SqlOutboxStore
 from smartsensor.adapters.sql.round_store import SqlRoundStore
-from smartsensor.adapters.sql.status_store import SqlExpiredRows
+from smartsensor.adapters.sql.status_store import SqlExpiredRows, SqlStatusReads
 from smartsensor.cli import main
 from smartsensor.domain import clock as wall_clock
 from smartsensor.domain.keys import ExternalKey, TaskKey
@@ -40,6 +40,7 @@ from smartsensor.schema.models import (
 from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.retention import RetentionJob, prune
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
+from smartsensor.service.status import collect_landings
 from tests.integration.test_external import reg
 from tests.integration.test_landings import AirflowDouble, landings_cfg, listing, outbox
 from tests.support.catalog_doubles import Clock, DictCatalog
@@ -316,6 +317,36 @@ def test_a_table_no_longer_watched_loses_its_landings_and_they_are_not_published
     assert world.rows()[("b", "ds=1")] == BASELINE
     world.catalog["db.b"].append("ds=2")
     assert world.cycle().delivered == 1 and world.airflow.events[(2, "2")] == 1
+
+
+def test_publish_existing_publishes_a_tables_history_once_however_often_it_is_forgotten(
+    tmp_path: Path, db_url: str
+) -> None:
+    """Issue 67, defect 6: with ``publish_existing``, a table's first watch publishes the partitions already there;
+    forgotten by retention (nobody scheduled on it for a month) and watched again, its history is its baseline, not
+    a second event each. The forgotten watch keeps its row, counted as not watched until Airflow lists it again."""
+    world = Landings(tmp_path, db_url, landings__publish_existing="true")
+    try:
+        assert world.cycle().delivered == 2  # ds=0 of each table, published once
+        del world.airflow.consumed["db.b"]
+        world.days(31)
+        report = prune(SqlExpiredRows(world.engine), MONTH, 100, now=world.clock())
+        assert (report.tables["landing_outbox"].rows, report.tables["asset_watch"].rows) == (1, 1)
+        assert collect_landings(SqlStatusReads(world.engine), world.clock()).watched_tables == 1
+        again = prune(SqlExpiredRows(world.engine), MONTH, 100, now=world.clock())
+        assert (again.tables["landing_outbox"].rows, again.tables["asset_watch"].rows) == (0, 0)  # once
+        world.airflow.consumed["db.b"] = 2
+        world.catalog["db.b"].append("ds=1")  # landed while nobody watched: history too
+        for _ in range(3):
+            world.clock.advance(60)
+            world.cycle()
+        assert world.airflow.events == Counter({(1, "0"): 1, (2, "0"): 1})
+        assert world.rows()[("b", "ds=0")] == BASELINE and world.rows()[("b", "ds=1")] == BASELINE
+        assert collect_landings(SqlStatusReads(world.engine), world.clock()).watched_tables == 2
+        world.catalog["db.b"].append("ds=2")
+        assert world.cycle().delivered == 1
+    finally:
+        world.engine.dispose()
 
 
 def test_an_undelivered_landing_keeps_its_row_and_its_watch(landings: Landings) -> None:

@@ -37,6 +37,8 @@ from smartsensor.domain.status_rows import OutboxSummary, UnknownOutcome
 from smartsensor.schema.models import UtcDateTime, asset_watch as AW, landing_outbox as LO
 
 UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an event found in Airflow, ends
+# A watch retention has not forgotten, or one Airflow listed again since (a forgotten watch keeps its row).
+WATCHED = or_(AW.c.forgotten_at.is_(None), AW.c.seen_at > AW.c.forgotten_at)
 
 Ranges = Sequence[tuple[int, int]]  # shard ranges [lo, hi)
 
@@ -89,12 +91,17 @@ def outbox_names(conn: Connection, uri: str, names: Sequence[str] | None = None)
     return {name: part_id for name, (_, part_id) in _latest_generations(conn, uri, names)[0].items()}
 
 
-def take_baseline(conn: Connection, uri: str, now: datetime) -> bool:
-    """Mark ``uri``'s baseline taken, if nobody took it yet: whether this call did (1 guarded statement)."""
-    return (
-        conn.execute(update(AW).where(AW.c.uri == uri, AW.c.baselined_at.is_(None)).values(baselined_at=now)).rowcount
-        == 1
-    )
+def take_baseline(conn: Connection, uri: str, now: datetime) -> tuple[bool, bool]:
+    """Mark ``uri``'s baseline taken, if nobody took it yet: whether this call did, and whether retention ever forgot
+    the table (its landings were published, then forgotten: ``publish_existing`` must not publish them again) (1
+    guarded statement)."""
+    took = conn.execute(
+        update(AW)
+        .where(AW.c.uri == uri, AW.c.baselined_at.is_(None))
+        .values(baselined_at=now)
+        .returning(AW.c.forgotten_at)
+    ).first()
+    return took is not None, took is not None and took[0] is not None
 
 
 # -- operations ------------------------------------------------------------------------------------------
@@ -144,17 +151,18 @@ def enqueue_landings(
     """Put ``landings`` ((partition name, partition key, the metastore's id of the partition or None): those of
     ``watch``'s table not in the outbox yet) into the outbox once, as ``pending``, while the table's baseline
     holds. A table without a baseline (a first watch, or one retention forgot) takes it here: then every partition
-    it has (``listed()``) goes in, as ``baseline`` (``publish_existing``: ``pending``), so that a partition whose row
-    retention deleted is never taken for a new landing. A watch gone meanwhile takes nothing. Returns the state used
-    and how many rows went in (those already there are kept as they are). One transaction (2 statements, 3 to take a
-    baseline)."""
+    it has (``listed()``) goes in, as ``baseline`` (``publish_existing``, on a table's first watch only:
+    ``pending``), so that a partition whose row retention deleted is never taken for a new landing. A watch gone
+    meanwhile takes nothing. Returns the state used and how many rows went in (those already there are kept as they
+    are). One transaction (2 statements, 3 to take a baseline)."""
     with engine.begin() as conn:
         if keep_baseline(conn, watch.uri):
             state, chosen = PENDING, list(landings)
-        elif take_baseline(conn, watch.uri, now):
-            state, chosen = (PENDING if publish_existing else BASELINE), list(listed())
         else:
-            return PENDING, 0  # retention forgot the watch: Airflow's next listing makes it anew
+            took, forgotten = take_baseline(conn, watch.uri, now)
+            if not took:
+                return PENDING, 0  # the watch is gone
+            state, chosen = (PENDING if publish_existing and not forgotten else BASELINE), list(listed())
         rows = [_landing_row(watch, name, key, state, now, 0, part_id) for name, key, part_id in chosen]
         return state, _insert_ignoring_duplicates(conn, LO, rows)
 
@@ -186,9 +194,9 @@ def enqueue_recreated(
     from their latest outbox row's. An id no row of that name ever had: the partition was dropped and added again, a
     new landing, the next generation (``pending``); lower ids too (each metastore instance hands ids out from a block
     of its own). An id an earlier generation had: a database that went back (a lagging replica), nothing. A latest
-    row without an id (enqueued from a listing) takes this one, publishing nothing. Decided on the rows as they are in this transaction, while the table's
-    baseline holds, so two workers add a generation once. Returns how many went in, and each listed name's id on
-    record now. One transaction (3 statements, and 1 per row given its id)."""
+    row without an id (enqueued from a listing) takes this one, publishing nothing. Decided on the rows as they are
+    in this transaction, while the table's baseline holds, so two workers add a generation once. Returns how many
+    went in, and each listed name's id on record now. One transaction (3 statements, and 1 per row given its id)."""
     with engine.begin() as conn:
         if not listed or not keep_baseline(conn, watch.uri):
             return 0, {}
@@ -492,7 +500,7 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
                 func.coalesce(func.sum(LO.c.unknown_outcomes), 0),
             )
         ).one()
-        watched = conn.execute(select(func.count()).select_from(AW)).scalar_one()
+        watched = conn.execute(select(func.count()).select_from(AW).where(WATCHED)).scalar_one()
         unsettled = and_(LO.c.state.in_(UNDELIVERED), LO.c.unknown_since.is_not(None))
         unresolved = conn.execute(select(func.count()).select_from(LO).where(unsettled)).scalar_one()
         rows = conn.execute(

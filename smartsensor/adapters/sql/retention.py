@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from sqlalchemy import Column, Connection, Engine, and_, case, delete, exists, func, literal, select, tuple_, update
 
+from smartsensor.adapters.sql.landings import WATCHED
 from smartsensor.domain.landings import SETTLED
 from smartsensor.domain.states import State
 from smartsensor.domain.status_rows import Batch, Key
@@ -128,7 +129,7 @@ def dead_workers(conn: Connection, cutoff: datetime, size: int, dry_run: bool) -
 def unwatched_uris(conn: Connection, cutoff: datetime, after: str, size: int) -> list[str]:
     """Up to ``size`` watched tables after ``after`` (in ``uri`` order) that Airflow last listed before ``cutoff``
     (1 statement)."""
-    query = select(AW.c.uri).where(AW.c.uri > after, AW.c.seen_at < cutoff).order_by(AW.c.uri).limit(size)
+    query = select(AW.c.uri).where(AW.c.uri > after, AW.c.seen_at < cutoff, WATCHED).order_by(AW.c.uri).limit(size)
     return list(conn.execute(query).scalars())
 
 
@@ -144,11 +145,13 @@ def forget_unwatched(conn: Connection, uri: str, cutoff: datetime, size: int) ->
     """One batch of forgetting the table ``uri`` Airflow has not listed since before ``cutoff``: its watch loses
     its baseline (a later watch takes a new one: everything listed then goes in as its baseline), then up to
     ``size`` of its settled outbox rows go (the lowest ids first: a twin deletes the same ones), then, when none is
-    left (an undelivered row keeps it), the watch itself. How many outbox rows went, and whether the watch did. 2-5
+    left (an undelivered row keeps it), the watch is marked forgotten (``forgotten_at``: its row stays, so that a
+    table watched again never has its history published again by ``publish_existing``). How many outbox rows went,
+    and whether the watch was forgotten. 2-5
     statements, each guarded by the watch being still unlisted since before ``cutoff`` (on PostgreSQL, its row locked
     first: a refresh that lists it again, or a publisher that enqueues on it, waits for this transaction, then sees
     it without a baseline)."""
-    stale = and_(AW.c.uri == uri, AW.c.seen_at < cutoff)
+    stale = and_(AW.c.uri == uri, AW.c.seen_at < cutoff, WATCHED)
     if conn.execute(select(AW.c.uri).where(stale).with_for_update()).first() is None:
         return 0, False
     conn.execute(update(AW).where(stale, AW.c.baselined_at.is_not(None)).values(baselined_at=None))
@@ -157,7 +160,11 @@ def forget_unwatched(conn: Connection, uri: str, cutoff: datetime, size: int) ->
     rows = conn.execute(delete(LO).where(LO.c.id.in_(ids), LO.c.state.in_(SETTLED), unbaselined)).rowcount
     if rows == size:
         return rows, False
-    gone = conn.execute(delete(AW).where(stale, AW.c.baselined_at.is_(None), ~exists().where(LO.c.uri == uri))).rowcount
+    gone = conn.execute(
+        update(AW)
+        .where(stale, AW.c.baselined_at.is_(None), ~exists().where(LO.c.uri == uri))
+        .values(forgotten_at=AW.c.seen_at)
+    ).rowcount
     return rows, gone == 1
 
 
