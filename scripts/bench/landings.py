@@ -102,7 +102,7 @@ class RecordingAirflow:
             self.posted.setdefault((asset_id, partition_key), time.monotonic())
             return PostOutcome("delivered", "", len(self.posted))
 
-    def find_events(self, asset_id: int, since: datetime, marks: dict[str, Any]) -> EventLookup:
+    def find_events(self, asset_id: int, since: datetime, until: datetime | None, marks: dict[str, Any]) -> EventLookup:
         return EventLookup(True, ())
 
 

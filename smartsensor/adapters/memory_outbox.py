@@ -187,7 +187,7 @@ class MemoryOutboxStore:
             }  # every id each name's generations had: one seen before is a database that went back
             record: dict[str, int | None] = {name: row[1] for name, row in latest.items()}
             new: list[tuple[str, str, int, int | None]] = []
-            for name, (generation, part_id) in latest.items():
+            for name, (generation, part_id) in sorted(latest.items()):
                 key, now_id = listed[name]
                 if part_id is not None and (name, now_id) in seen:
                     continue

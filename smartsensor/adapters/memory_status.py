@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.memory_outbox import MemoryOutboxStore
-from smartsensor.domain.landings import SHOWN_UNKNOWN, UNDELIVERED
+from smartsensor.domain.landings import REJECTED, SHOWN_REJECTED, SHOWN_UNKNOWN, UNDELIVERED
 from smartsensor.domain.rows import TaskRow, ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.domain.status_rows import (
@@ -23,6 +23,7 @@ from smartsensor.domain.status_rows import (
     OverdueTask,
     OverviewRows,
     PastLimits,
+    RejectedLanding,
     StatusQuery,
     StatusRows,
     StuckRows,
@@ -208,6 +209,10 @@ class MemoryStatusReads:
             tuple(
                 UnknownOutcome(r.id, r.uri, r.partition_name, r.state, r.unknown_since, r.last_error)  # type: ignore[arg-type]
                 for r in unknown[:SHOWN_UNKNOWN]
+            ),
+            tuple(
+                RejectedLanding(r.id, r.uri, r.partition_name, r.last_error)
+                for r in sorted((r for r in rows if r.state == REJECTED), key=lambda r: -r.id)[:SHOWN_REJECTED]
             ),
         )
 

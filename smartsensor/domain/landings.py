@@ -26,6 +26,7 @@ UNDELIVERED = (PENDING, SENDING)
 SETTLED = (BASELINE, DELIVERED, REJECTED)  # never posted again: the rows retention may delete (never an undelivered)
 CLAIMABLE = (PENDING, SENDING)  # a sending row is claimable once its claim lapsed (its worker died or stalled)
 SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
+SHOWN_REJECTED = 20  # rows refused for good `status` names, the latest first
 
 LANDING_ID = "smartsensor_landing_id"  # the key of an event's ``extra`` that names its outbox row
 HIVE_PARTITION = "hive_partition"  # the key of an event's ``extra`` that holds the Hive partition's name

@@ -76,6 +76,17 @@ class UnknownOutcome:
 
 
 @dataclass(frozen=True)
+class RejectedLanding:
+    """An outbox row refused for good (Airflow's own 4xx, a key no mapper could read, a table no longer watched):
+    which landing, and why."""
+
+    id: int
+    uri: str
+    partition_name: str
+    why: str | None
+
+
+@dataclass(frozen=True)
 class OutboxSummary:
     """What `status` shows of the outbox: rows by state, the oldest undelivered landing, the duplicates known
     (2xx answers past a row's first) and the attempts whose outcome was never known."""
@@ -87,6 +98,7 @@ class OutboxSummary:
     watched_tables: int
     unresolved: int = 0  # undelivered rows whose outcome is unknown now (``unknown_since`` set)
     unresolved_rows: tuple[UnknownOutcome, ...] = ()  # the SHOWN_UNKNOWN longest unknown of them
+    rejected_rows: tuple[RejectedLanding, ...] = ()  # the SHOWN_REJECTED latest rows refused for good, and why
 
 
 class OverviewRows(NamedTuple):

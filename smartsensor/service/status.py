@@ -20,6 +20,7 @@ from smartsensor.service.status_report import (
     LandingsStatus,
     LeaseStatus,
     LiveWorker,
+    RefusedLanding,
     ShardRow,
     StatusReport,
     Stuck,
@@ -104,6 +105,9 @@ def collect_landings(reads: StatusReads, now: datetime, patience: float = 3600.0
         unknown_outcomes=summary.unknown_outcomes,
         unresolved=summary.unresolved,
         unresolved_landings=unknown,
+        rejected_landings=tuple(
+            RefusedLanding(r.id, _table_of(r.uri), r.partition_name, r.why) for r in summary.rejected_rows
+        ),
     )
 
 
@@ -376,4 +380,8 @@ def landings_lines(landings: LandingsStatus) -> list[str]:
             f"  landing {u.landing_id} {u.table} {u.partition}: outcome unknown since {clock.iso(u.unknown_since)} "
             f"({u.unknown_for:g} s), {verdict}; last error: {u.last_error or '-'}"
         )
+    if landings.rejected_landings:
+        out.append("landings refused for good (never posted again; the latest):")
+    for r in landings.rejected_landings:
+        out.append(f"  landing {r.landing_id} {r.table} {r.partition}: {r.why or '-'}")
     return out

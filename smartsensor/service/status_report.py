@@ -127,6 +127,16 @@ class UnknownLanding:
 
 
 @dataclass(frozen=True)
+class RefusedLanding:
+    """A landing refused for good (``rejected``): never posted again; why."""
+
+    landing_id: int
+    table: str
+    partition: str
+    why: str | None
+
+
+@dataclass(frozen=True)
 class LandingsStatus:
     """The landing publisher's outbox (``[landings] publish``): the tables watched, its rows by state, the
     ``backlog`` (pending + sending) and its oldest landing (``oldest_age`` seconds ago), the ``duplicates`` known
@@ -143,6 +153,7 @@ class LandingsStatus:
     unknown_outcomes: int
     unresolved: int = 0  # landings of unknown outcome now, waiting for Airflow's answer
     unresolved_landings: tuple[UnknownLanding, ...] = ()  # the longest unknown of them, by name
+    rejected_landings: tuple[RefusedLanding, ...] = ()  # the latest refused for good, by name, with why
 
 
 @dataclass(frozen=True)

@@ -590,6 +590,26 @@ def test_reshard_moves_the_watched_tables_with_their_landings(tmp_path: Path, db
         assert sorted(airflow.by_landing().values()) == [1, 1]
 
 
+def test_a_key_no_mapper_could_read_is_refused_and_shown_with_why(tmp_path: Path, db_url: str) -> None:
+    """Issue 67, defect 9: ``region=eu|us/ds=1`` would be three fields for two columns (Airflow would take the event
+    and start no run): refused for good, never posted, and `status` names it with the reason."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        catalog["db.a"] += ["region=eu|us/ds=1", "region=eu/ds=1"]
+        report = one.cycle(ranges)
+        assert (report.rejected, report.delivered) == (1, 1), report
+        assert airflow.events == Counter({(1, "eu|1"): 1})
+        status = collect_landings(SqlStatusReads(engine), clock())
+        (refused,) = status.rejected_landings
+        assert (refused.table, refused.partition) == ("db.a", "region=eu|us/ds=1") and "delimiter" in str(refused.why)
+        assert any(
+            line.startswith(f"  landing {refused.landing_id} db.a region=eu|us/ds=1: ")
+            for line in landings_lines(status)
+        )
+        report_json = status_with_landings(tmp_path, db_url, engine, clock()).as_json()
+        assert report_json["landings"]["rejected_landings"][0]["partition"] == "region=eu|us/ds=1"
+
+
 def test_two_events_found_for_one_landing_are_a_duplicate_counted(tmp_path: Path, db_url: str) -> None:
     """Issue 67, defect 10: a look-up that finds two events for a row counts one duplicate."""
     with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):

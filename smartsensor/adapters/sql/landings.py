@@ -27,13 +27,14 @@ from smartsensor.domain.landings import (
     REJECTED,
     SENDING,
     SETTLED,
+    SHOWN_REJECTED,
     SHOWN_UNKNOWN,
     UNDELIVERED,
     ClaimedLanding,
     WatchRow,
     table_shardcode,
 )
-from smartsensor.domain.status_rows import OutboxSummary, UnknownOutcome
+from smartsensor.domain.status_rows import OutboxSummary, RejectedLanding, UnknownOutcome
 from smartsensor.schema.models import UtcDateTime, asset_watch as AW, landing_outbox as LO
 
 UNSETTLED = (PENDING, SENDING, REJECTED)  # the states a 2xx counted late, or an event found in Airflow, ends
@@ -203,7 +204,7 @@ def enqueue_recreated(
         latest, seen = _latest_generations(conn, watch.uri, sorted(listed))
         record: dict[str, int | None] = {name: row[1] for name, row in latest.items()}
         rows = []
-        for name, (generation, part_id) in latest.items():
+        for name, (generation, part_id) in sorted(latest.items()):  # new rows in name order, as the memory store's
             key, now_id = listed[name]
             if part_id is not None and now_id in seen[name]:
                 continue
@@ -490,7 +491,7 @@ def reshard_watches(engine: Engine, limit: int) -> int:
 def read_outbox_summary(engine: Engine) -> OutboxSummary:
     """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, the tables
     watched, and the undelivered rows whose outcome is unknown now (how many; the ``SHOWN_UNKNOWN`` longest unknown
-    by name). One connection (6 statements)."""
+    by name), and the ``SHOWN_REJECTED`` latest rows refused for good, with why. One connection (7 statements)."""
     with engine.connect() as conn:
         by_state = {s: n for s, n in conn.execute(select(LO.c.state, func.count()).group_by(LO.c.state))}
         oldest = conn.execute(select(func.min(LO.c.landed_at)).where(LO.c.state.in_(UNDELIVERED))).scalar_one()
@@ -509,8 +510,15 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
             .order_by(LO.c.unknown_since, LO.c.id)
             .limit(SHOWN_UNKNOWN)
         ).all()
+        rejected = conn.execute(
+            select(LO.c.id, LO.c.uri, LO.c.partition_name, LO.c.last_error)
+            .where(LO.c.state == REJECTED)
+            .order_by(LO.c.id.desc())
+            .limit(SHOWN_REJECTED)
+        ).all()
     shown = tuple(UnknownOutcome(*r) for r in rows)
-    return OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched), int(unresolved), shown)
+    refused = tuple(RejectedLanding(*r) for r in rejected)
+    return OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched), int(unresolved), shown, refused)
 
 
 class SqlOutboxStore:
