@@ -62,6 +62,7 @@ from tests.support.airflow_helpers import airflow_venvs
 from tests.support.answer_hold import AnswerHold
 from tests.support.common import wait_until
 from tests.support.pg import database_unreachable
+from tests.support.redirecting_proxy import RedirectingProxy
 
 pytestmark = pytest.mark.slow
 
@@ -396,6 +397,88 @@ def test_a_worker_killed_while_its_post_is_in_flight_starts_no_second_run(
         f"{sorted(set(by_landing.values()))}; rows looked up: {len(looked_up)} (found in Airflow, not posted: "
         f"{sum(1 for r in looked_up if r.posts == 0)}); look-ups answered: {lookups}; with a run queued: "
         f"{blocked.detail}"
+    )
+
+
+LANDS_BEHIND_PROXY = 4  # days landed on each consumed table behind the redirecting, slow proxy
+LOOKUP_DELAY = 10.0  # seconds each look-up of events takes behind it
+REQUEST_TIMEOUT = 12.0  # [landings] request_timeout there: a look-up fits; a held post's answer does not
+
+
+@pytest.mark.extended  # minutes of a deployment; CI runs the outbox's model and the client's redirect rules
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("venv", AIRFLOW_33, ids=version_of)
+def test_through_a_redirecting_proxy_and_slow_look_ups_each_landing_once(
+    venv: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    service: Config,
+    airflow_databases: AirflowDatabases,
+) -> None:
+    """Issue 67: the workers are given Airflow's old URL; a proxy answers every call there 308 to the same route
+    under ``/airflow`` (tests/support/redirecting_proxy.py), so each call, the token's included, is redirected once.
+    Look-ups of events take ``LOOKUP_DELAY`` s each (with the default 15 s claim, longer than the claim leaves after
+    a look-up for a 12 s request: before, such a row was handed back unposted every cycle), and the first two posts
+    are committed by Airflow with their answers held past the workers' timeout (outcomes they never learn). Every
+    landing still has exactly one event in Airflow and each partitioned consumer one run per partition; the posts of
+    unknown outcome are found by their look-ups, never posted again."""
+    prefix = f"hive://127.0.0.1:{service.get('spark', 'metastore_uris').rsplit(':', 1)[1]}/"
+    before = Metastore(service, DB)
+    try:  # the module's other tests may have made them (their partitions are then this deployment's baseline)
+        databases = before.catalog.call("listing the databases", "get_all_databases")
+        there = set(before.catalog.call("listing the tables", "get_all_tables", DB)) if DB in databases else set()
+        before.create_tables([t for t in (DAILY, UNUSED) if t not in there])
+        before.create_tables([HOURLY] if HOURLY not in there else [], ("ds", "hr"))
+    finally:
+        before.close()
+    with (
+        RedirectingProxy(LOOKUP_DELAY, slow_posts=2, post_delay=REQUEST_TIMEOUT + 3) as proxy,
+        deployed(
+            venv,
+            airflow_databases,
+            tmp_for(tmp_path_factory, venv),
+            service,
+            DB,
+            (),
+            {"landings.py": DAGS.format(prefix=prefix, db=DB)},
+            CONSUMERS,
+            smartsensor_settings={
+                "landings__assets_refresh_interval": "5",
+                "landings__retry_max": "3",
+                "landings__request_timeout": str(REQUEST_TIMEOUT),
+            },
+            landings_prefix=prefix,
+            landings_via=proxy.via,
+        ) as deployment,
+    ):
+        run = FaultRun(deployment, service)
+        run.waiting("both consumed tables watched, their baselines taken", lambda: baselines(run.engine) == 2)
+        phase = run.pipeline.phase("behind a redirecting, slow proxy")
+        for day in range(1, LANDS_BEHIND_PROXY + 1):
+            run.pipeline.land(DAILY, f"2026-11-{day:02d}", signal=True)  # days no other test lands
+            run.pipeline.land(HOURLY, f"2026-11-{day:02d}", "01", signal=True)
+        phase.recovered = datetime.now(timezone.utc)
+        total = 2 * LANDS_BEHIND_PROXY
+        run.waiting("every landing delivered", lambda: run.delivered() == total, timeout=900)
+        run.waiting("every landing's runs queued", run.runs_queued, step=1.0)
+        found = runs(run.stack)
+        by_landing = airflow_events_by_landing(run.stack)
+        rows = outbox_rows(run.engine)
+        status = collect_landings(SqlStatusReads(run.engine), clock.now())
+    assert all(n == 1 for n in by_landing.values()), by_landing  # one event per landing
+    delivered = [r for r in rows if r.state == DELIVERED]  # this deployment's outbox: its landings only
+    assert len(delivered) == total and sorted(by_landing) == sorted(r.id for r in delivered)
+    for dag_id, table in PARTITIONED.items():
+        for key in run.pipeline.keys(table):
+            assert len(found[(dag_id, key)]) == 1, (dag_id, key, found[(dag_id, key)])  # one run per partition
+    looked_up = [r for r in delivered if r.unknown_outcomes]
+    assert proxy.held_posts == 2 and sum(1 for r in looked_up if r.posts == 0) >= 1, (proxy.held_posts, looked_up)
+    assert proxy.redirects > 0 and proxy.lookups >= 1
+    assert status.duplicates == 0 and status.unresolved == 0 and status.backlog == 0
+    print(
+        f"\nAirflow {version_of(venv)} behind a redirecting proxy: {proxy.redirects} redirects, {proxy.lookups} "
+        f"look-ups of {LOOKUP_DELAY:g} s, {proxy.held_posts} posts' answers held; events per landing: "
+        f"{sorted(set(by_landing.values()))}; rows looked up: {len(looked_up)} (found, not posted again: "
+        f"{sum(1 for r in looked_up if r.posts == 0)})"
     )
 
 
