@@ -319,15 +319,7 @@ def test_a_worker_killed_while_its_post_is_in_flight_starts_no_second_run(
     next claimant of each row asks Airflow first: the event it holds makes the row delivered, never posted again.
     Each landing then has exactly one event in Airflow (its ``extra`` naming its row) and each partitioned consumer
     exactly one run per partition."""
-    prefix = f"hive://127.0.0.1:{service.get('spark', 'metastore_uris').rsplit(':', 1)[1]}/"
-    before = Metastore(service, DB)
-    try:  # the module's other test may have made them (their partitions are then this deployment's baseline)
-        databases = before.catalog.call("listing the databases", "get_all_databases")
-        there = set(before.catalog.call("listing the tables", "get_all_tables", DB)) if DB in databases else set()
-        before.create_tables([t for t in (DAILY, UNUSED) if t not in there])
-        before.create_tables([HOURLY] if HOURLY not in there else [], ("ds", "hr"))
-    finally:
-        before.close()
+    prefix = tables_of(service)
     with (
         AnswerHold() as proxy,
         deployed(
@@ -421,15 +413,7 @@ def test_through_a_redirecting_proxy_and_slow_look_ups_each_landing_once(
     are committed by Airflow with their answers held past the workers' timeout (outcomes they never learn). Every
     landing still has exactly one event in Airflow and each partitioned consumer one run per partition; the posts of
     unknown outcome are found by their look-ups, never posted again."""
-    prefix = f"hive://127.0.0.1:{service.get('spark', 'metastore_uris').rsplit(':', 1)[1]}/"
-    before = Metastore(service, DB)
-    try:  # the module's other tests may have made them (their partitions are then this deployment's baseline)
-        databases = before.catalog.call("listing the databases", "get_all_databases")
-        there = set(before.catalog.call("listing the tables", "get_all_tables", DB)) if DB in databases else set()
-        before.create_tables([t for t in (DAILY, UNUSED) if t not in there])
-        before.create_tables([HOURLY] if HOURLY not in there else [], ("ds", "hr"))
-    finally:
-        before.close()
+    prefix = tables_of(service)
     with (
         RedirectingProxy(LOOKUP_DELAY, slow_posts=2, post_delay=REQUEST_TIMEOUT + 3) as proxy,
         deployed(
@@ -480,6 +464,20 @@ def test_through_a_redirecting_proxy_and_slow_look_ups_each_landing_once(
         f"{sorted(set(by_landing.values()))}; rows looked up: {len(looked_up)} (found, not posted again: "
         f"{sum(1 for r in looked_up if r.posts == 0)})"
     )
+
+
+def tables_of(service: Config) -> str:
+    """The consumed tables and the unused one, made where the module's other tests have not made them yet (their
+    partitions are then a new deployment's baseline); the ``hive://`` prefix of the metastore service's assets."""
+    before = Metastore(service, DB)
+    try:
+        databases = before.catalog.call("listing the databases", "get_all_databases")
+        there = set(before.catalog.call("listing the tables", "get_all_tables", DB)) if DB in databases else set()
+        before.create_tables([t for t in (DAILY, UNUSED) if t not in there])
+        before.create_tables([HOURLY] if HOURLY not in there else [], ("ds", "hr"))
+    finally:
+        before.close()
+    return f"hive://127.0.0.1:{service.get('spark', 'metastore_uris').rsplit(':', 1)[1]}/"
 
 
 def listing_while_a_run_is_queued(stack: AirflowStack, prefix: str) -> tuple[EventLookup, EventLookup]:
