@@ -91,9 +91,10 @@ class AirflowAssets:
         self.client.close()
 
     def _login(self) -> str:
-        self.calls += 1
-        try:
-            response = self.client.post("/auth/token", json={"username": self.username, "password": self.password})
+        try:  # redirected as any other call (a proxy that moved Airflow moved its token endpoint too)
+            response = self._following(
+                "POST", "/auth/token", {}, json={"username": self.username, "password": self.password}
+            )
         except httpx.HTTPError as exc:
             raise AirflowApiError(f"POST /auth/token: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 300:

@@ -10,8 +10,8 @@ does is the contract: the other two must do the same, to the try.
 With a listener plugin installed, every end of a parked try (and of a try started in the triggerer) is a worker's:
 Airflow tells listeners of an end only on a worker. On 3.1.8 (``SMARTSENSOR_AIRFLOW_VERSIONS=3.1.8``; 3.0-3.2
 ignore ``start_from_trigger``) the triggerer way starts on a worker and defers, and listeners hear that try
-``running`` once more when it resumes, as any deferrable operator's: the only difference, Airflow's own. The ends the attendant makes alone (no worker) are held to
-Airflow's rules by tests/airflow/test_parked_end_to_end.py."""
+``running`` once more when it resumes, as any deferrable operator's: the only difference, Airflow's own. The ends
+the attendant makes alone (no worker) are held to Airflow's rules by tests/airflow/test_parked_end_to_end.py."""
 
 from __future__ import annotations
 

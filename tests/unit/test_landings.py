@@ -265,22 +265,30 @@ def test_redirects_to_the_same_route_on_the_same_host_are_followed_with_the_same
     token, the move logged once; a redirect elsewhere (a maintenance page, another host) is not followed and the
     post is retried, never refused for good."""
     posted: list[httpx.Request] = []
+    calls: list[httpx.Request] = []
 
     def moved(request: httpx.Request) -> httpx.Response:
-        if request.url.scheme == "http":
+        calls.append(request)
+        if request.url.scheme == "http":  # every old URL, the token's too
             return httpx.Response(308, headers={"location": f"https://airflow:8443/airflow{request.url.path}"})
+        if request.url.path == "/airflow/auth/token":
+            assert json.loads(request.content) == {"username": "u", "password": "p"}
+            return httpx.Response(201, json={"access_token": "tok1"})
         posted.append(request)
         return httpx.Response(200, json={"id": 41})
 
-    handler, calls = _token_then(moved)
-    airflow = _airflow(handler)
+    airflow = _airflow(moved)
     for _ in range(2):
         outcome = airflow.post_event(3, "2026-11-27", {"hive_partition": "ds=2026-11-27"})
         assert (outcome.kind, outcome.event_id) == ("delivered", 41)
     assert [(r.method, r.url.path) for r in posted] == [("POST", "/airflow/api/v2/assets/events")] * 2
+    assert [(c.url.scheme, c.url.path) for c in calls][:2] == [
+        ("http", "/auth/token"),
+        ("https", "/airflow/auth/token"),
+    ]
     assert json.loads(posted[0].content)["partition_key"] == "2026-11-27"
     assert posted[0].headers["Authorization"].startswith("Bearer tok")
-    assert sum("moved" in r.getMessage() for r in caplog.records) == 1
+    assert sum("moved" in r.getMessage() for r in caplog.records) == 2  # the token's route and the events
 
     for location in ("http://airflow:8080/maintenance.html", "https://elsewhere:8443/api/v2/assets/events"):
 
