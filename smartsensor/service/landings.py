@@ -422,10 +422,10 @@ class LandingPublisher:
 
 
 def _newer(part_id: int, known: int | None) -> bool:
-    """Whether a partition listed with ``part_id`` is another landing than the one on record (``known``: its id;
-    None: not known). Any other id, lower too: each metastore instance hands out ids from a block of its own, so a
-    partition made again through another instance may get a lower one (a metastore database restored from a backup
-    also gives other ids: its partitions are published again, docs/airflow.md "The guarantee")."""
+    """Whether a partition listed with ``part_id`` may be another landing than the one on record (``known``: its
+    id; None: not known): any other id, lower too (each metastore instance hands out ids from a block of its own).
+    The outbox decides (``OutboxStore.enqueue_recreated``): an id no landing of that name had is a new one; an id
+    one had is a database that went back."""
     return known is None or part_id != known
 
 
