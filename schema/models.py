@@ -199,6 +199,7 @@ asset_watch = Table(
     Column("baselined_at", UtcDateTime),
     Column("seen_at", UtcDateTime, nullable=False),
     Column("forgotten_at", UtcDateTime),
+    Column("paused_consumers", Text),
     Index("asset_watch_shardcode", "shardcode"),
 )
 

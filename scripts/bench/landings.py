@@ -97,6 +97,9 @@ class RecordingAirflow:
     def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
         return list(self.assets)
 
+    def paused_dags(self) -> set[str]:
+        return set()
+
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
         with self.lock:
             self.posted.setdefault((asset_id, partition_key), time.monotonic())

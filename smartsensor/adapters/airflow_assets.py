@@ -163,10 +163,33 @@ class AirflowAssets:
                 parsed = parse_hive_uri(uri)
                 if parsed is None or not uri.startswith(uri_prefix) or not asset.get("scheduled_dags"):
                     continue
-                found.append(HiveAsset(int(asset["id"]), uri, parsed[1], parsed[2]))
+                consumers = tuple(
+                    sorted(str(d["dag_id"]) for d in asset["scheduled_dags"] if isinstance(d, dict) and "dag_id" in d)
+                )
+                found.append(HiveAsset(int(asset["id"]), uri, parsed[1], parsed[2], consumers))
             offset += len(assets)
             if not assets or offset >= int(page.get("total_entries", 0)):
                 return found
+
+    def paused_dags(self) -> set[str]:
+        """``GET /api/v2/dags?paused=true`` (pages of 100): the ids of the DAGs Airflow has paused. Raises
+        AirflowApiError."""
+        paused: set[str] = set()
+        offset = 0
+        while True:
+            params = {"paused": "true", "limit": PAGE, "offset": offset, "order_by": "dag_id"}
+            try:
+                response = self._send("GET", "/api/v2/dags", params=params)
+            except httpx.HTTPError as exc:
+                raise AirflowApiError(f"GET /api/v2/dags: {type(exc).__name__}: {exc}") from exc
+            if response.status_code != 200:
+                raise AirflowApiError(f"GET /api/v2/dags: HTTP {response.status_code}: {_detail(response)}")
+            page = response.json()
+            dags = page.get("dags", [])
+            paused.update(str(d["dag_id"]) for d in dags if d.get("is_paused", True))
+            offset += len(dags)
+            if not dags or offset >= int(page.get("total_entries", 0)):
+                return paused
 
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
         """``POST /api/v2/assets/events``: one event for ``asset_id`` with ``partition_key``. What it came to;

@@ -39,6 +39,7 @@ class Watch:
     seen_at: datetime
     baselined_at: datetime | None = None
     forgotten_at: datetime | None = None  # when retention forgot it (its last ``seen_at``); it stays, marked
+    paused_consumers: str | None = None  # its consumers Airflow had paused at its last listing
 
     @property
     def watched(self) -> bool:
@@ -103,7 +104,8 @@ class MemoryOutboxStore:
                     self.watches[row["uri"]] = Watch(**row)
                     added += 1
                 else:
-                    self.watches[row["uri"]] = replace(watch, asset_id=row["asset_id"])
+                    paused = row.get("paused_consumers")
+                    self.watches[row["uri"]] = replace(watch, asset_id=row["asset_id"], paused_consumers=paused)
             for row in rows:
                 self.watches[row["uri"]] = replace(self.watches[row["uri"]], seen_at=now)
             return added

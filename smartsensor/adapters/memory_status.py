@@ -197,6 +197,11 @@ class MemoryStatusReads:
         with self.outbox.lock:
             rows = list(self.outbox.outbox.values())
             watched = sum(1 for w in self.outbox.watches.values() if w.watched)
+            paused = tuple(
+                (uri, w.paused_consumers)
+                for uri, w in sorted(self.outbox.watches.items())
+                if w.watched and w.paused_consumers is not None
+            )[:SHOWN_REJECTED]
         undelivered = [r for r in rows if r.state in UNDELIVERED]
         unknown = sorted((r for r in undelivered if r.unknown_since is not None), key=lambda r: (r.unknown_since, r.id))
         return OutboxSummary(
@@ -214,6 +219,7 @@ class MemoryStatusReads:
                 RejectedLanding(r.id, r.uri, r.partition_name, r.last_error)
                 for r in sorted((r for r in rows if r.state == REJECTED), key=lambda r: -r.id)[:SHOWN_REJECTED]
             ),
+            paused,
         )
 
     def schema_revision(self) -> str | None:

@@ -46,6 +46,7 @@ class HiveAsset:
     uri: str
     db: str
     table: str
+    consumers: tuple[str, ...] = ()  # the DAGs scheduled on it
 
 
 def parse_hive_uri(uri: str) -> tuple[str, str, str] | None:

@@ -99,6 +99,7 @@ class OutboxSummary:
     unresolved: int = 0  # undelivered rows whose outcome is unknown now (``unknown_since`` set)
     unresolved_rows: tuple[UnknownOutcome, ...] = ()  # the SHOWN_UNKNOWN longest unknown of them
     rejected_rows: tuple[RejectedLanding, ...] = ()  # the SHOWN_REJECTED latest rows refused for good, and why
+    paused: tuple[tuple[str, str], ...] = ()  # (uri, its paused consumers) of the watched tables that have some
 
 
 class OverviewRows(NamedTuple):

@@ -134,6 +134,10 @@ class AssetEvents(Protocol):
         """The ``hive://`` assets under ``uri_prefix`` that at least one DAG is scheduled on. Raises on failure."""
         ...
 
+    def paused_dags(self) -> set[str]:
+        """The DAGs Airflow has paused (it queues no run of theirs for an asset event). Raises on failure."""
+        ...
+
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
         """Post one asset event; what it came to (never raises for a failure of Airflow or of the way to it)."""
         ...

@@ -127,6 +127,7 @@ class LandingPublisher:
         """Read Airflow's watched assets into ``asset_watch``: how many tables are newly watched. Raises on an
         Airflow or database failure."""
         assets: list[HiveAsset] = self.events.consumed_hive_assets(self.settings.asset_uri_prefix)
+        paused = self.events.paused_dags() if assets else set()
         limit = self.cfg.shard_code_upper_limit
         rows = [
             {
@@ -137,6 +138,8 @@ class LandingPublisher:
                 "shardcode": table_shardcode(a.db, a.table, limit),
                 "watched_since": now,
                 "seen_at": now,
+                # Airflow queues no run of a paused DAG for an event: `status` names them (docs/airflow.md)
+                "paused_consumers": ", ".join(c for c in a.consumers if c in paused) or None,
             }
             for a in assets
         ]

@@ -108,6 +108,7 @@ def collect_landings(reads: StatusReads, now: datetime, patience: float = 3600.0
         rejected_landings=tuple(
             RefusedLanding(r.id, _table_of(r.uri), r.partition_name, r.why) for r in summary.rejected_rows
         ),
+        paused_consumers={_table_of(uri): consumers for uri, consumers in summary.paused},
     )
 
 
@@ -379,6 +380,11 @@ def landings_lines(landings: LandingsStatus) -> list[str]:
         out.append(
             f"  landing {u.landing_id} {u.table} {u.partition}: outcome unknown since {clock.iso(u.unknown_since)} "
             f"({u.unknown_for:g} s), {verdict}; last error: {u.last_error or '-'}"
+        )
+    for table, consumers in landings.paused_consumers.items():
+        out.append(
+            f"  {table}: consumers paused in Airflow: {consumers} (Airflow queues no run of a paused DAG for a landing "
+            "made meanwhile, now or once unpaused)"
         )
     if landings.rejected_landings:
         out.append("landings refused for good (never posted again; the latest):")

@@ -6,7 +6,7 @@ its fields."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Mapping
 
@@ -154,6 +154,7 @@ class LandingsStatus:
     unresolved: int = 0  # landings of unknown outcome now, waiting for Airflow's answer
     unresolved_landings: tuple[UnknownLanding, ...] = ()  # the longest unknown of them, by name
     rejected_landings: tuple[RefusedLanding, ...] = ()  # the latest refused for good, by name, with why
+    paused_consumers: Mapping[str, str] = field(default_factory=dict)  # db.table → its consumers Airflow paused
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ class AirflowDouble:
         self.after_lookup: Callable[[], None] = lambda: None  # what a look-up leaves behind (time it took, a mode)
         self.assets_down = False
         self.consumed = dict(CONSUMED)  # the tables DAGs are scheduled on now
+        self.paused: set[str] = set()  # the consumer DAGs paused (each table's is "consume_<db>_<table>")
 
     def by_landing(self) -> Counter[int]:
         """Events per outbox row (the ``smartsensor_landing_id`` of their ``extra``)."""
@@ -96,8 +97,16 @@ class AirflowDouble:
     def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
         if self.assets_down:
             raise ConnectionError("Airflow's api-server is down")
-        consumed = [HiveAsset(i, f"{uri_prefix}{t.replace('.', '/')}", *t.split(".")) for t, i in self.consumed.items()]
+        consumed = [
+            HiveAsset(i, f"{uri_prefix}{t.replace('.', '/')}", *t.split("."), (f"consume_{t.replace('.', '_')}",))
+            for t, i in self.consumed.items()
+        ]
         return consumed  # the unconsumed asset has no scheduled_dags: Airflow's answer leaves it out here
+
+    def paused_dags(self) -> set[str]:
+        if self.assets_down:
+            raise ConnectionError("Airflow's api-server is down")
+        return set(self.paused)
 
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
         if self.mode in ("ok", "timeout_after", "freeze"):
@@ -608,6 +617,26 @@ def test_a_key_no_mapper_could_read_is_refused_and_shown_with_why(tmp_path: Path
         )
         report_json = status_with_landings(tmp_path, db_url, engine, clock()).as_json()
         assert report_json["landings"]["rejected_landings"][0]["partition"] == "region=eu|us/ds=1"
+
+
+def test_a_table_whose_consumer_is_paused_is_named_in_status(tmp_path: Path, db_url: str) -> None:
+    """Issue 67, defect 8: Airflow takes an event for a paused consumer and queues no run of it, now or once it is
+    unpaused (its own rule: smartsensor publishes as usual); `status` names the tables whose consumers are paused
+    at Airflow's last listing, until they are unpaused."""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        one.cycle(ranges)
+        assert collect_landings(SqlStatusReads(engine), clock()).paused_consumers == {}
+        airflow.paused = {"consume_db_a", "some_other_dag"}
+        clock.advance(61)  # the next refresh of Airflow's assets
+        catalog["db.a"] += ["ds=1"]
+        assert one.cycle(ranges).delivered == 1  # published all the same: the event is Airflow's to keep
+        status = collect_landings(SqlStatusReads(engine), clock())
+        assert status.paused_consumers == {"db.a": "consume_db_a"}
+        assert any("db.a: consumers paused in Airflow: consume_db_a" in line for line in landings_lines(status))
+        airflow.paused = set()
+        clock.advance(61)
+        one.cycle(ranges)
+        assert collect_landings(SqlStatusReads(engine), clock()).paused_consumers == {}
 
 
 def test_two_events_found_for_one_landing_are_a_duplicate_counted(tmp_path: Path, db_url: str) -> None:

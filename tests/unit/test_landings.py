@@ -117,7 +117,7 @@ def test_assets_are_read_page_by_page_keeping_the_scheduled_hive_ones() -> None:
 
     handler, calls = _token_then(answer)
     found = _airflow(handler).consumed_hive_assets("hive://meta:10000/")
-    assert [(a.asset_id, a.db, a.table) for a in found] == [(1, "db", "a"), (4, "db", "d")]
+    assert [(a.asset_id, a.db, a.table, a.consumers) for a in found] == [(1, "db", "a", ("c",)), (4, "db", "d", ("c",))]
     assert [c.url.path for c in calls] == ["/auth/token", "/api/v2/assets", "/api/v2/assets"]
 
 
@@ -327,3 +327,17 @@ def test_a_key_whose_value_holds_the_delimiter_is_not_published() -> None:
     )
     assert key_problem(partition_key("ds=a%7Cb"), "ds=a%7Cb") is None  # one column: the whole value is the key
     assert key_problem("2026-11-27|eu", "ds=2026-11-27/region=eu") is None
+
+
+def test_the_paused_dags_are_read_page_by_page() -> None:
+    """Issue 67, defect 8: ``GET /api/v2/dags?paused=true``, every page."""
+    dags = [{"dag_id": f"d{i}", "is_paused": True} for i in range(150)]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v2/dags" and request.url.params["paused"] == "true"
+        offset = int(request.url.params["offset"])
+        return httpx.Response(200, json={"dags": dags[offset : offset + 100], "total_entries": len(dags)})
+
+    handler, calls = _token_then(answer)
+    assert _airflow(handler).paused_dags() == {f"d{i}" for i in range(150)}
+    assert [c.url.params.get("offset") for c in calls] == [None, "0", "100"]

@@ -1,5 +1,7 @@
 """When the claim that holds an outbox row began to post it (``landing_outbox.post_started_at``), and when retention
-forgot a watched table (``asset_watch.forgotten_at``).
+forgot a watched table (``asset_watch.forgotten_at``), and which of its consumers Airflow had paused when it last
+listed it (``asset_watch.paused_consumers``: Airflow queues no run of a paused DAG for an event, so `status` names
+them).
 
 A claim takes a batch of rows, then posts them one by one; before this, a claim that lapsed (its worker killed or
 stalled) made every row of the batch of unknown outcome, posted or not, and each was looked up in Airflow before it
@@ -35,6 +37,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("post_started_at", sa.DateTime(), nullable=True))
     with op.batch_alter_table("asset_watch") as batch:
         batch.add_column(sa.Column("forgotten_at", sa.DateTime(), nullable=True))
+        batch.add_column(sa.Column("paused_consumers", sa.Text(), nullable=True))
     op.execute(sa.text("UPDATE landing_outbox SET post_started_at = claimed_until WHERE state = 'sending'"))
     op.execute(
         sa.text(
@@ -47,6 +50,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute(sa.text("DELETE FROM asset_watch WHERE forgotten_at IS NOT NULL AND forgotten_at >= seen_at"))
     with op.batch_alter_table("asset_watch") as batch:
+        batch.drop_column("paused_consumers")
         batch.drop_column("forgotten_at")
     with op.batch_alter_table("landing_outbox") as batch:
         batch.drop_column("post_started_at")

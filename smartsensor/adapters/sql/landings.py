@@ -14,6 +14,7 @@ The functions on an ``Engine`` are the operations the services call, each in its
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
@@ -62,14 +63,16 @@ def _insert_ignoring_duplicates(conn: Connection, table: Any, rows: list[dict[st
 
 
 def touch_watches(conn: Connection, rows: list[dict[str, Any]], now: datetime) -> int:
-    """Insert the watches not stored yet; refresh the others' asset id and ``seen_at`` (2 statements + 1 per
-    changed asset id)."""
+    """Insert the watches not stored yet; refresh the others' asset id, paused consumers and ``seen_at`` (2
+    statements + 1 per watch)."""
     added = _insert_ignoring_duplicates(conn, AW, rows)
     if rows:
         conn.execute(update(AW).where(AW.c.uri.in_([r["uri"] for r in rows])).values(seen_at=now))
     for row in rows:
+        paused = row.get("paused_consumers")
+        changed = or_(AW.c.asset_id != row["asset_id"], AW.c.paused_consumers.is_distinct_from(paused))
         conn.execute(
-            update(AW).where(AW.c.uri == row["uri"], AW.c.asset_id != row["asset_id"]).values(asset_id=row["asset_id"])
+            update(AW).where(AW.c.uri == row["uri"], changed).values(asset_id=row["asset_id"], paused_consumers=paused)
         )
     return added
 
@@ -491,7 +494,8 @@ def reshard_watches(engine: Engine, limit: int) -> int:
 def read_outbox_summary(engine: Engine) -> OutboxSummary:
     """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, the tables
     watched, and the undelivered rows whose outcome is unknown now (how many; the ``SHOWN_UNKNOWN`` longest unknown
-    by name), and the ``SHOWN_REJECTED`` latest rows refused for good, with why. One connection (7 statements)."""
+    by name), the ``SHOWN_REJECTED`` latest rows refused for good, with why, and as many watched tables whose
+    consumers Airflow has paused. One connection (8 statements)."""
     with engine.connect() as conn:
         by_state = {s: n for s, n in conn.execute(select(LO.c.state, func.count()).group_by(LO.c.state))}
         oldest = conn.execute(select(func.min(LO.c.landed_at)).where(LO.c.state.in_(UNDELIVERED))).scalar_one()
@@ -516,9 +520,16 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
             .order_by(LO.c.id.desc())
             .limit(SHOWN_REJECTED)
         ).all()
+        paused = conn.execute(
+            select(AW.c.uri, AW.c.paused_consumers)
+            .where(WATCHED, AW.c.paused_consumers.is_not(None))
+            .order_by(AW.c.uri)
+            .limit(SHOWN_REJECTED)
+        ).all()
     shown = tuple(UnknownOutcome(*r) for r in rows)
     refused = tuple(RejectedLanding(*r) for r in rejected)
-    return OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched), int(unresolved), shown, refused)
+    summary = OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched), int(unresolved), shown)
+    return replace(summary, rejected_rows=refused, paused=tuple((u, p) for u, p in paused))
 
 
 class SqlOutboxStore:
