@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
@@ -143,53 +143,43 @@ class AirflowAssets:
             url = target
         return response
 
+    def _listing(self, path: str, params: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
+        """Every item of a paged listing (``key`` of each page, ``PAGE`` a page). Raises AirflowApiError."""
+        offset = 0
+        while True:
+            try:
+                response = self._send("GET", path, params={**params, "limit": PAGE, "offset": offset})
+            except httpx.HTTPError as exc:
+                raise AirflowApiError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+            if response.status_code != 200:
+                raise AirflowApiError(f"GET {path}: HTTP {response.status_code}: {_detail(response)}")
+            page = response.json()
+            items = page.get(key, [])
+            yield from items
+            offset += len(items)
+            if not items or offset >= int(page.get("total_entries", 0)):
+                return
+
     def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
         """The active ``hive://`` assets whose URI starts with ``uri_prefix`` and that at least one DAG is scheduled
-        on. Raises AirflowApiError."""
+        on, each with those DAGs. Raises AirflowApiError."""
         found: list[HiveAsset] = []
-        offset = 0
-        while True:
-            params = {"uri_prefix_pattern": uri_prefix, "limit": PAGE, "offset": offset, "order_by": "id"}
-            try:
-                response = self._send("GET", "/api/v2/assets", params=params)
-            except httpx.HTTPError as exc:
-                raise AirflowApiError(f"GET /api/v2/assets: {type(exc).__name__}: {exc}") from exc
-            if response.status_code != 200:
-                raise AirflowApiError(f"GET /api/v2/assets: HTTP {response.status_code}: {_detail(response)}")
-            page = response.json()
-            assets = page.get("assets", [])
-            for asset in assets:
-                uri = asset.get("uri", "")
-                parsed = parse_hive_uri(uri)
-                if parsed is None or not uri.startswith(uri_prefix) or not asset.get("scheduled_dags"):
-                    continue
-                consumers = tuple(
-                    sorted(str(d["dag_id"]) for d in asset["scheduled_dags"] if isinstance(d, dict) and "dag_id" in d)
-                )
-                found.append(HiveAsset(int(asset["id"]), uri, parsed[1], parsed[2], consumers))
-            offset += len(assets)
-            if not assets or offset >= int(page.get("total_entries", 0)):
-                return found
+        for asset in self._listing("/api/v2/assets", {"uri_prefix_pattern": uri_prefix, "order_by": "id"}, "assets"):
+            uri = asset.get("uri", "")
+            parsed = parse_hive_uri(uri)
+            if parsed is None or not uri.startswith(uri_prefix) or not asset.get("scheduled_dags"):
+                continue
+            consumers = tuple(
+                sorted(str(d["dag_id"]) for d in asset["scheduled_dags"] if isinstance(d, dict) and "dag_id" in d)
+            )
+            found.append(HiveAsset(int(asset["id"]), uri, parsed[1], parsed[2], consumers))
+        return found
 
     def paused_dags(self) -> set[str]:
-        """``GET /api/v2/dags?paused=true`` (pages of 100): the ids of the DAGs Airflow has paused. Raises
+        """``GET /api/v2/dags?paused=true``, every page: the ids of the DAGs Airflow has paused. Raises
         AirflowApiError."""
-        paused: set[str] = set()
-        offset = 0
-        while True:
-            params = {"paused": "true", "limit": PAGE, "offset": offset, "order_by": "dag_id"}
-            try:
-                response = self._send("GET", "/api/v2/dags", params=params)
-            except httpx.HTTPError as exc:
-                raise AirflowApiError(f"GET /api/v2/dags: {type(exc).__name__}: {exc}") from exc
-            if response.status_code != 200:
-                raise AirflowApiError(f"GET /api/v2/dags: HTTP {response.status_code}: {_detail(response)}")
-            page = response.json()
-            dags = page.get("dags", [])
-            paused.update(str(d["dag_id"]) for d in dags if d.get("is_paused", True))
-            offset += len(dags)
-            if not dags or offset >= int(page.get("total_entries", 0)):
-                return paused
+        dags = self._listing("/api/v2/dags", {"paused": "true", "order_by": "dag_id"}, "dags")
+        return {str(d["dag_id"]) for d in dags if d.get("is_paused", True)}
 
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
         """``POST /api/v2/assets/events``: one event for ``asset_id`` with ``partition_key``. What it came to;
