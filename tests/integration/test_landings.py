@@ -97,10 +97,10 @@ class AirflowDouble:
     def consumed_hive_assets(self, uri_prefix: str) -> list[HiveAsset]:
         if self.assets_down:
             raise ConnectionError("Airflow's api-server is down")
-        consumed = [
-            HiveAsset(i, f"{uri_prefix}{t.replace('.', '/')}", *t.split("."), (f"consume_{t.replace('.', '_')}",))
-            for t, i in self.consumed.items()
-        ]
+        consumed = []
+        for t, i in self.consumed.items():
+            db, table = t.split(".")
+            consumed.append(HiveAsset(i, f"{uri_prefix}{db}/{table}", db, table, (f"consume_{db}_{table}",)))
         return consumed  # the unconsumed asset has no scheduled_dags: Airflow's answer leaves it out here
 
     def paused_dags(self) -> set[str]:
