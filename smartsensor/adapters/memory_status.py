@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from smartsensor.adapters.memory import InMemoryStore
 from smartsensor.adapters.memory_outbox import MemoryOutboxStore
-from smartsensor.domain.landings import REJECTED, SHOWN_REJECTED, SHOWN_UNKNOWN, UNDELIVERED
+from smartsensor.domain.landings import REJECTED, SHOWN_PAUSED, SHOWN_REJECTED, SHOWN_UNKNOWN, UNDELIVERED
 from smartsensor.domain.rows import TaskRow, ZombieRow
 from smartsensor.domain.states import State
 from smartsensor.domain.status_rows import (
@@ -201,7 +201,7 @@ class MemoryStatusReads:
                 (uri, w.paused_consumers)
                 for uri, w in sorted(self.outbox.watches.items())
                 if w.watched and w.paused_consumers is not None
-            )[:SHOWN_REJECTED]
+            )[:SHOWN_PAUSED]
         undelivered = [r for r in rows if r.state in UNDELIVERED]
         unknown = sorted((r for r in undelivered if r.unknown_since is not None), key=lambda r: (r.unknown_since, r.id))
         return OutboxSummary(

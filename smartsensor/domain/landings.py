@@ -27,6 +27,7 @@ SETTLED = (BASELINE, DELIVERED, REJECTED)  # never posted again: the rows retent
 CLAIMABLE = (PENDING, SENDING)  # a sending row is claimable once its claim lapsed (its worker died or stalled)
 SHOWN_UNKNOWN = 20  # rows of unknown outcome `status` names, the longest unknown first
 SHOWN_REJECTED = 20  # rows refused for good `status` names, the latest first
+SHOWN_PAUSED = 20  # watched tables with paused consumers `status` names, by uri
 
 LANDING_ID = "smartsensor_landing_id"  # the key of an event's ``extra`` that names its outbox row
 HIVE_PARTITION = "hive_partition"  # the key of an event's ``extra`` that holds the Hive partition's name

@@ -14,7 +14,6 @@ The functions on an ``Engine`` are the operations the services call, each in its
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
@@ -28,6 +27,7 @@ from smartsensor.domain.landings import (
     REJECTED,
     SENDING,
     SETTLED,
+    SHOWN_PAUSED,
     SHOWN_REJECTED,
     SHOWN_UNKNOWN,
     UNDELIVERED,
@@ -494,8 +494,8 @@ def reshard_watches(engine: Engine, limit: int) -> int:
 def read_outbox_summary(engine: Engine) -> OutboxSummary:
     """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, the tables
     watched, and the undelivered rows whose outcome is unknown now (how many; the ``SHOWN_UNKNOWN`` longest unknown
-    by name), the ``SHOWN_REJECTED`` latest rows refused for good, with why, and as many watched tables whose
-    consumers Airflow has paused. One connection (8 statements)."""
+    by name), the ``SHOWN_REJECTED`` latest rows refused for good, with why, and the ``SHOWN_PAUSED`` watched tables
+    whose consumers Airflow has paused. One connection (8 statements)."""
     with engine.connect() as conn:
         by_state = {s: n for s, n in conn.execute(select(LO.c.state, func.count()).group_by(LO.c.state))}
         oldest = conn.execute(select(func.min(LO.c.landed_at)).where(LO.c.state.in_(UNDELIVERED))).scalar_one()
@@ -524,12 +524,21 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
             select(AW.c.uri, AW.c.paused_consumers)
             .where(WATCHED, AW.c.paused_consumers.is_not(None))
             .order_by(AW.c.uri)
-            .limit(SHOWN_REJECTED)
+            .limit(SHOWN_PAUSED)
         ).all()
     shown = tuple(UnknownOutcome(*r) for r in rows)
     refused = tuple(RejectedLanding(*r) for r in rejected)
-    summary = OutboxSummary(by_state, oldest, int(duplicates), int(unknown), int(watched), int(unresolved), shown)
-    return replace(summary, rejected_rows=refused, paused=tuple((u, p) for u, p in paused))
+    return OutboxSummary(
+        by_state,
+        oldest,
+        int(duplicates),
+        int(unknown),
+        int(watched),
+        int(unresolved),
+        shown,
+        rejected_rows=refused,
+        paused=tuple((u, p) for u, p in paused),
+    )
 
 
 class SqlOutboxStore:
