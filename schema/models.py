@@ -240,6 +240,7 @@ landing_outbox = Table(
     Column("generation", Integer, nullable=False, default=0, server_default="0"),
     Column("part_id", BigInteger),
     Column("post_started_at", UtcDateTime),
+    Column("missing_since", UtcDateTime),  # a listing of the table lacked the partition since (None: it had it)
     Index("outbox_landing", "uri", "partition_name", "generation", unique=True),
     Index(
         "outbox_undelivered",

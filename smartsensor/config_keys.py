@@ -416,9 +416,9 @@ KEYS: tuple[Key, ...] = (
         "request_timeout",
         "10",
         parse_float,
-        "Seconds each call to Airflow's API may take (connect, read, write). A post that times out is retried and "
-        "counted as a possible duplicate. Under [smart_sensor] lease_timeout less 1 s: a post ends before its claim "
-        "lapses.",
+        "Seconds each call to Airflow's API may take as a whole (its redirects and the reading of its answer "
+        "included). A post that times out is of unknown outcome: looked up in Airflow before it is posted again. "
+        "Under [smart_sensor] lease_timeout less 1 s: a post ends before its claim lapses.",
         bounds=(0.1, 600),
     ),
     Key(
@@ -484,19 +484,20 @@ KEYS: tuple[Key, ...] = (
         parse_float,
         "Days after its end a task instance, and the Airflow key of its try, are kept; an Airflow states poll for a "
         "key pruned answers unknown, so keep this far beyond any sensor's timeout. Also the days a table Airflow no "
-        "longer watches keeps its landings, and a landing whose partition left the catalog is kept (with "
+        "longer watches keeps its landings, and the days a landing whose partition left its table is kept (with "
         "forget_dropped_landings).",
         bounds=(1, 36500),
     ),
     Key(
         "retention",
         "forget_dropped_landings",
-        "false",
+        "true",
         parse_bool,
-        "Let the landing publisher delete, once per interval, the settled landings older than max_age_days of "
-        "partitions its watched table no longer has. Off by default: a partition dropped and added again (a table "
-        "rebuilt, a replica that lost it for a while) is then a new landing and starts its consumers' runs again. "
-        "On, a watched table's outbox rows stay bounded by the partitions it has.",
+        "Let the landing publisher delete, once per interval, the settled landings of partitions its watched table "
+        "has lacked for max_age_days in a row (each listing that lacks a partition marks it missing, one that has "
+        "it again clears the mark). A partition back sooner (a replica that lagged, a table being rebuilt) keeps its "
+        "landing and starts no second run; one made anew after that is a new landing. Off, a watched table's outbox "
+        "keeps one row per partition it ever had.",
     ),
     Key(
         "retention",

@@ -11,7 +11,9 @@ scheduled on, and one asset event per landed partition.
 - ``POST /auth/token`` with ``{username, password}`` for a bearer token (Airflow's auth managers answer it), taken
   again once when a call is answered 401.
 
-Every call has ``timeout`` seconds (connect, read, write and pool alike). A redirect to the same API route on the same
+Every call has ``timeout`` seconds as a whole, its redirects and the reading of its answer included (each phase of
+each hop gets what is left; an answer still arriving at the deadline is abandoned: a post's is of unknown outcome).
+The token is taken by a call of its own. A redirect to the same API route on the same
 host (http → https, another port or path prefix in front: a proxy) is followed with the same method, body and token,
 up to ``MAX_REDIRECTS`` (a permanent one is logged once: set ``[landings] airflow_url`` to it); any other redirect is
 not followed and the call is retried later. Only Airflow's own answers (JSON with a ``detail``) can refuse an event
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime
 from typing import Any, Iterator
 
@@ -44,6 +47,7 @@ DETAIL_LIMIT = 300  # characters of an error answer kept in a log line or an out
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 PERMANENT = frozenset({301, 308})
 MAX_REDIRECTS = 3  # hops one call follows
+DECODED_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})  # of a body read already
 
 
 class AirflowApiError(Exception):
@@ -81,6 +85,7 @@ class AirflowAssets:
     ) -> None:
         self.url = url.rstrip("/")
         self.username, self.password = username, password
+        self.timeout = timeout
         self.client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout), transport=transport)
         self._token: str | None = None
         self._lock = threading.Lock()
@@ -122,11 +127,13 @@ class AirflowAssets:
         return response
 
     def _following(self, method: str, path: str, headers: dict[str, str], **kwargs: Any) -> httpx.Response:
-        """One call, following redirects to the same route on the same host (module docstring)."""
+        """One call, following redirects to the same route on the same host (module docstring), within ``timeout``
+        seconds as a whole."""
+        deadline = time.monotonic() + self.timeout
         url: httpx.URL | str = path
         for _ in range(MAX_REDIRECTS + 1):
             self.calls += 1
-            response = self.client.request(method, url, headers=headers, **kwargs)
+            response = self._within(deadline, self.client.build_request(method, url, headers=headers, **kwargs))
             location = response.headers.get("location")
             if response.status_code not in REDIRECTS or not location:
                 return response
@@ -142,6 +149,26 @@ class AirflowAssets:
                 )
             url = target
         return response
+
+    def _within(self, deadline: float, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` and read its answer by ``deadline`` (``time.monotonic``): each phase gets what is left,
+        and the answer is read chunk by chunk, abandoned (``httpx.ReadTimeout``) once the deadline passes. A request
+        not sent by then raises ``httpx.ConnectTimeout`` (nothing reached Airflow)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise httpx.ConnectTimeout(f"no time left of the call's {self.timeout:g} s to send it", request=request)
+        request.extensions["timeout"] = httpx.Timeout(left).as_dict()
+        response = self.client.send(request, stream=True)
+        try:
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"the answer took longer than {self.timeout:g} s", request=request)
+        finally:
+            response.close()
+        decoded = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in DECODED_HEADERS]
+        return httpx.Response(response.status_code, headers=decoded, content=bytes(body), request=request)
 
     def _listing(self, path: str, params: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
         """Every item of a paged listing (``key`` of each page, ``PAGE`` a page). Raises AirflowApiError."""

@@ -72,6 +72,7 @@ class Landing:
     event_id: int | None = None
     unknown_since: datetime | None = None
     post_started_at: datetime | None = None
+    missing_since: datetime | None = None
 
 
 def _in(shardcode: int, ranges: Sequence[tuple[int, int]]) -> bool:
@@ -202,19 +203,37 @@ class MemoryOutboxStore:
                 new.append((name, key, generation + 1, now_id))
             return self._insert(watch, new, PENDING, now), record
 
+    def read_missing(self, uri: str) -> dict[str, datetime]:
+        with self._lock:
+            missing: dict[str, datetime] = {}
+            for row in self.outbox.values():
+                if row.uri == uri and row.missing_since is not None:
+                    since = missing.get(row.partition_name)
+                    missing[row.partition_name] = row.missing_since if since is None else min(since, row.missing_since)
+            return missing
+
+    def mark_missing(self, uri: str, gone: Sequence[str], back: Sequence[str], now: datetime) -> None:
+        with self._lock:
+            for row in list(self.outbox.values()):
+                if row.uri != uri:
+                    continue
+                if row.partition_name in gone and row.missing_since is None:
+                    self.outbox[row.id] = replace(row, missing_since=now)
+                elif row.partition_name in back and row.missing_since is not None:
+                    self.outbox[row.id] = replace(row, missing_since=None)
+
     def forget_dropped(self, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
         with self._lock:
-            gone = [
-                row
-                for row in self.outbox.values()
-                if row.uri == uri
-                and row.partition_name in set(names)
-                and row.state in SETTLED
-                and (row.delivered_at or row.landed_at) < cutoff
-            ]
+            rows = [row for row in self.outbox.values() if row.uri == uri and row.partition_name in set(names)]
+            kept = {
+                row.partition_name
+                for row in rows
+                if row.state not in SETTLED or row.missing_since is None or row.missing_since >= cutoff
+            }
+            gone = [row for row in rows if row.partition_name not in kept]
             for row in gone:
                 del self.outbox[row.id]
-            return [row.partition_name for row in gone]
+            return sorted({row.partition_name for row in gone})
 
     # -- claims and their ends ---------------------------------------------------------------------------------
 

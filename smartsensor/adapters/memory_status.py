@@ -191,7 +191,7 @@ class MemoryStatusReads:
         when, dag_id, task_id, execution_date = min(due)
         return len(due), (dag_id, task_id, execution_date, when)
 
-    def read_outbox_summary(self) -> OutboxSummary:
+    def read_outbox_summary(self, shard_limit: int) -> OutboxSummary:
         """``landings.read_outbox_summary``: rows by state, the oldest undelivered landing, the duplicates and unknown
         outcomes counted, the watches, and the ``SHOWN_UNKNOWN`` undelivered rows unknown longest."""
         with self.outbox.lock:
@@ -202,6 +202,11 @@ class MemoryStatusReads:
                 for uri, w in sorted(self.outbox.watches.items())
                 if w.watched and w.paused_consumers is not None
             )[:SHOWN_PAUSED]
+            orphaned = [
+                uri
+                for uri, w in sorted(self.outbox.watches.items())
+                if w.watched and not 0 <= w.shardcode < shard_limit
+            ][:SHOWN_PAUSED]
         undelivered = [r for r in rows if r.state in UNDELIVERED]
         unknown = sorted((r for r in undelivered if r.unknown_since is not None), key=lambda r: (r.unknown_since, r.id))
         return OutboxSummary(
@@ -220,6 +225,7 @@ class MemoryStatusReads:
                 for r in sorted((r for r in rows if r.state == REJECTED), key=lambda r: -r.id)[:SHOWN_REJECTED]
             ),
             paused,
+            tuple((uri, sum(1 for r in undelivered if r.uri == uri)) for uri in orphaned),
         )
 
     def schema_revision(self) -> str | None:

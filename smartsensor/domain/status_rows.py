@@ -100,6 +100,7 @@ class OutboxSummary:
     unresolved_rows: tuple[UnknownOutcome, ...] = ()  # the SHOWN_UNKNOWN longest unknown of them
     rejected_rows: tuple[RejectedLanding, ...] = ()  # the SHOWN_REJECTED latest rows refused for good, and why
     paused: tuple[tuple[str, str], ...] = ()  # (uri, its paused consumers) of the watched tables that have some
+    orphaned: tuple[tuple[str, int], ...] = ()  # (uri, its undelivered rows) of watched tables no range serves
 
 
 class OverviewRows(NamedTuple):

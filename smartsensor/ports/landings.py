@@ -54,8 +54,17 @@ class OutboxStore(Protocol):
         in, and each name's id on record now."""
         ...
 
+    def read_missing(self, uri: str) -> dict[str, datetime]:
+        """The names of ``uri`` a listing of its table lacked, each with since when."""
+        ...
+
+    def mark_missing(self, uri: str, gone: Sequence[str], back: Sequence[str], now: datetime) -> None:
+        """Mark the rows of ``uri`` among ``gone`` missing since ``now`` (unless they are), clear those of ``back``."""
+        ...
+
     def forget_dropped(self, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
-        """Delete the settled rows of ``uri`` among ``names`` older than ``cutoff``; the names deleted."""
+        """Delete the rows of ``uri`` among ``names`` missing since before ``cutoff``, a name only when all its rows
+        are settled and missing that long; the names deleted."""
         ...
 
     def claim_landings(

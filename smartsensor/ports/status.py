@@ -33,8 +33,9 @@ class StatusReads(Protocol):
         ``past_limits`` gives for the earliest start of each exec_dict."""
         ...
 
-    def read_outbox_summary(self) -> OutboxSummary:
-        """The landing publisher's outbox as `status` shows it."""
+    def read_outbox_summary(self, shard_limit: int) -> OutboxSummary:
+        """The landing publisher's outbox as `status` shows it (``shard_limit``: shardcodes at or past it, or below
+        0, are served by no range)."""
         ...
 
     def schema_revision(self) -> str | None:

@@ -12,7 +12,8 @@ A worker's cycle (``LandingPublisher.cycle``, its ``landings`` side job, every `
    partition listed then goes in. A partition is new only while its table's baseline holds (checked, and the watch
    held, in the transaction that enqueues it): retention deletes a table's rows only after taking its baseline away
    (a table no longer watched), or deletes the rows of partitions the table no longer has (``_forget_dropped``), so
-   a landing whose row was pruned is not published again.
+   a landing whose row was pruned is not published again. A partition is forgotten only once listings of its table
+   have lacked it for ``[retention] max_age_days`` in a row (``missing_since``, ``_track_dropped``).
 3. **Publish**: claim the due rows of those ranges (guarded, under a token, until a lease timeout from now), post
    each to Airflow, and end it under the same claim: ``delivered``, ``pending`` again after a backoff, or
    ``rejected``. The oldest landings go first.
@@ -117,6 +118,7 @@ class LandingPublisher:
         self._refreshed_at: datetime | None = None
         # uri → the partition names known to be in the outbox, each with the metastore's id of its latest landing
         self._known: dict[str, dict[str, int | None]] = {}
+        self._missing: dict[str, dict[str, datetime]] = {}  # uri → names its listings lack, each since when
         self._forgot_at: dict[str, datetime] = {}  # uri → when its dropped partitions' rows were last deleted
         self._failing: dict[str, str] = {}  # what failed last (its kind → the line logged), one WARNING per outage
         self.watched: set[TableName] = set()  # (db, table) watched in the ranges of the latest enqueue
@@ -167,6 +169,7 @@ class LandingPublisher:
         if only is None:  # what this worker no longer publishes (a range handed over, a table unwatched) is forgotten
             uris = {w.uri for w in watches}
             self._known = {uri: names for uri, names in self._known.items() if uri in uris}
+            self._missing = {uri: names for uri, names in self._missing.items() if uri in uris}
             self._forgot_at = {uri: at for uri, at in self._forgot_at.items() if uri in uris}
         else:
             watches = [w for w in watches if (w.db, w.table) in only]
@@ -204,7 +207,7 @@ class LandingPublisher:
         if names is None:
             names = []  # the table is missing from the catalog: nothing landed (its baseline is empty)
         else:
-            report.forgotten += self._forget_dropped(watch.uri, names, known, now)
+            report.forgotten += self._track_dropped(watch.uri, names, known, now)
         ids = self.listings.partition_ids(watch.db, watch.table) or {}
         new = [n for n in names if n not in known]
         if new or not watch.baselined:
@@ -231,28 +234,44 @@ class LandingPublisher:
         chosen = self.settings.publish_recreated
         return "*" in chosen or f"{watch.db}.{watch.table}" in chosen
 
-    def _forget_dropped(self, uri: str, names: list[str], known: dict[str, int | None], now: datetime) -> int:
-        """Once per ``[retention] interval`` per table (with ``[retention] enabled`` and ``forget_dropped_landings``,
-        off by default: a partition dropped and added again would be a new landing): delete the settled outbox rows
-        older than ``max_age_days`` of the partitions the table no longer has (``names``: its listing just read),
-        ``batch_size`` per statement; how many. Such a partition is never listed again unless it is made anew, a
-        new landing; a publisher that has not read the outbox yet reads it before it lists (``enqueue``)."""
+    def _forget_memory(self) -> None:
+        """Drop what this worker remembers of the outbox: it is read again before the next listing."""
+        self._known.clear()
+        self._missing.clear()
+        self._forgot_at.clear()
+
+    def _track_dropped(self, uri: str, names: list[str], known: dict[str, int | None], now: datetime) -> int:
+        """Note which landings of ``uri`` its table's listing (``names``) lacks, since when, and which it has again;
+        then, once per ``[retention] interval`` (with ``[retention] enabled`` and ``forget_dropped_landings``),
+        delete the settled rows of partitions missing ``max_age_days`` in a row; how many names were forgotten. A
+        partition back before that keeps its row (a replica that lagged, a table rebuilt: no second event); one
+        made anew after it is a new landing. ``batch_size`` names per statement."""
         retention = self.cfg.settings.retention
+        missing = self._missing.get(uri)
+        if missing is None:
+            missing = self._missing[uri] = self.store.read_missing(uri)
+        present = set(names)
+        back = [n for n in missing if n in present]
+        gone = sorted(n for n in known if n not in present and n not in missing)
+        for i in range(0, max(len(back), len(gone)), retention.batch_size):
+            self.store.mark_missing(uri, gone[i : i + retention.batch_size], back[i : i + retention.batch_size], now)
+        for name in back:
+            del missing[name]
+        missing.update((name, now) for name in gone)
         last = self._forgot_at.get(uri)
         if not (retention.enabled and retention.forget_dropped_landings) or (
             last is not None and (now - last).total_seconds() < retention.interval
         ):
             return 0
         self._forgot_at[uri] = now
-        present = set(names)
-        dropped = sorted(n for n in known if n not in present)
         cutoff = now - timedelta(days=retention.max_age_days)
+        due = sorted(n for n, since in missing.items() if since < cutoff)
         forgotten = 0
-        for i in range(0, len(dropped), retention.batch_size):
-            gone = self.store.forget_dropped(uri, dropped[i : i + retention.batch_size], cutoff)
-            for name in gone:
+        for i in range(0, len(due), retention.batch_size):
+            for name in self.store.forget_dropped(uri, due[i : i + retention.batch_size], cutoff):
                 known.pop(name, None)
-            forgotten += len(gone)
+                missing.pop(name, None)
+                forgotten += 1
         return forgotten
 
     def publish(self, ranges: Sequence[tuple[int, int]], now: datetime, report: CycleReport) -> None:
@@ -400,15 +419,14 @@ class LandingPublisher:
             steps.append(("enqueueing landings", lambda: self.enqueue(ranges, now, report, only)))
             steps.append(("publishing landings", lambda: self.publish(ranges, self.clock(), report)))
         else:  # no range held: nothing to remember
-            self._known.clear()
-            self._forgot_at.clear()
+            self._forget_memory()
         for what, step in steps:
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - Airflow or the database is down: the next cycle retries
                 self._failed(what, first_line(exc))
                 if what != "reading Airflow's assets":
-                    self._known.clear()  # re-read from the outbox: a failed transaction may have left it unsure
+                    self._forget_memory()  # re-read from the outbox: a failed transaction may have left it unsure
                     self.listings.relist()  # and every table listed again: a listing read may not be enqueued
                 continue
             if what in self._failing:

@@ -54,7 +54,7 @@ def collect_status(reads: StatusReads, cfg: Config, now: datetime | None = None)
     workers = tuple(_worker_round(w, now) for w in rounds)
     distinct = waiting.hashes
     landings = (
-        collect_landings(reads, now, cfg.settings.landings.unknown_outcome_patience)
+        collect_landings(reads, now, cfg.shard_code_upper_limit, cfg.settings.landings.unknown_outcome_patience)
         if cfg.settings.landings.publish
         else None
     )
@@ -77,11 +77,12 @@ def collect_status(reads: StatusReads, cfg: Config, now: datetime | None = None)
     )
 
 
-def collect_landings(reads: StatusReads, now: datetime, patience: float = 3600.0) -> LandingsStatus:
+def collect_landings(reads: StatusReads, now: datetime, shard_limit: int, patience: float = 3600.0) -> LandingsStatus:
     """The landing publisher's outbox as `status` shows it (``reads.read_outbox_summary``); a
     landing of unknown outcome for longer than ``patience`` seconds (``[landings] unknown_outcome_patience``) is
-    shown as unknowable (it still waits)."""
-    summary = reads.read_outbox_summary()
+    shown as unknowable (it still waits); a watched table whose shardcode is outside [0, ``shard_limit``) as
+    orphaned (no range serves it)."""
+    summary = reads.read_outbox_summary(shard_limit)
     oldest = summary.oldest_undelivered
     unknown = tuple(
         UnknownLanding(
@@ -109,6 +110,7 @@ def collect_landings(reads: StatusReads, now: datetime, patience: float = 3600.0
             RefusedLanding(r.id, _table_of(r.uri), r.partition_name, r.why) for r in summary.rejected_rows
         ),
         paused_consumers={_table_of(uri): consumers for uri, consumers in summary.paused},
+        orphaned_tables={_table_of(uri): waiting for uri, waiting in summary.orphaned},
     )
 
 
@@ -272,6 +274,10 @@ def landing_problems(landings: LandingsStatus | None) -> list[str]:
         f"landing {u.landing_id} ({u.table} {u.partition}) of unknown outcome for {u.unknown_for:g} s: Airflow has "
         f"not said whether it holds its event (not posted again until it does; last error: {u.last_error or '-'})"
         for u in unknowable
+    ] + [
+        f"watched table {table} has a shardcode no range serves: its landings are not published ({waiting} waiting); "
+        "run `smartsensor db reshard`"
+        for table, waiting in landings.orphaned_tables.items()
     ]
 
 

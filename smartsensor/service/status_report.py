@@ -155,6 +155,7 @@ class LandingsStatus:
     unresolved_landings: tuple[UnknownLanding, ...] = ()  # the longest unknown of them, by name
     rejected_landings: tuple[RefusedLanding, ...] = ()  # the latest refused for good, by name, with why
     paused_consumers: Mapping[str, str] = field(default_factory=dict)  # db.table → its consumers Airflow paused
+    orphaned_tables: Mapping[str, int] = field(default_factory=dict)  # db.table no range serves → rows waiting
 
 
 @dataclass(frozen=True)

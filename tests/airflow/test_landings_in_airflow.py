@@ -60,7 +60,7 @@ from tests.support.airflow_databases import AirflowDatabases
 from tests.support.airflow_deployment import Deployment, deployed, tmp_for
 from tests.support.airflow_helpers import airflow_venvs
 from tests.support.answer_hold import AnswerHold
-from tests.support.common import wait_until
+from tests.support.common import SHARD_LIMIT, wait_until
 from tests.support.pg import database_unreachable
 from tests.support.redirecting_proxy import RedirectingProxy
 
@@ -192,7 +192,9 @@ class FaultRun:
         self.pipeline.land(DAILY, "2026-10-08")
         self.pipeline.land(HOURLY, "2026-10-08", "04")
         wait_until(
-            lambda: collect_landings(SqlStatusReads(self.engine), clock.now()).backlog == 2, timeout=120, step=0.5
+            lambda: collect_landings(SqlStatusReads(self.engine), clock.now(), SHARD_LIMIT).backlog == 2,
+            timeout=120,
+            step=0.5,
         )
         self.stack.start("api-server")
         self.stack.wait_healthy(timeout=300)
@@ -275,7 +277,7 @@ def test_each_landing_starts_one_run_per_partitioned_consumer_through_faults(
         found = runs(run.stack)
         events = airflow_events(run.stack)
         rows = outbox_rows(run.engine)
-        status = collect_landings(SqlStatusReads(run.engine), clock.now())
+        status = collect_landings(SqlStatusReads(run.engine), clock.now(), SHARD_LIMIT)
     extra_events = assert_each_landing_published(run.pipeline, found, events, rows, status)
     print(f"\nAirflow {version_of(venv)}: {report(run.pipeline.phases, found)}")
     print(
@@ -366,7 +368,7 @@ def test_a_worker_killed_while_its_post_is_in_flight_starts_no_second_run(
         found = runs(run.stack)
         by_landing = airflow_events_by_landing(run.stack)
         rows = outbox_rows(run.engine)
-        status = collect_landings(SqlStatusReads(run.engine), clock.now())
+        status = collect_landings(SqlStatusReads(run.engine), clock.now(), SHARD_LIMIT)
         lookups = lookup_answers(run.api_log)
         blocked, other = listing_while_a_run_is_queued(run.stack, prefix)
     # Airflow 3.3.2's listing answers 500 while an event it would list created a run not started yet; filtered by
@@ -447,7 +449,7 @@ def test_through_a_redirecting_proxy_and_slow_look_ups_each_landing_once(
         found = runs(run.stack)
         by_landing = airflow_events_by_landing(run.stack)
         rows = outbox_rows(run.engine)
-        status = collect_landings(SqlStatusReads(run.engine), clock.now())
+        status = collect_landings(SqlStatusReads(run.engine), clock.now(), SHARD_LIMIT)
     assert all(n == 1 for n in by_landing.values()), by_landing  # one event per landing
     delivered = [r for r in rows if r.state == DELIVERED]  # this deployment's outbox: its landings only
     assert len(delivered) == total and sorted(by_landing) == sorted(r.id for r in delivered)

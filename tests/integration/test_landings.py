@@ -48,10 +48,10 @@ from smartsensor.hive_filter.names import TableName
 from smartsensor.schema.models import landing_outbox as LO
 from smartsensor.sensors.errors import CheckError, TransientCheckError
 from smartsensor.service.landings import EVER, CycleReport, LandingPublisher
-from smartsensor.service.status import collect_landings, collect_status, landings_lines
+from smartsensor.service.status import collect_landings, collect_status, landing_problems, landings_lines
 from smartsensor.service.status_report import StatusReport
 from tests.support.catalog_doubles import Clock
-from tests.support.common import T0, make_cfg
+from tests.support.common import SHARD_LIMIT, T0, make_cfg
 from tests.support.hive_schema import HiveSchema
 from tests.support.model import run_model
 from tests.support.pg import PrivateServer, drop_pg_database, needs_test_pg, new_pg_database, pg_engine
@@ -245,7 +245,7 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         clock.advance(5)
         failed = two.cycle(everything)
         assert failed.retried == 2 and len(failed.errors) == 2
-        status = collect_landings(SqlStatusReads(engine), clock())
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT)
         assert (status.backlog, status.oldest_age, status.watched_tables) == (2, 5.0, 2)
         assert any("backlog 2, the oldest landed 5 s ago" in line for line in landings_lines(status))
         assert any(f"({T0.replace(tzinfo=None).isoformat()})" in line for line in landings_lines(status))  # naive UTC
@@ -262,7 +262,7 @@ def test_landings_are_published_once_with_their_key_after_the_baseline(tmp_path:
         assert {e["hive_partition"] for e in airflow.extras} == {"ds=2026-11-27/hr=00", "ds=2026-11-27/hr=05"}
         assert {e["landed_at"] for e in airflow.extras} == {T0.strftime("%Y-%m-%dT%H:%M:%SZ")}  # one offset: Z
         assert two.cycle(everything).claimed == 0 and sum(airflow.events.values()) == 2
-        status = collect_landings(SqlStatusReads(engine), clock())
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT)
         assert (status.backlog, status.duplicates, status.unknown_outcomes) == (0, 0, 0)
         assert status.by_state == {BASELINE: 1, DELIVERED: 2}
     finally:
@@ -332,7 +332,7 @@ def test_a_claim_is_ended_only_by_its_holder_and_a_late_post_is_counted(tmp_path
         assert not landing_sql.end_delivered(engine, second[0].id, "t2", clock(), 2)  # had w2 posted anyway
         (row,) = outbox(engine)
         assert (row["state"], row["posts"], row["unknown_outcomes"], row["event_id"]) == (DELIVERED, 2, 1, 1)
-        status = collect_landings(SqlStatusReads(engine), clock())
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT)
         assert (status.duplicates, status.unknown_outcomes, status.unresolved) == (1, 1, 0)
 
 
@@ -389,7 +389,7 @@ def test_a_late_post_that_reached_airflow_is_never_posted_again(tmp_path: Path, 
         assert [(r["state"], r["posts"], r["event_id"]) for r in rows] == [(DELIVERED, 1, 11), (DELIVERED, 1, 12)]
         assert all(r["delivered_at"] is not None and r["claim_token"] is None for r in rows)
         assert one.cycle(ranges).claimed == 0
-        status = collect_landings(SqlStatusReads(engine), clock())
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT)
         assert (status.backlog, status.duplicates, status.unknown_outcomes) == (0, 0, 2)  # two takeovers
 
 
@@ -420,7 +420,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         assert (waited.claimed, waited.unanswered, waited.delivered) == (1, 1, 0), waited
         (row,) = outbox(engine)
         assert (row["state"], row["unknown_outcomes"], row["unknown_since"]) == (PENDING, 1, T0)  # since its post
-        status = collect_landings(SqlStatusReads(engine), clock(), patience=60)
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT, patience=60)
         assert status.unresolved == 1 and not status.unresolved_landings[0].unknowable
         (shown,) = [line for line in landings_lines(status) if line.startswith("  landing ")]
         assert f"landing {row['id']} db.a ds=1: outcome unknown since" in shown and "asking Airflow" in shown, shown
@@ -429,7 +429,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
             clock.advance(20)
             two.cycle(ranges)
         assert airflow.by_landing() == {row["id"]: 1} and outbox(engine)[0]["state"] == PENDING
-        status = collect_landings(SqlStatusReads(engine), clock(), patience=60)
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT, patience=60)
         assert status.unresolved_landings[0].unknowable
         assert any("UNKNOWABLE so far" in line for line in landings_lines(status))
         report = status_with_landings(tmp_path, db_url, engine, clock(), landings__unknown_outcome_patience="60")
@@ -444,7 +444,7 @@ def test_a_worker_killed_mid_post_is_looked_up_never_posted_again(tmp_path: Path
         (row,) = outbox(engine)
         assert (row["state"], row["posts"], row["event_id"], row["unknown_since"]) == (DELIVERED, 0, 1, None)
         assert airflow.by_landing() == {row["id"]: 1}
-        assert collect_landings(SqlStatusReads(engine), clock()).unresolved == 0
+        assert collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).unresolved == 0
         # killed as its post began, before it left: Airflow holds nothing, so the next claimant posts it, once
         catalog["db.a"] += ["ds=2"]
         one.enqueue(ranges, clock(), CycleReport())
@@ -497,7 +497,8 @@ def test_a_late_2xx_after_two_claims_lapsed_is_never_followed_by_a_third_post(tm
         three = publisher(engine, one.cfg, airflow, catalog, "w3", clock)
         assert three.cycle(ranges).claimed == 0
         assert (
-            airflow.by_landing() == {row["id"]: 1} and collect_landings(SqlStatusReads(engine), clock()).duplicates == 0
+            airflow.by_landing() == {row["id"]: 1}
+            and collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).duplicates == 0
         )
 
 
@@ -565,7 +566,7 @@ def test_an_outcome_known_since_is_not_looked_up_again(tmp_path: Path, db_url: s
         assert airflow.windows == [(T0 - timedelta(seconds=30 + 300), T0 + timedelta(seconds=30 + 10 + 300))]
         (row,) = outbox(engine)
         assert (row["state"], row["unknown_since"], row["unknown_outcomes"]) == (PENDING, None, 1)
-        assert collect_landings(SqlStatusReads(engine), clock()).unresolved == 0
+        assert collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).unresolved == 0
         airflow.after_lookup, airflow.mode = (lambda: None), "ok"
         clock.advance(4)
         assert one.cycle(ranges).delivered == 1 and airflow.lookups == 1  # posted, not looked up
@@ -590,7 +591,11 @@ def test_reshard_moves_the_watched_tables_with_their_landings(tmp_path: Path, db
         airflow.mode = "ok"
         clock.advance(60)
         assert smaller.cycle([(0, limit)]).delivered == 0  # nothing in its ranges
+        orphaned = collect_landings(SqlStatusReads(engine), clock(), limit)
+        assert orphaned.orphaned_tables == {"db.a": 1, "db.b": 0}
+        assert any("db.a has a shardcode no range serves" in p for p in landing_problems(orphaned))
         assert landing_sql.reshard_watches(engine, limit) == 2
+        assert collect_landings(SqlStatusReads(engine), clock(), limit).orphaned_tables == {}
         assert landing_sql.reshard_watches(engine, limit) == 0  # idempotent
         catalog["db.b"] += ["ds=2"]
         report = smaller.cycle([(0, limit)])
@@ -608,7 +613,7 @@ def test_a_key_no_mapper_could_read_is_refused_and_shown_with_why(tmp_path: Path
         report = one.cycle(ranges)
         assert (report.rejected, report.delivered) == (1, 1), report
         assert airflow.events == Counter({(1, "eu|1"): 1})
-        status = collect_landings(SqlStatusReads(engine), clock())
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT)
         (refused,) = status.rejected_landings
         assert (refused.table, refused.partition) == ("db.a", "region=eu|us/ds=1") and "delimiter" in str(refused.why)
         assert any(
@@ -625,18 +630,18 @@ def test_a_table_whose_consumer_is_paused_is_named_in_status(tmp_path: Path, db_
     at Airflow's last listing, until they are unpaused."""
     with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
         one.cycle(ranges)
-        assert collect_landings(SqlStatusReads(engine), clock()).paused_consumers == {}
+        assert collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).paused_consumers == {}
         airflow.paused = {"consume_db_a", "some_other_dag"}
         clock.advance(61)  # the next refresh of Airflow's assets
         catalog["db.a"] += ["ds=1"]
         assert one.cycle(ranges).delivered == 1  # published all the same: the event is Airflow's to keep
-        status = collect_landings(SqlStatusReads(engine), clock())
+        status = collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT)
         assert status.paused_consumers == {"db.a": "consume_db_a"}
         assert any("db.a: consumers paused in Airflow: consume_db_a" in line for line in landings_lines(status))
         airflow.paused = set()
         clock.advance(61)
         one.cycle(ranges)
-        assert collect_landings(SqlStatusReads(engine), clock()).paused_consumers == {}
+        assert collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).paused_consumers == {}
 
 
 def test_two_events_found_for_one_landing_are_a_duplicate_counted(tmp_path: Path, db_url: str) -> None:
@@ -647,7 +652,7 @@ def test_two_events_found_for_one_landing_are_a_duplicate_counted(tmp_path: Path
         one.enqueue(ranges, clock(), CycleReport())
         (row,) = landing_sql.claim_landings(engine, ranges, "w1", "t1", clock(), clock() + timedelta(seconds=30), 5)
         assert landing_sql.end_found(engine, row.id, "t1", clock(), 7, events=2)
-        assert collect_landings(SqlStatusReads(engine), clock()).duplicates == 1
+        assert collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).duplicates == 1
 
 
 # -- the stateful model ------------------------------------------------------------------------------------

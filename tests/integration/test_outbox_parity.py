@@ -122,6 +122,15 @@ class ParityModel(RuleBasedStateMachine):
         listed = {n: (partition_key(n), self.ids[(uri, n)]) for n in sorted(names)}
         self.both("enqueue_recreated", watch, listed, self.clock())
 
+    @rule(
+        uri=st.sampled_from(sorted(TABLES)), gone=st.sets(st.sampled_from(NAMES)), back=st.sets(st.sampled_from(NAMES))
+    )
+    def mark_missing(self, uri: str, gone: set[str], back: set[str]) -> None:
+        """A listing lacks ``gone`` and has ``back`` again; then since when each name is missing, as either store
+        tells."""
+        self.both("mark_missing", uri, sorted(gone), sorted(back - gone), self.clock())
+        self.both("read_missing", uri)
+
     @rule(uri=st.sampled_from(sorted(TABLES)), names=st.sets(st.sampled_from(NAMES)), age=st.sampled_from([0, 5, 60]))
     def forget_dropped(self, uri: str, names: set[str], age: int) -> None:
         cutoff = self.clock() - timedelta(seconds=age)

@@ -44,7 +44,7 @@ from smartsensor.service.status import collect_landings
 from tests.integration.test_external import reg
 from tests.integration.test_landings import AirflowDouble, landings_cfg, listing, outbox
 from tests.support.catalog_doubles import Clock, DictCatalog
-from tests.support.common import T0, make_cfg
+from tests.support.common import SHARD_LIMIT, T0, make_cfg
 
 MONTH = timedelta(days=30)
 
@@ -332,7 +332,7 @@ def test_publish_existing_publishes_a_tables_history_once_however_often_it_is_fo
         world.days(31)
         report = prune(SqlExpiredRows(world.engine), MONTH, 100, now=world.clock())
         assert (report.tables["landing_outbox"].rows, report.tables["asset_watch"].rows) == (1, 1)
-        assert collect_landings(SqlStatusReads(world.engine), world.clock()).watched_tables == 1
+        assert collect_landings(SqlStatusReads(world.engine), world.clock(), SHARD_LIMIT).watched_tables == 1
         again = prune(SqlExpiredRows(world.engine), MONTH, 100, now=world.clock())
         assert (again.tables["landing_outbox"].rows, again.tables["asset_watch"].rows) == (0, 0)  # once
         world.airflow.consumed["db.b"] = 2
@@ -342,7 +342,7 @@ def test_publish_existing_publishes_a_tables_history_once_however_often_it_is_fo
             world.cycle()
         assert world.airflow.events == Counter({(1, "0"): 1, (2, "0"): 1})
         assert world.rows()[("b", "ds=0")] == BASELINE and world.rows()[("b", "ds=1")] == BASELINE
-        assert collect_landings(SqlStatusReads(world.engine), world.clock()).watched_tables == 2
+        assert collect_landings(SqlStatusReads(world.engine), world.clock(), SHARD_LIMIT).watched_tables == 2
         world.catalog["db.b"].append("ds=2")
         assert world.cycle().delivered == 1
     finally:
@@ -364,23 +364,30 @@ def test_an_undelivered_landing_keeps_its_row_and_its_watch(landings: Landings) 
         assert "hive://meta:10000/db/b" in set(conn.execute(select(AW.c.uri)).scalars())
 
 
-@pytest.mark.parametrize("forget", [False, True], ids=["by default", "forget_dropped_landings"])
-def test_a_landing_whose_partition_left_the_table_is_forgotten_only_when_asked(
+@pytest.mark.parametrize("forget", [True, False], ids=["by default", "forget_dropped_landings off"])
+def test_a_landing_is_forgotten_only_once_its_partition_was_missing_max_age_days_in_a_row(
     tmp_path: Path, db_url: str, forget: bool
 ) -> None:
-    """A month after ds=1 was delivered, the table drops it. By default its row stays: made again, ds=1 starts no
-    second run. With ``forget_dropped_landings`` the publisher deletes the row, and neither it nor a restarted
+    """A month after ds=1 and ds=2 were delivered, a listing lacks ds=1 for a day (a replica that lagged): back, it
+    starts no second run, and its old landing is not forgotten for its age. Then ds=1 is dropped for good: after
+    ``max_age_days`` missing in a row (by default) the publisher deletes its row, and neither it nor a restarted
     publisher publishes ds=1 again while the table lacks it; ds=2, still there, keeps its row; made anew, ds=1 is a
-    new landing."""
+    new landing. With ``forget_dropped_landings`` off the row stays and ds=1 made anew starts nothing."""
     world = Landings(tmp_path, db_url, retention__forget_dropped_landings=str(forget).lower())
     try:
         world.cycle()
         world.catalog["db.a"] += ["ds=1", "ds=2"]
         assert world.cycle().delivered == 2
         world.days(31)
-        world.catalog["db.a"].remove("ds=1")
-        world.clock.advance(3600)  # past [retention] interval since the last look
-        assert world.cycle().forgotten == (1 if forget else 0)
+        world.catalog["db.a"].remove("ds=1")  # the replica lags for a day
+        world.days(1)
+        world.catalog["db.a"].append("ds=1")
+        world.days(1)
+        assert world.airflow.events == Counter({(1, "1"): 1, (1, "2"): 1})
+        world.catalog["db.a"].remove("ds=1")  # dropped for good
+        world.days(29)  # the first listing that lacks it is a day later: missing 28 days
+        assert ("a", "ds=1") in world.rows()
+        world.days(3)
         assert (("a", "ds=1") in world.rows()) is not forget and world.rows()[("a", "ds=2")] == DELIVERED
         world.restart()
         world.cycle()
@@ -388,6 +395,25 @@ def test_a_landing_whose_partition_left_the_table_is_forgotten_only_when_asked(
         world.catalog["db.a"].append("ds=1")  # made anew: a landing only once its row was forgotten
         assert world.cycle().delivered == (1 if forget else 0)
         assert world.airflow.events[(1, "1")] == (2 if forget else 1)
+    finally:
+        world.engine.dispose()
+
+
+def test_an_undelivered_landing_of_a_partition_gone_for_good_is_still_published(tmp_path: Path, db_url: str) -> None:
+    """ds=1 lands while Airflow is down and is dropped at once; Airflow stays down past ``max_age_days``: its row is
+    pending, so it is not forgotten, and it is posted once Airflow is back."""
+    world = Landings(tmp_path, db_url)
+    try:
+        world.cycle()
+        world.airflow.mode = "down"
+        world.catalog["db.a"].append("ds=1")
+        world.cycle()
+        world.catalog["db.a"].remove("ds=1")
+        world.days(35)
+        assert world.rows()[("a", "ds=1")] == PENDING
+        world.airflow.mode = "ok"
+        world.clock.advance(3600)
+        assert world.cycle().delivered == 1 and world.airflow.events == Counter({(1, "1"): 1})
     finally:
         world.engine.dispose()
 

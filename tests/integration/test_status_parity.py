@@ -27,7 +27,7 @@ from smartsensor.cli.app import describe_error
 from smartsensor.domain.rows import TaskRow
 from smartsensor.ports import StoreUnavailable
 from smartsensor.service.history import TAKEN, WRITTEN, sample_once
-from tests.support.common import T0
+from tests.support.common import SHARD_LIMIT, T0
 from tests.support.model import run_parity, sqlite_engine
 from tests.support.pg import needs_test_pg, pg_engine
 
@@ -121,7 +121,7 @@ def test_the_sql_adapters_raise_store_unavailable(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
     try:
         calls = [
-            lambda: SqlStatusReads(engine).read_outbox_summary(),
+            lambda: SqlStatusReads(engine).read_outbox_summary(SHARD_LIMIT),
             lambda: SqlStatusReads(engine).read_stuck(T0, lambda starts: ([], None)),
             lambda: SqlStateSamples(engine).write_sample(T0),
             lambda: SqlStateSamples(engine).delete_before(T0),
@@ -145,7 +145,7 @@ def test_the_cli_describes_store_unavailable_as_the_database_error(tmp_path: Pat
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
     try:
         with pytest.raises(StoreUnavailable) as raised:
-            SqlStatusReads(engine).read_outbox_summary()
+            SqlStatusReads(engine).read_outbox_summary(SHARD_LIMIT)
         said, cause = describe_error(raised.value, None), raised.value.__cause__
         assert cause is not None and said == describe_error(cause, None)
         assert said.startswith("metadata database ? unreachable or unusable: no such table")

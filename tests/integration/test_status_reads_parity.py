@@ -27,7 +27,7 @@ from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.status_rows import Cutoffs, StatusQuery
 from smartsensor.service.status import _StuckRule
-from tests.support.common import T0
+from tests.support.common import SHARD_LIMIT, T0
 
 NOW = T0 + timedelta(days=10)
 TIMES = [NOW - timedelta(minutes=m) for m in (0, 2, 30, 90)] + [NOW - timedelta(days=d) for d in (2, 8)]
@@ -162,7 +162,7 @@ def status_parity(engine: Engine, data: tuple[Any, ...]) -> MemoryStatusReads:
     assert sorted(ours.load_zombies) == sorted(theirs.load_zombies)  # in no order
     assert ours._replace(load_zombies=[]) == theirs._replace(load_zombies=[])
     assert sql.read_stuck(landed_before, limits) == memory.read_stuck(landed_before, limits)
-    assert sql.read_outbox_summary() == memory.read_outbox_summary()
+    assert sql.read_outbox_summary(SHARD_LIMIT) == memory.read_outbox_summary(SHARD_LIMIT)
     for revision in (memory.schema_revision(), None, known_revisions()[-1], "f" * 12):
         assert sql.schema_problem(revision) == memory.schema_problem(revision)
     return memory
@@ -202,4 +202,4 @@ def test_a_stuck_task_and_an_unknown_outcome_are_read_alike(engine: Engine) -> N
     assert rows.stuck.after_landing == (1, ("d1", "t0", TIMES[4], TIMES[3]))
     assert rows.stuck.past_time_limit == (1, ("d1", "t0", TIMES[4], TIMES[4]))
     assert rows.stranded_count == 1 and rows.waiting_by_range.per_range == {0: (1, 1)}
-    assert memory.read_outbox_summary().unresolved == 1
+    assert memory.read_outbox_summary(SHARD_LIMIT).unresolved == 1

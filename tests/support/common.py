@@ -22,6 +22,7 @@ from smartsensor.sensors import NamedHivePartitionSensor
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 DAY = datetime(2026, 11, 22, tzinfo=timezone.utc)  # the execution date tasks are registered for
 T0 = datetime(2026, 11, 23, 6, 0, 0, tzinfo=timezone.utc)  # where the test clock starts: the morning after DAY
+SHARD_LIMIT = 10_000  # [smart_sensor] shard_code_upper_limit's default, as a test Config has it
 
 
 def override_env(overrides: dict[str, str]) -> dict[str, str]:

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import random
 import re
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -341,3 +344,43 @@ def test_the_paused_dags_are_read_page_by_page() -> None:
     handler, calls = _token_then(answer)
     assert _airflow(handler).paused_dags() == {f"d{i}" for i in range(150)}
     assert [c.url.params.get("offset") for c in calls] == [None, "0", "100"]
+
+
+class _Trickling(http.server.BaseHTTPRequestHandler):
+    """Airflow's answers over a real socket: the token at once, a post's answer one byte every 0.1 s (a proxy or an
+    api-server that stalls mid-answer: each read arrives well inside a read timeout)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"access_token": "t"} if self.path == "/auth/token" else {"id": 7}).encode()
+        body = body.ljust(60)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        step = 0.1 if self.path != "/auth/token" else 0.0
+        for i in range(len(body)):
+            self.wfile.write(body[i : i + 1])
+            self.wfile.flush()
+            time.sleep(step)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_call_is_bounded_by_its_timeout_as_a_whole_however_its_answer_trickles() -> None:
+    """A post's answer arrives a byte every 0.1 s (6 s in all): each read is far inside the 1 s timeout, yet the
+    call is abandoned at about 1 s, of unknown outcome (it was sent), not read for 6 s."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickling)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    assets = AirflowAssets(f"http://127.0.0.1:{server.server_address[1]}", "u", "p", timeout=1.0)
+    try:
+        started = time.monotonic()
+        outcome = assets.post_event(1, "2026-12-01", {"smartsensor_landing_id": 1})
+        took = time.monotonic() - started
+    finally:
+        assets.close()
+        server.shutdown()
+        server.server_close()
+    assert outcome.kind == "unknown" and "longer than 1 s" in outcome.detail, outcome
+    assert took < 4.0, f"the call took {took:.1f} s, its answer 6 s"

@@ -242,21 +242,59 @@ def _latest_generations(
     return latest, seen
 
 
+def read_missing(engine: Engine, uri: str) -> dict[str, datetime]:
+    """The names of ``uri`` a listing of its table lacked, each with since when (its rows' earliest mark)
+    (1 statement)."""
+    query = (
+        select(LO.c.partition_name, func.min(LO.c.missing_since))
+        .where(LO.c.uri == uri, LO.c.missing_since.is_not(None))
+        .group_by(LO.c.partition_name)
+    )
+    with engine.connect() as conn:
+        return {name: since for name, since in conn.execute(query)}
+
+
+def mark_missing(engine: Engine, uri: str, gone: Sequence[str], back: Sequence[str], now: datetime) -> None:
+    """Mark every row of ``uri`` among ``gone`` (names a listing lacked) missing since ``now`` unless it already is,
+    and clear the mark of those among ``back`` (listed again). One transaction (a guarded statement each)."""
+    with engine.begin() as conn:
+        if gone:
+            conn.execute(
+                update(LO)
+                .where(LO.c.uri == uri, LO.c.partition_name.in_(list(gone)), LO.c.missing_since.is_(None))
+                .values(missing_since=now)
+            )
+        if back:
+            conn.execute(
+                update(LO)
+                .where(LO.c.uri == uri, LO.c.partition_name.in_(list(back)), LO.c.missing_since.is_not(None))
+                .values(missing_since=None)
+            )
+
+
 def forget_dropped(engine: Engine, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
-    """Delete the settled rows (baseline, delivered, rejected) of ``uri`` among ``names`` (partitions its table no
-    longer has) that landed, or were delivered, before ``cutoff``; the names deleted. One transaction (1 guarded
-    statement: an undelivered row, or a recent one, is kept)."""
+    """Delete the rows of ``uri`` among ``names`` (partitions its table no longer has) missing since before
+    ``cutoff``, a name only when all its rows are settled (baseline, delivered, rejected) and missing that long;
+    the names deleted. One transaction (1 guarded statement: a name with an undelivered row, or one listed again
+    since, keeps every row)."""
     if not names:
         return []
+    kept = select(LO.c.partition_name).where(
+        LO.c.uri == uri,
+        LO.c.partition_name.in_(list(names)),
+        or_(
+            LO.c.state.not_in(SETTLED),
+            LO.c.missing_since.is_(None),
+            LO.c.missing_since >= literal(cutoff, UtcDateTime()),
+        ),
+    )
     with engine.begin() as conn:
-        return list(
-            conn.execute(
-                delete(LO)
-                .where(LO.c.uri == uri, LO.c.partition_name.in_(list(names)), LO.c.state.in_(SETTLED))
-                .where(func.coalesce(LO.c.delivered_at, LO.c.landed_at) < literal(cutoff, UtcDateTime()))
-                .returning(LO.c.partition_name)
-            ).scalars()
-        )
+        gone = conn.execute(
+            delete(LO)
+            .where(LO.c.uri == uri, LO.c.partition_name.in_(list(names)), LO.c.partition_name.not_in(kept))
+            .returning(LO.c.partition_name)
+        ).scalars()
+        return sorted(set(gone))
 
 
 def claim_landings(
@@ -491,11 +529,13 @@ def reshard_watches(engine: Engine, limit: int) -> int:
     return moved
 
 
-def read_outbox_summary(engine: Engine) -> OutboxSummary:
+def read_outbox_summary(engine: Engine, shard_limit: int) -> OutboxSummary:
     """The outbox by state, its oldest undelivered landing, its known duplicates and unknown outcomes, the tables
     watched, and the undelivered rows whose outcome is unknown now (how many; the ``SHOWN_UNKNOWN`` longest unknown
-    by name), the ``SHOWN_REJECTED`` latest rows refused for good, with why, and the ``SHOWN_PAUSED`` watched tables
-    whose consumers Airflow has paused. One connection (8 statements)."""
+    by name), the ``SHOWN_REJECTED`` latest rows refused for good, with why, the ``SHOWN_PAUSED`` watched tables
+    whose consumers Airflow has paused, and as many watched tables whose shardcode is outside [0, ``shard_limit``)
+    (no range serves them: a limit lowered without `db reshard`), each with its undelivered rows. One connection
+    (9 statements)."""
     with engine.connect() as conn:
         by_state = {s: n for s, n in conn.execute(select(LO.c.state, func.count()).group_by(LO.c.state))}
         oldest = conn.execute(select(func.min(LO.c.landed_at)).where(LO.c.state.in_(UNDELIVERED))).scalar_one()
@@ -526,6 +566,15 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
             .order_by(AW.c.uri)
             .limit(SHOWN_PAUSED)
         ).all()
+        waiting = and_(LO.c.uri == AW.c.uri, LO.c.state.in_(UNDELIVERED))
+        orphaned = conn.execute(
+            select(AW.c.uri, func.count(LO.c.id))
+            .select_from(AW.outerjoin(LO, waiting))
+            .where(WATCHED, or_(AW.c.shardcode < 0, AW.c.shardcode >= shard_limit))
+            .group_by(AW.c.uri)
+            .order_by(AW.c.uri)
+            .limit(SHOWN_PAUSED)
+        ).all()
     shown = tuple(UnknownOutcome(*r) for r in rows)
     refused = tuple(RejectedLanding(*r) for r in rejected)
     return OutboxSummary(
@@ -538,6 +587,7 @@ def read_outbox_summary(engine: Engine) -> OutboxSummary:
         shown,
         rejected_rows=refused,
         paused=tuple((u, p) for u, p in paused),
+        orphaned=tuple((u, int(n)) for u, n in orphaned),
     )
 
 
@@ -574,6 +624,12 @@ class SqlOutboxStore:
         self, watch: WatchRow, listed: dict[str, tuple[str, int]], now: datetime
     ) -> tuple[int, dict[str, int | None]]:
         return enqueue_recreated(self.engine, watch, listed, now)
+
+    def read_missing(self, uri: str) -> dict[str, datetime]:
+        return read_missing(self.engine, uri)
+
+    def mark_missing(self, uri: str, gone: Sequence[str], back: Sequence[str], now: datetime) -> None:
+        mark_missing(self.engine, uri, gone, back, now)
 
     def forget_dropped(self, uri: str, names: Sequence[str], cutoff: datetime) -> list[str]:
         return forget_dropped(self.engine, uri, names, cutoff)

@@ -44,10 +44,10 @@ class SqlStatusReads:
         with any_error_unavailable():
             return status_sql.read_stuck(self.engine, landed_before, past_limits)
 
-    def read_outbox_summary(self) -> rows.OutboxSummary:
-        """``landings.read_outbox_summary`` (6 statements)."""
+    def read_outbox_summary(self, shard_limit: int) -> rows.OutboxSummary:
+        """``landings.read_outbox_summary`` (9 statements)."""
         with any_error_unavailable():
-            return landing_sql.read_outbox_summary(self.engine)
+            return landing_sql.read_outbox_summary(self.engine, shard_limit)
 
     def schema_revision(self) -> str | None:
         """``engine.current_revision``."""
