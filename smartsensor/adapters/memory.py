@@ -238,6 +238,10 @@ class InMemoryStore:
                 self.leases, self.workers = saved
                 raise
 
+    def database_now(self) -> datetime:
+        """The twin's database is this process: its wall clock."""
+        return clock.now()
+
     def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
         self.workers.setdefault(
             worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid, "started_at": started_at}

@@ -85,6 +85,11 @@ class LeaseOps(Protocol):
     """Lease and worker-row operations inside one transaction. Claims and reshapes are compare-and-set
     on the epoch read; a lease that lapsed is never renewed, only re-claimed (which bumps its epoch)."""
 
+    def database_now(self) -> datetime:
+        """The database's own time (aware UTC): the one clock every worker judges leases by
+        (``service.lease_clock``)."""
+        ...
+
     def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
         """Record this worker's heartbeat."""
         ...

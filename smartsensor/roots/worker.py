@@ -4,6 +4,7 @@ publisher (``[landings] publish``) and the loop, all under the process's one ``S
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Callable
 
 from sqlalchemy import Engine
@@ -16,6 +17,7 @@ from smartsensor.adapters.sql.notifications import NotificationHub
 from smartsensor.adapters.sql.round_store import SqlRoundStore
 from smartsensor.adapters.sql.signals import SqlLandingSignals
 from smartsensor.config import Config
+from smartsensor.domain import clock as wall_clock
 from smartsensor.service.landings import LandingPublisher
 from smartsensor.service.leases import LeaseManager, new_worker_id
 from smartsensor.service.round.range_rounds import RangeRounds
@@ -54,9 +56,12 @@ def pinned_range(engine: Engine, cfg: Config, shard_min: int, shard_max: int) ->
     return PinnedRange(range_rounds(engine, cfg, shard_min, shard_max), answerer_factory(cfg), answerer_factory(cfg))
 
 
-def landing_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublisher:
+def landing_publisher(
+    engine: Engine, cfg: Config, owner: str, clock: Callable[[], datetime] = wall_clock.now
+) -> LandingPublisher:
     """The publisher a worker runs with ``[landings] publish`` on: its outbox in the metadata database, Airflow's
-    REST API over httpx, the worker's catalog backend (a client of its own)."""
+    REST API over httpx, the worker's catalog backend (a client of its own); ``clock``: the worker's lease clock
+    (claims lapse as leases do, judged by the database's time)."""
     from smartsensor.adapters.airflow_assets import AirflowAssets
     from smartsensor.adapters.sql.landings import SqlOutboxStore
     from smartsensor.service.landings import airflow_password
@@ -65,7 +70,7 @@ def landing_publisher(engine: Engine, cfg: Config, owner: str) -> LandingPublish
     events = AirflowAssets(
         settings.airflow_url, settings.airflow_username, airflow_password(cfg), settings.request_timeout
     )
-    return LandingPublisher(SqlOutboxStore(engine), cfg, events, landing_listings(cfg), owner)
+    return LandingPublisher(SqlOutboxStore(engine), cfg, events, landing_listings(cfg), owner, clock=clock)
 
 
 def worker_loop(
@@ -128,7 +133,9 @@ def build_worker(
         served = leased_ranges(engine, cfg)
     landings = None
     if cfg.settings.landings.publish and not once:
-        owner = served.worker_id if isinstance(served, LeasedRanges) else new_worker_id()
-        landings = landing_publisher(engine, cfg, owner)
+        if isinstance(served, LeasedRanges):
+            landings = landing_publisher(engine, cfg, served.worker_id, served.leases.clock.now)
+        else:
+            landings = landing_publisher(engine, cfg, new_worker_id())
     metrics = RoundMetrics(metrics_port) if metrics_port else None
     return worker_loop(engine, cfg, served, interval, once, emit, metrics=metrics, wake_ups=wake_ups, landings=landings)

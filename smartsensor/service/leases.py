@@ -3,7 +3,9 @@
 Every claim is one guarded UPDATE that compares the epoch it read (compare-and-set), so two workers
 starting at once can never both own a range, on Postgres or SQLite alike. A lease that lapsed is
 never silently renewed: it is re-claimed, which bumps its epoch, so a worker that was paused or cut
-off can never write again with its old epoch (see the fence in ``adapters.sql.tasks``).
+off can never write again with its old epoch (see the fence in ``adapters.sql.tasks``). Every expiry is written
+and compared in the database's time (``service.lease_clock``): a host's wall clock plays no part in who holds a
+range.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from datetime import datetime, timedelta
 from smartsensor.config import Config, ShardRange
 from smartsensor.domain import clock
 from smartsensor.domain.leases import Lease, LeaseRow
+from smartsensor.service.lease_clock import LeaseClock
 from smartsensor.ports import LeaseOps, LeaseStore
 
 log = logging.getLogger(__name__)
@@ -31,24 +34,28 @@ def new_worker_id() -> str:
 class LeaseManager:
     """One worker's view of the lease table. Call ``heartbeat()`` every ``heartbeat_interval``."""
 
-    def __init__(self, store: LeaseStore, cfg: Config, worker_id: str | None = None) -> None:
+    def __init__(
+        self, store: LeaseStore, cfg: Config, worker_id: str | None = None, lease_clock: LeaseClock | None = None
+    ) -> None:
         self.store = store
         self.cfg = cfg
         self.worker_id = worker_id or new_worker_id()
         self.lease_timeout = timedelta(seconds=cfg.settings.smart_sensor.lease_timeout)
         self.ranges: list[ShardRange] = cfg.resolved_shard_ranges
         self.owned: dict[int, Lease] = {}
+        self.clock = lease_clock or LeaseClock()  # the database's time: what this worker's leases are judged by
         self.started_at = clock.now()
 
     def heartbeat(self, now: datetime | None = None) -> dict[str, list[int]]:
-        """Renew what we hold, drop what we lost, claim or release to reach our fair share.
+        """Renew what we hold, drop what we lost, claim or release to reach our fair share, all judged by the
+        database's time (read first: ``LeaseClock.sync``), or by ``now`` when given (a test's clock).
 
         Returns the shard_min of ranges ``claimed``, ``lost`` and ``released`` in this beat.
         """
-        now = now or clock.now()
-        expires = now + self.lease_timeout
         changes: dict[str, list[int]] = {"claimed": [], "lost": [], "released": []}
         with self.store.transaction() as tx:
+            now = now or self.clock.sync(tx.database_now)
+            expires = now + self.lease_timeout
             tx.upsert_worker(self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
             tx.renew_leases(self.worker_id, now, expires)
             rows = tx.load_leases()

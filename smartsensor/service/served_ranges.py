@@ -81,6 +81,7 @@ class LeasedRanges:
                         lease.shard_min,
                         lease.shard_max,
                         range_rounds_id=f"{self.worker_id}:{lease.shard_min}-{lease.shard_max}",
+                        clock=self.leases.clock.now,  # the fence is judged by the database's time, as the lease
                     )
                     self.ranges[lo] = served
                 served.fence = lease.fence

@@ -23,8 +23,8 @@ metastore database, run on it (matrix).
 - a whole worker host killed (every process in it, SIGKILL) and a new host with the same name and address started:
   the other takes over, the new one gets its share back, nothing marked twice;
 - the worker hosts' wall clocks 10 minutes ahead and 10 minutes behind (libfaketime, tests.support.fake_clock):
-  leases are judged by each worker's own clock, so the host ahead holds every range, the host behind none; each
-  task marked once; with the clocks set right the ranges are shared again.
+  leases are judged by the database's time, so every range keeps its owner and epoch and each task is marked once;
+  the host behind then killed, the host ahead takes its ranges over within three leases.
 - PostgreSQL lost from one worker host at the COMMIT of its round's marks (``FaultProxy.cut_at_commit``): the COMMIT
   taken and its answer lost, or (matrix) never taken; a trigger of the test's own audits every committed mark (its
   client, its lease): each task marked once, by its lease's owner within its lease, none counted twice;
@@ -922,49 +922,65 @@ def test_whole_worker_host_killed_and_replaced(workload: Workload) -> None:
 SKEW = 600  # seconds: one worker host's wall clock this far ahead, the other's this far behind
 
 
+def lease_epochs(work: Workload) -> dict[int, tuple[str | None, int]]:
+    """Each range's owner and epoch now."""
+    with work.engine.connect() as conn:
+        return {r.shard_min: (r.owner, r.epoch) for r in lease_sql.load_leases(conn)}
+
+
 def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload) -> None:
     """The wall clocks of the two worker hosts (each host's processes, under libfaketime) stepped 10 minutes ahead
-    and 10 minutes behind while they serve, then set right again. Leases are judged by each worker's own clock
-    (smartsensor.service.leases: expiry written and compared as the worker's ``clock.now()``; the database's clock
-    plays no part), so, as docs/concepts.md ("Clocks") promises: the host ahead finds every lease expired and every
-    other worker dead, and claims every range (new epochs); the host behind finds those leases held and holds
-    nothing; the epoch fences its writes. Each task is marked once; with the clocks right again the ranges are
-    shared again."""
+    and 10 minutes behind while they serve. Leases are judged by the database's time (smartsensor.service.lease_clock:
+    each worker reads PostgreSQL's clock at every heartbeat and carries it on its monotonic clock), so the steps
+    change nothing: for three leases after them every range keeps its owner and epoch, and the partitions landed
+    then are each marked once. Then the host behind is killed: the host ahead takes its ranges over within three
+    leases (judged by its own wall clock, it would have held them all from the step on; the host behind, had the
+    one ahead died, would have waited 10 minutes past its leases)."""
     work = workload
+    bed = work.servers.bed
     w1, w2 = work.servers.workers[:2]
     ahead, behind = FakeClock(work.tmp_path / "clock-w1"), FakeClock(work.tmp_path / "clock-w2")
     a, b = work.start_workers(w1, **ahead.env), work.start_workers(w2, **behind.env)
     both_serving(work, a, b)
-    a_pids, b_pids = set(w1.pids()), set(w2.pids())
+    share = -(-len(lease_epochs(work)) // 2)
+    wait_until(  # the ranges shared out (no more rebalancing): each host holds its share at most, none is free
+        lambda: "None" not in (held := work.owners_by_host()) and max(map(len, held.values())) <= share,
+        timeout=60,
+        step=0.1,
+    )
+    a_pids = set(w1.pids())
     watch = Watch(work)
-    skewed = time.monotonic()
     ahead.step(SKEW)
     behind.step(-SKEW)
-    wait_until(lambda: work.owners_by_host().keys() == {"w1"}, timeout=60, step=0.1)
-    taken = time.monotonic() - skewed
-    before_b = len(b.json_rounds())
+    settled = lease_epochs(work)
+    stepped = time.monotonic()
+    while time.monotonic() - stepped < 3 * LEASE_TIMEOUT + 1:  # the steps reach the processes within a second
+        assert lease_epochs(work) == settled, (settled, lease_epochs(work))
+        time.sleep(0.1)
     landed = work.land_all_in_background(time.monotonic())
     landed.join(120)
     wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
-    drained = time.monotonic() - skewed
-    assert work.owners_by_host().keys() == {"w1"}, work.owners_by_host()  # the host behind never got one back
-    assert all(not r["marked"] for r in rounds_since(b, before_b)), b.marks_seen()
-    fixed = time.monotonic()
-    ahead.step(-SKEW)
-    behind.step(SKEW)
-    wait_until(lambda: {"w1", "w2"} <= work.owners_by_host().keys(), timeout=60, step=0.1)
-    b.wait_round(lambda r: not r.get("error") and r["ranges"], timeout=60)
-    shared = time.monotonic() - fixed
-    a.settle()
-    b.settle()
-    assert watch.stop() == []
+    assert lease_epochs(work) == settled and {"w1", "w2"} <= work.owners_by_host().keys(), work.owners_by_host()
+    drained = time.monotonic() - stepped
+    try:
+        killed_at = time.monotonic()
+        killed = bed.kill("w2")
+        assert b.proc.wait(30) == -9 and killed, killed
+        wait_until(lambda: work.owners_by_host().keys() == {"w1"}, timeout=60, step=0.1)
+        takeover = time.monotonic() - killed_at
+        a.wait_round(lambda r: not r.get("error") and len(r["ranges"]) == len(settled), timeout=60)
+        a.settle()
+        assert watch.stop() == []
+    finally:
+        work.servers.workers[1] = bed.replace("w2")
     print(
-        f"\nworker clocks {SKEW // 60} min ahead and behind: the host ahead held every range {taken:.2f} s after the "
-        f"step; {N} partitions landed and all ended {drained:.2f} s after it; clocks set right: ranges shared again "
-        f"{shared:.2f} s after"
+        f"\nworker clocks {SKEW // 60} min ahead and behind: every range kept its owner and epoch for "
+        f"{3 * LEASE_TIMEOUT + 1:g} s; {N} partitions landed and all ended {drained:.2f} s after the step; the host "
+        f"behind killed: the host ahead served its ranges {takeover:.2f} s after (lease {LEASE_TIMEOUT:g} s)"
     )
     assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
-    assert set(w1.pids()) == a_pids and set(w2.pids()) == b_pids
+    assert set(w1.pids()) == a_pids
+    assert takeover <= 3 * LEASE_TIMEOUT, takeover
 
 
 TOKEN = "hosts-token"

@@ -18,6 +18,9 @@ class SqlLeaseOps:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
+    def database_now(self) -> datetime:
+        return lease_sql.database_now(self.conn)
+
     def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
         lease_sql.upsert_worker(self.conn, worker_id, hostname, pid, started_at, now)
 

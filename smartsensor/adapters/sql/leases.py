@@ -11,8 +11,17 @@ from typing import Any, Sequence
 from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from smartsensor.domain import clock
 from smartsensor.domain.leases import LeaseRow
 from smartsensor.schema.models import shard_lease as SL, worker as WK
+
+
+def database_now(conn: Connection) -> datetime:
+    """The database's time: PostgreSQL's ``clock_timestamp()`` (its host's clock, whichever host asks); SQLite's
+    database is a file on this host, whose clock it is (1 statement on PostgreSQL, none on SQLite)."""
+    if conn.dialect.name != "postgresql":
+        return clock.now()
+    return clock.aware_utc(conn.execute(select(func.clock_timestamp())).scalar_one())
 
 
 def ensure_leases(conn: Connection, ranges: Sequence[Any]) -> None:
