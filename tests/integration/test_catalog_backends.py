@@ -18,7 +18,7 @@ from smartsensor.adapters.catalog.batch import BatchChecker
 from smartsensor.adapters.catalog.thrift_catalog import ThriftCatalog
 from smartsensor.adapters.metastore_service_process import free_port
 from smartsensor.config import Config
-from smartsensor.sensors.checks import PathCheck
+from smartsensor.sensors.checks import PartitionCheck, PathCheck
 from smartsensor.sensors.errors import TransientCheckError
 from tests.support.catalog_cases import CASES, DB
 from tests.support.metastore_service import run_spark
@@ -135,6 +135,25 @@ def test_a_silent_metastore_times_out_as_configured(silent_server: tuple[str, in
     assert isinstance(answer, TransientCheckError) and "read timeout" in str(answer), answer
     assert 0.4 < took < 3, took
     assert catalog._idle == []  # the connection was dropped
+
+
+@pytest.mark.parametrize("parallelism", [1, 4])
+def test_a_round_under_a_silent_metastore_lasts_a_few_calls_not_one_per_table(
+    silent_server: tuple[str, int], parallelism: int
+) -> None:
+    """Issue 68: a round over 24 tables while the only metastore never answers. Each call is bounded (0.5 s), but
+    the round was not: 24 calls one after another (on 1 connection) took 12 s and more. Once the round's first
+    calls (2, or one per connection) have all timed out, the other tables are not asked: every check is a transient
+    error, and the round ends within a few calls' bounds whatever the number of tables."""
+    catalog = ThriftCatalog([silent_server], timeout=0.5, parallelism=parallelism)
+    checks = [PartitionCheck(DB, f"t{i}", (("ds", "2026-12-01"),), True) for i in range(24)]
+    started = time.monotonic()
+    answers = BatchChecker(lister=catalog).check_all(checks)
+    took = time.monotonic() - started
+    assert all(isinstance(a, TransientCheckError) for a in answers.values()), answers
+    refused = [a for a in answers.values() if str(a).startswith("not asked: the metastore failed")]
+    assert len(refused) >= 24 - 2 * max(2, parallelism), answers
+    assert took < 4.0, f"the round took {took:.1f} s"
 
 
 def test_the_answerer_uses_thrift_and_no_spark_for_partitions_and_local_paths(

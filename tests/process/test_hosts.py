@@ -928,14 +928,16 @@ def lease_epochs(work: Workload) -> dict[int, tuple[str | None, int]]:
         return {r.shard_min: (r.owner, r.epoch) for r in lease_sql.load_leases(conn)}
 
 
-def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload) -> None:
+@pytest.mark.parametrize("killed", ["behind", pytest.param("ahead", marks=MATRIX)])
+def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload, killed: str) -> None:
     """The wall clocks of the two worker hosts (each host's processes, under libfaketime) stepped 10 minutes ahead
     and 10 minutes behind while they serve. Leases are judged by the database's time (smartsensor.service.lease_clock:
     each worker reads PostgreSQL's clock at every heartbeat and carries it on its monotonic clock), so the steps
     change nothing: for three leases after them every range keeps its owner and epoch, and the partitions landed
-    then are each marked once. Then the host behind is killed: the host ahead takes its ranges over within three
-    leases (judged by its own wall clock, it would have held them all from the step on; the host behind, had the
-    one ahead died, would have waited 10 minutes past its leases)."""
+    then are each marked once. Then the host behind is killed, and the host ahead takes its ranges over within three
+    leases (judged by its own wall clock, it would have held them all from the step on); or (matrix) the host ahead
+    is killed, and the host behind takes them over as soon (by its own clock it would have waited 10 minutes past
+    the leases the host ahead wrote)."""
     work = workload
     bed = work.servers.bed
     w1, w2 = work.servers.workers[:2]
@@ -948,7 +950,6 @@ def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload) -> 
         timeout=60,
         step=0.1,
     )
-    a_pids = set(w1.pids())
     watch = Watch(work)
     ahead.step(SKEW)
     behind.step(-SKEW)
@@ -962,24 +963,28 @@ def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload) -> 
     wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
     assert lease_epochs(work) == settled and {"w1", "w2"} <= work.owners_by_host().keys(), work.owners_by_host()
     drained = time.monotonic() - stepped
+    index = 1 if killed == "behind" else 0
+    gone, kept = (b, a) if killed == "behind" else (a, b)
+    survivor = "w1" if killed == "behind" else "w2"
+    survivor_pids = set(work.servers.workers[1 - index].pids())
     try:
         killed_at = time.monotonic()
-        killed = bed.kill("w2")
-        assert b.proc.wait(30) == -9 and killed, killed
-        wait_until(lambda: work.owners_by_host().keys() == {"w1"}, timeout=60, step=0.1)
+        pids = bed.kill(work.servers.workers[index].name)
+        assert gone.proc.wait(30) == -9 and pids, pids
+        wait_until(lambda: work.owners_by_host().keys() == {survivor}, timeout=60, step=0.1)
         takeover = time.monotonic() - killed_at
-        a.wait_round(lambda r: not r.get("error") and len(r["ranges"]) == len(settled), timeout=60)
-        a.settle()
+        kept.wait_round(lambda r: not r.get("error") and len(r["ranges"]) == len(settled), timeout=60)
+        kept.settle()
         assert watch.stop() == []
     finally:
-        work.servers.workers[1] = bed.replace("w2")
+        work.servers.workers[index] = bed.replace(work.servers.workers[index].name)
     print(
         f"\nworker clocks {SKEW // 60} min ahead and behind: every range kept its owner and epoch for "
         f"{3 * LEASE_TIMEOUT + 1:g} s; {N} partitions landed and all ended {drained:.2f} s after the step; the host "
-        f"behind killed: the host ahead served its ranges {takeover:.2f} s after (lease {LEASE_TIMEOUT:g} s)"
+        f"{killed} killed: the other served its ranges {takeover:.2f} s after (lease {LEASE_TIMEOUT:g} s)"
     )
     assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
-    assert set(w1.pids()) == a_pids
+    assert set(work.servers.workers[1 - index].pids()) == survivor_pids
     assert takeover <= 3 * LEASE_TIMEOUT, takeover
 
 

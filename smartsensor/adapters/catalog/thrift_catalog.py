@@ -14,6 +14,7 @@ come from one cached ``get_table`` per table; check values are cast in Python as
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,33 @@ class _Connection:
             self.transport.close()
         except Exception:  # noqa: BLE001 - closing a broken socket must not raise
             pass
+
+
+class _Breaker:
+    """One batch's calls: once its first ``limit`` calls all failed transiently, and none answered, it is open."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.failures = 0
+        self.answered = False
+        self.first: str | None = None
+        self._lock = threading.Lock()
+
+    def refusal(self) -> TransientCheckError | None:
+        with self._lock:
+            if self.answered or self.failures < self.limit:
+                return None
+            return TransientCheckError(
+                f"not asked: the metastore failed this round's first {self.failures} calls ({self.first})"
+            )
+
+    def record(self, out: Any) -> None:
+        with self._lock:
+            if isinstance(out, TransientCheckError):
+                self.failures += 1
+                self.first = self.first or str(out)[:200]
+            else:
+                self.answered = True
 
 
 class ThriftCatalog:
@@ -199,11 +227,31 @@ class ThriftCatalog:
     # -- the BatchLister: several tables at once ------------------------------------------------------
 
     def _each(self, work: Any, items: Sequence[Any]) -> list[Any]:
-        """``work(item)`` for every item, on ``parallelism`` threads (one connection each) when there are several."""
+        """``work(item)`` (a call that returns its CheckError) for every item, on ``parallelism`` threads (one
+        connection each) when there are several. Once the batch's first ``max(2, parallelism)`` calls have all
+        failed transiently (the metastore down, stalled or out of reach), the items not begun yet are not asked
+        (a TransientCheckError saying so): a round under a metastore fault lasts a few calls' bounds, not one per
+        table. The items are asked in a random order, so that a few tables whose calls always time out (while the
+        metastore answers the others) cannot be the first ones of every round."""
+        breaker = _Breaker(max(2, self.parallelism))
+        out: list[Any] = [None] * len(items)
+
+        def guarded(index: int) -> None:
+            refused = breaker.refusal()
+            if refused is not None:
+                out[index] = refused
+                return
+            out[index] = work(items[index])
+            breaker.record(out[index])
+
+        order = random.sample(range(len(items)), len(items))
         if self.parallelism == 1 or len(items) < 2:
-            return [work(item) for item in items]
-        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(items)), thread_name_prefix="thrift") as pool:
-            return list(pool.map(work, items))
+            for index in order:
+                guarded(index)
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.parallelism, len(items)), thread_name_prefix="thrift") as pool:
+                list(pool.map(guarded, order))
+        return out
 
     def fetch_types(
         self, tables: Sequence[TableName]
