@@ -127,6 +127,8 @@ worker = Table(
     Column("pid", Integer),
     Column("started_at", UtcDateTime),
     Column("heartbeat_at", UtcDateTime),
+    Column("checks_failing_since", UtcDateTime),  # every check of its rounds failing since (None: not failing)
+    Column("checks_answered_at", UtcDateTime),  # when a check of its rounds last answered
 )
 
 

@@ -240,6 +240,16 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "smart_sensor",
+        "failover_after",
+        "60",
+        parse_float,
+        "Seconds a worker's checks may all fail (the metastore out of its reach: every check of its rounds a "
+        "transient error) while another live worker's succeed, before it hands its ranges over to the workers "
+        "that can answer them; when every worker fails, nobody moves. 0: never.",
+        bounds=(0, 7 * DAY),
+    ),
+    Key(
+        "smart_sensor",
         "signal_poll_interval",
         "0.2",
         parse_float,

@@ -56,6 +56,7 @@ class SmartSensorSettings:
     poke_timeout: float
     heartbeat_interval: float
     lease_timeout: float
+    failover_after: float
     signal_poll_interval: float
     catalog_backend: str  # as written, auto included; ``Config.resolved_catalog_backend`` resolves it
     metastore_timeout: float

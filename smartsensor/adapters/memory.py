@@ -20,7 +20,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 from smartsensor.domain import clock
 from smartsensor.domain.clock import aware_utc
 from smartsensor.domain.keys import Cohort, CohortRows, Fence, TaskKey, VigilKey
-from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.leases import LeaseRow, WorkerChecks
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
@@ -242,16 +242,29 @@ class InMemoryStore:
         """The twin's database is this process: its wall clock."""
         return clock.now()
 
-    def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
+    def upsert_worker(
+        self,
+        worker_id: str,
+        hostname: str,
+        pid: int,
+        started_at: datetime,
+        now: datetime,
+        checks: WorkerChecks = WorkerChecks(),
+    ) -> None:
         self.workers.setdefault(
             worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid, "started_at": started_at}
-        ).update(heartbeat_at=now)
+        ).update(heartbeat_at=now, checks=checks)
 
     def delete_worker(self, worker_id: str) -> None:
         self.workers.pop(worker_id, None)
 
     def live_workers(self, since: datetime) -> int:
         return sum(1 for w in self.workers.values() if w["heartbeat_at"] > since)
+
+    def live_worker_checks(self, since: datetime) -> dict[str, WorkerChecks]:
+        return {
+            w["worker_id"]: w.get("checks", WorkerChecks()) for w in self.workers.values() if w["heartbeat_at"] > since
+        }
 
     def load_leases(self) -> list[LeaseRow]:
         return [self.leases[lo] for lo in sorted(self.leases)]

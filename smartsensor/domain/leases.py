@@ -51,3 +51,12 @@ class LeaseRow:
         ``adapters.sql.tasks._fenced``)."""
         lease = self.held_lease(now)
         return lease is not None and lease.fence == fence
+
+
+@dataclass(frozen=True)
+class WorkerChecks:
+    """What one worker's checks did, as its heartbeat records it: since when every check of its rounds has failed
+    (None: not failing) and when one last answered (None: never)."""
+
+    failing_since: datetime | None = None
+    answered_at: datetime | None = None

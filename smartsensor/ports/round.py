@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol, Sequence
 
 from smartsensor.domain.keys import CohortRows, Fence
-from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.leases import LeaseRow, WorkerChecks
 from smartsensor.domain.transitions import RoundWrites
 
 
@@ -90,14 +90,26 @@ class LeaseOps(Protocol):
         (``service.lease_clock``)."""
         ...
 
-    def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
-        """Record this worker's heartbeat."""
+    def upsert_worker(
+        self,
+        worker_id: str,
+        hostname: str,
+        pid: int,
+        started_at: datetime,
+        now: datetime,
+        checks: WorkerChecks = WorkerChecks(),
+    ) -> None:
+        """Record this worker's heartbeat, and what its checks did (``WorkerChecks``)."""
         ...
 
     def delete_worker(self, worker_id: str) -> None: ...
 
     def live_workers(self, since: datetime) -> int:
         """Workers that heartbeated after ``since``."""
+        ...
+
+    def live_worker_checks(self, since: datetime) -> dict[str, WorkerChecks]:
+        """What the checks of each worker that heartbeated after ``since`` did, by worker id."""
         ...
 
     def load_leases(self) -> list[LeaseRow]:

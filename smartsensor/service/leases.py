@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from smartsensor.config import Config, ShardRange
 from smartsensor.domain import clock
-from smartsensor.domain.leases import Lease, LeaseRow
+from smartsensor.domain.leases import Lease, LeaseRow, WorkerChecks
 from smartsensor.service.lease_clock import LeaseClock
 from smartsensor.ports import LeaseOps, LeaseStore
 
@@ -45,6 +45,46 @@ class LeaseManager:
         self.owned: dict[int, Lease] = {}
         self.clock = lease_clock or LeaseClock()  # the database's time: what this worker's leases are judged by
         self.started_at = clock.now()
+        failover = cfg.settings.smart_sensor.failover_after
+        self.failover_after = timedelta(seconds=failover) if failover > 0 else None
+        self.checks_failing_since: datetime | None = None  # every check of its rounds failing since
+        self.checks_answered_at: datetime | None = None  # a check of its rounds last answered
+        self._last_failure: datetime | None = None
+
+    def note_checks(self, failing: bool | None) -> None:
+        """What this worker's latest round said of its checks (``round.report.checks_all_failed``): all failed
+        (True), some answered (False: failing no more), or none was made (None: nothing learnt)."""
+        if failing is None:
+            return
+        now = self.clock.now()
+        if not failing:
+            self.checks_failing_since = self._last_failure = None
+            self.checks_answered_at = now
+            return
+        self._last_failure = now
+        if self.checks_failing_since is None:
+            self.checks_failing_since = now
+
+    def _forget_old_failure(self, now: datetime) -> None:
+        """A worker that handed its ranges over makes no more checks: once none has failed for ``failover_after``
+        (a lease at least), it is taken to answer again, takes its share, and its rounds tell."""
+        quiet = max(self.failover_after or self.lease_timeout, self.lease_timeout)
+        if self._last_failure is not None and now - self._last_failure > quiet:
+            self.checks_failing_since = self._last_failure = None
+
+    def _share(self, tx: LeaseOps, now: datetime) -> int:
+        """How many ranges this worker should hold: a fair share of the live workers; but while some live workers'
+        checks have all failed for ``failover_after`` and another's answered within as long, none for those that
+        fail and a fair share of the others. When no worker's checks answer, nobody moves."""
+        checks = tx.live_worker_checks(now - self.lease_timeout)
+        if self.failover_after is not None:
+            cutoff = now - self.failover_after
+            failing = {w for w, c in checks.items() if c.failing_since is not None and c.failing_since <= cutoff}
+            if failing and any(c.answered_at and c.answered_at >= cutoff for c in checks.values()):
+                if self.worker_id in failing:
+                    return 0
+                return math.ceil(len(self.ranges) / max(1, len(checks) - len(failing)))
+        return math.ceil(len(self.ranges) / max(1, len(checks)))
 
     def heartbeat(self, now: datetime | None = None) -> dict[str, list[int]]:
         """Renew what we hold, drop what we lost, claim or release to reach our fair share, all judged by the
@@ -56,7 +96,9 @@ class LeaseManager:
         with self.store.transaction() as tx:
             now = now or self.clock.sync(tx.database_now)
             expires = now + self.lease_timeout
-            tx.upsert_worker(self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now)
+            self._forget_old_failure(now)
+            checks = WorkerChecks(self.checks_failing_since, self.checks_answered_at)
+            tx.upsert_worker(self.worker_id, socket.gethostname(), os.getpid(), self.started_at, now, checks)
             tx.renew_leases(self.worker_id, now, expires)
             rows = tx.load_leases()
             if self._reshape(tx, rows, now):  # shard_ranges changed since the rows were made
@@ -64,7 +106,7 @@ class LeaseManager:
             if {r.lo for r in self.ranges} - {row.shard_min for row in rows}:
                 tx.ensure_leases(self.ranges)  # first start, or new ranges in the config
                 rows = tx.load_leases()
-            live = tx.live_workers(now - self.lease_timeout)
+            target = self._share(tx, now)
         configured = {r.lo: r for r in self.ranges}
         rows = [r for r in rows if r.shard_min in configured and r.shard_max == configured[r.shard_min].hi]
         held = [lease for lease in (r.held_lease(now) for r in rows) if lease is not None]
@@ -74,7 +116,13 @@ class LeaseManager:
                 changes["lost"].append(lo)
                 del self.owned[lo]
         self.owned.update(mine)
-        target = math.ceil(len(self.ranges) / max(1, live))
+        if target == 0 and self.owned:
+            log.warning(
+                "worker %s hands its ranges over: every check of its rounds has failed since %s (the metastore out "
+                "of its reach?) while other workers' answer",
+                self.worker_id,
+                self.checks_failing_since,
+            )
         free = [r for r in rows if not r.held(now)]
         with self.store.transaction() as tx:
             for r in free:

@@ -12,7 +12,7 @@ from smartsensor.hive_filter.names import TableName
 from smartsensor.ports import CheckAnswerer, RoundStore
 from smartsensor.service.leases import LeaseManager
 from smartsensor.service.round.range_rounds import RangeRounds, run_round
-from smartsensor.service.round.report import RoundResult
+from smartsensor.service.round.report import RoundResult, checks_all_failed
 
 
 class ServedRanges(Protocol):
@@ -96,9 +96,12 @@ class LeasedRanges:
             return [self.ranges[lo] for lo in sorted(self.ranges)]
 
     def timer_rounds(self) -> list[RoundResult]:
-        """One round over every range held: one catalog call per table for all of them."""
+        """One round over every range held: one catalog call per table for all of them. Whether its checks all
+        failed goes to the lease manager (``note_checks``: a worker that cannot answer hands its ranges over)."""
         served = self._served()
-        return [run_round(served, self.answerer)] if served else []
+        results = [run_round(served, self.answerer)] if served else []
+        self.leases.note_checks(checks_all_failed(results))
+        return results
 
     def wake_rounds(self, tables: set[TableName], shardcodes: set[int] | None) -> list[RoundResult]:
         """A wake-up round at once, beside any timer round under way: the checks on ``tables`` (landing

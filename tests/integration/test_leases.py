@@ -13,6 +13,7 @@ from smartsensor.adapters.sql.lease_store import SqlLeaseStore
 from smartsensor.adapters.sql.registration_store import SqlRegistrationStore
 from smartsensor.domain.states import State
 from smartsensor.sensors import SuccessFileSensor
+from smartsensor.service.lease_clock import LeaseClock
 from smartsensor.service.leases import LeaseManager
 from smartsensor.standalone.registration import register
 from tests.support.common import DAY, lease_owners as owners, make_cfg
@@ -229,3 +230,47 @@ def test_changed_shard_ranges_reshape_free_lease_rows(engine, cfg, tmp_path, db_
     assert [(r.shard_min, r.shard_max, r.owner) for r in rows] == [(0, 5000, "new"), (5000, 10000, "new")]
     assert rows[0].epoch > epoch0  # a fence taken under the old shape never passes again
     assert new.owned[0].shard_max == 5000
+
+
+def test_a_worker_whose_checks_all_fail_hands_its_ranges_to_those_that_answer(engine, cfg, tmp_path) -> None:
+    """Issue 68: w0 reaches PostgreSQL but not the metastore (every check of its rounds a transient error) while w1's
+    and w2's answer. It keeps its ranges for ``failover_after`` (a blip moves nothing), then hands them over: w1 and
+    w2 hold every range. Once w0 has seen no failure for as long (it checks nothing while it holds nothing), it
+    takes its share again. When every worker's checks fail, nobody moves."""
+    from tests.integration.test_lease_model import ModelStore, ModelTime
+
+    failover = 10
+    cfg = make_cfg(
+        tmp_path / "failover", cfg.sql_alchemy_conn, **SHORT_LEASES, smart_sensor__failover_after=str(failover)
+    )
+    time = ModelTime()
+
+    def worker(name: str) -> LeaseManager:
+        lease_clock = LeaseClock(monotonic=lambda: time.elapsed, wall=time.now)
+        return LeaseManager(ModelStore(engine, time), cfg, name, lease_clock)
+
+    managers = [worker(f"w{i}") for i in range(3)]
+
+    def seconds(n: int, failing: dict[str, bool | None]) -> None:
+        """``n`` seconds of heartbeats, each worker's rounds reporting ``failing`` (by worker id) every second."""
+        for _ in range(n):
+            time.elapsed += 1
+            for m in managers:
+                m.note_checks(failing.get(m.worker_id) if m.owned else None)
+                m.heartbeat()
+
+    seconds(3, {})
+    mine = {m.worker_id: set(m.owned) for m in managers}
+    assert all(mine.values()) and sum(map(len, mine.values())) == 5, mine
+    seconds(failover - 2, {"w0": True, "w1": False, "w2": False})  # a blip: nothing moves
+    assert set(managers[0].owned) == mine["w0"]
+    seconds(4, {"w0": True, "w1": False, "w2": False})
+    assert managers[0].owned == {} and sorted(lo for m in managers[1:] for lo in m.owned) == sorted(owners(engine))
+    assert None not in owners(engine).values() and "w0" not in owners(engine).values()
+    seconds(failover + 3, {})  # w0 has seen no failure for failover_after: it answers again, takes its share
+    assert managers[0].owned and None not in owners(engine).values(), owners(engine)
+    seconds(3, {"w0": False, "w1": False, "w2": False})
+    before = owners(engine)
+    assert set(before.values()) == {"w0", "w1", "w2"}, before
+    seconds(3 * failover, {"w0": True, "w1": True, "w2": True})  # every worker's checks fail: nobody moves
+    assert owners(engine) == before

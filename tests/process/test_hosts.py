@@ -17,8 +17,10 @@ metastore database, run on it (matrix).
 - the `serve` host cut while the client (the provider's own code) holds registrations, and while its poller polls;
 - one worker host's connection to the metastore stalls, or its path to the metastore is cut (its PostgreSQL
   still reached): its rounds end within ``[smart_sensor] metastore_timeout`` a call (transient errors), it keeps
-  its ranges (by design: its lease heartbeat goes on) and their tasks wait, none marked; back, it answers them
-  without a restart. With two metastore URIs, the first stalled, it answers through the second (matrix);
+  its ranges for ``[smart_sensor] failover_after`` and their tasks wait, none marked; back, it answers them
+  without a restart. Cut longer than that (4 s here), it hands its ranges over to the host whose checks answer,
+  and takes its share again once back. With two metastore URIs, the first stalled, it answers through the second
+  (matrix);
 - its path to PostgreSQL cut, the metastore still reached (matrix): as the whole host cut;
 - a whole worker host killed (every process in it, SIGKILL) and a new host with the same name and address started:
   the other takes over, the new one gets its share back, nothing marked twice;
@@ -873,6 +875,53 @@ def test_worker_host_cut_from_one_server_only(workload: Workload, server: str) -
     assert a.marked() + b.marked() + c.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}\n{c.marks_seen()}"
     assert set(w1.pids()) == a_pids
     assert takeover <= 3 * LEASE_TIMEOUT + CALL_TIMEOUT + 2, takeover
+
+
+FAILOVER = {"smart_sensor__failover_after": "4"}  # seconds a worker's checks may all fail before it hands over
+
+
+def test_worker_host_cut_from_the_metastore_hands_its_ranges_over(workload: Workload) -> None:
+    """One worker host loses its path to the metastore (PostgreSQL still reached) for longer than ``[smart_sensor]
+    failover_after`` (4 s here), while the other host's checks answer: every check of its rounds fails, and it hands
+    its ranges over to the host that answers (before: it kept them while its path was out, their tasks waiting).
+    The partitions then land and are all marked, once, by the other host; back, the cut host (the same processes)
+    takes its share again once it has seen no failure for ``failover_after``."""
+    work = workload
+    w1, w2 = work.servers.workers[:2]
+    ms_host = work.servers.bed.hosts["ms"]
+    a = work.start_workers(w1, **override_env({**METASTORE_BOUND, **FAILOVER}))
+    b = work.start_workers(w2, **override_env(FAILOVER))
+    both_serving(work, a, b)  # each with waiting tasks: each host's rounds check something every 0.5 s
+    a_pids = set(w1.pids())
+    before = len(a.json_rounds())
+    watch = Watch(work)
+    cut = time.monotonic()
+    w1.cut_path(ms_host)
+    try:
+        wait_until(lambda: work.owners_by_host().keys() == {"w2"}, timeout=60, step=0.1)
+        handed = time.monotonic() - cut
+        landed = work.land_all_in_background(time.monotonic())
+        landed.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+        drained = time.monotonic() - cut
+    finally:
+        w1.restore_path(ms_host)
+    back = time.monotonic()
+    wait_until(lambda: "w1" in work.owners_by_host() and "None" not in work.owners_by_host(), timeout=60, step=0.1)
+    a.wait_round(lambda r: not r.get("error") and r["ranges"], timeout=60)
+    shared = time.monotonic() - back
+    a.settle()
+    b.settle()
+    assert watch.stop() == []
+    print(
+        f"\npath to the metastore cut (PostgreSQL reached; failover_after 4 s, metastore_timeout "
+        f"{METASTORE_TIMEOUT:g} s): ranges handed over {handed:.2f} s after the cut; {N} partitions landed then, all "
+        f"ended {drained:.2f} s after the cut; path back: the cut host served its share again {shared:.2f} s after"
+    )
+    assert all(not r["marked"] for r in rounds_since(a, before) if r["transient_errors"]), a.marks_seen()
+    assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+    assert set(w1.pids()) == a_pids
+    assert handed <= 4 + 2 * METASTORE_TIMEOUT + 3 * LEASE_TIMEOUT, handed
 
 
 @MATRIX

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Sequence
 from sqlalchemy import Connection, Engine
 
 from smartsensor.adapters.sql import leases as lease_sql
-from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.leases import LeaseRow, WorkerChecks
 
 
 class SqlLeaseOps:
@@ -21,14 +21,25 @@ class SqlLeaseOps:
     def database_now(self) -> datetime:
         return lease_sql.database_now(self.conn)
 
-    def upsert_worker(self, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime) -> None:
-        lease_sql.upsert_worker(self.conn, worker_id, hostname, pid, started_at, now)
+    def upsert_worker(
+        self,
+        worker_id: str,
+        hostname: str,
+        pid: int,
+        started_at: datetime,
+        now: datetime,
+        checks: WorkerChecks = WorkerChecks(),
+    ) -> None:
+        lease_sql.upsert_worker(self.conn, worker_id, hostname, pid, started_at, now, checks)
 
     def delete_worker(self, worker_id: str) -> None:
         lease_sql.delete_worker(self.conn, worker_id)
 
     def live_workers(self, since: datetime) -> int:
         return lease_sql.live_workers(self.conn, since)
+
+    def live_worker_checks(self, since: datetime) -> dict[str, WorkerChecks]:
+        return lease_sql.live_worker_checks(self.conn, since)
 
     def load_leases(self) -> list[LeaseRow]:
         return lease_sql.load_leases(self.conn)

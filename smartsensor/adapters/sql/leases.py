@@ -12,7 +12,7 @@ from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.domain import clock
-from smartsensor.domain.leases import LeaseRow
+from smartsensor.domain.leases import LeaseRow, WorkerChecks
 from smartsensor.schema.models import shard_lease as SL, worker as WK
 
 
@@ -65,13 +65,18 @@ def reshape_lease(conn: Connection, shard_min: int, seen_epoch: int, shard_max: 
 
 
 def upsert_worker(
-    conn: Connection, worker_id: str, hostname: str, pid: int, started_at: datetime, now: datetime
+    conn: Connection,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    started_at: datetime,
+    now: datetime,
+    checks: WorkerChecks = WorkerChecks(),
 ) -> None:
-    """Record this worker's heartbeat (1-2 statements)."""
-    if conn.execute(update(WK).where(WK.c.worker_id == worker_id).values(heartbeat_at=now)).rowcount == 0:
-        conn.execute(
-            insert(WK).values(worker_id=worker_id, hostname=hostname, pid=pid, started_at=started_at, heartbeat_at=now)
-        )
+    """Record this worker's heartbeat and what its checks did (1-2 statements)."""
+    beat = {"heartbeat_at": now, "checks_failing_since": checks.failing_since, "checks_answered_at": checks.answered_at}
+    if conn.execute(update(WK).where(WK.c.worker_id == worker_id).values(**beat)).rowcount == 0:
+        conn.execute(insert(WK).values(worker_id=worker_id, hostname=hostname, pid=pid, started_at=started_at, **beat))
 
 
 def delete_worker(conn: Connection, worker_id: str) -> None:
@@ -82,6 +87,12 @@ def delete_worker(conn: Connection, worker_id: str) -> None:
 def live_workers(conn: Connection, since: datetime) -> int:
     """Workers that heartbeated after ``since`` (1 statement)."""
     return conn.execute(select(func.count()).select_from(WK).where(WK.c.heartbeat_at > since)).scalar_one()
+
+
+def live_worker_checks(conn: Connection, since: datetime) -> dict[str, WorkerChecks]:
+    """What the checks of each worker that heartbeated after ``since`` did (1 statement)."""
+    query = select(WK.c.worker_id, WK.c.checks_failing_since, WK.c.checks_answered_at).where(WK.c.heartbeat_at > since)
+    return {worker_id: WorkerChecks(failing, answered) for worker_id, failing, answered in conn.execute(query)}
 
 
 def load_leases(conn: Connection) -> list[LeaseRow]:

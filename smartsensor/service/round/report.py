@@ -88,3 +88,12 @@ def combine_results(results: list[RoundResult], ranges: list[list[int]]) -> Roun
     total.fenced_out = any(r.fenced_out for r in results)
     total.partial = any(r.partial for r in results)
     return total
+
+
+def checks_all_failed(results: list[RoundResult]) -> bool | None:
+    """What ``results`` (one process's latest rounds) say of its checks: every check answered was a transient error
+    (True: the metastore, or Spark, out of this worker's reach), some answered (False), or none was made (None)."""
+    poked = sum(r.groups_poked for r in results if not r.error)
+    if poked == 0:
+        return None
+    return sum(r.transient_errors for r in results if not r.error) >= poked
