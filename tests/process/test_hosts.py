@@ -90,6 +90,7 @@ SETTINGS = {
     "core__sql_call_timeout": str(CALL_TIMEOUT),
 }
 METASTORE_BOUND = {"smart_sensor__metastore_timeout": "2"}  # a worker whose metastore path is faulted: its bound
+FAILOVER = {"smart_sensor__failover_after": "4"}  # seconds a worker's checks may all fail before it hands over
 
 
 @dataclass
@@ -542,6 +543,153 @@ def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload, 
         proxy.close()
 
 
+def every_worker_serving(work: Workload, **kwargs: str) -> list[CliProcess]:
+    """`smartsensor workers` on the first two worker hosts, each with ``kwargs`` (``start_workers``'), once both
+    serve and the ranges are shared out (each host its share at most, none free)."""
+    hosts = 2
+    chosen = work.servers.workers[:hosts]
+    procs = [work.start_workers(h, **kwargs) for h in chosen]
+    serving(work, {h.name: proc for h, proc in zip(chosen, procs, strict=True)})
+    share = -(-SHARDS // hosts)
+    wait_until(
+        lambda: "None" not in (held := work.owners_by_host()) and max(map(len, held.values())) <= share,
+        timeout=60,
+        step=0.1,
+    )
+    return procs
+
+
+def test_postgres_stalled_for_every_worker_then_back(workload: Workload) -> None:
+    """Every worker host reaches PostgreSQL through one fault proxy, which stalls (no RST, no FIN; new connections
+    too) for three leases while the partitions land: no worker can renew a lease or write, none hangs (each round
+    ends, failing, within its calls' bounds); once new connections go through, the same processes take the ranges
+    again (new epochs) and end every task, each once."""
+    work = workload
+    pg = work.servers.pg
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        procs = every_worker_serving(work, db_url=via_proxy)
+        pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
+        before = [len(p.json_rounds()) for p in procs]
+        watch = Watch(work)
+        stalled = time.monotonic()
+        proxy.stall()
+        landed = work.land_all_in_background(stalled)
+        for proc in procs:  # each round ends (failing), within its calls' bounds: none hangs
+            proc.wait_round(lambda r: bool(r.get("error")), timeout=120)
+        failed = time.monotonic() - stalled
+        landed.join(120)
+        time.sleep(max(0.0, 3 * LEASE_TIMEOUT - (time.monotonic() - stalled)))  # stalled for 3 leases at least
+        assert all(not r["marked"] for p, i in zip(procs, before, strict=True) for r in rounds_since(p, i))
+        stalled_for = time.monotonic() - stalled
+        healed = time.monotonic()
+        proxy.heal()
+        wait_until(lambda: work.states() == {"success": N}, timeout=120, step=0.1)
+        drained = time.monotonic() - healed
+        wait_until(lambda: {"w1", "w2"} <= work.owners_by_host().keys(), timeout=60, step=0.1)
+        shared = time.monotonic() - healed
+        for proc in procs:
+            proc.settle()
+        assert watch.stop() == []
+        print(
+            f"\nPostgreSQL stalled for every worker {stalled_for:.1f} s ({N} partitions landed meanwhile): every "
+            f"worker's round failed within {failed:.2f} s; back: all {N} ended {drained:.2f} s after new connections "
+            f"went through, both hosts serving again {shared:.2f} s after"
+        )
+        assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+        assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("uris", ["only", pytest.param("first of two", marks=MATRIX)])
+def test_metastore_stalled_for_every_worker(workload: Workload, uris: str) -> None:
+    """Every worker host reaches the metastore through one fault proxy, which stalls for 8 s (past
+    ``failover_after``, 4 s here). The only URI: every worker's checks fail, so nobody hands anything over (no epoch
+    changes), nothing is marked, no round hangs; once new connections go through, the same processes end the
+    backlog, each task once. The first of two URIs: every worker answers through the second during the stall."""
+    work = workload
+    ms = urlsplit(work.servers.metastore.get("spark", "metastore_uris"))
+    proxy = FaultProxy(work.servers.bed.gateway, (str(ms.hostname), int(ms.port or 9083)))
+    try:
+        via_proxy = f"thrift://{proxy.address[0]}:{proxy.address[1]}"
+        real = work.servers.metastore.get("spark", "metastore_uris")
+        chosen = via_proxy if uris == "only" else f"{via_proxy},{real}"
+        procs = every_worker_serving(work, metastore_uris=chosen, **override_env({**METASTORE_BOUND, **FAILOVER}))
+        pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
+        settled = lease_epochs(work)
+        watch = Watch(work)
+        stalled = time.monotonic()
+        proxy.stall()
+        landed = work.land_all_in_background(stalled)  # the test's own path to the metastore is not stalled
+        landed.join(120)
+        if uris == "only":
+            for proc in procs:  # each round ends with transient errors: none hangs
+                proc.wait_round(lambda r: r["transient_errors"] > 0, timeout=60)
+            time.sleep(max(0.0, 8 - (time.monotonic() - stalled)))  # stalled past failover_after
+            assert lease_epochs(work) == settled, "a worker handed its ranges over though every worker failed"
+            assert "success" not in work.states(), work.states()
+            healed = time.monotonic()
+            proxy.heal()
+        else:
+            healed = stalled
+        wait_until(lambda: work.states() == {"success": N}, timeout=120, step=0.1)
+        drained = time.monotonic() - healed
+        for proc in procs:
+            proc.settle()
+        assert watch.stop() == []
+        assert lease_epochs(work) == settled  # nobody moved, then or after
+        what = "back: all ended" if uris == "only" else "all ended through the second URI"
+        print(
+            f"\nmetastore stalled for every worker ({uris} URI; failover_after 4 s, metastore_timeout "
+            f"{METASTORE_TIMEOUT:g} s): no range moved; {what} {drained:.2f} s after "
+            + ("new connections went through" if uris == "only" else "the stall")
+        )
+        assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+        assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
+    finally:
+        proxy.close()
+
+
+def test_metastore_host_cut_from_every_worker(workload: Workload) -> None:
+    """The metastore host cut off from everything for 8 s (past ``failover_after``, 4 s here): every worker's
+    checks fail, so nobody hands anything over, nothing is marked and no round hangs; back, the partitions land and
+    the same processes end them, each once."""
+    work = workload
+    ms_host = work.servers.bed.hosts["ms"]
+    procs = every_worker_serving(work, **override_env({**METASTORE_BOUND, **FAILOVER}))
+    pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
+    settled = lease_epochs(work)
+    watch = Watch(work)
+    cut = time.monotonic()
+    ms_host.cut()
+    try:
+        for proc in procs:
+            proc.wait_round(lambda r: r["transient_errors"] > 0, timeout=60)
+        failed = time.monotonic() - cut
+        time.sleep(max(0.0, 8 - (time.monotonic() - cut)))  # cut past failover_after
+        assert lease_epochs(work) == settled, "a worker handed its ranges over though every worker failed"
+    finally:
+        ms_host.restore()
+    back = time.monotonic()
+    landed = work.land_all_in_background(back)  # the test's own path to the metastore was cut too
+    landed.join(120)
+    wait_until(lambda: work.states() == {"success": N}, timeout=120, step=0.1)
+    drained = time.monotonic() - back
+    for proc in procs:
+        proc.settle()
+    assert watch.stop() == []
+    assert lease_epochs(work) == settled
+    print(
+        f"\nmetastore host cut 8 s from every worker: every worker's round ended (transient errors) within "
+        f"{failed:.2f} s, no range moved; back: {N} partitions landed by {landed.seconds:.2f} s, all ended "
+        f"{drained:.2f} s after the host came back"
+    )
+    assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+    assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
+
+
 # The marks that reach the database, audited by the database itself: a trigger on task_instance records, in the
 # marking transaction (so a rolled-back mark leaves no row), who sent it (the client address PostgreSQL sees) and
 # the lease of the task's range as that transaction saw it (the fence's own read: it locks the lease row).
@@ -875,9 +1023,6 @@ def test_worker_host_cut_from_one_server_only(workload: Workload, server: str) -
     assert a.marked() + b.marked() + c.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}\n{c.marks_seen()}"
     assert set(w1.pids()) == a_pids
     assert takeover <= 3 * LEASE_TIMEOUT + CALL_TIMEOUT + 2, takeover
-
-
-FAILOVER = {"smart_sensor__failover_after": "4"}  # seconds a worker's checks may all fail before it hands over
 
 
 def test_worker_host_cut_from_the_metastore_hands_its_ranges_over(workload: Workload) -> None:
