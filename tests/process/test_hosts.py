@@ -603,6 +603,48 @@ def test_postgres_stalled_for_every_worker_then_back(workload: Workload) -> None
         proxy.close()
 
 
+@pytest.mark.parametrize("mode", ["fast", pytest.param("immediate", marks=MATRIX)])
+def test_postgres_restarted_under_every_worker(workload: Workload, mode: str) -> None:
+    """PostgreSQL stopped (``fast``: every session ended, what is under way rolled back; or ``immediate``: a crash)
+    under both worker hosts while the partitions land, down for three leases, then started again on the same data:
+    no worker hangs or exits; the same processes take the ranges again and end every task, each once; no lease
+    epoch is lower after than before."""
+    work = workload
+    pg = work.servers.pg
+    procs = every_worker_serving(work)
+    pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
+    epochs = lease_epochs(work)
+    work.engine.dispose()  # the test's own connections go with the server: new ones after
+    stopped = time.monotonic()
+    pg.stop(mode)
+    try:
+        landed = work.land_all_in_background(stopped)
+        landed.join(120)
+        for proc in procs:  # each round ends, failing: none hangs
+            proc.wait_round(lambda r: bool(r.get("error")), timeout=120)
+        time.sleep(max(0.0, 3 * LEASE_TIMEOUT - (time.monotonic() - stopped)))  # down for 3 leases at least
+    finally:
+        pg.start()
+    down_for = time.monotonic() - stopped
+    started = time.monotonic()
+    watch = Watch(work)
+    wait_until(lambda: work.states() == {"success": N}, timeout=120, step=0.1)
+    drained = time.monotonic() - started
+    wait_until(lambda: {"w1", "w2"} <= work.owners_by_host().keys(), timeout=60, step=0.1)
+    shared = time.monotonic() - started
+    for proc in procs:
+        proc.settle()
+    assert watch.stop() == []
+    after = lease_epochs(work)
+    assert all(after[lo][1] >= epoch for lo, (_, epoch) in epochs.items()), (epochs, after)
+    print(
+        f"\nPostgreSQL stopped ({mode}) under every worker for {down_for:.1f} s ({N} partitions landed meanwhile), "
+        f"then started: all {N} ended {drained:.2f} s after it was up, both hosts serving {shared:.2f} s after"
+    )
+    assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+    assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
+
+
 @pytest.mark.parametrize("uris", ["only", pytest.param("first of two", marks=MATRIX)])
 def test_metastore_stalled_for_every_worker(workload: Workload, uris: str) -> None:
     """Every worker host reaches the metastore through one fault proxy, which stalls for 8 s (past
@@ -828,6 +870,61 @@ def test_postgres_lost_mid_commit_marks_each_task_once(workload: Workload, commi
         assert sum(m["client"] == work.servers.bed.gateway for m in marks) >= (lost if committed else 0), marks
         assert all(not r.get("error") for r in after[-2:]), a.marks_seen()
         assert set(w1.pids()) == a_pids and a.proc.poll() is None  # the same processes: none restarted
+    finally:
+        proxy.close()
+
+
+HEARTBEAT = b"UPDATE worker SET heartbeat_at="  # a lease heartbeat's first statement, as psycopg2 sends it
+
+
+@pytest.mark.parametrize("committed", [True, pytest.param(False, marks=MATRIX)], ids=["committed", "not-committed"])
+def test_postgres_lost_at_a_heartbeat_commit(workload: Workload, committed: bool) -> None:
+    """Worker host w1 reaches PostgreSQL through the fault proxy, which cuts it at the COMMIT of its next lease
+    heartbeat (its leases renewed in that transaction, or not: the worker cannot know), then keeps PostgreSQL out
+    of its reach for three leases. The other host takes its ranges over once they lapse and ends every task; the
+    database's audit shows each task marked once, by its lease's owner within its lease; back, the same processes
+    serve their share again."""
+    work = workload
+    w1, w2 = work.servers.workers[:2]
+    pg = work.servers.pg
+    audit_marks(work)
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        a = work.start_workers(w1, db_url=via_proxy)
+        b = work.start_workers(w2)
+        both_serving(work, a, b)
+        a_pids = set(w1.pids())
+        watch = Watch(work)
+        cut = proxy.cut_at_commit(HEARTBEAT, forward_commit=committed)
+        wait_until(lambda: cut.fired_at is not None, timeout=60, step=0.05)
+        assert cut.fired_at is not None
+        landed = work.land_all_in_background(cut.fired_at)
+        wait_until(lambda: survivors_share(work, ("w2",)), timeout=60, step=0.1)
+        takeover = time.monotonic() - cut.fired_at
+        landed.join(120)
+        wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
+        drained = time.monotonic() - cut.fired_at
+        time.sleep(max(0.0, 3 * LEASE_TIMEOUT - (time.monotonic() - cut.fired_at)))  # unreachable 3 leases at least
+        healed = time.monotonic()
+        proxy.heal()
+        wait_until(lambda: "w1" in work.owners_by_host(), timeout=120, step=0.1)
+        a.wait_round(lambda r: not r.get("error") and not r["partial"] and r["ranges"], timeout=120)
+        recovered = time.monotonic() - healed
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        print(
+            f"\nPostgreSQL lost at a heartbeat's COMMIT ({'committed' if committed else 'not committed'}; "
+            f"{N} partitions landed by {landed.seconds:.2f} s): takeover {takeover:.2f} s, all {N} ended "
+            f"{drained:.2f} s after the cut; serving again {recovered:.2f} s after PostgreSQL was reachable again"
+        )
+        marks = audited_marks(work)
+        assert audit_violations(work, {work.servers.bed.gateway: w1, w2.address: w2}) == [], marks
+        assert sorted(m["dag_id"] for m in marks) == sorted(f"d{i}" for i in range(N)), marks
+        assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+        assert set(w1.pids()) == a_pids and a.proc.poll() is None
+        assert takeover <= 3 * LEASE_TIMEOUT + CALL_TIMEOUT + 2, takeover
     finally:
         proxy.close()
 
@@ -1579,6 +1676,53 @@ def test_serve_behind_a_stalled_postgres_connection_answers_503_then_recovers(wo
         proxy.close()
 
 
+REGISTERING = b"INSERT INTO task_instance"  # a registration's insert of its task instances, as psycopg2 sends it
+
+
+@pytest.mark.parametrize("committed", [True, pytest.param(False, marks=MATRIX)], ids=["committed", "not-committed"])
+def test_postgres_lost_at_a_registration_commit(workload: Workload, committed: bool) -> None:
+    """`serve` reaches PostgreSQL through the fault proxy, which cuts it at the COMMIT of the first registration the
+    client (the provider's own ``register_try``) sends: the tries registered, or not, and nobody told. PostgreSQL
+    stays out of `serve`'s reach for 6 s. The client's attempt ends by its bound and is asked again; once `serve`
+    reaches PostgreSQL, each try has one task instance (a committed registration asked again gets its task back),
+    every answer is heard once, none gives up; `serve` is the same process."""
+    work = workload
+    servers = work.servers
+    pg = servers.pg
+    a = work.start_workers(servers.workers[0])
+    proxy = FaultProxy(servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        serve, base = start_serve(work, db_url=via_proxy)
+        serve_pids = set(servers.serve.pids())
+        watch = Watch(work)
+        cut = proxy.cut_at_commit(REGISTERING, forward_commit=committed)
+        client = start_client(work, servers.client, base, first=0, hold=HOLD)
+        wait_until(lambda: cut.fired_at is not None, timeout=90, step=0.05)
+        assert cut.fired_at is not None
+        time.sleep(max(0.0, 6 - (time.monotonic() - cut.fired_at)))  # PostgreSQL out of serve's reach for 6 s
+        healed = time.monotonic()
+        proxy.heal()
+        wait_until(lambda: len(client_tries(work)) == K, timeout=120, step=0.1)
+        registered = time.monotonic() - healed
+        landed = time.monotonic()
+        land_client_tries(work, 0)
+        client.wait_for(lambda line: '"done"' in line, timeout=180)
+        heard = time.monotonic() - landed
+        a.settle()
+        assert watch.stop() == []
+        print(
+            f"\nPostgreSQL lost at a registration's COMMIT ({'committed' if committed else 'not committed'}), out of "
+            f"serve's reach 6 s: every try registered {registered:.2f} s after it was reachable again, one task "
+            f"instance each; every answer heard {heard:.2f} s after the partitions landed"
+        )
+        assert answers_heard_once(client, 0) == {i: "success" for i in range(K)}
+        assert len(client_tries(work)) == K  # one task instance per try (client_tries fails on a second)
+        assert set(servers.serve.pids()) == serve_pids and serve.proc.poll() is None
+    finally:
+        proxy.close()
+
+
 @MATRIX
 @pytest.mark.parametrize(
     ("latency", "drop"), [(SLOW, 0.0), (0.0, LOSSY), (SLOW, LOSSY)], ids=["300ms", "drops-5pc", "300ms-drops-5pc"]
@@ -1739,19 +1883,9 @@ def one_table_per_range(work: Workload) -> list[str]:
     return names
 
 
-@MATRIX
-@pytest.mark.parametrize("committed", [True, False], ids=lambda c: f"committed-{c}")
-def test_landings_publisher_host_cut_mid_post(workload: Workload, committed: bool) -> None:
-    """Both worker hosts publish landings (``[landings] publish``) to the client host's stand-in for Airflow's REST
-    API, one watched table in each shard range. A post is held at the stand-in (``committed``: Airflow took the
-    event, its answer is late; else the post is lost, never taken), and the host that sent it is cut while it waits:
-    its publisher cannot learn the outcome, nor record it. Checked, as docs/airflow.md ("The guarantee") promises:
-    the other host takes the ranges over and, the claim lapsed, asks Airflow before posting again: the held event
-    settles its row delivered without a second post, a lost one is posted once; every landing of the cut ends
-    delivered with exactly one event in Airflow; back, the cut host's publisher (the same process) posts again;
-    lease epochs never go back. Three worker hosts: the two others share the cut one's ranges (each some)."""
-    work = workload
-    hosts = work.servers.workers
+def publishing(work: Workload) -> tuple[list[str], StandIn, dict[str, str]]:
+    """One watched table per shard range, the client host's stand-in for Airflow's REST API with one asset each,
+    and the environment of a worker that publishes their landings to it."""
     tables = one_table_per_range(work)
     work.metastore.create_tables(tables)
     ms = urlsplit(work.servers.metastore.get("spark", "metastore_uris"))
@@ -1777,6 +1911,85 @@ def test_landings_publisher_host_cut_mid_post(workload: Workload, committed: boo
             "smart_sensor__lease_timeout": str(LANDINGS_LEASE),
         }
     )
+    return tables, airflow, landings
+
+
+DELIVERING = b"UPDATE landing_outbox SET state='delivered'"  # the outbox row settled after Airflow took its event
+
+
+@pytest.mark.parametrize("committed", [True, pytest.param(False, marks=MATRIX)], ids=["committed", "not-committed"])
+def test_postgres_lost_at_an_outbox_commit(workload: Workload, committed: bool) -> None:
+    """Both worker hosts publish landings to the stand-in for Airflow; w1 reaches PostgreSQL through the fault
+    proxy, which cuts it at the COMMIT that settles a row ``delivered`` after Airflow took its event (the row
+    settled, or still ``sending`` with its post begun: the worker cannot know), then keeps PostgreSQL out of its
+    reach for three leases. w2 takes the ranges over; a row whose settling was lost is of unknown outcome, looked up
+    in Airflow and found, never posted again: every landing has exactly one event, every row ends ``delivered``;
+    back, w1 (the same processes) publishes again."""
+    work = workload
+    w1, w2 = work.servers.workers[:2]
+    pg = work.servers.pg
+    tables, airflow, landings = publishing(work)
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+        a = work.start_workers(w1, db_url=via_proxy, **landings)
+        b = work.start_workers(w2, **landings)
+        serving(work, {"w1": a, "w2": b})
+        wait_until(lambda: baselines(work) == len(tables), timeout=90, step=0.2)
+        pids = set(w1.pids())
+
+        def delivered(ds: str) -> bool:
+            rows = [r for r in outbox(work) if r["partition_name"] == f"ds={ds}"]
+            return len(rows) == len(tables) and all(r["state"] == "delivered" for r in rows)
+
+        watch = Watch(work)
+        cut = proxy.cut_at_commit(DELIVERING, forward_commit=committed)
+        for t in tables:
+            work.metastore.land(t, "2026-11-02")
+        wait_until(lambda: cut.fired_at is not None, timeout=90, step=0.05)
+        assert cut.fired_at is not None
+        wait_until(lambda: delivered("2026-11-02"), timeout=120, step=0.1)
+        settled = time.monotonic() - cut.fired_at
+        time.sleep(max(0.0, 3 * LANDINGS_LEASE - (time.monotonic() - cut.fired_at)))  # out of reach 3 leases
+        healed = time.monotonic()
+        proxy.heal()
+        wait_until(lambda: "w1" in work.owners_by_host(), timeout=120, step=0.1)
+        for t in tables:
+            work.metastore.land(t, "2026-11-03")
+        wait_until(lambda: delivered("2026-11-03"), timeout=90, step=0.1)
+        recovered = time.monotonic() - healed
+        a.settle()
+        b.settle()
+        assert watch.stop() == []
+        posted = list(airflow.state()["events"])
+        print(
+            f"\nPostgreSQL lost at an outbox COMMIT ({'committed' if committed else 'not committed'}): every landing "
+            f"delivered {settled:.2f} s after the cut ({airflow.state()['lookups']} look-ups); back: new landings all "
+            f"delivered {recovered:.2f} s after PostgreSQL was reachable again"
+        )
+        keys = [(e["asset_id"], e["partition_key"]) for e in posted]
+        assert len(keys) == len(set(keys)) == 2 * len(tables), posted  # one event per landing, none twice
+        assert all(r["state"] == "delivered" and r["event_id"] is not None for r in outbox(work))
+        assert [e for e in posted if e["client"] == work.servers.bed.gateway and e["partition_key"] == "2026-11-03"]
+        assert set(w1.pids()) == pids and a.proc.poll() is None
+    finally:
+        proxy.close()
+
+
+@MATRIX
+@pytest.mark.parametrize("committed", [True, False], ids=lambda c: f"committed-{c}")
+def test_landings_publisher_host_cut_mid_post(workload: Workload, committed: bool) -> None:
+    """Both worker hosts publish landings (``[landings] publish``) to the client host's stand-in for Airflow's REST
+    API, one watched table in each shard range. A post is held at the stand-in (``committed``: Airflow took the
+    event, its answer is late; else the post is lost, never taken), and the host that sent it is cut while it waits:
+    its publisher cannot learn the outcome, nor record it. Checked, as docs/airflow.md ("The guarantee") promises:
+    the other host takes the ranges over and, the claim lapsed, asks Airflow before posting again: the held event
+    settles its row delivered without a second post, a lost one is posted once; every landing of the cut ends
+    delivered with exactly one event in Airflow; back, the cut host's publisher (the same process) posts again;
+    lease epochs never go back. Three worker hosts: the two others share the cut one's ranges (each some)."""
+    work = workload
+    hosts = work.servers.workers
+    tables, airflow, landings = publishing(work)
     procs = {h.name: work.start_workers(h, **landings) for h in hosts}
     serving(work, procs)
     wait_until(lambda: baselines(work) == len(tables), timeout=90, step=0.2)

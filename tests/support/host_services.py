@@ -96,6 +96,11 @@ class HostPostgres:
         """A new, empty database: its URL."""
         return new_pg_database(self.url())[1]
 
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``mode``: pg_ctl's ``fast`` ends every session, rolling back what is under way;
+        ``immediate`` is a crash); ``start`` starts it again on the same data."""
+        self.host.run(f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop", user="postgres")
+
     def close(self) -> None:
         subprocess.run(
             self.host.command(
