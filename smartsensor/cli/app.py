@@ -56,11 +56,14 @@ class App:
         return self._cfg
 
     def engine(self, require_schema: bool = True, worker: bool = False) -> Any:
-        """The metadata DB engine. ``worker``: Postgres ends this process's sessions that sit idle inside
-        a transaction for lease_timeout, so a paused worker cannot hold the locks survivors need. On PostgreSQL
-        every call waits at most ``[core] sql_call_timeout`` for its answer (``make_engine``'s ``call_timeout``)."""
+        """The metadata DB engine. PostgreSQL ends this process's sessions that sit idle inside a transaction for
+        lease_timeout, so a paused worker, or a `serve` whose COMMIT was lost on its way (the transaction left open
+        on the server, its locks held), cannot hold the locks others need for longer; a worker (``worker``) is the
+        case the lease depends on. On PostgreSQL every call waits at most ``[core] sql_call_timeout`` for its answer
+        (``make_engine``'s ``call_timeout``). `db init` (``require_schema`` off) has neither: a migration may run
+        long."""
         if self._engine is None:
-            idle = self.cfg.settings.smart_sensor.lease_timeout if worker else None
+            idle = self.cfg.settings.smart_sensor.lease_timeout if worker or require_schema else None
             # `db init` (require_schema=False) alone runs without the call bound: a migration may run long.
             bound = self.cfg.settings.core.sql_call_timeout if require_schema else None
             self._engine = make_engine(

@@ -11,6 +11,7 @@ with the failure each post meets. The catalog is a dict of partition names per t
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -20,10 +21,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sqlalchemy import Engine, select
 
+from smartsensor.adapters.airflow_assets import AirflowApiError
 from smartsensor.adapters.catalog.backends import landing_listings
 from smartsensor.adapters.sql import landings as landing_sql
 from smartsensor.adapters.sql.engine import init_db, make_engine
@@ -89,6 +92,7 @@ class AirflowDouble:
         self.assets_down = False
         self.consumed = dict(CONSUMED)  # the tables DAGs are scheduled on now
         self.paused: set[str] = set()  # the consumer DAGs paused (each table's is "consume_<db>_<table>")
+        self.dags_forbidden = False  # the user may not read DAGs (or the API has no such listing)
 
     def by_landing(self) -> Counter[int]:
         """Events per outbox row (the ``smartsensor_landing_id`` of their ``extra``)."""
@@ -106,6 +110,8 @@ class AirflowDouble:
     def paused_dags(self) -> set[str]:
         if self.assets_down:
             raise ConnectionError("Airflow's api-server is down")
+        if self.dags_forbidden:
+            raise AirflowApiError("GET /api/v2/dags: HTTP 403: Forbidden")
         return set(self.paused)
 
     def post_event(self, asset_id: int, partition_key: str, extra: dict[str, Any]) -> PostOutcome:
@@ -641,6 +647,24 @@ def test_a_table_whose_consumer_is_paused_is_named_in_status(tmp_path: Path, db_
         airflow.paused = set()
         clock.advance(61)
         one.cycle(ranges)
+        assert collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).paused_consumers == {}
+
+
+def test_an_airflow_that_will_not_list_its_dags_still_gets_every_landing(
+    tmp_path: Path, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The paused DAGs are for `status` only: an Airflow user without read on DAGs (403), or an API without the
+    listing, leaves every table watched and published, said once in the log. (Before: reading Airflow's assets
+    failed as a whole, and no table was watched at all.)"""
+    with one_worker(tmp_path, db_url) as (engine, clock, airflow, catalog, ranges, one):
+        airflow.dags_forbidden = True
+        with caplog.at_level(logging.WARNING):
+            one.cycle(ranges)
+            catalog["db.a"] += ["ds=1"]
+            assert one.cycle(ranges).delivered == 1
+        assert airflow.events == Counter({(1, "1"): 1})
+        said = [r.getMessage() for r in caplog.records if "paused DAGs" in r.getMessage()]
+        assert len(said) == 1 and "403" in said[0], said
         assert collect_landings(SqlStatusReads(engine), clock(), SHARD_LIMIT).paused_consumers == {}
 
 

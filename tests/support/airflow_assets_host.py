@@ -1,6 +1,6 @@
 """A stand-in for Airflow 3.3's REST API on the several-host bed's client host (tests/process/test_hosts.py),
 speaking exactly the calls the landing publisher makes (smartsensor.adapters.airflow_assets): ``POST /auth/token``,
-``GET /api/v2/assets``, ``POST /api/v2/assets/events`` (every one recorded, with its body and the address it came
+``GET /api/v2/assets``, ``GET /api/v2/dags?paused=true`` (none paused), ``POST /api/v2/assets/events`` (every one recorded, with its body and the address it came
 from) and ``GET /api/v2/assets/events`` (the look-up of a post whose outcome was lost: by asset, from a time, in
 pages).
 
@@ -115,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
                 )
             elif parts.path == "/api/v2/assets":
                 self._answer(200, _page(_assets(stand, query), query, "assets"))
+            elif parts.path == "/api/v2/dags":  # the paused DAGs (``paused=true``): none here
+                self._answer(200, _page([], query, "dags"))
             elif parts.path == "/api/v2/assets/events":
                 stand.lookups += 1
                 self._answer(200, _page(_events(stand, query), query, "asset_events"))
