@@ -1970,7 +1970,7 @@ def test_postgres_lost_at_an_outbox_commit(workload: Workload, committed: bool) 
         keys = [(e["asset_id"], e["partition_key"]) for e in posted]
         assert len(keys) == len(set(keys)) == 2 * len(tables), posted  # one event per landing, none twice
         assert all(r["state"] == "delivered" and r["event_id"] is not None for r in outbox(work))
-        assert [e for e in posted if e["client"] == work.servers.bed.gateway and e["partition_key"] == "2026-11-03"]
+        assert [e for e in posted if e["client"] == w1.address and e["partition_key"] == "2026-11-03"], posted
         assert set(w1.pids()) == pids and a.proc.poll() is None
     finally:
         proxy.close()
