@@ -543,6 +543,17 @@ def test_stalled_postgres_connection_does_not_hang_a_worker(workload: Workload, 
         proxy.close()
 
 
+@contextlib.contextmanager
+def postgres_proxy(work: Workload) -> Iterator[tuple[FaultProxy, str]]:
+    """A fault proxy in front of the bed's PostgreSQL, and the workload database's URL through it; closed after."""
+    pg = work.servers.pg
+    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
+    try:
+        yield proxy, pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+    finally:
+        proxy.close()
+
+
 def every_worker_serving(work: Workload, **kwargs: str) -> list[CliProcess]:
     """`smartsensor workers` on the first two worker hosts, each with ``kwargs`` (``start_workers``'), once both
     serve and the ranges are shared out (each host its share at most, none free)."""
@@ -565,10 +576,7 @@ def test_postgres_stalled_for_every_worker_then_back(workload: Workload) -> None
     ends, failing, within its calls' bounds); once new connections go through, the same processes take the ranges
     again (new epochs) and end every task, each once."""
     work = workload
-    pg = work.servers.pg
-    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
-    try:
-        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+    with postgres_proxy(work) as (proxy, via_proxy):
         procs = every_worker_serving(work, db_url=via_proxy)
         pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
         before = [len(p.json_rounds()) for p in procs]
@@ -599,8 +607,6 @@ def test_postgres_stalled_for_every_worker_then_back(workload: Workload) -> None
         )
         assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
         assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
-    finally:
-        proxy.close()
 
 
 @pytest.mark.parametrize("mode", ["fast", pytest.param("immediate", marks=MATRIX)])
@@ -886,11 +892,8 @@ def test_postgres_lost_at_a_heartbeat_commit(workload: Workload, committed: bool
     serve their share again."""
     work = workload
     w1, w2 = work.servers.workers[:2]
-    pg = work.servers.pg
     audit_marks(work)
-    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
-    try:
-        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+    with postgres_proxy(work) as (proxy, via_proxy):
         a = work.start_workers(w1, db_url=via_proxy)
         b = work.start_workers(w2)
         both_serving(work, a, b)
@@ -925,8 +928,6 @@ def test_postgres_lost_at_a_heartbeat_commit(workload: Workload, committed: bool
         assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
         assert set(w1.pids()) == a_pids and a.proc.poll() is None
         assert takeover <= 3 * LEASE_TIMEOUT + CALL_TIMEOUT + 2, takeover
-    finally:
-        proxy.close()
 
 
 METASTORE_TIMEOUT = float(METASTORE_BOUND["smart_sensor__metastore_timeout"])
@@ -1688,11 +1689,8 @@ def test_postgres_lost_at_a_registration_commit(workload: Workload, committed: b
     every answer is heard once, none gives up; `serve` is the same process."""
     work = workload
     servers = work.servers
-    pg = servers.pg
     a = work.start_workers(servers.workers[0])
-    proxy = FaultProxy(servers.bed.gateway, (pg.host.address, 5432))
-    try:
-        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+    with postgres_proxy(work) as (proxy, via_proxy):
         serve, base = start_serve(work, db_url=via_proxy)
         serve_pids = set(servers.serve.pids())
         watch = Watch(work)
@@ -1719,8 +1717,6 @@ def test_postgres_lost_at_a_registration_commit(workload: Workload, committed: b
         assert answers_heard_once(client, 0) == {i: "success" for i in range(K)}
         assert len(client_tries(work)) == K  # one task instance per try (client_tries fails on a second)
         assert set(servers.serve.pids()) == serve_pids and serve.proc.poll() is None
-    finally:
-        proxy.close()
 
 
 @MATRIX
@@ -1927,11 +1923,8 @@ def test_postgres_lost_at_an_outbox_commit(workload: Workload, committed: bool) 
     back, w1 (the same processes) publishes again."""
     work = workload
     w1, w2 = work.servers.workers[:2]
-    pg = work.servers.pg
     tables, airflow, landings = publishing(work)
-    proxy = FaultProxy(work.servers.bed.gateway, (pg.host.address, 5432))
-    try:
-        via_proxy = pg.url(work.db_url.rsplit("/", 1)[1], address=proxy.address[0], port=proxy.address[1])
+    with postgres_proxy(work) as (proxy, via_proxy):
         a = work.start_workers(w1, db_url=via_proxy, **landings)
         b = work.start_workers(w2, **landings)
         serving(work, {"w1": a, "w2": b})
@@ -1972,8 +1965,6 @@ def test_postgres_lost_at_an_outbox_commit(workload: Workload, committed: bool) 
         assert all(r["state"] == "delivered" and r["event_id"] is not None for r in outbox(work))
         assert [e for e in posted if e["client"] == w1.address and e["partition_key"] == "2026-11-03"], posted
         assert set(w1.pids()) == pids and a.proc.poll() is None
-    finally:
-        proxy.close()
 
 
 @MATRIX
