@@ -576,6 +576,7 @@ def test_postgres_stalled_for_every_worker_then_back(workload: Workload) -> None
     ends, failing, within its calls' bounds); once new connections go through, the same processes take the ranges
     again (new epochs) and end every task, each once."""
     work = workload
+    audit_marks(work)
     with postgres_proxy(work) as (proxy, via_proxy):
         procs = every_worker_serving(work, db_url=via_proxy)
         pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
@@ -606,6 +607,7 @@ def test_postgres_stalled_for_every_worker_then_back(workload: Workload) -> None
             f"went through, both hosts serving again {shared:.2f} s after"
         )
         assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+        assert marked_once_in_lease(work) == [], audited_marks(work)  # both behind one proxy: one client address
         assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
 
 
@@ -617,6 +619,7 @@ def test_postgres_restarted_under_every_worker(workload: Workload, mode: str) ->
     epoch is lower after than before."""
     work = workload
     pg = work.servers.pg
+    audit_marks(work)
     procs = every_worker_serving(work)
     pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
     epochs = lease_epochs(work)
@@ -648,6 +651,7 @@ def test_postgres_restarted_under_every_worker(workload: Workload, mode: str) ->
         f"then started: all {N} ended {drained:.2f} s after it was up, both hosts serving {shared:.2f} s after"
     )
     assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+    assert audit_violations(work, {h.address: h for h in work.servers.workers[:2]}) == [], audited_marks(work)
     assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
 
 
@@ -664,6 +668,7 @@ def test_metastore_stalled_for_every_worker(workload: Workload, uris: str) -> No
         via_proxy = f"thrift://{proxy.address[0]}:{proxy.address[1]}"
         real = work.servers.metastore.get("spark", "metastore_uris")
         chosen = via_proxy if uris == "only" else f"{via_proxy},{real}"
+        audit_marks(work)
         procs = every_worker_serving(work, metastore_uris=chosen, **override_env({**METASTORE_BOUND, **FAILOVER}))
         pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
         settled = lease_epochs(work)
@@ -695,6 +700,7 @@ def test_metastore_stalled_for_every_worker(workload: Workload, uris: str) -> No
             + ("new connections went through" if uris == "only" else "the stall")
         )
         assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+        assert audit_violations(work, {h.address: h for h in work.servers.workers[:2]}) == [], audited_marks(work)
         assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
     finally:
         proxy.close()
@@ -706,6 +712,7 @@ def test_metastore_host_cut_from_every_worker(workload: Workload) -> None:
     the same processes end them, each once."""
     work = workload
     ms_host = work.servers.bed.hosts["ms"]
+    audit_marks(work)
     procs = every_worker_serving(work, **override_env({**METASTORE_BOUND, **FAILOVER}))
     pids = {h.name: set(h.pids()) for h in work.servers.workers[:2]}
     settled = lease_epochs(work)
@@ -735,6 +742,7 @@ def test_metastore_host_cut_from_every_worker(workload: Workload) -> None:
         f"{drained:.2f} s after the host came back"
     )
     assert sum(p.marked() for p in procs) == N, "\n".join(p.marks_seen() for p in procs)
+    assert audit_violations(work, {h.address: h for h in work.servers.workers[:2]}) == [], audited_marks(work)
     assert {h.name: set(h.pids()) for h in work.servers.workers[:2]} == pids
 
 
@@ -795,6 +803,16 @@ def audit_violations(work: Workload, writers: dict[str, Host]) -> list[str]:
             wrong.append(f"{m['dag_id']} marked after its lease's expiry ({m['owner']}, epoch {m['epoch']})")
     wrong += [f"{dag} marked {n} times" for dag, n in seen.items() if n > 1]
     return wrong
+
+
+def marked_once_in_lease(work: Workload) -> list[str]:
+    """The audit's rules that need no client address (every worker behind one proxy): each task marked once, each
+    mark within its lease's time."""
+    marks = audited_marks(work)
+    wrong = [f"{m['dag_id']} marked after its lease's expiry ({m['owner']})" for m in marks if not m["in_lease"]]
+    seen = [m["dag_id"] for m in marks]
+    wrong += [f"{dag} marked {seen.count(dag)} times" for dag in sorted(set(seen)) if seen.count(dag) > 1]
+    return wrong + ([] if sorted(seen) == sorted(f"d{i}" for i in range(N)) else [f"marks: {sorted(seen)}"])
 
 
 MARKING = b"UPDATE task_instance SET state='success'"  # a round's guarded update of landed tasks, as psycopg2 sends it
@@ -1132,6 +1150,7 @@ def test_worker_host_cut_from_the_metastore_hands_its_ranges_over(workload: Work
     work = workload
     w1, w2 = work.servers.workers[:2]
     ms_host = work.servers.bed.hosts["ms"]
+    audit_marks(work)
     a = work.start_workers(w1, **override_env({**METASTORE_BOUND, **FAILOVER}))
     b = work.start_workers(w2, **override_env(FAILOVER))
     both_serving(work, a, b)  # each with waiting tasks: each host's rounds check something every 0.5 s
@@ -1163,6 +1182,7 @@ def test_worker_host_cut_from_the_metastore_hands_its_ranges_over(workload: Work
     )
     assert all(not r["marked"] for r in rounds_since(a, before) if r["transient_errors"]), a.marks_seen()
     assert a.marked() + b.marked() == N, f"{a.marks_seen()}\n{b.marks_seen()}"
+    assert audit_violations(work, {w1.address: w1, w2.address: w2}) == [], audited_marks(work)
     assert set(w1.pids()) == a_pids
     assert handed <= 4 + 2 * METASTORE_TIMEOUT + 3 * LEASE_TIMEOUT, handed
 
@@ -1233,6 +1253,7 @@ def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload, kil
     work = workload
     bed = work.servers.bed
     w1, w2 = work.servers.workers[:2]
+    audit_marks(work)
     ahead, behind = FakeClock(work.tmp_path / "clock-w1"), FakeClock(work.tmp_path / "clock-w2")
     a, b = work.start_workers(w1, **ahead.env), work.start_workers(w2, **behind.env)
     both_serving(work, a, b)
@@ -1255,6 +1276,9 @@ def test_worker_host_clocks_ten_minutes_ahead_and_behind(workload: Workload, kil
     wait_until(lambda: work.states() == {"success": N}, timeout=90, step=0.1)
     assert lease_epochs(work) == settled and {"w1", "w2"} <= work.owners_by_host().keys(), work.owners_by_host()
     drained = time.monotonic() - stepped
+    # marks written in the database's time, within their leases, by their owners (before a host is killed: the
+    # audit names a writer by its processes)
+    assert audit_violations(work, {w1.address: w1, w2.address: w2}) == [], audited_marks(work)
     index = 1 if killed == "behind" else 0
     gone, kept = (b, a) if killed == "behind" else (a, b)
     survivor = "w1" if killed == "behind" else "w2"
