@@ -20,7 +20,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 from smartsensor.domain import clock
 from smartsensor.domain.clock import aware_utc
 from smartsensor.domain.keys import Cohort, CohortRows, Fence, TaskKey, VigilKey
-from smartsensor.domain.leases import LeaseRow, WorkerChecks
+from smartsensor.domain.leases import NO_CHECKS, LeaseRow, WorkerChecks
 from smartsensor.domain.rows import TaskRow
 from smartsensor.domain.states import State
 from smartsensor.domain.transitions import RoundWrites
@@ -249,7 +249,7 @@ class InMemoryStore:
         pid: int,
         started_at: datetime,
         now: datetime,
-        checks: WorkerChecks = WorkerChecks(),
+        checks: WorkerChecks = NO_CHECKS,
     ) -> None:
         self.workers.setdefault(
             worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid, "started_at": started_at}

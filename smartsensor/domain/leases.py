@@ -60,3 +60,6 @@ class WorkerChecks:
 
     failing_since: datetime | None = None
     answered_at: datetime | None = None
+
+
+NO_CHECKS = WorkerChecks()  # a worker whose checks neither failed nor answered yet

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol, Sequence
 
 from smartsensor.domain.keys import CohortRows, Fence
-from smartsensor.domain.leases import LeaseRow, WorkerChecks
+from smartsensor.domain.leases import NO_CHECKS, LeaseRow, WorkerChecks
 from smartsensor.domain.transitions import RoundWrites
 
 
@@ -97,7 +97,7 @@ class LeaseOps(Protocol):
         pid: int,
         started_at: datetime,
         now: datetime,
-        checks: WorkerChecks = WorkerChecks(),
+        checks: WorkerChecks = NO_CHECKS,
     ) -> None:
         """Record this worker's heartbeat, and what its checks did (``WorkerChecks``)."""
         ...

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from smartsensor.config import Config, ShardRange
 from smartsensor.domain import clock
 from smartsensor.domain.leases import Lease, LeaseRow, WorkerChecks
-from smartsensor.service.lease_clock import LeaseClock
 from smartsensor.ports import LeaseOps, LeaseStore
+from smartsensor.service.lease_clock import LeaseClock
 
 log = logging.getLogger(__name__)
 

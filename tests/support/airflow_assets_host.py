@@ -1,6 +1,7 @@
 """A stand-in for Airflow 3.3's REST API on the several-host bed's client host (tests/process/test_hosts.py),
 speaking exactly the calls the landing publisher makes (smartsensor.adapters.airflow_assets): ``POST /auth/token``,
-``GET /api/v2/assets``, ``GET /api/v2/dags?paused=true`` (none paused), ``POST /api/v2/assets/events`` (every one recorded, with its body and the address it came
+``GET /api/v2/assets``, ``GET /api/v2/dags?paused=true`` (none paused),
+``POST /api/v2/assets/events`` (every one recorded, with its body and the address it came
 from) and ``GET /api/v2/assets/events`` (the look-up of a post whose outcome was lost: by asset, from a time, in
 pages).
 

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Sequence
 from sqlalchemy import Connection, Engine
 
 from smartsensor.adapters.sql import leases as lease_sql
-from smartsensor.domain.leases import LeaseRow, WorkerChecks
+from smartsensor.domain.leases import NO_CHECKS, LeaseRow, WorkerChecks
 
 
 class SqlLeaseOps:
@@ -28,7 +28,7 @@ class SqlLeaseOps:
         pid: int,
         started_at: datetime,
         now: datetime,
-        checks: WorkerChecks = WorkerChecks(),
+        checks: WorkerChecks = NO_CHECKS,
     ) -> None:
         lease_sql.upsert_worker(self.conn, worker_id, hostname, pid, started_at, now, checks)
 

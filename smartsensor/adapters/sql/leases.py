@@ -12,7 +12,7 @@ from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from smartsensor.domain import clock
-from smartsensor.domain.leases import LeaseRow, WorkerChecks
+from smartsensor.domain.leases import NO_CHECKS, LeaseRow, WorkerChecks
 from smartsensor.schema.models import shard_lease as SL, worker as WK
 
 
@@ -71,7 +71,7 @@ def upsert_worker(
     pid: int,
     started_at: datetime,
     now: datetime,
-    checks: WorkerChecks = WorkerChecks(),
+    checks: WorkerChecks = NO_CHECKS,
 ) -> None:
     """Record this worker's heartbeat and what its checks did (1-2 statements)."""
     beat = {"heartbeat_at": now, "checks_failing_since": checks.failing_since, "checks_answered_at": checks.answered_at}
