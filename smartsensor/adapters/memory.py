@@ -253,7 +253,7 @@ class InMemoryStore:
     ) -> None:
         self.workers.setdefault(
             worker_id, {"worker_id": worker_id, "hostname": hostname, "pid": pid, "started_at": started_at}
-        ).update(heartbeat_at=now, checks=checks)
+        ).update(heartbeat_at=now, checks_failing_since=checks.failing_since, checks_answered_at=checks.answered_at)
 
     def delete_worker(self, worker_id: str) -> None:
         self.workers.pop(worker_id, None)
@@ -263,7 +263,9 @@ class InMemoryStore:
 
     def live_worker_checks(self, since: datetime) -> dict[str, WorkerChecks]:
         return {
-            w["worker_id"]: w.get("checks", WorkerChecks()) for w in self.workers.values() if w["heartbeat_at"] > since
+            w["worker_id"]: WorkerChecks(w.get("checks_failing_since"), w.get("checks_answered_at"))
+            for w in self.workers.values()
+            if w["heartbeat_at"] > since
         }
 
     def load_leases(self) -> list[LeaseRow]:

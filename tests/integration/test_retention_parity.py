@@ -209,6 +209,7 @@ class ParityModel(StoreModel):
             if beat is None:
                 if worker not in self.store.workers:
                     row = {"worker_id": worker, "hostname": "h", "pid": 1, "started_at": started, "heartbeat_at": None}
+                    row.update(checks_failing_since=None, checks_answered_at=None)
                     self.write(WK, row)
                     self.store.workers[worker] = row
                 continue

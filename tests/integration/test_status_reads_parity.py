@@ -112,7 +112,7 @@ class Stores:
         for name, started, beat in workers:
             start = NOW - timedelta(hours=started)  # distinct starts: `status` lists workers by start
             self.store.workers[name] = {"worker_id": name, "hostname": "h", "pid": 1, "started_at": start}
-            self.store.workers[name]["heartbeat_at"] = beat
+            self.store.workers[name].update(heartbeat_at=beat, checks_failing_since=None, checks_answered_at=None)
         self.store.leases[0] = LeaseRow(0, 5, workers[0][0] if workers else None, 2, TIMES[0])
         self.store.leases[5] = LeaseRow(5, 10, None, 0, None)
         for i, spec in enumerate(lands, 1):
