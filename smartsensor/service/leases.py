@@ -73,17 +73,26 @@ class LeaseManager:
             self.checks_failing_since = self._last_failure = None
 
     def _share(self, tx: LeaseOps, now: datetime) -> int:
-        """How many ranges this worker should hold: a fair share of the live workers; but while some live workers'
-        checks have all failed for ``failover_after`` and another's answered within as long, none for those that
-        fail and a fair share of the others. When no worker's checks answer, nobody moves."""
+        """How many ranges this worker should hold: a fair share of the live workers; but a live worker whose
+        checks have all failed for ``failover_after`` while another's answered (after it had been failing for half
+        that, and within it) holds none, and the others a fair share of the rest. When no worker's checks answer,
+        nobody moves: an answer from just before a fault that hit everyone (a round ending as it began) is too
+        early to count."""
         checks = tx.live_worker_checks(now - self.lease_timeout)
         if self.failover_after is not None:
-            cutoff = now - self.failover_after
-            failing = {w for w, c in checks.items() if c.failing_since is not None and c.failing_since <= cutoff}
-            if failing and any(c.answered_at and c.answered_at >= cutoff for c in checks.values()):
-                if self.worker_id in failing:
+            cutoff, margin = now - self.failover_after, self.failover_after / 2
+            answers = [c.answered_at for c in checks.values() if c.answered_at is not None]
+            handing = {
+                w
+                for w, c in checks.items()
+                if c.failing_since is not None
+                and c.failing_since <= cutoff
+                and any(a >= max(cutoff, c.failing_since + margin) for a in answers)
+            }
+            if handing:
+                if self.worker_id in handing:
                     return 0
-                return math.ceil(len(self.ranges) / max(1, len(checks) - len(failing)))
+                return math.ceil(len(self.ranges) / max(1, len(checks) - len(handing)))
         return math.ceil(len(self.ranges) / max(1, len(checks)))
 
     def heartbeat(self, now: datetime | None = None) -> dict[str, list[int]]:

@@ -274,3 +274,32 @@ def test_a_worker_whose_checks_all_fail_hands_its_ranges_to_those_that_answer(en
     assert set(before.values()) == {"w0", "w1", "w2"}, before
     seconds(3 * failover, {"w0": True, "w1": True, "w2": True})  # every worker's checks fail: nobody moves
     assert owners(engine) == before
+
+
+def test_an_answer_from_just_before_a_fault_that_hit_everyone_moves_nothing(engine, cfg, tmp_path) -> None:
+    """Found by the several-host bed under load: the metastore stalls for every worker; w0's first failing round
+    ends a second before w1's last answering one (a round that ended as the fault began). w1's answer must not
+    count as "another worker answers": both fail from then on, and nobody moves."""
+    from tests.integration.test_lease_model import ModelStore, ModelTime
+
+    cfg = make_cfg(tmp_path / "race", cfg.sql_alchemy_conn, **SHORT_LEASES, smart_sensor__failover_after="4")
+    time = ModelTime()
+    managers = [
+        LeaseManager(ModelStore(engine, time), cfg, f"w{i}", LeaseClock(monotonic=lambda: time.elapsed, wall=time.now))
+        for i in range(2)
+    ]
+
+    def second(failing: dict[str, bool | None]) -> None:
+        time.elapsed += 1
+        for m in managers:
+            m.note_checks(failing.get(m.worker_id))
+            m.heartbeat()
+
+    for _ in range(3):
+        second({"w0": False, "w1": False})
+    before = owners(engine)
+    assert set(before.values()) == {"w0", "w1"}, before
+    second({"w0": True, "w1": False})  # w1's round ended with answers just as the fault began
+    for _ in range(12):
+        second({"w0": True, "w1": True})
+    assert owners(engine) == before
