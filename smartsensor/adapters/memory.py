@@ -258,9 +258,6 @@ class InMemoryStore:
     def delete_worker(self, worker_id: str) -> None:
         self.workers.pop(worker_id, None)
 
-    def live_workers(self, since: datetime) -> int:
-        return sum(1 for w in self.workers.values() if w["heartbeat_at"] > since)
-
     def live_worker_checks(self, since: datetime) -> dict[str, WorkerChecks]:
         return {
             w["worker_id"]: WorkerChecks(w.get("checks_failing_since"), w.get("checks_answered_at"))

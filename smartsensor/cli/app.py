@@ -55,16 +55,15 @@ class App:
             self._cfg = load_config(self.config_path)
         return self._cfg
 
-    def engine(self, require_schema: bool = True, worker: bool = False) -> Any:
+    def engine(self, require_schema: bool = True) -> Any:
         """The metadata DB engine. PostgreSQL ends this process's sessions that sit idle inside a transaction for
         lease_timeout, so a paused worker, or a `serve` whose COMMIT was lost on its way (the transaction left open
-        on the server, its locks held), cannot hold the locks others need for longer; a worker (``worker``) is the
-        case the lease depends on. On PostgreSQL every call waits at most ``[core] sql_call_timeout`` for its answer
-        (``make_engine``'s ``call_timeout``). `db init` (``require_schema`` off) has neither: a migration may run
-        long."""
+        on the server, its locks held), cannot hold the locks others need for longer. On PostgreSQL every call waits
+        at most ``[core] sql_call_timeout`` for its answer (``make_engine``'s ``call_timeout``). `db init`
+        (``require_schema`` off) has neither: a migration may run long."""
         if self._engine is None:
-            idle = self.cfg.settings.smart_sensor.lease_timeout if worker or require_schema else None
-            # `db init` (require_schema=False) alone runs without the call bound: a migration may run long.
+            # `db init` (require_schema=False) alone runs without either bound: a migration may run long.
+            idle = self.cfg.settings.smart_sensor.lease_timeout if require_schema else None
             bound = self.cfg.settings.core.sql_call_timeout if require_schema else None
             self._engine = make_engine(
                 self.cfg.sql_alchemy_conn, idle_in_transaction_timeout=idle, home=self.cfg.home, call_timeout=bound

@@ -55,7 +55,7 @@ def worker(
     from smartsensor.sensors.base import import_sensor_modules, smart_class_names
 
     limit = app.cfg.shard_code_upper_limit
-    engine = app.engine(worker=True)
+    engine = app.engine()
     if (shard_min is None) != (shard_max is None):
         raise UserError("give both --shard-min and --shard-max (a pinned range), or neither (leases)")
     if shard_min is not None and shard_max is not None:

@@ -104,10 +104,6 @@ class LeaseOps(Protocol):
 
     def delete_worker(self, worker_id: str) -> None: ...
 
-    def live_workers(self, since: datetime) -> int:
-        """Workers that heartbeated after ``since``."""
-        ...
-
     def live_worker_checks(self, since: datetime) -> dict[str, WorkerChecks]:
         """What the checks of each worker that heartbeated after ``since`` did, by worker id."""
         ...

@@ -11,7 +11,7 @@ A worker's cycle (``LandingPublisher.cycle``, its ``landings`` side job, every `
    skipped). The first listing of a table is its baseline, never published unless ``publish_existing``: every
    partition listed then goes in. A partition is new only while its table's baseline holds (checked, and the watch
    held, in the transaction that enqueues it): retention deletes a table's rows only after taking its baseline away
-   (a table no longer watched), or deletes the rows of partitions the table no longer has (``_forget_dropped``), so
+   (a table no longer watched), or deletes the rows of partitions the table no longer has (``_track_dropped``), so
    a landing whose row was pruned is not published again. A partition is forgotten only once listings of its table
    have lacked it for ``[retention] max_age_days`` in a row (``missing_since``, ``_track_dropped``).
 3. **Publish**: claim the due rows of those ranges (guarded, under a token, until a lease timeout from now), post

@@ -35,9 +35,6 @@ class SqlLeaseOps:
     def delete_worker(self, worker_id: str) -> None:
         lease_sql.delete_worker(self.conn, worker_id)
 
-    def live_workers(self, since: datetime) -> int:
-        return lease_sql.live_workers(self.conn, since)
-
     def live_worker_checks(self, since: datetime) -> dict[str, WorkerChecks]:
         return lease_sql.live_worker_checks(self.conn, since)
 

@@ -84,11 +84,6 @@ def delete_worker(conn: Connection, worker_id: str) -> None:
     conn.execute(delete(WK).where(WK.c.worker_id == worker_id))
 
 
-def live_workers(conn: Connection, since: datetime) -> int:
-    """Workers that heartbeated after ``since`` (1 statement)."""
-    return conn.execute(select(func.count()).select_from(WK).where(WK.c.heartbeat_at > since)).scalar_one()
-
-
 def live_worker_checks(conn: Connection, since: datetime) -> dict[str, WorkerChecks]:
     """What the checks of each worker that heartbeated after ``since`` did (1 statement)."""
     query = select(WK.c.worker_id, WK.c.checks_failing_since, WK.c.checks_answered_at).where(WK.c.heartbeat_at > since)
